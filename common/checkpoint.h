@@ -1,0 +1,55 @@
+// Layout-independent checkpoints (DESIGN "Checkpoints").
+//
+// A checkpoint is a directory <run_dir>/step_00000100/ holding
+//   manifest.json  format version, config (every key), model shape, step, the layout
+//                  it was written with, data position, RNG state, and a tensor table:
+//                  for each tensor its name ("param/h.0.ln_1.weight", "adam_m/...",
+//                  "adam_v/..."), full shape, dtype, file, byte offset and checksum;
+//   one .bin file per kind (param.bin, adam_m.bin, adam_v.bin): every tensor stored
+//                  whole, by name, in the layout's order, fp32 little-endian.
+// A rank holding elements [begin, end) of the flat parameter buffer writes and reads
+// only that slice, at its offset; so any layout resumes any checkpoint.
+// The directory is written under a temporary name (step_00000100.tmp) and renamed
+// once complete, so a crash never leaves a half checkpoint that looks complete.
+// Loading verifies the format, the model shape, every file's size and every tensor's
+// checksum; any mismatch is a UserError naming the file, tensor and reason.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/gpt2_layout.h"
+
+namespace gpt {
+
+// One kind of tensor a rank holds: elements [begin, end) of the flat layout buffer.
+struct CheckpointBuffer {
+  std::string kind;  // "param" (fp32 master weights), "adam_m", "adam_v"
+  float* data;
+  int64_t begin, end;
+};
+
+struct CheckpointState {
+  int64_t step = 0;              // optimizer steps completed (also the data position)
+  uint64_t sample_counter = 0;   // counter of the sampling RNG
+  std::string layout_json = "{\"dp\":1,\"tp\":1,\"pp\":1,\"cp\":1}";
+};
+
+// Writes a complete checkpoint of `step` under run_dir and returns its path.
+std::string save_checkpoint(const std::string& run_dir, const Config& cfg,
+                            const ParamLayout& layout, const CheckpointState& state,
+                            const std::vector<CheckpointBuffer>& buffers);
+
+// Reads checkpoint directory `path` into the buffers (each its own slice) and returns
+// its state. The model shape in the manifest must equal layout.model().
+CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layout,
+                                const std::vector<CheckpointBuffer>& buffers);
+
+// The newest complete checkpoint in run_dir ("" when there is none).
+std::string latest_checkpoint(const std::string& run_dir);
+
+// Deletes all but the newest `keep` complete checkpoints (keep <= 0 keeps all).
+void prune_checkpoints(const std::string& run_dir, int keep);
+
+}  // namespace gpt

@@ -1,0 +1,80 @@
+// GPT-2 forward and backward on one device, built from the ops of kernels/ops.h.
+//
+//   x0 = wte[tokens] + wpe[positions]
+//   for each block:  x = x + attn(ln_1(x));  x = x + mlp(ln_2(x))
+//   logits = ln_f(x) . wte^T;  loss = mean cross-entropy over the B*T positions
+//
+// The model owns its compute weights, their gradients and the activations of one
+// micro-batch (B sequences of T tokens); the optimizer owns the master weights and
+// moments. T is float for training and double for the ground-truth runs of the tests.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "common/config.h"
+#include "common/device.h"
+#include "common/gpt2_layout.h"
+#include "common/precision.h"
+
+namespace gpt {
+
+template <class T>
+class GPT2 {
+ public:
+  GPT2(const ModelConfig& model, int B, int T_, Device device, Precision precision);
+
+  const ModelConfig& model() const { return model_; }
+  const ParamLayout& layout() const { return layout_; }
+  int B() const { return B_; }
+  int T() const { return T_; }
+
+  // The compute weights (in bf16 mode, rounded copies of the fp32 master weights).
+  std::vector<T>& params() { return params_; }
+  const std::vector<T>& params() const { return params_; }
+  std::vector<T>& grads() { return grads_; }
+  const std::vector<T>& grads() const { return grads_; }
+
+  // Sets the weights from (master) values, rounding to bf16 in bf16 mode.
+  void set_params(const T* values);
+
+  // Forward over inputs (B*T token ids). With targets, returns the mean loss over the
+  // B*T positions; without, returns 0 and only the logits are valid.
+  T forward(const int32_t* inputs, const int32_t* targets);
+
+  // Backward of the last forward (which must have had targets), accumulating into
+  // grads(): the gradient of  loss_scale * mean loss.  With gradient accumulation over
+  // k micro-batches, loss_scale = 1/k gives the gradient of the mean over all of them.
+  void backward(T loss_scale);
+
+  void zero_grads();
+
+  // Logits of the last forward, (B, T, Vp); columns >= V are padding.
+  const T* logits() const { return logits_.data(); }
+  // Per-position losses of the last forward, (B, T).
+  const T* losses() const { return losses_.data(); }
+
+  // Bytes held, by kind (for the memory ledger).
+  size_t param_bytes() const;
+  size_t grad_bytes() const;
+  size_t activation_bytes() const;
+
+ private:
+  struct Acts;  // activation buffers, see gpt2.cpp
+  void store(T* x, size_t n);  // bf16 emulation: round a stored activation
+
+  ModelConfig model_;
+  ParamLayout layout_;
+  int B_, T_;
+  Device device_;
+  Precision precision_;
+  std::vector<T> params_, grads_;
+  // activations (forward) and their gradients (backward); see gpt2.cpp for shapes
+  std::vector<T> encoded_, ln1_, ln1_mean_, ln1_rstd_, qkv_, atty_, att_, attproj_, resid2_,
+      ln2_, ln2_mean_, ln2_rstd_, fch_, fch_gelu_, fcproj_, resid3_, lnf_, lnf_mean_, lnf_rstd_,
+      logits_, losses_;
+  std::vector<T> d_resid_, d_x_, d_big_, d_big2_, d_qkv_, d_logits_;
+  std::vector<int32_t> inputs_, targets_;
+  bool have_targets_ = false;
+};
+
+}  // namespace gpt

@@ -1,0 +1,75 @@
+// The GPT-2 parameter layout: every parameter tensor by name, shape and offset in
+// one flat buffer, and how it is initialised.
+//
+// Order (layer-contiguous, so a pipeline stage or a ZeRO-3 gather takes one range):
+//   wte [Vp,C]  wpe [block_size,C]
+//   for each layer l:  h.l.ln_1.{weight,bias} [C]   h.l.attn.c_attn.{weight [3C,C], bias [3C]}
+//                      h.l.attn.c_proj.{weight [C,C], bias [C]}   h.l.ln_2.{weight,bias} [C]
+//                      h.l.mlp.c_fc.{weight [4C,C], bias [4C]}    h.l.mlp.c_proj.{weight [C,4C], bias [C]}
+//   ln_f.{weight,bias} [C]
+// Linear weights are (out, in), as in PyTorch's nn.Linear. The embedding is tied: wte
+// is also the language-model head. Rows V..Vp-1 of wte are padding, initialised to 0.
+//
+// Initialisation (GPT-2): weights and embeddings N(0, 0.02); the two residual
+// projections (c_proj) N(0, 0.02/sqrt(2 n_layer)); biases 0; layernorm weight 1.
+// Element i of tensor `name` is drawn at (seed, stream_id(name), i) by the
+// counter-based RNG, so it does not depend on how the tensor is sharded.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+
+namespace gpt {
+
+enum class Init { Normal, Zeros, Ones };
+
+struct ParamTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;  // elements from the start of the flat buffer
+  int64_t numel = 0;
+  int layer = -1;       // transformer block index, -1 for embeddings and ln_f
+  bool decay = false;   // weight decay applies (2-D weights and embeddings)
+  Init init = Init::Zeros;
+  double init_std = 0.0;
+  int64_t init_rows = 0;  // for wte: rows [0, vocab) get the normal init, the padding stays 0
+};
+
+// Offsets of one transformer block's tensors within the flat buffer.
+struct BlockParams {
+  int64_t ln1_w, ln1_b, qkv_w, qkv_b, attproj_w, attproj_b;
+  int64_t ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
+};
+
+class ParamLayout {
+ public:
+  explicit ParamLayout(const ModelConfig& m);
+
+  const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  int64_t total() const { return total_; }
+  const ParamTensor& find(const std::string& name) const;  // UserError if absent
+
+  int64_t wte() const { return wte_; }
+  int64_t wpe() const { return wpe_; }
+  int64_t lnf_w() const { return lnf_w_; }
+  int64_t lnf_b() const { return lnf_b_; }
+  const BlockParams& block(int l) const { return blocks_[l]; }
+  const ModelConfig& model() const { return model_; }
+
+  // Writes the initial value of elements [begin, end) of the flat buffer (any range:
+  // a shard gets exactly the values the whole buffer has there).
+  template <class T>
+  void init_range(uint64_t seed, int64_t begin, int64_t end, T* out) const;
+
+ private:
+  int64_t add(const std::string& name, std::vector<int64_t> shape, int layer, bool decay, Init init,
+              double std = 0.0);
+  ModelConfig model_;
+  std::vector<ParamTensor> tensors_;
+  std::vector<BlockParams> blocks_;
+  int64_t total_ = 0, wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
+};
+
+}  // namespace gpt

@@ -1,0 +1,50 @@
+// AdamW with fp32 state, warmup + cosine learning rate, global-norm gradient clipping.
+//
+//   lr(s) = lr * (s+1)/warmup                                   for s < warmup
+//         = lr * (r + (1-r) * (1 + cos(pi * p)) / 2),  p = (s-warmup)/(steps-warmup)
+//   with r = min_lr_ratio; clip: grads scaled by min(1, clip / ||g||_2) over all tensors.
+// Weight decay applies only to tensors whose layout entry says `decay` (2-D weights and
+// the embeddings), as GPT-2 training does.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "common/config.h"
+#include "common/device.h"
+#include "common/gpt2_layout.h"
+
+namespace gpt {
+
+double learning_rate(const Config& cfg, int64_t step);
+
+// Clip factor for a gradient of global norm `norm`: min(1, clip / norm); 1 if clip <= 0.
+double clip_scale(double norm, double clip);
+
+template <class T>
+class AdamW {
+ public:
+  // Owns m, v and (when keep_master) fp32 master weights for elements
+  // [begin, end) of the layout's flat buffer: the whole model in stage 01, a shard later.
+  AdamW(const ParamLayout& layout, int64_t begin, int64_t end, bool keep_master);
+
+  // One update of the owned range: params/grads point at element `begin`. In bf16 mode
+  // the master weights are updated and params receives the bf16-rounded copy.
+  void step(Device d, T* params, const T* grads, double lr, double grad_scale, const Config& cfg,
+            int step_number, bool round_copy_to_bf16);
+
+  std::vector<T>& master() { return master_; }
+  std::vector<T>& m() { return m_; }
+  std::vector<T>& v() { return v_; }
+  bool keeps_master() const { return keep_master_; }
+  int64_t begin() const { return begin_; }
+  int64_t end() const { return end_; }
+  size_t state_bytes() const { return (master_.size() + m_.size() + v_.size()) * sizeof(T); }
+
+ private:
+  const ParamLayout& layout_;
+  int64_t begin_, end_;
+  bool keep_master_;
+  std::vector<T> master_, m_, v_;
+};
+
+}  // namespace gpt

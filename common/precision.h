@@ -1,0 +1,23 @@
+// Precision modes (DESIGN rule 9).
+//  fp32: every buffer fp32 — the mode equivalence between stages is proven in.
+//  bf16: the weights' compute copy, the activations and the activation gradients are
+//        bf16 (on the CPU emulated: fp32 buffers rounded to bf16 after every op, ties to
+//        even); matmuls accumulate in fp32; parameter gradients, the fp32 master weights
+//        and the AdamW moments stay fp32.
+#pragma once
+#include <string>
+
+#include "common/error.h"
+
+namespace gpt {
+
+enum class Precision { FP32, BF16 };
+
+inline Precision parse_precision(const std::string& s) {
+  if (s == "fp32") return Precision::FP32;
+  if (s == "bf16") return Precision::BF16;
+  fail("precision: '" + s + "' is not a precision (expected fp32 or bf16)");
+}
+inline const char* precision_name(Precision p) { return p == Precision::FP32 ? "fp32" : "bf16"; }
+
+}  // namespace gpt

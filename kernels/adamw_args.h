@@ -1,0 +1,9 @@
+// Hyper-parameters of one AdamW update (see adamw_update in kernels/ops.h).
+#pragma once
+
+namespace gpt::ops {
+struct AdamWArgs {
+  float lr, beta1, beta2, eps, weight_decay, grad_scale;
+  int step;  // t, counted from 1
+};
+}  // namespace gpt::ops
