@@ -1,1 +1,85 @@
-// placeholder: being written
+// The GPT-2 parameter table; see gpt2_layout.h for the order and the initialisation.
+#include "common/gpt2_layout.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+#include "common/rng.h"
+
+namespace gpt {
+
+int64_t ParamLayout::add(const std::string& name, std::vector<int64_t> shape, int layer, bool decay,
+                         Init init, double std) {
+  ParamTensor t;
+  t.name = name;
+  t.numel = 1;
+  for (int64_t s : shape) t.numel *= s;
+  t.shape = std::move(shape);
+  t.offset = total_;
+  t.layer = layer;
+  t.decay = decay;
+  t.init = init;
+  t.init_std = std;
+  t.init_rows = t.shape[0];
+  total_ += t.numel;
+  tensors_.push_back(std::move(t));
+  return tensors_.back().offset;
+}
+
+ParamLayout::ParamLayout(const ModelConfig& m) : model_(m) {
+  const int64_t C = m.n_embd, L = m.n_layer;
+  const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * double(L));
+  wte_ = add("wte", {m.padded_vocab(), C}, -1, true, Init::Normal, std);
+  tensors_.back().init_rows = m.vocab_size;  // padding rows stay zero
+  wpe_ = add("wpe", {m.block_size, C}, -1, true, Init::Normal, std);
+  for (int l = 0; l < L; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    BlockParams b;
+    b.ln1_w = add(p + "ln_1.weight", {C}, l, false, Init::Ones);
+    b.ln1_b = add(p + "ln_1.bias", {C}, l, false, Init::Zeros);
+    b.qkv_w = add(p + "attn.c_attn.weight", {3 * C, C}, l, true, Init::Normal, std);
+    b.qkv_b = add(p + "attn.c_attn.bias", {3 * C}, l, false, Init::Zeros);
+    b.attproj_w = add(p + "attn.c_proj.weight", {C, C}, l, true, Init::Normal, proj_std);
+    b.attproj_b = add(p + "attn.c_proj.bias", {C}, l, false, Init::Zeros);
+    b.ln2_w = add(p + "ln_2.weight", {C}, l, false, Init::Ones);
+    b.ln2_b = add(p + "ln_2.bias", {C}, l, false, Init::Zeros);
+    b.fc_w = add(p + "mlp.c_fc.weight", {4 * C, C}, l, true, Init::Normal, std);
+    b.fc_b = add(p + "mlp.c_fc.bias", {4 * C}, l, false, Init::Zeros);
+    b.fcproj_w = add(p + "mlp.c_proj.weight", {C, 4 * C}, l, true, Init::Normal, proj_std);
+    b.fcproj_b = add(p + "mlp.c_proj.bias", {C}, l, false, Init::Zeros);
+    blocks_.push_back(b);
+  }
+  lnf_w_ = add("ln_f.weight", {C}, -1, false, Init::Ones);
+  lnf_b_ = add("ln_f.bias", {C}, -1, false, Init::Zeros);
+}
+
+const ParamTensor& ParamLayout::find(const std::string& name) const {
+  for (const ParamTensor& t : tensors_)
+    if (t.name == name) return t;
+  fail("no parameter tensor named '" + name + "' in the GPT-2 layout");
+}
+
+template <class T>
+void ParamLayout::init_range(uint64_t seed, int64_t begin, int64_t end, T* out) const {
+  for (const ParamTensor& t : tensors_) {
+    const int64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
+    if (lo >= hi) continue;
+    const uint64_t stream = stream_id(t.name);
+    const int64_t row = t.numel / t.shape[0];
+#pragma omp parallel for schedule(static)
+    for (int64_t g = lo; g < hi; ++g) {
+      const int64_t i = g - t.offset;  // index within the tensor: the RNG counter
+      double value = 0.0;
+      if (t.init == Init::Ones) value = 1.0;
+      else if (t.init == Init::Normal && i / row < t.init_rows)
+        value = t.init_std * normal_at(seed, stream, uint64_t(i));
+      out[g - begin] = T(value);
+    }
+  }
+}
+
+template void ParamLayout::init_range<float>(uint64_t, int64_t, int64_t, float*) const;
+template void ParamLayout::init_range<double>(uint64_t, int64_t, int64_t, double*) const;
+
+}  // namespace gpt
