@@ -1,1 +1,77 @@
-// placeholder: being written
+// Layer normalisation over the C channels of each row (Ba, Kiros & Hinton 2016):
+//   mean = sum(x)/C,  rstd = 1/sqrt(sum((x-mean)^2)/C + 1e-5),  xhat = (x-mean)*rstd
+//   out  = xhat * w + b
+// Backward, with g = dout * w:
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw += dout*xhat,  db += dout
+#include <cmath>
+#include <cstddef>
+
+#include "kernels/cpu/cpu_ops.h"
+
+namespace gpt::cpu {
+
+constexpr double kLayerNormEps = 1e-5;
+
+template <class T>
+void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N,
+                       int C) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; ++i) {
+    const T* x = inp + size_t(i) * C;
+    T m = 0;
+    for (int c = 0; c < C; ++c) m += x[c];
+    m /= T(C);
+    T var = 0;
+    for (int c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
+    var /= T(C);
+    const T s = T(1) / std::sqrt(var + T(kLayerNormEps));
+    T* o = out + size_t(i) * C;
+    for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c] + b[c];
+    mean[i] = m;
+    rstd[i] = s;
+  }
+}
+
+template <class T>
+void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
+                        const T* mean, const T* rstd, int N, int C) {
+  // Rows are independent for dinp.
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; ++i) {
+    const T* x = inp + size_t(i) * C;
+    const T* d = dout + size_t(i) * C;
+    T* dx = dinp + size_t(i) * C;
+    const T m = mean[i], s = rstd[i];
+    T mean_g = 0, mean_gx = 0;
+    for (int c = 0; c < C; ++c) {
+      const T g = d[c] * w[c];
+      mean_g += g;
+      mean_gx += g * (x[c] - m) * s;
+    }
+    mean_g /= T(C);
+    mean_gx /= T(C);
+    for (int c = 0; c < C; ++c) dx[c] += s * (d[c] * w[c] - mean_g - (x[c] - m) * s * mean_gx);
+  }
+  // dw and db sum over rows: threads split the channels and each sums its rows in
+  // order, so the result is the same whatever the thread count.
+  constexpr int kBlock = 64;
+#pragma omp parallel for schedule(static)
+  for (int c0 = 0; c0 < C; c0 += kBlock) {
+    const int c1 = c0 + kBlock < C ? c0 + kBlock : C;
+    for (int i = 0; i < N; ++i) {
+      const T* x = inp + size_t(i) * C;
+      const T* d = dout + size_t(i) * C;
+      for (int c = c0; c < c1; ++c) {
+        dw[c] += d[c] * (x[c] - mean[i]) * rstd[i];
+        db[c] += d[c];
+      }
+    }
+  }
+}
+
+template void layernorm_forward<float>(float*, float*, float*, const float*, const float*, const float*, int, int);
+template void layernorm_forward<double>(double*, double*, double*, const double*, const double*, const double*, int, int);
+template void layernorm_backward<float>(float*, float*, float*, const float*, const float*, const float*, const float*, const float*, int, int);
+template void layernorm_backward<double>(double*, double*, double*, const double*, const double*, const double*, const double*, const double*, int, int);
+
+}  // namespace gpt::cpu

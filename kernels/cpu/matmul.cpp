@@ -1,1 +1,39 @@
-// placeholder: being written
+// Linear layer on the GEMM of gemm.h.  out = inp . w^T + bias
+//   dinp += dout . w,   dw += dout^T . inp,   dbias += sum over rows of dout
+#include <cstddef>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/gemm.h"
+
+namespace gpt::cpu {
+
+template <class T>
+void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC) {
+  gemm(false, true, N, OC, C, inp, C, w, C, out, OC, false);
+  if (!bias) return;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; ++i)
+    for (int o = 0; o < OC; ++o) out[size_t(i) * OC + o] += bias[o];
+}
+
+template <class T>
+void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N,
+                     int C, int OC) {
+  if (dinp) gemm(false, false, N, C, OC, dout, OC, w, C, dinp, C, true);
+  if (dw) gemm(true, false, OC, C, N, dout, OC, inp, C, dw, C, true);
+  if (!dbias) return;
+  // Threads split the output channels; each sums its rows in order (deterministic).
+#pragma omp parallel for schedule(static)
+  for (int o0 = 0; o0 < OC; o0 += 64) {
+    const int o1 = o0 + 64 < OC ? o0 + 64 : OC;
+    for (int i = 0; i < N; ++i)
+      for (int o = o0; o < o1; ++o) dbias[o] += dout[size_t(i) * OC + o];
+  }
+}
+
+template void matmul_forward<float>(float*, const float*, const float*, const float*, int, int, int);
+template void matmul_forward<double>(double*, const double*, const double*, const double*, int, int, int);
+template void matmul_backward<float>(float*, float*, float*, const float*, const float*, const float*, int, int, int);
+template void matmul_backward<double>(double*, double*, double*, const double*, const double*, const double*, int, int, int);
+
+}  // namespace gpt::cpu

@@ -1,0 +1,29 @@
+// bf16 (bfloat16): the top 16 bits of an IEEE fp32 — 8 exponent bits, 7 mantissa bits.
+// Rounding fp32 to bf16, to nearest with ties to even, works on the bit pattern:
+// add 0x7FFF plus the lowest kept bit, then clear the low 16 bits. A carry out of the
+// mantissa correctly bumps the exponent (up to infinity for the largest values).
+// NaN is kept a (quiet) NaN instead of being rounded.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+namespace gpt::cpu {
+
+inline uint16_t bf16_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof(u));
+  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu)) return uint16_t((u >> 16) | 0x0040u);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
+inline float bf16_to_float(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float x;
+  std::memcpy(&x, &u, sizeof(x));
+  return x;
+}
+
+inline float bf16_round(float x) { return bf16_to_float(bf16_bits(x)); }
+
+}  // namespace gpt::cpu
