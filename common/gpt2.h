@@ -21,12 +21,12 @@ namespace gpt {
 template <class T>
 class GPT2 {
  public:
-  GPT2(const ModelConfig& model, int B, int T_, Device device, Precision precision);
+  GPT2(const ModelConfig& model, int batch, int seq_len, Device device, Precision precision);
 
   const ModelConfig& model() const { return model_; }
   const ParamLayout& layout() const { return layout_; }
-  int B() const { return B_; }
-  int T() const { return T_; }
+  int batch() const { return B_; }
+  int seq_len() const { return T_; }
 
   // The compute weights (in bf16 mode, rounded copies of the fp32 master weights).
   std::vector<T>& params() { return params_; }

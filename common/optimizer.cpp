@@ -1,1 +1,57 @@
-// placeholder: being written
+// AdamW over the layout's tensors, the learning-rate schedule and the clip factor;
+// see optimizer.h.
+#include "common/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/ops.h"
+
+namespace gpt {
+
+double learning_rate(const Config& cfg, int64_t step) {
+  if (step < cfg.warmup_steps) return cfg.lr * double(step + 1) / double(cfg.warmup_steps);
+  const int64_t decay_steps = std::max<int64_t>(1, cfg.steps - cfg.warmup_steps);
+  const double progress = std::min(1.0, double(step - cfg.warmup_steps) / double(decay_steps));
+  const double r = cfg.min_lr_ratio;
+  return cfg.lr * (r + (1.0 - r) * 0.5 * (1.0 + std::cos(M_PI * progress)));
+}
+
+double clip_scale(double norm, double clip) {
+  if (clip <= 0.0 || !(norm > clip)) return 1.0;
+  return clip / norm;
+}
+
+template <class T>
+AdamW<T>::AdamW(const ParamLayout& layout, int64_t begin, int64_t end, bool keep_master)
+    : layout_(layout), begin_(begin), end_(end), keep_master_(keep_master) {
+  const size_t n = size_t(end - begin);
+  m_.assign(n, T(0));
+  v_.assign(n, T(0));
+  if (keep_master) master_.assign(n, T(0));
+}
+
+template <class T>
+void AdamW<T>::step(Device d, T* params, const T* grads, double lr, double grad_scale,
+                    const Config& cfg, int step_number, bool round_copy_to_bf16) {
+  // Tensor by tensor, because weight decay applies to some tensors only.
+  for (const ParamTensor& t : layout_.tensors()) {
+    const int64_t lo = std::max(begin_, t.offset), hi = std::min(end_, t.offset + t.numel);
+    if (lo >= hi) continue;
+    const ops::AdamWArgs args{lr, cfg.beta1, cfg.beta2, cfg.adam_eps,
+                              t.decay ? cfg.weight_decay : 0.0, grad_scale, step_number};
+    const int64_t i = lo - begin_;
+    if (keep_master_) {
+      ops::adamw_update(d, master_.data() + i, grads + i, m_.data() + i, v_.data() + i,
+                        size_t(hi - lo), args, params + i, round_copy_to_bf16);
+    } else {
+      ops::adamw_update(d, params + i, grads + i, m_.data() + i, v_.data() + i, size_t(hi - lo),
+                        args);
+    }
+  }
+}
+
+template class AdamW<float>;
+template class AdamW<double>;
+
+}  // namespace gpt

@@ -3,7 +3,7 @@
 
 namespace gpt::ops {
 struct AdamWArgs {
-  float lr, beta1, beta2, eps, weight_decay, grad_scale;
+  double lr, beta1, beta2, eps, weight_decay, grad_scale;  // rounded to T where used
   int step;  // t, counted from 1
 };
 }  // namespace gpt::ops
