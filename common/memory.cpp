@@ -1,1 +1,41 @@
-// placeholder: being written
+#include "common/memory.h"
+
+#include <cstdio>
+
+namespace gpt {
+
+size_t MemoryLedger::total() const {
+  size_t t = 0;
+  for (size_t b : bytes_) t += b;
+  return t;
+}
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 4) bytes /= 1024.0, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+std::string MemoryLedger::table() const {
+  std::string out;
+  char line[96];
+  for (size_t k = 0; k < bytes_.size(); ++k) {
+    std::snprintf(line, sizeof(line), "  %-12s %12s\n", kMemKindNames[k],
+                  format_bytes(double(bytes_[k])).c_str());
+    out += line;
+  }
+  std::snprintf(line, sizeof(line), "  %-12s %12s\n", "total", format_bytes(double(total())).c_str());
+  return out + line;
+}
+
+std::string MemoryLedger::json() const {
+  std::string out = "{";
+  for (size_t k = 0; k < bytes_.size(); ++k)
+    out += (k ? ",\"" : "\"") + std::string(kMemKindNames[k]) + "\":" + std::to_string(bytes_[k]);
+  return out + "}";
+}
+
+}  // namespace gpt

@@ -1,1 +1,55 @@
-// placeholder: being written
+#include "common/metrics.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+namespace gpt {
+
+MetricsLog::MetricsLog(const std::string& path) {
+  if (path.empty()) return;
+  const std::filesystem::path p(path);
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  file_ = std::fopen(path.c_str(), "a");
+  require(file_ != nullptr, "metrics_file: cannot open '" + path + "' for appending");
+}
+
+MetricsLog::~MetricsLog() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsLog::write_line(const std::string& json) {
+  if (!file_) return;
+  std::fputs(json.c_str(), file_);
+  std::fputc('\n', file_);
+  std::fflush(file_);  // a crashed run keeps every step it finished
+}
+
+void MetricsLog::train_step(const StepMetrics& m, const MemoryLedger& mem, bool print) {
+  nlohmann::json j = {{"kind", "train"}, {"step", m.step},         {"loss", m.loss},
+                      {"lr", m.lr},      {"grad_norm", m.grad_norm}, {"ms", m.ms},
+                      {"tokens_per_s", m.tokens_per_s}};
+  j["mfu"] = m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json(nullptr);
+  j["mem"] = nlohmann::json::parse(mem.json());
+  write_line(j.dump());
+  if (print)
+    std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s\n",
+                static_cast<long long>(m.step), static_cast<long long>(m.steps), m.loss, m.lr,
+                m.grad_norm, m.ms, m.tokens_per_s);
+  std::fflush(stdout);
+}
+
+void MetricsLog::validation(int64_t step, double val_loss) {
+  write_line(nlohmann::json{{"kind", "val"}, {"step", step}, {"val_loss", val_loss}}.dump());
+  std::printf("step %5lld | val loss %.4f\n", static_cast<long long>(step), val_loss);
+  std::fflush(stdout);
+}
+
+void MetricsLog::sample(int64_t step, const std::string& text) {
+  // Bytes that are not valid UTF-8 would make dump() throw; replace them.
+  write_line(nlohmann::json{{"kind", "sample"}, {"step", step}, {"text", text}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+}  // namespace gpt

@@ -1,1 +1,50 @@
-// placeholder: being written
+#include "common/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "common/rng.h"
+
+namespace gpt {
+
+int sample_token(const float* logits, int V, double temperature, int top_k, double uniform) {
+  std::vector<int> ids(V);
+  std::iota(ids.begin(), ids.end(), 0);
+  int k = (top_k <= 0 || top_k > V) ? V : top_k;
+  // The k largest logits, in decreasing order (ties broken by id, deterministically).
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int a, int b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  std::vector<double> w(k);
+  const double top = logits[ids[0]];
+  double sum = 0;
+  for (int i = 0; i < k; ++i) sum += w[i] = std::exp((logits[ids[i]] - top) / temperature);
+  double target = uniform * sum;
+  for (int i = 0; i < k; ++i) {
+    target -= w[i];
+    if (target <= 0) return ids[i];
+  }
+  return ids[k - 1];
+}
+
+std::vector<int> generate(GPT2<float>& model, std::vector<int> context, const SampleOptions& opt,
+                          uint64_t& counter) {
+  const int window = model.seq_len(), V = model.model().vocab_size, Vp = model.model().padded_vocab();
+  if (context.empty()) context.push_back(int('\n'));
+  std::vector<int32_t> input(window);
+  const uint64_t stream = stream_id("sample");
+  for (int n = 0; n < opt.tokens; ++n) {
+    // The last `window` tokens, left-aligned; causal attention ignores what follows.
+    const int len = std::min<int>(window, int(context.size()));
+    const int start = int(context.size()) - len;
+    for (int i = 0; i < window; ++i) input[i] = i < len ? context[start + i] : 0;
+    model.forward(input.data(), nullptr);
+    const float* row = model.logits() + size_t(len - 1) * Vp;
+    context.push_back(sample_token(row, V, opt.temperature, opt.top_k,
+                                   uniform_at(opt.seed, stream, counter++)));
+  }
+  return context;
+}
+
+}  // namespace gpt

@@ -1,0 +1,28 @@
+// Text generation from a trained model: temperature and top-k sampling.
+//   p_i ∝ exp(z_i / temperature) over the k largest logits (all of them when k = 0)
+// Draws come from the counter-based RNG at (seed, "sample", counter), so a run's
+// samples are reproducible and the counter is the only state a checkpoint keeps.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "common/gpt2.h"
+
+namespace gpt {
+
+struct SampleOptions {
+  int tokens = 200;
+  double temperature = 0.8;
+  int top_k = 40;
+  uint64_t seed = 0;
+};
+
+// Extends `context` by opt.tokens tokens with a model of batch 1 (its seq_len is the
+// window: only the last seq_len tokens are seen). `counter` advances by one per token.
+std::vector<int> generate(GPT2<float>& model, std::vector<int> context, const SampleOptions& opt,
+                          uint64_t& counter);
+
+// Picks a token from one row of logits (first V columns).
+int sample_token(const float* logits, int V, double temperature, int top_k, double uniform);
+
+}  // namespace gpt
