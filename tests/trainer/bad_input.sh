@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Bad input gets a clear error: for each case the binary must exit with status 2 and
+# its message must name the offending key, file or value. A case that crashes, exits
+# 0 or 1, or prints a vague message fails the test.
+# Usage: bad_input.sh TRAIN PREPARE WORKDIR ROOT
+set -euo pipefail
+TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4
+source "$(dirname "$0")/common.sh"
+rm -rf "$WORK" && mkdir -p "$WORK"
+make_corpus "$WORK" "$PREPARE"
+D="$WORK/data"
+failures=0 cases=0
+
+# expect NAME SUBSTRING COMMAND...: exit status 2 and SUBSTRING in stderr.
+expect() {
+  local name=$1 needle=$2; shift 2
+  cases=$((cases + 1))
+  local status=0
+  "$@" > "$WORK/out.txt" 2> "$WORK/err.txt" || status=$?
+  if [ "$status" -ne 2 ]; then
+    echo "FAIL [$name]: exit status $status, expected 2"; sed 's/^/    /' "$WORK/err.txt" | tail -5
+    failures=$((failures + 1)); return
+  fi
+  if ! grep -qF -- "$needle" "$WORK/err.txt"; then
+    echo "FAIL [$name]: message does not name '$needle':"; sed 's/^/    /' "$WORK/err.txt"
+    failures=$((failures + 1)); return
+  fi
+  echo "ok   [$name]: $(head -1 "$WORK/err.txt")"
+}
+train() { "$TRAIN" $(tiny_args "$D" "$WORK/run") --set steps=2 --set sample_tokens=0 "$@"; }
+
+# --- config
+expect "unknown key"             n_layers      train --set n_layers=3
+expect "wrong type"              n_layer       train --set n_layer=abc
+expect "n_head not dividing"     n_head        train --set n_head=5
+expect "seq_len > block_size"    seq_len       train --set seq_len=64
+expect "batch not divisible"     batch_size    train --set micro_batch_size=3
+expect "bad precision"           precision     train --set precision=fp16
+expect "bad device"              device        train --set device=tpu
+expect "unknown argument"        --frobnicate  train --frobnicate
+expect "missing config file"     nope.json     "$TRAIN" --config "$WORK/nope.json"
+printf '{"n_layer": 2,' > "$WORK/broken.json"
+expect "malformed config JSON"   broken.json   "$TRAIN" --config "$WORK/broken.json"
+printf '{"n_layer": 2, "lernrate": 0.1}' > "$WORK/typo.json"
+expect "unknown key in file"     lernrate      "$TRAIN" --config "$WORK/typo.json"
+printf '{"n_layer": "two"}' > "$WORK/type.json"
+expect "wrong type in file"      n_layer       "$TRAIN" --config "$WORK/type.json"
+
+# --- data
+expect "missing data file"       missing.bin   train --set "train_data=$WORK/missing.bin"
+: > "$WORK/empty.bin"
+expect "empty data file"         empty.bin     train --set "train_data=$WORK/empty.bin"
+head -c 2000 "$D/train.bin" > "$WORK/truncated.bin"
+expect "truncated shard"         truncated.bin train --set "train_data=$WORK/truncated.bin"
+cp "$D/train.bin" "$WORK/magic.bin"; printf '\x00\x00\x00\x00' | dd of="$WORK/magic.bin" conv=notrunc status=none
+expect "wrong magic"             magic.bin     train --set "train_data=$WORK/magic.bin"
+expect "token outside vocab"     train.bin     train --set vocab_size=64
+expect "prepare: missing text"   no_such.txt   "$PREPARE" --out "$WORK/p" "$WORK/no_such.txt"
+
+# --- checkpoints
+"$TRAIN" $(tiny_args "$D" "$WORK/good") --set steps=2 --set sample_tokens=0 > /dev/null
+ck="$WORK/good/step_00000002"
+expect "resume path missing"     no_ckpt       train --set "resume=$WORK/no_ckpt"
+cp -r "$ck" "$WORK/flipped"
+printf '\x7f' | dd of="$WORK/flipped/param.bin" bs=1 seek=100 conv=notrunc status=none
+expect "flipped byte"            wte           train --set "resume=$WORK/flipped"
+cp -r "$ck" "$WORK/short"; truncate -s -4 "$WORK/short/adam_v.bin"
+expect "truncated tensor file"   adam_v.bin    train --set "resume=$WORK/short"
+expect "another model shape"     n_embd        train --set "resume=$ck" --set n_embd=64
+cp -r "$ck" "$WORK/nomanifest"; rm "$WORK/nomanifest/manifest.json"
+expect "missing manifest"        manifest.json train --set "resume=$WORK/nomanifest"
+
+echo "$((cases - failures)) passed, $failures failed"
+[ "$failures" -eq 0 ]
