@@ -1,1 +1,553 @@
-// placeholder: being written
+// Run configuration: the key table, JSON and --set parsing, validation, help and docs.
+//
+// Everything a user can configure is listed once, in kKeys below: the name used in
+// JSON files and in --set, where the value lives in a Config, and a one-line meaning.
+// The type of a key is the type of its field, and its default is whatever a
+// default-constructed Config holds, so neither can drift from config.h. Loading,
+// overriding, printing (config_to_json), --help and the Markdown reference in
+// docs/config.md are all loops over this one table; adding a Config field means adding
+// one row here (and, when it has limits, one check in validate()).
+//
+// The config is formed in layers, each overriding the one before:
+//   defaults (config.h)  <  the JSON file of --config  <  each --set key=value, in order.
+#include "common/config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string_view>
+#include <system_error>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/precision.h"
+
+namespace gpt {
+namespace {
+
+// ordered_json keeps keys in insertion order, so config_to_json lists them in table
+// order (model first, then batch, ...) rather than alphabetically.
+using Json = nlohmann::ordered_json;
+
+// ---------------------------------------------------------------------------------
+// The key table
+// ---------------------------------------------------------------------------------
+
+// A typed pointer to one field of a Config. The alternative held tells the key's type,
+// and std::visit lets one generic piece of code handle all five types.
+using FieldPtr = std::variant<int*, uint64_t*, double*, bool*, std::string*>;
+
+struct Key {
+  const char* name;              // as written in JSON and in --set
+  FieldPtr (*field)(Config&);    // where the value lives in a given Config
+  const char* meaning;           // one line, for --help and docs/config.md
+};
+
+// Meanings are one line of plain text: they appear in --help and in a Markdown table
+// (so no '<' or '`' that Markdown would interpret).
+//
+// FIELD(model.n_layer) is a captureless lambda that returns &cfg.model.n_layer for the
+// Config it is given. Captureless lambdas convert to plain function pointers, so the
+// table below is a constant array with no per-row boilerplate.
+#define FIELD(member) [](Config& c) -> FieldPtr { return &c.member; }
+
+constexpr Key kKeys[] = {
+    // model shape
+    {"n_layer", FIELD(model.n_layer), "number of transformer blocks"},
+    {"n_embd", FIELD(model.n_embd), "width of the residual stream (channels per token)"},
+    {"n_head", FIELD(model.n_head), "attention heads per block; must divide n_embd"},
+    {"block_size", FIELD(model.block_size),
+     "maximum sequence length (rows of the position embedding)"},
+    {"vocab_size", FIELD(model.vocab_size), "vocabulary size, at most 65536 (tokens are uint16)"},
+    // batch
+    {"seq_len", FIELD(seq_len), "tokens per training sequence, 1..block_size"},
+    {"batch_size", FIELD(batch_size), "global batch: sequences per optimizer step, all ranks together"},
+    {"micro_batch_size", FIELD(micro_batch_size), "sequences per forward/backward on one rank"},
+    // optimisation
+    {"steps", FIELD(steps), "optimizer steps to train (0: only evaluate and sample)"},
+    {"lr", FIELD(lr), "peak learning rate, reached after warmup"},
+    {"min_lr_ratio", FIELD(min_lr_ratio), "the cosine schedule ends at lr * min_lr_ratio"},
+    {"warmup_steps", FIELD(warmup_steps), "steps of linear learning-rate warmup"},
+    {"weight_decay", FIELD(weight_decay), "AdamW weight decay (of 2-D weights and embeddings)"},
+    {"beta1", FIELD(beta1), "AdamW decay rate of the first moment"},
+    {"beta2", FIELD(beta2), "AdamW decay rate of the second moment"},
+    {"adam_eps", FIELD(adam_eps), "AdamW epsilon added to the root of the second moment"},
+    {"grad_clip", FIELD(grad_clip), "clip the global gradient norm to this value (0 disables)"},
+    {"seed", FIELD(seed), "seed of parameter initialisation and sampling"},
+    // data
+    {"train_data", FIELD(train_data), "training token shard, or a glob of shards"},
+    {"val_data", FIELD(val_data), "validation token shard, or a glob of shards"},
+    {"val_every", FIELD(val_every), "steps between validations (0: only at the end)"},
+    {"val_batches", FIELD(val_batches), "batches of batch_size sequences per validation"},
+    // runtime
+    {"device", FIELD(device), "auto, cpu or cuda (auto: cuda when a GPU is present)"},
+    {"precision", FIELD(precision), "fp32 or bf16 (bf16 activations, fp32 master weights)"},
+    {"threads", FIELD(threads), "OpenMP threads per rank (0: all cores)"},
+    {"run_dir", FIELD(run_dir), "directory for metrics, traces and checkpoints"},
+    {"metrics_file", FIELD(metrics_file), "JSON-lines metrics file (empty: metrics.jsonl in run_dir)"},
+    {"trace_file", FIELD(trace_file), "Chrome/Perfetto trace file (empty: no trace)"},
+    {"log_every", FIELD(log_every), "steps between progress lines on the terminal"},
+    // checkpoints
+    {"checkpoint_every", FIELD(checkpoint_every), "steps between checkpoints (0: only at the end)"},
+    {"checkpoint_at_end", FIELD(checkpoint_at_end), "write a checkpoint after the last step"},
+    {"keep_checkpoints", FIELD(keep_checkpoints), "newest checkpoints kept in run_dir (0: keep all)"},
+    {"resume", FIELD(resume), "checkpoint to resume: a path, latest (newest in run_dir) or empty"},
+    // sampling
+    {"sample_tokens", FIELD(sample_tokens), "tokens to sample after training (0: no sample)"},
+    {"temperature", FIELD(temperature), "sampling temperature (> 0; lower is greedier)"},
+    {"top_k", FIELD(top_k), "sample among the k most likely tokens (0: all tokens)"},
+    {"prompt", FIELD(prompt), "text the sample starts from"},
+};
+
+#undef FIELD
+
+const Key* find_key(std::string_view name) {
+  for (const Key& k : kKeys)
+    if (name == k.name) return &k;
+  return nullptr;
+}
+
+// ---------------------------------------------------------------------------------
+// Per-type helpers. Each is overloaded on the field type; std::visit on a FieldPtr
+// picks the right one.
+// ---------------------------------------------------------------------------------
+
+const char* type_name(const int*) { return "int"; }
+const char* type_name(const uint64_t*) { return "uint64"; }
+const char* type_name(const double*) { return "double"; }
+const char* type_name(const bool*) { return "bool"; }
+const char* type_name(const std::string*) { return "string"; }
+
+const char* type_of(const Key& key) {
+  Config scratch;
+  return std::visit([](auto* p) { return type_name(p); }, key.field(scratch));
+}
+
+// The value of a key as JSON. The accessors hand out mutable pointers, so reading goes
+// through a copy; that keeps the callers' Config const without a const_cast.
+Json value_of(const Key& key, Config copy) {
+  return std::visit([](auto* p) { return Json(*p); }, key.field(copy));
+}
+
+// Values are shown the way they would be written in a config file: strings quoted and
+// escaped ("\n"), doubles in their shortest exact form (1e-08, 0.95).
+std::string show(const Json& j) { return j.dump(); }
+std::string show(double x) { return Json(x).dump(); }
+
+// A short description of what a JSON value is, for "expected int, got ..." messages.
+std::string describe(const Json& j) {
+  std::string text = j.dump();
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  switch (j.type()) {
+    case Json::value_t::null: return "null";
+    case Json::value_t::boolean: return "bool " + text;
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned: return "integer " + text;
+    case Json::value_t::number_float: return "float " + text;  // 2.0 too: not an integer
+    case Json::value_t::string: return "string " + text;
+    case Json::value_t::array: return "array " + text;
+    case Json::value_t::object: return "object " + text;
+    default: return text;
+  }
+}
+
+// --- reading a value from JSON ------------------------------------------------------
+// `where` is "<origin>: <key>", the prefix of every message. The JSON type must match
+// the key's type exactly (an int key does not take 4.0 or "4"): a config file is read by
+// more than this program, and silent conversions are where surprises come from.
+
+[[noreturn]] void wrong_type(const std::string& where, const char* expected, const Json& j) {
+  fail(where + ": expected " + expected + ", got " + describe(j));
+}
+
+void read_json(int& out, const Json& j, const std::string& where) {
+  if (!j.is_number_integer()) wrong_type(where, "int", j);
+  // nlohmann stores non-negative integers as unsigned, negative ones as signed; both
+  // must fit an int, which is what the field is.
+  bool fits = j.is_number_unsigned()
+                  ? j.get<uint64_t>() <= uint64_t(std::numeric_limits<int>::max())
+                  : j.get<int64_t>() >= std::numeric_limits<int>::min() &&
+                        j.get<int64_t>() <= std::numeric_limits<int>::max();
+  if (!fits) fail(where + ": " + j.dump() + " is out of range for int");
+  out = j.get<int>();
+}
+
+void read_json(uint64_t& out, const Json& j, const std::string& where) {
+  if (!j.is_number_unsigned()) wrong_type(where, "uint64 (an integer >= 0)", j);
+  out = j.get<uint64_t>();
+}
+
+void read_json(double& out, const Json& j, const std::string& where) {
+  if (!j.is_number()) wrong_type(where, "double", j);  // integers are fine: 1 means 1.0
+  out = j.get<double>();
+}
+
+void read_json(bool& out, const Json& j, const std::string& where) {
+  if (!j.is_boolean()) wrong_type(where, "bool (true or false)", j);
+  out = j.get<bool>();
+}
+
+void read_json(std::string& out, const Json& j, const std::string& where) {
+  if (!j.is_string()) wrong_type(where, "string", j);
+  out = j.get<std::string>();
+}
+
+// --- reading a value from --set text -------------------------------------------------
+// The whole text must be the value: "4x" is not an int, " 4" is not either. `what` is
+// "--set key=value", the prefix of every message.
+
+template <class T>
+void parse_number(T& out, std::string_view text, const std::string& what, const char* type) {
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec == std::errc::result_out_of_range)
+    fail(what + ": '" + std::string(text) + "' is out of range for " + type);
+  if (ec != std::errc() || ptr != end || text.empty())
+    fail(what + ": '" + std::string(text) + "' is not " + type);
+  out = value;
+}
+
+void parse_text(int& out, std::string_view text, const std::string& what) {
+  parse_number(out, text, what, "an int");
+}
+
+void parse_text(uint64_t& out, std::string_view text, const std::string& what) {
+  parse_number(out, text, what, "a uint64 (an integer >= 0)");
+}
+
+void parse_text(double& out, std::string_view text, const std::string& what) {
+  double value = 0;
+  parse_number(value, text, what, "a number");
+  // from_chars accepts "inf" and "nan"; JSON cannot hold them and no key wants them.
+  if (!std::isfinite(value)) fail(what + ": '" + std::string(text) + "' is not a finite number");
+  out = value;
+}
+
+void parse_text(bool& out, std::string_view text, const std::string& what) {
+  if (text == "true" || text == "1") {
+    out = true;
+  } else if (text == "false" || text == "0") {
+    out = false;
+  } else {
+    fail(what + ": '" + std::string(text) + "' is not a bool (true, false, 1 or 0)");
+  }
+}
+
+void parse_text(std::string& out, std::string_view text, const std::string&) {
+  out = std::string(text);  // taken as-is: an empty value is a valid empty string
+}
+
+// --- unknown keys -----------------------------------------------------------------------
+
+// Levenshtein distance: the fewest single-character insertions, deletions and
+// substitutions that turn a into b. Two rows of the usual DP table suffice.
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t substitute = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, substitute});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// " (did you mean 'n_layer'?)" for a near miss, or "" when nothing is close.
+std::string suggestion(std::string_view unknown) {
+  // Keys are flat: "model.n_layer" is written "n_layer".
+  size_t dot = unknown.rfind('.');
+  if (dot != std::string_view::npos && find_key(unknown.substr(dot + 1)))
+    return " (keys are flat: did you mean '" + std::string(unknown.substr(dot + 1)) + "'?)";
+  const Key* best = nullptr;
+  size_t best_distance = 3;  // only suggest within distance 2
+  for (const Key& k : kKeys) {
+    size_t d = edit_distance(unknown, k.name);
+    if (d < best_distance) best = &k, best_distance = d;
+  }
+  return best ? std::string(" (did you mean '") + best->name + "'?)" : "";
+}
+
+[[noreturn]] void unknown_key(const std::string& where, std::string_view key) {
+  fail(where + ": unknown key '" + std::string(key) + "'" + suggestion(key) +
+       "; run with --help for the list of keys");
+}
+
+// --- validation helpers -------------------------------------------------------------------
+// Each check is written so that the value passes only when the condition holds; a NaN
+// (which compares false with everything) therefore fails rather than slipping through.
+
+void check(bool ok, const char* key, const std::string& value, const std::string& reason) {
+  if (!ok) fail(std::string(key) + "=" + value + ": " + reason);
+}
+void check_int(bool ok, const char* key, int64_t value, const std::string& reason) {
+  check(ok, key, std::to_string(value), reason);
+}
+void check_double(bool ok, const char* key, double value, const std::string& reason) {
+  check(ok, key, show(value), reason);
+}
+
+}  // namespace
+
+// -------------------------------------------------------------------------------------------
+// Loading
+// -------------------------------------------------------------------------------------------
+
+void apply_json_text(Config& cfg, const std::string& json_text, const std::string& origin) {
+  Json doc;
+  try {
+    doc = Json::parse(json_text);
+  } catch (const Json::parse_error& e) {
+    // e.what() starts with "[json.exception.parse_error.101] "; the rest (line, column
+    // and what was expected) is the part worth showing.
+    std::string message = e.what();
+    size_t bracket = message.find("] ");
+    if (message.starts_with("[json.exception") && bracket != std::string::npos)
+      message = message.substr(bracket + 2);
+    fail(origin + ": invalid JSON: " + message);
+  }
+  if (!doc.is_object())
+    fail(origin + ": expected a JSON object of key: value pairs, got " + describe(doc));
+
+  // Values go into a copy first, so a file with an error leaves cfg untouched.
+  Config result = cfg;
+  for (const auto& [name, value] : doc.items()) {
+    const Key* key = find_key(name);
+    if (!key) {
+      if (value.is_object())  // e.g. "model": {"n_layer": 4}
+        fail(origin + ": unknown key '" + name + "': keys are flat (write \"n_layer\": 4, not " +
+             "\"model\": {\"n_layer\": 4}); run with --help for the list of keys");
+      unknown_key(origin, name);
+    }
+    std::string where = origin + ": " + name;
+    std::visit([&](auto* p) { read_json(*p, value, where); }, key->field(result));
+  }
+  cfg = result;
+}
+
+void apply_json_file(Config& cfg, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  // A failed open leaves the reason in errno (on POSIX systems, where this runs).
+  if (!in) fail("cannot read config file '" + path + "': " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) fail("cannot read config file '" + path + "': read error");
+  apply_json_text(cfg, text.str(), "config file '" + path + "'");
+}
+
+void apply_override(Config& cfg, const std::string& key_equals_value) {
+  std::string what = "--set " + key_equals_value;
+  size_t eq = key_equals_value.find('=');
+  if (eq == std::string::npos || eq == 0)
+    fail(what + ": expected key=value (for example --set lr=3e-4)");
+  std::string_view text = key_equals_value;
+  std::string_view name = text.substr(0, eq), value = text.substr(eq + 1);
+  const Key* key = find_key(name);
+  if (!key) unknown_key(what, name);
+  std::visit([&](auto* p) { parse_text(*p, value, what); }, key->field(cfg));
+}
+
+bool parse_args(int argc, char** argv, Config& cfg, const char* program) {
+  // --help wins wherever it stands, even next to arguments that would be errors, so a
+  // user can always ask what the keys are.
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::string text = config_help_text();
+      // The usage line names the binary that was actually run.
+      if (program && *program && text.starts_with("usage: train"))
+        text = "usage: " + std::string(program) + text.substr(std::strlen("usage: train"));
+      std::fputs(text.c_str(), stdout);
+      return false;
+    }
+  }
+
+  // Collect first, apply after: the file is the base and the overrides go on top in the
+  // order given, wherever --config stands on the command line.
+  std::string config_file;
+  bool have_config = false;
+  std::vector<std::string> overrides;
+  auto set_config = [&](std::string path) {
+    if (have_config)
+      fail("--config given twice ('" + config_file + "' and '" + path +
+           "'); use one file and --set for changes");
+    config_file = std::move(path);
+    have_config = true;
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--config") {
+      if (i + 1 >= argc) fail("--config needs a file name: --config FILE");
+      set_config(argv[++i]);
+    } else if (arg.starts_with("--config=")) {
+      set_config(arg.substr(std::strlen("--config=")));
+    } else if (arg == "--set") {
+      if (i + 1 >= argc) fail("--set needs a value: --set key=value");
+      overrides.push_back(argv[++i]);
+    } else if (!arg.starts_with("-") && arg.find('=') != std::string::npos) {
+      overrides.push_back(arg);  // bare key=value, the same as --set key=value
+    } else {
+      fail("unknown argument '" + arg + "'; usage: " + (program ? program : "train") +
+           " [--config FILE] [--set key=value]... (see --help)");
+    }
+  }
+
+  if (have_config) apply_json_file(cfg, config_file);
+  for (const std::string& o : overrides) apply_override(cfg, o);
+  validate(cfg);
+  return true;
+}
+
+// -------------------------------------------------------------------------------------------
+// Validation: each rule names the key, its value and the reason.
+// -------------------------------------------------------------------------------------------
+
+void validate(const Config& cfg, int dp) {
+  const ModelConfig& m = cfg.model;
+
+  // Model shape.
+  check_int(m.n_layer > 0, "n_layer", m.n_layer, "must be positive");
+  check_int(m.n_embd > 0, "n_embd", m.n_embd, "must be positive");
+  check_int(m.n_head > 0, "n_head", m.n_head, "must be positive");
+  check_int(m.block_size > 0, "block_size", m.block_size, "must be positive");
+  check_int(m.vocab_size > 0, "vocab_size", m.vocab_size, "must be positive");
+  check_int(m.vocab_size <= 65536, "vocab_size", m.vocab_size,
+            "must be at most 65536 (token shards store tokens as uint16)");
+  if (m.n_embd % m.n_head != 0)
+    fail("n_head=" + std::to_string(m.n_head) + " does not divide n_embd=" +
+         std::to_string(m.n_embd) + " (every head gets n_embd / n_head channels)");
+
+  // Batch. The global batch is fixed by the config; the layout only decides how it is
+  // cut, so it must cut evenly: batch_size = micro_batch_size * grad_accum * dp.
+  check_int(cfg.seq_len >= 1 && cfg.seq_len <= m.block_size, "seq_len", cfg.seq_len,
+            "must be in [1, block_size=" + std::to_string(m.block_size) +
+                "] (the position embedding has block_size rows)");
+  check_int(cfg.batch_size > 0, "batch_size", cfg.batch_size, "must be positive");
+  check_int(cfg.micro_batch_size > 0, "micro_batch_size", cfg.micro_batch_size, "must be positive");
+  if (dp < 1) fail("data-parallel degree dp=" + std::to_string(dp) + " must be positive");
+  int64_t per_micro_step = int64_t(cfg.micro_batch_size) * dp;  // int64: no overflow
+  if (cfg.batch_size % per_micro_step != 0)
+    fail("batch_size=" + std::to_string(cfg.batch_size) +
+         " is not a multiple of micro_batch_size * dp = " + std::to_string(cfg.micro_batch_size) +
+         " * " + std::to_string(dp) + " = " + std::to_string(per_micro_step) +
+         " (batch_size = micro_batch_size * grad_accum * dp, with a whole grad_accum >= 1)");
+
+  // Optimisation.
+  check_int(cfg.steps >= 0, "steps", cfg.steps, "must be >= 0 (0 only evaluates and samples)");
+  check_double(cfg.lr > 0, "lr", cfg.lr, "must be positive");
+  check_double(cfg.min_lr_ratio >= 0 && cfg.min_lr_ratio <= 1, "min_lr_ratio", cfg.min_lr_ratio,
+               "must be in [0, 1]");
+  check_int(cfg.warmup_steps >= 0, "warmup_steps", cfg.warmup_steps, "must be >= 0");
+  check_double(cfg.weight_decay >= 0, "weight_decay", cfg.weight_decay, "must be >= 0");
+  check_double(cfg.beta1 >= 0 && cfg.beta1 < 1, "beta1", cfg.beta1, "must be in [0, 1)");
+  check_double(cfg.beta2 >= 0 && cfg.beta2 < 1, "beta2", cfg.beta2, "must be in [0, 1)");
+  check_double(cfg.adam_eps > 0, "adam_eps", cfg.adam_eps, "must be positive");
+  check_double(cfg.grad_clip >= 0, "grad_clip", cfg.grad_clip, "must be >= 0 (0 disables clipping)");
+
+  // Data and logging.
+  check_int(cfg.val_every >= 0, "val_every", cfg.val_every, "must be >= 0 (0: only at the end)");
+  check_int(cfg.val_batches >= 0, "val_batches", cfg.val_batches, "must be >= 0");
+  check_int(cfg.log_every >= 1, "log_every", cfg.log_every, "must be >= 1");
+
+  // Runtime. precision's check is parse_precision's, so the accepted names live in one place.
+  check(cfg.device == "auto" || cfg.device == "cpu" || cfg.device == "cuda", "device",
+        show(Json(cfg.device)), "must be auto, cpu or cuda");
+  parse_precision(cfg.precision);
+  check_int(cfg.threads >= 0, "threads", cfg.threads, "must be >= 0 (0: all cores)");
+  check(!cfg.run_dir.empty(), "run_dir", "\"\"", "must not be empty");
+
+  // Checkpoints.
+  check_int(cfg.checkpoint_every >= 0, "checkpoint_every", cfg.checkpoint_every,
+            "must be >= 0 (0: only at the end)");
+  check_int(cfg.keep_checkpoints >= 0, "keep_checkpoints", cfg.keep_checkpoints,
+            "must be >= 0 (0: keep all)");
+
+  // Sampling.
+  check_int(cfg.sample_tokens >= 0, "sample_tokens", cfg.sample_tokens, "must be >= 0");
+  check_double(cfg.temperature > 0, "temperature", cfg.temperature, "must be positive");
+  check_int(cfg.top_k >= 0, "top_k", cfg.top_k, "must be >= 0 (0: no top-k)");
+}
+
+// -------------------------------------------------------------------------------------------
+// Printing
+// -------------------------------------------------------------------------------------------
+
+std::string config_to_json(const Config& cfg) {
+  Json out = Json::object();
+  for (const Key& k : kKeys) out[k.name] = value_of(k, cfg);
+  return out.dump(2);
+}
+
+std::string config_reference_markdown() {
+  // A '|' inside a cell would end the cell; escape it (GitHub renders \| as |).
+  auto cell = [](std::string s) {
+    for (size_t at = s.find('|'); at != std::string::npos; at = s.find('|', at + 2))
+      s.replace(at, 1, "\\|");
+    return s;
+  };
+  const Config defaults;
+  std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
+  for (const Key& k : kKeys) {
+    out += "| `" + std::string(k.name) + "` | " + type_of(k) + " | `" +
+           cell(show(value_of(k, defaults))) + "` | " + cell(k.meaning) + " |\n";
+  }
+  return out;
+}
+
+std::string config_help_text() {
+  std::string out =
+      "usage: train [--config FILE] [--set key=value]...\n"
+      "\n"
+      "The run configuration is built in layers, each overriding the one before:\n"
+      "the defaults below, then the JSON object in --config FILE, then every\n"
+      "--set key=value (a bare key=value works too) in the order given.\n"
+      "batch_size is the global batch in sequences:\n"
+      "  batch_size = micro_batch_size * grad_accum * dp.\n"
+      "\n"
+      "options:\n"
+      "  --config FILE      JSON file of {\"key\": value, ...}\n"
+      "  --set key=value    override one key (repeatable)\n"
+      "  --help, -h         print this help and exit\n"
+      "\n"
+      "keys (type, default, meaning):\n";
+
+  // Columns sized to the longest name and type; a long default (a path) would push the
+  // meanings far right, so it gets the meaning on its own line instead.
+  const Config defaults;
+  size_t name_width = 0, type_width = 0;
+  for (const Key& k : kKeys) {
+    name_width = std::max(name_width, std::strlen(k.name));
+    type_width = std::max(type_width, std::strlen(type_of(k)));
+  }
+  const size_t default_width = 8;
+  auto pad = [](std::string s, size_t width) {
+    if (s.size() < width) s.resize(width, ' ');
+    return s;
+  };
+  for (const Key& k : kKeys) {
+    std::string value = show(value_of(k, defaults));
+    std::string line = "  " + pad(k.name, name_width) + "  " + pad(type_of(k), type_width) + "  ";
+    if (value.size() <= default_width) {
+      line += pad(value, default_width) + "  " + k.meaning;
+    } else {
+      size_t meaning_column = line.size() + default_width + 2;
+      line += value + "\n" + std::string(meaning_column, ' ') + k.meaning;
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace gpt

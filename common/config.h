@@ -1,7 +1,8 @@
 // Run configuration: one JSON file (--config) plus `--set key=value` overrides.
 //
-// Every key is declared once, in config.cpp's key table, with its type, default,
-// meaning and check; `--help` and docs/config.md are made from that table. Unknown
+// Every key is declared once, in config.cpp's key table (name, field, meaning; the
+// type and default follow from the field); `--help` and docs/config.md are made from
+// that table, and validate() holds the checks. Unknown
 // keys, wrong types and impossible values are UserErrors naming the key (exit 2).
 #pragma once
 #include <cstdint>

@@ -1,1 +1,304 @@
-// placeholder: being written
+// Token shards and the data loader (see data.h for the format and the order).
+//
+// Two ideas carry this file:
+//  * A shard is validated completely when it is read — header, payload size and
+//    every token id — so a bad file stops the run at start-up with a message naming
+//    the file, never as a NaN or an out-of-bounds embedding lookup hours later.
+//  * The loader keeps no cursor. The window a sequence uses is a pure function of
+//    (seed, global sequence index), so any rank of any layout computes its share of a
+//    step on its own, and resuming needs only the step number.
+#include "common/data.h"
+
+#include <glob.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <numeric>
+
+#include "common/error.h"
+#include "common/rng.h"
+
+namespace gpt {
+namespace {
+
+// The format is little-endian. Every machine this trainer targets (x86-64, aarch64)
+// is too, so the bytes in memory are the bytes on disk; a big-endian port would
+// byte-swap the header and tokens in write_shard and read_shard.
+static_assert(std::endian::native == std::endian::little, "shards are little-endian");
+
+constexpr int kHeaderInts = 256;
+constexpr int64_t kHeaderBytes = kHeaderInts * int64_t(sizeof(int32_t));
+constexpr int64_t kTokenBytes = int64_t(sizeof(uint16_t));
+
+std::string quoted(const std::string& path) { return "'" + path + "'"; }
+
+// ---- writing --------------------------------------------------------------------
+
+void write_bytes(std::ofstream& out, const void* data, int64_t bytes) {
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+}
+
+}  // namespace
+
+void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+  // The header stores the count as an int32, so one shard holds < 2^31 tokens.
+  require(tokens.size() <= size_t(std::numeric_limits<int32_t>::max()),
+          "shard " + quoted(path) + ": " + std::to_string(tokens.size()) +
+              " tokens do not fit one shard (the header's count is an int32)");
+
+  int32_t header[kHeaderInts] = {};
+  header[0] = kShardMagic;
+  header[1] = kShardVersion;
+  header[2] = int32_t(tokens.size());
+
+  // Write next to the target, then rename: rename within a directory is atomic, so
+  // a reader (or a crash) never sees a half-written file under the final name.
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    require(bool(out), "shard " + quoted(path) + ": cannot create " + quoted(temp));
+    write_bytes(out, header, kHeaderBytes);
+    write_bytes(out, tokens.data(), int64_t(tokens.size()) * kTokenBytes);
+    out.close();
+    if (!out) {
+      std::remove(temp.c_str());
+      fail("shard " + quoted(path) + ": write failed (disk full?)");
+    }
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    std::remove(temp.c_str());
+    fail("shard " + quoted(path) + ": cannot rename " + quoted(temp) + " to it");
+  }
+}
+
+// ---- reading --------------------------------------------------------------------
+
+namespace {
+
+// Checks the file's existence and size before anything is read, so that each way a
+// file can be wrong gets its own message.
+int64_t shard_file_size(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (!fs::exists(status)) fail("shard " + quoted(path) + ": no such file");
+  if (!fs::is_regular_file(status)) fail("shard " + quoted(path) + ": not a regular file");
+  const auto size = fs::file_size(path, ec);
+  if (ec) fail("shard " + quoted(path) + ": cannot read its size (" + ec.message() + ")");
+  if (size == 0) fail("shard " + quoted(path) + ": file is empty (0 bytes)");
+  if (int64_t(size) < kHeaderBytes) {
+    fail("shard " + quoted(path) + ": file is " + std::to_string(size) +
+         " bytes, shorter than the " + std::to_string(kHeaderBytes) + "-byte header");
+  }
+  return int64_t(size);
+}
+
+void read_bytes(std::ifstream& in, const std::string& path, void* data, int64_t bytes) {
+  in.read(static_cast<char*>(data), static_cast<std::streamsize>(bytes));
+  if (!in) fail("shard " + quoted(path) + ": read error");
+}
+
+// The header's count must account for every byte after the header: fewer bytes is a
+// truncated copy, more is not the file the header describes.
+void check_payload_size(const std::string& path, int64_t count, int64_t file_bytes) {
+  const int64_t payload = file_bytes - kHeaderBytes;
+  const int64_t expected = count * kTokenBytes;
+  if (payload < expected) {
+    fail("shard " + quoted(path) + ": truncated: the header declares " +
+         std::to_string(count) + " tokens (" + std::to_string(expected) +
+         " bytes) but only " + std::to_string(payload) + " bytes follow the header");
+  }
+  if (payload > expected) {
+    fail("shard " + quoted(path) + ": " + std::to_string(payload - expected) +
+         " trailing bytes after the " + std::to_string(count) +
+         " tokens the header declares");
+  }
+}
+
+// An id outside the vocabulary would index past the embedding table.
+void check_token_ids(const std::string& path, const std::vector<uint16_t>& tokens,
+                     int vocab_size) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (int(tokens[i]) >= vocab_size) {
+      fail("shard " + quoted(path) + ": token " + std::to_string(i) + " (byte offset " +
+           std::to_string(kHeaderBytes + int64_t(i) * kTokenBytes) + ") is " +
+           std::to_string(tokens[i]) + ", not below vocab_size " +
+           std::to_string(vocab_size));
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<uint16_t> read_shard(const std::string& path, int vocab_size) {
+  require(vocab_size > 0, "shard " + quoted(path) + ": vocab_size must be positive, got " +
+                              std::to_string(vocab_size));
+  const int64_t file_bytes = shard_file_size(path);
+
+  std::ifstream in(path, std::ios::binary);
+  require(bool(in), "shard " + quoted(path) + ": cannot open for reading");
+  int32_t header[kHeaderInts];
+  read_bytes(in, path, header, kHeaderBytes);
+
+  if (header[0] != kShardMagic) {
+    fail("shard " + quoted(path) + ": bad magic " + std::to_string(header[0]) +
+         " (expected " + std::to_string(kShardMagic) + "): not a token shard");
+  }
+  if (header[1] != kShardVersion) {
+    fail("shard " + quoted(path) + ": unsupported version " + std::to_string(header[1]) +
+         " (expected " + std::to_string(kShardVersion) + ", uint16 tokens)");
+  }
+  const int64_t count = header[2];
+  if (count < 0) {
+    fail("shard " + quoted(path) + ": negative token count " + std::to_string(count) +
+         " in the header");
+  }
+  check_payload_size(path, count, file_bytes);
+
+  std::vector<uint16_t> tokens(static_cast<size_t>(count));
+  read_bytes(in, path, tokens.data(), count * kTokenBytes);
+  check_token_ids(path, tokens, vocab_size);
+  return tokens;
+}
+
+// ---- file lists -----------------------------------------------------------------
+
+std::vector<std::string> expand_shards(const std::string& pattern) {
+  // A plain path is taken as is, so that a typo is reported as a missing file rather
+  // than as a pattern that matched nothing.
+  if (pattern.find_first_of("*?[") == std::string::npos) {
+    if (!std::filesystem::exists(pattern)) fail("data file " + quoted(pattern) + " does not exist");
+    return {pattern};
+  }
+
+  glob_t matches{};
+  const int rc = glob(pattern.c_str(), 0, nullptr, &matches);
+  std::vector<std::string> files;
+  if (rc == 0) files.assign(matches.gl_pathv, matches.gl_pathv + matches.gl_pathc);
+  globfree(&matches);
+  if (rc == GLOB_NOMATCH) fail("no data file matches " + quoted(pattern));
+  if (rc != 0) fail("cannot expand " + quoted(pattern) + " (read error or out of memory)");
+
+  // glob() sorts by the locale's collation; sort again by bytes so that the order of
+  // the shards, hence of the whole token stream, is the same on every machine.
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// ---- the loader -----------------------------------------------------------------
+
+namespace {
+
+// (a * b) mod m for a, b < m, without overflowing 64 bits: the direct product when
+// it fits, otherwise double-and-add (only for runs of more than 2^32 windows).
+uint64_t mul_mod(uint64_t a, uint64_t b, uint64_t m) {
+  if (b == 0 || a <= std::numeric_limits<uint64_t>::max() / b) return a * b % m;
+  uint64_t result = 0;
+  for (; b != 0; b >>= 1) {
+    if (b & 1) result = (result + a) % m;
+    a = (a + a) % m;  // a < m < 2^63, so a + a does not wrap
+  }
+  return result;
+}
+
+// The affine permutation of epoch e: i -> (a*i + c) mod W. It visits every window
+// exactly once because a is invertible mod W (gcd(a, W) = 1). a and c come from one
+// counter-based draw at (seed, "data/epoch", e), so the order of epoch e is known
+// without replaying epochs 0..e-1.
+struct EpochPermutation {
+  uint64_t a, c;
+};
+
+EpochPermutation epoch_permutation(uint64_t seed, int64_t epoch, int64_t windows) {
+  const uint64_t w = uint64_t(windows);
+  if (w == 1) return {1, 0};  // a single window: nothing to shuffle
+  const uint64_t bits = bits64_at(seed, stream_id("data/epoch"), uint64_t(epoch));
+  // Low half picks the multiplier in [1, W), high half the offset in [0, W).
+  uint64_t a = 1 + (bits & 0xFFFFFFFFull) % (w - 1);
+  const uint64_t c = (bits >> 32) % w;
+  // Step to the next multiplier coprime to W; a = 1 always is, so this ends.
+  while (std::gcd(a, w) != 1) a = (a + 1 < w) ? a + 1 : 1;
+  return {a, c};
+}
+
+}  // namespace
+
+DataLoader::DataLoader(const std::string& pattern, int vocab_size, int seq_len, uint64_t seed)
+    : seq_len_(seq_len), seed_(seed), windows_(0) {
+  require(seq_len > 0, "data: seq_len must be positive, got " + std::to_string(seq_len));
+  for (const std::string& file : expand_shards(pattern)) {
+    const std::vector<uint16_t> shard = read_shard(file, vocab_size);
+    tokens_.insert(tokens_.end(), shard.begin(), shard.end());
+  }
+  // A window needs seq_len inputs plus one more token for the last target.
+  const int64_t n = num_tokens();
+  if (n < int64_t(seq_len) + 1) {
+    fail("data " + quoted(pattern) + " has " + std::to_string(n) +
+         " tokens, too few for one window of seq_len + 1 = " + std::to_string(seq_len + 1) +
+         " tokens (seq_len " + std::to_string(seq_len) + ")");
+  }
+  windows_ = (n - 1) / seq_len;
+}
+
+int64_t DataLoader::window_of(int64_t global_sequence) const {
+  require(global_sequence >= 0,
+          "data: negative sequence index " + std::to_string(global_sequence));
+  const int64_t epoch = global_sequence / windows_;
+  const uint64_t i = uint64_t(global_sequence % windows_);
+  const EpochPermutation p = epoch_permutation(seed_, epoch, windows_);
+  const uint64_t w = uint64_t(windows_);
+  return int64_t((mul_mod(p.a, i, w) + p.c) % w);
+}
+
+void DataLoader::copy_window(int64_t window, int32_t* inputs, int32_t* targets) const {
+  // Window w starts at token w*T; its targets are the same tokens shifted by one.
+  const size_t start = size_t(window) * size_t(seq_len_);
+  for (size_t t = 0; t < size_t(seq_len_); ++t) {
+    inputs[t] = tokens_[start + t];
+    targets[t] = tokens_[start + t + 1];
+  }
+}
+
+void DataLoader::batch(int64_t step, int micro_step, int dp_rank, int dp, int micro_batch,
+                       int batch_size, int32_t* inputs, int32_t* targets) const {
+  require(step >= 0, "data: negative step " + std::to_string(step));
+  require(dp >= 1, "data: dp must be at least 1, got " + std::to_string(dp));
+  require(dp_rank >= 0 && dp_rank < dp, "data: dp_rank " + std::to_string(dp_rank) +
+                                            " out of range [0, " + std::to_string(dp) + ")");
+  require(micro_batch >= 1, "data: micro_batch must be at least 1, got " +
+                                std::to_string(micro_batch));
+  const int64_t per_micro_step = int64_t(micro_batch) * dp;
+  require(batch_size >= 1 && batch_size % per_micro_step == 0,
+          "data: batch_size " + std::to_string(batch_size) +
+              " is not a positive multiple of micro_batch x dp = " +
+              std::to_string(per_micro_step));
+  const int64_t micro_steps = batch_size / per_micro_step;
+  require(micro_step >= 0 && micro_step < micro_steps,
+          "data: micro_step " + std::to_string(micro_step) + " out of range [0, " +
+              std::to_string(micro_steps) + ")");
+  require(inputs != nullptr && targets != nullptr, "data: null output buffer");
+
+  // Sequence g of the step, laid out so that micro-steps and ranks partition the
+  // global batch: the union over all of them is sequences 0..batch_size-1.
+  for (int b = 0; b < micro_batch; ++b) {
+    const int64_t g = (int64_t(micro_step) * dp + dp_rank) * micro_batch + b;
+    const int64_t j = step * batch_size + g;
+    copy_window(window_of(j), inputs + int64_t(b) * seq_len_, targets + int64_t(b) * seq_len_);
+  }
+}
+
+void DataLoader::sequential_batch(int64_t k, int n, int32_t* inputs, int32_t* targets) const {
+  require(k >= 0, "data: negative validation batch index " + std::to_string(k));
+  require(n >= 1, "data: validation batch size must be at least 1, got " + std::to_string(n));
+  require(inputs != nullptr && targets != nullptr, "data: null output buffer");
+  for (int b = 0; b < n; ++b) {
+    const int64_t window = (k * n + b) % windows_;
+    copy_window(window, inputs + int64_t(b) * seq_len_, targets + int64_t(b) * seq_len_);
+  }
+}
+
+}  // namespace gpt

@@ -1,1 +1,156 @@
-int main() { return 0; }
+// prepare: text files -> train.bin and val.bin token shards.
+//
+//   build/bin/prepare --out DIR [--val-fraction F] FILE...
+//
+// The files are read as bytes and concatenated in the order given; each byte is one
+// token (common/tokenizer.h). The last fraction F of the tokens becomes the
+// validation split. The cut is moved forward to the next line start, when there is
+// one, so that neither split begins or ends in the middle of a line.
+#include <algorithm>
+#include <cstddef>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "common/data.h"
+#include "common/error.h"
+#include "common/tokenizer.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: prepare --out DIR [--val-fraction F] FILE...\n"
+    "\n"
+    "Tokenizes text files byte by byte (vocabulary 256), concatenates them in the\n"
+    "order given and writes DIR/train.bin and DIR/val.bin as llm.c token shards.\n"
+    "\n"
+    "  --out DIR           output directory (created if missing)\n"
+    "  --val-fraction F    share of the tokens, taken from the end, that goes to\n"
+    "                      val.bin; 0 < F < 1 (default 0.05)\n"
+    "  --help              print this message\n";
+
+struct Options {
+  std::string out_dir;
+  double val_fraction = 0.05;
+  std::vector<std::string> files;
+  bool help = false;
+};
+
+double parse_fraction(const std::string& text) {
+  double value = 0;
+  size_t used = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) {
+    gpt::fail("--val-fraction '" + text + "' is not a number");
+  }
+  // Both splits must hold something, so 0 and 1 are out (NaN fails both tests).
+  if (!(value > 0.0 && value < 1.0)) {
+    gpt::fail("--val-fraction " + text + " is outside (0, 1)");
+  }
+  return value;
+}
+
+Options parse_args(int argc, char** argv) {
+  Options options;
+  // Returns the value after a flag, or fails naming the flag.
+  auto value_of = [&](int& i, const std::string& flag) -> std::string {
+    if (i + 1 >= argc) gpt::fail("flag " + flag + " needs a value");
+    return argv[++i];
+  };
+  bool only_files = false;  // after "--", every argument is a file name
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (only_files || arg.empty() || arg[0] != '-') {
+      options.files.push_back(arg);
+    } else if (arg == "--") {
+      only_files = true;
+    } else if (arg == "--help" || arg == "-h") {
+      options.help = true;
+    } else if (arg == "--out") {
+      options.out_dir = value_of(i, arg);
+    } else if (arg == "--val-fraction") {
+      options.val_fraction = parse_fraction(value_of(i, arg));
+    } else {
+      gpt::fail("unknown flag '" + arg + "' (see --help)");
+    }
+  }
+  if (options.help) return options;
+  if (options.out_dir.empty()) gpt::fail("missing --out DIR (see --help)");
+  if (options.files.empty()) gpt::fail("no input files given (see --help)");
+  return options;
+}
+
+std::string read_text_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (!fs::exists(status)) gpt::fail("input '" + path + "': no such file");
+  if (!fs::is_regular_file(status)) gpt::fail("input '" + path + "': not a regular file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) gpt::fail("input '" + path + "': cannot open for reading");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) gpt::fail("input '" + path + "': read error");
+  if (text.empty()) gpt::fail("input '" + path + "' is empty");
+  return text;
+}
+
+// Where val begins: the first line start at or after the nominal cut n*(1-F), so a
+// validation text starts at the beginning of a line. Without a newline in the val
+// region the nominal cut stays. Either way both sides keep at least one token.
+size_t split_point(const std::vector<uint16_t>& tokens, double val_fraction) {
+  const size_t n = tokens.size();
+  if (n < 2) {
+    gpt::fail("the input has " + std::to_string(n) +
+              " token(s): too little text to split into train and val");
+  }
+  size_t cut = size_t(double(n) * (1.0 - val_fraction));
+  cut = std::clamp<size_t>(cut, 1, n - 1);
+  for (size_t i = cut; i < n; ++i) {
+    if (tokens[i - 1] == '\n') return i;
+  }
+  return cut;
+}
+
+int run(int argc, char** argv) {
+  const Options options = parse_args(argc, argv);
+  if (options.help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+
+  // Read every file before writing anything, so bad input leaves no output behind.
+  std::vector<uint16_t> tokens;
+  for (const std::string& file : options.files) {
+    const std::vector<uint16_t> ids = gpt::encode_bytes(read_text_file(file));
+    std::printf("%-40s %12zu tokens\n", file.c_str(), ids.size());
+    tokens.insert(tokens.end(), ids.begin(), ids.end());
+  }
+
+  const size_t cut = split_point(tokens, options.val_fraction);
+  const std::vector<uint16_t> train(tokens.begin(), tokens.begin() + std::ptrdiff_t(cut));
+  const std::vector<uint16_t> val(tokens.begin() + std::ptrdiff_t(cut), tokens.end());
+
+  std::error_code ec;
+  std::filesystem::create_directories(options.out_dir, ec);
+  if (ec) gpt::fail("--out '" + options.out_dir + "': cannot create directory (" + ec.message() + ")");
+  const std::string train_path = options.out_dir + "/train.bin";
+  const std::string val_path = options.out_dir + "/val.bin";
+  gpt::write_shard(train_path, train);
+  gpt::write_shard(val_path, val);
+  std::printf("train: %12zu tokens -> %s\n", train.size(), train_path.c_str());
+  std::printf("val:   %12zu tokens -> %s\n", val.size(), val_path.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return gpt::run_main("prepare", [&] { return run(argc, argv); });
+}

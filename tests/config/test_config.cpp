@@ -1,0 +1,390 @@
+// Tests of the run configuration: loading a JSON file, --set overrides and their order,
+// every kind of user error (each must be a UserError whose message names the key), the
+// JSON round trip the checkpoint manifest relies on, and that docs/config.md still
+// holds the current key reference.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/config.h"
+#include "common/error.h"
+
+using gpt::Config;
+using gpt::UserError;
+using Catch::Contains;
+
+namespace {
+
+// Writes `text` to a file in the test's scratch directory and returns its path.
+std::string write_file(const std::string& name, const std::string& text) {
+  std::string path = std::string(GPT_TEST_SCRATCH_DIR) + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// Calls parse_args as main() would, with argv[0] = "train".
+bool parse(Config& cfg, std::vector<std::string> args) {
+  args.insert(args.begin(), "train");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);  // argv[argc] is a null pointer, as in a real main()
+  return gpt::parse_args(int(args.size()), argv.data(), cfg, "train");
+}
+
+Config with(const std::vector<std::string>& overrides) {
+  Config cfg;
+  for (const std::string& o : overrides) gpt::apply_override(cfg, o);
+  return cfg;
+}
+
+// Every field compared by hand rather than through the key table, so a field the table
+// forgot to list shows up here as a failed round trip.
+void require_same(const Config& a, const Config& b) {
+  CHECK(a.model == b.model);
+  CHECK(a.seq_len == b.seq_len);
+  CHECK(a.batch_size == b.batch_size);
+  CHECK(a.micro_batch_size == b.micro_batch_size);
+  CHECK(a.steps == b.steps);
+  CHECK(a.lr == b.lr);
+  CHECK(a.min_lr_ratio == b.min_lr_ratio);
+  CHECK(a.warmup_steps == b.warmup_steps);
+  CHECK(a.weight_decay == b.weight_decay);
+  CHECK(a.beta1 == b.beta1);
+  CHECK(a.beta2 == b.beta2);
+  CHECK(a.adam_eps == b.adam_eps);
+  CHECK(a.grad_clip == b.grad_clip);
+  CHECK(a.seed == b.seed);
+  CHECK(a.train_data == b.train_data);
+  CHECK(a.val_data == b.val_data);
+  CHECK(a.val_every == b.val_every);
+  CHECK(a.val_batches == b.val_batches);
+  CHECK(a.device == b.device);
+  CHECK(a.precision == b.precision);
+  CHECK(a.threads == b.threads);
+  CHECK(a.run_dir == b.run_dir);
+  CHECK(a.metrics_file == b.metrics_file);
+  CHECK(a.trace_file == b.trace_file);
+  CHECK(a.log_every == b.log_every);
+  CHECK(a.checkpoint_every == b.checkpoint_every);
+  CHECK(a.checkpoint_at_end == b.checkpoint_at_end);
+  CHECK(a.keep_checkpoints == b.keep_checkpoints);
+  CHECK(a.resume == b.resume);
+  CHECK(a.sample_tokens == b.sample_tokens);
+  CHECK(a.temperature == b.temperature);
+  CHECK(a.top_k == b.top_k);
+  CHECK(a.prompt == b.prompt);
+}
+
+}  // namespace
+
+TEST_CASE("the defaults are a valid config") {
+  Config cfg;
+  REQUIRE_NOTHROW(gpt::validate(cfg));
+  REQUIRE(cfg.grad_accum() == 1);
+  REQUIRE(cfg.metrics_path() == "runs/default/metrics.jsonl");
+}
+
+TEST_CASE("a config file sets keys of every type and leaves the rest at their defaults") {
+  std::string path = write_file("every_type.json", R"({
+    "n_layer": 4, "n_embd": 128, "n_head": 8,
+    "lr": 3e-4, "weight_decay": 0,
+    "seed": 18446744073709551615,
+    "checkpoint_at_end": false,
+    "device": "cpu", "precision": "bf16"
+  })");
+  Config cfg;
+  gpt::apply_json_file(cfg, path);
+  CHECK(cfg.model.n_layer == 4);
+  CHECK(cfg.model.n_embd == 128);
+  CHECK(cfg.model.n_head == 8);
+  CHECK(cfg.lr == 3e-4);
+  CHECK(cfg.weight_decay == 0.0);  // an integer is a fine double
+  CHECK(cfg.seed == 18446744073709551615ull);
+  CHECK(cfg.checkpoint_at_end == false);
+  CHECK(cfg.device == "cpu");
+  CHECK(cfg.precision == "bf16");
+  CHECK(cfg.steps == Config{}.steps);
+  CHECK(cfg.model.vocab_size == Config{}.model.vocab_size);
+  REQUIRE_NOTHROW(gpt::validate(cfg));
+}
+
+TEST_CASE("parse_args: the file first, then every --set in the order given") {
+  std::string path = write_file("base.json", R"({"n_layer": 4, "lr": 0.0003, "steps": 50})");
+
+  SECTION("--set overrides the file even when written before --config") {
+    Config cfg;
+    REQUIRE(parse(cfg, {"--set", "lr=0.01", "--config", path, "--set", "steps=7"}));
+    CHECK(cfg.lr == 0.01);
+    CHECK(cfg.steps == 7);
+    CHECK(cfg.model.n_layer == 4);  // from the file
+  }
+  SECTION("later overrides win; bare key=value is the same as --set") {
+    Config cfg;
+    REQUIRE(parse(cfg, {"--config=" + path, "--set", "n_layer=6", "n_layer=8"}));
+    CHECK(cfg.model.n_layer == 8);
+  }
+  SECTION("no arguments: the defaults") {
+    Config cfg;
+    REQUIRE(parse(cfg, {}));
+    require_same(cfg, Config{});
+  }
+  SECTION("--help prints and returns false, even beside a bad argument") {
+    Config cfg;
+    REQUIRE_FALSE(parse(cfg, {"--bogus", "--help"}));
+    REQUIRE_FALSE(parse(cfg, {"-h"}));
+  }
+  SECTION("the result is validated") {
+    Config cfg;
+    REQUIRE_THROWS_WITH(parse(cfg, {"--config", path, "--set", "n_head=5"}),
+                        Contains("n_head=5 does not divide n_embd=64"));
+  }
+}
+
+TEST_CASE("--set parses the value by the key's type") {
+  CHECK(with({"n_layer=12"}).model.n_layer == 12);
+  CHECK(with({"n_layer=-3"}).model.n_layer == -3);  // parses; validate() rejects it
+  CHECK(with({"seed=18446744073709551615"}).seed == 18446744073709551615ull);
+  CHECK(with({"lr=1e-4"}).lr == 1e-4);
+  CHECK(with({"lr=2"}).lr == 2.0);
+  CHECK(with({"checkpoint_at_end=false"}).checkpoint_at_end == false);
+  CHECK(with({"checkpoint_at_end=0"}).checkpoint_at_end == false);
+  CHECK(with({"checkpoint_at_end=0", "checkpoint_at_end=true"}).checkpoint_at_end == true);
+  CHECK(with({"checkpoint_at_end=0", "checkpoint_at_end=1"}).checkpoint_at_end == true);
+  CHECK(with({"prompt=a=b"}).prompt == "a=b");  // split at the first '=' only
+  CHECK(with({"run_dir=runs/x y"}).run_dir == "runs/x y");
+  CHECK(with({"metrics_file=runs/m.jsonl", "metrics_file="}).metrics_file.empty());
+}
+
+TEST_CASE("unknown keys are errors that name the key") {
+  SECTION("in a file, with the file and a suggestion") {
+    std::string path = write_file("typo.json", R"({"n_layers": 4})");
+    Config cfg;
+    REQUIRE_THROWS_AS(gpt::apply_json_file(cfg, path), UserError);
+    REQUIRE_THROWS_WITH(gpt::apply_json_file(cfg, path), Contains("n_layers"));
+    REQUIRE_THROWS_WITH(gpt::apply_json_file(cfg, path), Contains("typo.json"));
+    REQUIRE_THROWS_WITH(gpt::apply_json_file(cfg, path), Contains("did you mean 'n_layer'"));
+  }
+  SECTION("in --set") {
+    Config cfg;
+    REQUIRE_THROWS_AS(gpt::apply_override(cfg, "learning_rate=0.1"), UserError);
+    REQUIRE_THROWS_WITH(gpt::apply_override(cfg, "learning_rate=0.1"), Contains("learning_rate"));
+    REQUIRE_THROWS_WITH(gpt::apply_override(cfg, "n_embed=32"), Contains("did you mean 'n_embd'"));
+    REQUIRE_THROWS_WITH(parse(cfg, {"--set", "warmup=5"}), Contains("warmup"));
+  }
+  SECTION("nested or prefixed model keys: the keys are flat") {
+    Config cfg;
+    REQUIRE_THROWS_WITH(gpt::apply_json_text(cfg, R"({"model": {"n_layer": 4}})", "test"),
+                        Contains("'model'") && Contains("flat"));
+    REQUIRE_THROWS_WITH(gpt::apply_override(cfg, "model.n_layer=4"),
+                        Contains("model.n_layer") && Contains("'n_layer'"));
+  }
+}
+
+TEST_CASE("wrong JSON types are errors naming the key, the expected and the given type") {
+  Config cfg;
+  auto load = [&](const std::string& text) { gpt::apply_json_text(cfg, text, "test.json"); };
+  REQUIRE_THROWS_AS(load(R"({"n_layer": "4"})"), UserError);
+  REQUIRE_THROWS_WITH(load(R"({"n_layer": "4"})"),
+                      Contains("n_layer") && Contains("expected int") && Contains("string"));
+  REQUIRE_THROWS_WITH(load(R"({"n_layer": 2.5})"), Contains("n_layer") && Contains("expected int"));
+  REQUIRE_THROWS_WITH(load(R"({"n_layer": 3000000000})"),
+                      Contains("n_layer") && Contains("out of range"));
+  REQUIRE_THROWS_WITH(load(R"({"lr": "fast"})"), Contains("lr") && Contains("expected double"));
+  REQUIRE_THROWS_WITH(load(R"({"seed": -1})"), Contains("seed") && Contains("uint64"));
+  REQUIRE_THROWS_WITH(load(R"({"checkpoint_at_end": 1})"),
+                      Contains("checkpoint_at_end") && Contains("expected bool"));
+  REQUIRE_THROWS_WITH(load(R"({"device": null})"), Contains("device") && Contains("expected string"));
+  REQUIRE_THROWS_WITH(load(R"([1, 2])"), Contains("test.json") && Contains("object"));
+}
+
+TEST_CASE("a file with an error leaves the config untouched") {
+  Config cfg;
+  REQUIRE_THROWS(gpt::apply_json_text(cfg, R"({"n_layer": 9, "n_head": "x"})", "test.json"));
+  CHECK(cfg.model.n_layer == Config{}.model.n_layer);
+}
+
+TEST_CASE("bad --set values are errors naming the key and the value") {
+  Config cfg;
+  REQUIRE_THROWS_AS(gpt::apply_override(cfg, "n_layer=four"), UserError);
+  REQUIRE_THROWS_WITH(gpt::apply_override(cfg, "n_layer=four"),
+                      Contains("n_layer") && Contains("four"));
+  REQUIRE_THROWS_WITH(gpt::apply_override(cfg, "n_layer=4x"), Contains("n_layer") && Contains("4x"));
+  REQUIRE_THROWS_WITH(gpt::apply_override(cfg, "n_layer=2.0"), Contains("n_layer"));
+  REQUIRE_THROWS_WITH(gpt::apply_override(cfg, "n_layer="), Contains("n_layer"));
+  REQUIRE_THROWS_WITH(gpt::apply_override(cfg, "n_layer=3000000000"),
+                      Contains("n_layer") && Contains("out of range"));
+  REQUIRE_THROWS_WITH(gpt::apply_override(cfg, "seed=-1"), Contains("seed"));
+  REQUIRE_THROWS_WITH(gpt::apply_override(cfg, "lr=fast"), Contains("lr") && Contains("fast"));
+  REQUIRE_THROWS_WITH(gpt::apply_override(cfg, "lr=nan"), Contains("lr") && Contains("nan"));
+  REQUIRE_THROWS_WITH(gpt::apply_override(cfg, "checkpoint_at_end=yes"),
+                      Contains("checkpoint_at_end") && Contains("yes"));
+  REQUIRE_THROWS_WITH(gpt::apply_override(cfg, "n_layer"), Contains("key=value"));
+  REQUIRE_THROWS_WITH(gpt::apply_override(cfg, "=4"), Contains("key=value"));
+  CHECK(cfg.model.n_layer == Config{}.model.n_layer);  // nothing was half-applied
+}
+
+TEST_CASE("impossible values are errors naming the key and the reason") {
+  SECTION("n_head must divide n_embd") {
+    REQUIRE_THROWS_AS(gpt::validate(with({"n_head=5"})), UserError);
+    REQUIRE_THROWS_WITH(gpt::validate(with({"n_head=5"})),
+                        Contains("n_head=5 does not divide n_embd=64"));
+  }
+  SECTION("seq_len must fit the position embedding") {
+    REQUIRE_THROWS_WITH(gpt::validate(with({"seq_len=128"})),
+                        Contains("seq_len=128") && Contains("block_size=64"));
+    REQUIRE_NOTHROW(gpt::validate(with({"seq_len=64"})));
+  }
+  SECTION("batch_size must split into micro-batches over the data-parallel ranks") {
+    Config cfg = with({"batch_size=12", "micro_batch_size=8"});
+    REQUIRE_THROWS_AS(gpt::validate(cfg), UserError);
+    REQUIRE_THROWS_WITH(gpt::validate(cfg), Contains("batch_size=12") && Contains("micro_batch_size"));
+
+    Config two = with({"batch_size=8", "micro_batch_size=4"});
+    REQUIRE_NOTHROW(gpt::validate(two, 2));
+    REQUIRE(two.grad_accum(2) == 1);
+    REQUIRE_NOTHROW(gpt::validate(two, 1));
+    REQUIRE(two.grad_accum(1) == 2);
+    REQUIRE_THROWS_WITH(gpt::validate(two, 3), Contains("batch_size=8") && Contains("dp"));
+    REQUIRE_THROWS_WITH(gpt::validate(two, 4), Contains("batch_size"));  // grad_accum 0.5
+  }
+  SECTION("precision and device come from short lists") {
+    REQUIRE_THROWS_AS(gpt::validate(with({"precision=fp16"})), UserError);
+    REQUIRE_THROWS_WITH(gpt::validate(with({"precision=fp16"})),
+                        Contains("precision") && Contains("fp16"));
+    REQUIRE_THROWS_AS(gpt::validate(with({"device=gpu"})), UserError);
+    REQUIRE_THROWS_WITH(gpt::validate(with({"device=gpu"})), Contains("device") && Contains("gpu"));
+    REQUIRE_NOTHROW(gpt::validate(with({"device=cuda", "precision=bf16"})));
+  }
+  SECTION("every other range check names its key") {
+    // {override that breaks the rule, key the message must name}
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"n_layer=0", "n_layer"},         {"n_embd=0", "n_embd"},
+        {"n_head=0", "n_head"},           {"block_size=0", "block_size"},
+        {"vocab_size=0", "vocab_size"},   {"vocab_size=65537", "vocab_size"},
+        {"seq_len=0", "seq_len"},         {"batch_size=0", "batch_size"},
+        {"micro_batch_size=0", "micro_batch_size"},
+        {"steps=-1", "steps"},            {"lr=0", "lr"},
+        {"lr=-1e-3", "lr"},               {"min_lr_ratio=1.5", "min_lr_ratio"},
+        {"min_lr_ratio=-0.1", "min_lr_ratio"},
+        {"warmup_steps=-1", "warmup_steps"}, {"weight_decay=-0.1", "weight_decay"},
+        {"beta1=1", "beta1"},             {"beta2=-0.5", "beta2"},
+        {"adam_eps=0", "adam_eps"},       {"grad_clip=-1", "grad_clip"},
+        {"val_every=-1", "val_every"},    {"val_batches=-1", "val_batches"},
+        {"checkpoint_every=-1", "checkpoint_every"}, {"log_every=0", "log_every"},
+        {"keep_checkpoints=-1", "keep_checkpoints"}, {"threads=-1", "threads"},
+        {"sample_tokens=-1", "sample_tokens"},       {"temperature=0", "temperature"},
+        {"top_k=-1", "top_k"},            {"run_dir=", "run_dir"},
+    };
+    for (const auto& [override_text, key] : cases) {
+      INFO("--set " << override_text);
+      Config cfg = with({override_text});
+      REQUIRE_THROWS_AS(gpt::validate(cfg), UserError);
+      REQUIRE_THROWS_WITH(gpt::validate(cfg), Contains(key));
+    }
+    // The edges that are allowed.
+    REQUIRE_NOTHROW(gpt::validate(with({"steps=0", "warmup_steps=0", "grad_clip=0", "top_k=0",
+                                        "min_lr_ratio=0", "beta1=0", "vocab_size=65536",
+                                        "val_every=0", "keep_checkpoints=0", "sample_tokens=0"})));
+    REQUIRE_NOTHROW(gpt::validate(with({"min_lr_ratio=1"})));
+  }
+}
+
+TEST_CASE("files that cannot be read or parsed are errors naming the file") {
+  Config cfg;
+  SECTION("missing file") {
+    std::string path = std::string(GPT_TEST_SCRATCH_DIR) + "/no_such_config.json";
+    REQUIRE_THROWS_AS(gpt::apply_json_file(cfg, path), UserError);
+    REQUIRE_THROWS_WITH(gpt::apply_json_file(cfg, path), Contains("no_such_config.json"));
+    REQUIRE_THROWS_WITH(parse(cfg, {"--config", path}), Contains("no_such_config.json"));
+  }
+  SECTION("malformed JSON: the file and where the parser stopped") {
+    std::string path = write_file("malformed.json", "{\n  \"n_layer\": 4,\n}\n");
+    REQUIRE_THROWS_AS(gpt::apply_json_file(cfg, path), UserError);
+    REQUIRE_THROWS_WITH(gpt::apply_json_file(cfg, path),
+                        Contains("malformed.json") && Contains("line 3"));
+  }
+  SECTION("bad command lines") {
+    REQUIRE_THROWS_AS(parse(cfg, {"--bogus"}), UserError);
+    REQUIRE_THROWS_WITH(parse(cfg, {"--bogus"}), Contains("--bogus"));
+    REQUIRE_THROWS_WITH(parse(cfg, {"configs/tiny.json"}), Contains("configs/tiny.json"));
+    REQUIRE_THROWS_WITH(parse(cfg, {"--config"}), Contains("--config"));
+    REQUIRE_THROWS_WITH(parse(cfg, {"--set"}), Contains("--set"));
+    std::string path = write_file("empty_object.json", "{}");
+    REQUIRE_THROWS_WITH(parse(cfg, {"--config", path, "--config", path}), Contains("twice"));
+  }
+}
+
+TEST_CASE("config_to_json round-trips through apply_json_text to an equal config") {
+  // Every field away from its default, so a key the JSON forgot cannot pass by luck.
+  Config original = with({"n_layer=3", "n_embd=96", "n_head=6", "block_size=128",
+                          "vocab_size=50257", "seq_len=96", "batch_size=32",
+                          "micro_batch_size=4", "steps=1234", "lr=6e-4", "min_lr_ratio=0.05",
+                          "warmup_steps=7", "weight_decay=0.01", "beta1=0.85", "beta2=0.999",
+                          "adam_eps=1.5e-9", "grad_clip=0.5", "seed=18446744073709551615",
+                          "train_data=a/*.bin", "val_data=b.bin", "val_every=3",
+                          "val_batches=2", "device=cpu", "precision=bf16", "threads=3",
+                          "run_dir=runs/rt", "metrics_file=m.jsonl", "trace_file=t.json",
+                          "log_every=5", "checkpoint_every=9", "checkpoint_at_end=false",
+                          "keep_checkpoints=4", "resume=latest", "sample_tokens=17",
+                          "temperature=1.3", "top_k=0", "prompt=\"quoted\"\t\\ \xc3\xa9"});
+  original.lr = 0.1 + 0.2;  // a double with no short decimal form must survive exactly
+  std::string json = gpt::config_to_json(original);
+
+  Config loaded;
+  gpt::apply_json_text(loaded, json, "round trip");
+  require_same(loaded, original);
+  CHECK(gpt::config_to_json(loaded) == json);
+  CHECK(json.find("\n  \"n_layer\": 3,") != std::string::npos);  // pretty, 2-space indent
+}
+
+TEST_CASE("every key can be set from the text it prints as, and is documented") {
+  nlohmann::json keys = nlohmann::json::parse(gpt::config_to_json(Config{}));
+  REQUIRE(keys.size() == 37);  // one per Config field (ModelConfig has five)
+  std::string help = gpt::config_help_text();
+  std::string markdown = gpt::config_reference_markdown();
+  CHECK(help.starts_with("usage: train [--config FILE] [--set key=value]..."));
+  Config cfg;
+  for (const auto& [key, value] : keys.items()) {
+    INFO("key " << key);
+    std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+    REQUIRE_NOTHROW(gpt::apply_override(cfg, key + "=" + text));
+    CHECK(help.find("  " + key + " ") != std::string::npos);
+    CHECK(markdown.find("| `" + key + "` |") != std::string::npos);
+  }
+  require_same(cfg, Config{});
+}
+
+TEST_CASE("docs/config.md holds the current key reference", "[docs]") {
+  // The reference table in the docs is generated; this test keeps it from going stale.
+  // To refresh it:  GPT_UPDATE_DOCS=1 build/bin/test_config "[docs]"
+  const std::string path = std::string(GPT_SOURCE_DIR) + "/docs/config.md";
+  const std::string marker = "<!-- key reference: generated by config_reference_markdown()";
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::string docs = buffer.str();
+  std::string table = gpt::config_reference_markdown();
+
+  const char* update = std::getenv("GPT_UPDATE_DOCS");
+  if (update && std::string(update) == "1" && docs.find(table) == std::string::npos) {
+    // Keep everything up to the end of the marker line and put the current table after it.
+    size_t at = docs.find(marker);
+    REQUIRE(at != std::string::npos);
+    size_t line_end = docs.find('\n', at);
+    REQUIRE(line_end != std::string::npos);
+    docs = docs.substr(0, line_end + 1) + "\n" + table;
+    std::ofstream(path) << docs;
+    WARN("rewrote the key table in " << path);
+  }
+  INFO("docs/config.md does not contain the current output of config_reference_markdown(); "
+       "refresh it with: GPT_UPDATE_DOCS=1 build/bin/test_config \"[docs]\"");
+  CHECK(docs.find(table) != std::string::npos);
+}

@@ -1,0 +1,424 @@
+// Shards and the data loader: the shard format round-trips and every malformed file
+// is rejected by name; the loader's order is a permutation per epoch, depends only on
+// (seed, step) and is the same for every data-parallel / micro-batch layout.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "common/data.h"
+#include "common/error.h"
+
+namespace fs = std::filesystem;
+using Catch::Contains;
+
+namespace {
+
+// A fresh directory per test case, removed at the end.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("gpt_test_data_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+// Writes a shard byte by byte, so the tests can build files write_shard never would.
+void write_raw_shard(const std::string& path, int32_t magic, int32_t version, int32_t count,
+                     const std::vector<uint16_t>& tokens, int extra_bytes = 0) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = magic;
+  header[1] = version;
+  header[2] = count;
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(header.data()), 256 * 4);
+  out.write(reinterpret_cast<const char*>(tokens.data()), std::streamsize(tokens.size() * 2));
+  for (int i = 0; i < extra_bytes; ++i) out.put('x');
+}
+
+void write_bytes(const std::string& path, size_t n) {
+  std::ofstream out(path, std::ios::binary);
+  for (size_t i = 0; i < n; ++i) out.put('\0');
+}
+
+// Tokens 0, 1, 2, ...: token value = position, so a window is known by its first input.
+std::vector<uint16_t> counting_tokens(int n) {
+  std::vector<uint16_t> tokens(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) tokens[size_t(i)] = uint16_t(i);
+  return tokens;
+}
+
+constexpr int kVocab = 50257;  // GPT-2's: every counting token below stays in range
+
+// One loader over n counting tokens in a single shard.
+struct CountingData {
+  TempDir dir;
+  std::string path;
+  explicit CountingData(int n) : path(dir.file("train.bin")) { gpt::write_shard(path, counting_tokens(n)); }
+  gpt::DataLoader loader(int seq_len, uint64_t seed) const {
+    return gpt::DataLoader(path, kVocab, seq_len, seed);
+  }
+};
+
+// Windows visited by epoch e, in order.
+std::vector<int64_t> epoch_order(const gpt::DataLoader& loader, int64_t epoch) {
+  std::vector<int64_t> order;
+  const int64_t w = loader.num_windows();
+  for (int64_t i = 0; i < w; ++i) order.push_back(loader.window_of(epoch * w + i));
+  return order;
+}
+
+struct Batch {
+  std::vector<int32_t> inputs, targets;
+  bool operator==(const Batch&) const = default;
+};
+
+Batch get_batch(const gpt::DataLoader& loader, int seq_len, int64_t step, int micro_step,
+                int dp_rank, int dp, int micro_batch, int batch_size) {
+  Batch b{std::vector<int32_t>(size_t(micro_batch * seq_len)),
+          std::vector<int32_t>(size_t(micro_batch * seq_len))};
+  loader.batch(step, micro_step, dp_rank, dp, micro_batch, batch_size, b.inputs.data(),
+               b.targets.data());
+  return b;
+}
+
+}  // namespace
+
+// ---- shard format ---------------------------------------------------------------
+
+TEST_CASE("write_shard / read_shard round trip", "[data]") {
+  TempDir dir;
+  const std::string path = dir.file("round.bin");
+  const std::vector<uint16_t> tokens = {0, 1, 255, 10, 42, 65535};
+  gpt::write_shard(path, tokens);
+
+  CHECK(gpt::read_shard(path, 65536) == tokens);
+  CHECK(fs::file_size(path) == 1024 + 2 * tokens.size());
+  CHECK_FALSE(fs::exists(path + ".tmp"));  // the temporary was renamed away
+
+  // The header is llm.c's: magic, version, count as little-endian int32.
+  std::ifstream in(path, std::ios::binary);
+  int32_t header[3];
+  in.read(reinterpret_cast<char*>(header), sizeof header);
+  CHECK(header[0] == 20240520);
+  CHECK(header[1] == 1);
+  CHECK(header[2] == int32_t(tokens.size()));
+
+  // Overwriting replaces the file.
+  gpt::write_shard(path, {7, 8});
+  CHECK(gpt::read_shard(path, 256) == std::vector<uint16_t>{7, 8});
+}
+
+TEST_CASE("read_shard accepts a shard that uses the whole vocabulary", "[data]") {
+  TempDir dir;
+  const std::string path = dir.file("edge.bin");
+  gpt::write_shard(path, {0, 255});
+  CHECK(gpt::read_shard(path, 256).size() == 2);
+}
+
+TEST_CASE("read_shard rejects bad shards, naming the file", "[data]") {
+  TempDir dir;
+  const std::vector<uint16_t> ten = counting_tokens(10);
+
+  SECTION("missing file") {
+    const std::string path = dir.file("missing_shard.bin");
+    REQUIRE_THROWS_AS(gpt::read_shard(path, 256), gpt::UserError);
+    REQUIRE_THROWS_WITH(gpt::read_shard(path, 256),
+                        Contains("missing_shard.bin") && Contains("no such file"));
+  }
+  SECTION("empty file") {
+    const std::string path = dir.file("empty_shard.bin");
+    write_bytes(path, 0);
+    REQUIRE_THROWS_AS(gpt::read_shard(path, 256), gpt::UserError);
+    REQUIRE_THROWS_WITH(gpt::read_shard(path, 256),
+                        Contains("empty_shard.bin") && Contains("empty"));
+  }
+  SECTION("shorter than the header") {
+    const std::string path = dir.file("short_shard.bin");
+    write_bytes(path, 100);
+    REQUIRE_THROWS_AS(gpt::read_shard(path, 256), gpt::UserError);
+    REQUIRE_THROWS_WITH(gpt::read_shard(path, 256),
+                        Contains("short_shard.bin") && Contains("header"));
+  }
+  SECTION("wrong magic") {
+    const std::string path = dir.file("magic_shard.bin");
+    write_raw_shard(path, 12345, 1, 10, ten);
+    REQUIRE_THROWS_AS(gpt::read_shard(path, 256), gpt::UserError);
+    REQUIRE_THROWS_WITH(gpt::read_shard(path, 256),
+                        Contains("magic_shard.bin") && Contains("magic") && Contains("12345"));
+  }
+  SECTION("wrong version") {
+    const std::string path = dir.file("version_shard.bin");
+    write_raw_shard(path, 20240520, 2, 10, ten);
+    REQUIRE_THROWS_AS(gpt::read_shard(path, 256), gpt::UserError);
+    REQUIRE_THROWS_WITH(gpt::read_shard(path, 256),
+                        Contains("version_shard.bin") && Contains("version 2"));
+  }
+  SECTION("negative count") {
+    const std::string path = dir.file("negative_shard.bin");
+    write_raw_shard(path, 20240520, 1, -5, ten);
+    REQUIRE_THROWS_WITH(gpt::read_shard(path, 256),
+                        Contains("negative_shard.bin") && Contains("-5"));
+  }
+  SECTION("truncated payload") {
+    const std::string path = dir.file("truncated_shard.bin");
+    write_raw_shard(path, 20240520, 1, 11, ten);  // header says 11, file has 10
+    REQUIRE_THROWS_AS(gpt::read_shard(path, 256), gpt::UserError);
+    REQUIRE_THROWS_WITH(gpt::read_shard(path, 256),
+                        Contains("truncated_shard.bin") && Contains("truncated"));
+  }
+  SECTION("odd trailing byte") {
+    const std::string path = dir.file("trailing_shard.bin");
+    write_raw_shard(path, 20240520, 1, 10, ten, 1);
+    REQUIRE_THROWS_AS(gpt::read_shard(path, 256), gpt::UserError);
+    REQUIRE_THROWS_WITH(gpt::read_shard(path, 256),
+                        Contains("trailing_shard.bin") && Contains("1 trailing bytes"));
+  }
+  SECTION("whole extra tokens") {
+    const std::string path = dir.file("long_shard.bin");
+    write_raw_shard(path, 20240520, 1, 9, ten);  // header says 9, file has 10
+    REQUIRE_THROWS_AS(gpt::read_shard(path, 256), gpt::UserError);
+    REQUIRE_THROWS_WITH(gpt::read_shard(path, 256),
+                        Contains("long_shard.bin") && Contains("2 trailing bytes"));
+  }
+  SECTION("token out of the vocabulary") {
+    const std::string path = dir.file("vocab_shard.bin");
+    std::vector<uint16_t> tokens = ten;
+    tokens[7] = 300;
+    gpt::write_shard(path, tokens);
+    REQUIRE_THROWS_AS(gpt::read_shard(path, 256), gpt::UserError);
+    // Names the file, the token's index and byte offset, its value and the vocab.
+    REQUIRE_THROWS_WITH(gpt::read_shard(path, 256),
+                        Contains("vocab_shard.bin") && Contains("token 7") &&
+                            Contains("1038") && Contains("300") && Contains("256"));
+    CHECK(gpt::read_shard(path, 301).size() == 10);  // fine under a larger vocabulary
+  }
+  SECTION("a directory") {
+    const std::string path = dir.file("dir_shard.bin");
+    fs::create_directories(path);
+    REQUIRE_THROWS_WITH(gpt::read_shard(path, 256),
+                        Contains("dir_shard.bin") && Contains("not a regular file"));
+  }
+}
+
+// ---- file lists -----------------------------------------------------------------
+
+TEST_CASE("expand_shards sorts glob matches and names what is missing", "[data]") {
+  TempDir dir;
+  for (const char* name : {"shard_002.bin", "shard_000.bin", "shard_010.bin", "shard_001.bin",
+                           "other.txt"}) {
+    gpt::write_shard(dir.file(name), {1, 2, 3});
+  }
+
+  CHECK(gpt::expand_shards(dir.file("shard_*.bin")) ==
+        std::vector<std::string>{dir.file("shard_000.bin"), dir.file("shard_001.bin"),
+                                 dir.file("shard_002.bin"), dir.file("shard_010.bin")});
+  CHECK(gpt::expand_shards(dir.file("shard_00?.bin")).size() == 3);
+  CHECK(gpt::expand_shards(dir.file("other.txt")) ==
+        std::vector<std::string>{dir.file("other.txt")});
+
+  REQUIRE_THROWS_AS(gpt::expand_shards(dir.file("nomatch_*.bin")), gpt::UserError);
+  REQUIRE_THROWS_WITH(gpt::expand_shards(dir.file("nomatch_*.bin")), Contains("nomatch_*.bin"));
+  REQUIRE_THROWS_AS(gpt::expand_shards(dir.file("absent.bin")), gpt::UserError);
+  REQUIRE_THROWS_WITH(gpt::expand_shards(dir.file("absent.bin")),
+                      Contains("absent.bin") && Contains("does not exist"));
+}
+
+// ---- the loader -----------------------------------------------------------------
+
+TEST_CASE("loader concatenates shards in sorted order and cuts windows at stride T", "[data]") {
+  TempDir dir;
+  // 0..99 split over three shards written out of order; windows cross shard edges.
+  const std::vector<uint16_t> all = counting_tokens(100);
+  gpt::write_shard(dir.file("part_2.bin"), {all.begin() + 70, all.end()});
+  gpt::write_shard(dir.file("part_0.bin"), {all.begin(), all.begin() + 33});
+  gpt::write_shard(dir.file("part_1.bin"), {all.begin() + 33, all.begin() + 70});
+
+  const int T = 8;
+  const gpt::DataLoader loader(dir.file("part_*.bin"), 256, T, 1);
+  CHECK(loader.num_tokens() == 100);
+  CHECK(loader.num_windows() == (100 - 1) / T);
+
+  // Validation batches are windows k*n .. k*n+n-1 in order, wrapping around.
+  const int n = 5;
+  std::vector<int32_t> in(size_t(n * T)), tg(size_t(n * T));
+  loader.sequential_batch(0, n, in.data(), tg.data());
+  for (int b = 0; b < n; ++b) {
+    for (int t = 0; t < T; ++t) {
+      CHECK(in[size_t(b * T + t)] == b * T + t);  // tokens == positions, in file order
+      CHECK(tg[size_t(b * T + t)] == b * T + t + 1);
+    }
+  }
+  loader.sequential_batch(2, n, in.data(), tg.data());  // windows 10, 11, 12->0, 1, 2
+  CHECK(in[0] == 10 * T);
+  CHECK(in[size_t(2 * T)] == 0);
+  CHECK(in[size_t(4 * T)] == 2 * T);
+}
+
+TEST_CASE("loader: every window exactly once per epoch, a new order each epoch", "[data]") {
+  // Window counts that are 1, 2, prime, a power of two and highly composite, so the
+  // search for a multiplier coprime to W is exercised.
+  for (int windows : {1, 2, 3, 7, 12, 16, 30, 97, 360}) {
+    const int T = 4;
+    CountingData data(windows * T + 1);
+    const gpt::DataLoader loader = data.loader(T, 1234);
+    REQUIRE(loader.num_windows() == windows);
+
+    std::set<std::vector<int64_t>> orders;
+    for (int64_t epoch = 0; epoch < 6; ++epoch) {
+      const std::vector<int64_t> order = epoch_order(loader, epoch);
+      const std::set<int64_t> seen(order.begin(), order.end());
+      INFO("windows " << windows << ", epoch " << epoch);
+      CHECK(seen.size() == size_t(windows));
+      CHECK(*seen.begin() == 0);
+      CHECK(*seen.rbegin() == windows - 1);
+      orders.insert(order);
+    }
+    if (windows >= 12) {
+      INFO("windows " << windows);
+      CHECK(epoch_order(loader, 0) != epoch_order(loader, 1));
+      CHECK(epoch_order(loader, 1) != epoch_order(loader, 2));
+      CHECK(orders.size() >= 4);
+    }
+  }
+}
+
+TEST_CASE("loader: the order depends on the seed", "[data]") {
+  CountingData data(30 * 4 + 1);
+  CHECK(epoch_order(data.loader(4, 1), 0) == epoch_order(data.loader(4, 1), 0));
+  CHECK(epoch_order(data.loader(4, 1), 0) != epoch_order(data.loader(4, 2), 0));
+}
+
+TEST_CASE("loader: targets are the inputs shifted by one token", "[data]") {
+  const int T = 16;
+  CountingData data(50 * T + 3);  // a few tokens past the last window are never used
+  const gpt::DataLoader loader = data.loader(T, 7);
+  const int mb = 4;
+  const Batch b = get_batch(loader, T, 3, 0, 0, 1, mb, mb);
+  for (int s = 0; s < mb; ++s) {
+    const int32_t start = b.inputs[size_t(s * T)];
+    CHECK(start % T == 0);  // windows start at multiples of T
+    for (int t = 0; t < T; ++t) {
+      CHECK(b.inputs[size_t(s * T + t)] == start + t);
+      CHECK(b.targets[size_t(s * T + t)] == start + t + 1);
+    }
+  }
+}
+
+TEST_CASE("loader: same (seed, step) gives the same batch, whatever came before", "[data]") {
+  const int T = 4;
+  CountingData data(37 * T + 1);
+  const gpt::DataLoader first = data.loader(T, 99);
+  // Walk steps 0..19 (several epochs), keeping step 13.
+  Batch walked;
+  for (int64_t step = 0; step < 20; ++step) {
+    const Batch b = get_batch(first, T, step, 0, 0, 1, 6, 6);
+    if (step == 13) walked = b;
+  }
+  // A fresh loader asked for step 13 directly, as on resume, agrees.
+  const gpt::DataLoader resumed = data.loader(T, 99);
+  CHECK(get_batch(resumed, T, 13, 0, 0, 1, 6, 6) == walked);
+  CHECK(get_batch(first, T, 13, 0, 0, 1, 6, 6) == walked);
+  // Different steps and different seeds give different batches.
+  CHECK(get_batch(resumed, T, 14, 0, 0, 1, 6, 6) != walked);
+  CHECK(get_batch(data.loader(T, 100), T, 13, 0, 0, 1, 6, 6) != walked);
+}
+
+TEST_CASE("loader: a step's batch is the same for every dp x micro-batch layout", "[data]") {
+  const int T = 4, batch_size = 12;
+  CountingData data(29 * T + 1);  // 29 windows: steps straddle epoch boundaries
+  const gpt::DataLoader loader = data.loader(T, 5);
+
+  for (int64_t step : {0, 1, 2, 7}) {
+    // Reference: the whole batch in one micro-step on one rank.
+    const Batch whole = get_batch(loader, T, step, 0, 0, 1, batch_size, batch_size);
+    for (int dp : {1, 2, 3, 4, 6, 12}) {
+      for (int mb = 1; mb * dp <= batch_size; ++mb) {
+        if (batch_size % (mb * dp) != 0) continue;
+        const int micro_steps = batch_size / (mb * dp);
+        // Reassemble the global batch: sequence g = (micro_step*dp + rank)*mb + b.
+        Batch assembled{std::vector<int32_t>(whole.inputs.size()),
+                        std::vector<int32_t>(whole.targets.size())};
+        for (int ms = 0; ms < micro_steps; ++ms) {
+          for (int rank = 0; rank < dp; ++rank) {
+            const Batch part = get_batch(loader, T, step, ms, rank, dp, mb, batch_size);
+            const size_t offset = size_t((ms * dp + rank) * mb * T);
+            std::copy(part.inputs.begin(), part.inputs.end(), assembled.inputs.begin() + long(offset));
+            std::copy(part.targets.begin(), part.targets.end(), assembled.targets.begin() + long(offset));
+          }
+        }
+        INFO("step " << step << ", dp " << dp << ", micro_batch " << mb);
+        CHECK(assembled == whole);
+      }
+    }
+  }
+}
+
+TEST_CASE("loader: consecutive steps walk the epochs in permutation order", "[data]") {
+  // 10 windows, 4 sequences a step: steps 0..4 are exactly two epochs.
+  const int T = 4;
+  CountingData data(10 * T + 1);
+  const gpt::DataLoader loader = data.loader(T, 3);
+  std::vector<int> visits(10, 0);
+  std::vector<int64_t> sequence;
+  for (int64_t step = 0; step < 5; ++step) {
+    const Batch b = get_batch(loader, T, step, 0, 0, 1, 4, 4);
+    for (int s = 0; s < 4; ++s) {
+      const int64_t window = b.inputs[size_t(s * T)] / T;
+      ++visits[size_t(window)];
+      sequence.push_back(window);
+    }
+  }
+  CHECK(visits == std::vector<int>(10, 2));
+  for (int64_t j = 0; j < 20; ++j) CHECK(sequence[size_t(j)] == loader.window_of(j));
+}
+
+TEST_CASE("loader: clear errors for too little data and bad positions", "[data]") {
+  const int T = 8;
+  CountingData data(T);  // T tokens: one short of a window
+  REQUIRE_THROWS_AS(data.loader(T, 1), gpt::UserError);
+  REQUIRE_THROWS_WITH(data.loader(T, 1),
+                      Contains("train.bin") && Contains("8 tokens") && Contains("seq_len 8"));
+  CHECK(data.loader(T - 1, 1).num_windows() == 1);
+
+  REQUIRE_THROWS_WITH(gpt::DataLoader(data.dir.file("nothing_*.bin"), kVocab, T, 1),
+                      Contains("nothing_*.bin"));
+
+  CountingData big(10 * T + 1);
+  const gpt::DataLoader loader = big.loader(T, 1);
+  std::vector<int32_t> in(size_t(4 * T)), tg(size_t(4 * T));
+  // step, micro_step, dp_rank, dp, micro_batch, batch_size
+  REQUIRE_THROWS_WITH(loader.batch(0, 0, 2, 2, 1, 4, in.data(), tg.data()), Contains("dp_rank 2"));
+  REQUIRE_THROWS_WITH(loader.batch(0, 0, -1, 2, 1, 4, in.data(), tg.data()), Contains("dp_rank -1"));
+  REQUIRE_THROWS_WITH(loader.batch(0, 0, 0, 0, 1, 4, in.data(), tg.data()), Contains("dp"));
+  REQUIRE_THROWS_WITH(loader.batch(0, 0, 0, 1, 0, 4, in.data(), tg.data()), Contains("micro_batch"));
+  REQUIRE_THROWS_WITH(loader.batch(0, 0, 0, 2, 2, 6, in.data(), tg.data()), Contains("batch_size 6"));
+  REQUIRE_THROWS_WITH(loader.batch(0, 2, 0, 2, 1, 4, in.data(), tg.data()), Contains("micro_step 2"));
+  REQUIRE_THROWS_WITH(loader.batch(-1, 0, 0, 1, 1, 4, in.data(), tg.data()), Contains("step -1"));
+  REQUIRE_THROWS_AS(loader.window_of(-1), gpt::UserError);
+  REQUIRE_THROWS_AS(loader.sequential_batch(0, 0, in.data(), tg.data()), gpt::UserError);
+}
+
+TEST_CASE("loader: a bad shard among good ones is reported by name", "[data]") {
+  TempDir dir;
+  gpt::write_shard(dir.file("s_0.bin"), counting_tokens(100));
+  std::vector<uint16_t> bad = counting_tokens(100);
+  bad[50] = 256;
+  gpt::write_shard(dir.file("s_1.bin"), bad);
+  REQUIRE_THROWS_WITH(gpt::DataLoader(dir.file("s_*.bin"), 256, 8, 1),
+                      Contains("s_1.bin") && Contains("256"));
+}

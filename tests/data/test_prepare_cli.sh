@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# CLI tests of build/bin/prepare, one case per call:  test_prepare_cli.sh PREPARE CASE
+# Bad input must exit with status exactly 2 (a UserError, not a crash or a bug) and
+# say on stderr which file or flag is wrong; good input must write shards whose
+# tokens are the input's bytes.
+set -u
+prepare=$1
+case_name=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+# expect_error NEEDLE ARGS...: prepare ARGS exits 2 and its stderr contains NEEDLE.
+expect_error() {
+  local needle=$1; shift
+  "$prepare" "$@" >stdout.txt 2>stderr.txt
+  local status=$?
+  echo "prepare $* -> exit $status, stderr: $(cat stderr.txt)"
+  [[ $status -eq 2 ]] || fail "expected exit status 2, got $status"
+  grep -qF -- "$needle" stderr.txt || fail "stderr does not mention '$needle'"
+  [[ ! -e out/train.bin ]] || fail "bad input still wrote out/train.bin"
+}
+
+# shard_text SHARD: the shard's tokens as bytes (ASCII text only: drops each token's
+# zero high byte after skipping the 1024-byte header).
+shard_text() { tail -c +1025 "$1" | tr -d '\000'; }
+
+printf 'first line\nsecond line\n' >good.txt
+: >empty.txt
+mkdir adir
+
+case $case_name in
+  no_files)          expect_error "no input files" --out out ;;
+  no_out)            expect_error "--out" good.txt ;;
+  missing_file)      expect_error "no_such_input.txt" --out out good.txt no_such_input.txt ;;
+  empty_file)        expect_error "empty.txt" --out out good.txt empty.txt ;;
+  directory)         expect_error "adir" --out out adir ;;
+  unknown_flag)      expect_error "--frobnicate" --out out --frobnicate good.txt ;;
+  fraction_zero)     expect_error "--val-fraction" --out out --val-fraction 0 good.txt ;;
+  fraction_one)      expect_error "--val-fraction" --out out --val-fraction 1 good.txt ;;
+  fraction_negative) expect_error "--val-fraction" --out out --val-fraction -0.1 good.txt ;;
+  fraction_text)     expect_error "0.1x" --out out --val-fraction 0.1x good.txt ;;
+  fraction_no_value) expect_error "--val-fraction" --out out good.txt --val-fraction ;;
+  help)
+    "$prepare" --help >stdout.txt 2>stderr.txt
+    status=$?
+    [[ $status -eq 0 ]] || fail "--help exited $status"
+    grep -q "usage: prepare" stdout.txt || fail "--help printed no usage"
+    ;;
+  round_trip)
+    # Two files, concatenated in the order given, split into train + val.
+    for i in $(seq 1 40); do echo "alpha $i"; done >a.txt
+    for i in $(seq 1 40); do echo "beta $i"; done >b.txt
+    "$prepare" --out out --val-fraction 0.2 a.txt b.txt >stdout.txt 2>stderr.txt
+    status=$?
+    cat stdout.txt stderr.txt
+    [[ $status -eq 0 ]] || fail "prepare exited $status"
+    shard_text out/train.bin >train.txt
+    shard_text out/val.bin >val.txt
+    cat a.txt b.txt >expected.txt
+    cat train.txt val.txt | cmp -s - expected.txt || fail "train + val != a.txt + b.txt"
+    [[ -s val.txt ]] || fail "val is empty"
+    total=$(stat -c %s expected.txt)
+    train_bytes=$(stat -c %s out/train.bin)
+    val_bytes=$(stat -c %s out/val.bin)
+    [[ $((train_bytes + val_bytes)) -eq $((2048 + 2 * total)) ]] ||
+      fail "shard sizes $train_bytes + $val_bytes do not hold $total tokens"
+    grep -q "val:" stdout.txt || fail "no token counts printed"
+    ;;
+  newline_cut)
+    # 20 lines of 8 bytes; F = 0.23 puts the nominal cut at byte 123, inside line 16,
+    # so val must start at the next line start, byte 128: the last 4 lines.
+    for i in $(seq 10 29); do echo "line $i"; done >lines.txt
+    "$prepare" --out out --val-fraction 0.23 lines.txt >/dev/null || fail "prepare failed"
+    shard_text out/val.bin >val.txt
+    tail -n 4 lines.txt | cmp -s - val.txt || fail "val is not the last 4 lines: $(cat val.txt)"
+    # Without any newline after the cut, the nominal cut stays: 12 bytes, F = 0.25.
+    printf 'abcdefghijkl' >oneline.txt
+    "$prepare" --out out2 --val-fraction 0.25 oneline.txt >/dev/null || fail "prepare failed"
+    [[ $(shard_text out2/val.bin) == "jkl" ]] || fail "val is '$(shard_text out2/val.bin)', not 'jkl'"
+    ;;
+  *) fail "unknown case $case_name" ;;
+esac
+
+[[ $failures -eq 0 ]] && echo "PASS: $case_name"
+exit $(( failures > 0 ))
