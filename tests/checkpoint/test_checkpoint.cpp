@@ -1,0 +1,437 @@
+// Checkpoints: a save followed by a load gives back every buffer bit for bit, in any
+// slicing; the newest complete checkpoint is found and old ones pruned; and every
+// kind of damage (flipped byte, truncated file, missing or garbage manifest, another
+// model's checkpoint) is a UserError that says what is wrong and where.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/checkpoint.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "common/gpt2_layout.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// A fresh directory under the system temp dir, removed with everything in it at the
+// end of the test (also when the test fails).
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    std::random_device rd;
+    path_ = fs::temp_directory_path() /
+            ("gpt_ckpt_test_" + std::to_string(rd()) + "_" + std::to_string(counter++));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string str() const { return path_.string(); }
+  fs::path path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// A model small enough that a checkpoint is a few hundred KB.
+gpt::Config tiny_config(int n_embd = 16) {
+  gpt::Config cfg;
+  cfg.model.n_layer = 2;
+  cfg.model.n_embd = n_embd;
+  cfg.model.n_head = 2;
+  cfg.model.block_size = 8;
+  cfg.model.vocab_size = 256;
+  cfg.seq_len = 8;
+  return cfg;
+}
+
+// The three buffers a rank holds, each filled with values distinct within the buffer
+// and across kinds, so that a tensor read at a wrong offset or from the wrong file
+// cannot go unnoticed.
+struct State {
+  std::vector<float> param, adam_m, adam_v;
+
+  explicit State(int64_t n) : param(size_t(n)), adam_m(size_t(n)), adam_v(size_t(n)) {}
+
+  static State filled(int64_t n, float salt = 0.0f) {
+    State s(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = float(i);
+      s.param[size_t(i)] = 0.25f * x + 1.0f + salt;
+      s.adam_m[size_t(i)] = -0.5f * x - 3.0f - salt;
+      s.adam_v[size_t(i)] = 1e-3f * x + 7.0f + salt;
+    }
+    return s;
+  }
+
+  // The buffers for the slice [begin, end) of the flat layout; `this` holds only
+  // that slice (element 0 of each vector is flat element `begin`).
+  std::vector<gpt::CheckpointBuffer> buffers(int64_t begin, int64_t end) {
+    return {{"param", param.data(), begin, end},
+            {"adam_m", adam_m.data(), begin, end},
+            {"adam_v", adam_v.data(), begin, end}};
+  }
+};
+
+// Runs `body`, expects a gpt::UserError, and returns its message (so the test can
+// check what it names). Any other outcome fails the test.
+template <class F>
+std::string user_error_of(F&& body) {
+  try {
+    body();
+  } catch (const gpt::UserError& e) {
+    return e.what();
+  }
+  FAIL("expected a gpt::UserError, but the call succeeded");
+  return "";
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  return json::parse(in);
+}
+
+// The checksum as docs/checkpoints.md defines it, written out independently of the
+// implementation: 64-bit FNV-1a over the bytes as stored in the file.
+std::string fnv1a64_hex(const std::vector<unsigned char>& bytes) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char b : bytes) {
+    h ^= b;
+    h *= 1099511628211ull;
+  }
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
+
+std::vector<unsigned char> read_bytes(const fs::path& path, int64_t offset, int64_t n) {
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(offset);
+  std::vector<unsigned char> bytes(static_cast<size_t>(n));
+  in.read(reinterpret_cast<char*>(bytes.data()), n);
+  REQUIRE(in.gcount() == n);
+  return bytes;
+}
+
+gpt::CheckpointState some_state(int64_t step) {
+  gpt::CheckpointState st;
+  st.step = step;
+  st.sample_counter = 12345 + uint64_t(step);
+  st.layout_json = R"({"dp":2,"tp":1,"pp":1,"cp":1})";
+  return st;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint round trip is bit-exact for all three kinds", "[checkpoint]") {
+  TempDir dir;
+  const gpt::Config cfg = tiny_config();
+  const gpt::ParamLayout layout(cfg.model);
+  const int64_t n = layout.total();
+  State saved = State::filled(n);
+
+  const std::string path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(100), saved.buffers(0, n));
+  CHECK(fs::path(path) == dir.path() / "step_00000100");
+  CHECK(fs::is_regular_file(fs::path(path) / "manifest.json"));
+  CHECK_FALSE(fs::exists(dir.path() / "step_00000100.tmp"));
+  for (const char* file : {"param.bin", "adam_m.bin", "adam_v.bin"})
+    CHECK(fs::file_size(fs::path(path) / file) == uintmax_t(n) * 4);
+
+  State loaded(n);
+  const gpt::CheckpointState st = gpt::load_checkpoint(path, layout, loaded.buffers(0, n));
+  CHECK(st.step == 100);
+  CHECK(st.sample_counter == 12345 + 100);
+  CHECK(json::parse(st.layout_json) == json::parse(some_state(100).layout_json));
+  CHECK(same_bits(loaded.param, saved.param));
+  CHECK(same_bits(loaded.adam_m, saved.adam_m));
+  CHECK(same_bits(loaded.adam_v, saved.adam_v));
+}
+
+TEST_CASE("checkpoint manifest has the documented fields", "[checkpoint]") {
+  TempDir dir;
+  const gpt::Config cfg = tiny_config();
+  const gpt::ParamLayout layout(cfg.model);
+  const int64_t n = layout.total();
+  State saved = State::filled(n);
+  const fs::path path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(7), saved.buffers(0, n));
+
+  const json m = read_json(path / "manifest.json");
+  CHECK(m.at("format") == "gpt-stages-checkpoint");
+  CHECK(m.at("version") == 1);
+  CHECK(m.at("step") == 7);
+  CHECK(m.at("sample_counter") == 12345 + 7);
+  CHECK(m.at("layout").at("dp") == 2);
+  CHECK(m.at("data_position").at("step") == 7);
+  CHECK(m.at("config").is_object());
+  CHECK(m.at("model").at("n_embd") == 16);
+  CHECK(m.at("model").at("padded_vocab") == cfg.model.padded_vocab());
+
+  const json& tensors = m.at("tensors");
+  REQUIRE(tensors.size() == 3 * layout.tensors().size());
+  const gpt::ParamTensor& first = layout.tensors().front();
+  CHECK(tensors[0].at("name") == "param/" + first.name);
+  CHECK(tensors[0].at("kind") == "param");
+  CHECK(tensors[0].at("dtype") == "fp32");
+  CHECK(tensors[0].at("file") == "param.bin");
+  CHECK(tensors[0].at("shape").get<std::vector<int64_t>>() == first.shape);
+
+  // Every checksum is what the documented FNV-1a gives for the bytes in the file.
+  for (const json& row : tensors) {
+    const std::string name = row.at("name");
+    const gpt::ParamTensor& t = layout.find(name.substr(name.find('/') + 1));
+    CHECK(row.at("offset") == t.offset * 4);
+    const auto bytes = read_bytes(path / row.at("file").get<std::string>(), row.at("offset"), t.numel * 4);
+    CHECK(row.at("checksum") == fnv1a64_hex(bytes));
+  }
+}
+
+TEST_CASE("loading two halves equals loading the whole", "[checkpoint]") {
+  TempDir dir;
+  const gpt::Config cfg = tiny_config();
+  const gpt::ParamLayout layout(cfg.model);
+  const int64_t n = layout.total();
+  State saved = State::filled(n);
+  const std::string path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(3), saved.buffers(0, n));
+
+  // Cut inside a tensor, as a ZeRO shard boundary generally does, so the loader must
+  // handle a tensor that straddles two ranks.
+  const gpt::ParamTensor& cut_tensor = layout.find("h.0.attn.c_attn.weight");
+  const int64_t cut = GENERATE_COPY(cut_tensor.offset + 5, n / 2);
+  INFO("cut at element " << cut << " of " << n);
+
+  State low(cut), high(n - cut);
+  gpt::load_checkpoint(path, layout, low.buffers(0, cut));
+  gpt::load_checkpoint(path, layout, high.buffers(cut, n));
+
+  auto joined = [](const std::vector<float>& a, const std::vector<float>& b) {
+    std::vector<float> v(a);
+    v.insert(v.end(), b.begin(), b.end());
+    return v;
+  };
+  CHECK(same_bits(joined(low.param, high.param), saved.param));
+  CHECK(same_bits(joined(low.adam_m, high.adam_m), saved.adam_m));
+  CHECK(same_bits(joined(low.adam_v, high.adam_v), saved.adam_v));
+}
+
+TEST_CASE("a writer holding a slice checksums only the tensors it holds whole", "[checkpoint]") {
+  // One rank of a sharded run on its own: the tensors outside its slice, and the one
+  // its edge cuts, get a null checksum (a multi-rank writer fills them in from the
+  // other ranks). A load that needs one of them must refuse, not trust unverified data.
+  TempDir dir;
+  const gpt::Config cfg = tiny_config();
+  const gpt::ParamLayout layout(cfg.model);
+  const int64_t n = layout.total();
+  const gpt::ParamTensor& cut_tensor = layout.find("h.0.attn.c_attn.weight");
+  const int64_t cut = cut_tensor.offset + 5;
+  State whole = State::filled(n);
+  State low(cut);
+  std::copy(whole.param.begin(), whole.param.begin() + cut, low.param.begin());
+  std::copy(whole.adam_m.begin(), whole.adam_m.begin() + cut, low.adam_m.begin());
+  std::copy(whole.adam_v.begin(), whole.adam_v.begin() + cut, low.adam_v.begin());
+  const fs::path path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(1), low.buffers(0, cut));
+
+  const json m = read_json(path / "manifest.json");
+  for (const json& row : m.at("tensors")) {
+    const std::string name = row.at("name");
+    const gpt::ParamTensor& t = layout.find(name.substr(name.find('/') + 1));
+    INFO(name);
+    CHECK(row.at("checksum").is_null() == (t.offset + t.numel > cut));
+  }
+
+  // The tensors before the cut tensor are all whole and checksummed: they load.
+  State head(cut_tensor.offset);
+  gpt::load_checkpoint(path.string(), layout, head.buffers(0, cut_tensor.offset));
+  CHECK(std::equal(head.param.begin(), head.param.end(), whole.param.begin()));
+
+  State all(n);
+  const std::string msg =
+      user_error_of([&] { gpt::load_checkpoint(path.string(), layout, all.buffers(0, n)); });
+  CHECK_THAT(msg, Catch::Contains("param/h.0.attn.c_attn.weight"));
+  CHECK_THAT(msg, Catch::Contains("no checksum"));
+}
+
+TEST_CASE("saving a step again replaces the old copy", "[checkpoint]") {
+  TempDir dir;
+  const gpt::Config cfg = tiny_config();
+  const gpt::ParamLayout layout(cfg.model);
+  const int64_t n = layout.total();
+  State first = State::filled(n, 0.0f), second = State::filled(n, 100.0f);
+
+  // A stale .tmp from a crashed save must not leak into the new checkpoint.
+  fs::create_directories(dir.path() / "step_00000010.tmp");
+  std::ofstream(dir.path() / "step_00000010.tmp" / "junk.bin") << "junk";
+
+  gpt::save_checkpoint(dir.str(), cfg, layout, some_state(10), first.buffers(0, n));
+  const std::string path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(10), second.buffers(0, n));
+  CHECK_FALSE(fs::exists(fs::path(path) / "junk.bin"));
+  CHECK_FALSE(fs::exists(dir.path() / "step_00000010.tmp"));
+  CHECK_FALSE(fs::exists(dir.path() / "step_00000010.old"));
+
+  State loaded(n);
+  gpt::load_checkpoint(path, layout, loaded.buffers(0, n));
+  CHECK(same_bits(loaded.param, second.param));
+  CHECK(same_bits(loaded.adam_v, second.adam_v));
+}
+
+TEST_CASE("latest_checkpoint picks the highest complete step", "[checkpoint]") {
+  TempDir dir;
+  const gpt::Config cfg = tiny_config();
+  const gpt::ParamLayout layout(cfg.model);
+  const int64_t n = layout.total();
+  State s = State::filled(n);
+
+  CHECK(gpt::latest_checkpoint(dir.str()).empty());
+  CHECK(gpt::latest_checkpoint((dir.path() / "does-not-exist").string()).empty());
+
+  for (int64_t step : {1, 5, 3}) gpt::save_checkpoint(dir.str(), cfg, layout, some_state(step), s.buffers(0, n));
+
+  // Higher-numbered directories that are not complete checkpoints: a save in
+  // progress (even one that already has its manifest), a directory without a
+  // manifest, a copy aside, and a stray file.
+  fs::create_directories(dir.path() / "step_00000009.tmp");
+  std::ofstream(dir.path() / "step_00000009.tmp" / "manifest.json") << "{}";
+  fs::create_directories(dir.path() / "step_00000008");
+  fs::create_directories(dir.path() / "step_00000007.old");
+  std::ofstream(dir.path() / "step_00000006") << "not a directory";
+
+  CHECK(gpt::latest_checkpoint(dir.str()) == (dir.path() / "step_00000005").string());
+}
+
+TEST_CASE("prune_checkpoints keeps the newest N", "[checkpoint]") {
+  TempDir dir;
+  const gpt::Config cfg = tiny_config();
+  const gpt::ParamLayout layout(cfg.model);
+  const int64_t n = layout.total();
+  State s = State::filled(n);
+  for (int64_t step = 1; step <= 5; ++step)
+    gpt::save_checkpoint(dir.str(), cfg, layout, some_state(step), s.buffers(0, n));
+
+  gpt::prune_checkpoints(dir.str(), 0);  // 0 keeps everything
+  for (int step = 1; step <= 5; ++step)
+    CHECK(fs::exists(dir.path() / ("step_0000000" + std::to_string(step))));
+
+  gpt::prune_checkpoints(dir.str(), 2);
+  CHECK_FALSE(fs::exists(dir.path() / "step_00000001"));
+  CHECK_FALSE(fs::exists(dir.path() / "step_00000002"));
+  CHECK_FALSE(fs::exists(dir.path() / "step_00000003"));
+  CHECK(fs::exists(dir.path() / "step_00000004" / "manifest.json"));
+  CHECK(fs::exists(dir.path() / "step_00000005" / "manifest.json"));
+  CHECK(gpt::latest_checkpoint(dir.str()) == (dir.path() / "step_00000005").string());
+}
+
+TEST_CASE("a damaged or foreign checkpoint is a UserError naming the problem", "[checkpoint]") {
+  TempDir dir;
+  const gpt::Config cfg = tiny_config();
+  const gpt::ParamLayout layout(cfg.model);
+  const int64_t n = layout.total();
+  State saved = State::filled(n);
+  const fs::path path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(42), saved.buffers(0, n));
+  State loaded(n);
+  auto load = [&] { gpt::load_checkpoint(path.string(), layout, loaded.buffers(0, n)); };
+
+  SECTION("a flipped byte in param.bin names the tensor") {
+    const gpt::ParamTensor& t = layout.find("h.1.mlp.c_fc.weight");
+    std::fstream f(path / "param.bin", std::ios::in | std::ios::out | std::ios::binary);
+    const std::streamoff at = std::streamoff(t.offset * 4 + 10);
+    f.seekg(at);
+    char byte = 0;
+    f.read(&byte, 1);
+    byte = char(byte ^ 0x01);
+    f.seekp(at);
+    f.write(&byte, 1);
+    f.close();
+    const std::string msg = user_error_of(load);
+    CHECK_THAT(msg, Catch::Contains("param/h.1.mlp.c_fc.weight"));
+    CHECK_THAT(msg, Catch::Contains("param.bin"));
+    CHECK_THAT(msg, Catch::Contains("checksum"));
+  }
+
+  SECTION("a truncated adam_v.bin names the file") {
+    fs::resize_file(path / "adam_v.bin", fs::file_size(path / "adam_v.bin") - 4);
+    CHECK_THAT(user_error_of(load), Catch::Contains("adam_v.bin"));
+  }
+
+  SECTION("a missing adam_m.bin names the file") {
+    fs::remove(path / "adam_m.bin");
+    CHECK_THAT(user_error_of(load), Catch::Contains("adam_m.bin"));
+  }
+
+  SECTION("a checkpoint of another model shape names the field") {
+    const gpt::Config wider = tiny_config(32);
+    const gpt::ParamLayout wide_layout(wider.model);
+    State wide(wide_layout.total());
+    const std::string msg = user_error_of(
+        [&] { gpt::load_checkpoint(path.string(), wide_layout, wide.buffers(0, wide_layout.total())); });
+    CHECK_THAT(msg, Catch::Contains("n_embd"));
+    CHECK_THAT(msg, Catch::Contains("16"));
+    CHECK_THAT(msg, Catch::Contains("32"));
+  }
+
+  SECTION("a missing manifest") {
+    fs::remove(path / "manifest.json");
+    CHECK_THAT(user_error_of(load), Catch::Contains("manifest.json"));
+    // ...is also not a complete checkpoint for latest_checkpoint.
+    CHECK(gpt::latest_checkpoint(dir.str()).empty());
+  }
+
+  SECTION("a garbage manifest") {
+    std::ofstream(path / "manifest.json", std::ios::trunc) << "{ this is not json";
+    CHECK_THAT(user_error_of(load), Catch::Contains("manifest.json"));
+  }
+
+  SECTION("a manifest of another format") {
+    json m = read_json(path / "manifest.json");
+    m["format"] = "something-else";
+    std::ofstream(path / "manifest.json", std::ios::trunc) << m.dump();
+    CHECK_THAT(user_error_of(load), Catch::Contains("format"));
+  }
+
+  SECTION("a manifest of another version") {
+    json m = read_json(path / "manifest.json");
+    m["version"] = 99;
+    std::ofstream(path / "manifest.json", std::ios::trunc) << m.dump();
+    CHECK_THAT(user_error_of(load), Catch::Contains("version"));
+  }
+
+  SECTION("a tensor missing from the table") {
+    json m = read_json(path / "manifest.json");
+    auto& rows = m["tensors"];
+    for (auto it = rows.begin(); it != rows.end(); ++it)
+      if ((*it)["name"] == "adam_m/ln_f.bias") {
+        rows.erase(it);
+        break;
+      }
+    std::ofstream(path / "manifest.json", std::ios::trunc) << m.dump();
+    CHECK_THAT(user_error_of(load), Catch::Contains("adam_m/ln_f.bias"));
+  }
+
+  SECTION("a tensor of the wrong shape") {
+    json m = read_json(path / "manifest.json");
+    for (auto& row : m["tensors"])
+      if (row["name"] == "param/wpe") row["shape"] = {4, 32};
+    std::ofstream(path / "manifest.json", std::ios::trunc) << m.dump();
+    const std::string msg = user_error_of(load);
+    CHECK_THAT(msg, Catch::Contains("param/wpe"));
+    CHECK_THAT(msg, Catch::Contains("shape"));
+  }
+}
