@@ -1,0 +1,246 @@
+// The blocked CPU GEMM (kernels/cpu/gemm.h) against the plain triple loop and against
+// the exact product, and the fp32 linear layer against the fp64 one.
+//
+// Tolerances come from the standard error bound of a dot product (Higham, Accuracy
+// and Stability of Numerical Algorithms, 3.1): summing n products in any order, each
+// product rounded once, gives |fl(s) - s| <= gamma_n * sum |a_k b_k| with
+// gamma_n = n u / (1 - n u), u = eps / 2. We use n * eps * sum|a_k b_k| for one
+// computed result against the exact one (a factor 2 over gamma_n, which also absorbs
+// the 1/(1 - n u)), and 2 * n * eps * sum|a_k b_k| for two computed results against
+// each other. n = K, plus one when the product is added to an existing C (C0 is one
+// more term, |C0| joins the sum). The bound is computed per element, in long double.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/ops.h"
+#include "tests/ops/gradcheck.h"
+
+using gpt::test::Rng;
+
+namespace {
+
+template <class T>
+bool same_bits(T a, T b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+struct GemmCase {
+  bool ta, tb;
+  int M, N, K;
+  bool accumulate;
+  int pad;  // extra columns in every leading dimension
+};
+
+// Runs one case for element type T and checks every element against the bounds.
+template <class T>
+void check_gemm(const GemmCase& g, Rng& rng) {
+  const int M = g.M, N = g.N, K = g.K;
+  const int a_rows = g.ta ? K : M, a_cols = g.ta ? M : K;
+  const int b_rows = g.tb ? N : K, b_cols = g.tb ? K : N;
+  const int lda = a_cols + g.pad, ldb = b_cols + g.pad, ldc = N + g.pad;
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  const T sentinel = T(12345.25);
+
+  // Padding of A and B holds NaN: a kernel that reads it poisons its result. The
+  // padding of C holds a sentinel that must survive. Without accumulate C starts as
+  // NaN (it must be overwritten, not scaled by zero).
+  std::vector<T> A(size_t(a_rows) * lda, nan), B(size_t(b_rows) * ldb, nan);
+  for (int r = 0; r < a_rows; ++r)
+    for (int c = 0; c < a_cols; ++c) A[size_t(r) * lda + c] = T(rng.uniform(-1, 1));
+  for (int r = 0; r < b_rows; ++r)
+    for (int c = 0; c < b_cols; ++c) B[size_t(r) * ldb + c] = T(rng.uniform(-1, 1));
+  std::vector<T> C0(size_t(M) * ldc, sentinel);
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) C0[size_t(i) * ldc + j] = g.accumulate ? T(rng.uniform(-1, 1)) : nan;
+
+  auto a = [&](int i, int k) { return g.ta ? A[size_t(k) * lda + i] : A[size_t(i) * lda + k]; };
+  auto b = [&](int k, int j) { return g.tb ? B[size_t(j) * ldb + k] : B[size_t(k) * ldb + j]; };
+
+  std::vector<T> C = C0, Cref = C0;
+  gpt::cpu::gemm<T>(g.ta, g.tb, M, N, K, A.data(), lda, B.data(), ldb, C.data(), ldc, g.accumulate);
+  gpt::cpu::gemm_reference<T>(g.ta, g.tb, M, N, K, A.data(), lda, B.data(), ldb, Cref.data(), ldc,
+                              g.accumulate);
+
+  const long double eps = std::numeric_limits<T>::epsilon();
+  const int n = K + (g.accumulate ? 1 : 0);
+  size_t bad_ref = 0, bad_truth = 0, bad_ref_truth = 0, bad_pad = 0;
+  double worst = 0;
+  std::ostringstream why;
+  why.precision(10);
+  for (int i = 0; i < M; ++i) {
+    for (int j = 0; j < N; ++j) {
+      long double exact = 0, S = 0;
+      for (int k = 0; k < K; ++k) {
+        const long double p = (long double)a(i, k) * (long double)b(k, j);
+        exact += p;
+        S += std::fabs(p);
+      }
+      if (g.accumulate) {
+        exact += C0[size_t(i) * ldc + j];
+        S += std::fabs((long double)C0[size_t(i) * ldc + j]);
+      }
+      const long double c = C[size_t(i) * ldc + j], cr = Cref[size_t(i) * ldc + j];
+      // gemm vs gemm_reference: |C - C_ref| <= 2 n eps sum|a_ik b_kj| (two results).
+      const long double tol_ref = 2 * n * eps * S;
+      // each vs the exact product: n eps sum|a_ik b_kj| (one result).
+      const long double tol_truth = n * eps * S;
+      const bool ok_ref = std::fabs(c - cr) <= tol_ref;
+      const bool ok_truth = std::fabs(c - exact) <= tol_truth;
+      const bool ok_ref_truth = std::fabs(cr - exact) <= tol_truth;
+      bad_ref += !ok_ref;
+      bad_truth += !ok_truth;
+      bad_ref_truth += !ok_ref_truth;
+      const double r = double(std::fabs(c - exact) / (tol_truth > 0 ? tol_truth : 1));
+      if (!(r <= worst)) worst = r;
+      if ((!ok_ref || !ok_truth || !ok_ref_truth) && why.str().empty())  // the first failure
+        why << "C[" << i << "," << j << "] gemm " << double(c) << " reference " << double(cr)
+            << " exact " << double(exact) << " bound(one result) " << double(tol_truth);
+    }
+    for (int j = N; j < ldc; ++j) {
+      bad_pad += !same_bits(C[size_t(i) * ldc + j], sentinel);
+      bad_pad += !same_bits(Cref[size_t(i) * ldc + j], sentinel);
+    }
+  }
+  INFO((sizeof(T) == 4 ? "float" : "double")
+       << " trans_a " << g.ta << " trans_b " << g.tb << " M " << M << " N " << N << " K " << K
+       << " accumulate " << g.accumulate << " pad " << g.pad << " | worst |C-exact|/bound "
+       << worst << " | " << why.str());
+  CHECK(bad_ref == 0);
+  CHECK(bad_truth == 0);
+  CHECK(bad_ref_truth == 0);
+  CHECK(bad_pad == 0);
+}
+
+template <class T>
+void run_all_variants(int M, int N, int K, Rng& rng) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (bool acc : {false, true})
+        for (int pad : {0, 3}) check_gemm<T>({ta, tb, M, N, K, acc, pad}, rng);
+}
+
+}  // namespace
+
+TEST_CASE("ops: gemm matches the reference on ragged shapes", "[ops][gemm]") {
+  Rng rng(1001);
+  const int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 65}, {127, 129, 255}};
+  for (const auto& s : shapes) {
+    run_all_variants<float>(s[0], s[1], s[2], rng);
+    run_all_variants<double>(s[0], s[1], s[2], rng);
+  }
+}
+
+TEST_CASE("ops: gemm matches the reference around the micro-kernel tile", "[ops][gemm]") {
+  // Every transpose combination with and without accumulate; leading dimensions are
+  // padded in the accumulating runs only (the ragged-shape test crosses both).
+  Rng rng(1002);
+  for (int M : {1, 7, 8, 9, 15, 16, 17})
+    for (int N : {1, 15, 16, 17, 31, 32, 33, 48})
+      for (int K : {1, 64, 257})
+        for (bool ta : {false, true})
+          for (bool tb : {false, true})
+            for (bool acc : {false, true}) {
+              check_gemm<float>({ta, tb, M, N, K, acc, acc ? 2 : 0}, rng);
+              check_gemm<double>({ta, tb, M, N, K, acc, acc ? 2 : 0}, rng);
+            }
+}
+
+TEST_CASE("ops: gemm on a product larger than the cache blocks", "[ops][gemm]") {
+  // Several blocks in every dimension (whatever the blocking constants), once per
+  // transpose combination.
+  // The last shapes are wider than any column block (N > 2048) with a ragged tail.
+  Rng rng(1003);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      check_gemm<float>({ta, tb, 301, 289, 611, true, 1}, rng);
+      check_gemm<double>({ta, tb, 157, 263, 517, false, 0}, rng);
+      check_gemm<float>({ta, tb, 9, 2085, 300, false, 3}, rng);
+      check_gemm<double>({ta, tb, 10, 2070, 270, true, 0}, rng);
+    }
+}
+
+// The fp32 linear layer against the fp64 one on the same (fp32-representable)
+// inputs: the fp64 result is the ground truth to ~1e-13, so the fp32 error must be
+// within the one-result bound n * eps_float * sum|terms| of each output element,
+// with n the number of terms summed: C (+1 for the bias) forward, OC for dinp, N for
+// dw and dbias.
+TEST_CASE("ops: matmul float vs double within the dot-product bound", "[ops][gemm]") {
+  using gpt::Device;
+  const int shape = GENERATE(0, 1);
+  const int N = shape == 0 ? 64 : 37, C = shape == 0 ? 96 : 53, OC = shape == 0 ? 288 : 71;
+  const bool with_bias = GENERATE(true, false);
+  Rng rng(uint64_t(1100 + 2 * shape + with_bias));
+  auto rnd = [&](size_t n, double s) {
+    std::vector<float> f(n);
+    for (auto& x : f) x = float(s * rng.normal());
+    return f;
+  };
+  const std::vector<float> inp_f = rnd(size_t(N) * C, 1.0), w_f = rnd(size_t(OC) * C, 0.1),
+                           bias_f = rnd(size_t(OC), 0.5), dout_f = rnd(size_t(N) * OC, 1.0);
+  const std::vector<double> inp_d(inp_f.begin(), inp_f.end()), w_d(w_f.begin(), w_f.end()),
+      bias_d(bias_f.begin(), bias_f.end()), dout_d(dout_f.begin(), dout_f.end());
+
+  std::vector<float> out_f(size_t(N) * OC), dinp_f(inp_f.size(), 0.f), dw_f(w_f.size(), 0.f),
+      dbias_f(bias_f.size(), 0.f);
+  std::vector<double> out_d(out_f.size()), dinp_d(inp_d.size(), 0.0), dw_d(w_d.size(), 0.0),
+      dbias_d(bias_d.size(), 0.0);
+  gpt::ops::matmul_forward(Device::CPU, out_f.data(), inp_f.data(), w_f.data(),
+                           with_bias ? bias_f.data() : nullptr, N, C, OC);
+  gpt::ops::matmul_forward(Device::CPU, out_d.data(), inp_d.data(), w_d.data(),
+                           with_bias ? bias_d.data() : nullptr, N, C, OC);
+  gpt::ops::matmul_backward(Device::CPU, dinp_f.data(), dw_f.data(),
+                            with_bias ? dbias_f.data() : nullptr, dout_f.data(), inp_f.data(),
+                            w_f.data(), N, C, OC);
+  gpt::ops::matmul_backward(Device::CPU, dinp_d.data(), dw_d.data(),
+                            with_bias ? dbias_d.data() : nullptr, dout_d.data(), inp_d.data(),
+                            w_d.data(), N, C, OC);
+
+  const double eps = std::numeric_limits<float>::epsilon();
+  // Generic check: got[idx] vs truth[idx] within n * eps * S(idx).
+  auto check = [&](const char* what, const auto& got, const std::vector<double>& truth, int n,
+                   auto&& S) {
+    size_t bad = 0, worst_i = 0;
+    double worst = 0;
+    for (size_t i = 0; i < truth.size(); ++i) {
+      const double tol = n * eps * S(i);
+      const double r = std::fabs(double(got[i]) - truth[i]) / tol;
+      bad += !(r <= 1);
+      if (!(r <= worst)) worst = r, worst_i = i;
+    }
+    INFO(what << " N " << N << " C " << C << " OC " << OC << " bias " << with_bias
+              << ": worst element " << worst_i << " float " << double(got[worst_i]) << " double "
+              << truth[worst_i] << " |diff|/bound " << worst);
+    CHECK(bad == 0);
+  };
+  check("forward out", out_f, out_d, C + (with_bias ? 1 : 0), [&](size_t idx) {
+    const size_t i = idx / OC, o = idx % OC;
+    double s = with_bias ? std::fabs(bias_d[o]) : 0.0;
+    for (int c = 0; c < C; ++c) s += std::fabs(inp_d[i * C + c] * w_d[o * C + c]);
+    return s;
+  });
+  check("backward dinp", dinp_f, dinp_d, OC, [&](size_t idx) {
+    const size_t i = idx / C, c = idx % C;
+    double s = 0;
+    for (int o = 0; o < OC; ++o) s += std::fabs(dout_d[i * OC + o] * w_d[o * C + c]);
+    return s;
+  });
+  check("backward dw", dw_f, dw_d, N, [&](size_t idx) {
+    const size_t o = idx / C, c = idx % C;
+    double s = 0;
+    for (int i = 0; i < N; ++i) s += std::fabs(dout_d[i * OC + o] * inp_d[i * C + c]);
+    return s;
+  });
+  if (with_bias)
+    check("backward dbias", dbias_f, dbias_d, N, [&](size_t o) {
+      double s = 0;
+      for (int i = 0; i < N; ++i) s += std::fabs(dout_d[i * OC + o]);
+      return s;
+    });
+}
