@@ -18,5 +18,5 @@ make_corpus() {  # make_corpus DIR PREPARE
 # The tiny model every trainer test uses, on the corpus of make_corpus.
 tiny_args() {  # tiny_args DATA_DIR RUN_DIR
   echo --config "$ROOT/configs/tiny.json" --set device=cpu --set "train_data=$1/train.bin" \
-    --set "val_data=$1/val.bin" --set "run_dir=$2" --set threads=2
+    --set "val_data=$1/val.bin" --set "run_dir=$2" --set threads=1
 }

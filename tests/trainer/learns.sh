@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The trainer learns: on a repetitive corpus the loss must fall well below the
-# uniform-guess loss ln(256) = 5.55 within 60 steps, in fp32 and in bf16, and
+# uniform-guess loss ln(256) = 5.55 within 300 steps, in fp32 and in bf16, and
 # metrics.jsonl must hold one train line per step, validation lines and a sample.
 # Usage: learns.sh TRAIN PREPARE WORKDIR ROOT
 set -euo pipefail
@@ -10,17 +10,18 @@ rm -rf "$WORK" && mkdir -p "$WORK"
 make_corpus "$WORK" "$PREPARE"
 for precision in fp32 bf16; do
   run="$WORK/$precision"
-  "$TRAIN" $(tiny_args "$WORK/data" "$run") --set steps=60 --set precision=$precision \
-    --set val_every=20 --set lr=0.01 > "$run.log"
+  "$TRAIN" $(tiny_args "$WORK/data" "$run") --set steps=300 --set precision=$precision \
+    --set val_every=100 --set lr=0.01 --set threads=1 > "$run.log"
   m="$run/metrics.jsonl"
   n_train=$(grep -c '"kind":"train"' "$m")
-  [ "$n_train" -eq 60 ] || { echo "FAIL ($precision): $n_train train lines, expected 60"; exit 1; }
+  [ "$n_train" -eq 300 ] || { echo "FAIL ($precision): $n_train train lines, expected 300"; exit 1; }
   grep -q '"kind":"val"' "$m" || { echo "FAIL ($precision): no validation line"; exit 1; }
   grep -q '"kind":"sample"' "$m" || { echo "FAIL ($precision): no sample line"; exit 1; }
   last=$(grep '"kind":"val"' "$m" | tail -1 | sed -E 's/.*"val_loss":([^,}]*).*/\1/')
   # The corpus is two sentences repeated with a counter: a model that has learned
-  # anything is far below the uniform 5.55; 2.5 leaves room for any sane run.
-  awk -v l="$last" 'BEGIN { exit !(l < 2.5) }' ||
-    { echo "FAIL ($precision): final validation loss $last is not below 2.5"; exit 1; }
+  # anything is far below the uniform 5.55 (seen: 1.3 in fp32, 1.6 in bf16 at 300
+  # steps); 2.0 leaves room for any sane run and still fails a model that did not learn.
+  awk -v l="$last" 'BEGIN { exit !(l < 2.0) }' ||
+    { echo "FAIL ($precision): final validation loss $last is not below 2.0"; exit 1; }
   echo "PASS ($precision): final validation loss $last"
 done
