@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "common/trace.h"
 #include "kernels/ops.h"
 
 namespace gpt {
@@ -53,6 +54,7 @@ void GPT2<T>::zero_grads() {
 
 template <class T>
 T GPT2<T>::forward(const int32_t* inputs, const int32_t* targets) {
+  Span span("forward");
   const Device d = device_;
   const int L = model_.n_layer, C = model_.n_embd, NH = model_.n_head;
   const int V = model_.vocab_size, Vp = model_.padded_vocab(), N = B_ * T_;
@@ -128,6 +130,7 @@ T GPT2<T>::forward(const int32_t* inputs, const int32_t* targets) {
 
 template <class T>
 void GPT2<T>::backward(T loss_scale) {
+  Span span("backward");
   require(have_targets_, "backward() needs a forward() with targets");
   const Device d = device_;
   const int L = model_.n_layer, C = model_.n_embd, NH = model_.n_head;

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/fast_exp.h"
 
 namespace gpt::cpu {
 
@@ -18,15 +19,21 @@ void softmax_crossentropy(T* losses, T* dlogits, const T* logits, const int32_t*
   for (int i = 0; i < N; ++i) {
     const T* z = logits + size_t(i) * Vp;
     T max = z[0];
+#pragma omp simd reduction(max : max)
     for (int j = 1; j < V; ++j) max = z[j] > max ? z[j] : max;
     T sum = 0;
-    for (int j = 0; j < V; ++j) sum += std::exp(z[j] - max);
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < V; ++j) sum += exp_t(z[j] - max);
     const T log_sum = std::log(sum);
     const int target = targets[i];
     losses[i] = log_sum - (z[target] - max);
     if (!dlogits) continue;
     T* d = dlogits + size_t(i) * Vp;
-    for (int j = 0; j < V; ++j) d[j] = dloss * std::exp(z[j] - max - log_sum);
+    // p_j = exp(z_j - max) / sum: dividing keeps p as accurate as the exp itself
+    // (exp(z_j - max - log_sum) would add log_sum's rounding, amplified by |z_j - max|).
+    const T scale = dloss / sum;
+#pragma omp simd
+    for (int j = 0; j < V; ++j) d[j] = scale * exp_t(z[j] - max);
     d[target] -= dloss;
     for (int j = V; j < Vp; ++j) d[j] = 0;
   }

@@ -1,26 +1,33 @@
 // Element-wise ops: GELU (tanh form, Hendrycks & Gimpel 2016) and the residual add.
 //   gelu(x)  = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
-//   gelu'(x) = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) sqrt(2/pi) (1 + 3*0.044715 x^2)
+// computed through the identity 0.5 (1 + tanh(u)) = sigmoid(2u) = 1 / (1 + exp(-2u)):
+//   gelu(x)  = x s,                      s = sigmoid(2u)
+//   gelu'(x) = s + 2 x s (1 - s) u'(x),  u'(x) = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+// The sigmoid form needs one exp, which vectorises (fast_exp.h), where tanh does not,
+// and it has no cancellation for large negative u.
 #include <cmath>
 #include <cstddef>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/fast_exp.h"
 
 namespace gpt::cpu {
 
 namespace {
 constexpr double kSqrt2OverPi = 0.7978845608028654;
 constexpr double kGeluCubic = 0.044715;
+
+template <class T>
+inline T gelu_sigmoid(T x) {  // sigmoid(2u(x))
+  const T u = T(kSqrt2OverPi) * (x + T(kGeluCubic) * x * x * x);
+  return T(1) / (T(1) + exp_t(T(-2) * u));
+}
 }  // namespace
 
 template <class T>
 void gelu_forward(T* out, const T* inp, size_t n) {
 #pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; ++i) {
-    const T x = inp[i];
-    const T u = T(kSqrt2OverPi) * (x + T(kGeluCubic) * x * x * x);
-    out[i] = T(0.5) * x * (T(1) + std::tanh(u));
-  }
+  for (size_t i = 0; i < n; ++i) out[i] = inp[i] * gelu_sigmoid(inp[i]);
 }
 
 template <class T>
@@ -28,10 +35,9 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; ++i) {
     const T x = inp[i];
-    const T u = T(kSqrt2OverPi) * (x + T(kGeluCubic) * x * x * x);
-    const T th = std::tanh(u);
+    const T s = gelu_sigmoid(x);
     const T du = T(kSqrt2OverPi) * (T(1) + T(3 * kGeluCubic) * x * x);
-    dinp[i] += dout[i] * (T(0.5) * (T(1) + th) + T(0.5) * x * (T(1) - th * th) * du);
+    dinp[i] += dout[i] * (s + T(2) * x * s * (T(1) - s) * du);
   }
 }
 

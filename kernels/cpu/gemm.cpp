@@ -78,7 +78,7 @@ template <class T>
 void pack_b(const T* B, int ldb, bool trans, int k0, int kc, int j0, int nc, T* out) {
   constexpr int NR = Tile<T>::NR;
   const int panels = (nc + NR - 1) / NR;
-#pragma omp parallel for schedule(static)
+#pragma omp for schedule(static)  // orphaned: shares the caller's parallel region
   for (int q = 0; q < panels; ++q) {
     const int cols = std::min(NR, nc - q * NR);
     T* panel = out + size_t(q) * NR * kc;
@@ -159,15 +159,17 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, int lda, 
   mc = std::max(P::MR, (mc + P::MR - 1) / P::MR * P::MR);
   const int row_blocks = (M + mc - 1) / mc;
 
-  for (int jc = 0; jc < N; jc += P::NC) {
-    const int nc = std::min(P::NC, N - jc);
-    for (int pc = 0; pc < K; pc += P::KC) {
-      const int kc = std::min(P::KC, K - pc);
-      const bool add = accumulate || pc > 0;
-      pack_b(B, ldb, trans_b, pc, kc, jc, nc, packed_b.data());
+  // One parallel region for the whole product: the threads pack B together, then
+  // split the row blocks; the implicit barriers of the `omp for` loops order the two.
 #pragma omp parallel
-      {
-        std::vector<T> packed_a(size_t(mc) * kc);
+  {
+    std::vector<T> packed_a(size_t(mc) * kc_max);
+    for (int jc = 0; jc < N; jc += P::NC) {
+      const int nc = std::min(P::NC, N - jc);
+      for (int pc = 0; pc < K; pc += P::KC) {
+        const int kc = std::min(P::KC, K - pc);
+        const bool add = accumulate || pc > 0;
+        pack_b(B, ldb, trans_b, pc, kc, jc, nc, packed_b.data());
 #pragma omp for schedule(dynamic, 1)
         for (int blk = 0; blk < row_blocks; ++blk) {
           const int ic = blk * mc;

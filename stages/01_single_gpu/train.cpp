@@ -25,6 +25,7 @@
 #include "common/optimizer.h"
 #include "common/sampler.h"
 #include "common/tokenizer.h"
+#include "common/trace.h"
 #include "kernels/ops.h"
 
 using namespace gpt;
@@ -61,6 +62,7 @@ int train(int argc, char** argv) {
   const bool bf16 = precision == Precision::BF16;
   const int accum = cfg.grad_accum(1);
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
+  Trace::global().enable(cfg.trace_file);
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
   DataLoader val_data(cfg.val_data, cfg.model.vocab_size, T, cfg.seed);
@@ -103,17 +105,27 @@ int train(int argc, char** argv) {
   std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    model.zero_grads();
+    {
+      Span span("zero_grads");
+      model.zero_grads();
+    }
     double loss = 0;
     for (int micro = 0; micro < accum; ++micro) {
       train_data.batch(step, micro, 0, 1, B, cfg.batch_size, inputs.data(), targets.data());
       loss += double(model.forward(inputs.data(), targets.data())) / accum;
       model.backward(1.0f / float(accum));
     }
-    const double norm = std::sqrt(ops::sum_of_squares(device, model.grads().data(), size_t(n_params)));
+    double norm = 0;
+    {
+      Span span("grad_norm");
+      norm = std::sqrt(ops::sum_of_squares(device, model.grads().data(), size_t(n_params)));
+    }
     const double lr = learning_rate(cfg, step);
-    optimizer.step(device, model.params().data(), model.grads().data(), lr,
-                   clip_scale(norm, cfg.grad_clip), cfg, int(step + 1), bf16);
+    {
+      Span span("adamw");
+      optimizer.step(device, model.params().data(), model.grads().data(), lr,
+                     clip_scale(norm, cfg.grad_clip), cfg, int(step + 1), bf16);
+    }
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
 
@@ -147,6 +159,7 @@ int train(int argc, char** argv) {
     std::printf("---- sample (temperature %.2f, top-k %d) ----\n%s\n----\n", cfg.temperature, cfg.top_k, text.c_str());
     log.sample(state.step, text);
   }
+  Trace::global().write();
   return 0;
 }
 

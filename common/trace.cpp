@@ -1,0 +1,48 @@
+#include "common/trace.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "common/error.h"
+
+namespace gpt {
+
+Trace& Trace::global() {
+  static Trace trace;
+  return trace;
+}
+
+void Trace::enable(const std::string& path, int rank) {
+  path_ = path;
+  rank_ = rank;
+  enabled_ = !path.empty();
+  events_.reserve(1 << 16);
+}
+
+int64_t Trace::now_us() const {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - origin_)
+      .count();
+}
+
+void Trace::record(const char* name, const char* category, int64_t start_us, int64_t dur_us, int lane) {
+  events_.push_back({name, category, start_us, dur_us, lane});
+}
+
+void Trace::write() const {
+  if (!enabled_) return;
+  const std::filesystem::path p(path_);
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  std::FILE* f = std::fopen(path_.c_str(), "w");
+  require(f != nullptr, "trace_file: cannot write '" + path_ + "'");
+  std::fprintf(f, "{\"traceEvents\":[\n");
+  for (size_t i = 0; i < events_.size(); ++i) {
+    const Event& e = events_[i];
+    std::fprintf(f, "%s{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%lld,\"dur\":%lld,\"pid\":%d,\"tid\":%d}\n",
+                 i ? "," : "", e.name, e.category, static_cast<long long>(e.start_us),
+                 static_cast<long long>(e.dur_us), rank_, e.lane);
+  }
+  std::fprintf(f, "]}\n");
+  std::fclose(f);
+}
+
+}  // namespace gpt
