@@ -87,7 +87,7 @@ constexpr Key kKeys[] = {
     {"train_data", FIELD(train_data), "training token shard, or a glob of shards"},
     {"val_data", FIELD(val_data), "validation token shard, or a glob of shards"},
     {"val_every", FIELD(val_every), "steps between validations (0: only at the end)"},
-    {"val_batches", FIELD(val_batches), "batches of batch_size sequences per validation"},
+    {"val_batches", FIELD(val_batches), "micro-batches (micro_batch_size sequences each) per validation; the same fixed windows on every run"},
     // runtime
     {"device", FIELD(device), "auto, cpu or cuda (auto: cuda when a GPU is present)"},
     {"precision", FIELD(precision), "fp32 or bf16 (bf16 activations, fp32 master weights)"},

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages gpt-stages needs, only those that are missing.
+#
+#   scripts/setup.sh [--with-docs] [--with-notebooks] [--check]
+#
+#   --with-docs       also doxygen and graphviz (docs/Doxyfile)
+#   --with-notebooks  also Jupyter (nbconvert, ipykernel) and matplotlib (notebooks/)
+#   --check           only report what is missing; exit 1 if anything is
+#
+# Runs apt-get (once `apt-get update`, then one `apt-get install`) as root, or via
+# sudo when not root. When everything is present it touches nothing and takes well
+# under a second. The CUDA toolkit is not installed here: CMake uses
+# /usr/local/cuda when it exists and builds CPU-only otherwise.
+set -euo pipefail
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+packages=(
+  build-essential cmake ninja-build          # compilers and build
+  openmpi-bin libopenmpi-dev                 # multi-rank stages (mpirun)
+  nlohmann-json3-dev                         # config, metrics, checkpoint manifest
+  catch2                                     # unit tests (v2, catch2/catch.hpp)
+  python3-torch python3-numpy                # PyTorch oracle tests (/usr/bin/python3)
+  fortunes fortunes-min                      # default training corpus
+)
+check_only=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-docs) packages+=(doxygen graphviz) ;;
+    --with-notebooks) packages+=(jupyter-nbconvert python3-ipykernel python3-matplotlib) ;;
+    --check) check_only=1 ;;
+    -h | --help)
+      sed -n '2,13s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+      exit 0
+      ;;
+    *) die "unknown option '$arg' (see scripts/setup.sh --help)" ;;
+  esac
+done
+
+command -v dpkg-query >/dev/null ||
+  die "dpkg-query not found: this script targets Debian 12; install by hand: ${packages[*]}"
+
+missing=()
+for pkg in "${packages[@]}"; do
+  status="$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)"
+  [[ "$status" == "install ok installed" ]] || missing+=("$pkg")
+done
+
+if ((${#missing[@]} == 0)); then
+  log "packages: all ${#packages[@]} present"
+  exit 0
+fi
+if ((check_only)); then
+  printf 'missing: %s\n' "${missing[*]}"
+  exit 1
+fi
+
+if ((EUID == 0)); then
+  as_root=()
+elif command -v sudo >/dev/null; then
+  as_root=(sudo)
+else
+  die "missing packages (${missing[*]}) and not root, and sudo is not installed: run this script as root, or install them by hand"
+fi
+
+log "installing: ${missing[*]}"
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq ||
+  die "apt-get update failed"
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" ||
+  die "apt-get install failed for: ${missing[*]}"
+log "packages installed"

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs the whole test suite twice:
+#
+#   1. the `default` preset (Release; CUDA when a toolkit is found): every test;
+#   2. the `sanitize` preset (AddressSanitizer + UBSan, CPU only): every test not
+#      labelled `slow`.
+#
+#   scripts/test.sh [ctest args ...]      e.g. scripts/test.sh -R config -V
+#
+# Extra arguments go to both ctest runs. Exits non-zero when a build or a test fails.
+# Environment:
+#   GPT_TEST_SKIP_SANITIZE=1   skip the sanitizer pass (quicker local runs)
+#   GPT_TEST_JOBS=N            tests run at once (default 2)
+#   GPT_TEST_TIMEOUT=S         per-test limit for tests that set none (default 900 s)
+# GPU tests (label `gpu`) report "skipped" on machines without a GPU.
+set -euo pipefail
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+case "${1:-}" in
+  -h | --help)
+    sed -n '2,16s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    exit 0
+    ;;
+esac
+
+cd "$GPT_ROOT"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
+jobs="${GPT_TEST_JOBS:-2}"
+timeout="${GPT_TEST_TIMEOUT:-900}"
+# An empty suite is a failure, unless the caller filtered it (-R, -L ...) to nothing.
+no_tests=(--no-tests=error)
+(($# > 0)) && no_tests=()
+
+summary=()
+failed=0
+
+# run_suite NAME DIR [ctest args...]: runs ctest in DIR, keeps its log in DIR/test.log
+# and adds the summary lines to `summary`.
+run_suite() {
+  local name="$1" dir rc log line
+  dir="$(abs_dir "$2")"
+  shift 2
+  log="$dir/test.log"
+  log "running the $name tests ($dir, $jobs at once)"
+  if ctest --test-dir "$dir" --output-on-failure -j "$jobs" --timeout "$timeout" \
+    "${no_tests[@]}" "$@" 2>&1 | tee "$log"; then
+    rc=0
+  else
+    rc=$?
+  fi
+  # The pass/fail count, the total time, and the list of failed tests if any.
+  while IFS= read -r line; do
+    summary+=("[$name] $line")
+  done < <(awk '/tests passed|Total Test time/ { print; next }
+                /The following tests FAILED/ { f = 1 }
+                /^Errors while running CTest/ { f = 0 }
+                f && NF { print }' "$log")
+  if ((rc != 0)); then
+    summary+=("[$name] ctest exited with status $rc (log: ${log#"$GPT_ROOT"/})")
+    failed=1
+  fi
+}
+
+ensure_deps
+build_preset default "$GPT_BUILD_DIR"
+run_suite default "$GPT_BUILD_DIR" "$@"
+
+if [[ "${GPT_TEST_SKIP_SANITIZE:-0}" == 1 ]]; then
+  summary+=("[sanitize] skipped (GPT_TEST_SKIP_SANITIZE=1)")
+else
+  build_preset sanitize "$GPT_SANITIZE_BUILD_DIR"
+  run_suite sanitize "$GPT_SANITIZE_BUILD_DIR" --label-exclude slow "$@"
+fi
+
+printf '\n==== test summary ====\n'
+printf '%s\n' "${summary[@]}"
+if ((failed)); then
+  printf 'FAILED\n'
+  exit 1
+fi
+printf 'all test runs passed\n'
