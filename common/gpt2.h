@@ -18,10 +18,48 @@
 
 namespace gpt {
 
+enum class Pass { Forward, Backward };
+
+// Where the model's weights and gradient buffers live, asked for one unit at a time
+// (units: see ParamLayout). Stage 01 keeps everything in two flat buffers (FlatStore);
+// later stages shard them and gather or reduce a unit around its use.
+// The order of calls, which a store may exploit to prefetch:
+//   forward:  acquire(0) | acquire(1) .. release(1) | ... | acquire(L+1) release(L+1) | release(0)
+//   backward: acquire(0) acquire(L+1) grads(0) grads(L+1) .. done(L+1) release(L+1)
+//             | for l = L..1: acquire(l) grads(l) .. release(l) done(l) | done(0) release(0)
+// Pointers returned by acquire/grads point at the unit's first element.
+template <class T>
+class WeightStore {
+ public:
+  virtual ~WeightStore() = default;
+  virtual const T* acquire(int unit, Pass pass) = 0;
+  virtual void release(int /*unit*/, Pass /*pass*/) {}
+  virtual T* grads(int unit) = 0;
+  // The unit's gradient is complete for this backward (accumulated over the micro-batch).
+  virtual void grads_done(int /*unit*/) {}
+};
+
+// Stage 01's store: the whole model's weights and gradients, flat.
+template <class T>
+class FlatStore : public WeightStore<T> {
+ public:
+  FlatStore(const ParamLayout& layout, T* params, T* grads)
+      : layout_(&layout), params_(params), grads_(grads) {}
+  const T* acquire(int unit, Pass) override { return params_ + layout_->unit(unit).begin; }
+  T* grads(int unit) override { return grads_ + layout_->unit(unit).begin; }
+
+ private:
+  const ParamLayout* layout_;
+  T* params_;
+  T* grads_;
+};
+
 template <class T>
 class GPT2 {
  public:
   GPT2(const ModelConfig& model, int batch, int seq_len, Device device, Precision precision);
+  GPT2(const GPT2&) = delete;  // the store points into the model
+  GPT2& operator=(const GPT2&) = delete;
 
   const ModelConfig& model() const { return model_; }
   const ParamLayout& layout() const { return layout_; }
@@ -48,6 +86,10 @@ class GPT2 {
 
   void zero_grads();
 
+  // Routes weights and gradients through another store (nullptr: the model's own flat
+  // buffers, params() and grads()). The store must outlive its use.
+  void set_store(WeightStore<T>* store) { store_ = store ? store : &flat_; }
+
   // Logits of the last forward, (B, T, Vp); columns >= V are padding.
   const T* logits() const { return logits_.data(); }
   // Per-position losses of the last forward, (B, T).
@@ -68,6 +110,8 @@ class GPT2 {
   Device device_;
   Precision precision_;
   std::vector<T> params_, grads_;
+  FlatStore<T> flat_{layout_, nullptr, nullptr};
+  WeightStore<T>* store_ = &flat_;
   // activations (forward) and their gradients (backward); see gpt2.cpp for shapes
   std::vector<T> encoded_, ln1_, ln1_mean_, ln1_rstd_, qkv_, atty_, att_, attproj_, resid2_,
       ln2_, ln2_mean_, ln2_rstd_, fch_, fch_gelu_, fcproj_, resid3_, lnf_, lnf_mean_, lnf_rstd_,

@@ -33,6 +33,7 @@ ParamLayout::ParamLayout(const ModelConfig& m) : model_(m) {
   wte_ = add("wte", {m.padded_vocab(), C}, -1, true, Init::Normal, std);
   tensors_.back().init_rows = m.vocab_size;  // padding rows stay zero
   wpe_ = add("wpe", {m.block_size, C}, -1, true, Init::Normal, std);
+  units_.push_back({0, total_});
   for (int l = 0; l < L; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     BlockParams b;
@@ -49,9 +50,11 @@ ParamLayout::ParamLayout(const ModelConfig& m) : model_(m) {
     b.fcproj_w = add(p + "mlp.c_proj.weight", {C, 4 * C}, l, true, Init::Normal, proj_std);
     b.fcproj_b = add(p + "mlp.c_proj.bias", {C}, l, false, Init::Zeros);
     blocks_.push_back(b);
+    units_.push_back({b.ln1_w, total_});
   }
   lnf_w_ = add("ln_f.weight", {C}, -1, false, Init::Ones);
   lnf_b_ = add("ln_f.bias", {C}, -1, false, Init::Zeros);
+  units_.push_back({lnf_w_, total_});
 }
 
 const ParamTensor& ParamLayout::find(const std::string& name) const {

@@ -43,6 +43,15 @@ struct BlockParams {
   int64_t ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
 };
 
+// A unit is a contiguous range of the flat buffer that the model uses as a whole:
+// unit 0 the embeddings (wte, wpe), units 1..L the blocks, unit L+1 the final layernorm.
+// The model asks for weights and hands back gradients one unit at a time (WeightStore in
+// gpt2.h), which is where ZeRO-3 gathers a layer's weights and ZeRO-2 shards its grads.
+struct Unit {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+
 class ParamLayout {
  public:
   explicit ParamLayout(const ModelConfig& m);
@@ -56,6 +65,12 @@ class ParamLayout {
   int64_t lnf_w() const { return lnf_w_; }
   int64_t lnf_b() const { return lnf_b_; }
   const BlockParams& block(int l) const { return blocks_[l]; }
+
+  int num_units() const { return int(units_.size()); }
+  const Unit& unit(int u) const { return units_[u]; }
+  static constexpr int kEmbeddingUnit = 0;
+  int block_unit(int l) const { return 1 + l; }
+  int final_unit() const { return num_units() - 1; }
   const ModelConfig& model() const { return model_; }
 
   // Writes the initial value of elements [begin, end) of the flat buffer (any range:
@@ -69,6 +84,7 @@ class ParamLayout {
   ModelConfig model_;
   std::vector<ParamTensor> tensors_;
   std::vector<BlockParams> blocks_;
+  std::vector<Unit> units_;
   int64_t total_ = 0, wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
 };
 
