@@ -96,6 +96,12 @@ constexpr Key kKeys[] = {
     {"metrics_file", FIELD(metrics_file), "JSON-lines metrics file (empty: metrics.jsonl in run_dir)"},
     {"trace_file", FIELD(trace_file), "Chrome/Perfetto trace file (empty: no trace)"},
     {"log_every", FIELD(log_every), "steps between progress lines on the terminal"},
+    // distributed
+    {"dp", FIELD(dp), "data-parallel ranks (0: every rank of the job); stages 02+"},
+    {"comm", FIELD(comm), "communication backend: auto, mpi or nccl"},
+    {"allreduce", FIELD(allreduce), "gradient all-reduce of stage 02: ring (written out) or backend"},
+    {"bucket_mb", FIELD(bucket_mb), "gradient bucket size in MiB (one all-reduce per bucket)"},
+    {"comm_timeout_s", FIELD(comm_timeout_s), "seconds without an answer before a peer is reported lost"},
     // checkpoints
     {"checkpoint_every", FIELD(checkpoint_every), "steps between checkpoints (0: only at the end)"},
     {"checkpoint_at_end", FIELD(checkpoint_at_end), "write a checkpoint after the last step"},
@@ -459,6 +465,7 @@ void validate(const Config& cfg, int dp) {
   // Data and logging.
   check_int(cfg.val_every >= 0, "val_every", cfg.val_every, "must be >= 0 (0: only at the end)");
   check_int(cfg.val_batches >= 0, "val_batches", cfg.val_batches, "must be >= 0");
+  check_int(cfg.dp >= 0, "dp", cfg.dp, "must be >= 0 (0: every rank)");
   check_int(cfg.log_every >= 1, "log_every", cfg.log_every, "must be >= 1");
 
   // Runtime. precision's check is parse_precision's, so the accepted names live in one place.
@@ -467,6 +474,14 @@ void validate(const Config& cfg, int dp) {
   parse_precision(cfg.precision);
   check_int(cfg.threads >= 0, "threads", cfg.threads, "must be >= 0 (0: all cores)");
   check(!cfg.run_dir.empty(), "run_dir", "\"\"", "must not be empty");
+
+  // Distributed.
+  check(cfg.comm == "auto" || cfg.comm == "mpi" || cfg.comm == "nccl", "comm",
+        show(Json(cfg.comm)), "must be auto, mpi or nccl");
+  check(cfg.allreduce == "ring" || cfg.allreduce == "backend", "allreduce",
+        show(Json(cfg.allreduce)), "must be ring or backend");
+  check_double(cfg.bucket_mb > 0, "bucket_mb", cfg.bucket_mb, "must be positive");
+  check_double(cfg.comm_timeout_s > 0, "comm_timeout_s", cfg.comm_timeout_s, "must be positive");
 
   // Checkpoints.
   check_int(cfg.checkpoint_every >= 0, "checkpoint_every", cfg.checkpoint_every,

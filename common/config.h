@@ -57,6 +57,13 @@ struct Config {
   std::string trace_file = "";
   int log_every = 1;
 
+  // distributed (stages 02+): layout of the ranks and how gradients travel
+  int dp = 0;                    // data-parallel ranks; 0 = all ranks of the job
+  std::string comm = "auto";     // auto | mpi | nccl
+  std::string allreduce = "ring";  // ring (stage 02's own) | backend (the library's)
+  double bucket_mb = 4.0;        // gradient bucket size in MiB
+  double comm_timeout_s = 60.0;  // a peer silent this long is reported lost
+
   // checkpoints
   int checkpoint_every = 0;  // 0 = only at the end
   bool checkpoint_at_end = true;

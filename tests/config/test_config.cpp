@@ -72,6 +72,11 @@ void require_same(const Config& a, const Config& b) {
   CHECK(a.metrics_file == b.metrics_file);
   CHECK(a.trace_file == b.trace_file);
   CHECK(a.log_every == b.log_every);
+  CHECK(a.dp == b.dp);
+  CHECK(a.comm == b.comm);
+  CHECK(a.allreduce == b.allreduce);
+  CHECK(a.bucket_mb == b.bucket_mb);
+  CHECK(a.comm_timeout_s == b.comm_timeout_s);
   CHECK(a.checkpoint_every == b.checkpoint_every);
   CHECK(a.checkpoint_at_end == b.checkpoint_at_end);
   CHECK(a.keep_checkpoints == b.keep_checkpoints);
@@ -332,7 +337,8 @@ TEST_CASE("config_to_json round-trips through apply_json_text to an equal config
                           "val_batches=2", "device=cpu", "precision=bf16", "threads=3",
                           "run_dir=runs/rt", "metrics_file=m.jsonl", "trace_file=t.json",
                           "log_every=5", "checkpoint_every=9", "checkpoint_at_end=false",
-                          "keep_checkpoints=4", "resume=latest", "sample_tokens=17",
+                          "keep_checkpoints=4", "resume=latest", "dp=3", "comm=mpi", "allreduce=backend",
+                          "bucket_mb=0.5", "comm_timeout_s=5", "sample_tokens=17",
                           "temperature=1.3", "top_k=0", "prompt=\"quoted\"\t\\ \xc3\xa9"});
   original.lr = 0.1 + 0.2;  // a double with no short decimal form must survive exactly
   std::string json = gpt::config_to_json(original);
@@ -346,7 +352,7 @@ TEST_CASE("config_to_json round-trips through apply_json_text to an equal config
 
 TEST_CASE("every key can be set from the text it prints as, and is documented") {
   nlohmann::json keys = nlohmann::json::parse(gpt::config_to_json(Config{}));
-  REQUIRE(keys.size() == 37);  // one per Config field (ModelConfig has five)
+  REQUIRE(keys.size() == 42);  // one per Config field (ModelConfig has five)
   std::string help = gpt::config_help_text();
   std::string markdown = gpt::config_reference_markdown();
   CHECK(help.starts_with("usage: train [--config FILE] [--set key=value]..."));
