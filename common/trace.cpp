@@ -25,11 +25,13 @@ int64_t Trace::now_us() const {
 }
 
 void Trace::record(const char* name, const char* category, int64_t start_us, int64_t dur_us, int lane) {
+  std::lock_guard<std::mutex> lock(mutex_);
   events_.push_back({name, category, start_us, dur_us, lane});
 }
 
 void Trace::write() const {
   if (!enabled_) return;
+  std::lock_guard<std::mutex> lock(mutex_);
   const std::filesystem::path p(path_);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
   std::FILE* f = std::fopen(path_.c_str(), "w");

@@ -5,6 +5,7 @@
 // one branch.
 #pragma once
 #include <chrono>
+#include <mutex>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -35,6 +36,7 @@ class Trace {
   int rank_ = 0;
   std::chrono::steady_clock::time_point origin_ = std::chrono::steady_clock::now();
   std::vector<Event> events_;
+  mutable std::mutex mutex_;  // spans come from the compute and the communication threads
 };
 
 // Records the lifetime of a scope as a span. Names must be string literals (kept by pointer).
