@@ -77,7 +77,7 @@ struct Config {
   std::string prompt = "\n";
 
   // derived
-  int grad_accum(int dp = 1) const { return batch_size / (micro_batch_size * dp); }
+  int grad_accum(int dp_ranks = 1) const { return batch_size / (micro_batch_size * dp_ranks); }
   int64_t tokens_per_step() const { return int64_t(batch_size) * seq_len; }
   std::string metrics_path() const {
     return metrics_file.empty() ? run_dir + "/metrics.jsonl" : metrics_file;

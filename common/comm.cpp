@@ -1,0 +1,186 @@
+// The backend-independent part of the Communicator: which backend `comm=auto|mpi|nccl`
+// selects (and why another cannot be had), the GPU each rank uses, the element-wise
+// sum that the bf16 reductions share, and the small helpers of the error messages.
+//
+// The choice, in order:
+//   comm=nccl  NCCL; an error naming the reason when the build has no NCCL (no CUDA
+//              toolkit, no libnccl, or no MPI to bootstrap it) or device is not CUDA.
+//   comm=mpi   MPI; an error when the build has no MPI. A process started without
+//              mpirun runs as an MPI singleton (a world of size 1).
+//   comm=auto  NCCL when the device is CUDA, NCCL is built and every rank of a node has
+//              a GPU of its own; else MPI when built and the process was started by a
+//              launcher (mpirun, srun); else the local world of one process, which
+//              needs no MPI start-up at all.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "common/comm.h"
+#include "common/comm_internal.h"
+#include "kernels/cpu/bf16.h"
+
+#ifdef GPT_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace gpt {
+
+namespace comm_detail {
+
+std::string format_ranks(const std::vector<int>& ranks) {
+  // Runs of consecutive ranks become "a-b"; after 32 entries the rest is counted.
+  std::string out;
+  size_t entries = 0;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (entries == 32) {
+      out += ",... (" + std::to_string(ranks.size()) + " ranks)";
+      break;
+    }
+    if (!out.empty()) out += ',';
+    out += std::to_string(ranks[i]);
+    if (j > i) {
+      out += j == i + 1 ? ',' : '-';
+      out += std::to_string(ranks[j]);
+    }
+    ++entries;
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string format_seconds(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", s);
+  return text;
+}
+
+bool launched_by_mpi() {
+  // Open MPI's mpirun, PMIx launchers (Open MPI 4+, srun --mpi=pmix), PMI-1/2 launchers
+  // (MPICH's hydra, Intel MPI, srun --mpi=pmi2) and MVAPICH each leave one of these.
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"})
+    if (std::getenv(name) != nullptr) return true;
+  return false;
+}
+
+void check_rank(int r, int size, const char* op, const char* what) {
+  if (r < 0 || r >= size)
+    fail(std::string(op) + ": " + what + " " + std::to_string(r) + " is not a rank of this group (size " +
+         std::to_string(size) + ")");
+}
+
+void check_count(size_t count, const char* op) {
+  if (count > size_t(std::numeric_limits<int>::max()))
+    fail(std::string(op) + ": " + std::to_string(count) +
+         " elements in one call is more than MPI's int count allows (2^31 - 1); split the buffer");
+}
+
+}  // namespace comm_detail
+
+using namespace comm_detail;
+
+namespace {
+
+[[noreturn]] void no_nccl(const std::string& why) { fail("comm=nccl: " + why); }
+
+// Why this build cannot offer NCCL (empty when it can).
+std::string nccl_missing_reason() {
+#if defined(GPT_HAVE_NCCL)
+  return "";
+#elif !defined(GPT_HAVE_CUDA)
+  return "this build has no CUDA (configure with a CUDA toolkit and GPT_CUDA=AUTO or ON)";
+#elif !defined(GPT_HAVE_MPI)
+  return "NCCL exchanges its unique id over MPI and this build has no MPI (install libopenmpi-dev)";
+#else
+  return "libnccl was not found in the CUDA toolkit when this build was configured";
+#endif
+}
+
+#if defined(GPT_HAVE_MPI) && defined(GPT_HAVE_CUDA)
+// Every rank of a node takes GPU (local rank mod GPUs): one GPU per rank when there are
+// enough, else several ranks share one (which only the MPI backend supports). Returns
+// whether the GPUs are shared.
+bool select_gpu(Communicator& mpi) {
+  const int gpus = cuda_device_count();
+  if (gpus == 0) fail("device=cuda: rank " + std::to_string(mpi.rank()) + " sees no CUDA GPU");
+  int local = 0, local_size = 1;
+  node_local_rank(mpi, &local, &local_size);
+  const cudaError_t err = cudaSetDevice(local % gpus);
+  if (err != cudaSuccess)
+    fail("device=cuda: cudaSetDevice(" + std::to_string(local % gpus) + ") failed: " + cudaGetErrorString(err));
+  return local_size > gpus;
+}
+#endif
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_world(int* argc, char*** argv, const CommOptions& options) {
+  const std::string& b = options.backend;
+  if (b != "auto" && b != "mpi" && b != "nccl") fail("comm: '" + b + "' is not a backend (auto, mpi or nccl)");
+  if (!(options.timeout_s > 0)) fail("comm_timeout_s: must be positive, not " + format_seconds(options.timeout_s));
+
+  const bool cuda = options.device == Device::CUDA;
+  if (b == "nccl") {
+    if (!nccl_missing_reason().empty()) no_nccl(nccl_missing_reason());
+    if (!cuda) no_nccl("NCCL moves GPU buffers and the device is the CPU; use comm=mpi (or auto) with device=cpu");
+  }
+#ifndef GPT_HAVE_MPI
+  if (b == "mpi") fail("comm=mpi: this build has no MPI (install libopenmpi-dev and reconfigure with GPT_MPI=AUTO or ON)");
+  (void)argc;
+  (void)argv;
+  return make_local_world(options);
+#else
+  if (b == "auto" && !launched_by_mpi()) return make_local_world(options);
+
+  std::unique_ptr<Communicator> world = make_mpi_world(argc, argv, options);
+#ifdef GPT_HAVE_CUDA
+  if (cuda) {
+    const bool shared = select_gpu(*world);
+#ifdef GPT_HAVE_NCCL
+    if (b == "nccl" && shared)
+      no_nccl("the ranks of a node outnumber its GPUs and NCCL needs a GPU per rank; use comm=mpi to share GPUs");
+    if (b == "nccl" || (b == "auto" && !shared)) return make_nccl_comm(std::move(world), options);
+#else
+    (void)shared;
+#endif
+  }
+#endif
+  return world;
+#endif
+}
+
+void sum_into(void* out, const void* a, const void* b, size_t count, DType t) {
+  // Element i is read from a and b before out[i] is written, so out may alias a or b.
+  switch (t) {
+    case DType::F32: {
+      float* o = static_cast<float*>(out);
+      const float* x = static_cast<const float*>(a);
+      const float* y = static_cast<const float*>(b);
+      for (size_t i = 0; i < count; ++i) o[i] = x[i] + y[i];
+      return;
+    }
+    case DType::F64: {
+      double* o = static_cast<double*>(out);
+      const double* x = static_cast<const double*>(a);
+      const double* y = static_cast<const double*>(b);
+      for (size_t i = 0; i < count; ++i) o[i] = x[i] + y[i];
+      return;
+    }
+    case DType::BF16: {
+      // The sum of two bf16 values is exact in fp32 unless their exponents are far
+      // apart; it is rounded once, to nearest even, back to bf16 (what a GPU's bf16
+      // reduction does too), so a bf16 all-reduce loses at most half an ulp per add.
+      uint16_t* o = static_cast<uint16_t*>(out);
+      const uint16_t* x = static_cast<const uint16_t*>(a);
+      const uint16_t* y = static_cast<const uint16_t*>(b);
+      for (size_t i = 0; i < count; ++i) o[i] = cpu::bf16_bits(cpu::bf16_to_float(x[i]) + cpu::bf16_to_float(y[i]));
+      return;
+    }
+  }
+}
+
+}  // namespace gpt

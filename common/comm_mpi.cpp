@@ -1,0 +1,504 @@
+// The MPI backend of the Communicator.
+//
+// Every operation is posted as a non-blocking MPI call (MPI_Iallreduce,
+// MPI_Ireduce_scatter_block, MPI_Iallgather, MPI_Ibcast, MPI_Isend + MPI_Irecv,
+// MPI_Ibarrier) and then completed by our own wait loop instead of a blocking call.
+// That loop is the reason for the design:
+//   * it polls MPI_Test, first yielding the core and then sleeping for a time that
+//     doubles up to a fraction of a millisecond, so that when ranks outnumber cores
+//     (a laptop, `--oversubscribe`) a waiting rank does not burn the core the rank it
+//     waits for needs; MPI's own blocking calls spin;
+//   * it gives up after `timeout_s` seconds with an error naming the operation, this
+//     rank and the rank(s) it waited for, so a lost or hung peer ends the job with a
+//     reason instead of hanging it forever.
+//
+// Thread level: MPI_THREAD_MULTIPLE is requested because stage 02 communicates on a
+// thread of its own while the main thread computes. If the library provides only
+// MPI_THREAD_SERIALIZED, every MPI call here takes a process-wide lock, which makes
+// the communicators safe to use from several threads (each communicator still from one
+// thread at a time); below that, only the main thread may use them (a warning says so).
+//
+// Errors: communicators use MPI_ERRORS_RETURN, and an error code becomes a gpt::fail
+// message made with MPI_Error_string. After a timeout or an MPI error, and when the
+// last communicator is destroyed by an exception on its way out, MPI_Finalize is not
+// called: it waits for every rank, and a rank that gave up should instead exit so that
+// mpirun sees the failure and ends the others.
+//
+// GPU buffers (device=cuda, several ranks sharing a GPU): MPI here is not CUDA-aware,
+// so a buffer in GPU memory is copied into pinned host memory, communicated, and copied
+// back. Callers hand in buffers whose producing kernels have finished.
+#ifdef GPT_HAVE_MPI
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/comm.h"
+#include "common/comm_internal.h"
+
+#ifdef GPT_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace gpt {
+namespace {
+
+using namespace comm_detail;
+
+// The bf16 sum as an MPI reduction operator: inout[i] = in[i] + inout[i], rounded.
+void bf16_sum_op(void* in, void* inout, int* len, MPI_Datatype*) {
+  sum_into(inout, in, inout, size_t(*len), DType::BF16);
+}
+
+const char* thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    default: return "MPI_THREAD_MULTIPLE";
+  }
+}
+
+// MPI itself: initialised by the first make_mpi_world, finalised when the last
+// communicator holding it is destroyed. Also owns the bf16 datatype and its sum.
+class MpiRuntime {
+ public:
+  static std::shared_ptr<MpiRuntime> get(int* argc, char*** argv) {
+    static std::mutex mutex;
+    static std::weak_ptr<MpiRuntime> current;
+    std::lock_guard<std::mutex> lock(mutex);
+    std::shared_ptr<MpiRuntime> rt = current.lock();
+    if (!rt) {
+      rt.reset(new MpiRuntime(argc, argv));
+      current = rt;
+    }
+    return rt;
+  }
+
+  ~MpiRuntime() {
+    if (broken_ || std::uncaught_exceptions() > 0) return;  // see the file header
+    MPI_Op_free(&bf16_sum_);
+    MPI_Type_free(&bf16_);
+    if (owns_mpi_) MPI_Finalize();
+  }
+
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+
+  int world_rank() const { return world_rank_; }
+  int thread_level() const { return thread_level_; }
+
+  // Held around every MPI call when the library is not thread-multiple.
+  std::unique_lock<std::mutex> guard() {
+    return thread_level_ < MPI_THREAD_MULTIPLE ? std::unique_lock<std::mutex>(mutex_) : std::unique_lock<std::mutex>();
+  }
+
+  MPI_Datatype type(DType t) const { return t == DType::F32 ? MPI_FLOAT : t == DType::F64 ? MPI_DOUBLE : bf16_; }
+  MPI_Op sum(DType t) const { return t == DType::BF16 ? bf16_sum_ : MPI_SUM; }
+
+  // After a timeout or an MPI error: MPI_Finalize must not be called (it would wait).
+  void mark_broken() { broken_ = true; }
+  bool broken() const { return broken_; }
+
+ private:
+  MpiRuntime(int* argc, char*** argv) {
+    int finalized = 0, initialized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) fail("make_world: MPI was already finalised in this process; call make_world once");
+    MPI_Initialized(&initialized);
+    if (initialized) {
+      MPI_Query_thread(&thread_level_);  // someone else initialised MPI: leave it to them
+    } else {
+      MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &thread_level_);
+      owns_mpi_ = true;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+
+    // bf16 travels as an opaque 2-byte type; only its sum needs to know what it is.
+    MPI_Type_contiguous(2, MPI_BYTE, &bf16_);
+    MPI_Type_set_name(bf16_, "bf16");
+    MPI_Type_commit(&bf16_);
+    MPI_Op_create(&bf16_sum_op, /*commute=*/1, &bf16_sum_);
+
+    if (thread_level_ < MPI_THREAD_MULTIPLE && world_rank_ == 0)
+      std::fprintf(stderr, "warning: MPI provides %s, not MPI_THREAD_MULTIPLE: %s\n", thread_level_name(thread_level_),
+                   thread_level_ == MPI_THREAD_SERIALIZED
+                       ? "communicator calls are serialised by a lock"
+                       : "use communicators from the main thread only (no communication thread)");
+  }
+
+  bool owns_mpi_ = false;
+  bool broken_ = false;
+  int thread_level_ = MPI_THREAD_SINGLE;
+  int world_rank_ = 0;
+  MPI_Datatype bf16_ = MPI_DATATYPE_NULL;
+  MPI_Op bf16_sum_ = MPI_OP_NULL;
+  std::mutex mutex_;
+};
+
+// One outstanding request of an operation, and whom it waits for.
+struct Pending {
+  MPI_Request request = MPI_REQUEST_NULL;
+  int peer = -1;         // world rank of the point-to-point peer; -1 for a collective
+  bool receive = false;  // a receive waits for the peer's message; a send for it to be taken
+  MPI_Status status{};
+};
+
+bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto* x = static_cast<const std::byte*>(a);
+  const auto* y = static_cast<const std::byte*>(b);
+  return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
+}
+
+class MpiComm final : public Communicator {
+ public:
+  MpiComm(std::shared_ptr<MpiRuntime> rt, MPI_Comm comm, bool owned, Device device, double timeout_s)
+      : rt_(std::move(rt)), comm_(comm), owned_(owned), device_(device), timeout_s_(timeout_s) {
+    auto g = rt_->guard();
+    check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    // The world ranks of this group's members, for error messages.
+    MPI_Group group, world_group;
+    check(MPI_Comm_group(comm_, &group), "MPI_Comm_group");
+    check(MPI_Comm_group(MPI_COMM_WORLD, &world_group), "MPI_Comm_group");
+    std::vector<int> local(size_t(size_), 0);
+    for (int i = 0; i < size_; ++i) local[size_t(i)] = i;
+    world_ranks_.resize(size_t(size_));
+    check(MPI_Group_translate_ranks(group, size_, local.data(), world_group, world_ranks_.data()),
+          "MPI_Group_translate_ranks");
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+  }
+
+  ~MpiComm() override {
+    if (owned_ && !rt_->broken()) {
+      auto g = rt_->guard();
+      MPI_Comm_free(&comm_);
+    }
+#ifdef GPT_HAVE_CUDA
+    for (Pinned& p : pinned_)
+      if (p.data) cudaFreeHost(p.data);
+#endif
+  }
+
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend() const override { return "mpi"; }
+  MPI_Comm handle() const { return comm_; }
+
+  void all_reduce(void* buf, size_t count, DType t) override {
+    check_count(count, "all_reduce");
+    const size_t bytes = count * dtype_size(t);
+    void* host = host_view(0, buf, bytes, true);
+    Pending p;
+    {
+      auto g = rt_->guard();
+      check(MPI_Iallreduce(MPI_IN_PLACE, host, int(count), rt_->type(t), rt_->sum(t), comm_, &p.request),
+            "MPI_Iallreduce");
+    }
+    wait(&p, 1, "all_reduce");
+    copy_back(buf, host, bytes);
+  }
+
+  void reduce_scatter(const void* send, void* recv, size_t count, DType t) override {
+    check_count(count, "reduce_scatter");
+    const size_t bytes = count * dtype_size(t);
+    const void* host_send = host_view(0, send, bytes * size_t(size_), true);
+    void* host_recv = host_view(1, recv, bytes, false);
+    // MPI forbids overlapping buffers; the in-place form (recv = this rank's chunk of
+    // send) and any other overlap go through a temporary.
+    std::vector<std::byte> temp;
+    void* target = host_recv;
+    if (overlap(host_send, bytes * size_t(size_), host_recv, bytes)) {
+      temp.resize(bytes);
+      target = temp.data();
+    }
+    Pending p;
+    {
+      auto g = rt_->guard();
+      check(MPI_Ireduce_scatter_block(host_send, target, int(count), rt_->type(t), rt_->sum(t), comm_, &p.request),
+            "MPI_Ireduce_scatter_block");
+    }
+    wait(&p, 1, "reduce_scatter");
+    if (target != host_recv) std::memcpy(host_recv, target, bytes);
+    copy_back(recv, host_recv, bytes);
+  }
+
+  void all_gather(const void* send, void* recv, size_t count, DType t) override {
+    check_count(count, "all_gather");
+    const size_t bytes = count * dtype_size(t);
+    const void* host_send = host_view(0, send, bytes, true);
+    void* host_recv = host_view(1, recv, bytes * size_t(size_), false);
+    // In place (send is already this rank's chunk of recv) is MPI_IN_PLACE; any other
+    // overlap copies send aside first.
+    std::vector<std::byte> temp;
+    if (host_send == static_cast<std::byte*>(host_recv) + bytes * size_t(rank_) && bytes > 0) {
+      host_send = MPI_IN_PLACE;
+    } else if (overlap(host_send, bytes, host_recv, bytes * size_t(size_))) {
+      temp.assign(static_cast<const std::byte*>(host_send), static_cast<const std::byte*>(host_send) + bytes);
+      host_send = temp.data();
+    }
+    Pending p;
+    {
+      auto g = rt_->guard();
+      check(MPI_Iallgather(host_send, int(count), rt_->type(t), host_recv, int(count), rt_->type(t), comm_,
+                           &p.request),
+            "MPI_Iallgather");
+    }
+    wait(&p, 1, "all_gather");
+    copy_back(recv, host_recv, bytes * size_t(size_));
+  }
+
+  void broadcast(void* buf, size_t count, DType t, int root) override {
+    check_count(count, "broadcast");
+    check_rank(root, size_, "broadcast", "root");
+    const size_t bytes = count * dtype_size(t);
+    void* host = host_view(0, buf, bytes, rank_ == root);
+    Pending p;
+    {
+      auto g = rt_->guard();
+      check(MPI_Ibcast(host, int(count), rt_->type(t), root, comm_, &p.request), "MPI_Ibcast");
+    }
+    wait(&p, 1, "broadcast");
+    if (rank_ != root) copy_back(buf, host, bytes);
+  }
+
+  void sendrecv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
+                DType t) override {
+    check_count(send_count, "sendrecv");
+    check_count(recv_count, "sendrecv");
+    check_rank(dest, size_, "sendrecv", "destination");
+    check_rank(source, size_, "sendrecv", "source");
+    const size_t send_bytes = send_count * dtype_size(t), recv_bytes = recv_count * dtype_size(t);
+    const void* host_send = host_view(0, send, send_bytes, true);
+    void* host_recv = host_view(1, recv, recv_bytes, false);
+    std::vector<std::byte> temp;
+    if (overlap(host_send, send_bytes, host_recv, recv_bytes)) {
+      temp.assign(static_cast<const std::byte*>(host_send), static_cast<const std::byte*>(host_send) + send_bytes);
+      host_send = temp.data();
+    }
+    // The receive is posted first so that the peer's message has somewhere to land.
+    constexpr int kTag = 0;  // one operation at a time per communicator: order suffices
+    Pending p[2];
+    p[0].peer = world_ranks_[size_t(source)];
+    p[0].receive = true;
+    p[1].peer = world_ranks_[size_t(dest)];
+    {
+      auto g = rt_->guard();
+      check(MPI_Irecv(host_recv, int(recv_count), rt_->type(t), source, kTag, comm_, &p[0].request), "MPI_Irecv");
+      check(MPI_Isend(host_send, int(send_count), rt_->type(t), dest, kTag, comm_, &p[1].request), "MPI_Isend");
+    }
+    wait(p, 2, "sendrecv");
+    int received = 0;
+    MPI_Get_count(&p[0].status, rt_->type(t), &received);
+    if (size_t(received) != recv_count)
+      fail(prefix() + "sendrecv expected " + std::to_string(recv_count) + " elements from rank " +
+           std::to_string(p[0].peer) + " but received " + std::to_string(received));
+    copy_back(recv, host_recv, recv_bytes);
+  }
+
+  void barrier() override {
+    Pending p;
+    {
+      auto g = rt_->guard();
+      check(MPI_Ibarrier(comm_, &p.request), "MPI_Ibarrier");
+    }
+    wait(&p, 1, "barrier");
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    if (color < 0) fail("split: color must be >= 0, not " + std::to_string(color));
+    // MPI_Comm_split blocks with no timeout; a barrier with one first turns a lost peer
+    // into an error instead of a hang.
+    barrier();
+    MPI_Comm sub = MPI_COMM_NULL;
+    {
+      auto g = rt_->guard();
+      check(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split");
+    }
+    return std::make_unique<MpiComm>(rt_, sub, true, device_, timeout_s_);
+  }
+
+  void abort(int code) override {
+    std::fflush(nullptr);
+    MPI_Abort(comm_, code);
+  }
+
+ private:
+  std::string prefix() const { return "rank " + std::to_string(rt_->world_rank()) + ": "; }
+
+  void check(int code, const char* call) {
+    if (code == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING] = {};
+    int length = 0;
+    MPI_Error_string(code, text, &length);
+    rt_->mark_broken();
+    fail(prefix() + call + " failed: " + std::string(text, size_t(std::max(length, 0))));
+  }
+
+  // Completes the n requests of `op`, or fails after timeout_s naming whom it waited for.
+  void wait(Pending* p, int n, const char* op) {
+    using clock = std::chrono::steady_clock;
+    // Yield the core for the first stretch (a short operation completes within it at
+    // full speed), then sleep, doubling the nap up to kMaxNap.
+    constexpr auto kYieldFor = std::chrono::microseconds(200);
+    constexpr auto kMaxNap = std::chrono::microseconds(100);
+    const auto start = clock::now();
+    const auto deadline = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s_));
+    auto nap = std::chrono::microseconds(10);
+    for (;;) {
+      bool done = true;
+      {
+        auto g = rt_->guard();
+        for (int i = 0; i < n; ++i) {
+          if (p[i].request == MPI_REQUEST_NULL) continue;  // completed earlier
+          int flag = 0;
+          check(MPI_Test(&p[i].request, &flag, &p[i].status), op);
+          done = done && flag;
+        }
+      }
+      if (done) return;
+      const auto now = clock::now();
+      if (now > deadline) timed_out(p, n, op);
+      if (now - start < kYieldFor) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(nap);
+        nap = std::min(nap * 2, kMaxNap);
+      }
+    }
+  }
+
+  [[noreturn]] void timed_out(Pending* p, int n, const char* op) {
+    rt_->mark_broken();
+    const std::string within = " within " + format_seconds(timeout_s_) + " s during " + op + ": peer lost?";
+    // Name a receive first: a message that never came is the usual story.
+    const Pending* first = nullptr;
+    for (int i = 0; i < n; ++i)
+      if (p[i].request != MPI_REQUEST_NULL && (!first || (p[i].receive && !first->receive))) first = &p[i];
+    std::string message;
+    if (first && first->peer >= 0 && first->receive)
+      message = prefix() + "no message from rank " + std::to_string(first->peer) + within;
+    else if (first && first->peer >= 0)
+      message = prefix() + "rank " + std::to_string(first->peer) + " did not take our message" + within;
+    else
+      message = prefix() + op + " over ranks " + format_ranks(world_ranks_) + " did not complete within " +
+                format_seconds(timeout_s_) + " s: a rank is lost or never called " + op;
+    // Withdraw pending receives so MPI never writes into the caller's buffer later.
+    for (int i = 0; i < n; ++i)
+      if (p[i].receive && p[i].request != MPI_REQUEST_NULL) {
+        auto g = rt_->guard();
+        MPI_Cancel(&p[i].request);
+        MPI_Request_free(&p[i].request);
+      }
+    fail(message);
+  }
+
+  // --- staging of GPU buffers through pinned host memory ---
+#ifdef GPT_HAVE_CUDA
+  struct Pinned {
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+
+  bool on_gpu(const void* p) const {
+    if (device_ != Device::CUDA || p == nullptr) return false;
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      (void)cudaGetLastError();  // an unregistered host pointer on old runtimes: not an error
+      return false;
+    }
+    return a.type == cudaMemoryTypeDevice;
+  }
+
+  void cuda_check(cudaError_t err, const char* what) {
+    if (err != cudaSuccess) fail(prefix() + what + " failed while staging a GPU buffer: " + cudaGetErrorString(err));
+  }
+#endif
+
+  // A host address with the contents of `p` (when copy_in): p itself for host memory,
+  // else pinned staging buffer number `slot` (two per communicator: send and receive).
+  void* host_view(int slot, const void* p, size_t bytes, bool copy_in) {
+#ifdef GPT_HAVE_CUDA
+    if (bytes > 0 && on_gpu(p)) {
+      Pinned& pin = pinned_[slot];
+      if (pin.bytes < bytes) {
+        if (pin.data) cuda_check(cudaFreeHost(pin.data), "cudaFreeHost");
+        pin = Pinned{};
+        cuda_check(cudaMallocHost(&pin.data, bytes), "cudaMallocHost");
+        pin.bytes = bytes;
+      }
+      if (copy_in) cuda_check(cudaMemcpy(pin.data, p, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      return pin.data;
+    }
+#else
+    (void)slot;
+    (void)bytes;
+    (void)copy_in;
+#endif
+    return const_cast<void*>(p);
+  }
+
+  // Copies a staged result back to the GPU buffer it stands for (nothing for host memory).
+  void copy_back(void* p, const void* host, size_t bytes) {
+#ifdef GPT_HAVE_CUDA
+    if (host != p && bytes > 0) cuda_check(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+#else
+    (void)p;
+    (void)host;
+    (void)bytes;
+#endif
+  }
+
+  std::shared_ptr<MpiRuntime> rt_;  // first member: destroyed last, after comm_ is freed
+  MPI_Comm comm_;
+  bool owned_;
+  Device device_;
+  double timeout_s_;
+  int rank_ = 0, size_ = 1;
+  std::vector<int> world_ranks_;  // world rank of each member of this group
+#ifdef GPT_HAVE_CUDA
+  Pinned pinned_[2];
+#endif
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> comm_detail::make_mpi_world(int* argc, char*** argv, const CommOptions& options) {
+  std::shared_ptr<MpiRuntime> rt = MpiRuntime::get(argc, argv);
+  return std::make_unique<MpiComm>(rt, MPI_COMM_WORLD, false, options.device, options.timeout_s);
+}
+
+void comm_detail::node_local_rank(Communicator& mpi, int* local_rank, int* local_size) {
+  auto* c = dynamic_cast<MpiComm*>(&mpi);
+  if (c == nullptr) fail(std::string("node_local_rank: needs an MPI communicator, not ") + mpi.backend());
+  MPI_Comm node = MPI_COMM_NULL;
+  int rank = 0;
+  MPI_Comm_rank(c->handle(), &rank);
+  MPI_Comm_split_type(c->handle(), MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, local_rank);
+  MPI_Comm_size(node, local_size);
+  MPI_Comm_free(&node);
+}
+
+int comm_detail::mpi_world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+}  // namespace gpt
+
+#endif  // GPT_HAVE_MPI

@@ -1,0 +1,208 @@
+// The NCCL backend of the Communicator: collectives on GPU buffers, run by NCCL's
+// kernels over NVLink / PCIe / InfiniBand without passing through host memory.
+//
+// Bootstrap: NCCL ranks find each other through a 128-byte "unique id" that one rank
+// creates (ncclGetUniqueId) and every other rank must receive before
+// ncclCommInitRank. NCCL leaves that exchange to the application; here it is a
+// broadcast over an MPI communicator of the same ranks, which this communicator keeps
+// for what NCCL does not do: split (a sub-group gets its own MPI communicator, hence its
+// own unique id), barrier and abort.
+//
+// Each operation is enqueued on this communicator's CUDA stream and then waited for by
+// polling cudaStreamQuery and ncclCommGetAsyncError with a sleep, so that, as with the
+// MPI backend, a lost peer becomes an error after timeout_s (ncclCommAbort frees the
+// GPU kernels stuck waiting for it) rather than a hang. The stream is a blocking one:
+// work queued earlier on the legacy default stream completes before a collective reads
+// its buffer; work on other streams must be synchronised by the caller.
+//
+// NCCL needs one GPU per rank; several ranks sharing a GPU use the MPI backend.
+#if defined(GPT_HAVE_NCCL) && defined(GPT_HAVE_MPI)
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "common/comm.h"
+#include "common/comm_internal.h"
+
+namespace gpt {
+namespace {
+
+using namespace comm_detail;
+
+ncclDataType_t nccl_type(DType t) {
+  return t == DType::F32 ? ncclFloat32 : t == DType::F64 ? ncclFloat64 : ncclBfloat16;
+}
+
+class NcclComm final : public Communicator {
+ public:
+  NcclComm(std::unique_ptr<Communicator> mpi, Device device, double timeout_s)
+      : mpi_(std::move(mpi)), device_(device), timeout_s_(timeout_s) {
+    world_rank_ = mpi_world_rank();
+    // World ranks of the members, for error messages (exact as doubles).
+    std::vector<double> mine{double(world_rank_)}, all(size_t(mpi_->size()));
+    mpi_->all_gather(mine.data(), all.data(), 1, DType::F64);
+    for (double r : all) world_ranks_.push_back(int(r));
+
+    ncclUniqueId id{};
+    if (mpi_->rank() == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    // The id is opaque bytes; a broadcast moves bytes without looking at them, so it
+    // travels as sizeof(id)/2 two-byte elements.
+    static_assert(sizeof(ncclUniqueId) % 2 == 0);
+    mpi_->broadcast(&id, sizeof(id) / 2, DType::BF16, 0);
+
+    cuda_check(cudaStreamCreate(&stream_), "cudaStreamCreate");
+    nccl_check(ncclCommInitRank(&comm_, mpi_->size(), id, mpi_->rank()), "ncclCommInitRank");
+  }
+
+  ~NcclComm() override {
+    if (comm_ != nullptr) {
+      if (broken_) {
+        ncclCommAbort(comm_);
+      } else {
+        cudaStreamSynchronize(stream_);
+        ncclCommDestroy(comm_);
+      }
+    }
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  int rank() const override { return mpi_->rank(); }
+  int size() const override { return mpi_->size(); }
+  const char* backend() const override { return "nccl"; }
+
+  void all_reduce(void* buf, size_t count, DType t) override {
+    if (count == 0) return;  // every rank passes the same count to a collective
+    nccl_check(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, comm_, stream_), "ncclAllReduce");
+    wait("all_reduce");
+  }
+
+  void reduce_scatter(const void* send, void* recv, size_t count, DType t) override {
+    if (count == 0) return;
+    nccl_check(ncclReduceScatter(send, recv, count, nccl_type(t), ncclSum, comm_, stream_), "ncclReduceScatter");
+    wait("reduce_scatter");
+  }
+
+  void all_gather(const void* send, void* recv, size_t count, DType t) override {
+    if (count == 0) return;
+    nccl_check(ncclAllGather(send, recv, count, nccl_type(t), comm_, stream_), "ncclAllGather");
+    wait("all_gather");
+  }
+
+  void broadcast(void* buf, size_t count, DType t, int root) override {
+    check_rank(root, size(), "broadcast", "root");
+    if (count == 0) return;
+    nccl_check(ncclBroadcast(buf, buf, count, nccl_type(t), root, comm_, stream_), "ncclBroadcast");
+    wait("broadcast");
+  }
+
+  void sendrecv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
+                DType t) override {
+    check_rank(dest, size(), "sendrecv", "destination");
+    check_rank(source, size(), "sendrecv", "source");
+    // Inside one group the send and the receive progress together, so a ring of
+    // sendrecvs cannot deadlock. An empty side is left out (its peer leaves it out too).
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    if (send_count > 0) nccl_check(ncclSend(send, send_count, nccl_type(t), dest, comm_, stream_), "ncclSend");
+    if (recv_count > 0) nccl_check(ncclRecv(recv, recv_count, nccl_type(t), source, comm_, stream_), "ncclRecv");
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    wait("sendrecv", world_ranks_[size_t(source)], world_ranks_[size_t(dest)]);
+  }
+
+  void barrier() override {
+    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    mpi_->barrier();
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    return std::make_unique<NcclComm>(mpi_->split(color, key), device_, timeout_s_);
+  }
+
+  void abort(int code) override {
+    if (comm_ != nullptr) ncclCommAbort(comm_);
+    comm_ = nullptr;
+    mpi_->abort(code);
+  }
+
+ private:
+  std::string prefix() const { return "rank " + std::to_string(world_rank_) + ": "; }
+
+  void nccl_check(ncclResult_t r, const char* call) {
+    if (r == ncclSuccess) return;
+    broken_ = true;
+    std::string detail = ncclGetErrorString(r);
+    if (comm_ != nullptr) {
+      const char* last = ncclGetLastError(comm_);
+      if (last != nullptr && *last != '\0') detail += std::string(" (") + last + ")";
+    }
+    fail(prefix() + call + " failed: " + detail);
+  }
+
+  void cuda_check(cudaError_t err, const char* call) {
+    if (err == cudaSuccess) return;
+    broken_ = true;
+    fail(prefix() + call + " failed: " + cudaGetErrorString(err));
+  }
+
+  // Waits for the operation just enqueued; peers (world ranks) name whom a sendrecv
+  // waited for.
+  void wait(const char* op, int from = -1, int to = -1) {
+    using clock = std::chrono::steady_clock;
+    const auto start = clock::now();
+    const auto deadline = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s_));
+    auto nap = std::chrono::microseconds(5);
+    for (;;) {
+      const cudaError_t q = cudaStreamQuery(stream_);
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) cuda_check(q, op);
+      ncclResult_t state = ncclSuccess;
+      nccl_check(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
+      if (state != ncclSuccess && state != ncclInProgress) nccl_check(state, op);
+      if (clock::now() > deadline) {
+        broken_ = true;
+        ncclCommAbort(comm_);  // frees the kernels still waiting for the lost peer
+        comm_ = nullptr;
+        const std::string within = " within " + format_seconds(timeout_s_) + " s during " + op + ": peer lost?";
+        if (from >= 0)
+          fail(prefix() + "no message from rank " + std::to_string(from) + " (or rank " + std::to_string(to) +
+               " did not take ours)" + within);
+        fail(prefix() + op + " over ranks " + format_ranks(world_ranks_) + " did not complete within " +
+             format_seconds(timeout_s_) + " s: a rank is lost or never called " + op);
+      }
+      if (clock::now() - start > std::chrono::microseconds(100)) {
+        std::this_thread::sleep_for(nap);
+        nap = std::min(nap * 2, std::chrono::microseconds(200));
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  }
+
+  std::unique_ptr<Communicator> mpi_;  // same ranks over MPI: bootstrap, split, barrier
+  Device device_;
+  double timeout_s_;
+  int world_rank_ = 0;
+  std::vector<int> world_ranks_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  bool broken_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> comm_detail::make_nccl_comm(std::unique_ptr<Communicator> mpi,
+                                                          const CommOptions& options) {
+  return std::make_unique<NcclComm>(std::move(mpi), options.device, options.timeout_s);
+}
+
+}  // namespace gpt
+
+#endif  // GPT_HAVE_NCCL && GPT_HAVE_MPI

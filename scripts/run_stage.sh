@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Runs a stage's trainer on N ranks of this machine under mpirun.
+#
+#   scripts/run_stage.sh N STAGE [trainer arguments...]
+#
+# STAGE is a stage directory (02_ddp), its number (02 or 2) or a prefix of its name;
+# the binary is build/stages/STAGE/train (GPT_BUILD_DIR overrides build). Arguments
+# after STAGE go to every rank unchanged, e.g.
+#   scripts/run_stage.sh 4 02 --config configs/tiny.json --set steps=20
+# Each rank gets OMP_NUM_THREADS = cores / N (at least 1) unless it is already set, and
+# OMP_WAIT_POLICY=passive when ranks outnumber cores, so that idle OpenMP threads sleep
+# instead of spinning on a core another rank needs. mpirun runs with --oversubscribe
+# (more ranks than cores is fine for learning, just slower) and --bind-to none. As root,
+# Open MPI also needs OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1,
+# which are set then only. Extra mpirun options go in GPT_MPIRUN_ARGS. The trainer runs
+# in the repository root, like scripts/train.sh. Across nodes or under Slurm, call
+# mpirun or srun directly: see docs/distributed.md.
+set -euo pipefail
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+usage() {
+  sed -n '2,17s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
+  exit 2
+}
+usage_error() {
+  printf 'run_stage.sh: %s\n' "$*" >&2
+  printf 'usage: scripts/run_stage.sh N STAGE [trainer arguments...] (--help for more)\n' >&2
+  exit 2
+}
+
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" ]] && {
+  sed -n '2,17s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+  exit 0
+}
+(($# >= 2)) || usage
+ranks="$1"
+stage="$2"
+shift 2
+
+if ! [[ "$ranks" =~ ^[0-9]{1,6}$ ]] || ((10#$ranks < 1)); then
+  usage_error "N must be a number of ranks (1 or more), not '$ranks'"
+fi
+ranks=$((10#$ranks))
+
+# The stages that exist, and the one STAGE names: exactly, by number, or by prefix.
+stages=()
+for dir in "$GPT_ROOT"/stages/[0-9][0-9]_*/; do
+  [[ -d "$dir" ]] && stages+=("$(basename "$dir")")
+done
+pattern="$stage"
+[[ "$stage" =~ ^[0-9]+$ ]] && pattern="$(printf '%02d_' "$((10#$stage))")"
+matches=()
+for name in "${stages[@]}"; do
+  if [[ "$name" == "$stage" ]]; then
+    matches=("$name")
+    break
+  fi
+  [[ "$name" == "$pattern"* ]] && matches+=("$name")
+done
+((${#matches[@]} > 0)) || usage_error "no stage '$stage' (stages: ${stages[*]})"
+((${#matches[@]} == 1)) || usage_error "'$stage' names several stages: ${matches[*]}"
+name="${matches[0]}"
+
+train="$(abs_dir "$GPT_BUILD_DIR")/stages/$name/train"
+[[ -x "$train" ]] || die "$train is not built: build first (cmake --preset default && cmake --build build)"
+command -v mpirun >/dev/null || die "mpirun not found: install Open MPI (scripts/setup.sh installs openmpi-bin)"
+
+cores="$(nproc 2>/dev/null || echo 1)"
+if [[ -z "${OMP_NUM_THREADS:-}" ]]; then
+  threads=$((cores / ranks))
+  ((threads >= 1)) || threads=1
+  export OMP_NUM_THREADS="$threads"
+fi
+if ((ranks > cores)) && [[ -z "${OMP_WAIT_POLICY:-}" ]]; then
+  export OMP_WAIT_POLICY=passive
+fi
+if ((EUID == 0)); then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+
+# shellcheck disable=SC2206  # GPT_MPIRUN_ARGS is split into words on purpose
+cmd=(mpirun -np "$ranks" --oversubscribe --bind-to none ${GPT_MPIRUN_ARGS:-} "$train" "$@")
+log "stage $name on $ranks rank(s) of $cores core(s), OMP_NUM_THREADS=$OMP_NUM_THREADS${OMP_WAIT_POLICY:+, OMP_WAIT_POLICY=$OMP_WAIT_POLICY}"
+{
+  printf '+'
+  printf ' %q' "${cmd[@]}"
+  printf '\n'
+} >&2
+cd "$GPT_ROOT"
+exec "${cmd[@]}"

@@ -1,0 +1,88 @@
+#include "stages/02_ddp/grad_sync.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/trace.h"
+
+namespace gpt {
+
+GradSync::GradSync(const ParamLayout& layout, float* params, float* grads, AllReduce all_reduce,
+                   double bucket_mb)
+    : layout_(layout), params_(params), grads_(grads), all_reduce_(std::move(all_reduce)) {
+  // Units in the order backward finishes them: final layernorm, blocks last to first,
+  // embeddings. Close a bucket once it holds bucket_mb MiB.
+  const int64_t bucket_elems = std::max<int64_t>(1, int64_t(bucket_mb * 1024 * 1024 / sizeof(float)));
+  std::vector<int> order = {layout.final_unit()};
+  for (int l = layout.model().n_layer - 1; l >= 0; --l) order.push_back(layout.block_unit(l));
+  order.push_back(ParamLayout::kEmbeddingUnit);
+  bucket_of_unit_.assign(layout.num_units(), -1);
+  for (int u : order) {
+    const Unit& unit = layout.unit(u);
+    if (buckets_.empty() || buckets_.back().end - buckets_.back().begin >= bucket_elems)
+      buckets_.push_back({unit.begin, unit.end, {}});
+    Bucket& b = buckets_.back();
+    b.begin = std::min(b.begin, unit.begin);  // reverse layout order: the range grows downwards
+    b.end = std::max(b.end, unit.end);
+    b.units.push_back(u);
+    bucket_of_unit_[u] = int(buckets_.size()) - 1;
+  }
+  pending_units_.resize(buckets_.size());
+  for (size_t b = 0; b < buckets_.size(); ++b) pending_units_[b] = int(buckets_[b].units.size());
+  thread_ = std::thread([this] { worker(); });
+}
+
+GradSync::~GradSync() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void GradSync::grads_done(int unit) {
+  const int b = bucket_of_unit_[unit];
+  if (--pending_units_[b] > 0) return;
+  pending_units_[b] = int(buckets_[b].units.size());  // ready for the next backward
+  if (!sync_) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(b);
+    ++in_flight_;
+  }
+  cv_.notify_all();
+}
+
+void GradSync::wait() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [this] { return in_flight_ == 0 || error_; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+void GradSync::worker() {
+  for (;;) {
+    int b;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop requested and nothing left
+      b = queue_.front();
+      queue_.pop_front();
+    }
+    try {
+      Span span("allreduce_bucket", "comm", /*lane=*/1);
+      all_reduce_(grads_ + buckets_[b].begin, size_t(buckets_[b].end - buckets_[b].begin));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      error_ = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      --in_flight_;
+    }
+    cv_.notify_all();
+  }
+}
+
+}  // namespace gpt

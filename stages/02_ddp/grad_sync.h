@@ -1,0 +1,80 @@
+// Bucketed gradient all-reduce, overlapped with the backward pass.
+//
+// The backward pass finishes the gradients unit by unit from the last layer to the
+// first. Waiting for the whole backward before communicating would leave the network
+// idle during compute and the cores idle during communication. Instead the units are
+// grouped, in backward order, into buckets of about bucket_mb MiB; as soon as every
+// unit of a bucket is done, the bucket is handed to a communication thread, which
+// all-reduces it while the main thread computes the earlier layers:
+//
+//   compute: [ final | block L | block L-1 | ... | block 1 | embeddings ]
+//   comm:              [bucket 0 ]  [bucket 1 ]  ...          [bucket k ]
+//
+// Only the exposed tail (the last bucket, started when backward ends) costs time.
+// Because the layout is layer-contiguous and buckets follow the reverse layout order,
+// a bucket is one contiguous range of the flat gradient buffer.
+// With gradient accumulation only the last micro-step synchronises: the earlier ones
+// just accumulate locally (set_sync(false)).
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/comm.h"
+#include "common/gpt2.h"
+
+namespace gpt {
+
+class GradSync : public WeightStore<float> {
+ public:
+  // all_reduce(ptr, count) sums a float range over the data-parallel group.
+  using AllReduce = std::function<void(float* data, size_t count)>;
+
+  GradSync(const ParamLayout& layout, float* params, float* grads, AllReduce all_reduce,
+           double bucket_mb);
+  ~GradSync() override;
+  GradSync(const GradSync&) = delete;
+  GradSync& operator=(const GradSync&) = delete;
+
+  // Whether the coming backward ends the step (then its buckets are all-reduced).
+  void set_sync(bool sync) { sync_ = sync; }
+  // Blocks until every bucket handed out in this backward has been reduced; rethrows
+  // an error raised on the communication thread.
+  void wait();
+
+  const float* acquire(int unit, Pass) override { return params_ + layout_.unit(unit).begin; }
+  float* grads(int unit) override { return grads_ + layout_.unit(unit).begin; }
+  void grads_done(int unit) override;
+
+  struct Bucket {
+    int64_t begin, end;     // range of the flat buffer
+    std::vector<int> units;
+  };
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+
+ private:
+  void worker();
+
+  const ParamLayout& layout_;
+  float* params_;
+  float* grads_;
+  AllReduce all_reduce_;
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_unit_;
+  std::vector<int> pending_units_;  // per bucket, units not yet done in this backward
+  bool sync_ = true;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<int> queue_;  // buckets waiting for the communication thread
+  int in_flight_ = 0;      // handed out and not yet reduced
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+}  // namespace gpt

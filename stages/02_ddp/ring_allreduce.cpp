@@ -1,0 +1,108 @@
+// The ring all-reduce: reduce-scatter, then all-gather, each N-1 sendrecv steps around
+// the ring. The derivation, the chunk rule and a worked N = 3 example are in
+// ring_allreduce.h.
+#include "stages/02_ddp/ring_allreduce.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+namespace gpt {
+
+namespace {
+
+// One ring of N ranks over one buffer: this rank's neighbours and the chunk layout.
+struct Ring {
+  Communicator& comm;
+  std::byte* base;  // the buffer, as bytes
+  size_t count;     // elements in the buffer
+  DType type;
+  size_t elem;      // bytes per element
+  int n, rank, next, prev;
+  size_t pieces;    // messages per chunk, the same on every rank
+
+  Ring(Communicator& c, void* buf, size_t count_, DType t, size_t max_piece_bytes)
+      : comm(c),
+        base(static_cast<std::byte*>(buf)),
+        count(count_),
+        type(t),
+        elem(dtype_size(t)),
+        n(c.size()),
+        rank(c.rank()),
+        next((c.rank() + 1) % c.size()),
+        prev((c.rank() + c.size() - 1) % c.size()) {
+    // The largest chunk has ceil(count/N) elements; cut every chunk into as many
+    // pieces as that one needs, so that all ranks send the same number of messages.
+    const size_t largest = (count + size_t(n) - 1) / size_t(n);
+    const size_t piece_elems = std::max<size_t>(1, max_piece_bytes / elem);
+    pieces = std::max<size_t>(1, (largest + piece_elems - 1) / piece_elems);
+  }
+
+  // Chunk index c, taken mod N (step arithmetic like r-1-s goes negative).
+  int wrap(int c) const { return ((c % n) + n) % n; }
+
+  // Piece k of chunk c: [begin, begin + size) in elements, by the same floor rule
+  // the chunks use, now applied inside the chunk.
+  size_t piece_begin(int c, size_t k) const {
+    const size_t chunk_begin = ring_chunk_begin(count, n, c);
+    const size_t chunk_size = ring_chunk_size(count, n, c);
+    return chunk_begin + k * chunk_size / pieces;
+  }
+  size_t piece_size(int c, size_t k) const { return piece_begin(c, k + 1) - piece_begin(c, k); }
+  std::byte* at(size_t element) const { return base + element * elem; }
+
+  // Upper bound on one piece's size, for the scratch buffer.
+  size_t largest_piece() const {
+    const size_t largest = (count + size_t(n) - 1) / size_t(n);
+    return (largest + pieces - 1) / pieces;
+  }
+};
+
+}  // namespace
+
+void ring_reduce_scatter(Communicator& comm, void* buf, size_t count, DType t,
+                         size_t max_piece_bytes) {
+  if (count == 0 || comm.size() == 1) return;
+  const Ring ring(comm, buf, count, t, max_piece_bytes);
+  std::vector<std::byte> scratch(ring.largest_piece() * ring.elem);
+
+  for (int s = 0; s < ring.n - 1; ++s) {
+    const int send_chunk = ring.wrap(ring.rank - 1 - s);  // summed by us at step s-1
+    const int recv_chunk = ring.wrap(ring.rank - 2 - s);  // the left neighbour's partial sum
+    for (size_t k = 0; k < ring.pieces; ++k) {
+      const size_t send_at = ring.piece_begin(send_chunk, k);
+      const size_t recv_at = ring.piece_begin(recv_chunk, k);
+      const size_t recv_n = ring.piece_size(recv_chunk, k);
+      comm.sendrecv(ring.at(send_at), ring.piece_size(send_chunk, k), ring.next, scratch.data(),
+                    recv_n, ring.prev, t);
+      // Our contribution to this piece plus everything the ring has gathered so far.
+      sum_into(ring.at(recv_at), ring.at(recv_at), scratch.data(), recv_n, t);
+    }
+  }
+}
+
+void ring_all_gather(Communicator& comm, void* buf, size_t count, DType t,
+                     size_t max_piece_bytes) {
+  if (count == 0 || comm.size() == 1) return;
+  const Ring ring(comm, buf, count, t, max_piece_bytes);
+
+  for (int s = 0; s < ring.n - 1; ++s) {
+    const int send_chunk = ring.wrap(ring.rank - s);      // ours at s = 0, then forwarded
+    const int recv_chunk = ring.wrap(ring.rank - 1 - s);  // lands in its final place
+    for (size_t k = 0; k < ring.pieces; ++k) {
+      comm.sendrecv(ring.at(ring.piece_begin(send_chunk, k)), ring.piece_size(send_chunk, k),
+                    ring.next, ring.at(ring.piece_begin(recv_chunk, k)),
+                    ring.piece_size(recv_chunk, k), ring.prev, t);
+    }
+  }
+}
+
+void ring_all_reduce(Communicator& comm, void* buf, size_t count, DType t,
+                     size_t max_piece_bytes) {
+  // After the reduce-scatter rank r holds the finished sum of chunk r, exactly what the
+  // all-gather expects on entry.
+  ring_reduce_scatter(comm, buf, count, t, max_piece_bytes);
+  ring_all_gather(comm, buf, count, t, max_piece_bytes);
+}
+
+}  // namespace gpt

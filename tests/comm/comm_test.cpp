@@ -1,0 +1,409 @@
+// Tests of the Communicator and the process mesh, run as one program on every rank
+// (under `mpirun -np N`, or alone for the local backend). No Catch2: a failing check on
+// one rank must not make that rank skip the collectives the others are waiting in, so
+// every check just counts, every rank runs every test, and at the end the failure
+// counts are summed over the world and rank 0 prints the verdict.
+//
+// Each rank fills its buffers from (rank, index) with small integers, so the expected
+// results are computed locally and exactly: sums of integers below 2^8 are exact even in
+// bf16, whatever order the backend adds them in.
+//
+// Modes:
+//   comm_test [--backend B] [--expect-backend B]   every test; exit 0 when all pass
+//   comm_test --timeout-test   rank 0 waits for a message rank 1 never sends, with a 1 s
+//                              timeout; prints how long it took to give up, exits 3
+//   comm_test --kill-test      rank 1 kills itself while rank 0 waits for it
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/comm.h"
+#include "common/error.h"
+#include "common/mesh.h"
+#include "kernels/cpu/bf16.h"
+
+using namespace gpt;
+
+namespace {
+
+int g_checks = 0, g_failures = 0, g_rank = 0;
+
+void expect(bool ok, const std::string& what) {
+  ++g_checks;
+  if (ok) return;
+  if (++g_failures <= 20) std::fprintf(stderr, "rank %d: FAILED: %s\n", g_rank, what.c_str());
+}
+
+// A buffer of `count` elements of dtype t, read and written as doubles.
+struct Buffer {
+  DType t;
+  std::vector<std::byte> bytes;
+  Buffer(DType type, size_t count) : t(type), bytes(count * dtype_size(type)) {}
+  size_t count() const { return bytes.size() / dtype_size(t); }
+  void* data() { return bytes.empty() ? nullptr : bytes.data(); }
+  void set(size_t i, double v) {
+    std::byte* p = bytes.data() + i * dtype_size(t);
+    if (t == DType::F64) {
+      std::memcpy(p, &v, 8);
+    } else if (t == DType::F32) {
+      const float f = float(v);
+      std::memcpy(p, &f, 4);
+    } else {
+      const uint16_t b = cpu::bf16_bits(float(v));
+      std::memcpy(p, &b, 2);
+    }
+  }
+  double get(size_t i) const {
+    const std::byte* p = bytes.data() + i * dtype_size(t);
+    if (t == DType::F64) {
+      double v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    if (t == DType::F32) {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    uint16_t b;
+    std::memcpy(&b, p, 2);
+    return cpu::bf16_to_float(b);
+  }
+};
+
+// The value rank r contributes at index i: an integer in [-6, 6].
+double value(int r, size_t i) { return double(int((size_t(r) * 7 + i * 3) % 13) - 6); }
+
+// Compares a whole buffer with expected(i), reporting the first mismatch only.
+template <class F>
+void expect_all(const Buffer& b, size_t offset, size_t count, F&& expected, const std::string& what) {
+  for (size_t i = 0; i < count; ++i) {
+    const double want = expected(i);
+    if (b.get(offset + i) != want) {
+      expect(false, what + ": element " + std::to_string(i) + " is " + std::to_string(b.get(offset + i)) +
+                        ", expected " + std::to_string(want));
+      return;
+    }
+  }
+  expect(true, what);
+}
+
+std::string label(const char* op, DType t, size_t count) {
+  return std::string(op) + " " + dtype_name(t) + " count " + std::to_string(count);
+}
+
+void test_collectives(Communicator& c, DType t, size_t count) {
+  const int n = c.size(), r = c.rank();
+  const size_t N = size_t(n);
+
+  // all_reduce: every rank ends with the sum over ranks.
+  {
+    Buffer b(t, count);
+    for (size_t i = 0; i < count; ++i) b.set(i, value(r, i));
+    c.all_reduce(b.data(), count, t);
+    expect_all(b, 0, count, [&](size_t i) {
+      double s = 0;
+      for (int q = 0; q < n; ++q) s += value(q, i);
+      return s;
+    }, label("all_reduce", t, count));
+  }
+  // reduce_scatter: rank r keeps chunk r of the sum; then the in-place form.
+  {
+    Buffer send(t, N * count), recv(t, count);
+    for (size_t i = 0; i < N * count; ++i) send.set(i, value(r, i));
+    auto want = [&](size_t i) {
+      double s = 0;
+      for (int q = 0; q < n; ++q) s += value(q, size_t(r) * count + i);
+      return s;
+    };
+    c.reduce_scatter(send.data(), recv.data(), count, t);
+    expect_all(recv, 0, count, want, label("reduce_scatter", t, count));
+    std::byte* mine = send.bytes.data() + size_t(r) * count * dtype_size(t);
+    c.reduce_scatter(send.data(), count ? mine : nullptr, count, t);
+    expect_all(send, size_t(r) * count, count, want, label("reduce_scatter in place", t, count));
+  }
+  // all_gather: the concatenation of every rank's contribution; then in place.
+  {
+    Buffer send(t, count), recv(t, N * count);
+    for (size_t i = 0; i < count; ++i) send.set(i, value(r, i));
+    c.all_gather(send.data(), recv.data(), count, t);
+    auto want = [&](size_t j) { return value(int(j / count), j % count); };
+    expect_all(recv, 0, N * count, want, label("all_gather", t, count));
+    Buffer inplace(t, N * count);
+    for (size_t i = 0; i < count; ++i) inplace.set(size_t(r) * count + i, value(r, i));
+    std::byte* mine = inplace.bytes.data() + size_t(r) * count * dtype_size(t);
+    c.all_gather(count ? mine : nullptr, inplace.data(), count, t);
+    expect_all(inplace, 0, N * count, want, label("all_gather in place", t, count));
+  }
+  // broadcast from the first and the last rank.
+  for (int root : {0, n - 1}) {
+    Buffer b(t, count);
+    for (size_t i = 0; i < count; ++i) b.set(i, r == root ? value(root, i) : 99.0);
+    c.broadcast(b.data(), count, t, root);
+    expect_all(b, 0, count, [&](size_t i) { return value(root, i); },
+               label("broadcast", t, count) + " root " + std::to_string(root));
+  }
+  // sendrecv around the ring, rank r sending count + r elements to its right
+  // neighbour, so the two sides' counts differ; then to itself.
+  {
+    const int right = (r + 1) % n, left = (r - 1 + n) % n;
+    const size_t send_n = count + size_t(r), recv_n = count + size_t(left);
+    Buffer send(t, send_n), recv(t, recv_n);
+    for (size_t i = 0; i < send_n; ++i) send.set(i, value(r, i));
+    c.sendrecv(send.data(), send_n, right, recv.data(), recv_n, left, t);
+    expect_all(recv, 0, recv_n, [&](size_t i) { return value(left, i); }, label("sendrecv ring", t, count));
+    Buffer self(t, count);
+    c.sendrecv(send.data(), count, r, self.data(), count, r, t);
+    expect_all(self, 0, count, [&](size_t i) { return value(r, i); }, label("sendrecv self", t, count));
+  }
+  c.barrier();
+}
+
+// Sub-groups by parity, ordered by descending world rank; singletons; a nested split.
+void test_split(Communicator& world) {
+  const int n = world.size(), r = world.rank();
+  std::unique_ptr<Communicator> parity = world.split(r % 2, -r);
+  std::vector<int> members;  // world ranks of my group, in the group's order
+  for (int q = n - 1; q >= 0; --q)
+    if (q % 2 == r % 2) members.push_back(q);
+  expect(parity->size() == int(members.size()), "split: parity group size");
+  int my_index = 0;
+  while (members[size_t(my_index)] != r) ++my_index;
+  expect(parity->rank() == my_index, "split: rank ordered by key");
+
+  std::vector<double> mine{double(r)}, all(members.size());
+  parity->all_gather(mine.data(), all.data(), 1, DType::F64);
+  bool same = true;
+  for (size_t i = 0; i < members.size(); ++i) same = same && all[i] == members[i];
+  expect(same, "split: all_gather over the parity group lists its members in key order");
+  double sum = r;
+  parity->all_reduce(&sum, 1, DType::F64);
+  double want = 0;
+  for (int q : members) want += q;
+  expect(sum == want, "split: all_reduce over the parity group");
+
+  std::unique_ptr<Communicator> alone = world.split(r, 0);
+  expect(alone->size() == 1 && alone->rank() == 0, "split: singleton groups");
+  double x = 5;
+  alone->all_reduce(&x, 1, DType::F64);
+  expect(x == 5, "split: all_reduce in a singleton group");
+
+  std::unique_ptr<Communicator> nested = parity->split(0, parity->rank());
+  expect(nested->size() == parity->size() && nested->rank() == parity->rank(), "split: nested split");
+  nested->barrier();
+}
+
+// Mesh coordinates and axis groups, for every shape whose world is this job's size.
+void test_mesh(Communicator& world) {
+  // Pure arithmetic first: the formula in mesh.h and its inverse.
+  const MeshShape s{2, 3, 2, 2};
+  bool roundtrip = true;
+  for (int q = 0; q < s.world(); ++q) roundtrip = roundtrip && mesh_rank(s, mesh_coord(s, q)) == q;
+  expect(roundtrip, "mesh_rank(mesh_coord(r)) == r");
+  const MeshCoord c = mesh_coord(s, 17);  // 17 = ((1*3 + 1)*2 + 0)*2 + 1
+  expect(c.dp == 1 && c.pp == 1 && c.cp == 0 && c.tp == 1, "mesh_coord: tp fastest, dp slowest");
+  expect(mesh_json(MeshShape{2, 1, 1, 4}) == "{\"dp\":2,\"tp\":4,\"pp\":1,\"cp\":1}", "mesh_json");
+
+  const int n = world.size();
+  try {
+    Mesh wrong(world, MeshShape{n + 1, 1, 1, 1});
+    expect(false, "Mesh with a wrong world size must fail");
+  } catch (const UserError& e) {
+    const std::string m = e.what();
+    expect(m.find("dp=" + std::to_string(n + 1)) != std::string::npos &&
+               m.find("world has " + std::to_string(n)) != std::string::npos,
+           "Mesh size error names the shape and the world size: " + m);
+  }
+
+  int shapes = 0;
+  for (int dp = 1; dp <= n; ++dp)
+    for (int pp = 1; pp <= n; ++pp)
+      for (int cp = 1; cp <= n; ++cp)
+        for (int tp = 1; tp <= n; ++tp) {
+          const MeshShape shape{dp, pp, cp, tp};
+          if (shape.world() != n) continue;
+          ++shapes;
+          Mesh mesh(world, shape);
+          const std::string name = mesh_json(shape);
+          const MeshCoord me = mesh.coord();
+          expect(mesh_rank(shape, me) == world.rank(), "mesh coord of this rank " + name);
+          struct Axis {
+            Communicator& group;
+            int MeshCoord::*coord;
+            int extent;
+          };
+          for (Axis a : {Axis{mesh.dp(), &MeshCoord::dp, dp}, Axis{mesh.pp(), &MeshCoord::pp, pp},
+                         Axis{mesh.cp(), &MeshCoord::cp, cp}, Axis{mesh.tp(), &MeshCoord::tp, tp}}) {
+            expect(a.group.size() == a.extent && a.group.rank() == me.*a.coord, "mesh axis group size/rank " + name);
+            // The group's members are the ranks that differ from this one only on the axis.
+            std::vector<double> mine{double(world.rank())}, all(size_t(a.extent));
+            a.group.all_gather(mine.data(), all.data(), 1, DType::F64);
+            bool ok = true;
+            for (int k = 0; k < a.extent; ++k) {
+              MeshCoord other = me;
+              other.*a.coord = k;
+              ok = ok && all[size_t(k)] == mesh_rank(shape, other);
+            }
+            expect(ok, "mesh axis group members " + name);
+          }
+        }
+  expect(shapes > 0, "at least one mesh shape tested");
+}
+
+// sum_into's bf16 rounding: to nearest, ties to even, on the exact fp32 sum.
+void test_bf16_rounding(Communicator& world) {
+  auto add = [](float a, float b) {
+    const uint16_t x = cpu::bf16_bits(a), y = cpu::bf16_bits(b);
+    uint16_t out = 0;
+    sum_into(&out, &x, &y, 1, DType::BF16);
+    return cpu::bf16_to_float(out);
+  };
+  const float ulp = 1.0f / 128;  // bf16 spacing at 1: 7 mantissa bits
+  expect(add(1.0f, ulp / 2) == 1.0f, "bf16: 1 + half ulp ties to even (down to 1)");
+  expect(add(1.0f + ulp, ulp / 2) == 1.0f + 2 * ulp, "bf16: 1+ulp + half ulp ties to even (up)");
+  expect(add(1.0f, ulp * 0.75f) == 1.0f + ulp, "bf16: above half rounds up");
+  expect(add(1.0f, ulp / 4) == 1.0f, "bf16: below half rounds down");
+  expect(add(3.0f, 4.0f) == 7.0f, "bf16: small integers are exact");
+  const float big = cpu::bf16_to_float(0x7F7F);  // largest finite bf16
+  expect(std::isinf(add(big, big)), "bf16: overflow to infinity");
+  expect(std::isnan(add(std::nanf(""), 1.0f)), "bf16: NaN stays NaN");
+  // sum_into with out aliasing an input, over many elements.
+  std::vector<uint16_t> a(1000), b(1000);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = cpu::bf16_bits(float(i % 100));
+    b[i] = cpu::bf16_bits(-float(i % 7));
+  }
+  sum_into(a.data(), a.data(), b.data(), a.size(), DType::BF16);
+  bool ok = true;
+  for (size_t i = 0; i < a.size(); ++i) ok = ok && cpu::bf16_to_float(a[i]) == float(i % 100) - float(i % 7);
+  expect(ok, "bf16: sum_into in place");
+  // The backend's bf16 all-reduce rounds the same way: 1 + half an ulp is 1.
+  if (world.size() == 2) {
+    uint16_t v = cpu::bf16_bits(world.rank() == 0 ? 1.0f : ulp / 2);
+    world.all_reduce(&v, 1, DType::BF16);
+    expect(cpu::bf16_to_float(v) == 1.0f, "bf16 all_reduce rounds to nearest even");
+  }
+}
+
+// Stage 02's pattern: a communication thread all-reduces on its own communicator while
+// the main thread uses the world (MPI_THREAD_MULTIPLE, or the backend's lock).
+void test_threads(Communicator& world) {
+  std::unique_ptr<Communicator> side = world.split(0, world.rank());
+  const int n = world.size();
+  bool side_ok = true, main_ok = true;
+  std::thread comm_thread([&] {
+    for (int k = 0; k < 50; ++k) {
+      std::vector<float> v(1000, float(k));
+      side->all_reduce(v.data(), v.size(), DType::F32);
+      side_ok = side_ok && v[0] == float(k * n) && v[999] == float(k * n);
+    }
+  });
+  for (int k = 0; k < 50; ++k) {
+    double x = world.rank() + k;
+    world.all_reduce(&x, 1, DType::F64);
+    main_ok = main_ok && x == double(n * (n - 1) / 2 + n * k);
+  }
+  comm_thread.join();
+  expect(side_ok && main_ok, "all-reduces on two communicators from two threads at once");
+}
+
+// Bad arguments fail locally with a message, before any communication.
+void test_bad_arguments(Communicator& world) {
+  float x = 0;
+  try {
+    world.broadcast(&x, 1, DType::F32, world.size());
+    expect(false, "broadcast from a root outside the group must fail");
+  } catch (const UserError& e) {
+    expect(std::string(e.what()).find("root") != std::string::npos, "broadcast root error names the root");
+  }
+  try {
+    world.sendrecv(&x, 1, -1, &x, 1, 0, DType::F32);
+    expect(false, "sendrecv to rank -1 must fail");
+  } catch (const UserError&) {
+    expect(true, "sendrecv to rank -1 fails");
+  }
+}
+
+int run_tests(Communicator& world, const std::string& expect_backend) {
+  g_rank = world.rank();
+  const int n = world.size();
+  if (!expect_backend.empty())
+    expect(expect_backend == world.backend(), "backend is " + expect_backend + ", not " + world.backend());
+  const size_t N = size_t(n);
+  for (DType t : {DType::F32, DType::F64, DType::BF16})
+    for (size_t count : {size_t(0), size_t(1), N - 1, N + 1, size_t(100003)}) test_collectives(world, t, count);
+  test_split(world);
+  test_mesh(world);
+  test_bf16_rounding(world);
+  test_threads(world);
+  test_bad_arguments(world);
+
+  double totals[2] = {double(g_checks), double(g_failures)};
+  world.all_reduce(totals, 2, DType::F64);
+  if (world.rank() == 0)
+    std::printf("comm_test: %s on %d rank(s), backend %s: %.0f checks, %.0f failures\n",
+                totals[1] == 0 ? "PASS" : "FAIL", n, world.backend(), totals[0], totals[1]);
+  return totals[1] == 0 ? 0 : 1;
+}
+
+// Rank 0 waits for a message from rank 1 that never comes; every other rank waits in a
+// barrier rank 0 never joins. Each gives up after the 1 s timeout.
+int timeout_test(Communicator& world) {
+  if (world.size() < 2) fail("--timeout-test needs at least 2 ranks");
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    float x = 1, y = 0;
+    if (world.rank() == 0)
+      world.sendrecv(&x, 1, 1, &y, 1, 1, DType::F32);
+    else
+      world.barrier();
+    std::printf("comm_test: rank %d: the operation completed, but it should have timed out\n", world.rank());
+    return 1;
+  } catch (const UserError& e) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("comm_test: rank %d gave up after %.2f s: %s\n", world.rank(), s, e.what());
+    std::fflush(stdout);
+    // Give the other ranks time to report before this exit makes mpirun end the job.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    return 3;
+  }
+}
+
+// Rank 1 dies (SIGKILL) while rank 0 waits for its message: the launcher must end the job.
+int kill_test(Communicator& world) {
+  if (world.size() < 2) fail("--kill-test needs at least 2 ranks");
+  world.barrier();
+  if (world.rank() == 1) std::raise(SIGKILL);
+  float x = 1, y = 0;
+  if (world.rank() == 0) world.sendrecv(&x, 1, 1, &y, 1, 1, DType::F32);
+  else world.barrier();
+  std::printf("comm_test: rank %d: completed, but rank 1 is dead\n", world.rank());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_main("comm_test", [&] {
+    CommOptions options;
+    std::string mode, expect_backend;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "--backend" && i + 1 < argc) options.backend = argv[++i];
+      else if (a == "--expect-backend" && i + 1 < argc) expect_backend = argv[++i];
+      else if (a == "--timeout-test" || a == "--kill-test") mode = a;
+      else fail("unknown argument '" + a + "'");
+    }
+    if (mode == "--timeout-test") options.timeout_s = 1;
+    if (mode == "--kill-test") options.timeout_s = 30;
+    std::unique_ptr<Communicator> world = make_world(&argc, &argv, options);
+    if (mode == "--timeout-test") return timeout_test(*world);
+    if (mode == "--kill-test") return kill_test(*world);
+    return run_tests(*world, expect_backend);
+  });
+}

@@ -1,0 +1,290 @@
+// Stage 02's ring all-reduce against the backend's all-reduce (MPI_Allreduce), on CPU
+// ranks under mpirun: `mpirun -np N test_ring_allreduce N`, registered for N = 1..8 in
+// tests/ring/CMakeLists.txt. For counts 0, 1, N-1, N+1 and 100003, fp32 and bf16:
+//
+//   exact inputs   small integers (bf16) or multiples of 1/16 (fp32): every partial sum
+//                  fits the significand, so every order of addition gives the exact sum,
+//                  and ring, backend and the exact sum agree bit for bit;
+//   random inputs  standard normal values (rounded to bf16 for bf16): ring and backend
+//                  add in different orders and may differ, within the bound below;
+//   every rank     ends with the same bits (the all-gather copies finished chunks);
+//   the halves     ring_reduce_scatter leaves rank r the exact sum of chunk r, and
+//                  ring_all_gather hands every rank every rank's chunk;
+//   small pieces   a chunk cut into many messages gives the same sums.
+//
+// Bound for the random inputs. Both results are sums of N values x_r made by N-1
+// rounded additions, in some order or tree. Each addition a+b returns (a+b)(1+d) with
+// |d| <= u, the unit roundoff (2^-24 for fp32; 2^-8 for bf16, whose significand has 8
+// bits, and sum_into rounds to bf16 after every addition). Unrolling, each x_r is
+// multiplied by at most N-1 such factors, so (Higham, "Accuracy and Stability of
+// Numerical Algorithms", sec. 4.2)
+//     |computed - exact| <= gamma(N-1) * sum_r |x_r|,   gamma(k) = k u / (1 - k u).
+// A backend that sums in fp32 and rounds to bf16 once at the end stays within this too
+// (one rounding costs u |exact| <= gamma(1) sum |x_r|). So the two computed sums differ
+// by at most 2 gamma(N-1) sum_r |x_r|. For fp32, with N <= 8, (N-1) u < 2^-21 makes
+// 1/(1 - (N-1) u) < 2, so 2 gamma(N-1) <= 2 (N-1) eps32 with eps32 = 2^-23 = 2u, the
+// bound the test uses; for bf16 it uses 2 gamma(N-1) itself. The ring is also checked
+// against the exact sum (computed in double) with gamma(N-1).
+//
+// Not Catch2: a failed REQUIRE on one rank would leave the others waiting in the next
+// collective. Here every rank runs every collective of every case, counts its own
+// failures and prints them; an all-reduce after each case votes, so all ranks go on
+// together, rank 0 prints one line per case, and the exit status is 1 if any rank failed.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/comm.h"
+#include "common/rng.h"
+#include "kernels/cpu/bf16.h"
+#include "stages/02_ddp/ring_allreduce.h"
+
+using namespace gpt;
+
+namespace {
+
+constexpr uint64_t kSeed = 20240520;
+
+enum class Inputs { Exact, Random };
+
+// Rank r's input element i for a case: a pure function, so every rank can make every
+// rank's inputs. The value is representable in t.
+float input_value(Inputs kind, DType t, uint64_t case_id, int r, size_t i) {
+  const uint64_t stream = case_id * 64 + uint64_t(r);
+  if (kind == Inputs::Exact) {
+    const uint64_t bits = bits64_at(kSeed, stream, i);
+    if (t == DType::BF16) return float(int(bits % 33) - 16);  // |sum| <= 128 < 2^8
+    return float(int(bits % 257) - 128) / 16.0f;              // |sum| <= 64, step 1/16
+  }
+  const float x = float(normal_at(kSeed, stream, i));
+  return t == DType::BF16 ? cpu::bf16_round(x) : x;
+}
+
+// A buffer of `count` elements of type t, filled from and read back as floats.
+struct Buffer {
+  DType type;
+  std::vector<std::byte> bytes;
+
+  Buffer(DType t, size_t count) : type(t), bytes(count * dtype_size(t)) {}
+  size_t size() const { return bytes.size() / dtype_size(type); }
+  void* data() { return bytes.data(); }
+
+  void set(size_t i, float x) {
+    if (type == DType::BF16) {
+      const uint16_t b = cpu::bf16_bits(x);
+      std::memcpy(bytes.data() + 2 * i, &b, 2);
+    } else {
+      std::memcpy(bytes.data() + 4 * i, &x, 4);
+    }
+  }
+  float get(size_t i) const {
+    if (type == DType::BF16) {
+      uint16_t b;
+      std::memcpy(&b, bytes.data() + 2 * i, 2);
+      return cpu::bf16_to_float(b);
+    }
+    float x;
+    std::memcpy(&x, bytes.data() + 4 * i, 4);
+    return x;
+  }
+};
+
+// Exact sums and sum_r |x_r| of every element, over all ranks' inputs, in double
+// (exact here: at most 8 terms of at most 24 significant bits each).
+struct Reference {
+  std::vector<double> sum, abs_sum;
+};
+
+Reference reference(Inputs kind, DType t, uint64_t case_id, int n, size_t count) {
+  Reference ref{std::vector<double>(count, 0.0), std::vector<double>(count, 0.0)};
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < count; ++i) {
+      const double x = input_value(kind, t, case_id, r, i);
+      ref.sum[i] += x;
+      ref.abs_sum[i] += std::fabs(x);
+    }
+  return ref;
+}
+
+Buffer make_input(Inputs kind, DType t, uint64_t case_id, int r, size_t count) {
+  Buffer b(t, count);
+  for (size_t i = 0; i < count; ++i) b.set(i, input_value(kind, t, case_id, r, i));
+  return b;
+}
+
+// gamma(k) = k u / (1 - k u): the relative error bound of k rounded additions.
+double gamma_bound(int k, DType t) {
+  const double u = t == DType::BF16 ? 0x1p-8 : 0x1p-24;
+  return k * u / (1.0 - k * u);
+}
+
+class Checker {
+ public:
+  explicit Checker(Communicator& comm) : comm_(comm) {}
+
+  // Records a failure of this rank in the current case (details for the first few).
+  void fail(const std::string& what) {
+    if (case_failures_++ < 5)
+      std::fprintf(stderr, "rank %d: %s: %s\n", comm_.rank(), case_name_.c_str(), what.c_str());
+  }
+  void start(const std::string& name) {
+    case_name_ = name;
+    case_failures_ = 0;
+  }
+  // Collective: every rank learns whether any rank failed; rank 0 reports the case.
+  void finish() {
+    double failed = case_failures_ > 0 ? 1.0 : 0.0;
+    comm_.all_reduce(&failed, 1, DType::F64);
+    if (comm_.rank() == 0)
+      std::printf("%s %s%s\n", failed > 0 ? "FAIL" : "ok  ", case_name_.c_str(),
+                  failed > 0 ? (" (" + std::to_string(int(failed)) + " ranks)").c_str() : "");
+    std::fflush(stdout);
+    if (failed > 0) ++failed_cases_;
+    ++cases_;
+  }
+  int failed_cases() const { return failed_cases_; }
+  int cases() const { return cases_; }
+
+ private:
+  Communicator& comm_;
+  std::string case_name_;
+  int case_failures_ = 0, failed_cases_ = 0, cases_ = 0;
+};
+
+std::string describe(size_t i, double got, double want) {
+  char line[160];
+  std::snprintf(line, sizeof(line), "element %zu: %.9g, expected %.9g", i, got, want);
+  return line;
+}
+
+// Collective: every rank's buffer has the same bytes as rank 0's.
+void check_same_on_every_rank(Communicator& comm, Checker& check, const Buffer& b) {
+  Buffer root = b;
+  comm.broadcast(root.data(), root.size(), root.type, 0);
+  if (root.bytes != b.bytes) check.fail("result differs from rank 0's bits");
+}
+
+// ring_all_reduce vs comm.all_reduce (and vs the exact sum) for one case.
+void check_all_reduce(Communicator& comm, Checker& check, Inputs kind, DType t, size_t count,
+                      uint64_t case_id, size_t piece_bytes = kRingPieceBytes) {
+  const int n = comm.size();
+  std::string name = std::string("all_reduce ") + dtype_name(t) + " N=" + std::to_string(n) +
+                     " count=" + std::to_string(count) +
+                     (kind == Inputs::Exact ? " exact" : " random");
+  if (piece_bytes != kRingPieceBytes) name += " pieces of " + std::to_string(piece_bytes) + " B";
+  check.start(name);
+
+  const Buffer input = make_input(kind, t, case_id, comm.rank(), count);
+  Buffer ring = input, backend = input;
+  ring_all_reduce(comm, ring.data(), count, t, piece_bytes);
+  comm.all_reduce(backend.data(), count, t);
+
+  const Reference ref = reference(kind, t, case_id, n, count);
+  if (kind == Inputs::Exact) {
+    for (size_t i = 0; i < count; ++i)
+      if (ring.get(i) != ref.sum[i]) {
+        check.fail("ring vs exact sum, " + describe(i, ring.get(i), ref.sum[i]));
+      } else if (backend.get(i) != ref.sum[i]) {
+        check.fail("backend vs exact sum, " + describe(i, backend.get(i), ref.sum[i]));
+      }
+  } else {
+    // See the file comment: 2 (N-1) eps32 for fp32, 2 gamma(N-1) for bf16.
+    const double between = t == DType::F32 ? 2.0 * (n - 1) * 0x1p-23 : 2.0 * gamma_bound(n - 1, t);
+    const double to_exact = gamma_bound(n - 1, t);
+    for (size_t i = 0; i < count; ++i) {
+      const double r = ring.get(i), b = backend.get(i);
+      if (std::fabs(r - b) > between * ref.abs_sum[i])
+        check.fail("ring vs backend beyond " + std::to_string(between) + " sum|x|, " +
+                   describe(i, r, b));
+      else if (std::fabs(r - ref.sum[i]) > to_exact * ref.abs_sum[i])
+        check.fail("ring vs exact beyond gamma(N-1) sum|x|, " + describe(i, r, ref.sum[i]));
+    }
+  }
+  check_same_on_every_rank(comm, check, ring);
+  check.finish();
+}
+
+// The halves on their own: after ring_reduce_scatter rank r holds the exact sum of
+// chunk r; ring_all_gather then hands every rank all chunks (exact inputs).
+void check_halves(Communicator& comm, Checker& check, DType t, size_t count, uint64_t case_id) {
+  const int n = comm.size(), r = comm.rank();
+  check.start(std::string("reduce_scatter + all_gather ") + dtype_name(t) + " N=" +
+              std::to_string(n) + " count=" + std::to_string(count));
+
+  Buffer buf = make_input(Inputs::Exact, t, case_id, r, count);
+  ring_reduce_scatter(comm, buf.data(), count, t);
+  const Reference ref = reference(Inputs::Exact, t, case_id, n, count);
+  const size_t begin = ring_chunk_begin(count, n, r), end = ring_chunk_begin(count, n, r + 1);
+  for (size_t i = begin; i < end; ++i)
+    if (buf.get(i) != ref.sum[i])
+      check.fail("reduce_scatter, own chunk, " + describe(i, buf.get(i), ref.sum[i]));
+
+  // Poison the chunks this rank does not own: the all-gather must overwrite them all.
+  for (size_t i = 0; i < count; ++i)
+    if (i < begin || i >= end) buf.set(i, std::nanf(""));
+  ring_all_gather(comm, buf.data(), count, t);
+  for (size_t i = 0; i < count; ++i)
+    if (!(buf.get(i) == ref.sum[i]))
+      check.fail("all_gather, " + describe(i, buf.get(i), ref.sum[i]));
+  check_same_on_every_rank(comm, check, buf);
+  check.finish();
+}
+
+int run(Communicator& comm, int expected_ranks) {
+  const int n = comm.size();
+  if (n != expected_ranks) {
+    // A world of the wrong size would pass vacuously (e.g. a build without MPI, where
+    // every process is a world of one): refuse it.
+    std::fprintf(stderr, "test_ring_allreduce: expected %d ranks, the world has %d (backend %s)\n",
+                 expected_ranks, n, comm.backend());
+    return 1;
+  }
+  if (comm.rank() == 0)
+    std::printf("ring all-reduce vs %s all_reduce, %d ranks\n", comm.backend(), n);
+
+  // 0, 1, N-1, N+1 and a large prime, without repeats (N-1 is 0 or 1 for N <= 2).
+  std::vector<size_t> counts = {0, 1, size_t(n - 1), size_t(n + 1), 100003};
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+
+  Checker check(comm);
+  uint64_t case_id = 0;
+  for (DType t : {DType::F32, DType::BF16}) {
+    for (size_t count : counts) {
+      check_all_reduce(comm, check, Inputs::Exact, t, count, ++case_id);
+      check_all_reduce(comm, check, Inputs::Random, t, count, ++case_id);
+      check_halves(comm, check, t, count, ++case_id);
+    }
+    // Many messages per chunk, pieces of unequal sizes (12 bytes: 3 fp32 or 6 bf16).
+    check_all_reduce(comm, check, Inputs::Exact, t, 1001, ++case_id, 12);
+  }
+
+  if (comm.rank() == 0)
+    std::printf("%d of %d cases passed\n", check.cases() - check.failed_cases(), check.cases());
+  return check.failed_cases() == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::unique_ptr<Communicator> comm;
+  try {
+    comm = make_world(&argc, &argv, CommOptions{});
+    if (argc != 2) {
+      std::fprintf(stderr, "usage: mpirun -np N %s N\n", argv[0]);
+      return 2;
+    }
+    return run(*comm, std::atoi(argv[1]));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "test_ring_allreduce: %s\n", e.what());
+    if (comm) comm->abort(1);
+    return 1;
+  }
+}
