@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "common/error.h"
+
 namespace gpt {
 
 namespace {
@@ -15,25 +17,26 @@ namespace {
 struct Ring {
   Communicator& comm;
   std::byte* base;  // the buffer, as bytes
-  size_t count;     // elements in the buffer
+  const std::vector<size_t>& bounds;  // chunk c is [bounds[c], bounds[c+1])
   DType type;
   size_t elem;      // bytes per element
   int n, rank, next, prev;
+  size_t largest = 0;  // elements in the largest chunk
   size_t pieces;    // messages per chunk, the same on every rank
 
-  Ring(Communicator& c, void* buf, size_t count_, DType t, size_t max_piece_bytes)
+  Ring(Communicator& c, void* buf, const std::vector<size_t>& bounds_, DType t, size_t max_piece_bytes)
       : comm(c),
         base(static_cast<std::byte*>(buf)),
-        count(count_),
+        bounds(bounds_),
         type(t),
         elem(dtype_size(t)),
         n(c.size()),
         rank(c.rank()),
         next((c.rank() + 1) % c.size()),
         prev((c.rank() + c.size() - 1) % c.size()) {
-    // The largest chunk has ceil(count/N) elements; cut every chunk into as many
-    // pieces as that one needs, so that all ranks send the same number of messages.
-    const size_t largest = (count + size_t(n) - 1) / size_t(n);
+    // Cut every chunk into as many pieces as the largest one needs, so that all ranks
+    // send the same number of messages.
+    for (int i = 0; i < n; ++i) largest = std::max(largest, bounds[i + 1] - bounds[i]);
     const size_t piece_elems = std::max<size_t>(1, max_piece_bytes / elem);
     pieces = std::max<size_t>(1, (largest + piece_elems - 1) / piece_elems);
   }
@@ -44,26 +47,43 @@ struct Ring {
   // Piece k of chunk c: [begin, begin + size) in elements, by the same floor rule
   // the chunks use, now applied inside the chunk.
   size_t piece_begin(int c, size_t k) const {
-    const size_t chunk_begin = ring_chunk_begin(count, n, c);
-    const size_t chunk_size = ring_chunk_size(count, n, c);
-    return chunk_begin + k * chunk_size / pieces;
+    return bounds[c] + k * (bounds[c + 1] - bounds[c]) / pieces;
   }
   size_t piece_size(int c, size_t k) const { return piece_begin(c, k + 1) - piece_begin(c, k); }
   std::byte* at(size_t element) const { return base + element * elem; }
 
   // Upper bound on one piece's size, for the scratch buffer.
-  size_t largest_piece() const {
-    const size_t largest = (count + size_t(n) - 1) / size_t(n);
-    return (largest + pieces - 1) / pieces;
-  }
+  size_t largest_piece() const { return (largest + pieces - 1) / pieces; }
 };
+
+void check_bounds(const Communicator& comm, const std::vector<size_t>& bounds) {
+  require(bounds.size() == size_t(comm.size()) + 1 && std::is_sorted(bounds.begin(), bounds.end()),
+          "ring: chunk bounds must be size()+1 non-decreasing offsets");
+}
 
 }  // namespace
 
+std::vector<size_t> ring_chunk_bounds(size_t count, int parts) {
+  std::vector<size_t> bounds(size_t(parts) + 1);
+  for (int i = 0; i <= parts; ++i) bounds[i] = ring_chunk_begin(count, parts, i);
+  return bounds;
+}
+
 void ring_reduce_scatter(Communicator& comm, void* buf, size_t count, DType t,
                          size_t max_piece_bytes) {
-  if (count == 0 || comm.size() == 1) return;
-  const Ring ring(comm, buf, count, t, max_piece_bytes);
+  ring_reduce_scatter_v(comm, buf, ring_chunk_bounds(count, comm.size()), t, max_piece_bytes);
+}
+
+void ring_all_gather(Communicator& comm, void* buf, size_t count, DType t,
+                     size_t max_piece_bytes) {
+  ring_all_gather_v(comm, buf, ring_chunk_bounds(count, comm.size()), t, max_piece_bytes);
+}
+
+void ring_reduce_scatter_v(Communicator& comm, void* buf, const std::vector<size_t>& bounds, DType t,
+                           size_t max_piece_bytes) {
+  check_bounds(comm, bounds);
+  if (bounds.back() == bounds.front() || comm.size() == 1) return;
+  const Ring ring(comm, buf, bounds, t, max_piece_bytes);
   std::vector<std::byte> scratch(ring.largest_piece() * ring.elem);
 
   for (int s = 0; s < ring.n - 1; ++s) {
@@ -81,10 +101,11 @@ void ring_reduce_scatter(Communicator& comm, void* buf, size_t count, DType t,
   }
 }
 
-void ring_all_gather(Communicator& comm, void* buf, size_t count, DType t,
-                     size_t max_piece_bytes) {
-  if (count == 0 || comm.size() == 1) return;
-  const Ring ring(comm, buf, count, t, max_piece_bytes);
+void ring_all_gather_v(Communicator& comm, void* buf, const std::vector<size_t>& bounds, DType t,
+                       size_t max_piece_bytes) {
+  check_bounds(comm, bounds);
+  if (bounds.back() == bounds.front() || comm.size() == 1) return;
+  const Ring ring(comm, buf, bounds, t, max_piece_bytes);
 
   for (int s = 0; s < ring.n - 1; ++s) {
     const int send_chunk = ring.wrap(ring.rank - s);      // ours at s = 0, then forwarded

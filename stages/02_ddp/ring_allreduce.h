@@ -64,6 +64,7 @@
 // from common/comm.h, so bf16 sums round to bf16 after every addition, as on the wire.
 #pragma once
 #include <cstddef>
+#include <vector>
 
 #include "common/comm.h"
 
@@ -97,5 +98,16 @@ void ring_reduce_scatter(Communicator& comm, void* buf, size_t count, DType t,
 // chunk i holds rank i's part, on every rank.
 void ring_all_gather(Communicator& comm, void* buf, size_t count, DType t,
                      size_t max_piece_bytes = kRingPieceBytes);
+
+// The same two halves with chunks of any sizes: chunk i is [bounds[i], bounds[i+1])
+// (size()+1 non-decreasing element offsets into buf; chunks may be empty). The ZeRO
+// stages use them to reduce a bucket straight into each rank's shard of the model.
+void ring_reduce_scatter_v(Communicator& comm, void* buf, const std::vector<size_t>& bounds,
+                           DType t, size_t max_piece_bytes = kRingPieceBytes);
+void ring_all_gather_v(Communicator& comm, void* buf, const std::vector<size_t>& bounds, DType t,
+                       size_t max_piece_bytes = kRingPieceBytes);
+
+// The floor-rule bounds: ring_chunk_begin(count, parts, i) for i = 0..parts.
+std::vector<size_t> ring_chunk_bounds(size_t count, int parts);
 
 }  // namespace gpt
