@@ -36,6 +36,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -44,8 +45,11 @@
 #include <stdexcept>
 #include <string_view>
 #include <system_error>
+#include <tuple>
 #include <utility>
+#include <vector>
 
+#include "common/comm.h"
 #include "common/error.h"
 
 namespace gpt {
@@ -85,12 +89,17 @@ struct Fnv1a64 {
   }
 };
 
-std::string checksum_hex(const float* data, int64_t numel) {
-  Fnv1a64 f;
-  f.update(data, size_t(numel * kBytesPerElement));
+std::string hex_text(const Fnv1a64& f) {
   char text[17];
   std::snprintf(text, sizeof text, "%016" PRIx64, f.h);
   return text;
+}
+
+// The checksum of a tensor in memory.
+std::string checksum_hex(const float* data, int64_t numel) {
+  Fnv1a64 f;
+  f.update(data, size_t(numel * kBytesPerElement));
+  return hex_text(f);
 }
 
 // ---------------------------------------------------------------------------------
@@ -322,64 +331,115 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 // ---------------------------------------------------------------------------------
 
-std::string save_checkpoint(const std::string& run_dir, const Config& cfg,
-                            const ParamLayout& layout, const CheckpointState& state,
-                            const std::vector<CheckpointBuffer>& buffers) {
-  check_buffers(layout, buffers);
-  const fs::path root(run_dir);
-  const std::string name = step_dir_name(state.step);
-  const fs::path final_dir = root / name;
-  const fs::path tmp_dir = root / (name + ".tmp");
+namespace {
 
+// ---------------------------------------------------------------------------------
+// Writing: the steps both writers share. save_checkpoint runs them all in one
+// process; save_checkpoint_sharded runs each on the rank(s) it belongs to, with an
+// agreement between ranks after each (see below). Sharing them is what makes the two
+// writers' checkpoints byte-identical.
+
+struct CheckpointPaths {
+  fs::path root;       // run_dir
+  std::string name;    // step_00000100
+  fs::path final_dir;  // run_dir/step_00000100
+  fs::path tmp_dir;    // run_dir/step_00000100.tmp
+};
+
+CheckpointPaths checkpoint_paths(const std::string& run_dir, int64_t step) {
+  CheckpointPaths p;
+  p.root = fs::path(run_dir);
+  p.name = step_dir_name(step);
+  p.final_dir = p.root / p.name;
+  p.tmp_dir = p.root / (p.name + ".tmp");
+  return p;
+}
+
+// Step 1: an empty .tmp directory to fill.
+void make_fresh_tmp_dir(const CheckpointPaths& p) {
   std::error_code ec;
-  fs::create_directories(root, ec);
-  if (ec) fail("cannot create run directory " + root.string() + ": " + ec.message());
+  fs::create_directories(p.root, ec);
+  if (ec) fail("cannot create run directory " + p.root.string() + ": " + ec.message());
   // A .tmp left by a crash is incomplete by definition: start over.
-  fs::remove_all(tmp_dir, ec);
-  if (ec) fail("cannot remove stale " + tmp_dir.string() + ": " + ec.message());
-  fs::create_directory(tmp_dir, ec);
-  if (ec) fail("cannot create " + tmp_dir.string() + ": " + ec.message());
+  fs::remove_all(p.tmp_dir, ec);
+  if (ec) fail("cannot remove stale " + p.tmp_dir.string() + ": " + ec.message());
+  fs::create_directory(p.tmp_dir, ec);
+  if (ec) fail("cannot create " + p.tmp_dir.string() + ": " + ec.message());
+}
 
-  ordered_json tensors = ordered_json::array();
-  const int64_t file_bytes = layout.total() * kBytesPerElement;
-  for (const CheckpointBuffer& b : buffers) {
-    const std::string file = file_for_kind(b.kind);
-    const fs::path path = tmp_dir / file;
-    {
-      Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT, 0644));
-      if (fd.get() < 0) fail("cannot create " + path.string() + ": " + errno_text());
-      // The file always has the whole buffer's size, whichever slice this rank holds;
-      // ftruncate only sets the length (ranks may do it concurrently, to one value).
-      if (::ftruncate(fd.get(), off_t(file_bytes)) != 0)
-        fail("cannot size " + path.string() + ": " + errno_text());
-      pwrite_all(fd.get(), b.data, (b.end - b.begin) * kBytesPerElement, b.begin * kBytesPerElement,
-                 path.string());
-      if (::fsync(fd.get()) != 0) fail("cannot fsync " + path.string() + ": " + errno_text());
-      fd.close_or_fail(path.string());
-    }
-    for (const ParamTensor& t : layout.tensors()) {
-      ordered_json row = {{"name", b.kind + "/" + t.name},
-                  {"kind", b.kind},
-                  {"shape", t.shape},
-                  {"dtype", "fp32"},
-                  {"file", file},
-                  {"offset", t.offset * kBytesPerElement}};
-      // We can only checksum what we hold. A tensor cut by this slice's edge (or
-      // outside it) gets null here; a multi-rank writer gathers the other ranks'
-      // checksums and fills them in before the manifest is written. Stage 01 holds
-      // the whole buffer, so every row has its checksum.
-      if (t.offset >= b.begin && t.offset + t.numel <= b.end)
-        row["checksum"] = checksum_hex(b.data + (t.offset - b.begin), t.numel);
-      else
-        row["checksum"] = nullptr;
-      tensors.push_back(std::move(row));
-    }
+// Step 2a: a kind's file, created at its full size whichever slices will be written
+// into it. ftruncate only sets the length: the file is sparse until the slices land,
+// and a byte nobody writes reads back as zero.
+void create_kind_file(const fs::path& path, int64_t file_bytes) {
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT, 0644));
+  if (fd.get() < 0) fail("cannot create " + path.string() + ": " + errno_text());
+  if (::ftruncate(fd.get(), off_t(file_bytes)) != 0)
+    fail("cannot size " + path.string() + ": " + errno_text());
+  fd.close_or_fail(path.string());
+}
+
+// Step 2b: a buffer's slice, written at its byte offset in the existing file and
+// fsync'ed. Ranks write disjoint byte ranges of one file at once, which POSIX allows.
+void write_slice(const fs::path& path, const CheckpointBuffer& b) {
+  Fd fd(::open(path.c_str(), O_WRONLY));
+  if (fd.get() < 0) {
+    const bool missing = errno == ENOENT;
+    // Where rank 0 created the file but this rank cannot see it, the run directory is
+    // on a disk of rank 0's node only.
+    fail("cannot open " + path.string() + " to write a checkpoint slice: " + errno_text() +
+         (missing ? " (is run_dir on a file system that every rank sees?)" : ""));
   }
+  pwrite_all(fd.get(), b.data, (b.end - b.begin) * kBytesPerElement, b.begin * kBytesPerElement,
+             path.string());
+  if (::fsync(fd.get()) != 0) fail("cannot fsync " + path.string() + ": " + errno_text());
+  fd.close_or_fail(path.string());
+}
 
-  ordered_json layout_json = ordered_json::parse(state.layout_json, nullptr, /*allow_exceptions=*/false);
-  if (layout_json.is_discarded())
-    throw std::invalid_argument("CheckpointState::layout_json is not JSON: " + state.layout_json);
+// The checksum of a tensor as it lies in a file: the same FNV-1a as checksum_hex, fed
+// in pieces of at most 4 MiB so that a large tensor needs no large buffer.
+std::string checksum_hex_in_file(int fd, int64_t offset, int64_t numel, const std::string& path) {
+  Fnv1a64 f;
+  std::vector<char> piece(size_t(std::min<int64_t>(numel * kBytesPerElement, int64_t(4) << 20)));
+  for (int64_t left = numel * kBytesPerElement; left > 0;) {
+    const int64_t n = std::min<int64_t>(left, int64_t(piece.size()));
+    pread_all(fd, piece.data(), n, offset, path);
+    f.update(piece.data(), size_t(n));
+    offset += n;
+    left -= n;
+  }
+  return hex_text(f);
+}
 
+// Step 3a: the tensor table's rows for one kind, in the layout's order. checksum(t)
+// gives a row's checksum: its hex string, or null where the writer cannot compute it.
+template <class ChecksumOf>
+void append_tensor_rows(ordered_json& tensors, const std::string& kind, const ParamLayout& layout,
+                        ChecksumOf&& checksum) {
+  const std::string file = file_for_kind(kind);
+  for (const ParamTensor& t : layout.tensors()) {
+    ordered_json row = {{"name", kind + "/" + t.name},
+                        {"kind", kind},
+                        {"shape", t.shape},
+                        {"dtype", "fp32"},
+                        {"file", file},
+                        {"offset", t.offset * kBytesPerElement}};
+    row["checksum"] = checksum(t);
+    tensors.push_back(std::move(row));
+  }
+}
+
+// The caller's layout description, which the manifest records as JSON.
+ordered_json parse_layout_json(const std::string& text) {
+  ordered_json parsed = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded())
+    throw std::invalid_argument("CheckpointState::layout_json is not JSON: " + text);
+  return parsed;
+}
+
+// Step 3b: the manifest, fsync'ed, and the directory entries of the .tmp directory.
+void write_manifest(const CheckpointPaths& p, const Config& cfg, const ParamLayout& layout,
+                    const CheckpointState& state, const ordered_json& layout_json,
+                    const ordered_json& tensors) {
   const ordered_json manifest = {
       {"format", kFormat},
       {"version", kVersion},
@@ -394,26 +454,277 @@ std::string save_checkpoint(const std::string& run_dir, const Config& cfg,
       {"tensors", tensors},
   };
   // The manifest goes last: its presence is what marks the data files complete.
-  write_text_file(tmp_dir / "manifest.json", manifest.dump(2) + "\n");
-  fsync_directory(tmp_dir);
+  write_text_file(p.tmp_dir / "manifest.json", manifest.dump(2) + "\n");
+  fsync_directory(p.tmp_dir);
+}
 
-  // Publish. If this step was saved before (a rerun of the same step), move the old
-  // copy aside first: rename() cannot replace a non-empty directory.
-  if (fs::exists(final_dir, ec)) {
-    const fs::path old_dir = root / (name + ".old");
+// Step 4: publish. If this step was saved before (a rerun of the same step), move the
+// old copy aside first: rename() cannot replace a non-empty directory.
+void publish(const CheckpointPaths& p) {
+  std::error_code ec;
+  if (fs::exists(p.final_dir, ec)) {
+    const fs::path old_dir = p.root / (p.name + ".old");
     fs::remove_all(old_dir, ec);
-    fs::rename(final_dir, old_dir, ec);
-    if (ec) fail("cannot move aside " + final_dir.string() + ": " + ec.message());
-    fs::rename(tmp_dir, final_dir, ec);
-    if (ec) fail("cannot rename " + tmp_dir.string() + " to " + final_dir.string() + ": " + ec.message());
+    fs::rename(p.final_dir, old_dir, ec);
+    if (ec) fail("cannot move aside " + p.final_dir.string() + ": " + ec.message());
+    fs::rename(p.tmp_dir, p.final_dir, ec);
+    if (ec)
+      fail("cannot rename " + p.tmp_dir.string() + " to " + p.final_dir.string() + ": " + ec.message());
     fs::remove_all(old_dir, ec);
     if (ec) fail("cannot remove " + old_dir.string() + ": " + ec.message());
   } else {
-    fs::rename(tmp_dir, final_dir, ec);
-    if (ec) fail("cannot rename " + tmp_dir.string() + " to " + final_dir.string() + ": " + ec.message());
+    fs::rename(p.tmp_dir, p.final_dir, ec);
+    if (ec)
+      fail("cannot rename " + p.tmp_dir.string() + " to " + p.final_dir.string() + ": " + ec.message());
   }
-  fsync_directory(root);
-  return final_dir.string();
+  fsync_directory(p.root);
+}
+
+// ---------------------------------------------------------------------------------
+// Agreement between ranks. A collective writer must never leave a rank waiting: if
+// rank 0 cannot create the directory and simply threw, the other ranks would sit in
+// the next collective until the communicator's timeout, then report a lost peer
+// instead of the real cause. So every step that can fail runs inside attempt(), which
+// catches the error, and is followed by agree(), a collective every rank reaches
+// whatever happened: it tells every rank whether any rank failed and, if one did,
+// every rank throws the same error (the lowest failing rank's). agree() is also the
+// barrier between steps: its all-reduce cannot complete on any rank before every rank
+// has entered it, i.e. has finished the step before it.
+
+// What one rank's step ended with. The code keeps the error's kind across ranks: a
+// UserError (bad input: a disk full, a path we cannot create) stays a UserError, a
+// caller's bug (std::invalid_argument) stays one.
+enum class ErrorKind { None = 0, User = 1, InvalidArgument = 2, Other = 3 };
+
+struct Outcome {
+  ErrorKind kind = ErrorKind::None;
+  std::string message;
+  std::exception_ptr error;  // the original, rethrown as it is when there is one rank
+};
+
+template <class Step>
+Outcome attempt(Step&& step) {
+  Outcome o;
+  try {
+    step();
+  } catch (const UserError& e) {
+    o = {ErrorKind::User, e.what(), std::current_exception()};
+  } catch (const std::invalid_argument& e) {
+    o = {ErrorKind::InvalidArgument, e.what(), std::current_exception()};
+  } catch (const std::exception& e) {
+    o = {ErrorKind::Other, e.what(), std::current_exception()};
+  }
+  return o;
+}
+
+// Copies root's string to every rank. The communicator moves typed elements; a
+// broadcast copies them without looking at them, so text travels as two-byte
+// elements (the bf16 type), padded to an even length, after its length.
+void broadcast_string(Communicator& comm, std::string& text, int root) {
+  double length = double(text.size());
+  comm.broadcast(&length, 1, DType::F64, root);
+  if (length == 0) {
+    text.clear();
+    return;
+  }
+  std::string padded = text;
+  padded.resize(size_t(length) + size_t(length) % 2);
+  comm.broadcast(padded.data(), padded.size() / 2, DType::BF16, root);
+  text = padded.substr(0, size_t(length));
+}
+
+void agree(Communicator& comm, const Outcome& mine) {
+  if (comm.size() == 1) {
+    // One rank: nothing to tell anyone; its error goes out exactly as the single
+    // writer's would.
+    if (mine.error) std::rethrow_exception(mine.error);
+    return;
+  }
+  // Slot r holds rank r's error kind (0 for none): each rank fills its own slot and
+  // the sum over ranks fills them all.
+  std::vector<double> kinds(size_t(comm.size()), 0.0);
+  kinds[size_t(comm.rank())] = double(int(mine.kind));
+  comm.all_reduce(kinds.data(), kinds.size(), DType::F64);
+  const auto first = std::find_if(kinds.begin(), kinds.end(), [](double k) { return k != 0.0; });
+  if (first == kinds.end()) return;
+  const int origin = int(first - kinds.begin());
+  std::string message = comm.rank() == origin ? mine.message : std::string();
+  broadcast_string(comm, message, origin);
+  message = "rank " + std::to_string(origin) + ": " + message;
+  switch (ErrorKind(int(*first))) {
+    case ErrorKind::User: fail(message);
+    case ErrorKind::InvalidArgument: throw std::invalid_argument(message);
+    default: throw std::runtime_error(message);
+  }
+}
+
+std::string slice_text(int64_t begin, int64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+}
+
+// Every rank must pass the same kinds in the same order: the files are created, and
+// the table written, from rank 0's list, and a rank's slice is matched to a file by
+// position in the exchange below.
+void check_same_kinds(Communicator& comm, const std::vector<CheckpointBuffer>& buffers) {
+  std::string mine;
+  for (const CheckpointBuffer& b : buffers) mine += (mine.empty() ? "" : ", ") + b.kind;
+  std::string rank0 = mine;
+  broadcast_string(comm, rank0, 0);
+  agree(comm, attempt([&] {
+    if (mine != rank0)
+      throw std::invalid_argument("save_checkpoint_sharded: rank " + std::to_string(comm.rank()) +
+                                  " passes the kinds [" + mine + "] but rank 0 passes [" + rank0 +
+                                  "]; every rank must pass the same kinds in the same order");
+  }));
+}
+
+// For each kind, the ranks' slices must cover [0, total) once: a gap would leave bytes
+// nobody wrote (zeros, checksummed as if real) and an overlap would let two ranks
+// race on the same bytes. Every rank gathers every rank's slices and checks them, so
+// every rank reaches the same verdict.
+void check_tiling(Communicator& comm, const ParamLayout& layout,
+                  const std::vector<CheckpointBuffer>& buffers) {
+  // Per rank: its layout's total (the ranks must agree on the model), then begin and
+  // end of each kind. Element counts are far below 2^53, so doubles hold them exactly.
+  const size_t per_rank = 1 + 2 * buffers.size();
+  std::vector<double> mine;
+  mine.reserve(per_rank);
+  mine.push_back(double(layout.total()));
+  for (const CheckpointBuffer& b : buffers) {
+    mine.push_back(double(b.begin));
+    mine.push_back(double(b.end));
+  }
+  std::vector<double> all(per_rank * size_t(comm.size()));
+  comm.all_gather(mine.data(), all.data(), per_rank, DType::F64);
+
+  agree(comm, attempt([&] {
+    const auto at = [&](int r, size_t i) { return int64_t(all[size_t(r) * per_rank + i]); };
+    for (int r = 0; r < comm.size(); ++r)
+      if (at(r, 0) != layout.total())
+        throw std::invalid_argument("save_checkpoint_sharded: rank " + std::to_string(r) +
+                                    "'s layout has " + std::to_string(at(r, 0)) +
+                                    " elements but rank " + std::to_string(comm.rank()) + "'s has " +
+                                    std::to_string(layout.total()) + "; every rank must save the same model");
+    for (size_t k = 0; k < buffers.size(); ++k) {
+      // (begin, end, rank) of the non-empty slices, in file order.
+      std::vector<std::tuple<int64_t, int64_t, int>> slices;
+      std::string listing;
+      for (int r = 0; r < comm.size(); ++r) {
+        const int64_t begin = at(r, 1 + 2 * k), end = at(r, 2 + 2 * k);
+        listing += (r ? ", rank " : "rank ") + std::to_string(r) + " " + slice_text(begin, end);
+        if (end > begin) slices.emplace_back(begin, end, r);
+      }
+      std::sort(slices.begin(), slices.end());
+      int64_t covered = 0;  // [0, covered) is written exactly once so far
+      for (const auto& [begin, end, r] : slices) {
+        if (begin != covered)
+          throw std::invalid_argument(
+              "save_checkpoint_sharded: the slices of '" + buffers[k].kind + "' do not tile [0, " +
+              std::to_string(layout.total()) + "): " +
+              (begin > covered ? "nobody holds " + slice_text(covered, begin)
+                               : "rank " + std::to_string(r) + " overlaps " + slice_text(begin, covered)) +
+              " (" + listing + ")");
+        covered = end;
+      }
+      if (covered != layout.total())
+        throw std::invalid_argument("save_checkpoint_sharded: the slices of '" + buffers[k].kind +
+                                    "' do not tile [0, " + std::to_string(layout.total()) +
+                                    "): nobody holds " + slice_text(covered, layout.total()) + " (" +
+                                    listing + ")");
+    }
+  }));
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& run_dir, const Config& cfg,
+                            const ParamLayout& layout, const CheckpointState& state,
+                            const std::vector<CheckpointBuffer>& buffers) {
+  check_buffers(layout, buffers);
+  const CheckpointPaths p = checkpoint_paths(run_dir, state.step);
+  make_fresh_tmp_dir(p);
+
+  ordered_json tensors = ordered_json::array();
+  const int64_t file_bytes = layout.total() * kBytesPerElement;
+  for (const CheckpointBuffer& b : buffers) {
+    // The file always has the whole buffer's size, whichever slice this writer holds.
+    const fs::path path = p.tmp_dir / file_for_kind(b.kind);
+    create_kind_file(path, file_bytes);
+    write_slice(path, b);
+    // We can only checksum what we hold: a tensor cut by this slice's edge (or outside
+    // it) gets null. Stage 01 holds the whole buffer, so every row has its checksum;
+    // sharded runs use save_checkpoint_sharded, which checksums the assembled files.
+    append_tensor_rows(tensors, b.kind, layout, [&](const ParamTensor& t) -> ordered_json {
+      if (t.offset >= b.begin && t.offset + t.numel <= b.end)
+        return checksum_hex(b.data + (t.offset - b.begin), t.numel);
+      return nullptr;
+    });
+  }
+
+  write_manifest(p, cfg, layout, state, parse_layout_json(state.layout_json), tensors);
+  publish(p);
+  return p.final_dir.string();
+}
+
+std::string save_checkpoint_sharded(Communicator& comm, const std::string& run_dir,
+                                    const Config& cfg, const ParamLayout& layout,
+                                    const CheckpointState& state,
+                                    const std::vector<CheckpointBuffer>& buffers) {
+  const bool writer = comm.rank() == 0;  // rank 0 creates, checksums and publishes
+  const CheckpointPaths p = checkpoint_paths(run_dir, state.step);
+  const int64_t file_bytes = layout.total() * kBytesPerElement;
+
+  // 0. The arguments, checked on every rank before anything touches the disk.
+  ordered_json layout_json;
+  agree(comm, attempt([&] {
+    check_buffers(layout, buffers);
+    layout_json = parse_layout_json(state.layout_json);
+  }));
+  check_same_kinds(comm, buffers);
+  check_tiling(comm, layout, buffers);
+
+  // 1. Rank 0 makes the .tmp directory and every file at its full size, so that the
+  // other ranks only open existing files and write into them: no rank ever has to
+  // guess whether another has created a file yet.
+  agree(comm, attempt([&] {
+    if (!writer) return;
+    make_fresh_tmp_dir(p);
+    for (const CheckpointBuffer& b : buffers) create_kind_file(p.tmp_dir / file_for_kind(b.kind), file_bytes);
+  }));
+
+  // 2. Every rank writes its slices, in parallel, each at its own offset, and fsyncs
+  // them: when the next agreement completes, every byte of every file is on disk.
+  agree(comm, attempt([&] {
+    for (const CheckpointBuffer& b : buffers) write_slice(p.tmp_dir / file_for_kind(b.kind), b);
+  }));
+
+  // 3. Rank 0 checksums every tensor from the files (the only place where a tensor
+  // cut between ranks is whole), writes the manifest and publishes. Reading the bytes
+  // back rather than gathering the ranks' own checksums also checks what really
+  // reached the disk. Rank 0 reads each file once, tensor by tensor.
+  agree(comm, attempt([&] {
+    if (!writer) return;
+    ordered_json tensors = ordered_json::array();
+    for (const CheckpointBuffer& b : buffers) {
+      const fs::path path = p.tmp_dir / file_for_kind(b.kind);
+      Fd fd(::open(path.c_str(), O_RDONLY));
+      if (fd.get() < 0) fail("cannot open " + path.string() + ": " + errno_text());
+      // Rank 0 created the file at this size and the slices lie inside it; any other
+      // size means something else wrote there, and the checkpoint must not be published.
+      struct stat st {};
+      if (::fstat(fd.get(), &st) != 0) fail("cannot stat " + path.string() + ": " + errno_text());
+      if (int64_t(st.st_size) != file_bytes)
+        fail(path.string() + " is " + std::to_string(st.st_size) + " bytes after the ranks wrote it, not " +
+             std::to_string(file_bytes));
+      append_tensor_rows(tensors, b.kind, layout, [&](const ParamTensor& t) -> ordered_json {
+        return checksum_hex_in_file(fd.get(), t.offset * kBytesPerElement, t.numel, path.string());
+      });
+      fd.close_or_fail(path.string());
+    }
+    write_manifest(p, cfg, layout, state, layout_json, tensors);
+    publish(p);
+  }));
+  return p.final_dir.string();
 }
 
 CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layout,

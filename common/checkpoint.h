@@ -23,6 +23,8 @@
 
 namespace gpt {
 
+class Communicator;
+
 // One kind of tensor a rank holds: elements [begin, end) of the flat layout buffer.
 struct CheckpointBuffer {
   std::string kind;  // "param" (fp32 master weights), "adam_m", "adam_v"
@@ -37,9 +39,30 @@ struct CheckpointState {
 };
 
 // Writes a complete checkpoint of `step` under run_dir and returns its path.
+// One writer: the buffers should hold the whole layout (a tensor outside them gets a
+// null checksum and cannot be loaded). For shards spread over ranks, use
+// save_checkpoint_sharded.
 std::string save_checkpoint(const std::string& run_dir, const Config& cfg,
                             const ParamLayout& layout, const CheckpointState& state,
                             const std::vector<CheckpointBuffer>& buffers);
+
+// The same checkpoint, written together by every rank of `comm` (ZeRO: each rank
+// holds only its shard). Collective: every rank calls it, with the same run_dir, step
+// and kinds (in the same order), each with its own slice; for each kind the ranks'
+// slices must tile [0, layout.total()) exactly (uneven is fine; a slice may cut a
+// tensor). Rank 0 creates the files, every rank writes its slice in place, then rank 0
+// reads the files back to checksum every tensor, writes the manifest (cfg and state
+// are taken from rank 0) and renames the directory into place. The files and the
+// manifest are the ones save_checkpoint would write for the union of the slices.
+// Returns the checkpoint's path on every rank. An error on any rank (a disk full, a
+// bad slice) is thrown on every rank with the same message ("rank R: ..."), so no rank
+// is left waiting in a collective. run_dir must be on a file system all ranks see,
+// and the communicator must accept host buffers (it exchanges a few small host
+// values: the MPI and local backends do).
+std::string save_checkpoint_sharded(Communicator& comm, const std::string& run_dir,
+                                    const Config& cfg, const ParamLayout& layout,
+                                    const CheckpointState& state,
+                                    const std::vector<CheckpointBuffer>& buffers);
 
 // Reads checkpoint directory `path` into the buffers (each its own slice) and returns
 // its state. The model shape in the manifest must equal layout.model().
@@ -50,6 +73,9 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
 std::string latest_checkpoint(const std::string& run_dir);
 
 // Deletes all but the newest `keep` complete checkpoints (keep <= 0 keeps all).
+// In a multi-rank run call it on rank 0 only (after the save has returned): ranks
+// deleting the same directories at once would race, and one may fail on a file that
+// another has just removed.
 void prune_checkpoints(const std::string& run_dir, int keep);
 
 }  // namespace gpt

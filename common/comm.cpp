@@ -139,10 +139,14 @@ std::unique_ptr<Communicator> make_world(int* argc, char*** argv, const CommOpti
   std::unique_ptr<Communicator> world = make_mpi_world(argc, argv, options);
 #ifdef GPT_HAVE_CUDA
   if (cuda) {
-    const bool shared = select_gpu(*world);
+    // Whether GPUs are shared on any node, agreed by all ranks, so that with comm=auto
+    // every rank picks the same backend.
+    double shared_anywhere = select_gpu(*world) ? 1 : 0;
+    world->all_reduce(&shared_anywhere, 1, DType::F64);
+    const bool shared = shared_anywhere > 0;
 #ifdef GPT_HAVE_NCCL
     if (b == "nccl" && shared)
-      no_nccl("the ranks of a node outnumber its GPUs and NCCL needs a GPU per rank; use comm=mpi to share GPUs");
+      no_nccl("a node has more ranks than GPUs and NCCL needs a GPU per rank; use comm=mpi to share GPUs");
     if (b == "nccl" || (b == "auto" && !shared)) return make_nccl_comm(std::move(world), options);
 #else
     (void)shared;

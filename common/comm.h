@@ -43,7 +43,7 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual const char* backend() const = 0;  // "mpi" or "nccl"
+  virtual const char* backend() const = 0;  // "mpi", "nccl" or "local" (one process)
 
   virtual void all_reduce(void* buf, size_t count, DType t) = 0;
   // send holds size()*count elements; recv receives this rank's chunk of count.

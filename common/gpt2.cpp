@@ -14,14 +14,17 @@
 namespace gpt {
 
 template <class T>
-GPT2<T>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, Precision precision)
+GPT2<T>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, Precision precision,
+              bool own_weights)
     : model_(model), layout_(model), B_(batch), T_(seq_len), device_(device), precision_(precision) {
   require(T_ <= model.block_size, "seq_len " + std::to_string(T_) + " exceeds block_size " +
                                       std::to_string(model.block_size));
   const size_t L = model.n_layer, C = model.n_embd, N = size_t(B_) * T_, NH = model.n_head;
   const size_t Vp = model.padded_vocab();
-  params_.assign(layout_.total(), T(0));
-  grads_.assign(layout_.total(), T(0));
+  if (own_weights) {
+    params_.assign(layout_.total(), T(0));
+    grads_.assign(layout_.total(), T(0));
+  }
   flat_ = FlatStore<T>(layout_, params_.data(), grads_.data());
   encoded_.resize(N * C);
   ln1_.resize(L * N * C), ln1_mean_.resize(L * N), ln1_rstd_.resize(L * N);
@@ -44,6 +47,7 @@ void GPT2<T>::store(T* x, size_t n) {
 
 template <class T>
 void GPT2<T>::set_params(const T* values) {
+  require(!params_.empty(), "set_params: this model has no weight buffers of its own (own_weights=false)");
   std::copy(values, values + params_.size(), params_.begin());
   store(params_.data(), params_.size());
 }

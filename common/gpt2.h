@@ -57,7 +57,10 @@ class FlatStore : public WeightStore<T> {
 template <class T>
 class GPT2 {
  public:
-  GPT2(const ModelConfig& model, int batch, int seq_len, Device device, Precision precision);
+  // With own_weights false the model allocates no weight or gradient buffers of its
+  // own: a store set with set_store() provides them (the ZeRO stages shard them).
+  GPT2(const ModelConfig& model, int batch, int seq_len, Device device, Precision precision,
+       bool own_weights = true);
   GPT2(const GPT2&) = delete;  // the store points into the model
   GPT2& operator=(const GPT2&) = delete;
 
@@ -90,6 +93,10 @@ class GPT2 {
   // buffers, params() and grads()). The store must outlive its use.
   void set_store(WeightStore<T>* store) { store_ = store ? store : &flat_; }
 
+  // Rounds stored values to bf16 in bf16 mode (a no-op in fp32): what the model does
+  // to every activation, for stores that make their own weight copies.
+  void store(T* x, size_t n);
+
   // Logits of the last forward, (B, T, Vp); columns >= V are padding.
   const T* logits() const { return logits_.data(); }
   // Per-position losses of the last forward, (B, T).
@@ -101,8 +108,6 @@ class GPT2 {
   size_t activation_bytes() const;
 
  private:
-  struct Acts;  // activation buffers, see gpt2.cpp
-  void store(T* x, size_t n);  // bf16 emulation: round a stored activation
 
   ModelConfig model_;
   ParamLayout layout_;

@@ -7,26 +7,31 @@
 
 namespace gpt {
 
-GradSync::GradSync(const ParamLayout& layout, float* params, float* grads, AllReduce all_reduce,
-                   double bucket_mb)
-    : layout_(layout), params_(params), grads_(grads), all_reduce_(std::move(all_reduce)) {
-  // Units in the order backward finishes them: final layernorm, blocks last to first,
-  // embeddings. Close a bucket once it holds bucket_mb MiB.
+std::vector<GradBucket> make_buckets(const ParamLayout& layout, double bucket_mb) {
   const int64_t bucket_elems = std::max<int64_t>(1, int64_t(bucket_mb * 1024 * 1024 / sizeof(float)));
   std::vector<int> order = {layout.final_unit()};
   for (int l = layout.model().n_layer - 1; l >= 0; --l) order.push_back(layout.block_unit(l));
   order.push_back(ParamLayout::kEmbeddingUnit);
-  bucket_of_unit_.assign(layout.num_units(), -1);
+  std::vector<GradBucket> buckets;
   for (int u : order) {
     const Unit& unit = layout.unit(u);
-    if (buckets_.empty() || buckets_.back().end - buckets_.back().begin >= bucket_elems)
-      buckets_.push_back({unit.begin, unit.end, {}});
-    Bucket& b = buckets_.back();
+    if (buckets.empty() || buckets.back().end - buckets.back().begin >= bucket_elems)
+      buckets.push_back({unit.begin, unit.end, {}});
+    GradBucket& b = buckets.back();
     b.begin = std::min(b.begin, unit.begin);  // reverse layout order: the range grows downwards
     b.end = std::max(b.end, unit.end);
     b.units.push_back(u);
-    bucket_of_unit_[u] = int(buckets_.size()) - 1;
   }
+  return buckets;
+}
+
+GradSync::GradSync(const ParamLayout& layout, float* params, float* grads, AllReduce all_reduce,
+                   double bucket_mb)
+    : layout_(layout), params_(params), grads_(grads), all_reduce_(std::move(all_reduce)),
+      buckets_(make_buckets(layout, bucket_mb)) {
+  bucket_of_unit_.assign(layout.num_units(), -1);
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (int u : buckets_[b].units) bucket_of_unit_[u] = int(b);
   pending_units_.resize(buckets_.size());
   for (size_t b = 0; b < buckets_.size(); ++b) pending_units_[b] = int(buckets_[b].units.size());
   thread_ = std::thread([this] { worker(); });

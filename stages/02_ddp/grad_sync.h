@@ -29,6 +29,15 @@
 
 namespace gpt {
 
+// A bucket: consecutive units in the order backward finishes them (final layernorm,
+// blocks last to first, embeddings), closed once it holds bucket_mb MiB. Because the
+// layout is layer-contiguous, a bucket is one range [begin, end) of the flat buffer.
+struct GradBucket {
+  int64_t begin, end;
+  std::vector<int> units;
+};
+std::vector<GradBucket> make_buckets(const ParamLayout& layout, double bucket_mb);
+
 class GradSync : public WeightStore<float> {
  public:
   // all_reduce(ptr, count) sums a float range over the data-parallel group.
@@ -50,11 +59,7 @@ class GradSync : public WeightStore<float> {
   float* grads(int unit) override { return grads_ + layout_.unit(unit).begin; }
   void grads_done(int unit) override;
 
-  struct Bucket {
-    int64_t begin, end;     // range of the flat buffer
-    std::vector<int> units;
-  };
-  const std::vector<Bucket>& buckets() const { return buckets_; }
+  const std::vector<GradBucket>& buckets() const { return buckets_; }
 
  private:
   void worker();
@@ -63,7 +68,7 @@ class GradSync : public WeightStore<float> {
   float* params_;
   float* grads_;
   AllReduce all_reduce_;
-  std::vector<Bucket> buckets_;
+  std::vector<GradBucket> buckets_;
   std::vector<int> bucket_of_unit_;
   std::vector<int> pending_units_;  // per bucket, units not yet done in this backward
   bool sync_ = true;

@@ -24,6 +24,7 @@
 #include "common/error.h"
 #include "common/gpt2.h"
 #include "common/memory.h"
+#include "common/mesh.h"
 #include "common/metrics.h"
 #include "common/optimizer.h"
 #include "common/sampler.h"
@@ -39,14 +40,19 @@ using namespace gpt;
 namespace {
 
 // Mean loss over val_batches fixed validation batches; rank r evaluates batches
-// r, r+dp, ... and the sums are added across ranks.
+// r, r+dp, ... and the sums are added across ranks. Every rank runs the same number of
+// forwards (a rank past the end repeats batch 0 and ignores it), because a forward
+// may communicate (ZeRO-3 gathers weights in it).
 double validation_loss(GPT2<float>& model, const DataLoader& val, int batches, Communicator& dp) {
   const size_t n = size_t(model.batch()) * model.seq_len();
   std::vector<int32_t> inputs(n), targets(n);
   double sum = 0;
-  for (int k = dp.rank(); k < batches; k += dp.size()) {
-    val.sequential_batch(k, model.batch(), inputs.data(), targets.data());
-    sum += model.forward(inputs.data(), targets.data());
+  const int rounds = (batches + dp.size() - 1) / dp.size();
+  for (int i = 0; i < rounds; ++i) {
+    const int k = i * dp.size() + dp.rank();
+    val.sequential_batch(k < batches ? k : 0, model.batch(), inputs.data(), targets.data());
+    const double loss = model.forward(inputs.data(), targets.data());
+    if (k < batches) sum += loss;
   }
   dp.all_reduce(&sum, 1, DType::F64);
   return batches > 0 ? sum / batches : 0.0;
@@ -100,6 +106,7 @@ int train_ranks(Config& cfg, Communicator& world, Device device, Precision preci
 
   CheckpointState state;
   const std::string resume = resume_path(cfg);
+  const std::string layout_json = mesh_json({dp.size(), 1, 1, 1});
   if (resume.empty()) {
     layout.init_range(cfg.seed, 0, n_params, master);
   } else {
@@ -135,6 +142,7 @@ int train_ranks(Config& cfg, Communicator& world, Device device, Precision preci
 
   MetricsLog log(lead ? cfg.metrics_path() : "");
   std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
+  state.layout_json = layout_json;  // checkpoints record the layout that wrote them
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A stage computes what the stage before it computes: 10 fp32 steps of the tiny model
-# with a global batch of 12 sequences, run by the earlier stage (the reference and two
+# with a global batch of 24 sequences, run by the earlier stage (the reference and two
 # baselines: the same batch split into other micro-batches and ranks) and by the later
 # stage on several layouts; compare_runs.py checks losses, gradient norms and the final
 # weights and AdamW moments within the tolerance it derives from the baselines.
@@ -24,7 +24,7 @@ run() {
     IFS=: read -r -a kvs <<< "$rest"
     for kv in "${kvs[@]}"; do extra+=(--set "$kv"); done
   fi
-  local args=($(tiny_args "$WORK/data" "$dir") --set steps=10 --set batch_size=12
+  local args=($(tiny_args "$WORK/data" "$dir") --set steps=10 --set batch_size=24
               --set micro_batch_size="$mb" --set val_every=0 --set val_batches=0
               --set sample_tokens=0 --set bucket_mb=0.02 "${extra[@]}")
   if [ "$np" = 1 ] && [[ "$bin" == *01_single_gpu* ]]; then

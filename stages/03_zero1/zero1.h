@@ -1,0 +1,39 @@
+// ZeRO stage 1 (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
+// Trillion Parameter Models", SC 2020): shard the optimizer state.
+//
+// With data parallelism every rank runs the same AdamW on the same gradient: dp copies
+// of the fp32 master weights and both moments (12 of the 16-18 bytes per parameter).
+// ZeRO-1 gives each rank one shard of that state and has it update only its shard:
+//
+//   grads:   reduce-scatter   rank r receives sum over ranks of shard r   (N-1)/N of P
+//   norm:    all-reduce of the shards' sums of squares (one number)
+//   AdamW:   on shard r only (master weights, m, v of shard r)
+//   params:  all-gather       every rank receives every updated shard    (N-1)/N of P
+//
+// Reduce-scatter + all-gather move exactly what one ring all-reduce moves (that
+// all-reduce *is* a reduce-scatter followed by an all-gather), so the communication
+// is unchanged while the optimizer memory per rank drops from 12 P (or 8 P in fp32
+// mode) bytes to 12 P / N.
+#pragma once
+#include <cstdint>
+
+#include "common/comm.h"
+#include "common/config.h"
+#include "common/device.h"
+#include "common/optimizer.h"
+#include "stages/03_zero1/shard.h"
+
+namespace gpt {
+
+// The gradient norm over all ranks when each holds the summed gradient of its shard.
+double sharded_grad_norm(Communicator& dp, Device d, const float* shard_grads, int64_t n);
+
+// The optimizer step of ZeRO-1 and ZeRO-2: AdamW on this rank's shard (grads points at
+// the shard's gradient), the result written into params[shard] (bf16-rounded in bf16
+// mode), then all-gathered so every rank has the whole updated model in `params`.
+// Returns nothing; `norm` is the global gradient norm used for clipping.
+void sharded_adamw_step(Communicator& dp, Device d, AdamW<float>& opt, const Shard& shard,
+                        float* params, const float* shard_grads, int64_t total, double norm,
+                        double lr, const Config& cfg, int step_number, bool bf16);
+
+}  // namespace gpt

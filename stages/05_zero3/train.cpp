@@ -1,0 +1,223 @@
+// Stage 05: ZeRO-3. ZeRO-2's sharded optimizer state and gradients, plus sharded
+// weights: each unit's weights are gathered right before use and freed right after,
+// the next unit's gather prefetched while the current one computes.
+//   for each step:  zero this rank's shard gradient
+//                   for each of grad_accum micro-batches (this rank's sequences):
+//                       forward (gathering unit by unit), backward (gathering again;
+//                       every finished bucket reduce-scattered into the shard gradients)
+//                   clip by the global norm, AdamW on shard r — the weights stay sharded
+// See zero3.h for the technique and README.md beside this file for the lesson.
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/checkpoint.h"
+#include "common/comm.h"
+#include "common/config.h"
+#include "common/data.h"
+#include "common/device.h"
+#include "common/error.h"
+#include "common/gpt2.h"
+#include "common/memory.h"
+#include "common/mesh.h"
+#include "common/metrics.h"
+#include "common/optimizer.h"
+#include "common/sampler.h"
+#include "common/tokenizer.h"
+#include "common/trace.h"
+#include "kernels/ops.h"
+#include "stages/02_ddp/distributed_main.h"
+#include "stages/02_ddp/ring_allreduce.h"
+#include "stages/03_zero1/zero1.h"
+#include "stages/05_zero3/zero3.h"
+
+using namespace gpt;
+
+namespace {
+
+// Mean loss over val_batches fixed validation batches; rank r evaluates batches
+// r, r+dp, ... and the sums are added across ranks. Every rank runs the same number of
+// forwards (a rank past the end repeats batch 0 and ignores it), because a forward
+// may communicate (ZeRO-3 gathers weights in it).
+double validation_loss(GPT2<float>& model, const DataLoader& val, int batches, Communicator& dp) {
+  const size_t n = size_t(model.batch()) * model.seq_len();
+  std::vector<int32_t> inputs(n), targets(n);
+  double sum = 0;
+  const int rounds = (batches + dp.size() - 1) / dp.size();
+  for (int i = 0; i < rounds; ++i) {
+    const int k = i * dp.size() + dp.rank();
+    val.sequential_batch(k < batches ? k : 0, model.batch(), inputs.data(), targets.data());
+    const double loss = model.forward(inputs.data(), targets.data());
+    if (k < batches) sum += loss;
+  }
+  dp.all_reduce(&sum, 1, DType::F64);
+  return batches > 0 ? sum / batches : 0.0;
+}
+
+// Where a resumed run starts from: "" (fresh), "latest" (newest in run_dir), or a path.
+std::string resume_path(const Config& cfg) {
+  if (cfg.resume.empty()) return "";
+  if (cfg.resume != "latest") return cfg.resume;
+  const std::string latest = latest_checkpoint(cfg.run_dir);
+  if (latest.empty()) std::printf("resume=latest: no checkpoint in %s, starting fresh\n", cfg.run_dir.c_str());
+  return latest;
+}
+
+int train_ranks(Config& cfg, Communicator& world, Device device, Precision precision);
+
+int train(int argc, char** argv) {
+  Config cfg;
+  if (!parse_args(argc, argv, cfg, "train")) return 0;
+  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+  const Device device = resolve_device(cfg.device);
+  const Precision precision = parse_precision(cfg.precision);
+  std::unique_ptr<Communicator> world = make_world(&argc, &argv, {cfg.comm, device, cfg.comm_timeout_s});
+  return run_ranks("train", *world, [&] { return train_ranks(cfg, *world, device, precision); });
+}
+
+int train_ranks(Config& cfg, Communicator& world, Device device, Precision precision) {
+  const bool bf16 = precision == Precision::BF16;
+  Communicator& dp = world;  // stage 05: every rank is a data-parallel rank
+  require(cfg.dp == 0 || cfg.dp == dp.size(), "dp=" + std::to_string(cfg.dp) + " but the job has " +
+                                                   std::to_string(dp.size()) + " ranks (stage 05 is pure data parallelism)");
+  validate(cfg, dp.size());
+  const bool lead = dp.rank() == 0;  // rank 0 logs, checkpoints and samples
+  const int accum = cfg.grad_accum(dp.size());
+  const int B = cfg.micro_batch_size, T = cfg.seq_len;
+  Trace::global().enable(cfg.trace_file.empty() ? "" : cfg.trace_file + ".rank" + std::to_string(dp.rank()) + ".json", dp.rank());
+
+  DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
+  DataLoader val_data(cfg.val_data, cfg.model.vocab_size, T, cfg.seed);
+  // The model allocates no weights or gradients: the stage keeps this rank's shard of
+  // the weights and the store gathers units from all shards when the model asks.
+  GPT2<float> model(cfg.model, B, T, device, precision, /*own_weights=*/false);
+  const ParamLayout& layout = model.layout();
+  const int64_t n_params = layout.total();
+  // This rank's shard of the optimizer state. In fp32 the master weights of the shard
+  // are the model's own weights there; in bf16 the optimizer keeps them in fp32.
+  const Shard shard = shard_of(n_params, dp.size(), dp.rank());
+  std::vector<float> weights(static_cast<size_t>(shard.size()));  // this rank's shard of the compute weights
+  AdamW<float> optimizer(layout, shard.begin, shard.end, /*keep_master=*/bf16);
+  float* master = bf16 ? optimizer.master().data() : weights.data();
+  const std::vector<CheckpointBuffer> ckpt_buffers = {
+      {"param", master, shard.begin, shard.end},
+      {"adam_m", optimizer.m().data(), shard.begin, shard.end},
+      {"adam_v", optimizer.v().data(), shard.begin, shard.end}};
+
+  CheckpointState state;
+  const std::string resume = resume_path(cfg);
+  const std::string layout_json = mesh_json({dp.size(), 1, 1, 1});
+  if (resume.empty()) {
+    layout.init_range(cfg.seed, shard.begin, shard.end, master);
+  } else {
+    state = load_checkpoint(resume, layout, ckpt_buffers);  // reads this rank's shard only
+    if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
+  }
+  // Every rank starts from its shard of the master weights and gathers the rest.
+  float* shard_params = weights.data();
+  if (bf16) std::copy(master, master + shard.size(), shard_params);
+  model.store(shard_params, size_t(shard.size()));
+  Zero3Store store(layout, dp, shard_params, cfg.bucket_mb, /*prefetch=*/true);
+  model.set_store(&store);
+
+  MemoryLedger mem;
+  mem.set(MemKind::Params, weights.size() * sizeof(float));  // + gathered units, after step 1
+  mem.set(MemKind::Grads, size_t(store.peak_grad_elements()) * sizeof(float));  // updated after step 1
+  mem.set(MemKind::Optimizer, optimizer.state_bytes());
+  mem.set(MemKind::Activations, model.activation_bytes());
+  if (lead) {
+    std::printf("stage 05 | dp %d (%s), optimizer state, gradients and weights sharded: %lld of %lld elements per rank, %zu buckets | device %s | %s | %d threads per rank | %.2fM parameters\n",
+                dp.size(), dp.backend(), static_cast<long long>(shard.size()), static_cast<long long>(n_params),
+                store.buckets().size(), device_name(device), precision_name(precision), omp_get_max_threads(),
+                double(n_params) / 1e6);
+    std::printf("batch %d sequences x %d tokens = micro-batch %d x grad_accum %d x dp %d | train %lld tokens, val %lld tokens\n",
+                cfg.batch_size, T, B, accum, dp.size(), static_cast<long long>(train_data.num_tokens()),
+                static_cast<long long>(val_data.num_tokens()));
+    std::printf("memory by kind, per rank:\n%s", mem.table().c_str());
+  }
+
+  MetricsLog log(lead ? cfg.metrics_path() : "");
+  std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
+  state.layout_json = layout_json;  // checkpoints record the layout that wrote them
+  for (int64_t step = state.step; step < cfg.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    {
+      Span span("zero_grads");
+      store.zero_shard_grads();
+    }
+    double loss = 0;
+    for (int micro = 0; micro < accum; ++micro) {
+      train_data.batch(step, micro, dp.rank(), dp.size(), B, cfg.batch_size, inputs.data(), targets.data());
+      loss += double(model.forward(inputs.data(), targets.data())) / (accum * dp.size());
+      model.backward(1.0f / float(accum * dp.size()));  // buckets reduce-scatter as they finish
+    }
+    dp.all_reduce(&loss, 1, DType::F64);  // the mean over the global batch
+    const float* shard_grads = store.shard_grads().data();
+    const double norm = sharded_grad_norm(dp, device, shard_grads, shard.size());
+    const double lr = learning_rate(cfg, step);
+    {
+      Span span("adamw_shard");  // updates the shard in place: the next forward gathers it
+      optimizer.step(device, shard_params, shard_grads, lr, clip_scale(norm, cfg.grad_clip), cfg,
+                     int(step + 1), bf16);
+    }
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    state.step = step + 1;
+    mem.set(MemKind::Grads, size_t(store.peak_grad_elements()) * sizeof(float));
+    mem.set(MemKind::Params, size_t(store.peak_param_elements()) * sizeof(float));
+
+    StepMetrics m;
+    m.step = state.step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = norm, m.ms = ms;
+    m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);
+    if (lead) log.train_step(m, mem, state.step % cfg.log_every == 0 || state.step == cfg.steps);
+    if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(state.step) + " (lower lr?)");
+
+    if (cfg.val_every > 0 && state.step % cfg.val_every == 0 && state.step < cfg.steps) {
+      const double val_loss = validation_loss(model, val_data, cfg.val_batches, dp);
+      if (lead) log.validation(state.step, val_loss);
+    }
+    if (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0 && state.step < cfg.steps) {
+      // Each rank writes its own shard into the shared files.
+      save_checkpoint_sharded(dp, cfg.run_dir, cfg, layout, state, ckpt_buffers);
+      if (lead) prune_checkpoints(cfg.run_dir, cfg.keep_checkpoints);
+      dp.barrier();
+    }
+  }
+
+  if (cfg.val_batches > 0) {
+    const double val_loss = validation_loss(model, val_data, cfg.val_batches, dp);
+    if (lead) log.validation(state.step, val_loss);
+  }
+  if (cfg.checkpoint_at_end) {
+    const std::string path = save_checkpoint_sharded(dp, cfg.run_dir, cfg, layout, state, ckpt_buffers);
+    if (lead) {
+      prune_checkpoints(cfg.run_dir, cfg.keep_checkpoints);
+      std::printf("checkpoint: %s\n", path.c_str());
+    }
+    dp.barrier();
+  }
+  std::vector<float> whole;
+  if (cfg.sample_tokens > 0) {
+    whole.resize(size_t(n_params));
+    store.gather_all(whole.data());  // collective: every rank takes part
+  }
+  if (cfg.sample_tokens > 0 && lead) {
+    GPT2<float> sampler(cfg.model, 1, T, device, precision);
+    sampler.set_params(whole.data());
+    std::vector<int> context;
+    for (uint16_t id : encode_bytes(cfg.prompt)) context.push_back(id);
+    const SampleOptions opt{cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed};
+    const std::string text = decode_bytes(generate(sampler, context, opt, state.sample_counter));
+    std::printf("---- sample (temperature %.2f, top-k %d) ----\n%s\n----\n", cfg.temperature, cfg.top_k, text.c_str());
+    log.sample(state.step, text);
+  }
+  Trace::global().write();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return run_main("train", [&] { return train(argc, argv); }); }

@@ -1,0 +1,77 @@
+#include "stages/05_zero3/zero3.h"
+
+#include <algorithm>
+
+#include "common/trace.h"
+#include "stages/02_ddp/ring_allreduce.h"
+
+namespace gpt {
+
+Zero3Store::Zero3Store(const ParamLayout& layout, Communicator& dp, float* shard_params,
+                       double bucket_mb, bool prefetch)
+    : Zero2Store(layout, dp, nullptr, bucket_mb), layout_(layout), dp_(dp),
+      prefetch_comm_(dp.split(0, dp.rank())), shard_params_(shard_params), prefetch_(prefetch),
+      gathered_(layout.num_units()), users_(layout.num_units(), 0) {
+  held_params_ = peak_params_ = shard().size();
+}
+
+Zero3Store::~Zero3Store() {
+  if (prefetched_.valid()) prefetched_.wait();  // never leave a gather running
+}
+
+std::vector<float> Zero3Store::gather(Communicator& comm, int unit) const {
+  Span span("gather_unit", "comm", &comm == &dp_ ? 0 : 1);
+  const Unit& u = layout_.unit(unit);
+  std::vector<float> buf(size_t(u.size()));
+  // Our part of the unit goes to its place; the ring brings everyone else's.
+  const Shard& s = shard();
+  const int64_t lo = std::max(u.begin, s.begin), hi = std::min(u.end, s.end);
+  if (lo < hi) std::copy(shard_params_ + (lo - s.begin), shard_params_ + (hi - s.begin), buf.data() + (lo - u.begin));
+  ring_all_gather_v(comm, buf.data(), shard_bounds_within(u.begin, u.end, layout_.total(), comm.size()), DType::F32);
+  return buf;
+}
+
+// The order of acquisitions (gpt2.h): forward embeddings, blocks 1..L, final;
+// backward embeddings, final, blocks L..1.
+int Zero3Store::next_unit(int unit, Pass pass) const {
+  const int embed = ParamLayout::kEmbeddingUnit, final = layout_.final_unit();
+  if (pass == Pass::Forward) return unit == final ? -1 : unit + 1;
+  if (unit == embed) return -1;  // backward takes the final layernorm next: tiny, no prefetch
+  if (unit == final) return final - 1 > embed ? final - 1 : -1;
+  return unit - 1 > embed ? unit - 1 : -1;
+}
+
+const float* Zero3Store::acquire(int unit, Pass pass) {
+  if (users_[unit]++ == 0) {
+    if (prefetch_unit_ == unit) {  // started while the previous unit computed
+      Span span("wait_prefetch", "comm");
+      gathered_[unit] = prefetched_.get();
+      prefetch_unit_ = -1;
+    } else {
+      if (prefetched_.valid()) prefetched_.wait();  // keep one gather in flight at a time
+      gathered_[unit] = gather(dp_, unit);
+    }
+    held_params_ += layout_.unit(unit).size();
+    peak_params_ = std::max(peak_params_, held_params_);
+    const int next = next_unit(unit, pass);
+    if (prefetch_ && next >= 0 && users_[next] == 0 && prefetch_unit_ < 0) {
+      prefetch_unit_ = next;
+      prefetched_ = std::async(std::launch::async, [this, next] { return gather(*prefetch_comm_, next); });
+    }
+  }
+  return gathered_[unit].data();
+}
+
+void Zero3Store::release(int unit, Pass) {
+  if (--users_[unit] > 0) return;
+  held_params_ -= layout_.unit(unit).size();
+  std::vector<float>().swap(gathered_[unit]);  // free the gathered weights
+}
+
+void Zero3Store::gather_all(float* out) {
+  const Shard& s = shard();
+  std::copy(shard_params_, shard_params_ + s.size(), out + s.begin);
+  ring_all_gather(dp_, out, size_t(layout_.total()), DType::F32);
+}
+
+}  // namespace gpt

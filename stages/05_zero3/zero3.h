@@ -1,0 +1,59 @@
+// ZeRO stage 3: shard the weights as well.
+//
+// After ZeRO-2 every rank still keeps all the weights (2-4 P bytes) although a layer
+// needs only its own weights, and only while it runs. ZeRO-3 keeps just this rank's
+// shard of the weights and gathers a unit (a block, the embeddings, the final
+// layernorm) from all ranks right before it is used, freeing it right after:
+//
+//   forward:   gather block l  -> compute block l -> free block l
+//   backward:  gather block l  -> backward of block l -> free block l
+//              -> reduce-scatter its gradient bucket (ZeRO-2)
+//   step:      AdamW on the shard; nothing to all-gather afterwards
+//
+// The price is communication: the weights are all-gathered twice per step (forward and
+// backward) instead of once, 1.5x the traffic of DDP. To hide it, the gather of the
+// next unit (l+1 in forward, l-1 in backward) is started on a second thread, on a
+// duplicate of the dp communicator, while the current unit computes: a prefetch.
+// The embeddings are needed at both ends of each pass (the LM head reuses wte), so
+// they stay gathered for the whole forward and the whole backward.
+#pragma once
+#include <future>
+#include <memory>
+#include <vector>
+
+#include "stages/04_zero2/zero2.h"
+
+namespace gpt {
+
+class Zero3Store : public Zero2Store {
+ public:
+  // shard_params: this rank's shard of the compute weights (shard().size() elements),
+  // updated in place by the optimizer.
+  Zero3Store(const ParamLayout& layout, Communicator& dp, float* shard_params, double bucket_mb,
+             bool prefetch);
+  ~Zero3Store() override;
+
+  const float* acquire(int unit, Pass pass) override;
+  void release(int unit, Pass pass) override;
+
+  // Gathers the whole model into `out` (total elements): for sampling and tests.
+  void gather_all(float* out);
+  int64_t peak_param_elements() const { return peak_params_; }
+
+ private:
+  std::vector<float> gather(Communicator& comm, int unit) const;
+  int next_unit(int unit, Pass pass) const;  // the unit to prefetch, or -1
+
+  const ParamLayout& layout_;
+  Communicator& dp_;
+  std::unique_ptr<Communicator> prefetch_comm_;  // the prefetch thread's own channel
+  float* shard_params_;
+  bool prefetch_;
+  std::vector<std::vector<float>> gathered_;  // per unit, while acquired
+  std::vector<int> users_;                    // acquisitions not yet released
+  int prefetch_unit_ = -1;
+  std::future<std::vector<float>> prefetched_;
+  int64_t held_params_ = 0, peak_params_ = 0;
+};
+
+}  // namespace gpt

@@ -1,0 +1,390 @@
+// save_checkpoint_sharded on N ranks (run under mpirun with N = 1, 2, 3, 4).
+//
+// Each rank holds the floor-rule slice [floor(r*P/N), floor((r+1)*P/N)) of the flat
+// buffers (uneven for N = 3; the edges cut through tensors), filled with values that
+// are distinct per element and per kind. After a sharded save:
+//   (a) rank 0 loads the whole checkpoint and gets, bit for bit, the union of the
+//       slices the ranks held;
+//   (b) every rank loads its own slice back;
+//   (c) the slices of other slicings (1 to N+1 ranks' worth, single elements, empty
+//       slices) load correctly: a dp=4 checkpoint resumes at dp=2, or on one rank;
+//   (d) the files and manifest are byte for byte those that save_checkpoint writes
+//       from the whole buffers (the requirement for N = 1; checked for every N);
+// and the failures: bad slicings and mismatched kinds are refused on every rank,
+// an error on one rank (rank 0 cannot create the run directory) is reported on every
+// rank with the same message, and saving a step again replaces it.
+//
+// No Catch2: in an MPI job a check that fails (or throws) on one rank must not leave
+// the others waiting in a collective. Every rank runs every check, counts its own
+// failures, and the counts are summed over ranks at the end; the job exits non-zero
+// on every rank if any rank failed.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/checkpoint.h"
+#include "common/comm.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "common/gpt2_layout.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Failures of this rank; each is printed with the rank, so the log says who saw what.
+class Checks {
+ public:
+  explicit Checks(int rank) : rank_(rank) {}
+
+  void expect(bool ok, const std::string& what) {
+    if (ok) return;
+    ++failures_;
+    std::fprintf(stderr, "rank %d: FAILED: %s\n", rank_, what.c_str());
+  }
+
+  // Runs a group of checks; an exception escaping it is one more failure, not a crash
+  // (the other ranks may be about to enter a collective this rank would never reach).
+  // So a body must only throw from local work, never between two collectives.
+  template <class F>
+  void run(const std::string& name, F&& body) {
+    try {
+      body();
+    } catch (const std::exception& e) {
+      expect(false, name + ": unexpected exception: " + e.what());
+    }
+  }
+
+  int failures() const { return failures_; }
+
+ private:
+  int rank_;
+  int failures_ = 0;
+};
+
+gpt::Config tiny_config() {
+  gpt::Config cfg;
+  cfg.model.n_layer = 2;
+  cfg.model.n_embd = 16;
+  cfg.model.n_head = 2;
+  cfg.model.block_size = 8;
+  cfg.model.vocab_size = 256;
+  cfg.seq_len = 8;
+  return cfg;
+}
+
+gpt::CheckpointState some_state(int64_t step, int ranks) {
+  gpt::CheckpointState st;
+  st.step = step;
+  st.sample_counter = 777 + uint64_t(step);
+  st.layout_json = R"({"dp":)" + std::to_string(ranks) + R"(,"tp":1,"pp":1,"cp":1})";
+  return st;
+}
+
+const char* const kKinds[] = {"param", "adam_m", "adam_v"};
+
+// The value of flat element i of kind k: distinct within a kind and across kinds
+// (exact in fp32 for the ~11k elements of the tiny model), so a slice written at the
+// wrong offset or into the wrong file cannot go unnoticed. `salt` makes a second,
+// different checkpoint of the same step.
+float value_of(int k, int64_t i, float salt) {
+  const float x = float(i);
+  switch (k) {
+    case 0: return 0.25f * x + 1.0f + salt;
+    case 1: return -0.5f * x - 3.0f - salt;
+    default: return 1e-3f * x + 7.0f + salt;
+  }
+}
+
+// Elements [begin, end) of the three kinds (element 0 of each vector is flat element
+// `begin`), as CheckpointBuffers.
+struct Slice {
+  int64_t begin = 0, end = 0;
+  std::vector<float> data[3];
+
+  Slice(int64_t b, int64_t e) : begin(b), end(e) {
+    for (auto& d : data) d.assign(size_t(e - b), 0.0f);
+  }
+
+  static Slice filled(int64_t b, int64_t e, float salt = 0.0f) {
+    Slice s(b, e);
+    for (int k = 0; k < 3; ++k)
+      for (int64_t i = b; i < e; ++i) s.data[k][size_t(i - b)] = value_of(k, i, salt);
+    return s;
+  }
+
+  // Where a load should write every element: NaN, so an element it skips shows.
+  static Slice poisoned(int64_t b, int64_t e) {
+    Slice s(b, e);
+    for (auto& d : s.data) std::fill(d.begin(), d.end(), std::numeric_limits<float>::quiet_NaN());
+    return s;
+  }
+
+  std::vector<gpt::CheckpointBuffer> buffers() {
+    std::vector<gpt::CheckpointBuffer> out;
+    for (int k = 0; k < 3; ++k) out.push_back({kKinds[k], data[k].data(), begin, end});
+    return out;
+  }
+};
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Rank r's part of the floor rule for n parts of p elements.
+int64_t floor_split(int64_t p, int n, int r) { return int64_t(r) * p / n; }
+
+std::string file_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Root's string on every rank (length, then the bytes as two-byte elements).
+std::string broadcast_string(gpt::Communicator& comm, std::string text, int root) {
+  double length = double(text.size());
+  comm.broadcast(&length, 1, gpt::DType::F64, root);
+  text.resize(size_t(length) + size_t(length) % 2);
+  if (!text.empty()) comm.broadcast(text.data(), text.size() / 2, gpt::DType::BF16, root);
+  text.resize(size_t(length));
+  return text;
+}
+
+// What a collective call threw on this rank: "" if nothing, else "<type>: message".
+template <class F>
+std::string error_of(F&& body) {
+  try {
+    body();
+  } catch (const gpt::UserError& e) {
+    return std::string("UserError: ") + e.what();
+  } catch (const std::invalid_argument& e) {
+    return std::string("invalid_argument: ") + e.what();
+  } catch (const std::exception& e) {
+    return std::string("other: ") + e.what();
+  }
+  return "";
+}
+
+// Every rank must have thrown, with the same type and message as rank 0, and the
+// message must contain `needle`.
+void expect_same_error_everywhere(gpt::Communicator& comm, Checks& checks, const std::string& name,
+                                  const std::string& mine, const std::string& type,
+                                  const std::string& needle) {
+  const std::string rank0 = broadcast_string(comm, mine, 0);
+  checks.expect(mine.rfind(type + ": ", 0) == 0, name + ": expected a " + type + ", got '" + mine + "'");
+  checks.expect(mine.find(needle) != std::string::npos,
+                name + ": message '" + mine + "' does not contain '" + needle + "'");
+  checks.expect(mine == rank0, name + ": message '" + mine + "' differs from rank 0's '" + rank0 + "'");
+}
+
+int run(gpt::Communicator& comm) {
+  const int n = comm.size(), rank = comm.rank();
+  Checks checks(rank);
+  const gpt::Config cfg = tiny_config();
+  const gpt::ParamLayout layout(cfg.model);
+  const int64_t total = layout.total();
+
+  // A fresh directory that every rank sees (the ranks share this machine's disk).
+  std::string dir;
+  if (rank == 0) {
+    std::random_device rd;
+    dir = (fs::temp_directory_path() / ("gpt_ckpt_sharded_" + std::to_string(rd()))).string();
+    fs::create_directories(dir);
+  }
+  dir = broadcast_string(comm, dir, 0);
+  const std::string run_dir = dir + "/run";
+
+  // This rank's slice, and a sanity check that the test tests something: for N > 1
+  // some slice edge must cut through a tensor (the case load must read whole).
+  const int64_t begin = floor_split(total, n, rank), end = floor_split(total, n, rank + 1);
+  Slice mine = Slice::filled(begin, end);
+  if (n > 1 && rank == 0) {
+    bool cut = false;
+    for (int r = 1; r < n; ++r)
+      for (const gpt::ParamTensor& t : layout.tensors())
+        cut = cut || (t.offset < floor_split(total, n, r) && floor_split(total, n, r) < t.offset + t.numel);
+    checks.expect(cut, "no slice edge cuts a tensor: the test does not cover straddling tensors");
+  }
+
+  const gpt::CheckpointState state = some_state(100, n);
+  std::string path;
+  const std::string save_error = error_of([&] {
+    path = gpt::save_checkpoint_sharded(comm, run_dir, cfg, layout, state, mine.buffers());
+  });
+  checks.expect(save_error.empty(), "sharded save failed: " + save_error);
+  checks.expect(path == run_dir + "/step_00000100", "save returned '" + path + "'");
+  checks.expect(gpt::latest_checkpoint(run_dir) == path, "latest_checkpoint does not find the checkpoint");
+  checks.expect(!fs::exists(run_dir + "/step_00000100.tmp"), "the .tmp directory is left behind");
+
+  // The union of what the ranks held, assembled through the communicator: each rank
+  // puts its slice into a zero buffer and the sum over ranks (x + 0 = x exactly, the
+  // slices are disjoint) is the whole buffer.
+  std::vector<float> held[3];
+  for (int k = 0; k < 3; ++k) {
+    held[k].assign(size_t(total), 0.0f);
+    std::copy(mine.data[k].begin(), mine.data[k].end(), held[k].begin() + begin);
+    comm.all_reduce(held[k].data(), held[k].size(), gpt::DType::F32);
+  }
+
+  // (a) Rank 0 loads everything.
+  if (rank == 0)
+    checks.run("(a) whole load", [&] {
+      Slice whole = Slice::poisoned(0, total);
+      const gpt::CheckpointState got = gpt::load_checkpoint(path, layout, whole.buffers());
+      checks.expect(got.step == state.step && got.sample_counter == state.sample_counter,
+                    "(a) step or sample_counter differ");
+      checks.expect(json::parse(got.layout_json) == json::parse(state.layout_json), "(a) layout differs");
+      for (int k = 0; k < 3; ++k)
+        checks.expect(same_bits(whole.data[k], held[k]),
+                      std::string("(a) whole ") + kKinds[k] + " differs from the union of the slices");
+    });
+
+  // (b) Every rank loads its own slice.
+  checks.run("(b) own slice", [&] {
+    Slice back = Slice::poisoned(begin, end);
+    gpt::load_checkpoint(path, layout, back.buffers());
+    for (int k = 0; k < 3; ++k)
+      checks.expect(same_bits(back.data[k], mine.data[k]),
+                    std::string("(b) own slice of ") + kKinds[k] + " differs");
+  });
+
+  // (c) Other slicings: the floor rule for m = 1 .. N+1 parts (N-1 is the dp=4 ->
+  // dp=2 resume), the ranks sharing the parts out; plus a single element in the
+  // middle of a tensor and an empty slice.
+  checks.run("(c) other slicings", [&] {
+    auto load_and_compare = [&](int64_t b, int64_t e, const std::string& what) {
+      Slice back = Slice::poisoned(b, e);
+      gpt::load_checkpoint(path, layout, back.buffers());
+      for (int k = 0; k < 3; ++k) {
+        const std::vector<float> want(held[k].begin() + b, held[k].begin() + e);
+        checks.expect(same_bits(back.data[k], want), "(c) " + what + " of " + kKinds[k] + " differs");
+      }
+    };
+    int part = 0;
+    for (int m = 1; m <= n + 1; ++m)
+      for (int j = 0; j < m; ++j, ++part)
+        if (part % n == rank)
+          load_and_compare(floor_split(total, m, j), floor_split(total, m, j + 1),
+                           "part " + std::to_string(j) + " of " + std::to_string(m));
+    const gpt::ParamTensor& fc = layout.find("h.1.mlp.c_fc.weight");
+    load_and_compare(fc.offset + 37, fc.offset + 38, "one element inside h.1.mlp.c_fc.weight");
+    load_and_compare(fc.offset, fc.offset, "an empty slice");
+  });
+
+  // (d) The single writer, given the union, writes the same bytes. Rank 0 saves
+  // save_checkpoint's version into another run directory and compares file by file.
+  if (rank == 0)
+    checks.run("(d) same as save_checkpoint", [&] {
+      Slice whole(0, total);
+      for (int k = 0; k < 3; ++k) whole.data[k] = held[k];
+      const std::string single = gpt::save_checkpoint(dir + "/single", cfg, layout, state, whole.buffers());
+      for (const char* kind : kKinds) {
+        const std::string file = std::string(kind) + ".bin";
+        const std::string a = file_text(fs::path(path) / file), b = file_text(fs::path(single) / file);
+        checks.expect(a.size() == size_t(total) * 4, "(d) " + file + " has the wrong size");
+        checks.expect(a == b, "(d) " + file + " differs from save_checkpoint's");
+      }
+      const std::string ma = file_text(fs::path(path) / "manifest.json");
+      const std::string mb = file_text(fs::path(single) / "manifest.json");
+      checks.expect(json::parse(ma)["tensors"].dump() == json::parse(mb)["tensors"].dump(),
+                    "(d) the tensor tables differ");
+      checks.expect(ma == mb, "(d) manifest.json differs from save_checkpoint's");
+      for (const json& row : json::parse(ma)["tensors"])
+        checks.expect(row["checksum"].is_string(), "(d) " + row["name"].get<std::string>() + " has no checksum");
+    });
+
+  // Saving the same step again (a rerun) replaces the checkpoint.
+  checks.run("resave", [&] {
+    Slice second = Slice::filled(begin, end, /*salt=*/1000.0f);
+    const std::string error = error_of([&] {
+      gpt::save_checkpoint_sharded(comm, run_dir, cfg, layout, state, second.buffers());
+    });
+    checks.expect(error.empty(), "resave failed: " + error);
+    Slice back = Slice::poisoned(begin, end);
+    gpt::load_checkpoint(path, layout, back.buffers());
+    for (int k = 0; k < 3; ++k)
+      checks.expect(same_bits(back.data[k], second.data[k]),
+                    std::string("resave: ") + kKinds[k] + " is not the second save's");
+    checks.expect(!fs::exists(run_dir + "/step_00000100.old"), "resave: the .old directory is left behind");
+  });
+
+  // Refused slicings: every rank must get the same std::invalid_argument, and nothing
+  // may be written. A gap: the last rank stops one element short.
+  {
+    Slice s = Slice::filled(begin, rank == n - 1 ? end - 1 : end);
+    const std::string error = error_of([&] {
+      gpt::save_checkpoint_sharded(comm, run_dir, cfg, layout, some_state(200, n), s.buffers());
+    });
+    expect_same_error_everywhere(comm, checks, "gap", error, "invalid_argument",
+                                 "nobody holds [" + std::to_string(total - 1) + ", " + std::to_string(total) + ")");
+  }
+  // An overlap (every rank passes the whole buffer, as replicated data parallelism
+  // holds it): only meaningful with two ranks or more.
+  if (n > 1) {
+    Slice s = Slice::filled(0, total);
+    const std::string error = error_of([&] {
+      gpt::save_checkpoint_sharded(comm, run_dir, cfg, layout, some_state(200, n), s.buffers());
+    });
+    expect_same_error_everywhere(comm, checks, "overlap", error, "invalid_argument", "overlaps");
+    // Kinds that differ between ranks (the last rank leaves adam_v out).
+    std::vector<gpt::CheckpointBuffer> buffers = mine.buffers();
+    if (rank == n - 1) buffers.pop_back();
+    const std::string kinds_error = error_of([&] {
+      gpt::save_checkpoint_sharded(comm, run_dir, cfg, layout, some_state(200, n), buffers);
+    });
+    expect_same_error_everywhere(comm, checks, "kinds", kinds_error, "invalid_argument",
+                                 "rank " + std::to_string(n - 1) + ": save_checkpoint_sharded: rank " +
+                                     std::to_string(n - 1) + " passes the kinds [param, adam_m]");
+  }
+  // An error on rank 0 alone: its run directory cannot be created (a regular file is
+  // in the way). Every rank must fail with rank 0's UserError, not hang.
+  {
+    const std::string blocked = dir + "/not_a_directory";
+    if (rank == 0) std::ofstream(blocked) << "x";
+    comm.barrier();
+    const std::string error = error_of([&] {
+      gpt::save_checkpoint_sharded(comm, blocked + "/run", cfg, layout, state, mine.buffers());
+    });
+    expect_same_error_everywhere(comm, checks, "rank 0 error", error, "UserError",
+                                 n > 1 ? "rank 0: cannot create run directory" : "cannot create run directory");
+  }
+  checks.expect(gpt::latest_checkpoint(run_dir) == path, "a refused save changed the run directory");
+
+  // Tally over ranks; rank 0 removes the directory once every rank is done with it.
+  double failures = checks.failures();
+  comm.all_reduce(&failures, 1, gpt::DType::F64);
+  if (rank == 0) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    std::printf("test_checkpoint_sharded on %d rank%s: %s (%g failed check%s over all ranks)\n", n,
+                n == 1 ? "" : "s", failures == 0 ? "PASSED" : "FAILED", failures, failures == 1 ? "" : "s");
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+// Usage: mpirun -np N test_checkpoint_sharded [N]. With N given, the world must have
+// N ranks: a build without the MPI backend would otherwise run N one-rank copies and
+// pass without testing anything sharded.
+int main(int argc, char** argv) {
+  return gpt::run_main("test_checkpoint_sharded", [&] {
+    std::unique_ptr<gpt::Communicator> world = gpt::make_world(&argc, &argv, {});
+    if (argc > 1 && std::stoi(argv[1]) != world->size())
+      gpt::fail("expected " + std::string(argv[1]) + " ranks but the world has " +
+                std::to_string(world->size()) + " (" + world->backend() + " backend)");
+    return run(*world);
+  });
+}
