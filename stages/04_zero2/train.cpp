@@ -29,7 +29,7 @@
 #include "common/tokenizer.h"
 #include "common/trace.h"
 #include "kernels/ops.h"
-#include "stages/02_ddp/distributed_main.h"
+#include "stages/02_ddp/data_parallel.h"
 #include "stages/02_ddp/ring_allreduce.h"
 #include "stages/03_zero1/zero1.h"
 #include "stages/04_zero2/zero2.h"
@@ -37,25 +37,6 @@
 using namespace gpt;
 
 namespace {
-
-// Mean loss over val_batches fixed validation batches; rank r evaluates batches
-// r, r+dp, ... and the sums are added across ranks. Every rank runs the same number of
-// forwards (a rank past the end repeats batch 0 and ignores it), because a forward
-// may communicate (ZeRO-3 gathers weights in it).
-double validation_loss(GPT2<float>& model, const DataLoader& val, int batches, Communicator& dp) {
-  const size_t n = size_t(model.batch()) * model.seq_len();
-  std::vector<int32_t> inputs(n), targets(n);
-  double sum = 0;
-  const int rounds = (batches + dp.size() - 1) / dp.size();
-  for (int i = 0; i < rounds; ++i) {
-    const int k = i * dp.size() + dp.rank();
-    val.sequential_batch(k < batches ? k : 0, model.batch(), inputs.data(), targets.data());
-    const double loss = model.forward(inputs.data(), targets.data());
-    if (k < batches) sum += loss;
-  }
-  dp.all_reduce(&sum, 1, DType::F64);
-  return batches > 0 ? sum / batches : 0.0;
-}
 
 // Where a resumed run starts from: "" (fresh), "latest" (newest in run_dir), or a path.
 std::string resume_path(const Config& cfg) {
