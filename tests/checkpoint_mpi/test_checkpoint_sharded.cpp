@@ -140,8 +140,11 @@ struct Slice {
   }
 };
 
+// Bit for bit (NaN == NaN, -0 != +0). An empty vector may have a null data(), which
+// memcmp must not see even for zero bytes.
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // Rank r's part of the floor rule for n parts of p elements.
@@ -298,10 +301,12 @@ int run(gpt::Communicator& comm) {
       }
       const std::string ma = file_text(fs::path(path) / "manifest.json");
       const std::string mb = file_text(fs::path(single) / "manifest.json");
-      checks.expect(json::parse(ma)["tensors"].dump() == json::parse(mb)["tensors"].dump(),
-                    "(d) the tensor tables differ");
+      // Parsed into named objects: a range-for over json::parse(...)["tensors"] would
+      // iterate a member of a temporary that is already destroyed (before C++23).
+      const json table = json::parse(ma)["tensors"];
+      checks.expect(table.dump() == json::parse(mb)["tensors"].dump(), "(d) the tensor tables differ");
       checks.expect(ma == mb, "(d) manifest.json differs from save_checkpoint's");
-      for (const json& row : json::parse(ma)["tensors"])
+      for (const json& row : table)
         checks.expect(row["checksum"].is_string(), "(d) " + row["name"].get<std::string>() + " has no checksum");
     });
 
