@@ -870,4 +870,9 @@ void prune_checkpoints(const std::string& run_dir, int keep) {
   }
 }
 
+std::string resolve_resume(const std::string& resume, const std::string& run_dir) {
+  if (resume != "latest") return resume;
+  return latest_checkpoint(run_dir);
+}
+
 }  // namespace gpt

@@ -72,6 +72,11 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
 // The newest complete checkpoint in run_dir ("" when there is none).
 std::string latest_checkpoint(const std::string& run_dir);
 
+// What the config's `resume` names: "" (start fresh) stays "", "latest" becomes the
+// newest checkpoint in run_dir ("" when there is none yet: a first run starts fresh),
+// anything else is a path, returned as given (loading checks it).
+std::string resolve_resume(const std::string& resume, const std::string& run_dir);
+
 // Deletes all but the newest `keep` complete checkpoints (keep <= 0 keeps all).
 // In a multi-rank run call it on rank 0 only (after the save has returned): ranks
 // deleting the same directories at once would race, and one may fail on a file that

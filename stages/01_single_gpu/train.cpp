@@ -44,15 +44,6 @@ double validation_loss(GPT2<float>& model, const DataLoader& val, int batches) {
   return batches > 0 ? sum / batches : 0.0;
 }
 
-// Where a resumed run starts from: "" (fresh), "latest" (newest in run_dir), or a path.
-std::string resume_path(const Config& cfg) {
-  if (cfg.resume.empty()) return "";
-  if (cfg.resume != "latest") return cfg.resume;
-  const std::string latest = latest_checkpoint(cfg.run_dir);
-  if (latest.empty()) std::printf("resume=latest: no checkpoint in %s, starting fresh\n", cfg.run_dir.c_str());
-  return latest;
-}
-
 int train(int argc, char** argv) {
   Config cfg;
   if (!parse_args(argc, argv, cfg, "train")) return 0;
@@ -79,7 +70,7 @@ int train(int argc, char** argv) {
       {"adam_v", optimizer.v().data(), 0, n_params}};
 
   CheckpointState state;
-  const std::string resume = resume_path(cfg);
+  const std::string resume = resolve_resume(cfg.resume, cfg.run_dir);
   if (resume.empty()) {
     layout.init_range(cfg.seed, 0, n_params, master);
   } else {

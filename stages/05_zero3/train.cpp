@@ -39,15 +39,6 @@ using namespace gpt;
 
 namespace {
 
-// Where a resumed run starts from: "" (fresh), "latest" (newest in run_dir), or a path.
-std::string resume_path(const Config& cfg) {
-  if (cfg.resume.empty()) return "";
-  if (cfg.resume != "latest") return cfg.resume;
-  const std::string latest = latest_checkpoint(cfg.run_dir);
-  if (latest.empty()) std::printf("resume=latest: no checkpoint in %s, starting fresh\n", cfg.run_dir.c_str());
-  return latest;
-}
-
 int train_ranks(Config& cfg, Communicator& world, Device device, Precision precision);
 
 int train(int argc, char** argv) {
@@ -90,7 +81,7 @@ int train_ranks(Config& cfg, Communicator& world, Device device, Precision preci
       {"adam_v", optimizer.v().data(), shard.begin, shard.end}};
 
   CheckpointState state;
-  const std::string resume = resume_path(cfg);
+  const std::string resume = resolve_resume(cfg.resume, cfg.run_dir);
   const std::string layout_json = mesh_json({dp.size(), 1, 1, 1});
   if (resume.empty()) {
     layout.init_range(cfg.seed, shard.begin, shard.end, master);

@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Draws one training step of one or more rank traces as a timeline (PNG).
+
+  trace_timeline.py TRACE.json [TRACE.json ...] --out FIG.png [--step N] [--title TEXT]
+
+TRACE.json are the files a stage writes with trace_file=PREFIX (PREFIX.rank<r>.json,
+one per rank; format in common/trace.h). For every rank the figure has up to three
+rows:
+
+  main: compute   lane 0, the phases of the step (forward, backward, adamw, ...) as a
+                  labelled strip on top and the ops inside them (matmul, attention,
+                  ...) as bars below, coloured by op
+  main: comm      lane 0 spans of category "comm": collectives the main thread calls
+                  and waits for (stage 03's reduce-scatter, stage 04's per-bucket
+                  reduce-scatter, waits)
+  comm thread     lane 1: communication running beside the main thread (stage 02's
+                  bucket all-reduces, stage 05's prefetched gathers)
+
+Rows with no spans are left out. Steps are found from the top-level spans: a step
+begins at a "zero_grads" span and ends with its optimizer ("adamw...") and whatever
+communication follows it. --step N picks step N (1-based); the default is the last
+step that has an optimizer span (a steady-state step: the first one pays for warm-up).
+Each rank's times are drawn from its own step start (the ranks' clocks have different
+origins; their step starts line up to within the optimizer's run-to-run jitter,
+because the step before ended with a collective).
+
+Needs matplotlib (Debian: python3-matplotlib; run with /usr/bin/python3).
+"""
+import argparse
+import json
+import os
+import re
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+# Colours by what a span is. Ops are grouped into families by name prefix.
+OP_COLOURS = [
+    ("matmul", "#4C72B0", "matmul"),
+    ("attention", "#8172B3", "attention"),
+    ("gelu", "#55A868", "gelu"),
+    ("layernorm", "#64B5CD", "layernorm"),
+    ("softmax_crossentropy", "#CCB974", "cross-entropy"),
+    ("adamw", "#937860", "AdamW"),
+]
+OP_OTHER = ("#A0A0A0", "other ops")
+COMM_COLOURS = [
+    ("allreduce", "#C44E52", "all-reduce"),
+    ("reduce_scatter", "#DD8452", "reduce-scatter"),
+    ("allgather", "#2A9D8F", "all-gather"),
+    ("gather", "#2A9D8F", "all-gather"),
+    ("wait", "#E0E0E0", "waiting"),
+]
+COMM_OTHER = ("#DA8BC3", "other comm")
+PHASE_COLOUR = "#F2F2F2"
+OPTIMIZER_PREFIX = "adamw"
+
+
+def colour_of(name, table, other):
+    for prefix, colour, label in table:
+        if name.startswith(prefix) or prefix in name:
+            return colour, label
+    return other
+
+
+def load(path):
+    with open(path) as f:
+        data = json.load(f)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    events = [e for e in events if e.get("ph") == "X"]
+    if not events:
+        sys.exit(f"trace_timeline: {path} has no spans")
+    m = re.search(r"rank(\d+)", os.path.basename(path))
+    rank = int(m.group(1)) if m else int(events[0].get("pid", 0))
+    return rank, events
+
+
+def top_level(events):
+    """Lane-0 spans not contained in another lane-0 span (the phases of a step)."""
+    lane0 = sorted((e for e in events if e.get("tid", 0) == 0), key=lambda e: (e["ts"], -e["dur"]))
+    out, end = [], -1
+    for e in lane0:
+        if e["ts"] >= end:
+            out.append(e)
+            end = e["ts"] + e["dur"]
+    return out
+
+
+def steps(events):
+    """[(start, end)] of every step: from a zero_grads span to the end of the last
+    optimizer or communication phase before the next forward that follows the
+    optimizer (so a validation pass after the step is not counted in it)."""
+    tops = top_level(events)
+    starts = [i for i, e in enumerate(tops) if e["name"] == "zero_grads"]
+    out = []
+    for k, i in enumerate(starts):
+        j_end = starts[k + 1] if k + 1 < len(starts) else len(tops)
+        seen_opt, end = False, tops[i]["ts"] + tops[i]["dur"]
+        for e in tops[i:j_end]:
+            if seen_opt and e["name"] == "forward":
+                break  # validation
+            seen_opt |= e["name"].startswith(OPTIMIZER_PREFIX)
+            end = e["ts"] + e["dur"]
+        lane1_end = max((e["ts"] + e["dur"] for e in events
+                         if e.get("tid", 0) != 0 and tops[i]["ts"] <= e["ts"] < end), default=end)
+        out.append((tops[i]["ts"], max(end, lane1_end), seen_opt))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("traces", nargs="+", metavar="TRACE.json")
+    ap.add_argument("--out", required=True, help="output image (PNG)")
+    ap.add_argument("--step", type=int, default=0, help="step to draw, 1-based (default: the last full step)")
+    ap.add_argument("--title", default="", help="figure title")
+    ap.add_argument("--width", type=float, default=12.0, help="figure width in inches")
+    ap.add_argument("--dpi", type=int, default=100)
+    args = ap.parse_args()
+
+    traces = sorted(load(p) for p in args.traces)
+    rows = []  # (label, [(start_ms, dur_ms, colour, text)], kind)
+    used_ops, used_comm = {}, {}
+    span_ms = 0.0
+    chosen = None
+    for rank, events in traces:
+        st = steps(events)
+        if not st:
+            sys.exit(f"trace_timeline: rank {rank}: no step (no zero_grads span) in the trace")
+        full = [i for i, s in enumerate(st) if s[2]]
+        idx = (args.step - 1) if args.step > 0 else (full[-1] if full else len(st) - 1)
+        if not 0 <= idx < len(st):
+            sys.exit(f"trace_timeline: rank {rank}: --step {args.step} but the trace has {len(st)} steps")
+        chosen = idx + 1
+        t0, t1, _ = st[idx]
+        span_ms = max(span_ms, (t1 - t0) / 1e3)
+        inside = [e for e in events if t0 <= e["ts"] < t1]
+
+        def ms(e):
+            return (e["ts"] - t0) / 1e3, e["dur"] / 1e3
+
+        phases = [e for e in top_level(inside) if e.get("cat") != "comm"]
+        ops, main_comm, side = [], [], []
+        for e in inside:
+            lane, cat = e.get("tid", 0), e.get("cat", "")
+            if lane != 0:
+                c, lab = colour_of(e["name"], COMM_COLOURS, COMM_OTHER) if cat == "comm" else colour_of(
+                    e["name"], OP_COLOURS, OP_OTHER)
+                (used_comm if cat == "comm" else used_ops)[lab] = c
+                side.append((*ms(e), c, e["name"]))
+            elif cat == "comm":
+                c, lab = colour_of(e["name"], COMM_COLOURS, COMM_OTHER)
+                used_comm[lab] = c
+                main_comm.append((*ms(e), c, e["name"]))
+            elif cat == "op":
+                c, lab = colour_of(e["name"], OP_COLOURS, OP_OTHER)
+                used_ops[lab] = c
+                ops.append((*ms(e), c, e["name"]))
+        rows.append((f"rank {rank}  main: compute", ops, "compute", [(*ms(e), e["name"]) for e in phases]))
+        if main_comm:
+            rows.append((f"rank {rank}  main: comm", main_comm, "comm", []))
+        if side:
+            rows.append((f"rank {rank}  comm thread", side, "comm", []))
+
+    height = 0.9 + 0.62 * len(rows)
+    fig, ax = plt.subplots(figsize=(args.width, height), dpi=args.dpi)
+    labels = []
+    for r, (label, spans, kind, phases) in enumerate(rows):
+        y = len(rows) - 1 - r
+        labels.append((y, label))
+        if kind == "compute":
+            # phases: a light labelled strip in the upper part of the row
+            for start, dur, name in phases:
+                ax.broken_barh([(start, dur)], (y + 0.18, 0.26), facecolors=PHASE_COLOUR,
+                               edgecolors="#808080", linewidth=0.6)
+                if dur > span_ms * 0.045:
+                    ax.text(start + dur / 2, y + 0.31, name, ha="center", va="center", fontsize=7)
+            for start, dur, c, _ in spans:
+                ax.broken_barh([(start, dur)], (y - 0.38, 0.52), facecolors=c, linewidth=0)
+        else:
+            for k, (start, dur, c, name) in enumerate(spans):
+                ax.broken_barh([(start, dur)], (y - 0.32, 0.64), facecolors=c, edgecolors="#404040",
+                               linewidth=0.5)
+    ax.set_yticks([y for y, _ in labels])
+    ax.set_yticklabels([l for _, l in labels], fontsize=8)
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.set_xlim(0, span_ms * 1.01)
+    ax.set_xlabel("time from the rank's step start (ms)", fontsize=9)
+    ax.tick_params(axis="x", labelsize=8)
+    ax.grid(axis="x", color="#DDDDDD", linewidth=0.5)
+    ax.set_axisbelow(True)
+    for y in range(1, len(rows)):
+        ax.axhline(y - 0.5, color="#BBBBBB", linewidth=0.5)
+    title = args.title or os.path.basename(args.traces[0])
+    ax.set_title(f"{title} — step {chosen}", fontsize=10)
+    handles = [Patch(facecolor=PHASE_COLOUR, edgecolor="#808080", label="phase")]
+    handles += [Patch(facecolor=c, label=l) for l, c in used_ops.items()]
+    handles += [Patch(facecolor=c, edgecolor="#404040", label=l) for l, c in used_comm.items()]
+    ncol = min(len(handles), 9)
+    legend_in = 0.22 * ((len(handles) + ncol - 1) // ncol) + 0.1
+    fig.set_size_inches(args.width, height + legend_in)
+    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=7.5, frameon=False)
+    fig.tight_layout(rect=(0, legend_in / (height + legend_in), 1, 1))
+    out_dir = os.path.dirname(args.out)
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+    fig.savefig(args.out, dpi=args.dpi)
+    print(f"{args.out}: step {chosen}, {len(rows)} rows, {span_ms:.1f} ms, {os.path.getsize(args.out)} bytes")
+
+
+if __name__ == "__main__":
+    main()
