@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Checks the per-rank memory that stages 02-05 report against each stage's formula.
+
+  memory_formula.py --dp N --vocab V --block-size T RUN [RUN...]
+  RUN = STAGE:PRECISION:N_LAYER:N_EMBD:BUCKET_MB:RUN_DIR   e.g. 04:fp32:4:64:0.1:/tmp/x/04_fp32
+
+Each RUN_DIR holds the metrics.jsonl of a one-step run at dp = N; rank 0 writes it, so
+the "mem" of its train line is rank 0's ledger, in bytes. The expected bytes come from
+the model shape alone, as the stage READMEs derive them (P parameters, C = n_embd,
+Vp = vocab padded to a multiple of 128, L layers):
+
+  units     embeddings E = Vp*C + T*C, block B = 12 C^2 + 13 C, final F = 2 C,
+            P = E + L*B + F                                    (common/gpt2_layout.cpp)
+  shard     rank r owns [floor(r P / N), floor((r+1) P / N)); S = rank 0's size (shard.h)
+  AdamW     fp32: m, v (8 bytes a parameter); bf16: fp32 master too (12 bytes)
+  buckets   units in backward order (final, blocks L-1..0, embeddings) grouped until a
+            bucket holds >= bucket_mb MiB of fp32 (make_buckets, grad_sync.cpp)
+
+  stage            params               grads                        optimizer
+  02 DDP           4P                   4P                           (8|12) P
+  03 ZeRO-1        4P                   4P                           (8|12) S
+  04 ZeRO-2        4P                   4S + 4 live buckets          (8|12) S
+  05 ZeRO-3        4S + 4 gathered      4S + 4 live buckets          (8|12) S
+
+In bf16 mode the compute weights are bf16-rounded values kept in fp32 buffers on the
+CPU, so params stay 4 bytes a parameter.
+
+The fixed buffers, on top of the shards:
+  live buckets (04, 05): the embeddings' bucket is allocated when backward starts (the
+            tied LM head writes wte's gradient first) and lives to the end; the other
+            buckets are allocated and reduce-scattered one after another, so the peak
+            is  embedding bucket + the largest other bucket.
+  gathered units (05): the embeddings stay gathered through each pass; the current
+            unit is gathered beside them; and while a block computes, the next block's
+            gather is already in flight into a buffer of its own (the prefetch), so the
+            peak is  E + 2 B  (a block plus its prefetched successor; L >= 2).
+
+A stage passes when every kind is within 1% of its expected bytes. Every run is also
+checked against the other stages' formulas, which must miss by more than 1% in some
+kind: that shows the shape makes the terms distinguishable (a stage reporting the
+previous stage's memory would fail). Exits 1 with the table when any check fails.
+"""
+import argparse
+import json
+import os
+import sys
+
+KINDS = ("params", "grads", "optimizer")
+TOL = 0.01
+
+
+def padded_vocab(v):
+    return (v + 127) // 128 * 128
+
+
+def units(vocab, block_size, n_layer, c):
+    """Unit sizes in layout order: embeddings, blocks 0..L-1, final layernorm."""
+    emb = padded_vocab(vocab) * c + block_size * c
+    block = 12 * c * c + 13 * c
+    return [emb] + [block] * n_layer + [2 * c]
+
+
+def shard_size(total, ranks, rank):
+    return (rank + 1) * total // ranks - rank * total // ranks
+
+
+def make_buckets(sizes, bucket_mb):
+    """make_buckets of grad_sync.cpp: bucket sizes, with which one holds the embeddings."""
+    limit = max(1, int(bucket_mb * 1024 * 1024 / 4))
+    order = [len(sizes) - 1] + list(range(len(sizes) - 2, 0, -1)) + [0]  # final, blocks L..1, embeddings
+    buckets = []  # [elements, [units]]
+    for u in order:
+        if not buckets or buckets[-1][0] >= limit:
+            buckets.append([0, []])
+        buckets[-1][0] += sizes[u]
+        buckets[-1][1].append(u)
+    return buckets
+
+
+def expected(stage, precision, dp, vocab, block_size, n_layer, c, bucket_mb):
+    sizes = units(vocab, block_size, n_layer, c)
+    P = sum(sizes)
+    S = shard_size(P, dp, 0)
+    opt = 12 if precision == "bf16" else 8
+    buckets = make_buckets(sizes, bucket_mb)
+    emb_bucket = next(b for b in buckets if 0 in b[1])
+    others = [b[0] for b in buckets if b is not emb_bucket]
+    live_buckets = emb_bucket[0] + max(others, default=0)
+    E, B = sizes[0], sizes[1]
+    gathered = E + 2 * B if n_layer >= 2 else E + max(B, sizes[-1])
+    table = {
+        "02": {"params": 4 * P, "grads": 4 * P, "optimizer": opt * P},
+        "03": {"params": 4 * P, "grads": 4 * P, "optimizer": opt * S},
+        "04": {"params": 4 * P, "grads": 4 * (S + live_buckets), "optimizer": opt * S},
+        "05": {"params": 4 * (S + gathered), "grads": 4 * (S + live_buckets), "optimizer": opt * S},
+    }
+    terms = {"P": P, "S": S, "E": E, "B": B, "live buckets": live_buckets, "gathered": gathered,
+             "buckets": [b[0] for b in buckets], "embedding bucket": emb_bucket[0]}
+    return table, terms
+
+
+def reported(run_dir):
+    path = os.path.join(run_dir, "metrics.jsonl")
+    with open(path) as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    train = [r for r in lines if r.get("kind") == "train"]
+    if not train:
+        sys.exit(f"memory_formula: {path} has no train line")
+    return train[-1]["mem"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dp", type=int, required=True)
+    ap.add_argument("--vocab", type=int, required=True)
+    ap.add_argument("--block-size", type=int, required=True)
+    ap.add_argument("runs", nargs="+")
+    args = ap.parse_args()
+
+    failed = False
+    rows = []
+    for spec in args.runs:
+        stage, precision, n_layer, c, bucket_mb, run_dir = spec.split(":", 5)
+        table, terms = expected(stage, precision, args.dp, args.vocab, args.block_size, int(n_layer),
+                                int(c), float(bucket_mb))
+        mem = reported(run_dir)
+        print(f"stage {stage} {precision}: L={n_layer} C={c} bucket_mb={bucket_mb} dp={args.dp}: "
+              f"P={terms['P']} S={terms['S']} E={terms['E']} B={terms['B']} buckets={terms['buckets']} "
+              f"(embedding bucket {terms['embedding bucket']}) live buckets={terms['live buckets']} "
+              f"gathered={terms['gathered']} elements")
+        for kind in KINDS:
+            exp, got = table[stage][kind], mem[kind]
+            rel = abs(got - exp) / exp
+            ok = rel <= TOL
+            failed |= not ok
+            rows.append((stage, precision, kind, exp, got, rel, "PASS" if ok else "FAIL"))
+        # The other stages' formulas must not fit this run's numbers.
+        for other, exp_other in table.items():
+            if other == stage or exp_other == table[stage]:
+                continue
+            if all(abs(mem[k] - exp_other[k]) <= TOL * exp_other[k] for k in KINDS):
+                failed = True
+                rows.append((stage, precision, f"fits {other}'s formula", 0, 0, 0.0, "FAIL"))
+        rows.append((stage, precision, "activations (info)", 0, mem.get("activations", 0), 0.0, ""))
+        rows.append((stage, precision, "buffers (info)", 0, mem.get("buffers", 0), 0.0, ""))
+
+    print(f"\n{'stage':5s} {'prec':5s} {'kind':22s} {'expected B':>12s} {'reported B':>12s} {'rel err':>9s}")
+    for stage, precision, kind, exp, got, rel, verdict in rows:
+        e = f"{exp:12d}" if verdict else f"{'':12s}"
+        r = f"{rel:9.2e}" if verdict else f"{'':9s}"
+        print(f"{stage:5s} {precision:5s} {kind:22s} {e} {got:12d} {r} {verdict}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
