@@ -25,7 +25,10 @@ measure other pairs, e.g. stage 05's prefetched gathers:
 
 A collective's span on one rank also holds the time it waited for its peers to arrive:
 when one rank runs late, its peers' spans grow, and what they show as exposed is the
-imbalance between the ranks. Compare the ranks' traces side by side.
+imbalance between the ranks. So with several traces (one per rank of a job) a last
+table takes, step by step, the smallest and largest wait over the ranks: the smallest
+is what communication really cost the step (the rank that arrived last still waited
+that long); the difference to the largest is imbalance, not communication.
 --buckets also lists every comm span with its start and end relative to the end of the
 step's backward (negative: it started while backward still ran).
 
@@ -73,7 +76,7 @@ def analyse(path, comm_name, lane, during, wait_name, show_buckets):
                   key=lambda e: e["ts"])
     if not comm:
         print(f"{path}: no '{comm_name}' spans on lane {lane}", file=sys.stderr)
-        return False
+        return None
     compute = [e for e in events if e["name"] in during and e.get("tid", 0) == 0]
     waits = [e for e in events if e["name"] == wait_name and e.get("tid", 0) == 0]
     starts = steps_of(events)
@@ -86,6 +89,7 @@ def analyse(path, comm_name, lane, during, wait_name, show_buckets):
     print(f"{'step':>4} {what:>7} {'comm ms':>9} {'overlap ms':>10} {'overlap %':>9} "
           f"{'exposed ms':>10} {'wait ms':>8}")
     total_comm = total_overlap = 0.0
+    per_step = {}
     for i in range(len(starts)):
         lo, hi = bounds[i], bounds[i + 1]
         in_step = [e for e in comm if lo <= e["ts"] < hi]
@@ -97,6 +101,7 @@ def analyse(path, comm_name, lane, during, wait_name, show_buckets):
         wait_us = sum(e["dur"] for e in waits if lo <= e["ts"] < hi)
         total_comm += comm_us
         total_overlap += overlap_us
+        per_step[i + 1] = wait_us
         pct = 100.0 * overlap_us / comm_us if comm_us > 0 else 0.0
         print(f"{i + 1:>4} {len(in_step):>7} {comm_us / 1e3:>9.1f} {overlap_us / 1e3:>10.1f} {pct:>8.1f}% "
               f"{(comm_us - overlap_us) / 1e3:>10.1f} {wait_us / 1e3:>8.1f}")
@@ -109,7 +114,19 @@ def analyse(path, comm_name, lane, during, wait_name, show_buckets):
     if total_comm > 0:
         print(f" all {'':>7} {total_comm / 1e3:>9.1f} {total_overlap / 1e3:>10.1f} "
               f"{100.0 * total_overlap / total_comm:>8.1f}% {(total_comm - total_overlap) / 1e3:>10.1f}")
-    return True
+    return per_step
+
+
+def across_ranks(waits, wait_name):
+    """Per step, the smallest and largest wait over the ranks' traces."""
+    steps = sorted(set.intersection(*(set(w) for w in waits)))
+    if not steps:
+        return
+    print(f"\nacross the {len(waits)} traces: '{wait_name}' per step")
+    print(f"{'step':>4} {'min wait ms':>11} {'max wait ms':>11}   (min: exposed communication; max - min: imbalance)")
+    for s in steps:
+        ws = [w[s] for w in waits]
+        print(f"{s:>4} {min(ws) / 1e3:>11.1f} {max(ws) / 1e3:>11.1f}")
 
 
 def main():
@@ -122,11 +139,16 @@ def main():
     ap.add_argument("--buckets", action="store_true", help="list every comm span too")
     args = ap.parse_args()
     during = set(n for n in args.during.split(",") if n)
-    ok = True
+    ok, waits = True, []
     for i, path in enumerate(args.traces):
         if i:
             print()
-        ok &= analyse(path, args.comm, args.lane, during, args.wait, args.buckets)
+        per_step = analyse(path, args.comm, args.lane, during, args.wait, args.buckets)
+        ok &= per_step is not None
+        if per_step:
+            waits.append(per_step)
+    if ok and len(waits) > 1:
+        across_ranks(waits, args.wait)
     sys.exit(0 if ok else 1)
 
 

@@ -181,7 +181,7 @@ def main():
             for start, dur, c, _ in spans:
                 ax.broken_barh([(start, dur)], (y - 0.38, 0.52), facecolors=c, linewidth=0)
         else:
-            for k, (start, dur, c, name) in enumerate(spans):
+            for start, dur, c, _ in spans:
                 ax.broken_barh([(start, dur)], (y - 0.32, 0.64), facecolors=c, edgecolors="#404040",
                                linewidth=0.5)
     ax.set_yticks([y for y, _ in labels])

@@ -43,23 +43,28 @@ int Zero3Store::next_unit(int unit, Pass pass) const {
 
 const float* Zero3Store::acquire(int unit, Pass pass) {
   if (users_[unit]++ == 0) {
-    if (prefetch_unit_ == unit) {  // started while the previous unit computed
+    if (prefetch_unit_ == unit) {  // started while the previous unit computed (and counted then)
       Span span("wait_prefetch", "comm");
       gathered_[unit] = prefetched_.get();
       prefetch_unit_ = -1;
     } else {
       if (prefetched_.valid()) prefetched_.wait();  // keep one gather in flight at a time
       gathered_[unit] = gather(dp_, unit);
+      count_held(layout_.unit(unit).size());
     }
-    held_params_ += layout_.unit(unit).size();
-    peak_params_ = std::max(peak_params_, held_params_);
     const int next = next_unit(unit, pass);
     if (prefetch_ && next >= 0 && users_[next] == 0 && prefetch_unit_ < 0) {
       prefetch_unit_ = next;
+      count_held(layout_.unit(next).size());  // its buffer exists from now on
       prefetched_ = std::async(std::launch::async, [this, next] { return gather(*prefetch_comm_, next); });
     }
   }
   return gathered_[unit].data();
+}
+
+void Zero3Store::count_held(int64_t elements) {
+  held_params_ += elements;
+  peak_params_ = std::max(peak_params_, held_params_);
 }
 
 void Zero3Store::release(int unit, Pass) {

@@ -43,6 +43,7 @@ class Zero3Store : public Zero2Store {
  private:
   std::vector<float> gather(Communicator& comm, int unit) const;
   int next_unit(int unit, Pass pass) const;  // the unit to prefetch, or -1
+  void count_held(int64_t elements);         // gathered weights now held, for the peak
 
   const ParamLayout& layout_;
   Communicator& dp_;
