@@ -74,6 +74,11 @@ void GradSync::worker() {
       if (queue_.empty()) return;  // stop requested and nothing left
       b = queue_.front();
       queue_.pop_front();
+      if (error_) {  // the communicator has failed: drop the bucket, never wait on peers again
+        --in_flight_;
+        cv_.notify_all();
+        continue;
+      }
     }
     try {
       Span span("allreduce_bucket", "comm", /*lane=*/1);

@@ -119,15 +119,18 @@ def main():
 
     failed = False
     rows = []
+    shown = set()
     for spec in args.runs:
         stage, precision, n_layer, c, bucket_mb, run_dir = spec.split(":", 5)
         table, terms = expected(stage, precision, args.dp, args.vocab, args.block_size, int(n_layer),
                                 int(c), float(bucket_mb))
         mem = reported(run_dir)
-        print(f"stage {stage} {precision}: L={n_layer} C={c} bucket_mb={bucket_mb} dp={args.dp}: "
-              f"P={terms['P']} S={terms['S']} E={terms['E']} B={terms['B']} buckets={terms['buckets']} "
-              f"(embedding bucket {terms['embedding bucket']}) live buckets={terms['live buckets']} "
-              f"gathered={terms['gathered']} elements")
+        if (precision, n_layer, c, bucket_mb) not in shown:
+            shown.add((precision, n_layer, c, bucket_mb))
+            print(f"{precision}: L={n_layer} C={c} V={args.vocab} T={args.block_size} bucket_mb={bucket_mb} "
+                  f"dp={args.dp}, in elements: P={terms['P']} S={terms['S']} E={terms['E']} B={terms['B']} "
+                  f"buckets={terms['buckets']} (embeddings' {terms['embedding bucket']}) "
+                  f"live buckets={terms['live buckets']} gathered={terms['gathered']}")
         for kind in KINDS:
             exp, got = table[stage][kind], mem[kind]
             rel = abs(got - exp) / exp
