@@ -28,26 +28,30 @@ abs_dir() {
   esac
 }
 
-# Installs missing Debian packages via scripts/setup.sh (unless GPT_SKIP_SETUP=1).
+# Installs missing Debian packages via scripts/setup.sh (unless GPT_SKIP_SETUP=1);
+# arguments go to setup.sh (--training: only what building and training need).
 ensure_deps() {
   if [[ "${GPT_SKIP_SETUP:-0}" == 1 ]]; then
     log "GPT_SKIP_SETUP=1: not checking packages"
     return 0
   fi
-  "$GPT_ROOT/scripts/setup.sh"
+  "$GPT_ROOT/scripts/setup.sh" "$@"
 }
 
-# build_preset PRESET DIR: configures DIR from the CMake preset PRESET (its cache
-# variables; DIR replaces the preset's binaryDir) and builds every target.
+# build_preset PRESET DIR [TARGET...]: configures DIR from the CMake preset PRESET (its
+# cache variables; DIR replaces the preset's binaryDir) and builds the targets given,
+# or every target.
 build_preset() {
-  local preset="$1" dir
+  local preset="$1" dir targets=()
   dir="$(abs_dir "$2")"
+  shift 2
+  (($# > 0)) && targets=(--target "$@")
   command -v cmake >/dev/null || die "cmake not found: run scripts/setup.sh"
   log "configuring preset '$preset' in $dir"
   (cd "$GPT_ROOT" && cmake --preset "$preset" -B "$dir" --log-level=NOTICE) >&2 ||
     die "CMake configuration failed (preset '$preset', $dir)"
   log "building in $dir with $GPT_JOBS jobs"
-  cmake --build "$dir" -j "$GPT_JOBS" >&2 || die "build failed in $dir"
+  cmake --build "$dir" -j "$GPT_JOBS" "${targets[@]}" >&2 || die "build failed in $dir"
 }
 
 # Prepares the default corpus (Debian fortunes) into data/fortunes; the recipe
@@ -61,16 +65,13 @@ prepare_default_data() {
     die "datasets/prepare_fortunes.sh failed"
 }
 
-# Prints the directory name (e.g. 05_zero3) of the highest-numbered stage whose
-# binary was built, or fails.
+# Prints the directory name (e.g. 05_zero3) of the highest-numbered stage in the
+# source tree (a stages/NN_name/ with a train.cpp), or fails.
 latest_stage() {
-  local dir name best="" build
-  build="$(abs_dir "$GPT_BUILD_DIR")"
+  local dir best=""
   for dir in "$GPT_ROOT"/stages/[0-9][0-9]_*/; do
-    [[ -d "$dir" ]] || continue
-    name="$(basename "$dir")"
-    [[ -x "$build/stages/$name/train" ]] && best="$name"
+    [[ -f "$dir/train.cpp" ]] && best="$(basename "$dir")"
   done
-  [[ -n "$best" ]] || die "no stage binary found under $build/stages/: did the build succeed?"
+  [[ -n "$best" ]] || die "no stage found under $GPT_ROOT/stages/"
   printf '%s\n' "$best"
 }

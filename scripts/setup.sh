@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages gpt-stages needs, only those that are missing.
 #
-#   scripts/setup.sh [--with-docs] [--with-notebooks] [--check]
+#   scripts/setup.sh [--training] [--with-docs] [--with-notebooks] [--check]
 #
+#   --training        only what building and training need (no PyTorch: tests only)
 #   --with-docs       also doxygen and graphviz (docs/Doxyfile)
 #   --with-notebooks  also Jupyter (nbconvert, ipykernel) and matplotlib (notebooks/)
 #   --check           only report what is missing; exit 1 if anything is
@@ -20,22 +21,26 @@ packages=(
   openmpi-bin libopenmpi-dev                 # multi-rank stages (mpirun)
   nlohmann-json3-dev                         # config, metrics, checkpoint manifest
   catch2                                     # unit tests (v2, catch2/catch.hpp)
-  python3-torch python3-numpy                # PyTorch oracle tests (/usr/bin/python3)
   fortunes fortunes-min                      # default training corpus
 )
+test_packages=(python3-torch python3-numpy)  # PyTorch oracle tests (/usr/bin/python3)
+training_only=0
 check_only=0
 for arg in "$@"; do
   case "$arg" in
     --with-docs) packages+=(doxygen graphviz) ;;
     --with-notebooks) packages+=(jupyter-nbconvert python3-ipykernel python3-matplotlib) ;;
     --check) check_only=1 ;;
+    --training) training_only=1 ;;
     -h | --help)
-      sed -n '2,13s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+      sed -n '2,15s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
       exit 0
       ;;
     *) die "unknown option '$arg' (see scripts/setup.sh --help)" ;;
   esac
 done
+
+((training_only)) || packages+=("${test_packages[@]}")
 
 command -v dpkg-query >/dev/null ||
   die "dpkg-query not found: this script targets Debian 12; install by hand: ${packages[*]}"

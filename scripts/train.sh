@@ -50,11 +50,11 @@ elif [[ ! -f "$GPT_ROOT/$config" ]]; then
 fi
 cd "$GPT_ROOT"
 
-ensure_deps
-build_preset default "$GPT_BUILD_DIR"
+ensure_deps --training  # the test-only packages (PyTorch) are scripts/test.sh's business
+stage="$(latest_stage)"
+build_preset default "$GPT_BUILD_DIR" "train_$stage" prepare
 prepare_default_data
 
-stage="$(latest_stage)"
 train="$(abs_dir "$GPT_BUILD_DIR")/stages/$stage/train"
 
 # Say what the machine offers; the trainer makes the final choice (device=auto)
