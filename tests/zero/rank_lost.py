@@ -133,7 +133,8 @@ def main():
         v = args.victim
         named = [m.group(0) for m in re.finditer(
             rf"process rank {v} with PID \d+ on node \S+ exited on signal 9[^\n]*"
-            rf"|no message from rank {v} within[^\n]*", out)]
+            rf"|no message from rank {v} within[^\n]*"
+            rf"|rank {v} did not take our message within[^\n]*", out)]
 
         print(f"mpirun exited: {'no' if status is None else f'yes, status {status}'}, "
               f"{job_s:.1f} s after the signal; ranks still running after {all_s:.1f} s: {left or 'none'}")

@@ -1,0 +1,272 @@
+// Flash attention (Dao et al. 2022; the loop order of Dao 2023), causal, on the CPU.
+// The reference (attention.cpp) writes the whole T x T probability matrix of every
+// head; this version walks it in Br x Bc tiles and never stores it.
+//
+// Notation, one head, one query row t: s_u = q_t . k_u / sqrt(hs) for the visible keys
+// u <= t, y_t = sum_u softmax(s)_u v_u.
+//
+// Forward: the online softmax. After the keys of a set U have been seen, a row keeps
+//     m = max_{u in U} s_u,   l = sum_{u in U} e^{s_u - m},   o = sum_{u in U} e^{s_u - m} v_u.
+// A new tile J of keys updates them with
+//     m' = max(m, max_{u in J} s_u),   a = e^{m - m'}
+//     l' = a l + sum_{u in J} e^{s_u - m'},   o' = a o + sum_{u in J} e^{s_u - m'} v_u
+// which keeps the three definitions true for U + J, because e^{s_u - m} a = e^{s_u - m'}:
+// the old terms are rescaled to the new reference point, nothing is approximated. After
+// the last tile, o / l = sum_u e^{s_u - m} v_u / sum_u e^{s_u - m} = y_t, whatever m is
+// (it cancels), so the result is the softmax exactly; only the order of the roundings
+// differs from the reference. Every exponent is <= 0 (no overflow) and the largest term
+// is e^0 = 1, so l >= 1 (no underflow of the normaliser). The row saves
+//     L_t = m + log l = log sum_{u<=t} e^{s_u}     (the logsumexp), one number per row.
+//
+// Backward, from L instead of stored probabilities: P_tu = e^{s_tu - L_t} recomputes the
+// softmax exactly (one subtraction and one exp per score). With dO the upstream gradient:
+//     dV_u  = sum_t P_tu dO_t
+//     dP_tu = dO_t . v_u
+//     dS_tu = P_tu (dP_tu - D_t),   D_t = sum_u P_tu dP_tu = dO_t . (sum_u P_tu v_u) = dO_t . O_t
+//     dQ_t  = sum_u dS_tu k_u / sqrt(hs),   dK_u = sum_t dS_tu q_t / sqrt(hs)
+// (dS is the softmax Jacobian applied to dP). D_t needs only the row's output and its
+// gradient, so no whole row of P is ever needed at once.
+//
+// Causal tiles: a tile whose first key comes after its last query is entirely masked and
+// is skipped (never loaded, never computed); of nq x nk tiles about half are visited.
+// Inside the diagonal tiles each row computes only its keys u <= t.
+//
+// Threads: OpenMP over (b, head). The backward runs in two passes, as a deterministic
+// GPU kernel does: key tiles outer for dK and dV (a tile's accumulators are its own),
+// query tiles outer for dQ. Every element of dqkv is summed by one thread in a fixed
+// order, so the result does not depend on the thread count.
+#include "kernels/cpu/flash_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace gpt::cpu {
+
+namespace {
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+void check_tiles(const char* fn, int Br, int Bc) {
+  if (Br < 1 || Bc < 1)
+    throw std::invalid_argument(std::string(fn) + ": tile sizes must be positive (Br=" +
+                                std::to_string(Br) + " Bc=" + std::to_string(Bc) + ")");
+}
+}  // namespace
+
+template <class T>
+FlashCounts flash_attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH,
+                                    int Br, int Bc) {
+  check_tiles("flash_attention_forward", Br, Bc);
+  const int hs = C / NH;
+  const T scale = T(1) / std::sqrt(T(hs));
+  const size_t row = size_t(3) * C;  // stride between positions in qkv
+  const int nq = ceil_div(T_, Br), nk = ceil_div(T_, Bc);
+  int64_t visited = 0, skipped = 0, scores = 0;
+#pragma omp parallel reduction(+ : visited, skipped, scores)
+  {
+    // One thread's "shared memory": a key tile and a value tile, the score tile, and
+    // the running state of the query tile (accumulator O, max m, sum l).
+    std::vector<T> Kj(size_t(Bc) * hs), Vj(size_t(Bc) * hs), S(size_t(Br) * Bc);
+    std::vector<T> O(size_t(Br) * hs), m(static_cast<size_t>(Br)), l(static_cast<size_t>(Br));
+#pragma omp for collapse(2) schedule(static)
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h) {
+        const T* base = qkv + size_t(b) * T_ * row + size_t(h) * hs;
+        T* L = lse + (size_t(b) * NH + h) * T_;
+        for (int qi = 0; qi < nq; ++qi) {
+          const int i0 = qi * Br, i1 = std::min(i0 + Br, T_), rows = i1 - i0;
+          std::fill(m.begin(), m.end(), T(-INFINITY));
+          std::fill(l.begin(), l.end(), T(0));
+          std::fill(O.begin(), O.end(), T(0));
+          for (int kj = 0; kj < nk; ++kj) {
+            const int j0 = kj * Bc, j1 = std::min(j0 + Bc, T_);
+            if (j0 > i1 - 1) {  // first key after the last query: this tile and the rest are masked
+              skipped += nk - kj;
+              break;
+            }
+            ++visited;
+            for (int u = j0; u < j1; ++u)
+              for (int i = 0; i < hs; ++i) {
+                Kj[size_t(u - j0) * hs + i] = base[size_t(u) * row + C + i];
+                Vj[size_t(u - j0) * hs + i] = base[size_t(u) * row + 2 * size_t(C) + i];
+              }
+            for (int r = 0; r < rows; ++r) {
+              const int t = i0 + r;
+              const int ju = std::min(j1, t + 1);  // row t sees keys j0 .. ju-1 of this tile
+              if (ju <= j0) continue;              // a diagonal tile's rows above its first key
+              const int cols = ju - j0;
+              const T* q = base + size_t(t) * row;
+              T* s = S.data() + size_t(r) * Bc;
+              T mx = m[size_t(r)];
+              for (int c = 0; c < cols; ++c) {
+                const T* k = Kj.data() + size_t(c) * hs;
+                T dot = 0;
+                for (int i = 0; i < hs; ++i) dot += q[i] * k[i];
+                s[c] = dot * scale;
+                mx = std::max(mx, s[c]);
+              }
+              scores += cols;
+              const T a = std::exp(m[size_t(r)] - mx);  // e^{m - m'}: 0 on the row's first tile
+              T sum = 0;
+              for (int c = 0; c < cols; ++c) {
+                s[c] = std::exp(s[c] - mx);
+                sum += s[c];
+              }
+              l[size_t(r)] = a * l[size_t(r)] + sum;
+              T* o = O.data() + size_t(r) * hs;
+              for (int i = 0; i < hs; ++i) o[i] *= a;
+              for (int c = 0; c < cols; ++c) {
+                const T* v = Vj.data() + size_t(c) * hs;
+                for (int i = 0; i < hs; ++i) o[i] += s[c] * v[i];
+              }
+              m[size_t(r)] = mx;
+            }
+          }
+          for (int r = 0; r < rows; ++r) {
+            const int t = i0 + r;
+            T* y = out + (size_t(b) * T_ + t) * C + size_t(h) * hs;
+            const T* o = O.data() + size_t(r) * hs;
+            for (int i = 0; i < hs; ++i) y[i] = o[i] / l[size_t(r)];
+            L[t] = m[size_t(r)] + std::log(l[size_t(r)]);
+          }
+        }
+      }
+  }
+  return {visited, skipped, scores};
+}
+
+template <class T>
+FlashCounts flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out,
+                                     const T* lse, int B, int T_, int C, int NH, int Br, int Bc) {
+  check_tiles("flash_attention_backward", Br, Bc);
+  const int hs = C / NH;
+  const T scale = T(1) / std::sqrt(T(hs));
+  const size_t row = size_t(3) * C;
+  const int nq = ceil_div(T_, Br), nk = ceil_div(T_, Bc);
+  int64_t visited = 0, skipped = 0, scores = 0;
+#pragma omp parallel reduction(+ : visited, skipped, scores)
+  {
+    std::vector<T> Kj(size_t(Bc) * hs), Vj(size_t(Bc) * hs);
+    std::vector<T> dK(size_t(Bc) * hs), dV(size_t(Bc) * hs), dQ(size_t(Br) * hs),
+        D(static_cast<size_t>(T_));
+#pragma omp for collapse(2) schedule(static)
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h) {
+        const T* base = qkv + size_t(b) * T_ * row + size_t(h) * hs;
+        T* dbase = dqkv + size_t(b) * T_ * row + size_t(h) * hs;
+        const T* L = lse + (size_t(b) * NH + h) * T_;
+        auto dO = [&](int t) { return dout + (size_t(b) * T_ + t) * C + size_t(h) * hs; };
+        auto load_kv = [&](int j0, int j1) {
+          for (int u = j0; u < j1; ++u)
+            for (int i = 0; i < hs; ++i) {
+              Kj[size_t(u - j0) * hs + i] = base[size_t(u) * row + C + i];
+              Vj[size_t(u - j0) * hs + i] = base[size_t(u) * row + 2 * size_t(C) + i];
+            }
+        };
+        // One score of the loaded key tile (row t, column c): recomputes s, then
+        // P = e^{s - L_t} (into p_out, for dV) and dP = dO_t . v_u; returns
+        // P (dP - D_t), which is dS before the 1/sqrt(hs) of the chain rule through s.
+        auto dscore = [&](const T* q, const T* g, int t, int c, T& p_out) {
+          const T* k = Kj.data() + size_t(c) * hs;
+          const T* v = Vj.data() + size_t(c) * hs;
+          T dot = 0, dp = 0;
+          for (int i = 0; i < hs; ++i) {
+            dot += q[i] * k[i];
+            dp += g[i] * v[i];
+          }
+          const T p = std::exp(dot * scale - L[t]);
+          p_out = p;
+          return p * (dp - D[size_t(t)]);
+        };
+
+        // D_t = dO_t . O_t
+        for (int t = 0; t < T_; ++t) {
+          const T* g = dO(t);
+          const T* o = out + (size_t(b) * T_ + t) * C + size_t(h) * hs;
+          T d = 0;
+          for (int i = 0; i < hs; ++i) d += g[i] * o[i];
+          D[size_t(t)] = d;
+        }
+
+        // Pass 1, key tiles outer: dK_u and dV_u summed in the tile's own accumulators
+        // over every query row that sees key u, then added to dqkv once.
+        for (int kj = 0; kj < nk; ++kj) {
+          const int j0 = kj * Bc, j1 = std::min(j0 + Bc, T_);
+          load_kv(j0, j1);
+          std::fill(dK.begin(), dK.end(), T(0));
+          std::fill(dV.begin(), dV.end(), T(0));
+          const int first = j0 / Br;  // query tiles before it end before key j0: masked
+          skipped += first;
+          for (int qi = first; qi < nq; ++qi) {
+            ++visited;
+            const int i0 = qi * Br, i1 = std::min(i0 + Br, T_);
+            for (int t = i0; t < i1; ++t) {
+              const int ju = std::min(j1, t + 1);
+              if (ju <= j0) continue;
+              const T* q = base + size_t(t) * row;
+              const T* g = dO(t);
+              for (int c = 0; c < ju - j0; ++c) {
+                T p;
+                const T ds = dscore(q, g, t, c, p) * scale;
+                T* dk = dK.data() + size_t(c) * hs;
+                T* dv = dV.data() + size_t(c) * hs;
+                for (int i = 0; i < hs; ++i) {
+                  dv[i] += p * g[i];
+                  dk[i] += ds * q[i];
+                }
+              }
+              scores += ju - j0;
+            }
+          }
+          for (int u = j0; u < j1; ++u)
+            for (int i = 0; i < hs; ++i) {
+              dbase[size_t(u) * row + C + i] += dK[size_t(u - j0) * hs + i];
+              dbase[size_t(u) * row + 2 * size_t(C) + i] += dV[size_t(u - j0) * hs + i];
+            }
+        }
+
+        // Pass 2, query tiles outer: dQ_t summed over the key tiles the row sees
+        // (recomputing P and dP once more), then added to dqkv once.
+        for (int qi = 0; qi < nq; ++qi) {
+          const int i0 = qi * Br, i1 = std::min(i0 + Br, T_);
+          std::fill(dQ.begin(), dQ.end(), T(0));
+          for (int kj = 0; kj < nk; ++kj) {
+            const int j0 = kj * Bc, j1 = std::min(j0 + Bc, T_);
+            if (j0 > i1 - 1) break;  // the same tiles as pass 1 and the forward skip
+            load_kv(j0, j1);
+            for (int t = i0; t < i1; ++t) {
+              const int ju = std::min(j1, t + 1);
+              if (ju <= j0) continue;
+              const T* q = base + size_t(t) * row;
+              const T* g = dO(t);
+              T* dq = dQ.data() + size_t(t - i0) * hs;
+              for (int c = 0; c < ju - j0; ++c) {
+                T p;
+                const T ds = dscore(q, g, t, c, p) * scale;
+                const T* k = Kj.data() + size_t(c) * hs;
+                for (int i = 0; i < hs; ++i) dq[i] += ds * k[i];
+              }
+            }
+          }
+          for (int t = i0; t < i1; ++t)
+            for (int i = 0; i < hs; ++i) dbase[size_t(t) * row + i] += dQ[size_t(t - i0) * hs + i];
+        }
+      }
+  }
+  return {visited, skipped, scores};
+}
+
+template FlashCounts flash_attention_forward<float>(float*, float*, const float*, int, int, int,
+                                                    int, int, int);
+template FlashCounts flash_attention_forward<double>(double*, double*, const double*, int, int,
+                                                     int, int, int, int);
+template FlashCounts flash_attention_backward<float>(float*, const float*, const float*,
+                                                     const float*, const float*, int, int, int,
+                                                     int, int, int);
+template FlashCounts flash_attention_backward<double>(double*, const double*, const double*,
+                                                      const double*, const double*, int, int,
+                                                      int, int, int, int);
+
+}  // namespace gpt::cpu
