@@ -1,14 +1,20 @@
 // Driver pieces every data-parallel stage (02-05) shares.
 #pragma once
 #include <cstdint>
+#include <omp.h>
+
 #include <cstdio>
+#include <memory>
+#include <string>
 #include <exception>
 #include <vector>
 
 #include "common/comm.h"
+#include "common/config.h"
 #include "common/data.h"
 #include "common/error.h"
 #include "common/gpt2.h"
+#include "common/precision.h"
 
 namespace gpt {
 
@@ -47,6 +53,30 @@ int run_ranks(const char* program, Communicator& world, F&& body) {
     world.abort(user ? 2 : 1);
     return user ? 2 : 1;
   }
+}
+
+// In stages 02-05 every rank is a data-parallel rank: dp must be 0 (all ranks) or the
+// job's size, and the batch must split over the ranks.
+inline void require_pure_data_parallel(const Config& cfg, const Communicator& world, const char* stage) {
+  require(cfg.dp == 0 || cfg.dp == world.size(),
+          "dp=" + std::to_string(cfg.dp) + " but the job has " + std::to_string(world.size()) +
+              " ranks (stage " + stage + " is pure data parallelism)");
+  validate(cfg, world.size());
+}
+
+// The entry of a data-parallel stage: parse the config, pick the device, join the job,
+// then run `train_ranks` on every rank, an error on one rank aborting them all.
+using TrainRanks = int (*)(Config& cfg, Communicator& world, Device device, Precision precision);
+inline int data_parallel_main(int argc, char** argv, TrainRanks train_ranks) {
+  return run_main("train", [&] {
+    Config cfg;
+    if (!parse_args(argc, argv, cfg, "train")) return 0;
+    if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+    const Device device = resolve_device(cfg.device);
+    const Precision precision = parse_precision(cfg.precision);
+    std::unique_ptr<Communicator> world = make_world(&argc, &argv, {cfg.comm, device, cfg.comm_timeout_s});
+    return run_ranks("train", *world, [&] { return train_ranks(cfg, *world, device, precision); });
+  });
 }
 
 }  // namespace gpt

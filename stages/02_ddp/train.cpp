@@ -39,24 +39,10 @@ using namespace gpt;
 
 namespace {
 
-int train_ranks(Config& cfg, Communicator& world, Device device, Precision precision);
-
-int train(int argc, char** argv) {
-  Config cfg;
-  if (!parse_args(argc, argv, cfg, "train")) return 0;
-  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
-  const Device device = resolve_device(cfg.device);
-  const Precision precision = parse_precision(cfg.precision);
-  std::unique_ptr<Communicator> world = make_world(&argc, &argv, {cfg.comm, device, cfg.comm_timeout_s});
-  return run_ranks("train", *world, [&] { return train_ranks(cfg, *world, device, precision); });
-}
-
 int train_ranks(Config& cfg, Communicator& world, Device device, Precision precision) {
   const bool bf16 = precision == Precision::BF16;
   Communicator& dp = world;  // stage 02: every rank is a data-parallel rank
-  require(cfg.dp == 0 || cfg.dp == dp.size(), "dp=" + std::to_string(cfg.dp) + " but the job has " +
-                                                   std::to_string(dp.size()) + " ranks (stage 02 is pure data parallelism)");
-  validate(cfg, dp.size());
+  require_pure_data_parallel(cfg, dp, "02");
   const bool lead = dp.rank() == 0;  // rank 0 logs, checkpoints and samples
   const int accum = cfg.grad_accum(dp.size());
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
@@ -195,4 +181,4 @@ int train_ranks(Config& cfg, Communicator& world, Device device, Precision preci
 
 }  // namespace
 
-int main(int argc, char** argv) { return run_main("train", [&] { return train(argc, argv); }); }
+int main(int argc, char** argv) { return data_parallel_main(argc, argv, train_ranks); }
