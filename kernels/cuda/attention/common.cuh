@@ -1,5 +1,5 @@
-// Device helpers shared by the attention kernels: error checks, fp32 <-> element type
-// conversion, the qkv / out index arithmetic and warp reductions.
+// Device helpers shared by the attention kernels: the shape check, the qkv / out index
+// arithmetic and tile loads (kernels/cuda/common.cuh has the project-wide ones).
 //
 // Layout (the one the qkv GEMM writes, so no transposes are needed):
 //   qkv (B, T, 3C): position (b, t) is one row of 3C values: q | k | v, each C wide;
@@ -7,8 +7,7 @@
 //   out (B, T, C):  head h of position (b, t) in columns [h*hs, (h+1)*hs).
 //   per-row statistics (logsumexp, D) are (B, NH, T) fp32: index (b*NH + h)*T + t.
 #pragma once
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
+#include "kernels/cuda/common.cuh"
 
 #include <cmath>
 #include <cstddef>
@@ -16,20 +15,6 @@
 #include <string>
 
 namespace gpt::cuda {
-
-// ---- host side: errors ------------------------------------------------------------
-
-// A failed CUDA call is a bug or a broken device, not bad input: it throws with the call
-// and its place, and the program's top level reports it (exit status 1).
-inline void check(cudaError_t err, const char* what, const char* file, int line) {
-  if (err != cudaSuccess)
-    throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + what +
-                             ": " + cudaGetErrorString(err));
-}
-#define GPT_CUDA_CHECK(call) ::gpt::cuda::check((call), #call, __FILE__, __LINE__)
-// A launch returns nothing: a bad configuration (too many threads, too much shared
-// memory) is reported by the next cudaGetLastError.
-#define GPT_CUDA_CHECK_LAUNCH() ::gpt::cuda::check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
 // The shapes every attention entry point accepts; throws std::invalid_argument naming
 // the problem, or returns the head size hs = C/NH. The flash kernels are compiled for
@@ -49,28 +34,7 @@ inline int attention_head_size(const char* fn, int B, int T, int C, int NH, bool
   return hs;
 }
 
-inline unsigned ceil_div(long n, long d) { return unsigned((n + d - 1) / d); }
-
 // ---- device side ------------------------------------------------------------------
-
-// All computation is fp32; tensors are float or bf16 in memory.
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <class T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);  // round to nearest even, as the CPU's bf16_round
-}
-
-// Backward ops accumulate into input gradients (kernels/ops.h): x += delta, in fp32.
-template <class T>
-__device__ __forceinline__ void add_to(T* x, float delta) {
-  *x = from_float<T>(to_float(*x) + delta);
-}
 
 // Where head h of position t in batch b starts, in qkv: part 0 = q, 1 = k, 2 = v.
 //   row (b, t) starts at (b*T + t) * 3C; the part adds part*C; the head adds h*hs.
@@ -80,19 +44,6 @@ __device__ __forceinline__ size_t qkv_at(int b, int t, int part, int h, int T, i
 // Where head h of position t in batch b starts, in out / dout (B, T, C).
 __device__ __forceinline__ size_t out_at(int b, int t, int h, int T, int C, int hs) {
   return (size_t(b) * T + t) * size_t(C) + size_t(h) * hs;
-}
-
-constexpr unsigned kFullMask = 0xffffffffu;
-
-// Butterfly reductions: after log2(32) = 5 exchanges every lane holds the result.
-// The order of the additions is fixed, so the result is the same run to run.
-__device__ __forceinline__ float warp_max(float x) {
-  for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(kFullMask, x, offset));
-  return x;
-}
-__device__ __forceinline__ float warp_sum(float x) {
-  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(kFullMask, x, offset);
-  return x;
 }
 
 // Copies `rows` rows of a head (hs = HS values each, row stride `src_stride` elements in
