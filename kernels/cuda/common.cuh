@@ -9,7 +9,31 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/bf16.h"
+
 namespace gpt::cuda {
+
+// ---- host side: storage types ---------------------------------------------------------
+
+// Host code names bf16 storage gpt::bf16 (common/bf16.h, no CUDA headers needed);
+// kernels use CUDA's __nv_bfloat16, the same 16 bits. device_ptr() converts a host API
+// pointer into the kernels' type: float stays float.
+template <class A>
+struct DeviceTypeOf {
+  using type = A;
+};
+template <>
+struct DeviceTypeOf<gpt::bf16> {
+  using type = __nv_bfloat16;
+};
+template <class A>
+using DeviceType = typename DeviceTypeOf<A>::type;
+static_assert(sizeof(__nv_bfloat16) == sizeof(gpt::bf16), "bf16 layouts differ");
+
+template <class A>
+DeviceType<A>* device_ptr(A* p) { return reinterpret_cast<DeviceType<A>*>(p); }
+template <class A>
+const DeviceType<A>* device_ptr(const A* p) { return reinterpret_cast<const DeviceType<A>*>(p); }
 
 // ---- host side: errors ------------------------------------------------------------
 
