@@ -875,4 +875,34 @@ std::string resolve_resume(const std::string& resume, const std::string& run_dir
   return latest_checkpoint(run_dir);
 }
 
+CheckpointMirror::CheckpointMirror(std::vector<Entry> entries, int64_t begin)
+    : entries_(std::move(entries)), begin_(begin) {
+  for (const Entry& e : entries_)
+    mirrors_.emplace_back(e.array->on_host() ? 0 : e.array->size());
+}
+
+float* CheckpointMirror::host(const std::string& kind) {
+  for (size_t i = 0; i < entries_.size(); ++i)
+    if (entries_[i].kind == kind)
+      return entries_[i].array->on_host() ? entries_[i].array->data() : mirrors_[i].data();
+  fail("CheckpointMirror: no buffer of kind '" + kind + "'");
+}
+
+std::vector<CheckpointBuffer> CheckpointMirror::buffers() {
+  std::vector<CheckpointBuffer> out;
+  for (const Entry& e : entries_)
+    out.push_back({e.kind, host(e.kind), begin_, begin_ + int64_t(e.array->size())});
+  return out;
+}
+
+void CheckpointMirror::to_host() {
+  for (size_t i = 0; i < entries_.size(); ++i)
+    if (!entries_[i].array->on_host()) entries_[i].array->copy_to_host(mirrors_[i].data(), mirrors_[i].size());
+}
+
+void CheckpointMirror::to_device() {
+  for (size_t i = 0; i < entries_.size(); ++i)
+    if (!entries_[i].array->on_host()) entries_[i].array->copy_from_host(mirrors_[i].data(), mirrors_[i].size());
+}
+
 }  // namespace gpt

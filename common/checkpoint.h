@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/device_array.h"
 #include "common/gpt2_layout.h"
 
 namespace gpt {
@@ -30,6 +31,28 @@ struct CheckpointBuffer {
   std::string kind;  // "param" (fp32 master weights), "adam_m", "adam_v"
   float* data;
   int64_t begin, end;
+};
+
+// Checkpoints read and write host memory. A CheckpointMirror hands out the buffers of
+// device arrays: on the CPU the arrays themselves; on the GPU host copies, refreshed by
+// to_host() before a save and pushed back by to_device() after a load or an init.
+class CheckpointMirror {
+ public:
+  struct Entry {
+    std::string kind;  // as CheckpointBuffer::kind
+    DeviceArray<float>* array;
+  };
+  explicit CheckpointMirror(std::vector<Entry> entries, int64_t begin = 0);
+  // Host memory holding `kind` (the array itself on the CPU, its mirror on the GPU).
+  float* host(const std::string& kind);
+  std::vector<CheckpointBuffer> buffers();  // every entry, elements [begin, begin+size)
+  void to_host();                           // device -> mirror (a no-op on the CPU)
+  void to_device();                         // mirror -> device (a no-op on the CPU)
+
+ private:
+  std::vector<Entry> entries_;
+  std::vector<std::vector<float>> mirrors_;  // empty for host arrays
+  int64_t begin_;
 };
 
 struct CheckpointState {

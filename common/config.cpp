@@ -91,6 +91,7 @@ constexpr Key kKeys[] = {
     // runtime
     {"device", FIELD(device), "auto, cpu or cuda (auto: cuda when a GPU is present)"},
     {"precision", FIELD(precision), "fp32 or bf16 (bf16 activations, fp32 master weights)"},
+    {"gemm", FIELD(gemm), "matmuls on the GPU: hand (the fastest hand-written version for the device), cublas (cuBLASLt baseline), or v1..v5 (one version of kernels/cuda/gemm/); ignored on the CPU"},
     {"threads", FIELD(threads), "OpenMP threads per rank (0: all cores)"},
     {"run_dir", FIELD(run_dir), "directory for metrics, traces and checkpoints"},
     {"metrics_file", FIELD(metrics_file), "JSON-lines metrics file (empty: metrics.jsonl in run_dir)"},
@@ -472,6 +473,9 @@ void validate(const Config& cfg, int dp) {
   check(cfg.device == "auto" || cfg.device == "cpu" || cfg.device == "cuda", "device",
         show(Json(cfg.device)), "must be auto, cpu or cuda");
   parse_precision(cfg.precision);
+  check(cfg.gemm == "hand" || cfg.gemm == "cublas" ||
+            (cfg.gemm.size() == 2 && cfg.gemm[0] == 'v' && cfg.gemm[1] >= '1' && cfg.gemm[1] <= '5'),
+        "gemm", show(Json(cfg.gemm)), "must be hand, cublas or v1..v5");
   check_int(cfg.threads >= 0, "threads", cfg.threads, "must be >= 0 (0: all cores)");
   check(!cfg.run_dir.empty(), "run_dir", "\"\"", "must not be empty");
 

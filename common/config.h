@@ -51,6 +51,7 @@ struct Config {
   // runtime
   std::string device = "auto";  // auto | cpu | cuda
   std::string precision = "fp32";  // fp32 | bf16
+  std::string gemm = "hand";       // hand | cublas | v1..v5 (GPU matmuls)
   int threads = 0;  // OpenMP threads; 0 = all cores
   std::string run_dir = "runs/default";
   std::string metrics_file = "";  // "" = <run_dir>/metrics.jsonl

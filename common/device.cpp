@@ -1,6 +1,8 @@
 // Device detection and the choice behind `device=auto`.
 #include "common/device.h"
 
+#include "common/precision.h"
+
 #ifdef GPT_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -17,20 +19,56 @@ int cuda_device_count() {
 #endif
 }
 
-bool cuda_kernels_available() { return false; }  // true once kernels/cuda/ lands
-
 Device resolve_device(const std::string& requested) {
   if (requested == "cpu") return Device::CPU;
   if (requested == "auto")
-    return cuda_device_count() > 0 && cuda_kernels_available() ? Device::CUDA : Device::CPU;
+    return cuda_device_count() > 0 ? Device::CUDA : Device::CPU;
   if (requested != "cuda") fail("device: '" + requested + "' is not a device (auto, cpu or cuda)");
 #ifndef GPT_HAVE_CUDA
   fail("device=cuda: this build has no CUDA (configure with a CUDA toolkit and GPT_CUDA=AUTO or ON)");
 #endif
   if (cuda_device_count() == 0) fail("device=cuda: no CUDA GPU is visible on this machine");
-  if (!cuda_kernels_available())
-    fail("device=cuda: the CUDA kernels of stage 01 are not implemented yet; use device=cpu");
   return Device::CUDA;
+}
+
+std::string device_description(Device d) {
+  if (d == Device::CPU) return "cpu";
+#ifdef GPT_HAVE_CUDA
+  int dev = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
+    return std::string("cuda (") + prop.name + ", sm_" + std::to_string(prop.major) +
+           std::to_string(prop.minor) + ")";
+#endif
+  return "cuda";
+}
+
+std::optional<double> device_peak_flops(Device d, Precision p) {
+  if (d == Device::CPU) return std::nullopt;
+#ifdef GPT_HAVE_CUDA
+  int dev = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess)
+    return std::nullopt;
+  const std::string name = prop.name;
+  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  // Dense (no sparsity) peaks from NVIDIA's datasheets, in TFLOP/s: {bf16 tensor, fp32}.
+  struct Peak {
+    double bf16, fp32;
+  };
+  std::optional<Peak> peak;
+  if (has("H100") || has("H200") || has("GH200"))
+    peak = has("PCIe") ? Peak{756, 51} : Peak{989, 67};  // SXM and NVL parts: 989 / 67
+  else if (has("A100"))
+    peak = Peak{312, 19.5};
+  else if (has("L40S"))
+    peak = Peak{362, 91.6};
+  if (!peak) return std::nullopt;
+  return (p == Precision::BF16 ? peak->bf16 : peak->fp32) * 1e12;
+#else
+  (void)p;
+  return std::nullopt;
+#endif
 }
 
 }  // namespace gpt

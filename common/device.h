@@ -1,5 +1,6 @@
 // The device a run computes on, and how `device=auto` picks one.
 #pragma once
+#include <optional>
 #include <string>
 
 #include "common/error.h"
@@ -13,18 +14,17 @@ inline const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cu
 // Number of usable CUDA GPUs: 0 when the build has no CUDA or no GPU is present.
 int cuda_device_count();
 
-// Whether this build has CUDA kernels for every op (false until they land).
-bool cuda_kernels_available();
-
 // Resolves the config's "auto" | "cpu" | "cuda" to a device, or fails with the reason.
+// auto picks the GPU when this build has CUDA and a GPU is visible.
 Device resolve_device(const std::string& requested);
 
-// Every op without a kernel for the device refuses it, naming the op.
-inline void require_cpu(Device d, const char* op) {
-  if (d != Device::CPU)
-    fail(std::string("device=cuda: op '") + op +
-         "' has no CUDA kernel in this build yet (the CUDA kernels land with the "
-         "stage-01-on-GPU issue); use device=cpu");
-}
+// "cpu", or "cuda (NVIDIA H100 80GB HBM3, sm_90)" for the current GPU.
+std::string device_description(Device d);
+
+// The dense peak rate of the current GPU for the precision's matmuls (bf16 tensor
+// cores; fp32 without tensor cores), in FLOP/s, from its datasheet; empty for the CPU
+// and for GPUs not in the table (then no MFU is reported).
+enum class Precision;
+std::optional<double> device_peak_flops(Device d, Precision p);
 
 }  // namespace gpt

@@ -6,13 +6,18 @@
 //
 // The model owns its compute weights, their gradients and the activations of one
 // micro-batch (B sequences of T tokens); the optimizer owns the master weights and
-// moments. T is float for training and double for the ground-truth runs of the tests.
+// moments. The template argument A is the storage type of weights and activations:
+// float for training (fp32 mode; bf16 mode on the CPU, emulated by rounding), double for
+// the ground-truth runs of the tests, bf16 for the bf16 mode on the GPU. Parameter
+// gradients are GradOf<A> (fp32 for bf16). Buffers live on the model's device.
 #pragma once
 #include <cstdint>
 #include <vector>
 
+#include "common/bf16.h"
 #include "common/config.h"
 #include "common/device.h"
+#include "common/device_array.h"
 #include "common/gpt2_layout.h"
 #include "common/precision.h"
 
@@ -28,34 +33,37 @@ enum class Pass { Forward, Backward };
 //   backward: acquire(0) acquire(L+1) grads(0) grads(L+1) .. done(L+1) release(L+1)
 //             | for l = L..1: acquire(l) grads(l) .. release(l) done(l) | done(0) release(0)
 // Pointers returned by acquire/grads point at the unit's first element.
-template <class T>
+template <class A>
 class WeightStore {
  public:
   virtual ~WeightStore() = default;
-  virtual const T* acquire(int unit, Pass pass) = 0;
+  virtual const A* acquire(int unit, Pass pass) = 0;
   virtual void release(int /*unit*/, Pass /*pass*/) {}
-  virtual T* grads(int unit) = 0;
+  virtual GradOf<A>* grads(int unit) = 0;
   // The unit's gradient is complete for this backward (accumulated over the micro-batch).
   virtual void grads_done(int /*unit*/) {}
 };
 
 // Stage 01's store: the whole model's weights and gradients, flat.
-template <class T>
-class FlatStore : public WeightStore<T> {
+template <class A>
+class FlatStore : public WeightStore<A> {
  public:
-  FlatStore(const ParamLayout& layout, T* params, T* grads)
+  FlatStore(const ParamLayout& layout, A* params, GradOf<A>* grads)
       : layout_(&layout), params_(params), grads_(grads) {}
-  const T* acquire(int unit, Pass) override { return params_ + layout_->unit(unit).begin; }
-  T* grads(int unit) override { return grads_ + layout_->unit(unit).begin; }
+  const A* acquire(int unit, Pass) override { return params_ + layout_->unit(unit).begin; }
+  GradOf<A>* grads(int unit) override { return grads_ + layout_->unit(unit).begin; }
 
  private:
   const ParamLayout* layout_;
-  T* params_;
-  T* grads_;
+  A* params_;
+  GradOf<A>* grads_;
 };
 
-template <class T>
+template <class A>
 class GPT2 {
+  using G = GradOf<A>;
+
+
  public:
   // With own_weights false the model allocates no weight or gradient buffers of its
   // own: a store set with set_store() provides them (the ZeRO stages shard them).
@@ -69,38 +77,45 @@ class GPT2 {
   int batch() const { return B_; }
   int seq_len() const { return T_; }
 
-  // The compute weights (in bf16 mode, rounded copies of the fp32 master weights).
-  std::vector<T>& params() { return params_; }
-  const std::vector<T>& params() const { return params_; }
-  std::vector<T>& grads() { return grads_; }
-  const std::vector<T>& grads() const { return grads_; }
+  Device device() const { return device_; }
 
-  // Sets the weights from (master) values, rounding to bf16 in bf16 mode.
-  void set_params(const T* values);
+  // The compute weights (in bf16 mode, rounded copies of the fp32 master weights) and
+  // the parameter gradients, in the model's device memory.
+  DeviceArray<A>& params() { return params_; }
+  const DeviceArray<A>& params() const { return params_; }
+  DeviceArray<G>& grads() { return grads_; }
+  const DeviceArray<G>& grads() const { return grads_; }
 
-  // Forward over inputs (B*T token ids). With targets, returns the mean loss over the
-  // B*T positions; without, returns 0 and only the logits are valid.
-  T forward(const int32_t* inputs, const int32_t* targets);
+  // Sets the weights from (master) values in the model's device memory, rounding to
+  // bf16 in bf16 mode.
+  void set_params(const G* values);
+
+  // Forward over inputs (B*T token ids, host memory). With targets, returns the mean
+  // loss over the B*T positions; without, returns 0 and only the logits are valid.
+  G forward(const int32_t* inputs, const int32_t* targets);
 
   // Backward of the last forward (which must have had targets), accumulating into
   // grads(): the gradient of  loss_scale * mean loss.  With gradient accumulation over
   // k micro-batches, loss_scale = 1/k gives the gradient of the mean over all of them.
-  void backward(T loss_scale);
+  void backward(G loss_scale);
 
   void zero_grads();
 
   // Routes weights and gradients through another store (nullptr: the model's own flat
   // buffers, params() and grads()). The store must outlive its use.
-  void set_store(WeightStore<T>* store) { store_ = store ? store : &flat_; }
+  void set_store(WeightStore<A>* store) { store_ = store ? store : &flat_; }
 
-  // Rounds stored values to bf16 in bf16 mode (a no-op in fp32): what the model does
-  // to every activation, for stores that make their own weight copies.
-  void store(T* x, size_t n);
+  // Rounds stored values to bf16 in bf16 mode when A is float (the CPU's emulation; a
+  // no-op in fp32 and for real bf16 storage): what the model does to every activation,
+  // for stores that make their own weight copies.
+  void store(A* x, size_t n);
 
-  // Logits of the last forward, (B, T, Vp); columns >= V are padding.
-  const T* logits() const { return logits_.data(); }
-  // Per-position losses of the last forward, (B, T).
-  const T* losses() const { return losses_.data(); }
+  // Logits of the last forward, (B, T, Vp) in the model's device memory; columns >= V
+  // are padding. logits_row copies row `position` (Vp values) to host memory as float.
+  const A* logits() const { return logits_.data(); }
+  void logits_row(int position, float* out) const;
+  // Per-position losses of the last forward, (B, T), device memory.
+  const G* losses() const { return losses_.data(); }
 
   // Bytes held, by kind (for the memory ledger).
   size_t param_bytes() const;
@@ -114,15 +129,18 @@ class GPT2 {
   int B_, T_;
   Device device_;
   Precision precision_;
-  std::vector<T> params_, grads_;
-  FlatStore<T> flat_{layout_, nullptr, nullptr};
-  WeightStore<T>* store_ = &flat_;
-  // activations (forward) and their gradients (backward); see gpt2.cpp for shapes
-  std::vector<T> encoded_, ln1_, ln1_mean_, ln1_rstd_, qkv_, atty_, att_, attproj_, resid2_,
-      ln2_, ln2_mean_, ln2_rstd_, fch_, fch_gelu_, fcproj_, resid3_, lnf_, lnf_mean_, lnf_rstd_,
-      logits_, losses_;
-  std::vector<T> d_resid_, d_x_, d_big_, d_big2_, d_qkv_, d_logits_;
-  std::vector<int32_t> inputs_, targets_;
+  DeviceArray<A> params_;
+  DeviceArray<G> grads_;
+  FlatStore<A> flat_{layout_, nullptr, nullptr};
+  WeightStore<A>* store_ = &flat_;
+  // activations (forward) and their gradients (backward); see gpt2.cpp for shapes.
+  // Statistics (layernorm mean/rstd, attention's, losses) are kept in G.
+  DeviceArray<A> encoded_, ln1_, qkv_, atty_, attproj_, resid2_, ln2_, fch_, fch_gelu_, fcproj_,
+      resid3_, lnf_, logits_;
+  DeviceArray<G> ln1_mean_, ln1_rstd_, att_, ln2_mean_, ln2_rstd_, lnf_mean_, lnf_rstd_, losses_;
+  DeviceArray<A> d_resid_, d_x_, d_big_, d_big2_, d_qkv_, d_logits_;
+  DeviceArray<int32_t> inputs_, targets_;
+  std::vector<G> host_losses_;
   bool have_targets_ = false;
 };
 

@@ -23,17 +23,34 @@ double clip_scale(double norm, double clip) {
 }
 
 template <class T>
-AdamW<T>::AdamW(const ParamLayout& layout, int64_t begin, int64_t end, bool keep_master)
+AdamW<T>::AdamW(const ParamLayout& layout, int64_t begin, int64_t end, bool keep_master, Device device)
     : layout_(layout), begin_(begin), end_(end), keep_master_(keep_master) {
   const size_t n = size_t(end - begin);
-  m_.assign(n, T(0));
-  v_.assign(n, T(0));
-  if (keep_master) master_.assign(n, T(0));
+  m_ = DeviceArray<T>(device, n);
+  v_ = DeviceArray<T>(device, n);
+  if (keep_master) master_ = DeviceArray<T>(device, n);
 }
 
 template <class T>
 void AdamW<T>::step(Device d, T* params, const T* grads, double lr, double grad_scale,
                     const Config& cfg, int step_number, bool round_copy_to_bf16) {
+  update(d, params, grads, lr, grad_scale, cfg, step_number, round_copy_to_bf16);
+}
+
+template <class T>
+void AdamW<T>::step(Device d, bf16* params, const T* grads, double lr, double grad_scale,
+                    const Config& cfg, int step_number) {
+  require(keep_master_, "AdamW: a bf16 weight copy needs fp32 master weights (keep_master)");
+  if constexpr (std::is_same_v<T, float>)
+    update(d, params, grads, lr, grad_scale, cfg, step_number, true);
+  else
+    fail("AdamW<double>: a bf16 weight copy is made from fp32 master weights only");
+}
+
+template <class T>
+template <class Copy>
+void AdamW<T>::update(Device d, Copy* params, const T* grads, double lr, double grad_scale,
+                      const Config& cfg, int step_number, bool round_copy_to_bf16) {
   // Tensor by tensor, because weight decay applies to some tensors only.
   for (const ParamTensor& t : layout_.tensors()) {
     const int64_t lo = std::max(begin_, t.offset), hi = std::min(end_, t.offset + t.numel);
@@ -44,7 +61,7 @@ void AdamW<T>::step(Device d, T* params, const T* grads, double lr, double grad_
     if (keep_master_) {
       ops::adamw_update(d, master_.data() + i, grads + i, m_.data() + i, v_.data() + i,
                         size_t(hi - lo), args, params + i, round_copy_to_bf16);
-    } else {
+    } else if constexpr (std::is_same_v<Copy, T>) {
       ops::adamw_update(d, params + i, grads + i, m_.data() + i, v_.data() + i, size_t(hi - lo),
                         args);
     }

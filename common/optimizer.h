@@ -9,8 +9,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/bf16.h"
 #include "common/config.h"
 #include "common/device.h"
+#include "common/device_array.h"
 #include "common/gpt2_layout.h"
 
 namespace gpt {
@@ -25,26 +27,35 @@ class AdamW {
  public:
   // Owns m, v and (when keep_master) fp32 master weights for elements
   // [begin, end) of the layout's flat buffer: the whole model in stage 01, a shard later.
-  AdamW(const ParamLayout& layout, int64_t begin, int64_t end, bool keep_master);
+  // The state lives in the memory of `device`.
+  AdamW(const ParamLayout& layout, int64_t begin, int64_t end, bool keep_master,
+        Device device = Device::CPU);
 
   // One update of the owned range: params/grads point at element `begin`. In bf16 mode
-  // the master weights are updated and params receives the bf16-rounded copy.
+  // the master weights are updated and params receives the bf16-rounded copy (bf16
+  // values in float buffers on the CPU; real bf16 storage on the GPU).
   void step(Device d, T* params, const T* grads, double lr, double grad_scale, const Config& cfg,
             int step_number, bool round_copy_to_bf16);
+  void step(Device d, bf16* params, const T* grads, double lr, double grad_scale, const Config& cfg,
+            int step_number);
 
-  std::vector<T>& master() { return master_; }
-  std::vector<T>& m() { return m_; }
-  std::vector<T>& v() { return v_; }
+  DeviceArray<T>& master() { return master_; }
+  DeviceArray<T>& m() { return m_; }
+  DeviceArray<T>& v() { return v_; }
   bool keeps_master() const { return keep_master_; }
   int64_t begin() const { return begin_; }
   int64_t end() const { return end_; }
-  size_t state_bytes() const { return (master_.size() + m_.size() + v_.size()) * sizeof(T); }
+  size_t state_bytes() const { return master_.bytes() + m_.bytes() + v_.bytes(); }
 
  private:
+  template <class Copy>
+  void update(Device d, Copy* params, const T* grads, double lr, double grad_scale,
+              const Config& cfg, int step_number, bool round_copy_to_bf16);
+
   const ParamLayout& layout_;
   int64_t begin_, end_;
   bool keep_master_;
-  std::vector<T> master_, m_, v_;
+  DeviceArray<T> master_, m_, v_;
 };
 
 }  // namespace gpt

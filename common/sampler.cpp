@@ -28,11 +28,13 @@ int sample_token(const float* logits, int V, double temperature, int top_k, doub
   return ids[k - 1];
 }
 
-std::vector<int> generate(GPT2<float>& model, std::vector<int> context, const SampleOptions& opt,
+template <class A>
+std::vector<int> generate(GPT2<A>& model, std::vector<int> context, const SampleOptions& opt,
                           uint64_t& counter) {
-  const int window = model.seq_len(), V = model.model().vocab_size, Vp = model.model().padded_vocab();
+  const int window = model.seq_len(), V = model.model().vocab_size;
   if (context.empty()) context.push_back(int('\n'));
   std::vector<int32_t> input(window);
+  std::vector<float> row(size_t(model.model().padded_vocab()));
   const uint64_t stream = stream_id("sample");
   for (int n = 0; n < opt.tokens; ++n) {
     // The last `window` tokens, left-aligned; causal attention ignores what follows.
@@ -40,11 +42,14 @@ std::vector<int> generate(GPT2<float>& model, std::vector<int> context, const Sa
     const int start = int(context.size()) - len;
     for (int i = 0; i < window; ++i) input[i] = i < len ? context[start + i] : 0;
     model.forward(input.data(), nullptr);
-    const float* row = model.logits() + size_t(len - 1) * Vp;
-    context.push_back(sample_token(row, V, opt.temperature, opt.top_k,
+    model.logits_row(len - 1, row.data());
+    context.push_back(sample_token(row.data(), V, opt.temperature, opt.top_k,
                                    uniform_at(opt.seed, stream, counter++)));
   }
   return context;
 }
+
+template std::vector<int> generate(GPT2<float>&, std::vector<int>, const SampleOptions&, uint64_t&);
+template std::vector<int> generate(GPT2<bf16>&, std::vector<int>, const SampleOptions&, uint64_t&);
 
 }  // namespace gpt

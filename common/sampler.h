@@ -19,7 +19,8 @@ struct SampleOptions {
 
 // Extends `context` by opt.tokens tokens with a model of batch 1 (its seq_len is the
 // window: only the last seq_len tokens are seen). `counter` advances by one per token.
-std::vector<int> generate(GPT2<float>& model, std::vector<int> context, const SampleOptions& opt,
+template <class A>
+std::vector<int> generate(GPT2<A>& model, std::vector<int> context, const SampleOptions& opt,
                           uint64_t& counter);
 
 // Picks a token from one row of logits (first V columns).

@@ -10,157 +10,223 @@
 //  - backward ops ACCUMULATE (+=) into parameter gradients and into input gradients,
 //    so a tensor used twice (the residual stream, tied embeddings) just receives two
 //    contributions; callers zero gradients once per optimizer step;
-//  - templated on the element type: float (training) and double (ground truth).
+//  - templated on the storage type A of weights and activations: float (training),
+//    double (the ground truth, CPU only) and bf16 (bf16 mode on the GPU; on the CPU
+//    the bf16 mode is emulated in float buffers). G = GradOf<A> is the type of
+//    parameter gradients and statistics: float for bf16, A otherwise.
 //
-// Each op dispatches on the device and records a trace span (when tracing is on). Only the CPU kernels (kernels/cpu/) exist so far;
-// the CUDA kernels come with the stage-01-on-GPU issue and keep these signatures.
+// Each op records a trace span (when tracing is on) and dispatches on the device:
+// kernels/cpu/ (the reference) or kernels/cuda/ (cuda_ops.h); the pointers must be
+// in that device's memory.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <type_traits>
 
+#include "common/bf16.h"
 #include "common/device.h"
 #include "common/trace.h"
 #include "kernels/cpu/cpu_ops.h"
+#ifdef GPT_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
 
 namespace gpt::ops {
 
+// Runs the CPU reference or the CUDA kernel of `op`. bf16 storage exists only on the
+// GPU and double only on the CPU; asking for another combination is an error naming it.
+#ifdef GPT_HAVE_CUDA
+#define GPT_DISPATCH(op, A, cpu_call, cuda_call)                                              \
+  do {                                                                                        \
+    Span span_(op, "op");                                                                     \
+    if (d == Device::CPU) {                                                                   \
+      if constexpr (std::is_same_v<A, bf16>) unsupported(op, d, "bf16 storage");             \
+      else cpu_call;                                                                          \
+    } else {                                                                                  \
+      if constexpr (std::is_same_v<A, double>) unsupported(op, d, "double");                  \
+      else cuda_call;                                                                         \
+    }                                                                                         \
+  } while (0)
+#else
+#define GPT_DISPATCH(op, A, cpu_call, cuda_call)                                              \
+  do {                                                                                        \
+    Span span_(op, "op");                                                                     \
+    if (d != Device::CPU) unsupported(op, d, "this build (no CUDA)");                         \
+    if constexpr (std::is_same_v<A, bf16>) unsupported(op, d, "bf16 storage");                \
+    else cpu_call;                                                                            \
+  } while (0)
+#endif
+
+[[noreturn]] inline void unsupported(const char* op, Device d, const char* what) {
+  fail(std::string("op '") + op + "' on device " + device_name(d) + ": " + what +
+       " is not supported there (bf16 storage runs on cuda; double on cpu)");
+}
+
+
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
-template <class T>
-void embedding_forward(Device d, T* out, const int32_t* tokens, const T* wte, const T* wpe,
-                       int B, int T_, int C) {
-  require_cpu(d, "embedding_forward");
-  Span span("embedding_forward", "op");
-  cpu::embedding_forward(out, tokens, wte, wpe, B, T_, C);
+template <class A>
+void embedding_forward(Device d, A* out, const int32_t* tokens, const A* wte, const A* wpe, int B,
+                       int T_, int C) {
+  GPT_DISPATCH("embedding_forward", A, cpu::embedding_forward(out, tokens, wte, wpe, B, T_, C),
+               cuda::embedding_forward(out, tokens, wte, wpe, B, T_, C));
 }
 // dwte[tokens[b,t],:] += dout[b,t,:];  dwpe[t,:] += sum_b dout[b,t,:]
-template <class T>
-void embedding_backward(Device d, T* dwte, T* dwpe, const T* dout, const int32_t* tokens,
-                        int B, int T_, int C) {
-  require_cpu(d, "embedding_backward");
-  Span span("embedding_backward", "op");
-  cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T_, C);
+template <class A>
+void embedding_backward(Device d, GradOf<A>* dwte, GradOf<A>* dwpe, const A* dout,
+                        const int32_t* tokens, int B, int T_, int C) {
+  GPT_DISPATCH("embedding_backward", A, cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T_, C),
+               cuda::embedding_backward(dwte, dwpe, dout, tokens, B, T_, C));
 }
 
 // out = (x - mean) * rstd * w + b, per row of C; saves mean and rstd for backward.
-template <class T>
-void layernorm_forward(Device d, T* out, T* mean, T* rstd, const T* inp, const T* w,
-                       const T* b, int N, int C) {
-  require_cpu(d, "layernorm_forward");
-  Span span("layernorm_forward", "op");
-  cpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+template <class A>
+void layernorm_forward(Device d, A* out, GradOf<A>* mean, GradOf<A>* rstd, const A* inp, const A* w,
+                       const A* b, int N, int C) {
+  GPT_DISPATCH("layernorm_forward", A, cpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C),
+               cuda::layernorm_forward(out, mean, rstd, inp, w, b, N, C));
 }
-template <class T>
-void layernorm_backward(Device d, T* dinp, T* dw, T* db, const T* dout, const T* inp,
-                        const T* w, const T* mean, const T* rstd, int N, int C) {
-  require_cpu(d, "layernorm_backward");
-  Span span("layernorm_backward", "op");
-  cpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+template <class A>
+void layernorm_backward(Device d, A* dinp, GradOf<A>* dw, GradOf<A>* db, const A* dout, const A* inp,
+                        const A* w, const GradOf<A>* mean, const GradOf<A>* rstd, int N, int C) {
+  GPT_DISPATCH("layernorm_backward", A,
+               cpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C),
+               cuda::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C));
 }
 
-// out[N,OC] = inp[N,C] . w[OC,C]^T + bias[OC]  (bias may be null)
-template <class T>
-void matmul_forward(Device d, T* out, const T* inp, const T* w, const T* bias, int N, int C,
-                    int OC) {
-  require_cpu(d, "matmul_forward");
-  Span span("matmul_forward", "op");
-  cpu::matmul_forward(out, inp, w, bias, N, C, OC);
+// out[N,OC] = inp[N,C] . w[OC,C]^T + bias[OC]  (bias may be null).
+// With gelu_out non-null also gelu_out = gelu(out): the GPU fuses it into the GEMM's
+// epilogue, the CPU runs gelu_forward after the product.
+template <class A>
+void matmul_forward(Device d, A* out, const A* inp, const A* w, const A* bias, int N, int C, int OC,
+                    A* gelu_out = nullptr) {
+  GPT_DISPATCH("matmul_forward", A,
+               (cpu::matmul_forward(out, inp, w, bias, N, C, OC),
+                gelu_out ? cpu::gelu_forward(gelu_out, out, size_t(N) * OC) : void()),
+               cuda::matmul_forward(out, inp, w, bias, N, C, OC, gelu_out));
 }
 // dinp += dout . w;  dw += dout^T . inp;  dbias += column sums of dout (dbias may be null)
-template <class T>
-void matmul_backward(Device d, T* dinp, T* dw, T* dbias, const T* dout, const T* inp,
-                     const T* w, int N, int C, int OC) {
-  require_cpu(d, "matmul_backward");
-  Span span("matmul_backward", "op");
-  cpu::matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+template <class A>
+void matmul_backward(Device d, A* dinp, GradOf<A>* dw, GradOf<A>* dbias, const A* dout, const A* inp,
+                     const A* w, int N, int C, int OC) {
+  GPT_DISPATCH("matmul_backward", A, cpu::matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC),
+               cuda::matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC));
 }
 
 // Causal multi-head attention. qkv is (B,T,3C): q, then k, then v, head h in
-// columns [h*hs, (h+1)*hs) of each. out is (B,T,C); att (B,NH,T,T) keeps the
-// softmax probabilities for backward.
-template <class T>
-void attention_forward(Device d, T* out, T* att, const T* qkv, int B, int T_, int C, int NH) {
-  require_cpu(d, "attention_forward");
-  Span span("attention_forward", "op");
-  cpu::attention_forward(out, att, qkv, B, T_, C, NH);
+// columns [h*hs, (h+1)*hs) of each. out is (B,T,C). `stats` keeps what the backward
+// needs besides qkv and out: on the CPU the softmax probabilities (B,NH,T,T), on the
+// GPU (flash attention) the row logsumexps (B,NH,T); attention_stats_size says how many.
+inline size_t attention_stats_size(Device d, int B, int T_, int NH) {
+  return d == Device::CPU ? size_t(B) * NH * T_ * T_ : size_t(B) * NH * T_;
 }
-template <class T>
-void attention_backward(Device d, T* dqkv, const T* dout, const T* qkv, const T* att, int B,
-                        int T_, int C, int NH) {
-  require_cpu(d, "attention_backward");
-  Span span("attention_backward", "op");
-  cpu::attention_backward(dqkv, dout, qkv, att, B, T_, C, NH);
+template <class A>
+void attention_forward(Device d, A* out, GradOf<A>* stats, const A* qkv, int B, int T_, int C, int NH) {
+  GPT_DISPATCH("attention_forward", A, cpu::attention_forward(out, stats, qkv, B, T_, C, NH),
+               cuda::attention_forward(out, stats, qkv, B, T_, C, NH));
+}
+template <class A>
+void attention_backward(Device d, A* dqkv, const A* dout, const A* qkv, const A* out,
+                        const GradOf<A>* stats, int B, int T_, int C, int NH) {
+  GPT_DISPATCH("attention_backward", A,
+               ((void)out, cpu::attention_backward(dqkv, dout, qkv, stats, B, T_, C, NH)),
+               cuda::attention_backward(dqkv, dout, qkv, out, stats, B, T_, C, NH));
 }
 
 // GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-template <class T>
-void gelu_forward(Device d, T* out, const T* inp, size_t n) {
-  require_cpu(d, "gelu_forward");
-  Span span("gelu_forward", "op");
-  cpu::gelu_forward(out, inp, n);
+template <class A>
+void gelu_forward(Device d, A* out, const A* inp, size_t n) {
+  GPT_DISPATCH("gelu_forward", A, cpu::gelu_forward(out, inp, n), cuda::gelu_forward(out, inp, n));
 }
-template <class T>
-void gelu_backward(Device d, T* dinp, const T* inp, const T* dout, size_t n) {
-  require_cpu(d, "gelu_backward");
-  Span span("gelu_backward", "op");
-  cpu::gelu_backward(dinp, inp, dout, n);
+template <class A>
+void gelu_backward(Device d, A* dinp, const A* inp, const A* dout, size_t n) {
+  GPT_DISPATCH("gelu_backward", A, cpu::gelu_backward(dinp, inp, dout, n),
+               cuda::gelu_backward(dinp, inp, dout, n));
 }
 
 // out = a + b. Its backward is "add dout to both inputs' gradients": residual_backward.
-template <class T>
-void residual_forward(Device d, T* out, const T* a, const T* b, size_t n) {
-  require_cpu(d, "residual_forward");
-  Span span("residual_forward", "op");
-  cpu::residual_forward(out, a, b, n);
+template <class A>
+void residual_forward(Device d, A* out, const A* a, const A* b, size_t n) {
+  GPT_DISPATCH("residual_forward", A, cpu::residual_forward(out, a, b, n),
+               cuda::residual_forward(out, a, b, n));
 }
-template <class T>
-void residual_backward(Device d, T* da, T* db, const T* dout, size_t n) {
-  require_cpu(d, "residual_backward");
-  Span span("residual_backward", "op");
-  cpu::residual_backward(da, db, dout, n);
+template <class A>
+void residual_backward(Device d, A* da, A* db, const A* dout, size_t n) {
+  GPT_DISPATCH("residual_backward", A, cpu::residual_backward(da, db, dout, n),
+               cuda::residual_backward(da, db, dout, n));
+}
+
+// x *= s
+template <class A>
+void scale(Device d, A* x, size_t n, double s) {
+  GPT_DISPATCH("scale", A, cpu::scale(x, n, A(s)), cuda::scale(x, n, float(s)));
 }
 
 // Fused softmax + cross-entropy over the first V of Vp logit columns (the padding
 // columns are ignored: probability 0, gradient 0). losses[i] = -log p[i, targets[i]].
 // When dlogits is non-null it is overwritten with dloss * (p - onehot(target)), so
 // the probabilities never need to be stored.
-template <class T>
-void softmax_crossentropy(Device d, T* losses, T* dlogits, const T* logits,
-                          const int32_t* targets, T dloss, int N, int V, int Vp) {
-  require_cpu(d, "softmax_crossentropy");
-  Span span("softmax_crossentropy", "op");
-  cpu::softmax_crossentropy(losses, dlogits, logits, targets, dloss, N, V, Vp);
+template <class A>
+void softmax_crossentropy(Device d, GradOf<A>* losses, A* dlogits, const A* logits,
+                          const int32_t* targets, double dloss, int N, int V, int Vp) {
+  GPT_DISPATCH("softmax_crossentropy", A,
+               cpu::softmax_crossentropy(losses, dlogits, logits, targets, A(dloss), N, V, Vp),
+               cuda::softmax_crossentropy(losses, dlogits, logits, targets, float(dloss), N, V, Vp));
 }
 
 // Sum of squares of g (accumulated in double); the global norm is the root of the
 // sum over every gradient tensor (and, later, over every rank).
-template <class T>
-double sum_of_squares(Device d, const T* g, size_t n) {
-  require_cpu(d, "sum_of_squares");
-  Span span("sum_of_squares", "op");
-  return cpu::sum_of_squares(g, n);
+template <class G>
+double sum_of_squares(Device d, const G* g, size_t n) {
+  double result = 0;
+  GPT_DISPATCH("sum_of_squares", G, result = cpu::sum_of_squares(g, n),
+               result = cuda::sum_of_squares(g, n));
+  return result;
 }
 
 // AdamW on fp32 master weights (Loshchilov & Hutter, decoupled weight decay):
 //   g = grad * grad_scale          (grad_scale applies global-norm clipping)
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   p -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd p )
-// When `copy` is non-null the updated weight is also written there (the bf16
-// compute copy: rounded to bf16 when copy_bf16 is set).
-template <class T>
-void adamw_update(Device d, T* params, const T* grads, T* m, T* v, size_t n, const AdamWArgs& a,
-                  T* copy = nullptr, bool copy_bf16 = false) {
-  require_cpu(d, "adamw_update");
-  Span span("adamw_update", "op");
-  cpu::adamw_update(params, grads, m, v, n, a, copy, copy_bf16);
+// When `copy` is non-null the updated weight is also written there (the compute copy:
+// a float copy is rounded to bf16 values when copy_bf16 is set; a bf16 copy always is).
+template <class G, class A = G>
+void adamw_update(Device d, G* params, const G* grads, G* m, G* v, size_t n, const AdamWArgs& a,
+                  A* copy = nullptr, bool copy_bf16 = false) {
+  static_assert(std::is_same_v<A, G> || std::is_same_v<A, bf16>, "copy is G or bf16");
+  GPT_DISPATCH("adamw_update", A, cpu::adamw_update(params, grads, m, v, n, a, copy, copy_bf16),
+               cuda::adamw_update(params, grads, m, v, n, a, copy, copy_bf16));
 }
 
 // Rounds every element to the nearest bf16 value (ties to even), in place: the bf16
 // storage of the bf16 mode, emulated in fp32 buffers.
 inline void round_to_bf16(Device d, float* x, size_t n) {
-  require_cpu(d, "round_to_bf16");
-  Span span("round_to_bf16", "op");
-  cpu::round_to_bf16(x, n);
+  GPT_DISPATCH("round_to_bf16", float, cpu::round_to_bf16(x, n), cuda::round_to_bf16(x, n));
 }
 inline void round_to_bf16(Device, double*, size_t) {}  // the ground truth is never rounded
+
+// dst = src converted to bf16 (round to nearest even); the bf16 compute copy of weights.
+inline void convert_to_bf16(Device d, bf16* dst, const float* src, size_t n) {
+  GPT_DISPATCH("convert_to_bf16", bf16, (void)dst, cuda::convert(dst, src, n));
+  (void)src, (void)n;
+}
+
+// Which GEMM the GPU's matmuls run (config key `gemm`: hand, cublas, v1..v5); the CPU
+// has one GEMM (kernels/cpu/gemm.cpp) and ignores the choice.
+inline void set_gemm(Device d, const std::string& name) {
+#ifdef GPT_HAVE_CUDA
+  if (d == Device::CUDA) cuda::set_gemm(name.c_str());
+#endif
+  (void)d, (void)name;
+}
+inline const char* gemm_in_use(Device d, bool bf16_inputs) {
+#ifdef GPT_HAVE_CUDA
+  if (d == Device::CUDA) return cuda::gemm_in_use(bf16_inputs);
+#endif
+  (void)d, (void)bf16_inputs;
+  return "cpu";
+}
+
+#undef GPT_DISPATCH
 
 }  // namespace gpt::ops

@@ -43,6 +43,9 @@ template <class T>
 void residual_backward(T* da, T* db, const T* dout, size_t n);
 
 template <class T>
+void scale(T* x, size_t n, T s);
+
+template <class T>
 void softmax_crossentropy(T* losses, T* dlogits, const T* logits, const int32_t* targets, T dloss,
                           int N, int V, int Vp);
 

@@ -56,6 +56,12 @@ void residual_backward(T* da, T* db, const T* dout, size_t n) {
   }
 }
 
+template <class T>
+void scale(T* x, size_t n, T s) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; ++i) x[i] *= s;
+}
+
 template void gelu_forward<float>(float*, const float*, size_t);
 template void gelu_forward<double>(double*, const double*, size_t);
 template void gelu_backward<float>(float*, const float*, const float*, size_t);
@@ -64,5 +70,7 @@ template void residual_forward<float>(float*, const float*, const float*, size_t
 template void residual_forward<double>(double*, const double*, const double*, size_t);
 template void residual_backward<float>(float*, float*, const float*, size_t);
 template void residual_backward<double>(double*, double*, const double*, size_t);
+template void scale<float>(float*, size_t, float);
+template void scale<double>(double*, size_t, double);
 
 }  // namespace gpt::cpu

@@ -5,8 +5,15 @@
 //                   clip by the global gradient norm, AdamW update, log
 //                   now and then: validation loss, checkpoint
 //   at the end:     validation loss, checkpoint, a generated sample
+// The same loop runs on the CPU and on the GPU (device=cuda): the model's and the
+// optimizer's buffers live on the device, only tokens, losses and checkpoints cross
+// to the host. In bf16 mode the GPU stores weights and activations as real bf16
+// (GPT2<bf16>); the CPU emulates bf16 in float buffers (GPT2<float>).
 // See README.md beside this file for the lesson.
 #include <omp.h>
+
+#include <optional>
+#include <type_traits>
 
 #include <chrono>
 #include <cmath>
@@ -33,7 +40,8 @@ using namespace gpt;
 namespace {
 
 // Mean loss over val_batches fixed validation batches.
-double validation_loss(GPT2<float>& model, const DataLoader& val, int batches) {
+template <class A>
+double validation_loss(GPT2<A>& model, const DataLoader& val, int batches) {
   const size_t n = size_t(model.batch()) * model.seq_len();
   std::vector<int32_t> inputs(n), targets(n);
   double sum = 0;
@@ -44,40 +52,36 @@ double validation_loss(GPT2<float>& model, const DataLoader& val, int batches) {
   return batches > 0 ? sum / batches : 0.0;
 }
 
-int train(int argc, char** argv) {
-  Config cfg;
-  if (!parse_args(argc, argv, cfg, "train")) return 0;
-  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
-  const Device device = resolve_device(cfg.device);
-  const Precision precision = parse_precision(cfg.precision);
+template <class A>
+int train_on(const Config& cfg, Device device, Precision precision) {
   const bool bf16 = precision == Precision::BF16;
   const int accum = cfg.grad_accum(1);
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
-  Trace::global().enable(cfg.trace_file);
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
   DataLoader val_data(cfg.val_data, cfg.model.vocab_size, T, cfg.seed);
-  GPT2<float> model(cfg.model, B, T, device, precision);
+  GPT2<A> model(cfg.model, B, T, device, precision);
   const ParamLayout& layout = model.layout();
   const int64_t n_params = layout.total();
   // In fp32 the model's weights are the master weights; in bf16 the optimizer keeps
   // the fp32 master copy and the model holds the bf16-rounded compute copy.
-  AdamW<float> optimizer(layout, 0, n_params, /*keep_master=*/bf16);
-  float* master = bf16 ? optimizer.master().data() : model.params().data();
-  const std::vector<CheckpointBuffer> ckpt_buffers = {
-      {"param", master, 0, n_params},
-      {"adam_m", optimizer.m().data(), 0, n_params},
-      {"adam_v", optimizer.v().data(), 0, n_params}};
+  AdamW<float> optimizer(layout, 0, n_params, /*keep_master=*/bf16, device);
+  DeviceArray<float>* master = &optimizer.master();
+  if constexpr (std::is_same_v<A, float>)
+    if (!bf16) master = &model.params();
+  // Checkpoints are read and written from host memory (staged on the GPU).
+  CheckpointMirror ckpt({{"param", master}, {"adam_m", &optimizer.m()}, {"adam_v", &optimizer.v()}});
 
   CheckpointState state;
   const std::string resume = resolve_resume(cfg.resume, cfg.run_dir);
   if (resume.empty()) {
-    layout.init_range(cfg.seed, 0, n_params, master);
+    layout.init_range(cfg.seed, 0, n_params, ckpt.host("param"));
   } else {
-    state = load_checkpoint(resume, layout, ckpt_buffers);
+    state = load_checkpoint(resume, layout, ckpt.buffers());
     std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
-  model.set_params(master);
+  ckpt.to_device();
+  model.set_params(master->data());
 
   MemoryLedger mem;
   mem.set(MemKind::Params, model.param_bytes());
@@ -85,12 +89,20 @@ int train(int argc, char** argv) {
   mem.set(MemKind::Optimizer, optimizer.state_bytes());
   mem.set(MemKind::Activations, model.activation_bytes());
   std::printf("stage 01 | device %s | %s | %d threads | %.2fM parameters | layers %d, width %d, heads %d\n",
-              device_name(device), precision_name(precision), omp_get_max_threads(),
+              device_description(device).c_str(), precision_name(precision), omp_get_max_threads(),
               double(n_params) / 1e6, cfg.model.n_layer, cfg.model.n_embd, cfg.model.n_head);
   std::printf("batch %d sequences x %d tokens = micro-batch %d x grad_accum %d | train %lld tokens, val %lld tokens\n",
               cfg.batch_size, T, B, accum, static_cast<long long>(train_data.num_tokens()),
               static_cast<long long>(val_data.num_tokens()));
   std::printf("memory by kind:\n%s", mem.table().c_str());
+  // Model FLOPs utilisation (PaLM, Chowdhury et al. 2022, appendix B): a training step
+  // does 6 flops per parameter per token (forward 2, backward 4) plus the attention
+  // scores and weighted sums, 12 L C T per token (causal masking not discounted).
+  const double flops_per_token = 6.0 * double(n_params) +
+                                 12.0 * cfg.model.n_layer * cfg.model.n_embd * double(T);
+  const std::optional<double> peak = device_peak_flops(device, precision);
+  if (peak) std::printf("device peak %.0f TFLOP/s (%s): mfu is reported against it\n", *peak / 1e12, precision_name(precision));
+  if (device == Device::CUDA) std::printf("gemm %s\n", ops::gemm_in_use(device, bf16));
 
   MetricsLog log(cfg.metrics_path());
   std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
@@ -114,8 +126,11 @@ int train(int argc, char** argv) {
     const double lr = learning_rate(cfg, step);
     {
       Span span("adamw");
-      optimizer.step(device, model.params().data(), model.grads().data(), lr,
-                     clip_scale(norm, cfg.grad_clip), cfg, int(step + 1), bf16);
+      const double scale = clip_scale(norm, cfg.grad_clip);
+      if constexpr (std::is_same_v<A, gpt::bf16>)
+        optimizer.step(device, model.params().data(), model.grads().data(), lr, scale, cfg, int(step + 1));
+      else
+        optimizer.step(device, model.params().data(), model.grads().data(), lr, scale, cfg, int(step + 1), bf16);
     }
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
@@ -123,26 +138,29 @@ int train(int argc, char** argv) {
     StepMetrics m;
     m.step = state.step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = norm, m.ms = ms;
     m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);
+    if (peak) m.mfu = m.tokens_per_s * flops_per_token / *peak;
     log.train_step(m, mem, state.step % cfg.log_every == 0 || state.step == cfg.steps);
     if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(state.step) + " (lower lr?)");
 
     if (cfg.val_every > 0 && state.step % cfg.val_every == 0 && state.step < cfg.steps)
       log.validation(state.step, validation_loss(model, val_data, cfg.val_batches));
     if (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0 && state.step < cfg.steps) {
-      save_checkpoint(cfg.run_dir, cfg, layout, state, ckpt_buffers);
+      ckpt.to_host();
+      save_checkpoint(cfg.run_dir, cfg, layout, state, ckpt.buffers());
       prune_checkpoints(cfg.run_dir, cfg.keep_checkpoints);
     }
   }
 
   if (cfg.val_batches > 0) log.validation(state.step, validation_loss(model, val_data, cfg.val_batches));
   if (cfg.checkpoint_at_end) {
-    const std::string path = save_checkpoint(cfg.run_dir, cfg, layout, state, ckpt_buffers);
+    ckpt.to_host();
+    const std::string path = save_checkpoint(cfg.run_dir, cfg, layout, state, ckpt.buffers());
     prune_checkpoints(cfg.run_dir, cfg.keep_checkpoints);
     std::printf("checkpoint: %s\n", path.c_str());
   }
   if (cfg.sample_tokens > 0) {
-    GPT2<float> sampler(cfg.model, 1, T, device, precision);
-    sampler.set_params(master);
+    GPT2<A> sampler(cfg.model, 1, T, device, precision);
+    sampler.set_params(master->data());
     std::vector<int> context;
     for (uint16_t id : encode_bytes(cfg.prompt)) context.push_back(id);
     const SampleOptions opt{cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed};
@@ -152,6 +170,18 @@ int train(int argc, char** argv) {
   }
   Trace::global().write();
   return 0;
+}
+
+int train(int argc, char** argv) {
+  Config cfg;
+  if (!parse_args(argc, argv, cfg, "train")) return 0;
+  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+  const Device device = resolve_device(cfg.device);
+  const Precision precision = parse_precision(cfg.precision);
+  ops::set_gemm(device, cfg.gemm);
+  Trace::global().enable(cfg.trace_file);
+  if (device == Device::CUDA && precision == Precision::BF16) return train_on<gpt::bf16>(cfg, device, precision);
+  return train_on<float>(cfg, device, precision);
 }
 
 }  // namespace

@@ -72,7 +72,12 @@ inline int data_parallel_main(int argc, char** argv, TrainRanks train_ranks) {
     Config cfg;
     if (!parse_args(argc, argv, cfg, "train")) return 0;
     if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
-    const Device device = resolve_device(cfg.device);
+    // The data-parallel stages run on CPU ranks; GPU ranks need device-side shards and
+    // buckets (not written yet), so auto means cpu here and cuda is refused.
+    require(cfg.device != "cuda",
+            "device=cuda: the data-parallel stages (02-05) run on CPU ranks only so far; use "
+            "device=cpu (stage 01 trains on the GPU)");
+    const Device device = resolve_device(cfg.device == "auto" ? "cpu" : cfg.device);
     const Precision precision = parse_precision(cfg.precision);
     std::unique_ptr<Communicator> world = make_world(&argc, &argv, {cfg.comm, device, cfg.comm_timeout_s});
     return run_ranks("train", *world, [&] { return train_ranks(cfg, *world, device, precision); });

@@ -119,7 +119,7 @@ Result run_reference(const Shape& s, const Inputs& in) {
   std::vector<T> out(size_t(s.B) * s.T * C), att(size_t(s.B) * s.NH * s.T * s.T);
   std::vector<T> dqkv(qkv.size(), T(0));
   ops::attention_forward(kCPU, out.data(), att.data(), qkv.data(), s.B, s.T, C, s.NH);
-  ops::attention_backward(kCPU, dqkv.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, C,
+  ops::attention_backward(kCPU, dqkv.data(), dout.data(), qkv.data(), out.data(), att.data(), s.B, s.T, C,
                           s.NH);
   Result r;
   r.out = widen(out);

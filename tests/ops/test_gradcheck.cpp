@@ -189,7 +189,7 @@ TEST_CASE("ops: attention backward matches finite differences", "[ops][gradcheck
   const Vec att0 = att;
   Vec dqkv(qkv.size());
   auto backward = [&] {
-    ops::attention_backward(kCPU, dqkv.data(), R.data(), qkv.data(), att0.data(), B, T, C, NH);
+    ops::attention_backward(kCPU, dqkv.data(), R.data(), qkv.data(), out.data(), att0.data(), B, T, C, NH);
   };
 
   SECTION("gradients") {

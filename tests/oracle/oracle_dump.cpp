@@ -109,7 +109,7 @@ void run_mode(const Problem& pb, const std::string& mode, Precision precision,
   // changed no weights). In bf16 mode the optimizer owns fp32 master weights, the
   // model's params are their bf16-rounded copy; in fp32/double it updates the params.
   AdamW<T> opt(layout, 0, total, /*keep_master=*/bf16);
-  if (bf16) opt.master().assign(init.begin(), init.end());
+  if (bf16) opt.master().copy_from_host(init.data(), init.size());
   std::vector<double> step_losses, grad_norms, lrs;
   for (int s = 0; s < kSteps; ++s) {
     model.zero_grads();
@@ -130,7 +130,7 @@ void run_mode(const Problem& pb, const std::string& mode, Precision precision,
   }
   write_f64(dir / (mode + "_step_losses.bin"), step_losses.data(), step_losses.size());
   write_f64(dir / (mode + "_grad_norms.bin"), grad_norms.data(), grad_norms.size());
-  const std::vector<T>& final_params = bf16 ? opt.master() : model.params();
+  const DeviceArray<T>& final_params = bf16 ? opt.master() : model.params();
   write_f64(dir / (mode + "_final_params.bin"), final_params.data(), final_params.size());
 
   if (mode == "f64") {

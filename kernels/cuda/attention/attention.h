@@ -6,6 +6,10 @@
 //                      softmax, logsumexp saved; O(T) memory.        v2_flash_forward.cu
 //   v3 flash backward  probabilities recomputed from the logsumexp, dK/dV per key
 //                      tile, dQ per query tile, no atomics.          v3_flash_backward.cu
+//   v4 tensor cores    v2 and v3 with every tile product on mma.sync (bf16 in, fp32
+//                      accumulate), P kept in registers, cp.async double buffering;
+//                      bf16 only.                                     v4_mma_sync.cu
+//   v5 Hopper forward  WGMMA + TMA (sm_90a).                          v5_wgmma_forward.cu
 //
 // Every version computes what gpt::cpu::attention_forward / attention_backward compute
 // (kernels/cpu/attention.cpp), on the same layout:
@@ -22,7 +26,7 @@
 // std::invalid_argument; CUDA errors throw std::runtime_error.
 //
 // Shapes: any T >= 1 (no multiple-of-tile requirement), any B and NH with B*NH <= 65535.
-// v1 takes any head size up to 1024; v2 and v3 take hs = 64 or 128.
+// v1 takes any head size up to 1024; v2 and later take hs = 64 or 128.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -68,6 +72,21 @@ void attention_forward_v2(T* out, float* lse, const T* qkv, int B, int T_, int C
 // dsum (B,NH,T) is scratch: D_t = dout_t . out_t per row.
 template <class T>
 void attention_backward_v3(T* dqkv, float* dsum, const T* dout, const T* qkv, const T* out,
+                           const float* lse, int B, int T_, int C, int NH,
+                           cudaStream_t stream = nullptr);
+
+// ---- v4: tensor cores (mma.sync) ------------------------------------------------------
+
+// As v2 and v3, with tensor cores; T = __nv_bfloat16 only (only that instantiation
+// exists: the fp32 mode keeps v2/v3). The results differ from v2/v3 by the rounding of
+// the probabilities P (and, in the backward, dS) to bf16 before they multiply V, dout,
+// q or k: at most 2^-8 relative per term (v4_mma_sync.cu derives the bound). Tensors
+// must be 16-byte aligned. lse from v2 and v4 are interchangeable.
+template <class T>
+void attention_forward_v4(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
+                          cudaStream_t stream = nullptr);
+template <class T>
+void attention_backward_v4(T* dqkv, float* dsum, const T* dout, const T* qkv, const T* out,
                            const float* lse, int B, int T_, int C, int NH,
                            cudaStream_t stream = nullptr);
 

@@ -1,0 +1,80 @@
+// Device memory: host memory through new/delete-like calls, GPU memory through the
+// CUDA runtime (only in builds with GPT_HAVE_CUDA).
+#include "common/device_array.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#ifdef GPT_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace gpt {
+namespace {
+
+#ifdef GPT_HAVE_CUDA
+void cuda_ok(cudaError_t err, const char* what, size_t bytes) {
+  if (err != cudaSuccess)
+    fail(std::string(what) + " of " + std::to_string(bytes) + " bytes failed: " +
+         cudaGetErrorString(err));
+}
+cudaMemcpyKind copy_kind(Device to, Device from) {
+  if (to == Device::CUDA) return from == Device::CUDA ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
+  return from == Device::CUDA ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost;
+}
+#endif
+
+void no_cuda() { fail("device=cuda: this build has no CUDA"); }
+
+}  // namespace
+
+void* device_alloc(Device d, size_t bytes) {
+  if (bytes == 0) return nullptr;
+  if (d == Device::CPU) {
+    // 64-byte alignment: whole cache lines, and the AVX-512 GEMM's aligned loads.
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) fail("out of host memory allocating " + std::to_string(bytes) + " bytes");
+    std::memset(p, 0, bytes);
+    return p;
+  }
+#ifdef GPT_HAVE_CUDA
+  void* p = nullptr;
+  cuda_ok(cudaMalloc(&p, bytes), "cudaMalloc", bytes);
+  cuda_ok(cudaMemset(p, 0, bytes), "cudaMemset", bytes);
+  return p;
+#else
+  no_cuda();
+  return nullptr;
+#endif
+}
+
+void device_free(Device d, void* p) {
+  if (!p) return;
+  if (d == Device::CPU) return std::free(p);
+#ifdef GPT_HAVE_CUDA
+  cudaFree(p);  // in a destructor: an error here cannot be reported usefully
+#endif
+}
+
+void device_zero(Device d, void* p, size_t bytes) {
+  if (bytes == 0) return;
+  if (d == Device::CPU) return void(std::memset(p, 0, bytes));
+#ifdef GPT_HAVE_CUDA
+  cuda_ok(cudaMemsetAsync(p, 0, bytes), "cudaMemsetAsync", bytes);
+#else
+  no_cuda();
+#endif
+}
+
+void device_copy(Device to, void* dst, Device from, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  if (to == Device::CPU && from == Device::CPU) return void(std::memmove(dst, src, bytes));
+#ifdef GPT_HAVE_CUDA
+  cuda_ok(cudaMemcpy(dst, src, bytes, copy_kind(to, from)), "cudaMemcpy", bytes);
+#else
+  no_cuda();
+#endif
+}
+
+}  // namespace gpt

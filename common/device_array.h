@@ -1,0 +1,67 @@
+// A fixed-size array of T in the memory of a device: host memory for Device::CPU,
+// GPU memory (cudaMalloc) for Device::CUDA. The model, the optimizer and the tests
+// hold their buffers in these so one piece of code runs on either device; data moves
+// between host and device only through the explicit copy functions below, so every
+// transfer is visible in the code.
+#pragma once
+#include <cstddef>
+#include <utility>
+
+#include "common/device.h"
+
+namespace gpt {
+
+// Raw device memory; every function fails with a clear message on a CUDA error.
+void* device_alloc(Device d, size_t bytes);  // zero-filled
+void device_free(Device d, void* p);
+void device_zero(Device d, void* p, size_t bytes);
+// Copies bytes from src (on device `from`) to dst (on device `to`); synchronous.
+void device_copy(Device to, void* dst, Device from, const void* src, size_t bytes);
+
+template <class T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  DeviceArray(Device d, size_t n) : device_(d), n_(n) {
+    data_ = static_cast<T*>(device_alloc(d, n * sizeof(T)));
+  }
+  ~DeviceArray() { device_free(device_, data_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  DeviceArray(DeviceArray&& o) noexcept { swap(o); }
+  DeviceArray& operator=(DeviceArray&& o) noexcept {
+    DeviceArray(std::move(o)).swap(*this);
+    return *this;
+  }
+  void swap(DeviceArray& o) noexcept {
+    std::swap(device_, o.device_), std::swap(data_, o.data_), std::swap(n_, o.n_);
+  }
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  size_t bytes() const { return n_ * sizeof(T); }
+  Device device() const { return device_; }
+  bool on_host() const { return device_ == Device::CPU; }
+
+  void zero() { device_zero(device_, data_, bytes()); }
+  // Element access for host arrays only (tests and CPU drivers).
+  T& operator[](size_t i) { return data_[i]; }
+  const T& operator[](size_t i) const { return data_[i]; }
+
+  // n elements from host memory into elements [offset, offset+n), and back.
+  void copy_from_host(const T* src, size_t n, size_t offset = 0) {
+    device_copy(device_, data_ + offset, Device::CPU, src, n * sizeof(T));
+  }
+  void copy_to_host(T* dst, size_t n, size_t offset = 0) const {
+    device_copy(Device::CPU, dst, device_, data_ + offset, n * sizeof(T));
+  }
+
+ private:
+  Device device_ = Device::CPU;
+  T* data_ = nullptr;
+  size_t n_ = 0;
+};
+
+}  // namespace gpt
