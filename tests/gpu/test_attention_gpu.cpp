@@ -1,4 +1,4 @@
-// GPU attention ladder (kernels/cuda/attention/) against the CPU reference
+// GPU attention ladder (kernels/cuda/attention/, v1 to v5) against the CPU reference
 // (gpt::cpu::attention_forward / attention_backward) run in double: the ground truth.
 //
 // Every version, fp32 and bf16, on shapes that exercise the edges of the tiles: T = 1
@@ -36,6 +36,14 @@
 //   dq, dk (v3 only: D = dy . y is computed from the bf16-rounded output y, so
 //   |dD| <= 2^-8 Y with Y = max_t sum_i |dy_ti y_ti|):  + 2^-7 Y scale kmax (dq),
 //                                                        + 2^-7 Y scale qmax colP (dk)
+// v4 and v5 (tensor cores, bf16 only) round the probabilities P, and v4's backward also
+// dS = P (dP - D), to bf16 to use them as mma operands: a relative error of at most
+// 2^-8 per term (v4_mma_sync.cu), so with the same factor 2 of margin they add
+//   y:  2^-7 vmax            (sum_u |dP_tu| |v_u| <= 2^-8 sum_u P_tu vmax, sum_u P = 1)
+//   dv: 2^-7 colP dymax      (P^T dO with P rounded)
+//   dq: 2^-7 scale kmax G    (sum_u |P_tu (dP_tu - D_t)| |k_u| <= G kmax)
+//   dk: 2^-7 scale qmax colP G
+// on top of the v3 (bf16, D from the rounded output) tolerances.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 #include <cuda_bf16.h>
@@ -211,7 +219,8 @@ struct Tolerances {
 };
 
 // The derivation is at the top of the file.
-Tolerances tolerances(const Problem& pr, bool bf16_storage, bool d_from_rounded_y) {
+Tolerances tolerances(const Problem& pr, bool bf16_storage, bool d_from_rounded_y,
+                      bool rounds_p = false) {
   const double eps = std::ldexp(1.0, -23), bf = std::ldexp(1.0, -7);  // bf: 2 x bf16's u
   const double sq_hs = std::sqrt(double(pr.s.hs)), sq_T = std::sqrt(double(pr.s.T));
   const double eP = eps * (2 * sq_hs * pr.A + sq_T + 4);
@@ -227,6 +236,12 @@ Tolerances tolerances(const Problem& pr, bool bf16_storage, bool d_from_rounded_
   if (bf16_storage && d_from_rounded_y) {
     tol.dq += bf * pr.Y * pr.scale * pr.kmax;
     tol.dk += bf * pr.Y * pr.scale * pr.qmax * pr.colP;
+  }
+  if (rounds_p) {  // v4/v5: P and dS are rounded to bf16 as mma operands (top of file)
+    tol.y += bf * pr.vmax;
+    tol.dv += bf * pr.colP * pr.dymax;
+    tol.dq += bf * pr.scale * pr.kmax * pr.G;
+    tol.dk += bf * pr.scale * pr.qmax * pr.colP * pr.G;
   }
   return tol;
 }
@@ -338,7 +353,68 @@ void test_v2_v3() {
   }
 }
 
+int compute_capability_major() {
+  int device = 0, major = 0;
+  cuda_ok(cudaGetDevice(&device), "cudaGetDevice");
+  cuda_ok(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "capability");
+  return major;
+}
+
+// v4 forward and backward (or, with v5_forward, v5's forward and v4's backward from
+// it: the pairing training runs on Hopper), bf16.
+void test_tensor_cores(bool v5_forward) {
+  for (const Shape& s : kShapes) {
+    INFO(describe(s) << (v5_forward ? " (v5 forward)" : " (v4 forward)"));
+    const Problem pr = make_problem(s, true, 2468);
+    DeviceArray<bf16> qkv(s.qkv_n()), dout(s.out_n()), out(s.out_n()), dqkv(s.qkv_n());
+    DeviceArray<float> lse(s.rows_n()), dsum(s.rows_n());
+    qkv.upload(pr.qkv);
+    dout.upload(pr.dout);
+    if (v5_forward)
+      gpt::cuda::attention_forward_v5(out.p, lse.p, qkv.p, s.B, s.T, s.C(), s.NH);
+    else
+      gpt::cuda::attention_forward_v4(out.p, lse.p, qkv.p, s.B, s.T, s.C(), s.NH);
+    cuda_ok(cudaDeviceSynchronize(), "forward");
+    const Tolerances tol = tolerances(pr, true, true, true);
+    const std::vector<float> l = lse.download();
+    check_forward(pr, out.download(), &l, tol);
+
+    gpt::cuda::attention_backward_v4(dqkv.p, dsum.p, dout.p, qkv.p, out.p, lse.p, s.B, s.T, s.C(), s.NH);
+    cuda_ok(cudaDeviceSynchronize(), "v4 backward");
+    const std::vector<float> g1 = dqkv.download();
+    check_backward(pr, g1, tol);
+    // Deterministic: the same inputs give the same bits (bf16 accumulation rounds, so
+    // the check is a rerun from zero, not a doubling).
+    cuda_ok(cudaMemset(dqkv.p, 0, dqkv.n * sizeof(bf16)), "cudaMemset");
+    gpt::cuda::attention_backward_v4(dqkv.p, dsum.p, dout.p, qkv.p, out.p, lse.p, s.B, s.T, s.C(), s.NH);
+    const std::vector<float> g2 = dqkv.download();
+    size_t differ = 0;
+    for (size_t i = 0; i < g1.size(); ++i) differ += g2[i] != g1[i];
+    CHECK(differ == 0);
+  }
+}
+
 }  // namespace
+
+TEST_CASE("gpu attention v4 tensor cores (mma.sync): bf16", "[gpu][attention]") {
+  if (compute_capability_major() < 8) {
+    WARN("v4 needs compute capability 8.0 or newer: not run on this device");
+    return;
+  }
+  test_tensor_cores(false);
+}
+
+TEST_CASE("gpu attention v5 Hopper forward (wgmma + TMA) + v4 backward: bf16", "[gpu][attention]") {
+  if (compute_capability_major() != 9) {
+    // Off Hopper, v5 must refuse clearly rather than launch.
+    DeviceArray<bf16> qkv(size_t(2) * 8 * 3 * 192), out(size_t(2) * 8 * 192);
+    DeviceArray<float> lse(size_t(2) * 3 * 8);
+    CHECK_THROWS_AS(gpt::cuda::attention_forward_v5(out.p, lse.p, qkv.p, 2, 8, 192, 3), std::invalid_argument);
+    WARN("v5 needs a Hopper GPU (compute capability 9.x): only its refusal was checked");
+    return;
+  }
+  test_tensor_cores(true);
+}
 
 TEST_CASE("gpu attention v1 naive: fp32", "[gpu][attention]") { test_v1<float>(); }
 TEST_CASE("gpu attention v1 naive: bf16", "[gpu][attention]") { test_v1<bf16>(); }

@@ -90,4 +90,12 @@ void attention_backward_v4(T* dqkv, float* dsum, const T* dout, const T* qkv, co
                            const float* lse, int B, int T_, int C, int NH,
                            cudaStream_t stream = nullptr);
 
+// ---- v5: Hopper forward (WGMMA + TMA, sm_90a) ------------------------------------------
+// As v2/v4 forward: out and lse. T = __nv_bfloat16 only; head size 64 or 128; qkv
+// 16-byte aligned (TMA reads it). Throws std::invalid_argument on a GPU that is not
+// Hopper (compute capability 9.x).
+template <class T>
+void attention_forward_v5(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
+                          cudaStream_t stream = nullptr);
+
 }  // namespace gpt::cuda

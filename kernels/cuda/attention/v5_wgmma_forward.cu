@@ -86,22 +86,24 @@
 #endif
 
 namespace gpt::cuda {
-namespace {
+// A named namespace, not an anonymous one: the sm_80 pass compiles the device code out,
+// and would then report the layout constants it uses as unreferenced.
+namespace attention_v5 {
 
 using bf16 = __nv_bfloat16;
 
-constexpr int kBr = 128;                // query rows per CTA
-constexpr int kBc = 128;                // keys per K / V tile
-constexpr int kRowsPerConsumer = 64;    // a wgmma's M: one consumer warpgroup's rows
-constexpr int kConsumers = kBr / kRowsPerConsumer;      // 2 consumer warpgroups
-constexpr int kThreads = 128 * (1 + kConsumers);        // + 1 producer warpgroup = 384
-constexpr int kSwizzleCols = 64;        // bf16 columns per 128-byte swizzled row
-constexpr int kSwizzleRowBytes = 128;
-constexpr int kAtomBytes = 8 * kSwizzleRowBytes;        // 8 rows: one swizzle pattern
-constexpr int kBoxBytes = 128 * kSwizzleRowBytes;       // one TMA box: 128 rows x 64 cols
+inline constexpr int kBr = 128;                // query rows per CTA
+inline constexpr int kBc = 128;                // keys per K / V tile
+inline constexpr int kRowsPerConsumer = 64;    // a wgmma's M: one consumer warpgroup's rows
+inline constexpr int kConsumers = kBr / kRowsPerConsumer;      // 2 consumer warpgroups
+inline constexpr int kThreads = 128 * (1 + kConsumers);        // + 1 producer warpgroup = 384
+inline constexpr int kSwizzleCols = 64;        // bf16 columns per 128-byte swizzled row
+inline constexpr int kSwizzleRowBytes = 128;
+inline constexpr int kAtomBytes = 8 * kSwizzleRowBytes;        // 8 rows: one swizzle pattern
+inline constexpr int kBoxBytes = 128 * kSwizzleRowBytes;       // one TMA box: 128 rows x 64 cols
 // Registers per thread after setmaxnreg: 24 + 2 x 240 = 504 <= 65536 / 128 = 512.
-constexpr int kProducerRegisters = 24;
-constexpr int kConsumerRegisters = 240;
+inline constexpr int kProducerRegisters = 24;
+inline constexpr int kConsumerRegisters = 240;
 static_assert(kBr == 128 && kBc == 128, "one TMA box per 64 columns assumes 128-row tiles");
 static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= 512, "register file");
 
@@ -114,22 +116,22 @@ static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= 512, "regi
 // Inside a box, row r (token or key) sits at r*128 bytes, its 16-byte chunk k at chunk
 // k ^ (r % 8): CU_TENSOR_MAP_SWIZZLE_128B, and what descriptor swizzle mode 1 undoes.
 template <int HS>
-struct Layout {
+struct SmemLayout {
   static constexpr int kStages = HS == 64 ? 3 : 2;  // HS=128: 2 stages = 128 KiB of K/V
   static constexpr int kColumnBlocks = HS / kSwizzleCols;
   static constexpr uint32_t kTileBytes = uint32_t(kColumnBlocks) * kBoxBytes;  // Q, K or V
   static constexpr uint32_t q = 0;
-  static constexpr uint32_t k(int s) { return kTileBytes * (1 + s); }
-  static constexpr uint32_t v(int s) { return kTileBytes * (1 + kStages + s); }
+  __host__ __device__ static constexpr uint32_t k(int s) { return kTileBytes * (1 + s); }
+  __host__ __device__ static constexpr uint32_t v(int s) { return kTileBytes * (1 + kStages + s); }
   static constexpr uint32_t barriers = kTileBytes * (1 + 2 * kStages);
   static constexpr uint32_t q_full = barriers;
-  static constexpr uint32_t k_full(int s) { return barriers + 8 * (1 + s); }
-  static constexpr uint32_t v_full(int s) { return barriers + 8 * (1 + kStages + s); }
-  static constexpr uint32_t kv_empty(int s) { return barriers + 8 * (1 + 2 * kStages + s); }
+  __host__ __device__ static constexpr uint32_t k_full(int s) { return barriers + 8 * (1 + s); }
+  __host__ __device__ static constexpr uint32_t v_full(int s) { return barriers + 8 * (1 + kStages + s); }
+  __host__ __device__ static constexpr uint32_t kv_empty(int s) { return barriers + 8 * (1 + 2 * kStages + s); }
   static constexpr uint32_t used = barriers + 8 * (1 + 3 * kStages);
   static constexpr size_t dynamic_bytes = used + 1024;  // + slack to align the base
 };
-static_assert(Layout<64>::dynamic_bytes <= 227 * 1024 && Layout<128>::dynamic_bytes <= 227 * 1024,
+static_assert(SmemLayout<64>::dynamic_bytes <= 227 * 1024 && SmemLayout<128>::dynamic_bytes <= 227 * 1024,
               "more shared memory than a Hopper block can have");
 
 #if GPT_V5_DEVICE_CODE
@@ -258,21 +260,25 @@ __device__ __forceinline__ void wgmma_128_smem_smem(float (&d)[64], uint64_t a, 
       : GPT_V5_ACC64(d)
       : "l"(a), "l"(b), "r"(accumulate));
 }
-// d (64 x N) += A B, A (64 x 16 bf16) in registers, B MN-major in shared memory
-// (transpose bit 1): O += P V.
-__device__ __forceinline__ void wgmma_regs_smem(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+// d (64 x N) = A B (+ d if accumulate), A (64 x 16 bf16) in registers, B MN-major in
+// shared memory (transpose bit 1, the last immediate): O += P V.
+__device__ __forceinline__ void wgmma_regs_smem(float (&d)[32], const uint32_t (&a)[4], uint64_t b,
+                                                int accumulate) {
   asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " GPT_V5_ACC32_LIST
-      ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;"
+      "{\n .reg .pred acc;\n setp.ne.b32 acc, %37, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " GPT_V5_ACC32_LIST
+      ", {%32, %33, %34, %35}, %36, acc, 1, 1, 1;\n}"
       : GPT_V5_ACC32(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
 }
-__device__ __forceinline__ void wgmma_regs_smem(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+__device__ __forceinline__ void wgmma_regs_smem(float (&d)[64], const uint32_t (&a)[4], uint64_t b,
+                                                int accumulate) {
   asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " GPT_V5_ACC64_LIST
-      ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;"
+      "{\n .reg .pred acc;\n setp.ne.b32 acc, %69, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " GPT_V5_ACC64_LIST
+      ", {%64, %65, %66, %67}, %68, acc, 1, 1, 1;\n}"
       : GPT_V5_ACC64(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
 }
 
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
@@ -293,7 +299,7 @@ __device__ __forceinline__ float quad_sum(float x) {
 // One thread: the Q tile once, then K_j and V_j for j = 0..n_tiles-1 through the ring.
 template <int HS>
 __device__ void produce(const CUtensorMap* map, uint32_t base, int b, int h, int C, int q0, int n_tiles) {
-  using L = Layout<HS>;
+  using L = SmemLayout<HS>;
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
   // Columns of head h in the (3C)-wide rows: q at h*HS, k at C + h*HS, v at 2C + h*HS;
   // box c of a tile covers the head's columns 64c .. 64c+63.
@@ -414,7 +420,7 @@ __device__ __forceinline__ void accumulate_pv(float (&o)[HS / 2], float (&s)[kBc
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kBc / 16; ++kk)
-    wgmma_regs_smem(o, p[kk], mn_major_descriptor(v_tile + kk * 2 * kAtomBytes));
+    wgmma_regs_smem(o, p[kk], mn_major_descriptor(v_tile + kk * 2 * kAtomBytes), 1);
   wgmma_commit();
   wgmma_wait<0>();
   pin_registers(o);
@@ -445,7 +451,7 @@ __device__ __forceinline__ void store_rows(const float (&o)[HS / 2], const float
 template <int HS>
 __device__ void consume(uint32_t base, bf16* out, float* lse, int b, int h, int bh, int T_, int C, int q0,
                         int n_tiles, float scale, int w) {
-  using L = Layout<HS>;
+  using L = SmemLayout<HS>;
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, q = lane % 4;
   const int first_row = q0 + kRowsPerConsumer * w;
@@ -491,7 +497,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     flash_forward_wgmma_kernel(const __grid_constant__ CUtensorMap qkv_map, bf16* out, float* lse, int T_,
                                int C, int NH, float scale) {
 #if GPT_V5_DEVICE_CODE
-  using L = Layout<HS>;
+  using L = SmemLayout<HS>;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (shared_address(smem_raw) + 1023u) & ~1023u;
 
@@ -578,7 +584,7 @@ void require_hopper(const char* fn) {
 template <int HS>
 void launch(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH, cudaStream_t stream) {
   const CUtensorMap map = make_qkv_map(qkv, B, T_, C);
-  constexpr size_t smem = Layout<HS>::dynamic_bytes;
+  constexpr size_t smem = SmemLayout<HS>::dynamic_bytes;
   GPT_CUDA_CHECK(cudaFuncSetAttribute(flash_forward_wgmma_kernel<HS>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid(ceil_div(T_, kBr), unsigned(B * NH));
@@ -587,7 +593,7 @@ void launch(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH
   GPT_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace
+}  // namespace attention_v5
 
 template <class T>
 void attention_forward_v5(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, cudaStream_t stream) {
@@ -599,11 +605,11 @@ void attention_forward_v5(T* out, float* lse, const T* qkv, int B, int T_, int C
     throw std::invalid_argument(std::string(fn) + ": qkv must be 16-byte aligned (TMA)");
   if (reinterpret_cast<uintptr_t>(out) % 4 != 0)
     throw std::invalid_argument(std::string(fn) + ": out must be 4-byte aligned");
-  require_hopper(fn);
+  attention_v5::require_hopper(fn);
   if (hs == 64)
-    launch<64>(out, lse, qkv, B, T_, C, NH, stream);
+    attention_v5::launch<64>(out, lse, qkv, B, T_, C, NH, stream);
   else
-    launch<128>(out, lse, qkv, B, T_, C, NH, stream);
+    attention_v5::launch<128>(out, lse, qkv, B, T_, C, NH, stream);
 }
 
 template void attention_forward_v5<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, int, int, int,
