@@ -386,7 +386,7 @@ Timing time_on_device(Launch&& launch, const TimingOptions& opt, L2Flush& flush,
   GPT_CUDA_CHECK(cudaEventSynchronize(stop[reps - 1]));
   GPT_CUDA_CHECK_LAUNCH();
 
-  std::vector<double> ms(size_t(reps));
+  std::vector<double> ms(static_cast<size_t>(reps));
   for (int r = 0; r < reps; ++r) ms[size_t(r)] = detail::elapsed_ms(start[r], stop[r]);
   std::sort(ms.begin(), ms.end());
   Timing t;
@@ -513,27 +513,29 @@ inline std::string fixed(double x, int decimals) {
 inline std::string scientific(double x) { return std::isnan(x) ? "NaN" : format("%.1e", x); }
 
 // A table: header, then rows, columns as wide as their widest cell; text columns (the
-// first `left_columns`) left-aligned, numbers right-aligned.
+// first `left_columns`) left-aligned, numbers right-aligned. A row may end in a note
+// (why it was skipped, what failed): printed after its last non-empty cell, it does not
+// widen any column.
 class Table {
  public:
   explicit Table(std::vector<std::string> headers, size_t left_columns = 1)
       : headers_(std::move(headers)), left_(left_columns) {}
-  void add(std::vector<std::string> row) {
-    row.resize(headers_.size());
-    rows_.push_back(std::move(row));
+  void add(std::vector<std::string> cells, std::string note = "") {
+    cells.resize(headers_.size());
+    rows_.push_back({std::move(cells), std::move(note)});
   }
-  void separator() { rows_.emplace_back(); }  // an empty row prints as a blank line
+  void separator() { rows_.push_back({}); }  // a row without cells prints as a blank line
   void print(FILE* f = stdout) const {
     std::vector<size_t> width(headers_.size());
     for (size_t c = 0; c < headers_.size(); ++c) width[c] = headers_[c].size();
     for (const auto& row : rows_)
-      for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
-    print_row(f, headers_, width);
+      for (size_t c = 0; c < row.cells.size(); ++c) width[c] = std::max(width[c], row.cells[c].size());
+    print_row(f, {headers_, ""}, width);
     size_t total = 0;
     for (size_t w : width) total += w + 2;
     std::fprintf(f, "%s\n", std::string(total > 2 ? total - 2 : 0, '-').c_str());
     for (const auto& row : rows_) {
-      if (row.empty())
+      if (row.cells.empty())
         std::fprintf(f, "\n");
       else
         print_row(f, row, width);
@@ -542,19 +544,26 @@ class Table {
   }
 
  private:
-  void print_row(FILE* f, const std::vector<std::string>& row, const std::vector<size_t>& width) const {
+  struct Row {
+    std::vector<std::string> cells;
+    std::string note;
+  };
+  void print_row(FILE* f, const Row& row, const std::vector<size_t>& width) const {
+    size_t last = row.cells.size();
+    while (last > 0 && row.cells[last - 1].empty()) --last;
     std::string line;
-    for (size_t c = 0; c < row.size(); ++c) {
-      const std::string pad(width[c] - row[c].size(), ' ');
-      line += c < left_ ? row[c] + pad : pad + row[c];
-      if (c + 1 < row.size()) line += "  ";
+    for (size_t c = 0; c < last; ++c) {
+      const std::string pad(width[c] - row.cells[c].size(), ' ');
+      line += c < left_ ? row.cells[c] + pad : pad + row.cells[c];
+      line += "  ";
     }
+    line += row.note;
     while (!line.empty() && line.back() == ' ') line.pop_back();
     std::fprintf(f, "%s\n", line.c_str());
   }
   std::vector<std::string> headers_;
   size_t left_;
-  std::vector<std::vector<std::string>> rows_;
+  std::vector<Row> rows_;
 };
 
 // One JSON object on one line, built field by field (strings here never need more than
