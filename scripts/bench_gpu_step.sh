@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Whole-step GPU benchmark: stage 01 training GPT-2 124M (T=1024, bf16) with the
+# hand-written kernels (gemm=hand) and with cuBLASLt matmuls (gemm=cublas), then the
+# PyTorch script (scripts/train_gpt2_torch.py: bf16 autocast, torch.compile, fused
+# AdamW, flash SDPA) on the same GPU, same model and batch; prints tokens/s, MFU and
+# the ratios the GEMM issue's targets are stated in.
+#
+#   scripts/bench_gpu_step.sh [BUILD_DIR] [MICRO_BATCH]     (defaults: build, 32)
+#
+# The corpus is the project's own text files (no download is possible on the GPU
+# machine); the token contents do not change the time of a step.
+# Environment: BENCH_STEPS (default 30), BENCH_WARMUP (steps left out, default 10),
+#              PYTHON (an interpreter with torch and CUDA; default python3).
+set -euo pipefail
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$GPT_ROOT"
+build="$(abs_dir "${1:-build}")"
+micro="${2:-32}"
+steps="${BENCH_STEPS:-30}" warmup="${BENCH_WARMUP:-10}"
+python="${PYTHON:-python3}"
+train="$build/stages/01_single_gpu/train"
+[[ -x "$train" && -x "$build/bin/prepare" ]] || die "build $build first (stage 01 and prepare)"
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/gpt-step.XXXXXX")"
+git ls-files '*.md' '*.cpp' '*.h' '*.cu' '*.py' | xargs cat > "$work/corpus.txt"
+"$build/bin/prepare" --out "$work/data" --val-fraction 0.05 "$work/corpus.txt" > /dev/null
+
+# median_rate RUN_DIR FIELD: the median of FIELD over the steps after the warm-up.
+median_rate() {
+  "$python" - "$1/metrics.jsonl" "$2" "$warmup" <<'PY'
+import json, statistics, sys
+path, field, warmup = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rows = [json.loads(l) for l in open(path)]
+vals = [r[field] for r in rows if r.get("kind") == "train" and r["step"] > warmup and r.get(field) is not None]
+print(f"{statistics.median(vals):.4f}" if vals else "nan")
+PY
+}
+
+declare -A tok mfu
+for gemm in hand cublas; do
+  run="$work/run_$gemm"
+  log "stage 01, gemm=$gemm, micro-batch $micro x 1024"
+  "$train" --config configs/gpt2-124m.json --set device=cuda --set precision=bf16 \
+    --set "train_data=$work/data/train.bin" --set "val_data=$work/data/val.bin" \
+    --set "run_dir=$run" --set "steps=$steps" --set "batch_size=$micro" \
+    --set "micro_batch_size=$micro" --set val_every=0 --set val_batches=0 \
+    --set checkpoint_every=0 --set checkpoint_at_end=false --set sample_tokens=0 \
+    --set log_every=5 --set "gemm=$gemm" | tee "$work/$gemm.log"
+  tok[$gemm]=$(median_rate "$run" tokens_per_s)
+  mfu[$gemm]=$(median_rate "$run" mfu)
+done
+
+log "PyTorch, same model and batch"
+torch_tok=nan
+if "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2> /dev/null; then
+  "$python" scripts/train_gpt2_torch.py --batch "$micro" --seq 1024 --steps "$steps" --warmup "$warmup" |
+    tee "$work/torch.log"
+  torch_tok=$(awk '/^tokens\/s/ {print $2}' "$work/torch.log")
+else
+  warn "$python has no torch with CUDA: PyTorch comparison skipped"
+fi
+
+"$python" - "${tok[hand]}" "${tok[cublas]}" "$torch_tok" "${mfu[hand]}" "${mfu[cublas]}" <<'PY'
+import sys
+hand, cublas, torch_tok, mfu_hand, mfu_cublas = map(float, sys.argv[1:])
+print("\nwhole step, GPT-2 124M, T=1024, bf16 (median tokens/s after warm-up)")
+print(f"  stage 01 gemm=hand    {hand:12.0f} tok/s   MFU {100 * mfu_hand:5.1f} %")
+print(f"  stage 01 gemm=cublas  {cublas:12.0f} tok/s   MFU {100 * mfu_cublas:5.1f} %")
+print(f"  PyTorch (compiled)    {torch_tok:12.0f} tok/s")
+print(f"  hand / cublas  {hand / cublas:6.3f}   (target >= 0.95)")
+print(f"  hand / PyTorch {hand / torch_tok:6.3f}   (target > 1)")
+print(f"  MFU hand       {100 * mfu_hand:5.1f} % (target >= 45 %)")
+PY
+rm -rf "$work"

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Everything that needs a GPU, in one place, for the rare session that is lent one:
+# build with CUDA (no MPI: world size 1), run the `gpu` test label, the kernel tests
+# under compute-sanitizer memcheck, the kernel benchmarks and the whole-step benchmark.
+# Each part's raw output goes to its own file in OUT_DIR, headed by the device, the
+# date and the commit, ready to be committed under docs/benchmarks/.
+#
+#   scripts/gpu_check.sh PART... [-o OUT_DIR]
+#   PART: build | test | sanitize | bench | step | all      (all = the five in order)
+#   OUT_DIR default: $OUT if set (the device tool's return folder), else gpu-check-out
+#
+# A part that fails is reported and the next one still runs; the exit status is 1 if
+# any part failed. Parts after `build` reuse the build in $GPT_BUILD_DIR (default
+# build-gpu), so on a machine with a per-command time limit they can run in separate
+# commands. Before going to a machine without the build's header-only dependencies,
+# run scripts/gpu_carry.sh here and carry third_party_local.
+# Environment: GPT_COMMIT (the commit, when the tree has no .git), CUDA_ARCHS
+# (default: the GPU's own, e.g. 90a on Hopper), PYTHON (torch with CUDA), STEP_BATCH
+# (micro-batch of the whole-step benchmark, default 32).
+set -uo pipefail
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$GPT_ROOT" || exit 1
+
+parts=()
+out="${OUT:-gpu-check-out}"
+while (($#)); do
+  case "$1" in
+    -o) out="$2"; shift 2 ;;
+    -h | --help) sed -n '2,19s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    all) parts+=(build test sanitize bench step); shift ;;
+    build | test | sanitize | bench | step) parts+=("$1"); shift ;;
+    *) die "unknown part '$1' (build, test, sanitize, bench, step, all)" ;;
+  esac
+done
+((${#parts[@]})) || die "name a part: build, test, sanitize, bench, step or all"
+mkdir -p "$out"
+build="$(abs_dir "${GPT_BUILD_DIR:-build-gpu}")"
+command -v nvidia-smi > /dev/null || die "no nvidia-smi: this machine has no NVIDIA GPU"
+
+device="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
+commit="${GPT_COMMIT:-$(git rev-parse --short HEAD 2> /dev/null || echo unknown)}"
+date="$(date -u +%Y-%m-%d)"
+# The GPU's compute capability as CMake spells the architecture (9.0 -> 90a: the
+# Hopper versions need the `a` features).
+cc="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)"
+[[ "$cc" == 90 ]] && cc=90a
+archs="${CUDA_ARCHS:-$cc}"
+
+# run_part NAME FILE COMMAND...: runs COMMAND with its output (and a header) in
+# OUT_DIR/FILE and on the terminal; records a failure.
+failed=()
+run_part() {
+  local name="$1" file="$out/$2"
+  shift 2
+  {
+    echo "# $name: $*"
+    echo "# device: $device; date: $date; commit: $commit; CUDA archs: $archs"
+  } > "$file"
+  log "$name -> $file"
+  if "$@" 2>&1 | tee -a "$file"; then
+    log "$name: ok"
+  else
+    warn "$name: FAILED"
+    failed+=("$name")
+  fi
+}
+
+build_tree() {
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPT_CUDA=ON -DGPT_MPI=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES="$archs" &&
+    cmake --build "$build" -j "$GPT_JOBS"
+}
+
+sanitize() {
+  local t rc=0
+  for t in gpu_ops gpu_gemm gpu_attention; do
+    log "compute-sanitizer memcheck: $t"
+    compute-sanitizer --tool memcheck --leak-check full --error-exitcode 1 "$build/bin/$t" || rc=1
+  done
+  return $rc
+}
+
+for part in "${parts[@]}"; do
+  case "$part" in
+    build) run_part build "build-$date.txt" build_tree ;;
+    test) run_part "gpu tests" "gpu-tests-$date.txt" ctest --test-dir "$build" -L gpu --output-on-failure ;;
+    sanitize) run_part "compute-sanitizer" "gpu-sanitizer-$date.txt" sanitize ;;
+    bench) run_part "kernel benchmarks" "gpu-kernels-$date.txt" scripts/bench_kernels.sh "$build" ;;
+    step) run_part "whole-step benchmark" "gpu-step-$date.txt" scripts/bench_gpu_step.sh "$build" "${STEP_BATCH:-32}" ;;
+  esac
+done
+
+if ((${#failed[@]})); then
+  warn "failed: ${failed[*]}"
+  exit 1
+fi
+log "all parts passed; output in $out"
