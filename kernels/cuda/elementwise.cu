@@ -5,22 +5,11 @@
 //   dinp    += gelu'(x) dout;   out = a + b;   da += dout, db += dout;   x *= s
 //
 // Each of them reads and writes a few numbers per element and does little arithmetic,
-// so its speed is the memory bandwidth, and what matters is how the bytes move. Every
-// thread moves 16 bytes per array with one 128-bit load or store: a "pack" of K = 4
-// floats or 8 bf16, the widest access a thread can make.
-//
-//   thread i  ->  elements [K i, K i + K)          (K = 16 bytes / element size)
-//   warp      ->  32 consecutive packs = 512 contiguous bytes per array (coalesced)
-//
-// Compared with one element per thread, a 128-bit access issues 4x (fp32) or 8x (bf16)
-// fewer load instructions for the same bytes and keeps more bytes in flight per thread,
-// which is what hides DRAM latency.
-//
-// 128-bit accesses need 16-byte aligned addresses. cudaMalloc returns 256-byte aligned
-// buffers, but callers pass views into larger buffers, so alignment is checked at run
-// time: an unaligned call, and the last partial pack of a size that is not a multiple
-// of K, go element by element (the scalar tail). All arithmetic is fp32; a bf16 value
-// is rounded (to nearest even) once, when it is stored.
+// so its speed is the memory bandwidth. Every thread owns one 16-byte pack per array
+// (4 floats or 8 bf16) and moves it with a single 128-bit access; unaligned calls and
+// the last partial pack go element by element (kernels/cuda/vector_io.cuh explains
+// both). All arithmetic is fp32; a bf16 value is rounded (to nearest even) once, when
+// it is stored.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -32,78 +21,12 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/vector_io.cuh"
 
 namespace gpt::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-// ---- 16-byte packs (the same helpers as the other memory-bound kernel files) -----------
-
-// 16 bytes of T, moved by one 128-bit load or store.
-template <class T>
-struct alignas(16) Pack {
-  static constexpr int kSize = 16 / sizeof(T);
-  T v[kSize];
-};
-template <class T>
-constexpr int kPack = Pack<T>::kSize;  // 4 for float, 8 for bf16
-
-template <class T>
-__device__ __forceinline__ Pack<T> load_pack(const T* p) {  // p: 16-byte aligned
-  Pack<T> pack;
-  *reinterpret_cast<int4*>(&pack) = *reinterpret_cast<const int4*>(p);
-  return pack;
-}
-template <class T>
-__device__ __forceinline__ void store_pack(T* p, const Pack<T>& pack) {
-  *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&pack);
-}
-
-// x[k] = p[i0 + k] in fp32, k < K; elements at or past n read as 0. With vec (p is
-// 16-byte aligned, i0 a multiple of K, K a multiple of the pack) whole packs are loaded.
-template <int K, class T>
-__device__ __forceinline__ void load_floats(float (&x)[K], const T* p, size_t i0, size_t n, bool vec) {
-  constexpr int P = kPack<T>;
-  static_assert(K % P == 0, "K must be a whole number of packs");
-  if (vec && i0 + K <= n) {
-#pragma unroll
-    for (int q = 0; q < K / P; ++q) {
-      const Pack<T> pack = load_pack(p + i0 + q * P);
-#pragma unroll
-      for (int k = 0; k < P; ++k) x[q * P + k] = to_float(pack.v[k]);
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < K; ++k) x[k] = i0 + k < n ? to_float(p[i0 + k]) : 0.0f;
-  }
-}
-
-// p[i0 + k] = x[k] (rounded to T), k < K and i0 + k < n.
-template <int K, class T>
-__device__ __forceinline__ void store_floats(T* p, const float (&x)[K], size_t i0, size_t n, bool vec) {
-  constexpr int P = kPack<T>;
-  static_assert(K % P == 0, "K must be a whole number of packs");
-  if (vec && i0 + K <= n) {
-#pragma unroll
-    for (int q = 0; q < K / P; ++q) {
-      Pack<T> pack;
-#pragma unroll
-      for (int k = 0; k < P; ++k) pack.v[k] = from_float<T>(x[q * P + k]);
-      store_pack(p + i0 + q * P, pack);
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < K; ++k)
-      if (i0 + k < n) p[i0 + k] = from_float<T>(x[k]);
-  }
-}
-
-// The first of the K elements this thread owns.
-template <int K>
-__device__ __forceinline__ size_t first_element() {
-  return (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * K;
-}
 
 __device__ __forceinline__ float round_bf16(float x) { return to_float(from_float<__nv_bfloat16>(x)); }
 
@@ -206,16 +129,6 @@ __global__ void __launch_bounds__(kThreads) convert_kernel(Dst* dst, const Src* 
 }
 
 // ---- host side ----------------------------------------------------------------------
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-template <class... P>
-bool all_aligned16(const P*... p) {
-  return (aligned16(p) && ...);
-}
-
-void require_pointer(const void* p, const char* fn, const char* arg) {
-  if (!p) throw std::invalid_argument(std::string(fn) + ": " + arg + " is null");
-}
 
 // Blocks of kThreads threads for n elements at K per thread.
 unsigned blocks_for(size_t n, int K, const char* fn) {

@@ -14,6 +14,7 @@
 #include "kernels/cuda/attention/attention.h"
 #include "kernels/cuda/attention/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/scratch.h"
 
 namespace gpt::cuda {
 namespace {
@@ -33,27 +34,9 @@ bool is_hopper() {
   return hopper;
 }
 
-// Scratch device memory, grown on demand (cudaFree synchronises, so a buffer still in
-// use by queued kernels is never freed under them). Single stream, single thread.
-class Scratch {
- public:
-  ~Scratch() { cudaFree(p_); }
-  float* floats(size_t n) {
-    if (n > n_) {
-      GPT_CUDA_CHECK(cudaFree(p_));
-      p_ = nullptr;
-      GPT_CUDA_CHECK(cudaMalloc(&p_, n * sizeof(float)));
-      n_ = n;
-    }
-    return static_cast<float*>(p_);
-  }
-
- private:
-  void* p_ = nullptr;
-  size_t n_ = 0;
-};
-Scratch& scratch() {
-  static Scratch s;
+// The naive version's probabilities (other head sizes) and the flash backward's D rows.
+ScratchBuffer& scratch() {
+  static ScratchBuffer s;  // kernels/cuda/scratch.h
   return s;
 }
 
@@ -64,7 +47,7 @@ void attention_forward(A* out, float* lse, const A* qkv, int B, int T, int C, in
   auto* o = device_ptr(out);
   const auto* x = device_ptr(qkv);
   if (!flash_head_size(C, NH)) {
-    attention_forward_v1(o, scratch().floats(size_t(B) * NH * T * T), x, B, T, C, NH);
+    attention_forward_v1(o, scratch().as<float>(size_t(B) * NH * T * T), x, B, T, C, NH);
   } else if constexpr (std::is_same_v<A, float>) {
     attention_forward_v2(o, lse, x, B, T, C, NH);
   } else if (is_hopper()) {
@@ -84,12 +67,12 @@ void attention_backward(A* dqkv, const A* dout, const A* qkv, const A* out, cons
     // v1 needs the probabilities (and dP scratch): recompute the forward, its output
     // going to scratch too (an element of A fits in a float's place).
     const size_t n = size_t(B) * NH * T * T;
-    float* att = scratch().floats(2 * n + size_t(B) * T * C);
+    float* att = scratch().as<float>(2 * n + size_t(B) * T * C);
     attention_forward_v1(reinterpret_cast<DeviceType<A>*>(att + 2 * n), att, x, B, T, C, NH);
     attention_backward_v1(dx, att + n, dy, x, att, B, T, C, NH);
     (void)y;
   } else {
-    float* dsum = scratch().floats(size_t(B) * NH * T);
+    float* dsum = scratch().as<float>(size_t(B) * NH * T);
     if constexpr (std::is_same_v<A, float>)
       attention_backward_v3(dx, dsum, dy, x, y, lse, B, T, C, NH);
     else

@@ -1,0 +1,46 @@
+// Scratch device memory for the kernels that need a temporary buffer (partial sums of
+// a deterministic reduction, the sorted tokens of the embedding backward, the naive
+// attention's probabilities). Each user owns one ScratchBuffer, a device buffer that only
+// grows.
+//
+// Every op is queued on the default stream, so a reuse is always ordered after the
+// previous user. Growing frees the old buffer, which queued kernels may still read: it
+// synchronises first. It is never freed otherwise: a static destructor could run after the
+// CUDA runtime has shut down, and the driver reclaims the memory at exit. One host thread.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "kernels/cuda/common.cuh"
+
+namespace gpt::cuda {
+
+class ScratchBuffer {
+ public:
+  // At least `bytes` bytes of device memory (256-byte aligned, as cudaMalloc's).
+  void* bytes(size_t bytes) {
+    if (bytes > capacity_) {
+      if (ptr_) {
+        GPT_CUDA_CHECK(cudaDeviceSynchronize());  // queued work may still use the old one
+        GPT_CUDA_CHECK(cudaFree(ptr_));
+        ptr_ = nullptr;
+        capacity_ = 0;
+      }
+      GPT_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+      capacity_ = bytes;
+    }
+    return ptr_;
+  }
+  // At least n elements of T.
+  template <class T>
+  T* as(size_t n) {
+    return static_cast<T*>(bytes(n * sizeof(T)));
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+}  // namespace gpt::cuda
