@@ -10,6 +10,7 @@
 #   first REF_SPEC is the reference, the others the baselines.
 set -euo pipefail
 REF_BIN=$1 CAND_BIN=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6 REF_SPECS=$7 CAND_SPECS=$8
+STEPS=${STEPS:-10}  # training steps compared (the environment may ask for more)
 source "$ROOT/tests/trainer/common.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 rm -rf "$WORK" && mkdir -p "$WORK"
@@ -24,7 +25,7 @@ run() {
     IFS=: read -r -a kvs <<< "$rest"
     for kv in "${kvs[@]}"; do extra+=(--set "$kv"); done
   fi
-  local args=($(tiny_args "$WORK/data" "$dir") --set steps=10 --set batch_size=24
+  local args=($(tiny_args "$WORK/data" "$dir") --set steps="$STEPS" --set batch_size=24
               --set micro_batch_size="$mb" --set val_every=0 --set val_batches=0
               --set sample_tokens=0 --set bucket_mb=0.02 "${extra[@]}")
   if [ "$np" = 1 ] && [[ "$bin" == *01_single_gpu* ]]; then
@@ -37,5 +38,5 @@ run() {
 refs=() cands=()
 for spec in $REF_SPECS; do d="$WORK/ref_${spec//[:=]/_}"; run "$REF_BIN" "$spec" "$d"; refs+=("$d"); done
 for spec in $CAND_SPECS; do d="$WORK/cand_${spec//[:=]/_}"; run "$CAND_BIN" "$spec" "$d"; cands+=("$d"); done
-/usr/bin/python3 "$ROOT/tests/stages/compare_runs.py" --step 10 --reference "${refs[0]}" \
+/usr/bin/python3 "$ROOT/tests/stages/compare_runs.py" --step "$STEPS" --reference "${refs[0]}" \
   --baseline "${refs[@]:1}" --candidate "${cands[@]}"
