@@ -1,0 +1,628 @@
+// GPU GEMM ladder (kernels/cuda/gemm/) and the linear-layer ops built on it
+// (kernels/cuda/matmul.cu) against products computed on the host in double.
+//
+// What is covered.
+//  * gemm(): every version this device supports (cuBLASLt, v1..v5), every element-type
+//    combination (fp32 -> fp32, bf16 -> bf16, bf16 -> fp32), all four trans_a/trans_b
+//    layouts, ragged M, N, K (every combination of 1, 7, 65, 129, 200: tails of every
+//    tile size), an aligned 256 x 384 x 192, and a GPT-2-sized forward 512 x 2304 x 768
+//    with bias and GELU. Each shape runs four epilogues: C = AB;  C += AB + bias;
+//    C = AB + bias with gelu_out;  C = AB with gelu_out.
+//  * Leading dimensions are padded up to multiples of 8 elements (what v4/v5 need) for
+//    every version, and the padding of A and B holds NaN: a kernel that reads past the
+//    end of a stored row poisons its output. The padding of C and gelu_out holds a
+//    sentinel that must survive (no writes past column N). A compact layout (ld = row
+//    length, 65) is tested on its own: v4/v5 must refuse it (gemm_version_supports is
+//    false and gemm() throws std::invalid_argument), the other versions must compute it.
+//  * matmul_forward / matmul_backward / bias_backward (cuda_ops.h), fp32 and bf16, with
+//    set_gemm("hand") and set_gemm("cublas"), against gpt::cpu's reference run in
+//    double; the GEMM choice (set_gemm, gemm_in_use and the descent v5 -> v4 -> v3);
+//    bias_backward giving the same bits twice.
+// Inputs are uniform in [-1, 1] from fixed seeds. For bf16 they are rounded to bf16 on
+// the host first, so the reference multiplies exactly the numbers the GPU sees and only
+// the GPU's arithmetic and output rounding differ from it.
+//
+// Without a GPU (cudaGetDeviceCount fails or reports 0) the program exits 77, which
+// CTest reports as skipped.
+//
+// ---- Tolerances, derived -------------------------------------------------------------
+// Per output element (m, n). eps = 2^-23, fp32's ulp of 1 (twice its unit roundoff, so
+// adders that truncate instead of rounding, as tensor cores may, are covered too). The
+// size of what the GPU adds up is
+//   S = sum_k |op(A)[m,k] op(B)[k,n]| + |bias[n]| + |C_old[m,n]| (the last when accumulating).
+// Products of bf16 values are exact in fp32; fp32 products are off by at most eps/2 of
+// themselves. Each of the K + 2 additions (K products, the bias, the old C) is off by at
+// most eps |partial sum|. With inputs of random sign these errors add like a random
+// walk, so the sum is off by about sqrt(K + 2) eps S; and since partial sums of random-
+// sign terms are about sqrt(K) times smaller than S, even errors of one sign stay below
+// sqrt(K) eps S. A safety factor of 8 covers the constants:
+//   pre-activation:  e_acc = 8 sqrt(K + 2) eps S
+//   C, fp32 out:     tol_C = e_acc
+//   C, bf16 out:     tol_C = e_acc + 2^-8 (|C_ref| + e_acc)
+//                    (bf16 keeps 8 significant bits: rounding to nearest moves a value x
+//                    by at most 2^-8 |x|, and the value rounded is within e_acc of C_ref)
+// GELU, gelu_out = gelu(pre-activation). The GELU's input is within tol_C of C_ref (v1..v5
+// apply it to the fp32 value, within e_acc; cuBLASLt's bf16 fusion may apply it to the
+// bf16-rounded C). With |gelu''| <= 0.8 (its maximum, at x = 0), Taylor gives
+//   propagated:       (|gelu'(C_ref)| + 0.4 tol_C) tol_C
+//   evaluation:       8 eps |C_ref|   (fp32 tanhf is within 2 ulps and u(x) within a few
+//                     roundings, so 0.5 x (1 + tanh u) is off by about 2^-22 |x|: margin 4;
+//                     |gelu(x)| <= |x|)
+//   cuBLAS, bf16 out: + 2^-11 |C_ref| (cuBLASLt's fused GELU uses an approximate tanh,
+//                     about 2^-11 off (gemm_cublas.cu), times 0.5 |x|: margin 2)
+//   bf16 out:         + 2^-8 (|gelu(C_ref)| + all of the above)
+// The matmul ops use the same bounds with K = C (out), OC (dinp) and N (dW, dbias); their
+// S comes from running the double reference on the absolute values of its inputs (the
+// product of |.|s is exactly sum |a b|).
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "common/bf16.h"
+#include "kernels/cpu/bf16.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/gemm/gemm.h"
+
+namespace {
+
+using nv_bf16 = __nv_bfloat16;
+using gpt::cuda::GemmArgs;
+using gpt::cuda::GemmVersion;
+
+void cuda_ok(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+// ---- host <-> device ------------------------------------------------------------------
+
+// Host-side conversions: bf16 rounding is the CPU's own (to nearest even), so the rounded
+// inputs are bit for bit what the reference sees. Two bf16 types: the GEMM's
+// (__nv_bfloat16) and the ops' API type (gpt::bf16), the same 16 bits.
+template <class E>
+E to_elem(float x);
+template <>
+float to_elem<float>(float x) { return x; }
+template <>
+nv_bf16 to_elem<nv_bf16>(float x) {
+  __nv_bfloat16_raw raw;
+  raw.x = gpt::cpu::bf16_bits(x);
+  return nv_bf16(raw);
+}
+template <>
+gpt::bf16 to_elem<gpt::bf16>(float x) { return gpt::bf16{gpt::cpu::bf16_bits(x)}; }
+float to_float(float x) { return x; }
+float to_float(nv_bf16 x) { return gpt::cpu::bf16_to_float(__nv_bfloat16_raw(x).x); }
+float to_float(gpt::bf16 x) { return gpt::cpu::bf16_to_float(x.bits); }
+
+template <class E>
+constexpr bool kIsBf16 = std::is_same_v<E, nv_bf16> || std::is_same_v<E, gpt::bf16>;
+
+// A device array of n elements of E; freed on scope exit.
+template <class E>
+struct DeviceArray {
+  E* p = nullptr;
+  size_t n = 0;
+  explicit DeviceArray(size_t count) : n(count) {
+    cuda_ok(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(E)), "cudaMalloc");
+    cuda_ok(cudaMemset(p, 0, n * sizeof(E)), "cudaMemset");
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() { cudaFree(p); }
+  void upload(const std::vector<float>& host) {
+    if (host.size() != n) throw std::logic_error("upload: size mismatch");
+    std::vector<E> tmp(n);
+    for (size_t i = 0; i < n; ++i) tmp[i] = to_elem<E>(host[i]);
+    cuda_ok(cudaMemcpy(p, tmp.data(), n * sizeof(E), cudaMemcpyHostToDevice), "upload");
+  }
+  std::vector<float> download() const {
+    std::vector<E> tmp(n);
+    cuda_ok(cudaMemcpy(tmp.data(), p, n * sizeof(E), cudaMemcpyDeviceToHost), "download");
+    std::vector<float> host(n);
+    for (size_t i = 0; i < n; ++i) host[i] = to_float(tmp[i]);
+    return host;
+  }
+};
+
+std::vector<float> uniform(size_t n, std::mt19937& rng, bool round_bf16) {
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = round_bf16 ? gpt::cpu::bf16_round(uni(rng)) : uni(rng);
+  return v;
+}
+
+std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+std::vector<double> absolute(const std::vector<float>& v) {
+  std::vector<double> a(v.size());
+  for (size_t i = 0; i < v.size(); ++i) a[i] = std::fabs(double(v[i]));
+  return a;
+}
+
+int device_capability() {  // 10 * major + minor
+  int device = 0, major = 0, minor = 0;
+  cuda_ok(cudaGetDevice(&device), "cudaGetDevice");
+  cuda_ok(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "capability");
+  cuda_ok(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "capability");
+  return 10 * major + minor;
+}
+
+// ---- tolerances (derived at the top of the file) ---------------------------------------
+
+constexpr double kEps = 0x1p-23;          // fp32's ulp of 1
+constexpr double kSafety = 8;
+constexpr double kBf16Rounding = 0x1p-8;  // relative error of rounding to nearest bf16
+constexpr double kGeluCurvature = 0.4;    // max |gelu''| / 2
+constexpr double kCublasGeluTanh = 0x1p-11;
+
+double gelu(double x) {
+  const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  return 0.5 * x * (1.0 + std::tanh(u));
+}
+double gelu_grad(double x) {
+  const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  const double th = std::tanh(u);
+  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+// tol_C: an output that sums K products of total size S, stored in fp32 or bf16.
+double output_tolerance(double want, double S, int K, bool out_bf16) {
+  const double e_acc = kSafety * std::sqrt(K + 2.0) * kEps * S;
+  return e_acc + (out_bf16 ? kBf16Rounding * (std::fabs(want) + e_acc) : 0.0);
+}
+
+// gelu(pre) where pre is known within pre_tol.
+double gelu_tolerance(double pre, double pre_tol, bool out_bf16, bool approximate_tanh) {
+  double tol = (std::fabs(gelu_grad(pre)) + kGeluCurvature * pre_tol) * pre_tol + kSafety * kEps * std::fabs(pre);
+  if (approximate_tanh) tol += kCublasGeluTanh * std::fabs(pre);
+  if (out_bf16) tol += kBf16Rounding * (std::fabs(gelu(pre)) + tol);
+  return tol;
+}
+
+constexpr float kSentinel = 7168.0f;  // 7 * 2^10: exact in bf16, never a product here
+
+// Compares the M x N region of a GPU result stored with row stride ld against want(m, n)
+// within tol(m, n); the columns [N, ld) must still hold kSentinel. A NaN fails.
+template <class Want, class Tol>
+void check_matrix(const char* what, const std::vector<float>& got, int M, int N, int ld, Want want, Tol tol) {
+  double worst = -1, worst_got = 0, worst_want = 0, worst_tol = 0;
+  int worst_m = 0, worst_n = 0;
+  size_t padding_written = 0;
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < ld; ++n) {
+      const float g = got[size_t(m) * ld + n];
+      if (n >= N) {
+        padding_written += g != kSentinel;
+        continue;
+      }
+      const double w = want(m, n), t = tol(m, n), err = std::fabs(double(g) - w);
+      double ratio = 0.0;
+      if (std::isnan(err)) ratio = INFINITY;
+      else if (t > 0) ratio = err / t;
+      else if (err > 0) ratio = INFINITY;  // tolerance 0: only the exact value passes
+      if (ratio > worst) {
+        worst = ratio;
+        worst_m = m;
+        worst_n = n;
+        worst_got = g;
+        worst_want = w;
+        worst_tol = t;
+      }
+    }
+  INFO(what << ": worst element (" << worst_m << ", " << worst_n << "): got " << worst_got << ", want "
+            << worst_want << ", tolerance " << worst_tol << " (error / tolerance = " << worst << ")");
+  CHECK(worst <= 1.0);
+  INFO(what << ": padding elements written: " << padding_written);
+  CHECK(padding_written == 0);
+}
+
+// ---- the GEMM ladder ---------------------------------------------------------------------
+
+constexpr GemmVersion kVersions[] = {GemmVersion::Cublas, GemmVersion::V1, GemmVersion::V2,
+                                     GemmVersion::V3,     GemmVersion::V4, GemmVersion::V5};
+
+// Whether this device should run version v (gemm.h: v4 needs sm_80+, v5 sm_90, both bf16).
+bool device_has(GemmVersion v, bool bf16_inputs) {
+  if (v == GemmVersion::V4) return bf16_inputs && device_capability() >= 80;
+  if (v == GemmVersion::V5) return bf16_inputs && device_capability() / 10 == 9;
+  return true;
+}
+
+int round_up8(int n) { return (n + 7) / 8 * 8; }
+
+// One product's inputs as stored (padding included) and its ground truth.
+struct GemmProblem {
+  bool trans_a = false, trans_b = false;
+  int M = 0, N = 0, K = 0;
+  int lda = 0, ldb = 0, ldc = 0;
+  std::vector<float> A, B, bias, C_old;  // C_old: M x ldc, the padding kSentinel
+  std::vector<double> dot, abs_dot;      // M x N: sum_k op(A) op(B), and sum_k |op(A) op(B)|
+};
+
+// A stored rows x cols with row stride ld: uniform values, NaN in the padding.
+std::vector<float> stored_matrix(int rows, int cols, int ld, std::mt19937& rng, bool round_bf16) {
+  std::vector<float> v = uniform(size_t(rows) * ld, rng, round_bf16);
+  for (int r = 0; r < rows; ++r)
+    for (int c = cols; c < ld; ++c) v[size_t(r) * ld + c] = NAN;
+  return v;
+}
+
+GemmProblem make_gemm_problem(bool trans_a, bool trans_b, int M, int N, int K, bool in_bf16, bool out_bf16,
+                              bool padded, unsigned seed) {
+  GemmProblem p;
+  p.trans_a = trans_a;
+  p.trans_b = trans_b;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  const int a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
+  const int b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+  p.lda = padded ? round_up8(a_cols) : a_cols;
+  p.ldb = padded ? round_up8(b_cols) : b_cols;
+  p.ldc = padded ? round_up8(N) : N;
+  std::mt19937 rng(seed);
+  p.A = stored_matrix(a_rows, a_cols, p.lda, rng, in_bf16);
+  p.B = stored_matrix(b_rows, b_cols, p.ldb, rng, in_bf16);
+  p.bias = uniform(size_t(N), rng, in_bf16);
+  p.C_old = uniform(size_t(M) * p.ldc, rng, out_bf16);
+  for (int m = 0; m < M; ++m)
+    for (int n = N; n < p.ldc; ++n) p.C_old[size_t(m) * p.ldc + n] = kSentinel;
+
+  // The reference: the CPU GEMM in double on the same values (padding zeroed: it is not
+  // part of the matrices), and on their absolute values for S.
+  std::vector<double> A(p.A.size()), B(p.B.size()), absA(p.A.size()), absB(p.B.size());
+  for (size_t i = 0; i < A.size(); ++i) A[i] = std::isnan(p.A[i]) ? 0.0 : p.A[i], absA[i] = std::fabs(A[i]);
+  for (size_t i = 0; i < B.size(); ++i) B[i] = std::isnan(p.B[i]) ? 0.0 : p.B[i], absB[i] = std::fabs(B[i]);
+  p.dot.assign(size_t(M) * N, 0.0);
+  p.abs_dot.assign(size_t(M) * N, 0.0);
+  gpt::cpu::gemm(trans_a, trans_b, M, N, K, A.data(), p.lda, B.data(), p.ldb, p.dot.data(), N, false);
+  gpt::cpu::gemm(trans_a, trans_b, M, N, K, absA.data(), p.lda, absB.data(), p.ldb, p.abs_dot.data(), N, false);
+  return p;
+}
+
+// The epilogues each shape runs (gemm.h: GELU requires !accumulate).
+struct Epilogue {
+  bool accumulate, bias, gelu;
+  const char* name;
+};
+constexpr Epilogue kEpilogues[] = {{false, false, false, "C = AB"},
+                                   {true, true, false, "C += AB + bias"},
+                                   {false, true, true, "C = AB + bias, gelu_out"},
+                                   {false, false, true, "C = AB, gelu_out"}};
+constexpr Epilogue kBiasGelu = kEpilogues[2];
+
+std::string describe(const GemmProblem& p) {
+  return std::string("trans_a=") + (p.trans_a ? "T" : "F") + " trans_b=" + (p.trans_b ? "T" : "F") +
+         " M=" + std::to_string(p.M) + " N=" + std::to_string(p.N) + " K=" + std::to_string(p.K) +
+         " lda=" + std::to_string(p.lda) + " ldb=" + std::to_string(p.ldb) + " ldc=" + std::to_string(p.ldc);
+}
+
+template <class Tin, class Tout>
+GemmArgs<Tin, Tout> gemm_args(const GemmProblem& p, const Epilogue& e, const Tin* A, const Tin* B,
+                              const Tin* bias, Tout* C, Tout* gelu_out) {
+  GemmArgs<Tin, Tout> a;
+  a.trans_a = p.trans_a;
+  a.trans_b = p.trans_b;
+  a.M = p.M;
+  a.N = p.N;
+  a.K = p.K;
+  a.A = A;
+  a.lda = p.lda;
+  a.B = B;
+  a.ldb = p.ldb;
+  a.C = C;
+  a.ldc = p.ldc;
+  a.accumulate = e.accumulate;
+  a.bias = e.bias ? bias : nullptr;
+  a.gelu_out = e.gelu ? gelu_out : nullptr;
+  return a;
+}
+
+// Runs every version that can take the calls on each epilogue and checks C (and
+// gelu_out) element by element; `ran` collects the versions that ran.
+template <class Tin, class Tout>
+void check_problem(const GemmProblem& p, const std::vector<Epilogue>& epilogues, std::set<GemmVersion>& ran) {
+  constexpr bool out_bf16 = kIsBf16<Tout>;
+  DeviceArray<Tin> A(p.A.size()), B(p.B.size()), bias(p.bias.size());
+  DeviceArray<Tout> C(p.C_old.size()), G(p.C_old.size());
+  A.upload(p.A);
+  B.upload(p.B);
+  bias.upload(p.bias);
+  const std::vector<float> sentinels(p.C_old.size(), kSentinel);
+  for (GemmVersion v : kVersions)
+    for (const Epilogue& e : epilogues) {
+      const GemmArgs<Tin, Tout> args = gemm_args(p, e, A.p, B.p, bias.p, C.p, G.p);
+      if (!gpt::cuda::gemm_version_supports(v, args)) continue;
+      ran.insert(v);
+      INFO(gpt::cuda::gemm_version_name(v) << " " << describe(p) << ": " << e.name);
+      C.upload(p.C_old);  // also what a non-accumulating call must ignore
+      if (e.gelu) G.upload(sentinels);
+      gpt::cuda::gemm(v, args);
+      cuda_ok(cudaDeviceSynchronize(), gpt::cuda::gemm_version_name(v));
+
+      const size_t ldc = size_t(p.ldc), N = size_t(p.N);
+      auto want = [&](int m, int n) {
+        return (e.accumulate ? p.C_old[m * ldc + n] : 0.0) + p.dot[m * N + n] + (e.bias ? p.bias[n] : 0.0);
+      };
+      auto tol = [&](int m, int n) {
+        const double S = (e.accumulate ? std::fabs(p.C_old[m * ldc + n]) : 0.0) + p.abs_dot[m * N + n] +
+                         (e.bias ? std::fabs(p.bias[n]) : 0.0);
+        return output_tolerance(want(m, n), S, p.K, out_bf16);
+      };
+      check_matrix("C", C.download(), p.M, p.N, p.ldc, want, tol);
+      if (e.gelu) {
+        const bool approximate_tanh = v == GemmVersion::Cublas && out_bf16;
+        check_matrix(
+            "gelu_out", G.download(), p.M, p.N, p.ldc, [&](int m, int n) { return gelu(want(m, n)); },
+            [&](int m, int n) { return gelu_tolerance(want(m, n), tol(m, n), out_bf16, approximate_tanh); });
+      }
+    }
+}
+
+std::string names(const std::set<GemmVersion>& versions) {
+  std::string s;
+  for (GemmVersion v : versions) s += std::string(s.empty() ? "" : " ") + gpt::cuda::gemm_version_name(v);
+  return s;
+}
+
+// Every version the device has must have run: cuBLASLt and v1..v3 always; v4/v5 where
+// the device and the input type allow (padded strides and cudaMalloc'd buffers satisfy
+// their alignment rules).
+void check_versions_ran(const std::set<GemmVersion>& ran, bool bf16_inputs, const char* combo) {
+  std::printf("gemm ladder %s: ran %s\n", combo, names(ran).c_str());
+  for (GemmVersion v : kVersions) {
+    INFO(combo << ": version " << gpt::cuda::gemm_version_name(v));
+    CHECK(ran.count(v) == size_t(device_has(v, bf16_inputs)));
+  }
+}
+
+template <class Tin, class Tout>
+void test_ladder(const char* combo) {
+  constexpr bool in_bf16 = kIsBf16<Tin>, out_bf16 = kIsBf16<Tout>;
+  const std::vector<Epilogue> all(std::begin(kEpilogues), std::end(kEpilogues));
+  std::set<GemmVersion> ran;
+  const int sizes[] = {1, 7, 65, 129, 200};
+  unsigned seed = 1;
+  for (int layout = 0; layout < 4; ++layout) {
+    const bool trans_a = layout & 1, trans_b = layout & 2;
+    for (int M : sizes)
+      for (int N : sizes)
+        for (int K : sizes)
+          check_problem<Tin, Tout>(make_gemm_problem(trans_a, trans_b, M, N, K, in_bf16, out_bf16, true, seed++),
+                                   all, ran);
+    check_problem<Tin, Tout>(make_gemm_problem(trans_a, trans_b, 256, 384, 192, in_bf16, out_bf16, true, seed++),
+                             all, ran);
+  }
+  // GPT-2 small's MLP up-projection on 512 tokens: out = inp . W^T + bias, then GELU.
+  check_problem<Tin, Tout>(make_gemm_problem(false, true, 512, 2304, 768, in_bf16, out_bf16, true, seed++),
+                           {kBiasGelu}, ran);
+  check_versions_ran(ran, in_bf16, combo);
+}
+
+// ---- the linear-layer ops ---------------------------------------------------------------
+
+// matmul_forward (with bias and GELU, and without either) and matmul_backward through the
+// GEMM chosen by gemm_name, against gpt::cpu's matmul in double.
+template <class A>
+void test_matmul_ops(const char* gemm_name, int N, int C, int OC, unsigned seed) {
+  constexpr bool bf16 = kIsBf16<A>;
+  gpt::cuda::set_gemm(gemm_name);
+  INFO((bf16 ? "bf16" : "fp32") << " with " << gemm_name << " (" << gpt::cuda::gemm_in_use(bf16)
+                                << " on aligned calls): N=" << N << " C=" << C << " OC=" << OC);
+  std::mt19937 rng(seed);
+  const std::vector<float> inp = uniform(size_t(N) * C, rng, bf16), w = uniform(size_t(OC) * C, rng, bf16),
+                           bias = uniform(size_t(OC), rng, bf16), dout = uniform(size_t(N) * OC, rng, bf16),
+                           dinp0 = uniform(size_t(N) * C, rng, bf16),  // stored as A
+      dw0 = uniform(size_t(OC) * C, rng, false), dbias0 = uniform(size_t(OC), rng, false);  // fp32 gradients
+
+  // The reference in double, and the same ops on absolute values for S.
+  const std::vector<double> inp_d = to_double(inp), w_d = to_double(w), bias_d = to_double(bias),
+                            dout_d = to_double(dout);
+  const std::vector<double> inp_a = absolute(inp), w_a = absolute(w), bias_a = absolute(bias), dout_a = absolute(dout);
+  std::vector<double> out(size_t(N) * OC), out_S(out.size()), plain(out.size()), plain_S(out.size());
+  gpt::cpu::matmul_forward(out.data(), inp_d.data(), w_d.data(), bias_d.data(), N, C, OC);
+  gpt::cpu::matmul_forward(out_S.data(), inp_a.data(), w_a.data(), bias_a.data(), N, C, OC);
+  gpt::cpu::matmul_forward(plain.data(), inp_d.data(), w_d.data(), static_cast<const double*>(nullptr), N, C, OC);
+  gpt::cpu::matmul_forward(plain_S.data(), inp_a.data(), w_a.data(), static_cast<const double*>(nullptr), N, C, OC);
+  std::vector<double> dinp = to_double(dinp0), dw = to_double(dw0), dbias = to_double(dbias0);
+  std::vector<double> dinp_S = absolute(dinp0), dw_S = absolute(dw0), dbias_S = absolute(dbias0);
+  gpt::cpu::matmul_backward(dinp.data(), dw.data(), dbias.data(), dout_d.data(), inp_d.data(), w_d.data(), N, C, OC);
+  gpt::cpu::matmul_backward(dinp_S.data(), dw_S.data(), dbias_S.data(), dout_a.data(), inp_a.data(), w_a.data(), N,
+                            C, OC);
+
+  DeviceArray<A> d_inp(inp.size()), d_w(w.size()), d_bias(bias.size()), d_out(out.size()), d_gelu(out.size()),
+      d_plain(out.size()), d_dout(dout.size()), d_dinp(dinp0.size());
+  DeviceArray<float> d_dw(dw0.size()), d_dbias(dbias0.size());
+  d_inp.upload(inp);
+  d_w.upload(w);
+  d_bias.upload(bias);
+  d_dout.upload(dout);
+  d_dinp.upload(dinp0);
+  d_dw.upload(dw0);
+  d_dbias.upload(dbias0);
+  gpt::cuda::matmul_forward<A>(d_out.p, d_inp.p, d_w.p, d_bias.p, N, C, OC, d_gelu.p);
+  gpt::cuda::matmul_forward<A>(d_plain.p, d_inp.p, d_w.p, nullptr, N, C, OC);
+  gpt::cuda::matmul_backward<A>(d_dinp.p, d_dw.p, d_dbias.p, d_dout.p, d_inp.p, d_w.p, N, C, OC);
+  cuda_ok(cudaDeviceSynchronize(), "matmul ops");
+
+  const bool approximate_tanh = bf16 && std::string(gemm_name) == "cublas";
+  auto at = [](int cols) { return [cols](int r, int c) { return size_t(r) * cols + c; }; };
+  const auto nc = at(C), noc = at(OC);
+  auto out_tol = [&](int r, int c) { return output_tolerance(out[noc(r, c)], out_S[noc(r, c)], C, bf16); };
+  check_matrix("out", d_out.download(), N, OC, OC, [&](int r, int c) { return out[noc(r, c)]; }, out_tol);
+  check_matrix(
+      "gelu_out", d_gelu.download(), N, OC, OC, [&](int r, int c) { return gelu(out[noc(r, c)]); },
+      [&](int r, int c) { return gelu_tolerance(out[noc(r, c)], out_tol(r, c), bf16, approximate_tanh); });
+  check_matrix(
+      "out without bias", d_plain.download(), N, OC, OC, [&](int r, int c) { return plain[noc(r, c)]; },
+      [&](int r, int c) { return output_tolerance(plain[noc(r, c)], plain_S[noc(r, c)], C, bf16); });
+  check_matrix(
+      "dinp", d_dinp.download(), N, C, C, [&](int r, int c) { return dinp[nc(r, c)]; },
+      [&](int r, int c) { return output_tolerance(dinp[nc(r, c)], dinp_S[nc(r, c)], OC, bf16); });
+  check_matrix(
+      "dw", d_dw.download(), OC, C, C, [&](int r, int c) { return dw[nc(r, c)]; },
+      [&](int r, int c) { return output_tolerance(dw[nc(r, c)], dw_S[nc(r, c)], N, false); });
+  check_matrix(
+      "dbias", d_dbias.download(), 1, OC, OC, [&](int, int c) { return dbias[size_t(c)]; },
+      [&](int, int c) { return output_tolerance(dbias[size_t(c)], dbias_S[size_t(c)], N, false); });
+}
+
+template <class A>
+void test_matmul_ops_all() {
+  for (const char* gemm_name : {"hand", "cublas"}) {
+    test_matmul_ops<A>(gemm_name, 37, 50, 70, 11);     // ragged: v4/v5 refuse, "hand" descends to v3
+    test_matmul_ops<A>(gemm_name, 128, 256, 768, 12);  // aligned: "hand" is the device's top rung
+  }
+  gpt::cuda::set_gemm("hand");
+}
+
+// bias_backward accumulates the right column sums and gives the same bits twice.
+template <class A>
+void test_bias_backward() {
+  constexpr bool bf16 = kIsBf16<A>;
+  const int N = 4099, OC = 771;  // neither a multiple of the block's 32 columns or 16 row lanes
+  std::mt19937 rng(21);
+  const std::vector<float> dout = uniform(size_t(N) * OC, rng, bf16), dbias0 = uniform(size_t(OC), rng, false);
+  std::vector<double> want(dbias0.begin(), dbias0.end()), S = absolute(dbias0);
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      want[size_t(o)] += dout[size_t(n) * OC + o];
+      S[size_t(o)] += std::fabs(dout[size_t(n) * OC + o]);
+    }
+  DeviceArray<A> d_dout(dout.size());
+  DeviceArray<float> d_dbias(dbias0.size());
+  d_dout.upload(dout);
+  std::vector<float> runs[2];
+  for (std::vector<float>& run : runs) {
+    d_dbias.upload(dbias0);
+    gpt::cuda::bias_backward<A>(d_dbias.p, d_dout.p, N, OC);
+    run = d_dbias.download();
+  }
+  INFO((bf16 ? "bf16" : "fp32") << " N=" << N << " OC=" << OC);
+  check_matrix(
+      "dbias", runs[0], 1, OC, OC, [&](int, int o) { return want[size_t(o)]; },
+      [&](int, int o) { return output_tolerance(want[size_t(o)], S[size_t(o)], N, false); });
+  CHECK(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(float)) == 0);
+}
+
+}  // namespace
+
+// ---- test cases ---------------------------------------------------------------------------
+
+TEST_CASE("gemm ladder fp32 -> fp32: every version, layout, ragged shape and epilogue", "[gpu][gemm]") {
+  test_ladder<float, float>("fp32 -> fp32");
+}
+TEST_CASE("gemm ladder bf16 -> bf16: every version, layout, ragged shape and epilogue", "[gpu][gemm]") {
+  test_ladder<nv_bf16, nv_bf16>("bf16 -> bf16");
+}
+TEST_CASE("gemm ladder bf16 -> fp32: every version, layout, ragged shape and epilogue", "[gpu][gemm]") {
+  test_ladder<nv_bf16, float>("bf16 -> fp32");
+}
+
+TEST_CASE("gemm ladder: compact strides, v4/v5 refuse them and the others compute them", "[gpu][gemm]") {
+  std::set<GemmVersion> ran;
+  const std::vector<Epilogue> all(std::begin(kEpilogues), std::end(kEpilogues));
+  for (int layout = 0; layout < 4; ++layout) {
+    const bool trans_a = layout & 1, trans_b = layout & 2;
+    // ld = 65: rows start at odd element offsets, which cp.async and TMA cannot load.
+    const GemmProblem p = make_gemm_problem(trans_a, trans_b, 65, 65, 65, true, true, false, 100 + layout);
+    INFO(describe(p));
+    DeviceArray<nv_bf16> A(p.A.size()), B(p.B.size());
+    DeviceArray<nv_bf16> C(p.C_old.size());
+    const GemmArgs<nv_bf16, nv_bf16> args = gemm_args<nv_bf16, nv_bf16>(p, kEpilogues[0], A.p, B.p, nullptr, C.p, nullptr);
+    for (GemmVersion v : {GemmVersion::V4, GemmVersion::V5}) {
+      INFO(gpt::cuda::gemm_version_name(v));
+      CHECK_FALSE(gpt::cuda::gemm_version_supports(v, args));
+      CHECK_THROWS_AS(gpt::cuda::gemm(v, args), std::invalid_argument);
+    }
+    check_problem<nv_bf16, nv_bf16>(p, all, ran);
+    check_problem<float, float>(make_gemm_problem(trans_a, trans_b, 65, 65, 65, false, false, false, 200 + layout),
+                                all, ran);
+  }
+  CHECK(names(ran) == "cublas v1 v2 v3");
+
+  // Strides that are multiples of 8 but a base that is not 16-byte aligned: refused too.
+  const GemmProblem p = make_gemm_problem(false, false, 64, 64, 64, true, true, true, 300);
+  DeviceArray<nv_bf16> A(p.A.size() + 8), B(p.B.size()), C(p.C_old.size());
+  const GemmArgs<nv_bf16, nv_bf16> args = gemm_args<nv_bf16, nv_bf16>(p, kEpilogues[0], A.p + 1, B.p, nullptr, C.p, nullptr);
+  for (GemmVersion v : {GemmVersion::V4, GemmVersion::V5}) {
+    INFO(gpt::cuda::gemm_version_name(v) << " with A one element past an aligned address");
+    CHECK_FALSE(gpt::cuda::gemm_version_supports(v, args));
+    CHECK_THROWS_AS(gpt::cuda::gemm(v, args), std::invalid_argument);
+  }
+}
+
+TEST_CASE("matmul ops fp32 against the CPU reference, hand and cuBLAS GEMMs", "[gpu][gemm][matmul]") {
+  test_matmul_ops_all<float>();
+}
+TEST_CASE("matmul ops bf16 against the CPU reference, hand and cuBLAS GEMMs", "[gpu][gemm][matmul]") {
+  test_matmul_ops_all<gpt::bf16>();
+}
+
+TEST_CASE("bias_backward: column sums, the same bits every run", "[gpu][gemm][matmul]") {
+  test_bias_backward<float>();
+  test_bias_backward<gpt::bf16>();
+}
+
+TEST_CASE("set_gemm: the choice, the descent down the ladder, and bad names", "[gpu][gemm]") {
+  const int cc = device_capability();
+  // The rung a bf16 call well aligned can run when `top` is asked for: v5 needs 9.x,
+  // v4 8.0 or newer; fp32 calls always end at v3 (v4/v5 are bf16-only).
+  const std::string top_bf16 = cc / 10 == 9 ? "v5" : cc >= 80 ? "v4" : "v3";
+  const std::string v4_bf16 = cc >= 80 ? "v4" : "v3";
+
+  gpt::cuda::set_gemm("hand");
+  CHECK(std::string(gpt::cuda::gemm_in_use(true)) == top_bf16);
+  CHECK(std::string(gpt::cuda::gemm_in_use(false)) == "v3");
+  gpt::cuda::set_gemm("v5");
+  CHECK(std::string(gpt::cuda::gemm_in_use(true)) == top_bf16);
+  CHECK(std::string(gpt::cuda::gemm_in_use(false)) == "v3");
+  gpt::cuda::set_gemm("v4");
+  CHECK(std::string(gpt::cuda::gemm_in_use(true)) == v4_bf16);
+  CHECK(std::string(gpt::cuda::gemm_in_use(false)) == "v3");
+  for (const char* name : {"cublas", "v1", "v2", "v3"}) {
+    gpt::cuda::set_gemm(name);
+    CHECK(std::string(gpt::cuda::gemm_in_use(true)) == name);
+    CHECK(std::string(gpt::cuda::gemm_in_use(false)) == name);
+  }
+
+  gpt::cuda::set_gemm("v2");
+  CHECK_THROWS_AS(gpt::cuda::set_gemm("bogus"), std::invalid_argument);
+  CHECK(std::string(gpt::cuda::gemm_in_use(false)) == "v2");  // a refused name changes nothing
+  try {
+    gpt::cuda::set_gemm("bogus");
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("bogus") != std::string::npos);  // names the value
+    CHECK(what.find("hand") != std::string::npos);   // and lists the choices
+    CHECK(what.find("v5") != std::string::npos);
+  }
+  CHECK_THROWS_AS(gpt::cuda::set_gemm("V3"), std::invalid_argument);  // names are exact
+  CHECK_THROWS_AS(gpt::cuda::set_gemm(nullptr), std::invalid_argument);
+  gpt::cuda::set_gemm("hand");
+}
+
+int main(int argc, char** argv) {
+  int devices = 0;
+  const cudaError_t err = cudaGetDeviceCount(&devices);
+  if (err != cudaSuccess || devices == 0) {
+    std::printf("no CUDA device (%s): skipped\n",
+                err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount reports 0");
+    return 77;  // CTest: SKIP_RETURN_CODE
+  }
+  return Catch::Session().run(argc, argv);
+}
