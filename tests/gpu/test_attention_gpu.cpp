@@ -44,8 +44,7 @@
 //   dq: 2^-7 scale kmax G    (sum_u |P_tu (dP_tu - D_t)| |k_u| <= G kmax)
 //   dk: 2^-7 scale qmax colP G
 // on top of the v3 (bf16, D from the rounded output) tolerances.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "tests/gpu/gpu_test.h"  // Catch2 (own main), cuda_ok, bf16 conversions
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -65,26 +64,12 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-void cuda_ok(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-}
+using gpt::gpu_test::cuda_ok;
 
 // ---- host <-> device ------------------------------------------------------------------
 
-// Host-side conversions: bf16 rounding is the CPU's own (to nearest even), so the
-// rounded inputs are bit for bit what the reference sees.
-template <class E>
-E to_elem(float x);
-template <>
-float to_elem<float>(float x) { return x; }
-template <>
-bf16 to_elem<bf16>(float x) {
-  __nv_bfloat16_raw raw;
-  raw.x = gpt::cpu::bf16_bits(x);
-  return bf16(raw);
-}
-float to_float(float x) { return x; }
-float to_float(bf16 x) { return gpt::cpu::bf16_to_float(__nv_bfloat16_raw(x).x); }
+using gpt::gpu_test::to_elem;
+using gpt::gpu_test::to_float;
 
 // A device array of n elements of E; freed on scope exit.
 template <class E>
@@ -434,13 +419,4 @@ TEST_CASE("gpu attention rejects shapes it was not built for", "[gpu][attention]
   CHECK_THROWS_AS(gpt::cuda::attention_forward_v1(none, none, none, 2, 0, 192, 3), std::invalid_argument);
 }
 
-int main(int argc, char** argv) {
-  int devices = 0;
-  const cudaError_t err = cudaGetDeviceCount(&devices);
-  if (err != cudaSuccess || devices == 0) {
-    std::printf("no CUDA device (%s): skipped\n",
-                err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount reports 0");
-    return 77;  // CTest: SKIP_RETURN_CODE
-  }
-  return Catch::Session().run(argc, argv);
-}
+int main(int argc, char** argv) { return gpt::gpu_test::run_tests_or_skip(argc, argv); }

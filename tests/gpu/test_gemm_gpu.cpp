@@ -54,8 +54,7 @@
 // The matmul ops use the same bounds with K = C (out), OC (dinp) and N (dW, dbias); their
 // S comes from running the double reference on the absolute values of its inputs (the
 // product of |.|s is exactly sum |a b|).
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "tests/gpu/gpu_test.h"  // Catch2 (own main), cuda_ok, bf16 conversions
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -83,30 +82,12 @@ using nv_bf16 = __nv_bfloat16;
 using gpt::cuda::GemmArgs;
 using gpt::cuda::GemmVersion;
 
-void cuda_ok(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-}
+using gpt::gpu_test::cuda_ok;
 
 // ---- host <-> device ------------------------------------------------------------------
 
-// Host-side conversions: bf16 rounding is the CPU's own (to nearest even), so the rounded
-// inputs are bit for bit what the reference sees. Two bf16 types: the GEMM's
-// (__nv_bfloat16) and the ops' API type (gpt::bf16), the same 16 bits.
-template <class E>
-E to_elem(float x);
-template <>
-float to_elem<float>(float x) { return x; }
-template <>
-nv_bf16 to_elem<nv_bf16>(float x) {
-  __nv_bfloat16_raw raw;
-  raw.x = gpt::cpu::bf16_bits(x);
-  return nv_bf16(raw);
-}
-template <>
-gpt::bf16 to_elem<gpt::bf16>(float x) { return gpt::bf16{gpt::cpu::bf16_bits(x)}; }
-float to_float(float x) { return x; }
-float to_float(nv_bf16 x) { return gpt::cpu::bf16_to_float(__nv_bfloat16_raw(x).x); }
-float to_float(gpt::bf16 x) { return gpt::cpu::bf16_to_float(x.bits); }
+using gpt::gpu_test::to_elem;
+using gpt::gpu_test::to_float;
 
 template <class E>
 constexpr bool kIsBf16 = std::is_same_v<E, nv_bf16> || std::is_same_v<E, gpt::bf16>;
@@ -616,13 +597,4 @@ TEST_CASE("set_gemm: the choice, the descent down the ladder, and bad names", "[
   gpt::cuda::set_gemm("hand");
 }
 
-int main(int argc, char** argv) {
-  int devices = 0;
-  const cudaError_t err = cudaGetDeviceCount(&devices);
-  if (err != cudaSuccess || devices == 0) {
-    std::printf("no CUDA device (%s): skipped\n",
-                err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount reports 0");
-    return 77;  // CTest: SKIP_RETURN_CODE
-  }
-  return Catch::Session().run(argc, argv);
-}
+int main(int argc, char** argv) { return gpt::gpu_test::run_tests_or_skip(argc, argv); }

@@ -83,8 +83,7 @@
 // Exact (bit for bit, NaN only as NaN): round_to_bf16 and convert (one correctly rounded
 // or exact conversion, the same as the CPU's kernels/cpu/bf16.h), AdamW's compute copy
 // against the GPU's own updated fp32 weights, and the repeated backward runs.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "tests/gpu/gpu_test.h"  // Catch2 (own main), cuda_ok, bf16 conversions
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -132,25 +131,15 @@ double stored_bound(double e, double want) {
 
 // ---- host <-> device ---------------------------------------------------------------------
 
-void cuda_ok(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-}
+using gpt::gpu_test::cuda_ok;
 void sync(const char* what) { cuda_ok(cudaDeviceSynchronize(), what); }
 
-// Host-side conversions: bf16 rounding is the CPU's own (to nearest even), so the rounded
-// inputs are bit for bit what the reference sees.
+// x as the storage type E holds it (tests/gpu/gpu_test.h).
 template <class E>
-E to_storage(float x);
-template <>
-float to_storage<float>(float x) {
-  return x;
+E to_storage(float x) {
+  return gpt::gpu_test::to_elem<E>(x);
 }
-template <>
-bf16 to_storage<bf16>(float x) {
-  return bf16{gpt::cpu::bf16_bits(x)};
-}
-float to_float(float x) { return x; }
-float to_float(bf16 x) { return gpt::cpu::bf16_to_float(x.bits); }
+using gpt::gpu_test::to_float;
 
 // x as storage type E holds it.
 template <class E>
@@ -945,7 +934,7 @@ TEMPLATE_TEST_CASE("gpu ops reject null pointers and impossible shapes", "[gpu][
   // Valid buffers everywhere but the argument under test; token and target 0 is valid.
   DeviceArray<A> a(1024), b(1024), c(1024), d(1024), e(1024);
   DeviceArray<float> f(1024), g(1024), h(1024), k(1024);
-  DeviceArray<bf16> half(1024);  // convert's bf16 side, whatever A is
+  DeviceArray<bf16> bf16_side(1024);  // convert's bf16 side, whatever A is
   DeviceArray<int32_t> idx(1024);
   idx.upload(std::vector<int32_t>(1024, 0));
   const gpt::ops::AdamWArgs args{1e-3, 0.9, 0.95, 1e-8, 0.1, 1.0, 1};
@@ -1001,9 +990,9 @@ TEMPLATE_TEST_CASE("gpu ops reject null pointers and impossible shapes", "[gpu][
     INFO("null argument " << which);
     CHECK_THROWS_AS(gpt::cuda::gelu_forward(null_if(a.get(), which == 0), null_if(b.get(), which == 1), 100),
                     invalid_argument);
-    CHECK_THROWS_AS(gpt::cuda::convert(null_if(half.get(), which == 0), null_if(f.get(), which == 1), 100),
+    CHECK_THROWS_AS(gpt::cuda::convert(null_if(bf16_side.get(), which == 0), null_if(f.get(), which == 1), 100),
                     invalid_argument);
-    CHECK_THROWS_AS(gpt::cuda::convert(null_if(f.get(), which == 0), null_if(half.get(), which == 1), 100),
+    CHECK_THROWS_AS(gpt::cuda::convert(null_if(f.get(), which == 0), null_if(bf16_side.get(), which == 1), 100),
                     invalid_argument);
   }
   for (int which = 0; which < 4; ++which) {
@@ -1039,16 +1028,7 @@ TEMPLATE_TEST_CASE("gpu ops reject null pointers and impossible shapes", "[gpu][
   CHECK_THROWS_AS(gpt::cuda::adamw_update(f.get(), g.get(), h.get(), k.get(), 100, step0, a.get(), true),
                   invalid_argument);
   sync("rejected calls");  // nothing was launched, so nothing failed
-  check_guards(a, b, c, d, e, f, g, h, k, half, idx);
+  check_guards(a, b, c, d, e, f, g, h, k, bf16_side, idx);
 }
 
-int main(int argc, char** argv) {
-  int devices = 0;
-  const cudaError_t err = cudaGetDeviceCount(&devices);
-  if (err != cudaSuccess || devices == 0) {
-    std::printf("no CUDA device (%s): skipped\n",
-                err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount reports 0");
-    return 77;  // CTest: SKIP_RETURN_CODE
-  }
-  return Catch::Session().run(argc, argv);
-}
+int main(int argc, char** argv) { return gpt::gpu_test::run_tests_or_skip(argc, argv); }

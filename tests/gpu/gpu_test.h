@@ -1,0 +1,60 @@
+// What every GPU test program shares: CUDA error checks, the host-side conversions
+// between float and the two bf16 types, and the main() that reports "skipped" (exit
+// 77, CTest's SKIP_RETURN_CODE) on a machine without a CUDA device.
+//
+// bf16 rounding on the host is the CPU reference's own (kernels/cpu/bf16.h, to nearest
+// even), so inputs rounded here are bit for bit what the reference sees. Two bf16 types
+// carry the same 16 bits: the kernels' __nv_bfloat16 and the ops API's gpt::bf16.
+#pragma once
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+#include "common/bf16.h"
+#include "kernels/cpu/bf16.h"
+
+namespace gpt::gpu_test {
+
+inline void cuda_ok(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+// x stored as element type E (float, __nv_bfloat16 or gpt::bf16; bf16 rounds to nearest even).
+template <class E>
+E to_elem(float x);
+template <>
+inline float to_elem<float>(float x) {
+  return x;
+}
+template <>
+inline __nv_bfloat16 to_elem<__nv_bfloat16>(float x) {
+  __nv_bfloat16_raw raw;
+  raw.x = gpt::cpu::bf16_bits(x);
+  return __nv_bfloat16(raw);
+}
+template <>
+inline gpt::bf16 to_elem<gpt::bf16>(float x) {
+  return gpt::bf16{gpt::cpu::bf16_bits(x)};
+}
+inline float to_float(float x) { return x; }
+inline float to_float(__nv_bfloat16 x) { return gpt::cpu::bf16_to_float(__nv_bfloat16_raw(x).x); }
+inline float to_float(gpt::bf16 x) { return gpt::cpu::bf16_to_float(x.bits); }
+
+// The test program's main: Catch2's, unless no CUDA device is visible.
+inline int run_tests_or_skip(int argc, char** argv) {
+  int devices = 0;
+  const cudaError_t err = cudaGetDeviceCount(&devices);
+  if (err != cudaSuccess || devices == 0) {
+    std::printf("no CUDA device (%s): skipped\n",
+                err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount reports 0");
+    return 77;  // CTest: SKIP_RETURN_CODE
+  }
+  return Catch::Session().run(argc, argv);
+}
+
+}  // namespace gpt::gpu_test
