@@ -595,4 +595,33 @@ class JsonLine {
   std::string body_;
 };
 
+// ---- the program's frame ------------------------------------------------------------------
+
+// A benchmark's main: runs run(argc, argv); bad arguments (std::invalid_argument) print
+// the message and the usage and exit 2, any other failure exits 1 with the program's name.
+template <class Run, class Usage>
+int bench_main(const char* program, int argc, char** argv, Run&& run, Usage&& print_usage) {
+  try {
+    return run(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    print_usage(stderr);
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 1;
+  }
+}
+
+// Whether a CUDA device is visible; says so on stderr when not.
+inline bool have_device(const char* program) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    (void)cudaGetLastError();
+    std::fprintf(stderr, "%s: no CUDA device\n", program);
+    return false;
+  }
+  return true;
+}
+
 }  // namespace gpt::bench

@@ -466,11 +466,7 @@ int run(int argc, char** argv) {
     return 0;
   }
 
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::fprintf(stderr, "bench_gemm: no CUDA device\n");
-    return 1;
-  }
+  if (!have_device("bench_gemm")) return 1;
   const DeviceInfo dev = device_info();
   std::printf("bench_gemm: GPT-2 124M training products at %d tokens, and 4096^3\n", kTokens);
   print_device(dev);
@@ -497,15 +493,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    print_usage(stderr);
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_gemm: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return gpt::bench::bench_main("bench_gemm", argc, argv, run, print_usage); }

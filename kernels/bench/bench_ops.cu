@@ -487,11 +487,7 @@ int run(int argc, char** argv) {
   const Options opt = parse(args);
   args.finish();
 
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::fprintf(stderr, "bench_ops: no CUDA device\n");
-    return 1;
-  }
+  if (!have_device("bench_ops")) return 1;
   std::ofstream json;
   if (!opt.json_path.empty()) {
     json.open(opt.json_path, std::ios::trunc);
@@ -538,15 +534,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    print_usage(stderr);
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_ops: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return gpt::bench::bench_main("bench_ops", argc, argv, run, print_usage); }
