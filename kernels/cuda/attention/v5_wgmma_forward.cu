@@ -20,6 +20,10 @@
 //     tiles are in flight while the current one is multiplied. setmaxnreg moves
 //     registers from the producer (24 per thread) to the consumers (240 per thread).
 //
+// The PTX primitives behind these steps (mbarriers, tensor maps, setmaxnreg, the wgmma
+// fence/commit/wait discipline) are shared with GEMM v5 in kernels/cuda/hopper.cuh,
+// which explains each of them and the descriptor's bit layout.
+//
 // Per CTA: one (128-query tile, batch b, head h); grid (ceil(T/128), B*NH), the
 // heaviest (last) query tiles first, as v2. Key tiles are 128 keys; a causal query
 // tile i visits key tiles 0..i and no further.
@@ -66,7 +70,6 @@
 // The output is bf16 (out) and the logsumexp fp32 (lse = m*scale + log l), as v2; P
 // is rounded to bf16 before P V (as in v4), l sums the unrounded P.
 #include <cuda.h>  // CUtensorMap and its enums only: the driver is reached via cudart
-#include <cudaTypedefs.h>
 
 #include <cmath>
 #include <cstdint>
@@ -76,14 +79,11 @@
 
 #include "kernels/cuda/attention/attention.h"
 #include "kernels/cuda/attention/common.cuh"
+#include "kernels/cuda/hopper.cuh"
 
-// wgmma and setmaxnreg exist only on sm_90a; the sm_80 pass compiles an empty kernel
-// (never launched there: the host function checks the device first).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define GPT_V5_DEVICE_CODE 1
-#else
-#define GPT_V5_DEVICE_CODE 0
-#endif
+// wgmma and setmaxnreg exist only on sm_90a (GPT_HOPPER_DEVICE_CODE, hopper.cuh); the
+// sm_80 pass compiles an empty kernel (never launched there: the host function checks
+// the device first).
 
 namespace gpt::cuda {
 // A named namespace, not an anonymous one: the sm_80 pass compiles the device code out,
@@ -134,38 +134,9 @@ struct SmemLayout {
 static_assert(SmemLayout<64>::dynamic_bytes <= 227 * 1024 && SmemLayout<128>::dynamic_bytes <= 227 * 1024,
               "more shared memory than a Hopper block can have");
 
-#if GPT_V5_DEVICE_CODE
-// ---- device: mbarrier, TMA, wgmma and register PTX wrappers -----------------------
-// Shared-memory operands are 32-bit shared-window addresses (what cvta.to.shared gives).
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return uint32_t(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void barrier_init(uint32_t bar, uint32_t arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
-}
-// One arrival that also announces `bytes` of copies that will complete on this phase.
-__device__ __forceinline__ void barrier_arrive_expect_bytes(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void barrier_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-// Returns once the most recent phase of parity `parity` has completed (see the header).
-__device__ __forceinline__ void barrier_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n .reg .pred complete;\n"
-        " mbarrier.try_wait.parity.shared::cta.b64 complete, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, complete;\n}"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
+#if GPT_HOPPER_DEVICE_CODE
+// ---- device: PTX wrappers (the shared primitives are in hopper.cuh) ------------------
+// Shared-memory operands are 32-bit shared-window addresses (hopper::shared_address).
 
 // Box (64 columns x 128 rows x 1 batch) at element coordinates (column, row, batch) of
 // the tensor map -> shared memory at dst; completion counted in bytes on `bar`.
@@ -178,43 +149,7 @@ __device__ __forceinline__ void tma_load_box(uint32_t dst, const CUtensorMap* ma
       : "memory");
 }
 
-template <int kRegisters>
-__device__ __forceinline__ void shrink_registers() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegisters));
-}
-template <int kRegisters>
-__device__ __forceinline__ void grow_registers() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegisters));
-}
-
-// wgmma reads and writes its register operands asynchronously. wgmma_fence orders this
-// thread's earlier register writes (O *= c, P) before the next MMAs read them;
-// wgmma_wait<0> blocks until every committed MMA of the warpgroup is complete.
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
-}
-// A compiler-only fence: the register's value is "produced" here, so the compiler can
-// neither hoist a read of an accumulator above the wait that completes it nor sink a
-// write below the wgmma_fence that must follow it.
-template <int N>
-__device__ __forceinline__ void pin_registers(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-template <int N, int M>
-__device__ __forceinline__ void pin_registers(uint32_t (&r)[N][M]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-#pragma unroll
-    for (int j = 0; j < M; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
-}
-
-// Shared-memory matrix descriptor, 128-byte swizzle (PTX "matrix descriptor"):
-//   bits  0-13  start address >> 4       bits 16-29  leading byte offset >> 4
-//   bits 32-45  stride byte offset >> 4  bits 62-63  swizzle mode (1 = 128 bytes)
+// Shared-memory matrix descriptors, 128-byte swizzle (bit layout: hopper.cuh).
 // K-major operand (Q as A, K as B: rows of 64 contiguous head columns): consecutive
 //   8-row groups are kAtomBytes apart (stride offset); the leading offset is unused
 //   with this swizzle (1 by convention). The 16 columns of k-step kk are selected by
@@ -300,10 +235,10 @@ __device__ __forceinline__ float quad_sum(float x) {
 template <int HS>
 __device__ void produce(const CUtensorMap* map, uint32_t base, int b, int h, int C, int q0, int n_tiles) {
   using L = SmemLayout<HS>;
-  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+  hopper::prefetch_tensor_map(map);
   // Columns of head h in the (3C)-wide rows: q at h*HS, k at C + h*HS, v at 2C + h*HS;
   // box c of a tile covers the head's columns 64c .. 64c+63.
-  barrier_arrive_expect_bytes(base + L::q_full, L::kTileBytes);
+  hopper::mbarrier_arrive_expect_tx(base + L::q_full, L::kTileBytes);
 #pragma unroll
   for (int c = 0; c < L::kColumnBlocks; ++c)
     tma_load_box(base + L::q + c * kBoxBytes, map, h * HS + c * kSwizzleCols, q0, b, base + L::q_full);
@@ -311,14 +246,14 @@ __device__ void produce(const CUtensorMap* map, uint32_t base, int b, int h, int
   int stage = 0;
   uint32_t round_parity = 0;  // (j / kStages) & 1
   for (int j = 0; j < n_tiles; ++j) {
-    barrier_wait(base + L::kv_empty(stage), round_parity ^ 1);  // tile j - kStages released
+    hopper::mbarrier_wait(base + L::kv_empty(stage), round_parity ^ 1);  // tile j - kStages released
     // Box bytes count in full even where rows past T are zero-filled.
-    barrier_arrive_expect_bytes(base + L::k_full(stage), L::kTileBytes);
+    hopper::mbarrier_arrive_expect_tx(base + L::k_full(stage), L::kTileBytes);
 #pragma unroll
     for (int c = 0; c < L::kColumnBlocks; ++c)
       tma_load_box(base + L::k(stage) + c * kBoxBytes, map, C + h * HS + c * kSwizzleCols, j * kBc, b,
                    base + L::k_full(stage));
-    barrier_arrive_expect_bytes(base + L::v_full(stage), L::kTileBytes);
+    hopper::mbarrier_arrive_expect_tx(base + L::v_full(stage), L::kTileBytes);
 #pragma unroll
     for (int c = 0; c < L::kColumnBlocks; ++c)
       tma_load_box(base + L::v(stage) + c * kBoxBytes, map, 2 * C + h * HS + c * kSwizzleCols, j * kBc, b,
@@ -343,16 +278,16 @@ __device__ void produce(const CUtensorMap* map, uint32_t base, int b, int h, int
 // S = Q_w K^T for this warpgroup's 64 rows: HS/16 k-steps of 16 head columns.
 template <int HS>
 __device__ __forceinline__ void compute_scores(float (&s)[kBc / 2], uint32_t q_rows, uint32_t k_tile) {
-  wgmma_fence();
+  hopper::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < HS / 16; ++kk) {
     const uint32_t column_offset = (kk / 4) * kBoxBytes + (kk % 4) * 32;  // box, then 32 B = 16 cols
     wgmma_128_smem_smem(s, k_major_descriptor(q_rows + column_offset),
                         k_major_descriptor(k_tile + column_offset), kk > 0);
   }
-  wgmma_commit();
-  wgmma_wait<0>();
-  pin_registers(s);
+  hopper::wgmma_commit();
+  hopper::wgmma_wait<0>();
+  hopper::pin_registers(s);
 }
 
 // Keys u > t (causal) and u >= T (tail, zero-filled rows of K) score -inf.
@@ -415,15 +350,15 @@ __device__ __forceinline__ void accumulate_pv(float (&o)[HS / 2], float (&s)[kBc
     p[kk][2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
     p[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
   }
-  pin_registers(p);
-  pin_registers(o);
-  wgmma_fence();
+  hopper::pin_registers(p);
+  hopper::pin_registers(o);
+  hopper::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kBc / 16; ++kk)
     wgmma_regs_smem(o, p[kk], mn_major_descriptor(v_tile + kk * 2 * kAtomBytes), 1);
-  wgmma_commit();
-  wgmma_wait<0>();
-  pin_registers(o);
+  hopper::wgmma_commit();
+  hopper::wgmma_wait<0>();
+  hopper::pin_registers(o);
 }
 
 // Normalise and store the thread's two rows: out in bf16 pairs (columns 8n8+2q, +1),
@@ -464,21 +399,21 @@ __device__ void consume(uint32_t base, bf16* out, float* lse, int b, int h, int 
 #pragma unroll
   for (int i = 0; i < HS / 2; ++i) o[i] = 0.0f;
 
-  barrier_wait(base + L::q_full, 0);
+  hopper::mbarrier_wait(base + L::q_full, 0);
   int stage = 0;
   uint32_t round_parity = 0;
   for (int j = 0; j < n_tiles; ++j) {
     const int k0 = j * kBc;
-    barrier_wait(base + L::k_full(stage), round_parity);
+    hopper::mbarrier_wait(base + L::k_full(stage), round_parity);
     compute_scores<HS>(s, q_rows, base + L::k(stage));
     // Only a tile reaching past this warpgroup's first row (the diagonal) or past T
     // has anything to mask; the others are entirely visible.
     if (k0 + kBc - 1 > first_row || k0 + kBc > T_) mask_scores(s, k0, row_lo, q, T_);
     online_softmax<HS>(s, o, m, l, scale_log2);
-    barrier_wait(base + L::v_full(stage), round_parity);
+    hopper::mbarrier_wait(base + L::v_full(stage), round_parity);
     accumulate_pv<HS>(o, s, base + L::v(stage));
     // Both products of this stage are complete (wgmma_wait<0>): hand it back.
-    if (lane == 0) barrier_arrive(base + L::kv_empty(stage));
+    if (lane == 0) hopper::mbarrier_arrive(base + L::kv_empty(stage));
     if (++stage == L::kStages) {
       stage = 0;
       round_parity ^= 1;
@@ -486,7 +421,7 @@ __device__ void consume(uint32_t base, bf16* out, float* lse, int b, int h, int 
   }
   store_rows<HS>(o, m, l, out, lse, b, h, bh, T_, C, row_lo, q, scale);
 }
-#endif  // GPT_V5_DEVICE_CODE
+#endif  // GPT_HOPPER_DEVICE_CODE
 
 // ---- the kernel ------------------------------------------------------------------------
 
@@ -496,10 +431,10 @@ template <int HS>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_forward_wgmma_kernel(const __grid_constant__ CUtensorMap qkv_map, bf16* out, float* lse, int T_,
                                int C, int NH, float scale) {
-#if GPT_V5_DEVICE_CODE
+#if GPT_HOPPER_DEVICE_CODE
   using L = SmemLayout<HS>;
   extern __shared__ uint8_t smem_raw[];
-  const uint32_t base = (shared_address(smem_raw) + 1023u) & ~1023u;
+  const uint32_t base = (hopper::shared_address(smem_raw) + 1023u) & ~1023u;
 
   const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int q_tile = gridDim.x - 1 - blockIdx.x;  // heaviest tiles first
@@ -508,24 +443,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int n_tiles = (min(q0 + kBr, T_) - 1) / kBc + 1;
 
   if (threadIdx.x == 0) {
-    barrier_init(base + L::q_full, 1);  // the producer's arrive.expect_tx
+    hopper::mbarrier_init(base + L::q_full, 1);  // the producer's arrive.expect_tx
     for (int s = 0; s < L::kStages; ++s) {
-      barrier_init(base + L::k_full(s), 1);
-      barrier_init(base + L::v_full(s), 1);
-      barrier_init(base + L::kv_empty(s), 4 * kConsumers);  // lane 0 of each consumer warp
+      hopper::mbarrier_init(base + L::k_full(s), 1);
+      hopper::mbarrier_init(base + L::v_full(s), 1);
+      hopper::mbarrier_init(base + L::kv_empty(s), 4 * kConsumers);  // lane 0 of each consumer warp
     }
-    // Make the initialised barriers visible to the copy engine (the async proxy).
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    hopper::fence_barrier_init();  // visible to the copy engine (the async proxy)
   }
   __syncthreads();  // the last block-wide barrier: the producer's idle warps exit below
 
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
-    shrink_registers<kProducerRegisters>();
+    hopper::setmaxnreg_dec<kProducerRegisters>();
     if (threadIdx.x == 0) produce<HS>(&qkv_map, base, b, h, C, q0, n_tiles);
   } else {
-    grow_registers<kConsumerRegisters>();
+    hopper::setmaxnreg_inc<kConsumerRegisters>();
     consume<HS>(base, out, lse, b, h, bh, T_, C, q0, n_tiles, scale, warpgroup - 1);
   }
 #else
@@ -535,21 +468,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- host ------------------------------------------------------------------------------
 
-// cuTensorMapEncodeTiled is a driver function; cudart hands out its address, so the
-// program needs no -lcuda. Looked up once.
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    GPT_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                                    &found));
-    if (found != cudaDriverEntryPointSuccess || fn == nullptr)
-      throw std::runtime_error("attention_forward_v5: the driver has no cuTensorMapEncodeTiled");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  return encode;
-}
-
 // qkv seen as a 3-D tensor (column 0..3C-1, position t 0..T-1, batch 0..B-1): batches
 // are their own dimension, so a box that runs past T reads zeros, not the next
 // sequence. Boxes are 64 columns (128 bytes, the swizzle width) x 128 rows.
@@ -558,27 +476,7 @@ CUtensorMap make_qkv_map(const bf16* qkv, int B, int T_, int C) {
   const cuuint64_t dims[3] = {3 * cuuint64_t(C), cuuint64_t(T_), cuuint64_t(B)};
   const cuuint64_t strides[2] = {row_bytes, row_bytes * cuuint64_t(T_)};  // of dims 1, 2 (bytes)
   const cuuint32_t box[3] = {kSwizzleCols, 128, 1};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  CUtensorMap map;
-  const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(qkv),
-                                          dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);  // NONE: zeros
-  if (r != CUDA_SUCCESS)
-    throw std::runtime_error("attention_forward_v5: cuTensorMapEncodeTiled failed (CUresult " +
-                             std::to_string(int(r)) + ")");
-  return map;
-}
-
-void require_hopper(const char* fn) {
-  int device = 0, major = 0, minor = 0;
-  GPT_CUDA_CHECK(cudaGetDevice(&device));
-  GPT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  GPT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  if (major != 9)
-    throw std::invalid_argument(std::string(fn) + ": needs a Hopper GPU (compute capability 9.x); device " +
-                                std::to_string(device) + " is " + std::to_string(major) + "." +
-                                std::to_string(minor));
+  return hopper::bf16_swizzle128_tensor_map<3>("attention_forward_v5", qkv, dims, strides, box);
 }
 
 template <int HS>
@@ -605,7 +503,7 @@ void attention_forward_v5(T* out, float* lse, const T* qkv, int B, int T_, int C
     throw std::invalid_argument(std::string(fn) + ": qkv must be 16-byte aligned (TMA)");
   if (reinterpret_cast<uintptr_t>(out) % 4 != 0)
     throw std::invalid_argument(std::string(fn) + ": out must be 4-byte aligned");
-  attention_v5::require_hopper(fn);
+  hopper::require_hopper(fn);
   if (hs == 64)
     attention_v5::launch<64>(out, lse, qkv, B, T_, C, NH, stream);
   else
