@@ -24,7 +24,10 @@ bool flash_head_size(int C, int NH) {
   return C % NH == 0 && (hs == 64 || hs == 128);
 }
 
-bool is_hopper() {
+// v5 runs where it can: a Hopper GPU, and a build that has its sm_90a code (without it
+// the kernel body is compiled out).
+bool v5_forward_available() {
+#ifdef GPT_HAVE_SM90A
   static const bool hopper = [] {
     int dev = 0, major = 0;
     GPT_CUDA_CHECK(cudaGetDevice(&dev));
@@ -32,6 +35,9 @@ bool is_hopper() {
     return major == 9;
   }();
   return hopper;
+#else
+  return false;
+#endif
 }
 
 // The naive version's probabilities (other head sizes) and the flash backward's D rows.
@@ -50,7 +56,7 @@ void attention_forward(A* out, float* lse, const A* qkv, int B, int T, int C, in
     attention_forward_v1(o, scratch().as<float>(size_t(B) * NH * T * T), x, B, T, C, NH);
   } else if constexpr (std::is_same_v<A, float>) {
     attention_forward_v2(o, lse, x, B, T, C, NH);
-  } else if (is_hopper()) {
+  } else if (v5_forward_available()) {
     attention_forward_v5(o, lse, x, B, T, C, NH);
   } else {
     attention_forward_v4(o, lse, x, B, T, C, NH);

@@ -75,6 +75,10 @@ std::string tensor_core_refusal(GemmVersion v, const GemmArgs<Tin, Tout>& a) {
   const int cc = current_capability();
   if (v == GemmVersion::V4 && cc < 80) return "it needs compute capability 8.0 or newer (this device: " + std::to_string(cc) + ")";
   if (v == GemmVersion::V5 && cc / 10 != 9) return "it needs compute capability 9.x (this device: " + std::to_string(cc) + ")";
+#ifndef GPT_HAVE_SM90A
+  // Built without sm_90a (e.g. CMAKE_CUDA_ARCHITECTURES=90): the kernel body is empty.
+  if (v == GemmVersion::V5) return "this build has no sm_90a code (add 90a to CMAKE_CUDA_ARCHITECTURES)";
+#endif
   if (!aligned16(a.A) || !aligned16(a.B) || !aligned16(a.C)) return "A, B and C must be 16-byte aligned";
   if (a.gelu_out && !aligned16(a.gelu_out)) return "gelu_out must be 16-byte aligned";
   if (a.bias && !aligned16(a.bias)) return "bias must be 16-byte aligned";

@@ -15,7 +15,8 @@
 //   op(A) is M x K: A stored M x K when !trans_a, or A^T with A stored K x M;
 //   op(B) is K x N: B stored K x N when !trans_b, or B^T with B stored N x K;
 //   C[m,n] = (accumulate ? C[m,n] : 0) + sum_k op(A)[m,k] op(B)[k,n] + bias[n]
-//   and, when gelu_out is non-null, gelu_out[m,n] = gelu(C[m,n]) (tanh form).
+//   and, when gelu_out is non-null, gelu_out[m,n] = gelu(C[m,n]) (tanh form), from the
+//   fp32 value before C is rounded to Tout (as the CPU reference does).
 // Training uses three layouts (linear weights W stored (OC, C), as PyTorch):
 //   forward   out  = inp . W^T + bias     trans_a = false, trans_b = true   (M=N_rows, N=OC, K=C)
 //   dinp      dinp += dout . W            trans_a = false, trans_b = false  (M=N_rows, N=C, K=OC)
@@ -24,9 +25,10 @@
 // accumulation. Element types (Tin -> Tout): float -> float, bf16 -> bf16, bf16 -> float
 // (dW into fp32 gradients). bias has type Tin; gelu requires !accumulate.
 //
-// v4 and v5 take bf16 inputs only, and need 16-byte aligned A, B, C and row strides
-// that are multiples of 8 elements (cp.async and TMA move 16-byte pieces); they throw
-// std::invalid_argument otherwise, and gemm_version_supports() says so beforehand.
+// v4 and v5 take bf16 inputs only, and need 16-byte aligned A, B, C (and bias and
+// gelu_out when given) and row strides that are multiples of 8 elements (cp.async and
+// TMA move 16-byte pieces); they throw std::invalid_argument otherwise, and
+// gemm_version_supports() says so beforehand.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>

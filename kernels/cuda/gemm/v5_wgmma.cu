@@ -364,7 +364,6 @@ __device__ __forceinline__ void mma_tile(float (&acc)[kAccRegs], uint32_t stages
     }
     hopper::wgmma_commit();
     hopper::wgmma_wait<1>();  // the group of k-block kb-1 has finished reading its stage
-    hopper::pin_registers(acc);
     if (previous_stage >= 0 && signals) hopper::mbarrier_arrive(bars.empty_at(previous_stage));
     previous_stage = state.stage;
     state.advance();
@@ -394,13 +393,6 @@ __device__ __forceinline__ void store_pair(__nv_bfloat16* p, float a, float b) {
   v.x = from_float<__nv_bfloat16>(a);
   v.y = from_float<__nv_bfloat16>(b);
   *reinterpret_cast<__nv_bfloat162*>(p) = v;
-}
-
-// The value C takes in memory, rounded to Tout: GELU is applied to it, so the fused
-// gelu_out equals gelu() run afterwards on the stored C.
-template <class Tout>
-__device__ __forceinline__ float as_stored(float x) {
-  return to_float(from_float<Tout>(x));
 }
 
 // Writes this warpgroup's 64 x 256 accumulators to rows row0.., columns col0.. of C:
@@ -441,7 +433,8 @@ __device__ __forceinline__ void store_tile(const float (&acc)[kAccRegs], const E
       }
       if (ep.gelu_out) {
         Tout* g = ep.gelu_out + m * ep.ldc + n;
-        const float g0 = gelu(as_stored<Tout>(v0)), g1 = gelu(as_stored<Tout>(v1));
+        // From the fp32 pre-activation, before C's rounding: as every version and the CPU.
+        const float g0 = gelu(v0), g1 = gelu(v1);
         if (pair && ep.gelu_pairs) {
           store_pair(g, g0, g1);
         } else {
