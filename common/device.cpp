@@ -58,7 +58,7 @@ std::optional<double> device_peak_flops(Device d, Precision p) {
   };
   std::optional<Peak> peak;
   if (has("H100") || has("H200") || has("GH200"))
-    peak = has("PCIe") ? Peak{756, 51} : Peak{989, 67};  // SXM and NVL parts: 989 / 67
+    peak = has("PCIe") ? Peak{756, 51} : has("NVL") ? Peak{835, 60} : Peak{989, 67};  // PCIe, NVL, SXM
   else if (has("A100"))
     peak = Peak{312, 19.5};
   else if (has("L40S"))

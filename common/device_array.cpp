@@ -25,7 +25,9 @@ cudaMemcpyKind copy_kind(Device to, Device from) {
 }
 #endif
 
+#ifndef GPT_HAVE_CUDA
 void no_cuda() { fail("device=cuda: this build has no CUDA"); }
+#endif
 
 }  // namespace
 
@@ -62,6 +64,16 @@ void device_zero(Device d, void* p, size_t bytes) {
   if (d == Device::CPU) return void(std::memset(p, 0, bytes));
 #ifdef GPT_HAVE_CUDA
   cuda_ok(cudaMemsetAsync(p, 0, bytes), "cudaMemsetAsync", bytes);
+#else
+  no_cuda();
+#endif
+}
+
+void device_synchronize(Device d) {
+  if (d == Device::CPU) return;
+#ifdef GPT_HAVE_CUDA
+  const cudaError_t err = cudaDeviceSynchronize();
+  if (err != cudaSuccess) fail(std::string("a GPU kernel failed: ") + cudaGetErrorString(err));
 #else
   no_cuda();
 #endif

@@ -17,6 +17,10 @@ void device_free(Device d, void* p);
 void device_zero(Device d, void* p, size_t bytes);
 // Copies bytes from src (on device `from`) to dst (on device `to`); synchronous.
 void device_copy(Device to, void* dst, Device from, const void* src, size_t bytes);
+// Waits until all work queued on the device has finished (a no-op on the CPU, where
+// every op is synchronous); fails with a clear message if a queued kernel failed.
+// Timings of GPU work read the clock after this, not after the launches.
+void device_synchronize(Device d);
 
 template <class T>
 class DeviceArray {

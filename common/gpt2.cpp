@@ -63,7 +63,9 @@ void GPT2<A>::set_params(const G* values) {
   if constexpr (std::is_same_v<A, bf16>) {
     ops::convert_to_bf16(device_, params_.data(), values, params_.size());
   } else {
-    device_copy(device_, params_.data(), device_, values, params_.bytes());
+    // The trainer's fp32 master weights may be these very parameters: no copy onto
+    // itself (cudaMemcpy forbids overlapping ranges).
+    if (values != params_.data()) device_copy(device_, params_.data(), device_, values, params_.bytes());
     store(params_.data(), params_.size());
   }
 }

@@ -132,6 +132,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
       else
         optimizer.step(device, model.params().data(), model.grads().data(), lr, scale, cfg, int(step + 1), bf16);
     }
+    device_synchronize(device);  // GPU: the step ends when its last kernel has run
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
 
@@ -168,6 +169,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     std::printf("---- sample (temperature %.2f, top-k %d) ----\n%s\n----\n", cfg.temperature, cfg.top_k, text.c_str());
     log.sample(state.step, text);
   }
+  device_synchronize(device);  // a failure in the last queued kernel is reported, not lost
   Trace::global().write();
   return 0;
 }
