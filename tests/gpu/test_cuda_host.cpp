@@ -1,0 +1,165 @@
+// The host side of the CUDA kernels, on any machine with a CUDA build, GPU or not: every
+// check that must refuse a bad call before anything reaches the device. A call that got
+// past its checks on a machine without a GPU would fail with std::runtime_error (the
+// CUDA error), not std::invalid_argument, so each CHECK_THROWS_AS below also proves the
+// refusal happens first, naming the argument.
+//
+// What a GPU is needed for (the kernels' results) is in the other files of this folder.
+#include <catch2/catch.hpp>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "common/bf16.h"
+#include "kernels/cuda/attention/attention.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/gemm/gemm.h"
+
+namespace {
+
+using gpt::cuda::GemmArgs;
+using gpt::cuda::GemmVersion;
+using nv_bf16 = __nv_bfloat16;
+
+constexpr GemmVersion kAllVersions[] = {GemmVersion::Cublas, GemmVersion::V1, GemmVersion::V2,
+                                        GemmVersion::V3,     GemmVersion::V4, GemmVersion::V5};
+
+// The message of the std::invalid_argument that f throws ("" if it throws nothing).
+template <class F>
+std::string refusal(F&& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool has_gpu() {
+  int n = 0;
+  const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  (void)cudaGetLastError();
+  return ok;
+}
+
+// A valid 16 x 16 x 16 NT product (the forward's layout) on 16-byte aligned host storage:
+// the checks only look at the pointers' values, and none of these calls gets further.
+template <class T>
+GemmArgs<T, T> valid_call() {
+  alignas(256) static T storage[16 * 16] = {};
+  GemmArgs<T, T> a;
+  a.trans_b = true;
+  a.M = a.N = a.K = 16;
+  a.A = a.B = storage;
+  a.C = storage;
+  a.lda = a.ldb = a.ldc = 16;
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("gemm refuses bad shapes and strides, naming them, for every version", "[cuda_host]") {
+  for (GemmVersion v : kAllVersions) {
+    INFO("version " << gpt::cuda::gemm_version_name(v));
+    auto a = valid_call<nv_bf16>();
+    a.M = 0;
+    CHECK(refusal([&] { gpt::cuda::gemm(v, a); }).find("M = 0") != std::string::npos);
+    a = valid_call<nv_bf16>();
+    a.A = nullptr;
+    CHECK(refusal([&] { gpt::cuda::gemm(v, a); }).find("A is null") != std::string::npos);
+    a = valid_call<nv_bf16>();
+    a.lda = 15;  // A is stored M x K = 16 x 16: rows of 16
+    CHECK(refusal([&] { gpt::cuda::gemm(v, a); }).find("lda = 15") != std::string::npos);
+    a = valid_call<nv_bf16>();
+    a.trans_b = false;
+    a.ldb = 8;  // B stored K x N: rows of N = 16
+    CHECK(refusal([&] { gpt::cuda::gemm(v, a); }).find("ldb = 8") != std::string::npos);
+    a = valid_call<nv_bf16>();
+    a.accumulate = true;
+    a.gelu_out = a.C;
+    CHECK(refusal([&] { gpt::cuda::gemm(v, a); }).find("gelu_out with accumulate") != std::string::npos);
+  }
+}
+
+TEST_CASE("the tensor-core GEMMs say beforehand which calls they cannot take", "[cuda_host]") {
+  for (GemmVersion v : {GemmVersion::V4, GemmVersion::V5}) {
+    INFO("version " << gpt::cuda::gemm_version_name(v));
+    // fp32 inputs: v4 and v5 are bf16 only.
+    CHECK_FALSE(gpt::cuda::gemm_version_supports(v, valid_call<float>()));
+    CHECK_THROWS_AS(gpt::cuda::gemm(v, valid_call<float>()), std::invalid_argument);
+    // A row stride that is not a multiple of 8 elements (16 bytes).
+    auto a = valid_call<nv_bf16>();
+    a.M = a.K = 12;
+    a.lda = 12;
+    CHECK_FALSE(gpt::cuda::gemm_version_supports(v, a));
+    CHECK_THROWS_AS(gpt::cuda::gemm(v, a), std::invalid_argument);
+    // A misaligned base pointer.
+    a = valid_call<nv_bf16>();
+    a.A = a.A + 1;
+    CHECK_FALSE(gpt::cuda::gemm_version_supports(v, a));
+  }
+  if (!has_gpu()) {  // no device: no tensor cores
+    CHECK_FALSE(gpt::cuda::gemm_version_supports(GemmVersion::V4, valid_call<nv_bf16>()));
+    CHECK_FALSE(gpt::cuda::gemm_version_supports(GemmVersion::V5, valid_call<nv_bf16>()));
+  }
+  // v1..v3 and cuBLAS take every valid call.
+  for (GemmVersion v : {GemmVersion::Cublas, GemmVersion::V1, GemmVersion::V2, GemmVersion::V3})
+    CHECK(gpt::cuda::gemm_version_supports(v, valid_call<float>()));
+}
+
+TEST_CASE("set_gemm takes the documented names and refuses others, naming them", "[cuda_host]") {
+  for (const char* name : {"hand", "cublas", "v1", "v2", "v3", "v4", "v5"}) CHECK_NOTHROW(gpt::cuda::set_gemm(name));
+  const std::string why = refusal([] { gpt::cuda::set_gemm("bogus"); });
+  CHECK(why.find("bogus") != std::string::npos);
+  CHECK(why.find("cublas") != std::string::npos);  // and lists the choices
+  CHECK_THROWS_AS(gpt::cuda::set_gemm("V3"), std::invalid_argument);
+  CHECK_THROWS_AS(gpt::cuda::set_gemm(nullptr), std::invalid_argument);
+  gpt::cuda::set_gemm("hand");
+  // "hand" steps down the ladder to what the device can run: without a GPU, v3.
+  if (!has_gpu()) {
+    CHECK(std::string(gpt::cuda::gemm_in_use(true)) == "v3");
+    CHECK(std::string(gpt::cuda::gemm_in_use(false)) == "v3");
+  } else {
+    CHECK(std::string(gpt::cuda::gemm_in_use(false)) == "v3");  // fp32: v4/v5 are bf16 only
+  }
+  gpt::cuda::set_gemm("v2");
+  CHECK(std::string(gpt::cuda::gemm_in_use(true)) == "v2");  // a rung below v4 is taken as asked
+  gpt::cuda::set_gemm("hand");
+}
+
+TEST_CASE("attention versions refuse shapes they were not built for", "[cuda_host]") {
+  float* none = nullptr;
+  nv_bf16* none_bf16 = nullptr;
+  // hs = 96: the flash versions are compiled for 64 and 128.
+  CHECK(refusal([&] { gpt::cuda::attention_forward_v2(none, none, none, 2, 8, 3 * 96, 3); })
+            .find("head size") != std::string::npos);
+  CHECK_THROWS_AS(gpt::cuda::attention_forward_v4(none_bf16, none, none_bf16, 2, 8, 3 * 96, 3),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(gpt::cuda::attention_forward_v5(none_bf16, none, none_bf16, 2, 8, 3 * 96, 3),
+                  std::invalid_argument);
+  // T = 0, C not a multiple of NH.
+  CHECK_THROWS_AS(gpt::cuda::attention_forward_v1(none, none, none, 2, 0, 192, 3), std::invalid_argument);
+  CHECK_THROWS_AS(gpt::cuda::attention_backward_v3(none, none, none, none, none, none, 2, 8, 100, 3),
+                  std::invalid_argument);
+  // v5 reads qkv with TMA: a base that is not 16-byte aligned is refused.
+  alignas(16) static nv_bf16 qkv[2 * 8 * 3 * 192 + 1];
+  alignas(16) static nv_bf16 out[2 * 8 * 192];
+  CHECK(refusal([&] { gpt::cuda::attention_forward_v5(out, none, qkv + 1, 2, 8, 192, 3); })
+            .find("16-byte aligned") != std::string::npos);
+}
+
+TEST_CASE("the memory-bound ops refuse null pointers and empty shapes", "[cuda_host]") {
+  gpt::bf16* none = nullptr;
+  float* nonef = nullptr;
+  const int32_t* no_targets = nullptr;
+  CHECK_THROWS_AS(gpt::cuda::layernorm_forward(none, nonef, nonef, none, none, none, 4, 8), std::invalid_argument);
+  CHECK_THROWS_AS(gpt::cuda::layernorm_forward(none, nonef, nonef, none, none, none, 0, 8), std::invalid_argument);
+  CHECK(refusal([&] { gpt::cuda::softmax_crossentropy(nonef, none, none, no_targets, 1.0f, 4, 10, 8); })
+            .find("Vp = 8") != std::string::npos);
+  CHECK_THROWS_AS(gpt::cuda::softmax_crossentropy(nonef, none, none, no_targets, 1.0f, 4, 8, 8),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(gpt::cuda::gelu_forward(none, none, 16), std::invalid_argument);
+}
