@@ -92,6 +92,17 @@ void GPT2<A>::logits_row(int position, float* out) const {
 
 template <class A>
 GradOf<A> GPT2<A>::forward(const int32_t* inputs, const int32_t* targets) {
+  return forward_pass(inputs, targets, true);
+}
+
+template <class A>
+GradOf<A> GPT2<A>::evaluate(const int32_t* inputs, const int32_t* targets) {
+  require(targets != nullptr, "evaluate() needs targets");
+  return forward_pass(inputs, targets, false);
+}
+
+template <class A>
+GradOf<A> GPT2<A>::forward_pass(const int32_t* inputs, const int32_t* targets, bool for_backward) {
   Span span("forward");
   const Device d = device_;
   const int L = model_.n_layer, C = model_.n_embd, NH = model_.n_head;
@@ -106,7 +117,7 @@ GradOf<A> GPT2<A>::forward(const int32_t* inputs, const int32_t* targets) {
               "target token " + std::to_string(targets[i]) + " is outside the vocabulary");
   }
   inputs_.copy_from_host(inputs, size_t(N));
-  have_targets_ = targets != nullptr;
+  have_targets_ = targets != nullptr && for_backward;
   if (targets) targets_.copy_from_host(targets, size_t(N));
   // Pointers into a unit: the store hands out the unit's first element, the layout
   // gives absolute offsets.
@@ -171,8 +182,8 @@ GradOf<A> GPT2<A>::forward(const int32_t* inputs, const int32_t* targets) {
   store_->release(embed, Pass::Forward);
   if (!targets) return G(0);
   // The gradient of the mean loss is written now (fused), scaled in backward().
-  ops::softmax_crossentropy(d, losses_.data(), d_logits_.data(), logits_.data(), targets_.data(), 1.0,
-                            N, V, Vp);
+  ops::softmax_crossentropy(d, losses_.data(), for_backward ? d_logits_.data() : static_cast<A*>(nullptr),
+                            logits_.data(), targets_.data(), 1.0, N, V, Vp);
   losses_.copy_to_host(host_losses_.data(), size_t(N));
   G sum = 0;
   for (int i = 0; i < N; ++i) sum += host_losses_[size_t(i)];

@@ -93,6 +93,10 @@ class GPT2 {
   // Forward over inputs (B*T token ids, host memory). With targets, returns the mean
   // loss over the B*T positions; without, returns 0 and only the logits are valid.
   G forward(const int32_t* inputs, const int32_t* targets);
+  // The mean loss of inputs against targets, for evaluation: forward() without writing
+  // the logits' gradient (no backward() may follow). On a GPU that saves a write of
+  // B*T*Vp values per batch.
+  G evaluate(const int32_t* inputs, const int32_t* targets);
 
   // Backward of the last forward (which must have had targets), accumulating into
   // grads(): the gradient of  loss_scale * mean loss.  With gradient accumulation over
@@ -142,6 +146,7 @@ class GPT2 {
   DeviceArray<int32_t> inputs_, targets_;
   std::vector<G> host_losses_;
   bool have_targets_ = false;
+  G forward_pass(const int32_t* inputs, const int32_t* targets, bool for_backward);
 };
 
 }  // namespace gpt

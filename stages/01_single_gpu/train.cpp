@@ -47,7 +47,7 @@ double validation_loss(GPT2<A>& model, const DataLoader& val, int batches) {
   double sum = 0;
   for (int k = 0; k < batches; ++k) {
     val.sequential_batch(k, model.batch(), inputs.data(), targets.data());
-    sum += model.forward(inputs.data(), targets.data());
+    sum += model.evaluate(inputs.data(), targets.data());
   }
   return batches > 0 ? sum / batches : 0.0;
 }

@@ -30,7 +30,7 @@ inline double validation_loss(GPT2<float>& model, const DataLoader& val, int bat
   for (int i = 0; i < rounds; ++i) {
     const int k = i * dp.size() + dp.rank();
     val.sequential_batch(k < batches ? k : 0, model.batch(), inputs.data(), targets.data());
-    const double loss = model.forward(inputs.data(), targets.data());
+    const double loss = model.evaluate(inputs.data(), targets.data());
     if (k < batches) sum += loss;
   }
   dp.all_reduce(&sum, 1, DType::F64);
