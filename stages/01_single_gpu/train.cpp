@@ -102,7 +102,14 @@ int train_on(const Config& cfg, Device device, Precision precision) {
                                  12.0 * cfg.model.n_layer * cfg.model.n_embd * double(T);
   const std::optional<double> peak = device_peak_flops(device, precision);
   if (peak) std::printf("device peak %.0f TFLOP/s (%s): mfu is reported against it\n", *peak / 1e12, precision_name(precision));
-  if (device == Device::CUDA) std::printf("gemm %s\n", ops::gemm_in_use(device, bf16));
+  if (device == Device::CUDA) {
+    std::printf("gemm %s\n", ops::gemm_in_use(device, bf16));
+    // The tensor-core GEMMs move 16-byte pieces: every row stride (C, 3C, 4C, Vp) and
+    // every weight's offset must be a multiple of 8 elements, which C % 8 == 0 ensures.
+    if (bf16 && cfg.model.n_embd % 8 != 0)
+      std::printf("note: n_embd %d is not a multiple of 8: the matmuls cannot use the tensor-core GEMMs "
+                  "(v4, v5) and run on v3\n", cfg.model.n_embd);
+  }
 
   MetricsLog log(cfg.metrics_path());
   std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
