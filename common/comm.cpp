@@ -67,6 +67,12 @@ bool launched_by_mpi() {
   return false;
 }
 
+int launcher_world_size() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"})
+    if (const char* v = std::getenv(name)) return std::max(1, std::atoi(v));
+  return 1;
+}
+
 void check_rank(int r, int size, const char* op, const char* what) {
   if (r < 0 || r >= size)
     fail(std::string(op) + ": " + what + " " + std::to_string(r) + " is not a rank of this group (size " +
@@ -130,6 +136,11 @@ std::unique_ptr<Communicator> make_world(int* argc, char*** argv, const CommOpti
   }
 #ifndef GPT_HAVE_MPI
   if (b == "mpi") fail("comm=mpi: this build has no MPI (install libopenmpi-dev and reconfigure with GPT_MPI=AUTO or ON)");
+  // Without MPI, N processes started by mpirun would each train alone, as N unrelated
+  // size-1 runs writing to one run directory: refuse rather than produce that.
+  if (launcher_world_size() > 1)
+    fail("this build has no MPI, but it was launched as one of " + std::to_string(launcher_world_size()) +
+         " ranks (mpirun): rebuild with MPI (install libopenmpi-dev, GPT_MPI=AUTO or ON) or run one process");
   (void)argc;
   (void)argv;
   return make_local_world(options);
