@@ -1,6 +1,7 @@
 // What every GPU test program shares: CUDA error checks, the host-side conversions
-// between float and the two bf16 types, and the main() that reports "skipped" (exit
-// 77, CTest's SKIP_RETURN_CODE) on a machine without a CUDA device.
+// between float and the two bf16 types, a device buffer filled from floats, and the
+// main() that reports "skipped" (exit 77, CTest's SKIP_RETURN_CODE) on a machine
+// without a CUDA device.
 //
 // bf16 rounding on the host is the CPU reference's own (kernels/cpu/bf16.h, to nearest
 // even), so inputs rounded here are bit for bit what the reference sees. Two bf16 types
@@ -14,8 +15,10 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "common/bf16.h"
+#include "common/device_array.h"
 #include "kernels/cpu/bf16.h"
 
 namespace gpt::gpu_test {
@@ -44,6 +47,30 @@ inline gpt::bf16 to_elem<gpt::bf16>(float x) {
 inline float to_float(float x) { return x; }
 inline float to_float(__nv_bfloat16 x) { return gpt::cpu::bf16_to_float(__nv_bfloat16_raw(x).x); }
 inline float to_float(gpt::bf16 x) { return gpt::cpu::bf16_to_float(x.bits); }
+
+// n elements of E in GPU memory (gpt::DeviceArray: zero-filled, freed on scope exit),
+// moved to and from the host as floats, rounded to E on the way in. At least one element
+// is allocated, so p is never null: a test passes null on purpose, not by accident.
+template <class E>
+struct DeviceBuffer {
+  explicit DeviceBuffer(size_t count) : array(gpt::Device::CUDA, count > 0 ? count : 1), p(array.data()), n(count) {}
+  void upload(const std::vector<float>& host) {
+    if (host.size() != n) throw std::logic_error("upload: size mismatch");
+    std::vector<E> tmp(n);
+    for (size_t i = 0; i < n; ++i) tmp[i] = to_elem<E>(host[i]);
+    array.copy_from_host(tmp.data(), n);
+  }
+  std::vector<float> download() const {
+    std::vector<E> tmp(n);
+    array.copy_to_host(tmp.data(), n);
+    std::vector<float> host(n);
+    for (size_t i = 0; i < n; ++i) host[i] = to_float(tmp[i]);
+    return host;
+  }
+  gpt::DeviceArray<E> array;
+  E* p;
+  size_t n;
+};
 
 // The test program's main: Catch2's, unless no CUDA device is visible.
 inline int run_tests_or_skip(int argc, char** argv) {

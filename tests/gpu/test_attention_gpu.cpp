@@ -71,31 +71,7 @@ using gpt::gpu_test::cuda_ok;
 using gpt::gpu_test::to_elem;
 using gpt::gpu_test::to_float;
 
-// A device array of n elements of E; freed on scope exit.
-template <class E>
-struct DeviceArray {
-  E* p = nullptr;
-  size_t n = 0;
-  explicit DeviceArray(size_t count) : n(count) {
-    cuda_ok(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(E)), "cudaMalloc");
-    cuda_ok(cudaMemset(p, 0, n * sizeof(E)), "cudaMemset");
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  ~DeviceArray() { cudaFree(p); }
-  void upload(const std::vector<float>& host) {
-    std::vector<E> tmp(host.size());
-    for (size_t i = 0; i < host.size(); ++i) tmp[i] = to_elem<E>(host[i]);
-    cuda_ok(cudaMemcpy(p, tmp.data(), n * sizeof(E), cudaMemcpyHostToDevice), "upload");
-  }
-  std::vector<float> download() const {
-    std::vector<E> tmp(n);
-    cuda_ok(cudaMemcpy(tmp.data(), p, n * sizeof(E), cudaMemcpyDeviceToHost), "download");
-    std::vector<float> host(n);
-    for (size_t i = 0; i < n; ++i) host[i] = to_float(tmp[i]);
-    return host;
-  }
-};
+using gpt::gpu_test::DeviceBuffer;
 
 // ---- the problem and its ground truth ---------------------------------------------------
 
@@ -285,8 +261,8 @@ void test_v1() {
     INFO(describe(s));
     const bool rounded = is_bf16(E{});
     const Problem pr = make_problem(s, rounded, 1234);
-    DeviceArray<E> qkv(s.qkv_n()), dout(s.out_n()), out(s.out_n()), dqkv(s.qkv_n());
-    DeviceArray<float> att(gpt::cuda::attention_scores_floats(s.B, s.T, s.NH)),
+    DeviceBuffer<E> qkv(s.qkv_n()), dout(s.out_n()), out(s.out_n()), dqkv(s.qkv_n());
+    DeviceBuffer<float> att(gpt::cuda::attention_scores_floats(s.B, s.T, s.NH)),
         dscores(gpt::cuda::attention_scores_floats(s.B, s.T, s.NH));
     qkv.upload(pr.qkv);
     dout.upload(pr.dout);
@@ -313,8 +289,8 @@ void test_v2_v3() {
     INFO(describe(s));
     const bool rounded = is_bf16(E{});
     const Problem pr = make_problem(s, rounded, 4321);
-    DeviceArray<E> qkv(s.qkv_n()), dout(s.out_n()), out(s.out_n()), dqkv(s.qkv_n());
-    DeviceArray<float> lse(s.rows_n()), dsum(s.rows_n());
+    DeviceBuffer<E> qkv(s.qkv_n()), dout(s.out_n()), out(s.out_n()), dqkv(s.qkv_n());
+    DeviceBuffer<float> lse(s.rows_n()), dsum(s.rows_n());
     qkv.upload(pr.qkv);
     dout.upload(pr.dout);
     gpt::cuda::attention_forward_v2(out.p, lse.p, qkv.p, s.B, s.T, s.C(), s.NH);
@@ -351,8 +327,8 @@ void test_tensor_cores(bool v5_forward) {
   for (const Shape& s : kShapes) {
     INFO(describe(s) << (v5_forward ? " (v5 forward)" : " (v4 forward)"));
     const Problem pr = make_problem(s, true, 2468);
-    DeviceArray<bf16> qkv(s.qkv_n()), dout(s.out_n()), out(s.out_n()), dqkv(s.qkv_n());
-    DeviceArray<float> lse(s.rows_n()), dsum(s.rows_n());
+    DeviceBuffer<bf16> qkv(s.qkv_n()), dout(s.out_n()), out(s.out_n()), dqkv(s.qkv_n());
+    DeviceBuffer<float> lse(s.rows_n()), dsum(s.rows_n());
     qkv.upload(pr.qkv);
     dout.upload(pr.dout);
     if (v5_forward)
@@ -392,8 +368,8 @@ TEST_CASE("gpu attention v4 tensor cores (mma.sync): bf16", "[gpu][attention]") 
 TEST_CASE("gpu attention v5 Hopper forward (wgmma + TMA) + v4 backward: bf16", "[gpu][attention]") {
   if (compute_capability_major() != 9) {
     // Off Hopper, v5 must refuse clearly rather than launch.
-    DeviceArray<bf16> qkv(size_t(2) * 8 * 3 * 192), out(size_t(2) * 8 * 192);
-    DeviceArray<float> lse(size_t(2) * 3 * 8);
+    DeviceBuffer<bf16> qkv(size_t(2) * 8 * 3 * 192), out(size_t(2) * 8 * 192);
+    DeviceBuffer<float> lse(size_t(2) * 3 * 8);
     CHECK_THROWS_AS(gpt::cuda::attention_forward_v5(out.p, lse.p, qkv.p, 2, 8, 192, 3), std::invalid_argument);
     WARN("v5 needs a Hopper GPU (compute capability 9.x): only its refusal was checked");
     return;

@@ -92,32 +92,7 @@ using gpt::gpu_test::to_float;
 template <class E>
 constexpr bool kIsBf16 = std::is_same_v<E, nv_bf16> || std::is_same_v<E, gpt::bf16>;
 
-// A device array of n elements of E; freed on scope exit.
-template <class E>
-struct DeviceArray {
-  E* p = nullptr;
-  size_t n = 0;
-  explicit DeviceArray(size_t count) : n(count) {
-    cuda_ok(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(E)), "cudaMalloc");
-    cuda_ok(cudaMemset(p, 0, n * sizeof(E)), "cudaMemset");
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  ~DeviceArray() { cudaFree(p); }
-  void upload(const std::vector<float>& host) {
-    if (host.size() != n) throw std::logic_error("upload: size mismatch");
-    std::vector<E> tmp(n);
-    for (size_t i = 0; i < n; ++i) tmp[i] = to_elem<E>(host[i]);
-    cuda_ok(cudaMemcpy(p, tmp.data(), n * sizeof(E), cudaMemcpyHostToDevice), "upload");
-  }
-  std::vector<float> download() const {
-    std::vector<E> tmp(n);
-    cuda_ok(cudaMemcpy(tmp.data(), p, n * sizeof(E), cudaMemcpyDeviceToHost), "download");
-    std::vector<float> host(n);
-    for (size_t i = 0; i < n; ++i) host[i] = to_float(tmp[i]);
-    return host;
-  }
-};
+using gpt::gpu_test::DeviceBuffer;
 
 std::vector<float> uniform(size_t n, std::mt19937& rng, bool round_bf16) {
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
@@ -317,8 +292,8 @@ GemmArgs<Tin, Tout> gemm_args(const GemmProblem& p, const Epilogue& e, const Tin
 template <class Tin, class Tout>
 void check_problem(const GemmProblem& p, const std::vector<Epilogue>& epilogues, std::set<GemmVersion>& ran) {
   constexpr bool out_bf16 = kIsBf16<Tout>;
-  DeviceArray<Tin> A(p.A.size()), B(p.B.size()), bias(p.bias.size());
-  DeviceArray<Tout> C(p.C_old.size()), G(p.C_old.size());
+  DeviceBuffer<Tin> A(p.A.size()), B(p.B.size()), bias(p.bias.size());
+  DeviceBuffer<Tout> C(p.C_old.size()), G(p.C_old.size());
   A.upload(p.A);
   B.upload(p.B);
   bias.upload(p.bias);
@@ -424,9 +399,9 @@ void test_matmul_ops(const char* gemm_name, int N, int C, int OC, unsigned seed)
   gpt::cpu::matmul_backward(dinp_S.data(), dw_S.data(), dbias_S.data(), dout_a.data(), inp_a.data(), w_a.data(), N,
                             C, OC);
 
-  DeviceArray<A> d_inp(inp.size()), d_w(w.size()), d_bias(bias.size()), d_out(out.size()), d_gelu(out.size()),
+  DeviceBuffer<A> d_inp(inp.size()), d_w(w.size()), d_bias(bias.size()), d_out(out.size()), d_gelu(out.size()),
       d_plain(out.size()), d_dout(dout.size()), d_dinp(dinp0.size());
-  DeviceArray<float> d_dw(dw0.size()), d_dbias(dbias0.size());
+  DeviceBuffer<float> d_dw(dw0.size()), d_dbias(dbias0.size());
   d_inp.upload(inp);
   d_w.upload(w);
   d_bias.upload(bias);
@@ -483,8 +458,8 @@ void test_bias_backward() {
       want[size_t(o)] += dout[size_t(n) * OC + o];
       S[size_t(o)] += std::fabs(dout[size_t(n) * OC + o]);
     }
-  DeviceArray<A> d_dout(dout.size());
-  DeviceArray<float> d_dbias(dbias0.size());
+  DeviceBuffer<A> d_dout(dout.size());
+  DeviceBuffer<float> d_dbias(dbias0.size());
   d_dout.upload(dout);
   std::vector<float> runs[2];
   for (std::vector<float>& run : runs) {
@@ -521,8 +496,8 @@ TEST_CASE("gemm ladder: compact strides, v4/v5 refuse them and the others comput
     // ld = 65: rows start at odd element offsets, which cp.async and TMA cannot load.
     const GemmProblem p = make_gemm_problem(trans_a, trans_b, 65, 65, 65, true, true, false, 100 + layout);
     INFO(describe(p));
-    DeviceArray<nv_bf16> A(p.A.size()), B(p.B.size());
-    DeviceArray<nv_bf16> C(p.C_old.size());
+    DeviceBuffer<nv_bf16> A(p.A.size()), B(p.B.size());
+    DeviceBuffer<nv_bf16> C(p.C_old.size());
     const GemmArgs<nv_bf16, nv_bf16> args = gemm_args<nv_bf16, nv_bf16>(p, kEpilogues[0], A.p, B.p, nullptr, C.p, nullptr);
     for (GemmVersion v : {GemmVersion::V4, GemmVersion::V5}) {
       INFO(gpt::cuda::gemm_version_name(v));
@@ -537,7 +512,7 @@ TEST_CASE("gemm ladder: compact strides, v4/v5 refuse them and the others comput
 
   // Strides that are multiples of 8 but a base that is not 16-byte aligned: refused too.
   const GemmProblem p = make_gemm_problem(false, false, 64, 64, 64, true, true, true, 300);
-  DeviceArray<nv_bf16> A(p.A.size() + 8), B(p.B.size()), C(p.C_old.size());
+  DeviceBuffer<nv_bf16> A(p.A.size() + 8), B(p.B.size()), C(p.C_old.size());
   const GemmArgs<nv_bf16, nv_bf16> args = gemm_args<nv_bf16, nv_bf16>(p, kEpilogues[0], A.p + 1, B.p, nullptr, C.p, nullptr);
   for (GemmVersion v : {GemmVersion::V4, GemmVersion::V5}) {
     INFO(gpt::cuda::gemm_version_name(v) << " with A one element past an aligned address");
