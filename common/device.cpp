@@ -57,7 +57,7 @@ std::optional<double> device_peak_flops(Device d, Precision p) {
     double bf16, fp32;
   };
   std::optional<Peak> peak;
-  if (has("H100") || has("H200") || has("GH200"))
+  if (has("H100") || has("H200") || has("H800"))  // GH200's name contains "H200"
     peak = has("PCIe") ? Peak{756, 51} : has("NVL") ? Peak{835, 60} : Peak{989, 67};  // PCIe, NVL, SXM
   else if (has("A100"))
     peak = Peak{312, 19.5};

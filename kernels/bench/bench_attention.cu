@@ -388,16 +388,11 @@ int run(int argc, char** argv) {
   args.finish();
 
   if (!have_device("bench_attention")) return 1;
-  std::ofstream json;
-  if (!opt.json_path.empty()) {
-    json.open(opt.json_path, std::ios::trunc);
-    if (!json) throw std::invalid_argument("bench_attention: --json: cannot write '" + opt.json_path + "'");
-  }
+  std::ofstream json = open_json("bench_attention", opt.json_path);
   const DeviceInfo dev = device_info();
   std::printf("bench_attention: causal attention, %d tokens per shape\n", opt.tokens);
   print_device(dev);
-  std::printf("timing      median of up to %d repetitions (budget %.1f s each), %d warm-up, L2 flush %s\n",
-              opt.timing.reps, opt.timing.budget_s, opt.timing.warmup, opt.timing.flush ? "on" : "off");
+  print_timing(opt.timing);
   std::printf("flops       fwd 4*B*T^2*NH*hs/2 (causal), bwd 2.5x, fwd+bwd 3.5x\n");
   std::printf("error       max|x - x_ref| / max|x_ref| (out for fwd, dqkv for bwd), reference v1 or v2+v3\n\n");
 

@@ -34,12 +34,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/bf16.h"
+#include "common/device.h"
+#include "common/precision.h"
 #include "kernels/cuda/common.cuh"
 
 namespace gpt::bench {
@@ -51,22 +54,11 @@ struct DeviceInfo {
   int major = 0, minor = 0;  // compute capability
   int sms = 0;
   double sm_clock_ghz = 0;           // peak SM clock
+  int memory_clock_khz = 0, memory_bus_bits = 0;  // as the device reports them (0: not reported)
   double dram_bandwidth_gbs = 0;     // theoretical: 2 transfers per clock * clock * bus width
   size_t l2_bytes = 0, memory_bytes = 0;
   double bf16_dense_tflops = 0;      // datasheet tensor-core peak, 0 where not known
 };
-
-// The vendor's dense (no sparsity) bf16 tensor-core peak for the GPUs this project is
-// run on. A datasheet figure is a lead, not a ceiling: the benchmarks measure theirs
-// (cuBLAS for products, a device-to-device copy for memory) and compare against that.
-inline double datasheet_bf16_tflops(const std::string& name) {
-  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
-  if (has("H100") && has("PCIe")) return 756.0;
-  if (has("H100") && has("NVL")) return 835.0;
-  if (has("H100") || has("H200") || has("H800")) return 989.4;  // SXM; GH200 contains "H200"
-  if (has("A100")) return 312.0;
-  return 0.0;
-}
 
 inline DeviceInfo device_info() {
   int dev = 0;
@@ -85,10 +77,15 @@ inline DeviceInfo device_info() {
   d.sms = prop.multiProcessorCount;
   d.sm_clock_ghz = sm_khz * 1e-6;
   // DDR/HBM move data on both clock edges: bytes/s = 2 * clock * bus width / 8.
+  d.memory_clock_khz = mem_khz;
+  d.memory_bus_bits = bus_bits;
   d.dram_bandwidth_gbs = 2.0 * mem_khz * 1e3 * (bus_bits / 8.0) * 1e-9;
   d.l2_bytes = size_t(prop.l2CacheSize);
   d.memory_bytes = prop.totalGlobalMem;
-  d.bf16_dense_tflops = datasheet_bf16_tflops(d.name);
+  // The datasheet table the trainer's MFU uses (common/device.cpp). A datasheet figure
+  // is a lead, not a ceiling: the benchmarks measure theirs (cuBLAS for products, a
+  // device-to-device copy for memory) and compare against that.
+  d.bf16_dense_tflops = gpt::device_peak_flops(gpt::Device::CUDA, gpt::Precision::BF16).value_or(0.0) / 1e12;
   return d;
 }
 
@@ -594,6 +591,22 @@ class JsonLine {
   }
   std::string body_;
 };
+
+// The timing line every benchmark prints under its device line.
+inline void print_timing(const TimingOptions& t, FILE* f = stdout) {
+  std::fprintf(f, "timing      median of up to %d repetitions (budget %.1f s each), %d warm-up, L2 flush %s\n", t.reps,
+               t.budget_s, t.warmup, t.flush ? "on" : "off");
+}
+
+// The --json FILE stream of a benchmark (closed when path is empty); a file that cannot
+// be written is a bad argument.
+inline std::ofstream open_json(const char* program, const std::string& path) {
+  std::ofstream json;
+  if (path.empty()) return json;
+  json.open(path, std::ios::trunc);
+  if (!json) throw std::invalid_argument(std::string(program) + ": --json: cannot write '" + path + "'");
+  return json;
+}
 
 // ---- the program's frame ------------------------------------------------------------------
 

@@ -470,8 +470,7 @@ int run(int argc, char** argv) {
   const DeviceInfo dev = device_info();
   std::printf("bench_gemm: GPT-2 124M training products at %d tokens, and 4096^3\n", kTokens);
   print_device(dev);
-  std::printf("timing      median of up to %d repetitions (budget %.1f s each), %d warm-up, L2 flush %s\n",
-              opt.timing.reps, opt.timing.budget_s, opt.timing.warmup, opt.timing.flush ? "on" : "off");
+  print_timing(opt.timing);
   std::printf("error       max|C - C_cublas| / max|C_cublas|; cuBLAS's row: against float64 on %d samples\n"
               "            (ok within %.0e for bf16 outputs, %.0e for fp32)\n\n",
               kReferenceSamples, kToleranceBf16, kToleranceFp32);

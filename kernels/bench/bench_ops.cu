@@ -488,16 +488,9 @@ int run(int argc, char** argv) {
   args.finish();
 
   if (!have_device("bench_ops")) return 1;
-  std::ofstream json;
-  if (!opt.json_path.empty()) {
-    json.open(opt.json_path, std::ios::trunc);
-    if (!json) throw std::invalid_argument("bench_ops: --json: cannot write '" + opt.json_path + "'");
-  }
+  std::ofstream json = open_json("bench_ops", opt.json_path);
   const DeviceInfo dev = device_info();
-  int device = 0, memory_khz = 0, bus_bits = 0;
-  GPT_CUDA_CHECK(cudaGetDevice(&device));
-  GPT_CUDA_CHECK(cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, device));
-  GPT_CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
+  const int memory_khz = dev.memory_clock_khz, bus_bits = dev.memory_bus_bits;
 
   std::printf(
       "bench_ops: memory-bound ops at GPT-2 124M training sizes (N = B*T = %d, C = %d, V = %d, Vp = %d, "
@@ -512,8 +505,7 @@ int run(int argc, char** argv) {
   else
     std::printf("DRAM peak   not reported (memory clock %d kHz, bus %d bits): no %% peak column\n", memory_khz,
                 bus_bits);
-  std::printf("timing      median of up to %d repetitions (budget %.1f s each), %d warm-up, L2 flush %s\n",
-              opt.timing.reps, opt.timing.budget_s, opt.timing.warmup, opt.timing.flush ? "on" : "off");
+  print_timing(opt.timing);
   std::printf(
       "bytes       compulsory traffic by each op's definition (rule per row; b = bytes per element,\n"
       "            D = distinct tokens); GB/s = bytes / median time; %% copy: of a 1 GiB cudaMemcpy D2D\n\n");
