@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(kThreads)
                  float* __restrict__ v, Copy* __restrict__ copy, size_t n, AdamWConstants h,
                  bool round_copy, bool vec) {
   constexpr int K = kPerThread;
-  const size_t i0 = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * K;
+  const size_t i0 = first_element<K>();
   if (i0 >= n) return;
   float p[K], g[K], mk[K], vk[K];
   load_floats(p, params, i0, n, vec);

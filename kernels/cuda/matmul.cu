@@ -183,22 +183,11 @@ void matmul_forward(A* out, const A* inp, const A* w, const A* bias, int N, int 
   require_pointer(inp, "matmul_forward", "inp");
   require_pointer(w, "matmul_forward", "w");
   using T = DeviceType<A>;
-  GemmArgs<T, T> args;  // out = inp . W^T + bias
-  args.trans_a = false;
-  args.trans_b = true;
-  args.M = N;
-  args.N = OC;
-  args.K = C;
-  args.A = device_ptr(inp);
-  args.lda = C;
-  args.B = device_ptr(w);
-  args.ldb = C;
-  args.C = device_ptr(out);
-  args.ldc = OC;
-  args.accumulate = false;
-  args.bias = device_ptr(bias);
-  args.gelu_out = device_ptr(gelu_out);
-  run_gemm(args);
+  // out = inp . W^T + bias (+ gelu_out): the "forward" row of the table at the top.
+  run_gemm(GemmArgs<T, T>{.trans_a = false, .trans_b = true, .M = N, .N = OC, .K = C,
+                          .A = device_ptr(inp), .lda = C, .B = device_ptr(w), .ldb = C,
+                          .C = device_ptr(out), .ldc = OC, .accumulate = false,
+                          .bias = device_ptr(bias), .gelu_out = device_ptr(gelu_out)});
 }
 
 template <class A>
@@ -214,37 +203,15 @@ void matmul_backward(A* dinp, float* dw, float* dbias, const A* dout, const A* i
   using T = DeviceType<A>;
   if (dinp) {  // dinp += dout . W
     require_pointer(w, "matmul_backward", "w");
-    GemmArgs<T, T> args;
-    args.trans_a = false;
-    args.trans_b = false;
-    args.M = N;
-    args.N = C;
-    args.K = OC;
-    args.A = device_ptr(dout);
-    args.lda = OC;
-    args.B = device_ptr(w);
-    args.ldb = C;
-    args.C = device_ptr(dinp);
-    args.ldc = C;
-    args.accumulate = true;
-    run_gemm(args);
+    run_gemm(GemmArgs<T, T>{.trans_a = false, .trans_b = false, .M = N, .N = C, .K = OC,
+                            .A = device_ptr(dout), .lda = OC, .B = device_ptr(w), .ldb = C,
+                            .C = device_ptr(dinp), .ldc = C, .accumulate = true});
   }
   if (dw) {  // dW += dout^T . inp, summed over the N rows in fp32
     require_pointer(inp, "matmul_backward", "inp");
-    GemmArgs<T, float> args;
-    args.trans_a = true;
-    args.trans_b = false;
-    args.M = OC;
-    args.N = C;
-    args.K = N;
-    args.A = device_ptr(dout);
-    args.lda = OC;
-    args.B = device_ptr(inp);
-    args.ldb = C;
-    args.C = dw;
-    args.ldc = C;
-    args.accumulate = true;
-    run_gemm(args);
+    run_gemm(GemmArgs<T, float>{.trans_a = true, .trans_b = false, .M = OC, .N = C, .K = N,
+                                .A = device_ptr(dout), .lda = OC, .B = device_ptr(inp), .ldb = C,
+                                .C = dw, .ldc = C, .accumulate = true});
   }
   if (dbias) bias_backward(dbias, dout, N, OC);
 }
