@@ -1,10 +1,8 @@
-// GPT-2 forward and backward; see gpt2.h. Activation shapes (L layers, N = B*T rows):
-//   encoded (N,C); per layer: ln1 (N,C) + mean/rstd (N), qkv (N,3C), atty (N,C),
-//   att (the attention statistics: probabilities (B,NH,T,T) on the CPU, logsumexps
-//   (B,NH,T) on the GPU), attproj (N,C), resid2 (N,C), ln2 (N,C) + mean/rstd, fch (N,4C),
-//   fch_gelu (N,4C), fcproj (N,C), resid3 (N,C); then lnf (N,C), logits (N,Vp), losses (N).
-// The backward walks the same list in reverse with one running residual gradient
-// d_resid and scratch buffers reused by every layer.
+// GPT-2 forward and backward on one device; see gpt2.h. The loop over the pieces:
+//   forward:  embedding -> block 0 .. block L-1 -> head (ln_f, logits) -> loss
+//   backward: head -> block L-1 .. block 0 -> embedding, with one running residual
+//             gradient d_resid and the blocks' shared scratch.
+// Weights come from the WeightStore one unit at a time, in the order gpt2.h documents.
 #include "common/gpt2.h"
 
 #include <algorithm>
@@ -15,46 +13,54 @@
 
 namespace gpt {
 
+namespace {
+// A block's tensors inside a unit: the layout gives absolute offsets, the store the
+// unit's first element.
+template <class T>
+BlockTensors<T> block_tensors(const BlockParams& o, T* unit, int64_t unit_begin) {
+  auto at = [&](int64_t off) { return unit + (off - unit_begin); };
+  return {at(o.ln1_w), at(o.ln1_b), at(o.qkv_w),  at(o.qkv_b), at(o.attproj_w), at(o.attproj_b),
+          at(o.ln2_w), at(o.ln2_b), at(o.fc_w),   at(o.fc_b),  at(o.fcproj_w),  at(o.fcproj_b)};
+}
+}  // namespace
+
 template <class A>
 GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, Precision precision,
               bool own_weights)
-    : model_(model), layout_(model), B_(batch), T_(seq_len), device_(device), precision_(precision) {
+    : model_(model),
+      layout_(model),
+      B_(batch),
+      T_(seq_len),
+      device_(device),
+      precision_(precision),
+      ctx_{device, precision},
+      dims_(BlockDims::whole(model)) {
   require(T_ <= model.block_size, "seq_len " + std::to_string(T_) + " exceeds block_size " +
                                       std::to_string(model.block_size));
   if constexpr (std::is_same_v<A, bf16>)
     require(device == Device::CUDA, "bf16 storage is for the GPU; the CPU emulates bf16 in float");
   if constexpr (std::is_same_v<A, double>)
     require(device == Device::CPU, "the double-precision model runs on the CPU only");
-  const size_t L = model.n_layer, C = model.n_embd, N = size_t(B_) * T_, NH = model.n_head;
-  const size_t Vp = model.padded_vocab();
+  const int N = B_ * T_, C = model.n_embd;
   const Device d = device;
   if (own_weights) {
     params_ = DeviceArray<A>(d, layout_.total());
     grads_ = DeviceArray<G>(d, layout_.total());
   }
   flat_ = FlatStore<A>(layout_, params_.data(), grads_.data());
-  const size_t att = ops::attention_stats_size(d, B_, T_, int(NH));
-  encoded_ = DeviceArray<A>(d, N * C);
-  ln1_ = DeviceArray<A>(d, L * N * C), ln1_mean_ = DeviceArray<G>(d, L * N), ln1_rstd_ = DeviceArray<G>(d, L * N);
-  qkv_ = DeviceArray<A>(d, L * N * 3 * C), atty_ = DeviceArray<A>(d, L * N * C), att_ = DeviceArray<G>(d, L * att);
-  attproj_ = DeviceArray<A>(d, L * N * C), resid2_ = DeviceArray<A>(d, L * N * C);
-  ln2_ = DeviceArray<A>(d, L * N * C), ln2_mean_ = DeviceArray<G>(d, L * N), ln2_rstd_ = DeviceArray<G>(d, L * N);
-  fch_ = DeviceArray<A>(d, L * N * 4 * C), fch_gelu_ = DeviceArray<A>(d, L * N * 4 * C);
-  fcproj_ = DeviceArray<A>(d, L * N * C), resid3_ = DeviceArray<A>(d, L * N * C);
-  lnf_ = DeviceArray<A>(d, N * C), lnf_mean_ = DeviceArray<G>(d, N), lnf_rstd_ = DeviceArray<G>(d, N);
-  logits_ = DeviceArray<A>(d, N * Vp), losses_ = DeviceArray<G>(d, N);
-  d_resid_ = DeviceArray<A>(d, N * C), d_x_ = DeviceArray<A>(d, N * C);
-  d_big_ = DeviceArray<A>(d, N * 4 * C), d_big2_ = DeviceArray<A>(d, N * 4 * C);
-  d_qkv_ = DeviceArray<A>(d, N * 3 * C), d_logits_ = DeviceArray<A>(d, N * Vp);
-  inputs_ = DeviceArray<int32_t>(d, N), targets_ = DeviceArray<int32_t>(d, N);
-  host_losses_.resize(N);
+  encoded_ = DeviceArray<A>(d, size_t(N) * C);
+  for (int l = 0; l < model.n_layer; ++l) blocks_.emplace_back(d, dims_, B_, T_, N);
+  head_ = HeadActivations<A>(d, C, N, N, VocabRange{0, model.padded_vocab()}, /*train=*/true,
+                             /*vocab_parallel=*/false);
+  scratch_ = BlockScratch<A>(d, dims_, N, N);
+  d_resid_ = DeviceArray<A>(d, size_t(N) * C);
+  inputs_ = DeviceArray<int32_t>(d, size_t(N)), targets_ = DeviceArray<int32_t>(d, size_t(N));
+  host_losses_.resize(size_t(N));
 }
 
 template <class A>
 void GPT2<A>::store(A* x, size_t n) {
-  if constexpr (std::is_same_v<A, float>)
-    if (precision_ == Precision::BF16) ops::round_to_bf16(device_, x, n);
-  (void)x, (void)n;
+  ctx_.round(x, n);
 }
 
 template <class A>
@@ -79,10 +85,10 @@ template <class A>
 void GPT2<A>::logits_row(int position, float* out) const {
   const size_t Vp = size_t(model_.padded_vocab());
   if constexpr (std::is_same_v<A, float>) {
-    logits_.copy_to_host(out, Vp, size_t(position) * Vp);
+    head_.logits.copy_to_host(out, Vp, size_t(position) * Vp);
   } else {
     std::vector<A> row(Vp);
-    logits_.copy_to_host(row.data(), Vp, size_t(position) * Vp);
+    head_.logits.copy_to_host(row.data(), Vp, size_t(position) * Vp);
     for (size_t i = 0; i < Vp; ++i) {
       if constexpr (std::is_same_v<A, bf16>) out[i] = cpu::bf16_to_float(row[i].bits);
       else out[i] = float(row[i]);
@@ -104,10 +110,8 @@ GradOf<A> GPT2<A>::evaluate(const int32_t* inputs, const int32_t* targets) {
 template <class A>
 GradOf<A> GPT2<A>::forward_pass(const int32_t* inputs, const int32_t* targets, bool for_backward) {
   Span span("forward");
-  const Device d = device_;
-  const int L = model_.n_layer, C = model_.n_embd, NH = model_.n_head;
-  const int V = model_.vocab_size, Vp = model_.padded_vocab(), N = B_ * T_;
-  const size_t NC = size_t(N) * C, att_size = ops::attention_stats_size(d, B_, T_, NH);
+  const int L = model_.n_layer, C = model_.n_embd, V = model_.vocab_size, Vp = model_.padded_vocab();
+  const int N = B_ * T_;
   for (int i = 0; i < N; ++i) {
     require(inputs[i] >= 0 && inputs[i] < V,
             "input token " + std::to_string(inputs[i]) + " is outside the vocabulary [0, " +
@@ -119,72 +123,32 @@ GradOf<A> GPT2<A>::forward_pass(const int32_t* inputs, const int32_t* targets, b
   inputs_.copy_from_host(inputs, size_t(N));
   have_targets_ = targets != nullptr && for_backward;
   if (targets) targets_.copy_from_host(targets, size_t(N));
+  const VocabRange vocab{0, Vp};
   // Pointers into a unit: the store hands out the unit's first element, the layout
   // gives absolute offsets.
   const int embed = ParamLayout::kEmbeddingUnit, final = layout_.final_unit();
   const A* pe = store_->acquire(embed, Pass::Forward);
   auto PE = [&](int64_t off) { return pe + (off - layout_.unit(embed).begin); };
 
-  ops::embedding_forward(d, encoded_.data(), inputs_.data(), PE(layout_.wte()), PE(layout_.wpe()), B_, T_, C);
-  store(encoded_.data(), NC);
+  embedding_piece_forward(ctx_, encoded_.data(), inputs_.data(), PE(layout_.wte()), vocab, PE(layout_.wpe()), 0, B_,
+                          T_, C, Vp);
   for (int l = 0; l < L; ++l) {
-    const BlockParams& w = layout_.block(l);
     const int unit = layout_.block_unit(l);
     const A* pb = store_->acquire(unit, Pass::Forward);
-    auto P = [&](int64_t off) { return pb + (off - layout_.unit(unit).begin); };
-    const A* x = l == 0 ? encoded_.data() : resid3_.data() + (l - 1) * NC;
-    A* ln1 = ln1_.data() + l * NC;
-    A* qkv = qkv_.data() + l * NC * 3;
-    A* atty = atty_.data() + l * NC;
-    G* att = att_.data() + l * att_size;
-    A* attproj = attproj_.data() + l * NC;
-    A* resid2 = resid2_.data() + l * NC;
-    A* ln2 = ln2_.data() + l * NC;
-    A* fch = fch_.data() + l * NC * 4;
-    A* fch_gelu = fch_gelu_.data() + l * NC * 4;
-    A* fcproj = fcproj_.data() + l * NC;
-    A* resid3 = resid3_.data() + l * NC;
-
-    ops::layernorm_forward(d, ln1, ln1_mean_.data() + l * N, ln1_rstd_.data() + l * N, x,
-                           P(w.ln1_w), P(w.ln1_b), N, C);
-    store(ln1, NC);
-    ops::matmul_forward(d, qkv, ln1, P(w.qkv_w), P(w.qkv_b), N, C, 3 * C);
-    store(qkv, NC * 3);
-    ops::attention_forward(d, atty, att, qkv, B_, T_, C, NH);
-    store(atty, NC);
-    ops::matmul_forward(d, attproj, atty, P(w.attproj_w), P(w.attproj_b), N, C, C);
-    store(attproj, NC);
-    ops::residual_forward(d, resid2, x, attproj, NC);
-    store(resid2, NC);
-    ops::layernorm_forward(d, ln2, ln2_mean_.data() + l * N, ln2_rstd_.data() + l * N, resid2,
-                           P(w.ln2_w), P(w.ln2_b), N, C);
-    store(ln2, NC);
-    // fch = ln2 . fc_w^T + fc_b and fch_gelu = gelu(fch) in one call (fused on the GPU).
-    ops::matmul_forward(d, fch, ln2, P(w.fc_w), P(w.fc_b), N, C, 4 * C, fch_gelu);
-    store(fch, NC * 4);
-    store(fch_gelu, NC * 4);
-    ops::matmul_forward(d, fcproj, fch_gelu, P(w.fcproj_w), P(w.fcproj_b), N, 4 * C, C);
-    store(fcproj, NC);
-    ops::residual_forward(d, resid3, resid2, fcproj, NC);
-    store(resid3, NC);
+    const BlockWeights<A> w = block_tensors(layout_.block(l), pb, layout_.unit(unit).begin);
+    block_forward(ctx_, dims_, w, block_input(l), blocks_[size_t(l)], scratch_, hooks_, B_, T_, N);
     store_->release(unit, Pass::Forward);
   }
-  const A* last = L > 0 ? resid3_.data() + (L - 1) * NC : encoded_.data();
   const A* pf = store_->acquire(final, Pass::Forward);
   auto PF = [&](int64_t off) { return pf + (off - layout_.unit(final).begin); };
-  ops::layernorm_forward(d, lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), last,
-                         PF(layout_.lnf_w()), PF(layout_.lnf_b()), N, C);
-  store(lnf_.data(), NC);
+  head_forward(ctx_, block_input(L), PF(layout_.lnf_w()), PF(layout_.lnf_b()), PE(layout_.wte()), vocab, head_,
+               hooks_, N, C);
   store_->release(final, Pass::Forward);
-  ops::matmul_forward(d, logits_.data(), lnf_.data(), PE(layout_.wte()), static_cast<const A*>(nullptr),
-                      N, C, Vp);
-  store(logits_.data(), size_t(N) * Vp);
   store_->release(embed, Pass::Forward);
   if (!targets) return G(0);
   // The gradient of the mean loss is written now (fused), scaled in backward().
-  ops::softmax_crossentropy(d, losses_.data(), for_backward ? d_logits_.data() : static_cast<A*>(nullptr),
-                            logits_.data(), targets_.data(), 1.0, N, V, Vp);
-  losses_.copy_to_host(host_losses_.data(), size_t(N));
+  head_loss(ctx_, head_, targets_.data(), vocab, V, hooks_, N, for_backward);
+  head_.losses.copy_to_host(host_losses_.data(), size_t(N));
   G sum = 0;
   for (int i = 0; i < N; ++i) sum += host_losses_[size_t(i)];
   return sum / G(N);
@@ -194,10 +158,8 @@ template <class A>
 void GPT2<A>::backward(G loss_scale) {
   Span span("backward");
   require(have_targets_, "backward() needs a forward() with targets");
-  const Device d = device_;
-  const int L = model_.n_layer, C = model_.n_embd, NH = model_.n_head;
-  const int Vp = model_.padded_vocab(), N = B_ * T_;
-  const size_t NC = size_t(N) * C, att_size = ops::attention_stats_size(d, B_, T_, NH);
+  const int L = model_.n_layer, C = model_.n_embd, Vp = model_.padded_vocab(), N = B_ * T_;
+  const VocabRange vocab{0, Vp};
   const int embed = ParamLayout::kEmbeddingUnit, final = layout_.final_unit();
   const A* pe = store_->acquire(embed, Pass::Backward);
   const A* pf = store_->acquire(final, Pass::Backward);
@@ -207,79 +169,27 @@ void GPT2<A>::backward(G loss_scale) {
   auto GE = [&](int64_t off) { return ge + (off - layout_.unit(embed).begin); };
   auto PF = [&](int64_t off) { return pf + (off - layout_.unit(final).begin); };
   auto GF = [&](int64_t off) { return gf + (off - layout_.unit(final).begin); };
-  auto zero = [](DeviceArray<A>& v) { v.zero(); };
 
-  // d loss / d logits: forward() left dloss=1 per position; the mean over N positions
+  // d loss / d logits: forward() left dloss = 1 per position; the mean over N positions
   // and the accumulation factor scale it.
-  ops::scale(d, d_logits_.data(), d_logits_.size(), double(loss_scale / G(N)));
-  store(d_logits_.data(), d_logits_.size());
-
-  zero(d_x_);
-  ops::matmul_backward(d, d_x_.data(), GE(layout_.wte()), static_cast<G*>(nullptr),
-                       d_logits_.data(), lnf_.data(), PE(layout_.wte()), N, C, Vp);
-  store(d_x_.data(), NC);
-  const A* last = L > 0 ? resid3_.data() + (L - 1) * NC : encoded_.data();
-  zero(d_resid_);
-  ops::layernorm_backward(d, d_resid_.data(), GF(layout_.lnf_w()), GF(layout_.lnf_b()), d_x_.data(),
-                          last, PF(layout_.lnf_w()), lnf_mean_.data(), lnf_rstd_.data(), N, C);
-  store(d_resid_.data(), NC);
+  head_backward(ctx_, block_input(L), PF(layout_.lnf_w()), PE(layout_.wte()), GF(layout_.lnf_w()),
+                GF(layout_.lnf_b()), GE(layout_.wte()), vocab, head_, double(loss_scale / G(N)), d_resid_.data(),
+                scratch_, hooks_, N, C);
   store_->grads_done(final);
   store_->release(final, Pass::Backward);
 
   for (int l = L - 1; l >= 0; --l) {
-    const BlockParams& w = layout_.block(l);
     const int unit = layout_.block_unit(l);
     const A* pb = store_->acquire(unit, Pass::Backward);
     G* gb = store_->grads(unit);
-    auto P = [&](int64_t off) { return pb + (off - layout_.unit(unit).begin); };
-    auto GB = [&](int64_t off) { return gb + (off - layout_.unit(unit).begin); };
-    const A* x = l == 0 ? encoded_.data() : resid3_.data() + (l - 1) * NC;
-    const A* ln1 = ln1_.data() + l * NC;
-    const A* qkv = qkv_.data() + l * NC * 3;
-    const A* atty = atty_.data() + l * NC;
-    const G* att = att_.data() + l * att_size;
-    const A* resid2 = resid2_.data() + l * NC;
-    const A* ln2 = ln2_.data() + l * NC;
-    const A* fch = fch_.data() + l * NC * 4;
-    const A* fch_gelu = fch_gelu_.data() + l * NC * 4;
-
-    // MLP: resid3 = resid2 + c_proj(gelu(c_fc(ln_2(resid2)))); d_resid holds d resid3.
-    zero(d_big_);
-    ops::matmul_backward(d, d_big_.data(), GB(w.fcproj_w), GB(w.fcproj_b), d_resid_.data(),
-                         fch_gelu, P(w.fcproj_w), N, 4 * C, C);
-    store(d_big_.data(), NC * 4);
-    zero(d_big2_);
-    ops::gelu_backward(d, d_big2_.data(), fch, d_big_.data(), NC * 4);
-    store(d_big2_.data(), NC * 4);
-    zero(d_x_);
-    ops::matmul_backward(d, d_x_.data(), GB(w.fc_w), GB(w.fc_b), d_big2_.data(), ln2, P(w.fc_w),
-                         N, C, 4 * C);
-    store(d_x_.data(), NC);
-    // The residual branch: d resid2 = d resid3 + (through ln_2), accumulated in place.
-    ops::layernorm_backward(d, d_resid_.data(), GB(w.ln2_w), GB(w.ln2_b), d_x_.data(), resid2,
-                            P(w.ln2_w), ln2_mean_.data() + l * N, ln2_rstd_.data() + l * N, N, C);
-    store(d_resid_.data(), NC);
-
-    // Attention: resid2 = x + c_proj(attn(c_attn(ln_1(x)))).
-    zero(d_x_);
-    ops::matmul_backward(d, d_x_.data(), GB(w.attproj_w), GB(w.attproj_b), d_resid_.data(), atty,
-                         P(w.attproj_w), N, C, C);
-    store(d_x_.data(), NC);
-    zero(d_qkv_);
-    ops::attention_backward(d, d_qkv_.data(), d_x_.data(), qkv, atty, att, B_, T_, C, NH);
-    store(d_qkv_.data(), NC * 3);
-    zero(d_x_);
-    ops::matmul_backward(d, d_x_.data(), GB(w.qkv_w), GB(w.qkv_b), d_qkv_.data(), ln1, P(w.qkv_w),
-                         N, C, 3 * C);
-    store(d_x_.data(), NC);
-    ops::layernorm_backward(d, d_resid_.data(), GB(w.ln1_w), GB(w.ln1_b), d_x_.data(), x,
-                            P(w.ln1_w), ln1_mean_.data() + l * N, ln1_rstd_.data() + l * N, N, C);
-    store(d_resid_.data(), NC);
+    const int64_t begin = layout_.unit(unit).begin;
+    block_backward(ctx_, dims_, block_tensors(layout_.block(l), pb, begin), block_tensors(layout_.block(l), gb, begin),
+                   block_input(l), blocks_[size_t(l)], d_resid_.data(), scratch_, hooks_, B_, T_, N);
     store_->release(unit, Pass::Backward);
     store_->grads_done(unit);
   }
-  ops::embedding_backward(d, GE(layout_.wte()), GE(layout_.wpe()), d_resid_.data(), inputs_.data(),
-                          B_, T_, C);
+  embedding_piece_backward(ctx_, GE(layout_.wte()), GE(layout_.wpe()), d_resid_.data(), inputs_.data(), vocab, 0, B_,
+                           T_, C, Vp);
   store_->grads_done(embed);
   store_->release(embed, Pass::Backward);
   have_targets_ = false;  // d_logits was consumed
@@ -295,14 +205,8 @@ size_t GPT2<A>::grad_bytes() const {
 }
 template <class A>
 size_t GPT2<A>::activation_bytes() const {
-  size_t n = 0;
-  for (const DeviceArray<A>* v : {&encoded_, &ln1_, &qkv_, &atty_, &attproj_, &resid2_, &ln2_, &fch_,
-                                  &fch_gelu_, &fcproj_, &resid3_, &lnf_, &logits_, &d_resid_, &d_x_,
-                                  &d_big_, &d_big2_, &d_qkv_, &d_logits_})
-    n += v->bytes();
-  for (const DeviceArray<G>* v : {&ln1_mean_, &ln1_rstd_, &att_, &ln2_mean_, &ln2_rstd_, &lnf_mean_,
-                                  &lnf_rstd_, &losses_})
-    n += v->bytes();
+  size_t n = encoded_.bytes() + head_.bytes() + scratch_.bytes() + d_resid_.bytes();
+  for (const BlockActivations<A>& b : blocks_) n += b.bytes();
   return n;
 }
 

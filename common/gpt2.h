@@ -1,4 +1,5 @@
-// GPT-2 forward and backward on one device, built from the ops of kernels/ops.h.
+// GPT-2 forward and backward on one device: the model's pieces (model_embedding.h,
+// model_block.h, model_head.h) composed over the whole model with hooks that do nothing.
 //
 //   x0 = wte[tokens] + wpe[positions]
 //   for each block:  x = x + attn(ln_1(x));  x = x + mlp(ln_2(x))
@@ -19,6 +20,9 @@
 #include "common/device.h"
 #include "common/device_array.h"
 #include "common/gpt2_layout.h"
+#include "common/model_block.h"
+#include "common/model_head.h"
+#include "common/model_pieces.h"
 #include "common/precision.h"
 
 namespace gpt {
@@ -116,10 +120,10 @@ class GPT2 {
 
   // Logits of the last forward, (B, T, Vp) in the model's device memory; columns >= V
   // are padding. logits_row copies row `position` (Vp values) to host memory as float.
-  const A* logits() const { return logits_.data(); }
+  const A* logits() const { return head_.logits.data(); }
   void logits_row(int position, float* out) const;
   // Per-position losses of the last forward, (B, T), device memory.
-  const G* losses() const { return losses_.data(); }
+  const G* losses() const { return head_.losses.data(); }
 
   // Bytes held, by kind (for the memory ledger).
   size_t param_bytes() const;
@@ -127,26 +131,30 @@ class GPT2 {
   size_t activation_bytes() const;
 
  private:
-
   ModelConfig model_;
   ParamLayout layout_;
   int B_, T_;
   Device device_;
   Precision precision_;
+  PieceContext ctx_;
+  BlockDims dims_;
+  ModelHooks<A> hooks_;  // the single-device model: every hook does nothing
   DeviceArray<A> params_;
   DeviceArray<G> grads_;
   FlatStore<A> flat_{layout_, nullptr, nullptr};
   WeightStore<A>* store_ = &flat_;
-  // activations (forward) and their gradients (backward); see gpt2.cpp for shapes.
-  // Statistics (layernorm mean/rstd, attention's, losses) are kept in G.
-  DeviceArray<A> encoded_, ln1_, qkv_, atty_, attproj_, resid2_, ln2_, fch_, fch_gelu_, fcproj_,
-      resid3_, lnf_, logits_;
-  DeviceArray<G> ln1_mean_, ln1_rstd_, att_, ln2_mean_, ln2_rstd_, lnf_mean_, lnf_rstd_, losses_;
-  DeviceArray<A> d_resid_, d_x_, d_big_, d_big2_, d_qkv_, d_logits_;
+  // Activations of the one micro-batch: the embedding's output, each block's, the
+  // head's; the residual stream's gradient and the blocks' shared scratch for backward.
+  DeviceArray<A> encoded_;
+  std::vector<BlockActivations<A>> blocks_;
+  HeadActivations<A> head_;
+  BlockScratch<A> scratch_;
+  DeviceArray<A> d_resid_;
   DeviceArray<int32_t> inputs_, targets_;
   std::vector<G> host_losses_;
   bool have_targets_ = false;
   G forward_pass(const int32_t* inputs, const int32_t* targets, bool for_backward);
+  const A* block_input(int l) const { return l == 0 ? encoded_.data() : blocks_[size_t(l - 1)].resid3.data(); }
 };
 
 }  // namespace gpt

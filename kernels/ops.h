@@ -28,6 +28,7 @@
 #include "common/device.h"
 #include "common/trace.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/flash_attention.h"
 #ifdef GPT_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #endif
@@ -79,6 +80,24 @@ void embedding_backward(Device d, GradOf<A>* dwte, GradOf<A>* dwpe, const A* dou
                cuda::embedding_backward(dwte, dwpe, dout, tokens, B, T_, C));
 }
 
+// A vocabulary range [v0, v1) of wte (wte_rows holds those rows) and positions from
+// pos0: out[b,t,:] = (v0 <= tok < v1 ? wte[tok,:] : 0) + (wpe ? wpe[pos0+t,:] : 0).
+// CPU only so far (the GPU runs the whole-vocabulary embedding above).
+template <class A>
+void embedding_range_forward(Device d, A* out, const int32_t* tokens, const A* wte_rows, int v0, int v1,
+                             const A* wpe, int pos0, int B, int T_, int C) {
+  GPT_DISPATCH("embedding_range_forward", A,
+               cpu::embedding_range_forward(out, tokens, wte_rows, v0, v1, wpe, pos0, B, T_, C),
+               unsupported("embedding_range_forward", d, "a GPU kernel for vocabulary ranges (not written yet)"));
+}
+template <class A>
+void embedding_range_backward(Device d, GradOf<A>* dwte_rows, GradOf<A>* dwpe, const A* dout,
+                              const int32_t* tokens, int v0, int v1, int pos0, int B, int T_, int C) {
+  GPT_DISPATCH("embedding_range_backward", A,
+               cpu::embedding_range_backward(dwte_rows, dwpe, dout, tokens, v0, v1, pos0, B, T_, C),
+               unsupported("embedding_range_backward", d, "a GPU kernel for vocabulary ranges (not written yet)"));
+}
+
 // out = (x - mean) * rstd * w + b, per row of C; saves mean and rstd for backward.
 template <class A>
 void layernorm_forward(Device d, A* out, GradOf<A>* mean, GradOf<A>* rstd, const A* inp, const A* w,
@@ -115,22 +134,53 @@ void matmul_backward(Device d, A* dinp, GradOf<A>* dw, GradOf<A>* dbias, const A
 
 // Causal multi-head attention. qkv is (B,T,3C): q, then k, then v, head h in
 // columns [h*hs, (h+1)*hs) of each. out is (B,T,C). `stats` keeps what the backward
-// needs besides qkv and out: on the CPU the softmax probabilities (B,NH,T,T), on the
-// GPU (flash attention) the row logsumexps (B,NH,T); attention_stats_size says how many.
-inline size_t attention_stats_size(Device d, int B, int T_, int NH) {
-  return d == Device::CPU ? size_t(B) * NH * T_ * T_ : size_t(B) * NH * T_;
-}
+// needs besides qkv and out: the row logsumexps (B,NH,T) of flash attention, on both
+// devices (the CPU runs kernels/cpu/flash_attention.cpp, the GPU the kernels of
+// kernels/cuda/attention/); attention_stats_size says how many.
+inline size_t attention_stats_size(Device, int B, int T_, int NH) { return size_t(B) * NH * T_; }
+// The CPU's flash tiles: 64 x 64 scores (a 64-row query tile's state and one key and
+// value tile stay in a core's L1/L2 at head sizes up to 128).
+constexpr int kCpuFlashTile = 64;
 template <class A>
 void attention_forward(Device d, A* out, GradOf<A>* stats, const A* qkv, int B, int T_, int C, int NH) {
-  GPT_DISPATCH("attention_forward", A, cpu::attention_forward(out, stats, qkv, B, T_, C, NH),
+  GPT_DISPATCH("attention_forward", A,
+               (void)cpu::flash_attention_forward(out, stats, qkv, B, T_, C, NH, kCpuFlashTile, kCpuFlashTile),
                cuda::attention_forward(out, stats, qkv, B, T_, C, NH));
 }
 template <class A>
 void attention_backward(Device d, A* dqkv, const A* dout, const A* qkv, const A* out,
                         const GradOf<A>* stats, int B, int T_, int C, int NH) {
   GPT_DISPATCH("attention_backward", A,
-               ((void)out, cpu::attention_backward(dqkv, dout, qkv, stats, B, T_, C, NH)),
+               (void)cpu::flash_attention_backward(dqkv, dout, qkv, out, stats, B, T_, C, NH,
+                                                   kCpuFlashTile, kCpuFlashTile),
                cuda::attention_backward(dqkv, dout, qkv, out, stats, B, T_, C, NH));
+}
+
+// One block of a larger attention (context parallelism): queries at positions
+// q_pos0 + t against keys and values at k_pos0 + u, causal by position, given as strided
+// views (kernels/cpu/flash_attention.h: FlashView). Forward overwrites out and lse;
+// backward takes the merged out and lse and accumulates into dq, dk, dv; merge folds a
+// second block's (out, lse) into the first. CPU only so far.
+template <class A>
+void attention_block_forward(Device d, const cpu::FlashView<A>& view, A* out, A* lse) {
+  GPT_DISPATCH("attention_block_forward", A,
+               (void)cpu::flash_attention_forward(view, out, lse, kCpuFlashTile, kCpuFlashTile),
+               unsupported("attention_block_forward", d, "a GPU kernel for key blocks (not written yet)"));
+}
+template <class A>
+void attention_block_backward(Device d, const cpu::FlashView<A>& view, A* dq, A* dk, A* dv,
+                              const A* dout, const A* out, const A* lse) {
+  GPT_DISPATCH("attention_block_backward", A,
+               (void)cpu::flash_attention_backward(view, dq, dk, dv, dout, out, lse, kCpuFlashTile,
+                                                   kCpuFlashTile),
+               unsupported("attention_block_backward", d, "a GPU kernel for key blocks (not written yet)"));
+}
+template <class A>
+void attention_merge(Device d, A* out, A* lse, size_t out_stride, const A* out_b, const A* lse_b,
+                     size_t b_stride, size_t rows, int hs) {
+  GPT_DISPATCH("attention_merge", A,
+               cpu::flash_attention_merge(out, lse, out_stride, out_b, lse_b, b_stride, rows, hs),
+               unsupported("attention_merge", d, "a GPU kernel for key blocks (not written yet)"));
 }
 
 // GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
@@ -172,6 +222,30 @@ void softmax_crossentropy(Device d, GradOf<A>* losses, A* dlogits, const A* logi
   GPT_DISPATCH("softmax_crossentropy", A,
                cpu::softmax_crossentropy(losses, dlogits, logits, targets, A(dloss), N, V, Vp),
                cuda::softmax_crossentropy(losses, dlogits, logits, targets, float(dloss), N, V, Vp));
+}
+
+// The cross-entropy of a vocabulary range of the logits (N rows of Vl columns, global
+// columns [v0, v0+Vl), real below V), split around the caller's reduction across the
+// ranks holding the other ranges (kernels/cpu/crossentropy.cpp has the equations):
+// crossentropy_stats writes each row's max, sum of exponentials and target logit over
+// its columns; after the reduction, crossentropy_from_stats writes the losses and, when
+// dlogits is non-null, dloss * (p - onehot) on the range. CPU only so far.
+template <class A>
+void crossentropy_stats(Device d, GradOf<A>* row_max, GradOf<A>* row_sumexp, GradOf<A>* target_logit,
+                        const A* logits, const int32_t* targets, int v0, int V, int N, int Vl) {
+  GPT_DISPATCH("crossentropy_stats", A,
+               cpu::crossentropy_stats(row_max, row_sumexp, target_logit, logits, targets, v0, V, N, Vl),
+               unsupported("crossentropy_stats", d, "a GPU kernel for vocabulary ranges (not written yet)"));
+}
+template <class A>
+void crossentropy_from_stats(Device d, GradOf<A>* losses, A* dlogits, const A* logits,
+                             const GradOf<A>* row_max, const GradOf<A>* row_sumexp,
+                             const GradOf<A>* target_logit, const int32_t* targets, double dloss,
+                             int v0, int V, int N, int Vl) {
+  GPT_DISPATCH("crossentropy_from_stats", A,
+               cpu::crossentropy_from_stats(losses, dlogits, logits, row_max, row_sumexp, target_logit,
+                                            targets, A(dloss), v0, V, N, Vl),
+               unsupported("crossentropy_from_stats", d, "a GPU kernel for vocabulary ranges (not written yet)"));
 }
 
 // Sum of squares of g (accumulated in double); the global norm is the root of the

@@ -14,6 +14,14 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe
 template <class T>
 void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C);
 
+// The embedding of a vocabulary range and a position offset (see embedding.cpp).
+template <class T>
+void embedding_range_forward(T* out, const int32_t* tokens, const T* wte_rows, int v0, int v1,
+                             const T* wpe, int pos0, int B, int T_, int C);
+template <class T>
+void embedding_range_backward(T* dwte_rows, T* dwpe, const T* dout, const int32_t* tokens, int v0,
+                              int v1, int pos0, int B, int T_, int C);
+
 template <class T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N, int C);
 template <class T>
@@ -48,6 +56,16 @@ void scale(T* x, size_t n, T s);
 template <class T>
 void softmax_crossentropy(T* losses, T* dlogits, const T* logits, const int32_t* targets, T dloss,
                           int N, int V, int Vp);
+
+// Cross-entropy over a vocabulary range, in two halves around a reduction across the
+// ranks that hold the other ranges (see crossentropy.cpp).
+template <class T>
+void crossentropy_stats(T* row_max, T* row_sumexp, T* target_logit, const T* logits,
+                        const int32_t* targets, int v0, int V, int N, int Vl);
+template <class T>
+void crossentropy_from_stats(T* losses, T* dlogits, const T* logits, const T* row_max,
+                             const T* row_sumexp, const T* target_logit, const int32_t* targets,
+                             T dloss, int v0, int V, int N, int Vl);
 
 template <class T>
 double sum_of_squares(const T* g, size_t n);

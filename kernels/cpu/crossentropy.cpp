@@ -3,6 +3,7 @@
 //   p = softmax(logits[0:V]) computed as exp(z - max) / sum,  loss = -log p[target]
 //   dlogits = dloss * (p - onehot(target))
 // Writing the gradient in the same pass means the N x V probabilities are never stored.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -39,6 +40,57 @@ void softmax_crossentropy(T* losses, T* dlogits, const T* logits, const int32_t*
   }
 }
 
+// The same loss when the logits' columns are split over ranks (a vocabulary-parallel
+// head): a rank holds columns [v0, v0 + Vl) of the padded vocabulary; those >= V are
+// padding and take no part. First each rank computes, per row, over its real columns
+//   m_r = max z,   s_r = sum exp(z - m_r),   z_t = z[target] if the target is its own, else 0
+// (a rank holding only padding: m_r = -inf, s_r = 0). The ranks then combine them
+// (the caller's reduction):  M = max_r m_r,  S = sum_r s_r exp(m_r - M),  z_t = sum_r z_t,r.
+// From the combined statistics, loss = log S - (z_t - M) and, on each rank's columns,
+//   dlogits = dloss * (exp(z - M) / S - onehot(target)),  0 in the padding.
+// On one rank holding every column these are the fused op's numbers exactly.
+template <class T>
+void crossentropy_stats(T* row_max, T* row_sumexp, T* target_logit, const T* logits,
+                        const int32_t* targets, int v0, int V, int N, int Vl) {
+  const int real = std::max(0, std::min(Vl, V - v0));  // this rank's columns below V
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; ++i) {
+    const T* z = logits + size_t(i) * Vl;
+    T max = -INFINITY;
+    for (int j = 0; j < real; ++j) max = z[j] > max ? z[j] : max;
+    T sum = 0;
+    for (int j = 0; j < real; ++j) sum += exp_t(z[j] - max);
+    const int t = targets[i] - v0;
+    row_max[i] = max;
+    row_sumexp[i] = sum;
+    target_logit[i] = t >= 0 && t < real ? z[t] : T(0);
+  }
+}
+
+template <class T>
+void crossentropy_from_stats(T* losses, T* dlogits, const T* logits, const T* row_max,
+                             const T* row_sumexp, const T* target_logit, const int32_t* targets,
+                             T dloss, int v0, int V, int N, int Vl) {
+  const int real = std::max(0, std::min(Vl, V - v0));
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; ++i) {
+    const T max = row_max[i], sum = row_sumexp[i];
+    losses[i] = std::log(sum) - (target_logit[i] - max);
+    if (!dlogits) continue;
+    const T* z = logits + size_t(i) * Vl;
+    T* d = dlogits + size_t(i) * Vl;
+    const T scale = dloss / sum;
+    for (int j = 0; j < real; ++j) d[j] = scale * exp_t(z[j] - max);
+    const int t = targets[i] - v0;
+    if (t >= 0 && t < real) d[t] -= dloss;
+    for (int j = real; j < Vl; ++j) d[j] = 0;
+  }
+}
+
+template void crossentropy_stats<float>(float*, float*, float*, const float*, const int32_t*, int, int, int, int);
+template void crossentropy_stats<double>(double*, double*, double*, const double*, const int32_t*, int, int, int, int);
+template void crossentropy_from_stats<float>(float*, float*, const float*, const float*, const float*, const float*, const int32_t*, float, int, int, int, int);
+template void crossentropy_from_stats<double>(double*, double*, const double*, const double*, const double*, const double*, const int32_t*, double, int, int, int, int);
 template void softmax_crossentropy<float>(float*, float*, const float*, const int32_t*, float, int, int, int);
 template void softmax_crossentropy<double>(double*, double*, const double*, const int32_t*, double, int, int, int);
 

@@ -29,7 +29,16 @@
 //
 // Causal tiles: a tile whose first key comes after its last query is entirely masked and
 // is skipped (never loaded, never computed); of nq x nk tiles about half are visited.
-// Inside the diagonal tiles each row computes only its keys u <= t.
+// Inside the diagonal tiles each row computes only its keys u <= t. The mask compares
+// positions, so a block of keys from elsewhere in the sequence (q_pos0 != k_pos0, see
+// FlashView) is masked by the same rule: with delta = q_pos0 - k_pos0, row t sees the
+// keys u <= t + delta.
+//
+// Merging two partial attentions of the same row over disjoint key sets A and B:
+// with L_A, O_A and L_B, O_B their logsumexps and outputs,
+//     e^{L} = e^{L_A} + e^{L_B}   and   O = (e^{L_A} O_A + e^{L_B} O_B) / e^{L},
+// because O_A = sum_{u in A} e^{s_u - L_A} v_u (likewise B). The backward of a block
+// needs only the full row's L and O (see flash_attention.h).
 //
 // Threads: OpenMP over (b, head). The backward runs in two passes, as a deterministic
 // GPU kernel does: key tiles outer for dK and dV (a tile's accumulators are its own),
@@ -56,13 +65,12 @@ void check_tiles(const char* fn, int Br, int Bc) {
 }  // namespace
 
 template <class T>
-FlashCounts flash_attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH,
-                                    int Br, int Bc) {
+FlashCounts flash_attention_forward(const FlashView<T>& a, T* out, T* lse, int Br, int Bc) {
   check_tiles("flash_attention_forward", Br, Bc);
-  const int hs = C / NH;
+  const int hs = a.hs, Tq = a.Tq, Tk = a.Tk, NH = a.NH;
+  const int delta = a.q_pos0 - a.k_pos0;  // row t sees keys u <= t + delta
   const T scale = T(1) / std::sqrt(T(hs));
-  const size_t row = size_t(3) * C;  // stride between positions in qkv
-  const int nq = ceil_div(T_, Br), nk = ceil_div(T_, Bc);
+  const int nq = ceil_div(Tq, Br), nk = ceil_div(Tk, Bc);
   int64_t visited = 0, skipped = 0, scores = 0;
 #pragma omp parallel reduction(+ : visited, skipped, scores)
   {
@@ -71,33 +79,35 @@ FlashCounts flash_attention_forward(T* out, T* lse, const T* qkv, int B, int T_,
     std::vector<T> Kj(size_t(Bc) * hs), Vj(size_t(Bc) * hs), S(size_t(Br) * Bc);
     std::vector<T> O(size_t(Br) * hs), m(static_cast<size_t>(Br)), l(static_cast<size_t>(Br));
 #pragma omp for collapse(2) schedule(static)
-    for (int b = 0; b < B; ++b)
+    for (int b = 0; b < a.B; ++b)
       for (int h = 0; h < NH; ++h) {
-        const T* base = qkv + size_t(b) * T_ * row + size_t(h) * hs;
-        T* L = lse + (size_t(b) * NH + h) * T_;
+        const T* qb = a.q + size_t(b) * Tq * a.q_stride + size_t(h) * hs;
+        const T* kb = a.k + size_t(b) * Tk * a.kv_stride + size_t(h) * hs;
+        const T* vb = a.v + size_t(b) * Tk * a.kv_stride + size_t(h) * hs;
+        T* L = lse + (size_t(b) * NH + h) * Tq;
         for (int qi = 0; qi < nq; ++qi) {
-          const int i0 = qi * Br, i1 = std::min(i0 + Br, T_), rows = i1 - i0;
+          const int i0 = qi * Br, i1 = std::min(i0 + Br, Tq), rows = i1 - i0;
           std::fill(m.begin(), m.end(), T(-INFINITY));
           std::fill(l.begin(), l.end(), T(0));
           std::fill(O.begin(), O.end(), T(0));
           for (int kj = 0; kj < nk; ++kj) {
-            const int j0 = kj * Bc, j1 = std::min(j0 + Bc, T_);
-            if (j0 > i1 - 1) {  // first key after the last query: this tile and the rest are masked
+            const int j0 = kj * Bc, j1 = std::min(j0 + Bc, Tk);
+            if (j0 > i1 - 1 + delta) {  // first key after the last query: this tile and the rest are masked
               skipped += nk - kj;
               break;
             }
             ++visited;
             for (int u = j0; u < j1; ++u)
               for (int i = 0; i < hs; ++i) {
-                Kj[size_t(u - j0) * hs + i] = base[size_t(u) * row + C + i];
-                Vj[size_t(u - j0) * hs + i] = base[size_t(u) * row + 2 * size_t(C) + i];
+                Kj[size_t(u - j0) * hs + i] = kb[size_t(u) * a.kv_stride + i];
+                Vj[size_t(u - j0) * hs + i] = vb[size_t(u) * a.kv_stride + i];
               }
             for (int r = 0; r < rows; ++r) {
               const int t = i0 + r;
-              const int ju = std::min(j1, t + 1);  // row t sees keys j0 .. ju-1 of this tile
-              if (ju <= j0) continue;              // a diagonal tile's rows above its first key
+              const int ju = std::min(j1, t + delta + 1);  // row t sees keys j0 .. ju-1 of this tile
+              if (ju <= j0) continue;                      // a diagonal tile's rows above its first key
               const int cols = ju - j0;
-              const T* q = base + size_t(t) * row;
+              const T* q = qb + size_t(t) * a.q_stride;
               T* s = S.data() + size_t(r) * Bc;
               T mx = m[size_t(r)];
               for (int c = 0; c < cols; ++c) {
@@ -108,15 +118,15 @@ FlashCounts flash_attention_forward(T* out, T* lse, const T* qkv, int B, int T_,
                 mx = std::max(mx, s[c]);
               }
               scores += cols;
-              const T a = std::exp(m[size_t(r)] - mx);  // e^{m - m'}: 0 on the row's first tile
+              const T e = std::exp(m[size_t(r)] - mx);  // e^{m - m'}: 0 on the row's first tile
               T sum = 0;
               for (int c = 0; c < cols; ++c) {
                 s[c] = std::exp(s[c] - mx);
                 sum += s[c];
               }
-              l[size_t(r)] = a * l[size_t(r)] + sum;
+              l[size_t(r)] = e * l[size_t(r)] + sum;
               T* o = O.data() + size_t(r) * hs;
-              for (int i = 0; i < hs; ++i) o[i] *= a;
+              for (int i = 0; i < hs; ++i) o[i] *= e;
               for (int c = 0; c < cols; ++c) {
                 const T* v = Vj.data() + size_t(c) * hs;
                 for (int i = 0; i < hs; ++i) o[i] += s[c] * v[i];
@@ -126,8 +136,13 @@ FlashCounts flash_attention_forward(T* out, T* lse, const T* qkv, int B, int T_,
           }
           for (int r = 0; r < rows; ++r) {
             const int t = i0 + r;
-            T* y = out + (size_t(b) * T_ + t) * C + size_t(h) * hs;
+            T* y = out + (size_t(b) * Tq + t) * a.out_stride + size_t(h) * hs;
             const T* o = O.data() + size_t(r) * hs;
+            if (l[size_t(r)] == T(0)) {  // no visible key in this block
+              for (int i = 0; i < hs; ++i) y[i] = 0;
+              L[t] = T(-INFINITY);
+              continue;
+            }
             for (int i = 0; i < hs; ++i) y[i] = o[i] / l[size_t(r)];
             L[t] = m[size_t(r)] + std::log(l[size_t(r)]);
           }
@@ -138,31 +153,35 @@ FlashCounts flash_attention_forward(T* out, T* lse, const T* qkv, int B, int T_,
 }
 
 template <class T>
-FlashCounts flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out,
-                                     const T* lse, int B, int T_, int C, int NH, int Br, int Bc) {
+FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv, const T* dout,
+                                     const T* out, const T* lse, int Br, int Bc) {
   check_tiles("flash_attention_backward", Br, Bc);
-  const int hs = C / NH;
+  const int hs = a.hs, Tq = a.Tq, Tk = a.Tk, NH = a.NH;
+  const int delta = a.q_pos0 - a.k_pos0;
   const T scale = T(1) / std::sqrt(T(hs));
-  const size_t row = size_t(3) * C;
-  const int nq = ceil_div(T_, Br), nk = ceil_div(T_, Bc);
+  const int nq = ceil_div(Tq, Br), nk = ceil_div(Tk, Bc);
   int64_t visited = 0, skipped = 0, scores = 0;
 #pragma omp parallel reduction(+ : visited, skipped, scores)
   {
     std::vector<T> Kj(size_t(Bc) * hs), Vj(size_t(Bc) * hs);
     std::vector<T> dK(size_t(Bc) * hs), dV(size_t(Bc) * hs), dQ(size_t(Br) * hs),
-        D(static_cast<size_t>(T_));
+        D(static_cast<size_t>(Tq));
 #pragma omp for collapse(2) schedule(static)
-    for (int b = 0; b < B; ++b)
+    for (int b = 0; b < a.B; ++b)
       for (int h = 0; h < NH; ++h) {
-        const T* base = qkv + size_t(b) * T_ * row + size_t(h) * hs;
-        T* dbase = dqkv + size_t(b) * T_ * row + size_t(h) * hs;
-        const T* L = lse + (size_t(b) * NH + h) * T_;
-        auto dO = [&](int t) { return dout + (size_t(b) * T_ + t) * C + size_t(h) * hs; };
+        const T* qb = a.q + size_t(b) * Tq * a.q_stride + size_t(h) * hs;
+        const T* kb = a.k + size_t(b) * Tk * a.kv_stride + size_t(h) * hs;
+        const T* vb = a.v + size_t(b) * Tk * a.kv_stride + size_t(h) * hs;
+        T* dqb = dq + size_t(b) * Tq * a.q_stride + size_t(h) * hs;
+        T* dkb = dk + size_t(b) * Tk * a.kv_stride + size_t(h) * hs;
+        T* dvb = dv + size_t(b) * Tk * a.kv_stride + size_t(h) * hs;
+        const T* L = lse + (size_t(b) * NH + h) * Tq;
+        auto dO = [&](int t) { return dout + (size_t(b) * Tq + t) * a.out_stride + size_t(h) * hs; };
         auto load_kv = [&](int j0, int j1) {
           for (int u = j0; u < j1; ++u)
             for (int i = 0; i < hs; ++i) {
-              Kj[size_t(u - j0) * hs + i] = base[size_t(u) * row + C + i];
-              Vj[size_t(u - j0) * hs + i] = base[size_t(u) * row + 2 * size_t(C) + i];
+              Kj[size_t(u - j0) * hs + i] = kb[size_t(u) * a.kv_stride + i];
+              Vj[size_t(u - j0) * hs + i] = vb[size_t(u) * a.kv_stride + i];
             }
         };
         // One score of the loaded key tile (row t, column c): recomputes s, then
@@ -182,39 +201,40 @@ FlashCounts flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const
         };
 
         // D_t = dO_t . O_t
-        for (int t = 0; t < T_; ++t) {
+        for (int t = 0; t < Tq; ++t) {
           const T* g = dO(t);
-          const T* o = out + (size_t(b) * T_ + t) * C + size_t(h) * hs;
+          const T* o = out + (size_t(b) * Tq + t) * a.out_stride + size_t(h) * hs;
           T d = 0;
           for (int i = 0; i < hs; ++i) d += g[i] * o[i];
           D[size_t(t)] = d;
         }
 
         // Pass 1, key tiles outer: dK_u and dV_u summed in the tile's own accumulators
-        // over every query row that sees key u, then added to dqkv once.
+        // over every query row that sees key u, then added to dk, dv once.
         for (int kj = 0; kj < nk; ++kj) {
-          const int j0 = kj * Bc, j1 = std::min(j0 + Bc, T_);
+          const int j0 = kj * Bc, j1 = std::min(j0 + Bc, Tk);
           load_kv(j0, j1);
           std::fill(dK.begin(), dK.end(), T(0));
           std::fill(dV.begin(), dV.end(), T(0));
-          const int first = j0 / Br;  // query tiles before it end before key j0: masked
+          // query tiles that end before the row j0 - delta (the first to see key j0) are masked
+          const int first = std::min(nq, std::max(0, j0 - delta) / Br);
           skipped += first;
           for (int qi = first; qi < nq; ++qi) {
             ++visited;
-            const int i0 = qi * Br, i1 = std::min(i0 + Br, T_);
+            const int i0 = qi * Br, i1 = std::min(i0 + Br, Tq);
             for (int t = i0; t < i1; ++t) {
-              const int ju = std::min(j1, t + 1);
+              const int ju = std::min(j1, t + delta + 1);
               if (ju <= j0) continue;
-              const T* q = base + size_t(t) * row;
+              const T* q = qb + size_t(t) * a.q_stride;
               const T* g = dO(t);
               for (int c = 0; c < ju - j0; ++c) {
                 T p;
                 const T ds = dscore(q, g, t, c, p) * scale;
-                T* dk = dK.data() + size_t(c) * hs;
-                T* dv = dV.data() + size_t(c) * hs;
+                T* dkc = dK.data() + size_t(c) * hs;
+                T* dvc = dV.data() + size_t(c) * hs;
                 for (int i = 0; i < hs; ++i) {
-                  dv[i] += p * g[i];
-                  dk[i] += ds * q[i];
+                  dvc[i] += p * g[i];
+                  dkc[i] += ds * q[i];
                 }
               }
               scores += ju - j0;
@@ -222,51 +242,89 @@ FlashCounts flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const
           }
           for (int u = j0; u < j1; ++u)
             for (int i = 0; i < hs; ++i) {
-              dbase[size_t(u) * row + C + i] += dK[size_t(u - j0) * hs + i];
-              dbase[size_t(u) * row + 2 * size_t(C) + i] += dV[size_t(u - j0) * hs + i];
+              dkb[size_t(u) * a.kv_stride + i] += dK[size_t(u - j0) * hs + i];
+              dvb[size_t(u) * a.kv_stride + i] += dV[size_t(u - j0) * hs + i];
             }
         }
 
         // Pass 2, query tiles outer: dQ_t summed over the key tiles the row sees
-        // (recomputing P and dP once more), then added to dqkv once.
+        // (recomputing P and dP once more), then added to dq once.
         for (int qi = 0; qi < nq; ++qi) {
-          const int i0 = qi * Br, i1 = std::min(i0 + Br, T_);
+          const int i0 = qi * Br, i1 = std::min(i0 + Br, Tq);
           std::fill(dQ.begin(), dQ.end(), T(0));
           for (int kj = 0; kj < nk; ++kj) {
-            const int j0 = kj * Bc, j1 = std::min(j0 + Bc, T_);
-            if (j0 > i1 - 1) break;  // the same tiles as pass 1 and the forward skip
+            const int j0 = kj * Bc, j1 = std::min(j0 + Bc, Tk);
+            if (j0 > i1 - 1 + delta) break;  // the same tiles as pass 1 and the forward skip
             load_kv(j0, j1);
             for (int t = i0; t < i1; ++t) {
-              const int ju = std::min(j1, t + 1);
+              const int ju = std::min(j1, t + delta + 1);
               if (ju <= j0) continue;
-              const T* q = base + size_t(t) * row;
+              const T* q = qb + size_t(t) * a.q_stride;
               const T* g = dO(t);
-              T* dq = dQ.data() + size_t(t - i0) * hs;
+              T* dqt = dQ.data() + size_t(t - i0) * hs;
               for (int c = 0; c < ju - j0; ++c) {
                 T p;
                 const T ds = dscore(q, g, t, c, p) * scale;
                 const T* k = Kj.data() + size_t(c) * hs;
-                for (int i = 0; i < hs; ++i) dq[i] += ds * k[i];
+                for (int i = 0; i < hs; ++i) dqt[i] += ds * k[i];
               }
             }
           }
           for (int t = i0; t < i1; ++t)
-            for (int i = 0; i < hs; ++i) dbase[size_t(t) * row + i] += dQ[size_t(t - i0) * hs + i];
+            for (int i = 0; i < hs; ++i) dqb[size_t(t) * a.q_stride + i] += dQ[size_t(t - i0) * hs + i];
         }
       }
   }
   return {visited, skipped, scores};
 }
 
-template FlashCounts flash_attention_forward<float>(float*, float*, const float*, int, int, int,
-                                                    int, int, int);
-template FlashCounts flash_attention_forward<double>(double*, double*, const double*, int, int,
-                                                     int, int, int, int);
-template FlashCounts flash_attention_backward<float>(float*, const float*, const float*,
-                                                     const float*, const float*, int, int, int,
-                                                     int, int, int);
-template FlashCounts flash_attention_backward<double>(double*, const double*, const double*,
-                                                      const double*, const double*, int, int,
-                                                      int, int, int, int);
+template <class T>
+void flash_attention_merge(T* out, T* lse, size_t out_stride, const T* out_b, const T* lse_b,
+                           size_t b_stride, size_t n, int hs) {
+  for (size_t r = 0; r < n; ++r) {
+    const T la = lse[r], lb = lse_b[r];
+    if (lb == T(-INFINITY)) continue;  // B saw no keys: nothing to add
+    T* o = out + r * out_stride;
+    const T* ob = out_b + r * b_stride;
+    const T mx = std::max(la, lb);
+    const T ea = std::exp(la - mx), eb = std::exp(lb - mx);  // e^{-inf} = 0 when A saw none
+    const T sum = ea + eb;
+    for (int i = 0; i < hs; ++i) o[i] = (ea * o[i] + eb * ob[i]) / sum;
+    lse[r] = mx + std::log(sum);
+  }
+}
+
+namespace {
+template <class T>
+FlashView<T> fused_view(const T* qkv, int B, int T_, int C, int NH) {
+  const size_t row = size_t(3) * C;
+  return {qkv, qkv + C, qkv + 2 * size_t(C), row, row, size_t(C), B, T_, T_, NH, C / NH, 0, 0};
+}
+}  // namespace
+
+template <class T>
+FlashCounts flash_attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH,
+                                    int Br, int Bc) {
+  return flash_attention_forward(fused_view(qkv, B, T_, C, NH), out, lse, Br, Bc);
+}
+
+template <class T>
+FlashCounts flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out,
+                                     const T* lse, int B, int T_, int C, int NH, int Br, int Bc) {
+  return flash_attention_backward(fused_view(qkv, B, T_, C, NH), dqkv, dqkv + C, dqkv + 2 * size_t(C),
+                                  dout, out, lse, Br, Bc);
+}
+
+#define GPT_FLASH_INSTANTIATE(T)                                                                    \
+  template FlashCounts flash_attention_forward<T>(const FlashView<T>&, T*, T*, int, int);           \
+  template FlashCounts flash_attention_backward<T>(const FlashView<T>&, T*, T*, T*, const T*,       \
+                                                   const T*, const T*, int, int);                   \
+  template void flash_attention_merge<T>(T*, T*, size_t, const T*, const T*, size_t, size_t, int);  \
+  template FlashCounts flash_attention_forward<T>(T*, T*, const T*, int, int, int, int, int, int);  \
+  template FlashCounts flash_attention_backward<T>(T*, const T*, const T*, const T*, const T*, int, \
+                                                   int, int, int, int, int);
+GPT_FLASH_INSTANTIATE(float)
+GPT_FLASH_INSTANTIATE(double)
+#undef GPT_FLASH_INSTANTIATE
 
 }  // namespace gpt::cpu

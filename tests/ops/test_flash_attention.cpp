@@ -133,8 +133,9 @@ Result run_reference(const Shape& s, const Inputs& in) {
   const auto qkv = cast<T>(in.qkv), dout = cast<T>(in.dout);
   std::vector<T> out(size_t(s.B) * s.T * C), att(size_t(s.B) * s.NH * s.T * s.T);
   std::vector<T> dqkv(qkv.size(), T(0));
-  ops::attention_forward(kCPU, out.data(), att.data(), qkv.data(), s.B, s.T, C, s.NH);
-  ops::attention_backward(kCPU, dqkv.data(), dout.data(), qkv.data(), out.data(), att.data(), s.B, s.T, C,
+  // The readable reference of kernels/cpu/attention.cpp (the op itself runs flash).
+  cpu::attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, C, s.NH);
+  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, C,
                           s.NH);
   Result r;
   r.out = widen(out);

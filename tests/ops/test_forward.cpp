@@ -118,7 +118,9 @@ TEST_CASE("ops: attention forward is causal softmax(q k^T / sqrt(hs)) v", "[ops]
   Rng rng(6004);
   const Vec qkv = normal_vec(size_t(B) * T * 3 * C, rng, 1.5);
   Vec out(size_t(B) * T * C), att(size_t(B) * NH * T * T, std::nan(""));
-  ops::attention_forward(kCPU, out.data(), att.data(), qkv.data(), B, T, C, NH);
+  // The reference of kernels/cpu/attention.cpp, whose probabilities are checked here; the
+  // op (flash attention) is checked against it in test_flash_attention.cpp.
+  gpt::cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
   auto q = [&](int b, int t, int h, int d) { return LD(qkv[(size_t(b) * T + t) * 3 * C + h * hs + d]); };
   auto k = [&](int b, int t, int h, int d) { return LD(qkv[(size_t(b) * T + t) * 3 * C + C + h * hs + d]); };
   auto v = [&](int b, int t, int h, int d) { return LD(qkv[(size_t(b) * T + t) * 3 * C + 2 * C + h * hs + d]); };

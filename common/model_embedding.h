@@ -1,0 +1,32 @@
+// The embedding piece: token and position embeddings of B sequences of T tokens.
+//
+//   x0[b,t,:] = wte[tokens[b,t], :] + wpe[pos0 + t, :]
+//
+// for a rank holding the rows vocab = [v0, v1) of wte (wte_rows points at row v0): a
+// token outside the range contributes zero, so the sum over ranks that split the
+// vocabulary (tensor parallelism) is the whole embedding. pos0 is the position of the
+// chunk's first token (context and sequence parallelism hold chunks of a sequence);
+// wpe may be null (no positions added on this rank). The backward ACCUMULATES into the
+// gradients of the rows and positions it read.
+#pragma once
+#include <cstdint>
+
+#include "common/model_pieces.h"
+
+namespace gpt {
+
+// Rows [begin, end) of the padded vocabulary.
+struct VocabRange {
+  int begin = 0, end = 0;
+  int size() const { return end - begin; }
+};
+
+template <class A>
+void embedding_piece_forward(const PieceContext& ctx, A* out, const int32_t* tokens, const A* wte_rows,
+                             VocabRange vocab, const A* wpe, int pos0, int B, int T, int C, int Vp);
+
+template <class A>
+void embedding_piece_backward(const PieceContext& ctx, GradOf<A>* dwte_rows, GradOf<A>* dwpe, const A* dout,
+                              const int32_t* tokens, VocabRange vocab, int pos0, int B, int T, int C, int Vp);
+
+}  // namespace gpt
