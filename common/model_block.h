@@ -31,6 +31,12 @@ struct BlockTensors {
 };
 template <class A>
 using BlockWeights = BlockTensors<const A>;
+// The same pointers, read-only (a buffer of weights the caller also writes).
+template <class T>
+BlockTensors<const T> as_const(const BlockTensors<T>& t) {
+  return {t.ln1_w, t.ln1_b, t.qkv_w, t.qkv_b, t.attproj_w, t.attproj_b,
+          t.ln2_w, t.ln2_b, t.fc_w,  t.fc_b,  t.fcproj_w,  t.fcproj_b};
+}
 template <class A>
 using BlockGrads = BlockTensors<GradOf<A>>;
 
