@@ -98,7 +98,11 @@ constexpr Key kKeys[] = {
     {"trace_file", FIELD(trace_file), "Chrome/Perfetto trace file (empty: no trace)"},
     {"log_every", FIELD(log_every), "steps between progress lines on the terminal"},
     // distributed
-    {"dp", FIELD(dp), "data-parallel ranks (0: every rank of the job); stages 02+"},
+    {"dp", FIELD(dp), "data-parallel ranks (0: the job's ranks / (tp * pp * cp)); stages 02+"},
+    {"tp", FIELD(tp), "tensor-parallel ranks (1: none); dp x pp x cp x tp = ranks"},
+    {"pp", FIELD(pp), "pipeline-parallel ranks (1: none)"},
+    {"cp", FIELD(cp), "context-parallel ranks (1: none)"},
+    {"virtual_stages", FIELD(virtual_stages), "model chunks per pipeline rank (interleaved schedules; 1: one)"},
     {"comm", FIELD(comm), "communication backend: auto, mpi or nccl"},
     {"allreduce", FIELD(allreduce), "gradient all-reduce of stage 02: ring (written out) or backend"},
     {"bucket_mb", FIELD(bucket_mb), "gradient bucket size in MiB (one all-reduce per bucket)"},
@@ -467,6 +471,10 @@ void validate(const Config& cfg, int dp) {
   check_int(cfg.val_every >= 0, "val_every", cfg.val_every, "must be >= 0 (0: only at the end)");
   check_int(cfg.val_batches >= 0, "val_batches", cfg.val_batches, "must be >= 0");
   check_int(cfg.dp >= 0, "dp", cfg.dp, "must be >= 0 (0: every rank)");
+  check_int(cfg.tp >= 1, "tp", cfg.tp, "must be >= 1");
+  check_int(cfg.pp >= 1, "pp", cfg.pp, "must be >= 1");
+  check_int(cfg.cp >= 1, "cp", cfg.cp, "must be >= 1");
+  check_int(cfg.virtual_stages >= 1, "virtual_stages", cfg.virtual_stages, "must be >= 1");
   check_int(cfg.log_every >= 1, "log_every", cfg.log_every, "must be >= 1");
 
   // Runtime. precision's check is parse_precision's, so the accepted names live in one place.

@@ -59,7 +59,11 @@ struct Config {
   int log_every = 1;
 
   // distributed (stages 02+): layout of the ranks and how gradients travel
-  int dp = 0;                    // data-parallel ranks; 0 = all ranks of the job
+  int dp = 0;                    // data-parallel ranks; 0 = the ranks left by tp, pp, cp
+  int tp = 1;                    // tensor-parallel ranks
+  int pp = 1;                    // pipeline-parallel ranks
+  int cp = 1;                    // context-parallel ranks
+  int virtual_stages = 1;        // model chunks per pipeline rank
   std::string comm = "auto";     // auto | mpi | nccl
   std::string allreduce = "ring";  // ring (stage 02's own) | backend (the library's)
   double bucket_mb = 4.0;        // gradient bucket size in MiB

@@ -20,6 +20,7 @@
 #include "common/comm.h"
 #include "common/config.h"
 #include "common/data.h"
+#include "common/driver.h"
 #include "common/device.h"
 #include "common/error.h"
 #include "common/gpt2.h"
@@ -27,11 +28,8 @@
 #include "common/mesh.h"
 #include "common/metrics.h"
 #include "common/optimizer.h"
-#include "common/sampler.h"
-#include "common/tokenizer.h"
 #include "common/trace.h"
 #include "kernels/ops.h"
-#include "stages/02_ddp/data_parallel.h"
 #include "stages/02_ddp/grad_sync.h"
 #include "stages/02_ddp/ring_allreduce.h"
 
@@ -39,11 +37,13 @@ using namespace gpt;
 
 namespace {
 
-int train_ranks(Config& cfg, Communicator& world, Device device, Precision precision) {
+int train_ranks(Run& run) {
+  Config& cfg = run.cfg;
+  const Device device = run.device;
+  const Precision precision = run.precision;
   const bool bf16 = precision == Precision::BF16;
-  Communicator& dp = world;  // stage 02: every rank is a data-parallel rank
-  require_pure_data_parallel(cfg, dp, "02");
-  const bool lead = dp.rank() == 0;  // rank 0 logs, checkpoints and samples
+  Communicator& dp = run.mesh.dp();  // stage 02: data parallelism only (StageSpec below)
+  const bool lead = run.lead();  // rank 0 logs, prunes checkpoints and samples
   const int accum = cfg.grad_accum(dp.size());
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
   Trace::global().enable(cfg.trace_file.empty() ? "" : cfg.trace_file + ".rank" + std::to_string(dp.rank()) + ".json", dp.rank());
@@ -57,10 +57,11 @@ int train_ranks(Config& cfg, Communicator& world, Device device, Precision preci
   // the fp32 master copy and the model holds the bf16-rounded compute copy.
   AdamW<float> optimizer(layout, 0, n_params, /*keep_master=*/bf16);
   float* master = bf16 ? optimizer.master().data() : model.params().data();
-  const std::vector<CheckpointBuffer> ckpt_buffers = {
-      {"param", master, 0, n_params},
-      {"adam_m", optimizer.m().data(), 0, n_params},
-      {"adam_v", optimizer.v().data(), 0, n_params}};
+  const RunCheckpoints ckpt{layout,
+                            {{"param", master, 0, n_params},
+                             {"adam_m", optimizer.m().data(), 0, n_params},
+                             {"adam_v", optimizer.v().data(), 0, n_params}},
+                            /*sharded=*/false};
 
   CheckpointState state;
   const std::string resume = resolve_resume(cfg.resume, cfg.run_dir);
@@ -68,7 +69,7 @@ int train_ranks(Config& cfg, Communicator& world, Device device, Precision preci
   if (resume.empty()) {
     layout.init_range(cfg.seed, 0, n_params, master);
   } else {
-    state = load_checkpoint(resume, layout, ckpt_buffers);
+    state = load_checkpoint(resume, layout, ckpt.buffers);
     std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
   model.set_params(master);
@@ -139,46 +140,13 @@ int train_ranks(Config& cfg, Communicator& world, Device device, Precision preci
     if (lead) log.train_step(m, mem, state.step % cfg.log_every == 0 || state.step == cfg.steps);
     if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(state.step) + " (lower lr?)");
 
-    if (cfg.val_every > 0 && state.step % cfg.val_every == 0 && state.step < cfg.steps) {
-      const double val_loss = validation_loss(model, val_data, cfg.val_batches, dp);
-      if (lead) log.validation(state.step, val_loss);
-    }
-    if (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0 && state.step < cfg.steps) {
-      // Every rank holds the same weights and moments: rank 0 writes them.
-      if (lead) {
-        save_checkpoint(cfg.run_dir, cfg, layout, state, ckpt_buffers);
-        prune_checkpoints(cfg.run_dir, cfg.keep_checkpoints);
-      }
-      dp.barrier();
-    }
+    after_step(run, model, val_data, dp, log, ckpt, state);
   }
 
-  if (cfg.val_batches > 0) {
-    const double val_loss = validation_loss(model, val_data, cfg.val_batches, dp);
-    if (lead) log.validation(state.step, val_loss);
-  }
-  if (cfg.checkpoint_at_end) {
-    if (lead) {
-      const std::string path = save_checkpoint(cfg.run_dir, cfg, layout, state, ckpt_buffers);
-      prune_checkpoints(cfg.run_dir, cfg.keep_checkpoints);
-      std::printf("checkpoint: %s\n", path.c_str());
-    }
-    dp.barrier();
-  }
-  if (cfg.sample_tokens > 0 && lead) {
-    GPT2<float> sampler(cfg.model, 1, T, device, precision);
-    sampler.set_params(master);
-    std::vector<int> context;
-    for (uint16_t id : encode_bytes(cfg.prompt)) context.push_back(id);
-    const SampleOptions opt{cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed};
-    const std::string text = decode_bytes(generate(sampler, context, opt, state.sample_counter));
-    std::printf("---- sample (temperature %.2f, top-k %d) ----\n%s\n----\n", cfg.temperature, cfg.top_k, text.c_str());
-    log.sample(state.step, text);
-  }
-  Trace::global().write();
+  end_of_run(run, model, val_data, dp, log, ckpt, state, master);
   return 0;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) { return data_parallel_main(argc, argv, train_ranks); }
+int main(int argc, char** argv) { return stage_main(argc, argv, StageSpec{"02_ddp"}, train_ranks); }

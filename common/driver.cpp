@@ -1,0 +1,153 @@
+// The shared multi-rank driver; see driver.h.
+#include "common/driver.h"
+
+#include <omp.h>
+
+#include <cstdio>
+#include <exception>
+#include <memory>
+
+#include "common/error.h"
+#include "common/sampler.h"
+#include "common/tokenizer.h"
+#include "common/trace.h"
+
+namespace gpt {
+
+MeshShape mesh_shape_for(const Config& cfg, int ranks) {
+  const int model_ranks = cfg.tp * cfg.pp * cfg.cp;
+  const std::string keys = "tp=" + std::to_string(cfg.tp) + " x pp=" + std::to_string(cfg.pp) +
+                           " x cp=" + std::to_string(cfg.cp);
+  if (cfg.dp == 0) {
+    require(ranks % model_ranks == 0, keys + " = " + std::to_string(model_ranks) + " ranks per model replica, but the job has " +
+                                          std::to_string(ranks) + " ranks, not a multiple (dp x pp x cp x tp must equal the ranks)");
+    return {ranks / model_ranks, cfg.pp, cfg.cp, cfg.tp};
+  }
+  require(cfg.dp * model_ranks == ranks, "dp=" + std::to_string(cfg.dp) + " x " + keys + " = " +
+                                             std::to_string(cfg.dp * model_ranks) + " ranks, but the job has " +
+                                             std::to_string(ranks) + " (dp x pp x cp x tp must equal the ranks)");
+  return {cfg.dp, cfg.pp, cfg.cp, cfg.tp};
+}
+
+void require_axes(const Config& cfg, const StageSpec& spec) {
+  auto refuse = [&](const char* key, int value, const char* technique) {
+    fail(std::string(key) + "=" + std::to_string(value) + ": stage " + spec.name + " does not implement " + technique +
+         " (" + key + " must be 1 here)");
+  };
+  if (cfg.tp > 1 && !spec.tp) refuse("tp", cfg.tp, "tensor parallelism");
+  if (cfg.pp > 1 && !spec.pp) refuse("pp", cfg.pp, "pipeline parallelism");
+  if (cfg.cp > 1 && !spec.cp) refuse("cp", cfg.cp, "context parallelism");
+  if (cfg.virtual_stages > 1 && !spec.virtual_stages)
+    refuse("virtual_stages", cfg.virtual_stages, "interleaved pipeline chunks");
+}
+
+namespace {
+
+// An error on one rank must not leave the others blocked in a collective: the failing
+// rank prints its message (naming itself) and aborts the whole job with the error's
+// status; with one rank the error propagates to run_main, which does the same.
+template <class F>
+int on_every_rank(Communicator& world, F&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    if (world.size() == 1) throw;
+    const bool user = dynamic_cast<const UserError*>(&e) != nullptr;
+    std::fprintf(stderr, "train: rank %d: %s: %s\n", world.rank(), user ? "error" : "internal error", e.what());
+    std::fflush(stderr);
+    world.abort(user ? 2 : 1);
+    return user ? 2 : 1;
+  }
+}
+
+}  // namespace
+
+int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
+  return run_main("train", [&] {
+    Config cfg;
+    if (!parse_args(argc, argv, cfg, "train")) return 0;
+    if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+    require_axes(cfg, spec);
+    // Stages without a GPU path (device-side shards and buckets not written yet) run
+    // on CPU ranks: auto means cpu there and cuda is refused.
+    require(spec.cuda || cfg.device != "cuda",
+            std::string("device=cuda: stage ") + spec.name +
+                " runs on CPU ranks only so far; use device=cpu (stage 01 trains on the GPU)");
+    const Device device = resolve_device(spec.cuda || cfg.device != "auto" ? cfg.device : "cpu");
+    const Precision precision = parse_precision(cfg.precision);
+    std::unique_ptr<Communicator> world = make_world(&argc, &argv, {cfg.comm, device, cfg.comm_timeout_s});
+    return on_every_rank(*world, [&] {
+      const MeshShape shape = mesh_shape_for(cfg, world->size());
+      validate(cfg, shape.dp);
+      Mesh mesh(*world, shape);
+      Run run{cfg, *world, mesh, device, precision};
+      return train(run);
+    });
+  });
+}
+
+double validation_loss(GPT2<float>& model, const DataLoader& val, int batches, Communicator& dp) {
+  const size_t n = size_t(model.batch()) * model.seq_len();
+  std::vector<int32_t> inputs(n), targets(n);
+  double sum = 0;
+  const int rounds = (batches + dp.size() - 1) / dp.size();
+  for (int i = 0; i < rounds; ++i) {
+    const int k = i * dp.size() + dp.rank();
+    val.sequential_batch(k < batches ? k : 0, model.batch(), inputs.data(), targets.data());
+    const double loss = model.evaluate(inputs.data(), targets.data());
+    if (k < batches) sum += loss;
+  }
+  dp.all_reduce(&sum, 1, DType::F64);
+  return batches > 0 ? sum / batches : 0.0;
+}
+
+namespace {
+
+// Writes a checkpoint of `state`: together (each rank its shard) or by the lead alone.
+std::string write_checkpoint(Run& run, Communicator& dp, const RunCheckpoints& ckpt, const CheckpointState& state) {
+  std::string path;
+  if (ckpt.sharded) path = save_checkpoint_sharded(dp, run.cfg.run_dir, run.cfg, ckpt.layout, state, ckpt.buffers);
+  else if (run.lead()) path = save_checkpoint(run.cfg.run_dir, run.cfg, ckpt.layout, state, ckpt.buffers);
+  if (run.lead()) prune_checkpoints(run.cfg.run_dir, run.cfg.keep_checkpoints);
+  dp.barrier();  // no rank reads or writes the run directory before the checkpoint is complete
+  return path;
+}
+
+}  // namespace
+
+void after_step(Run& run, GPT2<float>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
+                const RunCheckpoints& ckpt, const CheckpointState& state) {
+  const Config& cfg = run.cfg;
+  if (state.step >= cfg.steps) return;  // the end of the run has its own
+  if (cfg.val_every > 0 && state.step % cfg.val_every == 0) {
+    const double val_loss = validation_loss(model, val, cfg.val_batches, dp);
+    if (run.lead()) log.validation(state.step, val_loss);
+  }
+  if (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0) write_checkpoint(run, dp, ckpt, state);
+}
+
+void end_of_run(Run& run, GPT2<float>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
+                const RunCheckpoints& ckpt, CheckpointState& state, const float* weights) {
+  const Config& cfg = run.cfg;
+  if (cfg.val_batches > 0) {
+    const double val_loss = validation_loss(model, val, cfg.val_batches, dp);
+    if (run.lead()) log.validation(state.step, val_loss);
+  }
+  if (cfg.checkpoint_at_end) {
+    const std::string path = write_checkpoint(run, dp, ckpt, state);
+    if (run.lead()) std::printf("checkpoint: %s\n", path.c_str());
+  }
+  if (cfg.sample_tokens > 0 && run.lead()) {
+    GPT2<float> sampler(cfg.model, 1, model.seq_len(), run.device, run.precision);
+    sampler.set_params(weights);
+    std::vector<int> context;
+    for (uint16_t id : encode_bytes(cfg.prompt)) context.push_back(id);
+    const SampleOptions opt{cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed};
+    const std::string text = decode_bytes(generate(sampler, context, opt, state.sample_counter));
+    std::printf("---- sample (temperature %.2f, top-k %d) ----\n%s\n----\n", cfg.temperature, cfg.top_k, text.c_str());
+    log.sample(state.step, text);
+  }
+  Trace::global().write();
+}
+
+}  // namespace gpt

@@ -1,0 +1,85 @@
+// The multi-rank driver every stage after 01 shares: what is the same in each
+// train.cpp, written once, so that a stage's driver holds its loop and its technique
+// and `diff -u` of two neighbouring drivers shows the technique.
+//
+//   stage_main(argc, argv, spec, train)
+//     parse the config (--config, --set, --help), pick the device, join the job,
+//     build the process mesh dp x pp x cp x tp from the config keys, refuse by name an
+//     axis the stage does not implement, then run train(run) on every rank: an error
+//     on one rank ends them all (bad input: exit 2; a bug: exit 1).
+//   after_step(...)     the validation loss and the checkpoint every N steps
+//   end_of_run(...)     the last validation loss, the final checkpoint, the sample
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/checkpoint.h"
+#include "common/comm.h"
+#include "common/config.h"
+#include "common/data.h"
+#include "common/device.h"
+#include "common/gpt2.h"
+#include "common/mesh.h"
+#include "common/metrics.h"
+#include "common/precision.h"
+
+namespace gpt {
+
+// What a stage implements beyond data parallelism, and where it runs.
+struct StageSpec {
+  const char* name;  // "03_zero1": named in messages
+  bool tp = false, pp = false, cp = false;  // axes implemented (dp always is)
+  bool virtual_stages = false;              // interleaved pipeline chunks
+  bool cuda = false;                        // device=cuda supported
+};
+
+// The mesh the config asks for on `ranks` ranks: tp, pp, cp as given, dp as given or
+// (dp = 0) the ranks left; dp x pp x cp x tp must equal ranks, or a UserError names the
+// keys, their values and the rank count.
+MeshShape mesh_shape_for(const Config& cfg, int ranks);
+
+// A UserError naming the first axis (tp, pp, cp, virtual_stages) the config sets
+// beyond 1 that the stage does not implement.
+void require_axes(const Config& cfg, const StageSpec& spec);
+
+// What a rank's training starts from.
+struct Run {
+  Config& cfg;
+  Communicator& world;
+  Mesh& mesh;
+  Device device;
+  Precision precision;
+  bool lead() const { return world.rank() == 0; }  // logs, prunes checkpoints, samples
+};
+
+// The entry point of a multi-rank stage (see the top of this file). Returns the exit
+// status for main().
+using TrainFn = int (*)(Run& run);
+int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train);
+
+// Mean loss over `batches` fixed validation batches; the ranks of `dp` share them
+// (rank r evaluates batches r, r + dp, ...; a rank past the end repeats batch 0 and
+// ignores it, because a forward may communicate) and their sums are added.
+double validation_loss(GPT2<float>& model, const DataLoader& val, int batches, Communicator& dp);
+
+// Checkpoints of a run: the tensors each rank holds and whether the ranks write one
+// checkpoint together (each its shard) or the lead rank writes it alone (its buffers
+// hold everything).
+struct RunCheckpoints {
+  const ParamLayout& layout;
+  std::vector<CheckpointBuffer> buffers;
+  bool sharded = false;
+};
+
+// After step `state.step` finished: the validation loss every val_every steps and a
+// checkpoint every checkpoint_every steps (not after the last step: end_of_run does).
+void after_step(Run& run, GPT2<float>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
+                const RunCheckpoints& ckpt, const CheckpointState& state);
+
+// After the last step: the validation loss, the final checkpoint and, on the lead rank,
+// a sample from `weights` (the whole model's compute weights on the lead rank).
+void end_of_run(Run& run, GPT2<float>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
+                const RunCheckpoints& ckpt, CheckpointState& state, const float* weights);
+
+}  // namespace gpt
