@@ -85,6 +85,15 @@ void check_count(size_t count, const char* op) {
          " elements in one call is more than MPI's int count allows (2^31 - 1); split the buffer");
 }
 
+void check_tag(int tag, const char* op) {
+  if (tag < 0 || tag > kMaxTag)
+    fail(std::string(op) + ": tag " + std::to_string(tag) + " is outside [0, " + std::to_string(kMaxTag) + "]");
+}
+
+void check_summable(DType t, const char* op) {
+  if (t == DType::Byte) fail(std::string(op) + ": bytes cannot be summed; reduce numbers (f32, f64, bf16)");
+}
+
 }  // namespace comm_detail
 
 using namespace comm_detail;
@@ -169,6 +178,7 @@ std::unique_ptr<Communicator> make_world(int* argc, char*** argv, const CommOpti
 }
 
 void sum_into(void* out, const void* a, const void* b, size_t count, DType t) {
+  check_summable(t, "sum_into");
   // Element i is read from a and b before out[i] is written, so out may alias a or b.
   switch (t) {
     case DType::F32: {
@@ -195,6 +205,8 @@ void sum_into(void* out, const void* a, const void* b, size_t count, DType t) {
       for (size_t i = 0; i < count; ++i) o[i] = cpu::bf16_bits(cpu::bf16_to_float(x[i]) + cpu::bf16_to_float(y[i]));
       return;
     }
+    case DType::Byte:
+      return;  // refused above
   }
 }
 

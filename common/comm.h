@@ -7,8 +7,17 @@
 //   reduce_scatter  the sum, but rank r keeps only chunk r (count elements) of it
 //   all_gather      every rank contributes count elements; all end with the concatenation
 //   broadcast       root's buffer is copied to every rank
-//   send/recv       point to point; a `sendrecv` pairs one send and one receive so a
-//                   ring step cannot deadlock
+//   sendrecv        one send and one receive together, so a ring step cannot deadlock
+//   send/recv       point to point with a tag: a message from `send(dest, tag)` is taken
+//                   by the `recv(source, tag)` that names the same pair and tag; between
+//                   one pair with one tag, messages arrive in the order they were sent
+//   isend/irecv     the same, non-blocking: they post the message and return a Request
+//                   at once; `wait` completes it (a receive's buffer holds the message
+//                   only after its wait; a send's buffer must not change before it).
+//                   Post receives early and wait late to overlap messages with work;
+//                   several requests in flight progress together, so posting every
+//                   message of a step and then waiting on all of them cannot deadlock,
+//                   however large the messages (MPI's eager limit does not matter).
 // Buffers are on the device the communicator was made for: CPU memory for MPI; for
 // NCCL, GPU memory. The MPI backend also accepts GPU buffers by staging them through
 // host memory (so several ranks can share one GPU).
@@ -20,15 +29,23 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/device.h"
 
 namespace gpt {
 
-enum class DType { F32, F64, BF16 };  // BF16: uint16_t storage of bfloat16 values
+// BF16: uint16_t storage of bfloat16 values. Byte: raw bytes, for messages that are not
+// numbers (reductions refuse it).
+enum class DType { F32, F64, BF16, Byte };
 
-inline size_t dtype_size(DType t) { return t == DType::F64 ? 8 : t == DType::F32 ? 4 : 2; }
-inline const char* dtype_name(DType t) { return t == DType::F64 ? "f64" : t == DType::F32 ? "f32" : "bf16"; }
+inline size_t dtype_size(DType t) {
+  return t == DType::F64 ? 8 : t == DType::F32 ? 4 : t == DType::BF16 ? 2 : 1;
+}
+inline const char* dtype_name(DType t) {
+  return t == DType::F64 ? "f64" : t == DType::F32 ? "f32" : t == DType::BF16 ? "bf16" : "byte";
+}
 
 template <class T>
 constexpr DType dtype_of();
@@ -36,6 +53,29 @@ template <>
 constexpr DType dtype_of<float>() { return DType::F32; }
 template <>
 constexpr DType dtype_of<double>() { return DType::F64; }
+
+// A posted isend or irecv, completed by Communicator::wait (which leaves it empty).
+// Movable, not copyable. Destroying a request that was never waited for withdraws a
+// receive (its buffer is never written) and abandons a send (it may still be delivered
+// while its buffer lives): wait for every request you post.
+class Request {
+ public:
+  struct State {
+    virtual ~State() = default;
+  };
+  Request() = default;
+  explicit Request(std::unique_ptr<State> state) : state_(std::move(state)) {}
+  bool pending() const { return state_ != nullptr; }
+  State* state() const { return state_.get(); }
+  std::unique_ptr<State> release() { return std::move(state_); }
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+// Tags of point-to-point messages are in [0, kMaxTag] (MPI guarantees tags up to 32767;
+// the one above kMaxTag is the communicators' own, for sendrecv).
+constexpr int kMaxTag = 32766;
 
 class Communicator {
  public:
@@ -55,6 +95,24 @@ class Communicator {
   virtual void sendrecv(const void* send, size_t send_count, int dest, void* recv,
                         size_t recv_count, int source, DType t) = 0;
   virtual void barrier() = 0;
+
+  // Point to point (see the top of this file). count elements of type t; dest and
+  // source are ranks of this communicator, tag in [0, kMaxTag]. Each fails after the
+  // timeout with a message naming the operation, this rank, the peer and the tag.
+  virtual Request isend(const void* buf, size_t count, DType t, int dest, int tag) = 0;
+  virtual Request irecv(void* buf, size_t count, DType t, int source, int tag) = 0;
+  virtual void wait(Request& request) = 0;
+  void wait_all(std::vector<Request>& requests) {
+    for (Request& r : requests) wait(r);
+  }
+  void send(const void* buf, size_t count, DType t, int dest, int tag) {
+    Request r = isend(buf, count, t, dest, tag);
+    wait(r);
+  }
+  void recv(void* buf, size_t count, DType t, int source, int tag) {
+    Request r = irecv(buf, count, t, source, tag);
+    wait(r);
+  }
 
   // A sub-group: ranks with the same color, ordered by key (MPI_Comm_split).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;

@@ -35,6 +35,12 @@ void check_rank(int r, int size, const char* op, const char* what);
 // Fails when a count does not fit the int that MPI and the bf16 reduction take.
 void check_count(size_t count, const char* op);
 
+// Fails unless 0 <= tag <= kMaxTag, naming the operation.
+void check_tag(int tag, const char* op);
+
+// Fails for a type that cannot be summed (bytes), naming the operation.
+void check_summable(DType t, const char* op);
+
 // --- comm_local.cpp ----------------------------------------------------------------
 
 // A world of one rank: every collective is a copy (or nothing), split returns another.

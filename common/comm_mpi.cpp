@@ -100,7 +100,9 @@ class MpiRuntime {
     return thread_level_ < MPI_THREAD_MULTIPLE ? std::unique_lock<std::mutex>(mutex_) : std::unique_lock<std::mutex>();
   }
 
-  MPI_Datatype type(DType t) const { return t == DType::F32 ? MPI_FLOAT : t == DType::F64 ? MPI_DOUBLE : bf16_; }
+  MPI_Datatype type(DType t) const {
+    return t == DType::F32 ? MPI_FLOAT : t == DType::F64 ? MPI_DOUBLE : t == DType::BF16 ? bf16_ : MPI_BYTE;
+  }
   MPI_Op sum(DType t) const { return t == DType::BF16 ? bf16_sum_ : MPI_SUM; }
 
   // After a timeout or an MPI error: MPI_Finalize must not be called (it would wait).
@@ -149,6 +151,7 @@ struct Pending {
   MPI_Request request = MPI_REQUEST_NULL;
   int peer = -1;         // world rank of the point-to-point peer; -1 for a collective
   bool receive = false;  // a receive waits for the peer's message; a send for it to be taken
+  int tag = -1;          // the tag of a send or recv; -1 inside a collective
   MPI_Status status{};
 };
 
@@ -200,6 +203,7 @@ class MpiComm final : public Communicator {
 
   void all_reduce(void* buf, size_t count, DType t) override {
     check_count(count, "all_reduce");
+    check_summable(t, "all_reduce");
     const size_t bytes = count * dtype_size(t);
     void* host = host_view(0, buf, bytes, true);
     Pending p;
@@ -214,6 +218,7 @@ class MpiComm final : public Communicator {
 
   void reduce_scatter(const void* send, void* recv, size_t count, DType t) override {
     check_count(count, "reduce_scatter");
+    check_summable(t, "reduce_scatter");
     const size_t bytes = count * dtype_size(t);
     const void* host_send = host_view(0, send, bytes * size_t(size_), true);
     void* host_recv = host_view(1, recv, bytes, false);
@@ -290,7 +295,7 @@ class MpiComm final : public Communicator {
       host_send = temp.data();
     }
     // The receive is posted first so that the peer's message has somewhere to land.
-    constexpr int kTag = 0;  // one operation at a time per communicator: order suffices
+    constexpr int kTag = kMaxTag + 1;  // above the users' tags; one sendrecv at a time: order suffices
     Pending p[2];
     p[0].peer = world_ranks_[size_t(source)];
     p[0].receive = true;
@@ -318,6 +323,29 @@ class MpiComm final : public Communicator {
     wait(&p, 1, "barrier");
   }
 
+  Request isend(const void* buf, size_t count, DType t, int dest, int tag) override {
+    return post(const_cast<void*>(buf), count, t, dest, tag, /*receive=*/false);
+  }
+  Request irecv(void* buf, size_t count, DType t, int source, int tag) override {
+    return post(buf, count, t, source, tag, /*receive=*/true);
+  }
+
+  void wait(Request& request) override {
+    std::unique_ptr<Request::State> state = request.release();
+    auto* req = dynamic_cast<P2pRequest*>(state.get());
+    if (req == nullptr || req->owner != this) fail(prefix() + "wait: the request is empty or was posted on another communicator");
+    const char* op = req->p.receive ? "recv" : "send";
+    wait(&req->p, 1, op);
+    if (req->p.receive) {
+      int received = 0;
+      MPI_Get_count(&req->p.status, rt_->type(req->type), &received);
+      if (size_t(received) != req->count)
+        fail(prefix() + "recv from rank " + std::to_string(req->p.peer) + " (tag " + std::to_string(req->p.tag) +
+             ") expected " + std::to_string(req->count) + " elements but received " + std::to_string(received));
+      copy_back(req->user, req->host, req->count * dtype_size(req->type));
+    }
+  }
+
   std::unique_ptr<Communicator> split(int color, int key) override {
     if (color < 0) fail("split: color must be >= 0, not " + std::to_string(color));
     // MPI_Comm_split blocks with no timeout; a barrier with one first turns a lost peer
@@ -337,6 +365,54 @@ class MpiComm final : public Communicator {
   }
 
  private:
+  // A posted isend or irecv. GPU buffers travel through a pinned host buffer of the
+  // request's own (several may be in flight, unlike the collectives' two slots).
+  struct P2pRequest : Request::State {
+    MpiComm* owner = nullptr;
+    Pending p;
+    void* user = nullptr;  // the caller's buffer
+    void* host = nullptr;  // what MPI reads or writes: user, or the pinned copy
+    bool pinned = false;
+    size_t count = 0;
+    DType type = DType::Byte;
+    ~P2pRequest() override {
+      if (p.request != MPI_REQUEST_NULL && !owner->rt_->broken()) {
+        // Never waited for: a receive is withdrawn so it never writes into freed memory.
+        auto g = owner->rt_->guard();
+        if (p.receive) MPI_Cancel(&p.request);
+        MPI_Request_free(&p.request);
+      }
+#ifdef GPT_HAVE_CUDA
+      if (pinned) cudaFreeHost(host);
+#endif
+    }
+  };
+
+  Request post(void* buf, size_t count, DType t, int peer, int tag, bool receive) {
+    const char* op = receive ? "irecv" : "isend";
+    check_count(count, op);
+    check_rank(peer, size_, op, receive ? "source" : "destination");
+    check_tag(tag, op);
+    auto req = std::make_unique<P2pRequest>();
+    req->owner = this, req->user = buf, req->host = buf, req->count = count, req->type = t;
+    req->p.peer = world_ranks_[size_t(peer)], req->p.receive = receive, req->p.tag = tag;
+    const size_t bytes = count * dtype_size(t);
+#ifdef GPT_HAVE_CUDA
+    if (bytes > 0 && on_gpu(buf)) {
+      cuda_check(cudaMallocHost(&req->host, bytes), "cudaMallocHost");
+      req->pinned = true;
+      if (!receive) cuda_check(cudaMemcpy(req->host, buf, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    }
+#endif
+    (void)bytes;
+    auto g = rt_->guard();
+    if (receive)
+      check(MPI_Irecv(req->host, int(count), rt_->type(t), peer, tag, comm_, &req->p.request), "MPI_Irecv");
+    else
+      check(MPI_Isend(req->host, int(count), rt_->type(t), peer, tag, comm_, &req->p.request), "MPI_Isend");
+    return Request(std::move(req));
+  }
+
   std::string prefix() const { return "rank " + std::to_string(rt_->world_rank()) + ": "; }
 
   void check(int code, const char* call) {
@@ -389,7 +465,15 @@ class MpiComm final : public Communicator {
     for (int i = 0; i < n; ++i)
       if (p[i].request != MPI_REQUEST_NULL && (!first || (p[i].receive && !first->receive))) first = &p[i];
     std::string message;
-    if (first && first->peer >= 0 && first->receive)
+    if (first && first->tag >= 0 && first->receive)
+      message = prefix() + op + " from rank " + std::to_string(first->peer) + " (tag " + std::to_string(first->tag) +
+                "): no message within " + format_seconds(timeout_s_) +
+                " s (peer lost, or it never sends with this tag)";
+    else if (first && first->tag >= 0)
+      message = prefix() + op + " to rank " + std::to_string(first->peer) + " (tag " + std::to_string(first->tag) +
+                "): not received within " + format_seconds(timeout_s_) +
+                " s (peer lost, or it never receives with this tag)";
+    else if (first && first->peer >= 0 && first->receive)
       message = prefix() + "no message from rank " + std::to_string(first->peer) + within;
     else if (first && first->peer >= 0)
       message = prefix() + "rank " + std::to_string(first->peer) + " did not take our message" + within;

@@ -15,6 +15,15 @@
 // work queued earlier on the legacy default stream completes before a collective reads
 // its buffer; work on other streams must be synchronised by the caller.
 //
+// Point to point: NCCL has no tags, and a ncclSend blocks its stream until the peer's
+// ncclRecv runs, so two ranks that each send first would wait for each other forever.
+// isend and irecv therefore only queue the message; the first wait issues every queued
+// message in one ncclGroupStart/End group (inside a group sends and receives progress
+// together, whatever their order and size) and records an event that the requests of
+// the group poll. Between one pair of ranks, messages match in the order they were
+// posted: the tag is checked by nobody, so post them in the same order on both sides
+// (the MPI backend does match by tag).
+//
 // NCCL needs one GPU per rank; several ranks sharing a GPU use the MPI backend.
 #if defined(GPT_HAVE_NCCL) && defined(GPT_HAVE_MPI)
 
@@ -23,6 +32,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
+#include <string>
 #include <cstdio>
 #include <thread>
 #include <vector>
@@ -36,7 +47,7 @@ namespace {
 using namespace comm_detail;
 
 ncclDataType_t nccl_type(DType t) {
-  return t == DType::F32 ? ncclFloat32 : t == DType::F64 ? ncclFloat64 : ncclBfloat16;
+  return t == DType::F32 ? ncclFloat32 : t == DType::F64 ? ncclFloat64 : t == DType::BF16 ? ncclBfloat16 : ncclUint8;
 }
 
 class NcclComm final : public Communicator {
@@ -80,12 +91,14 @@ class NcclComm final : public Communicator {
   const char* backend() const override { return "nccl"; }
 
   void all_reduce(void* buf, size_t count, DType t) override {
+    check_summable(t, "all_reduce");
     if (count == 0) return;  // every rank passes the same count to a collective
     nccl_check(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, comm_, stream_), "ncclAllReduce");
     wait("all_reduce");
   }
 
   void reduce_scatter(const void* send, void* recv, size_t count, DType t) override {
+    check_summable(t, "reduce_scatter");
     if (count == 0) return;
     nccl_check(ncclReduceScatter(send, recv, count, nccl_type(t), ncclSum, comm_, stream_), "ncclReduceScatter");
     wait("reduce_scatter");
@@ -122,6 +135,25 @@ class NcclComm final : public Communicator {
     mpi_->barrier();
   }
 
+  Request isend(const void* buf, size_t count, DType t, int dest, int tag) override {
+    return queue(const_cast<void*>(buf), count, t, dest, tag, /*receive=*/false);
+  }
+  Request irecv(void* buf, size_t count, DType t, int source, int tag) override {
+    return queue(buf, count, t, source, tag, /*receive=*/true);
+  }
+
+  void wait(Request& request) override {
+    std::unique_ptr<Request::State> state = request.release();
+    auto* req = dynamic_cast<P2pRequest*>(state.get());
+    if (req == nullptr || req->owner != this) fail(prefix() + "wait: the request is empty or was posted on another communicator");
+    if (!req->group->event) flush();
+    const std::string what = std::string(req->receive ? "recv from" : "send to") + " rank " +
+                             std::to_string(req->peer) + " (tag " + std::to_string(req->tag) + ")";
+    poll([&] { return cudaEventQuery(req->group->event.get()); }, req->receive ? "recv" : "send",
+         [&] { return prefix() + what + ": not complete within " + format_seconds(timeout_s_) +
+                      " s (peer lost, or it never posts the matching message)"; });
+  }
+
   std::unique_ptr<Communicator> split(int color, int key) override {
     return std::make_unique<NcclComm>(mpi_->split(color, key), device_, timeout_s_);
   }
@@ -152,15 +184,75 @@ class NcclComm final : public Communicator {
     fail(prefix() + call + " failed: " + cudaGetErrorString(err));
   }
 
+  // The messages of one group, completed together: the event recorded after them.
+  struct Group {
+    std::shared_ptr<CUevent_st> event;  // null until the group is issued
+  };
+  struct P2pRequest : Request::State {
+    NcclComm* owner = nullptr;
+    std::shared_ptr<Group> group;
+    bool receive = false;
+    int peer = -1, tag = 0;  // world rank of the peer
+  };
+  struct Queued {
+    void* buf;
+    size_t count;
+    DType type;
+    int peer;  // rank in this communicator
+    bool receive;
+  };
+
+  Request queue(void* buf, size_t count, DType t, int peer, int tag, bool receive) {
+    const char* op = receive ? "irecv" : "isend";
+    check_rank(peer, size(), op, receive ? "source" : "destination");
+    check_tag(tag, op);
+    if (!pending_) pending_ = std::make_shared<Group>();
+    queued_.push_back({buf, count, t, peer, receive});
+    auto req = std::make_unique<P2pRequest>();
+    req->owner = this, req->group = pending_, req->receive = receive, req->peer = world_ranks_[size_t(peer)];
+    req->tag = tag;
+    return Request(std::move(req));
+  }
+
+  // Issues every queued message in one group and records the event its requests poll.
+  void flush() {
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    for (const Queued& q : queued_) {
+      if (q.count == 0) continue;  // an empty message moves nothing (its peer skips it too)
+      if (q.receive) nccl_check(ncclRecv(q.buf, q.count, nccl_type(q.type), q.peer, comm_, stream_), "ncclRecv");
+      else nccl_check(ncclSend(q.buf, q.count, nccl_type(q.type), q.peer, comm_, stream_), "ncclSend");
+    }
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    cudaEvent_t event = nullptr;
+    cuda_check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    pending_->event = std::shared_ptr<CUevent_st>(event, [](cudaEvent_t e) { cudaEventDestroy(e); });
+    cuda_check(cudaEventRecord(event, stream_), "cudaEventRecord");
+    queued_.clear();
+    pending_.reset();
+  }
+
   // Waits for the operation just enqueued; peers (world ranks) name whom a sendrecv
   // waited for.
   void wait(const char* op, int from = -1, int to = -1) {
+    poll([&] { return cudaStreamQuery(stream_); }, op, [&] {
+      const std::string within = " within " + format_seconds(timeout_s_) + " s during " + op + ": peer lost?";
+      if (from >= 0)
+        return prefix() + "no message from rank " + std::to_string(from) + " (or rank " + std::to_string(to) +
+               " did not take ours)" + within;
+      return prefix() + op + " over ranks " + format_ranks(world_ranks_) + " did not complete within " +
+             format_seconds(timeout_s_) + " s: a rank is lost or never called " + op;
+    });
+  }
+
+  // Polls query() until it reports success, or fails after timeout_s with on_timeout().
+  template <class Query, class Message>
+  void poll(Query query, const char* op, Message on_timeout) {
     using clock = std::chrono::steady_clock;
     const auto start = clock::now();
     const auto deadline = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s_));
     auto nap = std::chrono::microseconds(5);
     for (;;) {
-      const cudaError_t q = cudaStreamQuery(stream_);
+      const cudaError_t q = query();
       if (q == cudaSuccess) return;
       if (q != cudaErrorNotReady) cuda_check(q, op);
       ncclResult_t state = ncclSuccess;
@@ -170,12 +262,7 @@ class NcclComm final : public Communicator {
         broken_ = true;
         ncclCommAbort(comm_);  // frees the kernels still waiting for the lost peer
         comm_ = nullptr;
-        const std::string within = " within " + format_seconds(timeout_s_) + " s during " + op + ": peer lost?";
-        if (from >= 0)
-          fail(prefix() + "no message from rank " + std::to_string(from) + " (or rank " + std::to_string(to) +
-               " did not take ours)" + within);
-        fail(prefix() + op + " over ranks " + format_ranks(world_ranks_) + " did not complete within " +
-             format_seconds(timeout_s_) + " s: a rank is lost or never called " + op);
+        fail(on_timeout());
       }
       if (clock::now() - start > std::chrono::microseconds(100)) {
         std::this_thread::sleep_for(nap);
@@ -194,6 +281,8 @@ class NcclComm final : public Communicator {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   bool broken_ = false;
+  std::vector<Queued> queued_;     // posted, not yet issued
+  std::shared_ptr<Group> pending_;  // the group they will form
 };
 
 }  // namespace

@@ -18,6 +18,8 @@
 //   comm_test --timeout-test   rank 0 waits for a message rank 1 never sends, with a 1 s
 //                              timeout; prints how long it took to give up, exits 3
 //   comm_test --kill-test      rank 1 kills itself while rank 0 waits for it
+//   comm_test --p2p-lost-peer  rank 0 receives (tag 5) from rank 1, which never sends
+//   comm_test --p2p-wrong-tag  rank 1 sends with tag 6 what rank 0 receives with tag 5
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -26,6 +28,9 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <algorithm>
+#include <memory>
+#include <random>
 #include <vector>
 
 #include "common/comm.h"
@@ -98,6 +103,8 @@ class Buffer {
     } else if (t_ == DType::F32) {
       const float f = float(v);
       std::memcpy(p, &f, 4);
+    } else if (t_ == DType::Byte) {
+      *p = std::byte(uint8_t(v));
     } else {
       const uint16_t b = cpu::bf16_bits(float(v));
       std::memcpy(p, &b, 2);
@@ -117,6 +124,7 @@ class Buffer {
       std::memcpy(&f, p, 4);
       return f;
     }
+    if (t_ == DType::Byte) return double(uint8_t(*p));
     uint16_t b;
     std::memcpy(&b, p, 2);
     return cpu::bf16_to_float(b);
@@ -394,6 +402,86 @@ void test_threads(Communicator& world) {
   expect(side_ok && main_ok, "all-reduces on two communicators from two threads at once " + side_error);
 }
 
+// The value element i of the message from `source` to `dest` with `tag` carries: an
+// integer below 251, exact in every type, that differs when any of the four differs,
+// so a message delivered to the wrong receive shows.
+double message_value(int source, int dest, int tag, size_t i) {
+  return double((size_t(source) * 31 + size_t(dest) * 17 + size_t(tag) * 7 + i) % 251);
+}
+
+// Point to point among all ranks: every rank sends one message to every rank (itself
+// included) for each (type, size), all posted non-blocking in an order shuffled per
+// rank with random pauses between posts, then waited for in another shuffled order.
+// 16 MiB is far above MPI's eager limit: a message that size is only delivered once its
+// receive is posted, so a backend that waited for sends in order would deadlock here.
+// Then the blocking forms, in a ring pattern that cannot deadlock.
+void test_point_to_point(Communicator& world) {
+  const int n = world.size(), me = world.rank();
+  struct Kind {
+    DType type;
+    size_t count;
+  };
+  std::vector<Kind> kinds = {{DType::Byte, 0}, {DType::Byte, 1}, {DType::F32, 1}, {DType::F64, 1}, {DType::F64, 1000}};
+  if (n <= 4)  // 16 MiB messages between every pair: on 2 to 4 ranks (8 would move 2 GiB)
+    kinds.insert(kinds.end(), {{DType::Byte, size_t(16) << 20}, {DType::F32, size_t(4) << 20}});
+  std::mt19937 rng(1234u + unsigned(me));
+  std::printf("comm_test: rank %d: point-to-point order seed %u\n", me, 1234u + unsigned(me));
+  struct Op {
+    bool receive;
+    int peer;
+    size_t kind;
+    std::unique_ptr<Buffer> buf;
+    Request request;
+  };
+  std::vector<Op> ops;
+  for (int peer = 0; peer < n; ++peer)
+    for (size_t k = 0; k < kinds.size(); ++k)
+      for (bool receive : {false, true}) {
+        Op op{receive, peer, k, std::make_unique<Buffer>(kinds[k].type, kinds[k].count), Request()};
+        const int tag = int(k);  // one message per (pair, kind): the tag tells them apart
+        for (size_t i = 0; i < kinds[k].count && !receive; ++i)
+          op.buf->set(i, message_value(me, peer, tag, i));
+        ops.push_back(std::move(op));
+      }
+  std::vector<size_t> order(ops.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  std::uniform_int_distribution<int> pause_us(0, 3000);
+  for (size_t i : order) {
+    Op& op = ops[i];
+    const Kind& k = kinds[op.kind];
+    op.request = op.receive ? world.irecv(op.buf->at(), k.count, k.type, op.peer, int(op.kind))
+                            : world.isend(op.buf->at(), k.count, k.type, op.peer, int(op.kind));
+    if (pause_us(rng) < 300) std::this_thread::sleep_for(std::chrono::microseconds(pause_us(rng)));
+  }
+  std::shuffle(order.begin(), order.end(), rng);
+  for (size_t i : order) world.wait(ops[i].request);
+  for (Op& op : ops) {
+    expect(!op.request.pending(), "wait leaves the request empty");
+    if (!op.receive) continue;
+    const Kind& k = kinds[op.kind];
+    expect_all(*op.buf, 0, k.count, [&](size_t i) { return message_value(op.peer, me, int(op.kind), i); },
+               label("irecv from a peer", k.type, k.count));
+  }
+
+  // Blocking forms: at distance d in the ring, send to me+d and receive from me-d; one
+  // side of each pair is blocking, the other posted first, so no cycle of waits forms.
+  for (int d = 1; d <= n; ++d) {
+    const int to = (me + d) % n, from = (me - d % n + n) % n;
+    Buffer out(DType::F32, 1000), in(DType::F32, 1000), back(DType::F32, 1000);
+    for (size_t i = 0; i < 1000; ++i) out.set(i, message_value(me, to, 9, i));
+    Request r = world.irecv(in.at(), 1000, DType::F32, from, 9);
+    world.send(out.at(), 1000, DType::F32, to, 9);
+    world.wait(r);
+    expect_all(in, 0, 1000, [&](size_t i) { return message_value(from, me, 9, i); }, "blocking send, irecv");
+    Request s = world.isend(out.at(), 1000, DType::F32, to, 10);
+    world.recv(back.at(), 1000, DType::F32, from, 10);
+    world.wait(s);
+    expect_all(back, 0, 1000, [&](size_t i) { return message_value(from, me, 9, i); }, "isend, blocking recv");
+  }
+  world.barrier();
+}
+
 // Bad arguments fail locally with a message, before any communication.
 void test_bad_arguments(Communicator& world) {
   float x = 0;
@@ -409,6 +497,18 @@ void test_bad_arguments(Communicator& world) {
   } catch (const UserError&) {
     expect(true, "sendrecv to rank -1 fails");
   }
+  try {
+    Request r = world.isend(&x, 1, DType::F32, 0, kMaxTag + 1);
+    expect(false, "a tag above kMaxTag must fail");
+  } catch (const UserError& e) {
+    expect(std::string(e.what()).find("tag") != std::string::npos, "a bad tag's error names the tag");
+  }
+  try {
+    world.all_reduce(&x, 1, DType::Byte);
+    expect(false, "summing bytes must fail");
+  } catch (const UserError& e) {
+    expect(std::string(e.what()).find("bytes") != std::string::npos, "summing bytes is refused by name");
+  }
 }
 
 int run_tests(Communicator& world, const std::string& expect_backend) {
@@ -422,6 +522,7 @@ int run_tests(Communicator& world, const std::string& expect_backend) {
   test_split(world);
   test_mesh(world);
   test_bf16_rounding(world);
+  test_point_to_point(world);
   // Two NCCL communicators driven at once from two threads can deadlock on one GPU
   // (their kernels may wait on each other); stage 02 overlaps NCCL with compute only.
   if (std::string(world.backend()) != "nccl") test_threads(world);
@@ -458,6 +559,34 @@ int timeout_test(Communicator& world) {
   }
 }
 
+// A receive that no send matches: rank 0 waits for a message rank 1 never sends
+// (--p2p-lost-peer) or sends with another tag (--p2p-wrong-tag); the other ranks wait in
+// a barrier. Each gives up after the 1 s timeout, naming the operation, rank and tag.
+int p2p_failure_test(Communicator& world, bool wrong_tag) {
+  if (world.size() < 2) fail("the point-to-point failure tests need at least 2 ranks");
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    float x = 1, y = 0;
+    if (world.rank() == 0) {
+      world.recv(&y, 1, DType::F32, 1, 5);
+    } else {
+      if (wrong_tag && world.rank() == 1) {
+        Request r = world.isend(&x, 1, DType::F32, 0, 6);
+        (void)r;  // never taken: dropped unwaited (a one-element send is buffered)
+      }
+      world.barrier();
+    }
+    std::printf("comm_test: rank %d: the operation completed, but it should have timed out\n", world.rank());
+    return 1;
+  } catch (const UserError& e) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("comm_test: rank %d gave up after %.2f s: %s\n", world.rank(), s, e.what());
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    return 3;
+  }
+}
+
 // Rank 1 dies (SIGKILL) while rank 0 waits for its message: the launcher must end the job.
 int kill_test(Communicator& world) {
   if (world.size() < 2) fail("--kill-test needs at least 2 ranks");
@@ -481,7 +610,8 @@ int main(int argc, char** argv) {
       if (a == "--backend" && i + 1 < argc) options.backend = argv[++i];
       else if (a == "--expect-backend" && i + 1 < argc) expect_backend = argv[++i];
       else if (a == "--device" && i + 1 < argc) g_gpu = std::string(argv[++i]) == "cuda";
-      else if (a == "--timeout-test" || a == "--kill-test") mode = a;
+      else if (a == "--timeout-test" || a == "--kill-test" || a == "--p2p-lost-peer" || a == "--p2p-wrong-tag")
+        mode = a;
       else fail("unknown argument '" + a + "'");
     }
     if (g_gpu) {
@@ -495,11 +625,12 @@ int main(int argc, char** argv) {
       }
       options.device = Device::CUDA;
     }
-    if (mode == "--timeout-test") options.timeout_s = 1;
+    if (mode == "--timeout-test" || mode == "--p2p-lost-peer" || mode == "--p2p-wrong-tag") options.timeout_s = 1;
     if (mode == "--kill-test") options.timeout_s = 30;
     std::unique_ptr<Communicator> world = make_world(&argc, &argv, options);
     if (mode == "--timeout-test") return timeout_test(*world);
     if (mode == "--kill-test") return kill_test(*world);
+    if (mode == "--p2p-lost-peer" || mode == "--p2p-wrong-tag") return p2p_failure_test(*world, mode == "--p2p-wrong-tag");
     return run_tests(*world, expect_backend);
   });
 }
