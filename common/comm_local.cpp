@@ -105,7 +105,7 @@ class LocalComm final : public Communicator {
   void wait(Request& request) override {
     std::unique_ptr<Request::State> state = request.release();
     auto* req = dynamic_cast<LocalRequest*>(state.get());
-    if (req == nullptr) fail("wait: the request is empty or was posted on another communicator");
+    if (req == nullptr) internal_error("wait: the request is empty or was posted on another communicator");
     std::lock_guard<std::mutex> lock(mutex_);
     if (req->error.empty() && req->receive && !req->done) {
       withdraw(req);

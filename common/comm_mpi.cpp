@@ -333,7 +333,7 @@ class MpiComm final : public Communicator {
   void wait(Request& request) override {
     std::unique_ptr<Request::State> state = request.release();
     auto* req = dynamic_cast<P2pRequest*>(state.get());
-    if (req == nullptr || req->owner != this) fail(prefix() + "wait: the request is empty or was posted on another communicator");
+    if (req == nullptr || req->owner != this) internal_error(prefix() + "wait: the request is empty or was posted on another communicator");
     const char* op = req->p.receive ? "recv" : "send";
     wait(&req->p, 1, op);
     if (req->p.receive) {

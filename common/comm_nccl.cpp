@@ -145,7 +145,7 @@ class NcclComm final : public Communicator {
   void wait(Request& request) override {
     std::unique_ptr<Request::State> state = request.release();
     auto* req = dynamic_cast<P2pRequest*>(state.get());
-    if (req == nullptr || req->owner != this) fail(prefix() + "wait: the request is empty or was posted on another communicator");
+    if (req == nullptr || req->owner != this) internal_error(prefix() + "wait: the request is empty or was posted on another communicator");
     if (!req->group->event) flush();
     const std::string what = std::string(req->receive ? "recv from" : "send to") + " rank " +
                              std::to_string(req->peer) + " (tag " + std::to_string(req->tag) + ")";

@@ -1,5 +1,13 @@
-// Errors. A UserError is bad input (config, data, checkpoint): the binary prints
-// its message and exits with status 2. Anything else is a bug and exits 1.
+// Errors, and the exit status each gives.
+//   bad input (a config key, a data file, a checkpoint, a command-line argument): the
+//     user can fix it. require(condition, message) / fail(message) throw a UserError;
+//     the binary prints "error: <message>" and exits with status 2.
+//   a violated internal invariant (a caller inside this program broke a contract: a
+//     call in the wrong order, buffers of mismatched sizes, an impossible state): a bug
+//     to report. invariant(condition, message) / internal_error(message) throw an
+//     InternalError; the binary prints "internal error: <message>" and exits with status 1,
+//     as it does for any other exception.
+// The message names the file, key or value and the reason.
 #pragma once
 #include <cstdio>
 #include <stdexcept>
@@ -16,6 +24,17 @@ struct UserError : std::runtime_error {
 
 inline void require(bool condition, const std::string& message) {
   if (!condition) fail(message);
+}
+
+struct InternalError : std::logic_error {
+  using std::logic_error::logic_error;
+};
+
+// Throws an InternalError: this program broke one of its own contracts.
+[[noreturn]] inline void internal_error(const std::string& message) { throw InternalError(message); }
+
+inline void invariant(bool condition, const std::string& message) {
+  if (!condition) internal_error(message);
 }
 
 // Runs `body` and turns exceptions into exit codes: 2 for bad input, 1 for bugs.

@@ -38,9 +38,9 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
   require(T_ <= model.block_size, "seq_len " + std::to_string(T_) + " exceeds block_size " +
                                       std::to_string(model.block_size));
   if constexpr (std::is_same_v<A, bf16>)
-    require(device == Device::CUDA, "bf16 storage is for the GPU; the CPU emulates bf16 in float");
+    invariant(device == Device::CUDA, "bf16 storage is for the GPU; the CPU emulates bf16 in float");
   if constexpr (std::is_same_v<A, double>)
-    require(device == Device::CPU, "the double-precision model runs on the CPU only");
+    invariant(device == Device::CPU, "the double-precision model runs on the CPU only");
   const int N = B_ * T_, C = model.n_embd;
   const Device d = device;
   if (own_weights) {
@@ -65,7 +65,7 @@ void GPT2<A>::store(A* x, size_t n) {
 
 template <class A>
 void GPT2<A>::set_params(const G* values) {
-  require(!params_.empty(), "set_params: this model has no weight buffers of its own (own_weights=false)");
+  invariant(!params_.empty(), "set_params: this model has no weight buffers of its own (own_weights=false)");
   if constexpr (std::is_same_v<A, bf16>) {
     ops::convert_to_bf16(device_, params_.data(), values, params_.size());
   } else {
@@ -103,7 +103,7 @@ GradOf<A> GPT2<A>::forward(const int32_t* inputs, const int32_t* targets) {
 
 template <class A>
 GradOf<A> GPT2<A>::evaluate(const int32_t* inputs, const int32_t* targets) {
-  require(targets != nullptr, "evaluate() needs targets");
+  invariant(targets != nullptr, "evaluate() needs targets");
   return forward_pass(inputs, targets, false);
 }
 
@@ -157,7 +157,7 @@ GradOf<A> GPT2<A>::forward_pass(const int32_t* inputs, const int32_t* targets, b
 template <class A>
 void GPT2<A>::backward(G loss_scale) {
   Span span("backward");
-  require(have_targets_, "backward() needs a forward() with targets");
+  invariant(have_targets_, "backward() needs a forward() with targets");
   const int L = model_.n_layer, C = model_.n_embd, Vp = model_.padded_vocab(), N = B_ * T_;
   const VocabRange vocab{0, Vp};
   const int embed = ParamLayout::kEmbeddingUnit, final = layout_.final_unit();

@@ -41,10 +41,10 @@ void head_loss(const PieceContext& ctx, HeadActivations<A>& act, const int32_t* 
                ModelHooks<A>& hooks, int rows, bool for_backward) {
   const Device d = ctx.device;
   const int full = hooks.full_rows(rows), Vl = vocab.size();
-  require(!for_backward || !act.d_logits.empty(), "head_loss: these head activations were made without d_logits");
+  invariant(!for_backward || !act.d_logits.empty(), "head_loss: these head activations were made without d_logits");
   A* dlogits = for_backward ? act.d_logits.data() : static_cast<A*>(nullptr);
   if (!hooks.vocab_parallel()) {
-    require(vocab.begin == 0, "head_loss: a vocabulary range needs vocab-parallel hooks");
+    invariant(vocab.begin == 0, "head_loss: a vocabulary range needs vocab-parallel hooks");
     ops::softmax_crossentropy(d, act.losses.data(), dlogits, act.logits.data(), targets, 1.0, full, V, Vl);
   } else {
     ops::crossentropy_stats(d, act.row_max.data(), act.row_sumexp.data(), act.target_logit.data(),

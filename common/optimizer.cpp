@@ -40,11 +40,11 @@ void AdamW<T>::step(Device d, T* params, const T* grads, double lr, double grad_
 template <class T>
 void AdamW<T>::step(Device d, bf16* params, const T* grads, double lr, double grad_scale,
                     const Config& cfg, int step_number) {
-  require(keep_master_, "AdamW: a bf16 weight copy needs fp32 master weights (keep_master)");
+  invariant(keep_master_, "AdamW: a bf16 weight copy needs fp32 master weights (keep_master)");
   if constexpr (std::is_same_v<T, float>)
     update(d, params, grads, lr, grad_scale, cfg, step_number, true);
   else
-    fail("AdamW<double>: a bf16 weight copy is made from fp32 master weights only");
+    internal_error("AdamW<double>: a bf16 weight copy is made from fp32 master weights only");
 }
 
 template <class T>

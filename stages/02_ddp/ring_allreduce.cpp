@@ -57,7 +57,7 @@ struct Ring {
 };
 
 void check_bounds(const Communicator& comm, const std::vector<size_t>& bounds) {
-  require(bounds.size() == size_t(comm.size()) + 1 && std::is_sorted(bounds.begin(), bounds.end()),
+  invariant(bounds.size() == size_t(comm.size()) + 1 && std::is_sorted(bounds.begin(), bounds.end()),
           "ring: chunk bounds must be size()+1 non-decreasing offsets");
 }
 
