@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "common/error.h"
+#include "common/run_lock.h"
 #include "common/sampler.h"
 #include "common/tokenizer.h"
 #include "common/trace.h"
@@ -79,6 +80,7 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
     return on_every_rank(*world, [&] {
       const MeshShape shape = mesh_shape_for(cfg, world->size());
       validate(cfg, shape.dp);
+      const std::unique_ptr<RunDirLock> lock = lock_run_dir(*world, cfg.run_dir);  // one job per run_dir
       Mesh mesh(*world, shape);
       Run run{cfg, *world, mesh, device, precision};
       return train(run);

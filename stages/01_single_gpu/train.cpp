@@ -30,6 +30,7 @@
 #include "common/memory.h"
 #include "common/metrics.h"
 #include "common/optimizer.h"
+#include "common/run_lock.h"
 #include "common/sampler.h"
 #include "common/tokenizer.h"
 #include "common/trace.h"
@@ -188,6 +189,7 @@ int train(int argc, char** argv) {
   const Device device = resolve_device(cfg.device);
   const Precision precision = parse_precision(cfg.precision);
   ops::set_gemm(device, cfg.gemm);
+  const RunDirLock lock(cfg.run_dir);  // one job per run directory, taken before anything is written
   Trace::global().enable(cfg.trace_file);
   if (device == Device::CUDA && precision == Precision::BF16) return train_on<gpt::bf16>(cfg, device, precision);
   return train_on<float>(cfg, device, precision);

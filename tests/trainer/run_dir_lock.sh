@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One job per run directory: while a job trains in a run directory, a second job
+# started on it (stage 01, and stage 02 at 2 ranks when given) stops at once with exit
+# status 2 and a message naming the directory and the running job's pid, and touches
+# nothing there: the checkpoint already in the directory keeps its bytes, no checkpoint
+# is added or pruned, the metrics file is not truncated. Once the first job has ended
+# (killed: the kernel drops its lock), the directory is free again.
+# Usage: run_dir_lock.sh TRAIN01 PREPARE WORKDIR ROOT [TRAIN02 MPIEXEC]
+set -euo pipefail
+TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4 TRAIN02=${5:-} MPIEXEC=${6:-}
+source "$(dirname "$0")/common.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+rm -rf "$WORK" && mkdir -p "$WORK"
+make_corpus "$WORK" "$PREPARE"
+D="$WORK/data" RUN="$WORK/run"
+quiet=(--set val_every=0 --set val_batches=0 --set sample_tokens=0)
+
+# A finished first job leaves a checkpoint (keep all, so a pruning job would show).
+"$TRAIN" $(tiny_args "$D" "$RUN") "${quiet[@]}" --set steps=2 --set keep_checkpoints=0 > "$WORK/first.log"
+snapshot() { (cd "$RUN" && find . -path ./metrics.jsonl -prune -o -path ./.lock -prune -o -type f -print0 | sort -z | xargs -0 sha256sum); }
+snapshot > "$WORK/before.txt"
+
+# The running job: resumes it and trains for a long time, checkpointing only at the end.
+"$TRAIN" $(tiny_args "$D" "$RUN") "${quiet[@]}" --set steps=1000000 --set resume=latest \
+  --set keep_checkpoints=1 > "$WORK/running.log" 2>&1 &
+running=$!
+trap 'kill -9 $running 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do
+  grep -q "pid $running " "$RUN/.lock" 2>/dev/null && break
+  sleep 0.1
+done
+grep -q "pid $running " "$RUN/.lock" || { echo "FAIL: the running job never took the lock"; cat "$WORK/running.log"; exit 1; }
+lines_before=$(wc -l < "$RUN/metrics.jsonl")
+
+# expect_refused NAME COMMAND...: exit status 2, a message naming the directory and pid.
+expect_refused() {
+  local name=$1 status=0
+  shift
+  "$@" > "$WORK/$name.log" 2>&1 || status=$?
+  [ "$status" -eq 2 ] || { echo "FAIL: $name exited $status, expected 2"; cat "$WORK/$name.log"; exit 1; }
+  grep -q "run_dir '$RUN' is in use by another job (pid $running " "$WORK/$name.log" ||
+    { echo "FAIL: $name's message does not name the directory and pid $running"; cat "$WORK/$name.log"; exit 1; }
+  echo "ok: $name refused: $(grep -m1 'in use' "$WORK/$name.log")"
+}
+expect_refused second_stage01 "$TRAIN" $(tiny_args "$D" "$RUN") "${quiet[@]}" --set steps=3
+if [ -n "$TRAIN02" ]; then
+  expect_refused second_stage02 "$MPIEXEC" -np 2 --oversubscribe "$TRAIN02" $(tiny_args "$D" "$RUN") "${quiet[@]}" \
+    --set steps=3
+fi
+
+kill -0 "$running" || { echo "FAIL: the running job died"; cat "$WORK/running.log"; exit 1; }
+snapshot > "$WORK/after.txt"
+diff "$WORK/before.txt" "$WORK/after.txt" || { echo "FAIL: the refused jobs changed the checkpoints"; exit 1; }
+[ "$(wc -l < "$RUN/metrics.jsonl")" -ge "$lines_before" ] || { echo "FAIL: metrics.jsonl was truncated"; exit 1; }
+
+# Negative control: the same second job, once the running one is gone, is not refused.
+kill -9 "$running"
+wait "$running" 2>/dev/null || true
+"$TRAIN" $(tiny_args "$D" "$RUN") "${quiet[@]}" --set steps=3 --set resume= > "$WORK/after_end.log" 2>&1 ||
+  { echo "FAIL: after the first job ended the directory is still locked"; cat "$WORK/after_end.log"; exit 1; }
+echo "PASS"
