@@ -36,11 +36,14 @@ struct CheckpointBuffer {
 // Checkpoints read and write host memory. A CheckpointMirror hands out the buffers of
 // device arrays: on the CPU the arrays themselves; on the GPU host copies, refreshed by
 // to_host() before a save and pushed back by to_device() after a load or an init.
+// Arrays of doubles (the fp64 ground-truth runs) are mirrored as floats, the files'
+// type: a save rounds them to fp32, a load widens the fp32 values.
 class CheckpointMirror {
  public:
   struct Entry {
     std::string kind;  // as CheckpointBuffer::kind
     DeviceArray<float>* array;
+    DeviceArray<double>* array64 = nullptr;  // instead of array
   };
   explicit CheckpointMirror(std::vector<Entry> entries, int64_t begin = 0);
   // Host memory holding `kind` (the array itself on the CPU, its mirror on the GPU).

@@ -82,6 +82,9 @@ constexpr Key kKeys[] = {
     {"beta2", FIELD(beta2), "AdamW decay rate of the second moment"},
     {"adam_eps", FIELD(adam_eps), "AdamW epsilon added to the root of the second moment"},
     {"grad_clip", FIELD(grad_clip), "clip the global gradient norm to this value (0 disables)"},
+    {"optimizer", FIELD(optimizer), "adamw, or sgd: p -= lr * g (no moments, no decay; the one-step equivalence check)"},
+    {"test_grad_scale", FIELD(test_grad_scale),
+     "tests only, stage 01: every gradient times this (a negative control of the equivalence tests); 1 otherwise"},
     {"seed", FIELD(seed), "seed of parameter initialisation and sampling"},
     // data
     {"train_data", FIELD(train_data), "training token shard, or a glob of shards"},
@@ -90,7 +93,7 @@ constexpr Key kKeys[] = {
     {"val_batches", FIELD(val_batches), "micro-batches (micro_batch_size sequences each) per validation; the same fixed windows on every run"},
     // runtime
     {"device", FIELD(device), "auto, cpu or cuda (auto: cuda when a GPU is present)"},
-    {"precision", FIELD(precision), "fp32 or bf16 (bf16 activations, fp32 master weights)"},
+    {"precision", FIELD(precision), "fp32, bf16 (bf16 activations, fp32 master weights) or fp64 (stage 01 on the CPU: the ground truth)"},
     {"gemm", FIELD(gemm), "matmuls on the GPU: hand (the fastest hand-written version for the device), cublas (cuBLASLt baseline), or v1..v5 (one version of kernels/cuda/gemm/); ignored on the CPU"},
     {"threads", FIELD(threads), "OpenMP threads per rank (0: all cores)"},
     {"run_dir", FIELD(run_dir), "directory for metrics, traces and checkpoints"},
@@ -466,6 +469,9 @@ void validate(const Config& cfg, int dp) {
   check_double(cfg.beta2 >= 0 && cfg.beta2 < 1, "beta2", cfg.beta2, "must be in [0, 1)");
   check_double(cfg.adam_eps > 0, "adam_eps", cfg.adam_eps, "must be positive");
   check_double(cfg.grad_clip >= 0, "grad_clip", cfg.grad_clip, "must be >= 0 (0 disables clipping)");
+  check(cfg.optimizer == "adamw" || cfg.optimizer == "sgd", "optimizer", show(Json(cfg.optimizer)),
+        "must be adamw or sgd");
+  check_double(cfg.test_grad_scale > 0, "test_grad_scale", cfg.test_grad_scale, "must be positive");
 
   // Data and logging.
   check_int(cfg.val_every >= 0, "val_every", cfg.val_every, "must be >= 0 (0: only at the end)");

@@ -40,6 +40,8 @@ struct Config {
   double weight_decay = 0.1;
   double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8;
   double grad_clip = 1.0;  // global-norm clip; 0 disables
+  std::string optimizer = "adamw";  // adamw | sgd (plain SGD: the equivalence tests' one-step check)
+  double test_grad_scale = 1.0;     // tests only (stage 01): every gradient times this
   uint64_t seed = 1337;
 
   // data

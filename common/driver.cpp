@@ -76,6 +76,10 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
                 " runs on CPU ranks only so far; use device=cpu (stage 01 trains on the GPU)");
     const Device device = resolve_device(spec.cuda || cfg.device != "auto" ? cfg.device : "cpu");
     const Precision precision = parse_precision(cfg.precision);
+    require(cfg.test_grad_scale == 1.0, std::string("test_grad_scale: stage ") + spec.name +
+                                            " does not read it (a negative control of stage 01's tests)");
+    require(precision != Precision::FP64, std::string("precision=fp64: stage ") + spec.name +
+                                              " trains in fp32 or bf16; the fp64 ground truth is stage 01's");
     std::unique_ptr<Communicator> world = make_world(&argc, &argv, {cfg.comm, device, cfg.comm_timeout_s});
     return on_every_rank(*world, [&] {
       const MeshShape shape = mesh_shape_for(cfg, world->size());

@@ -55,8 +55,8 @@ void AdamW<T>::update(Device d, Copy* params, const T* grads, double lr, double 
   for (const ParamTensor& t : layout_.tensors()) {
     const int64_t lo = std::max(begin_, t.offset), hi = std::min(end_, t.offset + t.numel);
     if (lo >= hi) continue;
-    const ops::AdamWArgs args{lr, cfg.beta1, cfg.beta2, cfg.adam_eps,
-                              t.decay ? cfg.weight_decay : 0.0, grad_scale, step_number};
+    const ops::AdamWArgs args{lr,         cfg.beta1,  cfg.beta2,  cfg.adam_eps, t.decay ? cfg.weight_decay : 0.0,
+                              grad_scale, step_number, cfg.optimizer == "sgd"};
     const int64_t i = lo - begin_;
     if (keep_master_) {
       ops::adamw_update(d, master_.data() + i, grads + i, m_.data() + i, v_.data() + i,

@@ -5,6 +5,10 @@
 //   with r = min_lr_ratio; clip: grads scaled by min(1, clip / ||g||_2) over all tensors.
 // Weight decay applies only to tensors whose layout entry says `decay` (2-D weights and
 // the embeddings), as GPT-2 training does.
+// optimizer=sgd swaps the update for plain SGD, p -= lr * clip * g (no moments, no weight
+// decay), through the same class and state (m and v stay zero), so every stage runs it
+// unchanged: the equivalence tests' one-step SGD comparison, where a gradient off by a
+// constant factor shows in the weights (AdamW's update is nearly blind to it).
 #pragma once
 #include <cstdint>
 #include <vector>

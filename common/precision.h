@@ -4,6 +4,8 @@
 //        bf16 (on the CPU emulated: fp32 buffers rounded to bf16 after every op, ties to
 //        even); matmuls accumulate in fp32; parameter gradients, the fp32 master weights
 //        and the AdamW moments stay fp32.
+//  fp64: every buffer double, on the CPU only, in stage 01: the ground truth the
+//        equivalence tests derive their tolerances from (DESIGN rule 9).
 #pragma once
 #include <string>
 
@@ -11,13 +13,16 @@
 
 namespace gpt {
 
-enum class Precision { FP32, BF16 };
+enum class Precision { FP32, BF16, FP64 };
 
 inline Precision parse_precision(const std::string& s) {
   if (s == "fp32") return Precision::FP32;
   if (s == "bf16") return Precision::BF16;
-  fail("precision: '" + s + "' is not a precision (expected fp32 or bf16)");
+  if (s == "fp64") return Precision::FP64;
+  fail("precision: '" + s + "' is not a precision (expected fp32, bf16 or fp64)");
 }
-inline const char* precision_name(Precision p) { return p == Precision::FP32 ? "fp32" : "bf16"; }
+inline const char* precision_name(Precision p) {
+  return p == Precision::FP32 ? "fp32" : p == Precision::BF16 ? "bf16" : "fp64";
+}
 
 }  // namespace gpt

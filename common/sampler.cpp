@@ -50,6 +50,7 @@ std::vector<int> generate(GPT2<A>& model, std::vector<int> context, const Sample
 }
 
 template std::vector<int> generate(GPT2<float>&, std::vector<int>, const SampleOptions&, uint64_t&);
+template std::vector<int> generate(GPT2<double>&, std::vector<int>, const SampleOptions&, uint64_t&);
 template std::vector<int> generate(GPT2<bf16>&, std::vector<int>, const SampleOptions&, uint64_t&);
 
 }  // namespace gpt

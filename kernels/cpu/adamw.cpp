@@ -40,14 +40,22 @@ void adamw_update(T* params, const T* grads, T* m, T* v, size_t n, const ops::Ad
   const double bc2 = 1.0 - std::pow(double(a.beta2), a.step);
   const T b1 = T(a.beta1), b2 = T(a.beta2), lr = T(a.lr), eps = T(a.eps), wd = T(a.weight_decay);
   const T scale = T(a.grad_scale), inv_bc1 = T(1.0 / bc1), inv_bc2 = T(1.0 / bc2);
+  if (a.sgd) {  // plain SGD: the moments stay as they are
 #pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; ++i) {
-    const T g = grads[i] * scale;
-    m[i] = b1 * m[i] + (T(1) - b1) * g;
-    v[i] = b2 * v[i] + (T(1) - b2) * g * g;
-    const T m_hat = m[i] * inv_bc1, v_hat = v[i] * inv_bc2;
-    params[i] -= lr * (m_hat / (std::sqrt(v_hat) + eps) + wd * params[i]);
-    if (copy) copy[i] = params[i];
+    for (size_t i = 0; i < n; ++i) {
+      params[i] -= lr * (grads[i] * scale);
+      if (copy) copy[i] = params[i];
+    }
+  } else {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; ++i) {
+      const T g = grads[i] * scale;
+      m[i] = b1 * m[i] + (T(1) - b1) * g;
+      v[i] = b2 * v[i] + (T(1) - b2) * g * g;
+      const T m_hat = m[i] * inv_bc1, v_hat = v[i] * inv_bc2;
+      params[i] -= lr * (m_hat / (std::sqrt(v_hat) + eps) + wd * params[i]);
+      if (copy) copy[i] = params[i];
+    }
   }
   if (copy && copy_bf16) {
     if constexpr (sizeof(T) == sizeof(float)) round_to_bf16(reinterpret_cast<float*>(copy), n);

@@ -51,6 +51,7 @@ struct AdamWConstants {
   float beta1, beta2, one_minus_beta1, one_minus_beta2;
   float lr, eps, weight_decay, grad_scale;
   float inv_bias_correction1, inv_bias_correction2;  // 1 / (1 - b^t), from double
+  bool sgd;                                           // plain SGD (AdamWArgs::sgd)
 };
 
 AdamWConstants adamw_constants(const ops::AdamWArgs& a) {
@@ -65,6 +66,7 @@ AdamWConstants adamw_constants(const ops::AdamWArgs& a) {
   h.grad_scale = float(a.grad_scale);
   h.inv_bias_correction1 = float(1.0 / (1.0 - std::pow(a.beta1, a.step)));
   h.inv_bias_correction2 = float(1.0 / (1.0 - std::pow(a.beta2, a.step)));
+  h.sgd = a.sgd;
   return h;
 }
 
@@ -87,6 +89,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const float gs = g[k] * h.grad_scale;
+    if (h.sgd) {  // plain SGD: the moments stay as they are
+      p[k] -= h.lr * gs;
+      continue;
+    }
     mk[k] = h.beta1 * mk[k] + h.one_minus_beta1 * gs;
     vk[k] = h.beta2 * vk[k] + h.one_minus_beta2 * gs * gs;
     const float m_hat = mk[k] * h.inv_bias_correction1;

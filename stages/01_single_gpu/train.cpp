@@ -64,19 +64,27 @@ int train_on(const Config& cfg, Device device, Precision precision) {
   GPT2<A> model(cfg.model, B, T, device, precision);
   const ParamLayout& layout = model.layout();
   const int64_t n_params = layout.total();
-  // In fp32 the model's weights are the master weights; in bf16 the optimizer keeps
-  // the fp32 master copy and the model holds the bf16-rounded compute copy.
-  AdamW<float> optimizer(layout, 0, n_params, /*keep_master=*/bf16, device);
-  DeviceArray<float>* master = &optimizer.master();
-  if constexpr (std::is_same_v<A, float>)
+  // In fp32 (and fp64) the model's weights are the master weights; in bf16 the optimizer
+  // keeps the fp32 master copy and the model holds the bf16-rounded compute copy.
+  using M = GradOf<A>;  // master weights and optimizer state: double in fp64, else float
+  AdamW<M> optimizer(layout, 0, n_params, /*keep_master=*/bf16, device);
+  DeviceArray<M>* master = &optimizer.master();
+  if constexpr (!std::is_same_v<A, gpt::bf16>)
     if (!bf16) master = &model.params();
-  // Checkpoints are read and written from host memory (staged on the GPU).
-  CheckpointMirror ckpt({{"param", master}, {"adam_m", &optimizer.m()}, {"adam_v", &optimizer.v()}});
+  // Checkpoints are read and written from host memory (staged on the GPU; fp64 runs
+  // write fp32 files).
+  CheckpointMirror ckpt = [&] {
+    if constexpr (std::is_same_v<M, double>)
+      return CheckpointMirror({{"param", nullptr, master}, {"adam_m", nullptr, &optimizer.m()},
+                               {"adam_v", nullptr, &optimizer.v()}});
+    else
+      return CheckpointMirror({{"param", master}, {"adam_m", &optimizer.m()}, {"adam_v", &optimizer.v()}});
+  }();
 
   CheckpointState state;
   const std::string resume = resolve_resume(cfg.resume, cfg.run_dir);
   if (resume.empty()) {
-    layout.init_range(cfg.seed, 0, n_params, ckpt.host("param"));
+    layout.init_range(cfg.seed, 0, n_params, ckpt.host("param"));  // fp32 values (fp64: widened)
   } else {
     state = load_checkpoint(resume, layout, ckpt.buffers());
     std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
@@ -124,7 +132,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     for (int micro = 0; micro < accum; ++micro) {
       train_data.batch(step, micro, 0, 1, B, cfg.batch_size, inputs.data(), targets.data());
       loss += double(model.forward(inputs.data(), targets.data())) / accum;
-      model.backward(1.0f / float(accum));
+      model.backward(M(cfg.test_grad_scale) / M(accum));  // test_grad_scale: 1 outside tests
     }
     double norm = 0;
     {
@@ -192,6 +200,10 @@ int train(int argc, char** argv) {
   const RunDirLock lock(cfg.run_dir);  // one job per run directory, taken before anything is written
   Trace::global().enable(cfg.trace_file);
   if (device == Device::CUDA && precision == Precision::BF16) return train_on<gpt::bf16>(cfg, device, precision);
+  if (precision == Precision::FP64) {
+    require(device == Device::CPU, "precision=fp64 runs on the CPU only (device=cpu)");
+    return train_on<double>(cfg, device, precision);
+  }
   return train_on<float>(cfg, device, precision);
 }
 

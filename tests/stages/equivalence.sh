@@ -1,42 +1,103 @@
 #!/usr/bin/env bash
-# A stage computes what the stage before it computes: 10 fp32 steps of the tiny model
-# with a global batch of 24 sequences, run by the earlier stage (the reference and two
-# baselines: the same batch split into other micro-batches and ranks) and by the later
-# stage on several layouts; compare_runs.py checks losses, gradient norms and the final
-# weights and AdamW moments within the tolerance it derives from the baselines.
+# A stage computes what the stage before it computes, judged against the ground truth:
+# stage 01 in float64 on the same global batch (24 sequences of the tiny model).
+#   1. AdamW, 10 fp32 steps: the earlier stage (the reference) and the later stage on
+#      several layouts (the candidates); compare_runs.py checks losses, gradient norms
+#      and the final weights and moments against the float64 run, within the bound the
+#      reference's own distance from it gives.
+#   2. SGD, one step (optimizer=sgd, grad_clip=0): the same runs; the weights after the
+#      step are w - lr g, so a gradient off by a constant factor shows (AdamW hides it,
+#      and so does clipping to a norm, which is why it is off here).
+#   3. With NEGATIVE=1, the negative controls each comparison must reject: stage 01
+#      with the learning rate 1.001x (AdamW comparison), with every gradient 1.01x
+#      (SGD comparison), and a checkpoint with one weight 10 ulps off (exact comparison),
+#      plus the exact comparison's positive case given in EXACT_SPECS (layouts that only
+#      move work, byte-identical to the reference).
 #
-# Usage: equivalence.sh REF_BIN CAND_BIN PREPARE WORKDIR ROOT MPIEXEC REF_SPECS CAND_SPECS
-#   a SPEC list is space-separated NP:MICRO_BATCH[:key=value...], e.g. "1:12 2:3"; the
-#   first REF_SPEC is the reference, the others the baselines.
+# Usage: equivalence.sh REF_BIN CAND_BIN TRUTH_BIN PREPARE WORKDIR ROOT MPIEXEC REF_SPEC CAND_SPECS [EXACT_SPECS]
+#   a SPEC is NP:MICRO_BATCH[:key=value...], e.g. "2:6:allreduce=backend"; CAND_SPECS and
+#   EXACT_SPECS are space-separated lists of them; TRUTH_BIN is stage 01.
 set -euo pipefail
-REF_BIN=$1 CAND_BIN=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6 REF_SPECS=$7 CAND_SPECS=$8
+REF_BIN=$1 CAND_BIN=$2 TRUTH_BIN=$3 PREPARE=$4 WORK=$5 ROOT=$6 MPIEXEC=$7 REF_SPEC=$8 CAND_SPECS=$9
+EXACT_SPECS=${10:-}
 STEPS=${STEPS:-10}  # training steps compared (the environment may ask for more)
 source "$ROOT/tests/trainer/common.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 rm -rf "$WORK" && mkdir -p "$WORK"
 make_corpus "$WORK" "$PREPARE"
+COMPARE=(/usr/bin/python3 "$ROOT/tests/stages/compare_runs.py")
 
-# run BIN SPEC DIR: one training run of the layout SPEC into run directory DIR.
+# run BIN SPEC DIR STEPS [key=value...]: one training run of the layout SPEC into DIR.
 run() {
-  local bin=$1 spec=$2 dir=$3 np mb extra=()
+  local bin=$1 spec=$2 dir=$3 steps=$4 np mb rest extra=()
+  shift 4
   IFS=: read -r np mb rest <<< "$spec"
   if [ -n "${rest:-}" ]; then
-    local kv
+    local kv kvs
     IFS=: read -r -a kvs <<< "$rest"
     for kv in "${kvs[@]}"; do extra+=(--set "$kv"); done
   fi
-  local args=($(tiny_args "$WORK/data" "$dir") --set steps="$STEPS" --set batch_size=24
+  for kv in "$@"; do extra+=(--set "$kv"); done
+  local args=($(tiny_args "$WORK/data" "$dir") --set steps="$steps" --set batch_size=24
               --set micro_batch_size="$mb" --set val_every=0 --set val_batches=0
               --set sample_tokens=0 --set bucket_mb=0.02 "${extra[@]}")
   if [ "$np" = 1 ] && [[ "$bin" == *01_single_gpu* ]]; then
     "$bin" "${args[@]}" > "$dir.log" 2>&1
   else
     "$MPIEXEC" -np "$np" --oversubscribe "$bin" "${args[@]}" > "$dir.log" 2>&1
-  fi || { echo "FAIL: run $bin $spec"; tail -20 "$dir.log"; exit 1; }
+  fi || { echo "FAIL: run $bin $spec $*"; tail -20 "$dir.log"; exit 1; }
 }
 
-refs=() cands=()
-for spec in $REF_SPECS; do d="$WORK/ref_${spec//[:=]/_}"; run "$REF_BIN" "$spec" "$d"; refs+=("$d"); done
-for spec in $CAND_SPECS; do d="$WORK/cand_${spec//[:=]/_}"; run "$CAND_BIN" "$spec" "$d"; cands+=("$d"); done
-/usr/bin/python3 "$ROOT/tests/stages/compare_runs.py" --step "$STEPS" --reference "${refs[0]}" \
-  --baseline "${refs[@]:1}" --candidate "${cands[@]}"
+name() { echo "$1_${2//[:=]/_}"; }
+
+# 1. AdamW over STEPS steps.
+run "$TRUTH_BIN" 1:24 "$WORK/truth" "$STEPS" precision=fp64
+run "$REF_BIN" "$REF_SPEC" "$WORK/$(name ref "$REF_SPEC")" "$STEPS"
+cands=()
+for spec in $CAND_SPECS; do d="$WORK/$(name cand "$spec")"; run "$CAND_BIN" "$spec" "$d" "$STEPS"; cands+=("$d"); done
+echo "== AdamW, $STEPS steps, against the float64 run"
+"${COMPARE[@]}" --step "$STEPS" --truth "$WORK/truth" --reference "$WORK/$(name ref "$REF_SPEC")" --candidate "${cands[@]}"
+
+# 2. SGD, one step (its moments stay zero: the weights are what it changes).
+SGD=(optimizer=sgd grad_clip=0)
+run "$TRUTH_BIN" 1:24 "$WORK/sgd_truth" 1 precision=fp64 "${SGD[@]}"
+run "$REF_BIN" "$REF_SPEC" "$WORK/$(name sgd_ref "$REF_SPEC")" 1 "${SGD[@]}"
+sgd=()
+for spec in $CAND_SPECS; do d="$WORK/$(name sgd_cand "$spec")"; run "$CAND_BIN" "$spec" "$d" 1 "${SGD[@]}"; sgd+=("$d"); done
+echo "== SGD, one step, against the float64 run"
+"${COMPARE[@]}" --step 1 --kinds param --truth "$WORK/sgd_truth" --reference "$WORK/$(name sgd_ref "$REF_SPEC")" \
+  --candidate "${sgd[@]}"
+
+[ "${NEGATIVE:-0}" = 1 ] || exit 0
+
+# 3. Negative controls (and the exact comparison's positive case).
+echo "== negative control: AdamW with lr 1.001x must be rejected"
+lr=$(/usr/bin/python3 -c "import json; print(json.load(open('$ROOT/configs/tiny.json'))['lr'] * 1.001)")
+run "$TRUTH_BIN" 1:24 "$WORK/neg_lr" "$STEPS" lr="$lr"
+"${COMPARE[@]}" --expect-reject --step "$STEPS" --truth "$WORK/truth" --reference "$WORK/$(name ref "$REF_SPEC")" \
+  --candidate "$WORK/neg_lr"
+echo "== negative control: SGD with every gradient 1.01x must be rejected"
+run "$TRUTH_BIN" 1:24 "$WORK/neg_grad" 1 "${SGD[@]}" test_grad_scale=1.01
+# (the weights alone: the logged gradient norm would give the scale away by itself)
+"${COMPARE[@]}" --expect-reject --weights-only --step 1 --kinds param --truth "$WORK/sgd_truth" \
+  --reference "$WORK/$(name sgd_ref "$REF_SPEC")" --candidate "$WORK/neg_grad"
+if [ -n "$EXACT_SPECS" ]; then
+  echo "== exact: layouts that only move work give the reference's bits"
+  exact=()
+  for spec in $EXACT_SPECS; do d="$WORK/$(name exact "$spec")"; run "$CAND_BIN" "$spec" "$d" "$STEPS"; exact+=("$d"); done
+  "${COMPARE[@]}" --exact --step "$STEPS" --reference "$WORK/$(name ref "$REF_SPEC")" --candidate "${exact[@]}"
+fi
+echo "== negative control: one weight 10 ulps off must be rejected by the exact comparison"
+planted="$WORK/neg_ulps"
+rm -rf "$planted" && cp -r "$WORK/$(name ref "$REF_SPEC")" "$planted"
+/usr/bin/python3 - "$planted/step_$(printf %08d "$STEPS")/param.bin" <<'EOF'
+import struct, sys
+path = sys.argv[1]
+with open(path, "r+b") as f:
+    f.seek(4 * 1000)                     # element 1000 of the first tensor kind
+    bits = struct.unpack("<I", f.read(4))[0]
+    f.seek(4 * 1000)
+    f.write(struct.pack("<I", bits + 10))  # 10 ulps away (same sign and exponent range)
+EOF
+"${COMPARE[@]}" --expect-reject --exact --step "$STEPS" --reference "$WORK/$(name ref "$REF_SPEC")" \
+  --candidate "$planted"
