@@ -52,13 +52,18 @@ run_suite() {
   else
     rc=$?
   fi
-  # The pass/fail count, the total time, and the list of failed tests if any.
+  # The pass/fail count, the total time, the list of failed tests if any, and how many
+  # were skipped (a GPU test without a GPU, an MPI test in a build without MPI) and which.
   while IFS= read -r line; do
     summary+=("[$name] $line")
   done < <(awk '/tests passed|Total Test time/ { print; next }
                 /The following tests FAILED/ { f = 1 }
                 /^Errors while running CTest/ { f = 0 }
                 f && NF { print }' "$log")
+  local skipped
+  skipped=$(grep -c -- '\*\*\*Skipped' "$log" || true)
+  summary+=("[$name] $skipped tests skipped$( ((skipped > 0)) && printf ': %s' \
+    "$(grep -- '\*\*\*Skipped' "$log" | sed -E 's/.*Test +#[0-9]+: ([^ ]+) .*/\1/' | paste -sd ' ')")")
   if ((rc != 0)); then
     summary+=("[$name] ctest exited with status $rc (log: ${log#"$GPT_ROOT"/})")
     failed=1
