@@ -22,14 +22,48 @@ double clip_scale(double norm, double clip) {
   return clip / norm;
 }
 
+namespace {
+// Appends [begin, end) with its decay flag, merged into the previous segment when it
+// continues it with the same flag (one update call then covers both).
+template <class Segment>
+void append(std::vector<Segment>& out, int64_t begin, int64_t end, bool decay) {
+  if (begin >= end) return;
+  if (!out.empty() && out.back().end == begin && out.back().decay == decay) out.back().end = end;
+  else out.push_back({begin, end, decay});
+}
+}  // namespace
+
 template <class T>
-AdamW<T>::AdamW(const ParamLayout& layout, int64_t begin, int64_t end, bool keep_master, Device device)
-    : layout_(layout), begin_(begin), end_(end), keep_master_(keep_master) {
+AdamW<T>::AdamW(std::vector<Segment> segments, int64_t begin, int64_t end, bool keep_master, Device device)
+    : segments_(std::move(segments)), begin_(begin), end_(end), keep_master_(keep_master) {
   const size_t n = size_t(end - begin);
   m_ = DeviceArray<T>(device, n);
   v_ = DeviceArray<T>(device, n);
   if (keep_master) master_ = DeviceArray<T>(device, n);
 }
+
+template <class T>
+AdamW<T>::AdamW(const ParamLayout& layout, int64_t begin, int64_t end, bool keep_master, Device device)
+    : AdamW(
+          [&] {
+            std::vector<Segment> segments;
+            for (const ParamTensor& t : layout.tensors())
+              append(segments, std::max(begin, t.offset) - begin, std::min(end, t.offset + t.numel) - begin, t.decay);
+            return segments;
+          }(),
+          begin, end, keep_master, device) {}
+
+template <class T>
+AdamW<T>::AdamW(const RankLayout& layout, int64_t begin, int64_t end, bool keep_master, Device device)
+    : AdamW(
+          [&] {
+            std::vector<Segment> segments;
+            for (const LayoutRun& run : layout.runs(begin, end))
+              append(segments, run.local - begin, run.local + run.length - begin,
+                     layout.global().tensors()[size_t(run.tensor)].decay);
+            return segments;
+          }(),
+          begin, end, keep_master, device) {}
 
 template <class T>
 void AdamW<T>::step(Device d, T* params, const T* grads, double lr, double grad_scale,
@@ -51,19 +85,17 @@ template <class T>
 template <class Copy>
 void AdamW<T>::update(Device d, Copy* params, const T* grads, double lr, double grad_scale,
                       const Config& cfg, int step_number, bool round_copy_to_bf16) {
-  // Tensor by tensor, because weight decay applies to some tensors only.
-  for (const ParamTensor& t : layout_.tensors()) {
-    const int64_t lo = std::max(begin_, t.offset), hi = std::min(end_, t.offset + t.numel);
-    if (lo >= hi) continue;
-    const ops::AdamWArgs args{lr,         cfg.beta1,  cfg.beta2,  cfg.adam_eps, t.decay ? cfg.weight_decay : 0.0,
+  // Segment by segment, because weight decay applies to some tensors only.
+  for (const Segment& seg : segments_) {
+    const ops::AdamWArgs args{lr,         cfg.beta1,  cfg.beta2,  cfg.adam_eps, seg.decay ? cfg.weight_decay : 0.0,
                               grad_scale, step_number, cfg.optimizer == "sgd"};
-    const int64_t i = lo - begin_;
+    const int64_t i = seg.begin;
+    const size_t n = size_t(seg.end - seg.begin);
     if (keep_master_) {
-      ops::adamw_update(d, master_.data() + i, grads + i, m_.data() + i, v_.data() + i,
-                        size_t(hi - lo), args, params + i, round_copy_to_bf16);
+      ops::adamw_update(d, master_.data() + i, grads + i, m_.data() + i, v_.data() + i, n, args, params + i,
+                        round_copy_to_bf16);
     } else if constexpr (std::is_same_v<Copy, T>) {
-      ops::adamw_update(d, params + i, grads + i, m_.data() + i, v_.data() + i, size_t(hi - lo),
-                        args);
+      ops::adamw_update(d, params + i, grads + i, m_.data() + i, v_.data() + i, n, args);
     }
   }
 }

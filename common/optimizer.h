@@ -18,6 +18,7 @@
 #include "common/device.h"
 #include "common/device_array.h"
 #include "common/gpt2_layout.h"
+#include "common/rank_layout.h"
 
 namespace gpt {
 
@@ -34,6 +35,9 @@ class AdamW {
   // The state lives in the memory of `device`.
   AdamW(const ParamLayout& layout, int64_t begin, int64_t end, bool keep_master,
         Device device = Device::CPU);
+  // The same for elements [begin, end) of a rank's LOCAL buffer of `layout` (tensor or
+  // pipeline slices): which elements decay comes from the global tensor each belongs to.
+  AdamW(const RankLayout& layout, int64_t begin, int64_t end, bool keep_master, Device device = Device::CPU);
 
   // One update of the owned range: params/grads point at element `begin`. In bf16 mode
   // the master weights are updated and params receives the bf16-rounded copy (bf16
@@ -56,7 +60,14 @@ class AdamW {
   void update(Device d, Copy* params, const T* grads, double lr, double grad_scale,
               const Config& cfg, int step_number, bool round_copy_to_bf16);
 
-  const ParamLayout& layout_;
+  // Consecutive elements that share the weight-decay rule, relative to begin.
+  struct Segment {
+    int64_t begin, end;
+    bool decay;
+  };
+  AdamW(std::vector<Segment> segments, int64_t begin, int64_t end, bool keep_master, Device device);
+
+  std::vector<Segment> segments_;
   int64_t begin_, end_;
   bool keep_master_;
   DeviceArray<T> master_, m_, v_;

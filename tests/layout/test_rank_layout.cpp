@@ -1,0 +1,130 @@
+// Rank-local layouts (common/rank_layout.h), all ranks of a mesh in one process: for
+// random tensor x pipeline meshes, the ranks' slices gathered reproduce the global
+// buffer bit for bit, every element is counted exactly once, and each slice's
+// initialisation is the single-device one.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/gpt2_layout.h"
+#include "common/optimizer.h"
+#include "common/rank_layout.h"
+#include "tests/layout/layouts.h"
+
+using namespace gpt;
+using gpt::test::random_mesh;
+
+TEST_CASE("layout: random meshes gather back to the global buffer, each element counted once", "[layout]") {
+  const ParamLayout global(gpt::test::layout_test_model());
+  std::vector<float> whole(size_t(global.total()));
+  global.init_range(1234, 0, global.total(), whole.data());
+  std::mt19937 rng(77);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int choices[] = {1, 2, 3, 4, 5, 6, 8};  // 7 ranks make no mesh of this model (7 heads? 7 layers?)
+    const int ranks = choices[rng() % 7];
+    const auto mesh = random_mesh(global, ranks, rng);
+    INFO(ranks << " ranks: " << mesh.describe());
+    REQUIRE_NOTHROW(check_counted_once(global, mesh.layouts));
+    std::vector<float> gathered(size_t(global.total()), std::nanf(""));
+    for (const RankLayout& r : mesh.layouts) {
+      std::vector<float> local(size_t(r.total()));
+      r.init(1234, local.data());  // the slice's own initialisation
+      std::vector<float> taken(local.size());
+      r.scatter(whole.data(), taken.data());
+      CHECK(local == taken);  // equals the single-device values there
+      r.gather(local.data(), gathered.data(), /*counted_only=*/true);
+    }
+    CHECK(std::equal(gathered.begin(), gathered.end(), whole.begin()));  // bit for bit (NaN fails)
+
+    // The counted sums of squares add up to the whole buffer's: a replica counted once.
+    double split = 0, all = 0;
+    for (const RankLayout& r : mesh.layouts) {
+      std::vector<float> local(size_t(r.total()));
+      r.scatter(whole.data(), local.data());
+      split += r.counted_sum_of_squares(local.data());
+    }
+    for (float x : whole) all += double(x) * double(x);
+    // double sums of the same ~6e4 terms in two orders: within n * eps64 relative.
+    CHECK(std::fabs(split - all) <= double(whole.size()) * 1.2e-16 * all);
+  }
+}
+
+TEST_CASE("layout: a tensor-parallel rank's slices have the shapes of its heads", "[layout]") {
+  const ModelConfig m = gpt::test::layout_test_model();
+  const ParamLayout global(m);
+  const RankLayout r = RankLayout::tensor_parallel(global, 2, 1);
+  const int64_t C = m.n_embd;
+  CHECK(r.find("h.0.attn.c_attn.weight")->numel == 3 * (C / 2) * C);
+  CHECK(r.find("h.0.attn.c_proj.weight")->numel == C * (C / 2));
+  CHECK(r.find("h.0.mlp.c_fc.weight")->numel == 4 * C / 2 * C);
+  CHECK(r.find("wte")->numel == m.padded_vocab() / 2 * C);
+  CHECK(r.find("h.0.ln_1.weight")->counted == false);  // a replica: counted on rank 0
+  CHECK(RankLayout::tensor_parallel(global, 2, 0).find("h.0.ln_1.weight")->counted == true);
+  // rank 1's first K row is global row C + C/2 of c_attn
+  const auto runs = r.runs();
+  const ParamTensor& qkv = global.find("h.0.attn.c_attn.weight");
+  const int64_t k_block_start = r.find("h.0.attn.c_attn.weight")->offset + (C / 2) * C;
+  const auto it = std::find_if(runs.begin(), runs.end(), [&](const LayoutRun& x) { return x.local == k_block_start; });
+  REQUIRE(it != runs.end());
+  CHECK(it->global == qkv.offset + (C + C / 2) * C);
+}
+
+TEST_CASE("layout: bad layouts are refused, naming the tensor", "[layout]") {
+  const ModelConfig m = gpt::test::layout_test_model();
+  const ParamLayout global(m);
+  // A rank missing: its elements are counted by nobody.
+  std::vector<RankLayout> missing = {RankLayout::tensor_parallel(global, 2, 0)};
+  CHECK_THROWS_WITH(check_counted_once(global, missing), Catch::Contains("counted by 0 ranks"));
+  // Two ranks both counting the replicated layernorms.
+  std::vector<RankLayout> twice = {RankLayout::whole(global), RankLayout::whole(global)};
+  CHECK_THROWS_WITH(check_counted_once(global, twice), Catch::Contains("counted by 2 ranks"));
+  // A block outside its tensor, and tp that does not divide the heads.
+  RankLayout r(global);
+  CHECK_THROWS_WITH(r.add(0, {{250, 10, 0, m.n_embd}}, true), Catch::Contains("leaves tensor wte"));
+  CHECK_THROWS_WITH(RankLayout::tensor_parallel(global, 3, 0), Catch::Contains("n_head"));
+}
+
+TEST_CASE("layout: AdamW on local slices (and ZeRO ranges of them) is the whole update's slice", "[layout]") {
+  const ParamLayout global(gpt::test::layout_test_model());
+  const size_t N = size_t(global.total());
+  std::vector<float> params(N), grads(N);
+  global.init_range(99, 0, global.total(), params.data());
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& g : grads) g = normal(rng);
+  Config cfg;
+  cfg.weight_decay = 0.1;  // decay differs by tensor: a wrong mapping shows
+
+  std::vector<float> whole = params;
+  AdamW<float> full(global, 0, global.total(), /*keep_master=*/false);
+  full.step(Device::CPU, whole.data(), grads.data(), 1e-2, 0.7, cfg, 1, false);
+
+  for (int tp : {2, 4}) {
+    std::vector<float> gathered(N, std::nanf(""));
+    for (int r = 0; r < tp; ++r) {
+      const RankLayout layout = RankLayout::tensor_parallel(global, tp, r);
+      const int64_t n = layout.total(), mid = n / 3;  // two ZeRO ranges of the local buffer
+      std::vector<float> p(static_cast<size_t>(n)), g(static_cast<size_t>(n));
+      layout.scatter(params.data(), p.data());
+      layout.scatter(grads.data(), g.data());
+      AdamW<float> first(layout, 0, mid, false), second(layout, mid, n, false);
+      first.step(Device::CPU, p.data(), g.data(), 1e-2, 0.7, cfg, 1, false);
+      second.step(Device::CPU, p.data() + mid, g.data() + mid, 1e-2, 0.7, cfg, 1, false);
+      layout.gather(p.data(), gathered.data(), /*counted_only=*/true);
+    }
+    INFO("tp " << tp);
+    CHECK(std::equal(gathered.begin(), gathered.end(), whole.begin()));  // bit for bit
+  }
+  // Negative control: decay applied everywhere changes the decayed-or-not elements.
+  Config all_decay = cfg;
+  std::vector<float> wrong = params;
+  AdamW<float> naive(RankLayout::whole(global), 0, global.total(), false);
+  all_decay.weight_decay = 0.2;
+  naive.step(Device::CPU, wrong.data(), grads.data(), 1e-2, 0.7, all_decay, 1, false);
+  CHECK_FALSE(std::equal(wrong.begin(), wrong.end(), whole.begin()));
+}
