@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common/device.h"
+#include "common/memory.h"
 
 namespace gpt {
 
@@ -26,10 +27,15 @@ template <class T>
 class DeviceArray {
  public:
   DeviceArray() = default;
-  DeviceArray(Device d, size_t n) : device_(d), n_(n) {
+  // Counted by the MemoryTracker under the thread's MemScope kind (common/memory.h).
+  DeviceArray(Device d, size_t n) : device_(d), n_(n), kind_(MemScope::current()) {
     data_ = static_cast<T*>(device_alloc(d, n * sizeof(T)));
+    MemoryTracker::global().allocated(kind_, bytes());
   }
-  ~DeviceArray() { device_free(device_, data_); }
+  ~DeviceArray() {
+    if (data_) MemoryTracker::global().freed(kind_, bytes());
+    device_free(device_, data_);
+  }
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;
   DeviceArray(DeviceArray&& o) noexcept { swap(o); }
@@ -38,7 +44,7 @@ class DeviceArray {
     return *this;
   }
   void swap(DeviceArray& o) noexcept {
-    std::swap(device_, o.device_), std::swap(data_, o.data_), std::swap(n_, o.n_);
+    std::swap(device_, o.device_), std::swap(data_, o.data_), std::swap(n_, o.n_), std::swap(kind_, o.kind_);
   }
 
   T* data() { return data_; }
@@ -66,6 +72,7 @@ class DeviceArray {
   Device device_ = Device::CPU;
   T* data_ = nullptr;
   size_t n_ = 0;
+  MemKind kind_ = MemKind::Buffers;
 };
 
 }  // namespace gpt

@@ -44,10 +44,15 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
   const int N = B_ * T_, C = model.n_embd;
   const Device d = device;
   if (own_weights) {
-    params_ = DeviceArray<A>(d, layout_.total());
+    {
+      const MemScope scope(MemKind::Params);
+      params_ = DeviceArray<A>(d, layout_.total());
+    }
+    const MemScope scope(MemKind::Grads);
     grads_ = DeviceArray<G>(d, layout_.total());
   }
   flat_ = FlatStore<A>(layout_, params_.data(), grads_.data());
+  const MemScope scope(MemKind::Activations);  // everything below: activations and their gradients
   encoded_ = DeviceArray<A>(d, size_t(N) * C);
   for (int l = 0; l < model.n_layer; ++l) blocks_.emplace_back(d, dims_, B_, T_, N);
   head_ = HeadActivations<A>(d, C, N, N, VocabRange{0, model.padded_vocab()}, /*train=*/true,

@@ -38,4 +38,36 @@ std::string MemoryLedger::json() const {
   return out + "}";
 }
 
+MemoryTracker& MemoryTracker::global() {
+  static MemoryTracker tracker;
+  return tracker;
+}
+
+void MemoryTracker::allocated(MemKind kind, size_t bytes) {
+  const size_t now = current_[size_t(kind)].fetch_add(bytes) + bytes;
+  size_t peak = peak_[size_t(kind)].load();
+  while (now > peak && !peak_[size_t(kind)].compare_exchange_weak(peak, now)) {
+  }
+}
+
+void MemoryTracker::freed(MemKind kind, size_t bytes) { current_[size_t(kind)].fetch_sub(bytes); }
+
+MemoryLedger MemoryTracker::peaks() const {
+  MemoryLedger ledger;
+  for (size_t k = 0; k < kMemKindNames.size(); ++k) ledger.set(MemKind(k), peak_[k].load());
+  return ledger;
+}
+
+void MemoryTracker::reset_peaks() {
+  for (size_t k = 0; k < kMemKindNames.size(); ++k) peak_[k].store(current_[k].load());
+}
+
+namespace {
+thread_local MemKind t_kind = MemKind::Buffers;
+}
+
+MemScope::MemScope(MemKind kind) : previous_(t_kind) { t_kind = kind; }
+MemScope::~MemScope() { t_kind = previous_; }
+MemKind MemScope::current() { return t_kind; }
+
 }  // namespace gpt

@@ -36,6 +36,7 @@ void append(std::vector<Segment>& out, int64_t begin, int64_t end, bool decay) {
 template <class T>
 AdamW<T>::AdamW(std::vector<Segment> segments, int64_t begin, int64_t end, bool keep_master, Device device)
     : segments_(std::move(segments)), begin_(begin), end_(end), keep_master_(keep_master) {
+  const MemScope scope(MemKind::Optimizer);
   const size_t n = size_t(end - begin);
   m_ = DeviceArray<T>(device, n);
   v_ = DeviceArray<T>(device, n);

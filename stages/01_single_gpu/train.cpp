@@ -92,11 +92,8 @@ int train_on(const Config& cfg, Device device, Precision precision) {
   ckpt.to_device();
   model.set_params(master->data());
 
-  MemoryLedger mem;
-  mem.set(MemKind::Params, model.param_bytes());
-  mem.set(MemKind::Grads, model.grad_bytes());
-  mem.set(MemKind::Optimizer, optimizer.state_bytes());
-  mem.set(MemKind::Activations, model.activation_bytes());
+  // What this rank's arrays hold, by kind: the tracker's peaks (common/memory.h).
+  MemoryLedger mem = MemoryTracker::global().peaks();
   std::printf("stage 01 | device %s | %s | %d threads | %.2fM parameters | layers %d, width %d, heads %d\n",
               device_description(device).c_str(), precision_name(precision), omp_get_max_threads(),
               double(n_params) / 1e6, cfg.model.n_layer, cfg.model.n_embd, cfg.model.n_head);
@@ -152,6 +149,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
 
+    mem = MemoryTracker::global().peaks();  // the peaks so far, the first step's buffers included
     StepMetrics m;
     m.step = state.step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = norm, m.ms = ms;
     m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);

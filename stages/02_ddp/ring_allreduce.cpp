@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "common/device_array.h"
 #include "common/error.h"
 
 namespace gpt {
@@ -84,7 +85,8 @@ void ring_reduce_scatter_v(Communicator& comm, void* buf, const std::vector<size
   check_bounds(comm, bounds);
   if (bounds.back() == bounds.front() || comm.size() == 1) return;
   const Ring ring(comm, buf, bounds, t, max_piece_bytes);
-  std::vector<std::byte> scratch(ring.largest_piece() * ring.elem);
+  // Communication scratch: counted as `buffers` by the memory ledger.
+  DeviceArray<std::byte> scratch(Device::CPU, ring.largest_piece() * ring.elem);
 
   for (int s = 0; s < ring.n - 1; ++s) {
     const int send_chunk = ring.wrap(ring.rank - 1 - s);  // summed by us at step s-1

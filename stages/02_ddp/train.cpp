@@ -84,11 +84,8 @@ int train_ranks(Run& run) {
                 cfg.bucket_mb);
   model.set_store(&sync);
 
-  MemoryLedger mem;
-  mem.set(MemKind::Params, model.param_bytes());
-  mem.set(MemKind::Grads, model.grad_bytes());
-  mem.set(MemKind::Optimizer, optimizer.state_bytes());
-  mem.set(MemKind::Activations, model.activation_bytes());
+  // What this rank's arrays hold, by kind: the tracker's peaks (common/memory.h).
+  MemoryLedger mem = MemoryTracker::global().peaks();
   if (lead) {
     std::printf("stage 02 | dp %d (%s, allreduce=%s, %zu buckets) | device %s | %s | %d threads per rank | %.2fM parameters\n",
                 dp.size(), dp.backend(), cfg.allreduce.c_str(), sync.buckets().size(), device_name(device),
@@ -134,6 +131,7 @@ int train_ranks(Run& run) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
 
+    mem = MemoryTracker::global().peaks();  // the peaks so far, the first step's buffers included
     StepMetrics m;
     m.step = state.step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = norm, m.ms = ms;
     m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);

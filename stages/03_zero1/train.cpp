@@ -77,11 +77,8 @@ int train_ranks(Run& run) {
   model.store(params + shard.begin, size_t(shard.size()));
   ring_all_gather(dp, params, size_t(n_params), DType::F32);
 
-  MemoryLedger mem;
-  mem.set(MemKind::Params, model.param_bytes());
-  mem.set(MemKind::Grads, model.grad_bytes());
-  mem.set(MemKind::Optimizer, optimizer.state_bytes());
-  mem.set(MemKind::Activations, model.activation_bytes());
+  // What this rank's arrays hold, by kind: the tracker's peaks (common/memory.h).
+  MemoryLedger mem = MemoryTracker::global().peaks();
   if (lead) {
     std::printf("stage 03 | dp %d (%s), optimizer state sharded: %lld of %lld elements per rank | device %s | %s | %d threads per rank | %.2fM parameters\n",
                 dp.size(), dp.backend(), static_cast<long long>(shard.size()), static_cast<long long>(n_params),
@@ -120,6 +117,7 @@ int train_ranks(Run& run) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
 
+    mem = MemoryTracker::global().peaks();  // the peaks so far, the first step's buffers included
     StepMetrics m;
     m.step = state.step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = norm, m.ms = ms;
     m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);

@@ -54,7 +54,10 @@ int train_ranks(Run& run) {
   GPT2<float> model(cfg.model, B, T, device, precision, /*own_weights=*/false);
   const ParamLayout& layout = model.layout();
   const int64_t n_params = layout.total();
-  std::vector<float> weights(static_cast<size_t>(n_params));
+  DeviceArray<float> weights = [&] {
+    const MemScope scope(MemKind::Params);
+    return DeviceArray<float>(device, size_t(n_params));
+  }();
   // This rank's shard of the optimizer state. In fp32 the master weights of the shard
   // are the model's own weights there; in bf16 the optimizer keeps them in fp32.
   const Shard shard = shard_of(n_params, dp.size(), dp.rank());
@@ -83,11 +86,8 @@ int train_ranks(Run& run) {
   Zero2Store store(layout, dp, params, cfg.bucket_mb);
   model.set_store(&store);
 
-  MemoryLedger mem;
-  mem.set(MemKind::Params, weights.size() * sizeof(float));
-  mem.set(MemKind::Grads, size_t(store.peak_grad_elements()) * sizeof(float));  // updated after step 1
-  mem.set(MemKind::Optimizer, optimizer.state_bytes());
-  mem.set(MemKind::Activations, model.activation_bytes());
+  // What this rank's arrays hold, by kind: the tracker's peaks (common/memory.h).
+  MemoryLedger mem = MemoryTracker::global().peaks();
   if (lead) {
     std::printf("stage 04 | dp %d (%s), optimizer state and gradients sharded: %lld of %lld elements per rank, %zu buckets | device %s | %s | %d threads per rank | %.2fM parameters\n",
                 dp.size(), dp.backend(), static_cast<long long>(shard.size()), static_cast<long long>(n_params),
@@ -122,8 +122,8 @@ int train_ranks(Run& run) {
                        int(step + 1), bf16);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
-    mem.set(MemKind::Grads, size_t(store.peak_grad_elements()) * sizeof(float));
 
+    mem = MemoryTracker::global().peaks();  // the peaks so far, the first step's buffers included
     StepMetrics m;
     m.step = state.step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = norm, m.ms = ms;
     m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);

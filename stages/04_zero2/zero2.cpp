@@ -16,18 +16,20 @@ Zero2Store::Zero2Store(const ParamLayout& layout, Communicator& dp, float* param
     for (int u : buckets_[b].units) bucket_of_unit_[u] = int(b);
   pending_.assign(buckets_.size(), 0);
   live_.resize(buckets_.size());
-  shard_grads_.assign(size_t(shard_.size()), 0.0f);
+  const MemScope scope(MemKind::Grads);
+  shard_grads_ = DeviceArray<float>(Device::CPU, size_t(shard_.size()));
   held_ = peak_ = shard_.size();
 }
 
-void Zero2Store::zero_shard_grads() { std::fill(shard_grads_.begin(), shard_grads_.end(), 0.0f); }
+void Zero2Store::zero_shard_grads() { shard_grads_.zero(); }
 
 float* Zero2Store::grads(int unit) {
   const int b = bucket_of_unit_[unit];
-  std::vector<float>& buf = live_[b];
+  DeviceArray<float>& buf = live_[b];
   if (buf.empty()) {  // first unit of this bucket in this backward: a zeroed buffer
     const GradBucket& bucket = buckets_[b];
-    buf.assign(size_t(bucket.end - bucket.begin), 0.0f);
+    const MemScope scope(MemKind::Grads);
+    buf = DeviceArray<float>(Device::CPU, size_t(bucket.end - bucket.begin));
     pending_[b] = int(bucket.units.size());
     held_ += bucket.end - bucket.begin;
     peak_ = std::max(peak_, held_);
@@ -39,7 +41,7 @@ void Zero2Store::grads_done(int unit) {
   const int b = bucket_of_unit_[unit];
   if (--pending_[b] > 0) return;
   const GradBucket& bucket = buckets_[b];
-  std::vector<float>& buf = live_[b];
+  DeviceArray<float>& buf = live_[b];
   {
     Span span("reduce_scatter_bucket", "comm");
     const std::vector<size_t> bounds = shard_bounds_within(bucket.begin, bucket.end, layout_.total(), dp_.size());
@@ -49,7 +51,7 @@ void Zero2Store::grads_done(int unit) {
     for (int64_t i = lo; i < hi; ++i) shard_grads_[size_t(i - shard_.begin)] += buf[size_t(i - bucket.begin)];
   }
   held_ -= bucket.end - bucket.begin;
-  std::vector<float>().swap(buf);  // free the bucket's memory
+  buf = DeviceArray<float>();  // free the bucket's memory
 }
 
 }  // namespace gpt

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/comm.h"
+#include "common/device_array.h"
 #include "common/gpt2.h"
 #include "stages/02_ddp/grad_sync.h"
 #include "stages/03_zero1/shard.h"
@@ -36,7 +37,7 @@ class Zero2Store : public WeightStore<float> {
   void grads_done(int unit) override;
 
   // This rank's summed gradient, shard().size() elements; zero it before each step.
-  std::vector<float>& shard_grads() { return shard_grads_; }
+  DeviceArray<float>& shard_grads() { return shard_grads_; }
   void zero_shard_grads();
   const Shard& shard() const { return shard_; }
   // Largest number of gradient elements held at once (shard + live buckets), and the
@@ -51,8 +52,8 @@ class Zero2Store : public WeightStore<float> {
   Shard shard_;
   std::vector<GradBucket> buckets_;
   std::vector<int> bucket_of_unit_, pending_;
-  std::vector<std::vector<float>> live_;  // per bucket: its gradient buffer while in use
-  std::vector<float> shard_grads_;
+  std::vector<DeviceArray<float>> live_;  // per bucket: its gradient buffer while in use
+  DeviceArray<float> shard_grads_;
   int64_t held_ = 0, peak_ = 0;
 };
 

@@ -58,7 +58,10 @@ int train_ranks(Run& run) {
   // This rank's shard of the optimizer state. In fp32 the master weights of the shard
   // are the model's own weights there; in bf16 the optimizer keeps them in fp32.
   const Shard shard = shard_of(n_params, dp.size(), dp.rank());
-  std::vector<float> weights(static_cast<size_t>(shard.size()));  // this rank's shard of the compute weights
+  DeviceArray<float> weights = [&] {  // this rank's shard of the compute weights
+    const MemScope scope(MemKind::Params);
+    return DeviceArray<float>(device, size_t(shard.size()));
+  }();
   AdamW<float> optimizer(layout, shard.begin, shard.end, /*keep_master=*/bf16);
   float* master = bf16 ? optimizer.master().data() : weights.data();
   const RunCheckpoints ckpt{layout,
@@ -83,11 +86,8 @@ int train_ranks(Run& run) {
   Zero3Store store(layout, dp, shard_params, cfg.bucket_mb, /*prefetch=*/true);
   model.set_store(&store);
 
-  MemoryLedger mem;
-  mem.set(MemKind::Params, weights.size() * sizeof(float));  // + gathered units, after step 1
-  mem.set(MemKind::Grads, size_t(store.peak_grad_elements()) * sizeof(float));  // updated after step 1
-  mem.set(MemKind::Optimizer, optimizer.state_bytes());
-  mem.set(MemKind::Activations, model.activation_bytes());
+  // What this rank's arrays hold, by kind: the tracker's peaks (common/memory.h).
+  MemoryLedger mem = MemoryTracker::global().peaks();
   if (lead) {
     std::printf("stage 05 | dp %d (%s), optimizer state, gradients and weights sharded: %lld of %lld elements per rank, %zu buckets | device %s | %s | %d threads per rank | %.2fM parameters\n",
                 dp.size(), dp.backend(), static_cast<long long>(shard.size()), static_cast<long long>(n_params),
@@ -125,9 +125,8 @@ int train_ranks(Run& run) {
     }
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
-    mem.set(MemKind::Grads, size_t(store.peak_grad_elements()) * sizeof(float));
-    mem.set(MemKind::Params, size_t(store.peak_param_elements()) * sizeof(float));
 
+    mem = MemoryTracker::global().peaks();  // the peaks so far, the first step's buffers included
     StepMetrics m;
     m.step = state.step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = norm, m.ms = ms;
     m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);

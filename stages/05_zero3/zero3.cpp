@@ -19,10 +19,11 @@ Zero3Store::~Zero3Store() {
   if (prefetched_.valid()) prefetched_.wait();  // never leave a gather running
 }
 
-std::vector<float> Zero3Store::gather(Communicator& comm, int unit) const {
+DeviceArray<float> Zero3Store::gather(Communicator& comm, int unit) const {
   Span span("gather_unit", "comm", &comm == &dp_ ? 0 : 1);
   const Unit& u = layout_.unit(unit);
-  std::vector<float> buf(size_t(u.size()));
+  const MemScope scope(MemKind::Params);  // gathered weights (this may run on the prefetch thread)
+  DeviceArray<float> buf(Device::CPU, size_t(u.size()));
   // Our part of the unit goes to its place; the ring brings everyone else's.
   const Shard& s = shard();
   const int64_t lo = std::max(u.begin, s.begin), hi = std::min(u.end, s.end);
@@ -70,7 +71,7 @@ void Zero3Store::count_held(int64_t elements) {
 void Zero3Store::release(int unit, Pass) {
   if (--users_[unit] > 0) return;
   held_params_ -= layout_.unit(unit).size();
-  std::vector<float>().swap(gathered_[unit]);  // free the gathered weights
+  gathered_[unit] = DeviceArray<float>();  // free the gathered weights
 }
 
 void Zero3Store::gather_all(float* out) {

@@ -41,7 +41,7 @@ class Zero3Store : public Zero2Store {
   int64_t peak_param_elements() const { return peak_params_; }
 
  private:
-  std::vector<float> gather(Communicator& comm, int unit) const;
+  DeviceArray<float> gather(Communicator& comm, int unit) const;
   int next_unit(int unit, Pass pass) const;  // the unit to prefetch, or -1
   void count_held(int64_t elements);         // gathered weights now held, for the peak
 
@@ -50,10 +50,10 @@ class Zero3Store : public Zero2Store {
   std::unique_ptr<Communicator> prefetch_comm_;  // the prefetch thread's own channel
   float* shard_params_;
   bool prefetch_;
-  std::vector<std::vector<float>> gathered_;  // per unit, while acquired
+  std::vector<DeviceArray<float>> gathered_;  // per unit, while acquired
   std::vector<int> users_;                    // acquisitions not yet released
   int prefetch_unit_ = -1;
-  std::future<std::vector<float>> prefetched_;
+  std::future<DeviceArray<float>> prefetched_;
   int64_t held_params_ = 0, peak_params_ = 0;
 };
 

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Checks the per-rank memory that stages 02-05 report against each stage's formula.
+"""Checks the per-rank memory that stages 02-05 allocate against each stage's formula, exactly.
 
   memory_formula.py --dp N --vocab V --block-size T RUN [RUN...]
   RUN = STAGE:PRECISION:N_LAYER:N_EMBD:BUCKET_MB:RUN_DIR   e.g. 04:fp32:4:64:0.1:/tmp/x/04_fp32
 
 Each RUN_DIR holds the metrics.jsonl of a one-step run at dp = N; rank 0 writes it, so
-the "mem" of its train line is rank 0's ledger, in bytes. The expected bytes come from
+the "mem" of its train line is rank 0's ledger, in bytes: the peak, per kind, of the
+bytes its arrays really held (every DeviceArray reports to the tracker under the kind
+of its MemScope, common/memory.h), not sizes a driver computed. The expected bytes come from
 the model shape alone, as the stage READMEs derive them (P parameters, C = n_embd,
 Vp = vocab padded to a multiple of 128, L layers):
 
@@ -35,10 +37,12 @@ The fixed buffers, on top of the shards:
             gather is already in flight into a buffer of its own (the prefetch), so the
             peak is  E + 2 B  (a block plus its prefetched successor; L >= 2).
 
-A stage passes when every kind is within 1% of its expected bytes. Every run is also
-checked against the other stages' formulas, which must miss by more than 1% in some
-kind: that shows the shape makes the terms distinguishable (a stage reporting the
-previous stage's memory would fail). Exits 1 with the table when any check fails.
+A stage passes when every kind equals its expected bytes exactly. Every run is also
+checked against the other stages' formulas, which must miss in some kind, and against
+its own formula off by one element of the shard and by one bucket (negative controls:
+the comparison must reject both). `buffers` (communication scratch: the ring's piece
+buffer) and activations are printed; every multi-rank stage must hold some buffers.
+Exits 1 with the table when any check fails.
 """
 import argparse
 import json
@@ -46,7 +50,7 @@ import os
 import sys
 
 KINDS = ("params", "grads", "optimizer")
-TOL = 0.01
+TOL = 0  # exact: the tracker counts bytes, nothing is estimated
 
 
 def padded_vocab(v):
@@ -144,8 +148,20 @@ def main():
             if all(abs(mem[k] - exp_other[k]) <= TOL * exp_other[k] for k in KINDS):
                 failed = True
                 rows.append((stage, precision, f"fits {other}'s formula", 0, 0, 0.0, "FAIL"))
+        # Negative controls: the own formula off by one shard element, and by one bucket.
+        S, bucket = terms["S"], terms["buckets"][0]
+        wrong_shard = {k: v + (4 if k == "optimizer" else 0) for k, v in table[stage].items()}
+        wrong_bucket = {k: v + (4 * bucket if k == "grads" else 0) for k, v in table[stage].items()}
+        for label, wrong in (("formula + 1 shard element", wrong_shard), ("formula + 1 bucket", wrong_bucket)):
+            if all(mem[k] == wrong[k] for k in KINDS):
+                failed = True
+                rows.append((stage, precision, f"accepts {label}", 0, 0, 0.0, "FAIL"))
         rows.append((stage, precision, "activations (info)", 0, mem.get("activations", 0), 0.0, ""))
-        rows.append((stage, precision, "buffers (info)", 0, mem.get("buffers", 0), 0.0, ""))
+        buffers = mem.get("buffers", 0)
+        if buffers <= 0:
+            failed = True
+            rows.append((stage, precision, "buffers: none counted", 0, 0, 0.0, "FAIL"))
+        rows.append((stage, precision, "buffers (info)", 0, buffers, 0.0, ""))
 
     print(f"\n{'stage':5s} {'prec':5s} {'kind':22s} {'expected B':>12s} {'reported B':>12s} {'rel err':>9s}")
     for stage, precision, kind, exp, got, rel, verdict in rows:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Memory: the per-rank bytes of parameters, gradients and optimizer state that stages
-# 02-05 report (rank 0's "mem" in metrics.jsonl) match each stage's formula within 1%,
+# 02-05 allocate (rank 0's "mem" in metrics.jsonl) equal each stage's formula exactly,
 # plus the stated fixed buffers (live gradient buckets, gathered units), at dp = 4.
 # One step of a small model per stage and precision; memory_formula.py derives the
 # expected bytes from the shape and prints the table.
