@@ -3,7 +3,9 @@
 //   for each step:  zero grads
 //                   for each of grad_accum micro-batches (this rank's sequences):
 //                       forward, backward(1/(grad_accum*dp))
-//                   reduce-scatter the gradients: rank r receives the sum of shard r
+//                       on the last one, buckets of finished gradients are reduce-scattered
+//                       on the communication thread while backward goes on: rank r
+//                       receives the sum of the buckets' parts in shard r
 //                   clip by the global norm, AdamW on shard r, all-gather the weights
 // See zero1.h for the technique and README.md beside this file for the lesson.
 #include <omp.h>
@@ -28,6 +30,7 @@
 #include "common/optimizer.h"
 #include "common/trace.h"
 #include "kernels/ops.h"
+#include "stages/02_ddp/grad_sync.h"
 #include "stages/02_ddp/ring_allreduce.h"
 #include "stages/03_zero1/zero1.h"
 
@@ -77,6 +80,18 @@ int train_ranks(Run& run) {
   model.store(params + shard.begin, size_t(shard.size()));
   ring_all_gather(dp, params, size_t(n_params), DType::F32);
 
+  // Gradients travel in stage 02's buckets, on its communication thread, while backward
+  // continues: each bucket is reduce-scattered, so that rank r receives the sum over
+  // ranks of the bucket's part inside shard r (the part its optimizer updates).
+  float* grads = model.grads().data();
+  GradSync sync(layout, params, grads,
+                [&](float* data, size_t count) {
+                  const int64_t begin = data - grads, end = begin + int64_t(count);
+                  ring_reduce_scatter_v(dp, data, shard_bounds_within(begin, end, n_params, dp.size()), DType::F32);
+                },
+                cfg.bucket_mb);
+  model.set_store(&sync);
+
   // What this rank's arrays hold, by kind: the tracker's peaks (common/memory.h).
   MemoryLedger mem = MemoryTracker::global().peaks();
   if (lead) {
@@ -102,11 +117,12 @@ int train_ranks(Run& run) {
     for (int micro = 0; micro < accum; ++micro) {
       train_data.batch(step, micro, dp.rank(), dp.size(), B, cfg.batch_size, inputs.data(), targets.data());
       loss += double(model.forward(inputs.data(), targets.data())) / (accum * dp.size());
+      sync.set_sync(micro == accum - 1);  // only the last micro-step communicates
       model.backward(1.0f / float(accum * dp.size()));
     }
     {
-      Span span("reduce_scatter_grads", "comm");
-      ring_reduce_scatter(dp, model.grads().data(), size_t(n_params), DType::F32);
+      Span span("wait_buckets", "comm");
+      sync.wait();
     }
     dp.all_reduce(&loss, 1, DType::F64);  // the mean over the global batch
     const float* shard_grads = model.grads().data() + shard.begin;
