@@ -60,10 +60,12 @@ run_suite() {
                 /The following tests FAILED/ { f = 1 }
                 /^Errors while running CTest/ { f = 0 }
                 f && NF { print }' "$log")
-  local skipped
+  local skipped names=""
   skipped=$(grep -c -- '\*\*\*Skipped' "$log" || true)
-  summary+=("[$name] $skipped tests skipped$( ((skipped > 0)) && printf ': %s' \
-    "$(grep -- '\*\*\*Skipped' "$log" | sed -E 's/.*Test +#[0-9]+: ([^ ]+) .*/\1/' | paste -sd ' ')")")
+  if ((skipped > 0)); then
+    names=": $(grep -- '\*\*\*Skipped' "$log" | sed -E 's/.*Test +#[0-9]+: ([^ ]+) .*/\1/' | paste -sd ' ')"
+  fi
+  summary+=("[$name] $skipped tests skipped$names")
   if ((rc != 0)); then
     summary+=("[$name] ctest exited with status $rc (log: ${log#"$GPT_ROOT"/})")
     failed=1

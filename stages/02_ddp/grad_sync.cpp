@@ -34,16 +34,6 @@ GradSync::GradSync(const ParamLayout& layout, float* params, float* grads, AllRe
     for (int u : buckets_[b].units) bucket_of_unit_[u] = int(b);
   pending_units_.resize(buckets_.size());
   for (size_t b = 0; b < buckets_.size(); ++b) pending_units_[b] = int(buckets_[b].units.size());
-  thread_ = std::thread([this] { worker(); });
-}
-
-GradSync::~GradSync() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
 }
 
 void GradSync::grads_done(int unit) {
@@ -51,48 +41,12 @@ void GradSync::grads_done(int unit) {
   if (--pending_units_[b] > 0) return;
   pending_units_[b] = int(buckets_[b].units.size());  // ready for the next backward
   if (!sync_) return;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(b);
-    ++in_flight_;
-  }
-  cv_.notify_all();
+  comm_.submit([this, b] {
+    Span span("allreduce_bucket", "comm", /*lane=*/1);
+    all_reduce_(grads_ + buckets_[b].begin, size_t(buckets_[b].end - buckets_[b].begin));
+  });
 }
 
-void GradSync::wait() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  cv_.wait(lock, [this] { return in_flight_ == 0 || error_; });
-  if (error_) std::rethrow_exception(error_);
-}
-
-void GradSync::worker() {
-  for (;;) {
-    int b;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stop requested and nothing left
-      b = queue_.front();
-      queue_.pop_front();
-      if (error_) {  // the communicator has failed: drop the bucket, never wait on peers again
-        --in_flight_;
-        cv_.notify_all();
-        continue;
-      }
-    }
-    try {
-      Span span("allreduce_bucket", "comm", /*lane=*/1);
-      all_reduce_(grads_ + buckets_[b].begin, size_t(buckets_[b].end - buckets_[b].begin));
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      error_ = std::current_exception();
-    }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      --in_flight_;
-    }
-    cv_.notify_all();
-  }
-}
+void GradSync::wait() { comm_.wait(); }
 
 }  // namespace gpt

@@ -16,16 +16,13 @@
 // With gradient accumulation only the last micro-step synchronises: the earlier ones
 // just accumulate locally (set_sync(false)).
 #pragma once
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "common/comm.h"
 #include "common/gpt2.h"
+#include "stages/02_ddp/comm_thread.h"
 
 namespace gpt {
 
@@ -45,7 +42,6 @@ class GradSync : public WeightStore<float> {
 
   GradSync(const ParamLayout& layout, float* params, float* grads, AllReduce all_reduce,
            double bucket_mb);
-  ~GradSync() override;
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
 
@@ -62,8 +58,6 @@ class GradSync : public WeightStore<float> {
   const std::vector<GradBucket>& buckets() const { return buckets_; }
 
  private:
-  void worker();
-
   const ParamLayout& layout_;
   float* params_;
   float* grads_;
@@ -72,14 +66,7 @@ class GradSync : public WeightStore<float> {
   std::vector<int> bucket_of_unit_;
   std::vector<int> pending_units_;  // per bucket, units not yet done in this backward
   bool sync_ = true;
-
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<int> queue_;  // buckets waiting for the communication thread
-  int in_flight_ = 0;      // handed out and not yet reduced
-  bool stop_ = false;
-  std::exception_ptr error_;
-  std::thread thread_;
+  CommThread comm_;  // reduces the buckets handed to it, in order
 };
 
 }  // namespace gpt

@@ -114,6 +114,10 @@ int train_ranks(Run& run) {
       loss += double(model.forward(inputs.data(), targets.data())) / (accum * dp.size());
       model.backward(1.0f / float(accum * dp.size()));  // buckets reduce-scatter as they finish
     }
+    {
+      Span span("wait_buckets", "comm");
+      store.wait();  // the last buckets' reductions, on the communication thread
+    }
     dp.all_reduce(&loss, 1, DType::F64);  // the mean over the global batch
     const float* shard_grads = store.shard_grads().data();
     const double norm = sharded_grad_norm(dp, device, shard_grads, shard.size());

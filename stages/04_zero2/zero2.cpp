@@ -10,48 +10,59 @@ namespace gpt {
 Zero2Store::Zero2Store(const ParamLayout& layout, Communicator& dp, float* params, double bucket_mb)
     : layout_(layout), dp_(dp), params_(params),
       shard_(shard_of(layout.total(), dp.size(), dp.rank())),
-      buckets_(make_buckets(layout, bucket_mb)) {
+      buckets_(make_buckets(layout, bucket_mb)), reduce_comm_(dp.split(0, dp.rank())) {
   bucket_of_unit_.assign(layout.num_units(), -1);
   for (size_t b = 0; b < buckets_.size(); ++b)
     for (int u : buckets_[b].units) bucket_of_unit_[u] = int(b);
   pending_.assign(buckets_.size(), 0);
-  live_.resize(buckets_.size());
+  // Buffers: the embeddings' bucket has its own (it lives through backward); the other
+  // buckets alternate between two, so that one fills while the other is reduced.
+  int64_t emb = 0, largest = 0;
+  int others = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const int64_t size = buckets_[b].end - buckets_[b].begin;
+    const bool embeddings = bucket_of_unit_[ParamLayout::kEmbeddingUnit] == int(b);
+    slot_of_bucket_.push_back(embeddings ? 0 : 1 + others % 2);
+    if (embeddings) emb = size;
+    else largest = std::max(largest, size), ++others;
+  }
   const MemScope scope(MemKind::Grads);
+  buffers_[0] = DeviceArray<float>(Device::CPU, size_t(emb));
+  for (int s = 1; s <= std::min(others, 2); ++s) buffers_[s] = DeviceArray<float>(Device::CPU, size_t(largest));
   shard_grads_ = DeviceArray<float>(Device::CPU, size_t(shard_.size()));
-  held_ = peak_ = shard_.size();
 }
 
 void Zero2Store::zero_shard_grads() { shard_grads_.zero(); }
 
 float* Zero2Store::grads(int unit) {
   const int b = bucket_of_unit_[unit];
-  DeviceArray<float>& buf = live_[b];
-  if (buf.empty()) {  // first unit of this bucket in this backward: a zeroed buffer
-    const GradBucket& bucket = buckets_[b];
-    const MemScope scope(MemKind::Grads);
-    buf = DeviceArray<float>(Device::CPU, size_t(bucket.end - bucket.begin));
+  const GradBucket& bucket = buckets_[b];
+  const int slot = slot_of_bucket_[b];
+  if (pending_[b] == 0) {  // first unit of this bucket in this backward: claim its buffer
+    if (ticket_of_slot_[slot] > 0) {  // its last bucket may still be reducing
+      Span span("wait_buckets", "comm");
+      comm_.wait_for(ticket_of_slot_[slot]);
+    }
+    std::fill(buffers_[slot].data(), buffers_[slot].data() + (bucket.end - bucket.begin), 0.0f);
     pending_[b] = int(bucket.units.size());
-    held_ += bucket.end - bucket.begin;
-    peak_ = std::max(peak_, held_);
   }
-  return buf.data() + (layout_.unit(unit).begin - buckets_[b].begin);
+  return buffers_[slot].data() + (layout_.unit(unit).begin - bucket.begin);
 }
 
 void Zero2Store::grads_done(int unit) {
   const int b = bucket_of_unit_[unit];
   if (--pending_[b] > 0) return;
-  const GradBucket& bucket = buckets_[b];
-  DeviceArray<float>& buf = live_[b];
-  {
-    Span span("reduce_scatter_bucket", "comm");
+  const int slot = slot_of_bucket_[b];
+  ticket_of_slot_[slot] = comm_.submit([this, b, slot] {
+    const GradBucket& bucket = buckets_[b];
+    float* buf = buffers_[slot].data();
+    Span span("reduce_scatter_bucket", "comm", /*lane=*/1);
     const std::vector<size_t> bounds = shard_bounds_within(bucket.begin, bucket.end, layout_.total(), dp_.size());
-    ring_reduce_scatter_v(dp_, buf.data(), bounds, DType::F32);
+    ring_reduce_scatter_v(*reduce_comm_, buf, bounds, DType::F32);
     // Chunk r of the bucket now holds the sum over ranks of the part in shard r.
     const int64_t lo = std::max(bucket.begin, shard_.begin), hi = std::min(bucket.end, shard_.end);
     for (int64_t i = lo; i < hi; ++i) shard_grads_[size_t(i - shard_.begin)] += buf[size_t(i - bucket.begin)];
-  }
-  held_ -= bucket.end - bucket.begin;
-  buf = DeviceArray<float>();  // free the bucket's memory
+  });
 }
 
 }  // namespace gpt

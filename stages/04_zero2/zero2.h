@@ -8,20 +8,27 @@
 //   part of b inside shard r    ->  add chunk r into this rank's shard gradient
 //                               ->  the bucket's buffer is free for the next bucket
 //
-// So a rank holds its shard gradient (4 P / N bytes) plus the buckets in flight
-// instead of 4 P. One bucket is special: the embeddings' gradient is written by the
-// LM head at the very start of backward and by the embedding at its very end (tied
-// weights), so that bucket lives through the whole backward.
+// The reduce-scatters run on a communication thread (stage 02's CommThread, with a
+// communicator of its own), so backward goes on computing earlier layers meanwhile; wait()
+// before the optimizer reads the shard gradient.
+// So a rank holds its shard gradient (4 P / N bytes) plus bucket buffers instead of
+// 4 P. One bucket is special: the embeddings' gradient is written by the LM head at the
+// very start of backward and by the embedding at its very end (tied weights), so that
+// bucket has a buffer of its own for the whole backward. The others take turns in two
+// buffers of the largest bucket's size: bucket k fills one while bucket k-1 is reduced
+// from the other (double buffering), and bucket k+1 waits, if it must, for bucket k-1.
 // With gradient accumulation every micro-step reduce-scatters (there is no full
 // gradient left to accumulate into); the shard gradient sums the micro-steps. The
 // optimizer step is ZeRO-1's (zero1.h).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/comm.h"
 #include "common/device_array.h"
 #include "common/gpt2.h"
+#include "stages/02_ddp/comm_thread.h"
 #include "stages/02_ddp/grad_sync.h"
 #include "stages/03_zero1/shard.h"
 
@@ -36,13 +43,15 @@ class Zero2Store : public WeightStore<float> {
   float* grads(int unit) override;
   void grads_done(int unit) override;
 
-  // This rank's summed gradient, shard().size() elements; zero it before each step.
+  // Blocks until every bucket handed to the communication thread has been reduced into
+  // the shard gradient; rethrows its error.
+  void wait() { comm_.wait(); }
+  // This rank's summed gradient, shard().size() elements (complete after wait()); zero
+  // it before each step.
   DeviceArray<float>& shard_grads() { return shard_grads_; }
   void zero_shard_grads();
   const Shard& shard() const { return shard_; }
-  // Largest number of gradient elements held at once (shard + live buckets), and the
-  // buckets, for the memory ledger and the lesson.
-  int64_t peak_grad_elements() const { return peak_; }
+  // The buckets, for the lesson.
   const std::vector<GradBucket>& buckets() const { return buckets_; }
 
  private:
@@ -52,9 +61,13 @@ class Zero2Store : public WeightStore<float> {
   Shard shard_;
   std::vector<GradBucket> buckets_;
   std::vector<int> bucket_of_unit_, pending_;
-  std::vector<DeviceArray<float>> live_;  // per bucket: its gradient buffer while in use
+  // Gradient buffers: [0] the embeddings' bucket, [1] and [2] the other buckets in turn.
+  std::vector<int> slot_of_bucket_;
+  DeviceArray<float> buffers_[3];
+  long ticket_of_slot_[3] = {0, 0, 0};  // the communication thread's last task on a buffer
   DeviceArray<float> shard_grads_;
-  int64_t held_ = 0, peak_ = 0;
+  std::unique_ptr<Communicator> reduce_comm_;  // the communication thread's own channel
+  CommThread comm_;                           // last: its tasks use the members above
 };
 
 }  // namespace gpt

@@ -11,9 +11,7 @@ Zero3Store::Zero3Store(const ParamLayout& layout, Communicator& dp, float* shard
                        double bucket_mb, bool prefetch)
     : Zero2Store(layout, dp, nullptr, bucket_mb), layout_(layout), dp_(dp),
       prefetch_comm_(dp.split(0, dp.rank())), shard_params_(shard_params), prefetch_(prefetch),
-      gathered_(layout.num_units()), users_(layout.num_units(), 0) {
-  held_params_ = peak_params_ = shard().size();
-}
+      gathered_(layout.num_units()), users_(layout.num_units(), 0) {}
 
 Zero3Store::~Zero3Store() {
   if (prefetched_.valid()) prefetched_.wait();  // never leave a gather running
@@ -51,26 +49,18 @@ const float* Zero3Store::acquire(int unit, Pass pass) {
     } else {
       if (prefetched_.valid()) prefetched_.wait();  // keep one gather in flight at a time
       gathered_[unit] = gather(dp_, unit);
-      count_held(layout_.unit(unit).size());
     }
     const int next = next_unit(unit, pass);
     if (prefetch_ && next >= 0 && users_[next] == 0 && prefetch_unit_ < 0) {
       prefetch_unit_ = next;
-      count_held(layout_.unit(next).size());  // its buffer exists from now on
       prefetched_ = std::async(std::launch::async, [this, next] { return gather(*prefetch_comm_, next); });
     }
   }
   return gathered_[unit].data();
 }
 
-void Zero3Store::count_held(int64_t elements) {
-  held_params_ += elements;
-  peak_params_ = std::max(peak_params_, held_params_);
-}
-
 void Zero3Store::release(int unit, Pass) {
   if (--users_[unit] > 0) return;
-  held_params_ -= layout_.unit(unit).size();
   gathered_[unit] = DeviceArray<float>();  // free the gathered weights
 }
 

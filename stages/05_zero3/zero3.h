@@ -38,12 +38,10 @@ class Zero3Store : public Zero2Store {
 
   // Gathers the whole model into `out` (total elements): for sampling and tests.
   void gather_all(float* out);
-  int64_t peak_param_elements() const { return peak_params_; }
 
  private:
   DeviceArray<float> gather(Communicator& comm, int unit) const;
   int next_unit(int unit, Pass pass) const;  // the unit to prefetch, or -1
-  void count_held(int64_t elements);         // gathered weights now held, for the peak
 
   const ParamLayout& layout_;
   Communicator& dp_;
@@ -54,7 +52,6 @@ class Zero3Store : public Zero2Store {
   std::vector<int> users_;                    // acquisitions not yet released
   int prefetch_unit_ = -1;
   std::future<DeviceArray<float>> prefetched_;
-  int64_t held_params_ = 0, peak_params_ = 0;
 };
 
 }  // namespace gpt

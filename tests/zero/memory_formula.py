@@ -28,10 +28,11 @@ In bf16 mode the compute weights are bf16-rounded values kept in fp32 buffers on
 CPU, so params stay 4 bytes a parameter.
 
 The fixed buffers, on top of the shards:
-  live buckets (04, 05): the embeddings' bucket is allocated when backward starts (the
-            tied LM head writes wte's gradient first) and lives to the end; the other
-            buckets are allocated and reduce-scattered one after another, so the peak
-            is  embedding bucket + the largest other bucket.
+  bucket buffers (04, 05): the embeddings' bucket has a buffer of its own (the tied LM
+            head writes wte's gradient first, the embedding last); the other buckets take
+            turns in two buffers of the largest one's size, one filling while the other
+            is reduce-scattered on the communication thread (zero2.h), so
+            embedding bucket + 2 x the largest other bucket (1 x when there is one).
   gathered units (05): the embeddings stay gathered through each pass; the current
             unit is gathered beside them; and while a block computes, the next block's
             gather is already in flight into a buffer of its own (the prefetch), so the
@@ -89,7 +90,7 @@ def expected(stage, precision, dp, vocab, block_size, n_layer, c, bucket_mb):
     buckets = make_buckets(sizes, bucket_mb)
     emb_bucket = next(b for b in buckets if 0 in b[1])
     others = [b[0] for b in buckets if b is not emb_bucket]
-    live_buckets = emb_bucket[0] + max(others, default=0)
+    live_buckets = emb_bucket[0] + min(2, len(others)) * max(others, default=0)
     E, B = sizes[0], sizes[1]
     gathered = E + 2 * B if n_layer >= 2 else E + max(B, sizes[-1])
     table = {
