@@ -28,7 +28,9 @@ when one rank runs late, its peers' spans grow, and what they show as exposed is
 imbalance between the ranks. So with several traces (one per rank of a job) a last
 table takes, step by step, the smallest and largest wait over the ranks: the smallest
 is what communication really cost the step (the rank that arrived last still waited
-that long); the difference to the largest is imbalance, not communication.
+that long); the difference to the largest is imbalance, not communication. Its last
+line is the hidden share: 1 - (smallest wait) / (smallest communication time), summed
+over the steps: the part of the communication that ran behind compute.
 --buckets also lists every comm span with its start and end relative to the end of the
 step's backward (negative: it started while backward still ran).
 
@@ -101,7 +103,7 @@ def analyse(path, comm_name, lane, during, wait_name, show_buckets):
         wait_us = sum(e["dur"] for e in waits if lo <= e["ts"] < hi)
         total_comm += comm_us
         total_overlap += overlap_us
-        per_step[i + 1] = wait_us
+        per_step[i + 1] = (wait_us, comm_us)
         pct = 100.0 * overlap_us / comm_us if comm_us > 0 else 0.0
         print(f"{i + 1:>4} {len(in_step):>7} {comm_us / 1e3:>9.1f} {overlap_us / 1e3:>10.1f} {pct:>8.1f}% "
               f"{(comm_us - overlap_us) / 1e3:>10.1f} {wait_us / 1e3:>8.1f}")
@@ -118,15 +120,26 @@ def analyse(path, comm_name, lane, during, wait_name, show_buckets):
 
 
 def across_ranks(waits, wait_name):
-    """Per step, the smallest and largest wait over the ranks' traces."""
+    """Per step, the smallest and largest wait over the ranks' traces, and the hidden share."""
     steps = sorted(set.intersection(*(set(w) for w in waits)))
     if not steps:
         return
     print(f"\nacross the {len(waits)} traces: '{wait_name}' per step")
-    print(f"{'step':>4} {'min wait ms':>11} {'max wait ms':>11}   (min: exposed communication; max - min: imbalance)")
+    print(f"{'step':>4} {'min wait ms':>11} {'max wait ms':>11} {'min comm ms':>11}"
+          f"   (min wait: exposed communication; max - min: imbalance)")
+    exposed = communication = 0.0
     for s in steps:
-        ws = [w[s] for w in waits]
-        print(f"{s:>4} {min(ws) / 1e3:>11.1f} {max(ws) / 1e3:>11.1f}")
+        ws = [w[s][0] for w in waits]
+        cs = [w[s][1] for w in waits]
+        exposed += min(ws)
+        communication += min(cs)
+        print(f"{s:>4} {min(ws) / 1e3:>11.1f} {max(ws) / 1e3:>11.1f} {min(cs) / 1e3:>11.1f}")
+    # The rank that reaches a collective last waits for nobody: its spans are the
+    # communication itself, and its wait is what communication still cost the step.
+    if communication > 0:
+        print(f"hidden share: {100.0 * (1.0 - exposed / communication):.1f}% "
+              f"(1 - exposed {exposed / 1e3:.1f} ms / communication {communication / 1e3:.1f} ms, "
+              f"both the smallest over the ranks, summed over the steps)")
 
 
 def main():
