@@ -126,6 +126,7 @@ int train_ranks(Run& run) {
       Span span("adamw_shard");  // updates the shard in place: the next forward gathers it
       optimizer.step(device, shard_params, shard_grads, lr, clip_scale(norm, cfg.grad_clip), cfg,
                      int(step + 1), bf16);
+      store.weights_updated();  // units kept gathered between passes are stale now
     }
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;

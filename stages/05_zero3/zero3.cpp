@@ -11,7 +11,7 @@ Zero3Store::Zero3Store(const ParamLayout& layout, Communicator& dp, float* shard
                        double bucket_mb, bool prefetch)
     : Zero2Store(layout, dp, nullptr, bucket_mb), layout_(layout), dp_(dp),
       prefetch_comm_(dp.split(0, dp.rank())), shard_params_(shard_params), prefetch_(prefetch),
-      gathered_(layout.num_units()), users_(layout.num_units(), 0) {}
+      gathered_(layout.num_units()), users_(layout.num_units(), 0), kept_(layout.num_units(), 0) {}
 
 Zero3Store::~Zero3Store() {
   if (prefetched_.valid()) prefetched_.wait();  // never leave a gather running
@@ -42,7 +42,9 @@ int Zero3Store::next_unit(int unit, Pass pass) const {
 
 const float* Zero3Store::acquire(int unit, Pass pass) {
   if (users_[unit]++ == 0) {
-    if (prefetch_unit_ == unit) {  // started while the previous unit computed (and counted then)
+    if (kept_[unit]) {  // still gathered from the last pass, and the weights are the same
+      kept_[unit] = 0;
+    } else if (prefetch_unit_ == unit) {  // started while the previous unit computed (and counted then)
       Span span("wait_prefetch", "comm");
       gathered_[unit] = prefetched_.get();
       prefetch_unit_ = -1;
@@ -59,9 +61,32 @@ const float* Zero3Store::acquire(int unit, Pass pass) {
   return gathered_[unit].data();
 }
 
-void Zero3Store::release(int unit, Pass) {
+void Zero3Store::release(int unit, Pass pass) {
   if (--users_[unit] > 0) return;
+  // The embeddings and the final layernorm start the backward that follows a forward
+  // (and the next forward): keep them until then instead of gathering them again.
+  const bool starts_a_pass = unit == ParamLayout::kEmbeddingUnit || unit == layout_.final_unit();
+  if (pass == Pass::Forward && starts_a_pass) {
+    kept_[unit] = 1;
+    return;
+  }
   gathered_[unit] = DeviceArray<float>();  // free the gathered weights
+}
+
+void Zero3Store::weights_updated() {
+  for (size_t u = 0; u < kept_.size(); ++u)
+    if (kept_[u]) {
+      kept_[u] = 0;
+      gathered_[u] = DeviceArray<float>();
+    }
+  // The next pass starts with the embeddings: start gathering them now, while the step
+  // ends (metrics, data for the next step) instead of when the forward asks.
+  const int embed = ParamLayout::kEmbeddingUnit;
+  if (prefetch_ && prefetch_unit_ < 0 && users_[embed] == 0) {
+    if (prefetched_.valid()) prefetched_.wait();
+    prefetch_unit_ = embed;
+    prefetched_ = std::async(std::launch::async, [this, embed] { return gather(*prefetch_comm_, embed); });
+  }
 }
 
 void Zero3Store::gather_all(float* out) {

@@ -15,7 +15,10 @@
 // next unit (l+1 in forward, l-1 in backward) is started on a second thread, on a
 // duplicate of the dp communicator, while the current unit computes: a prefetch.
 // The embeddings are needed at both ends of each pass (the LM head reuses wte), so
-// they stay gathered for the whole forward and the whole backward.
+// they stay gathered for the whole forward and the whole backward; and, with the final
+// layernorm, from a forward into the backward that follows it and into the next
+// forward, until the weights change (weights_updated(), after the optimizer step): the
+// two units a pass starts with are never gathered on the critical path twice.
 #pragma once
 #include <future>
 #include <memory>
@@ -38,6 +41,10 @@ class Zero3Store : public Zero2Store {
 
   // Gathers the whole model into `out` (total elements): for sampling and tests.
   void gather_all(float* out);
+  // The shard's weights changed (the optimizer stepped): units kept gathered between
+  // passes are stale and are freed; the embeddings' gather for the next pass starts at
+  // once, on the prefetch thread.
+  void weights_updated();
 
  private:
   DeviceArray<float> gather(Communicator& comm, int unit) const;
@@ -50,6 +57,7 @@ class Zero3Store : public Zero2Store {
   bool prefetch_;
   std::vector<DeviceArray<float>> gathered_;  // per unit, while acquired
   std::vector<int> users_;                    // acquisitions not yet released
+  std::vector<char> kept_;                    // gathered, not acquired, still current
   int prefetch_unit_ = -1;
   std::future<DeviceArray<float>> prefetched_;
 };
