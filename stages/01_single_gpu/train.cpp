@@ -25,6 +25,7 @@
 #include "common/config.h"
 #include "common/data.h"
 #include "common/device.h"
+#include "common/driver.h"
 #include "common/error.h"
 #include "common/gpt2.h"
 #include "common/memory.h"
@@ -192,6 +193,8 @@ int train(int argc, char** argv) {
   Config cfg;
   if (!parse_args(argc, argv, cfg, "train")) return 0;
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+  require_axes(cfg, StageSpec{"01_single_gpu"});  // one device: no tp, pp, cp
+  require(cfg.dp <= 1, "dp=" + std::to_string(cfg.dp) + ": stage 01 trains on one device (dp must be 0 or 1)");
   const Device device = resolve_device(cfg.device);
   const Precision precision = parse_precision(cfg.precision);
   ops::set_gemm(device, cfg.gemm);

@@ -38,6 +38,9 @@ expect "batch not divisible"     batch_size    train --set micro_batch_size=3
 expect "bad precision"           precision     train --set precision=fp16
 expect "bad device"              device        train --set device=tpu
 expect "unknown argument"        --frobnicate  train --frobnicate
+expect "an axis stage 01 lacks"  "tp=2"        train --set tp=2
+expect "pipeline on one device"  "pp=2"        train --set pp=2
+expect "bad optimizer"           optimizer     train --set optimizer=lion
 expect "missing config file"     nope.json     "$TRAIN" --config "$WORK/nope.json"
 printf '{"n_layer": 2,' > "$WORK/broken.json"
 expect "malformed config JSON"   broken.json   "$TRAIN" --config "$WORK/broken.json"
