@@ -10,7 +10,6 @@
 #include "common/error.h"
 #include "common/run_lock.h"
 #include "common/sampler.h"
-#include "common/tokenizer.h"
 #include "common/trace.h"
 
 namespace gpt {
@@ -146,10 +145,7 @@ void end_of_run(Run& run, GPT2<float>& model, const DataLoader& val, Communicato
   if (cfg.sample_tokens > 0 && run.lead()) {
     GPT2<float> sampler(cfg.model, 1, model.seq_len(), run.device, run.precision);
     sampler.set_params(weights);
-    std::vector<int> context;
-    for (uint16_t id : encode_bytes(cfg.prompt)) context.push_back(id);
-    const SampleOptions opt{cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed};
-    const std::string text = decode_bytes(generate(sampler, context, opt, state.sample_counter));
+    const std::string text = sample_text(sampler, cfg, state.sample_counter);
     std::printf("---- sample (temperature %.2f, top-k %d) ----\n%s\n----\n", cfg.temperature, cfg.top_k, text.c_str());
     log.sample(state.step, text);
   }

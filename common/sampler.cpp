@@ -1,5 +1,7 @@
 #include "common/sampler.h"
 
+#include "common/tokenizer.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -49,6 +51,17 @@ std::vector<int> generate(GPT2<A>& model, std::vector<int> context, const Sample
   return context;
 }
 
+template <class A>
+std::string sample_text(GPT2<A>& model, const Config& cfg, uint64_t& counter) {
+  std::vector<int> context;
+  for (uint16_t id : encode_bytes(cfg.prompt)) context.push_back(id);
+  const SampleOptions opt{cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed};
+  return decode_bytes(generate(model, context, opt, counter));
+}
+
+template std::string sample_text(GPT2<float>&, const Config&, uint64_t&);
+template std::string sample_text(GPT2<double>&, const Config&, uint64_t&);
+template std::string sample_text(GPT2<bf16>&, const Config&, uint64_t&);
 template std::vector<int> generate(GPT2<float>&, std::vector<int>, const SampleOptions&, uint64_t&);
 template std::vector<int> generate(GPT2<double>&, std::vector<int>, const SampleOptions&, uint64_t&);
 template std::vector<int> generate(GPT2<bf16>&, std::vector<int>, const SampleOptions&, uint64_t&);

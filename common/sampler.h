@@ -4,8 +4,10 @@
 // samples are reproducible and the counter is the only state a checkpoint keeps.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "common/config.h"
 #include "common/gpt2.h"
 
 namespace gpt {
@@ -22,6 +24,11 @@ struct SampleOptions {
 template <class A>
 std::vector<int> generate(GPT2<A>& model, std::vector<int> context, const SampleOptions& opt,
                           uint64_t& counter);
+
+// The end-of-run sample every stage prints: cfg.sample_tokens tokens after cfg.prompt
+// (byte tokens) from a batch-1 model, decoded to text; `counter` as for generate.
+template <class A>
+std::string sample_text(GPT2<A>& model, const Config& cfg, uint64_t& counter);
 
 // Picks a token from one row of logits (first V columns).
 int sample_token(const float* logits, int V, double temperature, int top_k, double uniform);

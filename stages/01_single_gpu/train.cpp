@@ -33,7 +33,6 @@
 #include "common/optimizer.h"
 #include "common/run_lock.h"
 #include "common/sampler.h"
-#include "common/tokenizer.h"
 #include "common/trace.h"
 #include "kernels/ops.h"
 
@@ -177,10 +176,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
   if (cfg.sample_tokens > 0) {
     GPT2<A> sampler(cfg.model, 1, T, device, precision);
     sampler.set_params(master->data());
-    std::vector<int> context;
-    for (uint16_t id : encode_bytes(cfg.prompt)) context.push_back(id);
-    const SampleOptions opt{cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed};
-    const std::string text = decode_bytes(generate(sampler, context, opt, state.sample_counter));
+    const std::string text = sample_text(sampler, cfg, state.sample_counter);
     std::printf("---- sample (temperature %.2f, top-k %d) ----\n%s\n----\n", cfg.temperature, cfg.top_k, text.c_str());
     log.sample(state.step, text);
   }
