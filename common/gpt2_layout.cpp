@@ -27,11 +27,17 @@ int64_t ParamLayout::add(const std::string& name, std::vector<int64_t> shape, in
   return tensors_.back().offset;
 }
 
-ParamLayout::ParamLayout(const ModelConfig& m) : model_(m) {
-  const int64_t C = m.n_embd, L = m.n_layer;
+ParamLayout::ParamLayout(const ModelConfig& m) : ParamLayout(m, 1, 0) {}
+
+ParamLayout::ParamLayout(const ModelConfig& m, int tp, int tp_rank) : model_(m), tp_(tp) {
+  require(tp >= 1 && m.n_head % tp == 0, "tp=" + std::to_string(tp) + " must divide n_head=" + std::to_string(m.n_head) +
+                                             " (each tensor-parallel rank takes whole heads)");
+  invariant(tp_rank >= 0 && tp_rank < tp, "ParamLayout: tp rank " + std::to_string(tp_rank) + " of " + std::to_string(tp));
+  const int64_t C = m.n_embd, L = m.n_layer, W = C / tp, F = 4 * C / tp;
+  const VocabRange vocab = vocab_range(m, tp, tp_rank);
   const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * double(L));
-  wte_ = add("wte", {m.padded_vocab(), C}, -1, true, Init::Normal, std);
-  tensors_.back().init_rows = m.vocab_size;  // padding rows stay zero
+  wte_ = add("wte", {vocab.size(), C}, -1, true, Init::Normal, std);
+  tensors_.back().init_rows = m.vocab_size - vocab.begin;  // padding rows stay zero
   wpe_ = add("wpe", {m.block_size, C}, -1, true, Init::Normal, std);
   units_.push_back({0, total_});
   for (int l = 0; l < L; ++l) {
@@ -39,15 +45,15 @@ ParamLayout::ParamLayout(const ModelConfig& m) : model_(m) {
     BlockParams b;
     b.ln1_w = add(p + "ln_1.weight", {C}, l, false, Init::Ones);
     b.ln1_b = add(p + "ln_1.bias", {C}, l, false, Init::Zeros);
-    b.qkv_w = add(p + "attn.c_attn.weight", {3 * C, C}, l, true, Init::Normal, std);
-    b.qkv_b = add(p + "attn.c_attn.bias", {3 * C}, l, false, Init::Zeros);
-    b.attproj_w = add(p + "attn.c_proj.weight", {C, C}, l, true, Init::Normal, proj_std);
+    b.qkv_w = add(p + "attn.c_attn.weight", {3 * W, C}, l, true, Init::Normal, std);
+    b.qkv_b = add(p + "attn.c_attn.bias", {3 * W}, l, false, Init::Zeros);
+    b.attproj_w = add(p + "attn.c_proj.weight", {C, W}, l, true, Init::Normal, proj_std);
     b.attproj_b = add(p + "attn.c_proj.bias", {C}, l, false, Init::Zeros);
     b.ln2_w = add(p + "ln_2.weight", {C}, l, false, Init::Ones);
     b.ln2_b = add(p + "ln_2.bias", {C}, l, false, Init::Zeros);
-    b.fc_w = add(p + "mlp.c_fc.weight", {4 * C, C}, l, true, Init::Normal, std);
-    b.fc_b = add(p + "mlp.c_fc.bias", {4 * C}, l, false, Init::Zeros);
-    b.fcproj_w = add(p + "mlp.c_proj.weight", {C, 4 * C}, l, true, Init::Normal, proj_std);
+    b.fc_w = add(p + "mlp.c_fc.weight", {F, C}, l, true, Init::Normal, std);
+    b.fc_b = add(p + "mlp.c_fc.bias", {F}, l, false, Init::Zeros);
+    b.fcproj_w = add(p + "mlp.c_proj.weight", {C, F}, l, true, Init::Normal, proj_std);
     b.fcproj_b = add(p + "mlp.c_proj.bias", {C}, l, false, Init::Zeros);
     blocks_.push_back(b);
     units_.push_back({b.ln1_w, total_});
@@ -65,6 +71,7 @@ const ParamTensor& ParamLayout::find(const std::string& name) const {
 
 template <class T>
 void ParamLayout::init_range(uint64_t seed, int64_t begin, int64_t end, T* out) const {
+  invariant(tp_ == 1, "ParamLayout::init_range: a tensor-parallel slice initialises through RankLayout::init");
   for (const ParamTensor& t : tensors_) {
     const int64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
     if (lo >= hi) continue;

@@ -25,6 +25,18 @@ namespace gpt {
 
 enum class Init { Normal, Zeros, Ones };
 
+// Rows [begin, end) of the padded vocabulary (of wte, of the logits' columns).
+struct VocabRange {
+  int begin = 0, end = 0;
+  int size() const { return end - begin; }
+};
+// The rows tensor-parallel rank `rank` of `tp` holds: [floor(r Vp / tp), floor((r+1) Vp / tp)),
+// the ring's chunk rule, so any tp works and sizes differ by at most one row.
+inline VocabRange vocab_range(const ModelConfig& m, int tp, int rank) {
+  const int64_t Vp = m.padded_vocab();
+  return {int(Vp * rank / tp), int(Vp * (rank + 1) / tp)};
+}
+
 struct ParamTensor {
   std::string name;
   std::vector<int64_t> shape;
@@ -55,6 +67,14 @@ struct Unit {
 class ParamLayout {
  public:
   explicit ParamLayout(const ModelConfig& m);
+  // The tensors as tensor-parallel rank `tp_rank` of `tp` holds them in its local buffer
+  // (RankLayout::tensor_parallel puts the slices there in this order): the same names,
+  // smaller shapes (c_attn [3C/tp, C], attn.c_proj [C, C/tp], c_fc [4C/tp, C],
+  // mlp.c_proj [C, 4C/tp], wte [its vocabulary rows, C]) and so smaller units. Stores,
+  // buckets and shards that work on units of a flat buffer work on it unchanged. It
+  // cannot initialise (the values are the global tensors': RankLayout::init does).
+  ParamLayout(const ModelConfig& m, int tp, int tp_rank);
+  int tp() const { return tp_; }
 
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   int64_t total() const { return total_; }
@@ -82,6 +102,7 @@ class ParamLayout {
   int64_t add(const std::string& name, std::vector<int64_t> shape, int layer, bool decay, Init init,
               double std = 0.0);
   ModelConfig model_;
+  int tp_ = 1;
   std::vector<ParamTensor> tensors_;
   std::vector<BlockParams> blocks_;
   std::vector<Unit> units_;

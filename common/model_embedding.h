@@ -11,15 +11,11 @@
 #pragma once
 #include <cstdint>
 
+#include "common/gpt2_layout.h"
 #include "common/model_pieces.h"
 
 namespace gpt {
 
-// Rows [begin, end) of the padded vocabulary.
-struct VocabRange {
-  int begin = 0, end = 0;
-  int size() const { return end - begin; }
-};
 
 template <class A>
 void embedding_piece_forward(const PieceContext& ctx, A* out, const int32_t* tokens, const A* wte_rows,

@@ -48,10 +48,9 @@ RankLayout RankLayout::tensor_parallel(const ParamLayout& global, int tp, int ra
   const ModelConfig& m = global.model();
   require(tp >= 1 && m.n_head % tp == 0, "tp=" + std::to_string(tp) + " must divide n_head=" +
                                              std::to_string(m.n_head) + " (each rank takes whole heads)");
-  require(m.padded_vocab() % tp == 0, "tp=" + std::to_string(tp) + " must divide the padded vocabulary " +
-                                          std::to_string(m.padded_vocab()) + " (vocab_size rounded up to 128)");
   invariant(rank >= 0 && rank < tp, "tensor_parallel: rank " + std::to_string(rank) + " of tp " + std::to_string(tp));
-  const int64_t C = m.n_embd, W = C / tp, F = 4 * C / tp, V = m.padded_vocab() / tp;
+  const int64_t C = m.n_embd, W = C / tp, F = 4 * C / tp;
+  const VocabRange vocab = vocab_range(m, tp, rank);
   const int64_t h0 = rank * W, f0 = rank * F;
   RankLayout r(global);
   for (size_t i = 0; i < global.tensors().size(); ++i) {
@@ -67,7 +66,7 @@ RankLayout RankLayout::tensor_parallel(const ParamLayout& global, int tp, int ra
     else if (ends_with(n, "mlp.c_proj.weight"))
       r.add(int(i), {{0, C, f0, F}}, true);
     else if (n == "wte")
-      r.add(int(i), {{rank * V, V, 0, cols}}, true);
+      r.add(int(i), {{vocab.begin, vocab.size(), 0, cols}}, true);
     else  // layernorms, the row-parallel biases, wpe, ln_f: replicas, counted on rank 0
       r.add(int(i), {whole_block(t)}, rank == 0);
   }
@@ -84,6 +83,38 @@ RankLayout RankLayout::pipeline_stage(const RankLayout& base, int l0, int l1, bo
     else if (t.name == "wpe") keep = first;
     else keep = last;  // ln_f
     if (keep) r.add(lt.tensor, lt.blocks, counted);
+  }
+  return r;
+}
+
+RankLayout RankLayout::range(int64_t begin, int64_t end, bool counted) const {
+  invariant(0 <= begin && begin <= end && end <= total_, "RankLayout::range: [" + std::to_string(begin) + ", " +
+                                                             std::to_string(end) + ") of " + std::to_string(total_));
+  RankLayout r(*global_);
+  for (const LocalTensor& lt : tensors_) {
+    if (lt.offset + lt.numel <= begin || lt.offset >= end) continue;
+    std::vector<TensorBlock> pieces;
+    int64_t local = lt.offset;  // of the block's first element
+    for (const TensorBlock& b : lt.blocks) {
+      // The block's elements [lo, hi) inside the range, relative to the block: a partial
+      // first row, whole rows, a partial last row.
+      const int64_t lo = std::clamp(begin - local, int64_t(0), b.numel()), hi = std::clamp(end - local, int64_t(0), b.numel());
+      local += b.numel();
+      if (lo >= hi) continue;
+      int64_t at = lo;
+      if (at % b.cols != 0) {  // the tail of a row
+        const int64_t row = at / b.cols, c = at % b.cols, n = std::min(b.cols - c, hi - at);
+        pieces.push_back({b.row0 + row, 1, b.col0 + c, n});
+        at += n;
+      }
+      if (hi - at >= b.cols) {  // whole rows
+        const int64_t rows = (hi - at) / b.cols;
+        pieces.push_back({b.row0 + at / b.cols, rows, b.col0, b.cols});
+        at += rows * b.cols;
+      }
+      if (at < hi) pieces.push_back({b.row0 + at / b.cols, 1, b.col0, hi - at});  // the head of a row
+    }
+    r.add(lt.tensor, std::move(pieces), lt.counted && counted);
   }
   return r;
 }

@@ -13,7 +13,7 @@
 //   attn.c_proj.weight (C x C)  columns [h0 hs, h1 hs): 1 block of C x W
 //   mlp.c_fc.weight (4C x C)    rows [f0, f1): 1 block F x C       (c_fc.bias the same rows)
 //   mlp.c_proj.weight (C x 4C)  columns [f0, f1): 1 block C x F
-//   wte (Vp x C)                rows [r Vp/tp, (r+1) Vp/tp): its vocabulary range
+//   wte (Vp x C)                rows [floor(r Vp/tp), floor((r+1) Vp/tp)): its vocabulary range
 //   ln_*, the projections' biases, wpe, ln_f: whole, on every rank (replicas)
 //
 // A pipeline stage holds the blocks of its layers [l0, l1); the first also the
@@ -60,13 +60,18 @@ class RankLayout {
 
   // The whole model, laid out exactly as the global buffer (stages 01-05).
   static RankLayout whole(const ParamLayout& global);
-  // Tensor-parallel rank `rank` of `tp` (see the top of this file). n_head and the
-  // padded vocabulary must divide by tp (a UserError names the key otherwise).
+  // Tensor-parallel rank `rank` of `tp` (see the top of this file): n_head must divide
+  // by tp (a UserError names the key otherwise); the vocabulary rows split by vocab_range.
   static RankLayout tensor_parallel(const ParamLayout& global, int tp, int rank);
   // The part of `base` a pipeline stage holding layers [l0, l1) keeps: those blocks, the
   // embeddings when first, ln_f and wte when last; wte on a last stage that is not also
   // the first is a replica, not counted.
   static RankLayout pipeline_stage(const RankLayout& base, int l0, int l1, bool first, bool last);
+
+  // The local elements [begin, end) of this layout as a layout of their own (a ZeRO
+  // shard of the local buffer: rows of blocks cut where the range cuts them); its
+  // elements are counted where they were and `counted` is true.
+  RankLayout range(int64_t begin, int64_t end, bool counted) const;
 
   // Appends a local tensor (in global order). A UserError when a block leaves the tensor.
   void add(int tensor, std::vector<TensorBlock> blocks, bool counted);

@@ -74,6 +74,67 @@ TEST_CASE("layout: a tensor-parallel rank's slices have the shapes of its heads"
   CHECK(it->global == qkv.offset + (C + C / 2) * C);
 }
 
+TEST_CASE("layout: a tensor-parallel rank's local tensors are those of its local ParamLayout", "[layout]") {
+  // The stores, buckets and shards of stages 02-05 work on ParamLayout units; stage 06
+  // hands them ParamLayout(m, tp, rank), which must place every tensor exactly where
+  // RankLayout::tensor_parallel puts the slices. tp = 3 splits the vocabulary unevenly.
+  ModelConfig m = gpt::test::layout_test_model();
+  m.n_head = 12, m.n_embd = 48;
+  const ParamLayout global(m);
+  for (int tp : {1, 2, 3, 4, 6, 12})
+    for (int rank = 0; rank < tp; ++rank) {
+      INFO("tp " << tp << " rank " << rank);
+      const RankLayout r = RankLayout::tensor_parallel(global, tp, rank);
+      const ParamLayout local(m, tp, rank);
+      REQUIRE(local.total() == r.total());
+      REQUIRE(local.tensors().size() == r.tensors().size());
+      for (size_t i = 0; i < r.tensors().size(); ++i) {
+        CHECK(local.tensors()[i].offset == r.tensors()[i].offset);
+        CHECK(local.tensors()[i].numel == r.tensors()[i].numel);
+        CHECK(local.tensors()[i].name == global.tensors()[size_t(r.tensors()[i].tensor)].name);
+      }
+      const VocabRange v = vocab_range(m, tp, rank);
+      CHECK(r.find("wte")->numel == int64_t(v.size()) * m.n_embd);
+    }
+  CHECK_THROWS_WITH(ParamLayout(m, 5, 0), Catch::Contains("tp=5 must divide n_head=12"));
+}
+
+TEST_CASE("layout: ranges of a local layout (ZeRO shards over dp) hold their elements and count them once", "[layout]") {
+  const ModelConfig m = gpt::test::layout_test_model();
+  const ParamLayout global(m);
+  std::vector<float> whole(size_t(global.total()));
+  global.init_range(99, 0, global.total(), whole.data());
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int tp = 1 << (rng() % 3), dp = 1 + int(rng() % 4);
+    const bool replicated = rng() % 2;  // zero=0: every dp rank holds everything, dp rank 0 counts it
+    INFO("tp " << tp << " dp " << dp << (replicated ? " replicated" : " sharded"));
+    std::vector<RankLayout> ranks;
+    std::vector<float> gathered(size_t(global.total()), std::nanf(""));
+    for (int t = 0; t < tp; ++t) {
+      const RankLayout local = RankLayout::tensor_parallel(global, tp, t);
+      std::vector<float> values(size_t(local.total()));
+      local.scatter(whole.data(), values.data());
+      for (int d = 0; d < dp; ++d) {
+        const int64_t b = replicated ? 0 : local.total() * d / dp, e = replicated ? local.total() : local.total() * (d + 1) / dp;
+        ranks.push_back(local.range(b, e, !replicated || d == 0));
+        const RankLayout& part = ranks.back();
+        REQUIRE(part.total() == e - b);
+        std::vector<float> mine(size_t(part.total()));
+        part.scatter(whole.data(), mine.data());
+        CHECK(std::equal(mine.begin(), mine.end(), values.begin() + b));  // the same elements, in local order
+        part.gather(mine.data(), gathered.data(), /*counted_only=*/true);
+      }
+    }
+    REQUIRE_NOTHROW(check_counted_once(global, ranks));
+    CHECK(std::equal(gathered.begin(), gathered.end(), whole.begin()));
+  }
+  // Negative control: two dp ranks both counting a replica.
+  const RankLayout local = RankLayout::tensor_parallel(global, 1, 0);
+  CHECK_THROWS_WITH(check_counted_once(global, {local.range(0, local.total(), true), local.range(0, local.total(), true)}),
+                    Catch::Contains("counted by 2 ranks"));
+}
+
 TEST_CASE("layout: bad layouts are refused, naming the tensor", "[layout]") {
   const ModelConfig m = gpt::test::layout_test_model();
   const ParamLayout global(m);
