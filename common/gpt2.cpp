@@ -26,22 +26,30 @@ BlockTensors<T> block_tensors(const BlockParams& o, T* unit, int64_t unit_begin)
 
 template <class A>
 GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, Precision precision,
-              bool own_weights)
+              bool own_weights, ModelSlice<A> slice)
     : model_(model),
-      layout_(model),
+      slice_(slice),
+      layout_(model, slice.tp, slice.rank),
       B_(batch),
       T_(seq_len),
+      rows_(slice.sequence_parallel ? batch * seq_len / slice.tp : batch * seq_len),
+      vocab_(vocab_range(model, slice.tp, slice.rank)),
       device_(device),
       precision_(precision),
       ctx_{device, precision},
-      dims_(BlockDims::whole(model)) {
+      dims_(BlockDims::slice(model, slice.tp)),
+      hooks_(slice.hooks ? slice.hooks : &no_hooks_) {
   require(T_ <= model.block_size, "seq_len " + std::to_string(T_) + " exceeds block_size " +
                                       std::to_string(model.block_size));
+  invariant(slice.tp == 1 || slice.hooks != nullptr, "GPT2: a tensor-parallel slice needs its hooks");
+  invariant(!slice.sequence_parallel || (batch * seq_len) % slice.tp == 0,
+            "GPT2: sequence parallelism needs B*T divisible by tp");
+  invariant(hooks_->full_rows(rows_) == batch * seq_len, "GPT2: the hooks' full_rows do not match the slice");
   if constexpr (std::is_same_v<A, bf16>)
     invariant(device == Device::CUDA, "bf16 storage is for the GPU; the CPU emulates bf16 in float");
   if constexpr (std::is_same_v<A, double>)
     invariant(device == Device::CPU, "the double-precision model runs on the CPU only");
-  const int N = B_ * T_, C = model.n_embd;
+  const int N = B_ * T_, R = rows_, C = model.n_embd;
   const Device d = device;
   if (own_weights) {
     {
@@ -53,12 +61,14 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
   }
   flat_ = FlatStore<A>(layout_, params_.data(), grads_.data());
   const MemScope scope(MemKind::Activations);  // everything below: activations and their gradients
-  encoded_ = DeviceArray<A>(d, size_t(N) * C);
-  for (int l = 0; l < model.n_layer; ++l) blocks_.emplace_back(d, dims_, B_, T_, N);
-  head_ = HeadActivations<A>(d, C, N, N, VocabRange{0, model.padded_vocab()}, /*train=*/true,
-                             /*vocab_parallel=*/false);
-  scratch_ = BlockScratch<A>(d, dims_, N, N);
-  d_resid_ = DeviceArray<A>(d, size_t(N) * C);
+  // Without sequence parallelism the embedding's partial sums are all-reduced in place
+  // in encoded_; with it they are reduce-scattered from embedded_ into encoded_.
+  encoded_ = DeviceArray<A>(d, size_t(R) * C);
+  if (R != N) embedded_ = DeviceArray<A>(d, size_t(N) * C);
+  for (int l = 0; l < model.n_layer; ++l) blocks_.emplace_back(d, dims_, B_, T_, R);
+  head_ = HeadActivations<A>(d, C, R, N, vocab_, /*train=*/true, hooks_->vocab_parallel());
+  scratch_ = BlockScratch<A>(d, dims_, N, R);
+  d_resid_ = DeviceArray<A>(d, size_t(R) * C);
   inputs_ = DeviceArray<int32_t>(d, size_t(N)), targets_ = DeviceArray<int32_t>(d, size_t(N));
   host_losses_.resize(size_t(N));
 }
@@ -88,6 +98,7 @@ void GPT2<A>::zero_grads() {
 
 template <class A>
 void GPT2<A>::logits_row(int position, float* out) const {
+  invariant(slice_.tp == 1, "logits_row: a tensor-parallel rank holds only its vocabulary columns");
   const size_t Vp = size_t(model_.padded_vocab());
   if constexpr (std::is_same_v<A, float>) {
     head_.logits.copy_to_host(out, Vp, size_t(position) * Vp);
@@ -116,7 +127,7 @@ template <class A>
 GradOf<A> GPT2<A>::forward_pass(const int32_t* inputs, const int32_t* targets, bool for_backward) {
   Span span("forward");
   const int L = model_.n_layer, C = model_.n_embd, V = model_.vocab_size, Vp = model_.padded_vocab();
-  const int N = B_ * T_;
+  const int N = B_ * T_, R = rows_;
   for (int i = 0; i < N; ++i) {
     require(inputs[i] >= 0 && inputs[i] < V,
             "input token " + std::to_string(inputs[i]) + " is outside the vocabulary [0, " +
@@ -128,31 +139,41 @@ GradOf<A> GPT2<A>::forward_pass(const int32_t* inputs, const int32_t* targets, b
   inputs_.copy_from_host(inputs, size_t(N));
   have_targets_ = targets != nullptr && for_backward;
   if (targets) targets_.copy_from_host(targets, size_t(N));
-  const VocabRange vocab{0, Vp};
+  const VocabRange vocab = vocab_;
+  // Only one rank of a tensor-parallel group adds what every rank holds whole (wpe, the
+  // row-parallel biases): the reductions after them must count it once.
+  const bool adds_shared = slice_.rank == 0;
   // Pointers into a unit: the store hands out the unit's first element, the layout
   // gives absolute offsets.
   const int embed = ParamLayout::kEmbeddingUnit, final = layout_.final_unit();
   const A* pe = store_->acquire(embed, Pass::Forward);
   auto PE = [&](int64_t off) { return pe + (off - layout_.unit(embed).begin); };
 
-  embedding_piece_forward(ctx_, encoded_.data(), inputs_.data(), PE(layout_.wte()), vocab, PE(layout_.wpe()), 0, B_,
-                          T_, C, Vp);
+  // The embedding of this rank's vocabulary rows, for all N rows: a partial sum under
+  // tensor parallelism, reduced like a row-parallel product's.
+  A* embedded = embedded_.empty() ? encoded_.data() : embedded_.data();
+  embedding_piece_forward(ctx_, embedded, inputs_.data(), PE(layout_.wte()), vocab,
+                          adds_shared ? PE(layout_.wpe()) : nullptr, 0, B_, T_, C, Vp);
+  A* reduced = hooks_->reduce_output(Site::Embedding, embedded, encoded_.data(), R, C);
+  invariant(reduced == encoded_.data(), "GPT2: the embedding's reduction must land in the residual stream");
+  ctx_.round(encoded_.data(), size_t(R) * C);
   for (int l = 0; l < L; ++l) {
     const int unit = layout_.block_unit(l);
     const A* pb = store_->acquire(unit, Pass::Forward);
-    const BlockWeights<A> w = block_tensors(layout_.block(l), pb, layout_.unit(unit).begin);
-    block_forward(ctx_, dims_, w, block_input(l), blocks_[size_t(l)], scratch_, hooks_, B_, T_, N);
+    BlockWeights<A> w = block_tensors(layout_.block(l), pb, layout_.unit(unit).begin);
+    if (!adds_shared) w.attproj_b = w.fcproj_b = nullptr;
+    block_forward(ctx_, dims_, w, block_input(l), blocks_[size_t(l)], scratch_, *hooks_, B_, T_, R);
     store_->release(unit, Pass::Forward);
   }
   const A* pf = store_->acquire(final, Pass::Forward);
   auto PF = [&](int64_t off) { return pf + (off - layout_.unit(final).begin); };
   head_forward(ctx_, block_input(L), PF(layout_.lnf_w()), PF(layout_.lnf_b()), PE(layout_.wte()), vocab, head_,
-               hooks_, N, C);
+               *hooks_, R, C);
   store_->release(final, Pass::Forward);
   store_->release(embed, Pass::Forward);
   if (!targets) return G(0);
   // The gradient of the mean loss is written now (fused), scaled in backward().
-  head_loss(ctx_, head_, targets_.data(), vocab, V, hooks_, N, for_backward);
+  head_loss(ctx_, head_, targets_.data(), vocab, V, *hooks_, R, for_backward);
   head_.losses.copy_to_host(host_losses_.data(), size_t(N));
   G sum = 0;
   for (int i = 0; i < N; ++i) sum += host_losses_[size_t(i)];
@@ -163,8 +184,9 @@ template <class A>
 void GPT2<A>::backward(G loss_scale) {
   Span span("backward");
   invariant(have_targets_, "backward() needs a forward() with targets");
-  const int L = model_.n_layer, C = model_.n_embd, Vp = model_.padded_vocab(), N = B_ * T_;
-  const VocabRange vocab{0, Vp};
+  const int L = model_.n_layer, C = model_.n_embd, Vp = model_.padded_vocab(), N = B_ * T_, R = rows_;
+  const VocabRange vocab = vocab_;
+  const bool adds_shared = slice_.rank == 0;
   const int embed = ParamLayout::kEmbeddingUnit, final = layout_.final_unit();
   const A* pe = store_->acquire(embed, Pass::Backward);
   const A* pf = store_->acquire(final, Pass::Backward);
@@ -179,7 +201,7 @@ void GPT2<A>::backward(G loss_scale) {
   // and the accumulation factor scale it.
   head_backward(ctx_, block_input(L), PF(layout_.lnf_w()), PE(layout_.wte()), GF(layout_.lnf_w()),
                 GF(layout_.lnf_b()), GE(layout_.wte()), vocab, head_, double(loss_scale / G(N)), d_resid_.data(),
-                scratch_, hooks_, N, C);
+                scratch_, *hooks_, R, C);
   store_->grads_done(final);
   store_->release(final, Pass::Backward);
 
@@ -188,13 +210,18 @@ void GPT2<A>::backward(G loss_scale) {
     const A* pb = store_->acquire(unit, Pass::Backward);
     G* gb = store_->grads(unit);
     const int64_t begin = layout_.unit(unit).begin;
-    block_backward(ctx_, dims_, block_tensors(layout_.block(l), pb, begin), block_tensors(layout_.block(l), gb, begin),
-                   block_input(l), blocks_[size_t(l)], d_resid_.data(), scratch_, hooks_, B_, T_, N);
+    BlockWeights<A> w = block_tensors(layout_.block(l), pb, begin);
+    if (!adds_shared) w.attproj_b = w.fcproj_b = nullptr;
+    block_backward(ctx_, dims_, w, block_tensors(layout_.block(l), gb, begin), block_input(l), blocks_[size_t(l)],
+                   d_resid_.data(), scratch_, *hooks_, B_, T_, R);
     store_->release(unit, Pass::Backward);
     store_->grads_done(unit);
   }
-  embedding_piece_backward(ctx_, GE(layout_.wte()), GE(layout_.wpe()), d_resid_.data(), inputs_.data(), vocab, 0, B_,
-                           T_, C, Vp);
+  // Every rank needs the gradient of all N rows of the embedding (its vocabulary rows
+  // may be any token's); every rank computes wpe's gradient from it (the same on each).
+  const A* d_embedded = hooks_->gather_output_grad(Site::Embedding, d_resid_.data(), scratch_.d_full.data(), R, C);
+  embedding_piece_backward(ctx_, GE(layout_.wte()), GE(layout_.wpe()), d_embedded, inputs_.data(), vocab, 0, B_, T_,
+                           C, Vp);
   store_->grads_done(embed);
   store_->release(embed, Pass::Backward);
   have_targets_ = false;  // d_logits was consumed
@@ -210,7 +237,7 @@ size_t GPT2<A>::grad_bytes() const {
 }
 template <class A>
 size_t GPT2<A>::activation_bytes() const {
-  size_t n = encoded_.bytes() + head_.bytes() + scratch_.bytes() + d_resid_.bytes();
+  size_t n = encoded_.bytes() + embedded_.bytes() + head_.bytes() + scratch_.bytes() + d_resid_.bytes();
   for (const BlockActivations<A>& b : blocks_) n += b.bytes();
   return n;
 }

@@ -63,6 +63,19 @@ class FlatStore : public WeightStore<A> {
   GradOf<A>* grads_;
 };
 
+// How a rank holds the model: all of it (the default), or tensor-parallel rank `rank`
+// of `tp`: its heads, hidden units and vocabulary rows (the tensors of
+// ParamLayout(model, tp, rank)), with `hooks` joining the slices, and with
+// sequence_parallel its 1/tp share of the B*T rows for the elementwise work. Only rank 0
+// adds the row-parallel biases and wpe (a sum over ranks must count them once); every
+// rank computes their gradients, from the whole gradient it holds there.
+template <class A>
+struct ModelSlice {
+  int tp = 1, rank = 0;
+  bool sequence_parallel = false;
+  ModelHooks<A>* hooks = nullptr;  // required when tp > 1
+};
+
 template <class A>
 class GPT2 {
   using G = GradOf<A>;
@@ -72,7 +85,7 @@ class GPT2 {
   // With own_weights false the model allocates no weight or gradient buffers of its
   // own: a store set with set_store() provides them (the ZeRO stages shard them).
   GPT2(const ModelConfig& model, int batch, int seq_len, Device device, Precision precision,
-       bool own_weights = true);
+       bool own_weights = true, ModelSlice<A> slice = {});
   GPT2(const GPT2&) = delete;  // the store points into the model
   GPT2& operator=(const GPT2&) = delete;
 
@@ -80,6 +93,9 @@ class GPT2 {
   const ParamLayout& layout() const { return layout_; }
   int batch() const { return B_; }
   int seq_len() const { return T_; }
+  // Rows of the residual stream this rank holds: B*T, or B*T/tp with sequence parallelism.
+  int rows() const { return rows_; }
+  const VocabRange& vocab() const { return vocab_; }
 
   Device device() const { return device_; }
 
@@ -118,8 +134,9 @@ class GPT2 {
   // for stores that make their own weight copies.
   void store(A* x, size_t n);
 
-  // Logits of the last forward, (B, T, Vp) in the model's device memory; columns >= V
-  // are padding. logits_row copies row `position` (Vp values) to host memory as float.
+  // Logits of the last forward, (B, T, vocab().size()) in the model's device memory:
+  // this rank's columns; columns >= V are padding. logits_row copies row `position`
+  // (the whole model's Vp values) to host memory as float.
   const A* logits() const { return head_.logits.data(); }
   void logits_row(int position, float* out) const;
   // Per-position losses of the last forward, (B, T), device memory.
@@ -132,13 +149,16 @@ class GPT2 {
 
  private:
   ModelConfig model_;
+  ModelSlice<A> slice_;
   ParamLayout layout_;
-  int B_, T_;
+  int B_, T_, rows_;
+  VocabRange vocab_;
   Device device_;
   Precision precision_;
   PieceContext ctx_;
   BlockDims dims_;
-  ModelHooks<A> hooks_;  // the single-device model: every hook does nothing
+  ModelHooks<A> no_hooks_;  // the whole model: every hook does nothing
+  ModelHooks<A>* hooks_;
   DeviceArray<A> params_;
   DeviceArray<G> grads_;
   FlatStore<A> flat_{layout_, nullptr, nullptr};
@@ -146,6 +166,7 @@ class GPT2 {
   // Activations of the one micro-batch: the embedding's output, each block's, the
   // head's; the residual stream's gradient and the blocks' shared scratch for backward.
   DeviceArray<A> encoded_;
+  DeviceArray<A> embedded_;  // sequence parallelism: the embedding's partial sums over all rows
   std::vector<BlockActivations<A>> blocks_;
   HeadActivations<A> head_;
   BlockScratch<A> scratch_;

@@ -70,8 +70,10 @@ struct PieceContext {
   }
 };
 
-// Where a hook is called from.
-enum class Site { Attention, Mlp, Head };
+// Where a hook is called from. The embedding under tensor parallelism is a
+// row-parallel product (each rank's vocabulary rows give a partial sum), so it uses
+// reduce_output and gather_output_grad.
+enum class Site { Embedding, Attention, Mlp, Head };
 
 // The hooks of a parallel layout. Every default does nothing (returns its input), which
 // is the single-device model. Buffers passed in are the piece's own: `full` and `local`
