@@ -106,6 +106,9 @@ constexpr Key kKeys[] = {
     {"pp", FIELD(pp), "pipeline-parallel ranks (1: none)"},
     {"cp", FIELD(cp), "context-parallel ranks (1: none)"},
     {"virtual_stages", FIELD(virtual_stages), "model chunks per pipeline rank (interleaved schedules; 1: one)"},
+    {"sequence_parallel", FIELD(sequence_parallel),
+     "tensor parallelism: layernorms, residuals and the embedding's sum on 1/tp of the rows each (seq_len must divide by tp); stages 06+"},
+    {"zero", FIELD(zero), "ZeRO stage over the data-parallel group, 0..3 (stages 06+; stages 03-05 are ZeRO-1, -2, -3 by construction)"},
     {"comm", FIELD(comm), "communication backend: auto, mpi or nccl"},
     {"allreduce", FIELD(allreduce), "gradient all-reduce of stage 02: ring (written out) or backend"},
     {"bucket_mb", FIELD(bucket_mb), "gradient bucket size in MiB (one all-reduce per bucket)"},
@@ -481,6 +484,7 @@ void validate(const Config& cfg, int dp) {
   check_int(cfg.pp >= 1, "pp", cfg.pp, "must be >= 1");
   check_int(cfg.cp >= 1, "cp", cfg.cp, "must be >= 1");
   check_int(cfg.virtual_stages >= 1, "virtual_stages", cfg.virtual_stages, "must be >= 1");
+  check_int(cfg.zero >= 0 && cfg.zero <= 3, "zero", cfg.zero, "must be 0, 1, 2 or 3");
   check_int(cfg.log_every >= 1, "log_every", cfg.log_every, "must be >= 1");
 
   // Runtime. precision's check is parse_precision's, so the accepted names live in one place.

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "common/error.h"
+#include "common/layout_exchange.h"
 #include "common/run_lock.h"
 #include "common/sampler.h"
 #include "common/trace.h"
@@ -39,6 +40,12 @@ void require_axes(const Config& cfg, const StageSpec& spec) {
   if (cfg.cp > 1 && !spec.cp) refuse("cp", cfg.cp, "context parallelism");
   if (cfg.virtual_stages > 1 && !spec.virtual_stages)
     refuse("virtual_stages", cfg.virtual_stages, "interleaved pipeline chunks");
+  if (cfg.sequence_parallel && !spec.tp)
+    fail(std::string("sequence_parallel=true: stage ") + spec.name +
+         " does not implement tensor parallelism, which sequence parallelism is part of");
+  if (cfg.zero != 0 && !spec.zero_key)
+    fail("zero=" + std::to_string(cfg.zero) + ": stage " + spec.name +
+         " does not read the key (stages 03, 04 and 05 are ZeRO-1, -2 and -3 by construction); leave it 0");
 }
 
 namespace {
@@ -111,10 +118,14 @@ namespace {
 // Writes a checkpoint of `state`: together (each rank its shard) or by the lead alone.
 std::string write_checkpoint(Run& run, Communicator& dp, const RunCheckpoints& ckpt, const CheckpointState& state) {
   std::string path;
-  if (ckpt.sharded) path = save_checkpoint_sharded(dp, run.cfg.run_dir, run.cfg, ckpt.layout, state, ckpt.buffers);
+  if (ckpt.local) {
+    std::vector<LocalBuffer> local;
+    for (const CheckpointBuffer& b : ckpt.buffers) local.push_back({b.kind, b.data});
+    path = save_checkpoint_local(run.world, run.cfg.run_dir, run.cfg, *ckpt.local, state, local);
+  } else if (ckpt.sharded) path = save_checkpoint_sharded(dp, run.cfg.run_dir, run.cfg, ckpt.layout, state, ckpt.buffers);
   else if (run.lead()) path = save_checkpoint(run.cfg.run_dir, run.cfg, ckpt.layout, state, ckpt.buffers);
   if (run.lead()) prune_checkpoints(run.cfg.run_dir, run.cfg.keep_checkpoints);
-  dp.barrier();  // no rank reads or writes the run directory before the checkpoint is complete
+  run.world.barrier();  // no rank reads or writes the run directory before the checkpoint is complete
   return path;
 }
 

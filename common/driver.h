@@ -23,6 +23,7 @@
 #include "common/mesh.h"
 #include "common/metrics.h"
 #include "common/precision.h"
+#include "common/rank_layout.h"
 
 namespace gpt {
 
@@ -31,6 +32,7 @@ struct StageSpec {
   const char* name;  // "03_zero1": named in messages
   bool tp = false, pp = false, cp = false;  // axes implemented (dp always is)
   bool virtual_stages = false;              // interleaved pipeline chunks
+  bool zero_key = false;                    // reads `zero` (the ZeRO stage over dp)
   bool cuda = false;                        // device=cuda supported
 };
 
@@ -40,7 +42,8 @@ struct StageSpec {
 MeshShape mesh_shape_for(const Config& cfg, int ranks);
 
 // A UserError naming the first axis (tp, pp, cp, virtual_stages) the config sets
-// beyond 1 that the stage does not implement.
+// beyond 1 that the stage does not implement, or sequence_parallel without tp, or a
+// `zero` the stage does not read.
 void require_axes(const Config& cfg, const StageSpec& spec);
 
 // What a rank's training starts from.
@@ -70,6 +73,10 @@ struct RunCheckpoints {
   const ParamLayout& layout;
   std::vector<CheckpointBuffer> buffers;
   bool sharded = false;
+  // Rank-local buffers (tensor parallelism and later): every rank of the world writes
+  // the counted elements of `local`, whose buffers are `buffers`' data (begin and end
+  // unused), through the flat shards (layout_exchange.h); `layout` is then the local one.
+  const RankLayout* local = nullptr;
 };
 
 // After step `state.step` finished: the validation loss every val_every steps and a

@@ -11,14 +11,11 @@ namespace gpt {
 template <class A>
 BlockActivations<A>::BlockActivations(Device d, const BlockDims& dims, int B, int T, int rows) {
   const size_t C = dims.C, W = dims.attn_width(), F = dims.hidden, R = rows, N = size_t(B) * T;
-  const bool gathered = N != R;
   ln1 = DeviceArray<A>(d, R * C), ln1_mean = DeviceArray<G>(d, R), ln1_rstd = DeviceArray<G>(d, R);
-  if (gathered) ln1_full = DeviceArray<A>(d, N * C);
   qkv = DeviceArray<A>(d, N * 3 * W), atty = DeviceArray<A>(d, N * W);
   att_lse = DeviceArray<G>(d, ops::attention_stats_size(d, B, T, dims.heads));
   resid2 = DeviceArray<A>(d, R * C);
   ln2 = DeviceArray<A>(d, R * C), ln2_mean = DeviceArray<G>(d, R), ln2_rstd = DeviceArray<G>(d, R);
-  if (gathered) ln2_full = DeviceArray<A>(d, N * C);
   fch = DeviceArray<A>(d, N * F), fch_gelu = DeviceArray<A>(d, N * F);
   resid3 = DeviceArray<A>(d, R * C);
 }
@@ -26,7 +23,7 @@ BlockActivations<A>::BlockActivations(Device d, const BlockDims& dims, int B, in
 template <class A>
 size_t BlockActivations<A>::bytes() const {
   size_t n = 0;
-  for (const DeviceArray<A>* v : {&ln1, &ln1_full, &qkv, &atty, &resid2, &ln2, &ln2_full, &fch, &fch_gelu, &resid3})
+  for (const DeviceArray<A>* v : {&ln1, &qkv, &atty, &resid2, &ln2, &fch, &fch_gelu, &resid3})
     n += v->bytes();
   for (const DeviceArray<G>* v : {&ln1_mean, &ln1_rstd, &att_lse, &ln2_mean, &ln2_rstd}) n += v->bytes();
   return n;
@@ -36,7 +33,7 @@ template <class A>
 BlockScratch<A>::BlockScratch(Device d, const BlockDims& dims, int full, int rows) {
   const size_t C = dims.C, W = dims.attn_width(), F = dims.hidden, N = full;
   partial = DeviceArray<A>(d, N * C);
-  if (full != rows) local = DeviceArray<A>(d, size_t(rows) * C);
+  if (full != rows) local = DeviceArray<A>(d, size_t(rows) * C), gathered = DeviceArray<A>(d, N * C);
   d_full = DeviceArray<A>(d, N * C);
   d_att = DeviceArray<A>(d, N * W);
   d_qkv = DeviceArray<A>(d, N * 3 * W);
@@ -45,15 +42,19 @@ BlockScratch<A>::BlockScratch(Device d, const BlockDims& dims, int full, int row
 
 template <class A>
 size_t BlockScratch<A>::bytes() const {
-  return partial.bytes() + local.bytes() + d_full.bytes() + d_att.bytes() + d_qkv.bytes() + d_hidden.bytes() +
+  return partial.bytes() + local.bytes() + gathered.bytes() + d_full.bytes() + d_att.bytes() + d_qkv.bytes() + d_hidden.bytes() +
          d_hidden2.bytes();
 }
 
-// The gathered copy of a layernorm's output when the linears see more rows than the
-// residual stream has, otherwise the layernorm's output itself.
+// Where a hook puts full rows when the linears see more rows than the residual stream
+// has (sequence parallelism), otherwise the rows themselves.
 template <class A>
 static A* full_or(DeviceArray<A>& full, DeviceArray<A>& local) {
   return full.empty() ? local.data() : full.data();
+}
+template <class A>
+static A* full_or(DeviceArray<A>& full, const DeviceArray<A>& local) {
+  return full.empty() ? const_cast<A*>(local.data()) : full.data();
 }
 
 template <class A>
@@ -67,7 +68,7 @@ void block_forward(const PieceContext& ctx, const BlockDims& dims, const BlockWe
   ops::layernorm_forward(d, act.ln1.data(), act.ln1_mean.data(), act.ln1_rstd.data(), x, w.ln1_w, w.ln1_b,
                          rows, C);
   ctx.round(act.ln1.data(), RC);
-  const A* ln1 = hooks.gather_input(Site::Attention, act.ln1.data(), full_or(act.ln1_full, act.ln1), rows, C);
+  const A* ln1 = hooks.gather_input(Site::Attention, act.ln1.data(), full_or(s.gathered, act.ln1), rows, C);
   ops::matmul_forward(d, act.qkv.data(), ln1, w.qkv_w, w.qkv_b, N, C, 3 * W);
   ctx.round(act.qkv.data(), size_t(N) * 3 * W);
   hooks.attention_forward(ctx, act.atty.data(), act.att_lse.data(), act.qkv.data(), B, T, W, dims.heads);
@@ -83,7 +84,7 @@ void block_forward(const PieceContext& ctx, const BlockDims& dims, const BlockWe
   ops::layernorm_forward(d, act.ln2.data(), act.ln2_mean.data(), act.ln2_rstd.data(), act.resid2.data(),
                          w.ln2_w, w.ln2_b, rows, C);
   ctx.round(act.ln2.data(), RC);
-  const A* ln2 = hooks.gather_input(Site::Mlp, act.ln2.data(), full_or(act.ln2_full, act.ln2), rows, C);
+  const A* ln2 = hooks.gather_input(Site::Mlp, act.ln2.data(), full_or(s.gathered, act.ln2), rows, C);
   ops::matmul_forward(d, act.fch.data(), ln2, w.fc_w, w.fc_b, N, C, F, act.fch_gelu.data());
   ctx.round(act.fch.data(), size_t(N) * F);
   ctx.round(act.fch_gelu.data(), size_t(N) * F);
@@ -102,8 +103,6 @@ void block_backward(const PieceContext& ctx, const BlockDims& dims, const BlockW
   const Device d = ctx.device;
   const int C = dims.C, W = dims.attn_width(), F = dims.hidden, N = B * T;
   const size_t RC = size_t(rows) * C, NC = size_t(N) * C;
-  const A* ln1 = act.ln1_full.empty() ? act.ln1.data() : act.ln1_full.data();
-  const A* ln2 = act.ln2_full.empty() ? act.ln2.data() : act.ln2_full.data();
 
   // MLP: d_resid holds d resid3; the residual passes it to resid2 unchanged, and the
   // branch adds its part through ln_2.
@@ -115,6 +114,9 @@ void block_backward(const PieceContext& ctx, const BlockDims& dims, const BlockW
   s.d_hidden2.zero();
   ops::gelu_backward(d, s.d_hidden2.data(), act.fch.data(), s.d_hidden.data(), size_t(N) * F);
   ctx.round(s.d_hidden2.data(), size_t(N) * F);
+  // c_fc's weight gradient needs its input on all rows: under sequence parallelism the
+  // gathered copy was not kept (it would cost N x C per layer), so it is gathered again.
+  const A* ln2 = hooks.gather_input(Site::Mlp, act.ln2.data(), full_or(s.gathered, act.ln2), rows, C);
   s.d_full.zero();
   ops::matmul_backward(d, s.d_full.data(), g.fc_w, g.fc_b, s.d_hidden2.data(), ln2, w.fc_w, N, C, F);
   ctx.round(s.d_full.data(), NC);
@@ -134,6 +136,7 @@ void block_backward(const PieceContext& ctx, const BlockDims& dims, const BlockW
   hooks.attention_backward(ctx, s.d_qkv.data(), s.d_att.data(), act.qkv.data(), act.atty.data(),
                            act.att_lse.data(), B, T, W, dims.heads);
   ctx.round(s.d_qkv.data(), size_t(N) * 3 * W);
+  const A* ln1 = hooks.gather_input(Site::Attention, act.ln1.data(), full_or(s.gathered, act.ln1), rows, C);
   s.d_full.zero();
   ops::matmul_backward(d, s.d_full.data(), g.qkv_w, g.qkv_b, s.d_qkv.data(), ln1, w.qkv_w, N, C, 3 * W);
   ctx.round(s.d_full.data(), NC);

@@ -47,13 +47,13 @@ struct BlockActivations {
   BlockActivations() = default;
   BlockActivations(Device d, const BlockDims& dims, int B, int T, int rows);
 
-  DeviceArray<A> ln1, ln1_full;  // ln_1(x) (rows), and all-gathered (full rows; only if full != rows)
+  DeviceArray<A> ln1;            // ln_1(x) (rows; its all-gathered copy is not kept: backward gathers again)
   DeviceArray<G> ln1_mean, ln1_rstd;
   DeviceArray<A> qkv;            // (full, 3W)
   DeviceArray<A> atty;           // attention output (full, W)
   DeviceArray<G> att_lse;        // attention row logsumexps (B, heads, T)
   DeviceArray<A> resid2;         // (rows, C)
-  DeviceArray<A> ln2, ln2_full;
+  DeviceArray<A> ln2;
   DeviceArray<G> ln2_mean, ln2_rstd;
   DeviceArray<A> fch, fch_gelu;  // (full, F): c_fc's output and its GELU
   DeviceArray<A> resid3;         // the block's output (rows, C)
@@ -69,6 +69,7 @@ struct BlockScratch {
   BlockScratch(Device d, const BlockDims& dims, int full, int rows);
   DeviceArray<A> partial;   // a row-parallel linear's output before reduce_output (full, C)
   DeviceArray<A> local;     // a hook's reduced rows (rows, C; only if full != rows)
+  DeviceArray<A> gathered;  // a layernorm's output all-gathered (full, C; only if full != rows)
   DeviceArray<A> d_full;    // gradient of a linear's input or output (full, C)
   DeviceArray<A> d_att;     // gradient of the attention output (full, W)
   DeviceArray<A> d_qkv;     // (full, 3W)

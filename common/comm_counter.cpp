@@ -1,0 +1,78 @@
+// Counting what crosses a communicator; see comm_counter.h.
+#include "common/comm_counter.h"
+
+#include <cstdio>
+
+namespace gpt {
+
+const char* comm_op_name(CommOp op) {
+  switch (op) {
+    case CommOp::AllReduce: return "all_reduce";
+    case CommOp::ReduceScatter: return "reduce_scatter";
+    case CommOp::AllGather: return "all_gather";
+    case CommOp::Broadcast: return "broadcast";
+    case CommOp::PointToPoint: return "point_to_point";
+    default: return "?";
+  }
+}
+
+CommTally CommTally::operator-(const CommTally& o) const {
+  CommTally d;
+  for (size_t i = 0; i < calls.size(); ++i) d.calls[i] = calls[i] - o.calls[i], d.bytes[i] = bytes[i] - o.bytes[i];
+  return d;
+}
+
+int64_t CommTally::total_bytes() const {
+  int64_t n = 0;
+  for (int64_t b : bytes) n += b;
+  return n;
+}
+
+std::string CommTally::table() const {
+  std::string s;
+  char line[160];
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (calls[i] == 0) continue;
+    std::snprintf(line, sizeof line, "  %-15s %6lld calls %14lld bytes\n", comm_op_name(CommOp(i)),
+                  static_cast<long long>(calls[i]), static_cast<long long>(bytes[i]));
+    s += line;
+  }
+  return s;
+}
+
+void CountingCommunicator::count(CommOp op, size_t elements, DType t) {
+  tally_.calls[size_t(op)] += 1;
+  tally_.bytes[size_t(op)] += int64_t(elements * dtype_size(t));
+}
+
+void CountingCommunicator::all_reduce(void* buf, size_t count, DType t) {
+  this->count(CommOp::AllReduce, count, t);
+  inner_.all_reduce(buf, count, t);
+}
+void CountingCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DType t) {
+  this->count(CommOp::ReduceScatter, count * size_t(size()), t);
+  inner_.reduce_scatter(send, recv, count, t);
+}
+void CountingCommunicator::all_gather(const void* send, void* recv, size_t count, DType t) {
+  this->count(CommOp::AllGather, count * size_t(size()), t);
+  inner_.all_gather(send, recv, count, t);
+}
+void CountingCommunicator::broadcast(void* buf, size_t count, DType t, int root) {
+  this->count(CommOp::Broadcast, count, t);
+  inner_.broadcast(buf, count, t, root);
+}
+void CountingCommunicator::sendrecv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count,
+                                    int source, DType t) {
+  this->count(CommOp::PointToPoint, send_count + recv_count, t);
+  inner_.sendrecv(send, send_count, dest, recv, recv_count, source, t);
+}
+Request CountingCommunicator::isend(const void* buf, size_t count, DType t, int dest, int tag) {
+  this->count(CommOp::PointToPoint, count, t);
+  return inner_.isend(buf, count, t, dest, tag);
+}
+Request CountingCommunicator::irecv(void* buf, size_t count, DType t, int source, int tag) {
+  this->count(CommOp::PointToPoint, count, t);
+  return inner_.irecv(buf, count, t, source, tag);
+}
+
+}  // namespace gpt

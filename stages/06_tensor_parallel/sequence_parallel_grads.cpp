@@ -1,0 +1,42 @@
+// The layernorm gradients of sequence parallelism summed over tp; see sequence_parallel_grads.h.
+#include "stages/06_tensor_parallel/sequence_parallel_grads.h"
+
+#include <algorithm>
+
+#include "common/trace.h"
+
+namespace gpt {
+
+std::vector<std::pair<int64_t, int64_t>> SequenceParallelGrads::layernorms(int unit) const {
+  const int64_t C = layout_.model().n_embd;
+  if (unit == ParamLayout::kEmbeddingUnit) return {};
+  if (unit == layout_.final_unit()) return {{layout_.lnf_w(), C}, {layout_.lnf_b(), C}};
+  const BlockParams& b = layout_.block(unit - 1);
+  return {{b.ln1_w, C}, {b.ln1_b, C}, {b.ln2_w, C}, {b.ln2_b, C}};
+}
+
+void SequenceParallelGrads::grads_done(int unit) {
+  const auto parts = layernorms(unit);
+  if (sum_ && !parts.empty()) {
+    Span span("tp_layernorm_grads", "comm");
+    float* g = inner_.grads(unit) - layout_.unit(unit).begin;  // grads() points at the unit's first element
+    packed_.clear();
+    for (auto [offset, n] : parts) packed_.insert(packed_.end(), g + offset, g + offset + n);
+    tp_.all_reduce(packed_.data(), packed_.size(), DType::F32);
+    size_t at = 0;
+    for (auto [offset, n] : parts) {
+      std::copy_n(packed_.begin() + int64_t(at), n, g + offset);
+      at += size_t(n);
+    }
+  }
+  inner_.grads_done(unit);
+}
+
+int64_t SequenceParallelGrads::elements_per_backward() const {
+  int64_t n = 0;
+  for (int u = 0; u < layout_.num_units(); ++u)
+    for (auto [offset, count] : layernorms(u)) n += count, (void)offset;
+  return n;
+}
+
+}  // namespace gpt

@@ -1,0 +1,136 @@
+// The formulas of tp_budget.h, written out.
+#include "stages/06_tensor_parallel/tp_budget.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "common/error.h"
+#include "common/gpt2_layout.h"
+
+namespace gpt {
+
+void check_tensor_parallel(const Config& cfg) {
+  const int tp = cfg.tp, H = cfg.model.n_head;
+  require(tp <= H, "tp=" + std::to_string(tp) + " is greater than n_head=" + std::to_string(H) +
+                       ": a tensor-parallel rank holds at least one whole attention head");
+  require(H % tp == 0, "tp=" + std::to_string(tp) + " does not divide n_head=" + std::to_string(H) +
+                           ": each tensor-parallel rank holds n_head/tp whole heads");
+  if (cfg.sequence_parallel)
+    require(cfg.seq_len % tp == 0, "sequence_parallel=true: seq_len=" + std::to_string(cfg.seq_len) +
+                                       " does not divide by tp=" + std::to_string(tp) +
+                                       " (each rank keeps 1/tp of every micro-batch's rows)");
+}
+
+namespace {
+
+// make_buckets of grad_sync.cpp on unit sizes (embeddings, blocks, final): the bucket
+// sizes in backward order, the embeddings' last.
+std::vector<int64_t> buckets(const std::vector<int64_t>& units, double bucket_mb) {
+  const int64_t limit = std::max<int64_t>(1, int64_t(bucket_mb * 1024 * 1024 / 4));
+  std::vector<int64_t> out;
+  std::vector<size_t> order = {units.size() - 1};
+  for (size_t u = units.size() - 2; u >= 1; --u) order.push_back(u);
+  order.push_back(0);
+  for (size_t u : order) {
+    if (out.empty() || out.back() >= limit) out.push_back(0);
+    out.back() += units[u];
+  }
+  return out;
+}
+
+}  // namespace
+
+TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank) {
+  const ModelConfig& m = cfg.model;
+  const int64_t C = m.n_embd, L = m.n_layer, W = C / tp, F = 4 * C / tp, Hr = m.n_head / tp;
+  const int64_t Vr = vocab_range(m, tp, tp_rank).size();
+  const int64_t B = cfg.micro_batch_size, T = cfg.seq_len, N = B * T;
+  const bool sp = cfg.sequence_parallel;
+  const int64_t R = sp ? N / tp : N;
+  TpBudget b;
+
+  // Parameters, gradients, optimizer state.
+  const int64_t E = Vr * C + int64_t(m.block_size) * C, Bk = 12 * C * C / tp + 7 * C / tp + 6 * C;
+  std::vector<int64_t> units = {E};
+  for (int64_t l = 0; l < L; ++l) units.push_back(Bk);
+  units.push_back(2 * C);
+  int64_t P = 0;
+  for (int64_t u : units) P += u;
+  const int64_t S = cfg.zero == 0 ? P : P * (dp_rank + 1) / dp - P * dp_rank / dp;
+  const std::vector<int64_t> bk = buckets(units, cfg.bucket_mb);
+  const int64_t emb_bucket = bk.back();
+  const int64_t others = int64_t(bk.size()) - 1;
+  const int64_t largest = others > 0 ? *std::max_element(bk.begin(), bk.end() - 1) : 0;
+  const int64_t live = emb_bucket + std::min<int64_t>(2, others) * largest;
+  const int64_t gathered = L >= 2 ? E + 2 * Bk : E + std::max(Bk, 2 * C);
+  const int64_t opt = cfg.precision == "bf16" ? 12 : 8;
+  const int z = cfg.zero;
+  b.memory.set(MemKind::Params, size_t(4 * (z == 3 ? S + gathered : P)));
+  b.memory.set(MemKind::Grads, size_t(4 * (z <= 1 ? P : S + live)));
+  b.memory.set(MemKind::Optimizer, size_t(opt * S));
+
+  // Activations, in float elements (int32 token ids: 4 bytes too).
+  const int64_t per_layer = 4 * R * C + 4 * R + 4 * N * W + B * Hr * T + 2 * N * F;
+  const int64_t embedding = R * C + (sp ? N * C : 0);
+  const int64_t head = R * C + 2 * R + (sp ? N * C : 0) + 2 * N * Vr + N + (tp > 1 ? 3 * N : 0);
+  const int64_t scratch = 2 * N * C + (sp ? R * C + N * C : 0) + 4 * N * W + 2 * N * F;
+  const int64_t rest = R * C + 2 * N;  // the residual gradient; inputs and targets
+  b.memory.set(MemKind::Activations, size_t(4 * (L * per_layer + embedding + head + scratch + rest)));
+
+  // Communication per step through the tp communicator.
+  const int64_t k = cfg.grad_accum(dp);  // micro-batches per step
+  const int64_t full = 4 * N * C;        // bytes of one N x C tensor
+  auto add = [&](CommOp op, int64_t calls, int64_t bytes_each) {
+    b.comm.calls[size_t(op)] += calls;
+    b.comm.bytes[size_t(op)] += calls * bytes_each;
+  };
+  if (!sp) {
+    // embedding, 2 per layer forward, 2 per layer backward, the head's input gradient
+    add(CommOp::AllReduce, k * (2 + 4 * L), full);
+  } else {
+    // reduce-scatter where the all-reduce was; all-gather before each column-parallel
+    // linear (forward: 2 per layer and the head; backward: the 2 inputs again), and of
+    // each row-parallel output's gradient (2 per layer, the embedding's)
+    add(CommOp::ReduceScatter, k * (2 + 4 * L), full);
+    add(CommOp::AllGather, k * (2 + 6 * L), full);
+    // the layernorm gradients summed once per step (every micro-batch with zero >= 2)
+    add(CommOp::AllReduce, (z >= 2 ? k : 1) * (L + 1), 0);
+    b.comm.bytes[size_t(CommOp::AllReduce)] += (z >= 2 ? k : 1) * 4 * (4 * L * C + 2 * C);
+  }
+  if (tp > 1) {  // the vocabulary-parallel cross-entropy: the row maxes, then (sum, target)
+    add(CommOp::AllGather, k, 4 * N * tp);
+    add(CommOp::AllReduce, k, 4 * 2 * N);
+  }
+  return b;
+}
+
+std::string TpBudget::memory_table(const MemoryLedger& measured) const {
+  std::string s;
+  char line[200];
+  for (MemKind kind : {MemKind::Params, MemKind::Grads, MemKind::Optimizer, MemKind::Activations}) {
+    const double got = double(measured.get(kind)), want = double(memory.get(kind));
+    std::snprintf(line, sizeof line, "  %-12s %14.0f | %14.0f bytes  (%+.2f%%)\n", kMemKindNames[size_t(kind)], got, want,
+                  want > 0 ? 100.0 * (got - want) / want : 0.0);
+    s += line;
+  }
+  std::snprintf(line, sizeof line, "  %-12s %14zu bytes (communication scratch)\n", "buffers",
+                measured.get(MemKind::Buffers));
+  return s + line;
+}
+
+std::string TpBudget::comm_table(const CommTally& measured) const {
+  std::string s;
+  char line[200];
+  for (size_t i = 0; i < comm.calls.size(); ++i) {
+    if (comm.calls[i] == 0 && measured.calls[i] == 0) continue;
+    std::snprintf(line, sizeof line, "  %-15s %6lld | %6lld calls  %14lld | %14lld bytes\n", comm_op_name(CommOp(i)),
+                  static_cast<long long>(measured.calls[i]), static_cast<long long>(comm.calls[i]),
+                  static_cast<long long>(measured.bytes[i]), static_cast<long long>(comm.bytes[i]));
+    s += line;
+  }
+  return s;
+}
+
+}  // namespace gpt

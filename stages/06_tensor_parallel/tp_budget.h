@@ -1,0 +1,46 @@
+// What a tensor-parallel rank should hold and send, from the model's shape alone: the
+// formulas of this stage's README, printed beside what the memory tracker and the
+// counting communicator measured. Also the checks of the config keys tensor
+// parallelism needs.
+//
+// Local sizes of tp rank r (C = n_embd, W = C/tp, F = 4C/tp, Vr = its vocabulary rows,
+// Tb = block_size, L = n_layer):
+//   embeddings  E = Vr C + Tb C;   block  Bk = 12 C^2/tp + 7 C/tp + 6 C;   final  2C
+//   P_local = E + L Bk + 2C;  S = its dp shard of P_local (the ring's chunk rule)
+// Memory (bytes) by zero stage, exactly as stages 02-05 with P replaced by P_local:
+//   zero  params             grads                     optimizer
+//   0     4 P_local          4 P_local                 (8|12) P_local
+//   1     4 P_local          4 P_local                 (8|12) S
+//   2     4 P_local          4 (S + live buckets)      (8|12) S
+//   3     4 (S + gathered)   4 (S + live buckets)      (8|12) S
+// Activations (float elements; N = B T rows, R = N/tp with sequence parallelism else N;
+// Hr = n_head/tp): per layer  4 R C + 4 R + 4 N W + B Hr T + 2 N F  (Korthikanti et al.'s
+// count for this model: no dropout, flash attention keeps no T x T scores; the
+// layernorm outputs and residuals are the R C terms sequence parallelism divides), plus
+// the embedding, the head and the scratch shared by the layers (README, "Memory").
+// Communication per micro-batch (bytes through the tp communicator, payload sizes as
+// comm_counter.h defines them): see tp_budget.cpp and the README.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "common/comm_counter.h"
+#include "common/config.h"
+#include "common/memory.h"
+
+namespace gpt {
+
+// UserErrors naming the key: tp greater than n_head, n_head not divisible by tp,
+// seq_len not divisible by tp under sequence parallelism.
+void check_tensor_parallel(const Config& cfg);
+
+struct TpBudget {
+  MemoryLedger memory;  // expected bytes per kind (params, grads, optimizer, activations)
+  CommTally comm;       // expected tp calls and bytes per step
+  std::string memory_table(const MemoryLedger& measured) const;
+  std::string comm_table(const CommTally& measured) const;
+};
+
+TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank);
+
+}  // namespace gpt
