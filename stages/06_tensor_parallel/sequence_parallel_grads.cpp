@@ -7,7 +7,8 @@
 
 namespace gpt {
 
-std::vector<std::pair<int64_t, int64_t>> SequenceParallelGrads::layernorms(int unit) const {
+template <class A>
+std::vector<std::pair<int64_t, int64_t>> SequenceParallelGrads<A>::layernorms(int unit) const {
   const int64_t C = layout_.model().n_embd;
   if (unit == ParamLayout::kEmbeddingUnit) return {};
   if (unit == layout_.final_unit()) return {{layout_.lnf_w(), C}, {layout_.lnf_b(), C}};
@@ -15,14 +16,15 @@ std::vector<std::pair<int64_t, int64_t>> SequenceParallelGrads::layernorms(int u
   return {{b.ln1_w, C}, {b.ln1_b, C}, {b.ln2_w, C}, {b.ln2_b, C}};
 }
 
-void SequenceParallelGrads::grads_done(int unit) {
+template <class A>
+void SequenceParallelGrads<A>::grads_done(int unit) {
   const auto parts = layernorms(unit);
   if (sum_ && !parts.empty()) {
     Span span("tp_layernorm_grads", "comm");
-    float* g = inner_.grads(unit) - layout_.unit(unit).begin;  // grads() points at the unit's first element
+    G* g = inner_.grads(unit) - layout_.unit(unit).begin;  // grads() points at the unit's first element
     packed_.clear();
     for (auto [offset, n] : parts) packed_.insert(packed_.end(), g + offset, g + offset + n);
-    tp_.all_reduce(packed_.data(), packed_.size(), DType::F32);
+    tp_.all_reduce(packed_.data(), packed_.size(), std::is_same_v<G, double> ? DType::F64 : DType::F32);
     size_t at = 0;
     for (auto [offset, n] : parts) {
       std::copy_n(packed_.begin() + int64_t(at), n, g + offset);
@@ -32,11 +34,7 @@ void SequenceParallelGrads::grads_done(int unit) {
   inner_.grads_done(unit);
 }
 
-int64_t SequenceParallelGrads::elements_per_backward() const {
-  int64_t n = 0;
-  for (int u = 0; u < layout_.num_units(); ++u)
-    for (auto [offset, count] : layernorms(u)) n += count, (void)offset;
-  return n;
-}
+template class SequenceParallelGrads<float>;
+template class SequenceParallelGrads<double>;
 
 }  // namespace gpt

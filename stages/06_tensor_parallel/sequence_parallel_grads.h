@@ -22,11 +22,13 @@
 
 namespace gpt {
 
-class SequenceParallelGrads : public WeightStore<float> {
+template <class A>
+class SequenceParallelGrads : public WeightStore<A> {
  public:
+  using G = GradOf<A>;
   // layout: the rank's local layout (ParamLayout(model, tp, rank)); inner: the store
   // whose grads() these are.
-  SequenceParallelGrads(const ParamLayout& layout, Communicator& tp, WeightStore<float>& inner)
+  SequenceParallelGrads(const ParamLayout& layout, Communicator& tp, WeightStore<A>& inner)
       : layout_(layout), tp_(tp), inner_(inner) {}
 
   // Whether the coming backward's gradients are summed: every backward when the inner
@@ -34,13 +36,10 @@ class SequenceParallelGrads : public WeightStore<float> {
   // of an accumulation (the sum is linear: the accumulated partials are summed once).
   void set_sum(bool sum) { sum_ = sum; }
 
-  const float* acquire(int unit, Pass pass) override { return inner_.acquire(unit, pass); }
+  const A* acquire(int unit, Pass pass) override { return inner_.acquire(unit, pass); }
   void release(int unit, Pass pass) override { inner_.release(unit, pass); }
-  float* grads(int unit) override { return inner_.grads(unit); }
+  G* grads(int unit) override { return inner_.grads(unit); }
   void grads_done(int unit) override;
-
-  // Elements all-reduced per backward that sums (for the communication formula).
-  int64_t elements_per_backward() const;
 
  private:
   // The unit's layernorm tensors: (offset, count) pairs of the local buffer.
@@ -48,9 +47,9 @@ class SequenceParallelGrads : public WeightStore<float> {
 
   const ParamLayout& layout_;
   Communicator& tp_;
-  WeightStore<float>& inner_;
+  WeightStore<A>& inner_;
   bool sum_ = true;
-  std::vector<float> packed_;
+  std::vector<G> packed_;
 };
 
 }  // namespace gpt

@@ -134,7 +134,7 @@ int train_ranks(Run& run) {
     sharded = std::make_unique<Zero3Store>(layout, dp, shard_params, cfg.bucket_mb, /*prefetch=*/true);
     store = sharded.get();
   }
-  SequenceParallelGrads sp_grads(layout, tp, *store);
+  SequenceParallelGrads<float> sp_grads(layout, tp, *store);
   model.set_store(sp ? static_cast<WeightStore<float>*>(&sp_grads) : store);
 
   MemoryLedger mem = MemoryTracker::global().peaks();
