@@ -17,6 +17,8 @@
 # Usage: equivalence.sh REF_BIN CAND_BIN TRUTH_BIN PREPARE WORKDIR ROOT MPIEXEC REF_SPEC CAND_SPECS [EXACT_SPECS]
 #   a SPEC is NP:MICRO_BATCH[:key=value...], e.g. "2:6:allreduce=backend"; CAND_SPECS and
 #   EXACT_SPECS are space-separated lists of them; TRUTH_BIN is stage 01.
+#   COMMON="key=value ..." in the environment applies to every run, the truth's included
+#   (a model shape other than tiny.json's, e.g. heads that tp = 3 divides).
 set -euo pipefail
 REF_BIN=$1 CAND_BIN=$2 TRUTH_BIN=$3 PREPARE=$4 WORK=$5 ROOT=$6 MPIEXEC=$7 REF_SPEC=$8 CAND_SPECS=$9
 EXACT_SPECS=${10:-}
@@ -37,7 +39,7 @@ run() {
     IFS=: read -r -a kvs <<< "$rest"
     for kv in "${kvs[@]}"; do extra+=(--set "$kv"); done
   fi
-  for kv in "$@"; do extra+=(--set "$kv"); done
+  for kv in ${COMMON:-} "$@"; do extra+=(--set "$kv"); done
   local args=($(tiny_args "$WORK/data" "$dir") --set steps="$steps" --set batch_size=24
               --set micro_batch_size="$mb" --set val_every=0 --set val_batches=0
               --set sample_tokens=0 --set bucket_mb=0.02 "${extra[@]}")
@@ -67,6 +69,22 @@ for spec in $CAND_SPECS; do d="$WORK/$(name sgd_cand "$spec")"; run "$CAND_BIN" 
 echo "== SGD, one step, against the float64 run"
 "${COMPARE[@]}" --step 1 --kinds param --truth "$WORK/sgd_truth" --reference "$WORK/$(name sgd_ref "$REF_SPEC")" \
   --candidate "${sgd[@]}"
+
+# With NEGATIVE_CAND=1, the later stage itself slightly wrong must be rejected: its first
+# layout with the learning rate 1.001x (AdamW), and with 1.01x under SGD, where one step
+# w - 1.01 lr g is the step of a gradient 1.01x too large.
+if [ "${NEGATIVE_CAND:-0}" = 1 ]; then
+  first=${CAND_SPECS%% *}
+  base_lr=$(/usr/bin/python3 -c "import json; print(json.load(open('$ROOT/configs/tiny.json'))['lr'])")
+  echo "== negative control: the candidate $first with lr 1.001x must be rejected"
+  run "$CAND_BIN" "$first" "$WORK/neg_cand_lr" "$STEPS" lr="$(/usr/bin/python3 -c "print($base_lr * 1.001)")"
+  "${COMPARE[@]}" --expect-reject --step "$STEPS" --truth "$WORK/truth" --reference "$WORK/$(name ref "$REF_SPEC")" \
+    --candidate "$WORK/neg_cand_lr"
+  echo "== negative control: the candidate $first with one SGD step 1.01x too large must be rejected"
+  run "$CAND_BIN" "$first" "$WORK/neg_cand_sgd" 1 "${SGD[@]}" lr="$(/usr/bin/python3 -c "print($base_lr * 1.01)")"
+  "${COMPARE[@]}" --expect-reject --weights-only --step 1 --kinds param --truth "$WORK/sgd_truth" \
+    --reference "$WORK/$(name sgd_ref "$REF_SPEC")" --candidate "$WORK/neg_cand_sgd"
+fi
 
 [ "${NEGATIVE:-0}" = 1 ] || exit 0
 
