@@ -135,7 +135,7 @@ void after_step(Run& run, GPT2<float>& model, const DataLoader& val, Communicato
                 const RunCheckpoints& ckpt, const CheckpointState& state) {
   const Config& cfg = run.cfg;
   if (state.step >= cfg.steps) return;  // the end of the run has its own
-  if (cfg.val_every > 0 && state.step % cfg.val_every == 0) {
+  if (cfg.val_every > 0 && cfg.val_batches > 0 && state.step % cfg.val_every == 0) {
     const double val_loss = validation_loss(model, val, cfg.val_batches, dp);
     if (run.lead()) log.validation(state.step, val_loss);
   }
