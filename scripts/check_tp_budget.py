@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Checks stage 06's printed budget: measured against formula, per rank 0.
+
+  check_tp_budget.py LOG [LOG ...]        exit 1 when a LOG misses a target
+  check_tp_budget.py --self-test LOG      the checks must reject LOG with one byte changed
+
+Stage 06 prints, after its first step, two tables (train.cpp, tp_budget.h):
+  memory by kind ... (allocated | formula, README):
+    params    <allocated> | <formula> bytes  (...)
+  tensor-parallel communication in step N ... (counted | formula, README):
+    all_reduce  <calls> | <calls> calls  <bytes> | <bytes> bytes
+Targets: parameters, gradients and optimizer state equal the formula exactly;
+activations within 5 %; every collective's calls and bytes equal the formula exactly.
+"""
+import re
+import sys
+
+MEM = re.compile(r"^\s+(params|grads|optimizer|activations)\s+(\d+) \|\s+(\d+) bytes")
+COMM = re.compile(r"^\s+(\w+)\s+(\d+) \|\s+(\d+) calls\s+(\d+) \|\s+(\d+) bytes")
+
+
+def check(text, name):
+    problems, rows = [], 0
+    for line in text.splitlines():
+        m = MEM.match(line)
+        if m:
+            kind, got, want = m.group(1), int(m.group(2)), int(m.group(3))
+            rows += 1
+            tol = 0.05 * want if kind == "activations" else 0
+            if abs(got - want) > tol:
+                problems.append(f"{name}: {kind} {got} bytes, formula {want}")
+            continue
+        m = COMM.match(line)
+        if m:
+            op, calls, want_calls, got, want = m.group(1), *map(int, m.groups()[1:])
+            rows += 1
+            if calls != want_calls or got != want:
+                problems.append(f"{name}: {op} {calls} calls {got} bytes, formula {want_calls} calls {want} bytes")
+    if rows < 5:
+        problems.append(f"{name}: no budget tables found ({rows} rows)")
+    return problems
+
+
+def main():
+    args = sys.argv[1:]
+    if args and args[0] == "--self-test":
+        text = open(args[1]).read()
+        if check(text, args[1]):
+            sys.exit(f"self-test: {args[1]} fails before any change")
+        # Negative controls: one byte more in the parameters, one call more in a collective.
+        for label, bad in (("params + 1 byte", re.sub(r"(params\s+)(\d+)", lambda m: m.group(1) + str(int(m.group(2)) + 1), text, count=1)),
+                           ("one call more", re.sub(r"^(\s+\w+\s+)(\d+)( \|\s+\d+ calls)", lambda m: m.group(1) + str(int(m.group(2)) + 1) + m.group(3), text, count=1, flags=re.M))):
+            if not check(bad, label):
+                sys.exit(f"self-test: '{label}' was accepted")
+        print("self-test: the checks reject one byte and one call off")
+        return
+    problems = []
+    for log in args:
+        problems += check(open(log).read(), log)
+    for p in problems:
+        print("MISS", p)
+    if problems:
+        sys.exit(1)
+    print(f"all {len(args)} runs: memory and communication as the formulas say")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Stage 06's printed memory and communication against the README's formulas on the tiny
+# model (scripts/check_tp_budget.py: parameters, gradients, optimizer state and every
+# collective exact, activations within 5 %), for tp 2 with and without sequence
+# parallelism, tp 4 at zero 1 with accumulation 2, tp 2 x dp 2 at zero 2 and 3; and the
+# checker's negative controls (one byte, one call off must be rejected).
+# Usage: budget.sh TRAIN06 PREPARE WORKDIR ROOT MPIEXEC
+set -euo pipefail
+TRAIN06=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5
+source "$ROOT/tests/trainer/common.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+rm -rf "$WORK" && mkdir -p "$WORK"
+make_corpus "$WORK" "$PREPARE"
+logs=()
+i=0
+for layout in "2 tp=2" "2 tp=2 sequence_parallel=true" "4 tp=4 zero=1 micro_batch_size=1" \
+              "4 tp=2 zero=2 sequence_parallel=true" "4 tp=2 zero=3 sequence_parallel=true micro_batch_size=1"; do
+  read -r np kvs <<< "$layout"
+  i=$((i + 1))
+  sets=()
+  for kv in $kvs; do sets+=(--set "$kv"); done
+  "$MPIEXEC" -np "$np" --oversubscribe "$TRAIN06" $(tiny_args "$WORK/data" "$WORK/run$i") --set steps=1 \
+    --set val_batches=0 --set sample_tokens=0 --set bucket_mb=0.02 "${sets[@]}" > "$WORK/run$i.log" 2>&1 ||
+    { echo "FAIL: run $layout"; tail -20 "$WORK/run$i.log"; exit 1; }
+  logs+=("$WORK/run$i.log")
+done
+/usr/bin/python3 "$ROOT/scripts/check_tp_budget.py" "${logs[@]}"
+/usr/bin/python3 "$ROOT/scripts/check_tp_budget.py" --self-test "${logs[0]}"
