@@ -68,6 +68,7 @@ struct Config {
   int virtual_stages = 1;        // model chunks per pipeline rank
   bool sequence_parallel = false;  // tensor parallelism: elementwise work on 1/tp of the rows
   int zero = 0;                  // ZeRO stage over the dp group in stages 06+ (02-05 are one each)
+  std::string cp_split = "zigzag";  // context parallelism: zigzag (load-balanced) | contiguous
   std::string comm = "auto";     // auto | mpi | nccl
   std::string allreduce = "ring";  // ring (stage 02's own) | backend (the library's)
   double bucket_mb = 4.0;        // gradient bucket size in MiB

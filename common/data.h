@@ -55,6 +55,7 @@ class DataLoader {
 
   // The window a global sequence index maps to (exposed for tests).
   int64_t window_of(int64_t global_sequence) const;
+  int seq_len() const { return seq_len_; }
 
  private:
   void copy_window(int64_t window, int32_t* inputs, int32_t* targets) const;

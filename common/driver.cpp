@@ -98,15 +98,27 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
   });
 }
 
-double validation_loss(GPT2<float>& model, const DataLoader& val, int batches, Communicator& dp) {
-  const size_t n = size_t(model.batch()) * model.seq_len();
-  std::vector<int32_t> inputs(n), targets(n);
+double validation_loss(GPT2<float>& model, const DataLoader& val, int batches, Communicator& dp,
+                       const SequencePart* part) {
+  const int B = model.batch(), T = part ? val.seq_len() : model.seq_len();
+  const size_t n = size_t(B) * T;
+  std::vector<int32_t> inputs(n), targets(n), local_in, local_tg;
+  if (part) local_in.resize(size_t(B) * part->local_len(T)), local_tg.resize(local_in.size());
   double sum = 0;
   const int rounds = (batches + dp.size() - 1) / dp.size();
   for (int i = 0; i < rounds; ++i) {
     const int k = i * dp.size() + dp.rank();
     val.sequential_batch(k < batches ? k : 0, model.batch(), inputs.data(), targets.data());
-    const double loss = model.evaluate(inputs.data(), targets.data());
+    double loss = 0;
+    if (part) {
+      part->take(inputs.data(), local_in.data(), B, T);
+      part->take(targets.data(), local_tg.data(), B, T);
+      loss = model.evaluate(local_in.data(), local_tg.data());
+      part->group->all_reduce(&loss, 1, DType::F64);
+      loss /= part->group->size();  // every part has as many tokens
+    } else {
+      loss = model.evaluate(inputs.data(), targets.data());
+    }
     if (k < batches) sum += loss;
   }
   dp.all_reduce(&sum, 1, DType::F64);
@@ -136,7 +148,7 @@ void after_step(Run& run, GPT2<float>& model, const DataLoader& val, Communicato
   const Config& cfg = run.cfg;
   if (state.step >= cfg.steps) return;  // the end of the run has its own
   if (cfg.val_every > 0 && cfg.val_batches > 0 && state.step % cfg.val_every == 0) {
-    const double val_loss = validation_loss(model, val, cfg.val_batches, dp);
+    const double val_loss = validation_loss(model, val, cfg.val_batches, dp, run.part);
     if (run.lead()) log.validation(state.step, val_loss);
   }
   if (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0) write_checkpoint(run, dp, ckpt, state);
@@ -146,7 +158,7 @@ void end_of_run(Run& run, GPT2<float>& model, const DataLoader& val, Communicato
                 const RunCheckpoints& ckpt, CheckpointState& state, const float* weights) {
   const Config& cfg = run.cfg;
   if (cfg.val_batches > 0) {
-    const double val_loss = validation_loss(model, val, cfg.val_batches, dp);
+    const double val_loss = validation_loss(model, val, cfg.val_batches, dp, run.part);
     if (run.lead()) log.validation(state.step, val_loss);
   }
   if (cfg.checkpoint_at_end) {

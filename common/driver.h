@@ -46,6 +46,18 @@ MeshShape mesh_shape_for(const Config& cfg, int ranks);
 // `zero` the stage does not read.
 void require_axes(const Config& cfg, const StageSpec& spec);
 
+// The part of each sequence a rank runs: the whole by default; context parallelism
+// takes some chunks (stages/10_context_parallel/context_split.h). `group` holds the
+// ranks that share a sequence: a loss over the part is averaged over them.
+struct SequencePart {
+  virtual ~SequencePart() = default;
+  // Copies this rank's tokens of B whole sequences of T tokens into `part` (B rows of
+  // local_len(T)).
+  virtual void take(const int32_t* whole, int32_t* part, int B, int T) const = 0;
+  virtual int local_len(int T) const = 0;
+  Communicator* group = nullptr;
+};
+
 // What a rank's training starts from.
 struct Run {
   Config& cfg;
@@ -54,6 +66,7 @@ struct Run {
   Device device;
   Precision precision;
   bool lead() const { return world.rank() == 0; }  // logs, prunes checkpoints, samples
+  const SequencePart* part = nullptr;  // context parallelism: the chunks this rank runs
 };
 
 // The entry point of a multi-rank stage (see the top of this file). Returns the exit
@@ -64,7 +77,10 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train);
 // Mean loss over `batches` fixed validation batches; the ranks of `dp` share them
 // (rank r evaluates batches r, r + dp, ...; a rank past the end repeats batch 0 and
 // ignores it, because a forward may communicate) and their sums are added.
-double validation_loss(GPT2<float>& model, const DataLoader& val, int batches, Communicator& dp);
+// With `part`, each rank evaluates its part of the sequences and the part's mean loss
+// is averaged over part->group.
+double validation_loss(GPT2<float>& model, const DataLoader& val, int batches, Communicator& dp,
+                       const SequencePart* part = nullptr);
 
 // Checkpoints of a run: the tensors each rank holds and whether the ranks write one
 // checkpoint together (each its shard) or the lead rank writes it alone (its buffers

@@ -45,6 +45,18 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
   invariant(!slice.sequence_parallel || (batch * seq_len) % slice.tp == 0,
             "GPT2: sequence parallelism needs B*T divisible by tp");
   invariant(hooks_->full_rows(rows_) == batch * seq_len, "GPT2: the hooks' full_rows do not match the slice");
+  if (slice.positions.empty()) {
+    position_runs_.push_back({0, T_, 0});
+  } else {
+    invariant(int(slice.positions.size()) == T_, "GPT2: one position per local token");
+    for (int t = 0; t < T_; ++t) {
+      const int p = slice.positions[size_t(t)];
+      require(p >= 0 && p < model.block_size, "position " + std::to_string(p) + " is outside block_size " +
+                                                  std::to_string(model.block_size));
+      if (t > 0 && p == position_runs_.back().pos0 + position_runs_.back().length) ++position_runs_.back().length;
+      else position_runs_.push_back({t, 1, p});
+    }
+  }
   if constexpr (std::is_same_v<A, bf16>)
     invariant(device == Device::CUDA, "bf16 storage is for the GPU; the CPU emulates bf16 in float");
   if constexpr (std::is_same_v<A, double>)
@@ -152,8 +164,17 @@ GradOf<A> GPT2<A>::forward_pass(const int32_t* inputs, const int32_t* targets, b
   // The embedding of this rank's vocabulary rows, for all N rows: a partial sum under
   // tensor parallelism, reduced like a row-parallel product's.
   A* embedded = embedded_.empty() ? encoded_.data() : embedded_.data();
-  embedding_piece_forward(ctx_, embedded, inputs_.data(), PE(layout_.wte()), vocab,
-                          adds_shared ? PE(layout_.wpe()) : nullptr, 0, B_, T_, C, Vp);
+  if (position_runs_.size() == 1) {
+    embedding_piece_forward(ctx_, embedded, inputs_.data(), PE(layout_.wte()), vocab,
+                            adds_shared ? PE(layout_.wpe()) : nullptr, position_runs_[0].pos0, B_, T_, C, Vp);
+  } else {  // chunks of the sequence: each run of consecutive positions on its own
+    for (int b = 0; b < B_; ++b)
+      for (const PositionRun& run : position_runs_) {
+        const size_t row = size_t(b) * T_ + size_t(run.t0);
+        embedding_piece_forward(ctx_, embedded + row * C, inputs_.data() + row, PE(layout_.wte()), vocab,
+                                adds_shared ? PE(layout_.wpe()) : nullptr, run.pos0, 1, run.length, C, Vp);
+      }
+  }
   A* reduced = hooks_->reduce_output(Site::Embedding, embedded, encoded_.data(), R, C);
   invariant(reduced == encoded_.data(), "GPT2: the embedding's reduction must land in the residual stream");
   ctx_.round(encoded_.data(), size_t(R) * C);
@@ -220,8 +241,17 @@ void GPT2<A>::backward(G loss_scale) {
   // Every rank needs the gradient of all N rows of the embedding (its vocabulary rows
   // may be any token's); every rank computes wpe's gradient from it (the same on each).
   const A* d_embedded = hooks_->gather_output_grad(Site::Embedding, d_resid_.data(), scratch_.d_full.data(), R, C);
-  embedding_piece_backward(ctx_, GE(layout_.wte()), GE(layout_.wpe()), d_embedded, inputs_.data(), vocab, 0, B_, T_,
-                           C, Vp);
+  if (position_runs_.size() == 1) {
+    embedding_piece_backward(ctx_, GE(layout_.wte()), GE(layout_.wpe()), d_embedded, inputs_.data(), vocab,
+                             position_runs_[0].pos0, B_, T_, C, Vp);
+  } else {
+    for (int b = 0; b < B_; ++b)
+      for (const PositionRun& run : position_runs_) {
+        const size_t row = size_t(b) * T_ + size_t(run.t0);
+        embedding_piece_backward(ctx_, GE(layout_.wte()), GE(layout_.wpe()), d_embedded + row * C,
+                                 inputs_.data() + row, vocab, run.pos0, 1, run.length, C, Vp);
+      }
+  }
   store_->grads_done(embed);
   store_->release(embed, Pass::Backward);
   have_targets_ = false;  // d_logits was consumed

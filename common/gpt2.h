@@ -69,11 +69,16 @@ class FlatStore : public WeightStore<A> {
 // sequence_parallel its 1/tp share of the B*T rows for the elementwise work. Only rank 0
 // adds the row-parallel biases and wpe (a sum over ranks must count them once); every
 // rank computes their gradients, from the whole gradient it holds there.
+//
+// Context parallelism gives a rank some chunks of each sequence: `positions` holds the
+// position in the whole sequence of each of the seq_len tokens the rank runs (empty: 0,
+// 1, ...), and the hooks' attention brings the other chunks' keys and values.
 template <class A>
 struct ModelSlice {
   int tp = 1, rank = 0;
   bool sequence_parallel = false;
   ModelHooks<A>* hooks = nullptr;  // required when tp > 1
+  std::vector<int> positions;      // context parallelism: each local token's position
 };
 
 template <class A>
@@ -172,6 +177,12 @@ class GPT2 {
   BlockScratch<A> scratch_;
   DeviceArray<A> d_resid_;
   DeviceArray<int32_t> inputs_, targets_;
+  // Runs of consecutive positions among the local tokens: (first local t, length,
+  // position of the first); one run [0, T) at position 0 without context parallelism.
+  struct PositionRun {
+    int t0, length, pos0;
+  };
+  std::vector<PositionRun> position_runs_;
   std::vector<G> host_losses_;
   bool have_targets_ = false;
   G forward_pass(const int32_t* inputs, const int32_t* targets, bool for_backward);

@@ -1,0 +1,145 @@
+// Ring attention; see ring_attention.h.
+#include "stages/10_context_parallel/ring_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/memory.h"
+#include "common/trace.h"
+#include "kernels/ops.h"
+
+namespace gpt {
+
+namespace {
+// Message tags: a block's keys and values in forward, in backward, and its dK, dV.
+constexpr int kTagKvForward = 10, kTagKvBackward = 11, kTagDkv = 12;
+
+template <class A>
+constexpr DType comm_type() {
+  return std::is_same_v<A, double> ? DType::F64 : DType::F32;
+}
+
+template <class A>
+void ensure(DeviceArray<A>& a, size_t n) {
+  if (a.size() != n) {
+    const MemScope scope(MemKind::Buffers);  // the ring's message buffers
+    a = DeviceArray<A>(Device::CPU, n);
+  }
+}
+}  // namespace
+
+template <class A>
+void RingAttentionHooks<A>::pack_kv(const A* qkv, size_t rows, int W) {
+  for (size_t i = 0; i < rows; ++i) std::memcpy(kv_.data() + i * 2 * W, qkv + i * 3 * W + W, size_t(2 * W) * sizeof(A));
+}
+
+template <class A>
+void RingAttentionHooks<A>::exchange(std::vector<Request>& reqs, const A* send, A* recv, size_t count, int tag) {
+  const int p = cp_.size(), r = cp_.rank();
+  reqs.push_back(cp_.irecv(recv, count, comm_type<A>(), (r + p - 1) % p, tag));
+  reqs.push_back(cp_.isend(send, count, comm_type<A>(), (r + 1) % p, tag));
+}
+
+template <class A>
+void RingAttentionHooks<A>::attention_forward(const PieceContext& ctx, A* out, G* lse, const A* qkv, int B, int T,
+                                              int W, int heads) {
+  const int p = cp_.size(), r = cp_.rank(), Tc = split_.chunk_len(), nc = split_.chunks(), hs = W / heads;
+  const size_t rows = size_t(B) * T, block = rows * 2 * W;
+  ensure(kv_, block), ensure(kv_next_, block);
+  ensure(block_out_, size_t(Tc) * W), ensure(block_lse_, size_t(heads) * Tc);
+  pack_kv(qkv, rows, W);
+  std::fill(out, out + rows * W, A(0));
+  std::fill(lse, lse + size_t(B) * nc * heads * Tc, G(-INFINITY));  // no keys yet: merges add everything
+  for (int s = 0; s < p; ++s) {
+    const int owner = (r - s + p) % p;  // whose keys and values this rank holds now
+    std::vector<Request> reqs;
+    if (s < p - 1) {  // the next block travels while this one is computed
+      Span span("ring_kv_post", "comm");
+      exchange(reqs, kv_.data(), kv_next_.data(), block, kTagKvForward);
+    }
+    {
+      Span span("ring_attention_block");
+      for (int b = 0; b < B; ++b)
+        for (int qc = 0; qc < nc; ++qc)
+          for (int kc = 0; kc < nc; ++kc) {
+            const int q_pos = split_.chunk_start(r, qc), k_pos = split_.chunk_start(owner, kc);
+            if (k_pos > q_pos + Tc - 1) continue;  // every key after every query: masked
+            pairs_ += ContextSplit::visible_pairs(q_pos, k_pos, Tc);
+            const size_t q_row = size_t(b) * T + size_t(qc) * Tc, k_row = size_t(b) * T + size_t(kc) * Tc;
+            const cpu::FlashView<A> view{qkv + q_row * 3 * W,
+                                         kv_.data() + k_row * 2 * W,
+                                         kv_.data() + k_row * 2 * W + W,
+                                         size_t(3 * W), size_t(2 * W), size_t(W),
+                                         1, Tc, Tc, heads, hs, q_pos, k_pos};
+            ops::attention_block_forward(ctx.device, view, block_out_.data(), block_lse_.data());
+            G* row_lse = lse + (size_t(b) * nc + qc) * heads * Tc;
+            for (int h = 0; h < heads; ++h)  // merge head h's rows through the logsumexps
+              ops::attention_merge(ctx.device, out + q_row * W + size_t(h) * hs, row_lse + size_t(h) * Tc, size_t(W),
+                                   block_out_.data() + size_t(h) * hs, block_lse_.data() + size_t(h) * Tc, size_t(W),
+                                   size_t(Tc), hs);
+          }
+    }
+    if (s < p - 1) {
+      Span span("ring_kv_wait", "comm");
+      cp_.wait_all(reqs);
+      std::swap(kv_, kv_next_);
+    }
+  }
+}
+
+template <class A>
+void RingAttentionHooks<A>::attention_backward(const PieceContext& ctx, A* dqkv, const A* dout, const A* qkv,
+                                               const A* out, const G* lse, int B, int T, int W, int heads) {
+  const int p = cp_.size(), r = cp_.rank(), Tc = split_.chunk_len(), nc = split_.chunks(), hs = W / heads;
+  const size_t rows = size_t(B) * T, block = rows * 2 * W;
+  ensure(kv_, block), ensure(kv_next_, block), ensure(dkv_, block), ensure(dkv_next_, block);
+  pack_kv(qkv, rows, W);
+  dkv_.zero();
+  for (int s = 0; s < p; ++s) {
+    const int owner = (r - s + p) % p;
+    std::vector<Request> kv_reqs;
+    if (s < p - 1) {
+      Span span("ring_kv_post", "comm");
+      exchange(kv_reqs, kv_.data(), kv_next_.data(), block, kTagKvBackward);
+    }
+    {
+      Span span("ring_attention_block_backward");
+      for (int b = 0; b < B; ++b)
+        for (int qc = 0; qc < nc; ++qc)
+          for (int kc = 0; kc < nc; ++kc) {
+            const int q_pos = split_.chunk_start(r, qc), k_pos = split_.chunk_start(owner, kc);
+            if (k_pos > q_pos + Tc - 1) continue;
+            const size_t q_row = size_t(b) * T + size_t(qc) * Tc, k_row = size_t(b) * T + size_t(kc) * Tc;
+            const cpu::FlashView<A> view{qkv + q_row * 3 * W,
+                                         kv_.data() + k_row * 2 * W,
+                                         kv_.data() + k_row * 2 * W + W,
+                                         size_t(3 * W), size_t(2 * W), size_t(W),
+                                         1, Tc, Tc, heads, hs, q_pos, k_pos};
+            A* dk = dkv_.data() + k_row * 2 * W;
+            ops::attention_block_backward(ctx.device, view, dqkv + q_row * 3 * W, dk, dk + W, dout + q_row * W,
+                                          out + q_row * W, lse + (size_t(b) * nc + qc) * heads * Tc);
+          }
+    }
+    if (p > 1) {  // the block's dK, dV go on with it, one hop behind; the last hop takes them home
+      Span span("ring_dkv", "comm");
+      std::vector<Request> reqs;
+      exchange(reqs, dkv_.data(), dkv_next_.data(), block, kTagDkv);
+      cp_.wait_all(reqs);
+      std::swap(dkv_, dkv_next_);
+    }
+    if (s < p - 1) {
+      Span span("ring_kv_wait", "comm");
+      cp_.wait_all(kv_reqs);
+      std::swap(kv_, kv_next_);
+    }
+  }
+  // dkv_ now holds this rank's own keys' and values' gradient from every rank's queries.
+  for (size_t i = 0; i < rows; ++i)
+    for (int c = 0; c < 2 * W; ++c) dqkv[i * 3 * W + W + size_t(c)] += dkv_[i * 2 * W + size_t(c)];
+}
+
+template class RingAttentionHooks<float>;
+template class RingAttentionHooks<double>;
+
+}  // namespace gpt
