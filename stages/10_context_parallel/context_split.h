@@ -28,6 +28,7 @@ class ContextSplit : public SequencePart {
   // caller checks it with a message naming the keys (check_context_parallel).
   ContextSplit(int cp, int rank, bool zigzag, int T);
 
+  int rank() const { return rank_; }
   int chunks() const { return int(starts_.size()); }  // per rank: 2 (zigzag) or 1
   int chunk_len() const { return Tc_; }
   // Position of chunk c of rank `rank`'s tokens (any rank: the ring needs its peers').
