@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# What stage B adds to stage A, as a diff: one line naming it, then `diff -u` of the two
+# drivers (train.cpp) and of the technique files B has of its own (shown whole, as new).
+#
+#   scripts/diff_stages.sh A B         e.g. scripts/diff_stages.sh 04 05, or 03_zero1 04_zero2
+#   scripts/diff_stages.sh --count A B prints only the number of changed driver lines
+#
+# A and B name stage directories as scripts/run_stage.sh does (02, 2, 02_ddp). Shared
+# code (common/, kernels/) is not shown: it is the same for both.
+set -euo pipefail
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+count_only=0
+if [[ "${1:-}" == --count ]]; then count_only=1; shift; fi
+(($# == 2)) || die "usage: scripts/diff_stages.sh [--count] A B (stage numbers or directory names)"
+
+stage_dir() {  # the stage directory a name or number means
+  local want=$1 dir name matches=()
+  [[ "$want" =~ ^[0-9]+$ ]] && want="$(printf '%02d_' "$((10#$want))")"
+  for dir in "$GPT_ROOT"/stages/[0-9][0-9]_*/; do
+    name="$(basename "$dir")"
+    [[ "$name" == "$want" || "$name" == "$want"* ]] && matches+=("$name")
+  done
+  ((${#matches[@]} == 1)) || die "'$1' names ${#matches[@]} stages (stages: $(cd "$GPT_ROOT/stages" && ls -d [0-9][0-9]_* | tr '\n' ' '))"
+  printf '%s\n' "${matches[0]}"
+}
+a="$(stage_dir "$1")" b="$(stage_dir "$2")"
+cd "$GPT_ROOT/stages"
+if ((count_only)); then
+  diff -u "$a/train.cpp" "$b/train.cpp" | grep -c '^[-+][^-+]' || true
+  exit 0
+fi
+title="$(head -n 1 "$b/README.md" | sed 's/^# *//')"
+printf '== %s -> %s: %s\n' "$a" "$b" "$title"
+diff -u "$a/train.cpp" "$b/train.cpp" || true
+for f in "$b"/*; do
+  name="$(basename "$f")"
+  [[ "$name" == train.cpp || "$name" == README.md || -e "$a/$name" ]] && continue
+  diff -u /dev/null "$f" || true
+done

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Neighbouring stages' drivers differ by the technique, not by copied code: the changed
+# lines of `scripts/diff_stages.sh --count A B` for each pair of neighbouring stages on
+# main stay within the budget below (what the technique needs, with room for comments).
+# A driver that copies back shared code (validation, checkpoints, the sample: the driver's
+# job, common/driver.h) blows the budget. Self-check: the count of a stage against itself
+# is 0.
+# Usage: diff_sizes.sh ROOT
+set -euo pipefail
+ROOT=$1
+DIFF="$ROOT/scripts/diff_stages.sh"
+declare -A budget=(
+  [01_single_gpu:02_ddp]=220            # the single-device driver to the shared multi-rank one
+  [02_ddp:03_zero1]=100
+  [03_zero1:04_zero2]=80
+  [04_zero2:05_zero3]=80
+  [05_zero3:06_tensor_parallel]=220     # the tp communicator, the model as a slice, the store by `zero`
+  [06_tensor_parallel:10_context_parallel]=130
+)
+failures=0
+[ "$(bash "$DIFF" --count 02 02)" = 0 ] || { echo "FAIL: a stage against itself is not 0 lines"; failures=1; }
+stages=($(cd "$ROOT/stages" && ls -d [0-9][0-9]_* | sort))
+for ((i = 1; i < ${#stages[@]}; ++i)); do
+  a=${stages[i - 1]} b=${stages[i]}
+  n=$(bash "$DIFF" --count "$a" "$b")
+  limit=${budget[$a:$b]:-}
+  if [ -z "$limit" ]; then
+    echo "FAIL: $a -> $b has no budget in this test ($n changed lines): add one"; failures=1; continue
+  fi
+  if [ "$n" -le "$limit" ]; then echo "ok   $a -> $b: $n changed driver lines (budget $limit)"
+  else echo "FAIL $a -> $b: $n changed driver lines, budget $limit"; failures=1; fi
+done
+exit $failures
