@@ -79,6 +79,7 @@ void require_same(const Config& a, const Config& b) {
   CHECK(a.virtual_stages == b.virtual_stages);
   CHECK(a.sequence_parallel == b.sequence_parallel);
   CHECK(a.zero == b.zero);
+  CHECK(a.cp_split == b.cp_split);
   CHECK(a.comm == b.comm);
   CHECK(a.allreduce == b.allreduce);
   CHECK(a.bucket_mb == b.bucket_mb);
@@ -358,7 +359,7 @@ TEST_CASE("config_to_json round-trips through apply_json_text to an equal config
 
 TEST_CASE("every key can be set from the text it prints as, and is documented") {
   nlohmann::json keys = nlohmann::json::parse(gpt::config_to_json(Config{}));
-  REQUIRE(keys.size() == 51);  // one per Config field (ModelConfig has five)
+  REQUIRE(keys.size() == 52);  // one per Config field (ModelConfig has five)
   std::string help = gpt::config_help_text();
   std::string markdown = gpt::config_reference_markdown();
   CHECK(help.starts_with("usage: train [--config FILE] [--set key=value]..."));
