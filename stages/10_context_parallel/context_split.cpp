@@ -8,11 +8,13 @@
 
 namespace gpt {
 
+// One rank needs no balancing: zigzag on cp = 1 is the whole sequence, one chunk (so an
+// odd seq_len works there).
 ContextSplit::ContextSplit(int cp, int rank, bool zigzag, int T)
-    : cp_(cp), rank_(rank), Tc_(zigzag ? T / (2 * cp) : T / cp), zigzag_(zigzag) {
-  invariant(cp >= 1 && rank >= 0 && rank < cp && T % (zigzag ? 2 * cp : cp) == 0,
+    : cp_(cp), rank_(rank), Tc_(zigzag && cp > 1 ? T / (2 * cp) : T / cp), zigzag_(zigzag && cp > 1) {
+  invariant(cp >= 1 && rank >= 0 && rank < cp && T % (zigzag_ ? 2 * cp : cp) == 0,
             "ContextSplit: T " + std::to_string(T) + " over cp " + std::to_string(cp));
-  for (int c = 0; c < (zigzag ? 2 : 1); ++c) starts_.push_back(chunk_start(rank, c));
+  for (int c = 0; c < (zigzag_ ? 2 : 1); ++c) starts_.push_back(chunk_start(rank, c));
 }
 
 int ContextSplit::chunk_start(int rank, int c) const {
@@ -51,7 +53,7 @@ void check_context_parallel(const Config& cfg) {
   const int cp = cfg.cp;
   require(cfg.cp_split == "zigzag" || cfg.cp_split == "contiguous",
           "cp_split=" + cfg.cp_split + ": must be zigzag or contiguous");
-  const int parts = cfg.cp_split == "zigzag" ? 2 * cp : cp;
+  const int parts = cfg.cp_split == "zigzag" && cp > 1 ? 2 * cp : cp;
   require(cfg.seq_len % parts == 0, "seq_len=" + std::to_string(cfg.seq_len) + " does not divide into " +
                                         std::to_string(parts) + " chunks (cp=" + std::to_string(cp) +
                                         ", cp_split=" + cfg.cp_split + ": " +
