@@ -24,7 +24,7 @@ void SequenceParallelGrads<A>::grads_done(int unit) {
     G* g = inner_.grads(unit) - layout_.unit(unit).begin;  // grads() points at the unit's first element
     packed_.clear();
     for (auto [offset, n] : parts) packed_.insert(packed_.end(), g + offset, g + offset + n);
-    tp_.all_reduce(packed_.data(), packed_.size(), std::is_same_v<G, double> ? DType::F64 : DType::F32);
+    tp_.all_reduce(packed_.data(), packed_.size(), dtype_of<G>());
     size_t at = 0;
     for (auto [offset, n] : parts) {
       std::copy_n(packed_.begin() + int64_t(at), n, g + offset);

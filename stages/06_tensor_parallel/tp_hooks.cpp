@@ -5,20 +5,11 @@
 
 namespace gpt {
 
-namespace {
-template <class A>
-constexpr DType comm_type() {
-  if constexpr (std::is_same_v<A, double>) return DType::F64;
-  else if constexpr (std::is_same_v<A, bf16>) return DType::BF16;
-  else return DType::F32;
-}
-}  // namespace
-
 template <class A>
 const A* TensorParallelHooks<A>::gather_input(Site, const A* x, A* full, int rows, int C) {
   if (!sp_) return x;  // every rank already holds every row
   Span span("tp_all_gather", "comm");
-  tp_.all_gather(x, full, size_t(rows) * C, comm_type<A>());
+  tp_.all_gather(x, full, size_t(rows) * C, dtype_of<A>());
   return full;
 }
 
@@ -26,10 +17,10 @@ template <class A>
 A* TensorParallelHooks<A>::reduce_input_grad(Site, A* d_full, A* local, int rows, int C) {
   Span span(sp_ ? "tp_reduce_scatter" : "tp_all_reduce", "comm");
   if (!sp_) {
-    tp_.all_reduce(d_full, size_t(rows) * C, comm_type<A>());
+    tp_.all_reduce(d_full, size_t(rows) * C, dtype_of<A>());
     return d_full;
   }
-  tp_.reduce_scatter(d_full, local, size_t(rows) * C, comm_type<A>());
+  tp_.reduce_scatter(d_full, local, size_t(rows) * C, dtype_of<A>());
   return local;
 }
 
@@ -37,10 +28,10 @@ template <class A>
 A* TensorParallelHooks<A>::reduce_output(Site, A* partial, A* local, int rows, int C) {
   Span span(sp_ ? "tp_reduce_scatter" : "tp_all_reduce", "comm");
   if (!sp_) {
-    tp_.all_reduce(partial, size_t(rows) * C, comm_type<A>());
+    tp_.all_reduce(partial, size_t(rows) * C, dtype_of<A>());
     return partial;
   }
-  tp_.reduce_scatter(partial, local, size_t(rows) * C, comm_type<A>());
+  tp_.reduce_scatter(partial, local, size_t(rows) * C, dtype_of<A>());
   return local;
 }
 
@@ -48,7 +39,7 @@ template <class A>
 const A* TensorParallelHooks<A>::gather_output_grad(Site, const A* d_local, A* full, int rows, int C) {
   if (!sp_) return d_local;
   Span span("tp_all_gather", "comm");
-  tp_.all_gather(d_local, full, size_t(rows) * C, comm_type<A>());
+  tp_.all_gather(d_local, full, size_t(rows) * C, dtype_of<A>());
   return full;
 }
 

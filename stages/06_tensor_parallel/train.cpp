@@ -38,11 +38,7 @@
 #include "common/optimizer.h"
 #include "common/rank_layout.h"
 #include "common/trace.h"
-#include "stages/02_ddp/grad_sync.h"
-#include "stages/02_ddp/ring_allreduce.h"
-#include "stages/03_zero1/zero1.h"
-#include "stages/04_zero2/zero2.h"
-#include "stages/05_zero3/zero3.h"
+#include "stages/06_tensor_parallel/local_zero.h"
 #include "stages/06_tensor_parallel/sequence_parallel_grads.h"
 #include "stages/06_tensor_parallel/tp_budget.h"
 #include "stages/06_tensor_parallel/tp_hooks.h"
@@ -60,7 +56,6 @@ int train_ranks(Run& run) {
   Communicator& dp = run.mesh.dp();
   CountingCommunicator tp(run.mesh.tp());  // the technique's traffic, counted per step
   const bool sp = cfg.sequence_parallel, lead = run.lead();
-  const int zero = cfg.zero;
   const int accum = cfg.grad_accum(dp.size());
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
   Trace::global().enable(cfg.trace_file.empty() ? "" : cfg.trace_file + ".rank" + std::to_string(run.world.rank()) + ".json",
@@ -71,77 +66,35 @@ int train_ranks(Run& run) {
   TensorParallelHooks<float> hooks(tp, sp);
   // The model holds this rank's slices; with zero >= 2 the stage keeps the weights and
   // the store the gradients.
-  GPT2<float> model(cfg.model, B, T, device, precision, /*own_weights=*/zero <= 1,
-                    ModelSlice<float>{tp.size(), tp.rank(), sp, &hooks});
+  GPT2<float> model(cfg.model, B, T, device, precision, /*own_weights=*/cfg.zero <= 1,
+                    ModelSlice<float>{tp.size(), tp.rank(), sp, &hooks, {}});
   const ParamLayout& layout = model.layout();  // the local buffer's tensors and units
   const ParamLayout global(cfg.model);
   const RankLayout slices = RankLayout::tensor_parallel(global, tp.size(), tp.rank());
   const int64_t n_local = layout.total();
-  // This rank's range of the local buffer: everything with zero=0, else its dp shard.
-  const Shard shard = zero == 0 ? Shard{0, n_local} : shard_of(n_local, dp.size(), dp.rank());
-  AdamW<float> optimizer(slices, shard.begin, shard.end, /*keep_master=*/bf16);
-  DeviceArray<float> weights = [&] {  // zero 2: all local weights; zero 3: the shard's
-    const MemScope scope(MemKind::Params);
-    return DeviceArray<float>(device, size_t(zero == 2 ? n_local : zero == 3 ? shard.size() : 0));
-  }();
-  float* params = zero <= 1 ? model.params().data() : weights.data();  // the whole local buffer (not zero 3)
-  float* shard_params = zero == 3 ? weights.data() : params + shard.begin;
-  float* master = bf16 ? optimizer.master().data() : shard_params;
-  // Checkpoints: the elements of this rank's range, counted once across the world (with
-  // zero=0 every dp rank holds everything and dp rank 0 writes it).
-  const RankLayout mine = slices.range(shard.begin, shard.end, /*counted=*/zero > 0 || dp.rank() == 0);
-  const RunCheckpoints ckpt{layout,
-                            {{"param", master, 0, 0}, {"adam_m", optimizer.m().data(), 0, 0}, {"adam_v", optimizer.v().data(), 0, 0}},
-                            /*sharded=*/true,
-                            &mine};
+  // The ZeRO stage of `zero` over dp, on this rank's local buffer (local_zero.h).
+  LocalZero zero(cfg, model, slices, dp, device, bf16);
+  const RunCheckpoints ckpt{layout, zero.checkpoint_buffers(), /*sharded=*/true, &zero.range()};
 
   CheckpointState state;
   const std::string resume = resolve_resume(cfg.resume, cfg.run_dir);
   if (resume.empty()) {
-    slices.init(cfg.seed, master, shard.begin, shard.end);  // the single-device values of these slices
+    slices.init(cfg.seed, zero.master(), zero.shard().begin, zero.shard().end);  // the single-device values there
   } else {
     std::vector<LocalBuffer> buffers;
     for (const CheckpointBuffer& b : ckpt.buffers) buffers.push_back({b.kind, b.data});
-    state = load_checkpoint_local(run.world, resume, mine, buffers);  // any layout's checkpoint
+    state = load_checkpoint_local(run.world, resume, zero.range(), buffers);  // any layout's checkpoint
     if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
-  if (bf16) std::copy(master, master + shard.size(), shard_params);
-  model.store(shard_params, size_t(shard.size()));
-  if (zero == 1 || zero == 2) ring_all_gather(dp, params, size_t(n_local), DType::F32);
-
-  // The data-parallel store over the local buffer, as in stages 02-05.
-  std::unique_ptr<GradSync> sync;      // zero 0, 1
-  std::unique_ptr<Zero2Store> sharded;  // zero 2, 3 (Zero3Store is one)
-  WeightStore<float>* store = nullptr;
-  if (zero <= 1) {
-    float* grads = model.grads().data();
-    sync = std::make_unique<GradSync>(
-        layout, params, grads,
-        [&, grads, zero](float* data, size_t count) {
-          if (zero == 0) {
-            ring_all_reduce(dp, data, count, DType::F32);
-            return;
-          }
-          const int64_t begin = data - grads, end = begin + int64_t(count);
-          ring_reduce_scatter_v(dp, data, shard_bounds_within(begin, end, n_local, dp.size()), DType::F32);
-        },
-        cfg.bucket_mb);
-    store = sync.get();
-  } else if (zero == 2) {
-    sharded = std::make_unique<Zero2Store>(layout, dp, params, cfg.bucket_mb);
-    store = sharded.get();
-  } else {
-    sharded = std::make_unique<Zero3Store>(layout, dp, shard_params, cfg.bucket_mb, /*prefetch=*/true);
-    store = sharded.get();
-  }
-  SequenceParallelGrads<float> sp_grads(layout, tp, *store);
-  model.set_store(sp ? static_cast<WeightStore<float>*>(&sp_grads) : store);
+  zero.weights_from_master();
+  SequenceParallelGrads<float> sp_grads(layout, tp, zero.store());
+  model.set_store(sp ? static_cast<WeightStore<float>*>(&sp_grads) : &zero.store());
 
   MemoryLedger mem = MemoryTracker::global().peaks();
   const TpBudget budget = tp_budget(cfg, tp.size(), dp.size(), tp.rank(), dp.rank());
   if (lead) {
     std::printf("stage 06 | tp %d x dp %d (%s)%s, zero=%d | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM on this rank\n",
-                tp.size(), dp.size(), run.world.backend(), sp ? ", sequence parallel" : "", zero, device_name(device),
+                tp.size(), dp.size(), run.world.backend(), sp ? ", sequence parallel" : "", cfg.zero, device_name(device),
                 precision_name(precision), omp_get_max_threads(), double(global.total()) / 1e6, double(n_local) / 1e6);
     std::printf("batch %d sequences x %d tokens = micro-batch %d x grad_accum %d x dp %d | train %lld tokens, val %lld tokens\n",
                 cfg.batch_size, T, B, accum, dp.size(), static_cast<long long>(train_data.num_tokens()),
@@ -155,50 +108,25 @@ int train_ranks(Run& run) {
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const CommTally tp_before = tp.tally();
-    {
-      Span span("zero_grads");
-      if (sharded) sharded->zero_shard_grads();
-      else model.zero_grads();
-    }
+    zero.zero_grads();
     double loss = 0;
     for (int micro = 0; micro < accum; ++micro) {
       train_data.batch(step, micro, dp.rank(), dp.size(), B, cfg.batch_size, inputs.data(), targets.data());
       loss += double(model.forward(inputs.data(), targets.data())) / (accum * dp.size());
       const bool last = micro == accum - 1;
-      if (sync) sync->set_sync(last);    // zero 0, 1: only the last micro-step communicates over dp
-      sp_grads.set_sum(sharded || last);  // zero 2, 3 reduce every backward's gradients
+      zero.set_last_micro(last);
+      sp_grads.set_sum(zero.reduces_every_backward() || last);
       model.backward(1.0f / float(accum * dp.size()));
     }
-    {
-      Span span("wait_buckets", "comm");
-      if (sync) sync->wait();
-      else sharded->wait();
-    }
+    zero.wait();
     const CommTally tp_step = tp.tally() - tp_before;
     dp.all_reduce(&loss, 1, DType::F64);  // the mean over the global batch (the same on every tp rank)
 
     // The global norm: each rank the counted elements of its range (a tp replica or a
     // zero=0 dp replica counted once), summed over the world.
-    const float* range_grads = sharded ? sharded->shard_grads().data() : model.grads().data() + shard.begin;
-    double norm = 0;
-    {
-      Span span("grad_norm");
-      double sum = mine.counted_sum_of_squares(range_grads);
-      run.world.all_reduce(&sum, 1, DType::F64);
-      norm = std::sqrt(sum);
-    }
+    const double norm = zero.grad_norm(run.world);
     const double lr = learning_rate(cfg, step);
-    if (zero == 0) {
-      Span span("adamw");
-      optimizer.step(device, params, range_grads, lr, clip_scale(norm, cfg.grad_clip), cfg, int(step + 1), bf16);
-    } else if (zero <= 2) {
-      sharded_adamw_step(dp, device, optimizer, shard, params, range_grads, n_local, norm, lr, cfg, int(step + 1),
-                         bf16);
-    } else {
-      Span span("adamw_shard");  // updates the shard in place: the next forward gathers it
-      optimizer.step(device, shard_params, range_grads, lr, clip_scale(norm, cfg.grad_clip), cfg, int(step + 1), bf16);
-      static_cast<Zero3Store&>(*sharded).weights_updated();
-    }
+    zero.step(lr, norm, int(step + 1));
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
 
@@ -218,17 +146,8 @@ int train_ranks(Run& run) {
     after_step(run, model, val_data, dp, log, ckpt, state);
   }
 
-  // The whole model on the lead rank, for the sample: every rank writes its counted
-  // elements into zeros and the world sums them (x + 0 = x exactly).
-  std::vector<float> whole;
-  if (cfg.sample_tokens > 0) {
-    std::vector<float> local(static_cast<size_t>(n_local));
-    if (zero == 3) static_cast<Zero3Store&>(*sharded).gather_all(local.data());
-    else std::copy(params, params + n_local, local.begin());
-    whole.assign(size_t(global.total()), 0.0f);
-    slices.range(0, n_local, dp.rank() == 0).gather(local.data(), whole.data(), /*counted_only=*/true);
-    run.world.all_reduce(whole.data(), whole.size(), DType::F32);
-  }
+  std::vector<float> whole;  // the whole model, for the lead rank's sample
+  if (cfg.sample_tokens > 0) whole = gather_whole_model(run.world, slices, zero.local_weights(), dp.rank() == 0);
   end_of_run(run, model, val_data, dp, log, ckpt, state, whole.data());
   return 0;
 }

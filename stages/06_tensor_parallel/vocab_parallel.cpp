@@ -32,7 +32,7 @@ template <class A>
 void TensorParallelHooks<A>::vocab_reduce(G* row_max, G* row_sumexp, G* target_logit, int rows) {
   Span span("tp_vocab_reduce", "comm");
   const int p = tp_.size();
-  const DType t = std::is_same_v<G, double> ? DType::F64 : DType::F32;
+  const DType t = dtype_of<G>();
   maxes_.resize(size_t(rows) * p);
   tp_.all_gather(row_max, maxes_.data(), size_t(rows), t);
   sums_.resize(size_t(rows) * 2);

@@ -16,11 +16,6 @@ namespace {
 constexpr int kTagKvForward = 10, kTagKvBackward = 11, kTagDkv = 12;
 
 template <class A>
-constexpr DType comm_type() {
-  return std::is_same_v<A, double> ? DType::F64 : DType::F32;
-}
-
-template <class A>
 void ensure(DeviceArray<A>& a, size_t n) {
   if (a.size() != n) {
     const MemScope scope(MemKind::Buffers);  // the ring's message buffers
@@ -37,8 +32,8 @@ void RingAttentionHooks<A>::pack_kv(const A* qkv, size_t rows, int W) {
 template <class A>
 void RingAttentionHooks<A>::exchange(std::vector<Request>& reqs, const A* send, A* recv, size_t count, int tag) {
   const int p = cp_.size(), r = cp_.rank();
-  reqs.push_back(cp_.irecv(recv, count, comm_type<A>(), (r + p - 1) % p, tag));
-  reqs.push_back(cp_.isend(send, count, comm_type<A>(), (r + 1) % p, tag));
+  reqs.push_back(cp_.irecv(recv, count, dtype_of<A>(), (r + p - 1) % p, tag));
+  reqs.push_back(cp_.isend(send, count, dtype_of<A>(), (r + 1) % p, tag));
 }
 
 template <class A>

@@ -277,7 +277,7 @@ ModelOutcome run_model(Communicator& tp, bool sp, bool swap_q) {
   slices.scatter(whole.grads().data(), want.data());
 
   Hooks hooks(tp, sp);
-  GPT2<double> model(m, B, T, Device::CPU, Precision::FP64, true, ModelSlice<double>{tp.size(), tp.rank(), sp, &hooks});
+  GPT2<double> model(m, B, T, Device::CPU, Precision::FP64, true, ModelSlice<double>{tp.size(), tp.rank(), sp, &hooks, {}});
   Vec mine(size_t(slices.total()));
   slices.scatter(w.data(), mine.data());
   if (swap_q && tp.size() > 1) {  // Q rows of the next rank's heads

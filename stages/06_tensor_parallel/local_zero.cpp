@@ -1,0 +1,129 @@
+// The ZeRO stage over a rank-local buffer; see local_zero.h.
+#include "stages/06_tensor_parallel/local_zero.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/memory.h"
+#include "common/trace.h"
+#include "stages/02_ddp/ring_allreduce.h"
+#include "stages/03_zero1/zero1.h"
+#include "stages/05_zero3/zero3.h"
+
+namespace gpt {
+
+namespace {
+Shard range_of(int zero, int64_t n, Communicator& dp) { return zero == 0 ? Shard{0, n} : shard_of(n, dp.size(), dp.rank()); }
+}  // namespace
+
+LocalZero::LocalZero(const Config& cfg, GPT2<float>& model, const RankLayout& slices, Communicator& dp, Device device,
+                     bool bf16)
+    : cfg_(cfg),
+      model_(model),
+      dp_(dp),
+      device_(device),
+      bf16_(bf16),
+      zero_(cfg.zero),
+      n_local_(model.layout().total()),
+      shard_(range_of(cfg.zero, n_local_, dp)),
+      range_(slices.range(shard_.begin, shard_.end, /*counted=*/cfg.zero > 0 || dp.rank() == 0)),
+      optimizer_(slices, shard_.begin, shard_.end, /*keep_master=*/bf16) {
+  {
+    const MemScope scope(MemKind::Params);
+    weights_ = DeviceArray<float>(device, size_t(zero_ == 2 ? n_local_ : zero_ == 3 ? shard_.size() : 0));
+  }
+  params_ = zero_ <= 1 ? model.params().data() : weights_.data();
+  shard_params_ = zero_ == 3 ? weights_.data() : params_ + shard_.begin;
+  const ParamLayout& layout = model.layout();
+  if (zero_ <= 1) {
+    float* grads = model.grads().data();
+    const int64_t n = n_local_;
+    sync_ = std::make_unique<GradSync>(
+        layout, params_, grads,
+        [this, grads, n](float* data, size_t count) {
+          if (zero_ == 0) {
+            ring_all_reduce(dp_, data, count, DType::F32);
+            return;
+          }
+          const int64_t begin = data - grads, end = begin + int64_t(count);
+          ring_reduce_scatter_v(dp_, data, shard_bounds_within(begin, end, n, dp_.size()), DType::F32);
+        },
+        cfg.bucket_mb);
+  } else if (zero_ == 2) {
+    sharded_ = std::make_unique<Zero2Store>(layout, dp, params_, cfg.bucket_mb);
+  } else {
+    sharded_ = std::make_unique<Zero3Store>(layout, dp, shard_params_, cfg.bucket_mb, /*prefetch=*/true);
+  }
+}
+
+LocalZero::~LocalZero() = default;
+
+std::vector<CheckpointBuffer> LocalZero::checkpoint_buffers() {
+  return {{"param", master(), 0, 0}, {"adam_m", optimizer_.m().data(), 0, 0}, {"adam_v", optimizer_.v().data(), 0, 0}};
+}
+
+void LocalZero::weights_from_master() {
+  if (bf16_) std::copy(master(), master() + shard_.size(), shard_params_);
+  model_.store(shard_params_, size_t(shard_.size()));
+  if (zero_ == 1 || zero_ == 2) ring_all_gather(dp_, params_, size_t(n_local_), DType::F32);
+}
+
+WeightStore<float>& LocalZero::store() {
+  if (sync_) return *sync_;
+  return *sharded_;
+}
+
+void LocalZero::zero_grads() {
+  Span span("zero_grads");
+  if (sharded_) sharded_->zero_shard_grads();
+  else model_.zero_grads();
+}
+
+void LocalZero::set_last_micro(bool last) {
+  if (sync_) sync_->set_sync(last);  // zero 0, 1: only the last micro-step communicates over dp
+}
+
+void LocalZero::wait() {
+  Span span("wait_buckets", "comm");
+  if (sync_) sync_->wait();
+  else sharded_->wait();
+}
+
+double LocalZero::grad_norm(Communicator& world) {
+  Span span("grad_norm");
+  const float* grads = sharded_ ? sharded_->shard_grads().data() : model_.grads().data() + shard_.begin;
+  double sum = range_.counted_sum_of_squares(grads);
+  world.all_reduce(&sum, 1, DType::F64);
+  return std::sqrt(sum);
+}
+
+void LocalZero::step(double lr, double norm, int step_number) {
+  const float* grads = sharded_ ? sharded_->shard_grads().data() : model_.grads().data() + shard_.begin;
+  if (zero_ == 0) {
+    Span span("adamw");
+    optimizer_.step(device_, params_, grads, lr, clip_scale(norm, cfg_.grad_clip), cfg_, step_number, bf16_);
+  } else if (zero_ <= 2) {
+    sharded_adamw_step(dp_, device_, optimizer_, shard_, params_, grads, n_local_, norm, lr, cfg_, step_number, bf16_);
+  } else {
+    Span span("adamw_shard");  // updates the shard in place: the next forward gathers it
+    optimizer_.step(device_, shard_params_, grads, lr, clip_scale(norm, cfg_.grad_clip), cfg_, step_number, bf16_);
+    static_cast<Zero3Store&>(*sharded_).weights_updated();
+  }
+}
+
+std::vector<float> LocalZero::local_weights() {
+  std::vector<float> local(static_cast<size_t>(n_local_));
+  if (zero_ == 3) static_cast<Zero3Store&>(*sharded_).gather_all(local.data());
+  else std::copy(params_, params_ + n_local_, local.begin());
+  return local;
+}
+
+std::vector<float> gather_whole_model(Communicator& world, const RankLayout& slices, const std::vector<float>& local,
+                                      bool counted) {
+  std::vector<float> whole(size_t(slices.global().total()), 0.0f);
+  slices.range(0, slices.total(), counted).gather(local.data(), whole.data(), /*counted_only=*/true);
+  world.all_reduce(whole.data(), whole.size(), DType::F32);
+  return whole;
+}
+
+}  // namespace gpt

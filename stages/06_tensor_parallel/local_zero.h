@@ -1,0 +1,90 @@
+// The ZeRO stage of the `zero` key (0-3) over a rank-local buffer: stages 02-05's
+// data-parallel machinery, unchanged, applied to the weights a rank holds (a tensor-
+// parallel slice, stage 06; the same slice on every context-parallel rank, stage 10).
+//
+//   zero  weights (local buffer)   gradients                  optimizer state      store
+//   0     whole, the model's       whole, all-reduced          whole                GradSync (stage 02)
+//   1     whole, the model's       whole, reduce-scattered     this rank's shard    GradSync (stage 03)
+//   2     whole, kept here         shard + live buckets        this rank's shard    Zero2Store (stage 04)
+//   3     shard, kept here         shard + live buckets        this rank's shard    Zero3Store (stage 05)
+//
+// The shard of the local buffer is also a RankLayout of its own (RankLayout::range), so
+// initialisation, the counted gradient norm and checkpoints of any layout go through it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/checkpoint.h"
+#include "common/comm.h"
+#include "common/config.h"
+#include "common/gpt2.h"
+#include "common/optimizer.h"
+#include "common/rank_layout.h"
+#include "stages/02_ddp/grad_sync.h"
+#include "stages/03_zero1/shard.h"
+#include "stages/04_zero2/zero2.h"
+
+namespace gpt {
+
+class LocalZero {
+ public:
+  // model: made with own_weights = (zero <= 1); slices: the rank's part of the global
+  // tensors (model.layout() is their local layout); dp: the ranks holding the same slices.
+  LocalZero(const Config& cfg, GPT2<float>& model, const RankLayout& slices, Communicator& dp, Device device,
+            bool bf16);
+  ~LocalZero();
+
+  const Shard& shard() const { return shard_; }
+  // The elements of this rank's range, counted once across the world (with zero = 0
+  // every dp rank holds everything and dp rank 0 counts it).
+  const RankLayout& range() const { return range_; }
+  // The fp32 master weights of the range (shard().size() elements), and with the
+  // moments, for checkpoints.
+  float* master() { return bf16_ ? optimizer_.master().data() : shard_params_; }
+  std::vector<CheckpointBuffer> checkpoint_buffers();
+  // After the master weights were initialised or loaded: the compute weights from them
+  // (rounded in bf16 mode), gathered over dp where every rank keeps all of them.
+  void weights_from_master();
+  // The store the model runs through.
+  WeightStore<float>& store();
+
+  void zero_grads();
+  // Before each backward: whether it is the step's last micro-batch (zero 0 and 1
+  // communicate only then). Whether every backward's gradients are reduced (zero 2, 3).
+  void set_last_micro(bool last);
+  bool reduces_every_backward() const { return zero_ >= 2; }
+  void wait();  // the gradients' reductions of this step, done
+  // The global gradient norm: the counted elements of every rank's range, summed over `world`.
+  double grad_norm(Communicator& world);
+  // AdamW on the range (clipped by norm), the compute weights updated, gathered over dp
+  // unless zero = 3.
+  void step(double lr, double norm, int step_number);
+  // This rank's whole local buffer of compute weights (collective over dp with zero = 3).
+  std::vector<float> local_weights();
+
+ private:
+  const Config& cfg_;
+  GPT2<float>& model_;
+  Communicator& dp_;
+  Device device_;
+  bool bf16_;
+  int zero_;
+  int64_t n_local_;
+  Shard shard_;
+  RankLayout range_;
+  AdamW<float> optimizer_;
+  DeviceArray<float> weights_;  // zero 2: all local weights; zero 3: the shard's
+  float* params_;               // the whole local buffer of compute weights (not with zero 3)
+  float* shard_params_;
+  std::unique_ptr<GradSync> sync_;      // zero 0, 1
+  std::unique_ptr<Zero2Store> sharded_;  // zero 2, 3 (a Zero3Store for 3)
+};
+
+// The whole model's weights on every rank of `world`, for the sample: each rank writes
+// the counted elements of its local buffer into zeros and the world sums them (x + 0 = x
+// exactly). `counted`: whether this rank counts its replicas (one rank per replica group).
+std::vector<float> gather_whole_model(Communicator& world, const RankLayout& slices, const std::vector<float>& local,
+                                      bool counted);
+
+}  // namespace gpt
