@@ -24,34 +24,21 @@
 #include "kernels/ops.h"
 #include "stages/10_context_parallel/context_split.h"
 #include "stages/10_context_parallel/ring_attention.h"
+#include "tests/rank_checks.h"
 
 using namespace gpt;
 using Vec = std::vector<double>;
+using gpt::test::RankChecks;
+using gpt::test::sci;
 
 namespace {
 
 constexpr double kTol = 1e-12;
 constexpr int B = 2, NH = 3, hs = 8, W = NH * hs;
 const PieceContext kCtx{Device::CPU, Precision::FP64};
-int g_failures = 0, g_rank = 0;
-
-std::string sci(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", x);
-  return buf;
-}
-void expect(bool ok, const std::string& what) {
-  if (ok) return;
-  if (++g_failures <= 30) std::fprintf(stderr, "rank %d: FAILED: %s\n", g_rank, what.c_str());
-}
-double normwise(const Vec& got, const Vec& want) {
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    err = std::max(err, std::fabs(got[i] - want[i])), scale = std::max(scale, std::fabs(want[i]));
-  }
-  return scale > 0 ? err / scale : err;
-}
+RankChecks g_checks;
+void expect(bool ok, const std::string& what) { g_checks.expect(ok, what); }
+double normwise(const Vec& got, const Vec& want) { return gpt::test::normwise(got.data(), want.data(), want.size()); }
 Vec random_vec(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> d(0.0, 1.0);
@@ -125,7 +112,7 @@ int main(int argc, char** argv) {
   return run_main("ring_attention_test", [&] {
     std::unique_ptr<Communicator> world = make_world(&argc, &argv, {"auto", Device::CPU, 60.0});
     Communicator& cp = *world;
-    g_rank = cp.rank();
+    g_checks.rank = cp.rank();
     const int p = cp.size();
     for (bool zigzag : {true, false})
       for (int T : {2 * p, 40, 96}) {
@@ -156,10 +143,6 @@ int main(int argc, char** argv) {
         std::printf("cp %d, T %d: attention work slowest/mean zigzag %.3f, contiguous %.3f\n", p, T,
                     double(zmax) * p / double(zsum), double(fmax) * p / double(fsum));
     }
-    double failures = g_failures;
-    cp.all_reduce(&failures, 1, DType::F64);
-    if (cp.rank() == 0)
-      std::printf("ring_attention_test: cp %d: %s (%d failed checks)\n", p, failures == 0 ? "PASS" : "FAIL", int(failures));
-    return failures == 0 ? 0 : 1;
+    return g_checks.finish(cp, "ring_attention_test");
   });
 }

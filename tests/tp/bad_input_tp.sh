@@ -10,33 +10,14 @@ rm -rf "$WORK" && mkdir -p "$WORK"
 make_corpus "$WORK" "$PREPARE"
 failures=0
 
-# expect NAME NEEDLE NP BIN key=value...: exit status 2 and NEEDLE in the output.
-expect() {
-  local name=$1 needle=$2 np=$3 bin=$4 sets=()
-  shift 4
-  for kv in "$@"; do sets+=(--set "$kv"); done
-  local status=0
-  "$MPIEXEC" -np "$np" --oversubscribe "$bin" $(tiny_args "$WORK/data" "$WORK/run_$RANDOM") --set steps=1 \
-    --set sample_tokens=0 "${sets[@]}" > "$WORK/out.txt" 2>&1 || status=$?
-  if [ "$status" -ne 2 ]; then
-    echo "FAIL [$name]: exit status $status, expected 2"; tail -5 "$WORK/out.txt" | sed 's/^/    /'
-    failures=$((failures + 1)); return
-  fi
-  if ! grep -qF -- "$needle" "$WORK/out.txt"; then
-    echo "FAIL [$name]: the message does not name '$needle':"; sed 's/^/    /' "$WORK/out.txt" | head -8
-    failures=$((failures + 1)); return
-  fi
-  echo "ok   [$name]: $(grep -F -m1 -- "$needle" "$WORK/out.txt")"
-}
-
-expect "n_head not divisible by tp"   "tp=3 does not divide n_head=4"      3 "$TRAIN06" tp=3
-expect "tp greater than n_head"       "tp=4 is greater than n_head=2"      4 "$TRAIN06" tp=4 n_head=2
-expect "seq_len not divisible (sp)"   "seq_len=32 does not divide by tp=3" 3 "$TRAIN06" tp=3 n_head=12 n_embd=48 sequence_parallel=true
-expect "tp x dp not the ranks"        "but the job has 3 ranks"            3 "$TRAIN06" tp=2
-expect "dp x tp not the ranks"        "dp=2 x tp=2"                        2 "$TRAIN06" tp=2 dp=2
-expect "zero out of range"            "zero"                               2 "$TRAIN06" tp=2 zero=4
-expect "stage 05 refuses zero"        "zero=1: stage 05_zero3"             2 "$TRAIN05" zero=1
-expect "stage 05 refuses sp"          "sequence_parallel=true: stage 05_zero3" 2 "$TRAIN05" sequence_parallel=true
-expect "stage 05 refuses tp"          "tp=2: stage 05_zero3"               2 "$TRAIN05" tp=2
+expect_refused "n_head not divisible by tp"   "tp=3 does not divide n_head=4"      3 "$TRAIN06" tp=3
+expect_refused "tp greater than n_head"       "tp=4 is greater than n_head=2"      4 "$TRAIN06" tp=4 n_head=2
+expect_refused "seq_len not divisible (sp)"   "seq_len=32 does not divide by tp=3" 3 "$TRAIN06" tp=3 n_head=12 n_embd=48 sequence_parallel=true
+expect_refused "tp x dp not the ranks"        "but the job has 3 ranks"            3 "$TRAIN06" tp=2
+expect_refused "dp x tp not the ranks"        "dp=2 x tp=2"                        2 "$TRAIN06" tp=2 dp=2
+expect_refused "zero out of range"            "zero"                               2 "$TRAIN06" tp=2 zero=4
+expect_refused "stage 05 refuses zero"        "zero=1: stage 05_zero3"             2 "$TRAIN05" zero=1
+expect_refused "stage 05 refuses sp"          "sequence_parallel=true: stage 05_zero3" 2 "$TRAIN05" sequence_parallel=true
+expect_refused "stage 05 refuses tp"          "tp=2: stage 05_zero3"               2 "$TRAIN05" tp=2
 
 [ "$failures" -eq 0 ] && echo "all bad-input cases of stage 06 refused as they must be" || exit 1

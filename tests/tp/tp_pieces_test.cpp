@@ -40,43 +40,27 @@
 #include "common/rank_layout.h"
 #include "stages/06_tensor_parallel/sequence_parallel_grads.h"
 #include "stages/06_tensor_parallel/tp_hooks.h"
+#include "tests/rank_checks.h"
 
 using namespace gpt;
 using Vec = std::vector<double>;
+using gpt::test::normwise;
+using gpt::test::RankChecks;
+using gpt::test::sci;
 
 namespace {
 
 constexpr double kTol = 1e-11;
 constexpr int B = 2, T = 24, N = B * T;
 const PieceContext kCtx{Device::CPU, Precision::FP64};
-int g_failures = 0, g_rank = 0;
+int g_tp = 1;  // the group's size: the heads must divide by it
+RankChecks g_checks;
+void expect(bool ok, const std::string& what) { g_checks.expect(ok, what); }
 
-std::string sci(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", x);
-  return buf;
-}
-
-void expect(bool ok, const std::string& what) {
-  if (ok) return;
-  if (++g_failures <= 30) std::fprintf(stderr, "rank %d: FAILED: %s\n", g_rank, what.c_str());
-}
-
-// max |got - want| / max |want| over n values.
-double normwise(const double* got, const double* want, size_t n) {
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    err = std::max(err, std::fabs(got[i] - want[i])), scale = std::max(scale, std::fabs(want[i]));
-  }
-  return scale > 0 ? err / scale : err;
-}
 void expect_close(const double* got, const double* want, size_t n, const std::string& what) {
   const double e = normwise(got, want, n);
   expect(e <= kTol, what + ": normwise error " + sci(e));
 }
-
-int g_tp = 1;  // the group's size: the heads must divide by it
 
 // n_head 6 where tp divides it (1, 2, 3, 6); 24 heads of 4 for tp 4 and 8, which cannot
 // split 6 heads.
@@ -330,7 +314,7 @@ int main(int argc, char** argv) {
   return run_main("tp_pieces_test", [&] {
     std::unique_ptr<Communicator> world = make_world(&argc, &argv, {"auto", Device::CPU, 60.0});
     Communicator& tp = *world;
-    g_rank = tp.rank(), g_tp = tp.size();
+    g_checks.rank = tp.rank(), g_tp = tp.size();
     const ModelConfig m = test_model(1);
     for (bool sp : {false, true}) {
       test_embedding(tp, sp);
@@ -348,11 +332,6 @@ int main(int argc, char** argv) {
       }
       test_model_slices(tp, sp);
     }
-    double failures = g_failures;
-    tp.all_reduce(&failures, 1, DType::F64);
-    if (tp.rank() == 0)
-      std::printf("tp_pieces_test: tp %d: %s (%d failed checks)\n", tp.size(), failures == 0 ? "PASS" : "FAIL",
-                  int(failures));
-    return failures == 0 ? 0 : 1;
+    return g_checks.finish(tp, "tp_pieces_test");
   });
 }

@@ -20,3 +20,24 @@ tiny_args() {  # tiny_args DATA_DIR RUN_DIR
   echo --config "$ROOT/configs/tiny.json" --set device=cpu --set "train_data=$1/train.bin" \
     --set "val_data=$1/val.bin" --set "run_dir=$2" --set threads=1
 }
+
+# A multi-rank trainer refusing bad input: expect_refused NAME NEEDLE NP TRAIN key=value...
+# runs TRAIN on NP ranks (MPIEXEC, WORK set by the caller) for one step of the tiny model
+# with the given keys; passes when it exits with status 2 and its output contains
+# NEEDLE, else counts a failure in `failures`.
+expect_refused() {
+  local name=$1 needle=$2 np=$3 bin=$4 sets=() kv status=0
+  shift 4
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  "$MPIEXEC" -np "$np" --oversubscribe "$bin" $(tiny_args "$WORK/data" "$WORK/run_$RANDOM") --set steps=1 \
+    --set sample_tokens=0 "${sets[@]}" > "$WORK/out.txt" 2>&1 || status=$?
+  if [ "$status" -ne 2 ]; then
+    echo "FAIL [$name]: exit status $status, expected 2"; tail -5 "$WORK/out.txt" | sed 's/^/    /'
+    failures=$((failures + 1)); return
+  fi
+  if ! grep -qF -- "$needle" "$WORK/out.txt"; then
+    echo "FAIL [$name]: the message does not name '$needle':"; sed 's/^/    /' "$WORK/out.txt" | head -8
+    failures=$((failures + 1)); return
+  fi
+  echo "ok   [$name]: $(grep -F -m1 -- "$needle" "$WORK/out.txt")"
+}
