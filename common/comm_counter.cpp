@@ -22,12 +22,6 @@ CommTally CommTally::operator-(const CommTally& o) const {
   return d;
 }
 
-int64_t CommTally::total_bytes() const {
-  int64_t n = 0;
-  for (int64_t b : bytes) n += b;
-  return n;
-}
-
 std::string CommTally::table() const {
   std::string s;
   char line[160];

@@ -21,7 +21,6 @@ const char* comm_op_name(CommOp op);
 struct CommTally {
   std::array<int64_t, size_t(CommOp::kCount)> calls{}, bytes{};
   CommTally operator-(const CommTally& o) const;
-  int64_t total_bytes() const;
   std::string table() const;  // one line per operation used: calls and bytes
 };
 

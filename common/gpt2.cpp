@@ -125,6 +125,17 @@ void GPT2<A>::logits_row(int position, float* out) const {
 }
 
 template <class A>
+template <class F>
+void GPT2<A>::for_each_position_run(F&& f) const {
+  if (position_runs_.size() == 1) {  // consecutive positions: all B sequences in one call
+    f(size_t(0), B_, T_, position_runs_[0].pos0);
+    return;
+  }
+  for (int b = 0; b < B_; ++b)  // chunks of the sequence: each run of consecutive positions on its own
+    for (const PositionRun& run : position_runs_) f(size_t(b) * T_ + size_t(run.t0), 1, run.length, run.pos0);
+}
+
+template <class A>
 GradOf<A> GPT2<A>::forward(const int32_t* inputs, const int32_t* targets) {
   return forward_pass(inputs, targets, true);
 }
@@ -164,17 +175,10 @@ GradOf<A> GPT2<A>::forward_pass(const int32_t* inputs, const int32_t* targets, b
   // The embedding of this rank's vocabulary rows, for all N rows: a partial sum under
   // tensor parallelism, reduced like a row-parallel product's.
   A* embedded = embedded_.empty() ? encoded_.data() : embedded_.data();
-  if (position_runs_.size() == 1) {
-    embedding_piece_forward(ctx_, embedded, inputs_.data(), PE(layout_.wte()), vocab,
-                            adds_shared ? PE(layout_.wpe()) : nullptr, position_runs_[0].pos0, B_, T_, C, Vp);
-  } else {  // chunks of the sequence: each run of consecutive positions on its own
-    for (int b = 0; b < B_; ++b)
-      for (const PositionRun& run : position_runs_) {
-        const size_t row = size_t(b) * T_ + size_t(run.t0);
-        embedding_piece_forward(ctx_, embedded + row * C, inputs_.data() + row, PE(layout_.wte()), vocab,
-                                adds_shared ? PE(layout_.wpe()) : nullptr, run.pos0, 1, run.length, C, Vp);
-      }
-  }
+  for_each_position_run([&](size_t row, int B, int T, int pos0) {
+    embedding_piece_forward(ctx_, embedded + row * C, inputs_.data() + row, PE(layout_.wte()), vocab,
+                            adds_shared ? PE(layout_.wpe()) : nullptr, pos0, B, T, C, Vp);
+  });
   A* reduced = hooks_->reduce_output(Site::Embedding, embedded, encoded_.data(), R, C);
   invariant(reduced == encoded_.data(), "GPT2: the embedding's reduction must land in the residual stream");
   ctx_.round(encoded_.data(), size_t(R) * C);
@@ -241,17 +245,10 @@ void GPT2<A>::backward(G loss_scale) {
   // Every rank needs the gradient of all N rows of the embedding (its vocabulary rows
   // may be any token's); every rank computes wpe's gradient from it (the same on each).
   const A* d_embedded = hooks_->gather_output_grad(Site::Embedding, d_resid_.data(), scratch_.d_full.data(), R, C);
-  if (position_runs_.size() == 1) {
-    embedding_piece_backward(ctx_, GE(layout_.wte()), GE(layout_.wpe()), d_embedded, inputs_.data(), vocab,
-                             position_runs_[0].pos0, B_, T_, C, Vp);
-  } else {
-    for (int b = 0; b < B_; ++b)
-      for (const PositionRun& run : position_runs_) {
-        const size_t row = size_t(b) * T_ + size_t(run.t0);
-        embedding_piece_backward(ctx_, GE(layout_.wte()), GE(layout_.wpe()), d_embedded + row * C,
-                                 inputs_.data() + row, vocab, run.pos0, 1, run.length, C, Vp);
-      }
-  }
+  for_each_position_run([&](size_t row, int B, int T, int pos0) {
+    embedding_piece_backward(ctx_, GE(layout_.wte()), GE(layout_.wpe()), d_embedded + row * C, inputs_.data() + row,
+                             vocab, pos0, B, T, C, Vp);
+  });
   store_->grads_done(embed);
   store_->release(embed, Pass::Backward);
   have_targets_ = false;  // d_logits was consumed

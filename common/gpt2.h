@@ -183,6 +183,10 @@ class GPT2 {
     int t0, length, pos0;
   };
   std::vector<PositionRun> position_runs_;
+  // Calls f(first row, sequences, tokens, position of the first) for each piece of the
+  // embedding: one call for B sequences of consecutive positions, else one per run.
+  template <class F>
+  void for_each_position_run(F&& f) const;
   std::vector<G> host_losses_;
   bool have_targets_ = false;
   G forward_pass(const int32_t* inputs, const int32_t* targets, bool for_backward);
