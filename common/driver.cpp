@@ -143,22 +143,28 @@ std::string write_checkpoint(Run& run, Communicator& dp, const RunCheckpoints& c
 
 }  // namespace
 
-void after_step(Run& run, GPT2<float>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
-                const RunCheckpoints& ckpt, const CheckpointState& state) {
+void after_step(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,
+                const CheckpointState& state) {
   const Config& cfg = run.cfg;
   if (state.step >= cfg.steps) return;  // the end of the run has its own
   if (cfg.val_every > 0 && cfg.val_batches > 0 && state.step % cfg.val_every == 0) {
-    const double val_loss = validation_loss(model, val, cfg.val_batches, dp, run.part);
+    const double val_loss = validate();
     if (run.lead()) log.validation(state.step, val_loss);
   }
   if (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0) write_checkpoint(run, dp, ckpt, state);
 }
 
-void end_of_run(Run& run, GPT2<float>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
-                const RunCheckpoints& ckpt, CheckpointState& state, const float* weights) {
+void after_step(Run& run, GPT2<float>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
+                const RunCheckpoints& ckpt, const CheckpointState& state) {
+  const Validation validate = [&] { return validation_loss(model, val, run.cfg.val_batches, dp, run.part); };
+  after_step(run, validate, dp, log, ckpt, state);
+}
+
+void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,
+                CheckpointState& state, const float* weights, int sample_len) {
   const Config& cfg = run.cfg;
   if (cfg.val_batches > 0) {
-    const double val_loss = validation_loss(model, val, cfg.val_batches, dp, run.part);
+    const double val_loss = validate();
     if (run.lead()) log.validation(state.step, val_loss);
   }
   if (cfg.checkpoint_at_end) {
@@ -166,13 +172,19 @@ void end_of_run(Run& run, GPT2<float>& model, const DataLoader& val, Communicato
     if (run.lead()) std::printf("checkpoint: %s\n", path.c_str());
   }
   if (cfg.sample_tokens > 0 && run.lead()) {
-    GPT2<float> sampler(cfg.model, 1, model.seq_len(), run.device, run.precision);
+    GPT2<float> sampler(cfg.model, 1, sample_len, run.device, run.precision);
     sampler.set_params(weights);
     const std::string text = sample_text(sampler, cfg, state.sample_counter);
     std::printf("---- sample (temperature %.2f, top-k %d) ----\n%s\n----\n", cfg.temperature, cfg.top_k, text.c_str());
     log.sample(state.step, text);
   }
   Trace::global().write();
+}
+
+void end_of_run(Run& run, GPT2<float>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
+                const RunCheckpoints& ckpt, CheckpointState& state, const float* weights) {
+  const Validation validate = [&] { return validation_loss(model, val, run.cfg.val_batches, dp, run.part); };
+  end_of_run(run, validate, dp, log, ckpt, state, weights, model.seq_len());
 }
 
 }  // namespace gpt

@@ -11,6 +11,7 @@
 //   end_of_run(...)     the last validation loss, the final checkpoint, the sample
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -95,13 +96,23 @@ struct RunCheckpoints {
   const RankLayout* local = nullptr;
 };
 
+// How a stage computes its validation loss over cfg.val_batches batches, called on every
+// rank (it may communicate); the lead rank's result is logged. The model-taking
+// overloads below use validation_loss; a pipeline runs its own through its stages.
+using Validation = std::function<double()>;
+
 // After step `state.step` finished: the validation loss every val_every steps and a
 // checkpoint every checkpoint_every steps (not after the last step: end_of_run does).
+void after_step(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,
+                const CheckpointState& state);
 void after_step(Run& run, GPT2<float>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
                 const RunCheckpoints& ckpt, const CheckpointState& state);
 
 // After the last step: the validation loss, the final checkpoint and, on the lead rank,
-// a sample from `weights` (the whole model's compute weights on the lead rank).
+// a sample from `weights` (the whole model's compute weights on the lead rank) with a
+// context of `sample_len` tokens.
+void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,
+                CheckpointState& state, const float* weights, int sample_len);
 void end_of_run(Run& run, GPT2<float>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
                 const RunCheckpoints& ckpt, CheckpointState& state, const float* weights);
 

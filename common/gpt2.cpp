@@ -29,7 +29,7 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
               bool own_weights, ModelSlice<A> slice)
     : model_(model),
       slice_(slice),
-      layout_(model, slice.tp, slice.rank),
+      layout_(model, slice.tp, slice.rank, slice.layers),
       B_(batch),
       T_(seq_len),
       rows_(slice.sequence_parallel ? batch * seq_len / slice.tp : batch * seq_len),
@@ -45,6 +45,7 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
   invariant(!slice.sequence_parallel || (batch * seq_len) % slice.tp == 0,
             "GPT2: sequence parallelism needs B*T divisible by tp");
   invariant(hooks_->full_rows(rows_) == batch * seq_len, "GPT2: the hooks' full_rows do not match the slice");
+  invariant(slice.in_flight >= 1, "GPT2: at least one micro-batch in flight");
   if (slice.positions.empty()) {
     position_runs_.push_back({0, T_, 0});
   } else {
@@ -74,14 +75,18 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
   flat_ = FlatStore<A>(layout_, params_.data(), grads_.data());
   const MemScope scope(MemKind::Activations);  // everything below: activations and their gradients
   // Without sequence parallelism the embedding's partial sums are all-reduced in place
-  // in encoded_; with it they are reduce-scattered from embedded_ into encoded_.
-  encoded_ = DeviceArray<A>(d, size_t(R) * C);
-  if (R != N) embedded_ = DeviceArray<A>(d, size_t(N) * C);
-  for (int l = 0; l < model.n_layer; ++l) blocks_.emplace_back(d, dims_, B_, T_, R);
-  head_ = HeadActivations<A>(d, C, R, N, vocab_, /*train=*/true, hooks_->vocab_parallel());
+  // in the slot's input; with it they are reduce-scattered from embedded_ into it.
+  if (R != N && first_stage()) embedded_ = DeviceArray<A>(d, size_t(N) * C);
+  slots_.resize(size_t(slice.in_flight));
+  for (MicroBatch& mb : slots_) {
+    mb.input = DeviceArray<A>(d, size_t(R) * C);
+    for (int l = layout_.layer_begin(); l < layout_.layer_end(); ++l) mb.blocks.emplace_back(d, dims_, B_, T_, R);
+    if (last_stage()) mb.head = HeadActivations<A>(d, C, R, N, vocab_, /*train=*/true, hooks_->vocab_parallel());
+    mb.d_resid = DeviceArray<A>(d, size_t(R) * C);
+    if (first_stage()) mb.inputs = DeviceArray<int32_t>(d, size_t(N));
+    if (last_stage()) mb.targets = DeviceArray<int32_t>(d, size_t(N));
+  }
   scratch_ = BlockScratch<A>(d, dims_, N, R);
-  d_resid_ = DeviceArray<A>(d, size_t(R) * C);
-  inputs_ = DeviceArray<int32_t>(d, size_t(N)), targets_ = DeviceArray<int32_t>(d, size_t(N));
   host_losses_.resize(size_t(N));
 }
 
@@ -113,10 +118,10 @@ void GPT2<A>::logits_row(int position, float* out) const {
   invariant(slice_.tp == 1, "logits_row: a tensor-parallel rank holds only its vocabulary columns");
   const size_t Vp = size_t(model_.padded_vocab());
   if constexpr (std::is_same_v<A, float>) {
-    head_.logits.copy_to_host(out, Vp, size_t(position) * Vp);
+    slots_[0].head.logits.copy_to_host(out, Vp, size_t(position) * Vp);
   } else {
     std::vector<A> row(Vp);
-    head_.logits.copy_to_host(row.data(), Vp, size_t(position) * Vp);
+    slots_[0].head.logits.copy_to_host(row.data(), Vp, size_t(position) * Vp);
     for (size_t i = 0; i < Vp; ++i) {
       if constexpr (std::is_same_v<A, bf16>) out[i] = cpu::bf16_to_float(row[i].bits);
       else out[i] = float(row[i]);
@@ -137,31 +142,45 @@ void GPT2<A>::for_each_position_run(F&& f) const {
 
 template <class A>
 GradOf<A> GPT2<A>::forward(const int32_t* inputs, const int32_t* targets) {
-  return forward_pass(inputs, targets, true);
+  return forward_micro(0, inputs, targets, true);
 }
 
 template <class A>
 GradOf<A> GPT2<A>::evaluate(const int32_t* inputs, const int32_t* targets) {
   invariant(targets != nullptr, "evaluate() needs targets");
-  return forward_pass(inputs, targets, false);
+  return forward_micro(0, inputs, targets, false);
 }
 
 template <class A>
-GradOf<A> GPT2<A>::forward_pass(const int32_t* inputs, const int32_t* targets, bool for_backward) {
+void GPT2<A>::backward(G loss_scale) {
+  backward_micro(0, loss_scale);
+}
+
+template <class A>
+GradOf<A> GPT2<A>::forward_micro(int slot, const int32_t* inputs, const int32_t* targets, bool for_backward) {
   Span span("forward");
-  const int L = model_.n_layer, C = model_.n_embd, V = model_.vocab_size, Vp = model_.padded_vocab();
+  invariant(slot >= 0 && slot < in_flight(), "forward_micro: slot " + std::to_string(slot) + " of " +
+                                                 std::to_string(in_flight()));
+  MicroBatch& mb = slots_[size_t(slot)];
+  const int l0 = layout_.layer_begin(), l1 = layout_.layer_end();
+  const int C = model_.n_embd, V = model_.vocab_size, Vp = model_.padded_vocab();
   const int N = B_ * T_, R = rows_;
-  for (int i = 0; i < N; ++i) {
-    require(inputs[i] >= 0 && inputs[i] < V,
-            "input token " + std::to_string(inputs[i]) + " is outside the vocabulary [0, " +
-                std::to_string(V) + ")");
-    if (targets)
-      require(targets[i] >= 0 && targets[i] < V,
-              "target token " + std::to_string(targets[i]) + " is outside the vocabulary");
+  auto check_tokens = [&](const int32_t* tokens, const char* what) {
+    for (int i = 0; i < N; ++i)
+      require(tokens[i] >= 0 && tokens[i] < V, std::string(what) + " token " + std::to_string(tokens[i]) +
+                                                   " is outside the vocabulary [0, " + std::to_string(V) + ")");
+  };
+  if (first_stage()) {
+    invariant(inputs != nullptr, "forward: the first stage needs the input tokens");
+    check_tokens(inputs, "input");
+    mb.inputs.copy_from_host(inputs, size_t(N));
   }
-  inputs_.copy_from_host(inputs, size_t(N));
-  have_targets_ = targets != nullptr && for_backward;
-  if (targets) targets_.copy_from_host(targets, size_t(N));
+  const bool with_loss = last_stage() && targets != nullptr;
+  if (with_loss) {
+    check_tokens(targets, "target");
+    mb.targets.copy_from_host(targets, size_t(N));
+  }
+  mb.have_targets = for_backward && (with_loss || !last_stage());
   const VocabRange vocab = vocab_;
   // Only one rank of a tensor-parallel group adds what every rank holds whole (wpe, the
   // row-parallel biases): the reductions after them must count it once.
@@ -172,44 +191,51 @@ GradOf<A> GPT2<A>::forward_pass(const int32_t* inputs, const int32_t* targets, b
   const A* pe = store_->acquire(embed, Pass::Forward);
   auto PE = [&](int64_t off) { return pe + (off - layout_.unit(embed).begin); };
 
-  // The embedding of this rank's vocabulary rows, for all N rows: a partial sum under
-  // tensor parallelism, reduced like a row-parallel product's.
-  A* embedded = embedded_.empty() ? encoded_.data() : embedded_.data();
-  for_each_position_run([&](size_t row, int B, int T, int pos0) {
-    embedding_piece_forward(ctx_, embedded + row * C, inputs_.data() + row, PE(layout_.wte()), vocab,
-                            adds_shared ? PE(layout_.wpe()) : nullptr, pos0, B, T, C, Vp);
-  });
-  A* reduced = hooks_->reduce_output(Site::Embedding, embedded, encoded_.data(), R, C);
-  invariant(reduced == encoded_.data(), "GPT2: the embedding's reduction must land in the residual stream");
-  ctx_.round(encoded_.data(), size_t(R) * C);
-  for (int l = 0; l < L; ++l) {
+  if (first_stage()) {
+    // The embedding of this rank's vocabulary rows, for all N rows: a partial sum under
+    // tensor parallelism, reduced like a row-parallel product's.
+    A* embedded = embedded_.empty() ? mb.input.data() : embedded_.data();
+    for_each_position_run([&](size_t row, int B, int T, int pos0) {
+      embedding_piece_forward(ctx_, embedded + row * C, mb.inputs.data() + row, PE(layout_.wte()), vocab,
+                              adds_shared ? PE(layout_.wpe()) : nullptr, pos0, B, T, C, Vp);
+    });
+    A* reduced = hooks_->reduce_output(Site::Embedding, embedded, mb.input.data(), R, C);
+    invariant(reduced == mb.input.data(), "GPT2: the embedding's reduction must land in the residual stream");
+    ctx_.round(mb.input.data(), size_t(R) * C);
+  }
+  for (int l = l0; l < l1; ++l) {
     const int unit = layout_.block_unit(l);
     const A* pb = store_->acquire(unit, Pass::Forward);
     BlockWeights<A> w = block_tensors(layout_.block(l), pb, layout_.unit(unit).begin);
     if (!adds_shared) w.attproj_b = w.fcproj_b = nullptr;
-    block_forward(ctx_, dims_, w, block_input(l), blocks_[size_t(l)], scratch_, *hooks_, B_, T_, R);
+    block_forward(ctx_, dims_, w, block_input(mb, l), mb.blocks[size_t(l - l0)], scratch_, *hooks_, B_, T_, R);
     store_->release(unit, Pass::Forward);
   }
   const A* pf = store_->acquire(final, Pass::Forward);
   auto PF = [&](int64_t off) { return pf + (off - layout_.unit(final).begin); };
-  head_forward(ctx_, block_input(L), PF(layout_.lnf_w()), PF(layout_.lnf_b()), PE(layout_.wte()), vocab, head_,
-               *hooks_, R, C);
+  if (last_stage())
+    head_forward(ctx_, block_input(mb, l1), PF(layout_.lnf_w()), PF(layout_.lnf_b()), PE(layout_.wte()), vocab,
+                 mb.head, *hooks_, R, C);
   store_->release(final, Pass::Forward);
   store_->release(embed, Pass::Forward);
-  if (!targets) return G(0);
+  if (!with_loss) return G(0);
   // The gradient of the mean loss is written now (fused), scaled in backward().
-  head_loss(ctx_, head_, targets_.data(), vocab, V, *hooks_, R, for_backward);
-  head_.losses.copy_to_host(host_losses_.data(), size_t(N));
+  head_loss(ctx_, mb.head, mb.targets.data(), vocab, V, *hooks_, R, for_backward);
+  mb.head.losses.copy_to_host(host_losses_.data(), size_t(N));
   G sum = 0;
   for (int i = 0; i < N; ++i) sum += host_losses_[size_t(i)];
   return sum / G(N);
 }
 
 template <class A>
-void GPT2<A>::backward(G loss_scale) {
+void GPT2<A>::backward_micro(int slot, G loss_scale) {
   Span span("backward");
-  invariant(have_targets_, "backward() needs a forward() with targets");
-  const int L = model_.n_layer, C = model_.n_embd, Vp = model_.padded_vocab(), N = B_ * T_, R = rows_;
+  invariant(slot >= 0 && slot < in_flight(), "backward_micro: slot " + std::to_string(slot) + " of " +
+                                                  std::to_string(in_flight()));
+  MicroBatch& mb = slots_[size_t(slot)];
+  invariant(mb.have_targets, "backward() needs a forward() with targets");
+  const int l0 = layout_.layer_begin(), l1 = layout_.layer_end();
+  const int C = model_.n_embd, Vp = model_.padded_vocab(), N = B_ * T_, R = rows_;
   const VocabRange vocab = vocab_;
   const bool adds_shared = slice_.rank == 0;
   const int embed = ParamLayout::kEmbeddingUnit, final = layout_.final_unit();
@@ -223,35 +249,40 @@ void GPT2<A>::backward(G loss_scale) {
   auto GF = [&](int64_t off) { return gf + (off - layout_.unit(final).begin); };
 
   // d loss / d logits: forward() left dloss = 1 per position; the mean over N positions
-  // and the accumulation factor scale it.
-  head_backward(ctx_, block_input(L), PF(layout_.lnf_w()), PE(layout_.wte()), GF(layout_.lnf_w()),
-                GF(layout_.lnf_b()), GE(layout_.wte()), vocab, head_, double(loss_scale / G(N)), d_resid_.data(),
-                scratch_, *hooks_, R, C);
+  // and the accumulation factor scale it. A stage before the last has received the
+  // gradient of its output in d_resid instead.
+  if (last_stage())
+    head_backward(ctx_, block_input(mb, l1), PF(layout_.lnf_w()), PE(layout_.wte()), GF(layout_.lnf_w()),
+                  GF(layout_.lnf_b()), GE(layout_.wte()), vocab, mb.head, double(loss_scale / G(N)),
+                  mb.d_resid.data(), scratch_, *hooks_, R, C);
   store_->grads_done(final);
   store_->release(final, Pass::Backward);
 
-  for (int l = L - 1; l >= 0; --l) {
+  for (int l = l1 - 1; l >= l0; --l) {
     const int unit = layout_.block_unit(l);
     const A* pb = store_->acquire(unit, Pass::Backward);
     G* gb = store_->grads(unit);
     const int64_t begin = layout_.unit(unit).begin;
     BlockWeights<A> w = block_tensors(layout_.block(l), pb, begin);
     if (!adds_shared) w.attproj_b = w.fcproj_b = nullptr;
-    block_backward(ctx_, dims_, w, block_tensors(layout_.block(l), gb, begin), block_input(l), blocks_[size_t(l)],
-                   d_resid_.data(), scratch_, *hooks_, B_, T_, R);
+    block_backward(ctx_, dims_, w, block_tensors(layout_.block(l), gb, begin), block_input(mb, l),
+                   mb.blocks[size_t(l - l0)], mb.d_resid.data(), scratch_, *hooks_, B_, T_, R);
     store_->release(unit, Pass::Backward);
     store_->grads_done(unit);
   }
-  // Every rank needs the gradient of all N rows of the embedding (its vocabulary rows
-  // may be any token's); every rank computes wpe's gradient from it (the same on each).
-  const A* d_embedded = hooks_->gather_output_grad(Site::Embedding, d_resid_.data(), scratch_.d_full.data(), R, C);
-  for_each_position_run([&](size_t row, int B, int T, int pos0) {
-    embedding_piece_backward(ctx_, GE(layout_.wte()), GE(layout_.wpe()), d_embedded + row * C, inputs_.data() + row,
-                             vocab, pos0, B, T, C, Vp);
-  });
+  if (first_stage()) {
+    // Every rank needs the gradient of all N rows of the embedding (its vocabulary rows
+    // may be any token's); every rank computes wpe's gradient from it (the same on each).
+    const A* d_embedded =
+        hooks_->gather_output_grad(Site::Embedding, mb.d_resid.data(), scratch_.d_full.data(), R, C);
+    for_each_position_run([&](size_t row, int B, int T, int pos0) {
+      embedding_piece_backward(ctx_, GE(layout_.wte()), GE(layout_.wpe()), d_embedded + row * C,
+                               mb.inputs.data() + row, vocab, pos0, B, T, C, Vp);
+    });
+  }
   store_->grads_done(embed);
   store_->release(embed, Pass::Backward);
-  have_targets_ = false;  // d_logits was consumed
+  mb.have_targets = false;  // d_logits was consumed
 }
 
 template <class A>
@@ -264,8 +295,11 @@ size_t GPT2<A>::grad_bytes() const {
 }
 template <class A>
 size_t GPT2<A>::activation_bytes() const {
-  size_t n = encoded_.bytes() + embedded_.bytes() + head_.bytes() + scratch_.bytes() + d_resid_.bytes();
-  for (const BlockActivations<A>& b : blocks_) n += b.bytes();
+  size_t n = embedded_.bytes() + scratch_.bytes();
+  for (const MicroBatch& mb : slots_) {
+    n += mb.input.bytes() + mb.head.bytes() + mb.d_resid.bytes();
+    for (const BlockActivations<A>& b : mb.blocks) n += b.bytes();
+  }
   return n;
 }
 

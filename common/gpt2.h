@@ -73,12 +73,19 @@ class FlatStore : public WeightStore<A> {
 // Context parallelism gives a rank some chunks of each sequence: `positions` holds the
 // position in the whole sequence of each of the seq_len tokens the rank runs (empty: 0,
 // 1, ...), and the hooks' attention brings the other chunks' keys and values.
+//
+// Pipeline parallelism gives a rank a range of `layers` (a stage: the first also runs the
+// embedding, the last the head and the loss) and lets `in_flight` micro-batches be
+// between their forward and their backward at once: each keeps its own activations in a
+// slot (forward_micro / backward_micro below), which is where a schedule's memory goes.
 template <class A>
 struct ModelSlice {
   int tp = 1, rank = 0;
   bool sequence_parallel = false;
   ModelHooks<A>* hooks = nullptr;  // required when tp > 1
   std::vector<int> positions;      // context parallelism: each local token's position
+  LayerRange layers;               // pipeline parallelism: this stage's layers (default: all)
+  int in_flight = 1;               // micro-batches whose activations are kept at once
 };
 
 template <class A>
@@ -128,6 +135,25 @@ class GPT2 {
   // k micro-batches, loss_scale = 1/k gives the gradient of the mean over all of them.
   void backward(G loss_scale);
 
+  // A pipeline stage's passes over one micro-batch, its activations kept in `slot` (of
+  // in_flight slots) from its forward to its backward; forward() and backward() are
+  // slot 0 of the whole model. forward_micro reads the tokens on the first stage and
+  // stage_input(slot) on the others; on the last stage it computes the loss (the
+  // micro-batch's mean, returned; targets needed) and elsewhere returns 0, leaving the
+  // stage's output in stage_output(slot). Without for_backward it only evaluates.
+  // backward_micro reads the gradient of the stage's output from output_grad(slot) (the
+  // last stage: from its loss) and leaves the gradient of the stage's input there (the
+  // first stage: consumed by the embedding's backward).
+  G forward_micro(int slot, const int32_t* inputs, const int32_t* targets, bool for_backward = true);
+  void backward_micro(int slot, G loss_scale);
+  bool first_stage() const { return layout_.has_embeddings(); }
+  bool last_stage() const { return layout_.has_head(); }
+  int in_flight() const { return int(slots_.size()); }
+  // rows() x C values each, device memory.
+  A* stage_input(int slot) { return slots_[size_t(slot)].input.data(); }
+  const A* stage_output(int slot) const { return slots_[size_t(slot)].blocks.back().resid3.data(); }
+  A* output_grad(int slot) { return slots_[size_t(slot)].d_resid.data(); }
+
   void zero_grads();
 
   // Routes weights and gradients through another store (nullptr: the model's own flat
@@ -142,10 +168,10 @@ class GPT2 {
   // Logits of the last forward, (B, T, vocab().size()) in the model's device memory:
   // this rank's columns; columns >= V are padding. logits_row copies row `position`
   // (the whole model's Vp values) to host memory as float.
-  const A* logits() const { return head_.logits.data(); }
+  const A* logits() const { return slots_[0].head.logits.data(); }
   void logits_row(int position, float* out) const;
   // Per-position losses of the last forward, (B, T), device memory.
-  const G* losses() const { return head_.losses.data(); }
+  const G* losses() const { return slots_[0].head.losses.data(); }
 
   // Bytes held, by kind (for the memory ledger).
   size_t param_bytes() const;
@@ -168,15 +194,21 @@ class GPT2 {
   DeviceArray<G> grads_;
   FlatStore<A> flat_{layout_, nullptr, nullptr};
   WeightStore<A>* store_ = &flat_;
-  // Activations of the one micro-batch: the embedding's output, each block's, the
-  // head's; the residual stream's gradient and the blocks' shared scratch for backward.
-  DeviceArray<A> encoded_;
+  // What one micro-batch keeps from its forward to its backward: the stage's input (the
+  // embedding's output, or the activation received from the stage before), each block's
+  // activations, the head's (last stage), its tokens (first stage) and targets (last),
+  // and the residual stream's gradient (received from the stage after, on the others).
+  struct MicroBatch {
+    DeviceArray<A> input;
+    std::vector<BlockActivations<A>> blocks;
+    HeadActivations<A> head;
+    DeviceArray<int32_t> inputs, targets;
+    DeviceArray<A> d_resid;
+    bool have_targets = false;
+  };
+  std::vector<MicroBatch> slots_;
   DeviceArray<A> embedded_;  // sequence parallelism: the embedding's partial sums over all rows
-  std::vector<BlockActivations<A>> blocks_;
-  HeadActivations<A> head_;
-  BlockScratch<A> scratch_;
-  DeviceArray<A> d_resid_;
-  DeviceArray<int32_t> inputs_, targets_;
+  BlockScratch<A> scratch_;  // shared by every block's pass
   // Runs of consecutive positions among the local tokens: (first local t, length,
   // position of the first); one run [0, T) at position 0 without context parallelism.
   struct PositionRun {
@@ -188,9 +220,11 @@ class GPT2 {
   template <class F>
   void for_each_position_run(F&& f) const;
   std::vector<G> host_losses_;
-  bool have_targets_ = false;
-  G forward_pass(const int32_t* inputs, const int32_t* targets, bool for_backward);
-  const A* block_input(int l) const { return l == 0 ? encoded_.data() : blocks_[size_t(l - 1)].resid3.data(); }
+  // The input of layer l (in [layers.begin, layers.end]: the last is the head's input).
+  const A* block_input(const MicroBatch& mb, int l) const {
+    const int i = l - layout_.layer_begin();
+    return i == 0 ? mb.input.data() : mb.blocks[size_t(i - 1)].resid3.data();
+  }
 };
 
 }  // namespace gpt

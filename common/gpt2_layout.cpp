@@ -27,20 +27,27 @@ int64_t ParamLayout::add(const std::string& name, std::vector<int64_t> shape, in
   return tensors_.back().offset;
 }
 
-ParamLayout::ParamLayout(const ModelConfig& m) : ParamLayout(m, 1, 0) {}
+ParamLayout::ParamLayout(const ModelConfig& m) : ParamLayout(m, 1, 0, LayerRange{}) {}
 
-ParamLayout::ParamLayout(const ModelConfig& m, int tp, int tp_rank) : model_(m), tp_(tp) {
+ParamLayout::ParamLayout(const ModelConfig& m, int tp, int tp_rank) : ParamLayout(m, tp, tp_rank, LayerRange{}) {}
+
+ParamLayout::ParamLayout(const ModelConfig& m, int tp, int tp_rank, LayerRange layers)
+    : model_(m), tp_(tp), l0_(layers.begin), l1_(layers.end < 0 ? m.n_layer : layers.end) {
   require(tp >= 1 && m.n_head % tp == 0, "tp=" + std::to_string(tp) + " must divide n_head=" + std::to_string(m.n_head) +
                                              " (each tensor-parallel rank takes whole heads)");
   invariant(tp_rank >= 0 && tp_rank < tp, "ParamLayout: tp rank " + std::to_string(tp_rank) + " of " + std::to_string(tp));
   const int64_t C = m.n_embd, L = m.n_layer, W = C / tp, F = 4 * C / tp;
+  invariant(0 <= l0_ && l0_ < l1_ && l1_ <= L, "ParamLayout: layers [" + std::to_string(l0_) + ", " +
+                                                  std::to_string(l1_) + ") of " + std::to_string(L));
   const VocabRange vocab = vocab_range(m, tp, tp_rank);
   const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * double(L));
-  wte_ = add("wte", {vocab.size(), C}, -1, true, Init::Normal, std);
-  tensors_.back().init_rows = m.vocab_size - vocab.begin;  // padding rows stay zero
-  wpe_ = add("wpe", {m.block_size, C}, -1, true, Init::Normal, std);
+  if (has_embeddings() || has_head()) {
+    wte_ = add("wte", {vocab.size(), C}, -1, true, Init::Normal, std);
+    tensors_.back().init_rows = m.vocab_size - vocab.begin;  // padding rows stay zero
+  }
+  if (has_embeddings()) wpe_ = add("wpe", {m.block_size, C}, -1, true, Init::Normal, std);
   units_.push_back({0, total_});
-  for (int l = 0; l < L; ++l) {
+  for (int l = l0_; l < l1_; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     BlockParams b;
     b.ln1_w = add(p + "ln_1.weight", {C}, l, false, Init::Ones);
@@ -58,9 +65,12 @@ ParamLayout::ParamLayout(const ModelConfig& m, int tp, int tp_rank) : model_(m),
     blocks_.push_back(b);
     units_.push_back({b.ln1_w, total_});
   }
-  lnf_w_ = add("ln_f.weight", {C}, -1, false, Init::Ones);
-  lnf_b_ = add("ln_f.bias", {C}, -1, false, Init::Zeros);
-  units_.push_back({lnf_w_, total_});
+  const int64_t final_begin = total_;
+  if (has_head()) {
+    lnf_w_ = add("ln_f.weight", {C}, -1, false, Init::Ones);
+    lnf_b_ = add("ln_f.bias", {C}, -1, false, Init::Zeros);
+  }
+  units_.push_back({final_begin, total_});
 }
 
 const ParamTensor& ParamLayout::find(const std::string& name) const {
@@ -71,7 +81,7 @@ const ParamTensor& ParamLayout::find(const std::string& name) const {
 
 template <class T>
 void ParamLayout::init_range(uint64_t seed, int64_t begin, int64_t end, T* out) const {
-  invariant(tp_ == 1, "ParamLayout::init_range: a tensor-parallel slice initialises through RankLayout::init");
+  invariant(is_whole(), "ParamLayout::init_range: a tensor-parallel slice or a pipeline stage initialises through RankLayout::init");
   for (const ParamTensor& t : tensors_) {
     const int64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
     if (lo >= hi) continue;

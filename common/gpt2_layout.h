@@ -25,6 +25,13 @@ namespace gpt {
 
 enum class Init { Normal, Zeros, Ones };
 
+// Layers [begin, end) of the model a pipeline stage runs; end -1 means n_layer (all). The
+// stage holding layer 0 also holds the embeddings, the one holding the last layer ln_f
+// and the tied LM head (wte, which so lives on the first and the last stage).
+struct LayerRange {
+  int begin = 0, end = -1;
+};
+
 // Rows [begin, end) of the padded vocabulary (of wte, of the logits' columns).
 struct VocabRange {
   int begin = 0, end = 0;
@@ -74,22 +81,36 @@ class ParamLayout {
   // buckets and shards that work on units of a flat buffer work on it unchanged. It
   // cannot initialise (the values are the global tensors': RankLayout::init does).
   ParamLayout(const ModelConfig& m, int tp, int tp_rank);
+  // The tensors of a pipeline stage running `layers` (of tensor-parallel rank tp_rank of
+  // tp): wte if it is the first or the last stage, wpe if the first, its blocks, ln_f if
+  // the last, in the global order (RankLayout::pipeline_stage puts them there). The units
+  // keep their meaning: unit 0 the embeddings this stage holds (possibly none), one unit
+  // per block it runs, the last unit its final layernorm (possibly none).
+  ParamLayout(const ModelConfig& m, int tp, int tp_rank, LayerRange layers);
   int tp() const { return tp_; }
+  // The layers this layout holds: [layer_begin(), layer_end()); all of them unless it is
+  // a pipeline stage's.
+  int layer_begin() const { return l0_; }
+  int layer_end() const { return l1_; }
+  bool has_embeddings() const { return l0_ == 0; }       // wpe (and wte)
+  bool has_head() const { return l1_ == model_.n_layer; }  // ln_f (and wte)
+  bool is_whole() const { return tp_ == 1 && has_embeddings() && has_head(); }
 
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   int64_t total() const { return total_; }
   const ParamTensor& find(const std::string& name) const;  // UserError if absent
 
+  // Offsets of the named tensors; on a pipeline stage only those it holds are valid.
   int64_t wte() const { return wte_; }
   int64_t wpe() const { return wpe_; }
   int64_t lnf_w() const { return lnf_w_; }
   int64_t lnf_b() const { return lnf_b_; }
-  const BlockParams& block(int l) const { return blocks_[l]; }
+  const BlockParams& block(int l) const { return blocks_[size_t(l - l0_)]; }  // l in [layer_begin, layer_end)
 
   int num_units() const { return int(units_.size()); }
   const Unit& unit(int u) const { return units_[u]; }
   static constexpr int kEmbeddingUnit = 0;
-  int block_unit(int l) const { return 1 + l; }
+  int block_unit(int l) const { return 1 + l - l0_; }
   int final_unit() const { return num_units() - 1; }
   const ModelConfig& model() const { return model_; }
 
@@ -103,6 +124,7 @@ class ParamLayout {
               double std = 0.0);
   ModelConfig model_;
   int tp_ = 1;
+  int l0_ = 0, l1_ = 0;
   std::vector<ParamTensor> tensors_;
   std::vector<BlockParams> blocks_;
   std::vector<Unit> units_;

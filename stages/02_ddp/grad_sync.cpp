@@ -10,7 +10,7 @@ namespace gpt {
 std::vector<GradBucket> make_buckets(const ParamLayout& layout, double bucket_mb) {
   const int64_t bucket_elems = std::max<int64_t>(1, int64_t(bucket_mb * 1024 * 1024 / sizeof(float)));
   std::vector<int> order = {layout.final_unit()};
-  for (int l = layout.model().n_layer - 1; l >= 0; --l) order.push_back(layout.block_unit(l));
+  for (int l = layout.layer_end() - 1; l >= layout.layer_begin(); --l) order.push_back(layout.block_unit(l));
   order.push_back(ParamLayout::kEmbeddingUnit);
   std::vector<GradBucket> buckets;
   for (int u : order) {

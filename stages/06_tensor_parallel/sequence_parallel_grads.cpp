@@ -11,8 +11,11 @@ template <class A>
 std::vector<std::pair<int64_t, int64_t>> SequenceParallelGrads<A>::layernorms(int unit) const {
   const int64_t C = layout_.model().n_embd;
   if (unit == ParamLayout::kEmbeddingUnit) return {};
-  if (unit == layout_.final_unit()) return {{layout_.lnf_w(), C}, {layout_.lnf_b(), C}};
-  const BlockParams& b = layout_.block(unit - 1);
+  if (unit == layout_.final_unit()) {
+    if (!layout_.has_head()) return {};  // a pipeline stage before the last: no ln_f
+    return {{layout_.lnf_w(), C}, {layout_.lnf_b(), C}};
+  }
+  const BlockParams& b = layout_.block(layout_.layer_begin() + unit - 1);
   return {{b.ln1_w, C}, {b.ln1_b, C}, {b.ln2_w, C}, {b.ln2_b, C}};
 }
 

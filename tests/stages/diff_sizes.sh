@@ -15,6 +15,12 @@ declare -A budget=(
   [03_zero1:04_zero2]=80
   [04_zero2:05_zero3]=80
   [05_zero3:06_tensor_parallel]=220     # the tp communicator, the model as a slice, the store by `zero`
+  [06_tensor_parallel:07_pipeline_gpipe]=140   # the pipeline group, a stage of the model, the executor, the tied wte
+  [07_pipeline_gpipe:08_pipeline_1f1b]=30      # the schedule and its in-flight bound
+  [08_pipeline_1f1b:09_pipeline_interleaved]=90
+  [07_pipeline_gpipe:10_context_parallel]=170  # while 08 and 09 have no driver
+  [08_pipeline_1f1b:10_context_parallel]=170
+  [09_pipeline_interleaved:10_context_parallel]=190
   [06_tensor_parallel:10_context_parallel]=130
 )
 failures=0

@@ -1,0 +1,37 @@
+// Pipeline config checks and the partition table; see pipeline_config.h.
+#include "stages/07_pipeline_gpipe/pipeline_config.h"
+
+#include "common/error.h"
+#include "stages/07_pipeline_gpipe/pipeline_executor.h"
+
+namespace gpt {
+
+void check_pipeline(const Config& cfg, int pp, int micro_batches) {
+  const int v = cfg.virtual_stages;
+  require(cfg.model.n_layer >= pp * v,
+          "n_layer=" + std::to_string(cfg.model.n_layer) + " is less than pp=" + std::to_string(pp) +
+              (v > 1 ? " x virtual_stages=" + std::to_string(v) : "") +
+              ": every pipeline stage needs at least one layer");
+  require(cfg.zero <= 1, "zero=" + std::to_string(cfg.zero) +
+                             ": a pipeline runs with zero=0 or zero=1; ZeRO-2 and -3 would reduce or gather every "
+                             "micro-batch's gradients or weights, m times a step, while the pipeline interleaves them");
+  require(micro_batches >= 1, "batch_size=" + std::to_string(cfg.batch_size) +
+                                  " gives no micro-batch per data-parallel rank (micro_batch_size x dp is larger)");
+}
+
+std::string stage_table(const ModelConfig& model, int pp, int virtual_stages) {
+  const int stages = pp * virtual_stages;
+  std::string out = "pipeline stages (" + std::to_string(model.n_layer) + " layers over " + std::to_string(stages) +
+                    (virtual_stages > 1 ? " virtual stages):\n" : " stages):\n");
+  for (int s = 0; s < stages; ++s) {
+    const LayerRange r = stage_layers(model.n_layer, stages, s);
+    out += "  stage " + std::to_string(s) + " (rank " + std::to_string(s % pp) + "): layers " +
+           std::to_string(r.begin) + ".." + std::to_string(r.end - 1);
+    if (s == 0) out += " + embeddings (wte, wpe)";
+    if (s == stages - 1) out += " + ln_f and the tied head (wte)";
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace gpt

@@ -1,0 +1,200 @@
+// The pipeline executor; see pipeline_executor.h.
+#include "stages/07_pipeline_gpipe/pipeline_executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "common/error.h"
+#include "common/trace.h"
+
+namespace gpt {
+
+LayerRange stage_layers(int n_layer, int stages, int stage) {
+  invariant(stages >= 1 && stage >= 0 && stage < stages && n_layer >= stages,
+            "stage_layers: stage " + std::to_string(stage) + " of " + std::to_string(stages) + " over " +
+                std::to_string(n_layer) + " layers");
+  const int base = n_layer / stages, extra = n_layer % stages;
+  const int begin = stage * base + std::min(stage, extra);
+  return {begin, begin + base + (stage < extra ? 1 : 0)};
+}
+
+int max_in_flight(const PipeSchedule& schedule, int chunk) {
+  int now = 0, most = 0;
+  for (const PipeAction& a : schedule) {
+    if (a.chunk != chunk) continue;
+    if (a.op == PipeOp::Forward) most = std::max(most, ++now);
+    if (a.op == PipeOp::Backward) --now;
+  }
+  return std::max(most, 1);
+}
+
+PipelineExecutor::PipelineExecutor(std::vector<GPT2<float>*> chunks, Communicator& pp)
+    : chunks_(std::move(chunks)), pp_(pp), p_(pp.size()), rank_(pp.rank()), v_(int(chunks_.size())) {
+  invariant(v_ >= 1, "PipelineExecutor: no model chunk");
+  peak_in_flight_.assign(size_t(v_), 0);
+  for (GPT2<float>* c : chunks_) slot_owner_.emplace_back(size_t(c->in_flight()), -1);
+}
+
+PipelineExecutor::Peer PipelineExecutor::previous(int chunk) const {
+  return rank_ == 0 ? Peer{p_ - 1, chunk - 1} : Peer{rank_ - 1, chunk};
+}
+PipelineExecutor::Peer PipelineExecutor::next(int chunk) const {
+  return rank_ == p_ - 1 ? Peer{0, chunk + 1} : Peer{rank_ + 1, chunk};
+}
+
+size_t PipelineExecutor::message_size() const {
+  const GPT2<float>& m = *chunks_.front();
+  return size_t(m.rows()) * size_t(m.model().n_embd);
+}
+
+void PipelineExecutor::wait_sends(int chunk, int slot, bool gradient) {
+  auto it = sends_.find({chunk, slot, gradient});
+  if (it == sends_.end()) return;
+  Span span("wait_send", "comm");
+  pp_.wait_all(it->second);
+  sends_.erase(it);
+}
+
+std::vector<double> PipelineExecutor::run(const PipeSchedule& schedule, int m, const Batch& batch, float loss_scale,
+                                          const BeforeBackward& before_backward) {
+  using clock = std::chrono::steady_clock;
+  const GPT2<float>& first = *chunks_.front();
+  const size_t tokens = size_t(first.batch()) * size_t(first.seq_len()), n = message_size();
+  std::vector<int32_t> inputs(tokens), targets(tokens);
+  std::vector<double> losses;
+  std::vector<int> in_flight(size_t(v_), 0);
+  busy_s_ = 0;
+  for (const PipeAction& a : schedule) {
+    invariant(a.chunk >= 0 && a.chunk < v_ && a.micro >= 0 && a.micro < m,
+              std::string("pipeline schedule: ") + pipe_op_name(a.op) + " of micro-batch " + std::to_string(a.micro) +
+                  " on chunk " + std::to_string(a.chunk) + " is outside " + std::to_string(m) + " x " +
+                  std::to_string(v_));
+    GPT2<float>& model = *chunks_[size_t(a.chunk)];
+    const int s = slot(a.chunk, a.micro);
+    int& owner = slot_owner_[size_t(a.chunk)][size_t(s)];
+    const int tag_activation = pipe_message_tag(false, a.micro, a.chunk, v_);
+    const int tag_gradient = pipe_message_tag(true, a.micro, a.chunk, v_);
+    switch (a.op) {
+      case PipeOp::RecvActivation: {
+        invariant(owner == -1, "pipeline: micro-batch " + std::to_string(a.micro) + " needs slot " + std::to_string(s) +
+                                   " of chunk " + std::to_string(a.chunk) + ", still held by micro-batch " +
+                                   std::to_string(owner));
+        const Peer from = previous(a.chunk);
+        recv_activation_[{a.chunk, a.micro}] =
+            pp_.irecv(model.stage_input(s), n, DType::F32, from.rank, tag_activation);
+        break;
+      }
+      case PipeOp::Forward: {
+        invariant(owner == -1, "pipeline: micro-batch " + std::to_string(a.micro) + " needs slot " + std::to_string(s) +
+                                   " of chunk " + std::to_string(a.chunk) + ", still held by micro-batch " +
+                                   std::to_string(owner));
+        if (!model.first_stage()) {
+          auto it = recv_activation_.find({a.chunk, a.micro});
+          invariant(it != recv_activation_.end(), "pipeline: forward of micro-batch " + std::to_string(a.micro) +
+                                                      " before its activation was received");
+          Span span("recv_activation", "comm");
+          pp_.wait(it->second);
+          recv_activation_.erase(it);
+        }
+        wait_sends(a.chunk, s, false);  // the forward overwrites the output the last send read
+        if (model.first_stage() || model.last_stage()) batch(a.micro, inputs.data(), targets.data());
+        const auto t0 = clock::now();
+        const double loss = model.forward_micro(s, inputs.data(), targets.data());
+        busy_s_ += std::chrono::duration<double>(clock::now() - t0).count();
+        if (model.last_stage()) losses.push_back(loss);
+        owner = a.micro;
+        peak_in_flight_[size_t(a.chunk)] = std::max(peak_in_flight_[size_t(a.chunk)], ++in_flight[size_t(a.chunk)]);
+        break;
+      }
+      case PipeOp::SendActivation: {
+        const Peer to = next(a.chunk);
+        sends_[{a.chunk, s, false}].push_back(
+            pp_.isend(model.stage_output(s), n, DType::F32, to.rank, pipe_message_tag(false, a.micro, to.chunk, v_)));
+        break;
+      }
+      case PipeOp::RecvGradient: {
+        wait_sends(a.chunk, s, true);  // the receive overwrites the gradient the last send read
+        const Peer from = next(a.chunk);
+        recv_gradient_[{a.chunk, a.micro}] = pp_.irecv(model.output_grad(s), n, DType::F32, from.rank, tag_gradient);
+        break;
+      }
+      case PipeOp::Backward: {
+        invariant(owner == a.micro, "pipeline: backward of micro-batch " + std::to_string(a.micro) +
+                                        " without its forward on chunk " + std::to_string(a.chunk));
+        if (!model.last_stage()) {
+          auto it = recv_gradient_.find({a.chunk, a.micro});
+          invariant(it != recv_gradient_.end(), "pipeline: backward of micro-batch " + std::to_string(a.micro) +
+                                                    " before its gradient was received");
+          Span span("recv_gradient", "comm");
+          pp_.wait(it->second);
+          recv_gradient_.erase(it);
+        }
+        if (before_backward) before_backward(a.chunk, a.micro);
+        const auto t0 = clock::now();
+        model.backward_micro(s, loss_scale);
+        busy_s_ += std::chrono::duration<double>(clock::now() - t0).count();
+        owner = -1;
+        --in_flight[size_t(a.chunk)];
+        break;
+      }
+      case PipeOp::SendGradient: {
+        const Peer to = previous(a.chunk);
+        sends_[{a.chunk, s, true}].push_back(
+            pp_.isend(model.output_grad(s), n, DType::F32, to.rank, pipe_message_tag(true, a.micro, to.chunk, v_)));
+        break;
+      }
+      default:
+        invariant(false, std::string("pipeline: the executor does not run ") + pipe_op_name(a.op) + " actions");
+    }
+  }
+  invariant(recv_activation_.empty() && recv_gradient_.empty(), "pipeline: a received message was never used");
+  for (int c = 0; c < v_; ++c)
+    invariant(in_flight[size_t(c)] == 0, "pipeline: chunk " + std::to_string(c) + " ended the step with " +
+                                             std::to_string(in_flight[size_t(c)]) + " micro-batches not backwarded");
+  {
+    Span span("wait_sends", "comm");
+    for (auto& [key, requests] : sends_) pp_.wait_all(requests);
+    sends_.clear();
+  }
+  return losses;
+}
+
+double PipelineExecutor::evaluate(const int32_t* inputs, const int32_t* targets) {
+  // Forward only, one stage after another: each virtual stage waits for its input.
+  const size_t n = message_size();
+  double loss = 0;
+  for (int c = 0; c < v_; ++c) {
+    GPT2<float>& model = *chunks_[size_t(c)];
+    if (!model.first_stage()) {
+      const Peer from = previous(c);
+      pp_.recv(model.stage_input(0), n, DType::F32, from.rank, pipe_message_tag(false, 0, c, v_));
+    }
+    const double l = model.forward_micro(0, inputs, targets, /*for_backward=*/false);
+    if (model.last_stage()) loss = l;
+    else {
+      const Peer to = next(c);
+      pp_.send(model.stage_output(0), n, DType::F32, to.rank, pipe_message_tag(false, 0, to.chunk, v_));
+    }
+  }
+  pp_.all_reduce(&loss, 1, DType::F64);  // the last stage's loss plus zeros: exact on every rank
+  return loss;
+}
+
+double pipeline_validation_loss(PipelineExecutor& pipeline, const DataLoader& val, int batches, int batch_size,
+                                Communicator& dp) {
+  const size_t n = size_t(batch_size) * size_t(val.seq_len());
+  std::vector<int32_t> inputs(n), targets(n);
+  double sum = 0;
+  const int rounds = (batches + dp.size() - 1) / dp.size();
+  for (int i = 0; i < rounds; ++i) {
+    const int k = i * dp.size() + dp.rank();  // a rank past the end repeats batch 0 and ignores it
+    val.sequential_batch(k < batches ? k : 0, batch_size, inputs.data(), targets.data());
+    const double loss = pipeline.evaluate(inputs.data(), targets.data());
+    if (k < batches) sum += loss;
+  }
+  dp.all_reduce(&sum, 1, DType::F64);
+  return batches > 0 ? sum / batches : 0.0;
+}
+
+}  // namespace gpt

@@ -1,0 +1,108 @@
+// The pipeline executor: runs one rank's schedule (schedule.h) for one training step on
+// the model chunks the rank holds. It is the same for every schedule of stages 07-09:
+// a schedule decides the order, the executor only does what each action says.
+//
+//   RecvActivation i   post a receive of micro-batch i's input into the chunk's slot
+//   Forward i          wait for that input, run the chunk's layers (the first virtual
+//                      stage embeds the tokens; the last computes the loss)
+//   SendActivation i   post a send of the chunk's output to the next virtual stage
+//   RecvGradient i     post a receive of the gradient of the chunk's output
+//   Backward i         wait for it, run the chunk's backward (the last stage starts from
+//                      the loss), accumulating the weight gradients
+//   SendGradient i     post a send of the gradient of the chunk's input to the stage before
+//
+// Virtual stage s = c p + r is chunk c of rank r (p ranks, v chunks each; v = 1 in
+// stages 07 and 08): its input comes from virtual stage s - 1, on rank r - 1 (rank p - 1,
+// chunk c - 1, for r = 0), its output goes to s + 1.
+//
+// Memory: micro-batch i keeps its activations in slot i mod S of its chunk, S the most
+// micro-batches the schedule ever has in flight on that chunk (forwarded, not yet
+// backwarded). Forwards and backwards both run in micro-batch order, so the micro-batches
+// in flight are consecutive and slot i mod S is free when micro-batch i starts. The
+// executor counts the micro-batches in flight and checks that no slot is taken twice.
+//
+// Why no order of arrival can deadlock: every message is non-blocking (isend/irecv) and
+// a rank blocks only in a wait for the input of the action it is about to run. Sends are
+// completed before their buffer is written again and at the end of the step. MPI moves
+// a message larger than its eager limit only once the receive is posted, so a blocking
+// send to a neighbour that is itself blocked sending to us would hang; posted
+// non-blocking requests progress together instead.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "common/comm.h"
+#include "common/data.h"
+#include "common/gpt2.h"
+#include "stages/07_pipeline_gpipe/schedule.h"
+
+namespace gpt {
+
+// The layers virtual stage `stage` of `stages` runs: n_layer split as evenly as possible,
+// the first n_layer mod stages stages taking one more (the last stage also runs the head).
+LayerRange stage_layers(int n_layer, int stages, int stage);
+
+// The most micro-batches chunk `chunk` has in flight under `schedule`.
+int max_in_flight(const PipeSchedule& schedule, int chunk);
+
+class PipelineExecutor {
+ public:
+  // The tokens and targets of micro-batch `micro` (B x T each, host memory).
+  using Batch = std::function<void(int micro, int32_t* inputs, int32_t* targets)>;
+  // Called before micro-batch `micro`'s backward on chunk `chunk` (a store decides there
+  // whether this backward ends its accumulation).
+  using BeforeBackward = std::function<void(int chunk, int micro)>;
+
+  // chunks[c] is virtual stage c p + r of this rank r of the pipeline group `pp`, made
+  // with in_flight slots enough for the schedules it will run.
+  PipelineExecutor(std::vector<GPT2<float>*> chunks, Communicator& pp);
+
+  // Runs this rank's `schedule` for m micro-batches; backward scales each micro-batch's
+  // mean loss by loss_scale. Returns the micro-batches' losses where this rank holds the
+  // last virtual stage (in micro-batch order), else an empty vector.
+  std::vector<double> run(const PipeSchedule& schedule, int m, const Batch& batch, float loss_scale,
+                          const BeforeBackward& before_backward = {});
+
+  // The mean loss of one batch (forward only, through every stage), on every rank of
+  // the pipeline group.
+  double evaluate(const int32_t* inputs, const int32_t* targets);
+
+  // The most micro-batches in flight on chunk c in the steps run so far, and the time this
+  // rank spent computing (forward and backward) in the last step, in seconds.
+  int measured_in_flight(int chunk) const { return peak_in_flight_[size_t(chunk)]; }
+  double last_busy_s() const { return busy_s_; }
+
+  bool holds_first_stage() const { return chunks_.front()->first_stage(); }
+  bool holds_last_stage() const { return chunks_.back()->last_stage(); }
+
+ private:
+  struct Peer {
+    int rank, chunk;
+  };
+  Peer previous(int chunk) const;  // where the chunk's input comes from
+  Peer next(int chunk) const;      // where its output goes
+  int slot(int chunk, int micro) const { return micro % chunks_[size_t(chunk)]->in_flight(); }
+  size_t message_size() const;
+  void wait_sends(int chunk, int slot, bool gradient);
+
+  std::vector<GPT2<float>*> chunks_;
+  Communicator& pp_;
+  int p_, rank_, v_;
+  std::vector<int> peak_in_flight_;
+  double busy_s_ = 0;
+  // Posted receives, by (chunk, micro); sends not yet completed, by (chunk, slot, gradient).
+  std::map<std::pair<int, int>, Request> recv_activation_, recv_gradient_;
+  std::map<std::tuple<int, int, bool>, std::vector<Request>> sends_;
+  std::vector<std::vector<int>> slot_owner_;  // per chunk and slot: the micro-batch in it, or -1
+};
+
+// The validation loss through the pipeline: as validation_loss (common/driver.h) does it
+// for a whole model, each batch through pipeline.evaluate; on every rank.
+double pipeline_validation_loss(PipelineExecutor& pipeline, const DataLoader& val, int batches, int batch_size,
+                                Communicator& dp);
+
+}  // namespace gpt

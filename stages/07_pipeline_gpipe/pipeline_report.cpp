@@ -1,0 +1,70 @@
+// The pipeline's measurements; see pipeline_report.h.
+#include "stages/07_pipeline_gpipe/pipeline_report.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+namespace gpt {
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+void BubbleMeter::start() {
+  pp_.barrier();
+  start_s_ = now_s();
+}
+
+void BubbleMeter::stop(double busy_s) {
+  double span = now_s() - start_s_;
+  std::vector<double> spans(size_t(pp_.size()));
+  pp_.all_gather(&span, spans.data(), 1, DType::F64);
+  busy_s_.push_back(busy_s);
+  makespan_s_.push_back(*std::max_element(spans.begin(), spans.end()));
+}
+
+std::string BubbleMeter::report(double theory) {
+  const size_t first = busy_s_.size() > 1 ? 1 : 0;
+  double busy = 0, makespan = 0;
+  for (size_t i = first; i < busy_s_.size(); ++i) busy += busy_s_[i], makespan += makespan_s_[i];
+  double mine = makespan > 0 ? 1.0 - busy / makespan : 0.0;
+  std::vector<double> all(size_t(pp_.size()));
+  pp_.all_gather(&mine, all.data(), 1, DType::F64);
+  std::string out = "pipeline bubble (idle share of the step, " + std::to_string(busy_s_.size() - first) +
+                    " steps measured):";
+  double mean = 0;
+  for (size_t r = 0; r < all.size(); ++r) {
+    char cell[48];
+    std::snprintf(cell, sizeof cell, " rank %zu %.1f%%", r, 100.0 * all[r]);
+    out += cell;
+    mean += all[r] / double(all.size());
+  }
+  char tail[96];
+  std::snprintf(tail, sizeof tail, " | mean %.1f%% | theory %.1f%%\n", 100.0 * mean, 100.0 * theory);
+  return out + tail;
+}
+
+std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, int measured,
+                           const GPT2<float>& model, const MemoryLedger& mem) {
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "rank %d (stage %d of %d): micro-batches in flight %d (schedule's bound %d), activations %.2f MiB "
+                "(%d slots), peak memory %.2f MiB\n",
+                world_rank, pp_rank, pp, measured, expected, double(model.activation_bytes()) / (1 << 20),
+                model.in_flight(), double(mem.total()) / (1 << 20));
+  return line;
+}
+
+void print_from_every_rank(Communicator& world, const std::string& line) {
+  constexpr size_t kWidth = 256;
+  std::vector<char> mine(kWidth, '\0'), all(kWidth * size_t(world.size()));
+  std::copy_n(line.begin(), std::min(line.size(), kWidth - 1), mine.begin());
+  world.all_gather(mine.data(), all.data(), kWidth, DType::Byte);
+  if (world.rank() != 0) return;
+  for (int r = 0; r < world.size(); ++r) std::fputs(all.data() + size_t(r) * kWidth, stdout);
+}
+
+}  // namespace gpt

@@ -1,0 +1,38 @@
+// The tied embedding's gradient summed between the first and the last stage; see
+// tied_embedding.h.
+#include "stages/07_pipeline_gpipe/tied_embedding.h"
+
+#include "common/error.h"
+#include "common/trace.h"
+
+namespace gpt {
+
+TiedEmbeddingGrads::TiedEmbeddingGrads(const ParamLayout& layout, Communicator& pp, WeightStore<float>& inner)
+    : layout_(layout), inner_(inner) {
+  const bool end = pp.rank() == 0 || pp.rank() == pp.size() - 1;
+  std::unique_ptr<Communicator> group = pp.split(end ? 0 : 1, pp.rank());  // every rank of pp takes part
+  if (end && pp.size() > 1) ends_ = std::move(group);
+}
+
+void TiedEmbeddingGrads::grads_done(int unit) {
+  if (unit == ParamLayout::kEmbeddingUnit && last_) {
+    invariant(!held_, "TiedEmbeddingGrads: finish() was not called after the last step");
+    held_ = true;
+    return;
+  }
+  inner_.grads_done(unit);
+}
+
+void TiedEmbeddingGrads::finish() {
+  invariant(held_, "TiedEmbeddingGrads::finish: the step's last backward has not run");
+  held_ = false;
+  if (ends_) {
+    Span span("tied_wte_grads", "comm");
+    const ParamTensor& wte = layout_.find("wte");
+    float* g = inner_.grads(ParamLayout::kEmbeddingUnit) + (wte.offset - layout_.unit(ParamLayout::kEmbeddingUnit).begin);
+    ends_->all_reduce(g, size_t(wte.numel), DType::F32);
+  }
+  inner_.grads_done(ParamLayout::kEmbeddingUnit);
+}
+
+}  // namespace gpt
