@@ -32,6 +32,10 @@ step and every tensor kind,
 Losses and gradient norms are compared per step, the tensors in the 2-norm of their
 difference. Exact mode (--exact) asks for the same bits: every logged loss and gradient
 norm equal, every checkpoint file byte-identical; for layouts that only move work.
+--regrouped NAME[,NAME...] (exact mode, with --truth) names tensors whose sum the
+candidate must regroup (a pipeline adds the tied wte's embedding and head gradients per
+stage, then the two): those tensors, in every kind, and the gradient norm (which
+contains them) are held to the tolerance bound above; everything else to the bits.
 
 A candidate with a different number of steps or a tensor of a different length fails
 (it is not scored on the common part). Exits 1 with a table when any check fails.
@@ -97,8 +101,21 @@ class Table:
             print(f"{q:24s} {c:26s} {err:10.3e} {e_ref:10.3e} {bound:10.3e} {ratio:9.2f} {'PASS' if ok else 'FAIL'}")
 
 
+def blank(raw, ranges):
+    """raw with the byte ranges zeroed (compared elsewhere)."""
+    out = bytearray(raw)
+    for b, e in ranges:
+        out[b:e] = bytes(e - b)
+    return bytes(out)
+
+
 def compare_tolerance(args, table):
-    for field in () if args.weights_only else ("loss", "grad_norm"):
+    compare_series(args, table, () if args.weights_only else ("loss", "grad_norm"))
+    compare_tensors(args, table)
+
+
+def compare_series(args, table, fields):
+    for field in fields:
         truth = series(args.truth, field)
         ref = series(args.reference, field)
         if sorted(ref) != sorted(truth):
@@ -118,7 +135,10 @@ def compare_tolerance(args, table):
                     continue
                 err = abs(cand[step] - t)
                 table.add(f"{field} step {step}", os.path.basename(c), err, envelope, bound, err <= bound)
-    for kind in args.kinds.split(","):
+
+
+def compare_tensors(args, table):
+    for kind in filter(None, args.kinds.split(",")):
         t = tensor(args.truth, args.step, kind)
         r = tensor(args.reference, args.step, kind)
         if len(r) != len(t):
@@ -135,8 +155,47 @@ def compare_tolerance(args, table):
             table.add(f"{kind} (2-norm)", os.path.basename(c), err, e_ref, bound, err <= bound)
 
 
+def tensor_ranges(run, step, kind, names):
+    """Byte ranges [begin, end) of the named tensors of `kind` in its file (manifest.json)."""
+    with open(os.path.join(run, "step_%08d" % step, "manifest.json")) as f:
+        manifest = json.load(f)
+    out = []
+    for t in manifest["tensors"]:
+        if t["kind"] == kind and t["name"].split("/", 1)[1] in names:
+            out.append((t["offset"], t["offset"] + 4 * math.prod(t["shape"])))
+    if len(out) != len(names):
+        sys.exit(f"compare_runs: {run} has no {kind} tensor among {sorted(names)} for some name")
+    return out
+
+
+def floats(raw):
+    a = array.array("f")
+    a.frombytes(raw)
+    return a
+
+
+def compare_regrouped(args, table, kind, ranges):
+    """The regrouped tensors of `kind` against the truth, within the tolerance bound."""
+    def cut(run):
+        with open(tensor_path(run, args.step, kind), "rb") as f:
+            raw = f.read()
+        return floats(b"".join(raw[b:e] for b, e in ranges))
+    t, r = cut(args.truth), cut(args.reference)
+    e_ref = distance(r, t)
+    rms = norm(t) / math.sqrt(max(1, len(t)))
+    bound = min(K * max(e_ref, 2 * EPS32 * rms), CAP * norm(t))
+    for c in args.candidate:
+        err = distance(cut(c), t)
+        table.add(f"{kind}/{args.regrouped} (2-norm)", os.path.basename(c), err, e_ref, bound, err <= bound)
+
+
 def compare_exact(args, table):
-    for field in ("loss", "grad_norm"):
+    regrouped = set(args.regrouped.split(",")) if args.regrouped else set()
+    if regrouped:
+        tolerance = argparse.Namespace(**vars(args))
+        tolerance.kinds, tolerance.weights_only = "", False
+        compare_series(tolerance, table, ("grad_norm",))
+    for field in ("loss",) if regrouped else ("loss", "grad_norm"):
         ref = series(args.reference, field)
         for c in args.candidate:
             cand = series(c, field)
@@ -148,9 +207,13 @@ def compare_exact(args, table):
     for kind in args.kinds.split(","):
         with open(tensor_path(args.reference, args.step, kind), "rb") as f:
             want = f.read()
+        ranges = tensor_ranges(args.reference, args.step, kind, regrouped) if regrouped else []
+        if ranges:
+            compare_regrouped(args, table, kind, ranges)
+            want = blank(want, ranges)
         for c in args.candidate:
             with open(tensor_path(c, args.step, kind), "rb") as f:
-                got = f.read()
+                got = blank(f.read(), ranges)
             differing = sum(1 for i in range(0, min(len(got), len(want)), 4) if got[i:i + 4] != want[i:i + 4])
             if len(got) != len(want):
                 differing = math.inf
@@ -165,11 +228,12 @@ def main():
     ap.add_argument("--step", type=int, required=True, help="checkpoint step to compare")
     ap.add_argument("--kinds", default="param,adam_m,adam_v")
     ap.add_argument("--exact", action="store_true", help="same bits, no tolerance")
+    ap.add_argument("--regrouped", default="", help="exact mode: tensors held to the tolerance bound (needs --truth)")
     ap.add_argument("--weights-only", action="store_true", help="compare the tensors only, not the logged series")
     ap.add_argument("--expect-reject", action="store_true", help="negative control: some check must fail")
     args = ap.parse_args()
-    if not args.exact and not args.truth:
-        ap.error("--truth is needed unless --exact")
+    if (not args.exact or args.regrouped) and not args.truth:
+        ap.error("--truth is needed unless --exact (and with --regrouped)")
 
     table = Table()
     (compare_exact if args.exact else compare_tolerance)(args, table)

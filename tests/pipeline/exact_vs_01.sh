@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# A pipeline computes the bits stage 01 computes on the same global batch and micro-batch
+# size: each stage runs the same ops on the same micro-batch shapes, and accumulates its
+# weight gradients over the micro-batches in the order stage 01 does (backwards run in
+# micro-batch order). One sum is regrouped: the tied wte's gradient is the embedding's
+# part (first stage) plus the head's (last stage), each accumulated over the micro-batches
+# first, where stage 01 interleaves them. So after one step every tensor but wte (and its
+# moments) must be bit-identical, and so must the loss; wte and the gradient norm (which
+# contains it) are held to the tolerance derived from the float64 run (compare_runs.py
+# --regrouped). After one step only: from the second step on every activation depends on
+# wte, and the tolerance comparisons of tests/stages take over.
+#   AdamW, one step, and SGD, one step (the weights are w - lr g: a gradient off by a
+#   constant factor shows). Negative controls: one non-wte weight 10 ulps off, and wte
+#   1e-3 off relative, must each be rejected.
+# Usage: exact_vs_01.sh S01 CAND PREPARE WORK ROOT MPIEXEC SPECS
+#   a SPEC is NP:BATCH:MICRO_BATCH[:key=value...]; COMMON="key=value ..." applies to every run.
+set -euo pipefail
+S01=$1 CAND=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6 SPECS=$7
+source "$ROOT/tests/trainer/common.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+rm -rf "$WORK" && mkdir -p "$WORK"
+make_corpus "$WORK" "$PREPARE"
+COMPARE=(/usr/bin/python3 "$ROOT/tests/stages/compare_runs.py")
+
+# run BIN NP BATCH MB DIR [key=value...]
+run() {
+  local bin=$1 np=$2 batch=$3 mb=$4 dir=$5 extra=() kv
+  shift 5
+  for kv in ${COMMON:-} "$@"; do extra+=(--set "$kv"); done
+  local args=($(tiny_args "$WORK/data" "$dir") --set steps=1 --set batch_size="$batch" --set micro_batch_size="$mb"
+              --set val_every=0 --set val_batches=0 --set sample_tokens=0 "${extra[@]}")
+  if [ "$np" = 0 ]; then "$bin" "${args[@]}" > "$dir.log" 2>&1
+  else "$MPIEXEC" -np "$np" --oversubscribe "$bin" "${args[@]}" > "$dir.log" 2>&1; fi ||
+    { echo "FAIL: run $bin $*"; tail -20 "$dir.log"; exit 1; }
+}
+
+failures=0
+i=0
+for spec in $SPECS; do
+  IFS=: read -r np batch mb rest <<< "$spec"
+  keys=()
+  [ -n "${rest:-}" ] && IFS=: read -r -a keys <<< "$rest"
+  model_keys=()  # the model's shape applies to stage 01 too; the layout keys do not
+  for kv in "${keys[@]}"; do [[ "$kv" == n_layer=* ]] && model_keys+=("$kv"); done
+  for opt in adamw sgd; do
+    i=$((i + 1))
+    d="$WORK/$i-$opt"
+    o=()
+    [ "$opt" = sgd ] && o=(optimizer=sgd grad_clip=0)
+    run "$S01" 0 "$batch" "$mb" "$d-truth" precision=fp64 "${model_keys[@]}" "${o[@]}"
+    run "$S01" 0 "$batch" "$mb" "$d-ref" "${model_keys[@]}" "${o[@]}"
+    run "$CAND" "$np" "$batch" "$mb" "$d-cand" "${keys[@]}" "${o[@]}"
+    echo "== $opt, one step: $spec (micro-batches: $((batch / mb)))"
+    if ! "${COMPARE[@]}" --exact --regrouped wte --step 1 --truth "$d-truth" --reference "$d-ref" --candidate "$d-cand"; then
+      failures=$((failures + 1))
+    fi
+  done
+done
+
+# Negative controls on the last candidate: a planted error each comparison must see.
+plant() {  # plant RUN TENSOR REL|ulps: one element of param/TENSOR changed
+  /usr/bin/python3 - "$1/step_00000001" "$2" "$3" <<'PY'
+import json, math, struct, sys
+ckpt, name, how = sys.argv[1:]
+t = next(t for t in json.load(open(ckpt + "/manifest.json"))["tensors"] if t["name"] == "param/" + name)
+with open(ckpt + "/param.bin", "r+b") as f:
+    f.seek(t["offset"])
+    if how == "ulps":
+        bits = struct.unpack("<I", f.read(4))[0]
+        f.seek(t["offset"]); f.write(struct.pack("<I", bits + 10))
+    else:  # every element (1 + REL)x
+        n = math.prod(t["shape"])
+        vals = struct.unpack("<%df" % n, f.read(4 * n))
+        f.seek(t["offset"]); f.write(struct.pack("<%df" % n, *[v * (1 + float(how)) for v in vals]))
+PY
+}
+for control in "h.0.mlp.c_fc.weight ulps" "wte 1e-3"; do
+  read -r tensor how <<< "$control"
+  planted="$WORK/planted-${tensor}"
+  rm -rf "$planted" && cp -r "$d-cand" "$planted"
+  plant "$planted" "$tensor" "$how"
+  echo "== negative control: $tensor changed ($how) must be rejected"
+  "${COMPARE[@]}" --expect-reject --exact --regrouped wte --step 1 --truth "$d-truth" --reference "$d-ref" \
+    --candidate "$planted" || failures=$((failures + 1))
+done
+[ "$failures" = 0 ] || { echo "FAIL: $failures comparisons"; exit 1; }
+echo "all pipeline layouts bit-identical to stage 01 after one step (wte within the derived tolerance)"
