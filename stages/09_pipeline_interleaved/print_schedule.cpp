@@ -1,0 +1,61 @@
+// Prints a pipeline schedule of stages 07-09 as a text timeline of all ranks on the
+// simulated machine, with each rank's bubble and most activations in flight next to
+// the theory.
+//
+//   pipeline_schedule [--schedule gpipe|1f1b] [--pp P] [--micro M] [--tf F] [--tb B] [--tw W]
+//
+// Costs are a rank's whole share of the model: forward tF, input gradient tB, weight
+// gradient tW (a plain backward takes tB + tW; a chunk of v takes 1/v of each).
+// e.g. build/bin/pipeline_schedule --schedule 1f1b --pp 4 --micro 8
+#include <cstdio>
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "stages/08_pipeline_1f1b/schedule_1f1b.h"
+
+using namespace gpt;
+
+int main(int argc, char** argv) {
+  return run_main("pipeline_schedule", [&] {
+    std::string name = "gpipe";
+    int p = 4, m = 8, v = 1;
+    PipeCosts costs{1, 1, 1};
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      require(i + 1 < argc, "option " + a + " needs a value");
+      const std::string value = argv[++i];
+      if (a == "--schedule") name = value;
+      else if (a == "--pp") p = std::atoi(value.c_str());
+      else if (a == "--micro") m = std::atoi(value.c_str());
+      else if (a == "--virtual") v = std::atoi(value.c_str());
+      else if (a == "--tf") costs.forward = std::atof(value.c_str());
+      else if (a == "--tb") costs.backward_input = std::atof(value.c_str());
+      else if (a == "--tw") costs.backward_weight = std::atof(value.c_str());
+      else fail("unknown option " + a + " (--schedule, --pp, --micro, --virtual, --tf, --tb, --tw)");
+    }
+    require(costs.forward > 0 && costs.backward_input > 0 && costs.backward_weight >= 0,
+            "--tf and --tb must be positive, --tw not negative");
+    std::vector<PipeSchedule> ranks;
+    require(name == "gpipe" || name == "1f1b", "--schedule " + name + ": must be gpipe or 1f1b");
+    require(v == 1, "--virtual " + std::to_string(v) + ": gpipe and 1f1b run one chunk per rank");
+    for (int r = 0; r < p; ++r) ranks.push_back(name == "gpipe" ? gpipe_schedule(p, r, m) : one_f_one_b_schedule(p, r, m));
+    const PipeSimulation sim = simulate_pipeline(ranks, costs, v);
+    if (sim.deadlock) fail("the schedule deadlocks: " + sim.stuck);
+    if (!sim.error.empty()) fail("the schedule is wrong: " + sim.error);
+    std::printf("%s, pp %d, %d micro-batches, %d chunk(s) per rank; forward %.3g, backward %.3g + %.3g (input + "
+                "weights)\n(F3: forward of micro-batch 3, B3: its backward (input gradient only where W3 follows), "
+                "W3: its weight gradient%s; dashes continue an action)\n",
+                name.c_str(), p, m, v, costs.forward, costs.backward_input, costs.backward_weight,
+                v > 1 ? "; a, b, ...: the rank's chunk" : "");
+    std::printf("%s", sim.timeline.c_str());
+    const double theory = pipeline_bubble(p, m);
+    for (int r = 0; r < p; ++r)
+      std::printf("rank %d: bubble %.3f (theory %.3f), at most %d %s in flight (theory %d)\n", r,
+                  sim.bubble[size_t(r)], theory, sim.max_in_flight[size_t(r)], v > 1 ? "chunk activations" : "micro-batches",
+                  name == "gpipe" ? m : std::min(p - r, m));
+    return 0;
+  });
+}
