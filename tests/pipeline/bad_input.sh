@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Bad input to the pipeline stages: each case must exit with status 2 and a message
+# naming the key, under mpirun as a user would run it; and the pipeline's keys given to
+# a stage without pipelines.
+# Usage: bad_input.sh TRAIN_PIPELINE TRAIN06 PREPARE WORKDIR ROOT MPIEXEC
+set -euo pipefail
+TRAIN=$1 TRAIN06=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6
+source "$ROOT/tests/trainer/common.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+rm -rf "$WORK" && mkdir -p "$WORK"
+make_corpus "$WORK" "$PREPARE"
+failures=0
+
+expect_refused "n_layer below pp"             "n_layer=2 is less than pp=3"          3 "$TRAIN" pp=3
+expect_refused "pp x dp not the ranks"        "but the job has 3 ranks"              3 "$TRAIN" pp=2
+expect_refused "dp x pp x tp not the ranks"   "dp=2 x tp=1 x pp=2"                   2 "$TRAIN" pp=2 dp=2
+expect_refused "ZeRO-2 with a pipeline"       "zero=2: a pipeline runs with zero=0 or zero=1" 2 "$TRAIN" pp=2 zero=2
+expect_refused "tp not dividing n_head"       "tp=3 does not divide n_head=4"        6 "$TRAIN" pp=2 tp=3
+expect_refused "stage 06 refuses pp"          "pp=2: stage 06_tensor_parallel"       2 "$TRAIN06" pp=2
+[ -n "${EXTRA_CASES:-}" ] && eval "$EXTRA_CASES"
+
+[ "$failures" -eq 0 ] && echo "all bad-input cases of $(basename "$(dirname "$TRAIN")") refused as they must be" || exit 1

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The micro-batches a pipeline rank keeps in flight (forwarded, not yet backwarded), as
+# the executor counts them and every rank prints after the first step, must equal the
+# schedule's bound on every rank: GPipe m, 1F1B min(p - r, m). The bound is computed here
+# from (p, r, m), not read from the trainer's line. Negative control: GPipe's counts
+# must NOT match 1F1B's bound where the two differ (a counter that printed the bound it
+# was given would pass both).
+# Usage: in_flight.sh TRAIN SCHEDULE PREPARE WORKDIR ROOT MPIEXEC "P:M ..." [CONTROL]
+#   SCHEDULE: gpipe or 1f1b, the bound to expect; CONTROL: another schedule's bound that
+#   must be rejected on some rank.
+set -euo pipefail
+TRAIN=$1 SCHEDULE=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6 SHAPES=$7 CONTROL=${8:-}
+source "$ROOT/tests/trainer/common.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+rm -rf "$WORK" && mkdir -p "$WORK"
+make_corpus "$WORK" "$PREPARE"
+
+bound() {  # bound SCHEDULE P R M
+  case $1 in
+    gpipe) echo "$4" ;;
+    1f1b) local b=$(($2 - $3)); echo $((b < $4 ? b : $4)) ;;
+  esac
+}
+# check SCHEDULE LOG P M: 0 when every rank's counted in-flight equals SCHEDULE's bound
+check() {
+  local schedule=$1 log=$2 p=$3 m=$4 r count want bad=0
+  for ((r = 0; r < p; ++r)); do
+    count=$(sed -n "s/^rank $r (stage $r of $p): micro-batches in flight \([0-9]*\) .*/\1/p" "$log")
+    want=$(bound "$schedule" "$p" "$r" "$m")
+    [ -n "$count" ] || { echo "  rank $r printed no in-flight line"; return 1; }
+    [ "$count" = "$want" ] || { echo "  rank $r: counted $count, $schedule's bound $want"; bad=1; }
+  done
+  return $bad
+}
+
+failures=0
+for shape in $SHAPES; do
+  IFS=: read -r p m <<< "$shape"
+  log="$WORK/run_${p}_${m}.log"
+  "$MPIEXEC" -np "$p" --oversubscribe "$TRAIN" $(tiny_args "$WORK/data" "$WORK/run_${p}_${m}") --set steps=1 \
+    --set n_layer="$p" --set pp="$p" --set micro_batch_size=1 --set batch_size="$m" --set sample_tokens=0 \
+    --set val_batches=0 > "$log" 2>&1 || { echo "FAIL: the run p=$p m=$m"; tail -5 "$log"; exit 1; }
+  if check "$SCHEDULE" "$log" "$p" "$m"; then echo "ok   p=$p m=$m: every rank holds its $SCHEDULE bound"
+  else echo "FAIL p=$p m=$m"; failures=$((failures + 1)); fi
+  if [ -n "$CONTROL" ] && [ "$(bound "$CONTROL" "$p" 0 "$m")" != "$(bound "$SCHEDULE" "$p" 0 "$m")" ]; then
+    if check "$CONTROL" "$log" "$p" "$m" > /dev/null; then
+      echo "FAIL negative control p=$p m=$m: the counts also match $CONTROL's bound"; failures=$((failures + 1))
+    else echo "ok   negative control p=$p m=$m: $CONTROL's bound rejected"; fi
+  fi
+done
+[ "$failures" = 0 ] || exit 1
