@@ -1,12 +1,13 @@
 // Prints a pipeline schedule of stages 07-09 as a text timeline of all ranks on the
 // simulated machine, with each rank's bubble and most activations in flight next to
-// the theory.
+// the theory (schedules.h).
 //
-//   pipeline_schedule [--schedule gpipe|1f1b] [--pp P] [--micro M] [--tf F] [--tb B] [--tw W]
+//   pipeline_schedule [--schedule gpipe|1f1b|interleaved|zb-h1] [--pp P] [--micro M]
+//                     [--virtual V] [--tf F] [--tb B] [--tw W]
 //
 // Costs are a rank's whole share of the model: forward tF, input gradient tB, weight
 // gradient tW (a plain backward takes tB + tW; a chunk of v takes 1/v of each).
-// e.g. build/bin/pipeline_schedule --schedule 1f1b --pp 4 --micro 8
+// e.g. build/bin/pipeline_schedule --schedule interleaved --pp 4 --micro 8 --virtual 2
 #include <cstdio>
 #include <algorithm>
 #include <cstdlib>
@@ -14,7 +15,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "stages/08_pipeline_1f1b/schedule_1f1b.h"
+#include "stages/09_pipeline_interleaved/schedules.h"
 
 using namespace gpt;
 
@@ -39,9 +40,7 @@ int main(int argc, char** argv) {
     require(costs.forward > 0 && costs.backward_input > 0 && costs.backward_weight >= 0,
             "--tf and --tb must be positive, --tw not negative");
     std::vector<PipeSchedule> ranks;
-    require(name == "gpipe" || name == "1f1b", "--schedule " + name + ": must be gpipe or 1f1b");
-    require(v == 1, "--virtual " + std::to_string(v) + ": gpipe and 1f1b run one chunk per rank");
-    for (int r = 0; r < p; ++r) ranks.push_back(name == "gpipe" ? gpipe_schedule(p, r, m) : one_f_one_b_schedule(p, r, m));
+    for (int r = 0; r < p; ++r) ranks.push_back(pipeline_schedule(name, p, r, m, v));
     const PipeSimulation sim = simulate_pipeline(ranks, costs, v);
     if (sim.deadlock) fail("the schedule deadlocks: " + sim.stuck);
     if (!sim.error.empty()) fail("the schedule is wrong: " + sim.error);
@@ -51,11 +50,13 @@ int main(int argc, char** argv) {
                 name.c_str(), p, m, v, costs.forward, costs.backward_input, costs.backward_weight,
                 v > 1 ? "; a, b, ...: the rank's chunk" : "");
     std::printf("%s", sim.timeline.c_str());
-    const double theory = pipeline_bubble(p, m);
+    const double theory = pipeline_theory_bubble(name, p, m, v, costs);
+    if (name == "zb-h1" && costs.backward_weight > std::min(costs.forward, costs.backward_input))
+      std::printf("(zb-h1's theory assumes tW <= min(tF, tB); a longer W cannot hide in one idle slot)\n");
     for (int r = 0; r < p; ++r)
       std::printf("rank %d: bubble %.3f (theory %.3f), at most %d %s in flight (theory %d)\n", r,
                   sim.bubble[size_t(r)], theory, sim.max_in_flight[size_t(r)], v > 1 ? "chunk activations" : "micro-batches",
-                  name == "gpipe" ? m : std::min(p - r, m));
+                  pipeline_theory_in_flight(name, p, r, m, v));
     return 0;
   });
 }
