@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "common/error.h"
 #include "common/trace.h"
@@ -34,6 +36,19 @@ PipelineExecutor::PipelineExecutor(std::vector<GPT2<float>*> chunks, Communicato
   invariant(v_ >= 1, "PipelineExecutor: no model chunk");
   peak_in_flight_.assign(size_t(v_), 0);
   for (GPT2<float>* c : chunks_) slot_owner_.emplace_back(size_t(c->in_flight()), -1);
+  if (const char* j = std::getenv("GPT_TEST_PIPE_JITTER_MS")) jitter_ms_ = std::atoi(j);
+  if (const char* r = std::getenv("GPT_TEST_PIPE_STALL_RANK")) stall_rank_ = std::atoi(r);
+  jitter_state_ = 0x9E3779B97F4A7C15ull * uint64_t(rank_ + 1);
+}
+
+void PipelineExecutor::test_hooks(size_t action) {
+  if (rank_ == stall_rank_ && action == 2)
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // a rank that stops answering
+  if (jitter_ms_ > 0) {
+    jitter_state_ = jitter_state_ * 6364136223846793005ull + 1442695040888963407ull;  // an LCG: any spread will do
+    const int ms = int((jitter_state_ >> 33) % uint64_t(jitter_ms_ + 1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  }
 }
 
 PipelineExecutor::Peer PipelineExecutor::previous(int chunk) const {
@@ -65,7 +80,9 @@ std::vector<double> PipelineExecutor::run(const PipeSchedule& schedule, int m, c
   std::vector<double> losses;
   std::vector<int> in_flight(size_t(v_), 0);
   busy_s_ = 0;
-  for (const PipeAction& a : schedule) {
+  for (size_t k = 0; k < schedule.size(); ++k) {
+    const PipeAction& a = schedule[k];
+    test_hooks(k);
     invariant(a.chunk >= 0 && a.chunk < v_ && a.micro >= 0 && a.micro < m,
               std::string("pipeline schedule: ") + pipe_op_name(a.op) + " of micro-batch " + std::to_string(a.micro) +
                   " on chunk " + std::to_string(a.chunk) + " is outside " + std::to_string(m) + " x " +
@@ -130,6 +147,9 @@ std::vector<double> PipelineExecutor::run(const PipeSchedule& schedule, int m, c
           pp_.wait(it->second);
           recv_gradient_.erase(it);
         }
+        // The last stage writes the gradient of its input where the previous backward's
+        // was sent from (no receive waited for that send).
+        wait_sends(a.chunk, s, true);
         if (before_backward) before_backward(a.chunk, a.micro);
         const auto t0 = clock::now();
         model.backward_micro(s, loss_scale);

@@ -23,10 +23,16 @@
 //
 // Why no order of arrival can deadlock: every message is non-blocking (isend/irecv) and
 // a rank blocks only in a wait for the input of the action it is about to run. Sends are
-// completed before their buffer is written again and at the end of the step. MPI moves
+// completed before their buffer is written again (the forward or backward of the next
+// micro-batch in the slot, or a receive into it) and at the end of the step. MPI moves
 // a message larger than its eager limit only once the receive is posted, so a blocking
 // send to a neighbour that is itself blocked sending to us would hang; posted
 // non-blocking requests progress together instead.
+//
+// Two test hooks, read from the environment once: GPT_TEST_PIPE_JITTER_MS=N sleeps a
+// pseudo-random 0..N ms before each action (the order of arrival changes, the bits must
+// not); GPT_TEST_PIPE_STALL_RANK=r makes pipeline rank r stop answering at its third
+// action (the others must fail within comm_timeout_s, naming the peer).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -98,6 +104,9 @@ class PipelineExecutor {
   std::map<std::pair<int, int>, Request> recv_activation_, recv_gradient_;
   std::map<std::tuple<int, int, bool>, std::vector<Request>> sends_;
   std::vector<std::vector<int>> slot_owner_;  // per chunk and slot: the micro-batch in it, or -1
+  int jitter_ms_ = 0, stall_rank_ = -1;         // the test hooks (top of this file)
+  uint64_t jitter_state_ = 0;
+  void test_hooks(size_t action);
 };
 
 // The validation loss through the pipeline: as validation_loss (common/driver.h) does it

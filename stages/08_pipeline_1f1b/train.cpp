@@ -1,0 +1,185 @@
+// Stage 08: pipeline parallelism with the 1F1B schedule, composed with tensor
+// parallelism (stage 06) and data parallelism with ZeRO 0 or 1. The ranks form a
+// dp x pp x tp mesh: the pp ranks of a pipeline hold consecutive ranges of layers
+// (stages; the first also the embeddings, the last ln_f and the tied LM head) and pass
+// each micro-batch's activations forward and their gradients back.
+//   for each step:  zero grads
+//                   run this rank's schedule over the step's m micro-batches
+//                   (pipeline_executor.h): 1F1B = min(p - r - 1, m) warm-up forwards,
+//                   then one forward and one backward in turn, then the last backwards:
+//                   rank r keeps at most min(p - r, m) micro-batches' activations
+//                   wte's gradient summed between the first and the last stage
+//                   (tied_embedding.h); the data-parallel store reduces over dp
+//                   the global norm (each element counted once), AdamW on this rank's
+//                   range of its local buffer, all-gather over dp for zero=1
+// See schedule_1f1b.h for the schedule, and README.md for the lesson; the executor, the
+// tied embedding and everything else are stage 07's.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/checkpoint.h"
+#include "common/comm.h"
+#include "common/config.h"
+#include "common/data.h"
+#include "common/device.h"
+#include "common/driver.h"
+#include "common/error.h"
+#include "common/gpt2.h"
+#include "common/layout_exchange.h"
+#include "common/memory.h"
+#include "common/mesh.h"
+#include "common/metrics.h"
+#include "common/optimizer.h"
+#include "common/rank_layout.h"
+#include "common/trace.h"
+#include "stages/06_tensor_parallel/local_zero.h"
+#include "stages/06_tensor_parallel/sequence_parallel_grads.h"
+#include "stages/06_tensor_parallel/tp_budget.h"
+#include "stages/06_tensor_parallel/tp_hooks.h"
+#include "stages/07_pipeline_gpipe/pipeline_config.h"
+#include "stages/07_pipeline_gpipe/pipeline_report.h"
+#include "stages/07_pipeline_gpipe/pipeline_executor.h"
+#include "stages/07_pipeline_gpipe/schedule.h"
+#include "stages/07_pipeline_gpipe/tied_embedding.h"
+#include "stages/08_pipeline_1f1b/schedule_1f1b.h"
+
+using namespace gpt;
+
+namespace {
+
+int train_ranks(Run& run) {
+  Config& cfg = run.cfg;
+  const Device device = run.device;
+  const Precision precision = run.precision;
+  const bool bf16 = precision == Precision::BF16;
+  check_tensor_parallel(cfg);
+  Communicator& dp = run.mesh.dp();
+  Communicator& pp = run.mesh.pp();
+  Communicator& tp = run.mesh.tp();
+  const bool sp = cfg.sequence_parallel, lead = run.lead();
+  const int accum = cfg.grad_accum(dp.size());  // m, the micro-batches of a step
+  check_pipeline(cfg, pp.size(), accum);
+  const int B = cfg.micro_batch_size, T = cfg.seq_len;
+  Trace::global().enable(cfg.trace_file.empty() ? "" : cfg.trace_file + ".rank" + std::to_string(run.world.rank()) + ".json",
+                         run.world.rank());
+
+  DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
+  DataLoader val_data(cfg.val_data, cfg.model.vocab_size, T, cfg.seed);
+  TensorParallelHooks<float> hooks(tp, sp);
+  // This rank's stage of the pipeline, with activations for every micro-batch the
+  // schedule keeps in flight.
+  const PipeSchedule schedule = one_f_one_b_schedule(pp.size(), pp.rank(), accum);
+  const LayerRange layers = stage_layers(cfg.model.n_layer, pp.size(), pp.rank());
+  GPT2<float> model(cfg.model, B, T, device, precision, /*own_weights=*/true,
+                    ModelSlice<float>{tp.size(), tp.rank(), sp, &hooks, {}, layers, max_in_flight(schedule, 0)});
+  const ParamLayout& layout = model.layout();  // the local buffer's tensors and units
+  const ParamLayout global(cfg.model);
+  const RankLayout slices = RankLayout::pipeline_stage(RankLayout::tensor_parallel(global, tp.size(), tp.rank()),
+                                                       layers.begin, layers.end, model.first_stage(), model.last_stage());
+  const int64_t n_local = layout.total();
+  // The ZeRO stage of `zero` over dp, on this rank's local buffer (stage 06's local_zero.h).
+  LocalZero zero(cfg, model, slices, dp, device, bf16);
+  const RunCheckpoints ckpt{layout, zero.checkpoint_buffers(), /*sharded=*/true, &zero.range()};
+
+  CheckpointState state;
+  const std::string resume = resolve_resume(cfg.resume, cfg.run_dir);
+  if (resume.empty()) {
+    slices.init(cfg.seed, zero.master(), zero.shard().begin, zero.shard().end);  // the single-device values there
+  } else {
+    std::vector<LocalBuffer> buffers;
+    for (const CheckpointBuffer& b : ckpt.buffers) buffers.push_back({b.kind, b.data});
+    state = load_checkpoint_local(run.world, resume, zero.range(), buffers);  // any layout's checkpoint
+    if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
+  }
+  zero.weights_from_master();
+  SequenceParallelGrads<float> sp_grads(layout, tp, zero.store());
+  TiedEmbeddingGrads tied(layout, pp, sp ? static_cast<WeightStore<float>&>(sp_grads) : zero.store());
+  model.set_store(&tied);
+  PipelineExecutor pipeline({&model}, pp);
+
+  MemoryLedger mem = MemoryTracker::global().peaks();
+  if (lead) {
+    std::printf("stage 08 | 1F1B | pp %d x tp %d x dp %d (%s)%s, zero=%d | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM on this rank\n",
+                pp.size(), tp.size(), dp.size(), run.world.backend(), sp ? ", sequence parallel" : "", cfg.zero,
+                device_name(device), precision_name(precision), omp_get_max_threads(), double(global.total()) / 1e6,
+                double(n_local) / 1e6);
+    std::printf("batch %d sequences x %d tokens = micro-batch %d x %d micro-batches x dp %d | train %lld tokens, val %lld tokens\n",
+                cfg.batch_size, T, B, accum, dp.size(), static_cast<long long>(train_data.num_tokens()),
+                static_cast<long long>(val_data.num_tokens()));
+    std::printf("%s", stage_table(cfg.model, pp.size()).c_str());
+  }
+
+  MetricsLog log(lead ? cfg.metrics_path() : "");
+  BubbleMeter bubble(pp);
+  state.layout_json = mesh_json(run.mesh.shape());  // checkpoints record the layout that wrote them
+  const int64_t first_step = state.step;
+  for (int64_t step = state.step; step < cfg.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    zero.zero_grads();
+    bubble.start();
+    const auto batch = [&](int micro, int32_t* inputs, int32_t* targets) {
+      train_data.batch(step, micro, dp.rank(), dp.size(), B, cfg.batch_size, inputs, targets);
+    };
+    const auto before_backward = [&](int /*chunk*/, int micro) {
+      const bool last = micro == accum - 1;  // backwards run in micro-batch order
+      zero.set_last_micro(last);
+      sp_grads.set_sum(last);
+      tied.set_last(last);
+    };
+    const std::vector<double> losses =
+        pipeline.run(schedule, accum, batch, 1.0f / float(accum * dp.size()), before_backward);
+    bubble.stop(pipeline.last_busy_s());
+    tied.finish();
+    zero.wait();
+    double loss = 0;  // the mean over the global batch, added in micro-batch order as stage 01 does
+    for (double l : losses) loss += l / (accum * dp.size());
+    pp.all_reduce(&loss, 1, DType::F64);  // from the last stage (the others add 0)
+    dp.all_reduce(&loss, 1, DType::F64);
+
+    const double norm = zero.grad_norm(run.world);
+    const double lr = learning_rate(cfg, step);
+    zero.step(lr, norm, int(step + 1));
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    state.step = step + 1;
+
+    mem = MemoryTracker::global().peaks();
+    if (step == first_step) {  // after the first step: memory and micro-batches in flight, per rank
+      const int bound = std::min(pp.size() - pp.rank(), accum);  // 1F1B: min(p - r, m)
+      const std::string line = in_flight_line(run.world.rank(), pp.rank(), pp.size(), bound,
+                                              pipeline.measured_in_flight(0), model, mem);
+      print_from_every_rank(run.world, line);
+    }
+    StepMetrics m;
+    m.step = state.step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = norm, m.ms = ms;
+    m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);
+    if (lead) log.train_step(m, mem, state.step % cfg.log_every == 0 || state.step == cfg.steps);
+    if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(state.step) + " (lower lr?)");
+
+    const Validation validate = [&] { return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, dp); };
+    after_step(run, validate, dp, log, ckpt, state);
+  }
+  const std::string bubbles = bubble.report(pipeline_bubble(pp.size(), accum));
+  if (lead) std::printf("%s", bubbles.c_str());
+
+  std::vector<float> whole;  // the whole model, for the lead rank's sample
+  if (cfg.sample_tokens > 0)
+    whole = gather_whole_model(run.world, slices, zero.local_weights(), dp.rank() == 0);
+  const Validation validate = [&] { return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, dp); };
+  end_of_run(run, validate, dp, log, ckpt, state, whole.data(), T);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  StageSpec spec{"08_pipeline_1f1b"};
+  spec.tp = true, spec.pp = true, spec.zero_key = true;
+  return stage_main(argc, argv, spec, train_ranks);
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Two pipeline schedules compute the same bits: a schedule changes when each micro-batch's
+# forward and backward run, never what they compute or the order in which a stage
+# accumulates its gradients (backwards run in micro-batch order in every schedule). So
+# the candidate stage (e.g. 08, 1F1B) must give the reference stage's (07, GPipe) losses,
+# gradient norms, weights and moments bit for bit after 10 AdamW steps, and after one SGD
+# step, for every shape; and so must a candidate run whose ranks are delayed at random
+# before every action (GPT_TEST_PIPE_JITTER_MS: messages arrive in another order).
+# Negative control: one weight 10 ulps off must be rejected.
+# Usage: exact_pair.sh REF CAND PREPARE WORK ROOT MPIEXEC SPECS [JITTER_SPEC]
+#   a SPEC is NP:BATCH:MICRO_BATCH[:key=value...]; COMMON="key=value ..." applies to every run.
+set -euo pipefail
+REF=$1 CAND=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6 SPECS=$7 JITTER_SPEC=${8:-}
+source "$ROOT/tests/trainer/common.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+rm -rf "$WORK" && mkdir -p "$WORK"
+make_corpus "$WORK" "$PREPARE"
+COMPARE=(/usr/bin/python3 "$ROOT/tests/stages/compare_runs.py" --exact)
+
+# run BIN SPEC DIR STEPS [key=value...]
+run() {
+  local bin=$1 spec=$2 dir=$3 steps=$4 np batch mb rest keys=() extra=() kv
+  shift 4
+  IFS=: read -r np batch mb rest <<< "$spec"
+  [ -n "${rest:-}" ] && IFS=: read -r -a keys <<< "$rest"
+  for kv in ${COMMON:-} "${keys[@]}" "$@"; do extra+=(--set "$kv"); done
+  "$MPIEXEC" -np "$np" --oversubscribe "$bin" $(tiny_args "$WORK/data" "$dir") --set steps="$steps" \
+    --set batch_size="$batch" --set micro_batch_size="$mb" --set val_every=0 --set val_batches=0 \
+    --set sample_tokens=0 "${extra[@]}" > "$dir.log" 2>&1 || { echo "FAIL: run $bin $spec $*"; tail -20 "$dir.log"; exit 1; }
+}
+
+failures=0
+i=0
+for spec in $SPECS; do
+  i=$((i + 1))
+  run "$REF" "$spec" "$WORK/$i-ref" 10
+  run "$CAND" "$spec" "$WORK/$i-cand" 10
+  run "$REF" "$spec" "$WORK/$i-sgd-ref" 1 optimizer=sgd grad_clip=0
+  run "$CAND" "$spec" "$WORK/$i-sgd-cand" 1 optimizer=sgd grad_clip=0
+  echo "== $spec: 10 AdamW steps, then one SGD step"
+  "${COMPARE[@]}" --step 10 --reference "$WORK/$i-ref" --candidate "$WORK/$i-cand" || failures=$((failures + 1))
+  "${COMPARE[@]}" --step 1 --reference "$WORK/$i-sgd-ref" --candidate "$WORK/$i-sgd-cand" || failures=$((failures + 1))
+done
+if [ -n "$JITTER_SPEC" ]; then
+  echo "== $JITTER_SPEC with every rank delayed 0-3 ms at random before each action"
+  run "$REF" "$JITTER_SPEC" "$WORK/jitter-ref" 10
+  GPT_TEST_PIPE_JITTER_MS=3 run "$CAND" "$JITTER_SPEC" "$WORK/jitter-cand" 10
+  "${COMPARE[@]}" --step 10 --reference "$WORK/jitter-ref" --candidate "$WORK/jitter-cand" || failures=$((failures + 1))
+fi
+echo "== negative control: one weight 10 ulps off must be rejected"
+planted="$WORK/planted"
+rm -rf "$planted" && cp -r "$WORK/1-cand" "$planted"
+/usr/bin/python3 - "$planted/step_00000010/param.bin" <<'PY'
+import struct, sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(4 * 1000)
+    bits = struct.unpack("<I", f.read(4))[0]
+    f.seek(4 * 1000)
+    f.write(struct.pack("<I", bits + 10))
+PY
+"${COMPARE[@]}" --expect-reject --step 10 --reference "$WORK/1-ref" --candidate "$planted" || failures=$((failures + 1))
+[ "$failures" = 0 ] || { echo "FAIL: $failures comparisons"; exit 1; }
+echo "every shape bit-identical to the reference schedule"
