@@ -5,7 +5,8 @@
 #
 #   --training        only what building and training need (no PyTorch: tests only)
 #   --with-docs       also doxygen and graphviz (docs/Doxyfile)
-#   --with-notebooks  also Jupyter (nbconvert, ipykernel) and matplotlib (notebooks/)
+#   --with-notebooks  also Jupyter (nbconvert, nbformat, ipykernel), matplotlib and numpy
+#                     (notebooks/, scripts/check_notebooks.sh)
 #   --check           only report what is missing; exit 1 if anything is
 #
 # Runs apt-get (once `apt-get update`, then one `apt-get install`) as root, or via
@@ -29,11 +30,11 @@ check_only=0
 for arg in "$@"; do
   case "$arg" in
     --with-docs) packages+=(doxygen graphviz) ;;
-    --with-notebooks) packages+=(jupyter-nbconvert python3-ipykernel python3-matplotlib) ;;
+    --with-notebooks) packages+=(jupyter-nbconvert python3-nbformat python3-ipykernel python3-matplotlib python3-numpy) ;;
     --check) check_only=1 ;;
     --training) training_only=1 ;;
     -h | --help)
-      sed -n '2,15s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+      sed -n '2,16s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
       exit 0
       ;;
     *) die "unknown option '$arg' (see scripts/setup.sh --help)" ;;

@@ -1,0 +1,209 @@
+"""Reading the runs that scripts/notebook_runs.sh makes, for the notebooks beside this file.
+
+Nothing here knows a number of a run: every value comes from a run directory
+(metrics.jsonl, the checkpoint's manifest.json, trace.rank<r>.json) or from a file
+the script saved (allreduce.txt). The memory formulas at the end are the stage
+READMEs' ones, evaluated on a run's resolved config and layout.
+
+Where the runs are: $GPT_NOTEBOOK_RUNS when set, else runs/notebooks under the
+repository root (found by walking up from the working directory to the directory
+that holds both notebooks/ and stages/).
+
+Uses the standard library only; the notebooks bring numpy and matplotlib.
+"""
+import glob
+import json
+import os
+import re
+
+
+def repo_root(start=None):
+    """The repository root: the first directory at or above `start` (default: the
+    working directory) with both notebooks/ and stages/ in it."""
+    here = os.path.abspath(start or os.getcwd())
+    while True:
+        if os.path.isdir(os.path.join(here, "notebooks")) and os.path.isdir(os.path.join(here, "stages")):
+            return here
+        parent = os.path.dirname(here)
+        if parent == here:
+            raise FileNotFoundError("no repository root (a directory with notebooks/ and stages/) above "
+                                    + os.path.abspath(start or os.getcwd()))
+        here = parent
+
+
+def runs_root():
+    """Where scripts/notebook_runs.sh put the runs ($GPT_NOTEBOOK_RUNS, else runs/notebooks)."""
+    root = os.environ.get("GPT_NOTEBOOK_RUNS") or os.path.join(repo_root(), "runs", "notebooks")
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"{root} does not exist: make the runs first with scripts/notebook_runs.sh")
+    return root
+
+
+def path(*parts):
+    """A path inside the runs directory; fails, naming the script, when it is missing."""
+    p = os.path.join(runs_root(), *parts)
+    if not os.path.exists(p):
+        raise FileNotFoundError(f"{p} is missing: run scripts/notebook_runs.sh again")
+    return p
+
+
+class Run:
+    """One run directory: its metrics lines, its resolved config and its layout.
+
+    train, val   the "train" and "val" lines of the last run in metrics.jsonl (a file
+                 can hold several runs; a step that goes down marks where one starts)
+    config       the complete config the trainer ran with (defaults included), from the
+                 newest checkpoint's manifest.json
+    layout       {"dp", "tp", "pp", "cp"} from the same manifest
+    """
+
+    def __init__(self, *parts):
+        self.dir = path(*parts)
+        self.name = "/".join(parts)
+        with open(os.path.join(self.dir, "metrics.jsonl")) as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+        last_start, previous = 0, None
+        for i, line in enumerate(lines):
+            if line.get("kind") == "train":
+                if previous is not None and line["step"] <= previous:
+                    last_start = i
+                previous = line["step"]
+        lines = lines[last_start:]
+        self.train = [line for line in lines if line.get("kind") == "train"]
+        self.val = [line for line in lines if line.get("kind") == "val"]
+        if not self.train:
+            raise ValueError(f"{self.dir}/metrics.jsonl has no train line")
+        manifests = sorted(glob.glob(os.path.join(self.dir, "step_*", "manifest.json")))
+        self.config, self.layout = {}, {}
+        if manifests:
+            with open(manifests[-1]) as f:
+                manifest = json.load(f)
+            self.config, self.layout = manifest["config"], manifest["layout"]
+
+    def steps(self):
+        return [line["step"] for line in self.train]
+
+    def losses(self):
+        return [line["loss"] for line in self.train]
+
+    def mem(self):
+        """Bytes by kind of rank 0, from the last train line (the peaks so far)."""
+        return self.train[-1]["mem"]
+
+    def traces(self):
+        """{rank: [complete events]} of the run's trace files (trace.rank<r>.json)."""
+        out = {}
+        for p in glob.glob(os.path.join(self.dir, "*.rank*.json")):
+            rank = int(re.search(r"\.rank(\d+)\.json$", p).group(1))
+            with open(p) as f:
+                data = json.load(f)
+            events = data["traceEvents"] if isinstance(data, dict) else data
+            out[rank] = [e for e in events if e.get("ph") == "X"]
+        if not out:
+            raise FileNotFoundError(f"{self.dir} has no trace files")
+        return dict(sorted(out.items()))
+
+
+def step_starts(events):
+    """Start times (us) of the steps of one rank's trace: its "zero_grads" spans."""
+    return sorted(e["ts"] for e in events if e["name"] == "zero_grads" and e.get("tid", 0) == 0)
+
+
+def read_allreduce(file_path):
+    """Rows of bench_allreduce's tables: dicts with implementation, size_mib, ranks, ms,
+    algbw and busbw (GB/s). The columns are read from the right, since an
+    implementation's name has spaces in it."""
+    rows = []
+    pattern = re.compile(r"^(?P<name>\S.*?)\s+(?P<size>[\d.]+)\s+(?P<ranks>\d+)\s+(?P<ms>[\d.]+)\s+"
+                         r"(?P<ratio>[\d.]+)\s+(?P<alg>[\d.]+)\s+(?P<bus>[\d.]+)$")
+    with open(file_path) as f:
+        for line in f:
+            m = pattern.match(line.rstrip())
+            if m and not line.startswith("implementation"):
+                rows.append({"implementation": m["name"], "size_mib": float(m["size"]), "ranks": int(m["ranks"]),
+                             "ms": float(m["ms"]), "algbw": float(m["alg"]), "busbw": float(m["bus"])})
+    if not rows:
+        raise ValueError(f"{file_path} holds no bench_allreduce table")
+    return rows
+
+
+# ---------------------------------------------------------------------------------------
+# Memory formulas of the stage READMEs (02-05 and 06; 10 applies 06's over dp x cp).
+
+KINDS = ("params", "grads", "optimizer")
+
+
+def padded_vocab(vocab_size):
+    """The vocabulary rounded up to a multiple of 128 (common/config.h)."""
+    return (vocab_size + 127) // 128 * 128
+
+
+def units(config, tp=1, tp_rank=0):
+    """Parameter counts of the units one rank holds, in layout order: the embeddings
+    (this rank's rows of the padded vocabulary and every position), each block (its
+    matrices split by tp, its layernorms and row-parallel biases whole), the final
+    layernorm. With tp = 1 these are the whole model's units, and their sum is P."""
+    C, L = config["n_embd"], config["n_layer"]
+    Vp = padded_vocab(config["vocab_size"])
+    vocab_rows = Vp * (tp_rank + 1) // tp - Vp * tp_rank // tp
+    embeddings = vocab_rows * C + config["block_size"] * C
+    block = 12 * C * C // tp + 7 * C // tp + 6 * C
+    return [embeddings] + [block] * L + [2 * C]
+
+
+def buckets(unit_sizes, bucket_mb):
+    """Gradient buckets in backward order (final layernorm, last block ... first, then
+    the embeddings), each closed once it holds bucket_mb MiB of fp32: a list of
+    (elements, [unit indices])."""
+    limit = max(1, int(bucket_mb * 1024 * 1024 / 4))
+    order = [len(unit_sizes) - 1] + list(range(len(unit_sizes) - 2, 0, -1)) + [0]
+    out = []
+    for u in order:
+        if not out or out[-1][0] >= limit:
+            out.append([0, []])
+        out[-1][0] += unit_sizes[u]
+        out[-1][1].append(u)
+    return [tuple(b) for b in out]
+
+
+def zero_memory(unit_sizes, zero, ranks, rank, bucket_mb, precision):
+    """Bytes of params, grads and optimizer state one rank holds when ZeRO stage `zero`
+    shards these units over `ranks` ranks (stage 02 is zero 0, 03-05 are 1-3).
+
+      P = the units' sum; S = rank's shard [floor(r P / N), floor((r+1) P / N))
+      live buckets = the embeddings' bucket + the largest other one, twice (one fills
+                     while the other is reduced; once when there is only one)
+      gathered     = the embeddings + two blocks (the current one and the prefetched)
+      zero 0: 4P, 4P, k P      zero 1: 4P, 4P, k S      zero 2: 4P, 4(S + live), k S
+      zero 3: 4(S + gathered), 4(S + live), k S          (k = 8 in fp32, 12 in bf16)
+    Returns (bytes by kind, the terms)."""
+    P = sum(unit_sizes)
+    S = P * (rank + 1) // ranks - P * rank // ranks
+    bk = buckets(unit_sizes, bucket_mb)
+    emb = bk[-1][0]
+    others = [b[0] for b in bk[:-1]]
+    live = emb + min(2, len(others)) * max(others, default=0)
+    E, B = unit_sizes[0], unit_sizes[1]
+    gathered = E + 2 * B if len(unit_sizes) >= 4 else E + max(B, unit_sizes[-1])
+    k = 12 if precision == "bf16" else 8
+    params = 4 * (S + gathered) if zero == 3 else 4 * P
+    grads = 4 * (S + live) if zero >= 2 else 4 * P
+    optimizer = k * (S if zero >= 1 else P)
+    terms = {"P": P, "S": S, "buckets": [b[0] for b in bk], "live buckets": live, "gathered": gathered}
+    return {"params": params, "grads": grads, "optimizer": optimizer}, terms
+
+
+# The ZeRO stage each stage applies by construction (06 and 10 take the `zero` key).
+STAGE_ZERO = {"01": 0, "02": 0, "03": 1, "04": 2, "05": 3}
+
+
+def formula(stage, run):
+    """The README formula of `stage` ("01" ... "10") for rank 0 of `run`, from the run's
+    resolved config and layout: (bytes by kind, terms)."""
+    cfg, lay = run.config, run.layout
+    if not cfg:
+        raise ValueError(f"{run.dir} has no checkpoint manifest: its config is unknown")
+    tp, dp, cp = lay.get("tp", 1), lay.get("dp", 1), lay.get("cp", 1)
+    zero = STAGE_ZERO.get(stage, cfg["zero"])
+    # Stage 10 keeps a ZeRO shard per rank of dp x cp: all of them hold the same slices.
+    return zero_memory(units(cfg, tp, 0), zero, dp * cp, 0, cfg["bucket_mb"], cfg["precision"])

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Executes every notebook of notebooks/ headless on fresh runs, as CI does.
+#
+#   scripts/check_notebooks.sh [--no-runs] [OUT]
+#
+#   1. the committed notebooks must carry no outputs (clear them before committing:
+#      Jupyter's "Clear All Outputs", or
+#      jupyter nbconvert --clear-output --inplace notebooks/*.ipynb);
+#   2. scripts/notebook_runs.sh makes the runs they read (--no-runs: use the ones there);
+#   3. each notebook runs top to bottom in a fresh python3 kernel (Debian's ipykernel,
+#      /usr/bin/python3) with `jupyter nbconvert --execute`; the executed copies go to OUT
+#      (default: $GPT_BUILD_DIR/notebooks, i.e. build/notebooks), never into notebooks/.
+#
+# Exits 1 when a notebook has outputs, a run fails or a cell raises. Needs the packages
+# of scripts/setup.sh --with-notebooks and the default build (scripts/notebook_runs.sh
+# builds the binaries it misses). GPT_NOTEBOOK_RUNS moves the runs, as for the notebooks.
+set -euo pipefail
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+make_runs=1
+out=""
+for arg in "$@"; do
+  case "$arg" in
+    --no-runs) make_runs=0 ;;
+    -h | --help)
+      sed -n '2,17s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+      exit 0
+      ;;
+    -*) die "unknown option '$arg' (see scripts/check_notebooks.sh --help)" ;;
+    *) out="$arg" ;;
+  esac
+done
+out="$(abs_dir "${out:-$GPT_BUILD_DIR/notebooks}")"
+python=/usr/bin/python3
+cd "$GPT_ROOT"
+
+notebooks=(notebooks/*.ipynb)
+[[ -e "${notebooks[0]}" ]] || die "no notebook in notebooks/"
+"$python" -c 'import nbconvert, ipykernel, matplotlib, numpy' 2>/dev/null ||
+  die "$python lacks nbconvert, ipykernel, matplotlib or numpy: scripts/setup.sh --with-notebooks"
+
+# 1. No outputs in the committed notebooks.
+"$python" - "${notebooks[@]}" <<'PY' || die "notebooks with outputs: clear them before committing"
+import json, sys
+bad = []
+for path in sys.argv[1:]:
+    with open(path) as f:
+        nb = json.load(f)
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    if any(c.get("outputs") or c.get("execution_count") is not None for c in code):
+        bad.append(path)
+for path in bad:
+    print(f"{path}: has outputs or execution counts", file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
+
+# 2. The runs.
+if ((make_runs)); then
+  start=$SECONDS
+  scripts/notebook_runs.sh
+  log "runs made in $((SECONDS - start)) s"
+fi
+
+# 3. Every notebook, in a fresh kernel.
+mkdir -p "$out"
+export PYDEVD_DISABLE_FILE_VALIDATION=1  # quiets the kernel's debugger warning on Python 3.11
+failed=()
+start=$SECONDS
+for nb in "${notebooks[@]}"; do
+  t0=$SECONDS
+  if "$python" -m nbconvert --to notebook --execute --ExecutePreprocessor.kernel_name=python3 \
+    --ExecutePreprocessor.timeout=300 --output-dir "$out" "$nb" > "$out/$(basename "$nb" .ipynb).log" 2>&1; then
+    log "$nb: ok ($((SECONDS - t0)) s)"
+  else
+    grep -v '^0.00s' "$out/$(basename "$nb" .ipynb).log" | tail -25 >&2
+    warn "$nb: a cell failed (log: $out/$(basename "$nb" .ipynb).log)"
+    failed+=("$nb")
+  fi
+done
+log "${#notebooks[@]} notebooks executed in $((SECONDS - start)) s, copies with outputs in $out"
+((${#failed[@]} == 0)) || die "failed: ${failed[*]}"

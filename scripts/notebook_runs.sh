@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Makes every run the notebooks in notebooks/ read: short CPU runs of the stages on the
+# tiny and small configs, their traces, and the all-reduce benchmark's tables.
+#
+#   scripts/notebook_runs.sh [OUT]
+#
+# OUT defaults to $GPT_NOTEBOOK_RUNS, else runs/notebooks (git-ignored); it is emptied
+# first, because a trainer appends to a run directory's metrics.jsonl. The binaries
+# come from $GPT_BUILD_DIR (default build/); the ones missing are built with the
+# `default` preset. The data is the default corpus (data/fortunes, prepared when
+# missing). Every rank runs one OpenMP thread. About a minute on 2 cores.
+#
+# What lands in OUT (each run directory holds metrics.jsonl, a checkpoint whose
+# manifest.json records the resolved config and the layout, and the trainer's output
+# in stdout.txt):
+#   agree/sNN          30 steps of configs/tiny.json: 01 on one rank, 02-05 at dp 2,
+#                      06 at tp 2, 10 at cp 2; s01_bf16: stage 01 in bf16
+#   memory/sNN_dpK     one step of each stage at dp K = 1, 2, 4 (01: one rank; 06 at
+#                      tp 2 and 10 at cp 2, both zero=3, so 2K ranks)
+#   memory/s06_tpT[_sp], memory/s10_cpC: one step at tp T (sequence parallel or not),
+#                      at cp C
+#   comm/s02_trace     stage 02 at dp 2 on configs/small.json, 4 steps, traced
+#                      (trace.rank<r>.json)
+#   comm/s10_{zigzag,contiguous}: stage 10 at cp 4, seq_len 256, traced
+#   comm/allreduce.txt bench_allreduce's tables on 2, 3 and 4 ranks, 1/16 to 16 MiB
+set -euo pipefail
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+case "${1:-}" in
+  -h | --help)
+    sed -n '2,26s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    exit 0
+    ;;
+esac
+
+out="$(abs_dir "${1:-${GPT_NOTEBOOK_RUNS:-runs/notebooks}}")"
+build="$(abs_dir "$GPT_BUILD_DIR")"
+cd "$GPT_ROOT"
+
+stages=(01_single_gpu 02_ddp 03_zero1 04_zero2 05_zero3 06_tensor_parallel 10_context_parallel)
+targets=()
+for s in "${stages[@]}"; do
+  [[ -x "$build/stages/$s/train" ]] || targets+=("train_$s")
+done
+[[ -x "$build/bin/bench_allreduce" ]] || targets+=(bench_allreduce)
+[[ -x "$build/bin/prepare" ]] || targets+=(prepare)
+((${#targets[@]} == 0)) || build_preset default "$GPT_BUILD_DIR" "${targets[@]}"
+prepare_default_data
+
+[[ "$out" != "$GPT_ROOT" && "$out" != / ]] || die "refusing to empty $out"
+rm -rf "$out"
+mkdir -p "$out"/{agree,memory,comm}
+
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+start=$SECONDS
+count=0
+
+# run DIR RANKS STAGE [key=value...]: one run of STAGE on RANKS ranks into OUT/DIR, on
+# the tiny config unless a config=FILE comes first among the keys.
+run() {
+  local dir="$out/$1" ranks=$2 stage=$3 config=configs/tiny.json sets=() kv
+  shift 3
+  if [[ "${1:-}" == config=* ]]; then
+    config="${1#config=}"
+    shift
+  fi
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  mkdir -p "$dir"
+  if ! GPT_BUILD_DIR="$build" scripts/run_stage.sh "$ranks" "$stage" --config "$config" \
+    --set device=cpu --set threads=1 --set sample_tokens=0 --set log_every=10 \
+    --set run_dir="$dir" "${sets[@]}" > "$dir/stdout.txt" 2>&1; then
+    tail -20 "$dir/stdout.txt" >&2
+    die "run ${dir#"$GPT_ROOT"/} failed (log: $dir/stdout.txt)"
+  fi
+  count=$((count + 1))
+}
+
+log "the stages agree: 30 steps of configs/tiny.json each"
+agree=(steps=30 val_every=10)
+run agree/s01 1 01 "${agree[@]}"
+run agree/s01_bf16 1 01 "${agree[@]}" precision=bf16
+for s in 02 03 04 05; do run "agree/s$s" 2 "$s" "${agree[@]}"; done
+run agree/s06 2 06 "${agree[@]}" tp=2
+run agree/s10 2 10 "${agree[@]}" cp=2
+
+log "memory: one step of each stage at dp 1, 2, 4"
+# Batch 8, so that dp 4 still has a micro-batch of 2; buckets of at least 7,864 floats
+# (0.03 MiB), less than a block of the tiny model (12,704), so that each block is a
+# bucket of its own and the live buckets of ZeRO-2 and -3 are more than the whole model.
+mem=(steps=1 batch_size=8 micro_batch_size=2 val_batches=0 bucket_mb=0.03)
+run memory/s01_dp1 1 01 "${mem[@]}"
+for dp in 1 2 4; do
+  for s in 02 03 04 05; do run "memory/s${s}_dp$dp" "$dp" "$s" "${mem[@]}"; done
+  run "memory/s06_dp$dp" $((2 * dp)) 06 "${mem[@]}" tp=2 zero=3
+  run "memory/s10_dp$dp" $((2 * dp)) 10 "${mem[@]}" cp=2 zero=3
+done
+for tp in 1 2 4; do
+  run "memory/s06_tp$tp" "$tp" 06 "${mem[@]}" tp="$tp"
+  ((tp == 1)) || run "memory/s06_tp${tp}_sp" "$tp" 06 "${mem[@]}" tp="$tp" sequence_parallel=true
+done
+for cp in 1 2 4; do run "memory/s10_cp$cp" "$cp" 10 "${mem[@]}" cp="$cp"; done
+
+log "communication: stage 02's buckets traced, stage 10's splits traced, the all-reduce benchmark"
+run comm/s02_trace 2 02 config=configs/small.json steps=4 bucket_mb=1 val_batches=0 \
+  checkpoint_at_end=false trace_file="$out/comm/s02_trace/trace"
+for split in zigzag contiguous; do
+  run "comm/s10_$split" 4 10 n_embd=64 block_size=256 seq_len=256 batch_size=1 micro_batch_size=1 \
+    steps=4 val_batches=0 cp=4 cp_split="$split" \
+    trace_file="$out/comm/s10_$split/trace"
+done
+mpirun_args=(--oversubscribe --bind-to none)
+((EUID != 0)) || export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+for ranks in 2 3 4; do
+  for mib in 0.0625 0.25 1 4 16; do
+    mpirun -np "$ranks" "${mpirun_args[@]}" "$build/bin/bench_allreduce" "$mib" 5 >> "$out/comm/allreduce.txt" ||
+      die "bench_allreduce on $ranks ranks, $mib MiB failed"
+  done
+done
+
+log "$count runs and the all-reduce tables in ${out#"$GPT_ROOT"/}, $((SECONDS - start)) s"
