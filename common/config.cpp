@@ -110,6 +110,8 @@ constexpr Key kKeys[] = {
      "tensor parallelism: layernorms, residuals and the embedding's sum on 1/tp of the rows each (seq_len must divide by tp); stages 06+"},
     {"cp_split", FIELD(cp_split),
      "context parallelism: zigzag (2 cp chunks, rank r holds r and 2cp-1-r: equal causal work) or contiguous (cp chunks); stage 10"},
+    {"schedule", FIELD(schedule),
+     "pipeline schedule: gpipe, 1f1b, interleaved (virtual_stages chunks per rank) or zb-h1 (zero bubble); empty: the stage's own (07 gpipe, 08 1f1b, 09 interleaved); stage 09 reads it"},
     {"zero", FIELD(zero), "ZeRO stage over the data-parallel group, 0..3 (stages 06+; stages 03-05 are ZeRO-1, -2, -3 by construction)"},
     {"comm", FIELD(comm), "communication backend: auto, mpi or nccl"},
     {"allreduce", FIELD(allreduce), "gradient all-reduce of stage 02: ring (written out) or backend"},

@@ -43,6 +43,9 @@ void require_axes(const Config& cfg, const StageSpec& spec) {
   if (cfg.sequence_parallel && !spec.tp)
     fail(std::string("sequence_parallel=true: stage ") + spec.name +
          " does not implement tensor parallelism, which sequence parallelism is part of");
+  if (!cfg.schedule.empty() && !spec.schedule_key)
+    fail("schedule=" + cfg.schedule + ": stage " + spec.name +
+         " does not read the key (stage 07 is GPipe, 08 is 1F1B; stage 09 chooses); leave it empty");
   if (cfg.zero != 0 && !spec.zero_key)
     fail("zero=" + std::to_string(cfg.zero) + ": stage " + spec.name +
          " does not read the key (stages 03, 04 and 05 are ZeRO-1, -2 and -3 by construction); leave it 0");

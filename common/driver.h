@@ -34,6 +34,7 @@ struct StageSpec {
   bool tp = false, pp = false, cp = false;  // axes implemented (dp always is)
   bool virtual_stages = false;              // interleaved pipeline chunks
   bool zero_key = false;                    // reads `zero` (the ZeRO stage over dp)
+  bool schedule_key = false;                // reads `schedule` (the pipeline schedule)
   bool cuda = false;                        // device=cuda supported
 };
 
@@ -44,7 +45,7 @@ MeshShape mesh_shape_for(const Config& cfg, int ranks);
 
 // A UserError naming the first axis (tp, pp, cp, virtual_stages) the config sets
 // beyond 1 that the stage does not implement, or sequence_parallel without tp, or a
-// `zero` the stage does not read.
+// `zero` or a `schedule` the stage does not read.
 void require_axes(const Config& cfg, const StageSpec& spec);
 
 // The part of each sequence a rank runs: the whole by default; context parallelism

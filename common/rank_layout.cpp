@@ -172,6 +172,17 @@ double RankLayout::counted_sum_of_squares(const float* local, int64_t begin, int
   return sum;
 }
 
+void RankLayout::counted_squares_by_tensor(const float* local, double* per_tensor, int64_t begin, int64_t end) const {
+  for (const LayoutRun& run : runs(begin, end))
+    if (run.counted) {
+      double& sum = per_tensor[run.tensor];
+      for (int64_t i = 0; i < run.length; ++i) {
+        const double g = local[run.local - begin + i];
+        sum += g * g;
+      }
+    }
+}
+
 std::string RankLayout::json() const {
   std::string s = "{\"tensors\":[";
   for (size_t i = 0; i < tensors_.size(); ++i) {

@@ -97,6 +97,11 @@ double LocalZero::grad_norm(Communicator& world) {
   return std::sqrt(sum);
 }
 
+void LocalZero::add_squares_by_tensor(std::vector<double>& per_tensor) const {
+  const float* grads = sharded_ ? sharded_->shard_grads().data() : model_.grads().data() + shard_.begin;
+  range_.counted_squares_by_tensor(grads, per_tensor.data());
+}
+
 void LocalZero::step(double lr, double norm, int step_number) {
   const float* grads = sharded_ ? sharded_->shard_grads().data() : model_.grads().data() + shard_.begin;
   if (zero_ == 0) {

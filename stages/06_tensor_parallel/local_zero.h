@@ -57,6 +57,10 @@ class LocalZero {
   void wait();  // the gradients' reductions of this step, done
   // The global gradient norm: the counted elements of every rank's range, summed over `world`.
   double grad_norm(Communicator& world);
+  // This rank's share of the squared norm per tensor (counted_squares_by_tensor), added
+  // into per_tensor (global().tensors().size() values): for a norm that does not depend
+  // on which rank holds which layers (stage 07's grad_norm_by_tensor.h).
+  void add_squares_by_tensor(std::vector<double>& per_tensor) const;
   // AdamW on the range (clipped by norm), the compute weights updated, gathered over dp
   // unless zero = 3.
   void step(double lr, double norm, int step_number);

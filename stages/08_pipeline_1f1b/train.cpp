@@ -43,6 +43,7 @@
 #include "stages/06_tensor_parallel/sequence_parallel_grads.h"
 #include "stages/06_tensor_parallel/tp_budget.h"
 #include "stages/06_tensor_parallel/tp_hooks.h"
+#include "stages/07_pipeline_gpipe/grad_norm_by_tensor.h"
 #include "stages/07_pipeline_gpipe/pipeline_config.h"
 #include "stages/07_pipeline_gpipe/pipeline_report.h"
 #include "stages/07_pipeline_gpipe/pipeline_executor.h"
@@ -143,7 +144,7 @@ int train_ranks(Run& run) {
     pp.all_reduce(&loss, 1, DType::F64);  // from the last stage (the others add 0)
     dp.all_reduce(&loss, 1, DType::F64);
 
-    const double norm = zero.grad_norm(run.world);
+    const double norm = grad_norm_by_tensor(run.world, {&zero}, global.tensors().size());  // the same bits for any schedule
     const double lr = learning_rate(cfg, step);
     zero.step(lr, norm, int(step + 1));
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

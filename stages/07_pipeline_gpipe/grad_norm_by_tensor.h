@@ -1,0 +1,24 @@
+// The global gradient norm of a pipeline, the same bits whichever rank holds which layers.
+//
+//   |g|^2 = sum over tensors t (in the model's order) of  s_t,   s_t = sum of g_i^2 over t
+//
+// Each rank computes s_t for the tensors it counts (in double, over the tensor's elements
+// in order), the world all-reduces the per-tensor vector (each entry is one rank's value
+// plus zeros: exact), and every rank adds the entries in the model's order. Summing each
+// rank's total instead would group the tensors by rank, and schedules that assign layers
+// to ranks differently (GPipe and 1F1B give rank r one range of layers, interleaving
+// several) would round the norm differently, and with it the clipping scale and the bits
+// of every weight.
+#pragma once
+#include <vector>
+
+#include "common/comm.h"
+#include "stages/06_tensor_parallel/local_zero.h"
+
+namespace gpt {
+
+// The norm of the gradients held by `chunks` (this rank's model chunks' ZeRO ranges) on
+// every rank of `world`; n_tensors: the global layout's tensor count. Collective.
+double grad_norm_by_tensor(Communicator& world, const std::vector<LocalZero*>& chunks, size_t n_tensors);
+
+}  // namespace gpt
