@@ -1,10 +1,11 @@
-// bf16 as a storage type for host code: 16 bits, the top half of an IEEE fp32.
-// It is layout-compatible with CUDA's __nv_bfloat16 (kernels/cuda/ reinterpret it), so
-// host code can own, copy and checkpoint bf16 buffers without CUDA headers. Host code
-// never computes in bf16: it converts (kernels/cpu/bf16.h rounds to nearest even).
-//
-// GradOf<A> is the type gradients of parameters are kept in when weights and
-// activations are stored as A: fp32 for bf16 storage (DESIGN rule 9), A otherwise.
+/// @file
+/// bf16 as a storage type for host code: 16 bits, the top half of an IEEE fp32.
+/// It is layout-compatible with CUDA's __nv_bfloat16 (kernels/cuda/ reinterpret it), so
+/// host code can own, copy and checkpoint bf16 buffers without CUDA headers. Host code
+/// never computes in bf16: it converts (kernels/cpu/bf16.h rounds to nearest even).
+///
+/// GradOf<A> is the type gradients of parameters are kept in when weights and
+/// activations are stored as A: fp32 for bf16 storage (DESIGN rule 9), A otherwise.
 #pragma once
 #include <cstdint>
 #include <type_traits>

@@ -1,18 +1,21 @@
-// Layout-independent checkpoints (DESIGN "Checkpoints").
-//
-// A checkpoint is a directory <run_dir>/step_00000100/ holding
-//   manifest.json  format version, config (every key), model shape, step, the layout
-//                  it was written with, data position, RNG state, and a tensor table:
-//                  for each tensor its name ("param/h.0.ln_1.weight", "adam_m/...",
-//                  "adam_v/..."), full shape, dtype, file, byte offset and checksum;
-//   one .bin file per kind (param.bin, adam_m.bin, adam_v.bin): every tensor stored
-//                  whole, by name, in the layout's order, fp32 little-endian.
-// A rank holding elements [begin, end) of the flat parameter buffer writes and reads
-// only that slice, at its offset; so any layout resumes any checkpoint.
-// The directory is written under a temporary name (step_00000100.tmp) and renamed
-// once complete, so a crash never leaves a half checkpoint that looks complete.
-// Loading verifies the format, the model shape, every file's size and every tensor's
-// checksum; any mismatch is a UserError naming the file, tensor and reason.
+/// @file
+/// Layout-independent checkpoints (DESIGN "Checkpoints").
+///
+/// ```
+/// A checkpoint is a directory `<run_dir>/step_00000100/` holding
+///   manifest.json  format version, config (every key), model shape, step, the layout
+///                  it was written with, data position, RNG state, and a tensor table:
+///                  for each tensor its name ("param/h.0.ln_1.weight", "adam_m/...",
+///                  "adam_v/..."), full shape, dtype, file, byte offset and checksum;
+///   one .bin file per kind (param.bin, adam_m.bin, adam_v.bin): every tensor stored
+///                  whole, by name, in the layout's order, fp32 little-endian.
+/// ```
+/// A rank holding elements [begin, end) of the flat parameter buffer writes and reads
+/// only that slice, at its offset; so any layout resumes any checkpoint.
+/// The directory is written under a temporary name (step_00000100.tmp) and renamed
+/// once complete, so a crash never leaves a half checkpoint that looks complete.
+/// Loading verifies the format, the model shape, every file's size and every tensor's
+/// checksum; any mismatch is a UserError naming the file, tensor and reason.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -26,87 +29,87 @@ namespace gpt {
 
 class Communicator;
 
-// One kind of tensor a rank holds: elements [begin, end) of the flat layout buffer.
+/// One kind of tensor a rank holds: elements [begin, end) of the flat layout buffer.
 struct CheckpointBuffer {
-  std::string kind;  // "param" (fp32 master weights), "adam_m", "adam_v"
+  std::string kind;  ///< "param" (fp32 master weights), "adam_m", "adam_v"
   float* data;
   int64_t begin, end;
 };
 
-// Checkpoints read and write host memory. A CheckpointMirror hands out the buffers of
-// device arrays: on the CPU the arrays themselves; on the GPU host copies, refreshed by
-// to_host() before a save and pushed back by to_device() after a load or an init.
-// Arrays of doubles (the fp64 ground-truth runs) are mirrored as floats, the files'
-// type: a save rounds them to fp32, a load widens the fp32 values.
+/// Checkpoints read and write host memory. A CheckpointMirror hands out the buffers of
+/// device arrays: on the CPU the arrays themselves; on the GPU host copies, refreshed by
+/// to_host() before a save and pushed back by to_device() after a load or an init.
+/// Arrays of doubles (the fp64 ground-truth runs) are mirrored as floats, the files'
+/// type: a save rounds them to fp32, a load widens the fp32 values.
 class CheckpointMirror {
  public:
   struct Entry {
-    std::string kind;  // as CheckpointBuffer::kind
+    std::string kind;  ///< as CheckpointBuffer::kind
     DeviceArray<float>* array;
-    DeviceArray<double>* array64 = nullptr;  // instead of array
+    DeviceArray<double>* array64 = nullptr;  ///< instead of array
   };
   explicit CheckpointMirror(std::vector<Entry> entries, int64_t begin = 0);
-  // Host memory holding `kind` (the array itself on the CPU, its mirror on the GPU).
+  /// Host memory holding `kind` (the array itself on the CPU, its mirror on the GPU).
   float* host(const std::string& kind);
-  std::vector<CheckpointBuffer> buffers();  // every entry, elements [begin, begin+size)
-  void to_host();                           // device -> mirror (a no-op on the CPU)
-  void to_device();                         // mirror -> device (a no-op on the CPU)
+  std::vector<CheckpointBuffer> buffers();  ///< every entry, elements [begin, begin+size)
+  void to_host();                           ///< device -> mirror (a no-op on the CPU)
+  void to_device();                         ///< mirror -> device (a no-op on the CPU)
 
  private:
   std::vector<Entry> entries_;
-  std::vector<std::vector<float>> mirrors_;  // empty for host arrays
+  std::vector<std::vector<float>> mirrors_;  ///< empty for host arrays
   int64_t begin_;
 };
 
 struct CheckpointState {
-  int64_t step = 0;              // optimizer steps completed (also the data position)
-  uint64_t sample_counter = 0;   // counter of the sampling RNG
+  int64_t step = 0;              ///< optimizer steps completed (also the data position)
+  uint64_t sample_counter = 0;   ///< counter of the sampling RNG
   std::string layout_json = "{\"dp\":1,\"tp\":1,\"pp\":1,\"cp\":1}";
 };
 
-// Writes a complete checkpoint of `step` under run_dir and returns its path.
-// One writer: the buffers should hold the whole layout (a tensor outside them gets a
-// null checksum and cannot be loaded). For shards spread over ranks, use
-// save_checkpoint_sharded.
+/// Writes a complete checkpoint of `step` under run_dir and returns its path.
+/// One writer: the buffers should hold the whole layout (a tensor outside them gets a
+/// null checksum and cannot be loaded). For shards spread over ranks, use
+/// save_checkpoint_sharded.
 std::string save_checkpoint(const std::string& run_dir, const Config& cfg,
                             const ParamLayout& layout, const CheckpointState& state,
                             const std::vector<CheckpointBuffer>& buffers);
 
-// The same checkpoint, written together by every rank of `comm` (ZeRO: each rank
-// holds only its shard). Collective: every rank calls it, with the same run_dir, step
-// and kinds (in the same order), each with its own slice; for each kind the ranks'
-// slices must tile [0, layout.total()) exactly (uneven is fine; a slice may cut a
-// tensor). Rank 0 creates the files, every rank writes its slice in place, then rank 0
-// reads the files back to checksum every tensor, writes the manifest (cfg and state
-// are taken from rank 0) and renames the directory into place. The files and the
-// manifest are the ones save_checkpoint would write for the union of the slices.
-// Returns the checkpoint's path on every rank. An error on any rank (a disk full, a
-// bad slice) is thrown on every rank with the same message ("rank R: ..."), so no rank
-// is left waiting in a collective. run_dir must be on a file system all ranks see,
-// and the communicator must accept host buffers (it exchanges a few small host
-// values: the MPI and local backends do).
+/// The same checkpoint, written together by every rank of `comm` (ZeRO: each rank
+/// holds only its shard). Collective: every rank calls it, with the same run_dir, step
+/// and kinds (in the same order), each with its own slice; for each kind the ranks'
+/// slices must tile [0, layout.total()) exactly (uneven is fine; a slice may cut a
+/// tensor). Rank 0 creates the files, every rank writes its slice in place, then rank 0
+/// reads the files back to checksum every tensor, writes the manifest (cfg and state
+/// are taken from rank 0) and renames the directory into place. The files and the
+/// manifest are the ones save_checkpoint would write for the union of the slices.
+/// Returns the checkpoint's path on every rank. An error on any rank (a disk full, a
+/// bad slice) is thrown on every rank with the same message ("rank R: ..."), so no rank
+/// is left waiting in a collective. run_dir must be on a file system all ranks see,
+/// and the communicator must accept host buffers (it exchanges a few small host
+/// values: the MPI and local backends do).
 std::string save_checkpoint_sharded(Communicator& comm, const std::string& run_dir,
                                     const Config& cfg, const ParamLayout& layout,
                                     const CheckpointState& state,
                                     const std::vector<CheckpointBuffer>& buffers);
 
-// Reads checkpoint directory `path` into the buffers (each its own slice) and returns
-// its state. The model shape in the manifest must equal layout.model().
+/// Reads checkpoint directory `path` into the buffers (each its own slice) and returns
+/// its state. The model shape in the manifest must equal layout.model().
 CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layout,
                                 const std::vector<CheckpointBuffer>& buffers);
 
-// The newest complete checkpoint in run_dir ("" when there is none).
+/// The newest complete checkpoint in run_dir ("" when there is none).
 std::string latest_checkpoint(const std::string& run_dir);
 
-// What the config's `resume` names: "" (start fresh) stays "", "latest" becomes the
-// newest checkpoint in run_dir ("" when there is none yet: a first run starts fresh),
-// anything else is a path, returned as given (loading checks it).
+/// What the config's `resume` names: "" (start fresh) stays "", "latest" becomes the
+/// newest checkpoint in run_dir ("" when there is none yet: a first run starts fresh),
+/// anything else is a path, returned as given (loading checks it).
 std::string resolve_resume(const std::string& resume, const std::string& run_dir);
 
-// Deletes all but the newest `keep` complete checkpoints (keep <= 0 keeps all).
-// In a multi-rank run call it on rank 0 only (after the save has returned): ranks
-// deleting the same directories at once would race, and one may fail on a file that
-// another has just removed.
+/// Deletes all but the newest `keep` complete checkpoints (keep <= 0 keeps all).
+/// In a multi-rank run call it on rank 0 only (after the save has returned): ranks
+/// deleting the same directories at once would race, and one may fail on a file that
+/// another has just removed.
 void prune_checkpoints(const std::string& run_dir, int keep);
 
 }  // namespace gpt

@@ -1,29 +1,32 @@
-// The Communicator: every byte that crosses between ranks goes through this interface
-// (DESIGN rule 6), so a stage reads the same whether it runs on MPI or NCCL.
-//
-// Collectives over the ranks of one group (a communicator), in the usual meanings
-// (MPI standard ch. 6; NCCL's collectives are the same operations):
-//   all_reduce      every rank ends with the elementwise sum of all ranks' buffers
-//   reduce_scatter  the sum, but rank r keeps only chunk r (count elements) of it
-//   all_gather      every rank contributes count elements; all end with the concatenation
-//   broadcast       root's buffer is copied to every rank
-//   sendrecv        one send and one receive together, so a ring step cannot deadlock
-//   send/recv       point to point with a tag: a message from `send(dest, tag)` is taken
-//                   by the `recv(source, tag)` that names the same pair and tag; between
-//                   one pair with one tag, messages arrive in the order they were sent
-//   isend/irecv     the same, non-blocking: they post the message and return a Request
-//                   at once; `wait` completes it (a receive's buffer holds the message
-//                   only after its wait; a send's buffer must not change before it).
-//                   Post receives early and wait late to overlap messages with work;
-//                   several requests in flight progress together, so posting every
-//                   message of a step and then waiting on all of them cannot deadlock,
-//                   however large the messages (MPI's eager limit does not matter).
-// Buffers are on the device the communicator was made for: CPU memory for MPI; for
-// NCCL, GPU memory. The MPI backend also accepts GPU buffers by staging them through
-// host memory (so several ranks can share one GPU).
-//
-// Failure: a peer that stops answering is not waited on forever; after `timeout_s`
-// seconds an operation fails with an error naming the peer it was waiting for.
+/// @file
+/// The Communicator: every byte that crosses between ranks goes through this interface
+/// (DESIGN rule 6), so a stage reads the same whether it runs on MPI or NCCL.
+///
+/// Collectives over the ranks of one group (a communicator), in the usual meanings
+/// (MPI standard ch. 6; NCCL's collectives are the same operations):
+/// ```
+///   all_reduce      every rank ends with the elementwise sum of all ranks' buffers
+///   reduce_scatter  the sum, but rank r keeps only chunk r (count elements) of it
+///   all_gather      every rank contributes count elements; all end with the concatenation
+///   broadcast       root's buffer is copied to every rank
+///   sendrecv        one send and one receive together, so a ring step cannot deadlock
+///   send/recv       point to point with a tag: a message from `send(dest, tag)` is taken
+///                   by the `recv(source, tag)` that names the same pair and tag; between
+///                   one pair with one tag, messages arrive in the order they were sent
+///   isend/irecv     the same, non-blocking: they post the message and return a Request
+///                   at once; `wait` completes it (a receive's buffer holds the message
+///                   only after its wait; a send's buffer must not change before it).
+///                   Post receives early and wait late to overlap messages with work;
+///                   several requests in flight progress together, so posting every
+///                   message of a step and then waiting on all of them cannot deadlock,
+///                   however large the messages (MPI's eager limit does not matter).
+/// ```
+/// Buffers are on the device the communicator was made for: CPU memory for MPI; for
+/// NCCL, GPU memory. The MPI backend also accepts GPU buffers by staging them through
+/// host memory (so several ranks can share one GPU).
+///
+/// Failure: a peer that stops answering is not waited on forever; after `timeout_s`
+/// seconds an operation fails with an error naming the peer it was waiting for.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -36,8 +39,8 @@
 
 namespace gpt {
 
-// BF16: uint16_t storage of bfloat16 values. Byte: raw bytes, for messages that are not
-// numbers (reductions refuse it).
+/// BF16: uint16_t storage of bfloat16 values. Byte: raw bytes, for messages that are not
+/// numbers (reductions refuse it).
 enum class DType { F32, F64, BF16, Byte };
 
 inline size_t dtype_size(DType t) {
@@ -54,10 +57,10 @@ constexpr DType dtype_of<float>() { return DType::F32; }
 template <>
 constexpr DType dtype_of<double>() { return DType::F64; }
 
-// A posted isend or irecv, completed by Communicator::wait (which leaves it empty).
-// Movable, not copyable. Destroying a request that was never waited for withdraws a
-// receive (its buffer is never written) and abandons a send (it may still be delivered
-// while its buffer lives): wait for every request you post.
+/// A posted isend or irecv, completed by Communicator::wait (which leaves it empty).
+/// Movable, not copyable. Destroying a request that was never waited for withdraws a
+/// receive (its buffer is never written) and abandons a send (it may still be delivered
+/// while its buffer lives): wait for every request you post.
 class Request {
  public:
   struct State {
@@ -73,8 +76,8 @@ class Request {
   std::unique_ptr<State> state_;
 };
 
-// Tags of point-to-point messages are in [0, kMaxTag] (MPI guarantees tags up to 32767;
-// the one above kMaxTag is the communicators' own, for sendrecv).
+/// Tags of point-to-point messages are in [0, kMaxTag] (MPI guarantees tags up to 32767;
+/// the one above kMaxTag is the communicators' own, for sendrecv).
 constexpr int kMaxTag = 32766;
 
 class Communicator {
@@ -83,22 +86,22 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual const char* backend() const = 0;  // "mpi", "nccl" or "local" (one process)
+  virtual const char* backend() const = 0;  ///< "mpi", "nccl" or "local" (one process)
 
   virtual void all_reduce(void* buf, size_t count, DType t) = 0;
-  // send holds size()*count elements; recv receives this rank's chunk of count.
+  /// send holds size()*count elements; recv receives this rank's chunk of count.
   virtual void reduce_scatter(const void* send, void* recv, size_t count, DType t) = 0;
-  // send holds count elements; recv receives size()*count, rank r's at r*count.
+  /// send holds count elements; recv receives size()*count, rank r's at r*count.
   virtual void all_gather(const void* send, void* recv, size_t count, DType t) = 0;
   virtual void broadcast(void* buf, size_t count, DType t, int root) = 0;
-  // Sends send_count elements to `dest` and receives recv_count from `source`, together.
+  /// Sends send_count elements to `dest` and receives recv_count from `source`, together.
   virtual void sendrecv(const void* send, size_t send_count, int dest, void* recv,
                         size_t recv_count, int source, DType t) = 0;
   virtual void barrier() = 0;
 
-  // Point to point (see the top of this file). count elements of type t; dest and
-  // source are ranks of this communicator, tag in [0, kMaxTag]. Each fails after the
-  // timeout with a message naming the operation, this rank, the peer and the tag.
+  /// Point to point (see the top of this file). count elements of type t; dest and
+  /// source are ranks of this communicator, tag in [0, kMaxTag]. Each fails after the
+  /// timeout with a message naming the operation, this rank, the peer and the tag.
   virtual Request isend(const void* buf, size_t count, DType t, int dest, int tag) = 0;
   virtual Request irecv(void* buf, size_t count, DType t, int source, int tag) = 0;
   virtual void wait(Request& request) = 0;
@@ -114,25 +117,25 @@ class Communicator {
     wait(r);
   }
 
-  // A sub-group: ranks with the same color, ordered by key (MPI_Comm_split).
+  /// A sub-group: ranks with the same color, ordered by key (MPI_Comm_split).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
-  // Ends every rank of the job (used after an unrecoverable error on one rank).
+  /// Ends every rank of the job (used after an unrecoverable error on one rank).
   virtual void abort(int code) = 0;
 };
 
 struct CommOptions {
-  std::string backend = "auto";  // auto | mpi | nccl
+  std::string backend = "auto";  ///< auto | mpi | nccl
   Device device = Device::CPU;
-  double timeout_s = 60.0;       // a peer silent this long is reported lost
+  double timeout_s = 60.0;       ///< a peer silent this long is reported lost
 };
 
-// The world communicator of this process. With MPI absent from the build, or a job
-// not started by mpirun, the world is this process alone (size 1). Call once.
+/// The world communicator of this process. With MPI absent from the build, or a job
+/// not started by mpirun, the world is this process alone (size 1). Call once.
 std::unique_ptr<Communicator> make_world(int* argc, char*** argv, const CommOptions& options);
 
-// Element-wise sum of a and b into out (used by the hand-written ring of stage 02
-// and the MPI backend's bf16 reduction).
+/// Element-wise sum of a and b into out (used by the hand-written ring of stage 02
+/// and the MPI backend's bf16 reduction).
 void sum_into(void* out, const void* a, const void* b, size_t count, DType t);
 
 }  // namespace gpt

@@ -1,11 +1,12 @@
-// A Communicator that counts what passes through another: calls and payload bytes per
-// collective, so a stage can print its communication per step next to the formula.
-//
-// Payload bytes of one call: all_reduce the buffer (count elements); reduce_scatter its
-// input (size() * count); all_gather its output (size() * count); broadcast the buffer;
-// send, recv and sendrecv what they send plus what they receive. These are the sizes of
-// the tensors a technique exchanges; the bytes a ring moves on the wire follow from them
-// (an all-reduce of n bytes sends 2 (p-1)/p n per rank).
+/// @file
+/// A Communicator that counts what passes through another: calls and payload bytes per
+/// collective, so a stage can print its communication per step next to the formula.
+///
+/// Payload bytes of one call: all_reduce the buffer (count elements); reduce_scatter its
+/// input (size() * count); all_gather its output (size() * count); broadcast the buffer;
+/// send, recv and sendrecv what they send plus what they receive. These are the sizes of
+/// the tensors a technique exchanges; the bytes a ring moves on the wire follow from them
+/// (an all-reduce of n bytes sends 2 (p-1)/p n per rank).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -21,7 +22,7 @@ const char* comm_op_name(CommOp op);
 struct CommTally {
   std::array<int64_t, size_t(CommOp::kCount)> calls{}, bytes{};
   CommTally operator-(const CommTally& o) const;
-  std::string table() const;  // one line per operation used: calls and bytes
+  std::string table() const;  ///< one line per operation used: calls and bytes
 };
 
 class CountingCommunicator : public Communicator {

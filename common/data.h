@@ -1,19 +1,20 @@
-// Token shards and the data loader.
-//
-// Shard format (llm.c's, so its shards train here unchanged): a header of 256
-// little-endian int32 — [0] magic 20240520, [1] version 1, [2] number of tokens —
-// then that many uint16 tokens.
-//
-// The loader follows DESIGN's global-batch rule: what a step trains on depends only
-// on (seed, step), never on the layout. The train stream (all shards concatenated in
-// sorted file-name order) is cut into W = floor((n_tokens - 1) / T) windows of T+1
-// tokens (input and shifted target) at stride T. Epoch e visits the windows in the
-// order  w(i) = (a_e * i + c_e) mod W  with a_e coprime to W, a permutation drawn from
-// (seed, e) by the counter-based RNG. Global sequence j of the run is window
-// w(j mod W) of epoch j / W; step s uses sequences j = s*batch_size .. +batch_size-1,
-// and the sequence index within the step, g, is split over micro-steps and ranks as
-// g = (micro_step * dp + dp_rank) * micro_batch + b. So the position to resume from
-// is the step number alone.
+/// @file
+/// Token shards and the data loader.
+///
+/// Shard format (llm.c's, so its shards train here unchanged): a header of 256
+/// little-endian int32 — [0] magic 20240520, [1] version 1, [2] number of tokens —
+/// then that many uint16 tokens.
+///
+/// The loader follows DESIGN's global-batch rule: what a step trains on depends only
+/// on (seed, step), never on the layout. The train stream (all shards concatenated in
+/// sorted file-name order) is cut into W = floor((n_tokens - 1) / T) windows of T+1
+/// tokens (input and shifted target) at stride T. Epoch e visits the windows in the
+/// order  w(i) = (a_e * i + c_e) mod W  with a_e coprime to W, a permutation drawn from
+/// (seed, e) by the counter-based RNG. Global sequence j of the run is window
+/// w(j mod W) of epoch j / W; step s uses sequences j = s*batch_size .. +batch_size-1,
+/// and the sequence index within the step, g, is split over micro-steps and ranks as
+/// g = (micro_step * dp + dp_rank) * micro_batch + b. So the position to resume from
+/// is the step number alone.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -24,36 +25,36 @@ namespace gpt {
 constexpr int32_t kShardMagic = 20240520;
 constexpr int32_t kShardVersion = 1;
 
-// Writes tokens as one shard (to a temporary name, then renamed). Throws UserError
-// naming the path on I/O failure.
+/// Writes tokens as one shard (to a temporary name, then renamed). Throws UserError
+/// naming the path on I/O failure.
 void write_shard(const std::string& path, const std::vector<uint16_t>& tokens);
 
-// Reads and validates one shard: missing or empty file, wrong magic or version,
-// truncated or over-long payload, token id >= vocab_size are UserErrors naming the
-// file (and the offset or value).
+/// Reads and validates one shard: missing or empty file, wrong magic or version,
+/// truncated or over-long payload, token id >= vocab_size are UserErrors naming the
+/// file (and the offset or value).
 std::vector<uint16_t> read_shard(const std::string& path, int vocab_size);
 
-// Expands a path that may contain a glob (*, ?) into the sorted list of matching
-// files; no match is a UserError naming the pattern.
+/// Expands a path that may contain a glob (*, ?) into the sorted list of matching
+/// files; no match is a UserError naming the pattern.
 std::vector<std::string> expand_shards(const std::string& pattern);
 
 class DataLoader {
  public:
-  // Loads every shard of `pattern`. Needs at least one window of seq_len+1 tokens.
+  /// Loads every shard of `pattern`. Needs at least one window of seq_len+1 tokens.
   DataLoader(const std::string& pattern, int vocab_size, int seq_len, uint64_t seed);
 
-  // Fills inputs and targets (micro_batch x seq_len each) for the given position.
+  /// Fills inputs and targets (micro_batch x seq_len each) for the given position.
   void batch(int64_t step, int micro_step, int dp_rank, int dp, int micro_batch,
              int batch_size, int32_t* inputs, int32_t* targets) const;
 
-  // Validation: fixed, unshuffled windows; batch k of size n takes windows k*n..k*n+n-1
-  // (modulo the window count).
+  /// Validation: fixed, unshuffled windows; batch k of size n takes windows k*n..k*n+n-1
+  /// (modulo the window count).
   void sequential_batch(int64_t k, int n, int32_t* inputs, int32_t* targets) const;
 
   int64_t num_tokens() const { return int64_t(tokens_.size()); }
   int64_t num_windows() const { return windows_; }
 
-  // The window a global sequence index maps to (exposed for tests).
+  /// The window a global sequence index maps to (exposed for tests).
   int64_t window_of(int64_t global_sequence) const;
   int seq_len() const { return seq_len_; }
 

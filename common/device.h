@@ -1,4 +1,5 @@
-// The device a run computes on, and how `device=auto` picks one.
+/// @file
+/// The device a run computes on, and how `device=auto` picks one.
 #pragma once
 #include <optional>
 #include <string>
@@ -11,19 +12,19 @@ enum class Device { CPU, CUDA };
 
 inline const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
 
-// Number of usable CUDA GPUs: 0 when the build has no CUDA or no GPU is present.
+/// Number of usable CUDA GPUs: 0 when the build has no CUDA or no GPU is present.
 int cuda_device_count();
 
-// Resolves the config's "auto" | "cpu" | "cuda" to a device, or fails with the reason.
-// auto picks the GPU when this build has CUDA and a GPU is visible.
+/// Resolves the config's "auto" | "cpu" | "cuda" to a device, or fails with the reason.
+/// auto picks the GPU when this build has CUDA and a GPU is visible.
 Device resolve_device(const std::string& requested);
 
-// "cpu", or "cuda (NVIDIA H100 80GB HBM3, sm_90)" for the current GPU.
+/// "cpu", or "cuda (NVIDIA H100 80GB HBM3, sm_90)" for the current GPU.
 std::string device_description(Device d);
 
-// The dense peak rate of the current GPU for the precision's matmuls (bf16 tensor
-// cores; fp32 without tensor cores), in FLOP/s, from its datasheet; empty for the CPU
-// and for GPUs not in the table (then no MFU is reported).
+/// The dense peak rate of the current GPU for the precision's matmuls (bf16 tensor
+/// cores; fp32 without tensor cores), in FLOP/s, from its datasheet; empty for the CPU
+/// and for GPUs not in the table (then no MFU is reported).
 enum class Precision;
 std::optional<double> device_peak_flops(Device d, Precision p);
 

@@ -1,8 +1,9 @@
-// A fixed-size array of T in the memory of a device: host memory for Device::CPU,
-// GPU memory (cudaMalloc) for Device::CUDA. The model, the optimizer and the tests
-// hold their buffers in these so one piece of code runs on either device; data moves
-// between host and device only through the explicit copy functions below, so every
-// transfer is visible in the code.
+/// @file
+/// A fixed-size array of T in the memory of a device: host memory for Device::CPU,
+/// GPU memory (cudaMalloc) for Device::CUDA. The model, the optimizer and the tests
+/// hold their buffers in these so one piece of code runs on either device; data moves
+/// between host and device only through the explicit copy functions below, so every
+/// transfer is visible in the code.
 #pragma once
 #include <cstddef>
 #include <utility>
@@ -12,22 +13,22 @@
 
 namespace gpt {
 
-// Raw device memory; every function fails with a clear message on a CUDA error.
-void* device_alloc(Device d, size_t bytes);  // zero-filled
+/// Raw device memory; every function fails with a clear message on a CUDA error.
+void* device_alloc(Device d, size_t bytes);  ///< zero-filled
 void device_free(Device d, void* p);
 void device_zero(Device d, void* p, size_t bytes);
-// Copies bytes from src (on device `from`) to dst (on device `to`); synchronous.
+/// Copies bytes from src (on device `from`) to dst (on device `to`); synchronous.
 void device_copy(Device to, void* dst, Device from, const void* src, size_t bytes);
-// Waits until all work queued on the device has finished (a no-op on the CPU, where
-// every op is synchronous); fails with a clear message if a queued kernel failed.
-// Timings of GPU work read the clock after this, not after the launches.
+/// Waits until all work queued on the device has finished (a no-op on the CPU, where
+/// every op is synchronous); fails with a clear message if a queued kernel failed.
+/// Timings of GPU work read the clock after this, not after the launches.
 void device_synchronize(Device d);
 
 template <class T>
 class DeviceArray {
  public:
   DeviceArray() = default;
-  // Counted by the MemoryTracker under the thread's MemScope kind (common/memory.h).
+  /// Counted by the MemoryTracker under the thread's MemScope kind (common/memory.h).
   DeviceArray(Device d, size_t n) : device_(d), n_(n), kind_(MemScope::current()) {
     data_ = static_cast<T*>(device_alloc(d, n * sizeof(T)));
     MemoryTracker::global().allocated(kind_, bytes());
@@ -56,11 +57,11 @@ class DeviceArray {
   bool on_host() const { return device_ == Device::CPU; }
 
   void zero() { device_zero(device_, data_, bytes()); }
-  // Element access for host arrays only (tests and CPU drivers).
+  /// Element access for host arrays only (tests and CPU drivers).
   T& operator[](size_t i) { return data_[i]; }
   const T& operator[](size_t i) const { return data_[i]; }
 
-  // n elements from host memory into elements [offset, offset+n), and back.
+  /// n elements from host memory into elements [offset, offset+n), and back.
   void copy_from_host(const T* src, size_t n, size_t offset = 0) {
     device_copy(device_, data_ + offset, Device::CPU, src, n * sizeof(T));
   }

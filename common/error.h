@@ -1,13 +1,16 @@
-// Errors, and the exit status each gives.
-//   bad input (a config key, a data file, a checkpoint, a command-line argument): the
-//     user can fix it. require(condition, message) / fail(message) throw a UserError;
-//     the binary prints "error: <message>" and exits with status 2.
-//   a violated internal invariant (a caller inside this program broke a contract: a
-//     call in the wrong order, buffers of mismatched sizes, an impossible state): a bug
-//     to report. invariant(condition, message) / internal_error(message) throw an
-//     InternalError; the binary prints "internal error: <message>" and exits with status 1,
-//     as it does for any other exception.
-// The message names the file, key or value and the reason.
+/// @file
+/// ```
+/// Errors, and the exit status each gives.
+///   bad input (a config key, a data file, a checkpoint, a command-line argument): the
+///     user can fix it. require(condition, message) / fail(message) throw a UserError;
+///     the binary prints "error: <message>" and exits with status 2.
+///   a violated internal invariant (a caller inside this program broke a contract: a
+///     call in the wrong order, buffers of mismatched sizes, an impossible state): a bug
+///     to report. invariant(condition, message) / internal_error(message) throw an
+///     InternalError; the binary prints "internal error: <message>" and exits with status 1,
+///     as it does for any other exception.
+/// ```
+/// The message names the file, key or value and the reason.
 #pragma once
 #include <cstdio>
 #include <stdexcept>
@@ -19,7 +22,7 @@ struct UserError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Throws a UserError carrying `message` (name the file, key or value and the reason).
+/// Throws a UserError carrying `message` (name the file, key or value and the reason).
 [[noreturn]] inline void fail(const std::string& message) { throw UserError(message); }
 
 inline void require(bool condition, const std::string& message) {
@@ -30,14 +33,14 @@ struct InternalError : std::logic_error {
   using std::logic_error::logic_error;
 };
 
-// Throws an InternalError: this program broke one of its own contracts.
+/// Throws an InternalError: this program broke one of its own contracts.
 [[noreturn]] inline void internal_error(const std::string& message) { throw InternalError(message); }
 
 inline void invariant(bool condition, const std::string& message) {
   if (!condition) internal_error(message);
 }
 
-// Runs `body` and turns exceptions into exit codes: 2 for bad input, 1 for bugs.
+/// Runs `body` and turns exceptions into exit codes: 2 for bad input, 1 for bugs.
 template <class F>
 int run_main(const char* program, F&& body) {
   try {

@@ -1,9 +1,12 @@
-// The process mesh (DESIGN rule 7): world rank -> coordinates (dp, pp, cp, tp), with
-// tp varying fastest, so the ranks of a tensor-parallel group are neighbours (one node,
-// fastest links), then cp, then pp, and dp slowest:
-//   rank = ((dp_i * pp + pp_i) * cp + cp_i) * tp + tp_i
-// Each axis's group is the set of ranks that differ only along that axis; it comes
-// from Communicator::split with the other three coordinates as the colour.
+/// @file
+/// The process mesh (DESIGN rule 7): world rank -> coordinates (dp, pp, cp, tp), with
+/// tp varying fastest, so the ranks of a tensor-parallel group are neighbours (one node,
+/// fastest links), then cp, then pp, and dp slowest:
+/// ```
+///   rank = ((dp_i * pp + pp_i) * cp + cp_i) * tp + tp_i
+/// ```
+/// Each axis's group is the set of ranks that differ only along that axis; it comes
+/// from Communicator::split with the other three coordinates as the colour.
 #pragma once
 #include <memory>
 #include <string>
@@ -23,11 +26,11 @@ struct MeshCoord {
 
 MeshCoord mesh_coord(const MeshShape& shape, int rank);
 int mesh_rank(const MeshShape& shape, const MeshCoord& c);
-std::string mesh_json(const MeshShape& shape);  // {"dp":..,"tp":..,"pp":..,"cp":..}
+std::string mesh_json(const MeshShape& shape);  ///< {"dp":..,"tp":..,"pp":..,"cp":..}
 
 class Mesh {
  public:
-  // Splits `world` into the four axis groups; world->size() must equal shape.world().
+  /// Splits `world` into the four axis groups; world->size() must equal shape.world().
   Mesh(Communicator& world, const MeshShape& shape);
 
   const MeshShape& shape() const { return shape_; }

@@ -1,13 +1,16 @@
-// The embedding piece: token and position embeddings of B sequences of T tokens.
-//
-//   x0[b,t,:] = wte[tokens[b,t], :] + wpe[pos0 + t, :]
-//
-// for a rank holding the rows vocab = [v0, v1) of wte (wte_rows points at row v0): a
-// token outside the range contributes zero, so the sum over ranks that split the
-// vocabulary (tensor parallelism) is the whole embedding. pos0 is the position of the
-// chunk's first token (context and sequence parallelism hold chunks of a sequence);
-// wpe may be null (no positions added on this rank). The backward ACCUMULATES into the
-// gradients of the rows and positions it read.
+/// @file
+/// The embedding piece: token and position embeddings of B sequences of T tokens.
+///
+/// ```
+///   x0[b,t,:] = wte[tokens[b,t], :] + wpe[pos0 + t, :]
+/// ```
+///
+/// for a rank holding the rows vocab = [v0, v1) of wte (wte_rows points at row v0): a
+/// token outside the range contributes zero, so the sum over ranks that split the
+/// vocabulary (tensor parallelism) is the whole embedding. pos0 is the position of the
+/// chunk's first token (context and sequence parallelism hold chunks of a sequence);
+/// wpe may be null (no positions added on this rank). The backward ACCUMULATES into the
+/// gradients of the rows and positions it read.
 #pragma once
 #include <cstdint>
 

@@ -1,16 +1,19 @@
-// The head piece: the final layernorm, the logits over this rank's vocabulary range
-// (the LM head is the tied wte, so a rank holding rows [v0, v1) of wte computes those
-// columns of the logits), and the cross-entropy.
-//
-//   logits[:, v0:v1] = ln_f(x) . wte[v0:v1]^T
-//   loss_i = log sum_{j<V} e^{z_ij} - z_i,target          (padding columns j >= V excluded)
-//
-// With the whole vocabulary on one rank the loss runs the fused softmax cross-entropy.
-// With the vocabulary split (hooks.vocab_parallel()), each rank computes per row the
-// max m, the sum of exponentials s relative to it and the target's logit over its
-// columns; hooks.vocab_reduce combines them across ranks; the loss and the gradient
-// softmax - onehot on the rank's columns follow from the combined values, so the full
-// logits never exist on one rank (kernels/cpu/crossentropy.cpp has the equations).
+/// @file
+/// The head piece: the final layernorm, the logits over this rank's vocabulary range
+/// (the LM head is the tied wte, so a rank holding rows [v0, v1) of wte computes those
+/// columns of the logits), and the cross-entropy.
+///
+/// ```
+///   logits[:, v0:v1] = ln_f(x) . wte[v0:v1]^T
+///   loss_i = log sum_{j<V} e^{z_ij} - z_i,target          (padding columns j >= V excluded)
+/// ```
+///
+/// With the whole vocabulary on one rank the loss runs the fused softmax cross-entropy.
+/// With the vocabulary split (hooks.vocab_parallel()), each rank computes per row the
+/// max m, the sum of exponentials s relative to it and the target's logit over its
+/// columns; hooks.vocab_reduce combines them across ranks; the loss and the gradient
+/// softmax - onehot on the rank's columns follow from the combined values, so the full
+/// logits never exist on one rank (kernels/cpu/crossentropy.cpp has the equations).
 #pragma once
 #include <cstdint>
 
@@ -25,36 +28,36 @@ template <class A>
 struct HeadActivations {
   using G = GradOf<A>;
   HeadActivations() = default;
-  // rows of the residual stream, full = hooks.full_rows(rows) rows of logits; vocab
-  // columns; d_logits only when the model trains; the row statistics only when the
-  // vocabulary is split.
+  /// rows of the residual stream, full = hooks.full_rows(rows) rows of logits; vocab
+  /// columns; d_logits only when the model trains; the row statistics only when the
+  /// vocabulary is split.
   HeadActivations(Device d, int C, int rows, int full, VocabRange vocab, bool train, bool vocab_parallel);
 
-  DeviceArray<A> lnf, lnf_full;  // ln_f(x) (rows, C) and all-gathered (full, C; only if full != rows)
+  DeviceArray<A> lnf, lnf_full;  ///< ln_f(x) (rows, C) and all-gathered (full, C; only if full != rows)
   DeviceArray<G> lnf_mean, lnf_rstd;
-  DeviceArray<A> logits;         // (full, vocab.size())
-  DeviceArray<G> losses;         // (full)
-  DeviceArray<A> d_logits;       // written with the loss: d loss_i / d logits (dloss = 1 per row)
+  DeviceArray<A> logits;         ///< (full, vocab.size())
+  DeviceArray<G> losses;         ///< (full)
+  DeviceArray<A> d_logits;       ///< written with the loss: d loss_i / d logits (dloss = 1 per row)
   DeviceArray<G> row_max, row_sumexp, target_logit;
 
   size_t bytes() const;
 };
 
-// ln_f and the logits of x (rows x C).
+/// ln_f and the logits of x (rows x C).
 template <class A>
 void head_forward(const PieceContext& ctx, const A* x, const A* lnf_w, const A* lnf_b, const A* wte_rows,
                   VocabRange vocab, HeadActivations<A>& act, ModelHooks<A>& hooks, int rows, int C);
 
-// The per-row losses of the last head_forward against targets (full rows, device
-// memory), into act.losses; with for_backward also act.d_logits (for dloss = 1 per row).
-// V is the real vocabulary (columns >= V are padding).
+/// The per-row losses of the last head_forward against targets (full rows, device
+/// memory), into act.losses; with for_backward also act.d_logits (for dloss = 1 per row).
+/// V is the real vocabulary (columns >= V are padding).
 template <class A>
 void head_loss(const PieceContext& ctx, HeadActivations<A>& act, const int32_t* targets, VocabRange vocab, int V,
                ModelHooks<A>& hooks, int rows, bool for_backward);
 
-// Backward: the loss gradient is act.d_logits scaled by dlogits_scale (the mean over
-// rows and the accumulation factor); writes the gradient of x into d_x (rows x C,
-// overwritten) and ACCUMULATES into the gradients of wte's rows and ln_f.
+/// Backward: the loss gradient is act.d_logits scaled by dlogits_scale (the mean over
+/// rows and the accumulation factor); writes the gradient of x into d_x (rows x C,
+/// overwritten) and ACCUMULATES into the gradients of wte's rows and ln_f.
 template <class A>
 void head_backward(const PieceContext& ctx, const A* x, const A* lnf_w, const A* wte_rows, GradOf<A>* dlnf_w,
                    GradOf<A>* dlnf_b, GradOf<A>* dwte_rows, VocabRange vocab, HeadActivations<A>& act,

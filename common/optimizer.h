@@ -1,14 +1,17 @@
-// AdamW with fp32 state, warmup + cosine learning rate, global-norm gradient clipping.
-//
-//   lr(s) = lr * (s+1)/warmup                                   for s < warmup
-//         = lr * (r + (1-r) * (1 + cos(pi * p)) / 2),  p = (s-warmup)/(steps-warmup)
-//   with r = min_lr_ratio; clip: grads scaled by min(1, clip / ||g||_2) over all tensors.
-// Weight decay applies only to tensors whose layout entry says `decay` (2-D weights and
-// the embeddings), as GPT-2 training does.
-// optimizer=sgd swaps the update for plain SGD, p -= lr * clip * g (no moments, no weight
-// decay), through the same class and state (m and v stay zero), so every stage runs it
-// unchanged: the equivalence tests' one-step SGD comparison, where a gradient off by a
-// constant factor shows in the weights (AdamW's update is nearly blind to it).
+/// @file
+/// AdamW with fp32 state, warmup + cosine learning rate, global-norm gradient clipping.
+///
+/// ```
+///   lr(s) = lr * (s+1)/warmup                                   for s < warmup
+///         = lr * (r + (1-r) * (1 + cos(pi * p)) / 2),  p = (s-warmup)/(steps-warmup)
+///   with r = min_lr_ratio; clip: grads scaled by min(1, clip / ||g||_2) over all tensors.
+/// ```
+/// Weight decay applies only to tensors whose layout entry says `decay` (2-D weights and
+/// the embeddings), as GPT-2 training does.
+/// optimizer=sgd swaps the update for plain SGD, p -= lr * clip * g (no moments, no weight
+/// decay), through the same class and state (m and v stay zero), so every stage runs it
+/// unchanged: the equivalence tests' one-step SGD comparison, where a gradient off by a
+/// constant factor shows in the weights (AdamW's update is nearly blind to it).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -24,24 +27,24 @@ namespace gpt {
 
 double learning_rate(const Config& cfg, int64_t step);
 
-// Clip factor for a gradient of global norm `norm`: min(1, clip / norm); 1 if clip <= 0.
+/// Clip factor for a gradient of global norm `norm`: min(1, clip / norm); 1 if clip <= 0.
 double clip_scale(double norm, double clip);
 
 template <class T>
 class AdamW {
  public:
-  // Owns m, v and (when keep_master) fp32 master weights for elements
-  // [begin, end) of the layout's flat buffer: the whole model in stage 01, a shard later.
-  // The state lives in the memory of `device`.
+  /// Owns m, v and (when keep_master) fp32 master weights for elements
+  /// [begin, end) of the layout's flat buffer: the whole model in stage 01, a shard later.
+  /// The state lives in the memory of `device`.
   AdamW(const ParamLayout& layout, int64_t begin, int64_t end, bool keep_master,
         Device device = Device::CPU);
-  // The same for elements [begin, end) of a rank's LOCAL buffer of `layout` (tensor or
-  // pipeline slices): which elements decay comes from the global tensor each belongs to.
+  /// The same for elements [begin, end) of a rank's LOCAL buffer of `layout` (tensor or
+  /// pipeline slices): which elements decay comes from the global tensor each belongs to.
   AdamW(const RankLayout& layout, int64_t begin, int64_t end, bool keep_master, Device device = Device::CPU);
 
-  // One update of the owned range: params/grads point at element `begin`. In bf16 mode
-  // the master weights are updated and params receives the bf16-rounded copy (bf16
-  // values in float buffers on the CPU; real bf16 storage on the GPU).
+  /// One update of the owned range: params/grads point at element `begin`. In bf16 mode
+  /// the master weights are updated and params receives the bf16-rounded copy (bf16
+  /// values in float buffers on the CPU; real bf16 storage on the GPU).
   void step(Device d, T* params, const T* grads, double lr, double grad_scale, const Config& cfg,
             int step_number, bool round_copy_to_bf16);
   void step(Device d, bf16* params, const T* grads, double lr, double grad_scale, const Config& cfg,
@@ -60,7 +63,7 @@ class AdamW {
   void update(Device d, Copy* params, const T* grads, double lr, double grad_scale,
               const Config& cfg, int step_number, bool round_copy_to_bf16);
 
-  // Consecutive elements that share the weight-decay rule, relative to begin.
+  /// Consecutive elements that share the weight-decay rule, relative to begin.
   struct Segment {
     int64_t begin, end;
     bool decay;

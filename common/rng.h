@@ -1,12 +1,13 @@
-// Counter-based random numbers: Philox-4x32-10 (Salmon et al., "Parallel random
-// numbers: as easy as 1, 2, 3", SC 2011). A random value is a pure function of
-// (key, counter), with no state to carry: element i of parameter p is drawn from
-// counter (i, p) under the run's seed, so any shard of any layout computes the very
-// values the single-device model has, without a broadcast.
-//
-// One round multiplies two 32-bit lanes by fixed odd constants and mixes the high and
-// low halves with the other lanes and the key; ten rounds, the key bumped by the
-// Weyl constants between rounds, make the output statistically random.
+/// @file
+/// Counter-based random numbers: Philox-4x32-10 (Salmon et al., "Parallel random
+/// numbers: as easy as 1, 2, 3", SC 2011). A random value is a pure function of
+/// (key, counter), with no state to carry: element i of parameter p is drawn from
+/// counter (i, p) under the run's seed, so any shard of any layout computes the very
+/// values the single-device model has, without a broadcast.
+///
+/// One round multiplies two 32-bit lanes by fixed odd constants and mixes the high and
+/// low halves with the other lanes and the key; ten rounds, the key bumped by the
+/// Weyl constants between rounds, make the output statistically random.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -37,7 +38,7 @@ inline Philox4x32 philox4x32(uint64_t key, uint64_t counter_lo, uint64_t counter
   return {{c0, c1, c2, c3}};
 }
 
-// A stable 64-bit id for a name (FNV-1a), used as the stream of a parameter.
+/// A stable 64-bit id for a name (FNV-1a), used as the stream of a parameter.
 inline uint64_t stream_id(std::string_view name) {
   uint64_t h = 1469598103934665603ull;
   for (char ch : name) {
@@ -47,22 +48,22 @@ inline uint64_t stream_id(std::string_view name) {
   return h;
 }
 
-// Uniform in (0, 1) from 32 random bits (never exactly 0, so log() is safe).
+/// Uniform in (0, 1) from 32 random bits (never exactly 0, so log() is safe).
 inline double uniform_from_bits(uint32_t bits) { return (double(bits) + 0.5) * 0x1p-32; }
 
-// Uniform in (0, 1) at (seed, stream, index).
+/// Uniform in (0, 1) at (seed, stream, index).
 inline double uniform_at(uint64_t seed, uint64_t stream, uint64_t index) {
   return uniform_from_bits(philox4x32(seed, index, stream).v[0]);
 }
 
-// Standard normal at (seed, stream, index), by Box-Muller on two 32-bit words.
+/// Standard normal at (seed, stream, index), by Box-Muller on two 32-bit words.
 inline double normal_at(uint64_t seed, uint64_t stream, uint64_t index) {
   const Philox4x32 r = philox4x32(seed, index, stream);
   const double u1 = uniform_from_bits(r.v[0]), u2 = uniform_from_bits(r.v[1]);
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
-// 64 random bits at (seed, stream, index).
+/// 64 random bits at (seed, stream, index).
 inline uint64_t bits64_at(uint64_t seed, uint64_t stream, uint64_t index) {
   const Philox4x32 r = philox4x32(seed, index, stream);
   return (uint64_t(r.v[1]) << 32) | r.v[0];

@@ -1,12 +1,13 @@
-// One job per run directory. Two jobs writing the same run directory would interleave
-// their metrics and overwrite or prune each other's checkpoints, so a job takes
-// <run_dir>/.lock before it writes anything there, and a second job stops at once with
-// an error naming the directory and the job that holds it.
-//
-// The lock is flock(2) on that file: the kernel releases it when the holding process
-// ends, however it ends (a crash, SIGKILL), so a dead job never leaves the directory
-// locked. The file's text describes the holder (pid, host, start time, command) for the
-// message; a stale text without a holder means nothing.
+/// @file
+/// One job per run directory. Two jobs writing the same run directory would interleave
+/// their metrics and overwrite or prune each other's checkpoints, so a job takes
+/// `<run_dir>/.lock` before it writes anything there, and a second job stops at once with
+/// an error naming the directory and the job that holds it.
+///
+/// The lock is flock(2) on that file: the kernel releases it when the holding process
+/// ends, however it ends (a crash, SIGKILL), so a dead job never leaves the directory
+/// locked. The file's text describes the holder (pid, host, start time, command) for the
+/// message; a stale text without a holder means nothing.
 #pragma once
 #include <memory>
 #include <string>
@@ -17,8 +18,8 @@ class Communicator;
 
 class RunDirLock {
  public:
-  // Creates run_dir if needed and takes its lock, or throws a UserError naming the
-  // directory and the running job.
+  /// Creates run_dir if needed and takes its lock, or throws a UserError naming the
+  /// directory and the running job.
   explicit RunDirLock(const std::string& run_dir);
   ~RunDirLock();
   RunDirLock(const RunDirLock&) = delete;
@@ -28,9 +29,9 @@ class RunDirLock {
   int fd_ = -1;
 };
 
-// For a job of several ranks sharing one run directory: world rank 0 takes the lock
-// (returned; null on the other ranks) and every rank learns the outcome, so all of them
-// stop with the same message when another job holds it. Collective.
+/// For a job of several ranks sharing one run directory: world rank 0 takes the lock
+/// (returned; null on the other ranks) and every rank learns the outcome, so all of them
+/// stop with the same message when another job holds it. Collective.
 std::unique_ptr<RunDirLock> lock_run_dir(Communicator& world, const std::string& run_dir);
 
 }  // namespace gpt

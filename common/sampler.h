@@ -1,7 +1,10 @@
-// Text generation from a trained model: temperature and top-k sampling.
-//   p_i ∝ exp(z_i / temperature) over the k largest logits (all of them when k = 0)
-// Draws come from the counter-based RNG at (seed, "sample", counter), so a run's
-// samples are reproducible and the counter is the only state a checkpoint keeps.
+/// @file
+/// ```
+/// Text generation from a trained model: temperature and top-k sampling.
+///   p_i ∝ exp(z_i / temperature) over the k largest logits (all of them when k = 0)
+/// ```
+/// Draws come from the counter-based RNG at (seed, "sample", counter), so a run's
+/// samples are reproducible and the counter is the only state a checkpoint keeps.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -19,18 +22,18 @@ struct SampleOptions {
   uint64_t seed = 0;
 };
 
-// Extends `context` by opt.tokens tokens with a model of batch 1 (its seq_len is the
-// window: only the last seq_len tokens are seen). `counter` advances by one per token.
+/// Extends `context` by opt.tokens tokens with a model of batch 1 (its seq_len is the
+/// window: only the last seq_len tokens are seen). `counter` advances by one per token.
 template <class A>
 std::vector<int> generate(GPT2<A>& model, std::vector<int> context, const SampleOptions& opt,
                           uint64_t& counter);
 
-// The end-of-run sample every stage prints: cfg.sample_tokens tokens after cfg.prompt
-// (byte tokens) from a batch-1 model, decoded to text; `counter` as for generate.
+/// The end-of-run sample every stage prints: cfg.sample_tokens tokens after cfg.prompt
+/// (byte tokens) from a batch-1 model, decoded to text; `counter` as for generate.
 template <class A>
 std::string sample_text(GPT2<A>& model, const Config& cfg, uint64_t& counter);
 
-// Picks a token from one row of logits (first V columns).
+/// Picks a token from one row of logits (first V columns).
 int sample_token(const float* logits, int V, double temperature, int top_k, double uniform);
 
 }  // namespace gpt

@@ -1,6 +1,7 @@
-// Byte-level tokenizer: a token is one byte of UTF-8 text, so the vocabulary is 256
-// ids and every text round-trips exactly. 256 is already a multiple of 128, so the
-// padded vocabulary of the model is 256 too.
+/// @file
+/// Byte-level tokenizer: a token is one byte of UTF-8 text, so the vocabulary is 256
+/// ids and every text round-trips exactly. 256 is already a multiple of 128, so the
+/// padded vocabulary of the model is 256 too.
 #pragma once
 #include <cstdint>
 #include <string>

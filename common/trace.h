@@ -1,8 +1,9 @@
-// Traces: Chrome/Perfetto "trace event" JSON (open in ui.perfetto.dev or
-// chrome://tracing) with one complete event ("ph":"X") per span — a phase of the
-// step, an op, later a communication call — so an exposed all-reduce or a pipeline
-// bubble can be seen. Off unless the config names a trace_file; a disabled span costs
-// one branch.
+/// @file
+/// Traces: Chrome/Perfetto "trace event" JSON (open in ui.perfetto.dev or
+/// chrome://tracing) with one complete event ("ph":"X") per span — a phase of the
+/// step, an op, later a communication call — so an exposed all-reduce or a pipeline
+/// bubble can be seen. Off unless the config names a trace_file; a disabled span costs
+/// one branch.
 #pragma once
 #include <chrono>
 #include <mutex>
@@ -14,14 +15,14 @@ namespace gpt {
 
 class Trace {
  public:
-  // The process-wide trace (one per rank). enable() starts recording.
+  /// The process-wide trace (one per rank). enable() starts recording.
   static Trace& global();
   void enable(const std::string& path, int rank = 0);
   bool enabled() const { return enabled_; }
 
   int64_t now_us() const;
   void record(const char* name, const char* category, int64_t start_us, int64_t dur_us, int lane = 0);
-  // Writes the events recorded so far (called at exit; safe to call more than once).
+  /// Writes the events recorded so far (called at exit; safe to call more than once).
   void write() const;
 
  private:
@@ -36,10 +37,10 @@ class Trace {
   int rank_ = 0;
   std::chrono::steady_clock::time_point origin_ = std::chrono::steady_clock::now();
   std::vector<Event> events_;
-  mutable std::mutex mutex_;  // spans come from the compute and the communication threads
+  mutable std::mutex mutex_;  ///< spans come from the compute and the communication threads
 };
 
-// Records the lifetime of a scope as a span. Names must be string literals (kept by pointer).
+/// Records the lifetime of a scope as a span. Names must be string literals (kept by pointer).
 class Span {
  public:
   Span(const char* name, const char* category = "compute", int lane = 0)

@@ -1,23 +1,26 @@
-// Every op of GPT-2 training, forward and backward: one signature per op.
-//
-// Shapes use llm.c's names: B batch, T sequence, C channels, NH heads, OC output
-// channels, N = B*T rows, V real vocabulary, Vp padded vocabulary. Tensors are
-// row-major and contiguous. Linear weights are stored (OC, C), as PyTorch does:
-// out = inp . w^T + bias.
-//
-// Conventions that every implementation follows:
-//  - forward ops overwrite their outputs;
-//  - backward ops ACCUMULATE (+=) into parameter gradients and into input gradients,
-//    so a tensor used twice (the residual stream, tied embeddings) just receives two
-//    contributions; callers zero gradients once per optimizer step;
-//  - templated on the storage type A of weights and activations: float (training),
-//    double (the ground truth, CPU only) and bf16 (bf16 mode on the GPU; on the CPU
-//    the bf16 mode is emulated in float buffers). G = GradOf<A> is the type of
-//    parameter gradients and statistics: float for bf16, A otherwise.
-//
-// Each op records a trace span (when tracing is on) and dispatches on the device:
-// kernels/cpu/ (the reference) or kernels/cuda/ (cuda_ops.h); the pointers must be
-// in that device's memory.
+/// @file
+/// Every op of GPT-2 training, forward and backward: one signature per op.
+///
+/// Shapes use llm.c's names: B batch, T sequence, C channels, NH heads, OC output
+/// channels, N = B*T rows, V real vocabulary, Vp padded vocabulary. Tensors are
+/// row-major and contiguous. Linear weights are stored (OC, C), as PyTorch does:
+/// out = inp . w^T + bias.
+///
+/// Conventions that every implementation follows:
+/// ```
+///  - forward ops overwrite their outputs;
+///  - backward ops ACCUMULATE (+=) into parameter gradients and into input gradients,
+///    so a tensor used twice (the residual stream, tied embeddings) just receives two
+///    contributions; callers zero gradients once per optimizer step;
+///  - templated on the storage type A of weights and activations: float (training),
+///    double (the ground truth, CPU only) and bf16 (bf16 mode on the GPU; on the CPU
+///    the bf16 mode is emulated in float buffers). G = GradOf<A> is the type of
+///    parameter gradients and statistics: float for bf16, A otherwise.
+/// ```
+///
+/// Each op records a trace span (when tracing is on) and dispatches on the device:
+/// kernels/cpu/ (the reference) or kernels/cuda/ (cuda_ops.h); the pointers must be
+/// in that device's memory.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -65,14 +68,14 @@ namespace gpt::ops {
 }
 
 
-// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+/// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
 template <class A>
 void embedding_forward(Device d, A* out, const int32_t* tokens, const A* wte, const A* wpe, int B,
                        int T_, int C) {
   GPT_DISPATCH("embedding_forward", A, cpu::embedding_forward(out, tokens, wte, wpe, B, T_, C),
                cuda::embedding_forward(out, tokens, wte, wpe, B, T_, C));
 }
-// dwte[tokens[b,t],:] += dout[b,t,:];  dwpe[t,:] += sum_b dout[b,t,:]
+/// dwte[tokens[b,t],:] += dout[b,t,:];  dwpe[t,:] += sum_b dout[b,t,:]
 template <class A>
 void embedding_backward(Device d, GradOf<A>* dwte, GradOf<A>* dwpe, const A* dout,
                         const int32_t* tokens, int B, int T_, int C) {
@@ -80,9 +83,9 @@ void embedding_backward(Device d, GradOf<A>* dwte, GradOf<A>* dwpe, const A* dou
                cuda::embedding_backward(dwte, dwpe, dout, tokens, B, T_, C));
 }
 
-// A vocabulary range [v0, v1) of wte (wte_rows holds those rows) and positions from
-// pos0: out[b,t,:] = (v0 <= tok < v1 ? wte[tok,:] : 0) + (wpe ? wpe[pos0+t,:] : 0).
-// CPU only so far (the GPU runs the whole-vocabulary embedding above).
+/// A vocabulary range [v0, v1) of wte (wte_rows holds those rows) and positions from
+/// pos0: out[b,t,:] = (v0 <= tok < v1 ? wte[tok,:] : 0) + (wpe ? wpe[pos0+t,:] : 0).
+/// CPU only so far (the GPU runs the whole-vocabulary embedding above).
 template <class A>
 void embedding_range_forward(Device d, A* out, const int32_t* tokens, const A* wte_rows, int v0, int v1,
                              const A* wpe, int pos0, int B, int T_, int C) {
@@ -98,7 +101,7 @@ void embedding_range_backward(Device d, GradOf<A>* dwte_rows, GradOf<A>* dwpe, c
                unsupported("embedding_range_backward", d, "a GPU kernel for vocabulary ranges (not written yet)"));
 }
 
-// out = (x - mean) * rstd * w + b, per row of C; saves mean and rstd for backward.
+/// out = (x - mean) * rstd * w + b, per row of C; saves mean and rstd for backward.
 template <class A>
 void layernorm_forward(Device d, A* out, GradOf<A>* mean, GradOf<A>* rstd, const A* inp, const A* w,
                        const A* b, int N, int C) {
@@ -113,9 +116,9 @@ void layernorm_backward(Device d, A* dinp, GradOf<A>* dw, GradOf<A>* db, const A
                cuda::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C));
 }
 
-// out[N,OC] = inp[N,C] . w[OC,C]^T + bias[OC]  (bias may be null).
-// With gelu_out non-null also gelu_out = gelu(out): the GPU fuses it into the GEMM's
-// epilogue, the CPU runs gelu_forward after the product.
+/// out[N,OC] = inp[N,C] . w[OC,C]^T + bias[OC]  (bias may be null).
+/// With gelu_out non-null also gelu_out = gelu(out): the GPU fuses it into the GEMM's
+/// epilogue, the CPU runs gelu_forward after the product.
 template <class A>
 void matmul_forward(Device d, A* out, const A* inp, const A* w, const A* bias, int N, int C, int OC,
                     A* gelu_out = nullptr) {
@@ -124,7 +127,7 @@ void matmul_forward(Device d, A* out, const A* inp, const A* w, const A* bias, i
                 gelu_out ? cpu::gelu_forward(gelu_out, out, size_t(N) * OC) : void()),
                cuda::matmul_forward(out, inp, w, bias, N, C, OC, gelu_out));
 }
-// dinp += dout . w;  dw += dout^T . inp;  dbias += column sums of dout (dbias may be null)
+/// dinp += dout . w;  dw += dout^T . inp;  dbias += column sums of dout (dbias may be null)
 template <class A>
 void matmul_backward(Device d, A* dinp, GradOf<A>* dw, GradOf<A>* dbias, const A* dout, const A* inp,
                      const A* w, int N, int C, int OC) {
@@ -132,14 +135,14 @@ void matmul_backward(Device d, A* dinp, GradOf<A>* dw, GradOf<A>* dbias, const A
                cuda::matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC));
 }
 
-// Causal multi-head attention. qkv is (B,T,3C): q, then k, then v, head h in
-// columns [h*hs, (h+1)*hs) of each. out is (B,T,C). `stats` keeps what the backward
-// needs besides qkv and out: the row logsumexps (B,NH,T) of flash attention, on both
-// devices (the CPU runs kernels/cpu/flash_attention.cpp, the GPU the kernels of
-// kernels/cuda/attention/); attention_stats_size says how many.
+/// Causal multi-head attention. qkv is (B,T,3C): q, then k, then v, head h in
+/// columns [h*hs, (h+1)*hs) of each. out is (B,T,C). `stats` keeps what the backward
+/// needs besides qkv and out: the row logsumexps (B,NH,T) of flash attention, on both
+/// devices (the CPU runs kernels/cpu/flash_attention.cpp, the GPU the kernels of
+/// kernels/cuda/attention/); attention_stats_size says how many.
 inline size_t attention_stats_size(Device, int B, int T_, int NH) { return size_t(B) * NH * T_; }
-// The CPU's flash tiles: 64 x 64 scores (a 64-row query tile's state and one key and
-// value tile stay in a core's L1/L2 at head sizes up to 128).
+/// The CPU's flash tiles: 64 x 64 scores (a 64-row query tile's state and one key and
+/// value tile stay in a core's L1/L2 at head sizes up to 128).
 constexpr int kCpuFlashTile = 64;
 template <class A>
 void attention_forward(Device d, A* out, GradOf<A>* stats, const A* qkv, int B, int T_, int C, int NH) {
@@ -156,11 +159,11 @@ void attention_backward(Device d, A* dqkv, const A* dout, const A* qkv, const A*
                cuda::attention_backward(dqkv, dout, qkv, out, stats, B, T_, C, NH));
 }
 
-// One block of a larger attention (context parallelism): queries at positions
-// q_pos0 + t against keys and values at k_pos0 + u, causal by position, given as strided
-// views (kernels/cpu/flash_attention.h: FlashView). Forward overwrites out and lse;
-// backward takes the merged out and lse and accumulates into dq, dk, dv; merge folds a
-// second block's (out, lse) into the first. CPU only so far.
+/// One block of a larger attention (context parallelism): queries at positions
+/// q_pos0 + t against keys and values at k_pos0 + u, causal by position, given as strided
+/// views (kernels/cpu/flash_attention.h: FlashView). Forward overwrites out and lse;
+/// backward takes the merged out and lse and accumulates into dq, dk, dv; merge folds a
+/// second block's (out, lse) into the first. CPU only so far.
 template <class A>
 void attention_block_forward(Device d, const cpu::FlashView<A>& view, A* out, A* lse) {
   GPT_DISPATCH("attention_block_forward", A,
@@ -183,7 +186,7 @@ void attention_merge(Device d, A* out, A* lse, size_t out_stride, const A* out_b
                unsupported("attention_merge", d, "a GPU kernel for key blocks (not written yet)"));
 }
 
-// GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+/// GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 template <class A>
 void gelu_forward(Device d, A* out, const A* inp, size_t n) {
   GPT_DISPATCH("gelu_forward", A, cpu::gelu_forward(out, inp, n), cuda::gelu_forward(out, inp, n));
@@ -194,7 +197,7 @@ void gelu_backward(Device d, A* dinp, const A* inp, const A* dout, size_t n) {
                cuda::gelu_backward(dinp, inp, dout, n));
 }
 
-// out = a + b. Its backward is "add dout to both inputs' gradients": residual_backward.
+/// out = a + b. Its backward is "add dout to both inputs' gradients": residual_backward.
 template <class A>
 void residual_forward(Device d, A* out, const A* a, const A* b, size_t n) {
   GPT_DISPATCH("residual_forward", A, cpu::residual_forward(out, a, b, n),
@@ -206,16 +209,16 @@ void residual_backward(Device d, A* da, A* db, const A* dout, size_t n) {
                cuda::residual_backward(da, db, dout, n));
 }
 
-// x *= s
+/// x *= s
 template <class A>
 void scale(Device d, A* x, size_t n, double s) {
   GPT_DISPATCH("scale", A, cpu::scale(x, n, A(s)), cuda::scale(x, n, float(s)));
 }
 
-// Fused softmax + cross-entropy over the first V of Vp logit columns (the padding
-// columns are ignored: probability 0, gradient 0). losses[i] = -log p[i, targets[i]].
-// When dlogits is non-null it is overwritten with dloss * (p - onehot(target)), so
-// the probabilities never need to be stored.
+/// Fused softmax + cross-entropy over the first V of Vp logit columns (the padding
+/// columns are ignored: probability 0, gradient 0). losses[i] = -log p[i, targets[i]].
+/// When dlogits is non-null it is overwritten with dloss * (p - onehot(target)), so
+/// the probabilities never need to be stored.
 template <class A>
 void softmax_crossentropy(Device d, GradOf<A>* losses, A* dlogits, const A* logits,
                           const int32_t* targets, double dloss, int N, int V, int Vp) {
@@ -224,12 +227,12 @@ void softmax_crossentropy(Device d, GradOf<A>* losses, A* dlogits, const A* logi
                cuda::softmax_crossentropy(losses, dlogits, logits, targets, float(dloss), N, V, Vp));
 }
 
-// The cross-entropy of a vocabulary range of the logits (N rows of Vl columns, global
-// columns [v0, v0+Vl), real below V), split around the caller's reduction across the
-// ranks holding the other ranges (kernels/cpu/crossentropy.cpp has the equations):
-// crossentropy_stats writes each row's max, sum of exponentials and target logit over
-// its columns; after the reduction, crossentropy_from_stats writes the losses and, when
-// dlogits is non-null, dloss * (p - onehot) on the range. CPU only so far.
+/// The cross-entropy of a vocabulary range of the logits (N rows of Vl columns, global
+/// columns [v0, v0+Vl), real below V), split around the caller's reduction across the
+/// ranks holding the other ranges (kernels/cpu/crossentropy.cpp has the equations):
+/// crossentropy_stats writes each row's max, sum of exponentials and target logit over
+/// its columns; after the reduction, crossentropy_from_stats writes the losses and, when
+/// dlogits is non-null, dloss * (p - onehot) on the range. CPU only so far.
 template <class A>
 void crossentropy_stats(Device d, GradOf<A>* row_max, GradOf<A>* row_sumexp, GradOf<A>* target_logit,
                         const A* logits, const int32_t* targets, int v0, int V, int N, int Vl) {
@@ -248,8 +251,8 @@ void crossentropy_from_stats(Device d, GradOf<A>* losses, A* dlogits, const A* l
                unsupported("crossentropy_from_stats", d, "a GPU kernel for vocabulary ranges (not written yet)"));
 }
 
-// Sum of squares of g (accumulated in double); the global norm is the root of the
-// sum over every gradient tensor (and, later, over every rank).
+/// Sum of squares of g (accumulated in double); the global norm is the root of the
+/// sum over every gradient tensor (and, later, over every rank).
 template <class G>
 double sum_of_squares(Device d, const G* g, size_t n) {
   double result = 0;
@@ -258,12 +261,14 @@ double sum_of_squares(Device d, const G* g, size_t n) {
   return result;
 }
 
-// AdamW on fp32 master weights (Loshchilov & Hutter, decoupled weight decay):
-//   g = grad * grad_scale          (grad_scale applies global-norm clipping)
-//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
-//   p -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd p )
-// When `copy` is non-null the updated weight is also written there (the compute copy:
-// a float copy is rounded to bf16 values when copy_bf16 is set; a bf16 copy always is).
+/// AdamW on fp32 master weights (Loshchilov & Hutter, decoupled weight decay):
+/// ```
+///   g = grad * grad_scale          (grad_scale applies global-norm clipping)
+///   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+///   p -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd p )
+/// ```
+/// When `copy` is non-null the updated weight is also written there (the compute copy:
+/// a float copy is rounded to bf16 values when copy_bf16 is set; a bf16 copy always is).
 template <class G, class A = G>
 void adamw_update(Device d, G* params, const G* grads, G* m, G* v, size_t n, const AdamWArgs& a,
                   A* copy = nullptr, bool copy_bf16 = false) {
@@ -272,21 +277,21 @@ void adamw_update(Device d, G* params, const G* grads, G* m, G* v, size_t n, con
                cuda::adamw_update(params, grads, m, v, n, a, copy, copy_bf16));
 }
 
-// Rounds every element to the nearest bf16 value (ties to even), in place: the bf16
-// storage of the bf16 mode, emulated in fp32 buffers.
+/// Rounds every element to the nearest bf16 value (ties to even), in place: the bf16
+/// storage of the bf16 mode, emulated in fp32 buffers.
 inline void round_to_bf16(Device d, float* x, size_t n) {
   GPT_DISPATCH("round_to_bf16", float, cpu::round_to_bf16(x, n), cuda::round_to_bf16(x, n));
 }
 inline void round_to_bf16(Device, double*, size_t) {}  // the ground truth is never rounded
 
-// dst = src converted to bf16 (round to nearest even); the bf16 compute copy of weights.
+/// dst = src converted to bf16 (round to nearest even); the bf16 compute copy of weights.
 inline void convert_to_bf16(Device d, bf16* dst, const float* src, size_t n) {
   GPT_DISPATCH("convert_to_bf16", bf16, (void)dst, cuda::convert(dst, src, n));
   (void)src, (void)n;
 }
 
-// Which GEMM the GPU's matmuls run (config key `gemm`: hand, cublas, v1..v5); the CPU
-// has one GEMM (kernels/cpu/gemm.cpp) and ignores the choice.
+/// Which GEMM the GPU's matmuls run (config key `gemm`: hand, cublas, v1..v5); the CPU
+/// has one GEMM (kernels/cpu/gemm.cpp) and ignores the choice.
 inline void set_gemm(Device d, const std::string& name) {
 #ifdef GPT_HAVE_CUDA
   if (d == Device::CUDA) cuda::set_gemm(name.c_str());

@@ -1,29 +1,32 @@
-// What the GPU kernel benchmarks (bench_gemm, bench_attention, bench_ops) share: how a
-// kernel is timed, how its inputs are made, how two outputs are compared, and how the
-// results are printed.
-//
-// Timing a GPU kernel honestly takes more than a clock around a call:
-//   * the work is asynchronous, so each repetition is bracketed by CUDA events recorded
-//     on the stream the work runs on, and read only after the last one completed;
-//   * the first calls pay for module loading, handle creation and cold TLBs, so a few
-//     warm-up calls come first and are not counted;
-//   * the L2 cache (50 MB on an H100) can hold a whole layer's activations; a kernel run
-//     twice on the same buffers would read them from the cache the second time and look
-//     faster than it is in training, where each buffer arrives cold. So before every
-//     repetition a buffer several times the L2's size is written (the flush), and where a
-//     working set is smaller than twice the L2 the inputs are also rotated among several
-//     copies (rotation_sets): each copy has left the cache before it is used again, even
-//     without the flush (--no-flush);
-//   * one repetition is noisy (clocks, other work): the median of N is reported, with the
-//     minimum and maximum so the spread is visible;
-//   * inputs are random, never zeros: zeros hide unwritten outputs and wrong indexing, and
-//     multiplying zeros can even run faster than real data (lower switching power, higher
-//     clocks).
-// Random values come from a counter-based hash of (seed, index), generated on the device:
-// any element of any buffer is reproducible without storing a generator state, and
-// filling a gigabyte takes milliseconds instead of a host loop and a copy.
-//
-// Everything here is header-only (one translation unit per benchmark program).
+/// @file
+/// What the GPU kernel benchmarks (bench_gemm, bench_attention, bench_ops) share: how a
+/// kernel is timed, how its inputs are made, how two outputs are compared, and how the
+/// results are printed.
+///
+/// Timing a GPU kernel honestly takes more than a clock around a call:
+/// ```
+///   * the work is asynchronous, so each repetition is bracketed by CUDA events recorded
+///     on the stream the work runs on, and read only after the last one completed;
+///   * the first calls pay for module loading, handle creation and cold TLBs, so a few
+///     warm-up calls come first and are not counted;
+///   * the L2 cache (50 MB on an H100) can hold a whole layer's activations; a kernel run
+///     twice on the same buffers would read them from the cache the second time and look
+///     faster than it is in training, where each buffer arrives cold. So before every
+///     repetition a buffer several times the L2's size is written (the flush), and where a
+///     working set is smaller than twice the L2 the inputs are also rotated among several
+///     copies (rotation_sets): each copy has left the cache before it is used again, even
+///     without the flush (--no-flush);
+///   * one repetition is noisy (clocks, other work): the median of N is reported, with the
+///     minimum and maximum so the spread is visible;
+///   * inputs are random, never zeros: zeros hide unwritten outputs and wrong indexing, and
+///     multiplying zeros can even run faster than real data (lower switching power, higher
+///     clocks).
+/// ```
+/// Random values come from a counter-based hash of (seed, index), generated on the device:
+/// any element of any buffer is reproducible without storing a generator state, and
+/// filling a gigabyte takes milliseconds instead of a host loop and a copy.
+///
+/// Everything here is header-only (one translation unit per benchmark program).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -51,13 +54,13 @@ namespace gpt::bench {
 
 struct DeviceInfo {
   std::string name;
-  int major = 0, minor = 0;  // compute capability
+  int major = 0, minor = 0;  ///< compute capability
   int sms = 0;
-  double sm_clock_ghz = 0;           // peak SM clock
-  int memory_clock_khz = 0, memory_bus_bits = 0;  // as the device reports them (0: not reported)
-  double dram_bandwidth_gbs = 0;     // theoretical: 2 transfers per clock * clock * bus width
+  double sm_clock_ghz = 0;           ///< peak SM clock
+  int memory_clock_khz = 0, memory_bus_bits = 0;  ///< as the device reports them (0: not reported)
+  double dram_bandwidth_gbs = 0;     ///< theoretical: 2 transfers per clock * clock * bus width
   size_t l2_bytes = 0, memory_bytes = 0;
-  double bf16_dense_tflops = 0;      // datasheet tensor-core peak, 0 where not known
+  double bf16_dense_tflops = 0;      ///< datasheet tensor-core peak, 0 where not known
 };
 
 inline DeviceInfo device_info() {
@@ -104,7 +107,7 @@ inline void print_device(const DeviceInfo& d, FILE* f = stdout) {
                driver / 1000, (driver % 1000) / 10);
 }
 
-// Bytes of device memory free now.
+/// Bytes of device memory free now.
 inline size_t free_device_bytes() {
   size_t free_b = 0, total_b = 0;
   GPT_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -113,7 +116,7 @@ inline size_t free_device_bytes() {
 
 // ---- device buffers -------------------------------------------------------------------
 
-// An owned device array of n elements of T (move-only). T may be gpt::bf16.
+/// An owned device array of n elements of T (move-only). T may be gpt::bf16.
 template <class T>
 class DeviceBuffer {
  public:
@@ -145,8 +148,8 @@ class DeviceBuffer {
 
 namespace detail {
 
-// SplitMix64's finaliser: a bijection on 64 bits whose outputs pass statistical tests
-// even for consecutive inputs, so hash(seed, i) can stand in for "the i-th random number".
+/// SplitMix64's finaliser: a bijection on 64 bits whose outputs pass statistical tests
+/// even for consecutive inputs, so hash(seed, i) can stand in for "the i-th random number".
 __host__ __device__ inline uint64_t mix64(uint64_t x) {
   x ^= x >> 30;
   x *= 0xbf58476d1ce4e5b9ull;
@@ -156,8 +159,8 @@ __host__ __device__ inline uint64_t mix64(uint64_t x) {
   return x;
 }
 
-// Uniform in (0, 1): 24 random bits, centred in their interval ((k + 0.5) / 2^24), so that
-// lo + (hi - lo) u is never exactly lo, hi, or (for lo = -hi) zero.
+/// Uniform in (0, 1): 24 random bits, centred in their interval ((k + 0.5) / 2^24), so that
+/// lo + (hi - lo) u is never exactly lo, hi, or (for lo = -hi) zero.
 __host__ __device__ inline float uniform01(uint64_t seed, uint64_t i) {
   const uint64_t bits = mix64(mix64(seed) ^ (i * 0x9e3779b97f4a7c15ull)) >> 40;
   return (float(bits) + 0.5f) * (1.0f / 16777216.0f);
@@ -178,28 +181,28 @@ __global__ void fill_uniform_kernel(T* p, size_t n, uint64_t seed, float lo, flo
     p[i] = store_as<T>(lo + (hi - lo) * uniform01(seed, i));
 }
 
-// Integers uniform in [0, range): tokens, targets.
+/// Integers uniform in [0, range): tokens, targets.
 template <class I>
 __global__ void fill_index_kernel(I* p, size_t n, uint64_t seed, int range) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     p[i] = I(min(int(uniform01(seed, i) * float(range)), range - 1));
 }
 
-// A grid-stride launch: enough blocks to fill the device, each thread loops over the rest.
+/// A grid-stride launch: enough blocks to fill the device, each thread loops over the rest.
 inline unsigned fill_blocks(size_t n) { return unsigned(std::clamp<size_t>((n + 255) / 256, 1, 8192)); }
 
 }  // namespace detail
 
-// p[i] = uniform in (lo, hi), a function of (seed, i). T: float, __nv_bfloat16 or gpt::bf16.
+/// p[i] = uniform in (lo, hi), a function of (seed, i). T: float, __nv_bfloat16 or gpt::bf16.
 template <class T>
 void fill_uniform(T* p, size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f, cudaStream_t stream = nullptr) {
   if (n == 0) return;
-  auto* q = gpt::cuda::device_ptr(p);  // gpt::bf16 -> __nv_bfloat16, float stays float
+  auto* q = gpt::cuda::device_ptr(p);  ///< gpt::bf16 -> __nv_bfloat16, float stays float
   detail::fill_uniform_kernel<<<detail::fill_blocks(n), 256, 0, stream>>>(q, n, seed, lo, hi);
   GPT_CUDA_CHECK_LAUNCH();
 }
 
-// p[i] = an integer uniform in [0, range).
+/// p[i] = an integer uniform in [0, range).
 template <class I>
 void fill_indices(I* p, size_t n, uint64_t seed, int range, cudaStream_t stream = nullptr) {
   if (n == 0) return;
@@ -207,17 +210,17 @@ void fill_indices(I* p, size_t n, uint64_t seed, int range, cudaStream_t stream 
   GPT_CUDA_CHECK_LAUNCH();
 }
 
-// Every byte 0xFF: NaN in fp32 (0xFFFFFFFF) and in bf16 (0xFFFF). An output poisoned
-// before a run and compared after it shows every element the kernel failed to write.
+/// Every byte 0xFF: NaN in fp32 (0xFFFFFFFF) and in bf16 (0xFFFF). An output poisoned
+/// before a run and compared after it shows every element the kernel failed to write.
 inline void poison(void* p, size_t bytes, cudaStream_t stream = nullptr) {
   GPT_CUDA_CHECK(cudaMemsetAsync(p, 0xFF, bytes, stream));
 }
 
 // ---- comparing two outputs ---------------------------------------------------------------
 
-// The error of `out` against `ref`, in the max norm: max_i |out_i - ref_i| / max_i |ref_i|.
-// (An element-wise relative error would explode where ref_i happens to be near zero.)
-// A NaN or an infinity anywhere in either makes the result non-finite.
+/// The error of `out` against `ref`, in the max norm: max_i |out_i - ref_i| / max_i |ref_i|.
+/// (An element-wise relative error would explode where ref_i happens to be near zero.)
+/// A NaN or an infinity anywhere in either makes the result non-finite.
 struct ErrorStats {
   double max_abs_diff = 0, max_abs_ref = 0;
   double relative() const {
@@ -231,9 +234,9 @@ namespace detail {
 __device__ inline float load_float(float x) { return x; }
 __device__ inline float load_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-// Non-negative floats (and NaNs with the sign bit cleared) order like their bit patterns
-// read as unsigned integers, with every NaN above +inf. So an integer max of the bits is a
-// max that, unlike fmaxf, does not drop NaNs; atomicMax on unsigned combines the blocks.
+/// Non-negative floats (and NaNs with the sign bit cleared) order like their bit patterns
+/// read as unsigned integers, with every NaN above +inf. So an integer max of the bits is a
+/// max that, unlike fmaxf, does not drop NaNs; atomicMax on unsigned combines the blocks.
 __device__ inline unsigned abs_bits(float x) { return __float_as_uint(x) & 0x7fffffffu; }
 
 template <class T>
@@ -256,7 +259,7 @@ __global__ void compare_kernel(const T* out, const T* ref, size_t n, unsigned* r
 
 }  // namespace detail
 
-// Compares n elements of two device arrays (float, __nv_bfloat16 or gpt::bf16); synchronises.
+/// Compares n elements of two device arrays (float, __nv_bfloat16 or gpt::bf16); synchronises.
 template <class T>
 ErrorStats compare(const T* out, const T* ref, size_t n) {
   DeviceBuffer<unsigned> result(2);
@@ -273,8 +276,8 @@ ErrorStats compare(const T* out, const T* ref, size_t n) {
   return ErrorStats{f[0], f[1]};
 }
 
-// The verdict printed next to an error: "ok" within `tolerance`, else "WRONG" ("NaN" when
-// some element was not finite: typically an output element nobody wrote).
+/// The verdict printed next to an error: "ok" within `tolerance`, else "WRONG" ("NaN" when
+/// some element was not finite: typically an output element nobody wrote).
 inline const char* verdict(double relative_error, double tolerance) {
   if (std::isnan(relative_error)) return "NaN";
   return relative_error <= tolerance ? "ok" : "WRONG";
@@ -283,11 +286,11 @@ inline const char* verdict(double relative_error, double tolerance) {
 // ---- timing ---------------------------------------------------------------------------------
 
 struct TimingOptions {
-  int warmup = 2;         // uncounted calls first
-  int reps = 20;          // counted calls, at most
-  int min_reps = 3;       // counted calls, at least (the time budget may lower reps to this)
-  double budget_s = 2.0;  // aim for at most this much time per measurement
-  bool flush = true;      // write a buffer larger than the L2 before every repetition
+  int warmup = 2;         ///< uncounted calls first
+  int reps = 20;          ///< counted calls, at most
+  int min_reps = 3;       ///< counted calls, at least (the time budget may lower reps to this)
+  double budget_s = 2.0;  ///< aim for at most this much time per measurement
+  bool flush = true;      ///< write a buffer larger than the L2 before every repetition
 };
 
 struct Timing {
@@ -295,9 +298,9 @@ struct Timing {
   int reps = 0;
 };
 
-// Evicts the L2 by writing a buffer several times its size (memset, so the flush is a
-// few tens of microseconds of pure bandwidth). Written lines replace whatever the
-// previous repetition left, inputs and outputs alike.
+/// Evicts the L2 by writing a buffer several times its size (memset, so the flush is a
+/// few tens of microseconds of pure bandwidth). Written lines replace whatever the
+/// previous repetition left, inputs and outputs alike.
 class L2Flush {
  public:
   explicit L2Flush(size_t l2_bytes) : buffer_(std::max<size_t>(4 * l2_bytes, size_t(64) << 20)) {}
@@ -311,9 +314,9 @@ class L2Flush {
   int value_ = 0;
 };
 
-// How many copies of a working set of `bytes` to cycle through so that a copy is used
-// again only after at least 2 x L2 bytes of other copies were touched since:
-// (sets - 1) * bytes >= 2 * L2. One copy when the working set is that large already.
+/// How many copies of a working set of `bytes` to cycle through so that a copy is used
+/// again only after at least 2 x L2 bytes of other copies were touched since:
+/// (sets - 1) * bytes >= 2 * L2. One copy when the working set is that large already.
 inline int rotation_sets(size_t working_set_bytes, size_t l2_bytes, int max_sets = 16) {
   if (working_set_bytes == 0 || working_set_bytes >= 2 * l2_bytes) return 1;
   const size_t needed = (2 * l2_bytes + working_set_bytes - 1) / working_set_bytes + 1;
@@ -321,7 +324,7 @@ inline int rotation_sets(size_t working_set_bytes, size_t l2_bytes, int max_sets
 }
 
 namespace detail {
-// Owned CUDA events.
+/// Owned CUDA events.
 class Events {
  public:
   explicit Events(int n) : events_(size_t(n)) {
@@ -346,15 +349,15 @@ inline float elapsed_ms(cudaEvent_t start, cudaEvent_t stop) {
 }
 }  // namespace detail
 
-// Times `launch(call)` on `stream`: call numbers 0, 1, 2, ... (use them to rotate buffers).
-// `launch` must queue its work on `stream` (or on the legacy default stream when stream
-// is null) and must not synchronise unless the operation itself does.
-//
-// Warm-up calls run first; the last one is timed to size the run: the number of counted
-// repetitions is budget / (that time), clamped to [min_reps, reps], so a kernel that takes
-// a second is repeated 3 times and one that takes 10 us the full `reps`. Each repetition:
-// flush (outside the events), event, launch, event. All repetitions are queued before the
-// host waits once, so the host never opens gaps between them.
+/// Times `launch(call)` on `stream`: call numbers 0, 1, 2, ... (use them to rotate buffers).
+/// `launch` must queue its work on `stream` (or on the legacy default stream when stream
+/// is null) and must not synchronise unless the operation itself does.
+///
+/// Warm-up calls run first; the last one is timed to size the run: the number of counted
+/// repetitions is budget / (that time), clamped to [min_reps, reps], so a kernel that takes
+/// a second is repeated 3 times and one that takes 10 us the full `reps`. Each repetition:
+/// flush (outside the events), event, launch, event. All repetitions are queued before the
+/// host waits once, so the host never opens gaps between them.
 template <class Launch>
 Timing time_on_device(Launch&& launch, const TimingOptions& opt, L2Flush& flush, cudaStream_t stream = nullptr) {
   detail::Events warm(2);
@@ -397,9 +400,9 @@ Timing time_on_device(Launch&& launch, const TimingOptions& opt, L2Flush& flush,
 
 // ---- command line -----------------------------------------------------------------------
 
-// A small parser for "--name value", "--name=value" and "--flag". Each accessor consumes
-// what it reads; finish() rejects whatever is left. Errors throw std::invalid_argument
-// naming the program and the argument.
+/// A small parser for "--name value", "--name=value" and "--flag". Each accessor consumes
+/// what it reads; finish() rejects whatever is left. Errors throw std::invalid_argument
+/// naming the program and the argument.
 class Args {
  public:
   Args(int argc, char** argv) : program_(argc > 0 ? argv[0] : "bench") {
@@ -418,7 +421,7 @@ class Args {
     return false;
   }
 
-  // The value of --name, or `fallback` when absent.
+  /// The value of --name, or `fallback` when absent.
   std::string value(const std::string& name, const std::string& fallback = "") {
     for (size_t i = 0; i < rest_.size(); ++i) {
       if (rest_[i] == name) {
@@ -456,7 +459,7 @@ class Args {
     return x;
   }
 
-  // A comma-separated list ("v3,v4"); empty when the option is absent.
+  /// A comma-separated list ("v3,v4"); empty when the option is absent.
   std::vector<std::string> list(const std::string& name) {
     std::vector<std::string> items;
     const std::string v = value(name);
@@ -470,7 +473,7 @@ class Args {
     return items;
   }
 
-  // The options every benchmark shares: --reps, --warmup, --seconds, --no-flush.
+  /// The options every benchmark shares: --reps, --warmup, --seconds, --no-flush.
   TimingOptions timing(int default_reps) {
     TimingOptions t;
     t.reps = int(integer("--reps", default_reps, 1, 100000));
@@ -495,7 +498,7 @@ class Args {
 
 // ---- output ---------------------------------------------------------------------------------
 
-// printf into a std::string.
+/// printf into a std::string.
 template <class... Xs>
 std::string format(const char* fmt, Xs... xs) {
   char buf[256];
@@ -509,10 +512,10 @@ inline std::string fixed(double x, int decimals) {
 }
 inline std::string scientific(double x) { return std::isnan(x) ? "NaN" : format("%.1e", x); }
 
-// A table: header, then rows, columns as wide as their widest cell; text columns (the
-// first `left_columns`) left-aligned, numbers right-aligned. A row may end in a note
-// (why it was skipped, what failed): printed after its last non-empty cell, it does not
-// widen any column.
+/// A table: header, then rows, columns as wide as their widest cell; text columns (the
+/// first `left_columns`) left-aligned, numbers right-aligned. A row may end in a note
+/// (why it was skipped, what failed): printed after its last non-empty cell, it does not
+/// widen any column.
 class Table {
  public:
   explicit Table(std::vector<std::string> headers, size_t left_columns = 1)
@@ -563,8 +566,8 @@ class Table {
   std::vector<Row> rows_;
 };
 
-// One JSON object on one line, built field by field (strings here never need more than
-// quote and backslash escaping). Non-finite numbers become null.
+/// One JSON object on one line, built field by field (strings here never need more than
+/// quote and backslash escaping). Non-finite numbers become null.
 class JsonLine {
  public:
   JsonLine& add(const std::string& key, const std::string& v) {
@@ -592,14 +595,14 @@ class JsonLine {
   std::string body_;
 };
 
-// The timing line every benchmark prints under its device line.
+/// The timing line every benchmark prints under its device line.
 inline void print_timing(const TimingOptions& t, FILE* f = stdout) {
   std::fprintf(f, "timing      median of up to %d repetitions (budget %.1f s each), %d warm-up, L2 flush %s\n", t.reps,
                t.budget_s, t.warmup, t.flush ? "on" : "off");
 }
 
-// The --json FILE stream of a benchmark (closed when path is empty); a file that cannot
-// be written is a bad argument.
+/// The --json FILE stream of a benchmark (closed when path is empty); a file that cannot
+/// be written is a bad argument.
 inline std::ofstream open_json(const char* program, const std::string& path) {
   std::ofstream json;
   if (path.empty()) return json;
@@ -610,8 +613,8 @@ inline std::ofstream open_json(const char* program, const std::string& path) {
 
 // ---- the program's frame ------------------------------------------------------------------
 
-// A benchmark's main: runs run(argc, argv); bad arguments (std::invalid_argument) print
-// the message and the usage and exit 2, any other failure exits 1 with the program's name.
+/// A benchmark's main: runs run(argc, argv); bad arguments (std::invalid_argument) print
+/// the message and the usage and exit 2, any other failure exits 1 with the program's name.
 template <class Run, class Usage>
 int bench_main(const char* program, int argc, char** argv, Run&& run, Usage&& print_usage) {
   try {
@@ -626,7 +629,7 @@ int bench_main(const char* program, int argc, char** argv, Run&& run, Usage&& pr
   }
 }
 
-// Whether a CUDA device is visible; says so on stderr when not.
+/// Whether a CUDA device is visible; says so on stderr when not.
 inline bool have_device(const char* program) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {

@@ -1,8 +1,9 @@
-// bf16 (bfloat16): the top 16 bits of an IEEE fp32 — 8 exponent bits, 7 mantissa bits.
-// Rounding fp32 to bf16, to nearest with ties to even, works on the bit pattern:
-// add 0x7FFF plus the lowest kept bit, then clear the low 16 bits. A carry out of the
-// mantissa correctly bumps the exponent (up to infinity for the largest values).
-// NaN is kept a (quiet) NaN instead of being rounded.
+/// @file
+/// bf16 (bfloat16): the top 16 bits of an IEEE fp32 — 8 exponent bits, 7 mantissa bits.
+/// Rounding fp32 to bf16, to nearest with ties to even, works on the bit pattern:
+/// add 0x7FFF plus the lowest kept bit, then clear the low 16 bits. A carry out of the
+/// mantissa correctly bumps the exponent (up to infinity for the largest values).
+/// NaN is kept a (quiet) NaN instead of being rounded.
 #pragma once
 #include <cstdint>
 #include <cstring>

@@ -1,6 +1,7 @@
-// CPU reference implementations of the ops in kernels/ops.h: plain loops, OpenMP
-// across rows, templated on float and double (explicitly instantiated in the .cpp
-// files). The matmuls run on the blocked GEMM of gemm.h.
+/// @file
+/// CPU reference implementations of the ops in kernels/ops.h: plain loops, OpenMP
+/// across rows, templated on float and double (explicitly instantiated in the .cpp
+/// files). The matmuls run on the blocked GEMM of gemm.h.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -14,7 +15,7 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe
 template <class T>
 void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C);
 
-// The embedding of a vocabulary range and a position offset (see embedding.cpp).
+/// The embedding of a vocabulary range and a position offset (see embedding.cpp).
 template <class T>
 void embedding_range_forward(T* out, const int32_t* tokens, const T* wte_rows, int v0, int v1,
                              const T* wpe, int pos0, int B, int T_, int C);
@@ -57,8 +58,8 @@ template <class T>
 void softmax_crossentropy(T* losses, T* dlogits, const T* logits, const int32_t* targets, T dloss,
                           int N, int V, int Vp);
 
-// Cross-entropy over a vocabulary range, in two halves around a reduction across the
-// ranks that hold the other ranges (see crossentropy.cpp).
+/// Cross-entropy over a vocabulary range, in two halves around a reduction across the
+/// ranks that hold the other ranges (see crossentropy.cpp).
 template <class T>
 void crossentropy_stats(T* row_max, T* row_sumexp, T* target_logit, const T* logits,
                         const int32_t* targets, int v0, int V, int N, int Vl);

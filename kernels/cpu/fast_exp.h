@@ -1,10 +1,13 @@
-// exp(x) for float, written so the compiler can vectorise loops that call it (the C
-// library's expf is an opaque call that keeps a loop scalar). Method:
-//   x = n ln2 + r,  n = round(x / ln2),  |r| <= ln2/2
-//   exp(x) = 2^n * exp(r),  exp(r) by its Taylor polynomial to degree 7 (Horner)
-// The truncation error r^8/8! <= 5e-9 is below float's half-ulp (6e-8), so the result
-// is within about 2 ulp of the true value; 2^n is built directly in the exponent bits.
-// Inputs are clamped to the range where the result is a normal float.
+/// @file
+/// exp(x) for float, written so the compiler can vectorise loops that call it (the C
+/// library's expf is an opaque call that keeps a loop scalar). Method:
+/// ```
+///   x = n ln2 + r,  n = round(x / ln2),  |r| <= ln2/2
+///   exp(x) = 2^n * exp(r),  exp(r) by its Taylor polynomial to degree 7 (Horner)
+/// ```
+/// The truncation error r^8/8! <= 5e-9 is below float's half-ulp (6e-8), so the result
+/// is within about 2 ulp of the true value; 2^n is built directly in the exponent bits.
+/// Inputs are clamped to the range where the result is a normal float.
 #pragma once
 #include <bit>
 #include <cmath>
@@ -29,7 +32,7 @@ inline float exp_fast(float x) {
   return p * std::bit_cast<float>(bits);
 }
 
-// The accurate library exp for double (the ground truth), the fast one for float.
+/// The accurate library exp for double (the ground truth), the fast one for float.
 inline float exp_t(float x) { return exp_fast(x); }
 inline double exp_t(double x) { return std::exp(x); }
 

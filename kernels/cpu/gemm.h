@@ -1,15 +1,20 @@
-// The CPU GEMM: C[M,N] (+)= op(A)[M,K] . op(B)[K,N], row-major, cache-blocked and
-// vectorised (see gemm.cpp for the blocking scheme). Templated on float and double.
-//
-//   op(A) = A (M x K, row stride lda)      when !trans_a
-//         = A^T, A stored K x M (stride lda) when trans_a
-//   op(B) = B (K x N, row stride ldb)      when !trans_b
-//         = B^T, B stored N x K (stride ldb) when trans_b
-//   accumulate: C += product; otherwise C = product.
-// The three products of a linear layer out = inp . w^T map onto it as
-//   forward   out  = inp . w^T     gemm(false, true,  N, OC, C, ...)
-//   backward  dinp += dout . w     gemm(false, false, N, C, OC, ..., true)
-//             dw   += dout^T . inp gemm(true,  false, OC, C, N, ..., true)
+/// @file
+/// The CPU GEMM: C[M,N] (+)= op(A)[M,K] . op(B)[K,N], row-major, cache-blocked and
+/// vectorised (see gemm.cpp for the blocking scheme). Templated on float and double.
+///
+/// ```
+///   op(A) = A (M x K, row stride lda)      when !trans_a
+///         = A^T, A stored K x M (stride lda) when trans_a
+///   op(B) = B (K x N, row stride ldb)      when !trans_b
+///         = B^T, B stored N x K (stride ldb) when trans_b
+///   accumulate: C += product; otherwise C = product.
+/// ```
+/// ```
+/// The three products of a linear layer out = inp . w^T map onto it as
+///   forward   out  = inp . w^T     gemm(false, true,  N, OC, C, ...)
+///   backward  dinp += dout . w     gemm(false, false, N, C, OC, ..., true)
+///             dw   += dout^T . inp gemm(true,  false, OC, C, N, ..., true)
+/// ```
 #pragma once
 
 namespace gpt::cpu {
@@ -18,7 +23,7 @@ template <class T>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, int lda, const T* B, int ldb,
           T* C, int ldc, bool accumulate);
 
-// The plain triple loop, the reference the blocked GEMM is tested against.
+/// The plain triple loop, the reference the blocked GEMM is tested against.
 template <class T>
 void gemm_reference(bool trans_a, bool trans_b, int M, int N, int K, const T* A, int lda,
                     const T* B, int ldb, T* C, int ldc, bool accumulate);

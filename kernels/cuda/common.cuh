@@ -1,5 +1,6 @@
-// Device-side helpers every CUDA kernel of the project shares: error checks, the
-// fp32 <-> storage-type conversions, the GELU formula and warp reductions.
+/// @file
+/// Device-side helpers every CUDA kernel of the project shares: error checks, the
+/// fp32 <-> storage-type conversions, the GELU formula and warp reductions.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -15,9 +16,9 @@ namespace gpt::cuda {
 
 // ---- host side: storage types ---------------------------------------------------------
 
-// Host code names bf16 storage gpt::bf16 (common/bf16.h, no CUDA headers needed);
-// kernels use CUDA's __nv_bfloat16, the same 16 bits. device_ptr() converts a host API
-// pointer into the kernels' type: float stays float.
+/// Host code names bf16 storage gpt::bf16 (common/bf16.h, no CUDA headers needed);
+/// kernels use CUDA's __nv_bfloat16, the same 16 bits. device_ptr() converts a host API
+/// pointer into the kernels' type: float stays float.
 template <class A>
 struct DeviceTypeOf {
   using type = A;
@@ -37,8 +38,8 @@ const DeviceType<A>* device_ptr(const A* p) { return reinterpret_cast<const Devi
 
 // ---- host side: errors ------------------------------------------------------------
 
-// A failed CUDA call is a bug or a broken device, not bad input: it throws with the call
-// and its place, and the program's top level reports it (exit status 1).
+/// A failed CUDA call is a bug or a broken device, not bad input: it throws with the call
+/// and its place, and the program's top level reports it (exit status 1).
 inline void check(cudaError_t err, const char* what, const char* file, int line) {
   if (err != cudaSuccess)
     throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + what +
@@ -53,7 +54,7 @@ inline unsigned ceil_div(long n, long d) { return unsigned((n + d - 1) / d); }
 
 // ---- device side: conversions -------------------------------------------------------
 
-// All computation is fp32; tensors are float or bf16 in memory.
+/// All computation is fp32; tensors are float or bf16 in memory.
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
@@ -66,7 +67,7 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);  // round to nearest even, as the CPU's bf16_round
 }
 
-// Backward ops accumulate into input gradients (kernels/ops.h): x += delta, in fp32.
+/// Backward ops accumulate into input gradients (kernels/ops.h): x += delta, in fp32.
 template <class T>
 __device__ __forceinline__ void add_to(T* x, float delta) {
   *x = from_float<T>(to_float(*x) + delta);
@@ -74,9 +75,11 @@ __device__ __forceinline__ void add_to(T* x, float delta) {
 
 // ---- device side: math --------------------------------------------------------------
 
-// GELU, tanh form (as GPT-2 and kernels/cpu/elementwise.cpp):
-//   gelu(x) = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
-//   gelu'(x) = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+/// GELU, tanh form (as GPT-2 and kernels/cpu/elementwise.cpp):
+/// ```
+///   gelu(x) = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
+///   gelu'(x) = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+/// ```
 __device__ __forceinline__ float gelu(float x) {
   const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
   return 0.5f * x * (1.0f + tanhf(u));
@@ -92,8 +95,8 @@ __device__ __forceinline__ float gelu_grad(float x) {
 
 constexpr unsigned kFullMask = 0xffffffffu;
 
-// Butterfly reductions: after log2(32) = 5 exchanges every lane holds the result.
-// The order of the additions is fixed, so the result is the same run to run.
+/// Butterfly reductions: after log2(32) = 5 exchanges every lane holds the result.
+/// The order of the additions is fixed, so the result is the same run to run.
 __device__ __forceinline__ float warp_max(float x) {
   for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(kFullMask, x, offset));
   return x;

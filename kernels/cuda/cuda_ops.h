@@ -1,20 +1,21 @@
-// The CUDA side of kernels/ops.h: one host function per op, forward and backward,
-// for the two storage types of training: A = float (fp32 mode) and A = gpt::bf16
-// (bf16 mode: weights' compute copy, activations and activation gradients in bf16).
-// Parameter gradients, layernorm statistics, losses and the optimizer state are
-// always fp32; every kernel computes in fp32 and rounds to bf16 (nearest even) only
-// when it stores.
-//
-// Conventions, as kernels/ops.h: forward ops overwrite their outputs; backward ops
-// ACCUMULATE (+=) into parameter gradients and input gradients. All pointers are
-// device memory. Every call is queued on the default stream (asynchronous to the
-// host); functions that return a value to the host (sum_of_squares) synchronise.
-// Reductions are deterministic: a fixed split and a fixed order, no float atomics,
-// so a run gives the same bits every time.
-//
-// This header needs no CUDA headers: host code (kernels/ops.h) includes it in builds
-// with GPT_HAVE_CUDA. Shapes that a kernel cannot take throw std::invalid_argument;
-// failed CUDA calls throw std::runtime_error.
+/// @file
+/// The CUDA side of kernels/ops.h: one host function per op, forward and backward,
+/// for the two storage types of training: A = float (fp32 mode) and A = gpt::bf16
+/// (bf16 mode: weights' compute copy, activations and activation gradients in bf16).
+/// Parameter gradients, layernorm statistics, losses and the optimizer state are
+/// always fp32; every kernel computes in fp32 and rounds to bf16 (nearest even) only
+/// when it stores.
+///
+/// Conventions, as kernels/ops.h: forward ops overwrite their outputs; backward ops
+/// ACCUMULATE (+=) into parameter gradients and input gradients. All pointers are
+/// device memory. Every call is queued on the default stream (asynchronous to the
+/// host); functions that return a value to the host (sum_of_squares) synchronise.
+/// Reductions are deterministic: a fixed split and a fixed order, no float atomics,
+/// so a run gives the same bits every time.
+///
+/// This header needs no CUDA headers: host code (kernels/ops.h) includes it in builds
+/// with GPT_HAVE_CUDA. Shapes that a kernel cannot take throw std::invalid_argument;
+/// failed CUDA calls throw std::runtime_error.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -24,42 +25,42 @@
 
 namespace gpt::cuda {
 
-// ---- embedding ------------------------------------------------------------------
-// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+/// ---- embedding ------------------------------------------------------------------
+/// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
 template <class A>
 void embedding_forward(A* out, const int32_t* tokens, const A* wte, const A* wpe, int B, int T, int C);
-// dwte[v,:] += sum of dout rows whose token is v, added in position order (the tokens
-// are sorted stably first, so no two threads add into one row);
-// dwpe[t,:] += sum_b dout[b,t,:], b in order.
+/// dwte[v,:] += sum of dout rows whose token is v, added in position order (the tokens
+/// are sorted stably first, so no two threads add into one row);
+/// dwpe[t,:] += sum_b dout[b,t,:], b in order.
 template <class A>
 void embedding_backward(float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int B, int T,
                         int C);
 
-// ---- layernorm ------------------------------------------------------------------
+/// ---- layernorm ------------------------------------------------------------------
 template <class A>
 void layernorm_forward(A* out, float* mean, float* rstd, const A* inp, const A* w, const A* b, int N,
                        int C);
-// dinp += ..., dw += ..., db += ... (dw and db summed over rows in a fixed order).
+/// dinp += ..., dw += ..., db += ... (dw and db summed over rows in a fixed order).
 template <class A>
 void layernorm_backward(A* dinp, float* dw, float* db, const A* dout, const A* inp, const A* w,
                         const float* mean, const float* rstd, int N, int C);
 
-// ---- matmul (kernels/cuda/matmul.cu, on the GEMM of kernels/cuda/gemm/) -----------
-// out[N,OC] = inp[N,C] . w[OC,C]^T + bias[OC] (bias may be null). With gelu_out
-// non-null, gelu_out = gelu(out) is written by the same kernel's epilogue.
+/// ---- matmul (kernels/cuda/matmul.cu, on the GEMM of kernels/cuda/gemm/) -----------
+/// out[N,OC] = inp[N,C] . w[OC,C]^T + bias[OC] (bias may be null). With gelu_out
+/// non-null, gelu_out = gelu(out) is written by the same kernel's epilogue.
 template <class A>
 void matmul_forward(A* out, const A* inp, const A* w, const A* bias, int N, int C, int OC,
                     A* gelu_out = nullptr);
-// dinp += dout . w;  dw += dout^T . inp;  dbias += column sums of dout (may be null).
+/// dinp += dout . w;  dw += dout^T . inp;  dbias += column sums of dout (may be null).
 template <class A>
 void matmul_backward(A* dinp, float* dw, float* dbias, const A* dout, const A* inp, const A* w,
                      int N, int C, int OC);
-// dbias[o] += sum_n dout[n,o], rows summed in a fixed order.
+/// dbias[o] += sum_n dout[n,o], rows summed in a fixed order.
 template <class A>
 void bias_backward(float* dbias, const A* dout, int N, int OC);
 
-// ---- attention (kernels/cuda/attention/, flash) -----------------------------------
-// lse is (B, NH, T) fp32: the row logsumexp the backward recomputes probabilities from.
+/// ---- attention (kernels/cuda/attention/, flash) -----------------------------------
+/// lse is (B, NH, T) fp32: the row logsumexp the backward recomputes probabilities from.
 inline size_t attention_stats_floats(int B, int T, int NH) { return size_t(B) * NH * T; }
 template <class A>
 void attention_forward(A* out, float* lse, const A* qkv, int B, int T, int C, int NH);
@@ -67,45 +68,45 @@ template <class A>
 void attention_backward(A* dqkv, const A* dout, const A* qkv, const A* out, const float* lse, int B,
                         int T, int C, int NH);
 
-// ---- elementwise ------------------------------------------------------------------
+/// ---- elementwise ------------------------------------------------------------------
 template <class A>
 void gelu_forward(A* out, const A* inp, size_t n);
 template <class A>
-void gelu_backward(A* dinp, const A* inp, const A* dout, size_t n);  // dinp += gelu'(inp) dout
+void gelu_backward(A* dinp, const A* inp, const A* dout, size_t n);  ///< dinp += gelu'(inp) dout
 template <class A>
 void residual_forward(A* out, const A* a, const A* b, size_t n);
 template <class A>
-void residual_backward(A* da, A* db, const A* dout, size_t n);  // da += dout; db += dout
+void residual_backward(A* da, A* db, const A* dout, size_t n);  ///< da += dout; db += dout
 template <class A>
-void scale(A* x, size_t n, float s);  // x *= s
+void scale(A* x, size_t n, float s);  ///< x *= s
 
-// ---- loss -------------------------------------------------------------------------
-// losses[i] = -log softmax(logits[i, :V])[targets[i]]; dlogits (if non-null) =
-// dloss * (p - onehot), zero in the padding columns V..Vp-1.
+/// ---- loss -------------------------------------------------------------------------
+/// losses[i] = -log softmax(logits[i, :V])[targets[i]]; dlogits (if non-null) =
+/// dloss * (p - onehot), zero in the padding columns V..Vp-1.
 template <class A>
 void softmax_crossentropy(float* losses, A* dlogits, const A* logits, const int32_t* targets,
                           float dloss, int N, int V, int Vp);
 
-// ---- optimizer ----------------------------------------------------------------------
-// sum of g^2, accumulated in double in a fixed order; synchronises and returns it.
+/// ---- optimizer ----------------------------------------------------------------------
+/// sum of g^2, accumulated in double in a fixed order; synchronises and returns it.
 double sum_of_squares(const float* g, size_t n);
-// AdamW on fp32 master weights (kernels/ops.h has the equations). When copy is
-// non-null it receives the updated weight: a float copy is rounded to bf16 values when
-// round_copy_to_bf16 is set; a bf16 copy is always rounded.
+/// AdamW on fp32 master weights (kernels/ops.h has the equations). When copy is
+/// non-null it receives the updated weight: a float copy is rounded to bf16 values when
+/// round_copy_to_bf16 is set; a bf16 copy is always rounded.
 template <class A>
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                   const ops::AdamWArgs& a, A* copy, bool round_copy_to_bf16);
-// x = bf16_round(x), in place.
+/// x = bf16_round(x), in place.
 void round_to_bf16(float* x, size_t n);
-// dst[i] = bf16_round(src[i]) and back: fp32 <-> bf16 conversions for set_params and tests.
+/// dst[i] = bf16_round(src[i]) and back: fp32 <-> bf16 conversions for set_params and tests.
 void convert(bf16* dst, const float* src, size_t n);
 void convert(float* dst, const bf16* src, size_t n);
 
-// ---- GEMM choice ----------------------------------------------------------------------
-// Which GEMM the matmul ops run: "hand" (the fastest version of kernels/cuda/gemm/ for
-// this device), "cublas" (cuBLASLt, the baseline), or "v1".."v5" (one rung of the ladder).
-// Throws std::invalid_argument naming the value if it is none of these.
+/// ---- GEMM choice ----------------------------------------------------------------------
+/// Which GEMM the matmul ops run: "hand" (the fastest version of kernels/cuda/gemm/ for
+/// this device), "cublas" (cuBLASLt, the baseline), or "v1".."v5" (one rung of the ladder).
+/// Throws std::invalid_argument naming the value if it is none of these.
 void set_gemm(const char* name);
-const char* gemm_in_use(bool bf16);  // the version the matmuls run now, e.g. "v5"
+const char* gemm_in_use(bool bf16);  ///< the version the matmuls run now, e.g. "v5"
 
 }  // namespace gpt::cuda

@@ -1,74 +1,87 @@
-// Hopper (sm_90a) building blocks shared by the two v5 kernels, GEMM v5
-// (kernels/cuda/gemm/v5_wgmma.cu) and the attention v5 forward pass
-// (kernels/cuda/attention/v5_wgmma_forward.cu). Both have the same shape: a producer
-// warpgroup asks the TMA engine for tiles, consumer warpgroups multiply them with
-// wgmma, and mbarriers tell each side when a shared-memory stage is full or free. What
-// the two kernels do differently (tile shapes, TMA box rank, wgmma shapes, descriptor
-// strides) stays in their files; the primitives below are the part that is the same.
-//
-// mbarrier: a 64-bit object in shared memory that counts two things for its current
-//   phase: arrivals still expected (set at init) and transaction bytes still expected.
-//   When both reach zero the phase completes: the arrival count is reloaded, and the
-//   phase number goes up by one. A waiter cannot name a phase by its number, only by its
-//   parity: try_wait.parity(p) succeeds once the most recent phase of parity p has
-//   completed, i.e. while the barrier's current phase has parity p ^ 1. A fresh barrier
-//   is in phase 0, so a wait on parity 0 blocks until phase 0 completes, and a wait on
-//   parity 1 returns at once (the "phase -1" before it counts as complete). A ring of
-//   stages uses this as: round r of stage s waits for parity r & 1. One bit is enough
-//   as long as no side can run two phases ahead of the other, which each kernel's
-//   pipeline comment argues for itself.
-// expect_tx and TMA: the producer's arrive.expect_tx(bytes) is one arrival and raises
-//   the phase's transaction count by `bytes`; each cp.async.bulk.tensor copy names the
-//   barrier and lowers that count by the bytes it writes (complete_tx) when they land.
-//   The phase (the "stage is full" event) therefore completes only once every byte of
-//   the stage is in shared memory. TMA copies a box of a tensor described by a
-//   CUtensorMap, a 128-byte opaque object encoded on the host (cuTensorMapEncodeTiled,
-//   below) and passed to the kernel as a __grid_constant__ parameter; the engine
-//   computes every address, zero-fills what lies outside the tensor and writes the box
-//   already swizzled.
-// Barrier init: mbarrier.init is an ordinary shared-memory write, and the TMA engine
-//   reads barriers through the "async proxy"; fence_barrier_init() makes the
-//   initialised barriers visible to the other threads and to that proxy before anyone
-//   uses them (the kernels follow it with __syncthreads()).
-// setmaxnreg: at launch every warp gets the kernel's register count (with
-//   __launch_bounds__(threads, 1), at most 65536 / threads). A producer that only issues copies needs few, the
-//   consumers holding accumulators need many: .dec gives a warpgroup's surplus back to
-//   the SM's pool, .inc waits until the pool can grant the larger count. The counts are
-//   compile-time immediates, multiples of 8 in [24, 256], and all four warps of a
-//   warpgroup execute the instruction together (.sync.aligned).
-// wgmma: wgmma.mma_async is issued by a whole warpgroup and runs asynchronously; the
-//   discipline around it is
-//     wgmma_fence()      before the first wgmma that reads registers (accumulators, an
-//                        A operand from registers) written by ordinary instructions;
-//     wgmma ... wgmma    issue the products;
-//     wgmma_commit()     close them into one "group";
-//     wgmma_wait<N>()    block until at most N committed groups are still running.
-//   Between issue and wait the accumulator registers belong to the tensor cores: no
-//   instruction may read or write them. The compiler does not know that (it sees the
-//   wgmma asm statement as the writer), so pin_registers() puts an empty asm that
-//   "modifies" each register next to the fence and the wait: no read of an accumulator
-//   can be hoisted above the wait, no write sunk below the fence.
-// Shared-memory matrix descriptor: how wgmma finds an operand in shared memory, a
-//   64-bit value (addresses and offsets in units of 16 bytes, 14 bits each):
-//     bits  0-13  start address >> 4
-//     bits 16-29  leading dimension byte offset (LBO) >> 4
-//     bits 32-45  stride dimension byte offset (SBO) >> 4
-//     bits 49-51  base offset (0 here: every swizzle pattern starts 1024-byte aligned)
-//     bits 62-63  layout: 0 interleaved (none), 1 128-byte swizzle, 2 64-byte, 3 32-byte
-//   Both kernels use the 128-byte swizzle (layout 1), the layout that TMA's
-//   CU_TENSOR_MAP_SWIZZLE_128B writes: in each 128-byte row, 16-byte chunk c is stored
-//   at chunk c ^ (row % 8), the pattern repeating every 8 rows = 1024 bytes. SBO is the
-//   distance between consecutive 8-row groups; LBO, for an MN-major operand, the
-//   distance between its 64-element (128-byte) blocks along M or N (unused, 16 by
-//   convention, for a K-major operand). Which LBO and SBO an operand needs is the
-//   kernel's business, and so is the encoder: each kernel packs its own descriptors
-//   (the same bits; merging the two spellings would reorder one kernel's shift and
-//   mask instructions, so they stay apart).
-//
-// Everything on the device side exists only where sm_90a instructions do:
-// GPT_HOPPER_DEVICE_CODE is 1 in the sm_90a compilation pass and 0 in the host pass and
-// in the sm_80 pass, whose kernels compile to a trap that the host never launches
-// (require_hopper refuses any device that is not compute capability 9.x).
+/// @file
+/// Hopper (sm_90a) building blocks shared by the two v5 kernels, GEMM v5
+/// (kernels/cuda/gemm/v5_wgmma.cu) and the attention v5 forward pass
+/// (kernels/cuda/attention/v5_wgmma_forward.cu). Both have the same shape: a producer
+/// warpgroup asks the TMA engine for tiles, consumer warpgroups multiply them with
+/// wgmma, and mbarriers tell each side when a shared-memory stage is full or free. What
+/// the two kernels do differently (tile shapes, TMA box rank, wgmma shapes, descriptor
+/// strides) stays in their files; the primitives below are the part that is the same.
+///
+/// ```
+/// mbarrier: a 64-bit object in shared memory that counts two things for its current
+///   phase: arrivals still expected (set at init) and transaction bytes still expected.
+///   When both reach zero the phase completes: the arrival count is reloaded, and the
+///   phase number goes up by one. A waiter cannot name a phase by its number, only by its
+///   parity: try_wait.parity(p) succeeds once the most recent phase of parity p has
+///   completed, i.e. while the barrier's current phase has parity p ^ 1. A fresh barrier
+///   is in phase 0, so a wait on parity 0 blocks until phase 0 completes, and a wait on
+///   parity 1 returns at once (the "phase -1" before it counts as complete). A ring of
+///   stages uses this as: round r of stage s waits for parity r & 1. One bit is enough
+///   as long as no side can run two phases ahead of the other, which each kernel's
+///   pipeline comment argues for itself.
+/// ```
+/// ```
+/// expect_tx and TMA: the producer's arrive.expect_tx(bytes) is one arrival and raises
+///   the phase's transaction count by `bytes`; each cp.async.bulk.tensor copy names the
+///   barrier and lowers that count by the bytes it writes (complete_tx) when they land.
+///   The phase (the "stage is full" event) therefore completes only once every byte of
+///   the stage is in shared memory. TMA copies a box of a tensor described by a
+///   CUtensorMap, a 128-byte opaque object encoded on the host (cuTensorMapEncodeTiled,
+///   below) and passed to the kernel as a __grid_constant__ parameter; the engine
+///   computes every address, zero-fills what lies outside the tensor and writes the box
+///   already swizzled.
+/// ```
+/// ```
+/// Barrier init: mbarrier.init is an ordinary shared-memory write, and the TMA engine
+///   reads barriers through the "async proxy"; fence_barrier_init() makes the
+///   initialised barriers visible to the other threads and to that proxy before anyone
+///   uses them (the kernels follow it with __syncthreads()).
+/// ```
+/// ```
+/// setmaxnreg: at launch every warp gets the kernel's register count (with
+///   __launch_bounds__(threads, 1), at most 65536 / threads). A producer that only issues copies needs few, the
+///   consumers holding accumulators need many: .dec gives a warpgroup's surplus back to
+///   the SM's pool, .inc waits until the pool can grant the larger count. The counts are
+///   compile-time immediates, multiples of 8 in [24, 256], and all four warps of a
+///   warpgroup execute the instruction together (.sync.aligned).
+/// ```
+/// ```
+/// wgmma: wgmma.mma_async is issued by a whole warpgroup and runs asynchronously; the
+///   discipline around it is
+///     wgmma_fence()      before the first wgmma that reads registers (accumulators, an
+///                        A operand from registers) written by ordinary instructions;
+///     wgmma ... wgmma    issue the products;
+///     wgmma_commit()     close them into one "group";
+///     wgmma_wait<N>()    block until at most N committed groups are still running.
+///   Between issue and wait the accumulator registers belong to the tensor cores: no
+///   instruction may read or write them. The compiler does not know that (it sees the
+///   wgmma asm statement as the writer), so pin_registers() puts an empty asm that
+///   "modifies" each register next to the fence and the wait: no read of an accumulator
+///   can be hoisted above the wait, no write sunk below the fence.
+/// ```
+/// ```
+/// Shared-memory matrix descriptor: how wgmma finds an operand in shared memory, a
+///   64-bit value (addresses and offsets in units of 16 bytes, 14 bits each):
+///     bits  0-13  start address >> 4
+///     bits 16-29  leading dimension byte offset (LBO) >> 4
+///     bits 32-45  stride dimension byte offset (SBO) >> 4
+///     bits 49-51  base offset (0 here: every swizzle pattern starts 1024-byte aligned)
+///     bits 62-63  layout: 0 interleaved (none), 1 128-byte swizzle, 2 64-byte, 3 32-byte
+///   Both kernels use the 128-byte swizzle (layout 1), the layout that TMA's
+///   CU_TENSOR_MAP_SWIZZLE_128B writes: in each 128-byte row, 16-byte chunk c is stored
+///   at chunk c ^ (row % 8), the pattern repeating every 8 rows = 1024 bytes. SBO is the
+///   distance between consecutive 8-row groups; LBO, for an MN-major operand, the
+///   distance between its 64-element (128-byte) blocks along M or N (unused, 16 by
+///   convention, for a K-major operand). Which LBO and SBO an operand needs is the
+///   kernel's business, and so is the encoder: each kernel packs its own descriptors
+///   (the same bits; merging the two spellings would reorder one kernel's shift and
+///   mask instructions, so they stay apart).
+/// ```
+///
+/// Everything on the device side exists only where sm_90a instructions do:
+/// GPT_HOPPER_DEVICE_CODE is 1 in the sm_90a compilation pass and 0 in the host pass and
+/// in the sm_80 pass, whose kernels compile to a trap that the host never launches
+/// (require_hopper refuses any device that is not compute capability 9.x).
 #pragma once
 #include <cuda.h>  // CUtensorMap and its enums (types only: libcuda is not linked)
 #include <cudaTypedefs.h>
@@ -91,27 +104,27 @@ namespace gpt::cuda::hopper {
 #if GPT_HOPPER_DEVICE_CODE
 // ---- device: shared-memory addresses --------------------------------------------------
 
-// The PTX below addresses shared memory with 32-bit shared-window addresses (what
-// cvta.to.shared makes of a generic pointer), not with generic 64-bit pointers.
+/// The PTX below addresses shared memory with 32-bit shared-window addresses (what
+/// cvta.to.shared makes of a generic pointer), not with generic 64-bit pointers.
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
 // ---- device: mbarriers ----------------------------------------------------------------
 
-// A barrier whose phases complete after `arrivals` arrivals (plus the expected bytes).
+/// A barrier whose phases complete after `arrivals` arrivals (plus the expected bytes).
 __device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
 }
 
-// After the last mbarrier_init: the barriers become visible to the other threads and to
-// the async proxy (the TMA engine completes transactions on them).
+/// After the last mbarrier_init: the barriers become visible to the other threads and to
+/// the async proxy (the TMA engine completes transactions on them).
 __device__ __forceinline__ void fence_barrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// One arrival that also announces `bytes` more bytes of transactions for this phase.
+/// One arrival that also announces `bytes` more bytes of transactions for this phase.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                : "memory");
@@ -121,8 +134,8 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 
-// Returns once the most recent phase of parity `parity` has completed. try_wait may
-// give up after a hardware time limit without the phase completing, hence the loop.
+/// Returns once the most recent phase of parity `parity` has completed. try_wait may
+/// give up after a hardware time limit without the phase completing, hence the loop.
 __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
   while (!done) {
@@ -140,21 +153,21 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
 
 // ---- device: TMA ----------------------------------------------------------------------
 
-// Brings the 128-byte tensor map into the cache before the first copy needs it. (The
-// copies themselves, cp.async.bulk.tensor.{2d,3d}, stay with the kernels: their rank
-// and coordinates are each kernel's own.)
+/// Brings the 128-byte tensor map into the cache before the first copy needs it. (The
+/// copies themselves, cp.async.bulk.tensor.{2d,3d}, stay with the kernels: their rank
+/// and coordinates are each kernel's own.)
 __device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
 // ---- device: register reallocation ----------------------------------------------------
 
-// Lowers this warpgroup's registers per thread to kRegisters (gives the rest back).
+/// Lowers this warpgroup's registers per thread to kRegisters (gives the rest back).
 template <int kRegisters>
 __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegisters));
 }
-// Raises this warpgroup's registers per thread to kRegisters (waits for the pool).
+/// Raises this warpgroup's registers per thread to kRegisters (waits for the pool).
 template <int kRegisters>
 __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegisters));
@@ -162,21 +175,21 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 
 // ---- device: wgmma async-group discipline ---------------------------------------------
 
-// Orders this warpgroup's earlier register writes before the wgmma that follow.
+/// Orders this warpgroup's earlier register writes before the wgmma that follow.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-// Closes the wgmma issued since the last commit into one group.
+/// Closes the wgmma issued since the last commit into one group.
 __device__ __forceinline__ void wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
-// Waits until at most kPending committed groups are still running.
+/// Waits until at most kPending committed groups are still running.
 template <int kPending>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
 }
 
-// A compiler-only fence: each register's value is "produced" here, so the compiler can
-// neither hoist a read of an accumulator above the wait that completes it nor sink a
-// write below the wgmma_fence that must follow it. No instruction is emitted.
+/// A compiler-only fence: each register's value is "produced" here, so the compiler can
+/// neither hoist a read of an accumulator above the wait that completes it nor sink a
+/// write below the wgmma_fence that must follow it. No instruction is emitted.
 template <int N>
 __device__ __forceinline__ void pin_registers(float (&r)[N]) {
 #pragma unroll
@@ -194,9 +207,9 @@ __device__ __forceinline__ void pin_registers(uint32_t (&r)[N][M]) {
 
 // ---- host: tensor maps ----------------------------------------------------------------
 
-// The driver's tensor-map encoder. cuTensorMapEncodeTiled is a driver function; the
-// runtime hands out its address, so the program needs no -lcuda. Looked up once;
-// `caller` names the kernel in the error when the driver lacks it.
+/// The driver's tensor-map encoder. cuTensorMapEncodeTiled is a driver function; the
+/// runtime hands out its address, so the program needs no -lcuda. Looked up once;
+/// `caller` names the kernel in the error when the driver lacks it.
 inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(const char* caller) {
   static void* const encode = [] {
     void* fn = nullptr;
@@ -208,11 +221,11 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(const char* caller) 
   return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(encode);
 }
 
-// Tensor map of a bf16 tensor of rank kRank read in boxes written with the 128-byte
-// swizzle (what a layout-1 descriptor reads back). dims and box are innermost first, in
-// elements; strides are the byte strides of dimensions 1 .. kRank-1 (dimension 0 is
-// contiguous). Every element of a box is taken (element strides 1), and elements
-// outside dims read as zero (OOB fill NONE means "zeros", not NaN).
+/// Tensor map of a bf16 tensor of rank kRank read in boxes written with the 128-byte
+/// swizzle (what a layout-1 descriptor reads back). dims and box are innermost first, in
+/// elements; strides are the byte strides of dimensions 1 .. kRank-1 (dimension 0 is
+/// contiguous). Every element of a box is taken (element strides 1), and elements
+/// outside dims read as zero (OOB fill NONE means "zeros", not NaN).
 template <int kRank>
 CUtensorMap bf16_swizzle128_tensor_map(const char* caller, const void* base, const cuuint64_t (&dims)[kRank],
                                        const cuuint64_t (&strides)[kRank - 1], const cuuint32_t (&box)[kRank]) {
@@ -232,8 +245,8 @@ CUtensorMap bf16_swizzle128_tensor_map(const char* caller, const void* base, con
 
 // ---- host: the device check -----------------------------------------------------------
 
-// The kernels exist only as sm_90a code: any device that is not compute capability 9.x
-// is refused with std::invalid_argument naming the caller, before a launch could trap.
+/// The kernels exist only as sm_90a code: any device that is not compute capability 9.x
+/// is refused with std::invalid_argument naming the caller, before a launch could trap.
 inline void require_hopper(const char* caller) {
   int device = 0, major = 0, minor = 0;
   GPT_CUDA_CHECK(cudaGetDevice(&device));

@@ -1,12 +1,13 @@
-// Scratch device memory for the kernels that need a temporary buffer (partial sums of
-// a deterministic reduction, the sorted tokens of the embedding backward, the naive
-// attention's probabilities). Each user owns one ScratchBuffer, a device buffer that only
-// grows.
-//
-// Every op is queued on the default stream, so a reuse is always ordered after the
-// previous user. Growing frees the old buffer, which queued kernels may still read: it
-// synchronises first. It is never freed otherwise: a static destructor could run after the
-// CUDA runtime has shut down, and the driver reclaims the memory at exit. One host thread.
+/// @file
+/// Scratch device memory for the kernels that need a temporary buffer (partial sums of
+/// a deterministic reduction, the sorted tokens of the embedding backward, the naive
+/// attention's probabilities). Each user owns one ScratchBuffer, a device buffer that only
+/// grows.
+///
+/// Every op is queued on the default stream, so a reuse is always ordered after the
+/// previous user. Growing frees the old buffer, which queued kernels may still read: it
+/// synchronises first. It is never freed otherwise: a static destructor could run after the
+/// CUDA runtime has shut down, and the driver reclaims the memory at exit. One host thread.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -18,7 +19,7 @@ namespace gpt::cuda {
 
 class ScratchBuffer {
  public:
-  // At least `bytes` bytes of device memory (256-byte aligned, as cudaMalloc's).
+  /// At least `bytes` bytes of device memory (256-byte aligned, as cudaMalloc's).
   void* bytes(size_t bytes) {
     if (bytes > capacity_) {
       if (ptr_) {
@@ -32,7 +33,7 @@ class ScratchBuffer {
     }
     return ptr_;
   }
-  // At least n elements of T.
+  /// At least n elements of T.
   template <class T>
   T* as(size_t n) {
     return static_cast<T*>(bytes(n * sizeof(T)));

@@ -1,11 +1,14 @@
-// Device helpers shared by the attention kernels: the shape check, the qkv / out index
-// arithmetic and tile loads (kernels/cuda/common.cuh has the project-wide ones).
-//
-// Layout (the one the qkv GEMM writes, so no transposes are needed):
-//   qkv (B, T, 3C): position (b, t) is one row of 3C values: q | k | v, each C wide;
-//                   head h occupies columns [h*hs, (h+1)*hs) of each part (hs = C/NH).
-//   out (B, T, C):  head h of position (b, t) in columns [h*hs, (h+1)*hs).
-//   per-row statistics (logsumexp, D) are (B, NH, T) fp32: index (b*NH + h)*T + t.
+/// @file
+/// Device helpers shared by the attention kernels: the shape check, the qkv / out index
+/// arithmetic and tile loads (kernels/cuda/common.cuh has the project-wide ones).
+///
+/// Layout (the one the qkv GEMM writes, so no transposes are needed):
+/// ```
+///   qkv (B, T, 3C): position (b, t) is one row of 3C values: q | k | v, each C wide;
+///                   head h occupies columns [h*hs, (h+1)*hs) of each part (hs = C/NH).
+///   out (B, T, C):  head h of position (b, t) in columns [h*hs, (h+1)*hs).
+///   per-row statistics (logsumexp, D) are (B, NH, T) fp32: index (b*NH + h)*T + t.
+/// ```
 #pragma once
 #include "kernels/cuda/common.cuh"
 
@@ -16,9 +19,9 @@
 
 namespace gpt::cuda {
 
-// The shapes every attention entry point accepts; throws std::invalid_argument naming
-// the problem, or returns the head size hs = C/NH. The flash kernels are compiled for
-// hs = 64 and 128 only; the naive version takes any hs up to 1024 (one thread per column).
+/// The shapes every attention entry point accepts; throws std::invalid_argument naming
+/// the problem, or returns the head size hs = C/NH. The flash kernels are compiled for
+/// hs = 64 and 128 only; the naive version takes any hs up to 1024 (one thread per column).
 inline int attention_head_size(const char* fn, int B, int T, int C, int NH, bool any_head_size) {
   auto bad = [&](const std::string& why) {
     throw std::invalid_argument(std::string(fn) + ": " + why + " (B=" + std::to_string(B) +
@@ -36,20 +39,22 @@ inline int attention_head_size(const char* fn, int B, int T, int C, int NH, bool
 
 // ---- device side ------------------------------------------------------------------
 
-// Where head h of position t in batch b starts, in qkv: part 0 = q, 1 = k, 2 = v.
-//   row (b, t) starts at (b*T + t) * 3C; the part adds part*C; the head adds h*hs.
+/// Where head h of position t in batch b starts, in qkv: part 0 = q, 1 = k, 2 = v.
+/// ```
+///   row (b, t) starts at (b*T + t) * 3C; the part adds part*C; the head adds h*hs.
+/// ```
 __device__ __forceinline__ size_t qkv_at(int b, int t, int part, int h, int T, int C, int hs) {
   return (size_t(b) * T + t) * (3 * size_t(C)) + size_t(part) * C + size_t(h) * hs;
 }
-// Where head h of position t in batch b starts, in out / dout (B, T, C).
+/// Where head h of position t in batch b starts, in out / dout (B, T, C).
 __device__ __forceinline__ size_t out_at(int b, int t, int h, int T, int C, int hs) {
   return (size_t(b) * T + t) * size_t(C) + size_t(h) * hs;
 }
 
-// Copies `rows` rows of a head (hs = HS values each, row stride `src_stride` elements in
-// global memory) into shared memory as fp32, `dst_stride` floats apart; rows at or past
-// `valid_rows` are filled with zeros (the tail tile when T is not a multiple of the tile).
-// Consecutive threads take consecutive columns, so each row is read coalesced.
+/// Copies `rows` rows of a head (hs = HS values each, row stride `src_stride` elements in
+/// global memory) into shared memory as fp32, `dst_stride` floats apart; rows at or past
+/// `valid_rows` are filled with zeros (the tail tile when T is not a multiple of the tile).
+/// Consecutive threads take consecutive columns, so each row is read coalesced.
 template <int HS, class T>
 __device__ __forceinline__ void load_tile(float* dst, int dst_stride, const T* src, size_t src_stride,
                                           int rows, int valid_rows) {

@@ -1,34 +1,41 @@
-// The GEMM ladder: one product, five hand-written versions and the cuBLASLt baseline.
-//
-//   v1 naive               one thread per output element, operands from global memory.
-//   v2 shared tiling       a block stages tiles of A and B in shared memory; each value
-//                          loaded from global memory is reused by a whole tile row/column.
-//   v3 register blocking   each thread computes a small 2-D block of outputs from
-//                          registers, loads are 16-byte vectors.
-//   v4 mma.sync            tensor cores (bf16 in, fp32 accumulate) fed by cp.async
-//                          through a multi-stage shared-memory pipeline.       (sm_80+)
-//   v5 wgmma               Hopper: WGMMA fed by TMA through an mbarrier pipeline,
-//                          producer/consumer warp specialisation, persistent.  (sm_90a)
-//   cublas                 cuBLASLt, the baseline every version is measured against.
-//
-// The product, row-major (all matrices row-major; ld* are row strides in elements):
-//   op(A) is M x K: A stored M x K when !trans_a, or A^T with A stored K x M;
-//   op(B) is K x N: B stored K x N when !trans_b, or B^T with B stored N x K;
-//   C[m,n] = (accumulate ? C[m,n] : 0) + sum_k op(A)[m,k] op(B)[k,n] + bias[n]
-//   and, when gelu_out is non-null, gelu_out[m,n] = gelu(C[m,n]) (tanh form), from the
-//   fp32 value before C is rounded to Tout (as the CPU reference does).
-// Training uses three layouts (linear weights W stored (OC, C), as PyTorch):
-//   forward   out  = inp . W^T + bias     trans_a = false, trans_b = true   (M=N_rows, N=OC, K=C)
-//   dinp      dinp += dout . W            trans_a = false, trans_b = false  (M=N_rows, N=C, K=OC)
-//   dW        dW  += dout^T . inp         trans_a = true,  trans_b = false  (M=OC, N=C, K=N_rows)
-// Every version takes every layout, any M, N, K >= 1 (tails are predicated), fp32
-// accumulation. Element types (Tin -> Tout): float -> float, bf16 -> bf16, bf16 -> float
-// (dW into fp32 gradients). bias has type Tin; gelu requires !accumulate.
-//
-// v4 and v5 take bf16 inputs only, and need 16-byte aligned A, B, C (and bias and
-// gelu_out when given) and row strides that are multiples of 8 elements (cp.async and
-// TMA move 16-byte pieces); they throw std::invalid_argument otherwise, and
-// gemm_version_supports() says so beforehand.
+/// @file
+/// The GEMM ladder: one product, five hand-written versions and the cuBLASLt baseline.
+///
+/// ```
+///   v1 naive               one thread per output element, operands from global memory.
+///   v2 shared tiling       a block stages tiles of A and B in shared memory; each value
+///                          loaded from global memory is reused by a whole tile row/column.
+///   v3 register blocking   each thread computes a small 2-D block of outputs from
+///                          registers, loads are 16-byte vectors.
+///   v4 mma.sync            tensor cores (bf16 in, fp32 accumulate) fed by cp.async
+///                          through a multi-stage shared-memory pipeline.       (sm_80+)
+///   v5 wgmma               Hopper: WGMMA fed by TMA through an mbarrier pipeline,
+///                          producer/consumer warp specialisation, persistent.  (sm_90a)
+///   cublas                 cuBLASLt, the baseline every version is measured against.
+/// ```
+///
+/// The product, row-major (all matrices row-major; ld* are row strides in elements):
+/// ```
+///   op(A) is M x K: A stored M x K when !trans_a, or A^T with A stored K x M;
+///   op(B) is K x N: B stored K x N when !trans_b, or B^T with B stored N x K;
+///   C[m,n] = (accumulate ? C[m,n] : 0) + sum_k op(A)[m,k] op(B)[k,n] + bias[n]
+///   and, when gelu_out is non-null, gelu_out[m,n] = gelu(C[m,n]) (tanh form), from the
+///   fp32 value before C is rounded to Tout (as the CPU reference does).
+/// ```
+/// Training uses three layouts (linear weights W stored (OC, C), as PyTorch):
+/// ```
+///   forward   out  = inp . W^T + bias     trans_a = false, trans_b = true   (M=N_rows, N=OC, K=C)
+///   dinp      dinp += dout . W            trans_a = false, trans_b = false  (M=N_rows, N=C, K=OC)
+///   dW        dW  += dout^T . inp         trans_a = true,  trans_b = false  (M=OC, N=C, K=N_rows)
+/// ```
+/// Every version takes every layout, any M, N, K >= 1 (tails are predicated), fp32
+/// accumulation. Element types (Tin -> Tout): float -> float, bf16 -> bf16, bf16 -> float
+/// (dW into fp32 gradients). bias has type Tin; gelu requires !accumulate.
+///
+/// v4 and v5 take bf16 inputs only, and need 16-byte aligned A, B, C (and bias and
+/// gelu_out when given) and row strides that are multiples of 8 elements (cp.async and
+/// TMA move 16-byte pieces); they throw std::invalid_argument otherwise, and
+/// gemm_version_supports() says so beforehand.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -37,7 +44,7 @@ namespace gpt::cuda {
 
 enum class GemmVersion : int { Cublas = 0, V1 = 1, V2 = 2, V3 = 3, V4 = 4, V5 = 5 };
 
-const char* gemm_version_name(GemmVersion v);  // "cublas", "v1", ... "v5"
+const char* gemm_version_name(GemmVersion v);  ///< "cublas", "v1", ... "v5"
 
 template <class Tin, class Tout>
 struct GemmArgs {
@@ -50,22 +57,22 @@ struct GemmArgs {
   Tout* C = nullptr;
   int ldc = 0;
   bool accumulate = false;
-  const Tin* bias = nullptr;  // length N, or null
-  Tout* gelu_out = nullptr;   // M x N with row stride ldc, or null
+  const Tin* bias = nullptr;  ///< length N, or null
+  Tout* gelu_out = nullptr;   ///< M x N with row stride ldc, or null
 };
 
-// Whether version v can compute args on the current device (architecture, element
-// types, alignment). Throws nothing.
+/// Whether version v can compute args on the current device (architecture, element
+/// types, alignment). Throws nothing.
 template <class Tin, class Tout>
 bool gemm_version_supports(GemmVersion v, const GemmArgs<Tin, Tout>& args);
 
-// Computes the product with version v, asynchronously on `stream`. Throws
-// std::invalid_argument (bad shapes or strides, or a version that cannot take args,
-// naming which) and std::runtime_error (a failed CUDA or cuBLAS call).
+/// Computes the product with version v, asynchronously on `stream`. Throws
+/// std::invalid_argument (bad shapes or strides, or a version that cannot take args,
+/// naming which) and std::runtime_error (a failed CUDA or cuBLAS call).
 template <class Tin, class Tout>
 void gemm(GemmVersion v, const GemmArgs<Tin, Tout>& args, cudaStream_t stream = nullptr);
 
-// Per-version entry points (one .cu file each); gemm() validates and dispatches to them.
+/// Per-version entry points (one .cu file each); gemm() validates and dispatches to them.
 template <class Tin, class Tout>
 void gemm_v1(const GemmArgs<Tin, Tout>& args, cudaStream_t stream);
 template <class Tin, class Tout>
@@ -73,9 +80,9 @@ void gemm_v2(const GemmArgs<Tin, Tout>& args, cudaStream_t stream);
 template <class Tin, class Tout>
 void gemm_v3(const GemmArgs<Tin, Tout>& args, cudaStream_t stream);
 template <class Tin, class Tout>
-void gemm_v4(const GemmArgs<Tin, Tout>& args, cudaStream_t stream);  // Tin = bf16 only
+void gemm_v4(const GemmArgs<Tin, Tout>& args, cudaStream_t stream);  ///< Tin = bf16 only
 template <class Tin, class Tout>
-void gemm_v5(const GemmArgs<Tin, Tout>& args, cudaStream_t stream);  // Tin = bf16 only
+void gemm_v5(const GemmArgs<Tin, Tout>& args, cudaStream_t stream);  ///< Tin = bf16 only
 template <class Tin, class Tout>
 void gemm_cublas(const GemmArgs<Tin, Tout>& args, cudaStream_t stream);
 
