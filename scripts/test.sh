@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs the whole test suite twice:
+# Installs what is missing, builds, and runs the whole test suite twice, with two
+# checks of the documentation between:
 #
 #   1. the `default` preset (Release; CUDA when a toolkit is found): every test;
-#   2. the `sanitize` preset (AddressSanitizer + UBSan, CPU only): every test not
+#   2. the notebooks: scripts/check_notebooks.sh makes their runs with that build and
+#      executes every notebook of notebooks/ headless (a cell that raises fails);
+#   3. the API reference: scripts/check_docs.sh runs doxygen, warnings are failures;
+#   4. the `sanitize` preset (AddressSanitizer + UBSan, CPU only): every test not
 #      labelled `slow`.
 #
 #   scripts/test.sh [ctest args ...]      e.g. scripts/test.sh -R config -V
@@ -10,6 +14,8 @@
 # Extra arguments go to both ctest runs. Exits non-zero when a build or a test fails.
 # Environment:
 #   GPT_TEST_SKIP_SANITIZE=1   skip the sanitizer pass (quicker local runs)
+#   GPT_TEST_SKIP_NOTEBOOKS=1  skip the notebooks (about 2 minutes on 2 cores)
+#   GPT_TEST_SKIP_DOCS=1       skip the doxygen run
 #   GPT_TEST_JOBS=N            tests run at once (default 2)
 #   GPT_TEST_TIMEOUT=S         per-test limit for tests that set none (default 900 s)
 # GPU tests (label `gpu`) report "skipped" on machines without a GPU.
@@ -19,7 +25,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 case "${1:-}" in
   -h | --help)
-    sed -n '2,16s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    sed -n '2,23s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
     exit 0
     ;;
 esac
@@ -72,9 +78,41 @@ run_suite() {
   fi
 }
 
-ensure_deps
+# run_step NAME SCRIPT [args...]: runs one of the checks beside the suites, its output
+# in DIR/NAME.log, and adds its last line and its time to `summary`.
+run_step() {
+  local name="$1" log start rc=0
+  shift
+  log="$(abs_dir "$GPT_BUILD_DIR")/$name.log"
+  start=$SECONDS
+  log "running the $name check ($*)"
+  "$@" 2>&1 | tee "$log" || rc=$?
+  summary+=("[$name] $(grep -v '^\s*$' "$log" | tail -1 | sed 's/^==> //') ($((SECONDS - start)) s)")
+  if ((rc != 0)); then
+    summary+=("[$name] failed with status $rc (log: ${log#"$GPT_ROOT"/})")
+    failed=1
+  fi
+}
+
+skip_notebooks="${GPT_TEST_SKIP_NOTEBOOKS:-0}"
+skip_docs="${GPT_TEST_SKIP_DOCS:-0}"
+deps=()
+[[ "$skip_notebooks" == 1 ]] || deps+=(--with-notebooks)
+[[ "$skip_docs" == 1 ]] || deps+=(--with-docs)
+ensure_deps "${deps[@]}"
 build_preset default "$GPT_BUILD_DIR"
 run_suite default "$GPT_BUILD_DIR" "$@"
+
+if [[ "$skip_notebooks" == 1 ]]; then
+  summary+=("[notebooks] skipped (GPT_TEST_SKIP_NOTEBOOKS=1)")
+else
+  run_step notebooks scripts/check_notebooks.sh
+fi
+if [[ "$skip_docs" == 1 ]]; then
+  summary+=("[docs] skipped (GPT_TEST_SKIP_DOCS=1)")
+else
+  run_step docs scripts/check_docs.sh
+fi
 
 if [[ "${GPT_TEST_SKIP_SANITIZE:-0}" == 1 ]]; then
   summary+=("[sanitize] skipped (GPT_TEST_SKIP_SANITIZE=1)")
