@@ -133,6 +133,7 @@ namespace {
 // Writes a checkpoint of `state`: together (each rank its shard) or by the lead alone.
 std::string write_checkpoint(Run& run, Communicator& dp, const RunCheckpoints& ckpt, const CheckpointState& state) {
   std::string path;
+  if (ckpt.before_write) ckpt.before_write();
   if (ckpt.local) {
     std::vector<LocalBuffer> local;
     for (const CheckpointBuffer& b : ckpt.buffers) local.push_back({b.kind, b.data});

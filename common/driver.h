@@ -95,6 +95,9 @@ struct RunCheckpoints {
   // the counted elements of `local`, whose buffers are `buffers`' data (begin and end
   // unused), through the flat shards (layout_exchange.h); `layout` is then the local one.
   const RankLayout* local = nullptr;
+  // Called on every rank before a checkpoint is written (a rank holding several model
+  // chunks packs them into `buffers` there).
+  std::function<void()> before_write;
 };
 
 // How a stage computes its validation loss over cfg.val_batches batches, called on every

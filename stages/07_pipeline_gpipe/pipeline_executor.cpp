@@ -34,7 +34,6 @@ int max_in_flight(const PipeSchedule& schedule, int chunk) {
 PipelineExecutor::PipelineExecutor(std::vector<GPT2<float>*> chunks, Communicator& pp)
     : chunks_(std::move(chunks)), pp_(pp), p_(pp.size()), rank_(pp.rank()), v_(int(chunks_.size())) {
   invariant(v_ >= 1, "PipelineExecutor: no model chunk");
-  peak_in_flight_.assign(size_t(v_), 0);
   for (GPT2<float>* c : chunks_) slot_owner_.emplace_back(size_t(c->in_flight()), -1);
   if (const char* j = std::getenv("GPT_TEST_PIPE_JITTER_MS")) jitter_ms_ = std::atoi(j);
   if (const char* r = std::getenv("GPT_TEST_PIPE_STALL_RANK")) stall_rank_ = std::atoi(r);
@@ -78,7 +77,8 @@ std::vector<double> PipelineExecutor::run(const PipeSchedule& schedule, int m, c
   const size_t tokens = size_t(first.batch()) * size_t(first.seq_len()), n = message_size();
   std::vector<int32_t> inputs(tokens), targets(tokens);
   std::vector<double> losses;
-  std::vector<int> in_flight(size_t(v_), 0);
+  std::vector<int> in_flight(size_t(v_), 0);  // per chunk
+  int in_flight_now = 0;                       // all chunks
   busy_s_ = 0;
   for (size_t k = 0; k < schedule.size(); ++k) {
     const PipeAction& a = schedule[k];
@@ -121,7 +121,9 @@ std::vector<double> PipelineExecutor::run(const PipeSchedule& schedule, int m, c
         busy_s_ += std::chrono::duration<double>(clock::now() - t0).count();
         if (model.last_stage()) losses.push_back(loss);
         owner = a.micro;
-        peak_in_flight_[size_t(a.chunk)] = std::max(peak_in_flight_[size_t(a.chunk)], ++in_flight[size_t(a.chunk)]);
+        ++in_flight[size_t(a.chunk)];
+        ++in_flight_now;
+        peak_in_flight_ = std::max(peak_in_flight_, in_flight_now);
         break;
       }
       case PipeOp::SendActivation: {
@@ -156,6 +158,7 @@ std::vector<double> PipelineExecutor::run(const PipeSchedule& schedule, int m, c
         busy_s_ += std::chrono::duration<double>(clock::now() - t0).count();
         owner = -1;
         --in_flight[size_t(a.chunk)];
+        --in_flight_now;
         break;
       }
       case PipeOp::SendGradient: {

@@ -77,9 +77,10 @@ class PipelineExecutor {
   // the pipeline group.
   double evaluate(const int32_t* inputs, const int32_t* targets);
 
-  // The most micro-batches in flight on chunk c in the steps run so far, and the time this
-  // rank spent computing (forward and backward) in the last step, in seconds.
-  int measured_in_flight(int chunk) const { return peak_in_flight_[size_t(chunk)]; }
+  // The most micro-batches (of all chunks: (micro-batch, chunk) pairs) in flight on this
+  // rank in the steps run so far, and the time it spent computing (forward and backward)
+  // in the last step, in seconds.
+  int measured_in_flight() const { return peak_in_flight_; }
   double last_busy_s() const { return busy_s_; }
 
   bool holds_first_stage() const { return chunks_.front()->first_stage(); }
@@ -98,7 +99,7 @@ class PipelineExecutor {
   std::vector<GPT2<float>*> chunks_;
   Communicator& pp_;
   int p_, rank_, v_;
-  std::vector<int> peak_in_flight_;
+  int peak_in_flight_ = 0;
   double busy_s_ = 0;
   // Posted receives, by (chunk, micro); sends not yet completed, by (chunk, slot, gradient).
   std::map<std::pair<int, int>, Request> recv_activation_, recv_gradient_;

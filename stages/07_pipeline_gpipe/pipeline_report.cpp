@@ -48,13 +48,16 @@ std::string BubbleMeter::report(double theory) {
 }
 
 std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, int measured,
-                           const GPT2<float>& model, const MemoryLedger& mem) {
+                           const std::vector<const GPT2<float>*>& chunks, const MemoryLedger& mem) {
+  size_t bytes = 0;
+  int slots = 0;
+  for (const GPT2<float>* c : chunks) bytes += c->activation_bytes(), slots += c->in_flight();
   char line[256];
   std::snprintf(line, sizeof line,
                 "rank %d (stage %d of %d): micro-batches in flight %d (schedule's bound %d), activations %.2f MiB "
                 "(%d slots), peak memory %.2f MiB\n",
-                world_rank, pp_rank, pp, measured, expected, double(model.activation_bytes()) / (1 << 20),
-                model.in_flight(), double(mem.total()) / (1 << 20));
+                world_rank, pp_rank, pp, measured, expected, double(bytes) / (1 << 20), slots,
+                double(mem.total()) / (1 << 20));
   return line;
 }
 

@@ -31,9 +31,10 @@ class BubbleMeter {
 };
 
 // One line about this rank's activations: the micro-batches it held in flight at most
-// (counted by the executor) against the schedule's bound, and the activation bytes.
+// (counted by the executor) against the schedule's bound, and the activation bytes of
+// its model chunks (one before stage 09).
 std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, int measured,
-                           const GPT2<float>& model, const MemoryLedger& mem);
+                           const std::vector<const GPT2<float>*>& chunks, const MemoryLedger& mem);
 
 // Prints every rank's `line` from the world's rank 0, in rank order (collective).
 void print_from_every_rank(Communicator& world, const std::string& line);

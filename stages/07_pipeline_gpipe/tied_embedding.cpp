@@ -7,11 +7,17 @@
 
 namespace gpt {
 
-TiedEmbeddingGrads::TiedEmbeddingGrads(const ParamLayout& layout, Communicator& pp, WeightStore<float>& inner)
-    : layout_(layout), inner_(inner) {
+std::unique_ptr<Communicator> tied_embedding_group(Communicator& pp) {
   const bool end = pp.rank() == 0 || pp.rank() == pp.size() - 1;
   std::unique_ptr<Communicator> group = pp.split(end ? 0 : 1, pp.rank());  // every rank of pp takes part
-  if (end && pp.size() > 1) ends_ = std::move(group);
+  if (!end || pp.size() == 1) return nullptr;
+  return group;
+}
+
+TiedEmbeddingGrads::TiedEmbeddingGrads(const ParamLayout& layout, Communicator* ends, WeightStore<float>& inner)
+    : layout_(layout), inner_(inner), ends_(ends) {
+  invariant(!ends || layout.has_embeddings() || layout.has_head(),
+            "TiedEmbeddingGrads: a chunk without wte has nothing to sum between the pipeline's ends");
 }
 
 void TiedEmbeddingGrads::grads_done(int unit) {

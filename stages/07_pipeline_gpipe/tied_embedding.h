@@ -23,11 +23,17 @@
 
 namespace gpt {
 
+// The group of the first and the last rank of the pipeline group pp (the ranks holding
+// the first and the last stage, whatever their chunks), on those two ranks; null on the
+// others and when pp has one rank. Collective over pp.
+std::unique_ptr<Communicator> tied_embedding_group(Communicator& pp);
+
 class TiedEmbeddingGrads : public WeightStore<float> {
  public:
-  // layout: the stage's local layout; pp: the pipeline group (the first stage is rank 0,
-  // the last rank size - 1); inner: the store whose grads() these are. Collective over pp.
-  TiedEmbeddingGrads(const ParamLayout& layout, Communicator& pp, WeightStore<float>& inner);
+  // layout: the local layout of a stage (a model chunk); ends: tied_embedding_group's
+  // result where this chunk holds wte (the first or the last stage), else null; inner: the
+  // store whose grads() these are.
+  TiedEmbeddingGrads(const ParamLayout& layout, Communicator* ends, WeightStore<float>& inner);
 
   // Whether the coming backward ends the step's accumulation (its embedding unit is
   // then held back until finish()).
@@ -44,7 +50,7 @@ class TiedEmbeddingGrads : public WeightStore<float> {
  private:
   const ParamLayout& layout_;
   WeightStore<float>& inner_;
-  std::unique_ptr<Communicator> ends_;  // the first and the last stage (null elsewhere, and when they are one rank)
+  Communicator* ends_;  // the first and the last stage's ranks (null: nothing to sum here)
   bool last_ = true, held_ = false;
 };
 

@@ -96,7 +96,8 @@ int train_ranks(Run& run) {
   }
   zero.weights_from_master();
   SequenceParallelGrads<float> sp_grads(layout, tp, zero.store());
-  TiedEmbeddingGrads tied(layout, pp, sp ? static_cast<WeightStore<float>&>(sp_grads) : zero.store());
+  const std::unique_ptr<Communicator> ends = tied_embedding_group(pp);  // the first and the last stage
+  TiedEmbeddingGrads tied(layout, ends.get(), sp ? static_cast<WeightStore<float>&>(sp_grads) : zero.store());
   model.set_store(&tied);
   PipelineExecutor pipeline({&model}, pp);
 
@@ -149,7 +150,7 @@ int train_ranks(Run& run) {
     if (step == first_step) {  // after the first step: memory and micro-batches in flight, per rank
       const int bound = accum;  // GPipe: every micro-batch's activations until the backwards
       const std::string line = in_flight_line(run.world.rank(), pp.rank(), pp.size(), bound,
-                                              pipeline.measured_in_flight(0), model, mem);
+                                              pipeline.measured_in_flight(), {&model}, mem);
       print_from_every_rank(run.world, line);
     }
     StepMetrics m;

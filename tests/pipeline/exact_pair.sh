@@ -8,7 +8,9 @@
 # before every action (GPT_TEST_PIPE_JITTER_MS: messages arrive in another order).
 # Negative control: one weight 10 ulps off must be rejected.
 # Usage: exact_pair.sh REF CAND PREPARE WORK ROOT MPIEXEC SPECS [JITTER_SPEC]
-#   a SPEC is NP:BATCH:MICRO_BATCH[:key=value...]; COMMON="key=value ..." applies to every run.
+#   a SPEC is NP:BATCH:MICRO_BATCH[:key=value...]; a key written cand.key=value is given to
+#   the candidate only (virtual_stages=2: the reference has no chunks); COMMON="key=value
+#   ..." applies to every run.
 set -euo pipefail
 REF=$1 CAND=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6 SPECS=$7 JITTER_SPEC=${8:-}
 source "$ROOT/tests/trainer/common.sh"
@@ -23,7 +25,10 @@ run() {
   shift 4
   IFS=: read -r np batch mb rest <<< "$spec"
   [ -n "${rest:-}" ] && IFS=: read -r -a keys <<< "$rest"
-  for kv in ${COMMON:-} "${keys[@]}" "$@"; do extra+=(--set "$kv"); done
+  for kv in ${COMMON:-} "${keys[@]}" "$@"; do
+    if [[ "$kv" == cand.* ]]; then [ "$bin" = "$CAND" ] && extra+=(--set "${kv#cand.}")
+    else extra+=(--set "$kv"); fi
+  done
   "$MPIEXEC" -np "$np" --oversubscribe "$bin" $(tiny_args "$WORK/data" "$dir") --set steps="$steps" \
     --set batch_size="$batch" --set micro_batch_size="$mb" --set val_every=0 --set val_batches=0 \
     --set sample_tokens=0 "${extra[@]}" > "$dir.log" 2>&1 || { echo "FAIL: run $bin $spec $*"; tail -20 "$dir.log"; exit 1; }

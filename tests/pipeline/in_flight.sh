@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The micro-batches a pipeline rank keeps in flight (forwarded, not yet backwarded), as
 # the executor counts them and every rank prints after the first step, must equal the
-# schedule's bound on every rank: GPipe m, 1F1B min(p - r, m). The bound is computed here
-# from (p, r, m), not read from the trainer's line. Negative control: GPipe's counts
+# schedule's bound on every rank: GPipe m, 1F1B min(p - r, m), interleaved (counting
+# (micro-batch, chunk) pairs) min(v m, (v - 1) g0 + p - r), g0 the first group's size
+# when the m micro-batches go in max(1, floor(m / p)) groups, largest first. The bound is
+# computed here from (p, r, m, v), not read from the trainer's line. Negative control: GPipe's counts
 # must NOT match 1F1B's bound where the two differ (a counter that printed the bound it
 # was given would pass both).
-# Usage: in_flight.sh TRAIN SCHEDULE PREPARE WORKDIR ROOT MPIEXEC "P:M ..." [CONTROL]
+# Usage: in_flight.sh TRAIN SCHEDULE PREPARE WORKDIR ROOT MPIEXEC "P:M[:V] ..." [CONTROL]
 #   SCHEDULE: gpipe or 1f1b, the bound to expect; CONTROL: another schedule's bound that
 #   must be rejected on some rank.
 set -euo pipefail
@@ -15,18 +17,23 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 rm -rf "$WORK" && mkdir -p "$WORK"
 make_corpus "$WORK" "$PREPARE"
 
-bound() {  # bound SCHEDULE P R M
+bound() {  # bound SCHEDULE P R M [V]
+  local v=${5:-1}
   case $1 in
     gpipe) echo "$4" ;;
     1f1b) local b=$(($2 - $3)); echo $((b < $4 ? b : $4)) ;;
+    interleaved)
+      local groups=$(($4 / $2)); ((groups >= 1)) || groups=1
+      local g0=$((($4 + groups - 1) / groups)) all=$((v * $4))
+      local b=$(((v - 1) * g0 + $2 - $3)); echo $((b < all ? b : all)) ;;
   esac
 }
 # check SCHEDULE LOG P M: 0 when every rank's counted in-flight equals SCHEDULE's bound
 check() {
-  local schedule=$1 log=$2 p=$3 m=$4 r count want bad=0
+  local schedule=$1 log=$2 p=$3 m=$4 v=${5:-1} r count want bad=0
   for ((r = 0; r < p; ++r)); do
     count=$(sed -n "s/^rank $r (stage $r of $p): micro-batches in flight \([0-9]*\) .*/\1/p" "$log")
-    want=$(bound "$schedule" "$p" "$r" "$m")
+    want=$(bound "$schedule" "$p" "$r" "$m" "$v")
     [ -n "$count" ] || { echo "  rank $r printed no in-flight line"; return 1; }
     [ "$count" = "$want" ] || { echo "  rank $r: counted $count, $schedule's bound $want"; bad=1; }
   done
@@ -35,15 +42,18 @@ check() {
 
 failures=0
 for shape in $SHAPES; do
-  IFS=: read -r p m <<< "$shape"
-  log="$WORK/run_${p}_${m}.log"
-  "$MPIEXEC" -np "$p" --oversubscribe "$TRAIN" $(tiny_args "$WORK/data" "$WORK/run_${p}_${m}") --set steps=1 \
-    --set n_layer="$p" --set pp="$p" --set micro_batch_size=1 --set batch_size="$m" --set sample_tokens=0 \
-    --set val_batches=0 > "$log" 2>&1 || { echo "FAIL: the run p=$p m=$m"; tail -5 "$log"; exit 1; }
-  if check "$SCHEDULE" "$log" "$p" "$m"; then echo "ok   p=$p m=$m: every rank holds its $SCHEDULE bound"
-  else echo "FAIL p=$p m=$m"; failures=$((failures + 1)); fi
-  if [ -n "$CONTROL" ] && [ "$(bound "$CONTROL" "$p" 0 "$m")" != "$(bound "$SCHEDULE" "$p" 0 "$m")" ]; then
-    if check "$CONTROL" "$log" "$p" "$m" > /dev/null; then
+  IFS=: read -r p m v <<< "$shape"
+  v=${v:-1}
+  log="$WORK/run_${p}_${m}_${v}.log"
+  chunks=()
+  ((v > 1)) && chunks=(--set virtual_stages="$v")
+  "$MPIEXEC" -np "$p" --oversubscribe "$TRAIN" $(tiny_args "$WORK/data" "$WORK/run_${p}_${m}_${v}") --set steps=1 \
+    --set n_layer=$((p * v)) --set pp="$p" "${chunks[@]}" --set micro_batch_size=1 --set batch_size="$m" \
+    --set sample_tokens=0 --set val_batches=0 > "$log" 2>&1 || { echo "FAIL: the run p=$p m=$m v=$v"; tail -5 "$log"; exit 1; }
+  if check "$SCHEDULE" "$log" "$p" "$m" "$v"; then echo "ok   p=$p m=$m v=$v: every rank holds its $SCHEDULE bound"
+  else echo "FAIL p=$p m=$m v=$v"; failures=$((failures + 1)); fi
+  if [ -n "$CONTROL" ] && [ "$(bound "$CONTROL" "$p" 0 "$m" "$v")" != "$(bound "$SCHEDULE" "$p" 0 "$m" "$v")" ]; then
+    if check "$CONTROL" "$log" "$p" "$m" "$v" > /dev/null; then
       echo "FAIL negative control p=$p m=$m: the counts also match $CONTROL's bound"; failures=$((failures + 1))
     else echo "ok   negative control p=$p m=$m: $CONTROL's bound rejected"; fi
   fi

@@ -17,10 +17,10 @@ declare -A budget=(
   [05_zero3:06_tensor_parallel]=220     # the tp communicator, the model as a slice, the store by `zero`
   [06_tensor_parallel:07_pipeline_gpipe]=140   # the pipeline group, a stage of the model, the executor, the tied wte
   [07_pipeline_gpipe:08_pipeline_1f1b]=30      # the schedule and its in-flight bound
-  [08_pipeline_1f1b:09_pipeline_interleaved]=90
+  [08_pipeline_1f1b:09_pipeline_interleaved]=150  # v chunks per rank: a vector of stage-08 models and their stores, one packed checkpoint
   [07_pipeline_gpipe:10_context_parallel]=170  # while 08 and 09 have no driver
   [08_pipeline_1f1b:10_context_parallel]=170
-  [09_pipeline_interleaved:10_context_parallel]=190
+  [09_pipeline_interleaved:10_context_parallel]=220  # back from chunks to one model, and the cp split
   [06_tensor_parallel:10_context_parallel]=130
 )
 failures=0

@@ -10,6 +10,7 @@
 # the other way, so its losses at steps 4-6 must lie within max(4 d, 2 eps32) relative.
 # Negative control: the same resume with the learning rate 1.01x must be rejected.
 # Usage: resume_across.sh TRAIN01 TRAIN03 TRAIN_LATER PREPARE WORKDIR ROOT MPIEXEC key=value...
+#   COMMON="key=value ..." in the environment applies to every run (a model shape).
 set -euo pipefail
 TRAIN01=$1 TRAIN03=$2 TRAIN_LATER=$3 PREPARE=$4 WORK=$5 ROOT=$6 MPIEXEC=$7
 shift 7
@@ -23,7 +24,7 @@ make_corpus "$WORK" "$PREPARE"
 run() {
   local np=$1 bin=$2 dir=$3 sets=()
   shift 3
-  for kv in "$@"; do sets+=(--set "$kv"); done
+  for kv in ${COMMON:-} "$@"; do sets+=(--set "$kv"); done
   local cmd=("$bin" $(tiny_args "$WORK/data" "$dir") --set steps=6 --set checkpoint_every=3 --set sample_tokens=0
              --set val_batches=0 "${sets[@]}")
   if [ "$np" = 1 ]; then "${cmd[@]}"; else "$MPIEXEC" -np "$np" --oversubscribe "${cmd[@]}"; fi > "$dir.log" 2>&1 ||

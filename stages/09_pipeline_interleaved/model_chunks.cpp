@@ -1,0 +1,77 @@
+// A rank's model chunks and their checkpoint; see model_chunks.h.
+#include "stages/09_pipeline_interleaved/model_chunks.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "common/error.h"
+#include "stages/07_pipeline_gpipe/pipeline_executor.h"
+
+namespace gpt {
+
+std::vector<ModelChunk> make_model_chunks(const Config& cfg, const ParamLayout& global, const PipeSchedule& schedule,
+                                          Communicator& pp, Communicator& tp, Communicator& dp, Communicator* ends,
+                                          TensorParallelHooks<float>& hooks, Device device, Precision precision) {
+  const int p = pp.size(), v = cfg.virtual_stages, stages = p * v;
+  const RankLayout tp_slice = RankLayout::tensor_parallel(global, tp.size(), tp.rank());
+  std::vector<ModelChunk> chunks(static_cast<size_t>(v));
+  for (int c = 0; c < v; ++c) {
+    ModelChunk& k = chunks[size_t(c)];
+    const int stage = c * p + pp.rank();
+    const LayerRange layers = stage_layers(cfg.model.n_layer, stages, stage);
+    k.model = std::make_unique<GPT2<float>>(
+        cfg.model, cfg.micro_batch_size, cfg.seq_len, device, precision, /*own_weights=*/true,
+        ModelSlice<float>{tp.size(), tp.rank(), cfg.sequence_parallel, &hooks, {}, layers, max_in_flight(schedule, c)});
+    k.slices = std::make_unique<RankLayout>(
+        RankLayout::pipeline_stage(tp_slice, layers.begin, layers.end, stage == 0, stage == stages - 1));
+    k.dp = dp.split(0, dp.rank());  // the same ranks, a communicator of its own
+    k.zero = std::make_unique<LocalZero>(cfg, *k.model, *k.slices, *k.dp, device, precision == Precision::BF16);
+    const ParamLayout& layout = k.model->layout();
+    k.sp_grads = std::make_unique<SequenceParallelGrads<float>>(layout, tp, k.zero->store());
+    WeightStore<float>& inner =
+        cfg.sequence_parallel ? static_cast<WeightStore<float>&>(*k.sp_grads) : k.zero->store();
+    const bool holds_wte = layout.has_embeddings() || layout.has_head();
+    k.tied = std::make_unique<TiedEmbeddingGrads>(layout, holds_wte ? ends : nullptr, inner);
+    k.model->set_store(k.tied.get());
+  }
+  return chunks;
+}
+
+ChunkCheckpoint::ChunkCheckpoint(const ParamLayout& global, std::vector<ModelChunk>& chunks)
+    : chunks_(chunks), layout_(global) {
+  // (tensor, chunk, its LocalTensor) over every chunk's range, in the model's order.
+  std::vector<std::tuple<int, int, const LocalTensor*>> all;
+  for (size_t c = 0; c < chunks.size(); ++c)
+    for (const LocalTensor& lt : chunks[c].zero->range().tensors()) all.emplace_back(lt.tensor, int(c), &lt);
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+  for (const auto& [tensor, chunk, lt] : all) {
+    pieces_.push_back({chunk, lt->offset, layout_.total(), lt->numel});
+    layout_.add(tensor, lt->blocks, lt->counted);
+  }
+  for (const CheckpointBuffer& b : chunks.front().zero->checkpoint_buffers()) kinds_.push_back(b.kind);
+  packed_.assign(kinds_.size(), std::vector<float>(size_t(layout_.total())));
+}
+
+std::vector<CheckpointBuffer> ChunkCheckpoint::buffers() {
+  std::vector<CheckpointBuffer> out;
+  for (size_t k = 0; k < kinds_.size(); ++k) out.push_back({kinds_[k], packed_[k].data(), 0, 0});
+  return out;
+}
+
+void ChunkCheckpoint::pack() {
+  for (size_t k = 0; k < kinds_.size(); ++k)
+    for (const Piece& piece : pieces_) {
+      const float* from = chunks_[size_t(piece.chunk)].zero->checkpoint_buffers()[k].data + piece.chunk_offset;
+      std::copy_n(from, piece.n, packed_[k].data() + piece.packed_offset);
+    }
+}
+
+void ChunkCheckpoint::unpack() {
+  for (size_t k = 0; k < kinds_.size(); ++k)
+    for (const Piece& piece : pieces_) {
+      float* to = chunks_[size_t(piece.chunk)].zero->checkpoint_buffers()[k].data + piece.chunk_offset;
+      std::copy_n(packed_[k].data() + piece.packed_offset, piece.n, to);
+    }
+}
+
+}  // namespace gpt

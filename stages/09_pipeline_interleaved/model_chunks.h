@@ -1,0 +1,74 @@
+// A rank's model chunks in an interleaved pipeline. With v chunks per rank, the model's
+// layers are cut into v p virtual stages and rank r holds stages r, r + p, ..., r + (v-1) p:
+//
+//   chunk c of rank r  =  virtual stage s = c p + r  =  layers stage_layers(n_layer, v p, s)
+//
+//   p = 2, v = 2, 8 layers:   rank 0: layers 0-1 (+ embeddings) and 4-5
+//                             rank 1: layers 2-3 and 6-7 (+ ln_f and the head)
+//
+// Each chunk is a stage-07 stage on its own: a GPT2 slice with its activation slots, its
+// local layout, the ZeRO stage of `zero` over dp, the layernorm sums of sequence
+// parallelism and the tied embedding's store. ChunkCheckpoint writes a rank's chunks as
+// one rank-local layout (checkpoints are written by one collective call per rank).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "common/checkpoint.h"
+#include "common/comm.h"
+#include "common/config.h"
+#include "common/gpt2.h"
+#include "common/rank_layout.h"
+#include "stages/06_tensor_parallel/local_zero.h"
+#include "stages/06_tensor_parallel/sequence_parallel_grads.h"
+#include "stages/06_tensor_parallel/tp_hooks.h"
+#include "stages/07_pipeline_gpipe/schedule.h"
+#include "stages/07_pipeline_gpipe/tied_embedding.h"
+
+namespace gpt {
+
+struct ModelChunk {
+  // The chunk's own copy of the dp group: each chunk's store reduces its buckets on a
+  // communication thread of its own, and collectives on one communicator must come in
+  // the same order on every rank, which two threads cannot promise.
+  std::unique_ptr<Communicator> dp;
+  std::unique_ptr<GPT2<float>> model;
+  std::unique_ptr<RankLayout> slices;  // the chunk's part of the global tensors
+  std::unique_ptr<LocalZero> zero;
+  std::unique_ptr<SequenceParallelGrads<float>> sp_grads;
+  std::unique_ptr<TiedEmbeddingGrads> tied;  // the store the model runs through
+};
+
+// The v = cfg.virtual_stages chunks of this rank (pp rank r of p, tp rank of tp), each
+// with the activation slots `schedule` needs on it; `ends`: tied_embedding_group(pp).
+// The weights are not initialised: the caller initialises or loads the masters, then
+// calls weights_from_master() on each chunk's zero.
+std::vector<ModelChunk> make_model_chunks(const Config& cfg, const ParamLayout& global, const PipeSchedule& schedule,
+                                          Communicator& pp, Communicator& tp, Communicator& dp, Communicator* ends,
+                                          TensorParallelHooks<float>& hooks, Device device, Precision precision);
+
+// A rank's chunks as one checkpoint: the tensors of every chunk's ZeRO range in the
+// model's order (a RankLayout must list them so; wte, the last chunk's on rank p - 1,
+// comes first) and their values copied into contiguous buffers before a checkpoint is
+// written (pack) and back into the chunks after one is read (unpack).
+class ChunkCheckpoint {
+ public:
+  ChunkCheckpoint(const ParamLayout& global, std::vector<ModelChunk>& chunks);
+  const RankLayout& layout() const { return layout_; }
+  std::vector<CheckpointBuffer> buffers();  // param, adam_m, adam_v of the packed layout
+  void pack();
+  void unpack();
+
+ private:
+  struct Piece {
+    int chunk;
+    int64_t chunk_offset, packed_offset, n;
+  };
+  std::vector<ModelChunk>& chunks_;
+  RankLayout layout_;
+  std::vector<Piece> pieces_;
+  std::vector<std::vector<float>> packed_;  // per kind
+  std::vector<std::string> kinds_;
+};
+
+}  // namespace gpt

@@ -1,0 +1,198 @@
+// Stage 09: pipeline parallelism with v model chunks per rank (virtual stages) and the
+// schedule chosen by `schedule`: interleaved 1F1B (the default), or 1F1B, GPipe or the
+// zero-bubble ZB-H1 on one chunk; composed with tensor parallelism (stage 06) and data
+// parallelism with ZeRO 0 or 1, as stages 07 and 08.
+//   for each step:  zero grads
+//                   run this rank's schedule over the step's m micro-batches on its v
+//                   chunks (pipeline_executor.h): chunk c of rank r is virtual stage c p + r,
+//                   so a micro-batch crosses the ranks v times, and the pipeline fills
+//                   and drains in steps of a chunk, v times shorter than a stage
+//                   wte's gradient summed between the first and the last stage; each
+//                   chunk's store reduces over dp
+//                   the global norm (per tensor: the same bits as stage 08's), AdamW on
+//                   each chunk's range of its local buffer, all-gather over dp for zero=1
+// See schedule_interleaved.h for the schedule, model_chunks.h for the chunks, and
+// README.md for the lesson.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/checkpoint.h"
+#include "common/comm.h"
+#include "common/config.h"
+#include "common/data.h"
+#include "common/device.h"
+#include "common/driver.h"
+#include "common/error.h"
+#include "common/gpt2.h"
+#include "common/layout_exchange.h"
+#include "common/memory.h"
+#include "common/mesh.h"
+#include "common/metrics.h"
+#include "common/optimizer.h"
+#include "common/rank_layout.h"
+#include "common/trace.h"
+#include "stages/06_tensor_parallel/local_zero.h"
+#include "stages/06_tensor_parallel/tp_budget.h"
+#include "stages/06_tensor_parallel/tp_hooks.h"
+#include "stages/07_pipeline_gpipe/grad_norm_by_tensor.h"
+#include "stages/07_pipeline_gpipe/pipeline_config.h"
+#include "stages/07_pipeline_gpipe/pipeline_executor.h"
+#include "stages/07_pipeline_gpipe/pipeline_report.h"
+#include "stages/07_pipeline_gpipe/tied_embedding.h"
+#include "stages/09_pipeline_interleaved/model_chunks.h"
+#include "stages/09_pipeline_interleaved/schedules.h"
+
+using namespace gpt;
+
+namespace {
+
+int train_ranks(Run& run) {
+  Config& cfg = run.cfg;
+  const Device device = run.device;
+  const Precision precision = run.precision;
+  check_tensor_parallel(cfg);
+  Communicator& dp = run.mesh.dp();
+  Communicator& pp = run.mesh.pp();
+  Communicator& tp = run.mesh.tp();
+  const bool sp = cfg.sequence_parallel, lead = run.lead();
+  const int accum = cfg.grad_accum(dp.size());  // m, the micro-batches of a step
+  const int v = cfg.virtual_stages;
+  check_pipeline(cfg, pp.size(), accum);
+  const std::string schedule_name = cfg.schedule.empty() ? "interleaved" : cfg.schedule;
+  require(v == 1 || pp.size() > 1, "virtual_stages=" + std::to_string(v) +
+                                       ": model chunks interleave across pipeline ranks; with pp=1 use virtual_stages=1");
+  require(schedule_name != "zb-h1", "schedule=zb-h1: its schedule is written (build/bin/pipeline_schedule prints it) but "
+                                    "the trainer does not split the backward yet; use interleaved, 1f1b or gpipe");
+  const int B = cfg.micro_batch_size, T = cfg.seq_len;
+  Trace::global().enable(cfg.trace_file.empty() ? "" : cfg.trace_file + ".rank" + std::to_string(run.world.rank()) + ".json",
+                         run.world.rank());
+
+  DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
+  DataLoader val_data(cfg.val_data, cfg.model.vocab_size, T, cfg.seed);
+  TensorParallelHooks<float> hooks(tp, sp);
+  // This rank's v chunks (virtual stages r, r + p, ...), each with activations for every
+  // micro-batch the schedule keeps in flight on it.
+  const PipeSchedule schedule = pipeline_schedule(schedule_name, pp.size(), pp.rank(), accum, v);
+  const ParamLayout global(cfg.model);
+  const std::unique_ptr<Communicator> ends = tied_embedding_group(pp);  // the first and the last stage
+  std::vector<ModelChunk> chunks = make_model_chunks(cfg, global, schedule, pp, tp, dp, ends.get(), hooks, device, precision);
+  std::vector<GPT2<float>*> models;
+  std::vector<const GPT2<float>*> const_models;
+  std::vector<LocalZero*> zeros;
+  int64_t n_local = 0;
+  for (ModelChunk& c : chunks) {
+    models.push_back(c.model.get()), const_models.push_back(c.model.get()), zeros.push_back(c.zero.get());
+    n_local += c.model->layout().total();
+  }
+  // The chunks' ranges as one layout, packed before each checkpoint (model_chunks.h).
+  ChunkCheckpoint packed(global, chunks);
+  RunCheckpoints ckpt{global, packed.buffers(), /*sharded=*/true, &packed.layout()};
+  ckpt.before_write = [&] { packed.pack(); };
+
+  CheckpointState state;
+  const std::string resume = resolve_resume(cfg.resume, cfg.run_dir);
+  if (resume.empty()) {
+    for (ModelChunk& c : chunks)  // the single-device values there
+      c.slices->init(cfg.seed, c.zero->master(), c.zero->shard().begin, c.zero->shard().end);
+  } else {
+    std::vector<LocalBuffer> buffers;
+    for (const CheckpointBuffer& b : ckpt.buffers) buffers.push_back({b.kind, b.data});
+    state = load_checkpoint_local(run.world, resume, packed.layout(), buffers);  // any layout's checkpoint
+    packed.unpack();
+    if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
+  }
+  for (ModelChunk& c : chunks) c.zero->weights_from_master();
+  PipelineExecutor pipeline(models, pp);
+
+  MemoryLedger mem = MemoryTracker::global().peaks();
+  if (lead) {
+    std::printf("stage 09 | %s, %d chunk(s) per rank | pp %d x tp %d x dp %d (%s)%s, zero=%d | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM on this rank\n",
+                schedule_name.c_str(), v, pp.size(), tp.size(), dp.size(), run.world.backend(),
+                sp ? ", sequence parallel" : "", cfg.zero, device_name(device), precision_name(precision),
+                omp_get_max_threads(), double(global.total()) / 1e6, double(n_local) / 1e6);
+    std::printf("batch %d sequences x %d tokens = micro-batch %d x %d micro-batches x dp %d | train %lld tokens, val %lld tokens\n",
+                cfg.batch_size, T, B, accum, dp.size(), static_cast<long long>(train_data.num_tokens()),
+                static_cast<long long>(val_data.num_tokens()));
+    std::printf("%s", stage_table(cfg.model, pp.size(), v).c_str());
+  }
+
+  MetricsLog log(lead ? cfg.metrics_path() : "");
+  BubbleMeter bubble(pp);
+  state.layout_json = mesh_json(run.mesh.shape());  // checkpoints record the layout that wrote them
+  const int64_t first_step = state.step;
+  for (int64_t step = state.step; step < cfg.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (LocalZero* z : zeros) z->zero_grads();
+    bubble.start();
+    const auto batch = [&](int micro, int32_t* inputs, int32_t* targets) {
+      train_data.batch(step, micro, dp.rank(), dp.size(), B, cfg.batch_size, inputs, targets);
+    };
+    const auto before_backward = [&](int chunk, int micro) {
+      const bool last = micro == accum - 1;  // each chunk's backwards run in micro-batch order
+      ModelChunk& c = chunks[size_t(chunk)];
+      c.zero->set_last_micro(last);
+      c.sp_grads->set_sum(last);
+      c.tied->set_last(last);
+    };
+    const std::vector<double> losses =
+        pipeline.run(schedule, accum, batch, 1.0f / float(accum * dp.size()), before_backward);
+    bubble.stop(pipeline.last_busy_s());
+    for (ModelChunk& c : chunks) c.tied->finish();
+    for (LocalZero* z : zeros) z->wait();
+    double loss = 0;  // the mean over the global batch, added in micro-batch order as stage 01 does
+    for (double l : losses) loss += l / (accum * dp.size());
+    pp.all_reduce(&loss, 1, DType::F64);  // from the last stage (the others add 0)
+    dp.all_reduce(&loss, 1, DType::F64);
+
+    const double norm = grad_norm_by_tensor(run.world, zeros, global.tensors().size());  // the same bits for any schedule
+    const double lr = learning_rate(cfg, step);
+    for (LocalZero* z : zeros) z->step(lr, norm, int(step + 1));
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    state.step = step + 1;
+
+    mem = MemoryTracker::global().peaks();
+    if (step == first_step) {  // after the first step: memory and micro-batches in flight, per rank
+      const int bound = pipeline_theory_in_flight(schedule_name, pp.size(), pp.rank(), accum, v);
+      const std::string line = in_flight_line(run.world.rank(), pp.rank(), pp.size(), bound,
+                                              pipeline.measured_in_flight(), const_models, mem);
+      print_from_every_rank(run.world, line);
+    }
+    StepMetrics m;
+    m.step = state.step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = norm, m.ms = ms;
+    m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);
+    if (lead) log.train_step(m, mem, state.step % cfg.log_every == 0 || state.step == cfg.steps);
+    if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(state.step) + " (lower lr?)");
+
+    const Validation validate = [&] { return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, dp); };
+    after_step(run, validate, dp, log, ckpt, state);
+  }
+  const PipeCosts equal;  // the theory for equal forward and backward times
+  const std::string bubbles = bubble.report(pipeline_theory_bubble(schedule_name, pp.size(), accum, v, equal));
+  if (lead) std::printf("%s", bubbles.c_str());
+
+  std::vector<float> whole;  // the whole model, for the lead rank's sample: the chunks' parts added
+  if (cfg.sample_tokens > 0)
+    for (ModelChunk& c : chunks) {
+      const std::vector<float> part = gather_whole_model(run.world, *c.slices, c.zero->local_weights(), dp.rank() == 0);
+      if (whole.empty()) whole = part;
+      else for (size_t i = 0; i < whole.size(); ++i) whole[i] += part[i];  // x + 0 = x: each element is one chunk's
+    }
+  const Validation validate = [&] { return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, dp); };
+  end_of_run(run, validate, dp, log, ckpt, state, whole.data(), T);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  StageSpec spec{"09_pipeline_interleaved"};
+  spec.tp = true, spec.pp = true, spec.virtual_stages = true, spec.zero_key = true, spec.schedule_key = true;
+  return stage_main(argc, argv, spec, train_ranks);
+}
