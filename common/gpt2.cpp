@@ -85,6 +85,10 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
     mb.d_resid = DeviceArray<A>(d, size_t(R) * C);
     if (first_stage()) mb.inputs = DeviceArray<int32_t>(d, size_t(N));
     if (last_stage()) mb.targets = DeviceArray<int32_t>(d, size_t(N));
+    if (slice.split_backward) {
+      for (int l = layout_.layer_begin(); l < layout_.layer_end(); ++l) mb.keep.emplace_back(d, dims_, N, R);
+      if (last_stage()) mb.keep_d_lnf = DeviceArray<A>(d, size_t(R) * C);
+    }
   }
   scratch_ = BlockScratch<A>(d, dims_, N, R);
   host_losses_.resize(size_t(N));
@@ -286,6 +290,86 @@ void GPT2<A>::backward_micro(int slot, G loss_scale) {
 }
 
 template <class A>
+void GPT2<A>::backward_input_micro(int slot, G loss_scale) {
+  Span span("backward_input");
+  invariant(slice_.split_backward, "backward_input_micro: the model was made without split_backward");
+  MicroBatch& mb = slots_[size_t(slot)];
+  invariant(mb.have_targets && !mb.input_done, "backward_input_micro needs a forward() with targets");
+  const int l0 = layout_.layer_begin(), l1 = layout_.layer_end();
+  const int C = model_.n_embd, N = B_ * T_, R = rows_;
+  const bool adds_shared = slice_.rank == 0;
+  const int embed = ParamLayout::kEmbeddingUnit, final = layout_.final_unit();
+  const A* pe = store_->acquire(embed, Pass::Backward);
+  const A* pf = store_->acquire(final, Pass::Backward);
+  auto PE = [&](int64_t off) { return pe + (off - layout_.unit(embed).begin); };
+  auto PF = [&](int64_t off) { return pf + (off - layout_.unit(final).begin); };
+  if (last_stage())
+    head_backward_input(ctx_, block_input(mb, l1), PF(layout_.lnf_w()), PE(layout_.wte()), vocab_, mb.head,
+                        double(loss_scale / G(N)), mb.d_resid.data(), mb.keep_d_lnf, scratch_, *hooks_, R, C);
+  store_->release(final, Pass::Backward);
+  for (int l = l1 - 1; l >= l0; --l) {
+    const int unit = layout_.block_unit(l);
+    const A* pb = store_->acquire(unit, Pass::Backward);
+    BlockWeights<A> w = block_tensors(layout_.block(l), pb, layout_.unit(unit).begin);
+    if (!adds_shared) w.attproj_b = w.fcproj_b = nullptr;
+    block_backward_input(ctx_, dims_, w, block_input(mb, l), mb.blocks[size_t(l - l0)], mb.d_resid.data(),
+                         mb.keep[size_t(l - l0)], scratch_, *hooks_, B_, T_, R);
+    store_->release(unit, Pass::Backward);
+  }
+  store_->release(embed, Pass::Backward);
+  mb.input_done = true;
+}
+
+template <class A>
+void GPT2<A>::backward_weight_micro(int slot) {
+  Span span("backward_weight");
+  MicroBatch& mb = slots_[size_t(slot)];
+  invariant(mb.input_done, "backward_weight_micro needs the slot's backward_input_micro first");
+  const int l0 = layout_.layer_begin(), l1 = layout_.layer_end();
+  const int C = model_.n_embd, Vp = model_.padded_vocab(), R = rows_;
+  const bool adds_shared = slice_.rank == 0;
+  const int embed = ParamLayout::kEmbeddingUnit, final = layout_.final_unit();
+  // The fused backward's order of units: the head, the blocks last to first, the embedding.
+  const A* pe = store_->acquire(embed, Pass::Backward);
+  const A* pf = store_->acquire(final, Pass::Backward);
+  G* ge = store_->grads(embed);
+  G* gf = store_->grads(final);
+  auto PE = [&](int64_t off) { return pe + (off - layout_.unit(embed).begin); };
+  auto GE = [&](int64_t off) { return ge + (off - layout_.unit(embed).begin); };
+  auto PF = [&](int64_t off) { return pf + (off - layout_.unit(final).begin); };
+  auto GF = [&](int64_t off) { return gf + (off - layout_.unit(final).begin); };
+  if (last_stage())
+    head_backward_weight(ctx_, block_input(mb, l1), PF(layout_.lnf_w()), PE(layout_.wte()), GF(layout_.lnf_w()),
+                         GF(layout_.lnf_b()), GE(layout_.wte()), vocab_, mb.head, mb.keep_d_lnf, R, C);
+  store_->grads_done(final);
+  store_->release(final, Pass::Backward);
+  for (int l = l1 - 1; l >= l0; --l) {
+    const int unit = layout_.block_unit(l);
+    const A* pb = store_->acquire(unit, Pass::Backward);
+    G* gb = store_->grads(unit);
+    const int64_t begin = layout_.unit(unit).begin;
+    BlockWeights<A> w = block_tensors(layout_.block(l), pb, begin);
+    if (!adds_shared) w.attproj_b = w.fcproj_b = nullptr;
+    block_backward_weight(ctx_, dims_, block_tensors(layout_.block(l), gb, begin), w, block_input(mb, l),
+                          mb.blocks[size_t(l - l0)], mb.keep[size_t(l - l0)], scratch_, *hooks_, B_, T_, R);
+    store_->release(unit, Pass::Backward);
+    store_->grads_done(unit);
+  }
+  if (first_stage()) {  // the embedding's gradients are weight gradients only
+    const A* d_embedded =
+        hooks_->gather_output_grad(Site::Embedding, mb.d_resid.data(), scratch_.d_full.data(), R, C);
+    for_each_position_run([&](size_t row, int B, int T, int pos0) {
+      embedding_piece_backward(ctx_, GE(layout_.wte()), GE(layout_.wpe()), d_embedded + row * C,
+                               mb.inputs.data() + row, vocab_, pos0, B, T, C, Vp);
+    });
+  }
+  store_->grads_done(embed);
+  store_->release(embed, Pass::Backward);
+  mb.input_done = false;
+  mb.have_targets = false;
+}
+
+template <class A>
 size_t GPT2<A>::param_bytes() const {
   return params_.bytes();
 }
@@ -297,7 +381,8 @@ template <class A>
 size_t GPT2<A>::activation_bytes() const {
   size_t n = embedded_.bytes() + scratch_.bytes();
   for (const MicroBatch& mb : slots_) {
-    n += mb.input.bytes() + mb.head.bytes() + mb.d_resid.bytes();
+    n += mb.input.bytes() + mb.head.bytes() + mb.d_resid.bytes() + mb.keep_d_lnf.bytes();
+    for (const BlockGradInputs<A>& k : mb.keep) n += k.bytes();
     for (const BlockActivations<A>& b : mb.blocks) n += b.bytes();
   }
   return n;

@@ -20,6 +20,7 @@
 #include "common/device.h"
 #include "common/device_array.h"
 #include "common/gpt2_layout.h"
+#include "common/model_backward_split.h"
 #include "common/model_block.h"
 #include "common/model_head.h"
 #include "common/model_pieces.h"
@@ -86,6 +87,7 @@ struct ModelSlice {
   std::vector<int> positions;      // context parallelism: each local token's position
   LayerRange layers;               // pipeline parallelism: this stage's layers (default: all)
   int in_flight = 1;               // micro-batches whose activations are kept at once
+  bool split_backward = false;     // zero-bubble schedules: backward_input/weight_micro
 };
 
 template <class A>
@@ -146,6 +148,11 @@ class GPT2 {
   // first stage: consumed by the embedding's backward).
   G forward_micro(int slot, const int32_t* inputs, const int32_t* targets, bool for_backward = true);
   void backward_micro(int slot, G loss_scale);
+  // backward_micro in two halves (ModelSlice::split_backward; model_backward_split.h):
+  // the input gradient (output_grad(slot) as after backward_micro), then, later, the
+  // weight gradients, accumulated; the slot's activations are kept until the second.
+  void backward_input_micro(int slot, G loss_scale);
+  void backward_weight_micro(int slot);
   bool first_stage() const { return layout_.has_embeddings(); }
   bool last_stage() const { return layout_.has_head(); }
   int in_flight() const { return int(slots_.size()); }
@@ -205,6 +212,11 @@ class GPT2 {
     DeviceArray<int32_t> inputs, targets;
     DeviceArray<A> d_resid;
     bool have_targets = false;
+    // Split backward: what the weight half needs from the input half, per block and for
+    // the head (the gradient of ln_f's output).
+    std::vector<BlockGradInputs<A>> keep;
+    DeviceArray<A> keep_d_lnf;
+    bool input_done = false;
   };
   std::vector<MicroBatch> slots_;
   DeviceArray<A> embedded_;  // sequence parallelism: the embedding's partial sums over all rows

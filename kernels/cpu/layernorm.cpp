@@ -35,9 +35,10 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const
 template <class T>
 void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
                         const T* mean, const T* rstd, int N, int C) {
-  // Rows are independent for dinp.
+  // Either half may be left out (null): a zero-bubble schedule runs the input gradient
+  // and the weight gradients apart. Rows are independent for dinp.
 #pragma omp parallel for schedule(static)
-  for (int i = 0; i < N; ++i) {
+  for (int i = 0; i < (dinp ? N : 0); ++i) {
     const T* x = inp + size_t(i) * C;
     const T* d = dout + size_t(i) * C;
     T* dx = dinp + size_t(i) * C;
@@ -55,6 +56,7 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
   // dw and db sum over rows: threads split the channels and each sums its rows in
   // order, so the result is the same whatever the thread count.
   constexpr int kBlock = 64;
+  if (!dw) return;
 #pragma omp parallel for schedule(static)
   for (int c0 = 0; c0 < C; c0 += kBlock) {
     const int c1 = c0 + kBlock < C ? c0 + kBlock : C;

@@ -266,9 +266,10 @@ void layernorm_backward(A* dinp, float* dw, float* db, const A* dout, const A* i
                         const float* mean, const float* rstd, int N, int C) {
   constexpr const char* fn = "layernorm_backward";
   check_shape(fn, N, C);
-  require_pointer(dinp, fn, "dinp");
-  require_pointer(dw, fn, "dw");
-  require_pointer(db, fn, "db");
+  // Either half may be left out (a zero-bubble schedule runs them apart): dinp null skips
+  // the input gradient, dw and db null skip the weight gradients.
+  if (!dinp && !dw && !db) throw std::invalid_argument(std::string(fn) + ": nothing to compute");
+  if (!dw != !db) throw std::invalid_argument(std::string(fn) + ": dw and db go together");
   require_pointer(dout, fn, "dout");
   require_pointer(inp, fn, "inp");
   require_pointer(w, fn, "w");
@@ -280,10 +281,13 @@ void layernorm_backward(A* dinp, float* dw, float* db, const A* dout, const A* i
   if (column_tiles > 65535)  // gridDim.y's limit
     throw std::invalid_argument(std::string(fn) + ": C = " + std::to_string(C) + " is too large");
 
-  const bool vec = C % K == 0 && all_aligned16(dinp, dout, inp, w);
-  layernorm_backward_input_kernel<T><<<ceil_div(N, kRowWarps), kRowThreads>>>(
-      device_ptr(dinp), device_ptr(dout), device_ptr(inp), device_ptr(w), mean, rstd, N, C, vec);
-  GPT_CUDA_CHECK_LAUNCH();
+  if (dinp) {
+    const bool vec = C % K == 0 && all_aligned16(dinp, dout, inp, w);
+    layernorm_backward_input_kernel<T><<<ceil_div(N, kRowWarps), kRowThreads>>>(
+        device_ptr(dinp), device_ptr(dout), device_ptr(inp), device_ptr(w), mean, rstd, N, C, vec);
+    GPT_CUDA_CHECK_LAUNCH();
+  }
+  if (!dw) return;
 
   // Partials: chunks x C for dw, then chunks x C for db, in one scratch buffer (cudaMalloc'd,
   // so 16-byte aligned; the db half is aligned whenever C % K == 0, the only case vec is set).

@@ -26,9 +26,15 @@ int max_in_flight(const PipeSchedule& schedule, int chunk) {
   for (const PipeAction& a : schedule) {
     if (a.chunk != chunk) continue;
     if (a.op == PipeOp::Forward) most = std::max(most, ++now);
-    if (a.op == PipeOp::Backward) --now;
+    if (a.op == PipeOp::Backward || a.op == PipeOp::BackwardWeight) --now;  // its activations are freed
   }
   return std::max(most, 1);
+}
+
+bool splits_backward(const PipeSchedule& schedule) {
+  for (const PipeAction& a : schedule)
+    if (a.op == PipeOp::BackwardInput || a.op == PipeOp::BackwardWeight) return true;
+  return false;
 }
 
 PipelineExecutor::PipelineExecutor(std::vector<GPT2<float>*> chunks, Communicator& pp)
@@ -68,6 +74,26 @@ void PipelineExecutor::wait_sends(int chunk, int slot, bool gradient) {
   Span span("wait_send", "comm");
   pp_.wait_all(it->second);
   sends_.erase(it);
+}
+
+double PipelineExecutor::timed(PipeOp op, std::chrono::steady_clock::time_point start) {
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  OpTime& t = op_time_[int(op)];
+  t.seconds += s, ++t.count;
+  return s;
+}
+
+PipeCosts PipelineExecutor::measured_costs() const {
+  auto mean = [&](PipeOp op) {
+    const OpTime& t = op_time_[int(op)];
+    return t.count > 0 ? t.seconds / double(t.count) : 0.0;
+  };
+  PipeCosts c;
+  c.forward = mean(PipeOp::Forward);
+  // A whole backward counts as its input half: only split schedules defer a weight half.
+  c.backward_input = op_time_[int(PipeOp::Backward)].count > 0 ? mean(PipeOp::Backward) : mean(PipeOp::BackwardInput);
+  c.backward_weight = mean(PipeOp::BackwardWeight);
+  return c;
 }
 
 std::vector<double> PipelineExecutor::run(const PipeSchedule& schedule, int m, const Batch& batch, float loss_scale,
@@ -118,7 +144,7 @@ std::vector<double> PipelineExecutor::run(const PipeSchedule& schedule, int m, c
         if (model.first_stage() || model.last_stage()) batch(a.micro, inputs.data(), targets.data());
         const auto t0 = clock::now();
         const double loss = model.forward_micro(s, inputs.data(), targets.data());
-        busy_s_ += std::chrono::duration<double>(clock::now() - t0).count();
+        busy_s_ += timed(PipeOp::Forward, t0);
         if (model.last_stage()) losses.push_back(loss);
         owner = a.micro;
         ++in_flight[size_t(a.chunk)];
@@ -138,7 +164,8 @@ std::vector<double> PipelineExecutor::run(const PipeSchedule& schedule, int m, c
         recv_gradient_[{a.chunk, a.micro}] = pp_.irecv(model.output_grad(s), n, DType::F32, from.rank, tag_gradient);
         break;
       }
-      case PipeOp::Backward: {
+      case PipeOp::Backward:
+      case PipeOp::BackwardInput: {
         invariant(owner == a.micro, "pipeline: backward of micro-batch " + std::to_string(a.micro) +
                                         " without its forward on chunk " + std::to_string(a.chunk));
         if (!model.last_stage()) {
@@ -152,10 +179,28 @@ std::vector<double> PipelineExecutor::run(const PipeSchedule& schedule, int m, c
         // The last stage writes the gradient of its input where the previous backward's
         // was sent from (no receive waited for that send).
         wait_sends(a.chunk, s, true);
-        if (before_backward) before_backward(a.chunk, a.micro);
         const auto t0 = clock::now();
-        model.backward_micro(s, loss_scale);
-        busy_s_ += std::chrono::duration<double>(clock::now() - t0).count();
+        if (a.op == PipeOp::Backward) {
+          if (before_backward) before_backward(a.chunk, a.micro);
+          model.backward_micro(s, loss_scale);
+        } else {
+          model.backward_input_micro(s, loss_scale);  // the weight gradients come with BackwardWeight
+        }
+        busy_s_ += timed(a.op, t0);
+        if (a.op == PipeOp::Backward) {
+          owner = -1;
+          --in_flight[size_t(a.chunk)];
+          --in_flight_now;
+        }
+        break;
+      }
+      case PipeOp::BackwardWeight: {
+        invariant(owner == a.micro, "pipeline: weight gradients of micro-batch " + std::to_string(a.micro) +
+                                        " without its forward on chunk " + std::to_string(a.chunk));
+        if (before_backward) before_backward(a.chunk, a.micro);  // the stores see the gradients done here
+        const auto t0 = clock::now();
+        model.backward_weight_micro(s);
+        busy_s_ += timed(PipeOp::BackwardWeight, t0);
         owner = -1;
         --in_flight[size_t(a.chunk)];
         --in_flight_now;

@@ -10,6 +10,10 @@
 //   Backward i         wait for it, run the chunk's backward (the last stage starts from
 //                      the loss), accumulating the weight gradients
 //   SendGradient i     post a send of the gradient of the chunk's input to the stage before
+//   BackwardInput i    the backward's input half only (zero-bubble schedules): the
+//                      gradient to send; the activations stay for
+//   BackwardWeight i   the weight half: the weight gradients, accumulated; the micro-batch
+//                      leaves the slot
 //
 // Virtual stage s = c p + r is chunk c of rank r (p ranks, v chunks each; v = 1 in
 // stages 07 and 08): its input comes from virtual stage s - 1, on rank r - 1 (rank p - 1,
@@ -34,6 +38,7 @@
 // not); GPT_TEST_PIPE_STALL_RANK=r makes pipeline rank r stop answering at its third
 // action (the others must fail within comm_timeout_s, naming the peer).
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -52,15 +57,19 @@ namespace gpt {
 // the first n_layer mod stages stages taking one more (the last stage also runs the head).
 LayerRange stage_layers(int n_layer, int stages, int stage);
 
-// The most micro-batches chunk `chunk` has in flight under `schedule`.
+// The most micro-batches chunk `chunk` has in flight under `schedule` (from its forward
+// to its Backward or BackwardWeight).
 int max_in_flight(const PipeSchedule& schedule, int chunk);
+// Whether the schedule splits backwards into input and weight halves (the model must be
+// made with ModelSlice::split_backward).
+bool splits_backward(const PipeSchedule& schedule);
 
 class PipelineExecutor {
  public:
   // The tokens and targets of micro-batch `micro` (B x T each, host memory).
   using Batch = std::function<void(int micro, int32_t* inputs, int32_t* targets)>;
-  // Called before micro-batch `micro`'s backward on chunk `chunk` (a store decides there
-  // whether this backward ends its accumulation).
+  // Called before micro-batch `micro`'s backward (its weight half, when split) on chunk
+  // `chunk` (a store decides there whether this backward ends its accumulation).
   using BeforeBackward = std::function<void(int chunk, int micro)>;
 
   // chunks[c] is virtual stage c p + r of this rank r of the pipeline group `pp`, made
@@ -82,6 +91,10 @@ class PipelineExecutor {
   // in the last step, in seconds.
   int measured_in_flight() const { return peak_in_flight_; }
   double last_busy_s() const { return busy_s_; }
+  // The mean time of a forward, a backward's input half (or a whole backward) and its
+  // weight half on this rank, in seconds, over the steps run so far: the costs to put in
+  // a schedule's theory.
+  PipeCosts measured_costs() const;
 
   bool holds_first_stage() const { return chunks_.front()->first_stage(); }
   bool holds_last_stage() const { return chunks_.back()->last_stage(); }
@@ -101,6 +114,12 @@ class PipelineExecutor {
   int p_, rank_, v_;
   int peak_in_flight_ = 0;
   double busy_s_ = 0;
+  struct OpTime {
+    double seconds = 0;
+    long count = 0;
+  };
+  OpTime op_time_[8] = {};  // by PipeOp
+  double timed(PipeOp op, std::chrono::steady_clock::time_point start);  // records and returns the seconds since start
   // Posted receives, by (chunk, micro); sends not yet completed, by (chunk, slot, gradient).
   std::map<std::pair<int, int>, Request> recv_activation_, recv_gradient_;
   std::map<std::tuple<int, int, bool>, std::vector<Request>> sends_;

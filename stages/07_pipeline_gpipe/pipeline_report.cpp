@@ -26,7 +26,12 @@ void BubbleMeter::stop(double busy_s) {
   makespan_s_.push_back(*std::max_element(spans.begin(), spans.end()));
 }
 
-std::string BubbleMeter::report(double theory) {
+std::string BubbleMeter::report(const Theory& theory_of, const PipeCosts& my_costs) {
+  double costs[3] = {my_costs.forward, my_costs.backward_input, my_costs.backward_weight};
+  pp_.all_reduce(costs, 3, DType::F64);
+  const double p = double(pp_.size());
+  const PipeCosts costs_mean{costs[0] / p, costs[1] / p, costs[2] / p};
+  const double theory = theory_of(costs_mean);
   const size_t first = busy_s_.size() > 1 ? 1 : 0;
   double busy = 0, makespan = 0;
   for (size_t i = first; i < busy_s_.size(); ++i) busy += busy_s_[i], makespan += makespan_s_[i];
@@ -42,8 +47,12 @@ std::string BubbleMeter::report(double theory) {
     out += cell;
     mean += all[r] / double(all.size());
   }
-  char tail[96];
-  std::snprintf(tail, sizeof tail, " | mean %.1f%% | theory %.1f%%\n", 100.0 * mean, 100.0 * theory);
+  char tail[192];
+  char weights[64] = "";
+  if (costs_mean.backward_weight > 0)
+    std::snprintf(weights, sizeof weights, " + weights %.2f ms", 1e3 * costs_mean.backward_weight);
+  std::snprintf(tail, sizeof tail, " | mean %.1f%% | theory %.1f%% (for the mean costs: forward %.2f ms, backward %.2f ms%s)\n",
+                100.0 * mean, 100.0 * theory, 1e3 * costs_mean.forward, 1e3 * costs_mean.backward_input, weights);
   return out + tail;
 }
 

@@ -6,12 +6,14 @@
 // pipeline has run its schedule. Theory, with equal stages and forward/backward times:
 // (p - 1) / (m + p - 1) for GPipe and 1F1B.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "common/comm.h"
 #include "common/gpt2.h"
 #include "common/memory.h"
+#include "stages/07_pipeline_gpipe/schedule.h"
 
 namespace gpt {
 
@@ -21,8 +23,10 @@ class BubbleMeter {
   void start();                 // collective over pp: a barrier, then the clock
   void stop(double busy_s);     // collective over pp: the step's makespan
   // Per rank, the bubble over the steps measured (all but the first when there are
-  // several: it pays for first touches), and the theory, as a table; collective over pp.
-  std::string report(double theory);
+  // several: it pays for first touches), and the theory for the pipeline's mean costs
+  // (each rank's `mine`, averaged over pp), as a line; collective over pp.
+  using Theory = std::function<double(const PipeCosts&)>;
+  std::string report(const Theory& theory, const PipeCosts& mine);
 
  private:
   Communicator& pp_;

@@ -167,7 +167,8 @@ int train_ranks(Run& run) {
     const Validation validate = [&] { return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, dp); };
     after_step(run, validate, dp, log, ckpt, state);
   }
-  const std::string bubbles = bubble.report(pipeline_bubble(pp.size(), accum));
+  const std::string bubbles =  // the theory does not depend on the costs
+      bubble.report([&](const PipeCosts&) { return pipeline_bubble(pp.size(), accum); }, pipeline.measured_costs());
   if (lead) std::printf("%s", bubbles.c_str());
 
   std::vector<float> whole;  // the whole model, for the lead rank's sample

@@ -21,7 +21,8 @@ std::vector<ModelChunk> make_model_chunks(const Config& cfg, const ParamLayout& 
     const LayerRange layers = stage_layers(cfg.model.n_layer, stages, stage);
     k.model = std::make_unique<GPT2<float>>(
         cfg.model, cfg.micro_batch_size, cfg.seq_len, device, precision, /*own_weights=*/true,
-        ModelSlice<float>{tp.size(), tp.rank(), cfg.sequence_parallel, &hooks, {}, layers, max_in_flight(schedule, c)});
+        ModelSlice<float>{tp.size(), tp.rank(), cfg.sequence_parallel, &hooks, {}, layers, max_in_flight(schedule, c),
+                          splits_backward(schedule)});
     k.slices = std::make_unique<RankLayout>(
         RankLayout::pipeline_stage(tp_slice, layers.begin, layers.end, stage == 0, stage == stages - 1));
     k.dp = dp.split(0, dp.rank());  // the same ranks, a communicator of its own

@@ -68,8 +68,6 @@ int train_ranks(Run& run) {
   const std::string schedule_name = cfg.schedule.empty() ? "interleaved" : cfg.schedule;
   require(v == 1 || pp.size() > 1, "virtual_stages=" + std::to_string(v) +
                                        ": model chunks interleave across pipeline ranks; with pp=1 use virtual_stages=1");
-  require(schedule_name != "zb-h1", "schedule=zb-h1: its schedule is written (build/bin/pipeline_schedule prints it) but "
-                                    "the trainer does not split the backward yet; use interleaved, 1f1b or gpipe");
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
   Trace::global().enable(cfg.trace_file.empty() ? "" : cfg.trace_file + ".rank" + std::to_string(run.world.rank()) + ".json",
                          run.world.rank());
@@ -173,8 +171,9 @@ int train_ranks(Run& run) {
     const Validation validate = [&] { return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, dp); };
     after_step(run, validate, dp, log, ckpt, state);
   }
-  const PipeCosts equal;  // the theory for equal forward and backward times
-  const std::string bubbles = bubble.report(pipeline_theory_bubble(schedule_name, pp.size(), accum, v, equal));
+  const std::string bubbles = bubble.report(  // the theory for the measured forward, backward and weight times
+      [&](const PipeCosts& c) { return pipeline_theory_bubble(schedule_name, pp.size(), accum, v, c); },
+      pipeline.measured_costs());
   if (lead) std::printf("%s", bubbles.c_str());
 
   std::vector<float> whole;  // the whole model, for the lead rank's sample: the chunks' parts added

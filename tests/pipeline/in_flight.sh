@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The micro-batches a pipeline rank keeps in flight (forwarded, not yet backwarded), as
 # the executor counts them and every rank prints after the first step, must equal the
-# schedule's bound on every rank: GPipe m, 1F1B min(p - r, m), interleaved (counting
+# schedule's bound on every rank: GPipe m, 1F1B min(p - r, m), ZB-H1 min(p, m) (a
+# micro-batch leaves at its deferred weight half), interleaved (counting
 # (micro-batch, chunk) pairs) min(v m, (v - 1) g0 + p - r), g0 the first group's size
 # when the m micro-batches go in max(1, floor(m / p)) groups, largest first. The bound is
 # computed here from (p, r, m, v), not read from the trainer's line. Negative control: GPipe's counts
@@ -22,6 +23,7 @@ bound() {  # bound SCHEDULE P R M [V]
   case $1 in
     gpipe) echo "$4" ;;
     1f1b) local b=$(($2 - $3)); echo $((b < $4 ? b : $4)) ;;
+    zb-h1) echo $(($2 < $4 ? $2 : $4)) ;;  # min(p, m) on every rank: activations wait for the deferred W
     interleaved)
       local groups=$(($4 / $2)); ((groups >= 1)) || groups=1
       local g0=$((($4 + groups - 1) / groups)) all=$((v * $4))
@@ -47,6 +49,7 @@ for shape in $SHAPES; do
   log="$WORK/run_${p}_${m}_${v}.log"
   chunks=()
   ((v > 1)) && chunks=(--set virtual_stages="$v")
+  [ "$SCHEDULE" = zb-h1 ] && chunks+=(--set schedule=zb-h1)
   "$MPIEXEC" -np "$p" --oversubscribe "$TRAIN" $(tiny_args "$WORK/data" "$WORK/run_${p}_${m}_${v}") --set steps=1 \
     --set n_layer=$((p * v)) --set pp="$p" "${chunks[@]}" --set micro_batch_size=1 --set batch_size="$m" \
     --set sample_tokens=0 --set val_batches=0 > "$log" 2>&1 || { echo "FAIL: the run p=$p m=$m v=$v"; tail -5 "$log"; exit 1; }
