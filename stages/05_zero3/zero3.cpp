@@ -1,7 +1,9 @@
 #include "stages/05_zero3/zero3.h"
 
 #include <algorithm>
+#include <string>
 
+#include "common/error.h"
 #include "common/trace.h"
 #include "stages/02_ddp/ring_allreduce.h"
 
@@ -17,17 +19,38 @@ Zero3Store::~Zero3Store() {
   if (prefetched_.valid()) prefetched_.wait();  // never leave a gather running
 }
 
-DeviceArray<float> Zero3Store::gather(Communicator& comm, int unit) const {
+DeviceArray<float> Zero3Store::unit_buffer(int unit) const {
+  const MemScope scope(MemKind::Params);  // gathered weights
+  return DeviceArray<float>(Device::CPU, size_t(layout_.unit(unit).size()));
+}
+
+void Zero3Store::gather_into(Communicator& comm, int unit, float* buf) const {
   Span span("gather_unit", "comm", &comm == &dp_ ? 0 : 1);
   const Unit& u = layout_.unit(unit);
-  const MemScope scope(MemKind::Params);  // gathered weights (this may run on the prefetch thread)
-  DeviceArray<float> buf(Device::CPU, size_t(u.size()));
   // Our part of the unit goes to its place; the ring brings everyone else's.
   const Shard& s = shard();
   const int64_t lo = std::max(u.begin, s.begin), hi = std::min(u.end, s.end);
-  if (lo < hi) std::copy(shard_params_ + (lo - s.begin), shard_params_ + (hi - s.begin), buf.data() + (lo - u.begin));
-  ring_all_gather_v(comm, buf.data(), shard_bounds_within(u.begin, u.end, layout_.total(), comm.size()), DType::F32);
-  return buf;
+  if (lo < hi) std::copy(shard_params_ + (lo - s.begin), shard_params_ + (hi - s.begin), buf + (lo - u.begin));
+  ring_all_gather_v(comm, buf, shard_bounds_within(u.begin, u.end, layout_.total(), comm.size()), DType::F32);
+}
+
+void Zero3Store::start_prefetch(int unit) {
+  invariant(prefetch_unit_ < 0 && users_[unit] == 0 && !kept_[unit],
+            "Zero3Store: prefetch of unit " + std::to_string(unit) + " while one is in flight or it is gathered");
+  // The buffer is made here, on the main thread, not by the prefetch thread: the unit
+  // counts as gathered from the moment its prefetch starts, so the memory peak does not
+  // depend on when the thread gets to run.
+  DeviceArray<float> buf = unit_buffer(unit);
+  prefetch_unit_ = unit;
+  prefetched_ = std::async(std::launch::async, [this, unit, buf = std::move(buf)]() mutable {
+    gather_into(*prefetch_comm_, unit, buf.data());
+    return std::move(buf);
+  });
+}
+
+void Zero3Store::drop_prefetch() {
+  if (prefetched_.valid()) prefetched_.get();  // wait for it, then free its buffer
+  prefetch_unit_ = -1;
 }
 
 // The order of acquisitions (gpt2.h): forward embeddings, blocks 1..L, final;
@@ -42,6 +65,15 @@ int Zero3Store::next_unit(int unit, Pass pass) const {
 
 const float* Zero3Store::acquire(int unit, Pass pass) {
   if (users_[unit]++ == 0) {
+    const int final = layout_.final_unit();
+    if (pass == Pass::Forward && unit == ParamLayout::kEmbeddingUnit && kept_[final]) {
+      // A forward needs the final layernorm only at its end, and the last block's
+      // prefetch brings it then. Kept from an earlier forward (an evaluation pass has no
+      // backward to take it), it would sit beside the embeddings and two blocks through
+      // the whole pass, one unit above the peak this store promises.
+      kept_[final] = 0;
+      gathered_[final] = DeviceArray<float>();
+    }
     if (kept_[unit]) {  // still gathered from the last pass, and the weights are the same
       kept_[unit] = 0;
     } else if (prefetch_unit_ == unit) {  // started while the previous unit computed (and counted then)
@@ -50,13 +82,15 @@ const float* Zero3Store::acquire(int unit, Pass pass) {
       prefetch_unit_ = -1;
     } else {
       if (prefetched_.valid()) prefetched_.wait();  // keep one gather in flight at a time
-      gathered_[unit] = gather(dp_, unit);
+      gathered_[unit] = unit_buffer(unit);
+      gather_into(dp_, unit, gathered_[unit].data());
     }
+    // Prefetch only a unit that is not gathered already, acquired or kept. A prefetch of a
+    // kept unit would never be collected (acquire takes the kept copy first) and would
+    // linger as the in-flight gather until a later pass collected it, after the
+    // optimizer had changed the weights: stale weights in training.
     const int next = next_unit(unit, pass);
-    if (prefetch_ && next >= 0 && users_[next] == 0 && prefetch_unit_ < 0) {
-      prefetch_unit_ = next;
-      prefetched_ = std::async(std::launch::async, [this, next] { return gather(*prefetch_comm_, next); });
-    }
+    if (prefetch_ && next >= 0 && users_[next] == 0 && !kept_[next] && prefetch_unit_ < 0) start_prefetch(next);
   }
   return gathered_[unit].data();
 }
@@ -74,19 +108,19 @@ void Zero3Store::release(int unit, Pass pass) {
 }
 
 void Zero3Store::weights_updated() {
-  for (size_t u = 0; u < kept_.size(); ++u)
+  for (size_t u = 0; u < kept_.size(); ++u) {
+    invariant(users_[u] == 0, "Zero3Store: the weights changed while unit " + std::to_string(u) + " is acquired");
     if (kept_[u]) {
       kept_[u] = 0;
       gathered_[u] = DeviceArray<float>();
     }
+  }
+  // Whatever a prefetch gathered before the update is stale as well. In the model's
+  // order none is left after a backward; drop one all the same rather than hand it out.
+  drop_prefetch();
   // The next pass starts with the embeddings: start gathering them now, while the step
   // ends (metrics, data for the next step) instead of when the forward asks.
-  const int embed = ParamLayout::kEmbeddingUnit;
-  if (prefetch_ && prefetch_unit_ < 0 && users_[embed] == 0) {
-    if (prefetched_.valid()) prefetched_.wait();
-    prefetch_unit_ = embed;
-    prefetched_ = std::async(std::launch::async, [this, embed] { return gather(*prefetch_comm_, embed); });
-  }
+  if (prefetch_) start_prefetch(ParamLayout::kEmbeddingUnit);
 }
 
 void Zero3Store::gather_all(float* out) {

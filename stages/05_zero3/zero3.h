@@ -15,10 +15,15 @@
 // next unit (l+1 in forward, l-1 in backward) is started on a second thread, on a
 // duplicate of the dp communicator, while the current unit computes: a prefetch.
 // The embeddings are needed at both ends of each pass (the LM head reuses wte), so
-// they stay gathered for the whole forward and the whole backward; and, with the final
-// layernorm, from a forward into the backward that follows it and into the next
-// forward, until the weights change (weights_updated(), after the optimizer step): the
-// two units a pass starts with are never gathered on the critical path twice.
+// they stay gathered for the whole forward and the whole backward, and from a forward
+// into the pass after it (its backward, or the next forward after an evaluation) until
+// the weights change (weights_updated(), after the optimizer step); the final layernorm
+// stays gathered from a forward into its backward. A unit kept that way is never also
+// prefetched, and the update drops any gather still in flight: what a pass gets is
+// always gathered from the current shards.
+// A prefetch's buffer is allocated when the prefetch starts, on the calling thread, so
+// the gathered weights peak at the embeddings and two blocks by construction, whenever
+// the prefetch thread happens to run.
 #pragma once
 #include <future>
 #include <memory>
@@ -47,7 +52,10 @@ class Zero3Store : public Zero2Store {
   void weights_updated();
 
  private:
-  DeviceArray<float> gather(Communicator& comm, int unit) const;
+  DeviceArray<float> unit_buffer(int unit) const;  // room for a gathered unit, counted as params
+  void gather_into(Communicator& comm, int unit, float* buf) const;
+  void start_prefetch(int unit);  // on the prefetch thread, into a buffer made here
+  void drop_prefetch();           // waits for the prefetch in flight and discards it
   int next_unit(int unit, Pass pass) const;  // the unit to prefetch, or -1
 
   const ParamLayout& layout_;
@@ -58,7 +66,7 @@ class Zero3Store : public Zero2Store {
   std::vector<DeviceArray<float>> gathered_;  // per unit, while acquired
   std::vector<int> users_;                    // acquisitions not yet released
   std::vector<char> kept_;                    // gathered, not acquired, still current
-  int prefetch_unit_ = -1;
+  int prefetch_unit_ = -1;                    // the unit prefetched_ gathers, or -1
   std::future<DeviceArray<float>> prefetched_;
 };
 

@@ -4,8 +4,8 @@
   memory_formula.py --dp N --vocab V --block-size T RUN [RUN...]
   RUN = STAGE:PRECISION:N_LAYER:N_EMBD:BUCKET_MB:RUN_DIR   e.g. 04:fp32:4:64:0.1:/tmp/x/04_fp32
 
-Each RUN_DIR holds the metrics.jsonl of a one-step run at dp = N; rank 0 writes it, so
-the "mem" of its train line is rank 0's ledger, in bytes: the peak, per kind, of the
+Each RUN_DIR holds the metrics.jsonl of a short run at dp = N; rank 0 writes it, so
+the "mem" of its last train line is rank 0's ledger, in bytes: the peak, per kind, of the
 bytes its arrays really held (every DeviceArray reports to the tracker under the kind
 of its MemScope, common/memory.h), not sizes a driver computed. The expected bytes come from
 the model shape alone, as the stage READMEs derive them (P parameters, C = n_embd,
@@ -37,6 +37,13 @@ The fixed buffers, on top of the shards:
             unit is gathered beside them; and while a block computes, the next block's
             gather is already in flight into a buffer of its own (the prefetch), so the
             peak is  E + 2 B  (a block plus its prefetched successor; L >= 2).
+            The store allocates the prefetch buffer on the main thread when it starts
+            the prefetch, before the current block computes, so the peak is reached in
+            every forward whatever the prefetch thread's timing (were the thread to
+            allocate it, a late start would leave the peak one block short), and exact
+            equality is the right test. After a validation pass the next forward does
+            not keep the final layernorm beside them (zero3.h), so E + 2 B holds there
+            too; the runs validate after their first step to check it.
 
 A stage passes when every kind equals its expected bytes exactly. Every run is also
 checked against the other stages' formulas, which must miss in some kind, and against

@@ -2,8 +2,9 @@
 # Memory: the per-rank bytes of parameters, gradients and optimizer state that stages
 # 02-05 allocate (rank 0's "mem" in metrics.jsonl) equal each stage's formula exactly,
 # plus the stated fixed buffers (live gradient buckets, gathered units), at dp = 4.
-# One step of a small model per stage and precision; memory_formula.py derives the
-# expected bytes from the shape and prints the table.
+# Two steps of a small model per stage and precision, with a validation pass after the
+# first (an evaluation must not raise any peak); memory_formula.py derives the expected
+# bytes from the shape and prints the table.
 #
 # Usage: memory_formula.sh BIN02 BIN03 BIN04 BIN05 PREPARE WORKDIR ROOT MPIEXEC
 set -euo pipefail
@@ -28,7 +29,7 @@ for case in $CASES; do
     "$MPIEXEC" -np $DP --oversubscribe "${BINS[$stage]}" $(tiny_args "$WORK/data" "$dir") \
       --set n_layer="$layers" --set n_embd="$embd" --set n_head="$heads" --set vocab_size=$VOCAB \
       --set block_size=$BLOCK --set seq_len=$BLOCK --set precision="$prec" --set bucket_mb="$bucket" \
-      --set steps=1 --set batch_size=8 --set micro_batch_size=2 --set val_every=0 --set val_batches=0 \
+      --set steps=2 --set batch_size=8 --set micro_batch_size=2 --set val_every=1 --set val_batches=2 \
       --set sample_tokens=0 --set checkpoint_at_end=false > "$dir.log" 2>&1 \
       || { echo "FAIL: stage $stage $prec run"; tail -20 "$dir.log"; exit 1; }
     specs+=("$stage:$prec:$layers:$embd:$bucket:$dir")
