@@ -1,14 +1,17 @@
-// The multi-rank driver every stage after 01 shares: what is the same in each
-// train.cpp, written once, so that a stage's driver holds its loop and its technique
-// and `diff -u` of two neighbouring drivers shows the technique.
-//
-//   stage_main(argc, argv, spec, train)
-//     parse the config (--config, --set, --help), pick the device, join the job,
-//     build the process mesh dp x pp x cp x tp from the config keys, refuse by name an
-//     axis the stage does not implement, then run train(run) on every rank: an error
-//     on one rank ends them all (bad input: exit 2; a bug: exit 1).
-//   after_step(...)     the validation loss and the checkpoint every N steps
-//   end_of_run(...)     the last validation loss, the final checkpoint, the sample
+/// @file
+/// The multi-rank driver every stage after 01 shares: what is the same in each
+/// train.cpp, written once, so that a stage's driver holds its loop and its technique
+/// and `diff -u` of two neighbouring drivers shows the technique.
+///
+/// ```
+///   stage_main(argc, argv, spec, train)
+///     parse the config (--config, --set, --help), pick the device, join the job,
+///     build the process mesh dp x pp x cp x tp from the config keys, refuse by name an
+///     axis the stage does not implement, then run train(run) on every rank: an error
+///     on one rank ends them all (bad input: exit 2; a bug: exit 1).
+///   after_step(...)     the validation loss and the checkpoint every N steps
+///   end_of_run(...)     the last validation loss, the final checkpoint, the sample
+/// ```
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -28,39 +31,39 @@
 
 namespace gpt {
 
-// What a stage implements beyond data parallelism, and where it runs.
+/// What a stage implements beyond data parallelism, and where it runs.
 struct StageSpec {
-  const char* name;  // "03_zero1": named in messages
-  bool tp = false, pp = false, cp = false;  // axes implemented (dp always is)
-  bool virtual_stages = false;              // interleaved pipeline chunks
-  bool zero_key = false;                    // reads `zero` (the ZeRO stage over dp)
-  bool schedule_key = false;                // reads `schedule` (the pipeline schedule)
-  bool cuda = false;                        // device=cuda supported
+  const char* name;  ///< "03_zero1": named in messages
+  bool tp = false, pp = false, cp = false;  ///< axes implemented (dp always is)
+  bool virtual_stages = false;              ///< interleaved pipeline chunks
+  bool zero_key = false;                    ///< reads `zero` (the ZeRO stage over dp)
+  bool schedule_key = false;                ///< reads `schedule` (the pipeline schedule)
+  bool cuda = false;                        ///< device=cuda supported
 };
 
-// The mesh the config asks for on `ranks` ranks: tp, pp, cp as given, dp as given or
-// (dp = 0) the ranks left; dp x pp x cp x tp must equal ranks, or a UserError names the
-// keys, their values and the rank count.
+/// The mesh the config asks for on `ranks` ranks: tp, pp, cp as given, dp as given or
+/// (dp = 0) the ranks left; dp x pp x cp x tp must equal ranks, or a UserError names the
+/// keys, their values and the rank count.
 MeshShape mesh_shape_for(const Config& cfg, int ranks);
 
-// A UserError naming the first axis (tp, pp, cp, virtual_stages) the config sets
-// beyond 1 that the stage does not implement, or sequence_parallel without tp, or a
-// `zero` or a `schedule` the stage does not read.
+/// A UserError naming the first axis (tp, pp, cp, virtual_stages) the config sets
+/// beyond 1 that the stage does not implement, or sequence_parallel without tp, or a
+/// `zero` or a `schedule` the stage does not read.
 void require_axes(const Config& cfg, const StageSpec& spec);
 
-// The part of each sequence a rank runs: the whole by default; context parallelism
-// takes some chunks (stages/10_context_parallel/context_split.h). `group` holds the
-// ranks that share a sequence: a loss over the part is averaged over them.
+/// The part of each sequence a rank runs: the whole by default; context parallelism
+/// takes some chunks (stages/10_context_parallel/context_split.h). `group` holds the
+/// ranks that share a sequence: a loss over the part is averaged over them.
 struct SequencePart {
   virtual ~SequencePart() = default;
-  // Copies this rank's tokens of B whole sequences of T tokens into `part` (B rows of
-  // local_len(T)).
+  /// Copies this rank's tokens of B whole sequences of T tokens into `part` (B rows of
+  /// local_len(T)).
   virtual void take(const int32_t* whole, int32_t* part, int B, int T) const = 0;
   virtual int local_len(int T) const = 0;
   Communicator* group = nullptr;
 };
 
-// What a rank's training starts from.
+/// What a rank's training starts from.
 struct Run {
   Config& cfg;
   Communicator& world;
@@ -68,53 +71,53 @@ struct Run {
   Device device;
   Precision precision;
   bool lead() const { return world.rank() == 0; }  // logs, prunes checkpoints, samples
-  const SequencePart* part = nullptr;  // context parallelism: the chunks this rank runs
+  const SequencePart* part = nullptr;  ///< context parallelism: the chunks this rank runs
 };
 
-// The entry point of a multi-rank stage (see the top of this file). Returns the exit
-// status for main().
+/// The entry point of a multi-rank stage (see the top of this file). Returns the exit
+/// status for main().
 using TrainFn = int (*)(Run& run);
 int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train);
 
-// Mean loss over `batches` fixed validation batches; the ranks of `dp` share them
-// (rank r evaluates batches r, r + dp, ...; a rank past the end repeats batch 0 and
-// ignores it, because a forward may communicate) and their sums are added.
-// With `part`, each rank evaluates its part of the sequences and the part's mean loss
-// is averaged over part->group.
+/// Mean loss over `batches` fixed validation batches; the ranks of `dp` share them
+/// (rank r evaluates batches r, r + dp, ...; a rank past the end repeats batch 0 and
+/// ignores it, because a forward may communicate) and their sums are added.
+/// With `part`, each rank evaluates its part of the sequences and the part's mean loss
+/// is averaged over part->group.
 double validation_loss(GPT2<float>& model, const DataLoader& val, int batches, Communicator& dp,
                        const SequencePart* part = nullptr);
 
-// Checkpoints of a run: the tensors each rank holds and whether the ranks write one
-// checkpoint together (each its shard) or the lead rank writes it alone (its buffers
-// hold everything).
+/// Checkpoints of a run: the tensors each rank holds and whether the ranks write one
+/// checkpoint together (each its shard) or the lead rank writes it alone (its buffers
+/// hold everything).
 struct RunCheckpoints {
   const ParamLayout& layout;
   std::vector<CheckpointBuffer> buffers;
   bool sharded = false;
-  // Rank-local buffers (tensor parallelism and later): every rank of the world writes
-  // the counted elements of `local`, whose buffers are `buffers`' data (begin and end
-  // unused), through the flat shards (layout_exchange.h); `layout` is then the local one.
+  /// Rank-local buffers (tensor parallelism and later): every rank of the world writes
+  /// the counted elements of `local`, whose buffers are `buffers`' data (begin and end
+  /// unused), through the flat shards (layout_exchange.h); `layout` is then the local one.
   const RankLayout* local = nullptr;
-  // Called on every rank before a checkpoint is written (a rank holding several model
-  // chunks packs them into `buffers` there).
-  std::function<void()> before_write;
+  /// Called on every rank before a checkpoint is written (a rank holding several model
+  /// chunks packs them into `buffers` there).
+  std::function<void()> before_write = {};
 };
 
-// How a stage computes its validation loss over cfg.val_batches batches, called on every
-// rank (it may communicate); the lead rank's result is logged. The model-taking
-// overloads below use validation_loss; a pipeline runs its own through its stages.
+/// How a stage computes its validation loss over cfg.val_batches batches, called on every
+/// rank (it may communicate); the lead rank's result is logged. The model-taking
+/// overloads below use validation_loss; a pipeline runs its own through its stages.
 using Validation = std::function<double()>;
 
-// After step `state.step` finished: the validation loss every val_every steps and a
-// checkpoint every checkpoint_every steps (not after the last step: end_of_run does).
+/// After step `state.step` finished: the validation loss every val_every steps and a
+/// checkpoint every checkpoint_every steps (not after the last step: end_of_run does).
 void after_step(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,
                 const CheckpointState& state);
 void after_step(Run& run, GPT2<float>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
                 const RunCheckpoints& ckpt, const CheckpointState& state);
 
-// After the last step: the validation loss, the final checkpoint and, on the lead rank,
-// a sample from `weights` (the whole model's compute weights on the lead rank) with a
-// context of `sample_len` tokens.
+/// After the last step: the validation loss, the final checkpoint and, on the lead rank,
+/// a sample from `weights` (the whole model's compute weights on the lead rank) with a
+/// context of `sample_len` tokens.
 void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,
                 CheckpointState& state, const float* weights, int sample_len);
 void end_of_run(Run& run, GPT2<float>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,

@@ -1,16 +1,20 @@
-// GPT-2 forward and backward on one device: the model's pieces (model_embedding.h,
-// model_block.h, model_head.h) composed over the whole model with hooks that do nothing.
-//
-//   x0 = wte[tokens] + wpe[positions]
-//   for each block:  x = x + attn(ln_1(x));  x = x + mlp(ln_2(x))
-//   logits = ln_f(x) . wte^T;  loss = mean cross-entropy over the B*T positions
-//
-// The model owns its compute weights, their gradients and the activations of one
-// micro-batch (B sequences of T tokens); the optimizer owns the master weights and
-// moments. The template argument A is the storage type of weights and activations:
-// float for training (fp32 mode; bf16 mode on the CPU, emulated by rounding), double for
-// the ground-truth runs of the tests, bf16 for the bf16 mode on the GPU. Parameter
-// gradients are GradOf<A> (fp32 for bf16). Buffers live on the model's device.
+/// @file
+/// GPT-2 forward and backward on one device: the model's pieces (model_embedding.h,
+/// model_block.h, model_head.h) composed over the whole model with hooks that do nothing.
+///
+/// ```
+///   x0 = wte[tokens] + wpe[positions]
+///   for each block:  x = x + attn(ln_1(x));  x = x + mlp(ln_2(x))
+///   logits = ln_f(x) . wte^T;  loss = mean cross-entropy over the B*T positions
+/// ```
+///
+/// The model owns its compute weights, their gradients and the activations of its
+/// micro-batches in flight (B sequences of T tokens each; one, but for a pipeline stage's
+/// schedule, ModelSlice below); the optimizer owns the master weights and
+/// moments. The template argument A is the storage type of weights and activations:
+/// float for training (fp32 mode; bf16 mode on the CPU, emulated by rounding), double for
+/// the ground-truth runs of the tests, bf16 for the bf16 mode on the GPU. Parameter
+/// gradients are GradOf<A> (fp32 for bf16). Buffers live on the model's device.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -30,14 +34,16 @@ namespace gpt {
 
 enum class Pass { Forward, Backward };
 
-// Where the model's weights and gradient buffers live, asked for one unit at a time
-// (units: see ParamLayout). Stage 01 keeps everything in two flat buffers (FlatStore);
-// later stages shard them and gather or reduce a unit around its use.
-// The order of calls, which a store may exploit to prefetch:
-//   forward:  acquire(0) | acquire(1) .. release(1) | ... | acquire(L+1) release(L+1) | release(0)
-//   backward: acquire(0) acquire(L+1) grads(0) grads(L+1) .. done(L+1) release(L+1)
-//             | for l = L..1: acquire(l) grads(l) .. release(l) done(l) | done(0) release(0)
-// Pointers returned by acquire/grads point at the unit's first element.
+/// Where the model's weights and gradient buffers live, asked for one unit at a time
+/// (units: see ParamLayout). Stage 01 keeps everything in two flat buffers (FlatStore);
+/// later stages shard them and gather or reduce a unit around its use.
+/// The order of calls, which a store may exploit to prefetch:
+/// ```
+///   forward:  acquire(0) | acquire(1) .. release(1) | ... | acquire(L+1) release(L+1) | release(0)
+///   backward: acquire(0) acquire(L+1) grads(0) grads(L+1) .. done(L+1) release(L+1)
+///             | for l = L..1: acquire(l) grads(l) .. release(l) done(l) | done(0) release(0)
+/// ```
+/// Pointers returned by acquire/grads point at the unit's first element.
 template <class A>
 class WeightStore {
  public:
@@ -45,11 +51,11 @@ class WeightStore {
   virtual const A* acquire(int unit, Pass pass) = 0;
   virtual void release(int /*unit*/, Pass /*pass*/) {}
   virtual GradOf<A>* grads(int unit) = 0;
-  // The unit's gradient is complete for this backward (accumulated over the micro-batch).
+  /// The unit's gradient is complete for this backward (accumulated over the micro-batch).
   virtual void grads_done(int /*unit*/) {}
 };
 
-// Stage 01's store: the whole model's weights and gradients, flat.
+/// Stage 01's store: the whole model's weights and gradients, flat.
 template <class A>
 class FlatStore : public WeightStore<A> {
  public:
@@ -64,30 +70,30 @@ class FlatStore : public WeightStore<A> {
   GradOf<A>* grads_;
 };
 
-// How a rank holds the model: all of it (the default), or tensor-parallel rank `rank`
-// of `tp`: its heads, hidden units and vocabulary rows (the tensors of
-// ParamLayout(model, tp, rank)), with `hooks` joining the slices, and with
-// sequence_parallel its 1/tp share of the B*T rows for the elementwise work. Only rank 0
-// adds the row-parallel biases and wpe (a sum over ranks must count them once); every
-// rank computes their gradients, from the whole gradient it holds there.
-//
-// Context parallelism gives a rank some chunks of each sequence: `positions` holds the
-// position in the whole sequence of each of the seq_len tokens the rank runs (empty: 0,
-// 1, ...), and the hooks' attention brings the other chunks' keys and values.
-//
-// Pipeline parallelism gives a rank a range of `layers` (a stage: the first also runs the
-// embedding, the last the head and the loss) and lets `in_flight` micro-batches be
-// between their forward and their backward at once: each keeps its own activations in a
-// slot (forward_micro / backward_micro below), which is where a schedule's memory goes.
+/// How a rank holds the model: all of it (the default), or tensor-parallel rank `rank`
+/// of `tp`: its heads, hidden units and vocabulary rows (the tensors of
+/// ParamLayout(model, tp, rank)), with `hooks` joining the slices, and with
+/// sequence_parallel its 1/tp share of the B*T rows for the elementwise work. Only rank 0
+/// adds the row-parallel biases and wpe (a sum over ranks must count them once); every
+/// rank computes their gradients, from the whole gradient it holds there.
+///
+/// Context parallelism gives a rank some chunks of each sequence: `positions` holds the
+/// position in the whole sequence of each of the seq_len tokens the rank runs (empty: 0,
+/// 1, ...), and the hooks' attention brings the other chunks' keys and values.
+///
+/// Pipeline parallelism gives a rank a range of `layers` (a stage: the first also runs the
+/// embedding, the last the head and the loss) and lets `in_flight` micro-batches be
+/// between their forward and their backward at once: each keeps its own activations in a
+/// slot (forward_micro / backward_micro below), which is where a schedule's memory goes.
 template <class A>
 struct ModelSlice {
   int tp = 1, rank = 0;
   bool sequence_parallel = false;
-  ModelHooks<A>* hooks = nullptr;  // required when tp > 1
-  std::vector<int> positions;      // context parallelism: each local token's position
-  LayerRange layers;               // pipeline parallelism: this stage's layers (default: all)
-  int in_flight = 1;               // micro-batches whose activations are kept at once
-  bool split_backward = false;     // zero-bubble schedules: backward_input/weight_micro
+  ModelHooks<A>* hooks = nullptr;  ///< required when tp > 1
+  std::vector<int> positions;      ///< context parallelism: each local token's position
+  LayerRange layers = {};          ///< pipeline parallelism: this stage's layers (default: all)
+  int in_flight = 1;               ///< micro-batches whose activations are kept at once
+  bool split_backward = false;     ///< zero-bubble schedules: backward_input/weight_micro
 };
 
 template <class A>
@@ -96,91 +102,91 @@ class GPT2 {
 
 
  public:
-  // With own_weights false the model allocates no weight or gradient buffers of its
-  // own: a store set with set_store() provides them (the ZeRO stages shard them).
+  /// With own_weights false the model allocates no weight or gradient buffers of its
+  /// own: a store set with set_store() provides them (the ZeRO stages shard them).
   GPT2(const ModelConfig& model, int batch, int seq_len, Device device, Precision precision,
        bool own_weights = true, ModelSlice<A> slice = {});
-  GPT2(const GPT2&) = delete;  // the store points into the model
+  GPT2(const GPT2&) = delete;  ///< the store points into the model
   GPT2& operator=(const GPT2&) = delete;
 
   const ModelConfig& model() const { return model_; }
   const ParamLayout& layout() const { return layout_; }
   int batch() const { return B_; }
   int seq_len() const { return T_; }
-  // Rows of the residual stream this rank holds: B*T, or B*T/tp with sequence parallelism.
+  /// Rows of the residual stream this rank holds: B*T, or B*T/tp with sequence parallelism.
   int rows() const { return rows_; }
   const VocabRange& vocab() const { return vocab_; }
 
   Device device() const { return device_; }
 
-  // The compute weights (in bf16 mode, rounded copies of the fp32 master weights) and
-  // the parameter gradients, in the model's device memory.
+  /// The compute weights (in bf16 mode, rounded copies of the fp32 master weights) and
+  /// the parameter gradients, in the model's device memory.
   DeviceArray<A>& params() { return params_; }
   const DeviceArray<A>& params() const { return params_; }
   DeviceArray<G>& grads() { return grads_; }
   const DeviceArray<G>& grads() const { return grads_; }
 
-  // Sets the weights from (master) values in the model's device memory, rounding to
-  // bf16 in bf16 mode.
+  /// Sets the weights from (master) values in the model's device memory, rounding to
+  /// bf16 in bf16 mode.
   void set_params(const G* values);
 
-  // Forward over inputs (B*T token ids, host memory). With targets, returns the mean
-  // loss over the B*T positions; without, returns 0 and only the logits are valid.
+  /// Forward over inputs (B*T token ids, host memory). With targets, returns the mean
+  /// loss over the B*T positions; without, returns 0 and only the logits are valid.
   G forward(const int32_t* inputs, const int32_t* targets);
-  // The mean loss of inputs against targets, for evaluation: forward() without writing
-  // the logits' gradient (no backward() may follow). On a GPU that saves a write of
-  // B*T*Vp values per batch.
+  /// The mean loss of inputs against targets, for evaluation: forward() without writing
+  /// the logits' gradient (no backward() may follow). On a GPU that saves a write of
+  /// B*T*Vp values per batch.
   G evaluate(const int32_t* inputs, const int32_t* targets);
 
-  // Backward of the last forward (which must have had targets), accumulating into
-  // grads(): the gradient of  loss_scale * mean loss.  With gradient accumulation over
-  // k micro-batches, loss_scale = 1/k gives the gradient of the mean over all of them.
+  /// Backward of the last forward (which must have had targets), accumulating into
+  /// grads(): the gradient of  loss_scale * mean loss.  With gradient accumulation over
+  /// k micro-batches, loss_scale = 1/k gives the gradient of the mean over all of them.
   void backward(G loss_scale);
 
-  // A pipeline stage's passes over one micro-batch, its activations kept in `slot` (of
-  // in_flight slots) from its forward to its backward; forward() and backward() are
-  // slot 0 of the whole model. forward_micro reads the tokens on the first stage and
-  // stage_input(slot) on the others; on the last stage it computes the loss (the
-  // micro-batch's mean, returned; targets needed) and elsewhere returns 0, leaving the
-  // stage's output in stage_output(slot). Without for_backward it only evaluates.
-  // backward_micro reads the gradient of the stage's output from output_grad(slot) (the
-  // last stage: from its loss) and leaves the gradient of the stage's input there (the
-  // first stage: consumed by the embedding's backward).
+  /// A pipeline stage's passes over one micro-batch, its activations kept in `slot` (of
+  /// in_flight slots) from its forward to its backward; forward() and backward() are
+  /// slot 0 of the whole model. forward_micro reads the tokens on the first stage and
+  /// stage_input(slot) on the others; on the last stage it computes the loss (the
+  /// micro-batch's mean, returned; targets needed) and elsewhere returns 0, leaving the
+  /// stage's output in stage_output(slot). Without for_backward it only evaluates.
+  /// backward_micro reads the gradient of the stage's output from output_grad(slot) (the
+  /// last stage: from its loss) and leaves the gradient of the stage's input there (the
+  /// first stage: consumed by the embedding's backward).
   G forward_micro(int slot, const int32_t* inputs, const int32_t* targets, bool for_backward = true);
   void backward_micro(int slot, G loss_scale);
-  // backward_micro in two halves (ModelSlice::split_backward; model_backward_split.h):
-  // the input gradient (output_grad(slot) as after backward_micro), then, later, the
-  // weight gradients, accumulated; the slot's activations are kept until the second.
+  /// backward_micro in two halves (ModelSlice::split_backward; model_backward_split.h):
+  /// the input gradient (output_grad(slot) as after backward_micro), then, later, the
+  /// weight gradients, accumulated; the slot's activations are kept until the second.
   void backward_input_micro(int slot, G loss_scale);
   void backward_weight_micro(int slot);
   bool first_stage() const { return layout_.has_embeddings(); }
   bool last_stage() const { return layout_.has_head(); }
   int in_flight() const { return int(slots_.size()); }
-  // rows() x C values each, device memory.
+  /// rows() x C values each, device memory.
   A* stage_input(int slot) { return slots_[size_t(slot)].input.data(); }
   const A* stage_output(int slot) const { return slots_[size_t(slot)].blocks.back().resid3.data(); }
   A* output_grad(int slot) { return slots_[size_t(slot)].d_resid.data(); }
 
   void zero_grads();
 
-  // Routes weights and gradients through another store (nullptr: the model's own flat
-  // buffers, params() and grads()). The store must outlive its use.
+  /// Routes weights and gradients through another store (nullptr: the model's own flat
+  /// buffers, params() and grads()). The store must outlive its use.
   void set_store(WeightStore<A>* store) { store_ = store ? store : &flat_; }
 
-  // Rounds stored values to bf16 in bf16 mode when A is float (the CPU's emulation; a
-  // no-op in fp32 and for real bf16 storage): what the model does to every activation,
-  // for stores that make their own weight copies.
+  /// Rounds stored values to bf16 in bf16 mode when A is float (the CPU's emulation; a
+  /// no-op in fp32 and for real bf16 storage): what the model does to every activation,
+  /// for stores that make their own weight copies.
   void store(A* x, size_t n);
 
-  // Logits of the last forward, (B, T, vocab().size()) in the model's device memory:
-  // this rank's columns; columns >= V are padding. logits_row copies row `position`
-  // (the whole model's Vp values) to host memory as float.
+  /// Logits of the last forward, (B, T, vocab().size()) in the model's device memory:
+  /// this rank's columns; columns >= V are padding. logits_row copies row `position`
+  /// (the whole model's Vp values) to host memory as float.
   const A* logits() const { return slots_[0].head.logits.data(); }
   void logits_row(int position, float* out) const;
-  // Per-position losses of the last forward, (B, T), device memory.
+  /// Per-position losses of the last forward, (B, T), device memory.
   const G* losses() const { return slots_[0].head.losses.data(); }
 
-  // Bytes held, by kind (for the memory ledger).
+  /// Bytes held, by kind (for the memory ledger).
   size_t param_bytes() const;
   size_t grad_bytes() const;
   size_t activation_bytes() const;
@@ -195,16 +201,16 @@ class GPT2 {
   Precision precision_;
   PieceContext ctx_;
   BlockDims dims_;
-  ModelHooks<A> no_hooks_;  // the whole model: every hook does nothing
+  ModelHooks<A> no_hooks_;  ///< the whole model: every hook does nothing
   ModelHooks<A>* hooks_;
   DeviceArray<A> params_;
   DeviceArray<G> grads_;
   FlatStore<A> flat_{layout_, nullptr, nullptr};
   WeightStore<A>* store_ = &flat_;
-  // What one micro-batch keeps from its forward to its backward: the stage's input (the
-  // embedding's output, or the activation received from the stage before), each block's
-  // activations, the head's (last stage), its tokens (first stage) and targets (last),
-  // and the residual stream's gradient (received from the stage after, on the others).
+  /// What one micro-batch keeps from its forward to its backward: the stage's input (the
+  /// embedding's output, or the activation received from the stage before), each block's
+  /// activations, the head's (last stage), its tokens (first stage) and targets (last),
+  /// and the residual stream's gradient (received from the stage after, on the others).
   struct MicroBatch {
     DeviceArray<A> input;
     std::vector<BlockActivations<A>> blocks;
@@ -212,27 +218,27 @@ class GPT2 {
     DeviceArray<int32_t> inputs, targets;
     DeviceArray<A> d_resid;
     bool have_targets = false;
-    // Split backward: what the weight half needs from the input half, per block and for
-    // the head (the gradient of ln_f's output).
+    /// Split backward: what the weight half needs from the input half, per block and for
+    /// the head (the gradient of ln_f's output).
     std::vector<BlockGradInputs<A>> keep;
     DeviceArray<A> keep_d_lnf;
     bool input_done = false;
   };
   std::vector<MicroBatch> slots_;
-  DeviceArray<A> embedded_;  // sequence parallelism: the embedding's partial sums over all rows
-  BlockScratch<A> scratch_;  // shared by every block's pass
-  // Runs of consecutive positions among the local tokens: (first local t, length,
-  // position of the first); one run [0, T) at position 0 without context parallelism.
+  DeviceArray<A> embedded_;  ///< sequence parallelism: the embedding's partial sums over all rows
+  BlockScratch<A> scratch_;  ///< shared by every block's pass
+  /// Runs of consecutive positions among the local tokens: (first local t, length,
+  /// position of the first); one run [0, T) at position 0 without context parallelism.
   struct PositionRun {
     int t0, length, pos0;
   };
   std::vector<PositionRun> position_runs_;
-  // Calls f(first row, sequences, tokens, position of the first) for each piece of the
-  // embedding: one call for B sequences of consecutive positions, else one per run.
+  /// Calls f(first row, sequences, tokens, position of the first) for each piece of the
+  /// embedding: one call for B sequences of consecutive positions, else one per run.
   template <class F>
   void for_each_position_run(F&& f) const;
   std::vector<G> host_losses_;
-  // The input of layer l (in [layers.begin, layers.end]: the last is the head's input).
+  /// The input of layer l (in [layers.begin, layers.end]: the last is the head's input).
   const A* block_input(const MicroBatch& mb, int l) const {
     const int i = l - layout_.layer_begin();
     return i == 0 ? mb.input.data() : mb.blocks[size_t(i - 1)].resid3.data();

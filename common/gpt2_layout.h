@@ -1,19 +1,22 @@
-// The GPT-2 parameter layout: every parameter tensor by name, shape and offset in
-// one flat buffer, and how it is initialised.
-//
-// Order (layer-contiguous, so a pipeline stage or a ZeRO-3 gather takes one range):
-//   wte [Vp,C]  wpe [block_size,C]
-//   for each layer l:  h.l.ln_1.{weight,bias} [C]   h.l.attn.c_attn.{weight [3C,C], bias [3C]}
-//                      h.l.attn.c_proj.{weight [C,C], bias [C]}   h.l.ln_2.{weight,bias} [C]
-//                      h.l.mlp.c_fc.{weight [4C,C], bias [4C]}    h.l.mlp.c_proj.{weight [C,4C], bias [C]}
-//   ln_f.{weight,bias} [C]
-// Linear weights are (out, in), as in PyTorch's nn.Linear. The embedding is tied: wte
-// is also the language-model head. Rows V..Vp-1 of wte are padding, initialised to 0.
-//
-// Initialisation (GPT-2): weights and embeddings N(0, 0.02); the two residual
-// projections (c_proj) N(0, 0.02/sqrt(2 n_layer)); biases 0; layernorm weight 1.
-// Element i of tensor `name` is drawn at (seed, stream_id(name), i) by the
-// counter-based RNG, so it does not depend on how the tensor is sharded.
+/// @file
+/// The GPT-2 parameter layout: every parameter tensor by name, shape and offset in
+/// one flat buffer, and how it is initialised.
+///
+/// Order (layer-contiguous, so a pipeline stage or a ZeRO-3 gather takes one range):
+/// ```
+///   wte [Vp,C]  wpe [block_size,C]
+///   for each layer l:  h.l.ln_1.{weight,bias} [C]   h.l.attn.c_attn.{weight [3C,C], bias [3C]}
+///                      h.l.attn.c_proj.{weight [C,C], bias [C]}   h.l.ln_2.{weight,bias} [C]
+///                      h.l.mlp.c_fc.{weight [4C,C], bias [4C]}    h.l.mlp.c_proj.{weight [C,4C], bias [C]}
+///   ln_f.{weight,bias} [C]
+/// ```
+/// Linear weights are (out, in), as in PyTorch's nn.Linear. The embedding is tied: wte
+/// is also the language-model head. Rows V..Vp-1 of wte are padding, initialised to 0.
+///
+/// Initialisation (GPT-2): weights and embeddings N(0, 0.02); the two residual
+/// projections (c_proj) N(0, 0.02/sqrt(2 n_layer)); biases 0; layernorm weight 1.
+/// Element i of tensor `name` is drawn at (seed, stream_id(name), i) by the
+/// counter-based RNG, so it does not depend on how the tensor is sharded.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,20 +28,20 @@ namespace gpt {
 
 enum class Init { Normal, Zeros, Ones };
 
-// Layers [begin, end) of the model a pipeline stage runs; end -1 means n_layer (all). The
-// stage holding layer 0 also holds the embeddings, the one holding the last layer ln_f
-// and the tied LM head (wte, which so lives on the first and the last stage).
+/// Layers [begin, end) of the model a pipeline stage runs; end -1 means n_layer (all). The
+/// stage holding layer 0 also holds the embeddings, the one holding the last layer ln_f
+/// and the tied LM head (wte, which so lives on the first and the last stage).
 struct LayerRange {
   int begin = 0, end = -1;
 };
 
-// Rows [begin, end) of the padded vocabulary (of wte, of the logits' columns).
+/// Rows [begin, end) of the padded vocabulary (of wte, of the logits' columns).
 struct VocabRange {
   int begin = 0, end = 0;
   int size() const { return end - begin; }
 };
-// The rows tensor-parallel rank `rank` of `tp` holds: [floor(r Vp / tp), floor((r+1) Vp / tp)),
-// the ring's chunk rule, so any tp works and sizes differ by at most one row.
+/// The rows tensor-parallel rank `rank` of `tp` holds: [floor(r Vp / tp), floor((r+1) Vp / tp)),
+/// the ring's chunk rule, so any tp works and sizes differ by at most one row.
 inline VocabRange vocab_range(const ModelConfig& m, int tp, int rank) {
   const int64_t Vp = m.padded_vocab();
   return {int(Vp * rank / tp), int(Vp * (rank + 1) / tp)};
@@ -47,25 +50,25 @@ inline VocabRange vocab_range(const ModelConfig& m, int tp, int rank) {
 struct ParamTensor {
   std::string name;
   std::vector<int64_t> shape;
-  int64_t offset = 0;  // elements from the start of the flat buffer
+  int64_t offset = 0;  ///< elements from the start of the flat buffer
   int64_t numel = 0;
-  int layer = -1;       // transformer block index, -1 for embeddings and ln_f
-  bool decay = false;   // weight decay applies (2-D weights and embeddings)
+  int layer = -1;       ///< transformer block index, -1 for embeddings and ln_f
+  bool decay = false;   ///< weight decay applies (2-D weights and embeddings)
   Init init = Init::Zeros;
   double init_std = 0.0;
-  int64_t init_rows = 0;  // for wte: rows [0, vocab) get the normal init, the padding stays 0
+  int64_t init_rows = 0;  ///< for wte: rows [0, vocab) get the normal init, the padding stays 0
 };
 
-// Offsets of one transformer block's tensors within the flat buffer.
+/// Offsets of one transformer block's tensors within the flat buffer.
 struct BlockParams {
   int64_t ln1_w, ln1_b, qkv_w, qkv_b, attproj_w, attproj_b;
   int64_t ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
 };
 
-// A unit is a contiguous range of the flat buffer that the model uses as a whole:
-// unit 0 the embeddings (wte, wpe), units 1..L the blocks, unit L+1 the final layernorm.
-// The model asks for weights and hands back gradients one unit at a time (WeightStore in
-// gpt2.h), which is where ZeRO-3 gathers a layer's weights and ZeRO-2 shards its grads.
+/// A unit is a contiguous range of the flat buffer that the model uses as a whole:
+/// unit 0 the embeddings (wte, wpe), units 1..L the blocks, unit L+1 the final layernorm.
+/// The model asks for weights and hands back gradients one unit at a time (WeightStore in
+/// gpt2.h), which is where ZeRO-3 gathers a layer's weights and ZeRO-2 shards its grads.
 struct Unit {
   int64_t begin = 0, end = 0;
   int64_t size() const { return end - begin; }
@@ -74,22 +77,22 @@ struct Unit {
 class ParamLayout {
  public:
   explicit ParamLayout(const ModelConfig& m);
-  // The tensors as tensor-parallel rank `tp_rank` of `tp` holds them in its local buffer
-  // (RankLayout::tensor_parallel puts the slices there in this order): the same names,
-  // smaller shapes (c_attn [3C/tp, C], attn.c_proj [C, C/tp], c_fc [4C/tp, C],
-  // mlp.c_proj [C, 4C/tp], wte [its vocabulary rows, C]) and so smaller units. Stores,
-  // buckets and shards that work on units of a flat buffer work on it unchanged. It
-  // cannot initialise (the values are the global tensors': RankLayout::init does).
+  /// The tensors as tensor-parallel rank `tp_rank` of `tp` holds them in its local buffer
+  /// (RankLayout::tensor_parallel puts the slices there in this order): the same names,
+  /// smaller shapes (c_attn [3C/tp, C], attn.c_proj [C, C/tp], c_fc [4C/tp, C],
+  /// mlp.c_proj [C, 4C/tp], wte [its vocabulary rows, C]) and so smaller units. Stores,
+  /// buckets and shards that work on units of a flat buffer work on it unchanged. It
+  /// cannot initialise (the values are the global tensors': RankLayout::init does).
   ParamLayout(const ModelConfig& m, int tp, int tp_rank);
-  // The tensors of a pipeline stage running `layers` (of tensor-parallel rank tp_rank of
-  // tp): wte if it is the first or the last stage, wpe if the first, its blocks, ln_f if
-  // the last, in the global order (RankLayout::pipeline_stage puts them there). The units
-  // keep their meaning: unit 0 the embeddings this stage holds (possibly none), one unit
-  // per block it runs, the last unit its final layernorm (possibly none).
+  /// The tensors of a pipeline stage running `layers` (of tensor-parallel rank tp_rank of
+  /// tp): wte if it is the first or the last stage, wpe if the first, its blocks, ln_f if
+  /// the last, in the global order (RankLayout::pipeline_stage puts them there). The units
+  /// keep their meaning: unit 0 the embeddings this stage holds (possibly none), one unit
+  /// per block it runs, the last unit its final layernorm (possibly none).
   ParamLayout(const ModelConfig& m, int tp, int tp_rank, LayerRange layers);
   int tp() const { return tp_; }
-  // The layers this layout holds: [layer_begin(), layer_end()); all of them unless it is
-  // a pipeline stage's.
+  /// The layers this layout holds: [layer_begin(), layer_end()); all of them unless it is
+  /// a pipeline stage's.
   int layer_begin() const { return l0_; }
   int layer_end() const { return l1_; }
   bool has_embeddings() const { return l0_ == 0; }       // wpe (and wte)
@@ -98,9 +101,9 @@ class ParamLayout {
 
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   int64_t total() const { return total_; }
-  const ParamTensor& find(const std::string& name) const;  // UserError if absent
+  const ParamTensor& find(const std::string& name) const;  ///< UserError if absent
 
-  // Offsets of the named tensors; on a pipeline stage only those it holds are valid.
+  /// Offsets of the named tensors; on a pipeline stage only those it holds are valid.
   int64_t wte() const { return wte_; }
   int64_t wpe() const { return wpe_; }
   int64_t lnf_w() const { return lnf_w_; }
@@ -114,8 +117,8 @@ class ParamLayout {
   int final_unit() const { return num_units() - 1; }
   const ModelConfig& model() const { return model_; }
 
-  // Writes the initial value of elements [begin, end) of the flat buffer (any range:
-  // a shard gets exactly the values the whole buffer has there).
+  /// Writes the initial value of elements [begin, end) of the flat buffer (any range:
+  /// a shard gets exactly the values the whole buffer has there).
   template <class T>
   void init_range(uint64_t seed, int64_t begin, int64_t end, T* out) const;
 
