@@ -239,7 +239,7 @@ void GPT2<A>::backward_micro(int slot, G loss_scale) {
   MicroBatch& mb = slots_[size_t(slot)];
   invariant(mb.have_targets, "backward() needs a forward() with targets");
   const int l0 = layout_.layer_begin(), l1 = layout_.layer_end();
-  const int C = model_.n_embd, Vp = model_.padded_vocab(), N = B_ * T_, R = rows_;
+  const int C = model_.n_embd, N = B_ * T_, R = rows_;
   const VocabRange vocab = vocab_;
   const bool adds_shared = slice_.rank == 0;
   const int embed = ParamLayout::kEmbeddingUnit, final = layout_.final_unit();
@@ -274,19 +274,22 @@ void GPT2<A>::backward_micro(int slot, G loss_scale) {
     store_->release(unit, Pass::Backward);
     store_->grads_done(unit);
   }
-  if (first_stage()) {
-    // Every rank needs the gradient of all N rows of the embedding (its vocabulary rows
-    // may be any token's); every rank computes wpe's gradient from it (the same on each).
-    const A* d_embedded =
-        hooks_->gather_output_grad(Site::Embedding, mb.d_resid.data(), scratch_.d_full.data(), R, C);
-    for_each_position_run([&](size_t row, int B, int T, int pos0) {
-      embedding_piece_backward(ctx_, GE(layout_.wte()), GE(layout_.wpe()), d_embedded + row * C,
-                               mb.inputs.data() + row, vocab, pos0, B, T, C, Vp);
-    });
-  }
+  if (first_stage()) embedding_backward(mb, GE(layout_.wte()), GE(layout_.wpe()));
   store_->grads_done(embed);
   store_->release(embed, Pass::Backward);
   mb.have_targets = false;  // d_logits was consumed
+}
+
+template <class A>
+void GPT2<A>::embedding_backward(MicroBatch& mb, G* dwte, G* dwpe) {
+  const int C = model_.n_embd, Vp = model_.padded_vocab(), R = rows_;
+  // Every rank needs the gradient of all N rows of the embedding (its vocabulary rows
+  // may be any token's); every rank computes wpe's gradient from it (the same on each).
+  const A* d_embedded = hooks_->gather_output_grad(Site::Embedding, mb.d_resid.data(), scratch_.d_full.data(), R, C);
+  for_each_position_run([&](size_t row, int B, int T, int pos0) {
+    embedding_piece_backward(ctx_, dwte, dwpe, d_embedded + row * C, mb.inputs.data() + row, vocab_, pos0, B, T, C,
+                             Vp);
+  });
 }
 
 template <class A>
@@ -326,7 +329,7 @@ void GPT2<A>::backward_weight_micro(int slot) {
   MicroBatch& mb = slots_[size_t(slot)];
   invariant(mb.input_done, "backward_weight_micro needs the slot's backward_input_micro first");
   const int l0 = layout_.layer_begin(), l1 = layout_.layer_end();
-  const int C = model_.n_embd, Vp = model_.padded_vocab(), R = rows_;
+  const int C = model_.n_embd, R = rows_;
   const bool adds_shared = slice_.rank == 0;
   const int embed = ParamLayout::kEmbeddingUnit, final = layout_.final_unit();
   // The fused backward's order of units: the head, the blocks last to first, the embedding.
@@ -355,14 +358,7 @@ void GPT2<A>::backward_weight_micro(int slot) {
     store_->release(unit, Pass::Backward);
     store_->grads_done(unit);
   }
-  if (first_stage()) {  // the embedding's gradients are weight gradients only
-    const A* d_embedded =
-        hooks_->gather_output_grad(Site::Embedding, mb.d_resid.data(), scratch_.d_full.data(), R, C);
-    for_each_position_run([&](size_t row, int B, int T, int pos0) {
-      embedding_piece_backward(ctx_, GE(layout_.wte()), GE(layout_.wpe()), d_embedded + row * C,
-                               mb.inputs.data() + row, vocab_, pos0, B, T, C, Vp);
-    });
-  }
+  if (first_stage()) embedding_backward(mb, GE(layout_.wte()), GE(layout_.wpe()));  // weight gradients only
   store_->grads_done(embed);
   store_->release(embed, Pass::Backward);
   mb.input_done = false;

@@ -225,6 +225,8 @@ class GPT2 {
     bool input_done = false;
   };
   std::vector<MicroBatch> slots_;
+  // The embedding's backward from the gradient of the stage input (first stage).
+  void embedding_backward(MicroBatch& mb, G* dwte, G* dwpe);
   DeviceArray<A> embedded_;  ///< sequence parallelism: the embedding's partial sums over all rows
   BlockScratch<A> scratch_;  ///< shared by every block's pass
   /// Runs of consecutive positions among the local tokens: (first local t, length,
