@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The pipeline bubble on CPU ranks, measured against theory, for every schedule of
+# stages 07-09: GPipe (07), 1F1B (08), interleaved 1F1B with 2 chunks per rank and ZB-H1
+# (09), at p in {2, 4} and m in {4, 8, 16}. Each run prints its measured bubble per rank
+# (1 - compute time / the step's makespan, pipeline_report.h) and the theory for the
+# pipeline's measured mean forward, backward and weight-half times; this script collects
+# the mean over the ranks into one table.
+#
+#   scripts/bench_pipeline.sh [P ...]     (default: 2 4; uses build/, GPT_BUILD_DIR overrides)
+#
+# Model: configs/small.json with 8 layers of width 384 (6 heads) and sequences of 32
+# tokens, micro-batches of 4 sequences: the matmuls dominate a layer's time, as on a GPU.
+# One thread per rank. A run with more ranks than cores measures the contention for the
+# cores too (the table says how many cores there are).
+set -euo pipefail
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$GPT_ROOT"
+bin="$(abs_dir "$GPT_BUILD_DIR")/stages"
+for s in 07_pipeline_gpipe 08_pipeline_1f1b 09_pipeline_interleaved; do
+  [[ -x "$bin/$s/train" ]] || die "$bin/$s/train is missing: build first"
+done
+[[ -f data/fortunes/train.bin ]] || die "data/fortunes is missing: datasets/prepare_fortunes.sh data/fortunes build/bin/prepare"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+model=(--set n_layer=8 --set n_embd=384 --set n_head=6 --set seq_len=32 --set micro_batch_size=4 --set threads=1
+       --set steps=6 --set val_batches=0 --set sample_tokens=0 --set checkpoint_at_end=false)
+ranks=("$@")
+((${#ranks[@]} > 0)) || ranks=(2 4)
+echo "pipeline bubble, CPU ranks ($(getconf _NPROCESSORS_ONLN) cores), $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD)"
+printf '%-12s %2s %3s %2s | %9s %9s %7s | %s\n' schedule p m v measured theory diff "per rank"
+for p in "${ranks[@]}"; do
+  for m in 4 8 16; do
+    for sched in gpipe 1f1b interleaved zb-h1; do
+      v=1 stage=09_pipeline_interleaved extra=(--set schedule="$sched")
+      case $sched in
+        gpipe) stage=07_pipeline_gpipe extra=() ;;
+        1f1b) stage=08_pipeline_1f1b extra=() ;;
+        interleaved) v=2 extra+=(--set virtual_stages=2) ;;
+      esac
+      log="$work/$sched-$p-$m.log"
+      mpirun -np "$p" --oversubscribe --bind-to none "$bin/$stage/train" --config configs/small.json "${model[@]}" \
+        --set pp="$p" --set batch_size=$((4 * m)) "${extra[@]}" --set run_dir="$work/$sched-$p-$m" > "$log" 2>&1 ||
+        { tail -20 "$log"; die "run $sched p=$p m=$m failed"; }
+      line=$(grep -m1 "pipeline bubble" "$log")
+      measured=$(sed -E 's/.*\| mean ([0-9.]+)%.*/\1/' <<< "$line")
+      theory=$(sed -E 's/.*\| theory ([0-9.]+)%.*/\1/' <<< "$line")
+      per_rank=$(sed -E 's/.*measured\): (.*) \| mean.*/\1/' <<< "$line")
+      printf '%-12s %2d %3d %2d | %8.1f%% %8.1f%% %+6.1f | %s\n' "$sched" "$p" "$m" "$v" "$measured" "$theory" \
+        "$(/usr/bin/python3 -c "print($measured - $theory)")" "$per_rank"
+    done
+  done
+done
