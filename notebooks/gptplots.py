@@ -19,6 +19,7 @@ SPAN_COLOURS = [
     ("gather", "#2A9D8F"),
     ("ring_attention_block", "#55A868"),
     ("ring_", "#64B5CD"),
+    ("recv_", "#F2B880"),
 ]
 
 
@@ -109,6 +110,62 @@ def timeline(ax, traces, step=-1, lanes=((0, "main"), (1, "comm thread")), label
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlabel("ms from the step's start (each rank's own clock)")
     return windows
+
+
+def typical_step(bubbles):
+    """The step to draw of a pipeline run: of the steps after the first (it pays for first
+    touches), the one whose bubble, averaged over the ranks, is the median. bubbles: the
+    {rank: [bubble per step]} of gptruns.pipeline_bubbles."""
+    n = min(len(b) for b in bubbles.values())
+    steps = list(range(1, n)) if n > 1 else [0]
+    steps.sort(key=lambda k: np.mean([b[k] for b in bubbles.values()]))
+    return steps[len(steps) // 2]
+
+
+def pipeline_timeline(ax, traces, step=-1, labels=None, colour_of=None, idle="#EFEFEF"):
+    """Draws one step of a pipeline's schedule: a row per rank, from the step's barrier (each
+    rank's own clock) to the end of the slowest rank's schedule. The light background is
+    the step's makespan: where it shows, the rank computes nothing (idle); on it, the
+    rank's computation spans (gptruns.COMPUTE_SPANS), and thin bars where it waits for a
+    message or for its sends (idle too).
+
+    step: the step (0-based, -1 the last) of gptruns.pipeline_windows. labels: {rank: [text
+    of the rank's n-th computation span]} (from gptruns.read_schedule), written on the
+    spans. colour_of(span, rank, n) -> (colour, legend label) of the rank's n-th
+    computation span; by default by the span's name. Returns ({rank: (start, end)} of the
+    windows drawn, in microseconds of each rank's clock; the makespan in ms)."""
+    windows = {r: gptruns.pipeline_windows(ev)[step] for r, ev in traces.items()}
+    makespan = max(t1 - t0 for t0, t1 in windows.values()) / 1e3
+    drawn = set()
+
+    def bar(start, width, y, height, face, name):
+        ax.broken_barh([(start, width)], (y - height / 2, height), facecolor=face, edgecolor="white", linewidth=0.5,
+                       label=None if name in drawn else name)
+        drawn.add(name)
+
+    for y, (rank, events) in enumerate(traces.items()):
+        t0, t1 = windows[rank]
+        bar(0, makespan, y, 0.9, idle, "idle (the step's makespan)")
+        n = 0
+        for e in top_level(events):
+            if not (t0 <= e["ts"] < t1 and e["name"] in gptruns.SCHEDULE_SPANS):
+                continue
+            start, width = (e["ts"] - t0) / 1e3, e["dur"] / 1e3
+            if e["name"] in gptruns.COMPUTE_SPANS:
+                face, name = colour_of(e, rank, n) if colour_of else (colour(e["name"]), e["name"])
+                bar(start, width, y, 0.8, face, name)
+                if labels and n < len(labels.get(rank, [])) and width > makespan * 0.02:
+                    ax.text(start + width / 2, y, labels[rank][n], ha="center", va="center", fontsize=7, color="white")
+                n += 1
+            else:
+                bar(start, width, y, 0.25, colour(e["name"]),
+                    "waiting for a message" if e["name"].startswith("recv") else "waiting for sends")
+    ax.set_yticks(range(len(traces)))
+    ax.set_yticklabels([f"rank {r}" for r in traces])
+    ax.set_ylim(len(traces) - 0.5, -0.5)
+    ax.set_xlim(0, makespan * 1.01)
+    ax.set_xlabel("ms from the step's barrier (each rank's own clock)")
+    return windows, makespan
 
 
 def overlap_ms(events, comm_name, during_name, window, comm_lane=1, during_lane=0):

@@ -109,6 +109,103 @@ def step_starts(events):
     return sorted(e["ts"] for e in events if e["name"] == "zero_grads" and e.get("tid", 0) == 0)
 
 
+# ---------------------------------------------------------------------------------------
+# Pipelines (stages 07-09): what the trainer prints, the schedule, the bubble from traces.
+
+# The spans of a pipeline rank's trace that are computation: a forward, a whole backward,
+# or (ZB-H1) a backward's input half and its weight half. Everything else inside a step's
+# schedule (waiting for a message, for sends to finish) or no span at all is idle time.
+COMPUTE_SPANS = ("forward", "backward", "backward_input", "backward_weight")
+SCHEDULE_SPANS = COMPUTE_SPANS + ("recv_activation", "recv_gradient", "wait_send", "wait_sends")
+
+
+def pipeline_report(run):
+    """What a pipeline trainer printed (stdout.txt of the run directory):
+      ranks   {rank: {"stage", "in_flight", "bound", "activations_mib", "slots", "peak_mib"}},
+              the line every rank prints after the first step
+      bubble  {rank: idle share} and bubble_mean, theory: the last line of the run
+    (the numbers as printed: percentages as fractions, MiB with two decimals)."""
+    with open(os.path.join(run.dir, "stdout.txt")) as f:
+        text = f.read()
+    ranks = {}
+    for m in re.finditer(r"^rank (\d+) \(stage (\d+) of \d+\): micro-batches in flight (\d+) \(schedule's bound "
+                         r"(\d+)\), activations ([\d.]+) MiB \((\d+) slots\), peak memory ([\d.]+) MiB", text, re.M):
+        ranks[int(m[1])] = {"stage": int(m[2]), "in_flight": int(m[3]), "bound": int(m[4]),
+                            "activations_mib": float(m[5]), "slots": int(m[6]), "peak_mib": float(m[7])}
+    if not ranks:
+        raise ValueError(f"{run.dir}/stdout.txt has no 'micro-batches in flight' line: not a pipeline run?")
+    out = {"ranks": dict(sorted(ranks.items()))}
+    m = re.search(r"^pipeline bubble .*?:(?P<ranks>( rank \d+ [\d.]+%)+) \| mean (?P<mean>[\d.]+)% \| "
+                  r"theory (?P<theory>[\d.]+)%", text, re.M)
+    if m:
+        out["bubble"] = {int(r): float(v) / 100 for r, v in re.findall(r"rank (\d+) ([\d.]+)%", m["ranks"])}
+        out["bubble_mean"], out["theory"] = float(m["mean"]) / 100, float(m["theory"]) / 100
+    return out
+
+
+def read_schedule(file_path):
+    """The actions of every rank in the order the rank runs them, from the output of
+    build/bin/pipeline_schedule that scripts/notebook_runs.sh saves (schedule.txt):
+    {rank: [(kind, micro-batch, chunk)]}, kind "F" (forward), "B" (backward, or its input
+    half where a "W" follows) or "W" (the weight half); chunk 0, 1, ... for a, b, ..."""
+    out = {}
+    with open(file_path) as f:
+        for line in f:
+            m = re.match(r"^rank (\d+) \|(.*)\|\s*$", line)
+            if m:
+                out[int(m[1])] = [(k, int(i), ord(c) - ord("a") if c else 0)
+                                  for k, i, c in re.findall(r"([FBW])(\d+)([a-z]?)", m[2])]
+    if not out:
+        raise ValueError(f"{file_path} holds no schedule (lines 'rank R |...|')")
+    return dict(sorted(out.items()))
+
+
+def pipeline_windows(events):
+    """(start, end) in microseconds of every step's schedule on one rank: from its first
+    span of the schedule (a forward, or the wait for its input) to the end of its
+    "wait_sends" span, the executor's last act. A step starts with a barrier of the
+    pipeline ranks, so the starts are one instant on every rank (each in its own clock)."""
+    spans = sorted((e for e in events if e.get("tid", 0) == 0), key=lambda e: e["ts"])
+    out, start, in_step = [], None, False
+    for e in spans:
+        if e["name"] == "zero_grads":  # a step begins
+            start, in_step = None, True
+        elif in_step and e["name"] in SCHEDULE_SPANS:
+            if start is None:
+                start = e["ts"]
+            if e["name"] == "wait_sends":  # the schedule is done; what follows (validation) is no step's
+                out.append((start, e["ts"] + e["dur"]))
+                in_step = False
+    return out
+
+
+def compute_spans(events, window):
+    """A rank's computation spans (COMPUTE_SPANS) inside a window, in time order."""
+    t0, t1 = window
+    return sorted((e for e in events if e.get("tid", 0) == 0 and e["name"] in COMPUTE_SPANS and t0 <= e["ts"] < t1),
+                  key=lambda e: e["ts"])
+
+
+def pipeline_bubbles(traces):
+    """The bubble of every rank in every step, from the traces, as the trainers define it:
+
+        bubble(rank, step) = 1 - busy(rank) / makespan(step)
+
+    busy: the rank's time in computation spans within the step's schedule; makespan: the
+    longest of the ranks' schedule windows (they all start at the step's barrier).
+    Returns ({rank: [bubble per step]}, [makespan per step in microseconds])."""
+    windows = {r: pipeline_windows(ev) for r, ev in traces.items()}
+    n = min(len(w) for w in windows.values())
+    if n == 0:
+        raise ValueError("the traces have no complete pipeline step (no wait_sends span)")
+    makespans = [max(windows[r][k][1] - windows[r][k][0] for r in traces) for k in range(n)]
+    out = {}
+    for r, events in traces.items():
+        busy = [sum(e["dur"] for e in compute_spans(events, windows[r][k])) for k in range(n)]
+        out[r] = [1 - b / s for b, s in zip(busy, makespans)]
+    return out, makespans
+
+
 def read_allreduce(file_path):
     """Rows of bench_allreduce's tables: dicts with implementation, size_mib, ranks, ms,
     algbw and busbw (GB/s). The columns are read from the right, since an

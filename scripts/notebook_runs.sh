@@ -14,7 +14,8 @@
 # manifest.json records the resolved config and the layout, and the trainer's output
 # in stdout.txt):
 #   agree/sNN          30 steps of configs/tiny.json: 01 on one rank, 02-05 at dp 2,
-#                      06 at tp 2, 10 at cp 2; s01_bf16: stage 01 in bf16
+#                      06 at tp 2, 07-09 at pp 2 (09: schedule zb-h1), 10 at cp 2;
+#                      s01_bf16: stage 01 in bf16
 #   memory/sNN_dpK     one step of each stage at dp K = 1, 2, 4 (01: one rank; 06 at
 #                      tp 2 and 10 at cp 2, both zero=3, so 2K ranks)
 #   memory/s06_tpT[_sp], memory/s10_cpC: one step at tp T (sequence parallel or not),
@@ -23,13 +24,18 @@
 #                      (trace.rank<r>.json)
 #   comm/s10_{zigzag,contiguous}: stage 10 at cp 4, seq_len 256, traced
 #   comm/allreduce.txt bench_allreduce's tables on 2, 3 and 4 ranks, 1/16 to 16 MiB
+#   pipe/s07, pipe/s08, pipe/s09_{gpipe,1f1b,interleaved,zb-h1}: configs/small.json at
+#                      pp 2 with 4 micro-batches, 5 steps, traced; 09 interleaved with 2
+#                      chunks per rank; schedule.txt: pipeline_schedule's list of actions
+#   pipe/sNN_pp4_mM    stages 07 and 08 at pp 4 (4 layers), M = 1, 2, 4, 8 micro-batches
+#                      of one sequence, one step (the micro-batches in flight per rank)
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 case "${1:-}" in
   -h | --help)
-    sed -n '2,26s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    sed -n '2,32s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
     exit 0
     ;;
 esac
@@ -38,19 +44,21 @@ out="$(abs_dir "${1:-${GPT_NOTEBOOK_RUNS:-runs/notebooks}}")"
 build="$(abs_dir "$GPT_BUILD_DIR")"
 cd "$GPT_ROOT"
 
-stages=(01_single_gpu 02_ddp 03_zero1 04_zero2 05_zero3 06_tensor_parallel 10_context_parallel)
+stages=(01_single_gpu 02_ddp 03_zero1 04_zero2 05_zero3 06_tensor_parallel 07_pipeline_gpipe 08_pipeline_1f1b
+  09_pipeline_interleaved 10_context_parallel)
 targets=()
 for s in "${stages[@]}"; do
   [[ -x "$build/stages/$s/train" ]] || targets+=("train_$s")
 done
 [[ -x "$build/bin/bench_allreduce" ]] || targets+=(bench_allreduce)
 [[ -x "$build/bin/prepare" ]] || targets+=(prepare)
+[[ -x "$build/bin/pipeline_schedule" ]] || targets+=(pipeline_schedule)
 ((${#targets[@]} == 0)) || build_preset default "$GPT_BUILD_DIR" "${targets[@]}"
 prepare_default_data
 
 [[ "$out" != "$GPT_ROOT" && "$out" != / ]] || die "refusing to empty $out"
 rm -rf "$out"
-mkdir -p "$out"/{agree,memory,comm}
+mkdir -p "$out"/{agree,memory,comm,pipe}
 
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 start=$SECONDS
@@ -82,6 +90,9 @@ run agree/s01 1 01 "${agree[@]}"
 run agree/s01_bf16 1 01 "${agree[@]}" precision=bf16
 for s in 02 03 04 05; do run "agree/s$s" 2 "$s" "${agree[@]}"; done
 run agree/s06 2 06 "${agree[@]}" tp=2
+run agree/s07 2 07 "${agree[@]}" pp=2
+run agree/s08 2 08 "${agree[@]}" pp=2
+run agree/s09 2 09 "${agree[@]}" pp=2 schedule=zb-h1  # interleaving needs 4 layers; tiny has 2
 run agree/s10 2 10 "${agree[@]}" cp=2
 
 log "memory: one step of each stage at dp 1, 2, 4"
@@ -115,6 +126,35 @@ for ranks in 2 3 4; do
   for mib in 0.0625 0.25 1 4 16; do
     mpirun -np "$ranks" "${mpirun_args[@]}" "$build/bin/bench_allreduce" "$mib" 5 >> "$out/comm/allreduce.txt" ||
       die "bench_allreduce on $ranks ranks, $mib MiB failed"
+  done
+done
+
+log "pipelines: stages 07-09 at pp 2 traced, and the micro-batches in flight at pp 4"
+# p = 2 ranks, m = 4 micro-batches of 2 sequences; 09 runs every schedule on that shape.
+# Each traced directory also gets the schedule's list of actions per rank (schedule.txt),
+# which names the micro-batch and chunk of the n-th forward or backward span of a rank.
+p=2 m=4
+pipe=(config=configs/small.json steps=5 batch_size=$((2 * m)) micro_batch_size=2 val_batches=0 "pp=$p")
+traced() { # traced DIR STAGE SCHEDULE [key=value...]
+  local dir=$1 stage=$2 schedule=$3 v=1 kv
+  shift 3
+  for kv in "$@"; do [[ "$kv" != virtual_stages=* ]] || v="${kv#virtual_stages=}"; done
+  run "$dir" "$p" "$stage" "${pipe[@]}" "$@" trace_file="$out/$dir/trace"
+  "$build/bin/pipeline_schedule" --schedule "$schedule" --pp "$p" --micro "$m" --virtual "$v" \
+    > "$out/$dir/schedule.txt" || die "pipeline_schedule --schedule $schedule failed"
+}
+traced pipe/s07 07 gpipe
+traced pipe/s08 08 1f1b
+for schedule in gpipe 1f1b interleaved zb-h1; do
+  if [[ "$schedule" == interleaved ]]; then
+    traced "pipe/s09_$schedule" 09 "$schedule" schedule="$schedule" virtual_stages=2
+  else
+    traced "pipe/s09_$schedule" 09 "$schedule" schedule="$schedule"
+  fi
+done
+for micro in 1 2 4 8; do
+  for s in 07 08; do
+    run "pipe/s${s}_pp4_m$micro" 4 "$s" n_layer=4 pp=4 batch_size="$micro" micro_batch_size=1 steps=1 val_batches=0
   done
 done
 
