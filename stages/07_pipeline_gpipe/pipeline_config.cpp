@@ -13,8 +13,9 @@ void check_pipeline(const Config& cfg, int pp, int micro_batches) {
               (v > 1 ? " x virtual_stages=" + std::to_string(v) : "") +
               ": every pipeline stage needs at least one layer");
   require(cfg.zero <= 1, "zero=" + std::to_string(cfg.zero) +
-                             ": a pipeline runs with zero=0 or zero=1; ZeRO-2 and -3 would reduce or gather every "
-                             "micro-batch's gradients or weights, m times a step, while the pipeline interleaves them");
+                             ": a pipeline runs with zero=0 or zero=1; ZeRO-2 and -3 reduce every micro-batch's "
+                             "gradients inside its backward, where the tied wte cannot be summed between the first and "
+                             "the last stage without a deadlock (stage 07's README)");
   require(micro_batches >= 1, "batch_size=" + std::to_string(cfg.batch_size) +
                                   " gives no micro-batch per data-parallel rank (micro_batch_size x dp is larger)");
 }
