@@ -475,6 +475,23 @@ void check_layernorm(int N, int C, unsigned seed) {
   check_same("dinp, second run", d_dinp.values(), dinp1);
   check_same("dw, second run", d_dw.values(), dw1);
   check_same("db, second run", d_db.values(), db1);
+
+  // The two halves apart (a zero-bubble schedule's input and weight halves): each leaves
+  // the other's outputs alone and gives the fused call's bits.
+  d_dinp.set(dinp0);
+  d_dw.set(dw0);
+  d_db.set(db0);
+  gpt::cuda::layernorm_backward(d_dinp.get(), static_cast<float*>(nullptr), static_cast<float*>(nullptr), d_dout.get(),
+                                d_x.get(), d_w.get(), d_mean.get(), d_rstd.get(), N, C);
+  sync("layernorm_backward, input half");
+  check_same("dinp, input half", d_dinp.values(), dinp1);
+  check_same("dw untouched by the input half", d_dw.values(), dw0);
+  gpt::cuda::layernorm_backward(static_cast<A*>(nullptr), d_dw.get(), d_db.get(), d_dout.get(), d_x.get(), d_w.get(),
+                                d_mean.get(), d_rstd.get(), N, C);
+  sync("layernorm_backward, weight half");
+  check_same("dw, weight half", d_dw.values(), dw1);
+  check_same("db, weight half", d_db.values(), db1);
+  check_same("dinp untouched by the weight half", d_dinp.values(), dinp1);
   check_guards(d_x, d_w, d_b, d_out, d_mean, d_rstd, d_dout, d_dinp, d_dw, d_db);
 }
 
