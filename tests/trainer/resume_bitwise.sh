@@ -3,23 +3,29 @@
 # on CPU fp32, give identical per-step losses and identical parameters and AdamW
 # moments, bit for bit (the checkpoint files are compared byte by byte).
 # Usage: resume_bitwise.sh TRAIN PREPARE WORKDIR ROOT
+#   LAUNCH="mpirun -np 2 --oversubscribe" in the environment runs a multi-rank stage;
+#   KEYS="key=value ..." adds its layout keys (applied after the defaults above).
 set -euo pipefail
 TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+read -r -a launch <<< "${LAUNCH:-}"
+TRAIN_CMD=("${launch[@]}" "$TRAIN")
 source "$(dirname "$0")/common.sh"
 rm -rf "$WORK" && mkdir -p "$WORK"
 make_corpus "$WORK" "$PREPARE"
 D="$WORK/data"
 common=(--set steps=10 --set val_every=0 --set sample_tokens=0 --set precision=fp32)
+for kv in ${KEYS:-}; do common+=(--set "$kv"); done
 
 # A: 10 steps in one go, writing a checkpoint at step 5 and at the end (all kept).
-"$TRAIN" $(tiny_args "$D" "$WORK/straight") "${common[@]}" --set checkpoint_every=5 \
+"${TRAIN_CMD[@]}" $(tiny_args "$D" "$WORK/straight") "${common[@]}" --set checkpoint_every=5 \
   --set keep_checkpoints=0 > "$WORK/straight.log"
 # B: a new process and run directory that starts from A's step-5 checkpoint (only that
 # directory is copied over) and trains steps 6-10 — with 2 threads where A had 1: the
 # kernels reduce in an order independent of the thread count, so that changes no bit.
 mkdir -p "$WORK/split"
 cp -r "$WORK/straight/step_00000005" "$WORK/split/"
-"$TRAIN" $(tiny_args "$D" "$WORK/split") "${common[@]}" --set resume=latest --set threads=2 > "$WORK/resumed.log"
+"${TRAIN_CMD[@]}" $(tiny_args "$D" "$WORK/split") "${common[@]}" --set resume=latest --set threads=2 > "$WORK/resumed.log"
 
 grep -q "resumed from" "$WORK/resumed.log" || { echo "FAIL: the second half did not resume"; exit 1; }
 losses() { grep '"kind":"train"' "$1" | sed -E 's/.*"loss":([^,]*),.*"step":([0-9]+).*/\2 \1/' | sort -n; }
