@@ -7,7 +7,7 @@
 
 namespace gpt {
 
-std::vector<GradBucket> make_buckets(const ParamLayout& layout, double bucket_mb) {
+std::vector<GradBucket> make_buckets(const ParamLayout& layout, double bucket_mb, bool embeddings_alone) {
   const int64_t bucket_elems = std::max<int64_t>(1, int64_t(bucket_mb * 1024 * 1024 / sizeof(float)));
   std::vector<int> order = {layout.final_unit()};
   for (int l = layout.layer_end() - 1; l >= layout.layer_begin(); --l) order.push_back(layout.block_unit(l));
@@ -15,7 +15,8 @@ std::vector<GradBucket> make_buckets(const ParamLayout& layout, double bucket_mb
   std::vector<GradBucket> buckets;
   for (int u : order) {
     const Unit& unit = layout.unit(u);
-    if (buckets.empty() || buckets.back().end - buckets.back().begin >= bucket_elems)
+    const bool alone = embeddings_alone && u == ParamLayout::kEmbeddingUnit;
+    if (buckets.empty() || buckets.back().end - buckets.back().begin >= bucket_elems || alone)
       buckets.push_back({unit.begin, unit.end, {}});
     GradBucket& b = buckets.back();
     b.begin = std::min(b.begin, unit.begin);  // reverse layout order: the range grows downwards

@@ -33,7 +33,9 @@ struct GradBucket {
   int64_t begin, end;
   std::vector<int> units;
 };
-std::vector<GradBucket> make_buckets(const ParamLayout& layout, double bucket_mb);
+// With embeddings_alone the embeddings' unit gets a bucket of its own (a pipeline stage
+// reduces the tied wte once a step, after the two stages holding it have summed it).
+std::vector<GradBucket> make_buckets(const ParamLayout& layout, double bucket_mb, bool embeddings_alone = false);
 
 class GradSync : public WeightStore<float> {
  public:

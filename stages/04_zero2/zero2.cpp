@@ -7,10 +7,11 @@
 
 namespace gpt {
 
-Zero2Store::Zero2Store(const ParamLayout& layout, Communicator& dp, float* params, double bucket_mb)
+Zero2Store::Zero2Store(const ParamLayout& layout, Communicator& dp, float* params, double bucket_mb,
+                       bool embeddings_alone)
     : layout_(layout), dp_(dp), params_(params),
       shard_(shard_of(layout.total(), dp.size(), dp.rank())),
-      buckets_(make_buckets(layout, bucket_mb)), reduce_comm_(dp.split(0, dp.rank())) {
+      buckets_(make_buckets(layout, bucket_mb, embeddings_alone)), reduce_comm_(dp.split(0, dp.rank())) {
   bucket_of_unit_.assign(layout.num_units(), -1);
   for (size_t b = 0; b < buckets_.size(); ++b)
     for (int u : buckets_[b].units) bucket_of_unit_[u] = int(b);

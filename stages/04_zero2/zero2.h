@@ -37,7 +37,9 @@ namespace gpt {
 class Zero2Store : public WeightStore<float> {
  public:
   // params: the whole model (every rank keeps all weights in ZeRO-1 and -2).
-  Zero2Store(const ParamLayout& layout, Communicator& dp, float* params, double bucket_mb);
+  // embeddings_alone: the embeddings' unit in a bucket of its own (make_buckets).
+  Zero2Store(const ParamLayout& layout, Communicator& dp, float* params, double bucket_mb,
+             bool embeddings_alone = false);
 
   const float* acquire(int unit, Pass) override { return params_ + layout_.unit(unit).begin; }
   float* grads(int unit) override;

@@ -50,7 +50,10 @@ LocalZero::LocalZero(const Config& cfg, GPT2<float>& model, const RankLayout& sl
         },
         cfg.bucket_mb);
   } else if (zero_ == 2) {
-    sharded_ = std::make_unique<Zero2Store>(layout, dp, params_, cfg.bucket_mb);
+    // A pipeline stage (stages 07-09) reduces its tied wte once a step, after the first
+    // and the last stage have summed it: its unit needs a bucket of its own.
+    const bool pipeline_stage = layout.layer_begin() > 0 || layout.layer_end() < cfg.model.n_layer;
+    sharded_ = std::make_unique<Zero2Store>(layout, dp, params_, cfg.bucket_mb, /*embeddings_alone=*/pipeline_stage);
   } else {
     sharded_ = std::make_unique<Zero3Store>(layout, dp, shard_params_, cfg.bucket_mb, /*prefetch=*/true);
   }

@@ -8,13 +8,12 @@
 namespace gpt {
 
 // UserErrors naming the key: n_layer below pp x virtual_stages (every virtual stage runs
-// at least one layer); zero above 1; fewer micro-batches than a schedule can run.
-// ZeRO-2 and -3 are refused. They reduce each micro-batch's gradients into the shards as
-// its backward finishes a unit, so the tied wte's two halves would have to be summed
-// between the first and the last stage inside every backward; there the last stage would
-// wait for the first, which waits for the gradient the last has not sent yet (see
-// tied_embedding.h). ZeRO-3's prefetch also expects passes in model order, which a
-// schedule interleaves. DeepSpeed refuses the same combinations.
+// at least one layer); zero=3; fewer micro-batches than a schedule can run.
+// ZeRO-2 runs: it reduces each micro-batch's gradients as its backward finishes a unit,
+// except the tied wte's, which the first and the last stage first sum once a step
+// (tied_embedding.h). ZeRO-3 is refused: its store gathers each unit with a prefetch that
+// expects the passes in model order (forward 0..L, backward L..0, one pass after the
+// other), and a schedule interleaves forwards and backwards of different micro-batches.
 void check_pipeline(const Config& cfg, int pp, int micro_batches);
 
 // One line per pipeline stage: its layers, and what else it holds.

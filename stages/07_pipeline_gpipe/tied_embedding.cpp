@@ -14,22 +14,28 @@ std::unique_ptr<Communicator> tied_embedding_group(Communicator& pp) {
   return group;
 }
 
-TiedEmbeddingGrads::TiedEmbeddingGrads(const ParamLayout& layout, Communicator* ends, WeightStore<float>& inner)
-    : layout_(layout), inner_(inner), ends_(ends) {
+TiedEmbeddingGrads::TiedEmbeddingGrads(const ParamLayout& layout, Communicator* ends, WeightStore<float>& inner,
+                                       bool every_backward)
+    : layout_(layout), inner_(inner), ends_(ends), every_backward_(every_backward) {
   invariant(!ends || layout.has_embeddings() || layout.has_head(),
             "TiedEmbeddingGrads: a chunk without wte has nothing to sum between the pipeline's ends");
 }
 
 void TiedEmbeddingGrads::grads_done(int unit) {
-  if (unit == ParamLayout::kEmbeddingUnit && last_) {
+  if (unit == ParamLayout::kEmbeddingUnit && every_backward_ && ends_) {
+    held_ = true;  // summed and handed on once a step, at finish()
+    return;
+  }
+  if (unit == ParamLayout::kEmbeddingUnit && last_ && !every_backward_) {
     invariant(!held_, "TiedEmbeddingGrads: finish() was not called after the last step");
     held_ = true;
     return;
   }
-  inner_.grads_done(unit);
+  inner_.grads_done(unit);  // a stage without wte, or a store that reduces every backward alone
 }
 
 void TiedEmbeddingGrads::finish() {
+  if (every_backward_ && !ends_) return;  // handed on after every backward already
   invariant(held_, "TiedEmbeddingGrads::finish: the step's last backward has not run");
   held_ = false;
   if (ends_) {

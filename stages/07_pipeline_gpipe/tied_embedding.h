@@ -14,7 +14,9 @@
 // it holds back the embedding unit's "gradient done" until finish(), which the driver
 // calls after the schedule has run. Summing inside the backward would hang: the last
 // stage would wait for the first in the all-reduce before sending the gradient the first
-// stage is waiting for.
+// stage is waiting for. A store that reduces every backward's gradients (ZeRO-2) gets
+// the embedding unit once a step, at finish(), with the micro-batches' wte gradients
+// accumulated in its bucket meanwhile (a bucket of its own: Zero2Store's embeddings_alone).
 #pragma once
 #include <memory>
 
@@ -33,7 +35,10 @@ class TiedEmbeddingGrads : public WeightStore<float> {
   // layout: the local layout of a stage (a model chunk); ends: tied_embedding_group's
   // result where this chunk holds wte (the first or the last stage), else null; inner: the
   // store whose grads() these are.
-  TiedEmbeddingGrads(const ParamLayout& layout, Communicator* ends, WeightStore<float>& inner);
+  // every_backward: the inner store reduces every backward's gradients (hold the
+  // embedding unit through all of them).
+  TiedEmbeddingGrads(const ParamLayout& layout, Communicator* ends, WeightStore<float>& inner,
+                     bool every_backward = false);
 
   // Whether the coming backward ends the step's accumulation (its embedding unit is
   // then held back until finish()).
@@ -51,6 +56,7 @@ class TiedEmbeddingGrads : public WeightStore<float> {
   const ParamLayout& layout_;
   WeightStore<float>& inner_;
   Communicator* ends_;  // the first and the last stage's ranks (null: nothing to sum here)
+  bool every_backward_;
   bool last_ = true, held_ = false;
 };
 

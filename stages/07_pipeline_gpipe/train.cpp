@@ -1,5 +1,5 @@
 // Stage 07: pipeline parallelism with the GPipe schedule, composed with tensor
-// parallelism (stage 06) and data parallelism with ZeRO 0 or 1. The ranks form a
+// parallelism (stage 06) and data parallelism with ZeRO 0, 1 or 2. The ranks form a
 // dp x pp x tp mesh: the pp ranks of a pipeline hold consecutive ranges of layers
 // (stages; the first also the embeddings, the last ln_f and the tied LM head) and pass
 // each micro-batch's activations forward and their gradients back.
@@ -9,7 +9,7 @@
 //                   wte's gradient summed between the first and the last stage
 //                   (tied_embedding.h); the data-parallel store reduces over dp
 //                   the global norm (each element counted once), AdamW on this rank's
-//                   range of its local buffer, all-gather over dp for zero=1
+//                   range of its local buffer, all-gather over dp for zero=1 and 2
 // See schedule.h for the schedule, and README.md for the lesson.
 #include <omp.h>
 
@@ -73,7 +73,7 @@ int train_ranks(Run& run) {
   // schedule keeps in flight.
   const PipeSchedule schedule = gpipe_schedule(pp.size(), pp.rank(), accum);
   const LayerRange layers = stage_layers(cfg.model.n_layer, pp.size(), pp.rank());
-  GPT2<float> model(cfg.model, B, T, device, precision, /*own_weights=*/true,
+  GPT2<float> model(cfg.model, B, T, device, precision, /*own_weights=*/cfg.zero <= 1,
                     ModelSlice<float>{tp.size(), tp.rank(), sp, &hooks, {}, layers, max_in_flight(schedule, 0)});
   const ParamLayout& layout = model.layout();  // the local buffer's tensors and units
   const ParamLayout global(cfg.model);
@@ -97,7 +97,8 @@ int train_ranks(Run& run) {
   zero.weights_from_master();
   SequenceParallelGrads<float> sp_grads(layout, tp, zero.store());
   const std::unique_ptr<Communicator> ends = tied_embedding_group(pp);  // the first and the last stage
-  TiedEmbeddingGrads tied(layout, ends.get(), sp ? static_cast<WeightStore<float>&>(sp_grads) : zero.store());
+  TiedEmbeddingGrads tied(layout, ends.get(), sp ? static_cast<WeightStore<float>&>(sp_grads) : zero.store(),
+                          zero.reduces_every_backward());
   model.set_store(&tied);
   PipelineExecutor pipeline({&model}, pp);
 
@@ -127,7 +128,7 @@ int train_ranks(Run& run) {
     const auto before_backward = [&](int /*chunk*/, int micro) {
       const bool last = micro == accum - 1;  // backwards run in micro-batch order
       zero.set_last_micro(last);
-      sp_grads.set_sum(last);
+      sp_grads.set_sum(zero.reduces_every_backward() || last);
       tied.set_last(last);
     };
     const std::vector<double> losses =

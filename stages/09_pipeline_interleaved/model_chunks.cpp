@@ -20,7 +20,7 @@ std::vector<ModelChunk> make_model_chunks(const Config& cfg, const ParamLayout& 
     const int stage = c * p + pp.rank();
     const LayerRange layers = stage_layers(cfg.model.n_layer, stages, stage);
     k.model = std::make_unique<GPT2<float>>(
-        cfg.model, cfg.micro_batch_size, cfg.seq_len, device, precision, /*own_weights=*/true,
+        cfg.model, cfg.micro_batch_size, cfg.seq_len, device, precision, /*own_weights=*/cfg.zero <= 1,
         ModelSlice<float>{tp.size(), tp.rank(), cfg.sequence_parallel, &hooks, {}, layers, max_in_flight(schedule, c),
                           splits_backward(schedule)});
     k.slices = std::make_unique<RankLayout>(
@@ -32,7 +32,8 @@ std::vector<ModelChunk> make_model_chunks(const Config& cfg, const ParamLayout& 
     WeightStore<float>& inner =
         cfg.sequence_parallel ? static_cast<WeightStore<float>&>(*k.sp_grads) : k.zero->store();
     const bool holds_wte = layout.has_embeddings() || layout.has_head();
-    k.tied = std::make_unique<TiedEmbeddingGrads>(layout, holds_wte ? ends : nullptr, inner);
+    k.tied = std::make_unique<TiedEmbeddingGrads>(layout, holds_wte ? ends : nullptr, inner,
+                                                  k.zero->reduces_every_backward());
     k.model->set_store(k.tied.get());
   }
   return chunks;

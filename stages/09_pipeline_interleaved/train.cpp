@@ -1,7 +1,7 @@
 // Stage 09: pipeline parallelism with v model chunks per rank (virtual stages) and the
 // schedule chosen by `schedule`: interleaved 1F1B (the default), or 1F1B, GPipe or the
 // zero-bubble ZB-H1 on one chunk; composed with tensor parallelism (stage 06) and data
-// parallelism with ZeRO 0 or 1, as stages 07 and 08.
+// parallelism with ZeRO 0, 1 or 2, as stages 07 and 08.
 //   for each step:  zero grads
 //                   run this rank's schedule over the step's m micro-batches on its v
 //                   chunks (pipeline_executor.h): chunk c of rank r is virtual stage c p + r,
@@ -10,7 +10,7 @@
 //                   wte's gradient summed between the first and the last stage; each
 //                   chunk's store reduces over dp
 //                   the global norm (per tensor: the same bits as stage 08's), AdamW on
-//                   each chunk's range of its local buffer, all-gather over dp for zero=1
+//                   each chunk's range of its local buffer, all-gather over dp for zero=1 and 2
 // See schedule_interleaved.h for the schedule, model_chunks.h for the chunks, and
 // README.md for the lesson.
 #include <omp.h>
@@ -136,7 +136,7 @@ int train_ranks(Run& run) {
       const bool last = micro == accum - 1;  // each chunk's backwards run in micro-batch order
       ModelChunk& c = chunks[size_t(chunk)];
       c.zero->set_last_micro(last);
-      c.sp_grads->set_sum(last);
+      c.sp_grads->set_sum(c.zero->reduces_every_backward() || last);
       c.tied->set_last(last);
     };
     const std::vector<double> losses =
