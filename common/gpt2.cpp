@@ -22,6 +22,18 @@ BlockTensors<T> block_tensors(const BlockParams& o, T* unit, int64_t unit_begin)
   return {at(o.ln1_w), at(o.ln1_b), at(o.qkv_w),  at(o.qkv_b), at(o.attproj_w), at(o.attproj_b),
           at(o.ln2_w), at(o.ln2_b), at(o.fc_w),   at(o.fc_b),  at(o.fcproj_w),  at(o.fcproj_b)};
 }
+// A tensor of a unit by its absolute offset: the store hands out the unit's first
+// element, the layout gives absolute offsets.
+template <class T>
+struct UnitView {
+  T* first;
+  int64_t begin;
+  T* operator()(int64_t offset) const { return first + (offset - begin); }
+};
+template <class T>
+UnitView<T> unit_view(T* first, const ParamLayout& layout, int unit) {
+  return {first, layout.unit(unit).begin};
+}
 }  // namespace
 
 template <class A>
@@ -189,11 +201,8 @@ GradOf<A> GPT2<A>::forward_micro(int slot, const int32_t* inputs, const int32_t*
   // Only one rank of a tensor-parallel group adds what every rank holds whole (wpe, the
   // row-parallel biases): the reductions after them must count it once.
   const bool adds_shared = slice_.rank == 0;
-  // Pointers into a unit: the store hands out the unit's first element, the layout
-  // gives absolute offsets.
   const int embed = ParamLayout::kEmbeddingUnit, final = layout_.final_unit();
-  const A* pe = store_->acquire(embed, Pass::Forward);
-  auto PE = [&](int64_t off) { return pe + (off - layout_.unit(embed).begin); };
+  const auto PE = unit_view(store_->acquire(embed, Pass::Forward), layout_, embed);
 
   if (first_stage()) {
     // The embedding of this rank's vocabulary rows, for all N rows: a partial sum under
@@ -215,8 +224,7 @@ GradOf<A> GPT2<A>::forward_micro(int slot, const int32_t* inputs, const int32_t*
     block_forward(ctx_, dims_, w, block_input(mb, l), mb.blocks[size_t(l - l0)], scratch_, *hooks_, B_, T_, R);
     store_->release(unit, Pass::Forward);
   }
-  const A* pf = store_->acquire(final, Pass::Forward);
-  auto PF = [&](int64_t off) { return pf + (off - layout_.unit(final).begin); };
+  const auto PF = unit_view(store_->acquire(final, Pass::Forward), layout_, final);
   if (last_stage())
     head_forward(ctx_, block_input(mb, l1), PF(layout_.lnf_w()), PF(layout_.lnf_b()), PE(layout_.wte()), vocab,
                  mb.head, *hooks_, R, C);
@@ -243,14 +251,10 @@ void GPT2<A>::backward_micro(int slot, G loss_scale) {
   const VocabRange vocab = vocab_;
   const bool adds_shared = slice_.rank == 0;
   const int embed = ParamLayout::kEmbeddingUnit, final = layout_.final_unit();
-  const A* pe = store_->acquire(embed, Pass::Backward);
-  const A* pf = store_->acquire(final, Pass::Backward);
-  G* ge = store_->grads(embed);
-  G* gf = store_->grads(final);
-  auto PE = [&](int64_t off) { return pe + (off - layout_.unit(embed).begin); };
-  auto GE = [&](int64_t off) { return ge + (off - layout_.unit(embed).begin); };
-  auto PF = [&](int64_t off) { return pf + (off - layout_.unit(final).begin); };
-  auto GF = [&](int64_t off) { return gf + (off - layout_.unit(final).begin); };
+  const auto PE = unit_view(store_->acquire(embed, Pass::Backward), layout_, embed);
+  const auto PF = unit_view(store_->acquire(final, Pass::Backward), layout_, final);
+  const auto GE = unit_view(store_->grads(embed), layout_, embed);
+  const auto GF = unit_view(store_->grads(final), layout_, final);
 
   // d loss / d logits: forward() left dloss = 1 per position; the mean over N positions
   // and the accumulation factor scale it. A stage before the last has received the
@@ -302,10 +306,8 @@ void GPT2<A>::backward_input_micro(int slot, G loss_scale) {
   const int C = model_.n_embd, N = B_ * T_, R = rows_;
   const bool adds_shared = slice_.rank == 0;
   const int embed = ParamLayout::kEmbeddingUnit, final = layout_.final_unit();
-  const A* pe = store_->acquire(embed, Pass::Backward);
-  const A* pf = store_->acquire(final, Pass::Backward);
-  auto PE = [&](int64_t off) { return pe + (off - layout_.unit(embed).begin); };
-  auto PF = [&](int64_t off) { return pf + (off - layout_.unit(final).begin); };
+  const auto PE = unit_view(store_->acquire(embed, Pass::Backward), layout_, embed);
+  const auto PF = unit_view(store_->acquire(final, Pass::Backward), layout_, final);
   if (last_stage())
     head_backward_input(ctx_, block_input(mb, l1), PF(layout_.lnf_w()), PE(layout_.wte()), vocab_, mb.head,
                         double(loss_scale / G(N)), mb.d_resid.data(), mb.keep_d_lnf, scratch_, *hooks_, R, C);
@@ -333,14 +335,10 @@ void GPT2<A>::backward_weight_micro(int slot) {
   const bool adds_shared = slice_.rank == 0;
   const int embed = ParamLayout::kEmbeddingUnit, final = layout_.final_unit();
   // The fused backward's order of units: the head, the blocks last to first, the embedding.
-  const A* pe = store_->acquire(embed, Pass::Backward);
-  const A* pf = store_->acquire(final, Pass::Backward);
-  G* ge = store_->grads(embed);
-  G* gf = store_->grads(final);
-  auto PE = [&](int64_t off) { return pe + (off - layout_.unit(embed).begin); };
-  auto GE = [&](int64_t off) { return ge + (off - layout_.unit(embed).begin); };
-  auto PF = [&](int64_t off) { return pf + (off - layout_.unit(final).begin); };
-  auto GF = [&](int64_t off) { return gf + (off - layout_.unit(final).begin); };
+  const auto PE = unit_view(store_->acquire(embed, Pass::Backward), layout_, embed);
+  const auto PF = unit_view(store_->acquire(final, Pass::Backward), layout_, final);
+  const auto GE = unit_view(store_->grads(embed), layout_, embed);
+  const auto GF = unit_view(store_->grads(final), layout_, final);
   if (last_stage())
     head_backward_weight(ctx_, block_input(mb, l1), PF(layout_.lnf_w()), PE(layout_.wte()), GF(layout_.lnf_w()),
                          GF(layout_.lnf_b()), GE(layout_.wte()), vocab_, mb.head, mb.keep_d_lnf, R, C);
