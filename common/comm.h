@@ -77,8 +77,8 @@ class Request {
 };
 
 /// Tags of point-to-point messages are in [0, kMaxTag] (MPI guarantees tags up to 32767;
-/// the one above kMaxTag is the communicators' own, for sendrecv).
-constexpr int kMaxTag = 32766;
+/// the two above kMaxTag are the communicators' own: sendrecv's and the roll call's).
+constexpr int kMaxTag = 32765;
 
 class Communicator {
  public:

@@ -479,7 +479,7 @@ class MpiComm final : public Communicator {
       message = prefix() + "rank " + std::to_string(first->peer) + " did not take our message" + within;
     else
       message = prefix() + op + " over ranks " + format_ranks(world_ranks_) + " did not complete within " +
-                format_seconds(timeout_s_) + " s: a rank is lost or never called " + op;
+                format_seconds(timeout_s_) + " s" + roll_call(op);
     // Withdraw pending receives so MPI never writes into the caller's buffer later.
     for (int i = 0; i < n; ++i)
       if (p[i].receive && p[i].request != MPI_REQUEST_NULL) {
@@ -488,6 +488,59 @@ class MpiComm final : public Communicator {
         MPI_Request_free(&p[i].request);
       }
     fail(message);
+  }
+
+  // A collective that timed out cannot say whom it waited for, so the rank asks: it
+  // sends a note to every other rank of the communicator and listens for theirs for a
+  // grace period (a quarter of the timeout, within [0.25 s, 5 s]). Live ranks stuck in
+  // the same collective time out at about the same moment and do the same; the ranks
+  // never heard from are the lost (or hung) ones. Returns the end of the error message.
+  std::string roll_call(const char* op) {
+    constexpr int kRollCallTag = kMaxTag + 2;  // the communicators' second own tag
+    static int note = 1;  // static: a send to a lost rank may outlive this call
+    const double grace_s = std::clamp(timeout_s_ / 4, 0.25, 5.0);
+    std::vector<int> heard(size_t(size_), 0);
+    std::vector<MPI_Request> receives(size_t(size_), MPI_REQUEST_NULL);
+    {
+      auto g = rt_->guard();
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        MPI_Irecv(&heard[size_t(r)], 1, MPI_INT, r, kRollCallTag, comm_, &receives[size_t(r)]);
+        MPI_Request send = MPI_REQUEST_NULL;
+        MPI_Isend(&note, 1, MPI_INT, r, kRollCallTag, comm_, &send);
+        MPI_Request_free(&send);  // never waited for: the job ends after this call
+      }
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                                   std::chrono::duration<double>(grace_s));
+    std::vector<int> silent;
+    for (;;) {
+      silent.clear();
+      {
+        auto g = rt_->guard();
+        for (int r = 0; r < size_; ++r) {
+          MPI_Request& q = receives[size_t(r)];
+          if (q == MPI_REQUEST_NULL) continue;
+          int flag = 0;
+          MPI_Test(&q, &flag, MPI_STATUS_IGNORE);
+          if (!flag) silent.push_back(r);
+        }
+      }
+      if (silent.empty() || std::chrono::steady_clock::now() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::vector<int> lost;
+    for (int r : silent) {
+      auto g = rt_->guard();
+      MPI_Cancel(&receives[size_t(r)]);  // so MPI never writes into `heard` later
+      MPI_Request_free(&receives[size_t(r)]);
+      lost.push_back(world_ranks_[size_t(r)]);
+    }
+    if (lost.empty())
+      return std::string(", yet every rank answered a roll call: one of them never called ") + op +
+             " (the ranks' calls do not match)";
+    return std::string("; roll call: no message from ") + (lost.size() == 1 ? "rank " : "ranks ") +
+           format_ranks(lost) + " within " + format_seconds(grace_s) + " s more: lost or hung";
   }
 
   // --- staging of GPU buffers through pinned host memory ---

@@ -10,6 +10,10 @@
 #         "No operation waits forever"). The slack is under one more timeout, so a rank
 #         that waits out a second operation after the first timed out (one per bucket
 #         still queued, say) fails the test.
+#   stop-collective  the same hang with allreduce=backend: the peers now time out inside
+#         MPI's own all-reduce, which cannot say whom it waited for; their roll call
+#         (a quarter of the timeout, 3 s here) must name rank 2. The limit keeps its 10 s
+#         of slack beyond timeout + roll call.
 #
 # Usage: rank_lost.sh MODE BIN02 PREPARE WORKDIR ROOT MPIEXEC
 set -euo pipefail
@@ -20,10 +24,12 @@ rm -rf "$WORK" && mkdir -p "$WORK"
 make_corpus "$WORK" "$PREPARE"
 
 COMM_TIMEOUT_S=12
+ALLREDUCE=ring
 case "$MODE" in
   kill) LIMIT=60 ;;
   stop) LIMIT=$((COMM_TIMEOUT_S + 10)) ;;
-  *) echo "rank_lost.sh: MODE is kill or stop, not '$MODE'"; exit 2 ;;
+  stop-collective) MODE=stop ALLREDUCE=backend LIMIT=$((COMM_TIMEOUT_S + COMM_TIMEOUT_S / 4 + 10)) ;;
+  *) echo "rank_lost.sh: MODE is kill, stop or stop-collective, not '$MODE'"; exit 2 ;;
 esac
 RUN="$WORK/run"
 /usr/bin/python3 "$ROOT/tests/zero/rank_lost.py" --mode "$MODE" --np 3 --victim 2 --limit $LIMIT \
@@ -31,4 +37,4 @@ RUN="$WORK/run"
   "$MPIEXEC" -np 3 --oversubscribe "$BIN02" $(tiny_args "$WORK/data" "$RUN") \
   --set steps=10000000 --set batch_size=6 --set micro_batch_size=2 --set val_every=0 \
   --set val_batches=0 --set sample_tokens=0 --set checkpoint_at_end=false --set log_every=1000 \
-  --set bucket_mb=0.02 --set comm_timeout_s=$COMM_TIMEOUT_S
+  --set bucket_mb=0.02 --set comm_timeout_s=$COMM_TIMEOUT_S --set allreduce=$ALLREDUCE
