@@ -85,20 +85,19 @@ void embedding_backward(Device d, GradOf<A>* dwte, GradOf<A>* dwpe, const A* dou
 
 /// A vocabulary range [v0, v1) of wte (wte_rows holds those rows) and positions from
 /// pos0: out[b,t,:] = (v0 <= tok < v1 ? wte[tok,:] : 0) + (wpe ? wpe[pos0+t,:] : 0).
-/// CPU only so far (the GPU runs the whole-vocabulary embedding above).
 template <class A>
 void embedding_range_forward(Device d, A* out, const int32_t* tokens, const A* wte_rows, int v0, int v1,
                              const A* wpe, int pos0, int B, int T_, int C) {
   GPT_DISPATCH("embedding_range_forward", A,
                cpu::embedding_range_forward(out, tokens, wte_rows, v0, v1, wpe, pos0, B, T_, C),
-               unsupported("embedding_range_forward", d, "a GPU kernel for vocabulary ranges (not written yet)"));
+               cuda::embedding_range_forward(out, tokens, wte_rows, v0, v1, wpe, pos0, B, T_, C));
 }
 template <class A>
 void embedding_range_backward(Device d, GradOf<A>* dwte_rows, GradOf<A>* dwpe, const A* dout,
                               const int32_t* tokens, int v0, int v1, int pos0, int B, int T_, int C) {
   GPT_DISPATCH("embedding_range_backward", A,
                cpu::embedding_range_backward(dwte_rows, dwpe, dout, tokens, v0, v1, pos0, B, T_, C),
-               unsupported("embedding_range_backward", d, "a GPU kernel for vocabulary ranges (not written yet)"));
+               cuda::embedding_range_backward(dwte_rows, dwpe, dout, tokens, v0, v1, pos0, B, T_, C));
 }
 
 /// out = (x - mean) * rstd * w + b, per row of C; saves mean and rstd for backward.
@@ -232,13 +231,13 @@ void softmax_crossentropy(Device d, GradOf<A>* losses, A* dlogits, const A* logi
 /// ranks holding the other ranges (kernels/cpu/crossentropy.cpp has the equations):
 /// crossentropy_stats writes each row's max, sum of exponentials and target logit over
 /// its columns; after the reduction, crossentropy_from_stats writes the losses and, when
-/// dlogits is non-null, dloss * (p - onehot) on the range. CPU only so far.
+/// dlogits is non-null, dloss * (p - onehot) on the range.
 template <class A>
 void crossentropy_stats(Device d, GradOf<A>* row_max, GradOf<A>* row_sumexp, GradOf<A>* target_logit,
                         const A* logits, const int32_t* targets, int v0, int V, int N, int Vl) {
   GPT_DISPATCH("crossentropy_stats", A,
                cpu::crossentropy_stats(row_max, row_sumexp, target_logit, logits, targets, v0, V, N, Vl),
-               unsupported("crossentropy_stats", d, "a GPU kernel for vocabulary ranges (not written yet)"));
+               cuda::crossentropy_stats(row_max, row_sumexp, target_logit, logits, targets, v0, V, N, Vl));
 }
 template <class A>
 void crossentropy_from_stats(Device d, GradOf<A>* losses, A* dlogits, const A* logits,
@@ -248,7 +247,8 @@ void crossentropy_from_stats(Device d, GradOf<A>* losses, A* dlogits, const A* l
   GPT_DISPATCH("crossentropy_from_stats", A,
                cpu::crossentropy_from_stats(losses, dlogits, logits, row_max, row_sumexp, target_logit,
                                             targets, A(dloss), v0, V, N, Vl),
-               unsupported("crossentropy_from_stats", d, "a GPU kernel for vocabulary ranges (not written yet)"));
+               cuda::crossentropy_from_stats(losses, dlogits, logits, row_max, row_sumexp, target_logit, targets,
+                                             float(dloss), v0, V, N, Vl));
 }
 
 /// Sum of squares of g (accumulated in double); the global norm is the root of the

@@ -35,6 +35,16 @@ void embedding_forward(A* out, const int32_t* tokens, const A* wte, const A* wpe
 template <class A>
 void embedding_backward(float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int B, int T,
                         int C);
+/// A vocabulary range [v0, v1) of wte (wte_rows holds those rows; empty is allowed) and
+/// positions from pos0: out[b,t,:] = (v0 <= tok < v1 ? wte[tok,:] : 0) + (wpe ? wpe[pos0+t,:] : 0).
+template <class A>
+void embedding_range_forward(A* out, const int32_t* tokens, const A* wte_rows, int v0, int v1, const A* wpe,
+                             int pos0, int B, int T, int C);
+/// Its backward, in the same orders as embedding_backward: the range's rows receive their
+/// tokens' gradients; dwpe (may be null) rows pos0 .. pos0+T-1 the sums over b.
+template <class A>
+void embedding_range_backward(float* dwte_rows, float* dwpe, const A* dout, const int32_t* tokens, int v0, int v1,
+                              int pos0, int B, int T, int C);
 
 /// ---- layernorm ------------------------------------------------------------------
 template <class A>
@@ -86,6 +96,18 @@ void scale(A* x, size_t n, float s);  ///< x *= s
 template <class A>
 void softmax_crossentropy(float* losses, A* dlogits, const A* logits, const int32_t* targets,
                           float dloss, int N, int V, int Vp);
+/// The cross-entropy of a vocabulary range of the logits (N rows of Vl columns, global
+/// columns [v0, v0+Vl), real below V; kernels/cpu/crossentropy.cpp has the equations):
+/// each row's max, sum of exponentials and target logit over its real columns ...
+template <class A>
+void crossentropy_stats(float* row_max, float* row_sumexp, float* target_logit, const A* logits,
+                        const int32_t* targets, int v0, int V, int N, int Vl);
+/// ... and, from the statistics reduced across the ranks, the losses and (dlogits
+/// non-null, OVERWRITTEN, may be the logits) dloss * (p - onehot) on the range, 0 in padding.
+template <class A>
+void crossentropy_from_stats(float* losses, A* dlogits, const A* logits, const float* row_max,
+                             const float* row_sumexp, const float* target_logit, const int32_t* targets, float dloss,
+                             int v0, int V, int N, int Vl);
 
 /// ---- optimizer ----------------------------------------------------------------------
 /// sum of g^2, accumulated in double in a fixed order; synchronises and returns it.

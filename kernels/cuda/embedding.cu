@@ -29,6 +29,12 @@
 // next to the N*C dout elements read once by each of the two gathers. A very frequent
 // token makes its run long and its warps serial; the run loop is unrolled so that
 // several dout rows are in flight at once.
+//
+// Vocabulary ranges (tensor parallelism): a rank holding rows [v0, v1) of wte embeds the
+// tokens it holds and zero for the others, and adds positions from pos0 only when it is
+// given wpe (kernels/ops.h, embedding_range_forward). The same kernels do both: the whole
+// vocabulary is the range [0, INT_MAX) with positions from 0. In the backward the warp of
+// a run whose token is outside the range returns at once, and dwpe may be absent.
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -54,11 +60,12 @@ constexpr int kRunWarps = 4;  // warps per block of the dwte kernel: 4 sorted in
 
 // Thread -> (row bt, pack of channels [c0, c0 + K)), packs_per_row = ceil(C / K).
 // Row-major over (bt, pack): a warp covers consecutive packs of a row (coalesced).
+// wte_rows holds rows [v0, v1) of wte; wpe (null: no positions) rows from pos0.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     embedding_forward_kernel(T* __restrict__ out, const int32_t* __restrict__ tokens,
-                             const T* __restrict__ wte, const T* __restrict__ wpe, size_t rows,
-                             int T_, int C, int packs_per_row, bool vec) {
+                             const T* __restrict__ wte_rows, int v0, int v1, const T* __restrict__ wpe,
+                             int pos0, size_t rows, int T_, int C, int packs_per_row, bool vec) {
   constexpr int K = kPack<T>;
   const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= rows * packs_per_row) return;
@@ -66,29 +73,38 @@ __global__ void __launch_bounds__(kThreads)
   const int c0 = int(idx % packs_per_row) * K;
   const int t = int(bt % T_);
   const int32_t token = tokens[bt];  // the same address for the row's threads: one load
-  float x[K], pos[K];
-  load_floats(x, wte + size_t(token) * C, c0, C, vec);
-  load_floats(pos, wpe + size_t(t) * C, c0, C, vec);
+  float x[K];
+  if (token >= v0 && token < v1) {
+    load_floats(x, wte_rows + size_t(token - v0) * C, c0, C, vec);
+  } else {
 #pragma unroll
-  for (int k = 0; k < K; ++k) x[k] += pos[k];
+    for (int k = 0; k < K; ++k) x[k] = 0.0f;  // another rank's token
+  }
+  if (wpe) {
+    float pos[K];
+    load_floats(pos, wpe + size_t(pos0 + t) * C, c0, C, vec);
+#pragma unroll
+    for (int k = 0; k < K; ++k) x[k] += pos[k];
+  }
   store_floats(out + bt * C, x, c0, C, vec);
 }
 
 // ---- backward: dwpe ---------------------------------------------------------------------
 
-// Thread -> (position t, pack [c0, c0 + K)): dwpe[t, c0..] += dout[0,t,c0..] + dout[1,t,c0..]
-// + ..., added one b at a time onto the old value, as the CPU does.
+// Thread -> (position t, pack [c0, c0 + K)): dwpe[pos0+t, c0..] += dout[0,t,c0..] +
+// dout[1,t,c0..] + ..., added one b at a time onto the old value, as the CPU does.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
-    dwpe_kernel(float* __restrict__ dwpe, const T* __restrict__ dout, int B, int T_, int C,
+    dwpe_kernel(float* __restrict__ dwpe, const T* __restrict__ dout, int pos0, int B, int T_, int C,
                 int packs_per_row, bool vec) {
   constexpr int K = kPack<T>;
   const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= size_t(T_) * packs_per_row) return;
   const int t = int(idx / packs_per_row);
   const int c0 = int(idx % packs_per_row) * K;
+  float* row = dwpe + size_t(pos0 + t) * C;
   float acc[K];
-  load_floats(acc, dwpe + size_t(t) * C, c0, C, vec);
+  load_floats(acc, row, c0, C, vec);
 #pragma unroll 4
   for (int b = 0; b < B; ++b) {
     float g[K];
@@ -96,7 +112,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < K; ++k) acc[k] += g[k];
   }
-  store_floats(dwpe + size_t(t) * C, acc, c0, C, vec);
+  store_floats(row, acc, c0, C, vec);
 }
 
 // ---- backward: dwte ---------------------------------------------------------------------
@@ -109,12 +125,13 @@ __global__ void __launch_bounds__(kThreads) iota_kernel(int32_t* x, int n) {
 // Block (32, kRunWarps): warp y takes sorted index i = blockIdx.x * kRunWarps + y, lane x the
 // pack (blockIdx.y * 32 + x) of channels [c0, c0 + K). Only the warp at the first index of a
 // run does anything: it finds the run's end, then each lane adds the run's dout rows, in
-// sorted (= position) order, into its K channels of dwte[token, :].
+// sorted (= position) order, into its K channels of dwte row token - v0 (dwte_rows holds
+// rows [v0, v1); a run of another range's token is skipped).
 // Invariant: every test that decides an early return is the same for the 32 lanes of a warp
 // (they share i), so the ballot below always sees the full warp.
 template <class T>
 __global__ void __launch_bounds__(32 * kRunWarps)
-    dwte_kernel(float* __restrict__ dwte, const T* __restrict__ dout,
+    dwte_kernel(float* __restrict__ dwte_rows, int v0, int v1, const T* __restrict__ dout,
                 const int32_t* __restrict__ sorted_tokens, const int32_t* __restrict__ sorted_positions,
                 int N, int C, bool vec) {
   constexpr int K = kPack<T>;
@@ -123,6 +140,7 @@ __global__ void __launch_bounds__(32 * kRunWarps)
   if (start >= N) return;
   const int32_t token = sorted_tokens[start];
   if (start > 0 && sorted_tokens[start - 1] == token) return;  // not the first of its run
+  if (token < v0 || token >= v1) return;                        // another rank's rows
 
   // The run is [start, end). The warp tests 32 indices per step: lane l looks at
   // index end + l, and the first lane that sees another token (or the array's end)
@@ -141,7 +159,7 @@ __global__ void __launch_bounds__(32 * kRunWarps)
 
   const int c0 = (blockIdx.y * 32 + lane) * K;
   if (c0 >= C) return;
-  float* row = dwte + size_t(token) * C;
+  float* row = dwte_rows + size_t(token - v0) * C;
   float acc[K];
   load_floats(acc, row, c0, C, vec);
   // Unrolled so that several independent dout rows are loaded before they are added;
@@ -206,51 +224,95 @@ SortedTokens sort_by_token(const int32_t* tokens, int N) {
   return {sorted_tokens, sorted_positions};
 }
 
-}  // namespace
+// A vocabulary range [v0, v1) (empty allowed: a rank holding only padding) and a first
+// position pos0 >= 0.
+void check_range(const char* fn, int v0, int v1, int pos0) {
+  if (v0 < 0 || v1 < v0 || pos0 < 0)
+    throw std::invalid_argument(std::string(fn) + ": vocabulary range [" + std::to_string(v0) + ", " +
+                                std::to_string(v1) + ") or first position " + std::to_string(pos0) +
+                                " is impossible");
+}
 
+// The forward of rows [v0, v1) of wte and positions from pos0 (wpe may be null).
 template <class A>
-void embedding_forward(A* out, const int32_t* tokens, const A* wte, const A* wpe, int B, int T, int C) {
-  if (!check_shape("embedding_forward", B, T, C)) return;
-  require_pointer(out, "embedding_forward", "out");
-  require_pointer(tokens, "embedding_forward", "tokens");
-  require_pointer(wte, "embedding_forward", "wte");
-  require_pointer(wpe, "embedding_forward", "wpe");
+void launch_embedding_forward(const char* fn, A* out, const int32_t* tokens, const A* wte_rows, int v0, int v1,
+                              const A* wpe, int pos0, int B, int T, int C) {
+  if (!check_shape(fn, B, T, C)) return;
+  require_pointer(out, fn, "out");
+  require_pointer(tokens, fn, "tokens");
+  if (v1 > v0) require_pointer(wte_rows, fn, "wte");
   using D = DeviceType<A>;
   constexpr int K = kPack<D>;
   const int packs_per_row = (C + K - 1) / K;
   // 16-byte accesses need every row to start 16-byte aligned: aligned bases, C % K == 0.
-  const bool vec = C % K == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe);
+  const bool vec = C % K == 0 && aligned16(out) && aligned16(wte_rows) && aligned16(wpe);
   const size_t rows = size_t(B) * T;
   embedding_forward_kernel<D><<<blocks_for(rows * packs_per_row, kThreads), kThreads>>>(
-      device_ptr(out), tokens, device_ptr(wte), device_ptr(wpe), rows, T, C, packs_per_row, vec);
+      device_ptr(out), tokens, device_ptr(wte_rows), v0, v1, device_ptr(wpe), pos0, rows, T, C, packs_per_row, vec);
   GPT_CUDA_CHECK_LAUNCH();
 }
 
+// The backward into rows [v0, v1) of dwte (none when v1 <= v0) and positions from pos0
+// (dwpe may be null).
 template <class A>
-void embedding_backward(float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int B, int T,
-                        int C) {
-  if (!check_shape("embedding_backward", B, T, C)) return;
-  require_pointer(dwte, "embedding_backward", "dwte");
-  require_pointer(dwpe, "embedding_backward", "dwpe");
-  require_pointer(dout, "embedding_backward", "dout");
-  require_pointer(tokens, "embedding_backward", "tokens");
+void launch_embedding_backward(const char* fn, float* dwte_rows, int v0, int v1, float* dwpe, int pos0,
+                               const A* dout, const int32_t* tokens, int B, int T, int C) {
+  if (!check_shape(fn, B, T, C)) return;
+  require_pointer(dout, fn, "dout");
+  require_pointer(tokens, fn, "tokens");
+  if (v1 > v0) require_pointer(dwte_rows, fn, "dwte");
   using D = DeviceType<A>;
   constexpr int K = kPack<D>;
   const int packs_per_row = (C + K - 1) / K;
   const int N = B * T;
 
-  const bool vec_pos = C % K == 0 && aligned16(dwpe) && aligned16(dout);
-  dwpe_kernel<D><<<blocks_for(size_t(T) * packs_per_row, kThreads), kThreads>>>(
-      dwpe, device_ptr(dout), B, T, C, packs_per_row, vec_pos);
-  GPT_CUDA_CHECK_LAUNCH();
+  if (dwpe) {
+    const bool vec_pos = C % K == 0 && aligned16(dwpe) && aligned16(dout);
+    dwpe_kernel<D><<<blocks_for(size_t(T) * packs_per_row, kThreads), kThreads>>>(
+        dwpe, device_ptr(dout), pos0, B, T, C, packs_per_row, vec_pos);
+    GPT_CUDA_CHECK_LAUNCH();
+  }
+  if (v1 <= v0) return;
 
   const SortedTokens sorted = sort_by_token(tokens, N);
-  const bool vec_tok = C % K == 0 && aligned16(dwte) && aligned16(dout);
+  const bool vec_tok = C % K == 0 && aligned16(dwte_rows) && aligned16(dout);
   const dim3 block(32, kRunWarps);
   const dim3 grid(blocks_for(size_t(N), kRunWarps), blocks_for(size_t(packs_per_row), 32));
-  if (grid.y > 65535) throw std::invalid_argument("embedding_backward: C = " + std::to_string(C) + " is too large");
-  dwte_kernel<D><<<grid, block>>>(dwte, device_ptr(dout), sorted.tokens, sorted.positions, N, C, vec_tok);
+  if (grid.y > 65535) throw std::invalid_argument(std::string(fn) + ": C = " + std::to_string(C) + " is too large");
+  dwte_kernel<D><<<grid, block>>>(dwte_rows, v0, v1, device_ptr(dout), sorted.tokens, sorted.positions, N, C,
+                                  vec_tok);
   GPT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+template <class A>
+void embedding_forward(A* out, const int32_t* tokens, const A* wte, const A* wpe, int B, int T, int C) {
+  require_pointer(wte, "embedding_forward", "wte");
+  require_pointer(wpe, "embedding_forward", "wpe");
+  launch_embedding_forward("embedding_forward", out, tokens, wte, 0, INT_MAX, wpe, 0, B, T, C);
+}
+
+template <class A>
+void embedding_backward(float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int B, int T,
+                        int C) {
+  require_pointer(dwte, "embedding_backward", "dwte");
+  require_pointer(dwpe, "embedding_backward", "dwpe");
+  launch_embedding_backward("embedding_backward", dwte, 0, INT_MAX, dwpe, 0, dout, tokens, B, T, C);
+}
+
+template <class A>
+void embedding_range_forward(A* out, const int32_t* tokens, const A* wte_rows, int v0, int v1, const A* wpe,
+                             int pos0, int B, int T, int C) {
+  check_range("embedding_range_forward", v0, v1, pos0);
+  launch_embedding_forward("embedding_range_forward", out, tokens, wte_rows, v0, v1, wpe, pos0, B, T, C);
+}
+
+template <class A>
+void embedding_range_backward(float* dwte_rows, float* dwpe, const A* dout, const int32_t* tokens, int v0, int v1,
+                              int pos0, int B, int T, int C) {
+  check_range("embedding_range_backward", v0, v1, pos0);
+  launch_embedding_backward("embedding_range_backward", dwte_rows, v0, v1, dwpe, pos0, dout, tokens, B, T, C);
 }
 
 template void embedding_forward<float>(float*, const int32_t*, const float*, const float*, int, int, int);
@@ -259,5 +321,13 @@ template void embedding_forward<gpt::bf16>(gpt::bf16*, const int32_t*, const gpt
 template void embedding_backward<float>(float*, float*, const float*, const int32_t*, int, int, int);
 template void embedding_backward<gpt::bf16>(float*, float*, const gpt::bf16*, const int32_t*, int, int,
                                             int);
+template void embedding_range_forward<float>(float*, const int32_t*, const float*, int, int, const float*, int, int,
+                                             int, int);
+template void embedding_range_forward<gpt::bf16>(gpt::bf16*, const int32_t*, const gpt::bf16*, int, int,
+                                                 const gpt::bf16*, int, int, int, int);
+template void embedding_range_backward<float>(float*, float*, const float*, const int32_t*, int, int, int, int, int,
+                                              int);
+template void embedding_range_backward<gpt::bf16>(float*, float*, const gpt::bf16*, const int32_t*, int, int, int,
+                                                  int, int, int);
 
 }  // namespace gpt::cuda

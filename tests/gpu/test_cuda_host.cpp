@@ -163,3 +163,28 @@ TEST_CASE("the memory-bound ops refuse null pointers and empty shapes", "[cuda_h
                   std::invalid_argument);
   CHECK_THROWS_AS(gpt::cuda::gelu_forward(none, none, 16), std::invalid_argument);
 }
+
+TEST_CASE("the vocabulary-range ops refuse null pointers and impossible ranges", "[cuda_host]") {
+  float* nonef = nullptr;
+  const int32_t* no_tokens = nullptr;
+  alignas(16) static float buf[64] = {};
+  alignas(16) static int32_t tokens[8] = {};
+  // A range that ends before it starts, a negative first position.
+  CHECK(refusal([&] { gpt::cuda::embedding_range_forward(buf, tokens, buf, 5, 4, nonef, 0, 1, 2, 4); })
+            .find("vocabulary range [5, 4)") != std::string::npos);
+  CHECK(refusal([&] { gpt::cuda::embedding_range_backward(buf, buf, buf, tokens, 0, 4, -1, 1, 2, 4); })
+            .find("first position -1") != std::string::npos);
+  // A non-empty range needs its rows; the tokens are always needed.
+  CHECK(refusal([&] { gpt::cuda::embedding_range_forward(buf, tokens, nonef, 0, 4, nonef, 0, 1, 2, 4); })
+            .find("wte") != std::string::npos);
+  CHECK(refusal([&] { gpt::cuda::embedding_range_backward(buf, buf, buf, no_tokens, 0, 4, 0, 1, 2, 4); })
+            .find("tokens") != std::string::npos);
+  // The cross-entropy of a range: no rows, a negative v0, null statistics.
+  CHECK(refusal([&] { gpt::cuda::crossentropy_stats(buf, buf, buf, buf, tokens, 0, 10, 0, 8); })
+            .find("N = 0") != std::string::npos);
+  CHECK(refusal([&] { gpt::cuda::crossentropy_stats(buf, buf, buf, buf, tokens, -8, 10, 2, 8); })
+            .find("v0 = -8") != std::string::npos);
+  CHECK(refusal([&] {
+          gpt::cuda::crossentropy_from_stats(buf, buf, buf, nonef, buf, buf, tokens, 1.0f, 0, 10, 2, 8);
+        }).find("row_max") != std::string::npos);
+}

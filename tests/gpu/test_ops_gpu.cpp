@@ -1,5 +1,6 @@
-// GPU memory-bound ops (kernels/cuda/cuda_ops.h: embedding, layernorm, GELU, residual,
-// scale, softmax cross-entropy, sum of squares, AdamW, bf16 rounding and conversions)
+// GPU memory-bound ops (kernels/cuda/cuda_ops.h: embedding (whole and of a vocabulary
+// range), layernorm, GELU, residual, scale, softmax cross-entropy (whole and split over
+// vocabulary ranges), sum of squares, AdamW, bf16 rounding and conversions)
 // against the CPU reference (kernels/cpu/) run in double: the ground truth (kernels/cpu
 // instantiates every one of these ops for double, so no reference here is a float one).
 //
@@ -352,6 +353,62 @@ void check_embedding(int B, int T, int C, bool repeated, unsigned seed) {
   check_guards(d_tokens, d_wte, d_wpe, d_out, d_dout, d_dwte, d_dwpe);
 }
 
+// A vocabulary range [v0, v1) of wte and positions from pos0 (tensor parallelism): the same
+// bounds as the whole table, since each output element is still one addition (of zero for
+// another range's token) and each gradient a sum of at most as many terms.
+template <class A>
+void check_embedding_range(int B, int T, int C, int v0, int v1, bool with_wpe, int pos0, unsigned seed) {
+  INFO("embedding range [" << v0 << ", " << v1 << ") B=" << B << " T=" << T << " C=" << C
+                           << (with_wpe ? " with positions from " : " without positions ") << pos0);
+  std::mt19937 rng(seed);
+  const size_t N = size_t(B) * T, rows = size_t(v1 - v0), P = size_t(pos0 + T);
+  const std::vector<int32_t> tokens = make_tokens(N, false, rng);
+  const auto wte = random_values<A>(std::max<size_t>(rows, 1) * C, -1, 1, rng);
+  const auto wpe = random_values<A>(P * C, -1, 1, rng), dout = random_values<A>(N * C, -1, 1, rng);
+  const auto dwte0 = random_values<float>(std::max<size_t>(rows, 1) * C, -1, 1, rng),
+             dwpe0 = random_values<float>(P * C, -1, 1, rng);
+  DeviceArray<int32_t> d_tokens(N);
+  DeviceArray<A> d_wte(std::max<size_t>(rows, 1) * C), d_wpe(P * C), d_out(N * C), d_dout(N * C);
+  DeviceArray<float> d_dwte(std::max<size_t>(rows, 1) * C), d_dwpe(P * C);
+  d_tokens.upload(tokens);
+  d_wte.set(wte);
+  d_wpe.set(wpe);
+  d_dout.set(dout);
+  const A* wpe_or_null = with_wpe ? d_wpe.get() : nullptr;
+
+  d_out.poison();
+  gpt::cuda::embedding_range_forward(d_out.get(), d_tokens.get(), d_wte.get(), v0, v1, wpe_or_null, pos0, B, T, C);
+  sync("embedding_range_forward");
+  std::vector<double> out(N * C), out_size(N * C);
+  const std::vector<double> wpe_d = widen(wpe), wpe_abs = absolute(wpe);
+  gpt::cpu::embedding_range_forward(out.data(), tokens.data(), widen(wte).data(), v0, v1,
+                                    with_wpe ? wpe_d.data() : nullptr, pos0, B, T, C);
+  gpt::cpu::embedding_range_forward(out_size.data(), tokens.data(), absolute(wte).data(), v0, v1,
+                                    with_wpe ? wpe_abs.data() : nullptr, pos0, B, T, C);
+  check_close("out", d_out.values(), out,
+              [&](size_t i) { return stored_bound<A>(fp32_bound(out_size[i]), out[i]); });
+
+  d_dwte.set(dwte0);
+  d_dwpe.set(dwpe0);
+  gpt::cuda::embedding_range_backward(d_dwte.get(), with_wpe ? d_dwpe.get() : nullptr, d_dout.get(), d_tokens.get(),
+                                      v0, v1, pos0, B, T, C);
+  sync("embedding_range_backward");
+  std::vector<double> dwte = widen(dwte0), dwpe = widen(dwpe0), dwte_size = absolute(dwte0),
+                      dwpe_size = absolute(dwpe0);
+  gpt::cpu::embedding_range_backward(dwte.data(), with_wpe ? dwpe.data() : nullptr, widen(dout).data(), tokens.data(),
+                                     v0, v1, pos0, B, T, C);
+  gpt::cpu::embedding_range_backward(dwte_size.data(), with_wpe ? dwpe_size.data() : nullptr,
+                                     absolute(dout).data(), tokens.data(), v0, v1, pos0, B, T, C);
+  std::vector<int> count(kVocab, 0);
+  for (int32_t t : tokens) ++count[size_t(t)];
+  const double k_wte = *std::max_element(count.begin(), count.end()), k_wpe = B;
+  // Rows outside the range and positions before pos0 (or all of dwpe without positions)
+  // keep their start values: the reference leaves them, so the bound of 0 extra holds.
+  check_close("dwte rows", d_dwte.values(), dwte, [&](size_t i) { return fp32_bound(dwte_size[i], std::sqrt(k_wte + 1)); });
+  check_close("dwpe", d_dwpe.values(), dwpe, [&](size_t i) { return fp32_bound(dwpe_size[i], std::sqrt(k_wpe + 1)); });
+  check_guards(d_tokens, d_wte, d_wpe, d_out, d_dout, d_dwte, d_dwpe);
+}
+
 // ---- layernorm ------------------------------------------------------------------------------
 
 template <class A>
@@ -672,6 +729,115 @@ void check_crossentropy(const LossShape& s, unsigned seed) {
   check_guards(d_logits, d_dlogits, d_targets, d_losses, d_losses_only);
 }
 
+// The vocabulary-parallel cross-entropy: the padded vocabulary cut into `parts` ranges
+// (the last ones all padding when parts is large), each range's statistics on the GPU,
+// combined on the host in double as the ranks' reduction combines them
+// (stages/06_tensor_parallel/vocab_parallel.cpp), then each range's losses and gradient on
+// the GPU. Against the whole-vocabulary reference in double with check_crossentropy's
+// bounds: the statistics are the same numbers (a max is exact, each exponential is off by
+// the same few ulps wherever it is summed), and the combination in double adds one fp32
+// rounding of S and of M, inside eS. The statistics themselves: the max and the target
+// logit are exact (copies of stored values), the sum of exponentials within eS of itself.
+template <class A>
+void check_crossentropy_range(const LossShape& s, int parts, unsigned seed) {
+  INFO("vocabulary-parallel cross-entropy N=" << s.N << " V=" << s.V << " Vp=" << s.Vp << " in " << parts
+                                              << " ranges");
+  std::mt19937 rng(seed);
+  const size_t N = size_t(s.N);
+  std::vector<float> logits = random_values<float>(N * s.Vp, -8, 8, rng);
+  for (int j = 0; j < s.Vp; ++j) logits[size_t(j)] += 100;  // row 0: exp would overflow without the max
+  for (float& z : logits) z = stored<A>(z);
+  std::uniform_int_distribution<int32_t> pick(0, s.V - 1);
+  std::vector<int32_t> targets(N);
+  for (int32_t& t : targets) t = pick(rng);
+  targets[0] = s.V - 1;
+  const float dloss = 1.0f / float(s.N);
+  std::vector<double> losses(N), dlogits(N * s.Vp);
+  const std::vector<double> z = widen(logits);
+  gpt::cpu::softmax_crossentropy(losses.data(), dlogits.data(), z.data(), targets.data(), double(dloss), s.N, s.V,
+                                 s.Vp);
+  DeviceArray<int32_t> d_targets(N);
+  d_targets.upload(targets);
+
+  // Range r: columns [v0, v0 + Vl) with Vl = Vp / parts (the last takes the remainder).
+  const int Vl0 = s.Vp / parts;
+  std::vector<double> M(N, -INFINITY), S(N, 0.0), Zt(N, 0.0);
+  for (int r = 0; r < parts; ++r) {
+    const int v0 = r * Vl0, Vl = r == parts - 1 ? s.Vp - v0 : Vl0;
+    std::vector<float> part(N * Vl);
+    for (size_t i = 0; i < N; ++i)
+      std::copy_n(&logits[i * s.Vp + v0], Vl, &part[i * Vl]);
+    DeviceArray<A> d_part(N * Vl);
+    DeviceArray<float> d_max(N), d_sum(N), d_t(N);
+    d_part.set(part);
+    d_max.poison(), d_sum.poison(), d_t.poison();
+    gpt::cuda::crossentropy_stats(d_max.get(), d_sum.get(), d_t.get(), d_part.get(), d_targets.get(), v0, s.V, s.N,
+                                  Vl);
+    sync("crossentropy_stats");
+    std::vector<double> m(N), su(N), t(N);
+    gpt::cpu::crossentropy_stats(m.data(), su.data(), t.data(), widen(part).data(), targets.data(), v0, s.V, s.N, Vl);
+    const std::vector<float> gm = d_max.values(), gs = d_sum.values(), gt = d_t.values();
+    std::vector<float> m_f(N), t_f(N);  // exact: -inf (all padding) compared as bits
+    for (size_t i = 0; i < N; ++i) m_f[i] = float(m[i]), t_f[i] = float(t[i]);
+    check_same("row max", gm, m_f);
+    check_same("target logit", gt, t_f);
+    const double R = 16;  // every row's logits lie within 16 of each other (row 0 is shifted whole)
+    check_close("row sum of exponentials", gs, su, [&](size_t i) {
+      return su[i] * kSafety * kEps * (std::sqrt(double(Vl)) + R + 4);
+    });
+    check_guards(d_part, d_max, d_sum, d_t);
+    // The reduction over ranks, in double (vocab_parallel.cpp's equations).
+    for (size_t i = 0; i < N; ++i) {
+      const double mi = gm[i], Mi = std::max(M[i], mi);
+      S[i] = (S[i] == 0 ? 0 : S[i] * std::exp(M[i] - Mi)) + (gs[i] == 0 ? 0 : double(gs[i]) * std::exp(mi - Mi));
+      M[i] = Mi;
+      Zt[i] += gt[i];
+    }
+  }
+  std::vector<float> Mf(N), Sf(N), Zf(N);
+  for (size_t i = 0; i < N; ++i) Mf[i] = float(M[i]), Sf[i] = float(S[i]), Zf[i] = float(Zt[i]);
+  for (int r = 0; r < parts; ++r) {
+    const int v0 = r * Vl0, Vl = r == parts - 1 ? s.Vp - v0 : Vl0;
+    INFO("range " << r << ": columns [" << v0 << ", " << v0 + Vl << ")");
+    std::vector<float> part(N * Vl);
+    std::vector<double> want(N * Vl), bound(N * Vl);
+    for (size_t i = 0; i < N; ++i) {
+      std::copy_n(&logits[i * s.Vp + v0], Vl, &part[i * Vl]);
+      std::copy_n(&dlogits[i * s.Vp + v0], Vl, &want[i * Vl]);
+    }
+    DeviceArray<A> d_part(N * Vl), d_grad(N * Vl);
+    DeviceArray<float> d_max(N), d_sum(N), d_t(N), d_losses(N);
+    d_part.set(part);
+    d_grad.set(random_values<A>(N * Vl, -1, 1, rng));  // overwritten, padding included
+    d_max.set(Mf), d_sum.set(Sf), d_t.set(Zf);
+    d_losses.poison();
+    gpt::cuda::crossentropy_from_stats(d_losses.get(), d_grad.get(), d_part.get(), d_max.get(), d_sum.get(), d_t.get(),
+                                       d_targets.get(), dloss, v0, s.V, s.N, Vl);
+    sync("crossentropy_from_stats");
+    std::vector<double> loss_bound(N);
+    for (size_t i = 0; i < N; ++i) {
+      const double* zi = &z[i * s.Vp];
+      const double zmax = *std::max_element(zi, zi + s.V), zmin = *std::min_element(zi, zi + s.V);
+      double sum = 0;
+      for (int j = 0; j < s.V; ++j) sum += std::exp(zi[j] - zmax);
+      const double L = std::log(sum), eS = kSafety * kEps * (std::sqrt(double(s.V)) + (zmax - zmin) + 4);
+      const int t = targets[i];
+      loss_bound[i] = eS + fp32_bound(std::fabs(L) + std::fabs(zmax) + std::fabs(zi[t]) + std::fabs(losses[i]));
+      const double ep = 2 * eS + kSafety * kEps * std::fabs(L);
+      for (int j = 0; j < Vl; ++j) {
+        const int col = v0 + j;
+        const size_t k = i * Vl + j;
+        if (col >= s.V) continue;  // padding: exactly 0
+        const double p = std::exp(zi[col] - zmax) / sum;
+        bound[k] = stored_bound<A>(std::fabs(double(dloss)) * (ep * p + fp32_bound(p + (col == t ? 1 : 0))), want[k]);
+      }
+    }
+    check_close("losses", d_losses.values(), losses, [&](size_t i) { return loss_bound[i]; });
+    check_close("dlogits", d_grad.values(), want, [&](size_t i) { return bound[i]; });
+    check_guards(d_part, d_grad, d_max, d_sum, d_t, d_losses);
+  }
+}
+
 // ---- optimizer ------------------------------------------------------------------------------
 
 void check_sum_of_squares(size_t n, size_t offset, unsigned seed) {
@@ -864,6 +1030,20 @@ TEMPLATE_TEST_CASE("gpu embedding forward and backward", "[gpu][embedding]", flo
   check_embedding<TestType>(4, 256, 65, true, ++seed);
 }
 
+TEMPLATE_TEST_CASE("gpu embedding of a vocabulary range", "[gpu][embedding]", float, bf16) {
+  INFO(type_name<TestType>());
+  unsigned seed = 150;
+  // The first half with positions, the second without, a range of one row, an empty range
+  // (a rank holding only padding), and positions from an offset (a context-parallel part).
+  for (int C : {7, 65, 768}) {
+    check_embedding_range<TestType>(3, 11, C, 0, kVocab / 2, true, 0, ++seed);
+    check_embedding_range<TestType>(3, 11, C, kVocab / 2, kVocab, false, 0, ++seed);
+    check_embedding_range<TestType>(2, 5, C, 40, 41, true, 0, ++seed);
+    check_embedding_range<TestType>(2, 5, C, kVocab, kVocab, true, 0, ++seed);
+    check_embedding_range<TestType>(2, 5, C, 0, kVocab, true, 6, ++seed);
+  }
+}
+
 TEMPLATE_TEST_CASE("gpu layernorm forward and backward", "[gpu][layernorm]", float, bf16) {
   INFO(type_name<TestType>());
   unsigned seed = 200;
@@ -891,6 +1071,18 @@ TEMPLATE_TEST_CASE("gpu softmax cross-entropy", "[gpu][crossentropy]", float, bf
   INFO(type_name<TestType>());
   unsigned seed = 400;
   for (const LossShape& s : kLossShapes) check_crossentropy<TestType>(s, ++seed);
+}
+
+TEMPLATE_TEST_CASE("gpu vocabulary-parallel cross-entropy", "[gpu][crossentropy]", float, bf16) {
+  INFO(type_name<TestType>());
+  unsigned seed = 450;
+  // One range (the whole vocabulary), two, and GPT-2's padded vocabulary in 4 and 7 ranges
+  // (uneven ranges; padding shared by the last). {3, 65, 72} in 12 ranges of 6: the last
+  // range, [66, 72), is all padding.
+  for (const LossShape& s : kLossShapes)
+    for (int parts : {1, 2, 4}) check_crossentropy_range<TestType>(s, parts, ++seed);
+  check_crossentropy_range<TestType>({4, 50257, 50304}, 7, ++seed);
+  check_crossentropy_range<TestType>({3, 65, 72}, 12, ++seed);
 }
 
 TEST_CASE("gpu sum of squares", "[gpu][optimizer]") {
