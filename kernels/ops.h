@@ -162,12 +162,33 @@ void attention_backward(Device d, A* dqkv, const A* dout, const A* qkv, const A*
 /// q_pos0 + t against keys and values at k_pos0 + u, causal by position, given as strided
 /// views (kernels/cpu/flash_attention.h: FlashView). Forward overwrites out and lse;
 /// backward takes the merged out and lse and accumulates into dq, dk, dv; merge folds a
-/// second block's (out, lse) into the first. CPU only so far.
+/// second block's (out, lse) into the first. On the GPU in fp32 (the multi-rank stages'
+/// buffers; kernels/cuda/attention/block_attention.cu).
+#ifdef GPT_HAVE_CUDA
+// The call on the GPU for fp32 views (other types: an error naming the op).
+template <class A, class Call>
+void block_on_gpu(const char* op, Device d, const cpu::FlashView<A>& a, Call&& call) {
+  if constexpr (std::is_same_v<A, float>)
+    call(a);
+  else
+    unsupported(op, d, "a storage type other than fp32 for key blocks");
+}
+template <class A>
+void merge_on_gpu(Device d, A* out, A* lse, size_t out_stride, const A* out_b, const A* lse_b, size_t b_stride,
+                  size_t rows, int hs) {
+  if constexpr (std::is_same_v<A, float>)
+    cuda::attention_merge(out, lse, out_stride, out_b, lse_b, b_stride, rows, hs);
+  else
+    unsupported("attention_merge", d, "a storage type other than fp32 for key blocks");
+}
+#endif
 template <class A>
 void attention_block_forward(Device d, const cpu::FlashView<A>& view, A* out, A* lse) {
   GPT_DISPATCH("attention_block_forward", A,
                (void)cpu::flash_attention_forward(view, out, lse, kCpuFlashTile, kCpuFlashTile),
-               unsupported("attention_block_forward", d, "a GPU kernel for key blocks (not written yet)"));
+               block_on_gpu("attention_block_forward", d, view, [&](const cuda::BlockView& v) {
+                 cuda::attention_block_forward(v, out, lse);
+               }));
 }
 template <class A>
 void attention_block_backward(Device d, const cpu::FlashView<A>& view, A* dq, A* dk, A* dv,
@@ -175,14 +196,16 @@ void attention_block_backward(Device d, const cpu::FlashView<A>& view, A* dq, A*
   GPT_DISPATCH("attention_block_backward", A,
                (void)cpu::flash_attention_backward(view, dq, dk, dv, dout, out, lse, kCpuFlashTile,
                                                    kCpuFlashTile),
-               unsupported("attention_block_backward", d, "a GPU kernel for key blocks (not written yet)"));
+               block_on_gpu("attention_block_backward", d, view, [&](const cuda::BlockView& v) {
+                 cuda::attention_block_backward(v, dq, dk, dv, dout, out, lse);
+               }));
 }
 template <class A>
 void attention_merge(Device d, A* out, A* lse, size_t out_stride, const A* out_b, const A* lse_b,
                      size_t b_stride, size_t rows, int hs) {
   GPT_DISPATCH("attention_merge", A,
                cpu::flash_attention_merge(out, lse, out_stride, out_b, lse_b, b_stride, rows, hs),
-               unsupported("attention_merge", d, "a GPU kernel for key blocks (not written yet)"));
+               merge_on_gpu(d, out, lse, out_stride, out_b, lse_b, b_stride, rows, hs));
 }
 
 /// GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))

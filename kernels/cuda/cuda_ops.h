@@ -22,6 +22,7 @@
 
 #include "common/bf16.h"
 #include "kernels/adamw_args.h"
+#include "kernels/attention_view.h"
 
 namespace gpt::cuda {
 
@@ -108,6 +109,21 @@ template <class A>
 void crossentropy_from_stats(float* losses, A* dlogits, const A* logits, const float* row_max,
                              const float* row_sumexp, const float* target_logit, const int32_t* targets, float dloss,
                              int v0, int V, int N, int Vl);
+
+/// ---- one block of a larger attention (context parallelism; attention/block_attention.cu)
+/// A view (kernels/attention_view.h: queries at positions q_pos0 + t against keys and
+/// values at k_pos0 + u, causal by position, strided rows); lse is (B, NH, Tq).
+/// kernels/cpu/flash_attention.h has the equations; fp32 only (the multi-rank stages
+/// keep fp32 buffers).
+using BlockView = AttentionView<float>;
+/// out and lse OVERWRITTEN; a row that sees no key: out 0, lse -inf.
+void attention_block_forward(const BlockView& v, float* out, float* lse);
+/// From the merged out and lse of the whole attention: dq, dk, dv ACCUMULATE (+=).
+void attention_block_backward(const BlockView& v, float* dq, float* dk, float* dv, const float* dout,
+                              const float* out, const float* lse);
+/// Folds (out_b, lse_b) into (out, lse), in place, for `rows` rows of hs values.
+void attention_merge(float* out, float* lse, size_t out_stride, const float* out_b, const float* lse_b,
+                     size_t b_stride, size_t rows, int hs);
 
 /// ---- optimizer ----------------------------------------------------------------------
 /// sum of g^2, accumulated in double in a fixed order; synchronises and returns it.
