@@ -47,6 +47,14 @@ class CheckpointMirror {
     std::string kind;  ///< as CheckpointBuffer::kind
     DeviceArray<float>* array;
     DeviceArray<double>* array64 = nullptr;  ///< instead of array
+    /// The part of the array that is mirrored: elements [offset, offset + count) (a
+    /// rank's shard inside the model's whole weights); count npos means to the end.
+    size_t offset = 0;
+    size_t count = size_t(-1);
+    /// The elements [offset, offset + count) of a float array.
+    static Entry slice(std::string kind, DeviceArray<float>* array, size_t offset, size_t count) {
+      return {std::move(kind), array, nullptr, offset, count};
+    }
   };
   explicit CheckpointMirror(std::vector<Entry> entries, int64_t begin = 0);
   /// Host memory holding `kind` (the array itself on the CPU, its mirror on the GPU).

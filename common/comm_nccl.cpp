@@ -24,6 +24,11 @@
 // posted: the tag is checked by nobody, so post them in the same order on both sides
 // (the MPI backend does match by tag).
 //
+// Host buffers (a loss, a norm, checkpoint shards, the layout exchange): NCCL reads only
+// GPU memory, so an operation whose buffers are in host memory goes to the MPI
+// communicator of the same ranks instead. Both sides of an operation pass the same kind
+// of buffer (the callers are the same code on every rank), so the two never mix.
+//
 // NCCL needs one GPU per rank; several ranks sharing a GPU use the MPI backend.
 #if defined(GPT_HAVE_NCCL) && defined(GPT_HAVE_MPI)
 
@@ -91,6 +96,7 @@ class NcclComm final : public Communicator {
   const char* backend() const override { return "nccl"; }
 
   void all_reduce(void* buf, size_t count, DType t) override {
+    if (on_host(buf)) return mpi_->all_reduce(buf, count, t);
     check_summable(t, "all_reduce");
     if (count == 0) return;  // every rank passes the same count to a collective
     nccl_check(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, comm_, stream_), "ncclAllReduce");
@@ -98,6 +104,7 @@ class NcclComm final : public Communicator {
   }
 
   void reduce_scatter(const void* send, void* recv, size_t count, DType t) override {
+    if (on_host(send) && on_host(recv)) return mpi_->reduce_scatter(send, recv, count, t);
     check_summable(t, "reduce_scatter");
     if (count == 0) return;
     nccl_check(ncclReduceScatter(send, recv, count, nccl_type(t), ncclSum, comm_, stream_), "ncclReduceScatter");
@@ -105,12 +112,14 @@ class NcclComm final : public Communicator {
   }
 
   void all_gather(const void* send, void* recv, size_t count, DType t) override {
+    if (on_host(send) && on_host(recv)) return mpi_->all_gather(send, recv, count, t);
     if (count == 0) return;
     nccl_check(ncclAllGather(send, recv, count, nccl_type(t), comm_, stream_), "ncclAllGather");
     wait("all_gather");
   }
 
   void broadcast(void* buf, size_t count, DType t, int root) override {
+    if (on_host(buf)) return mpi_->broadcast(buf, count, t, root);
     check_rank(root, size(), "broadcast", "root");
     if (count == 0) return;
     nccl_check(ncclBroadcast(buf, buf, count, nccl_type(t), root, comm_, stream_), "ncclBroadcast");
@@ -119,6 +128,7 @@ class NcclComm final : public Communicator {
 
   void sendrecv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
                 DType t) override {
+    if (on_host(send) && on_host(recv)) return mpi_->sendrecv(send, send_count, dest, recv, recv_count, source, t);
     check_rank(dest, size(), "sendrecv", "destination");
     check_rank(source, size(), "sendrecv", "source");
     // Inside one group the send and the receive progress together, so a ring of
@@ -136,13 +146,17 @@ class NcclComm final : public Communicator {
   }
 
   Request isend(const void* buf, size_t count, DType t, int dest, int tag) override {
+    if (on_host(buf)) return mpi_->isend(buf, count, t, dest, tag);
     return queue(const_cast<void*>(buf), count, t, dest, tag, /*receive=*/false);
   }
   Request irecv(void* buf, size_t count, DType t, int source, int tag) override {
+    if (on_host(buf)) return mpi_->irecv(buf, count, t, source, tag);
     return queue(buf, count, t, source, tag, /*receive=*/true);
   }
 
   void wait(Request& request) override {
+    if (request.pending() && dynamic_cast<P2pRequest*>(request.state()) == nullptr)
+      return mpi_->wait(request);  // a host message, posted on the MPI communicator
     std::unique_ptr<Request::State> state = request.release();
     auto* req = dynamic_cast<P2pRequest*>(state.get());
     if (req == nullptr || req->owner != this) internal_error(prefix() + "wait: the request is empty or was posted on another communicator");
@@ -166,6 +180,17 @@ class NcclComm final : public Communicator {
 
  private:
   std::string prefix() const { return "rank " + std::to_string(world_rank_) + ": "; }
+
+  // Whether p is host memory (null counts as host: an empty operation).
+  static bool on_host(const void* p) {
+    if (p == nullptr) return true;
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      (void)cudaGetLastError();  // an unregistered host pointer on old runtimes: not an error
+      return true;
+    }
+    return a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged;
+  }
 
   void nccl_check(ncclResult_t r, const char* call) {
     if (r == ncclSuccess) return;

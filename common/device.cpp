@@ -19,6 +19,24 @@ int cuda_device_count() {
 #endif
 }
 
+int current_gpu() {
+#ifdef GPT_HAVE_CUDA
+  int dev = -1;
+  if (cuda_device_count() == 0 || cudaGetDevice(&dev) != cudaSuccess) return -1;
+  return dev;
+#else
+  return -1;
+#endif
+}
+
+void use_gpu(int gpu) {
+  if (gpu < 0) return;
+#ifdef GPT_HAVE_CUDA
+  const cudaError_t err = cudaSetDevice(gpu);
+  if (err != cudaSuccess) fail("cudaSetDevice(" + std::to_string(gpu) + ") failed: " + cudaGetErrorString(err));
+#endif
+}
+
 Device resolve_device(const std::string& requested) {
   if (requested == "cpu") return Device::CPU;
   if (requested == "auto")

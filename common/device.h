@@ -15,6 +15,14 @@ inline const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cu
 /// Number of usable CUDA GPUs: 0 when the build has no CUDA or no GPU is present.
 int cuda_device_count();
 
+/// The GPU this host thread computes on (CUDA's current device is per host thread), or
+/// -1 without CUDA. A thread that works for a rank (stage 02's communication thread,
+/// ZeRO-3's prefetch) is started by the rank's main thread and must first call
+/// use_gpu(the main thread's current_gpu()): otherwise its copies and kernels go to GPU 0.
+int current_gpu();
+/// Makes `gpu` this thread's current device (-1: nothing to do).
+void use_gpu(int gpu);
+
 /// Resolves the config's "auto" | "cpu" | "cuda" to a device, or fails with the reason.
 /// auto picks the GPU when this build has CUDA and a GPU is visible.
 Device resolve_device(const std::string& requested);

@@ -89,4 +89,20 @@ void device_copy(Device to, void* dst, Device from, const void* src, size_t byte
 #endif
 }
 
+void device_copy_2d(Device d, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                    size_t rows) {
+  if (row_bytes == 0 || rows == 0) return;
+  if (d == Device::CPU) {
+    for (size_t r = 0; r < rows; ++r)
+      std::memmove(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, row_bytes);
+    return;
+  }
+#ifdef GPT_HAVE_CUDA
+  cuda_ok(cudaMemcpy2D(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice), "cudaMemcpy2D",
+          row_bytes * rows);
+#else
+  no_cuda();
+#endif
+}
+
 }  // namespace gpt

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstddef>
 #include <utility>
+#include <vector>
 
 #include "common/device.h"
 #include "common/memory.h"
@@ -19,6 +20,10 @@ void device_free(Device d, void* p);
 void device_zero(Device d, void* p, size_t bytes);
 /// Copies bytes from src (on device `from`) to dst (on device `to`); synchronous.
 void device_copy(Device to, void* dst, Device from, const void* src, size_t bytes);
+/// Copies `rows` rows of row_bytes each within device d's memory: row r from src + r *
+/// src_pitch to dst + r * dst_pitch (a column band of a matrix, say); synchronous.
+void device_copy_2d(Device d, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                    size_t rows);
 /// Waits until all work queued on the device has finished (a no-op on the CPU, where
 /// every op is synchronous); fails with a clear message if a queued kernel failed.
 /// Timings of GPU work read the clock after this, not after the launches.
@@ -75,5 +80,13 @@ class DeviceArray {
   size_t n_ = 0;
   MemKind kind_ = MemKind::Buffers;
 };
+
+/// A copy of host values in a new array on device d.
+template <class T>
+DeviceArray<T> on_device(Device d, const std::vector<T>& host) {
+  DeviceArray<T> out(d, host.size());
+  out.copy_from_host(host.data(), host.size());
+  return out;
+}
 
 }  // namespace gpt

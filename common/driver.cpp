@@ -12,6 +12,7 @@
 #include "common/run_lock.h"
 #include "common/sampler.h"
 #include "common/trace.h"
+#include "kernels/ops.h"
 
 namespace gpt {
 
@@ -84,6 +85,7 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
             std::string("device=cuda: stage ") + spec.name +
                 " runs on CPU ranks only so far; use device=cpu (stage 01 trains on the GPU)");
     const Device device = resolve_device(spec.cuda || cfg.device != "auto" ? cfg.device : "cpu");
+    ops::set_gemm(device, cfg.gemm);  // the GPU's matmuls: the hand-written GEMM or cuBLAS
     const Precision precision = parse_precision(cfg.precision);
     require(cfg.test_grad_scale == 1.0, std::string("test_grad_scale: stage ") + spec.name +
                                             " does not read it (a negative control of stage 01's tests)");

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "kernels/ops.h"
 
 namespace gpt {
 namespace {
@@ -161,26 +162,32 @@ void RankLayout::scatter(const T* global, T* local) const {
   for (const LayoutRun& run : runs()) std::memcpy(local + run.local, global + run.global, size_t(run.length) * sizeof(T));
 }
 
-double RankLayout::counted_sum_of_squares(const float* local, int64_t begin, int64_t end) const {
+namespace {
+// The sum of squares of one run's n elements at g: element by element into `sum` on the
+// CPU (the order every CPU stage shares), the GPU's reduction added to it on the GPU.
+void add_squares(Device d, const float* g, int64_t n, double& sum) {
+  if (d != Device::CPU) {
+    sum += ops::sum_of_squares(d, g, size_t(n));
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = g[i];
+    sum += x * x;
+  }
+}
+}  // namespace
+
+double RankLayout::counted_sum_of_squares(Device d, const float* local, int64_t begin, int64_t end) const {
   double sum = 0;
   for (const LayoutRun& run : runs(begin, end))
-    if (run.counted)
-      for (int64_t i = 0; i < run.length; ++i) {
-        const double g = local[run.local - begin + i];
-        sum += g * g;
-      }
+    if (run.counted) add_squares(d, local + (run.local - begin), run.length, sum);
   return sum;
 }
 
-void RankLayout::counted_squares_by_tensor(const float* local, double* per_tensor, int64_t begin, int64_t end) const {
+void RankLayout::counted_squares_by_tensor(Device d, const float* local, double* per_tensor, int64_t begin,
+                                           int64_t end) const {
   for (const LayoutRun& run : runs(begin, end))
-    if (run.counted) {
-      double& sum = per_tensor[run.tensor];
-      for (int64_t i = 0; i < run.length; ++i) {
-        const double g = local[run.local - begin + i];
-        sum += g * g;
-      }
-    }
+    if (run.counted) add_squares(d, local + (run.local - begin), run.length, per_tensor[run.tensor]);
 }
 
 std::string RankLayout::json() const {

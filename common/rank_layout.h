@@ -33,6 +33,8 @@
 #include <string>
 #include <vector>
 
+#include "common/device.h"
+
 #include "common/gpt2_layout.h"
 
 namespace gpt {
@@ -101,11 +103,14 @@ class RankLayout {
   /// Sum of squares of the COUNTED elements of local range [begin, end) (`local` points at
   /// element `begin`), in double: this rank's share of the squared global gradient norm,
   /// a replica counted once.
-  double counted_sum_of_squares(const float* local, int64_t begin = 0, int64_t end = -1) const;
+  /// On the GPU (`local` in device memory) each run's sum is ops::sum_of_squares's, in
+  /// the runs' order: the same for every schedule, not the CPU's bits.
+  double counted_sum_of_squares(Device d, const float* local, int64_t begin = 0, int64_t end = -1) const;
   /// The same, per tensor: adds the squares of each tensor's counted elements, in local
   /// order, to per_tensor[its index in global().tensors()]. A tensor held whole by one
   /// rank gets the same sum whichever rank holds it (a pipeline stage or another).
-  void counted_squares_by_tensor(const float* local, double* per_tensor, int64_t begin = 0, int64_t end = -1) const;
+  void counted_squares_by_tensor(Device d, const float* local, double* per_tensor, int64_t begin = 0,
+                                 int64_t end = -1) const;
 
   /// {"tensors": [[index, counted, [[row0, rows, col0, cols], ...]], ...]}: what a
   /// checkpoint manifest may record about the layout that wrote it.

@@ -96,7 +96,7 @@ int bench(Communicator& comm, int argc, char** argv) {
 
   std::vector<Candidate> candidates;
   candidates.push_back({"ring (stage 02)", [&] {
-                          ring_all_reduce(comm, buf.data(), count, DType::F32, piece_bytes);
+                          ring_all_reduce(comm, Device::CPU, buf.data(), count, DType::F32, piece_bytes);
                         }, {}});
   candidates.push_back({std::string("backend all_reduce (") + comm.backend() + ")",
                         [&] { comm.all_reduce(buf.data(), count, DType::F32); }, {}});

@@ -1,9 +1,13 @@
 // The communication thread; see comm_thread.h.
 #include "stages/02_ddp/comm_thread.h"
 
+#include "common/device.h"
+
 namespace gpt {
 
-CommThread::CommThread() { thread_ = std::thread([this] { run(); }); }
+CommThread::CommThread() : gpu_(current_gpu()) {
+  thread_ = std::thread([this] { run(); });
+}
 
 CommThread::~CommThread() {
   {
@@ -41,6 +45,15 @@ void CommThread::wait_for(long ticket) {
 }
 
 void CommThread::run() {
+  // The GPU is per host thread: this thread's copies and kernels (the ring's additions)
+  // go to the rank's GPU, on the legacy default stream, so they run after the kernels
+  // the main thread queued before handing over a bucket.
+  try {
+    use_gpu(gpu_);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = std::current_exception();
+  }
   for (;;) {
     std::function<void()> task;
     bool failed;

@@ -37,6 +37,7 @@ class CommThread {
   long submitted_ = 0, finished_ = 0;  // tasks run strictly in order
   bool stop_ = false;
   std::exception_ptr error_;
+  int gpu_ = -1;  // the creating thread's GPU, made current on this thread too
   std::thread thread_;
 };
 

@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <string>
 #include <vector>
 
+#include "common/bf16.h"
 #include "common/device_array.h"
 #include "common/error.h"
+#include "kernels/ops.h"
 
 namespace gpt {
 
@@ -62,6 +65,23 @@ void check_bounds(const Communicator& comm, const std::vector<size_t>& bounds) {
           "ring: chunk bounds must be size()+1 non-decreasing offsets");
 }
 
+// dst += piece: n elements of type t in the memory of device d.
+// The CPU keeps sum_into, whose bits the tests pin down; the GPU's residual-add kernel
+// computes the same fp32 sum per element (bf16: rounded once to bf16, like sum_into).
+void add_piece(Device d, std::byte* dst, const std::byte* piece, size_t n, DType t) {
+  if (d == Device::CPU) return sum_into(dst, dst, piece, n, t);
+  switch (t) {
+    case DType::F32:
+      return ops::residual_forward(d, reinterpret_cast<float*>(dst), reinterpret_cast<const float*>(dst),
+                                   reinterpret_cast<const float*>(piece), n);
+    case DType::BF16:
+      return ops::residual_forward(d, reinterpret_cast<bf16*>(dst), reinterpret_cast<const bf16*>(dst),
+                                   reinterpret_cast<const bf16*>(piece), n);
+    default:
+      internal_error(std::string("ring_reduce_scatter: no GPU addition of ") + dtype_name(t));
+  }
+}
+
 }  // namespace
 
 std::vector<size_t> ring_chunk_bounds(size_t count, int parts) {
@@ -70,9 +90,9 @@ std::vector<size_t> ring_chunk_bounds(size_t count, int parts) {
   return bounds;
 }
 
-void ring_reduce_scatter(Communicator& comm, void* buf, size_t count, DType t,
+void ring_reduce_scatter(Communicator& comm, Device d, void* buf, size_t count, DType t,
                          size_t max_piece_bytes) {
-  ring_reduce_scatter_v(comm, buf, ring_chunk_bounds(count, comm.size()), t, max_piece_bytes);
+  ring_reduce_scatter_v(comm, d, buf, ring_chunk_bounds(count, comm.size()), t, max_piece_bytes);
 }
 
 void ring_all_gather(Communicator& comm, void* buf, size_t count, DType t,
@@ -80,13 +100,13 @@ void ring_all_gather(Communicator& comm, void* buf, size_t count, DType t,
   ring_all_gather_v(comm, buf, ring_chunk_bounds(count, comm.size()), t, max_piece_bytes);
 }
 
-void ring_reduce_scatter_v(Communicator& comm, void* buf, const std::vector<size_t>& bounds, DType t,
+void ring_reduce_scatter_v(Communicator& comm, Device d, void* buf, const std::vector<size_t>& bounds, DType t,
                            size_t max_piece_bytes) {
   check_bounds(comm, bounds);
   if (bounds.back() == bounds.front() || comm.size() == 1) return;
   const Ring ring(comm, buf, bounds, t, max_piece_bytes);
-  // Communication scratch: counted as `buffers` by the memory ledger.
-  DeviceArray<std::byte> scratch(Device::CPU, ring.largest_piece() * ring.elem);
+  // Communication scratch, beside the buffer: counted as `buffers` by the memory ledger.
+  DeviceArray<std::byte> scratch(d, ring.largest_piece() * ring.elem);
 
   for (int s = 0; s < ring.n - 1; ++s) {
     const int send_chunk = ring.wrap(ring.rank - 1 - s);  // summed by us at step s-1
@@ -98,7 +118,7 @@ void ring_reduce_scatter_v(Communicator& comm, void* buf, const std::vector<size
       comm.sendrecv(ring.at(send_at), ring.piece_size(send_chunk, k), ring.next, scratch.data(),
                     recv_n, ring.prev, t);
       // Our contribution to this piece plus everything the ring has gathered so far.
-      sum_into(ring.at(recv_at), ring.at(recv_at), scratch.data(), recv_n, t);
+      add_piece(d, ring.at(recv_at), scratch.data(), recv_n, t);
     }
   }
 }
@@ -120,11 +140,11 @@ void ring_all_gather_v(Communicator& comm, void* buf, const std::vector<size_t>&
   }
 }
 
-void ring_all_reduce(Communicator& comm, void* buf, size_t count, DType t,
+void ring_all_reduce(Communicator& comm, Device d, void* buf, size_t count, DType t,
                      size_t max_piece_bytes) {
   // After the reduce-scatter rank r holds the finished sum of chunk r, exactly what the
   // all-gather expects on entry.
-  ring_reduce_scatter(comm, buf, count, t, max_piece_bytes);
+  ring_reduce_scatter(comm, d, buf, count, t, max_piece_bytes);
   ring_all_gather(comm, buf, count, t, max_piece_bytes);
 }
 

@@ -60,13 +60,19 @@
 // the same floor rule, so every rank agrees on the number of messages), received into
 // one small scratch buffer and added while it is still in cache.
 //
-// Buffers are host memory (the MPI backend on CPU ranks); the additions use sum_into
-// from common/comm.h, so bf16 sums round to bf16 after every addition, as on the wire.
+// Device. buf is in the memory of device d (host memory on CPU ranks, GPU memory on
+// GPU ranks: the communicator takes either), and the scratch is allocated beside it.
+// The additions are sum_into from common/comm.h on the CPU and the residual-add kernel
+// on the GPU (the same fp32 sum per element); bf16 sums round to bf16 after every
+// addition, as on the wire. The kernels go to the default stream, which the
+// communicators' copies and NCCL's stream wait for, so an addition is done before its
+// piece is sent on or the scratch is refilled. The all-gather only copies: no device.
 #pragma once
 #include <cstddef>
 #include <vector>
 
 #include "common/comm.h"
+#include "common/device.h"
 
 namespace gpt {
 
@@ -85,13 +91,14 @@ inline size_t ring_chunk_size(size_t count, int parts, int i) {
   return ring_chunk_begin(count, parts, i + 1) - ring_chunk_begin(count, parts, i);
 }
 
-// In place: every rank's buf becomes the element-wise sum of all ranks' bufs.
-void ring_all_reduce(Communicator& comm, void* buf, size_t count, DType t,
+// In place: every rank's buf (in the memory of d) becomes the element-wise sum of all
+// ranks' bufs.
+void ring_all_reduce(Communicator& comm, Device d, void* buf, size_t count, DType t,
                      size_t max_piece_bytes = kRingPieceBytes);
 
 // In place: afterwards chunk comm.rank() of buf holds the sum over ranks of that chunk;
 // the other chunks hold partial sums and are to be treated as garbage.
-void ring_reduce_scatter(Communicator& comm, void* buf, size_t count, DType t,
+void ring_reduce_scatter(Communicator& comm, Device d, void* buf, size_t count, DType t,
                          size_t max_piece_bytes = kRingPieceBytes);
 
 // In place: on entry chunk comm.rank() of buf holds this rank's part; afterwards every
@@ -102,7 +109,7 @@ void ring_all_gather(Communicator& comm, void* buf, size_t count, DType t,
 // The same two halves with chunks of any sizes: chunk i is [bounds[i], bounds[i+1])
 // (size()+1 non-decreasing element offsets into buf; chunks may be empty). The ZeRO
 // stages use them to reduce a bucket straight into each rank's shard of the model.
-void ring_reduce_scatter_v(Communicator& comm, void* buf, const std::vector<size_t>& bounds,
+void ring_reduce_scatter_v(Communicator& comm, Device d, void* buf, const std::vector<size_t>& bounds,
                            DType t, size_t max_piece_bytes = kRingPieceBytes);
 void ring_all_gather_v(Communicator& comm, void* buf, const std::vector<size_t>& bounds, DType t,
                        size_t max_piece_bytes = kRingPieceBytes);

@@ -7,6 +7,8 @@
 //                       of finished gradients are all-reduced while backward goes on
 //                   wait for the buckets; clip, AdamW (identical on every rank), log
 // The all-reduce is the ring of ring_allreduce.cpp (allreduce=ring) or the backend's.
+// On GPUs (device=cuda) the weights, gradients and optimizer state stay in GPU
+// memory; only tokens, losses and checkpoints cross to the host.
 // See README.md beside this file for the lesson.
 #include <omp.h>
 
@@ -22,6 +24,7 @@
 #include "common/data.h"
 #include "common/driver.h"
 #include "common/device.h"
+#include "common/device_array.h"
 #include "common/error.h"
 #include "common/gpt2.h"
 #include "common/memory.h"
@@ -55,30 +58,30 @@ int train_ranks(Run& run) {
   const int64_t n_params = layout.total();
   // In fp32 the model's weights are the master weights; in bf16 the optimizer keeps
   // the fp32 master copy and the model holds the bf16-rounded compute copy.
-  AdamW<float> optimizer(layout, 0, n_params, /*keep_master=*/bf16);
-  float* master = bf16 ? optimizer.master().data() : model.params().data();
-  const RunCheckpoints ckpt{layout,
-                            {{"param", master, 0, n_params},
-                             {"adam_m", optimizer.m().data(), 0, n_params},
-                             {"adam_v", optimizer.v().data(), 0, n_params}},
-                            /*sharded=*/false};
+  AdamW<float> optimizer(layout, 0, n_params, /*keep_master=*/bf16, device);
+  DeviceArray<float>& master = bf16 ? optimizer.master() : model.params();
+  // Checkpoints are read and written from host memory (staged on the GPU).
+  CheckpointMirror mirror({{"param", &master}, {"adam_m", &optimizer.m()}, {"adam_v", &optimizer.v()}});
+  RunCheckpoints ckpt{layout, mirror.buffers(), /*sharded=*/false};
+  ckpt.before_write = [&] { mirror.to_host(); };
 
   CheckpointState state;
   const std::string resume = resolve_resume(cfg.resume, cfg.run_dir);
   const std::string layout_json = mesh_json({dp.size(), 1, 1, 1});
   if (resume.empty()) {
-    layout.init_range(cfg.seed, 0, n_params, master);
+    layout.init_range(cfg.seed, 0, n_params, mirror.host("param"));
   } else {
     state = load_checkpoint(resume, layout, ckpt.buffers);
     std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
-  model.set_params(master);
+  mirror.to_device();
+  model.set_params(master.data());
 
   // Gradients travel in buckets; summing over ranks gives the gradient of the global
   // mean loss because each rank's backward is scaled by 1/(grad_accum*dp).
   GradSync sync(layout, model.params().data(), model.grads().data(),
                 [&](float* data, size_t count) {
-                  if (cfg.allreduce == "ring") ring_all_reduce(dp, data, count, DType::F32);
+                  if (cfg.allreduce == "ring") ring_all_reduce(dp, device, data, count, DType::F32);
                   else dp.all_reduce(data, count, DType::F32);
                 },
                 cfg.bucket_mb);
@@ -128,6 +131,7 @@ int train_ranks(Run& run) {
       optimizer.step(device, model.params().data(), model.grads().data(), lr,
                      clip_scale(norm, cfg.grad_clip), cfg, int(step + 1), bf16);
     }
+    device_synchronize(device);  // GPU: the step ends when its last kernel has run
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
 
@@ -141,10 +145,14 @@ int train_ranks(Run& run) {
     after_step(run, model, val_data, dp, log, ckpt, state);
   }
 
-  end_of_run(run, model, val_data, dp, log, ckpt, state, master);
+  end_of_run(run, model, val_data, dp, log, ckpt, state, master.data());
   return 0;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) { return stage_main(argc, argv, StageSpec{"02_ddp"}, train_ranks); }
+int main(int argc, char** argv) {
+  StageSpec spec{"02_ddp"};
+  spec.cuda = true;
+  return stage_main(argc, argv, spec, train_ranks);
+}

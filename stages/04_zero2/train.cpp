@@ -20,6 +20,7 @@
 #include "common/data.h"
 #include "common/driver.h"
 #include "common/device.h"
+#include "common/device_array.h"
 #include "common/error.h"
 #include "common/gpt2.h"
 #include "common/memory.h"
@@ -61,29 +62,35 @@ int train_ranks(Run& run) {
   // This rank's shard of the optimizer state. In fp32 the master weights of the shard
   // are the model's own weights there; in bf16 the optimizer keeps them in fp32.
   const Shard shard = shard_of(n_params, dp.size(), dp.rank());
-  AdamW<float> optimizer(layout, shard.begin, shard.end, /*keep_master=*/bf16);
-  float* master = bf16 ? optimizer.master().data() : weights.data() + shard.begin;
-  const RunCheckpoints ckpt{layout,
-                            {{"param", master, shard.begin, shard.end},
-                             {"adam_m", optimizer.m().data(), shard.begin, shard.end},
-                             {"adam_v", optimizer.v().data(), shard.begin, shard.end}},
-                            /*sharded=*/true};
+  AdamW<float> optimizer(layout, shard.begin, shard.end, /*keep_master=*/bf16, device);
+  float* params = weights.data();
+  // Checkpoints are read and written from host memory (staged on the GPU): this rank's
+  // shard of the master weights and of the moments.
+  CheckpointMirror mirror({bf16 ? CheckpointMirror::Entry{"param", &optimizer.master()}
+                                : CheckpointMirror::Entry::slice("param", &weights, size_t(shard.begin),
+                                                                 size_t(shard.size())),
+                           {"adam_m", &optimizer.m()},
+                           {"adam_v", &optimizer.v()}},
+                          shard.begin);
+  RunCheckpoints ckpt{layout, mirror.buffers(), /*sharded=*/true};
+  ckpt.before_write = [&] { mirror.to_host(); };
 
   CheckpointState state;
   const std::string resume = resolve_resume(cfg.resume, cfg.run_dir);
   const std::string layout_json = mesh_json({dp.size(), 1, 1, 1});
   if (resume.empty()) {
-    layout.init_range(cfg.seed, shard.begin, shard.end, master);
+    layout.init_range(cfg.seed, shard.begin, shard.end, mirror.host("param"));
   } else {
     state = load_checkpoint(resume, layout, ckpt.buffers);  // reads this rank's shard only
     if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
+  mirror.to_device();
   // Every rank starts from its shard of the master weights and gathers the rest.
-  float* params = weights.data();
-  if (bf16) std::copy(master, master + shard.size(), params + shard.begin);
+  if (bf16)
+    device_copy(device, params + shard.begin, device, optimizer.master().data(), size_t(shard.size()) * sizeof(float));
   model.store(params + shard.begin, size_t(shard.size()));
   ring_all_gather(dp, params, size_t(n_params), DType::F32);
-  Zero2Store store(layout, dp, params, cfg.bucket_mb);
+  Zero2Store store(layout, dp, params, cfg.bucket_mb, /*embeddings_alone=*/false, device);
   model.set_store(&store);
 
   // What this rank's arrays hold, by kind: the tracker's peaks (common/memory.h).
@@ -124,6 +131,7 @@ int train_ranks(Run& run) {
     const double lr = learning_rate(cfg, step);
     sharded_adamw_step(dp, device, optimizer, shard, params, shard_grads, n_params, norm, lr, cfg,
                        int(step + 1), bf16);
+    device_synchronize(device);  // GPU: the step ends when its last kernel has run
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
 
@@ -143,4 +151,8 @@ int train_ranks(Run& run) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return stage_main(argc, argv, StageSpec{"04_zero2"}, train_ranks); }
+int main(int argc, char** argv) {
+  StageSpec spec{"04_zero2"};
+  spec.cuda = true;
+  return stage_main(argc, argv, spec, train_ranks);
+}

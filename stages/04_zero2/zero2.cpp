@@ -3,13 +3,14 @@
 #include <algorithm>
 
 #include "common/trace.h"
+#include "kernels/ops.h"
 #include "stages/02_ddp/ring_allreduce.h"
 
 namespace gpt {
 
 Zero2Store::Zero2Store(const ParamLayout& layout, Communicator& dp, float* params, double bucket_mb,
-                       bool embeddings_alone)
-    : layout_(layout), dp_(dp), params_(params),
+                       bool embeddings_alone, Device device)
+    : layout_(layout), dp_(dp), params_(params), device_(device),
       shard_(shard_of(layout.total(), dp.size(), dp.rank())),
       buckets_(make_buckets(layout, bucket_mb, embeddings_alone)), reduce_comm_(dp.split(0, dp.rank())) {
   bucket_of_unit_.assign(layout.num_units(), -1);
@@ -28,9 +29,9 @@ Zero2Store::Zero2Store(const ParamLayout& layout, Communicator& dp, float* param
     else largest = std::max(largest, size), ++others;
   }
   const MemScope scope(MemKind::Grads);
-  buffers_[0] = DeviceArray<float>(Device::CPU, size_t(emb));
-  for (int s = 1; s <= std::min(others, 2); ++s) buffers_[s] = DeviceArray<float>(Device::CPU, size_t(largest));
-  shard_grads_ = DeviceArray<float>(Device::CPU, size_t(shard_.size()));
+  buffers_[0] = DeviceArray<float>(device, size_t(emb));
+  for (int s = 1; s <= std::min(others, 2); ++s) buffers_[s] = DeviceArray<float>(device, size_t(largest));
+  shard_grads_ = DeviceArray<float>(device, size_t(shard_.size()));
 }
 
 void Zero2Store::zero_shard_grads() { shard_grads_.zero(); }
@@ -44,7 +45,7 @@ float* Zero2Store::grads(int unit) {
       Span span("wait_buckets", "comm");
       comm_.wait_for(ticket_of_slot_[slot]);
     }
-    std::fill(buffers_[slot].data(), buffers_[slot].data() + (bucket.end - bucket.begin), 0.0f);
+    device_zero(device_, buffers_[slot].data(), size_t(bucket.end - bucket.begin) * sizeof(float));
     pending_[b] = int(bucket.units.size());
   }
   return buffers_[slot].data() + (layout_.unit(unit).begin - bucket.begin);
@@ -59,10 +60,15 @@ void Zero2Store::grads_done(int unit) {
     float* buf = buffers_[slot].data();
     Span span("reduce_scatter_bucket", "comm", /*lane=*/1);
     const std::vector<size_t> bounds = shard_bounds_within(bucket.begin, bucket.end, layout_.total(), dp_.size());
-    ring_reduce_scatter_v(*reduce_comm_, buf, bounds, DType::F32);
+    ring_reduce_scatter_v(*reduce_comm_, device_, buf, bounds, DType::F32);
     // Chunk r of the bucket now holds the sum over ranks of the part in shard r.
     const int64_t lo = std::max(bucket.begin, shard_.begin), hi = std::min(bucket.end, shard_.end);
-    for (int64_t i = lo; i < hi; ++i) shard_grads_[size_t(i - shard_.begin)] += buf[size_t(i - bucket.begin)];
+    if (device_ == Device::CPU) {
+      for (int64_t i = lo; i < hi; ++i) shard_grads_[size_t(i - shard_.begin)] += buf[size_t(i - bucket.begin)];
+    } else if (lo < hi) {  // the same fp32 additions, as a kernel (its out may alias a)
+      float* sum = shard_grads_.data() + (lo - shard_.begin);
+      ops::residual_forward(device_, sum, sum, buf + (lo - bucket.begin), size_t(hi - lo));
+    }
   });
 }
 

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/comm.h"
+#include "common/device.h"
 #include "common/device_array.h"
 #include "common/gpt2.h"
 #include "stages/02_ddp/comm_thread.h"
@@ -38,8 +39,9 @@ class Zero2Store : public WeightStore<float> {
  public:
   // params: the whole model (every rank keeps all weights in ZeRO-1 and -2).
   // embeddings_alone: the embeddings' unit in a bucket of its own (make_buckets).
+  // device: where params are and where the bucket buffers and the shard gradient go.
   Zero2Store(const ParamLayout& layout, Communicator& dp, float* params, double bucket_mb,
-             bool embeddings_alone = false);
+             bool embeddings_alone, Device device);
 
   const float* acquire(int unit, Pass) override { return params_ + layout_.unit(unit).begin; }
   float* grads(int unit) override;
@@ -53,6 +55,7 @@ class Zero2Store : public WeightStore<float> {
   DeviceArray<float>& shard_grads() { return shard_grads_; }
   void zero_shard_grads();
   const Shard& shard() const { return shard_; }
+  Device device() const { return device_; }
   // The buckets, for the lesson.
   const std::vector<GradBucket>& buckets() const { return buckets_; }
 
@@ -60,6 +63,7 @@ class Zero2Store : public WeightStore<float> {
   const ParamLayout& layout_;
   Communicator& dp_;
   float* params_;
+  Device device_;
   Shard shard_;
   std::vector<GradBucket> buckets_;
   std::vector<int> bucket_of_unit_, pending_;

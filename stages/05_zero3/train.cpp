@@ -21,6 +21,7 @@
 #include "common/data.h"
 #include "common/driver.h"
 #include "common/device.h"
+#include "common/device_array.h"
 #include "common/error.h"
 #include "common/gpt2.h"
 #include "common/memory.h"
@@ -62,28 +63,31 @@ int train_ranks(Run& run) {
     const MemScope scope(MemKind::Params);
     return DeviceArray<float>(device, size_t(shard.size()));
   }();
-  AdamW<float> optimizer(layout, shard.begin, shard.end, /*keep_master=*/bf16);
-  float* master = bf16 ? optimizer.master().data() : weights.data();
-  const RunCheckpoints ckpt{layout,
-                            {{"param", master, shard.begin, shard.end},
-                             {"adam_m", optimizer.m().data(), shard.begin, shard.end},
-                             {"adam_v", optimizer.v().data(), shard.begin, shard.end}},
-                            /*sharded=*/true};
+  AdamW<float> optimizer(layout, shard.begin, shard.end, /*keep_master=*/bf16, device);
+  float* shard_params = weights.data();
+  // Checkpoints are read and written from host memory (staged on the GPU): this rank's
+  // shard of the master weights and of the moments.
+  CheckpointMirror mirror({{"param", bf16 ? &optimizer.master() : &weights},
+                           {"adam_m", &optimizer.m()},
+                           {"adam_v", &optimizer.v()}},
+                          shard.begin);
+  RunCheckpoints ckpt{layout, mirror.buffers(), /*sharded=*/true};
+  ckpt.before_write = [&] { mirror.to_host(); };
 
   CheckpointState state;
   const std::string resume = resolve_resume(cfg.resume, cfg.run_dir);
   const std::string layout_json = mesh_json({dp.size(), 1, 1, 1});
   if (resume.empty()) {
-    layout.init_range(cfg.seed, shard.begin, shard.end, master);
+    layout.init_range(cfg.seed, shard.begin, shard.end, mirror.host("param"));
   } else {
     state = load_checkpoint(resume, layout, ckpt.buffers);  // reads this rank's shard only
     if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
+  mirror.to_device();
   // Every rank starts from its shard of the master weights and gathers the rest.
-  float* shard_params = weights.data();
-  if (bf16) std::copy(master, master + shard.size(), shard_params);
+  if (bf16) device_copy(device, shard_params, device, optimizer.master().data(), size_t(shard.size()) * sizeof(float));
   model.store(shard_params, size_t(shard.size()));
-  Zero3Store store(layout, dp, shard_params, cfg.bucket_mb, /*prefetch=*/true);
+  Zero3Store store(layout, dp, shard_params, cfg.bucket_mb, /*prefetch=*/true, device);
   model.set_store(&store);
 
   // What this rank's arrays hold, by kind: the tracker's peaks (common/memory.h).
@@ -128,6 +132,7 @@ int train_ranks(Run& run) {
                      int(step + 1), bf16);
       store.weights_updated();  // units kept gathered between passes are stale now
     }
+    device_synchronize(device);  // GPU: the step ends when its last kernel has run
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
 
@@ -141,10 +146,11 @@ int train_ranks(Run& run) {
     after_step(run, model, val_data, dp, log, ckpt, state);
   }
 
-  std::vector<float> whole;  // the gathered weights the lead rank samples from
+  DeviceArray<float> whole;  // the gathered weights the lead rank samples from (on the device)
   if (cfg.sample_tokens > 0) {
-    whole.resize(size_t(n_params));
-    store.gather_all(whole.data());  // collective: every rank takes part
+    std::vector<float> gathered(static_cast<size_t>(n_params));
+    store.gather_all(gathered.data());  // collective: every rank takes part
+    whole = on_device(device, gathered);
   }
   end_of_run(run, model, val_data, dp, log, ckpt, state, whole.data());
   return 0;
@@ -152,4 +158,8 @@ int train_ranks(Run& run) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return stage_main(argc, argv, StageSpec{"05_zero3"}, train_ranks); }
+int main(int argc, char** argv) {
+  StageSpec spec{"05_zero3"};
+  spec.cuda = true;
+  return stage_main(argc, argv, spec, train_ranks);
+}

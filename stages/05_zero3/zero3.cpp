@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "common/device.h"
+#include "common/device_array.h"
 #include "common/error.h"
 #include "common/trace.h"
 #include "stages/02_ddp/ring_allreduce.h"
@@ -10,8 +12,8 @@
 namespace gpt {
 
 Zero3Store::Zero3Store(const ParamLayout& layout, Communicator& dp, float* shard_params,
-                       double bucket_mb, bool prefetch)
-    : Zero2Store(layout, dp, nullptr, bucket_mb), layout_(layout), dp_(dp),
+                       double bucket_mb, bool prefetch, Device device)
+    : Zero2Store(layout, dp, nullptr, bucket_mb, /*embeddings_alone=*/false, device), layout_(layout), dp_(dp),
       prefetch_comm_(dp.split(0, dp.rank())), shard_params_(shard_params), prefetch_(prefetch),
       gathered_(layout.num_units()), users_(layout.num_units(), 0), kept_(layout.num_units(), 0) {}
 
@@ -21,7 +23,7 @@ Zero3Store::~Zero3Store() {
 
 DeviceArray<float> Zero3Store::unit_buffer(int unit) const {
   const MemScope scope(MemKind::Params);  // gathered weights
-  return DeviceArray<float>(Device::CPU, size_t(layout_.unit(unit).size()));
+  return DeviceArray<float>(device(), size_t(layout_.unit(unit).size()));
 }
 
 void Zero3Store::gather_into(Communicator& comm, int unit, float* buf) const {
@@ -30,7 +32,8 @@ void Zero3Store::gather_into(Communicator& comm, int unit, float* buf) const {
   // Our part of the unit goes to its place; the ring brings everyone else's.
   const Shard& s = shard();
   const int64_t lo = std::max(u.begin, s.begin), hi = std::min(u.end, s.end);
-  if (lo < hi) std::copy(shard_params_ + (lo - s.begin), shard_params_ + (hi - s.begin), buf + (lo - u.begin));
+  if (lo < hi)
+    device_copy(device(), buf + (lo - u.begin), device(), shard_params_ + (lo - s.begin), size_t(hi - lo) * sizeof(float));
   ring_all_gather_v(comm, buf, shard_bounds_within(u.begin, u.end, layout_.total(), comm.size()), DType::F32);
 }
 
@@ -42,7 +45,8 @@ void Zero3Store::start_prefetch(int unit) {
   // depend on when the thread gets to run.
   DeviceArray<float> buf = unit_buffer(unit);
   prefetch_unit_ = unit;
-  prefetched_ = std::async(std::launch::async, [this, unit, buf = std::move(buf)]() mutable {
+  prefetched_ = std::async(std::launch::async, [this, unit, gpu = current_gpu(), buf = std::move(buf)]() mutable {
+    use_gpu(gpu);  // the GPU is per host thread: this rank's, not GPU 0
     gather_into(*prefetch_comm_, unit, buf.data());
     return std::move(buf);
   });
@@ -125,7 +129,7 @@ void Zero3Store::weights_updated() {
 
 void Zero3Store::gather_all(float* out) {
   const Shard& s = shard();
-  std::copy(shard_params_, shard_params_ + s.size(), out + s.begin);
+  device_copy(Device::CPU, out + s.begin, device(), shard_params_, size_t(s.size()) * sizeof(float));
   ring_all_gather(dp_, out, size_t(layout_.total()), DType::F32);
 }
 

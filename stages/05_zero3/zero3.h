@@ -36,15 +36,17 @@ namespace gpt {
 class Zero3Store : public Zero2Store {
  public:
   // shard_params: this rank's shard of the compute weights (shard().size() elements),
-  // updated in place by the optimizer.
+  // updated in place by the optimizer, in the memory of `device`, where the gathered
+  // units go too.
   Zero3Store(const ParamLayout& layout, Communicator& dp, float* shard_params, double bucket_mb,
-             bool prefetch);
+             bool prefetch, Device device);
   ~Zero3Store() override;
 
   const float* acquire(int unit, Pass pass) override;
   void release(int unit, Pass pass) override;
 
-  // Gathers the whole model into `out` (total elements): for sampling and tests.
+  // Gathers the whole model into `out` (total elements, host memory): for sampling and
+  // tests; a one-off, so it travels through the host whatever the device.
   void gather_all(float* out);
   // The shard's weights changed (the optimizer stepped): units kept gathered between
   // passes are stale and are freed; the embeddings' gather for the next pass starts at

@@ -27,7 +27,7 @@ LocalZero::LocalZero(const Config& cfg, GPT2<float>& model, const RankLayout& sl
       n_local_(model.layout().total()),
       shard_(range_of(cfg.zero, n_local_, dp)),
       range_(slices.range(shard_.begin, shard_.end, /*counted=*/cfg.zero > 0 || dp.rank() == 0)),
-      optimizer_(slices, shard_.begin, shard_.end, /*keep_master=*/bf16) {
+      optimizer_(slices, shard_.begin, shard_.end, /*keep_master=*/bf16, device) {
   {
     const MemScope scope(MemKind::Params);
     weights_ = DeviceArray<float>(device, size_t(zero_ == 2 ? n_local_ : zero_ == 3 ? shard_.size() : 0));
@@ -42,31 +42,37 @@ LocalZero::LocalZero(const Config& cfg, GPT2<float>& model, const RankLayout& sl
         layout, params_, grads,
         [this, grads, n](float* data, size_t count) {
           if (zero_ == 0) {
-            ring_all_reduce(dp_, data, count, DType::F32);
+            ring_all_reduce(dp_, device_, data, count, DType::F32);
             return;
           }
           const int64_t begin = data - grads, end = begin + int64_t(count);
-          ring_reduce_scatter_v(dp_, data, shard_bounds_within(begin, end, n, dp_.size()), DType::F32);
+          ring_reduce_scatter_v(dp_, device_, data, shard_bounds_within(begin, end, n, dp_.size()), DType::F32);
         },
         cfg.bucket_mb);
   } else if (zero_ == 2) {
     // A pipeline stage (stages 07-09) reduces its tied wte once a step, after the first
     // and the last stage have summed it: its unit needs a bucket of its own.
     const bool pipeline_stage = layout.layer_begin() > 0 || layout.layer_end() < cfg.model.n_layer;
-    sharded_ = std::make_unique<Zero2Store>(layout, dp, params_, cfg.bucket_mb, /*embeddings_alone=*/pipeline_stage);
+    sharded_ = std::make_unique<Zero2Store>(layout, dp, params_, cfg.bucket_mb, /*embeddings_alone=*/pipeline_stage, device);
   } else {
-    sharded_ = std::make_unique<Zero3Store>(layout, dp, shard_params_, cfg.bucket_mb, /*prefetch=*/true);
+    sharded_ = std::make_unique<Zero3Store>(layout, dp, shard_params_, cfg.bucket_mb, /*prefetch=*/true, device);
   }
+  // The master weights of the range: the optimizer's fp32 copy in bf16 mode, else the
+  // compute weights there (the model's with zero <= 1, the kept ones with zero 2 and 3).
+  DeviceArray<float>& weights = zero_ <= 1 ? model.params() : weights_;
+  const size_t offset = zero_ == 3 ? 0 : size_t(shard_.begin);
+  mirror_ = std::make_unique<CheckpointMirror>(std::vector<CheckpointMirror::Entry>{
+      bf16 ? CheckpointMirror::Entry{"param", &optimizer_.master()}
+           : CheckpointMirror::Entry::slice("param", &weights, offset, size_t(shard_.size())),
+      {"adam_m", &optimizer_.m()},
+      {"adam_v", &optimizer_.v()}});
 }
 
 LocalZero::~LocalZero() = default;
 
-std::vector<CheckpointBuffer> LocalZero::checkpoint_buffers() {
-  return {{"param", master(), 0, 0}, {"adam_m", optimizer_.m().data(), 0, 0}, {"adam_v", optimizer_.v().data(), 0, 0}};
-}
-
 void LocalZero::weights_from_master() {
-  if (bf16_) std::copy(master(), master() + shard_.size(), shard_params_);
+  mirror_->to_device();
+  if (bf16_) device_copy(device_, shard_params_, device_, optimizer_.master().data(), size_t(shard_.size()) * sizeof(float));
   model_.store(shard_params_, size_t(shard_.size()));
   if (zero_ == 1 || zero_ == 2) ring_all_gather(dp_, params_, size_t(n_local_), DType::F32);
 }
@@ -95,14 +101,14 @@ void LocalZero::wait() {
 double LocalZero::grad_norm(Communicator& world) {
   Span span("grad_norm");
   const float* grads = sharded_ ? sharded_->shard_grads().data() : model_.grads().data() + shard_.begin;
-  double sum = range_.counted_sum_of_squares(grads);
+  double sum = range_.counted_sum_of_squares(device_, grads);
   world.all_reduce(&sum, 1, DType::F64);
   return std::sqrt(sum);
 }
 
 void LocalZero::add_squares_by_tensor(std::vector<double>& per_tensor) const {
   const float* grads = sharded_ ? sharded_->shard_grads().data() : model_.grads().data() + shard_.begin;
-  range_.counted_squares_by_tensor(grads, per_tensor.data());
+  range_.counted_squares_by_tensor(device_, grads, per_tensor.data());
 }
 
 void LocalZero::step(double lr, double norm, int step_number) {
@@ -122,7 +128,7 @@ void LocalZero::step(double lr, double norm, int step_number) {
 std::vector<float> LocalZero::local_weights() {
   std::vector<float> local(static_cast<size_t>(n_local_));
   if (zero_ == 3) static_cast<Zero3Store&>(*sharded_).gather_all(local.data());
-  else std::copy(params_, params_ + n_local_, local.begin());
+  else device_copy(Device::CPU, local.data(), device_, params_, local.size() * sizeof(float));
   return local;
 }
 

@@ -39,11 +39,15 @@ class LocalZero {
   // The elements of this rank's range, counted once across the world (with zero = 0
   // every dp rank holds everything and dp rank 0 counts it).
   const RankLayout& range() const { return range_; }
-  // The fp32 master weights of the range (shard().size() elements), and with the
-  // moments, for checkpoints.
-  float* master() { return bf16_ ? optimizer_.master().data() : shard_params_; }
-  std::vector<CheckpointBuffer> checkpoint_buffers();
-  // After the master weights were initialised or loaded: the compute weights from them
+  // Checkpoints and initialisation work on host memory: the fp32 master weights of the
+  // range (shard().size() elements) and the moments, on the GPU mirrors of the device
+  // arrays (common/checkpoint.h, CheckpointMirror).
+  float* master_host() { return mirror_->host("param"); }
+  std::vector<CheckpointBuffer> checkpoint_buffers() { return mirror_->buffers(); }
+  // Before a checkpoint is written: the device arrays copied into the host buffers.
+  void checkpoint_to_host() { mirror_->to_host(); }
+  // After the master weights (and moments) were initialised or loaded into the host
+  // buffers: the device arrays from them, then the compute weights from the master
   // (rounded in bf16 mode), gathered over dp where every rank keeps all of them.
   void weights_from_master();
   // The store the model runs through.
@@ -64,7 +68,8 @@ class LocalZero {
   // AdamW on the range (clipped by norm), the compute weights updated, gathered over dp
   // unless zero = 3.
   void step(double lr, double norm, int step_number);
-  // This rank's whole local buffer of compute weights (collective over dp with zero = 3).
+  // This rank's whole local buffer of compute weights, in host memory (collective over
+  // dp with zero = 3).
   std::vector<float> local_weights();
 
  private:
@@ -83,11 +88,13 @@ class LocalZero {
   float* shard_params_;
   std::unique_ptr<GradSync> sync_;      // zero 0, 1
   std::unique_ptr<Zero2Store> sharded_;  // zero 2, 3 (a Zero3Store for 3)
+  std::unique_ptr<CheckpointMirror> mirror_;  // master weights and moments, for checkpoints
 };
 
 // The whole model's weights on every rank of `world`, for the sample: each rank writes
 // the counted elements of its local buffer into zeros and the world sums them (x + 0 = x
 // exactly). `counted`: whether this rank counts its replicas (one rank per replica group).
+// In host memory (the sampling model reads them from its device: on_device, device_array.h).
 std::vector<float> gather_whole_model(Communicator& world, const RankLayout& slices, const std::vector<float>& local,
                                       bool counted);
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "common/memory.h"
 #include "common/trace.h"
 
 namespace gpt {
@@ -25,12 +26,21 @@ void SequenceParallelGrads<A>::grads_done(int unit) {
   if (sum_ && !parts.empty()) {
     Span span("tp_layernorm_grads", "comm");
     G* g = inner_.grads(unit) - layout_.unit(unit).begin;  // grads() points at the unit's first element
-    packed_.clear();
-    for (auto [offset, n] : parts) packed_.insert(packed_.end(), g + offset, g + offset + n);
-    tp_.all_reduce(packed_.data(), packed_.size(), dtype_of<G>());
+    size_t total = 0;
+    for (auto [offset, n] : parts) total += size_t(n);
+    if (packed_.size() < total) {
+      const MemScope scope(MemKind::Buffers);
+      packed_ = DeviceArray<G>(device_, total);
+    }
     size_t at = 0;
     for (auto [offset, n] : parts) {
-      std::copy_n(packed_.begin() + int64_t(at), n, g + offset);
+      device_copy(device_, packed_.data() + at, device_, g + offset, size_t(n) * sizeof(G));
+      at += size_t(n);
+    }
+    tp_.all_reduce(packed_.data(), total, dtype_of<G>());
+    at = 0;
+    for (auto [offset, n] : parts) {
+      device_copy(device_, g + offset, device_, packed_.data() + at, size_t(n) * sizeof(G));
       at += size_t(n);
     }
   }

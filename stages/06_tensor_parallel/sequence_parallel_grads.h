@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/comm.h"
+#include "common/device_array.h"
 #include "common/gpt2.h"
 
 namespace gpt {
@@ -27,9 +28,9 @@ class SequenceParallelGrads : public WeightStore<A> {
  public:
   using G = GradOf<A>;
   // layout: the rank's local layout (ParamLayout(model, tp, rank)); inner: the store
-  // whose grads() these are.
-  SequenceParallelGrads(const ParamLayout& layout, Communicator& tp, WeightStore<A>& inner)
-      : layout_(layout), tp_(tp), inner_(inner) {}
+  // whose grads() these are, in the memory of `device`.
+  SequenceParallelGrads(const ParamLayout& layout, Communicator& tp, WeightStore<A>& inner, Device device)
+      : layout_(layout), tp_(tp), inner_(inner), device_(device) {}
 
   // Whether the coming backward's gradients are summed: every backward when the inner
   // store reduces each backward's gradients (ZeRO-2, -3), else only the last micro-step
@@ -48,8 +49,9 @@ class SequenceParallelGrads : public WeightStore<A> {
   const ParamLayout& layout_;
   Communicator& tp_;
   WeightStore<A>& inner_;
+  Device device_;
   bool sum_ = true;
-  std::vector<G> packed_;
+  DeviceArray<G> packed_;  // the unit's layernorm gradients side by side: one all-reduce
 };
 
 }  // namespace gpt

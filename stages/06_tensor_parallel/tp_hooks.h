@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "common/comm.h"
+#include "common/device.h"
 #include "common/model_pieces.h"
 
 namespace gpt {
@@ -43,7 +44,9 @@ class TensorParallelHooks : public ModelHooks<A> {
  public:
   using G = GradOf<A>;
   // tp: the tensor-parallel group. With sequence_parallel each rank holds rows/tp rows.
-  TensorParallelHooks(Communicator& tp, bool sequence_parallel) : tp_(tp), sp_(sequence_parallel) {}
+  // device: where the model's activations (and the loss's row statistics) live.
+  TensorParallelHooks(Communicator& tp, bool sequence_parallel, Device device)
+      : tp_(tp), sp_(sequence_parallel), device_(device) {}
 
   int full_rows(int rows) const override { return sp_ ? rows * tp_.size() : rows; }
   // f forward.
@@ -59,9 +62,14 @@ class TensorParallelHooks : public ModelHooks<A> {
   void vocab_reduce(G* row_max, G* row_sumexp, G* target_logit, int rows) override;  // vocab_parallel.cpp
 
  private:
+  // The reduction of vocab_reduce on statistics in host memory.
+  void reduce_stats_on_host(G* row_max, G* row_sumexp, G* target_logit, int rows);
+
   Communicator& tp_;
   bool sp_;
-  std::vector<G> maxes_, sums_;  // vocab_reduce's scratch (host memory: the CPU ranks)
+  Device device_;
+  std::vector<G> maxes_, sums_;  // vocab_reduce's scratch, in host memory
+  std::vector<G> staged_;        // on the GPU: the three rows of statistics, copied to the host
 };
 
 }  // namespace gpt

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/device_array.h"
 #include "common/trace.h"
 #include "stages/06_tensor_parallel/tp_hooks.h"
 
@@ -31,6 +32,24 @@ namespace gpt {
 template <class A>
 void TensorParallelHooks<A>::vocab_reduce(G* row_max, G* row_sumexp, G* target_logit, int rows) {
   Span span("tp_vocab_reduce", "comm");
+  if (device_ == Device::CPU) return reduce_stats_on_host(row_max, row_sumexp, target_logit, rows);
+  // On the GPU: 3 numbers per row (a few KiB) to the host and back, around the same math.
+  const size_t bytes = size_t(rows) * sizeof(G);
+  staged_.resize(size_t(rows) * 3);
+  G* host_max = staged_.data();
+  G* host_sumexp = host_max + rows;
+  G* host_target = host_sumexp + rows;
+  device_copy(Device::CPU, host_max, device_, row_max, bytes);
+  device_copy(Device::CPU, host_sumexp, device_, row_sumexp, bytes);
+  device_copy(Device::CPU, host_target, device_, target_logit, bytes);
+  reduce_stats_on_host(host_max, host_sumexp, host_target, rows);
+  device_copy(device_, row_max, Device::CPU, host_max, bytes);
+  device_copy(device_, row_sumexp, Device::CPU, host_sumexp, bytes);
+  device_copy(device_, target_logit, Device::CPU, host_target, bytes);
+}
+
+template <class A>
+void TensorParallelHooks<A>::reduce_stats_on_host(G* row_max, G* row_sumexp, G* target_logit, int rows) {
   const int p = tp_.size();
   const DType t = dtype_of<G>();
   maxes_.resize(size_t(rows) * p);
@@ -51,5 +70,7 @@ void TensorParallelHooks<A>::vocab_reduce(G* row_max, G* row_sumexp, G* target_l
 
 template void TensorParallelHooks<float>::vocab_reduce(float*, float*, float*, int);
 template void TensorParallelHooks<double>::vocab_reduce(double*, double*, double*, int);
+template void TensorParallelHooks<float>::reduce_stats_on_host(float*, float*, float*, int);
+template void TensorParallelHooks<double>::reduce_stats_on_host(double*, double*, double*, int);
 
 }  // namespace gpt

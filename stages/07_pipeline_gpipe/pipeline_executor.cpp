@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "common/device_array.h"
 #include "common/error.h"
 #include "common/trace.h"
 
@@ -77,6 +78,8 @@ void PipelineExecutor::wait_sends(int chunk, int slot, bool gradient) {
 }
 
 double PipelineExecutor::timed(PipeOp op, std::chrono::steady_clock::time_point start) {
+  // On the GPU the op's kernels were only queued: its time ends when they have run.
+  device_synchronize(chunks_.front()->device());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   OpTime& t = op_time_[int(op)];
   t.seconds += s, ++t.count;

@@ -73,7 +73,7 @@ int train_ranks(Run& run) {
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
   DataLoader val_data(cfg.val_data, cfg.model.vocab_size, T, cfg.seed);
-  TensorParallelHooks<float> hooks(tp, sp);
+  TensorParallelHooks<float> hooks(tp, sp, device);
   // This rank's stage of the pipeline, with activations for every micro-batch the
   // schedule keeps in flight.
   const PipeSchedule schedule = one_f_one_b_schedule(pp.size(), pp.rank(), accum);
@@ -87,12 +87,13 @@ int train_ranks(Run& run) {
   const int64_t n_local = layout.total();
   // The ZeRO stage of `zero` over dp, on this rank's local buffer (stage 06's local_zero.h).
   LocalZero zero(cfg, model, slices, dp, device, bf16);
-  const RunCheckpoints ckpt{layout, zero.checkpoint_buffers(), /*sharded=*/true, &zero.range()};
+  const RunCheckpoints ckpt{layout, zero.checkpoint_buffers(), /*sharded=*/true, &zero.range(),
+                            [&] { zero.checkpoint_to_host(); }};
 
   CheckpointState state;
   const std::string resume = resolve_resume(cfg.resume, cfg.run_dir);
   if (resume.empty()) {
-    slices.init(cfg.seed, zero.master(), zero.shard().begin, zero.shard().end);  // the single-device values there
+    slices.init(cfg.seed, zero.master_host(), zero.shard().begin, zero.shard().end);  // the single-device values there
   } else {
     std::vector<LocalBuffer> buffers;
     for (const CheckpointBuffer& b : ckpt.buffers) buffers.push_back({b.kind, b.data});
@@ -100,7 +101,7 @@ int train_ranks(Run& run) {
     if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
   zero.weights_from_master();
-  SequenceParallelGrads<float> sp_grads(layout, tp, zero.store());
+  SequenceParallelGrads<float> sp_grads(layout, tp, zero.store(), device);
   const std::unique_ptr<Communicator> ends = tied_embedding_group(pp);  // the first and the last stage
   TiedEmbeddingGrads tied(layout, ends.get(), sp ? static_cast<WeightStore<float>&>(sp_grads) : zero.store(),
                           zero.reduces_every_backward());
@@ -149,6 +150,7 @@ int train_ranks(Run& run) {
     const double norm = grad_norm_by_tensor(run.world, {&zero}, global.tensors().size());  // the same bits for any schedule
     const double lr = learning_rate(cfg, step);
     zero.step(lr, norm, int(step + 1));
+    device_synchronize(device);  // the step ends when the GPU has run its kernels
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
 
@@ -172,9 +174,9 @@ int train_ranks(Run& run) {
       bubble.report([&](const PipeCosts&) { return pipeline_bubble(pp.size(), accum); }, pipeline.measured_costs());
   if (lead) std::printf("%s", bubbles.c_str());
 
-  std::vector<float> whole;  // the whole model, for the lead rank's sample
+  DeviceArray<float> whole;  // the whole model, for the lead rank's sample (on the device)
   if (cfg.sample_tokens > 0)
-    whole = gather_whole_model(run.world, slices, zero.local_weights(), dp.rank() == 0);
+    whole = on_device(device, gather_whole_model(run.world, slices, zero.local_weights(), dp.rank() == 0));
   const Validation validate = [&] { return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, dp); };
   end_of_run(run, validate, dp, log, ckpt, state, whole.data(), T);
   return 0;
@@ -184,6 +186,6 @@ int train_ranks(Run& run) {
 
 int main(int argc, char** argv) {
   StageSpec spec{"08_pipeline_1f1b"};
-  spec.tp = true, spec.pp = true, spec.zero_key = true;
+  spec.tp = true, spec.pp = true, spec.zero_key = true, spec.cuda = true;
   return stage_main(argc, argv, spec, train_ranks);
 }

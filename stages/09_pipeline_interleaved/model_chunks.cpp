@@ -28,7 +28,7 @@ std::vector<ModelChunk> make_model_chunks(const Config& cfg, const ParamLayout& 
     k.dp = dp.split(0, dp.rank());  // the same ranks, a communicator of its own
     k.zero = std::make_unique<LocalZero>(cfg, *k.model, *k.slices, *k.dp, device, precision == Precision::BF16);
     const ParamLayout& layout = k.model->layout();
-    k.sp_grads = std::make_unique<SequenceParallelGrads<float>>(layout, tp, k.zero->store());
+    k.sp_grads = std::make_unique<SequenceParallelGrads<float>>(layout, tp, k.zero->store(), device);
     WeightStore<float>& inner =
         cfg.sequence_parallel ? static_cast<WeightStore<float>&>(*k.sp_grads) : k.zero->store();
     const bool holds_wte = layout.has_embeddings() || layout.has_head();
@@ -61,6 +61,7 @@ std::vector<CheckpointBuffer> ChunkCheckpoint::buffers() {
 }
 
 void ChunkCheckpoint::pack() {
+  for (ModelChunk& c : chunks_) c.zero->checkpoint_to_host();  // the device arrays into the chunks' host buffers
   for (size_t k = 0; k < kinds_.size(); ++k)
     for (const Piece& piece : pieces_) {
       const float* from = chunks_[size_t(piece.chunk)].zero->checkpoint_buffers()[k].data + piece.chunk_offset;

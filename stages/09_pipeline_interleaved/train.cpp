@@ -74,7 +74,7 @@ int train_ranks(Run& run) {
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
   DataLoader val_data(cfg.val_data, cfg.model.vocab_size, T, cfg.seed);
-  TensorParallelHooks<float> hooks(tp, sp);
+  TensorParallelHooks<float> hooks(tp, sp, device);
   // This rank's v chunks (virtual stages r, r + p, ...), each with activations for every
   // micro-batch the schedule keeps in flight on it.
   const PipeSchedule schedule = pipeline_schedule(schedule_name, pp.size(), pp.rank(), accum, v);
@@ -98,7 +98,7 @@ int train_ranks(Run& run) {
   const std::string resume = resolve_resume(cfg.resume, cfg.run_dir);
   if (resume.empty()) {
     for (ModelChunk& c : chunks)  // the single-device values there
-      c.slices->init(cfg.seed, c.zero->master(), c.zero->shard().begin, c.zero->shard().end);
+      c.slices->init(cfg.seed, c.zero->master_host(), c.zero->shard().begin, c.zero->shard().end);
   } else {
     std::vector<LocalBuffer> buffers;
     for (const CheckpointBuffer& b : ckpt.buffers) buffers.push_back({b.kind, b.data});
@@ -152,6 +152,7 @@ int train_ranks(Run& run) {
     const double norm = grad_norm_by_tensor(run.world, zeros, global.tensors().size());  // the same bits for any schedule
     const double lr = learning_rate(cfg, step);
     for (LocalZero* z : zeros) z->step(lr, norm, int(step + 1));
+    device_synchronize(device);  // the step ends when the GPU has run its kernels
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
 
@@ -184,7 +185,7 @@ int train_ranks(Run& run) {
       else for (size_t i = 0; i < whole.size(); ++i) whole[i] += part[i];  // x + 0 = x: each element is one chunk's
     }
   const Validation validate = [&] { return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, dp); };
-  end_of_run(run, validate, dp, log, ckpt, state, whole.data(), T);
+  end_of_run(run, validate, dp, log, ckpt, state, on_device(device, whole).data(), T);
   return 0;
 }
 
@@ -193,5 +194,6 @@ int train_ranks(Run& run) {
 int main(int argc, char** argv) {
   StageSpec spec{"09_pipeline_interleaved"};
   spec.tp = true, spec.pp = true, spec.virtual_stages = true, spec.zero_key = true, spec.schedule_key = true;
+  spec.cuda = true;
   return stage_main(argc, argv, spec, train_ranks);
 }

@@ -3,8 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
+#include <vector>
 
+#include "common/device_array.h"
 #include "common/memory.h"
 #include "common/trace.h"
 #include "kernels/ops.h"
@@ -16,17 +17,19 @@ namespace {
 constexpr int kTagKvForward = 10, kTagKvBackward = 11, kTagDkv = 12;
 
 template <class A>
-void ensure(DeviceArray<A>& a, size_t n) {
+void ensure(DeviceArray<A>& a, size_t n, Device d) {
   if (a.size() != n) {
     const MemScope scope(MemKind::Buffers);  // the ring's message buffers
-    a = DeviceArray<A>(Device::CPU, n);
+    a = DeviceArray<A>(d, n);
   }
 }
 }  // namespace
 
 template <class A>
-void RingAttentionHooks<A>::pack_kv(const A* qkv, size_t rows, int W) {
-  for (size_t i = 0; i < rows; ++i) std::memcpy(kv_.data() + i * 2 * W, qkv + i * 3 * W + W, size_t(2 * W) * sizeof(A));
+void RingAttentionHooks<A>::pack_kv(Device d, const A* qkv, size_t rows, int W) {
+  // Columns [W, 3W) of each qkv row (k | v) side by side: the block that travels.
+  device_copy_2d(d, kv_.data(), size_t(2 * W) * sizeof(A), qkv + W, size_t(3 * W) * sizeof(A),
+                 size_t(2 * W) * sizeof(A), rows);
 }
 
 template <class A>
@@ -41,11 +44,14 @@ void RingAttentionHooks<A>::attention_forward(const PieceContext& ctx, A* out, G
                                               int W, int heads) {
   const int p = cp_.size(), r = cp_.rank(), Tc = split_.chunk_len(), nc = split_.chunks(), hs = W / heads;
   const size_t rows = size_t(B) * T, block = rows * 2 * W;
-  ensure(kv_, block), ensure(kv_next_, block);
-  ensure(block_out_, size_t(Tc) * W), ensure(block_lse_, size_t(heads) * Tc);
-  pack_kv(qkv, rows, W);
-  std::fill(out, out + rows * W, A(0));
-  std::fill(lse, lse + size_t(B) * nc * heads * Tc, G(-INFINITY));  // no keys yet: merges add everything
+  const Device d = ctx.device;
+  ensure(kv_, block, d), ensure(kv_next_, block, d);
+  ensure(block_out_, size_t(Tc) * W, d), ensure(block_lse_, size_t(heads) * Tc, d);
+  pack_kv(d, qkv, rows, W);
+  device_zero(d, out, rows * W * sizeof(A));
+  // No keys yet: L = -inf everywhere, so the first merge takes the first block whole.
+  const std::vector<G> no_keys(size_t(B) * nc * heads * Tc, G(-INFINITY));
+  device_copy(d, lse, Device::CPU, no_keys.data(), no_keys.size() * sizeof(G));
   for (int s = 0; s < p; ++s) {
     const int owner = (r - s + p) % p;  // whose keys and values this rank holds now
     std::vector<Request> reqs;
@@ -88,8 +94,9 @@ void RingAttentionHooks<A>::attention_backward(const PieceContext& ctx, A* dqkv,
                                                const A* out, const G* lse, int B, int T, int W, int heads) {
   const int p = cp_.size(), r = cp_.rank(), Tc = split_.chunk_len(), nc = split_.chunks(), hs = W / heads;
   const size_t rows = size_t(B) * T, block = rows * 2 * W;
-  ensure(kv_, block), ensure(kv_next_, block), ensure(dkv_, block), ensure(dkv_next_, block);
-  pack_kv(qkv, rows, W);
+  const Device d = ctx.device;
+  ensure(kv_, block, d), ensure(kv_next_, block, d), ensure(dkv_, block, d), ensure(dkv_next_, block, d);
+  pack_kv(d, qkv, rows, W);
   dkv_.zero();
   for (int s = 0; s < p; ++s) {
     const int owner = (r - s + p) % p;
@@ -130,8 +137,16 @@ void RingAttentionHooks<A>::attention_backward(const PieceContext& ctx, A* dqkv,
     }
   }
   // dkv_ now holds this rank's own keys' and values' gradient from every rank's queries.
-  for (size_t i = 0; i < rows; ++i)
-    for (int c = 0; c < 2 * W; ++c) dqkv[i * 3 * W + W + size_t(c)] += dkv_[i * 2 * W + size_t(c)];
+  if (d == Device::CPU) {
+    for (size_t i = 0; i < rows; ++i)
+      for (int c = 0; c < 2 * W; ++c) dqkv[i * 3 * W + W + size_t(c)] += dkv_[i * 2 * W + size_t(c)];
+    return;
+  }
+  // On the GPU: the k | v columns of dqkv side by side (kv_next_ is free now), the sum, and back.
+  const size_t pitch = size_t(3 * W) * sizeof(A), band = size_t(2 * W) * sizeof(A);
+  device_copy_2d(d, kv_next_.data(), band, dqkv + W, pitch, band, rows);
+  ops::residual_forward(d, kv_next_.data(), kv_next_.data(), dkv_.data(), block);
+  device_copy_2d(d, dqkv + W, pitch, kv_next_.data(), band, band, rows);
 }
 
 template class RingAttentionHooks<float>;

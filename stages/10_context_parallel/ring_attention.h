@@ -33,8 +33,9 @@ template <class A>
 class RingAttentionHooks : public TensorParallelHooks<A> {
  public:
   using G = GradOf<A>;
-  RingAttentionHooks(Communicator& tp, bool sequence_parallel, Communicator& cp, const ContextSplit& split)
-      : TensorParallelHooks<A>(tp, sequence_parallel), cp_(cp), split_(split) {}
+  RingAttentionHooks(Communicator& tp, bool sequence_parallel, Communicator& cp, const ContextSplit& split,
+                     Device device)
+      : TensorParallelHooks<A>(tp, sequence_parallel, device), cp_(cp), split_(split) {}
 
   // qkv: B x T local rows of [q | k | v] (T = the chunks' tokens); lse is kept in this
   // class's own layout (B, chunk, head, Tc), read back only by attention_backward.
@@ -47,7 +48,7 @@ class RingAttentionHooks : public TensorParallelHooks<A> {
   int64_t pairs() const { return pairs_; }
 
  private:
-  void pack_kv(const A* qkv, size_t rows, int width);
+  void pack_kv(Device d, const A* qkv, size_t rows, int width);
   // Posts the ring step's messages: `send` to rank r + 1, `recv` from rank r - 1.
   void exchange(std::vector<Request>& reqs, const A* send, A* recv, size_t count, int tag);
 

@@ -77,7 +77,7 @@ int train_ranks(Run& run) {
   split.group = &cp;
   run.part = &split;  // validation runs the same chunks
   const int Tl = split.local_len(T);  // tokens of each sequence on this rank
-  RingAttentionHooks<float> hooks(tp, sp, cp, split);
+  RingAttentionHooks<float> hooks(tp, sp, cp, split, device);
   // The model holds this rank's slices; with zero >= 2 the stage keeps the weights and
   // the store the gradients.
   GPT2<float> model(cfg.model, B, Tl, device, precision, /*own_weights=*/cfg.zero <= 1,
@@ -87,12 +87,13 @@ int train_ranks(Run& run) {
   const RankLayout slices = RankLayout::tensor_parallel(global, tp.size(), tp.rank());
   // The ZeRO stage of `zero` over dp x cp, on this rank's local buffer (stage 06's local_zero.h).
   LocalZero zero(cfg, model, slices, dp, device, bf16);
-  const RunCheckpoints ckpt{layout, zero.checkpoint_buffers(), /*sharded=*/true, &zero.range()};
+  const RunCheckpoints ckpt{layout, zero.checkpoint_buffers(), /*sharded=*/true, &zero.range(),
+                            [&] { zero.checkpoint_to_host(); }};
 
   CheckpointState state;
   const std::string resume = resolve_resume(cfg.resume, cfg.run_dir);
   if (resume.empty()) {
-    slices.init(cfg.seed, zero.master(), zero.shard().begin, zero.shard().end);  // the single-device values there
+    slices.init(cfg.seed, zero.master_host(), zero.shard().begin, zero.shard().end);  // the single-device values there
   } else {
     std::vector<LocalBuffer> buffers;
     for (const CheckpointBuffer& b : ckpt.buffers) buffers.push_back({b.kind, b.data});
@@ -100,7 +101,7 @@ int train_ranks(Run& run) {
     if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
   zero.weights_from_master();
-  SequenceParallelGrads<float> sp_grads(layout, tp, zero.store());
+  SequenceParallelGrads<float> sp_grads(layout, tp, zero.store(), device);
   model.set_store(sp ? static_cast<WeightStore<float>*>(&sp_grads) : &zero.store());
 
   MemoryLedger mem = MemoryTracker::global().peaks();
@@ -151,6 +152,7 @@ int train_ranks(Run& run) {
     const double norm = zero.grad_norm(run.world);
     const double lr = learning_rate(cfg, step);
     zero.step(lr, norm, int(step + 1));
+    device_synchronize(device);  // the step ends when the GPU has run its kernels
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
 
@@ -170,8 +172,8 @@ int train_ranks(Run& run) {
     after_step(run, model, val_data, run.mesh.dp(), log, ckpt, state);  // the sequences split over dp only
   }
 
-  std::vector<float> whole;  // the whole model, for the lead rank's sample
-  if (cfg.sample_tokens > 0) whole = gather_whole_model(run.world, slices, zero.local_weights(), dp.rank() == 0);
+  DeviceArray<float> whole;  // the whole model, for the lead rank's sample (on the device)
+  if (cfg.sample_tokens > 0) whole = on_device(device, gather_whole_model(run.world, slices, zero.local_weights(), dp.rank() == 0));
   end_of_run(run, model, val_data, run.mesh.dp(), log, ckpt, state, whole.data());
   return 0;
 }
@@ -180,6 +182,6 @@ int train_ranks(Run& run) {
 
 int main(int argc, char** argv) {
   StageSpec spec{"10_context_parallel"};
-  spec.tp = true, spec.cp = true, spec.zero_key = true;
+  spec.tp = true, spec.cp = true, spec.zero_key = true, spec.cuda = true;
   return stage_main(argc, argv, spec, train_ranks);
 }

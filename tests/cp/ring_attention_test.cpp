@@ -75,7 +75,7 @@ Outcome run(Communicator& cp, int T, bool zigzag, bool corrupt) {
   Vec my_qkv = take_rows(split, qkv, T, 3 * W), my_dout = take_rows(split, dout, T, W);
   if (corrupt && cp.rank() == 0) std::reverse(my_qkv.begin(), my_qkv.begin() + 3 * W);  // one token's q, k, v scrambled
   std::unique_ptr<Communicator> tp = cp.split(cp.rank(), 0);  // a tensor-parallel group of one
-  RingAttentionHooks<double> ring(*tp, false, cp, split);
+  RingAttentionHooks<double> ring(*tp, false, cp, split, Device::CPU);
   Vec my_out(size_t(B) * Tl * W), my_lse(size_t(B) * NH * Tl), my_dqkv(my_qkv.size(), 0.0);
   ring.attention_forward(kCtx, my_out.data(), my_lse.data(), my_qkv.data(), B, Tl, W, NH);
   ring.attention_backward(kCtx, my_dqkv.data(), my_dout.data(), my_qkv.data(), my_out.data(), my_lse.data(), B, Tl, W,

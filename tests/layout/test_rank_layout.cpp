@@ -46,7 +46,7 @@ TEST_CASE("layout: random meshes gather back to the global buffer, each element 
     for (const RankLayout& r : mesh.layouts) {
       std::vector<float> local(size_t(r.total()));
       r.scatter(whole.data(), local.data());
-      split += r.counted_sum_of_squares(local.data());
+      split += r.counted_sum_of_squares(gpt::Device::CPU, local.data());
     }
     for (float x : whole) all += double(x) * double(x);
     // double sums of the same ~6e4 terms in two orders: within n * eps64 relative.

@@ -183,7 +183,7 @@ void check_all_reduce(Communicator& comm, Checker& check, Inputs kind, DType t, 
 
   const Buffer input = make_input(kind, t, case_id, comm.rank(), count);
   Buffer ring = input, backend = input;
-  ring_all_reduce(comm, ring.data(), count, t, piece_bytes);
+  ring_all_reduce(comm, Device::CPU, ring.data(), count, t, piece_bytes);
   comm.all_reduce(backend.data(), count, t);
 
   const Reference ref = reference(kind, t, case_id, n, count);
@@ -219,7 +219,7 @@ void check_halves(Communicator& comm, Checker& check, DType t, size_t count, uin
               std::to_string(n) + " count=" + std::to_string(count));
 
   Buffer buf = make_input(Inputs::Exact, t, case_id, r, count);
-  ring_reduce_scatter(comm, buf.data(), count, t);
+  ring_reduce_scatter(comm, Device::CPU, buf.data(), count, t);
   const Reference ref = reference(Inputs::Exact, t, case_id, n, count);
   const size_t begin = ring_chunk_begin(count, n, r), end = ring_chunk_begin(count, n, r + 1);
   for (size_t i = begin; i < end; ++i)

@@ -28,6 +28,9 @@ step and every tensor kind,
               tensor, of one typical element (2 eps32 rms(truth)). The reference may
               round a value exactly by chance where the candidate does not.
   CAP = 1e-4  relative: no reference, however far it drifted, widens the bound past it.
+              --bf16 (runs whose activations are stored in bf16) raises it to 8 bf16
+              roundings, 8 * 2^-8 = 3.1e-2: bf16 storage alone moves a value by up to
+              2^-8 of itself, so a bf16 reference drifts that far from float64 honestly.
   e_ref       per step, the largest error of the reference up to that step (rounding
               errors accumulate; one lucky step does not tighten the bound).
 
@@ -55,6 +58,7 @@ import sys
 EPS32 = 2.0 ** -23
 K = 8.0
 CAP = 1e-4
+CAP_BF16 = 8 * 2.0 ** -8
 
 
 def series(run, field):
@@ -130,7 +134,7 @@ def compare_series(args, table, fields):
         for step in sorted(truth):
             t = truth[step]
             envelope = max(envelope, abs(ref[step] - t))
-            bound = min(K * max(envelope, 2 * EPS32 * abs(t)), CAP * abs(t))
+            bound = min(K * max(envelope, 2 * EPS32 * abs(t)), args.cap * abs(t))
             for c in args.candidate:
                 cand = series(c, field)
                 if step not in cand:
@@ -147,7 +151,7 @@ def compare_tensors(args, table):
             sys.exit(f"compare_runs: {kind} of the reference has {len(r)} values, the truth {len(t)}")
         e_ref = distance(r, t)
         rms = norm(t) / math.sqrt(max(1, len(t)))
-        bound = min(K * max(e_ref, 2 * EPS32 * rms), CAP * norm(t))
+        bound = min(K * max(e_ref, 2 * EPS32 * rms), args.cap * norm(t))
         for c in args.candidate:
             x = tensor(c, args.step, kind)
             if len(x) != len(t):
@@ -185,7 +189,7 @@ def compare_regrouped(args, table, kind, ranges):
     t, r = cut(args.truth), cut(args.reference)
     e_ref = distance(r, t)
     rms = norm(t) / math.sqrt(max(1, len(t)))
-    bound = min(K * max(e_ref, 2 * EPS32 * rms), CAP * norm(t))
+    bound = min(K * max(e_ref, 2 * EPS32 * rms), args.cap * norm(t))
     for c in args.candidate:
         err = distance(cut(c), t)
         table.add(f"{kind}/{args.regrouped} (2-norm)", os.path.basename(c), err, e_ref, bound, err <= bound)
@@ -233,7 +237,9 @@ def main():
     ap.add_argument("--regrouped", default="", help="exact mode: tensors held to the tolerance bound (needs --truth)")
     ap.add_argument("--weights-only", action="store_true", help="compare the tensors only, not the logged series")
     ap.add_argument("--expect-reject", action="store_true", help="negative control: some check must fail")
+    ap.add_argument("--bf16", action="store_true", help="bf16 runs: the cap is 8 bf16 roundings, not 1e-4")
     args = ap.parse_args()
+    args.cap = CAP_BF16 if args.bf16 else CAP
     if (not args.exact or args.regrouped) and not args.truth:
         ap.error("--truth is needed unless --exact (and with --regrouped)")
 

@@ -18,7 +18,8 @@
 #   a SPEC is NP:MICRO_BATCH[:key=value...], e.g. "2:6:allreduce=backend"; CAND_SPECS and
 #   EXACT_SPECS are space-separated lists of them; TRUTH_BIN is stage 01.
 #   COMMON="key=value ..." in the environment applies to every run, the truth's included
-#   (a model shape other than tiny.json's, e.g. heads that tp = 3 divides).
+#   (a model shape other than tiny.json's, e.g. heads that tp = 3 divides); BF16=1 for
+#   runs in precision=bf16 (the truth stays float64).
 set -euo pipefail
 REF_BIN=$1 CAND_BIN=$2 TRUTH_BIN=$3 PREPARE=$4 WORK=$5 ROOT=$6 MPIEXEC=$7 REF_SPEC=$8 CAND_SPECS=$9
 EXACT_SPECS=${10:-}
@@ -28,6 +29,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 rm -rf "$WORK" && mkdir -p "$WORK"
 make_corpus "$WORK" "$PREPARE"
 COMPARE=(/usr/bin/python3 "$ROOT/tests/stages/compare_runs.py")
+# BF16=1: the runs store activations in bf16 (compare_runs.py --bf16: the cap of the bound).
+[ "${BF16:-0}" = 1 ] && COMPARE+=(--bf16)
 
 # run BIN SPEC DIR STEPS [key=value...]: one training run of the layout SPEC into DIR.
 run() {
@@ -53,7 +56,7 @@ run() {
 name() { echo "$1_${2//[:=]/_}"; }
 
 # 1. AdamW over STEPS steps.
-run "$TRUTH_BIN" 1:24 "$WORK/truth" "$STEPS" precision=fp64
+run "$TRUTH_BIN" 1:24 "$WORK/truth" "$STEPS" precision=fp64 device=cpu  # the ground truth runs on the CPU only
 run "$REF_BIN" "$REF_SPEC" "$WORK/$(name ref "$REF_SPEC")" "$STEPS"
 cands=()
 for spec in $CAND_SPECS; do d="$WORK/$(name cand "$spec")"; run "$CAND_BIN" "$spec" "$d" "$STEPS"; cands+=("$d"); done
@@ -62,7 +65,7 @@ echo "== AdamW, $STEPS steps, against the float64 run"
 
 # 2. SGD, one step (its moments stay zero: the weights are what it changes).
 SGD=(optimizer=sgd grad_clip=0)
-run "$TRUTH_BIN" 1:24 "$WORK/sgd_truth" 1 precision=fp64 "${SGD[@]}"
+run "$TRUTH_BIN" 1:24 "$WORK/sgd_truth" 1 precision=fp64 device=cpu "${SGD[@]}"
 run "$REF_BIN" "$REF_SPEC" "$WORK/$(name sgd_ref "$REF_SPEC")" 1 "${SGD[@]}"
 sgd=()
 for spec in $CAND_SPECS; do d="$WORK/$(name sgd_cand "$spec")"; run "$CAND_BIN" "$spec" "$d" 1 "${SGD[@]}"; sgd+=("$d"); done

@@ -121,7 +121,7 @@ void test_embedding(Communicator& tp, bool sp) {
   Vec dwte(size_t(Vp) * C, 0.0), dwpe(size_t(T) * C, 0.0);
   embedding_piece_backward(kCtx, dwte.data(), dwpe.data(), dout.data(), tok.data(), {0, Vp}, 0, B, T, C, Vp);
   // This rank's vocabulary rows.
-  TensorParallelHooks<double> hooks(tp, sp);
+  TensorParallelHooks<double> hooks(tp, sp, Device::CPU);
   const VocabRange v = vocab_range(m, tp.size(), tp.rank());
   Vec partial(size_t(N) * C), local(size_t(R) * C);
   embedding_piece_forward(kCtx, partial.data(), tok.data(), wte + size_t(v.begin) * C, v,
@@ -165,7 +165,7 @@ void test_block(Communicator& tp, bool sp) {
   slices.scatter(w.data(), mine.data());
   slices.scatter(grads.data(), want_grads.data());
   const BlockDims dims = BlockDims::slice(m, tp.size());
-  TensorParallelHooks<double> hooks(tp, sp);
+  TensorParallelHooks<double> hooks(tp, sp, Device::CPU);
   BlockActivations<double> my_act(Device::CPU, dims, B, T, R);
   BlockScratch<double> my_scratch(Device::CPU, dims, N, R);
   BlockWeights<double> wl = as_const(tensors_of(local_layout, mine.data()));
@@ -214,7 +214,7 @@ void test_head(Communicator& tp, bool sp, const std::vector<VocabRange>& ranges,
                 scratch, none, N, C);
   // This rank's columns.
   const VocabRange v = ranges[size_t(tp.rank())];
-  TensorParallelHooks<double> hooks(tp, sp);
+  TensorParallelHooks<double> hooks(tp, sp, Device::CPU);
   HeadActivations<double> mine(Device::CPU, C, R, N, v, true, hooks.vocab_parallel());
   const Vec x_local(x.begin() + int64_t(first) * C, x.begin() + int64_t(first + R) * C);
   head_forward(kCtx, x_local.data(), lnf_w, lnf_b, wte + size_t(v.begin) * C, v, mine, hooks, R, C);
@@ -260,7 +260,7 @@ ModelOutcome run_model(Communicator& tp, bool sp, bool swap_q) {
   Vec want(size_t(slices.total()));
   slices.scatter(whole.grads().data(), want.data());
 
-  Hooks hooks(tp, sp);
+  Hooks hooks(tp, sp, Device::CPU);
   GPT2<double> model(m, B, T, Device::CPU, Precision::FP64, true, ModelSlice<double>{tp.size(), tp.rank(), sp, &hooks, {}});
   Vec mine(size_t(slices.total()));
   slices.scatter(w.data(), mine.data());
@@ -275,7 +275,7 @@ ModelOutcome run_model(Communicator& tp, bool sp, bool swap_q) {
   model.set_params(mine.data());
   model.zero_grads();
   FlatStore<double> flat(model.layout(), model.params().data(), model.grads().data());
-  SequenceParallelGrads<double> sums(model.layout(), tp, flat);
+  SequenceParallelGrads<double> sums(model.layout(), tp, flat, Device::CPU);
   if (sp) model.set_store(&sums);
   ModelOutcome o;
   o.loss_error = std::fabs(model.forward(in.data(), tg.data()) - loss) / std::fabs(loss);
