@@ -87,7 +87,7 @@ int train_ranks(Run& run) {
   // Every rank starts from its shard of the master weights and gathers the rest.
   if (bf16) device_copy(device, shard_params, device, optimizer.master().data(), size_t(shard.size()) * sizeof(float));
   model.store(shard_params, size_t(shard.size()));
-  Zero3Store store(layout, dp, shard_params, cfg.bucket_mb, /*prefetch=*/true, device);
+  Zero3Store store(layout, dp, shard_params, cfg.bucket_mb, /*prefetch=*/true, /*embeddings_alone=*/false, device);
   model.set_store(&store);
 
   // What this rank's arrays hold, by kind: the tracker's peaks (common/memory.h).

@@ -37,9 +37,9 @@ class Zero3Store : public Zero2Store {
  public:
   // shard_params: this rank's shard of the compute weights (shard().size() elements),
   // updated in place by the optimizer, in the memory of `device`, where the gathered
-  // units go too.
+  // units go too. embeddings_alone: as Zero2Store's (a pipeline stage's tied wte).
   Zero3Store(const ParamLayout& layout, Communicator& dp, float* shard_params, double bucket_mb,
-             bool prefetch, Device device);
+             bool prefetch, bool embeddings_alone, Device device);
   ~Zero3Store() override;
 
   const float* acquire(int unit, Pass pass) override;

@@ -49,13 +49,15 @@ LocalZero::LocalZero(const Config& cfg, GPT2<float>& model, const RankLayout& sl
           ring_reduce_scatter_v(dp_, device_, data, shard_bounds_within(begin, end, n, dp_.size()), DType::F32);
         },
         cfg.bucket_mb);
-  } else if (zero_ == 2) {
+  } else {
     // A pipeline stage (stages 07-09) reduces its tied wte once a step, after the first
     // and the last stage have summed it: its unit needs a bucket of its own.
     const bool pipeline_stage = layout.layer_begin() > 0 || layout.layer_end() < cfg.model.n_layer;
-    sharded_ = std::make_unique<Zero2Store>(layout, dp, params_, cfg.bucket_mb, /*embeddings_alone=*/pipeline_stage, device);
-  } else {
-    sharded_ = std::make_unique<Zero3Store>(layout, dp, shard_params_, cfg.bucket_mb, /*prefetch=*/true, device);
+    if (zero_ == 2)
+      sharded_ = std::make_unique<Zero2Store>(layout, dp, params_, cfg.bucket_mb, pipeline_stage, device);
+    else
+      sharded_ = std::make_unique<Zero3Store>(layout, dp, shard_params_, cfg.bucket_mb, /*prefetch=*/true,
+                                              pipeline_stage, device);
   }
   // The master weights of the range: the optimizer's fp32 copy in bf16 mode, else the
   // compute weights there (the model's with zero <= 1, the kept ones with zero 2 and 3).

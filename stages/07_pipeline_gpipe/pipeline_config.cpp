@@ -12,9 +12,6 @@ void check_pipeline(const Config& cfg, int pp, int micro_batches) {
           "n_layer=" + std::to_string(cfg.model.n_layer) + " is less than pp=" + std::to_string(pp) +
               (v > 1 ? " x virtual_stages=" + std::to_string(v) : "") +
               ": every pipeline stage needs at least one layer");
-  require(cfg.zero <= 2, "zero=" + std::to_string(cfg.zero) +
-                             ": a pipeline runs with zero=0, 1 or 2; ZeRO-3's prefetch expects forward and backward "
-                             "passes in model order, which a pipeline schedule interleaves (stage 07's README)");
   require(micro_batches >= 1, "batch_size=" + std::to_string(cfg.batch_size) +
                                   " gives no micro-batch per data-parallel rank (micro_batch_size x dp is larger)");
 }

@@ -8,12 +8,11 @@
 namespace gpt {
 
 // UserErrors naming the key: n_layer below pp x virtual_stages (every virtual stage runs
-// at least one layer); zero=3; fewer micro-batches than a schedule can run.
-// ZeRO-2 runs: it reduces each micro-batch's gradients as its backward finishes a unit,
-// except the tied wte's, which the first and the last stage first sum once a step
-// (tied_embedding.h). ZeRO-3 is refused: its store gathers each unit with a prefetch that
-// expects the passes in model order (forward 0..L, backward L..0, one pass after the
-// other), and a schedule interleaves forwards and backwards of different micro-batches.
+// at least one layer); fewer micro-batches than a schedule can run.
+// Every ZeRO stage runs: 2 and 3 reduce each micro-batch's gradients as its backward
+// finishes a unit, except the tied wte's, which the first and the last stage first sum
+// once a step (tied_embedding.h); 3 gathers a unit whenever a pass acquires it, in
+// whatever order the schedule runs the passes (stage 07's README).
 void check_pipeline(const Config& cfg, int pp, int micro_batches);
 
 // One line per pipeline stage: its layers, and what else it holds.
