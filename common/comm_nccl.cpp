@@ -11,18 +11,23 @@
 // Each operation is enqueued on this communicator's CUDA stream and then waited for by
 // polling cudaStreamQuery and ncclCommGetAsyncError with a sleep, so that, as with the
 // MPI backend, a lost peer becomes an error after timeout_s (ncclCommAbort frees the
-// GPU kernels stuck waiting for it) rather than a hang. The stream is a blocking one:
-// work queued earlier on the legacy default stream completes before a collective reads
-// its buffer; work on other streams must be synchronised by the caller.
+// GPU kernels stuck waiting for it) rather than a hang.
 //
-// Point to point: NCCL has no tags, and a ncclSend blocks its stream until the peer's
-// ncclRecv runs, so two ranks that each send first would wait for each other forever.
-// isend and irecv therefore only queue the message; the first wait issues every queued
-// message in one ncclGroupStart/End group (inside a group sends and receives progress
-// together, whatever their order and size) and records an event that the requests of
-// the group poll. Between one pair of ranks, messages match in the order they were
-// posted: the tag is checked by nobody, so post them in the same order on both sides
-// (the MPI backend does match by tag).
+// Streams. The kernels run on the legacy default stream; each communicator has a
+// non-blocking stream of its own that, before each operation, waits for an event
+// recorded on the default stream: the operation reads what the kernels queued before it
+// wrote, and the host returns only when it is done, so the kernels after it see its
+// result. A blocking stream would order the other way round too: every kernel would
+// wait for every communicator's operation in flight, and with several host threads on
+// several communicators (stage 02's communication thread, ZeRO-3's prefetch, the main
+// thread's tp and pp) one rank's kernel could wait for a collective whose peer waits
+// for the same rank's other collective, queued behind that kernel: a hang across ranks.
+//
+// Point to point (isend, irecv) goes through the MPI communicator of the same ranks: NCCL
+// has no tags, and a pipeline schedule relies on them (a stage receives an activation and
+// a gradient from the same peer in an order of its own), while MPI matches by tag. The
+// MPI backend stages a GPU buffer through host memory. sendrecv, which both sides post
+// alike, stays on NCCL.
 //
 // Host buffers (a loss, a norm, checkpoint shards, the layout exchange): NCCL reads only
 // GPU memory, so an operation whose buffers are in host memory goes to the MPI
@@ -72,7 +77,8 @@ class NcclComm final : public Communicator {
     static_assert(sizeof(ncclUniqueId) % 2 == 0);
     mpi_->broadcast(&id, sizeof(id) / 2, DType::BF16, 0);
 
-    cuda_check(cudaStreamCreate(&stream_), "cudaStreamCreate");
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    cuda_check(cudaEventCreateWithFlags(&kernels_done_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     nccl_check(ncclCommInitRank(&comm_, mpi_->size(), id, mpi_->rank()), "ncclCommInitRank");
   }
 
@@ -86,6 +92,7 @@ class NcclComm final : public Communicator {
       }
     }
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    if (kernels_done_ != nullptr) cudaEventDestroy(kernels_done_);
   }
 
   NcclComm(const NcclComm&) = delete;
@@ -99,6 +106,7 @@ class NcclComm final : public Communicator {
     if (on_host(buf)) return mpi_->all_reduce(buf, count, t);
     check_summable(t, "all_reduce");
     if (count == 0) return;  // every rank passes the same count to a collective
+    after_kernels();
     nccl_check(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, comm_, stream_), "ncclAllReduce");
     wait("all_reduce");
   }
@@ -107,6 +115,7 @@ class NcclComm final : public Communicator {
     if (on_host(send) && on_host(recv)) return mpi_->reduce_scatter(send, recv, count, t);
     check_summable(t, "reduce_scatter");
     if (count == 0) return;
+    after_kernels();
     nccl_check(ncclReduceScatter(send, recv, count, nccl_type(t), ncclSum, comm_, stream_), "ncclReduceScatter");
     wait("reduce_scatter");
   }
@@ -114,6 +123,7 @@ class NcclComm final : public Communicator {
   void all_gather(const void* send, void* recv, size_t count, DType t) override {
     if (on_host(send) && on_host(recv)) return mpi_->all_gather(send, recv, count, t);
     if (count == 0) return;
+    after_kernels();
     nccl_check(ncclAllGather(send, recv, count, nccl_type(t), comm_, stream_), "ncclAllGather");
     wait("all_gather");
   }
@@ -122,6 +132,7 @@ class NcclComm final : public Communicator {
     if (on_host(buf)) return mpi_->broadcast(buf, count, t, root);
     check_rank(root, size(), "broadcast", "root");
     if (count == 0) return;
+    after_kernels();
     nccl_check(ncclBroadcast(buf, buf, count, nccl_type(t), root, comm_, stream_), "ncclBroadcast");
     wait("broadcast");
   }
@@ -133,6 +144,7 @@ class NcclComm final : public Communicator {
     check_rank(source, size(), "sendrecv", "source");
     // Inside one group the send and the receive progress together, so a ring of
     // sendrecvs cannot deadlock. An empty side is left out (its peer leaves it out too).
+    after_kernels();
     nccl_check(ncclGroupStart(), "ncclGroupStart");
     if (send_count > 0) nccl_check(ncclSend(send, send_count, nccl_type(t), dest, comm_, stream_), "ncclSend");
     if (recv_count > 0) nccl_check(ncclRecv(recv, recv_count, nccl_type(t), source, comm_, stream_), "ncclRecv");
@@ -145,28 +157,14 @@ class NcclComm final : public Communicator {
     mpi_->barrier();
   }
 
+  // Tagged messages: MPI (the top of this file says why).
   Request isend(const void* buf, size_t count, DType t, int dest, int tag) override {
-    if (on_host(buf)) return mpi_->isend(buf, count, t, dest, tag);
-    return queue(const_cast<void*>(buf), count, t, dest, tag, /*receive=*/false);
+    return mpi_->isend(buf, count, t, dest, tag);
   }
   Request irecv(void* buf, size_t count, DType t, int source, int tag) override {
-    if (on_host(buf)) return mpi_->irecv(buf, count, t, source, tag);
-    return queue(buf, count, t, source, tag, /*receive=*/true);
+    return mpi_->irecv(buf, count, t, source, tag);
   }
-
-  void wait(Request& request) override {
-    if (request.pending() && dynamic_cast<P2pRequest*>(request.state()) == nullptr)
-      return mpi_->wait(request);  // a host message, posted on the MPI communicator
-    std::unique_ptr<Request::State> state = request.release();
-    auto* req = dynamic_cast<P2pRequest*>(state.get());
-    if (req == nullptr || req->owner != this) internal_error(prefix() + "wait: the request is empty or was posted on another communicator");
-    if (!req->group->event) flush();
-    const std::string what = std::string(req->receive ? "recv from" : "send to") + " rank " +
-                             std::to_string(req->peer) + " (tag " + std::to_string(req->tag) + ")";
-    poll([&] { return cudaEventQuery(req->group->event.get()); }, req->receive ? "recv" : "send",
-         [&] { return prefix() + what + ": not complete within " + format_seconds(timeout_s_) +
-                      " s (peer lost, or it never posts the matching message)"; });
-  }
+  void wait(Request& request) override { mpi_->wait(request); }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     return std::make_unique<NcclComm>(mpi_->split(color, key), device_, timeout_s_);
@@ -209,51 +207,10 @@ class NcclComm final : public Communicator {
     fail(prefix() + call + " failed: " + cudaGetErrorString(err));
   }
 
-  // The messages of one group, completed together: the event recorded after them.
-  struct Group {
-    std::shared_ptr<CUevent_st> event;  // null until the group is issued
-  };
-  struct P2pRequest : Request::State {
-    NcclComm* owner = nullptr;
-    std::shared_ptr<Group> group;
-    bool receive = false;
-    int peer = -1, tag = 0;  // world rank of the peer
-  };
-  struct Queued {
-    void* buf;
-    size_t count;
-    DType type;
-    int peer;  // rank in this communicator
-    bool receive;
-  };
-
-  Request queue(void* buf, size_t count, DType t, int peer, int tag, bool receive) {
-    const char* op = receive ? "irecv" : "isend";
-    check_rank(peer, size(), op, receive ? "source" : "destination");
-    check_tag(tag, op);
-    if (!pending_) pending_ = std::make_shared<Group>();
-    queued_.push_back({buf, count, t, peer, receive});
-    auto req = std::make_unique<P2pRequest>();
-    req->owner = this, req->group = pending_, req->receive = receive, req->peer = world_ranks_[size_t(peer)];
-    req->tag = tag;
-    return Request(std::move(req));
-  }
-
-  // Issues every queued message in one group and records the event its requests poll.
-  void flush() {
-    nccl_check(ncclGroupStart(), "ncclGroupStart");
-    for (const Queued& q : queued_) {
-      if (q.count == 0) continue;  // an empty message moves nothing (its peer skips it too)
-      if (q.receive) nccl_check(ncclRecv(q.buf, q.count, nccl_type(q.type), q.peer, comm_, stream_), "ncclRecv");
-      else nccl_check(ncclSend(q.buf, q.count, nccl_type(q.type), q.peer, comm_, stream_), "ncclSend");
-    }
-    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
-    cudaEvent_t event = nullptr;
-    cuda_check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-    pending_->event = std::shared_ptr<CUevent_st>(event, [](cudaEvent_t e) { cudaEventDestroy(e); });
-    cuda_check(cudaEventRecord(event, stream_), "cudaEventRecord");
-    queued_.clear();
-    pending_.reset();
+  // The next operation on stream_ waits for the kernels queued so far on the default stream.
+  void after_kernels() {
+    cuda_check(cudaEventRecord(kernels_done_, cudaStreamLegacy), "cudaEventRecord");
+    cuda_check(cudaStreamWaitEvent(stream_, kernels_done_, 0), "cudaStreamWaitEvent");
   }
 
   // Waits for the operation just enqueued; peers (world ranks) name whom a sendrecv
@@ -305,9 +262,8 @@ class NcclComm final : public Communicator {
   std::vector<int> world_ranks_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t kernels_done_ = nullptr;  // recorded on the default stream before each operation
   bool broken_ = false;
-  std::vector<Queued> queued_;     // posted, not yet issued
-  std::shared_ptr<Group> pending_;  // the group they will form
 };
 
 }  // namespace

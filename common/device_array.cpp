@@ -41,9 +41,13 @@ void* device_alloc(Device d, size_t bytes) {
     return p;
   }
 #ifdef GPT_HAVE_CUDA
+  // Stream-ordered (on the legacy default stream, where the kernels run): unlike
+  // cudaMalloc and cudaFree, neither waits for the whole device. A free that waited for
+  // every stream would wait for a collective of another thread that waits for a peer,
+  // which may be waiting for this thread: a hang across ranks.
   void* p = nullptr;
-  cuda_ok(cudaMalloc(&p, bytes), "cudaMalloc", bytes);
-  cuda_ok(cudaMemset(p, 0, bytes), "cudaMemset", bytes);
+  cuda_ok(cudaMallocAsync(&p, bytes, cudaStreamLegacy), "cudaMallocAsync", bytes);
+  cuda_ok(cudaMemsetAsync(p, 0, bytes, cudaStreamLegacy), "cudaMemsetAsync", bytes);
   return p;
 #else
   no_cuda();
@@ -55,7 +59,7 @@ void device_free(Device d, void* p) {
   if (!p) return;
   if (d == Device::CPU) return std::free(p);
 #ifdef GPT_HAVE_CUDA
-  cudaFree(p);  // in a destructor: an error here cannot be reported usefully
+  cudaFreeAsync(p, cudaStreamLegacy);  // in a destructor: an error here cannot be reported usefully
 #endif
 }
 

@@ -163,20 +163,22 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Block (kThreads): row blockIdx.x of a rank's Vl columns, of which the first `real` are
-// below V. A target outside the range contributes 0 (another rank holds it).
+// below V. A target in another rank's range contributes 0; a target outside [0, V)
+// makes the target logit NaN, so the combined loss is NaN, as the fused kernel's is.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     crossentropy_stats_kernel(float* __restrict__ row_max, float* __restrict__ row_sumexp,
                               float* __restrict__ target_logit, const T* __restrict__ logits,
-                              const int32_t* __restrict__ targets, int v0, int real, int Vl, bool vec) {
+                              const int32_t* __restrict__ targets, int v0, int V, int real, int Vl, bool vec) {
   const int row = blockIdx.x;
   const T* z = logits + size_t(row) * Vl;
   const SoftmaxStats stats = block_stats(thread_stats(z, real, Vl, vec));
   if (threadIdx.x != 0) return;
-  const int t = targets[row] - v0;
+  const int target = targets[row], t = target - v0;
   row_max[row] = stats.max;  // -inf and 0 for a rank holding only padding
   row_sumexp[row] = stats.sum;
-  target_logit[row] = t >= 0 && t < real ? to_float(z[t]) : 0.0f;
+  const bool valid_target = target >= 0 && target < V;
+  target_logit[row] = !valid_target ? CUDART_NAN_F : t >= 0 && t < real ? to_float(z[t]) : 0.0f;
 }
 
 // Block (kThreads): row blockIdx.x, from the combined statistics. No __restrict__ on
@@ -244,7 +246,7 @@ void crossentropy_stats(float* row_max, float* row_sumexp, float* target_logit, 
   using T = DeviceType<A>;
   const bool vec = Vl % kPack<T> == 0 && aligned16(logits);
   crossentropy_stats_kernel<T><<<unsigned(N), kThreads>>>(row_max, row_sumexp, target_logit, device_ptr(logits),
-                                                          targets, v0, real_columns(v0, V, Vl), Vl, vec);
+                                                          targets, v0, V, real_columns(v0, V, Vl), Vl, vec);
   GPT_CUDA_CHECK_LAUNCH();
 }
 

@@ -12,8 +12,9 @@
 #         bound's cap is 8 bf16 roundings, compare_runs.py --bf16).
 # The model is the tiny one with 4 layers (a pipeline of 2 ranks x 2 chunks, or 3 uneven
 # stages), width 128 and 2 heads: head size 64, so attention runs
-# the flash kernels rather than the naive fallback. Several ranks share the one GPU
-# through the MPI backend (NCCL needs a GPU per rank).
+# the flash kernels rather than the naive fallback. comm=auto picks the backend: ranks
+# sharing a GPU (more ranks than GPUs, as on a one-GPU machine) use MPI, which stages GPU
+# buffers through host memory; with a GPU per rank, NCCL.
 #
 # Usage: stage_gpu_vs_cpu.sh STAGE_BIN BIN01 PREPARE WORKDIR ROOT MPIEXEC PRECISION "SPEC ..."
 #   a SPEC is NP:MICRO_BATCH[:key=value...] (equivalence.sh); device=cuda is added to each.

@@ -242,12 +242,12 @@ void check_merged(int hs, unsigned seed) {
   const double scale = 1.0 / std::sqrt(double(hs));
   const double eP = kEps * (2 * std::sqrt(double(hs)) * s.A + std::sqrt(double(whole.Tk)) + 4);
   const double eG = eP * s.G + kEps * (2 * std::sqrt(double(hs)) + std::sqrt(double(whole.Tk))) * s.W;
-  const double vmax = max_abs(kv), merge = kSafety * kEps * (vmax + s.Lmax);
+  const double vmax = max_abs(kv), qmax = max_abs(qkv), merge = kSafety * kEps * (vmax + s.Lmax);
   check_close("merged out", g_out.download(), out, kSafety * eP * vmax + merge);
   check_close("merged lse", g_lse.download(), lse, kSafety * (eP + kEps * s.Lmax) + merge);
   check_close("dqkv (q columns)", g_dq.download(), dq, kSafety * scale * vmax * eG + merge);
   check_close("dkv", g_dkv.download(), dkv,
-              kSafety * scale * vmax * s.colP * eG + kSafety * eP * s.colP * max_abs(dout) + merge);
+              kSafety * scale * qmax * s.colP * eG + kSafety * eP * s.colP * max_abs(dout) + merge);
 }
 
 }  // namespace

@@ -1083,6 +1083,22 @@ TEMPLATE_TEST_CASE("gpu vocabulary-parallel cross-entropy", "[gpu][crossentropy]
     for (int parts : {1, 2, 4}) check_crossentropy_range<TestType>(s, parts, ++seed);
   check_crossentropy_range<TestType>({4, 50257, 50304}, 7, ++seed);
   check_crossentropy_range<TestType>({3, 65, 72}, 12, ++seed);
+
+  // A target outside [0, V) (a padding column, a negative id) is flagged with a NaN
+  // target logit, in whichever range; a valid one in another range gives 0.
+  const int N = 3, V = 10, Vl = 8;
+  DeviceArray<TestType> d_logits{size_t(N) * Vl};
+  DeviceArray<int32_t> d_targets{size_t(N)};
+  DeviceArray<float> d_max{size_t(N)}, d_sum{size_t(N)}, d_t{size_t(N)};
+  std::mt19937 rng(++seed);
+  d_logits.set(random_values<TestType>(size_t(N) * Vl, -1, 1, rng));
+  d_targets.upload({12, -1, 3});  // padding (V <= 12 < Vp), negative, another range's (v0 = 8)
+  gpt::cuda::crossentropy_stats(d_max.get(), d_sum.get(), d_t.get(), d_logits.get(), d_targets.get(), 8, V, N, Vl);
+  sync("crossentropy_stats, bad targets");
+  const std::vector<float> t = d_t.values();
+  CHECK(std::isnan(t[0]));
+  CHECK(std::isnan(t[1]));
+  CHECK(t[2] == 0.0f);
 }
 
 TEST_CASE("gpu sum of squares", "[gpu][optimizer]") {
