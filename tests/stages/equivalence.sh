@@ -15,6 +15,7 @@
 #      move work, byte-identical to the reference).
 #
 # Usage: equivalence.sh REF_BIN CAND_BIN TRUTH_BIN PREPARE WORKDIR ROOT MPIEXEC REF_SPEC CAND_SPECS [EXACT_SPECS]
+#   MPIEXEC "none": no launcher; every run is then one process (one rank).
 #   a SPEC is NP:MICRO_BATCH[:key=value...], e.g. "2:6:allreduce=backend"; CAND_SPECS and
 #   EXACT_SPECS are space-separated lists of them; TRUTH_BIN is stage 01.
 #   COMMON="key=value ..." in the environment applies to every run, the truth's included
@@ -46,8 +47,10 @@ run() {
   local args=($(tiny_args "$WORK/data" "$dir") --set steps="$steps" --set batch_size=24
               --set micro_batch_size="$mb" --set val_every=0 --set val_batches=0
               --set sample_tokens=0 --set bucket_mb=0.02 "${extra[@]}")
-  if [ "$np" = 1 ] && [[ "$bin" == *01_single_gpu* ]]; then
-    "$bin" "${args[@]}" > "$dir.log" 2>&1
+  if [ "$np" = 1 ] && { [[ "$bin" == *01_single_gpu* ]] || [ "$MPIEXEC" = none ]; }; then
+    "$bin" "${args[@]}" > "$dir.log" 2>&1  # one rank needs no launcher (the local backend)
+  elif [ "$MPIEXEC" = none ]; then
+    echo "FAIL: $spec asks for $np ranks, and no MPI launcher was given"; exit 1
   else
     "$MPIEXEC" -np "$np" --oversubscribe "$bin" "${args[@]}" > "$dir.log" 2>&1
   fi || { echo "FAIL: run $bin $spec $*"; tail -20 "$dir.log"; exit 1; }
