@@ -79,8 +79,8 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
     if (!parse_args(argc, argv, cfg, "train")) return 0;
     if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
     require_axes(cfg, spec);
-    // Stages without a GPU path (device-side shards and buckets not written yet) run
-    // on CPU ranks: auto means cpu there and cuda is refused.
+    // A stage without a GPU path (StageSpec::cuda false) runs on CPU ranks: auto means
+    // cpu there and cuda is refused.
     require(spec.cuda || cfg.device != "cuda",
             std::string("device=cuda: stage ") + spec.name +
                 " runs on CPU ranks only so far; use device=cpu (stage 01 trains on the GPU)");
