@@ -2,7 +2,10 @@
 # Prepares what a lent GPU machine lacks, to travel with the working tree (the device
 # tool's `carry`): the header-only libraries the build needs (nlohmann/json, Catch2 v2),
 # copied from this machine's Debian packages into third_party_local/include (ignored
-# by git). The GPU build runs without MPI (world size 1), so no MPI travels.
+# by git), and Open MPI with the libraries it loads, as Debian packages (about 7 MiB)
+# in third_party_local/debs: scripts/gpu_check.sh unpacks them there and builds with
+# MPI, so that the multi-rank stages' gpu tests run (several ranks sharing the GPU).
+# Without them the GPU build has no MPI (world size 1) and those tests are not built.
 #
 #   scripts/gpu_carry.sh        then carry ["third_party_local"] with scripts/gpu_check.sh
 set -euo pipefail
@@ -16,4 +19,13 @@ for header in nlohmann/json.hpp catch2/catch.hpp; do
   mkdir -p "$dest/$(dirname "$header")"
   cp -r "/usr/include/$(dirname "$header")/." "$dest/$(dirname "$header")/"
 done
-log "headers in $dest ($(du -sh third_party_local | cut -f1)); carry third_party_local"
+# Open MPI: the runtime, the headers and the libraries it loads that a CUDA image may lack
+# (not hwloc's plugins: they would bring libxml2 and ICU). Unpacked anywhere, it runs
+# with OPAL_PREFIX naming where (gpu_check.sh sets it).
+debs=third_party_local/debs
+rm -rf "$debs" third_party_local/openmpi && mkdir -p "$debs"  # unpacked where it runs, not carried
+(cd "$debs" && apt-get download openmpi-bin openmpi-common libopenmpi3 libopenmpi-dev libhwloc15 \
+  libevent-core-2.1-7 libevent-pthreads-2.1-7 libpmix2 libfabric1 libucx0 libibverbs1 librdmacm1 \
+  libnl-3-200 libnl-route-3-200 libnuma1 libpsm-infinipath1 libpsm2-2 libmunge2 libltdl7 libpciaccess0 \
+  libudev1 > /dev/null 2>&1) || die "apt-get download of Open MPI's packages failed (run apt-get update first)"
+log "headers in $dest, Open MPI in $debs ($(du -sh third_party_local | cut -f1)); carry third_party_local"

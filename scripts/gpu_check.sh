@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one place, for the rare session that is lent one:
-# build with CUDA (no MPI: world size 1), run the `gpu` test label, the kernel tests
+# build with CUDA (and with MPI when scripts/gpu_carry.sh brought Open MPI's packages in
+# third_party_local/debs, else without: world size 1), run the `gpu` test label, the kernel tests
 # under compute-sanitizer memcheck, the kernel benchmarks and the whole-step benchmark.
 # Each part's raw output goes to its own file in OUT_DIR, headed by the device, the
 # date and the commit, ready to be committed under docs/benchmarks/.
@@ -66,15 +67,35 @@ run_part() {
   fi
 }
 
+# Open MPI carried as Debian packages (gpu_carry.sh): unpacked once into
+# third_party_local/openmpi, and used from there (OPAL_PREFIX relocates it).
+mpi_flags=(-DGPT_MPI=OFF)
+if compgen -G "third_party_local/debs/*.deb" > /dev/null; then
+  ompi="$(abs_dir third_party_local)/openmpi"
+  if [[ ! -x "$ompi/usr/bin/orterun" ]]; then
+    mkdir -p "$ompi"
+    for deb in third_party_local/debs/*.deb; do
+      if command -v dpkg-deb > /dev/null; then dpkg-deb -x "$deb" "$ompi"
+      else ar p "$deb" data.tar.xz | tar -xJ -C "$ompi"; fi || die "could not unpack $deb"
+    done
+  fi
+  export OPAL_PREFIX="$ompi/usr" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export PATH="$OPAL_PREFIX/bin:$PATH"
+  export LD_LIBRARY_PATH="$OPAL_PREFIX/lib/x86_64-linux-gnu/openmpi/lib:$OPAL_PREFIX/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  mpi_flags=(-DGPT_MPI=ON -DMPI_CXX_COMPILER="$OPAL_PREFIX/bin/mpicxx.openmpi"
+             -DMPIEXEC_EXECUTABLE="$OPAL_PREFIX/bin/mpirun.openmpi")
+  log "Open MPI from $OPAL_PREFIX"
+fi
+
 build_tree() {
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPT_CUDA=ON -DGPT_MPI=OFF \
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPT_CUDA=ON "${mpi_flags[@]}" \
     -DCMAKE_CUDA_ARCHITECTURES="$archs" &&
     cmake --build "$build" -j "$GPT_JOBS"
 }
 
 sanitize() {
   local t rc=0
-  for t in gpu_ops gpu_gemm gpu_attention; do
+  for t in gpu_ops gpu_gemm gpu_attention gpu_block_attention; do
     log "compute-sanitizer memcheck: $t"
     compute-sanitizer --tool memcheck --leak-check full --error-exitcode 1 "$build/bin/$t" || rc=1
   done
