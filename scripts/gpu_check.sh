@@ -88,9 +88,15 @@ if compgen -G "third_party_local/debs/*.deb" > /dev/null; then
 fi
 
 build_tree() {
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPT_CUDA=ON "${mpi_flags[@]}" \
-    -DCMAKE_CUDA_ARCHITECTURES="$archs" &&
-    cmake --build "$build" -j "$GPT_JOBS"
+  if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPT_CUDA=ON "${mpi_flags[@]}" \
+    -DCMAKE_CUDA_ARCHITECTURES="$archs"; then
+    [[ "${mpi_flags[0]}" == -DGPT_MPI=ON ]] || return 1
+    warn "configuring with the carried Open MPI failed: building without MPI (world size 1)"
+    rm -rf "$build"
+    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPT_CUDA=ON -DGPT_MPI=OFF \
+      -DCMAKE_CUDA_ARCHITECTURES="$archs" || return 1
+  fi
+  cmake --build "$build" -j "$GPT_JOBS"
 }
 
 sanitize() {
