@@ -68,15 +68,17 @@ run_part() {
 }
 
 # Open MPI carried as Debian packages (gpu_carry.sh): unpacked once into
-# third_party_local/openmpi, and used from there (OPAL_PREFIX relocates it).
+# third_party_local/openmpi, and used from there (OPAL_PREFIX relocates it). Any failure
+# leaves the build without MPI, with a warning.
 mpi_flags=(-DGPT_MPI=OFF)
-if compgen -G "third_party_local/debs/*.deb" > /dev/null; then
+use_carried_mpi() {
+  local ompi deb
   ompi="$(abs_dir third_party_local)/openmpi"
   if [[ ! -x "$ompi/usr/bin/orterun" ]]; then
-    mkdir -p "$ompi"
+    mkdir -p "$ompi" || return 1
     for deb in third_party_local/debs/*.deb; do
-      if command -v dpkg-deb > /dev/null; then dpkg-deb -x "$deb" "$ompi"
-      else ar p "$deb" data.tar.xz | tar -xJ -C "$ompi"; fi || die "could not unpack $deb"
+      if command -v dpkg-deb > /dev/null; then dpkg-deb -x "$deb" "$ompi" || return 1
+      else ar p "$deb" data.tar.xz | tar -xJ -C "$ompi" || return 1; fi
     done
   fi
   export OPAL_PREFIX="$ompi/usr" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -85,6 +87,9 @@ if compgen -G "third_party_local/debs/*.deb" > /dev/null; then
   mpi_flags=(-DGPT_MPI=ON -DMPI_CXX_COMPILER="$OPAL_PREFIX/bin/mpicxx.openmpi"
              -DMPIEXEC_EXECUTABLE="$OPAL_PREFIX/bin/mpirun.openmpi")
   log "Open MPI from $OPAL_PREFIX"
+}
+if compgen -G "third_party_local/debs/*.deb" > /dev/null; then
+  use_carried_mpi || warn "could not unpack the carried Open MPI: no MPI (world size 1)"
 fi
 
 build_tree() {
