@@ -59,6 +59,21 @@ std::string format_seconds(double s) {
   return text;
 }
 
+bool on_gpu_memory(const void* p) {
+#ifdef GPT_HAVE_CUDA
+  if (p == nullptr) return false;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // an unregistered host pointer on old runtimes: not an error
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+#else
+  (void)p;
+  return false;
+#endif
+}
+
 bool launched_by_mpi() {
   // Open MPI's mpirun, PMIx launchers (Open MPI 4+, srun --mpi=pmix), PMI-1/2 launchers
   // (MPICH's hydra, Intel MPI, srun --mpi=pmi2) and MVAPICH each leave one of these.

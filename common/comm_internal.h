@@ -44,6 +44,11 @@ void check_tag(int tag, const char* op);
 /// Fails for a type that cannot be summed (bytes), naming the operation.
 void check_summable(DType t, const char* op);
 
+/// Whether p points into GPU memory (device or managed); false for host memory, for
+/// null and in builds without CUDA. The MPI backend stages such buffers through host
+/// memory; the NCCL backend hands the others to MPI.
+bool on_gpu_memory(const void* p);
+
 // --- comm_local.cpp ----------------------------------------------------------------
 
 /// A world of one rank: every collective is a copy (or nothing), split returns another.

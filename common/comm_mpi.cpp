@@ -550,15 +550,7 @@ class MpiComm final : public Communicator {
     size_t bytes = 0;
   };
 
-  bool on_gpu(const void* p) const {
-    if (device_ != Device::CUDA || p == nullptr) return false;
-    cudaPointerAttributes a{};
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-      (void)cudaGetLastError();  // an unregistered host pointer on old runtimes: not an error
-      return false;
-    }
-    return a.type == cudaMemoryTypeDevice;
-  }
+  bool on_gpu(const void* p) const { return device_ == Device::CUDA && on_gpu_memory(p); }
 
   void cuda_check(cudaError_t err, const char* what) {
     if (err != cudaSuccess) fail(prefix() + what + " failed while staging a GPU buffer: " + cudaGetErrorString(err));

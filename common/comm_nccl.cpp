@@ -179,16 +179,8 @@ class NcclComm final : public Communicator {
  private:
   std::string prefix() const { return "rank " + std::to_string(world_rank_) + ": "; }
 
-  // Whether p is host memory (null counts as host: an empty operation).
-  static bool on_host(const void* p) {
-    if (p == nullptr) return true;
-    cudaPointerAttributes a{};
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-      (void)cudaGetLastError();  // an unregistered host pointer on old runtimes: not an error
-      return true;
-    }
-    return a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged;
-  }
+  // Host memory (null counts as host: an empty operation) goes to MPI.
+  static bool on_host(const void* p) { return !on_gpu_memory(p); }
 
   void nccl_check(ncclResult_t r, const char* call) {
     if (r == ncclSuccess) return;
