@@ -63,9 +63,7 @@ void Zero2Store::grads_done(int unit) {
     ring_reduce_scatter_v(*reduce_comm_, device_, buf, bounds, DType::F32);
     // Chunk r of the bucket now holds the sum over ranks of the part in shard r.
     const int64_t lo = std::max(bucket.begin, shard_.begin), hi = std::min(bucket.end, shard_.end);
-    if (device_ == Device::CPU) {
-      for (int64_t i = lo; i < hi; ++i) shard_grads_[size_t(i - shard_.begin)] += buf[size_t(i - bucket.begin)];
-    } else if (lo < hi) {  // the same fp32 additions, as a kernel (its out may alias a)
+    if (lo < hi) {  // shard gradient += the reduced part (the residual add: its out may alias a)
       float* sum = shard_grads_.data() + (lo - shard_.begin);
       ops::residual_forward(device_, sum, sum, buf + (lo - bucket.begin), size_t(hi - lo));
     }

@@ -136,13 +136,8 @@ void RingAttentionHooks<A>::attention_backward(const PieceContext& ctx, A* dqkv,
       std::swap(kv_, kv_next_);
     }
   }
-  // dkv_ now holds this rank's own keys' and values' gradient from every rank's queries.
-  if (d == Device::CPU) {
-    for (size_t i = 0; i < rows; ++i)
-      for (int c = 0; c < 2 * W; ++c) dqkv[i * 3 * W + W + size_t(c)] += dkv_[i * 2 * W + size_t(c)];
-    return;
-  }
-  // On the GPU: the k | v columns of dqkv side by side (kv_next_ is free now), the sum, and back.
+  // dkv_ now holds this rank's own keys' and values' gradient from every rank's queries:
+  // the k | v columns of dqkv side by side (kv_next_ is free now), the sum, and back.
   const size_t pitch = size_t(3 * W) * sizeof(A), band = size_t(2 * W) * sizeof(A);
   device_copy_2d(d, kv_next_.data(), band, dqkv + W, pitch, band, rows);
   ops::residual_forward(d, kv_next_.data(), kv_next_.data(), dkv_.data(), block);
