@@ -62,12 +62,7 @@ int train_ranks(Run& run) {
   float* params = model.params().data();
   // Checkpoints are read and written from host memory (staged on the GPU): this rank's
   // shard of the master weights and of the moments.
-  CheckpointMirror mirror({bf16 ? CheckpointMirror::Entry{"param", &optimizer.master()}
-                                : CheckpointMirror::Entry::slice("param", &model.params(), size_t(shard.begin),
-                                                                 size_t(shard.size())),
-                           {"adam_m", &optimizer.m()},
-                           {"adam_v", &optimizer.v()}},
-                          shard.begin);
+  CheckpointMirror mirror = shard_checkpoint(optimizer, model.params(), size_t(shard.begin), bf16, shard.begin);
   RunCheckpoints ckpt{layout, mirror.buffers(), /*sharded=*/true};
   ckpt.before_write = [&] { mirror.to_host(); };
 

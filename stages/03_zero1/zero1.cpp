@@ -25,4 +25,14 @@ void sharded_adamw_step(Communicator& dp, Device d, AdamW<float>& opt, const Sha
   ring_all_gather(dp, params, size_t(total), DType::F32);
 }
 
+CheckpointMirror shard_checkpoint(AdamW<float>& opt, DeviceArray<float>& weights, size_t offset, bool bf16,
+                                  int64_t begin) {
+  const size_t n = opt.m().size();
+  return CheckpointMirror({bf16 ? CheckpointMirror::Entry{"param", &opt.master()}
+                                : CheckpointMirror::Entry::slice("param", &weights, offset, n),
+                           {"adam_m", &opt.m()},
+                           {"adam_v", &opt.v()}},
+                          begin);
+}
+
 }  // namespace gpt

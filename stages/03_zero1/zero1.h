@@ -17,6 +17,7 @@
 #pragma once
 #include <cstdint>
 
+#include "common/checkpoint.h"
 #include "common/comm.h"
 #include "common/config.h"
 #include "common/device.h"
@@ -35,5 +36,11 @@ double sharded_grad_norm(Communicator& dp, Device d, const float* shard_grads, i
 void sharded_adamw_step(Communicator& dp, Device d, AdamW<float>& opt, const Shard& shard,
                         float* params, const float* shard_grads, int64_t total, double norm,
                         double lr, const Config& cfg, int step_number, bool bf16);
+
+// A shard's checkpoint, in host memory (common/checkpoint.h): its master weights, the
+// optimizer's fp32 copy in bf16 mode, else `weights` from element `offset` (the compute
+// weights there), and its moments; `begin` is the shard's place in the layout.
+CheckpointMirror shard_checkpoint(AdamW<float>& opt, DeviceArray<float>& weights, size_t offset, bool bf16,
+                                  int64_t begin);
 
 }  // namespace gpt

@@ -66,12 +66,7 @@ int train_ranks(Run& run) {
   float* params = weights.data();
   // Checkpoints are read and written from host memory (staged on the GPU): this rank's
   // shard of the master weights and of the moments.
-  CheckpointMirror mirror({bf16 ? CheckpointMirror::Entry{"param", &optimizer.master()}
-                                : CheckpointMirror::Entry::slice("param", &weights, size_t(shard.begin),
-                                                                 size_t(shard.size())),
-                           {"adam_m", &optimizer.m()},
-                           {"adam_v", &optimizer.v()}},
-                          shard.begin);
+  CheckpointMirror mirror = shard_checkpoint(optimizer, weights, size_t(shard.begin), bf16, shard.begin);
   RunCheckpoints ckpt{layout, mirror.buffers(), /*sharded=*/true};
   ckpt.before_write = [&] { mirror.to_host(); };
 

@@ -67,10 +67,7 @@ int train_ranks(Run& run) {
   float* shard_params = weights.data();
   // Checkpoints are read and written from host memory (staged on the GPU): this rank's
   // shard of the master weights and of the moments.
-  CheckpointMirror mirror({{"param", bf16 ? &optimizer.master() : &weights},
-                           {"adam_m", &optimizer.m()},
-                           {"adam_v", &optimizer.v()}},
-                          shard.begin);
+  CheckpointMirror mirror = shard_checkpoint(optimizer, weights, /*offset=*/0, bf16, shard.begin);
   RunCheckpoints ckpt{layout, mirror.buffers(), /*sharded=*/true};
   ckpt.before_write = [&] { mirror.to_host(); };
 

@@ -59,15 +59,11 @@ LocalZero::LocalZero(const Config& cfg, GPT2<float>& model, const RankLayout& sl
       sharded_ = std::make_unique<Zero3Store>(layout, dp, shard_params_, cfg.bucket_mb, /*prefetch=*/true,
                                               pipeline_stage, device);
   }
-  // The master weights of the range: the optimizer's fp32 copy in bf16 mode, else the
-  // compute weights there (the model's with zero <= 1, the kept ones with zero 2 and 3).
+  // The range's checkpoint: its compute weights are the model's with zero <= 1, the kept
+  // ones with zero 2 and 3 (the shard alone with 3). Local layouts ignore `begin`.
   DeviceArray<float>& weights = zero_ <= 1 ? model.params() : weights_;
-  const size_t offset = zero_ == 3 ? 0 : size_t(shard_.begin);
-  mirror_ = std::make_unique<CheckpointMirror>(std::vector<CheckpointMirror::Entry>{
-      bf16 ? CheckpointMirror::Entry{"param", &optimizer_.master()}
-           : CheckpointMirror::Entry::slice("param", &weights, offset, size_t(shard_.size())),
-      {"adam_m", &optimizer_.m()},
-      {"adam_v", &optimizer_.v()}});
+  mirror_ = std::make_unique<CheckpointMirror>(
+      shard_checkpoint(optimizer_, weights, zero_ == 3 ? 0 : size_t(shard_.begin), bf16, /*begin=*/0));
 }
 
 LocalZero::~LocalZero() = default;
