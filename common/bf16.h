@@ -12,11 +12,15 @@
 
 namespace gpt {
 
+/// A bf16 value as host code keeps it: the bit pattern only, no arithmetic (convert with
+/// kernels/cpu/bf16.h; device code reinterprets it as __nv_bfloat16).
 struct bf16 {
-  uint16_t bits;
+  uint16_t bits;  ///< the top 16 bits of the fp32 value: sign, 8 exponent bits, 7 mantissa bits
 };
 static_assert(sizeof(bf16) == 2 && alignof(bf16) == 2, "bf16 must match __nv_bfloat16");
 
+/// The type parameter gradients are kept in for storage type A: float when A is bf16,
+/// A itself otherwise (float, or double in the fp64 runs).
 template <class A>
 using GradOf = std::conditional_t<std::is_same_v<A, bf16>, float, A>;
 

@@ -32,8 +32,9 @@ class Communicator;
 /// One kind of tensor a rank holds: elements [begin, end) of the flat layout buffer.
 struct CheckpointBuffer {
   std::string kind;  ///< "param" (fp32 master weights), "adam_m", "adam_v"
-  float* data;
-  int64_t begin, end;
+  float* data;  ///< host memory holding the slice, data[0] being element begin; not owned
+  /// The slice's first element, an index into the flat layout buffer.
+  int64_t begin, end;  ///< one past the slice's last element
 };
 
 /// Checkpoints read and write host memory. A CheckpointMirror hands out the buffers of
@@ -43,19 +44,25 @@ struct CheckpointBuffer {
 /// type: a save rounds them to fp32, a load widens the fp32 values.
 class CheckpointMirror {
  public:
+  /// One array to mirror, under one kind: exactly one of array and array64 is set.
   struct Entry {
     std::string kind;  ///< as CheckpointBuffer::kind
-    DeviceArray<float>* array;
+    DeviceArray<float>* array;  ///< the fp32 array (not owned: it must outlive the mirror), or null
     DeviceArray<double>* array64 = nullptr;  ///< instead of array
     /// The part of the array that is mirrored: elements [offset, offset + count) (a
     /// rank's shard inside the model's whole weights); count npos means to the end.
     size_t offset = 0;
-    size_t count = size_t(-1);
+    size_t count = size_t(-1);  ///< elements mirrored; size_t(-1) (npos): to the end of the array
     /// The elements [offset, offset + count) of a float array.
     static Entry slice(std::string kind, DeviceArray<float>* array, size_t offset, size_t count) {
       return {std::move(kind), array, nullptr, offset, count};
     }
   };
+  /// Mirrors `entries`, whose arrays must outlive it. begin is the flat-buffer index of
+  /// every entry's first mirrored element: buffers() reports each as [begin, begin + count).
+  /// Host copies are allocated for device arrays and for double arrays (zeros until
+  /// to_host()). An entry with no array, or both, or an offset past its array's end is an
+  /// InternalError.
   explicit CheckpointMirror(std::vector<Entry> entries, int64_t begin = 0);
   /// Host memory holding `kind` (the array itself on the CPU, its mirror on the GPU).
   float* host(const std::string& kind);
@@ -69,9 +76,13 @@ class CheckpointMirror {
   int64_t begin_;
 };
 
+/// What a checkpoint records besides its tensors: where the run resumes.
 struct CheckpointState {
   int64_t step = 0;              ///< optimizer steps completed (also the data position)
   uint64_t sample_counter = 0;   ///< counter of the sampling RNG
+  /// The layout that wrote the checkpoint, a JSON object such as the default (the
+  /// manifest records it, and a load reads it back; resuming does not depend on it). It
+  /// must be valid JSON, or the save fails.
   std::string layout_json = "{\"dp\":1,\"tp\":1,\"pp\":1,\"cp\":1}";
 };
 

@@ -43,17 +43,23 @@ namespace gpt {
 /// numbers (reductions refuse it).
 enum class DType { F32, F64, BF16, Byte };
 
+/// Bytes of one element of type t: 8, 4, 2, or 1 for Byte.
 inline size_t dtype_size(DType t) {
   return t == DType::F64 ? 8 : t == DType::F32 ? 4 : t == DType::BF16 ? 2 : 1;
 }
+/// Lower-case name of t for messages: "f64", "f32", "bf16" or "byte".
 inline const char* dtype_name(DType t) {
   return t == DType::F64 ? "f64" : t == DType::F32 ? "f32" : t == DType::BF16 ? "bf16" : "byte";
 }
 
+/// The DType of C++ element type T, for templated code that sends T buffers. Defined only
+/// for float and double; code that uses it with any other T does not build.
 template <class T>
 constexpr DType dtype_of();
+/// float travels as DType::F32.
 template <>
 constexpr DType dtype_of<float>() { return DType::F32; }
+/// double travels as DType::F64.
 template <>
 constexpr DType dtype_of<double>() { return DType::F64; }
 
@@ -63,13 +69,17 @@ constexpr DType dtype_of<double>() { return DType::F64; }
 /// while its buffer lives): wait for every request you post.
 class Request {
  public:
+  /// What a backend keeps of one posted message; each backend derives its own and casts
+  /// back in its wait. Destroying it withdraws or abandons the message (see above).
   struct State {
     virtual ~State() = default;
   };
-  Request() = default;
+  Request() = default;  ///< an empty request: nothing posted, pending() is false
+  /// Takes ownership of a backend's state for a message just posted.
   explicit Request(std::unique_ptr<State> state) : state_(std::move(state)) {}
-  bool pending() const { return state_ != nullptr; }
-  State* state() const { return state_.get(); }
+  bool pending() const { return state_ != nullptr; }  ///< posted and not yet waited for
+  State* state() const { return state_.get(); }  ///< the backend's state, still owned here; nullptr when empty
+  /// Hands the state to the caller and leaves the request empty (what a backend's wait does).
   std::unique_ptr<State> release() { return std::move(state_); }
 
  private:
@@ -80,38 +90,54 @@ class Request {
 /// the two above kMaxTag are the communicators' own: sendrecv's and the roll call's).
 constexpr int kMaxTag = 32765;
 
+/// A group of ranks and the operations between them (see the top of this file), with
+/// MPI, NCCL and local (one process) backends. The collectives and barrier() are
+/// collective: every rank of the group must call them, in the same order, with the same
+/// count, type and root. Use each communicator from one thread at a time.
 class Communicator {
  public:
   virtual ~Communicator() = default;
 
-  virtual int rank() const = 0;
-  virtual int size() const = 0;
+  virtual int rank() const = 0;  ///< this process's index in the group, 0..size()-1
+  virtual int size() const = 0;  ///< number of ranks in the group, at least 1
   virtual const char* backend() const = 0;  ///< "mpi", "nccl" or "local" (one process)
 
+  /// Sums the count elements of buf over all ranks, in place; every rank ends with the sum.
+  /// Fails for DType::Byte.
   virtual void all_reduce(void* buf, size_t count, DType t) = 0;
   /// send holds size()*count elements; recv receives this rank's chunk of count.
   virtual void reduce_scatter(const void* send, void* recv, size_t count, DType t) = 0;
   /// send holds count elements; recv receives size()*count, rank r's at r*count.
   virtual void all_gather(const void* send, void* recv, size_t count, DType t) = 0;
+  /// Copies root's count elements of buf into buf on every other rank.
   virtual void broadcast(void* buf, size_t count, DType t, int root) = 0;
   /// Sends send_count elements to `dest` and receives recv_count from `source`, together.
   virtual void sendrecv(const void* send, size_t send_count, int dest, void* recv,
                         size_t recv_count, int source, DType t) = 0;
+  /// Returns on each rank once every rank has entered it (subject to the timeout).
   virtual void barrier() = 0;
 
   /// Point to point (see the top of this file). count elements of type t; dest and
   /// source are ranks of this communicator, tag in [0, kMaxTag]. Each fails after the
   /// timeout with a message naming the operation, this rank, the peer and the tag.
   virtual Request isend(const void* buf, size_t count, DType t, int dest, int tag) = 0;
+  /// Posts a receive of count elements from `source` with `tag` into buf and returns at
+  /// once; buf holds the message only after wait().
   virtual Request irecv(void* buf, size_t count, DType t, int source, int tag) = 0;
+  /// Blocks until the request's message is sent or received, leaving the request empty.
+  /// Fails on an empty request or one posted on another communicator, and on a receive
+  /// whose message has a different number of elements.
   virtual void wait(Request& request) = 0;
+  /// wait() on each request in turn (all are left empty).
   void wait_all(std::vector<Request>& requests) {
     for (Request& r : requests) wait(r);
   }
+  /// Blocking send: isend() then wait().
   void send(const void* buf, size_t count, DType t, int dest, int tag) {
     Request r = isend(buf, count, t, dest, tag);
     wait(r);
   }
+  /// Blocking receive: irecv() then wait().
   void recv(void* buf, size_t count, DType t, int source, int tag) {
     Request r = irecv(buf, count, t, source, tag);
     wait(r);
@@ -124,9 +150,10 @@ class Communicator {
   virtual void abort(int code) = 0;
 };
 
+/// How make_world builds the world communicator.
 struct CommOptions {
   std::string backend = "auto";  ///< auto | mpi | nccl
-  Device device = Device::CPU;
+  Device device = Device::CPU;   ///< where the buffers live; NCCL needs Device::CUDA
   double timeout_s = 60.0;       ///< a peer silent this long is reported lost
 };
 

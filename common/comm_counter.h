@@ -16,35 +16,53 @@
 
 namespace gpt {
 
+/// The kinds of call a CountingCommunicator tallies; PointToPoint covers send, recv,
+/// isend, irecv and sendrecv. kCount is the number of kinds, not a kind.
 enum class CommOp { AllReduce, ReduceScatter, AllGather, Broadcast, PointToPoint, kCount };
+/// The name printed for op: "all_reduce", "reduce_scatter", "all_gather", "broadcast",
+/// "point_to_point" ("?" for anything else).
 const char* comm_op_name(CommOp op);
 
+/// Calls and payload bytes per CommOp, indexed by size_t(op), counted since the
+/// communicator was made; subtract two tallies for the traffic between them.
 struct CommTally {
-  std::array<int64_t, size_t(CommOp::kCount)> calls{}, bytes{};
-  CommTally operator-(const CommTally& o) const;
+  /// calls[op]: how many calls of that kind this rank made.
+  std::array<int64_t, size_t(CommOp::kCount)> calls{}, bytes{};  ///< bytes[op]: their payload (top of file)
+  CommTally operator-(const CommTally& o) const;  ///< element-wise difference, e.g. after minus before a step
   std::string table() const;  ///< one line per operation used: calls and bytes
 };
 
+/// Wraps another communicator: every call is forwarded to it, and each collective or
+/// message is first added to tally(). The counts are of this rank's calls only.
 class CountingCommunicator : public Communicator {
  public:
+  /// Counts what passes through `inner`, which must outlive this wrapper.
   explicit CountingCommunicator(Communicator& inner) : inner_(inner) {}
-  const CommTally& tally() const { return tally_; }
+  const CommTally& tally() const { return tally_; }  ///< everything counted since construction
 
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  const char* backend() const override { return inner_.backend(); }
+  int rank() const override { return inner_.rank(); }  ///< the inner communicator's rank
+  int size() const override { return inner_.size(); }  ///< the inner communicator's size
+  const char* backend() const override { return inner_.backend(); }  ///< the inner communicator's backend
+  /// Counts one AllReduce of count elements, then forwards.
   void all_reduce(void* buf, size_t count, DType t) override;
+  /// Counts one ReduceScatter of size() * count elements (the input), then forwards.
   void reduce_scatter(const void* send, void* recv, size_t count, DType t) override;
+  /// Counts one AllGather of size() * count elements (the output), then forwards.
   void all_gather(const void* send, void* recv, size_t count, DType t) override;
+  /// Counts one Broadcast of count elements, then forwards.
   void broadcast(void* buf, size_t count, DType t, int root) override;
+  /// Counts one PointToPoint of send_count + recv_count elements, then forwards.
   void sendrecv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
                 DType t) override;
-  void barrier() override { inner_.barrier(); }
+  void barrier() override { inner_.barrier(); }  ///< forwarded, not counted
+  /// Counts one PointToPoint of count elements when posted, then forwards.
   Request isend(const void* buf, size_t count, DType t, int dest, int tag) override;
+  /// Counts one PointToPoint of count elements when posted, then forwards.
   Request irecv(void* buf, size_t count, DType t, int source, int tag) override;
-  void wait(Request& request) override { inner_.wait(request); }
+  void wait(Request& request) override { inner_.wait(request); }  ///< forwarded, not counted
+  /// The inner communicator's sub-group, not wrapped: its traffic is not counted here.
   std::unique_ptr<Communicator> split(int color, int key) override { return inner_.split(color, key); }
-  void abort(int code) override { inner_.abort(code); }
+  void abort(int code) override { inner_.abort(code); }  ///< forwarded to the inner communicator
 
  private:
   void count(CommOp op, size_t elements, DType t);

@@ -22,8 +22,8 @@
 
 namespace gpt {
 
-constexpr int32_t kShardMagic = 20240520;
-constexpr int32_t kShardVersion = 1;
+constexpr int32_t kShardMagic = 20240520;  ///< word 0 of a shard's header (llm.c's magic number)
+constexpr int32_t kShardVersion = 1;       ///< word 1 of the header: the only version read or written
 
 /// Writes tokens as one shard (to a temporary name, then renamed). Throws UserError
 /// naming the path on I/O failure.
@@ -38,6 +38,9 @@ std::vector<uint16_t> read_shard(const std::string& path, int vocab_size);
 /// files; no match is a UserError naming the pattern.
 std::vector<std::string> expand_shards(const std::string& pattern);
 
+/// The tokens of a split (train or validation), all in host memory, cut into windows as
+/// described above. Batches are a pure function of (seed, position), so every rank holds
+/// its own loader and reads its own part of each step.
 class DataLoader {
  public:
   /// Loads every shard of `pattern`. Needs at least one window of seq_len+1 tokens.
@@ -51,12 +54,12 @@ class DataLoader {
   /// (modulo the window count).
   void sequential_batch(int64_t k, int n, int32_t* inputs, int32_t* targets) const;
 
-  int64_t num_tokens() const { return int64_t(tokens_.size()); }
-  int64_t num_windows() const { return windows_; }
+  int64_t num_tokens() const { return int64_t(tokens_.size()); }  ///< tokens of all shards together
+  int64_t num_windows() const { return windows_; }  ///< W: windows of seq_len+1 tokens; an epoch is W sequences
 
   /// The window a global sequence index maps to (exposed for tests).
   int64_t window_of(int64_t global_sequence) const;
-  int seq_len() const { return seq_len_; }
+  int seq_len() const { return seq_len_; }  ///< T: tokens per sequence (a window holds T+1)
 
  private:
   void copy_window(int64_t window, int32_t* inputs, int32_t* targets) const;

@@ -8,8 +8,11 @@
 
 namespace gpt {
 
+/// Where a run computes: CPU runs the kernels of kernels/cpu/ on host memory; CUDA runs
+/// those of kernels/cuda/ on the thread's current GPU (current_gpu()).
 enum class Device { CPU, CUDA };
 
+/// "cpu" or "cuda", as the config's `device` key spells it.
 inline const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
 
 /// Number of usable CUDA GPUs: 0 when the build has no CUDA or no GPU is present.
@@ -30,10 +33,11 @@ Device resolve_device(const std::string& requested);
 /// "cpu", or "cuda (NVIDIA H100 80GB HBM3, sm_90)" for the current GPU.
 std::string device_description(Device d);
 
+// Defined in common/precision.h.
+enum class Precision;
 /// The dense peak rate of the current GPU for the precision's matmuls (bf16 tensor
 /// cores; fp32 without tensor cores), in FLOP/s, from its datasheet; empty for the CPU
 /// and for GPUs not in the table (then no MFU is reported).
-enum class Precision;
 std::optional<double> device_peak_flops(Device d, Precision p);
 
 }  // namespace gpt

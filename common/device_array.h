@@ -16,7 +16,8 @@ namespace gpt {
 
 /// Raw device memory; every function fails with a clear message on a CUDA error.
 void* device_alloc(Device d, size_t bytes);  ///< zero-filled
-void device_free(Device d, void* p);
+void device_free(Device d, void* p);  ///< releases memory from device_alloc on d; a null p is a no-op
+/// Zeroes `bytes` bytes at p in device d's memory: at once on the CPU, queued on the GPU's default stream.
 void device_zero(Device d, void* p, size_t bytes);
 /// Copies bytes from src (on device `from`) to dst (on device `to`); synchronous.
 void device_copy(Device to, void* dst, Device from, const void* src, size_t bytes);
@@ -29,10 +30,12 @@ void device_copy_2d(Device d, void* dst, size_t dst_pitch, const void* src, size
 /// Timings of GPU work read the clock after this, not after the launches.
 void device_synchronize(Device d);
 
+/// An owning, move-only array of n elements of T on one device, zero-filled when made.
+/// Its bytes are counted by the MemoryTracker from construction to destruction.
 template <class T>
 class DeviceArray {
  public:
-  DeviceArray() = default;
+  DeviceArray() = default;  ///< an empty array on the CPU that owns nothing
   /// Counted by the MemoryTracker under the thread's MemScope kind (common/memory.h).
   DeviceArray(Device d, size_t n) : device_(d), n_(n), kind_(MemScope::current()) {
     data_ = static_cast<T*>(device_alloc(d, n * sizeof(T)));
@@ -44,32 +47,35 @@ class DeviceArray {
   }
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;
-  DeviceArray(DeviceArray&& o) noexcept { swap(o); }
+  DeviceArray(DeviceArray&& o) noexcept { swap(o); }  ///< takes o's memory; o is left empty
+  /// Releases this array's memory and takes o's; o is left empty.
   DeviceArray& operator=(DeviceArray&& o) noexcept {
     DeviceArray(std::move(o)).swap(*this);
     return *this;
   }
+  /// Exchanges memory, size, device and counted kind with o; no data is copied.
   void swap(DeviceArray& o) noexcept {
     std::swap(device_, o.device_), std::swap(data_, o.data_), std::swap(n_, o.n_), std::swap(kind_, o.kind_);
   }
 
-  T* data() { return data_; }
-  const T* data() const { return data_; }
-  size_t size() const { return n_; }
-  bool empty() const { return n_ == 0; }
-  size_t bytes() const { return n_ * sizeof(T); }
-  Device device() const { return device_; }
-  bool on_host() const { return device_ == Device::CPU; }
+  T* data() { return data_; }              ///< first element, in the memory of device(); null when empty
+  const T* data() const { return data_; }  ///< first element, in the memory of device(); null when empty
+  size_t size() const { return n_; }       ///< number of elements of T
+  bool empty() const { return n_ == 0; }   ///< true when the array holds no elements
+  size_t bytes() const { return n_ * sizeof(T); }  ///< size() * sizeof(T)
+  Device device() const { return device_; }        ///< the device whose memory holds the elements
+  bool on_host() const { return device_ == Device::CPU; }  ///< true for Device::CPU, where operator[] may be used
 
-  void zero() { device_zero(device_, data_, bytes()); }
+  void zero() { device_zero(device_, data_, bytes()); }  ///< sets every element to zero bits (see device_zero)
   /// Element access for host arrays only (tests and CPU drivers).
   T& operator[](size_t i) { return data_[i]; }
-  const T& operator[](size_t i) const { return data_[i]; }
+  const T& operator[](size_t i) const { return data_[i]; }  ///< as above, read-only
 
   /// n elements from host memory into elements [offset, offset+n), and back.
   void copy_from_host(const T* src, size_t n, size_t offset = 0) {
     device_copy(device_, data_ + offset, Device::CPU, src, n * sizeof(T));
   }
+  /// n elements [offset, offset+n) of this array into host memory at dst; synchronous.
   void copy_to_host(T* dst, size_t n, size_t offset = 0) const {
     device_copy(Device::CPU, dst, device_, data_ + offset, n * sizeof(T));
   }

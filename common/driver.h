@@ -34,7 +34,12 @@ namespace gpt {
 /// What a stage implements beyond data parallelism, and where it runs.
 struct StageSpec {
   const char* name;  ///< "03_zero1": named in messages
-  bool tp = false, pp = false, cp = false;  ///< axes implemented (dp always is)
+  /// Axes implemented (dp always is); tp: tensor parallelism, sequence parallelism included.
+  bool tp = false, pp = false, cp = false;
+  /// @var pp
+  /// Pipeline parallelism implemented (pp may exceed 1).
+  /// @var cp
+  /// Context parallelism implemented (cp may exceed 1).
   bool virtual_stages = false;              ///< interleaved pipeline chunks
   bool zero_key = false;                    ///< reads `zero` (the ZeRO stage over dp)
   bool schedule_key = false;                ///< reads `schedule` (the pipeline schedule)
@@ -59,24 +64,27 @@ struct SequencePart {
   /// Copies this rank's tokens of B whole sequences of T tokens into `part` (B rows of
   /// local_len(T)).
   virtual void take(const int32_t* whole, int32_t* part, int B, int T) const = 0;
-  virtual int local_len(int T) const = 0;
-  Communicator* group = nullptr;
+  virtual int local_len(int T) const = 0;  ///< tokens this rank runs of each sequence of T tokens
+  Communicator* group = nullptr;  ///< the ranks sharing a sequence (the cp group); set by the stage, not owned
 };
 
 /// What a rank's training starts from.
 struct Run {
-  Config& cfg;
-  Communicator& world;
-  Mesh& mesh;
-  Device device;
-  Precision precision;
-  bool lead() const { return world.rank() == 0; }  // logs, prunes checkpoints, samples
+  Config& cfg;            ///< the parsed configuration, the same on every rank
+  Communicator& world;    ///< every rank of the job
+  Mesh& mesh;             ///< the dp x pp x cp x tp process mesh over world, with a communicator per axis
+  Device device;          ///< where this rank trains: device=auto resolved, CPU for a stage without cuda
+  Precision precision;    ///< FP32 or BF16 (stage_main refuses FP64)
+  bool lead() const { return world.rank() == 0; }  ///< logs, prunes checkpoints, samples
   const SequencePart* part = nullptr;  ///< context parallelism: the chunks this rank runs
 };
 
 /// The entry point of a multi-rank stage (see the top of this file). Returns the exit
 /// status for main().
 using TrainFn = int (*)(Run& run);
+/// Runs a stage as described at the top of this file and returns main()'s exit status:
+/// train's result, 0 after --help, 2 for a UserError, 1 for any other error. On more
+/// than one rank an error after joining the job aborts every rank with that status.
 int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train);
 
 /// Mean loss over `batches` fixed validation batches; the ranks of `dp` share them
@@ -91,9 +99,9 @@ double validation_loss(GPT2<float>& model, const DataLoader& val, int batches, C
 /// checkpoint together (each its shard) or the lead rank writes it alone (its buffers
 /// hold everything).
 struct RunCheckpoints {
-  const ParamLayout& layout;
-  std::vector<CheckpointBuffer> buffers;
-  bool sharded = false;
+  const ParamLayout& layout;  ///< the tensors the checkpoint records (unused when `local` is set)
+  std::vector<CheckpointBuffer> buffers;  ///< this rank's host buffers, one per kind (param, adam_m, adam_v)
+  bool sharded = false;  ///< every rank of dp writes its slice together; false: the lead rank writes alone
   /// Rank-local buffers (tensor parallelism and later): every rank of the world writes
   /// the counted elements of `local`, whose buffers are `buffers`' data (begin and end
   /// unused), through the flat shards (layout_exchange.h); `layout` is then the local one.
@@ -112,6 +120,8 @@ using Validation = std::function<double()>;
 /// checkpoint every checkpoint_every steps (not after the last step: end_of_run does).
 void after_step(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,
                 const CheckpointState& state);
+/// The same, with validation_loss of `model` over cfg.val_batches batches of `val`,
+/// shared by the ranks of dp, each evaluating its run.part of the sequences if set.
 void after_step(Run& run, GPT2<float>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
                 const RunCheckpoints& ckpt, const CheckpointState& state);
 
@@ -120,6 +130,8 @@ void after_step(Run& run, GPT2<float>& model, const DataLoader& val, Communicato
 /// context of `sample_len` tokens.
 void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,
                 CheckpointState& state, const float* weights, int sample_len);
+/// The same, validating as after_step's model overload does and sampling with a context
+/// of model.seq_len() tokens.
 void end_of_run(Run& run, GPT2<float>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
                 const RunCheckpoints& ckpt, CheckpointState& state, const float* weights);
 

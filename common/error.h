@@ -18,6 +18,7 @@
 
 namespace gpt {
 
+/// Bad input the user can fix: run_main prints "error: <message>" and returns 2.
 struct UserError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -25,10 +26,13 @@ struct UserError : std::runtime_error {
 /// Throws a UserError carrying `message` (name the file, key or value and the reason).
 [[noreturn]] inline void fail(const std::string& message) { throw UserError(message); }
 
+/// Throws a UserError carrying `message` unless `condition` holds.
 inline void require(bool condition, const std::string& message) {
   if (!condition) fail(message);
 }
 
+/// A contract broken inside this program, a bug to report: run_main prints "internal
+/// error: <message>" and returns 1.
 struct InternalError : std::logic_error {
   using std::logic_error::logic_error;
 };
@@ -36,6 +40,7 @@ struct InternalError : std::logic_error {
 /// Throws an InternalError: this program broke one of its own contracts.
 [[noreturn]] inline void internal_error(const std::string& message) { throw InternalError(message); }
 
+/// Throws an InternalError carrying `message` unless `condition` holds.
 inline void invariant(bool condition, const std::string& message) {
   if (!condition) internal_error(message);
 }

@@ -32,6 +32,8 @@
 
 namespace gpt {
 
+/// Which pass asks a WeightStore for a unit, so that a store can tell the two orders of
+/// calls below apart.
 enum class Pass { Forward, Backward };
 
 /// Where the model's weights and gradient buffers live, asked for one unit at a time
@@ -48,8 +50,13 @@ template <class A>
 class WeightStore {
  public:
   virtual ~WeightStore() = default;
+  /// The unit's compute weights, in the model's device memory, valid until the matching
+  /// release(unit, pass).
   virtual const A* acquire(int unit, Pass pass) = 0;
+  /// The pass is done with the unit's weights for now; the default keeps them.
   virtual void release(int /*unit*/, Pass /*pass*/) {}
+  /// The unit's gradient buffer, which the backward accumulates into (GradOf<A>, the
+  /// model's device memory), valid until grads_done(unit).
   virtual GradOf<A>* grads(int unit) = 0;
   /// The unit's gradient is complete for this backward (accumulated over the micro-batch).
   virtual void grads_done(int /*unit*/) {}
@@ -59,9 +66,13 @@ class WeightStore {
 template <class A>
 class FlatStore : public WeightStore<A> {
  public:
+  /// Borrows the flat buffers of layout.total() weights and gradients, laid out by
+  /// `layout`; all three must outlive the store.
   FlatStore(const ParamLayout& layout, A* params, GradOf<A>* grads)
       : layout_(&layout), params_(params), grads_(grads) {}
+  /// The unit's slice of the flat weights; nothing is copied.
   const A* acquire(int unit, Pass) override { return params_ + layout_->unit(unit).begin; }
+  /// The unit's slice of the flat gradients.
   GradOf<A>* grads(int unit) override { return grads_ + layout_->unit(unit).begin; }
 
  private:
@@ -87,8 +98,9 @@ class FlatStore : public WeightStore<A> {
 /// slot (forward_micro / backward_micro below), which is where a schedule's memory goes.
 template <class A>
 struct ModelSlice {
-  int tp = 1, rank = 0;
-  bool sequence_parallel = false;
+  /// Tensor-parallel degree: how many ranks share each layer's tensors (1: the whole model).
+  int tp = 1, rank = 0;  ///< this rank's index among the tp ranks, 0..tp-1
+  bool sequence_parallel = false;  ///< split the B*T residual rows over the tp ranks (B*T divisible by tp)
   ModelHooks<A>* hooks = nullptr;  ///< required when tp > 1
   std::vector<int> positions;      ///< context parallelism: each local token's position
   LayerRange layers = {};          ///< pipeline parallelism: this stage's layers (default: all)
@@ -96,6 +108,10 @@ struct ModelSlice {
   bool split_backward = false;     ///< zero-bubble schedules: backward_input/weight_micro
 };
 
+/// GPT-2 on one rank, with storage type A (see the top of this file): float or double on
+/// the CPU, float or bf16 on the GPU. Holds the whole model or the ModelSlice it was made
+/// with; runs forward and backward passes and accumulates parameter gradients.
+/// Not copyable.
 template <class A>
 class GPT2 {
   using G = GradOf<A>;
@@ -109,22 +125,24 @@ class GPT2 {
   GPT2(const GPT2&) = delete;  ///< the store points into the model
   GPT2& operator=(const GPT2&) = delete;
 
-  const ModelConfig& model() const { return model_; }
-  const ParamLayout& layout() const { return layout_; }
-  int batch() const { return B_; }
-  int seq_len() const { return T_; }
+  const ModelConfig& model() const { return model_; }  ///< the whole model's configuration
+  const ParamLayout& layout() const { return layout_; }  ///< this rank's tensors and their units
+  int batch() const { return B_; }  ///< B: sequences per micro-batch
+  int seq_len() const { return T_; }  ///< T: tokens per sequence this rank runs (its chunks under context parallelism)
   /// Rows of the residual stream this rank holds: B*T, or B*T/tp with sequence parallelism.
   int rows() const { return rows_; }
+  /// This rank's rows of the padded vocabulary (all Vp of them without tensor parallelism).
   const VocabRange& vocab() const { return vocab_; }
 
-  Device device() const { return device_; }
+  Device device() const { return device_; }  ///< where every buffer of the model lives
 
   /// The compute weights (in bf16 mode, rounded copies of the fp32 master weights) and
   /// the parameter gradients, in the model's device memory.
   DeviceArray<A>& params() { return params_; }
-  const DeviceArray<A>& params() const { return params_; }
+  const DeviceArray<A>& params() const { return params_; }  ///< read-only params()
+  /// layout().total() gradients, accumulated by the backward; empty when own_weights was false.
   DeviceArray<G>& grads() { return grads_; }
-  const DeviceArray<G>& grads() const { return grads_; }
+  const DeviceArray<G>& grads() const { return grads_; }  ///< read-only grads()
 
   /// Sets the weights from (master) values in the model's device memory, rounding to
   /// bf16 in bf16 mode.
@@ -153,20 +171,27 @@ class GPT2 {
   /// last stage: from its loss) and leaves the gradient of the stage's input there (the
   /// first stage: consumed by the embedding's backward).
   G forward_micro(int slot, const int32_t* inputs, const int32_t* targets, bool for_backward = true);
+  /// The backward of the micro-batch in `slot` (see above), which needs a forward_micro
+  /// with for_backward (and targets on the last stage); loss_scale as for backward().
   void backward_micro(int slot, G loss_scale);
   /// backward_micro in two halves (ModelSlice::split_backward; model_backward_split.h):
   /// the input gradient (output_grad(slot) as after backward_micro), then, later, the
   /// weight gradients, accumulated; the slot's activations are kept until the second.
   void backward_input_micro(int slot, G loss_scale);
+  /// The second half: the slot's weight gradients, after its backward_input_micro; frees the slot.
   void backward_weight_micro(int slot);
-  bool first_stage() const { return layout_.has_embeddings(); }
-  bool last_stage() const { return layout_.has_head(); }
-  int in_flight() const { return int(slots_.size()); }
+  bool first_stage() const { return layout_.has_embeddings(); }  ///< runs the embedding: reads tokens
+  bool last_stage() const { return layout_.has_head(); }  ///< runs the head and the loss
+  int in_flight() const { return int(slots_.size()); }  ///< number of slots (ModelSlice::in_flight)
   /// rows() x C values each, device memory.
   A* stage_input(int slot) { return slots_[size_t(slot)].input.data(); }
+  /// The last block's output after forward_micro (rows() x C, device memory).
   const A* stage_output(int slot) const { return slots_[size_t(slot)].blocks.back().resid3.data(); }
+  /// Gradient of the stage's output before backward_micro (written by the caller on all
+  /// but the last stage), of its input after it (rows() x C, device memory).
   A* output_grad(int slot) { return slots_[size_t(slot)].d_resid.data(); }
 
+  /// Zeroes the model's own gradient buffer, grads(); a store's gradients are its own to clear.
   void zero_grads();
 
   /// Routes weights and gradients through another store (nullptr: the model's own flat
@@ -182,14 +207,14 @@ class GPT2 {
   /// this rank's columns; columns >= V are padding. logits_row copies row `position`
   /// (the whole model's Vp values) to host memory as float.
   const A* logits() const { return slots_[0].head.logits.data(); }
-  void logits_row(int position, float* out) const;
+  void logits_row(int position, float* out) const;  ///< needs tp == 1; out holds Vp floats
   /// Per-position losses of the last forward, (B, T), device memory.
   const G* losses() const { return slots_[0].head.losses.data(); }
 
   /// Bytes held, by kind (for the memory ledger).
   size_t param_bytes() const;
-  size_t grad_bytes() const;
-  size_t activation_bytes() const;
+  size_t grad_bytes() const;  ///< the model's own gradient buffer (0 when own_weights was false)
+  size_t activation_bytes() const;  ///< every slot's activations, the shared scratch and the embedding's sums
 
  private:
   ModelConfig model_;
@@ -225,7 +250,7 @@ class GPT2 {
     bool input_done = false;
   };
   std::vector<MicroBatch> slots_;
-  // The embedding's backward from the gradient of the stage input (first stage).
+  /// The embedding's backward from the gradient of the stage input (first stage).
   void embedding_backward(MicroBatch& mb, G* dwte, G* dwpe);
   DeviceArray<A> embedded_;  ///< sequence parallelism: the embedding's partial sums over all rows
   BlockScratch<A> scratch_;  ///< shared by every block's pass

@@ -26,19 +26,23 @@
 
 namespace gpt {
 
+/// How a tensor's elements start: Normal draws N(0, init_std) (for rows below init_rows;
+/// the rest 0), Zeros is 0 (biases, wte's padding), Ones is 1 (layernorm weights).
 enum class Init { Normal, Zeros, Ones };
 
 /// Layers [begin, end) of the model a pipeline stage runs; end -1 means n_layer (all). The
 /// stage holding layer 0 also holds the embeddings, the one holding the last layer ln_f
 /// and the tied LM head (wte, which so lives on the first and the last stage).
 struct LayerRange {
-  int begin = 0, end = -1;
+  /// begin: the stage's first layer, in [0, n_layer).
+  int begin = 0, end = -1;  ///< end: one past the stage's last layer; -1 = n_layer
 };
 
 /// Rows [begin, end) of the padded vocabulary (of wte, of the logits' columns).
 struct VocabRange {
-  int begin = 0, end = 0;
-  int size() const { return end - begin; }
+  /// begin: the first row held, in [0, Vp).
+  int begin = 0, end = 0;  ///< end: one past the last row held, at most Vp
+  int size() const { return end - begin; }  ///< rows held
 };
 /// The rows tensor-parallel rank `rank` of `tp` holds: [floor(r Vp / tp), floor((r+1) Vp / tp)),
 /// the ring's chunk rule, so any tp works and sizes differ by at most one row.
@@ -47,15 +51,16 @@ inline VocabRange vocab_range(const ModelConfig& m, int tp, int rank) {
   return {int(Vp * rank / tp), int(Vp * (rank + 1) / tp)};
 }
 
+/// One parameter tensor of a layout: where it lies in the flat buffer and how it starts.
 struct ParamTensor {
-  std::string name;
-  std::vector<int64_t> shape;
+  std::string name;  ///< the GPT-2 checkpoint name ("wte", "h.3.attn.c_attn.weight", ...)
+  std::vector<int64_t> shape;  ///< as this layout holds it (a tensor-parallel slice is smaller)
   int64_t offset = 0;  ///< elements from the start of the flat buffer
-  int64_t numel = 0;
+  int64_t numel = 0;  ///< elements: the product of shape
   int layer = -1;       ///< transformer block index, -1 for embeddings and ln_f
   bool decay = false;   ///< weight decay applies (2-D weights and embeddings)
-  Init init = Init::Zeros;
-  double init_std = 0.0;
+  Init init = Init::Zeros;  ///< how its elements start
+  double init_std = 0.0;  ///< standard deviation of an Init::Normal tensor (0.02, c_proj 0.02/sqrt(2 n_layer))
   int64_t init_rows = 0;  ///< for wte: rows [0, vocab) get the normal init, the padding stays 0
 };
 
@@ -63,6 +68,31 @@ struct ParamTensor {
 struct BlockParams {
   int64_t ln1_w, ln1_b, qkv_w, qkv_b, attproj_w, attproj_b;
   int64_t ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
+  // Shapes under tensor parallelism over tp ranks: W = C/tp, F = 4C/tp (tp = 1: W = C, F = 4C).
+  /// @var ln1_w
+  /// offset of h.l.ln_1.weight [C]
+  /// @var ln1_b
+  /// offset of h.l.ln_1.bias [C]
+  /// @var qkv_w
+  /// offset of h.l.attn.c_attn.weight [3W, C]: this rank's rows of q, then of k, then of v
+  /// @var qkv_b
+  /// offset of h.l.attn.c_attn.bias [3W], in the same order
+  /// @var attproj_w
+  /// offset of h.l.attn.c_proj.weight [C, W]
+  /// @var attproj_b
+  /// offset of h.l.attn.c_proj.bias [C]
+  /// @var ln2_w
+  /// offset of h.l.ln_2.weight [C]
+  /// @var ln2_b
+  /// offset of h.l.ln_2.bias [C]
+  /// @var fc_w
+  /// offset of h.l.mlp.c_fc.weight [F, C]
+  /// @var fc_b
+  /// offset of h.l.mlp.c_fc.bias [F]
+  /// @var fcproj_w
+  /// offset of h.l.mlp.c_proj.weight [C, F]
+  /// @var fcproj_b
+  /// offset of h.l.mlp.c_proj.bias [C]
 };
 
 /// A unit is a contiguous range of the flat buffer that the model uses as a whole:
@@ -70,12 +100,18 @@ struct BlockParams {
 /// The model asks for weights and hands back gradients one unit at a time (WeightStore in
 /// gpt2.h), which is where ZeRO-3 gathers a layer's weights and ZeRO-2 shards its grads.
 struct Unit {
-  int64_t begin = 0, end = 0;
-  int64_t size() const { return end - begin; }
+  /// begin: offset of the unit's first element in the flat buffer.
+  int64_t begin = 0, end = 0;  ///< end: one past the unit's last element; == begin for an empty unit
+  int64_t size() const { return end - begin; }  ///< elements; 0 where a stage holds none of it
 };
 
+/// The parameter table of a model, of one tensor-parallel rank's slice of it or of one
+/// pipeline stage's part: the tensors in order with their offsets, the per-block offsets,
+/// and the units. Built once from a ModelConfig; read-only afterwards.
 class ParamLayout {
  public:
+  /// The whole model, as one process holds it (tp 1, every layer); a UserError when the
+  /// shape is impossible.
   explicit ParamLayout(const ModelConfig& m);
   /// The tensors as tensor-parallel rank `tp_rank` of `tp` holds them in its local buffer
   /// (RankLayout::tensor_parallel puts the slices there in this order): the same names,
@@ -90,32 +126,35 @@ class ParamLayout {
   /// keep their meaning: unit 0 the embeddings this stage holds (possibly none), one unit
   /// per block it runs, the last unit its final layernorm (possibly none).
   ParamLayout(const ModelConfig& m, int tp, int tp_rank, LayerRange layers);
-  int tp() const { return tp_; }
+  int tp() const { return tp_; }  ///< tensor-parallel ranks the tensors are sliced over; 1 = unsliced
   /// The layers this layout holds: [layer_begin(), layer_end()); all of them unless it is
   /// a pipeline stage's.
   int layer_begin() const { return l0_; }
-  int layer_end() const { return l1_; }
-  bool has_embeddings() const { return l0_ == 0; }       // wpe (and wte)
-  bool has_head() const { return l1_ == model_.n_layer; }  // ln_f (and wte)
+  int layer_end() const { return l1_; }  ///< one past the last layer held
+  bool has_embeddings() const { return l0_ == 0; }       ///< holds wpe (and wte): it runs layer 0
+  bool has_head() const { return l1_ == model_.n_layer; }  ///< holds ln_f (and wte): it runs the last layer
+  /// Every tensor, unsliced: the layout init_range can initialise.
   bool is_whole() const { return tp_ == 1 && has_embeddings() && has_head(); }
 
-  const std::vector<ParamTensor>& tensors() const { return tensors_; }
-  int64_t total() const { return total_; }
+  const std::vector<ParamTensor>& tensors() const { return tensors_; }  ///< in buffer order
+  int64_t total() const { return total_; }  ///< elements of the flat buffer
   const ParamTensor& find(const std::string& name) const;  ///< UserError if absent
 
   /// Offsets of the named tensors; on a pipeline stage only those it holds are valid.
   int64_t wte() const { return wte_; }
-  int64_t wpe() const { return wpe_; }
-  int64_t lnf_w() const { return lnf_w_; }
-  int64_t lnf_b() const { return lnf_b_; }
-  const BlockParams& block(int l) const { return blocks_[size_t(l - l0_)]; }  // l in [layer_begin, layer_end)
+  int64_t wpe() const { return wpe_; }  ///< offset of wpe [block_size, C]; valid where has_embeddings()
+  int64_t lnf_w() const { return lnf_w_; }  ///< offset of ln_f.weight [C]; valid where has_head()
+  int64_t lnf_b() const { return lnf_b_; }  ///< offset of ln_f.bias [C]; valid where has_head()
+  /// The offsets of global layer l's tensors; l in [layer_begin, layer_end) (unchecked).
+  const BlockParams& block(int l) const { return blocks_[size_t(l - l0_)]; }
 
+  /// Units of this layout: 2 + the layers it holds (the first and last possibly empty).
   int num_units() const { return int(units_.size()); }
-  const Unit& unit(int u) const { return units_[u]; }
-  static constexpr int kEmbeddingUnit = 0;
-  int block_unit(int l) const { return 1 + l - l0_; }
-  int final_unit() const { return num_units() - 1; }
-  const ModelConfig& model() const { return model_; }
+  const Unit& unit(int u) const { return units_[u]; }  ///< u in [0, num_units()), unchecked
+  static constexpr int kEmbeddingUnit = 0;  ///< the unit of wte and wpe
+  int block_unit(int l) const { return 1 + l - l0_; }  ///< the unit of global layer l (of those held)
+  int final_unit() const { return num_units() - 1; }  ///< the unit of ln_f
+  const ModelConfig& model() const { return model_; }  ///< the whole model's shape, also for a slice or a stage
 
   /// Writes the initial value of elements [begin, end) of the flat buffer (any range:
   /// a shard gets exactly the values the whole buffer has there).

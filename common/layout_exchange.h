@@ -19,9 +19,11 @@
 
 namespace gpt {
 
+/// Elements [begin, end) of the flat global buffer: one rank's shard.
 struct FlatShard {
-  int64_t begin = 0, end = 0;
-  int64_t size() const { return end - begin; }
+  /// The shard's first element.
+  int64_t begin = 0, end = 0;  ///< one past the shard's last element
+  int64_t size() const { return end - begin; }  ///< elements in the shard
 };
 /// Shard `rank` of `ranks` even shards of [0, total).
 FlatShard flat_shard(int64_t total, int ranks, int rank);
@@ -38,9 +40,15 @@ struct LocalBuffer {
   std::string kind;  ///< "param", "adam_m", "adam_v"
   float* data;       ///< layout.total() elements
 };
+/// Writes the checkpoint of state.step from every rank's local buffers: each kind is
+/// moved into the flat shards (local_to_flat), which save_checkpoint_sharded writes.
+/// Collective; returns the checkpoint's path on every rank.
 std::string save_checkpoint_local(Communicator& comm, const std::string& run_dir, const Config& cfg,
                                   const RankLayout& layout, const CheckpointState& state,
                                   const std::vector<LocalBuffer>& buffers);
+/// Reads checkpoint `path` (written by any layout) into every rank's local buffers: each
+/// rank loads its flat shard (load_checkpoint), then flat_to_local fills the local
+/// buffers, replicas included. Collective; returns the checkpoint's state.
 CheckpointState load_checkpoint_local(Communicator& comm, const std::string& path, const RankLayout& layout,
                                       const std::vector<LocalBuffer>& buffers);
 

@@ -11,13 +11,26 @@
 
 namespace gpt {
 
+/// What one training step reports: a "train" line of the metrics file.
 struct StepMetrics {
   int64_t step = 0;   ///< 1-based: the number of optimizer steps done after this one
   int64_t steps = 0;  ///< total planned
+  /// @var loss
+  /// mean training loss of the step's batch (cross-entropy, nats per token)
+  /// @var lr
+  /// learning rate of the step's update
+  /// @var grad_norm
+  /// global L2 norm of the gradient, before clipping
+  /// @var ms
+  /// wall time of the step, in milliseconds
+  /// @var tokens_per_s
+  /// tokens trained on per second: the step's tokens over its wall time
   double loss = 0, lr = 0, grad_norm = 0, ms = 0, tokens_per_s = 0;
   std::optional<double> mfu;  ///< only where the device's peak is known
 };
 
+/// The run's metrics file (JSON lines, flushed as written, so a crash keeps every
+/// finished step) and the progress lines on stdout.
 class MetricsLog {
  public:
   /// Appends to `path` (so a resumed run continues the same file); "" disables the file.
@@ -26,8 +39,10 @@ class MetricsLog {
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
 
+  /// Writes a "train" line (m, and the memory peaks mem); with print also the progress line.
   void train_step(const StepMetrics& m, const MemoryLedger& mem, bool print);
-  void validation(int64_t step, double val_loss);
+  void validation(int64_t step, double val_loss);  ///< writes a "val" line and prints the loss
+  /// Writes a "sample" line with the generated text (bytes that are not UTF-8 replaced).
   void sample(int64_t step, const std::string& text);
 
  private:

@@ -28,6 +28,7 @@ namespace gpt {
 template <class A>
 struct BlockGradInputs {
   BlockGradInputs() = default;
+  /// Allocates the six arrays on d for a block of `dims`, with the row counts below.
   BlockGradInputs(Device d, const BlockDims& dims, int full, int rows);
   DeviceArray<A> d_mlp_out;  ///< gradient of mlp.c_proj's output (full, C)
   DeviceArray<A> d_fc;       ///< gradient of mlp.c_fc's output (after GELU's backward) (full, F)
@@ -35,7 +36,7 @@ struct BlockGradInputs {
   DeviceArray<A> d_att_out;  ///< gradient of attn.c_proj's output (full, C)
   DeviceArray<A> d_qkv;      ///< gradient of attn.c_attn's output (full, 3W)
   DeviceArray<A> d_ln1;      ///< gradient of ln_1's output (rows, C)
-  size_t bytes() const;
+  size_t bytes() const;  ///< memory held by the six arrays, in bytes
 };
 
 /// The input half: d_resid holds the gradient of the block's output and receives the

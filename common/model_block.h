@@ -31,9 +31,36 @@ namespace gpt {
 /// ```
 template <class T>
 struct BlockTensors {
-  T *ln1_w, *ln1_b, *qkv_w, *qkv_b, *attproj_w, *attproj_b;
-  T *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+  /// ln_1's scale [C].
+  T *ln1_w, *ln1_b, *qkv_w, *qkv_b, *attproj_w, *attproj_b;  ///< attention c_proj's bias [C] (may be nullptr)
+  /// @var ln1_b
+  /// ln_1's shift [C].
+
+  /// @var qkv_w
+  /// attention c_attn's weight [3W, C]: this rank's q rows, then k, then v.
+
+  /// @var qkv_b
+  /// attention c_attn's bias [3W].
+
+  /// @var attproj_w
+  /// attention c_proj's weight [C, W].
+
+  /// ln_2's scale [C].
+  T *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;  ///< mlp.c_proj's bias [C] (may be nullptr)
+  /// @var ln2_b
+  /// ln_2's shift [C].
+
+  /// @var fc_w
+  /// mlp.c_fc's weight [F, C].
+
+  /// @var fc_b
+  /// mlp.c_fc's bias [F].
+
+  /// @var fcproj_w
+  /// mlp.c_proj's weight [C, F].
 };
+/// A block's weights as the forward and backward read them: read-only pointers of the
+/// storage type A.
 template <class A>
 using BlockWeights = BlockTensors<const A>;
 /// The same pointers, read-only (a buffer of weights the caller also writes).
@@ -42,35 +69,44 @@ BlockTensors<const T> as_const(const BlockTensors<T>& t) {
   return {t.ln1_w, t.ln1_b, t.qkv_w, t.qkv_b, t.attproj_w, t.attproj_b,
           t.ln2_w, t.ln2_b, t.fc_w,  t.fc_b,  t.fcproj_w,  t.fcproj_b};
 }
+/// Where a block's weight gradients accumulate: the same tensors in GradOf<A> (fp32 for
+/// bf16 storage).
 template <class A>
 using BlockGrads = BlockTensors<GradOf<A>>;
 
 /// What one block keeps from its forward for its backward, for one micro-batch.
 template <class A>
 struct BlockActivations {
-  using G = GradOf<A>;
-  BlockActivations() = default;
+  using G = GradOf<A>;  ///< type of the layernorm and attention statistics: float for bf16 storage, else A
+  BlockActivations() = default;  ///< empty: no buffers
+  /// Allocates every buffer on device d for B sequences of T tokens, `rows` of them on
+  /// this rank (B*T, or fewer under sequence parallelism); the full-row buffers get B*T rows.
   BlockActivations(Device d, const BlockDims& dims, int B, int T, int rows);
 
   DeviceArray<A> ln1;            ///< ln_1(x) (rows; its all-gathered copy is not kept: backward gathers again)
-  DeviceArray<G> ln1_mean, ln1_rstd;
+  /// ln_1's mean of each row of x (rows).
+  DeviceArray<G> ln1_mean, ln1_rstd;  ///< ln_1's reciprocal standard deviation of each row of x (rows)
   DeviceArray<A> qkv;            ///< (full, 3W)
   DeviceArray<A> atty;           ///< attention output (full, W)
   DeviceArray<G> att_lse;        ///< attention row logsumexps (B, heads, T)
   DeviceArray<A> resid2;         ///< (rows, C)
-  DeviceArray<A> ln2;
-  DeviceArray<G> ln2_mean, ln2_rstd;
+  DeviceArray<A> ln2;            ///< ln_2(resid2) (rows, C; like ln1, not kept gathered)
+  /// ln_2's mean of each row of resid2 (rows).
+  DeviceArray<G> ln2_mean, ln2_rstd;  ///< ln_2's reciprocal standard deviation of each row of resid2 (rows)
+  /// c_fc's output before the GELU (full, F).
   DeviceArray<A> fch, fch_gelu;  ///< (full, F): c_fc's output and its GELU
   DeviceArray<A> resid3;         ///< the block's output (rows, C)
 
-  size_t bytes() const;
+  size_t bytes() const;  ///< device bytes of all the buffers above
 };
 
 /// Buffers every block of a rank reuses: the row-parallel products before reduction and
 /// the backward's gradients of activations.
 template <class A>
 struct BlockScratch {
-  BlockScratch() = default;
+  BlockScratch() = default;  ///< empty: no buffers
+  /// Allocates the buffers on device d for `full` rows of the linears and `rows` rows of
+  /// the residual stream; local and gathered only when they differ.
   BlockScratch(Device d, const BlockDims& dims, int full, int rows);
   DeviceArray<A> partial;   ///< a row-parallel linear's output before reduce_output (full, C)
   DeviceArray<A> local;     ///< a hook's reduced rows (rows, C; only if full != rows)
@@ -78,8 +114,9 @@ struct BlockScratch {
   DeviceArray<A> d_full;    ///< gradient of a linear's input or output (full, C)
   DeviceArray<A> d_att;     ///< gradient of the attention output (full, W)
   DeviceArray<A> d_qkv;     ///< (full, 3W)
-  DeviceArray<A> d_hidden, d_hidden2;  ///< (full, F)
-  size_t bytes() const;
+  /// Gradient of the GELU's output, i.e. of mlp.c_proj's input (full, F).
+  DeviceArray<A> d_hidden, d_hidden2;  ///< (full, F): gradient of c_fc's output, through the GELU
+  size_t bytes() const;  ///< device bytes of all the buffers above
 };
 
 /// Forward of one block on x (rows x C, kept alive until the backward): fills `act`.

@@ -20,10 +20,16 @@
 namespace gpt {
 
 
+/// Writes x0 (B x T rows of C, overwritten) for the tokens (B x T) as above. Vp is wte's
+/// padded row count: with the whole of it, wpe and pos0 = 0 the device's plain embedding
+/// op runs, otherwise the range op. In bf16 emulation the output is rounded to bf16.
 template <class A>
 void embedding_piece_forward(const PieceContext& ctx, A* out, const int32_t* tokens, const A* wte_rows,
                              VocabRange vocab, const A* wpe, int pos0, int B, int T, int C, int Vp);
 
+/// ACCUMULATES dout (B x T rows of C) into dwte_rows, the gradient of this rank's rows
+/// (tokens outside the range add nothing), and into rows pos0 .. pos0+T-1 of dwpe unless
+/// it is null. Vp as for the forward.
 template <class A>
 void embedding_piece_backward(const PieceContext& ctx, GradOf<A>* dwte_rows, GradOf<A>* dwpe, const A* dout,
                               const int32_t* tokens, VocabRange vocab, int pos0, int B, int T, int C, int Vp);

@@ -24,23 +24,36 @@
 
 namespace gpt {
 
+/// The head's buffers for one micro-batch. Which exist depends on the constructor's
+/// flags; the others are empty arrays.
 template <class A>
 struct HeadActivations {
-  using G = GradOf<A>;
+  using G = GradOf<A>;  ///< the type of the statistics and losses: float, or double when A is
   HeadActivations() = default;
   /// rows of the residual stream, full = hooks.full_rows(rows) rows of logits; vocab
   /// columns; d_logits only when the model trains; the row statistics only when the
   /// vocabulary is split.
   HeadActivations(Device d, int C, int rows, int full, VocabRange vocab, bool train, bool vocab_parallel);
 
+  /// ln_f(x) of this rank's rows (rows, C).
   DeviceArray<A> lnf, lnf_full;  ///< ln_f(x) (rows, C) and all-gathered (full, C; only if full != rows)
-  DeviceArray<G> lnf_mean, lnf_rstd;
+  /// ln_f's mean of each row (rows), kept for the backward.
+  DeviceArray<G> lnf_mean, lnf_rstd;  ///< ln_f's reciprocal standard deviation of each row (rows)
   DeviceArray<A> logits;         ///< (full, vocab.size())
   DeviceArray<G> losses;         ///< (full)
   DeviceArray<A> d_logits;       ///< written with the loss: d loss_i / d logits (dloss = 1 per row)
+  /// @var row_max
+  /// per row (full), the max logit over this rank's columns; after hooks.vocab_reduce,
+  /// over the whole vocabulary. Only when the vocabulary is split, as the next two.
+  /// @var row_sumexp
+  /// per row (full), the sum of exp(logit - row_max) over this rank's columns; after
+  /// vocab_reduce, over the whole vocabulary
+  /// @var target_logit
+  /// per row (full), the target's logit, 0 where the target is another rank's column;
+  /// after vocab_reduce, summed over the ranks
   DeviceArray<G> row_max, row_sumexp, target_logit;
 
-  size_t bytes() const;
+  size_t bytes() const;  ///< memory held by all the arrays, in bytes
 };
 
 /// ln_f and the logits of x (rows x C).

@@ -41,11 +41,11 @@ namespace gpt {
 /// A block's sizes as this rank holds it. The residual stream (C wide) is never split;
 /// the attention is `heads` heads of head_size, the MLP `hidden` units.
 struct BlockDims {
-  int C = 0;
-  int heads = 0;
-  int head_size = 0;
-  int hidden = 0;
-  int attn_width() const { return heads * head_size; }  // columns of q (and of k, of v)
+  int C = 0;          ///< width of the residual stream (n_embd), the same on every rank
+  int heads = 0;      ///< attention heads this rank holds (n_head / tp under tensor parallelism)
+  int head_size = 0;  ///< width of one head, n_embd / n_head (never split)
+  int hidden = 0;     ///< MLP hidden units this rank holds (4C / tp under tensor parallelism)
+  int attn_width() const { return heads * head_size; }  ///< columns of q (and of k, of v)
 
   /// The whole block: n_head heads, 4C hidden units.
   static BlockDims whole(const ModelConfig& m) {
@@ -64,9 +64,11 @@ struct BlockDims {
 /// Where the pieces run and how they store activations: in bf16 mode with float storage
 /// (the CPU's emulation) every activation is rounded to bf16 after the op that writes it.
 struct PieceContext {
-  Device device = Device::CPU;
-  Precision precision = Precision::FP32;
+  Device device = Device::CPU;            ///< where the ops run and the buffers live
+  Precision precision = Precision::FP32;  ///< the run's precision mode
 
+  /// Rounds x[0..n) to bf16 values in place when A is float and the mode is BF16 (float
+  /// buffers emulating bf16 storage); does nothing otherwise.
   template <class A>
   void round(A* x, size_t n) const {
     if constexpr (std::is_same_v<A, float>)
@@ -86,7 +88,7 @@ enum class Site { Embedding, Attention, Mlp, Head };
 template <class A>
 class ModelHooks {
  public:
-  using G = GradOf<A>;
+  using G = GradOf<A>;  ///< the type of parameter gradients, of lse and of the loss's row statistics
   virtual ~ModelHooks() = default;
 
   /// Rows the linears and the attention see when elementwise work runs on `rows` rows
@@ -118,6 +120,8 @@ class ModelHooks {
                                  int width, int heads) {
     ops::attention_forward(ctx.device, out, lse, qkv, B, T, width, heads);
   }
+  /// Its backward: ACCUMULATES the gradients of q, k and v into dqkv (B x T rows of 3 * width),
+  /// from dout and the forward's out and lse. Context parallelism overrides it as well.
   virtual void attention_backward(const PieceContext& ctx, A* dqkv, const A* dout, const A* qkv,
                                   const A* out, const G* lse, int B, int T, int width, int heads) {
     ops::attention_backward(ctx.device, dqkv, dout, qkv, out, lse, B, T, width, heads);
@@ -128,6 +132,8 @@ class ModelHooks {
   /// logit (0 where the target is another rank's), and vocab_reduce must turn them into
   /// the whole vocabulary's: M = max over ranks, S = sum_r s_r e^{m_r - M}, target summed.
   virtual bool vocab_parallel() const { return false; }
+  /// Turns the per-row statistics of `rows` rows (full rows) into the whole vocabulary's,
+  /// in place, as above; the head calls it only when vocab_parallel(). Does nothing here.
   virtual void vocab_reduce(G* /*row_max*/, G* /*row_sumexp*/, G* /*target_logit*/, int /*rows*/) {}
 };
 

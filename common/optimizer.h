@@ -25,11 +25,15 @@
 
 namespace gpt {
 
+/// The learning rate of 0-based step `step` by the schedule above: linear warmup over
+/// cfg.warmup_steps, then cosine decay to cfg.lr * cfg.min_lr_ratio at cfg.steps.
 double learning_rate(const Config& cfg, int64_t step);
 
 /// Clip factor for a gradient of global norm `norm`: min(1, clip / norm); 1 if clip <= 0.
 double clip_scale(double norm, double clip);
 
+/// AdamW (or SGD with optimizer=sgd) over a contiguous range of the parameters, its
+/// state in T: float, or double in the fp64 runs.
 template <class T>
 class AdamW {
  public:
@@ -47,15 +51,20 @@ class AdamW {
   /// values in float buffers on the CPU; real bf16 storage on the GPU).
   void step(Device d, T* params, const T* grads, double lr, double grad_scale, const Config& cfg,
             int step_number, bool round_copy_to_bf16);
+  /// The same update for real bf16 storage: the fp32 master weights are updated and params
+  /// receives their bf16 rounding. Needs keeps_master() and T = float (else InternalError).
   void step(Device d, bf16* params, const T* grads, double lr, double grad_scale, const Config& cfg,
             int step_number);
 
+  /// The master weights of the range (empty unless keeps_master()); the caller fills them
+  /// (initial weights or a checkpoint) before the first step.
   DeviceArray<T>& master() { return master_; }
-  DeviceArray<T>& m() { return m_; }
-  DeviceArray<T>& v() { return v_; }
-  bool keeps_master() const { return keep_master_; }
-  int64_t begin() const { return begin_; }
-  int64_t end() const { return end_; }
+  DeviceArray<T>& m() { return m_; }  ///< first moments of the range, zero at construction
+  DeviceArray<T>& v() { return v_; }  ///< second moments of the range, zero at construction
+  bool keeps_master() const { return keep_master_; }  ///< whether master weights are held
+  int64_t begin() const { return begin_; }  ///< first element of the range in the flat buffer
+  int64_t end() const { return end_; }  ///< one past the range's last element
+  /// Memory held by the master weights and moments, in bytes.
   size_t state_bytes() const { return master_.bytes() + m_.bytes() + v_.bytes(); }
 
  private:

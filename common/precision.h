@@ -16,14 +16,17 @@
 
 namespace gpt {
 
+/// A precision mode: FP32, BF16 or FP64, as listed above.
 enum class Precision { FP32, BF16, FP64 };
 
+/// The mode the config value s names ("fp32", "bf16" or "fp64"); anything else is a UserError.
 inline Precision parse_precision(const std::string& s) {
   if (s == "fp32") return Precision::FP32;
   if (s == "bf16") return Precision::BF16;
   if (s == "fp64") return Precision::FP64;
   fail("precision: '" + s + "' is not a precision (expected fp32, bf16 or fp64)");
 }
+/// The config's spelling of p: "fp32", "bf16" or "fp64".
 inline const char* precision_name(Precision p) {
   return p == Precision::FP32 ? "fp32" : p == Precision::BF16 ? "bf16" : "fp64";
 }

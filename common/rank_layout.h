@@ -41,26 +41,47 @@ namespace gpt {
 
 /// Rows [row0, row0 + rows) x columns [col0, col0 + cols) of a tensor seen as a matrix.
 struct TensorBlock {
+  /// The first row of the block, counted from 0 in the tensor's matrix.
   int64_t row0 = 0, rows = 0, col0 = 0, cols = 0;
-  int64_t numel() const { return rows * cols; }
+  /// @var rows
+  /// The block's height, in rows.
+  /// @var col0
+  /// The first column of the block, counted from 0 in the tensor's matrix.
+  /// @var cols
+  /// The block's width, in columns: the length of each of its rows in the local buffer.
+  int64_t numel() const { return rows * cols; }  ///< elements in the block, rows x cols
 };
 
+/// What a rank holds of one global tensor: its blocks, stored one after another, each
+/// row-major, from `offset` in the rank's local buffer.
 struct LocalTensor {
   int tensor = 0;  ///< index into ParamLayout::tensors()
-  std::vector<TensorBlock> blocks;
+  std::vector<TensorBlock> blocks;  ///< in local order; each lies inside the tensor's matrix
   int64_t offset = 0;  ///< in the local buffer
-  int64_t numel = 0;
+  int64_t numel = 0;  ///< the sum of the blocks' numel(): the elements held
   bool counted = true;  ///< this rank writes it to checkpoints and counts it in norms
 };
 
+/// `length` elements contiguous in both buffers: one row of one block, or the part of it
+/// inside a requested local range (see the top of this file).
 struct LayoutRun {
+  /// The run's first element in the local buffer, an index from local element 0 (also
+  /// when runs() was given a range that begins later).
   int64_t local = 0, global = 0, length = 0;
-  int tensor = 0;
-  bool counted = true;
+  /// @var global
+  /// The run's first element in the global buffer (ParamLayout's flat order).
+  /// @var length
+  /// Elements in the run, at most the block's cols.
+  int tensor = 0;  ///< index into ParamLayout::tensors()
+  bool counted = true;  ///< the tensor's LocalTensor::counted
 };
 
+/// The elements of the global parameter buffer one rank holds, and where they sit in its
+/// local buffer (see the top of this file). Keeps a pointer to the global layout, which
+/// must outlive it.
 class RankLayout {
  public:
+  /// An empty layout (holding nothing) over `global`; add() fills it.
   explicit RankLayout(const ParamLayout& global) : global_(&global) {}
 
   /// The whole model, laid out exactly as the global buffer (stages 01-05).
@@ -81,9 +102,9 @@ class RankLayout {
   /// Appends a local tensor (in global order). A UserError when a block leaves the tensor.
   void add(int tensor, std::vector<TensorBlock> blocks, bool counted);
 
-  const ParamLayout& global() const { return *global_; }
-  int64_t total() const { return total_; }
-  const std::vector<LocalTensor>& tensors() const { return tensors_; }
+  const ParamLayout& global() const { return *global_; }  ///< the single-device layout this one draws from
+  int64_t total() const { return total_; }  ///< elements of the local buffer
+  const std::vector<LocalTensor>& tensors() const { return tensors_; }  ///< the local tensors, in global order
   /// This rank's part of the named tensor, or null when it holds none of it.
   const LocalTensor* find(const std::string& name) const;
   /// The runs of the local elements [begin, end) (all of them by default), in local order.
@@ -97,6 +118,7 @@ class RankLayout {
   /// or all) and back.
   template <class T>
   void gather(const T* local, T* global, bool counted_only) const;
+  /// Fills the whole local buffer from a global buffer (every held element, counted or not).
   template <class T>
   void scatter(const T* global, T* local) const;
 

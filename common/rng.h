@@ -15,10 +15,12 @@
 
 namespace gpt {
 
+/// One Philox output block: 128 random bits.
 struct Philox4x32 {
-  uint32_t v[4];
+  uint32_t v[4];  ///< four words, each uniform over 0 .. 2^32-1
 };
 
+/// The Philox-4x32-10 block at (key, counter), the 128-bit counter being counter_hi:counter_lo.
 inline Philox4x32 philox4x32(uint64_t key, uint64_t counter_lo, uint64_t counter_hi) {
   uint32_t c0 = uint32_t(counter_lo), c1 = uint32_t(counter_lo >> 32);
   uint32_t c2 = uint32_t(counter_hi), c3 = uint32_t(counter_hi >> 32);

@@ -16,6 +16,8 @@ namespace gpt {
 
 class Communicator;
 
+/// The lock of one run directory, held from construction until destruction, when the
+/// lock file is closed. Not copyable.
 class RunDirLock {
  public:
   /// Creates run_dir if needed and takes its lock, or throws a UserError naming the

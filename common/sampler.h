@@ -15,11 +15,12 @@
 
 namespace gpt {
 
+/// How generate() samples.
 struct SampleOptions {
-  int tokens = 200;
-  double temperature = 0.8;
-  int top_k = 40;
-  uint64_t seed = 0;
+  int tokens = 200;          ///< tokens to append to the context
+  double temperature = 0.8;  ///< the logits are divided by it; must be > 0 (lower is greedier)
+  int top_k = 40;            ///< sample among the k largest logits; 0 (or k > V) means all of them
+  uint64_t seed = 0;         ///< the RNG key: draws are at (seed, "sample", counter)
 };
 
 /// Extends `context` by opt.tokens tokens with a model of batch 1 (its seq_len is the

@@ -9,14 +9,16 @@
 
 namespace gpt {
 
-constexpr int kByteVocab = 256;
+constexpr int kByteVocab = 256;  ///< token ids 0..255, one per byte value
 
+/// The token ids of text: one per byte, its unsigned value.
 inline std::vector<uint16_t> encode_bytes(const std::string& text) {
   std::vector<uint16_t> ids(text.size());
   for (size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
   return ids;
 }
 
+/// The text whose bytes are ids (an id outside 0..255 keeps only its low 8 bits).
 inline std::string decode_bytes(const std::vector<int>& ids) {
   std::string text;
   text.reserve(ids.size());

@@ -13,14 +13,20 @@
 
 namespace gpt {
 
+/// The spans of one process (one rank), kept in memory until write(). Recording is
+/// thread-safe.
 class Trace {
  public:
   /// The process-wide trace (one per rank). enable() starts recording.
   static Trace& global();
+  /// Records from now on, for a file at path whose events carry rank as their process id;
+  /// an empty path leaves tracing off.
   void enable(const std::string& path, int rank = 0);
-  bool enabled() const { return enabled_; }
+  bool enabled() const { return enabled_; }  ///< whether spans are recorded
 
-  int64_t now_us() const;
+  int64_t now_us() const;  ///< microseconds since this trace was created (steady clock)
+  /// Adds a span that started at start_us (a now_us() value) and lasted dur_us, drawn on
+  /// row `lane` (the event's thread id). name and category are kept by pointer.
   void record(const char* name, const char* category, int64_t start_us, int64_t dur_us, int lane = 0);
   /// Writes the events recorded so far (called at exit; safe to call more than once).
   void write() const;
@@ -43,6 +49,7 @@ class Trace {
 /// Records the lifetime of a scope as a span. Names must be string literals (kept by pointer).
 class Span {
  public:
+  /// Starts the span (when tracing is on); the destructor records it. lane as for Trace::record.
   Span(const char* name, const char* category = "compute", int lane = 0)
       : name_(name), category_(category), lane_(lane),
         start_(Trace::global().enabled() ? Trace::global().now_us() : 0) {}

@@ -3,7 +3,20 @@
 #pragma once
 
 namespace gpt::ops {
+/// The scalars of one update of a range of parameters.
 struct AdamWArgs {
+  /// @var lr
+  /// the step's learning rate (the schedule's value)
+  /// @var beta1
+  /// decay rate b1 of the first moment m
+  /// @var beta2
+  /// decay rate b2 of the second moment v
+  /// @var eps
+  /// added to the root of the bias-corrected v in the denominator
+  /// @var weight_decay
+  /// decoupled weight decay wd, also scaled by lr; 0 for tensors that do not decay
+  /// @var grad_scale
+  /// factor every gradient is multiplied by first (the global-norm clip factor)
   double lr, beta1, beta2, eps, weight_decay, grad_scale;  ///< rounded to T where used
   int step;  ///< t, counted from 1
   /// Plain SGD instead (optimizer=sgd): p -= lr * grad_scale * grad, with no moments (m

@@ -18,12 +18,29 @@ namespace gpt {
 /// three thirds of a fused (B,T,3C) qkv buffer are views with stride 3C.
 template <class T>
 struct AttentionView {
-  const T* q;
-  const T* k;
-  const T* v;
+  const T* q;  ///< the queries: Tq rows per sequence, indexed as above
+  const T* k;  ///< the keys: Tk rows per sequence
+  const T* v;  ///< the values, laid out as the keys
+  /// @var q_stride
+  /// elements from one query row to the next
+  /// @var kv_stride
+  /// elements from one key row (and value row) to the next
+  /// @var out_stride
+  /// elements from one row of out (and of dout) to the next
   size_t q_stride, kv_stride, out_stride;
+  /// @var B
+  /// sequences in the batch
+  /// @var Tq
+  /// query rows per sequence
+  /// @var Tk
+  /// key and value rows per sequence
+  /// @var NH
+  /// heads
+  /// @var hs
+  /// head size: the values of one head in a row
   int B, Tq, Tk, NH, hs;
-  int q_pos0 = 0, k_pos0 = 0;
+  /// Position in the sequence of query row 0 (the causal mask compares positions).
+  int q_pos0 = 0, k_pos0 = 0;  ///< position in the sequence of key row 0
 };
 
 }  // namespace gpt

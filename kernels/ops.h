@@ -38,8 +38,8 @@
 
 namespace gpt::ops {
 
-// Runs the CPU reference or the CUDA kernel of `op`. bf16 storage exists only on the
-// GPU and double only on the CPU; asking for another combination is an error naming it.
+/// Runs the CPU reference or the CUDA kernel of `op`. bf16 storage exists only on the
+/// GPU and double only on the CPU; asking for another combination is an error naming it.
 #ifdef GPT_HAVE_CUDA
 #define GPT_DISPATCH(op, A, cpu_call, cuda_call)                                              \
   do {                                                                                        \
@@ -62,6 +62,8 @@ namespace gpt::ops {
   } while (0)
 #endif
 
+/// Throws a UserError naming the op, the device and what it cannot run there (a storage
+/// type, or a device this build lacks).
 [[noreturn]] inline void unsupported(const char* op, Device d, const char* what) {
   fail(std::string("op '") + op + "' on device " + device_name(d) + ": " + what +
        " is not supported there (bf16 storage runs on cuda; double on cpu)");
@@ -92,6 +94,8 @@ void embedding_range_forward(Device d, A* out, const int32_t* tokens, const A* w
                cpu::embedding_range_forward(out, tokens, wte_rows, v0, v1, wpe, pos0, B, T_, C),
                cuda::embedding_range_forward(out, tokens, wte_rows, v0, v1, wpe, pos0, B, T_, C));
 }
+/// Its backward: dwte_rows (rows [v0, v1) of dwte) += the gradients of the tokens in the
+/// range; dwpe[pos0+t,:] += sum_b dout[b,t,:] when dwpe is non-null.
 template <class A>
 void embedding_range_backward(Device d, GradOf<A>* dwte_rows, GradOf<A>* dwpe, const A* dout,
                               const int32_t* tokens, int v0, int v1, int pos0, int B, int T_, int C) {
@@ -107,6 +111,8 @@ void layernorm_forward(Device d, A* out, GradOf<A>* mean, GradOf<A>* rstd, const
   GPT_DISPATCH("layernorm_forward", A, cpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C),
                cuda::layernorm_forward(out, mean, rstd, inp, w, b, N, C));
 }
+/// Its backward from the saved mean and rstd: dinp += the input gradient, dw += dout * xhat,
+/// db += dout. Either half may be null and is skipped: dinp, or dw and db together.
 template <class A>
 void layernorm_backward(Device d, A* dinp, GradOf<A>* dw, GradOf<A>* db, const A* dout, const A* inp,
                         const A* w, const GradOf<A>* mean, const GradOf<A>* rstd, int N, int C) {
@@ -143,12 +149,14 @@ inline size_t attention_stats_size(Device, int B, int T_, int NH) { return size_
 /// The CPU's flash tiles: 64 x 64 scores (a 64-row query tile's state and one key and
 /// value tile stay in a core's L1/L2 at head sizes up to 128).
 constexpr int kCpuFlashTile = 64;
+/// out (B,T,C) from qkv (B,T,3C); stats receives attention_stats_size elements.
 template <class A>
 void attention_forward(Device d, A* out, GradOf<A>* stats, const A* qkv, int B, int T_, int C, int NH) {
   GPT_DISPATCH("attention_forward", A,
                (void)cpu::flash_attention_forward(out, stats, qkv, B, T_, C, NH, kCpuFlashTile, kCpuFlashTile),
                cuda::attention_forward(out, stats, qkv, B, T_, C, NH));
 }
+/// Its backward from qkv, the forward's out and stats: accumulates into dqkv (B,T,3C).
 template <class A>
 void attention_backward(Device d, A* dqkv, const A* dout, const A* qkv, const A* out,
                         const GradOf<A>* stats, int B, int T_, int C, int NH) {
@@ -158,14 +166,8 @@ void attention_backward(Device d, A* dqkv, const A* dout, const A* qkv, const A*
                cuda::attention_backward(dqkv, dout, qkv, out, stats, B, T_, C, NH));
 }
 
-/// One block of a larger attention (context parallelism): queries at positions
-/// q_pos0 + t against keys and values at k_pos0 + u, causal by position, given as strided
-/// views (kernels/cpu/flash_attention.h: FlashView). Forward overwrites out and lse;
-/// backward takes the merged out and lse and accumulates into dq, dk, dv; merge folds a
-/// second block's (out, lse) into the first. On the GPU in fp32 (the multi-rank stages'
-/// buffers; kernels/cuda/attention/block_attention.cu).
 #ifdef GPT_HAVE_CUDA
-// The call on the GPU for fp32 views (other types: an error naming the op).
+/// The call on the GPU for fp32 views (other types: an error naming the op).
 template <class A, class Call>
 void block_on_gpu(const char* op, Device d, const cpu::FlashView<A>& a, Call&& call) {
   if constexpr (std::is_same_v<A, float>)
@@ -173,6 +175,7 @@ void block_on_gpu(const char* op, Device d, const cpu::FlashView<A>& a, Call&& c
   else
     unsupported(op, d, "a storage type other than fp32 for key blocks");
 }
+/// attention_merge on the GPU for fp32 (other types: an error naming the op).
 template <class A>
 void merge_on_gpu(Device d, A* out, A* lse, size_t out_stride, const A* out_b, const A* lse_b, size_t b_stride,
                   size_t rows, int hs) {
@@ -182,6 +185,12 @@ void merge_on_gpu(Device d, A* out, A* lse, size_t out_stride, const A* out_b, c
     unsupported("attention_merge", d, "a storage type other than fp32 for key blocks");
 }
 #endif
+/// One block of a larger attention (context parallelism): queries at positions
+/// q_pos0 + t against keys and values at k_pos0 + u, causal by position, given as strided
+/// views (kernels/cpu/flash_attention.h: FlashView). Forward overwrites out and lse;
+/// backward takes the merged out and lse and accumulates into dq, dk, dv; merge folds a
+/// second block's (out, lse) into the first. On the GPU in fp32 (the multi-rank stages'
+/// buffers; kernels/cuda/attention/block_attention.cu).
 template <class A>
 void attention_block_forward(Device d, const cpu::FlashView<A>& view, A* out, A* lse) {
   GPT_DISPATCH("attention_block_forward", A,
@@ -190,6 +199,8 @@ void attention_block_forward(Device d, const cpu::FlashView<A>& view, A* out, A*
                  cuda::attention_block_forward(v, out, lse);
                }));
 }
+/// The backward of a block (see attention_block_forward): from the merged out and lse,
+/// accumulates into dq, dk and dv.
 template <class A>
 void attention_block_backward(Device d, const cpu::FlashView<A>& view, A* dq, A* dk, A* dv,
                               const A* dout, const A* out, const A* lse) {
@@ -200,6 +211,8 @@ void attention_block_backward(Device d, const cpu::FlashView<A>& view, A* dq, A*
                  cuda::attention_block_backward(v, dq, dk, dv, dout, out, lse);
                }));
 }
+/// Folds a second block's (out_b, lse_b) into (out, lse) in place, for `rows` rows of hs
+/// values (row i of out at i*out_stride, of out_b at i*b_stride; one lse per row).
 template <class A>
 void attention_merge(Device d, A* out, A* lse, size_t out_stride, const A* out_b, const A* lse_b,
                      size_t b_stride, size_t rows, int hs) {
@@ -213,6 +226,7 @@ template <class A>
 void gelu_forward(Device d, A* out, const A* inp, size_t n) {
   GPT_DISPATCH("gelu_forward", A, cpu::gelu_forward(out, inp, n), cuda::gelu_forward(out, inp, n));
 }
+/// dinp += gelu'(inp) * dout
 template <class A>
 void gelu_backward(Device d, A* dinp, const A* inp, const A* dout, size_t n) {
   GPT_DISPATCH("gelu_backward", A, cpu::gelu_backward(dinp, inp, dout, n),
@@ -225,6 +239,7 @@ void residual_forward(Device d, A* out, const A* a, const A* b, size_t n) {
   GPT_DISPATCH("residual_forward", A, cpu::residual_forward(out, a, b, n),
                cuda::residual_forward(out, a, b, n));
 }
+/// da += dout;  db += dout
 template <class A>
 void residual_backward(Device d, A* da, A* db, const A* dout, size_t n) {
   GPT_DISPATCH("residual_backward", A, cpu::residual_backward(da, db, dout, n),
@@ -262,6 +277,8 @@ void crossentropy_stats(Device d, GradOf<A>* row_max, GradOf<A>* row_sumexp, Gra
                cpu::crossentropy_stats(row_max, row_sumexp, target_logit, logits, targets, v0, V, N, Vl),
                cuda::crossentropy_stats(row_max, row_sumexp, target_logit, logits, targets, v0, V, N, Vl));
 }
+/// The second half, from the reduced statistics: losses (N) and, when dlogits is non-null,
+/// dlogits = dloss * (p - onehot) on the range (overwritten; 0 in padding columns).
 template <class A>
 void crossentropy_from_stats(Device d, GradOf<A>* losses, A* dlogits, const A* logits,
                              const GradOf<A>* row_max, const GradOf<A>* row_sumexp,
@@ -305,7 +322,7 @@ void adamw_update(Device d, G* params, const G* grads, G* m, G* v, size_t n, con
 inline void round_to_bf16(Device d, float* x, size_t n) {
   GPT_DISPATCH("round_to_bf16", float, cpu::round_to_bf16(x, n), cuda::round_to_bf16(x, n));
 }
-inline void round_to_bf16(Device, double*, size_t) {}  // the ground truth is never rounded
+inline void round_to_bf16(Device, double*, size_t) {}  ///< a no-op: the ground truth is never rounded
 
 /// dst = src converted to bf16 (round to nearest even); the bf16 compute copy of weights.
 inline void convert_to_bf16(Device d, bf16* dst, const float* src, size_t n) {
@@ -321,6 +338,8 @@ inline void set_gemm(Device d, const std::string& name) {
 #endif
   (void)d, (void)name;
 }
+/// The GEMM the matmuls run now on device d for fp32 or bf16 inputs, as a name: "v5",
+/// "cublas", ...; "cpu" on the CPU.
 inline const char* gemm_in_use(Device d, bool bf16_inputs) {
 #ifdef GPT_HAVE_CUDA
   if (d == Device::CUDA) return cuda::gemm_in_use(bf16_inputs);

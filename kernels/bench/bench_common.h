@@ -52,17 +52,23 @@ namespace gpt::bench {
 
 // ---- the device ---------------------------------------------------------------------
 
+/// What the benchmarks print about the current CUDA device and judge their numbers against.
 struct DeviceInfo {
-  std::string name;
-  int major = 0, minor = 0;  ///< compute capability
-  int sms = 0;
+  std::string name;  ///< the device's product name ("NVIDIA H100 80GB HBM3")
+  /// major: compute capability, the number before the dot (9 on an H100).
+  int major = 0, minor = 0;  ///< minor: compute capability, the number after the dot (0 on an H100)
+  int sms = 0;  ///< streaming multiprocessors
   double sm_clock_ghz = 0;           ///< peak SM clock
-  int memory_clock_khz = 0, memory_bus_bits = 0;  ///< as the device reports them (0: not reported)
+  /// memory_clock_khz: the device memory's peak clock, in kHz.
+  int memory_clock_khz = 0, memory_bus_bits = 0;  ///< bus width; both as the device reports them (0: not reported)
   double dram_bandwidth_gbs = 0;     ///< theoretical: 2 transfers per clock * clock * bus width
-  size_t l2_bytes = 0, memory_bytes = 0;
+  /// l2_bytes: size of the L2 cache (what L2Flush and rotation_sets work from).
+  size_t l2_bytes = 0, memory_bytes = 0;  ///< memory_bytes: the device's global memory, in bytes
   double bf16_dense_tflops = 0;      ///< datasheet tensor-core peak, 0 where not known
 };
 
+/// The current device's properties, from the runtime plus the datasheet table; a failed
+/// CUDA query throws std::runtime_error.
 inline DeviceInfo device_info() {
   int dev = 0;
   GPT_CUDA_CHECK(cudaGetDevice(&dev));
@@ -92,6 +98,8 @@ inline DeviceInfo device_info() {
   return d;
 }
 
+/// The device lines every benchmark starts with: name, SMs, clock, memory, L2, datasheet
+/// peak, and the CUDA runtime and driver versions.
 inline void print_device(const DeviceInfo& d, FILE* f = stdout) {
   int runtime = 0, driver = 0;
   GPT_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
@@ -121,10 +129,14 @@ template <class T>
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
+  /// Allocates n elements, uninitialised (none for n = 0); a failed cudaMalloc throws
+  /// std::runtime_error.
   explicit DeviceBuffer(size_t n) : n_(n) {
     if (n > 0) GPT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), n * sizeof(T)));
   }
+  /// Takes o's array; o is left empty.
   DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  /// Swaps the arrays: o frees this one's former array when it goes.
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     std::swap(ptr_, o.ptr_);
     std::swap(n_, o.n_);
@@ -135,9 +147,9 @@ class DeviceBuffer {
   ~DeviceBuffer() {
     if (ptr_) cudaFree(ptr_);  // no throw from a destructor; a failure here changes nothing
   }
-  T* data() const { return ptr_; }
-  size_t size() const { return n_; }
-  size_t bytes() const { return n_ * sizeof(T); }
+  T* data() const { return ptr_; }  ///< device pointer; null when empty
+  size_t size() const { return n_; }  ///< elements
+  size_t bytes() const { return n_ * sizeof(T); }  ///< size() * sizeof(T)
 
  private:
   T* ptr_ = nullptr;
@@ -166,15 +178,18 @@ __host__ __device__ inline float uniform01(uint64_t seed, uint64_t i) {
   return (float(bits) + 0.5f) * (1.0f / 16777216.0f);
 }
 
+/// x as the element type a fill kernel writes: float stays float.
 template <class T>
 __device__ inline T store_as(float x) {
   return x;
 }
+/// x rounded to the nearest bf16.
 template <>
 __device__ inline __nv_bfloat16 store_as<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
 }
 
+/// p[i] = lo + (hi - lo) uniform01(seed, i) for i < n, grid-stride (fill_uniform launches it).
 template <class T>
 __global__ void fill_uniform_kernel(T* p, size_t n, uint64_t seed, float lo, float hi) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
@@ -222,7 +237,10 @@ inline void poison(void* p, size_t bytes, cudaStream_t stream = nullptr) {
 /// (An element-wise relative error would explode where ref_i happens to be near zero.)
 /// A NaN or an infinity anywhere in either makes the result non-finite.
 struct ErrorStats {
-  double max_abs_diff = 0, max_abs_ref = 0;
+  /// max_abs_diff: max_i |out_i - ref_i|.
+  double max_abs_diff = 0, max_abs_ref = 0;  ///< max_abs_ref: max_i |ref_i|
+  /// max_abs_diff / max_abs_ref (the absolute difference when ref is all zeros); NaN when
+  /// either maximum is not finite.
   double relative() const {
     if (!std::isfinite(max_abs_diff) || !std::isfinite(max_abs_ref)) return NAN;
     return max_abs_ref > 0 ? max_abs_diff / max_abs_ref : max_abs_diff;
@@ -231,14 +249,17 @@ struct ErrorStats {
 
 namespace detail {
 
-__device__ inline float load_float(float x) { return x; }
-__device__ inline float load_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ inline float load_float(float x) { return x; }  ///< an element as float, for compare_kernel
+__device__ inline float load_float(__nv_bfloat16 x) { return __bfloat162float(x); }  ///< exact conversion
 
 /// Non-negative floats (and NaNs with the sign bit cleared) order like their bit patterns
 /// read as unsigned integers, with every NaN above +inf. So an integer max of the bits is a
 /// max that, unlike fmaxf, does not drop NaNs; atomicMax on unsigned combines the blocks.
 __device__ inline unsigned abs_bits(float x) { return __float_as_uint(x) & 0x7fffffffu; }
 
+/// Grid-stride max of |out_i - ref_i| and of |ref_i| over n elements, as abs_bits, merged
+/// into result[0] and result[1] (zeroed beforehand) with atomicMax. Needs blocks of whole
+/// warps (full-mask shuffles).
 template <class T>
 __global__ void compare_kernel(const T* out, const T* ref, size_t n, unsigned* result /* [2] */) {
   unsigned diff = 0, mag = 0;
@@ -285,6 +306,7 @@ inline const char* verdict(double relative_error, double tolerance) {
 
 // ---- timing ---------------------------------------------------------------------------------
 
+/// How time_on_device measures: warm-up, repetitions, time budget, L2 flush.
 struct TimingOptions {
   int warmup = 2;         ///< uncounted calls first
   int reps = 20;          ///< counted calls, at most
@@ -293,9 +315,16 @@ struct TimingOptions {
   bool flush = true;      ///< write a buffer larger than the L2 before every repetition
 };
 
+/// One measurement: the spread of the repetitions' times (NaN until measured).
 struct Timing {
   double median_ms = NAN, min_ms = NAN, max_ms = NAN;
-  int reps = 0;
+  int reps = 0;  ///< counted repetitions the figures come from
+  /// @var median_ms
+  /// median of the repetitions' times, in milliseconds: the figure reported
+  /// @var min_ms
+  /// fastest repetition, in milliseconds
+  /// @var max_ms
+  /// slowest repetition, in milliseconds
 };
 
 /// Evicts the L2 by writing a buffer several times its size (memset, so the flush is a
@@ -303,7 +332,9 @@ struct Timing {
 /// previous repetition left, inputs and outputs alike.
 class L2Flush {
  public:
+  /// Allocates the buffer: 4 x l2_bytes, at least 64 MiB.
   explicit L2Flush(size_t l2_bytes) : buffer_(std::max<size_t>(4 * l2_bytes, size_t(64) << 20)) {}
+  /// Queues the flush on `stream` (asynchronous; it completes before later work on that stream).
   void operator()(cudaStream_t stream) {
     // A value that changes each time: the flush can never be optimised into a no-op.
     GPT_CUDA_CHECK(cudaMemsetAsync(buffer_.data(), ++value_ & 0xff, buffer_.bytes(), stream));
@@ -327,6 +358,7 @@ namespace detail {
 /// Owned CUDA events.
 class Events {
  public:
+  /// Creates n events (default flags: timing enabled).
   explicit Events(int n) : events_(size_t(n)) {
     for (auto& e : events_) GPT_CUDA_CHECK(cudaEventCreate(&e));
   }
@@ -336,12 +368,13 @@ class Events {
   }
   Events(const Events&) = delete;
   Events& operator=(const Events&) = delete;
-  cudaEvent_t operator[](int i) const { return events_[size_t(i)]; }
+  cudaEvent_t operator[](int i) const { return events_[size_t(i)]; }  ///< event i, 0 <= i < n (unchecked)
 
  private:
   std::vector<cudaEvent_t> events_;
 };
 
+/// Milliseconds between two completed events (about 0.5 us resolution).
 inline float elapsed_ms(cudaEvent_t start, cudaEvent_t stop) {
   float ms = 0.f;
   GPT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
@@ -405,13 +438,15 @@ Timing time_on_device(Launch&& launch, const TimingOptions& opt, L2Flush& flush,
 /// naming the program and the argument.
 class Args {
  public:
+  /// Keeps argv[1..argc) to be consumed and argv[0]'s last path component as the program's name.
   Args(int argc, char** argv) : program_(argc > 0 ? argv[0] : "bench") {
     const size_t slash = program_.rfind('/');
     if (slash != std::string::npos) program_ = program_.substr(slash + 1);
     for (int i = 1; i < argc; ++i) rest_.emplace_back(argv[i]);
   }
-  const std::string& program() const { return program_; }
+  const std::string& program() const { return program_; }  ///< the name errors start with ("bench_gemm")
 
+  /// Whether the flag `name` ("--no-flush") was given; consumes one occurrence.
   bool flag(const std::string& name) {
     for (size_t i = 0; i < rest_.size(); ++i)
       if (rest_[i] == name) {
@@ -439,6 +474,8 @@ class Args {
     return fallback;
   }
 
+  /// The value of --name as a whole number in [lo, hi], or `fallback` when absent or empty;
+  /// anything else throws.
   long integer(const std::string& name, long fallback, long lo, long hi) {
     const std::string v = value(name);
     if (v.empty()) return fallback;
@@ -449,6 +486,8 @@ class Args {
     return x;
   }
 
+  /// The value of --name as a number in [lo, hi], or `fallback` when absent or empty; anything
+  /// else (NaN included) throws.
   double real(const std::string& name, double fallback, double lo, double hi) {
     const std::string v = value(name);
     if (v.empty()) return fallback;
@@ -483,10 +522,12 @@ class Args {
     return t;
   }
 
+  /// Throws for the first argument nothing consumed: call it after the last accessor.
   void finish() const {
     if (!rest_.empty()) fail(rest_.front(), "unknown argument");
   }
 
+  /// Throws std::invalid_argument "<program>: <name>: <why>".
   [[noreturn]] void fail(const std::string& name, const std::string& why) const {
     throw std::invalid_argument(program_ + ": " + name + ": " + why);
   }
@@ -506,10 +547,12 @@ std::string format(const char* fmt, Xs... xs) {
   return buf;
 }
 
+/// x with `decimals` digits after the point; "-" for NaN (a figure not measured).
 inline std::string fixed(double x, int decimals) {
   if (std::isnan(x)) return "-";
   return format("%.*f", decimals, x);
 }
+/// x as 1.2e-03, for errors; "NaN" for NaN.
 inline std::string scientific(double x) { return std::isnan(x) ? "NaN" : format("%.1e", x); }
 
 /// A table: header, then rows, columns as wide as their widest cell; text columns (the
@@ -518,13 +561,16 @@ inline std::string scientific(double x) { return std::isnan(x) ? "NaN" : format(
 /// widen any column.
 class Table {
  public:
+  /// The columns, by their headers; the first `left_columns` hold text.
   explicit Table(std::vector<std::string> headers, size_t left_columns = 1)
       : headers_(std::move(headers)), left_(left_columns) {}
+  /// Appends a row: cells beyond the headers are dropped, missing ones are empty.
   void add(std::vector<std::string> cells, std::string note = "") {
     cells.resize(headers_.size());
     rows_.push_back({std::move(cells), std::move(note)});
   }
-  void separator() { rows_.push_back({}); }  // a row without cells prints as a blank line
+  void separator() { rows_.push_back({}); }  ///< a row without cells prints as a blank line
+  /// Prints the header, a rule of dashes and the rows; flushes f.
   void print(FILE* f = stdout) const {
     std::vector<size_t> width(headers_.size());
     for (size_t c = 0; c < headers_.size(); ++c) width[c] = headers_[c].size();
@@ -570,6 +616,7 @@ class Table {
 /// quote and backslash escaping). Non-finite numbers become null.
 class JsonLine {
  public:
+  /// Appends "key": "v" (v escaped); returns *this, so fields chain. The key is written as is.
   JsonLine& add(const std::string& key, const std::string& v) {
     std::string esc;
     for (char ch : v) {
@@ -578,13 +625,14 @@ class JsonLine {
     }
     return raw(key, "\"" + esc + "\"");
   }
-  JsonLine& add(const std::string& key, const char* v) { return add(key, std::string(v)); }
+  JsonLine& add(const std::string& key, const char* v) { return add(key, std::string(v)); }  ///< as a string
+  /// Appends "key": v with 6 significant digits, or null when v is not finite.
   JsonLine& add(const std::string& key, double v) {
     return raw(key, std::isfinite(v) ? format("%.6g", v) : std::string("null"));
   }
-  JsonLine& add(const std::string& key, int v) { return raw(key, std::to_string(v)); }
-  JsonLine& add(const std::string& key, bool v) { return raw(key, v ? "true" : "false"); }
-  std::string str() const { return "{" + body_ + "}"; }
+  JsonLine& add(const std::string& key, int v) { return raw(key, std::to_string(v)); }  ///< exact integer
+  JsonLine& add(const std::string& key, bool v) { return raw(key, v ? "true" : "false"); }  ///< true or false
+  std::string str() const { return "{" + body_ + "}"; }  ///< the object, without a newline
 
  private:
   JsonLine& raw(const std::string& key, const std::string& v) {

@@ -10,6 +10,8 @@
 
 namespace gpt::cpu {
 
+/// The bf16 bit pattern of x rounded to nearest, ties to even; a NaN stays a quiet NaN
+/// of the same sign.
 inline uint16_t bf16_bits(float x) {
   uint32_t u;
   std::memcpy(&u, &x, sizeof(u));
@@ -18,6 +20,7 @@ inline uint16_t bf16_bits(float x) {
   return uint16_t(u >> 16);
 }
 
+/// The fp32 value of the bf16 bits b (exact: the low 16 bits are zero).
 inline float bf16_to_float(uint16_t b) {
   const uint32_t u = uint32_t(b) << 16;
   float x;
@@ -25,6 +28,7 @@ inline float bf16_to_float(uint16_t b) {
   return x;
 }
 
+/// x rounded to the nearest bf16 value (ties to even), as an fp32.
 inline float bf16_round(float x) { return bf16_to_float(bf16_bits(x)); }
 
 }  // namespace gpt::cpu

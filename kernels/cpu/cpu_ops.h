@@ -10,8 +10,11 @@
 
 namespace gpt::cpu {
 
+/// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; out is (B,T_,C).
 template <class T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C);
+/// dwte[tokens[b,t],:] += dout[b,t,:] and dwpe[t,:] += sum over b of dout[b,t,:];
+/// deterministic (serial over positions, parallel over channels).
 template <class T>
 void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C);
 
@@ -19,41 +22,63 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, 
 template <class T>
 void embedding_range_forward(T* out, const int32_t* tokens, const T* wte_rows, int v0, int v1,
                              const T* wpe, int pos0, int B, int T_, int C);
+/// Its backward: wte_rows (rows [v0, v1)) receive their tokens' gradients and, when dwpe
+/// is non-null, positions pos0 .. pos0+T_-1 the sums over the batch; accumulates.
 template <class T>
 void embedding_range_backward(T* dwte_rows, T* dwpe, const T* dout, const int32_t* tokens, int v0,
                               int v1, int pos0, int B, int T_, int C);
 
+/// Layer normalisation of N rows of C (eps 1e-5): out = (x - mean) * rstd * w + b;
+/// writes each row's mean and rstd (N each) for the backward.
 template <class T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N, int C);
+/// Its backward from the saved mean and rstd: dinp, dw and db accumulate. Either half
+/// may be null and is skipped: dinp, or dw with db (the weight gradients run apart).
 template <class T>
 void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
                         const T* mean, const T* rstd, int N, int C);
 
+/// out[N,OC] = inp[N,C] . w[OC,C]^T + bias[OC] (bias may be null), on the blocked GEMM.
 template <class T>
 void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC);
+/// dinp += dout . w, dw += dout^T . inp, dbias += column sums of dout; any of the three
+/// may be null and is then skipped. Deterministic.
 template <class T>
 void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N,
                      int C, int OC);
 
+/// Causal multi-head attention, the readable reference: materialises the softmax
+/// probabilities in att (B,NH,T_,T_; zero above the diagonal) and writes out (B,T_,C)
+/// from qkv (B,T_,3C). The ops use flash attention instead (flash_attention.h); this is
+/// the tests' ground truth.
 template <class T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH);
+/// Its backward from the saved probabilities att: accumulates into dqkv (B,T_,3C).
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int T_, int C,
                         int NH);
 
+/// out = gelu(inp), tanh form, over n elements (computed as x sigmoid(2u)).
 template <class T>
 void gelu_forward(T* out, const T* inp, size_t n);
+/// dinp += gelu'(inp) * dout over n elements.
 template <class T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n);
 
+/// out = a + b over n elements.
 template <class T>
 void residual_forward(T* out, const T* a, const T* b, size_t n);
+/// da += dout and db += dout over n elements.
 template <class T>
 void residual_backward(T* da, T* db, const T* dout, size_t n);
 
+/// x *= s over n elements, in place.
 template <class T>
 void scale(T* x, size_t n, T s);
 
+/// Fused softmax and cross-entropy over the first V of Vp logit columns of N rows:
+/// losses[i] = -log p[i, targets[i]]; when dlogits is non-null it is overwritten with
+/// dloss * (p - onehot(target)), 0 in the padding columns.
 template <class T>
 void softmax_crossentropy(T* losses, T* dlogits, const T* logits, const int32_t* targets, T dloss,
                           int N, int V, int Vp);
@@ -63,18 +88,26 @@ void softmax_crossentropy(T* losses, T* dlogits, const T* logits, const int32_t*
 template <class T>
 void crossentropy_stats(T* row_max, T* row_sumexp, T* target_logit, const T* logits,
                         const int32_t* targets, int v0, int V, int N, int Vl);
+/// The second half: from the reduced row statistics, the N losses and, when dlogits is
+/// non-null, dloss * (p - onehot) on this rank's Vl columns (overwritten; 0 in padding).
 template <class T>
 void crossentropy_from_stats(T* losses, T* dlogits, const T* logits, const T* row_max,
                              const T* row_sumexp, const T* target_logit, const int32_t* targets,
                              T dloss, int v0, int V, int N, int Vl);
 
+/// Sum of g[i]^2 over n elements in double, in fixed chunks added in order: the same
+/// bits whatever the thread count.
 template <class T>
 double sum_of_squares(const T* g, size_t n);
 
+/// One AdamW step (or plain SGD when a.sgd) on n parameters, in place on params, m, v
+/// (see ops::adamw_update). A non-null copy receives the updated weights, rounded to
+/// bf16 values when copy_bf16 is set and T is float.
 template <class T>
 void adamw_update(T* params, const T* grads, T* m, T* v, size_t n, const ops::AdamWArgs& a, T* copy,
                   bool copy_bf16);
 
+/// Rounds each of n floats to the nearest bf16 value (ties to even), in place.
 void round_to_bf16(float* x, size_t n);
 
 }  // namespace gpt::cpu

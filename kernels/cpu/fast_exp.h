@@ -15,6 +15,8 @@
 
 namespace gpt::cpu {
 
+/// exp(x) by the method above, within about 2 ulp; x is clamped to [-87, 88] first, so
+/// the result is never 0 nor infinite.
 inline float exp_fast(float x) {
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
   const float n = std::floor(x * 1.44269504f + 0.5f);
@@ -34,6 +36,6 @@ inline float exp_fast(float x) {
 
 /// The accurate library exp for double (the ground truth), the fast one for float.
 inline float exp_t(float x) { return exp_fast(x); }
-inline double exp_t(double x) { return std::exp(x); }
+inline double exp_t(double x) { return std::exp(x); }  ///< std::exp, for the fp64 ground truth
 
 }  // namespace gpt::cpu

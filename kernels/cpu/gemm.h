@@ -19,6 +19,8 @@
 
 namespace gpt::cpu {
 
+/// C = op(A) . op(B), or C += it with accumulate, as above: row-major, row strides lda,
+/// ldb, ldc in elements; C must not overlap A or B. Runs on the OpenMP threads.
 template <class T>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, int lda, const T* B, int ldb,
           T* C, int ldc, bool accumulate);

@@ -21,18 +21,22 @@ namespace gpt::cuda {
 /// pointer into the kernels' type: float stays float.
 template <class A>
 struct DeviceTypeOf {
-  using type = A;
+  using type = A;  ///< every type but gpt::bf16 is its own kernel type
 };
+/// gpt::bf16 storage is CUDA's __nv_bfloat16 in kernels.
 template <>
 struct DeviceTypeOf<gpt::bf16> {
-  using type = __nv_bfloat16;
+  using type = __nv_bfloat16;  ///< the same 16 bits, CUDA's type
 };
+/// The kernels' type for host storage type A.
 template <class A>
 using DeviceType = typename DeviceTypeOf<A>::type;
 static_assert(sizeof(__nv_bfloat16) == sizeof(gpt::bf16), "bf16 layouts differ");
 
+/// p as a pointer to the kernels' type (a reinterpret_cast; the bits are the same).
 template <class A>
 DeviceType<A>* device_ptr(A* p) { return reinterpret_cast<DeviceType<A>*>(p); }
+/// p as a pointer to the kernels' type, const (a reinterpret_cast; the bits are the same).
 template <class A>
 const DeviceType<A>* device_ptr(const A* p) { return reinterpret_cast<const DeviceType<A>*>(p); }
 
@@ -45,23 +49,28 @@ inline void check(cudaError_t err, const char* what, const char* file, int line)
     throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + what +
                              ": " + cudaGetErrorString(err));
 }
+/// Runs a CUDA runtime call and throws std::runtime_error naming it and this place if it fails.
 #define GPT_CUDA_CHECK(call) ::gpt::cuda::check((call), #call, __FILE__, __LINE__)
-// A launch returns nothing: a bad configuration (too many threads, too much shared
-// memory) is reported by the next cudaGetLastError.
+/// A launch returns nothing: a bad configuration (too many threads, too much shared
+/// memory) is reported by the next cudaGetLastError.
 #define GPT_CUDA_CHECK_LAUNCH() ::gpt::cuda::check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
+/// n / d rounded up (n >= 0, d > 0): the blocks of d threads that cover n items.
 inline unsigned ceil_div(long n, long d) { return unsigned((n + d - 1) / d); }
 
 // ---- device side: conversions -------------------------------------------------------
 
 /// All computation is fp32; tensors are float or bf16 in memory.
 __device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }  ///< exact
 
+/// fp32 to storage type T (float or __nv_bfloat16).
 template <class T>
 __device__ __forceinline__ T from_float(float x);
+/// To float: x unchanged.
 template <>
 __device__ __forceinline__ float from_float<float>(float x) { return x; }
+/// To bf16: rounded to nearest, ties to even.
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);  // round to nearest even, as the CPU's bf16_round
@@ -84,6 +93,7 @@ __device__ __forceinline__ float gelu(float x) {
   const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
   return 0.5f * x * (1.0f + tanhf(u));
 }
+/// gelu'(x), the derivative above.
 __device__ __forceinline__ float gelu_grad(float x) {
   const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
   const float th = tanhf(u);
@@ -93,7 +103,7 @@ __device__ __forceinline__ float gelu_grad(float x) {
 
 // ---- device side: warp reductions ------------------------------------------------------
 
-constexpr unsigned kFullMask = 0xffffffffu;
+constexpr unsigned kFullMask = 0xffffffffu;  ///< all 32 lanes of a warp take part in a shuffle
 
 /// Butterfly reductions: after log2(32) = 5 exchanges every lane holds the result.
 /// The order of the additions is fixed, so the result is the same run to run.
@@ -101,6 +111,7 @@ __device__ __forceinline__ float warp_max(float x) {
   for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(kFullMask, x, offset));
   return x;
 }
+/// The sum of x over the warp's 32 lanes, in every lane.
 __device__ __forceinline__ float warp_sum(float x) {
   for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(kFullMask, x, offset);
   return x;

@@ -48,6 +48,8 @@ void embedding_range_backward(float* dwte_rows, float* dwpe, const A* dout, cons
                               int pos0, int B, int T, int C);
 
 /// ---- layernorm ------------------------------------------------------------------
+/// out = (inp - mean) * rstd * w + b for N rows of C (overwritten); mean and rstd (N,
+/// fp32) are kept for the backward.
 template <class A>
 void layernorm_forward(A* out, float* mean, float* rstd, const A* inp, const A* w, const A* b, int N,
                        int C);
@@ -73,17 +75,25 @@ void bias_backward(float* dbias, const A* dout, int N, int OC);
 /// ---- attention (kernels/cuda/attention/, flash) -----------------------------------
 /// lse is (B, NH, T) fp32: the row logsumexp the backward recomputes probabilities from.
 inline size_t attention_stats_floats(int B, int T, int NH) { return size_t(B) * NH * T; }
+/// out (B, T, C) = causal attention of qkv (B, T, 3C), OVERWRITTEN, and lse its row
+/// logsumexps. Head sizes 64 and 128 run the flash versions of attention/attention.h
+/// (fp32: v2; bf16: v5 on Hopper when built for sm_90a, else v4); other head sizes run
+/// the naive v1, which leaves lse unwritten.
 template <class A>
 void attention_forward(A* out, float* lse, const A* qkv, int B, int T, int C, int NH);
+/// dqkv += the gradients of q, k and v, from dout and the forward's out and lse (fp32:
+/// v3; bf16: v4; other head sizes recompute v1's probabilities in scratch).
 template <class A>
 void attention_backward(A* dqkv, const A* dout, const A* qkv, const A* out, const float* lse, int B,
                         int T, int C, int NH);
 
 /// ---- elementwise ------------------------------------------------------------------
+/// out = gelu(inp) (the tanh approximation) over n elements.
 template <class A>
 void gelu_forward(A* out, const A* inp, size_t n);
 template <class A>
 void gelu_backward(A* dinp, const A* inp, const A* dout, size_t n);  ///< dinp += gelu'(inp) dout
+/// out = a + b over n elements.
 template <class A>
 void residual_forward(A* out, const A* a, const A* b, size_t n);
 template <class A>
@@ -138,7 +148,7 @@ void adamw_update(float* params, const float* grads, float* m, float* v, size_t 
 void round_to_bf16(float* x, size_t n);
 /// dst[i] = bf16_round(src[i]) and back: fp32 <-> bf16 conversions for set_params and tests.
 void convert(bf16* dst, const float* src, size_t n);
-void convert(float* dst, const bf16* src, size_t n);
+void convert(float* dst, const bf16* src, size_t n);  ///< dst[i] = the fp32 value of src[i] (exact)
 
 /// ---- GEMM choice ----------------------------------------------------------------------
 /// Which GEMM the matmul ops run: "hand" (the fastest version of kernels/cuda/gemm/ for

@@ -94,8 +94,10 @@
 #include "kernels/cuda/common.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/// 1: the sm_90a compilation pass, where the Hopper instructions exist.
 #define GPT_HOPPER_DEVICE_CODE 1
 #else
+/// 0 in the host pass and the sm_80 pass: the device code below is left out (see above).
 #define GPT_HOPPER_DEVICE_CODE 0
 #endif
 

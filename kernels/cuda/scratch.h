@@ -17,6 +17,7 @@
 
 namespace gpt::cuda {
 
+/// One user's device buffer that only grows (see above); not thread-safe.
 class ScratchBuffer {
  public:
   /// At least `bytes` bytes of device memory (256-byte aligned, as cudaMalloc's).

@@ -40,18 +40,20 @@ namespace gpt::cuda {
 /// 16 bytes of T, moved by one 128-bit load or store.
 template <class T>
 struct alignas(16) Pack {
-  static constexpr int kSize = 16 / sizeof(T);
-  T v[kSize];
+  static constexpr int kSize = 16 / sizeof(T);  ///< elements per pack: 4 floats or 8 bf16
+  T v[kSize];  ///< the elements, in memory order
 };
 template <class T>
 inline constexpr int kPack = Pack<T>::kSize;  ///< 4 for float, 8 for bf16
 
+/// One 128-bit load of the pack at p, which must be 16-byte aligned.
 template <class T>
 __device__ __forceinline__ Pack<T> load_pack(const T* p) {  // p: 16-byte aligned
   Pack<T> pack;
   *reinterpret_cast<int4*>(&pack) = *reinterpret_cast<const int4*>(p);
   return pack;
 }
+/// One 128-bit store of pack at p, which must be 16-byte aligned.
 template <class T>
 __device__ __forceinline__ void store_pack(T* p, const Pack<T>& pack) {
   *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&pack);
@@ -104,7 +106,9 @@ __device__ __forceinline__ size_t first_element() {
 
 // ---- host side: the checks every launcher makes ------------------------------------------
 
+/// Whether p is 16-byte aligned, as a 128-bit access needs.
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+/// Whether every pointer is 16-byte aligned: the `vec` flag a launcher passes.
 template <class... P>
 bool all_aligned16(const P*... p) {
   return (aligned16(p) && ...);

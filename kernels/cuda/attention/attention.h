@@ -44,6 +44,7 @@ namespace gpt::cuda {
 inline size_t attention_scores_floats(int B, int T, int NH) {  // v1: (B, NH, T, T)
   return size_t(B) * NH * T * T;
 }
+/// The per-row statistics of the flash versions, (B, NH, T): v2's logsumexp, v3's D.
 inline size_t attention_rows_floats(int B, int T, int NH) {  // v2 logsumexp, v3 D: (B, NH, T)
   return size_t(B) * NH * T;
 }
@@ -90,6 +91,7 @@ void attention_backward_v3(T* dqkv, float* dsum, const T* dout, const T* qkv, co
 template <class T>
 void attention_forward_v4(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
                           cudaStream_t stream = nullptr);
+/// v3's backward on tensor cores: dqkv +=, dsum (B,NH,T) scratch; lse from v2, v4 or v5.
 template <class T>
 void attention_backward_v4(T* dqkv, float* dsum, const T* dout, const T* qkv, const T* out,
                            const float* lse, int B, int T_, int C, int NH,

@@ -42,21 +42,32 @@
 
 namespace gpt::cuda {
 
+/// A rung of the ladder above; the value is the version's number, 0 for cuBLASLt.
 enum class GemmVersion : int { Cublas = 0, V1 = 1, V2 = 2, V3 = 3, V4 = 4, V5 = 5 };
 
 const char* gemm_version_name(GemmVersion v);  ///< "cublas", "v1", ... "v5"
 
+/// One call of the product above: Tin elements in, Tout out; every pointer in device memory.
 template <class Tin, class Tout>
 struct GemmArgs {
+  /// op(A) is A^T, with A stored K x M (false: A itself, stored M x K).
   bool trans_a = false, trans_b = false;
+  /// @var trans_b
+  /// op(B) is B^T, with B stored N x K (false: B itself, stored K x N).
+  /// @var M
+  /// Rows of op(A), of C and of gelu_out (>= 1).
+  /// @var N
+  /// Columns of op(B), of C and of gelu_out; the length of bias (>= 1).
+  /// @var K
+  /// The summed dimension: columns of op(A), rows of op(B) (>= 1).
   int M = 0, N = 0, K = 0;
-  const Tin* A = nullptr;
-  int lda = 0;
-  const Tin* B = nullptr;
-  int ldb = 0;
-  Tout* C = nullptr;
-  int ldc = 0;
-  bool accumulate = false;
+  const Tin* A = nullptr;  ///< the first operand, stored as trans_a says
+  int lda = 0;             ///< A's row stride in elements, at least its stored row length
+  const Tin* B = nullptr;  ///< the second operand, stored as trans_b says
+  int ldb = 0;             ///< B's row stride in elements, at least its stored row length
+  Tout* C = nullptr;       ///< the M x N result
+  int ldc = 0;             ///< C's (and gelu_out's) row stride in elements, at least N
+  bool accumulate = false;  ///< C += the product instead of C = it; not with gelu_out
   const Tin* bias = nullptr;  ///< length N, or null
   Tout* gelu_out = nullptr;   ///< M x N with row stride ldc, or null
 };
@@ -75,14 +86,17 @@ void gemm(GemmVersion v, const GemmArgs<Tin, Tout>& args, cudaStream_t stream = 
 /// Per-version entry points (one .cu file each); gemm() validates and dispatches to them.
 template <class Tin, class Tout>
 void gemm_v1(const GemmArgs<Tin, Tout>& args, cudaStream_t stream);
+/// v2, shared-memory tiling.
 template <class Tin, class Tout>
 void gemm_v2(const GemmArgs<Tin, Tout>& args, cudaStream_t stream);
+/// v3, register blocking.
 template <class Tin, class Tout>
 void gemm_v3(const GemmArgs<Tin, Tout>& args, cudaStream_t stream);
 template <class Tin, class Tout>
 void gemm_v4(const GemmArgs<Tin, Tout>& args, cudaStream_t stream);  ///< Tin = bf16 only
 template <class Tin, class Tout>
 void gemm_v5(const GemmArgs<Tin, Tout>& args, cudaStream_t stream);  ///< Tin = bf16 only
+/// The cuBLASLt baseline.
 template <class Tin, class Tout>
 void gemm_cublas(const GemmArgs<Tin, Tout>& args, cudaStream_t stream);
 
