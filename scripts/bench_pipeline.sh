@@ -12,6 +12,14 @@
 # tokens, micro-batches of 4 sequences: the matmuls dominate a layer's time, as on a GPU.
 # One thread per rank. A run with more ranks than cores measures the contention for the
 # cores too (the table says how many cores there are).
+#
+# Repeats: each configuration runs GPT_BENCH_REPEATS times (default 3) for 11 steps (10
+# measured); the table gives the mean of the runs and their range. A shared machine's
+# cores slow down now and then for a fraction of a second (a plain loop timed on the
+# 2-core CI machine runs 30 % slower in such stretches), and a slow stretch on one rank
+# makes the others wait: idle time the schedule did not cause. The tighter a schedule,
+# the more of it becomes bubble, so single short runs scatter by a point or two. The
+# last column is zb-h1's mean bubble over 1f1b's at the same (p, m).
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -25,13 +33,18 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 model=(--set n_layer=8 --set n_embd=384 --set n_head=6 --set seq_len=32 --set micro_batch_size=4 --set threads=1
-       --set steps=6 --set val_batches=0 --set sample_tokens=0 --set checkpoint_at_end=false)
+       --set steps=11 --set val_batches=0 --set sample_tokens=0 --set checkpoint_at_end=false)
 ranks=("$@")
 ((${#ranks[@]} > 0)) || ranks=(2 4)
-echo "pipeline bubble, CPU ranks ($(getconf _NPROCESSORS_ONLN) cores), $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD)"
-printf '%-12s %2s %3s %2s | %9s %9s %7s | %s\n' schedule p m v measured theory diff "per rank"
+repeats=${GPT_BENCH_REPEATS:-3}
+[[ "$repeats" =~ ^[1-9][0-9]*$ ]] || die "GPT_BENCH_REPEATS must be a positive integer, not '$repeats'"
+echo "pipeline bubble, CPU ranks ($(getconf _NPROCESSORS_ONLN) cores), $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD)," \
+  "mean of $repeats runs of 10 measured steps each"
+printf '%-12s %2s %3s %2s | %9s %13s %9s %7s | %-9s | %s\n' schedule p m v measured "(range)" theory diff "zb/1f1b" \
+  "per rank (last run)"
 for p in "${ranks[@]}"; do
   for m in 4 8 16; do
+    mean_1f1b=""
     for sched in gpipe 1f1b interleaved zb-h1; do
       v=1 stage=09_pipeline_interleaved extra=(--set schedule="$sched")
       case $sched in
@@ -39,16 +52,28 @@ for p in "${ranks[@]}"; do
         1f1b) stage=08_pipeline_1f1b extra=() ;;
         interleaved) v=2 extra+=(--set virtual_stages=2) ;;
       esac
-      log="$work/$sched-$p-$m.log"
-      mpirun -np "$p" --oversubscribe --bind-to none "$bin/$stage/train" --config configs/small.json "${model[@]}" \
-        --set pp="$p" --set batch_size=$((4 * m)) "${extra[@]}" --set run_dir="$work/$sched-$p-$m" > "$log" 2>&1 ||
-        { tail -20 "$log"; die "run $sched p=$p m=$m failed"; }
-      line=$(grep -m1 "pipeline bubble" "$log")
-      measured=$(sed -E 's/.*\| mean ([0-9.]+)%.*/\1/' <<< "$line")
-      theory=$(sed -E 's/.*\| theory ([0-9.]+)%.*/\1/' <<< "$line")
-      per_rank=$(sed -E 's/.*measured\): (.*) \| mean.*/\1/' <<< "$line")
-      printf '%-12s %2d %3d %2d | %8.1f%% %8.1f%% %+6.1f | %s\n' "$sched" "$p" "$m" "$v" "$measured" "$theory" \
-        "$(/usr/bin/python3 -c "print($measured - $theory)")" "$per_rank"
+      measured=() theory=()
+      for ((run = 1; run <= repeats; ++run)); do
+        log="$work/$sched-$p-$m-$run.log"
+        mpirun -np "$p" --oversubscribe --bind-to none "$bin/$stage/train" --config configs/small.json "${model[@]}" \
+          --set pp="$p" --set batch_size=$((4 * m)) "${extra[@]}" --set run_dir="$work/$sched-$p-$m-$run" > "$log" 2>&1 ||
+          { tail -20 "$log"; die "run $sched p=$p m=$m failed"; }
+        line=$(grep -m1 "pipeline bubble" "$log")
+        measured+=("$(sed -E 's/.*\| mean ([0-9.]+)%.*/\1/' <<< "$line")")
+        theory+=("$(sed -E 's/.*\| theory ([0-9.]+)%.*/\1/' <<< "$line")")
+        per_rank=$(sed -E 's/.*measured\): (.*) \| mean.*/\1/' <<< "$line")
+      done
+      read -r mean low high theory_mean < <(/usr/bin/python3 -c '
+import sys
+runs = [float(x) for x in sys.argv[1].split()]
+theory = [float(x) for x in sys.argv[2].split()]
+print(sum(runs) / len(runs), min(runs), max(runs), sum(theory) / len(theory))' "${measured[*]}" "${theory[*]}")
+      ratio=""
+      [[ $sched == 1f1b ]] && mean_1f1b=$mean
+      [[ $sched == zb-h1 ]] && ratio=$(/usr/bin/python3 -c "print(f'{$mean / $mean_1f1b:.2f}')")
+      printf '%-12s %2d %3d %2d | %8.1f%% %13s %8.1f%% %+6.1f | %-9s | %s\n' "$sched" "$p" "$m" "$v" "$mean" \
+        "($(printf '%.1f-%.1f' "$low" "$high"))" "$theory_mean" "$(/usr/bin/python3 -c "print($mean - $theory_mean)")" \
+        "$ratio" "$per_rank"
     done
   done
 done
