@@ -173,11 +173,16 @@ void GPT2<A>::backward(G loss_scale) {
 }
 
 template <class A>
+typename GPT2<A>::MicroBatch& GPT2<A>::slot_at(int slot, const char* caller) {
+  invariant(slot >= 0 && slot < in_flight(),
+            std::string(caller) + ": slot " + std::to_string(slot) + " of " + std::to_string(in_flight()));
+  return slots_[size_t(slot)];
+}
+
+template <class A>
 GradOf<A> GPT2<A>::forward_micro(int slot, const int32_t* inputs, const int32_t* targets, bool for_backward) {
   Span span("forward");
-  invariant(slot >= 0 && slot < in_flight(), "forward_micro: slot " + std::to_string(slot) + " of " +
-                                                 std::to_string(in_flight()));
-  MicroBatch& mb = slots_[size_t(slot)];
+  MicroBatch& mb = slot_at(slot, "forward_micro");
   const int l0 = layout_.layer_begin(), l1 = layout_.layer_end();
   const int C = model_.n_embd, V = model_.vocab_size, Vp = model_.padded_vocab();
   const int N = B_ * T_, R = rows_;
@@ -242,9 +247,7 @@ GradOf<A> GPT2<A>::forward_micro(int slot, const int32_t* inputs, const int32_t*
 template <class A>
 void GPT2<A>::backward_micro(int slot, G loss_scale) {
   Span span("backward");
-  invariant(slot >= 0 && slot < in_flight(), "backward_micro: slot " + std::to_string(slot) + " of " +
-                                                  std::to_string(in_flight()));
-  MicroBatch& mb = slots_[size_t(slot)];
+  MicroBatch& mb = slot_at(slot, "backward_micro");
   invariant(mb.have_targets, "backward() needs a forward() with targets");
   const int l0 = layout_.layer_begin(), l1 = layout_.layer_end();
   const int C = model_.n_embd, N = B_ * T_, R = rows_;
@@ -300,7 +303,7 @@ template <class A>
 void GPT2<A>::backward_input_micro(int slot, G loss_scale) {
   Span span("backward_input");
   invariant(slice_.split_backward, "backward_input_micro: the model was made without split_backward");
-  MicroBatch& mb = slots_[size_t(slot)];
+  MicroBatch& mb = slot_at(slot, "backward_input_micro");
   invariant(mb.have_targets && !mb.input_done, "backward_input_micro needs a forward() with targets");
   const int l0 = layout_.layer_begin(), l1 = layout_.layer_end();
   const int C = model_.n_embd, N = B_ * T_, R = rows_;
@@ -328,7 +331,7 @@ void GPT2<A>::backward_input_micro(int slot, G loss_scale) {
 template <class A>
 void GPT2<A>::backward_weight_micro(int slot) {
   Span span("backward_weight");
-  MicroBatch& mb = slots_[size_t(slot)];
+  MicroBatch& mb = slot_at(slot, "backward_weight_micro");
   invariant(mb.input_done, "backward_weight_micro needs the slot's backward_input_micro first");
   const int l0 = layout_.layer_begin(), l1 = layout_.layer_end();
   const int C = model_.n_embd, R = rows_;

@@ -45,6 +45,9 @@ enum class Pass { Forward, Backward };
 ///   backward: acquire(0) acquire(L+1) grads(0) grads(L+1) .. done(L+1) release(L+1)
 ///             | for l = L..1: acquire(l) grads(l) .. release(l) done(l) | done(0) release(0)
 /// ```
+/// A backward split in two (zero-bubble schedules) calls the backward's sequence twice:
+/// its input half without grads() and done() (it computes no weight gradient), then its
+/// weight half whole, possibly after other micro-batches' forwards and input halves.
 /// Pointers returned by acquire/grads point at the unit's first element.
 template <class A>
 class WeightStore {
@@ -250,6 +253,9 @@ class GPT2 {
     bool input_done = false;
   };
   std::vector<MicroBatch> slots_;
+  /// slots_[slot], after checking that slot is in [0, in_flight()) (`caller` names the
+  /// method in the error).
+  MicroBatch& slot_at(int slot, const char* caller);
   /// The embedding's backward from the gradient of the stage input (first stage).
   void embedding_backward(MicroBatch& mb, G* dwte, G* dwpe);
   DeviceArray<A> embedded_;  ///< sequence parallelism: the embedding's partial sums over all rows

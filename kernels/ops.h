@@ -132,7 +132,9 @@ void matmul_forward(Device d, A* out, const A* inp, const A* w, const A* bias, i
                 gelu_out ? cpu::gelu_forward(gelu_out, out, size_t(N) * OC) : void()),
                cuda::matmul_forward(out, inp, w, bias, N, C, OC, gelu_out));
 }
-/// dinp += dout . w;  dw += dout^T . inp;  dbias += column sums of dout (dbias may be null)
+/// dinp += dout . w;  dw += dout^T . inp;  dbias += column sums of dout. Any of dinp, dw
+/// and dbias may be null and is skipped (a zero-bubble schedule computes dinp and the
+/// weight gradients apart).
 template <class A>
 void matmul_backward(Device d, A* dinp, GradOf<A>* dw, GradOf<A>* dbias, const A* dout, const A* inp,
                      const A* w, int N, int C, int OC) {

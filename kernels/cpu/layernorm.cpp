@@ -5,6 +5,7 @@
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw += dout*xhat,  db += dout
 #include <cmath>
 #include <cstddef>
+#include <stdexcept>
 
 #include "kernels/cpu/cpu_ops.h"
 
@@ -37,6 +38,8 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
                         const T* mean, const T* rstd, int N, int C) {
   // Either half may be left out (null): a zero-bubble schedule runs the input gradient
   // and the weight gradients apart. Rows are independent for dinp.
+  if (!dinp && !dw && !db) throw std::invalid_argument("layernorm_backward: nothing to compute");
+  if (!dw != !db) throw std::invalid_argument("layernorm_backward: dw and db go together");
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < (dinp ? N : 0); ++i) {
     const T* x = inp + size_t(i) * C;

@@ -114,3 +114,21 @@ TEST_CASE("model: the split-backward comparison sees a missing weight half and a
     CHECK_FALSE(same_gradients(fused, split, rng, fault));
   }
 }
+
+TEST_CASE("model: a slot outside [0, in_flight) is refused by every per-micro-batch call", "[model]") {
+  const ModelConfig m = tiny_model();
+  GPT2<float> split = make<float>(m, LayerRange{}, true, Precision::FP32);  // in_flight 2
+  std::vector<int32_t> tokens(size_t(split.batch()) * split.seq_len(), 1);
+  for (int slot : {-1, 2}) {
+    INFO("slot " << slot);
+    REQUIRE_THROWS_WITH(split.forward_micro(slot, tokens.data(), tokens.data()),
+                        Catch::Contains("forward_micro: slot " + std::to_string(slot) + " of 2"));
+    REQUIRE_THROWS_WITH(split.backward_micro(slot, 1.0f), Catch::Contains("backward_micro: slot"));
+    REQUIRE_THROWS_WITH(split.backward_input_micro(slot, 1.0f), Catch::Contains("backward_input_micro: slot"));
+    REQUIRE_THROWS_WITH(split.backward_weight_micro(slot), Catch::Contains("backward_weight_micro: slot"));
+  }
+  // In range, the same calls run (a forward, then the two halves).
+  split.forward_micro(1, tokens.data(), tokens.data());
+  split.backward_input_micro(1, 1.0f);
+  REQUIRE_NOTHROW(split.backward_weight_micro(1));
+}

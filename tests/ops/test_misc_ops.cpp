@@ -499,3 +499,28 @@ TEMPLATE_TEST_CASE("ops: softmax_crossentropy ignores the padded columns", "[ops
       }
   }
 }
+
+TEST_CASE("ops: layernorm_backward computes dw and db together, and refuses one without the other",
+          "[ops][layernorm]") {
+  const int N = 3, C = 8;
+  std::vector<float> dinp(N * C, 0.0f), dw(C, 0.0f), db(C, 0.0f), dout(N * C, 0.5f), inp(N * C), w(C, 1.0f);
+  std::vector<float> mean(N, 0.0f), rstd(N, 1.0f);
+  for (int i = 0; i < N * C; ++i) inp[size_t(i)] = float(i % 5);
+  const Device cpu = Device::CPU;
+  REQUIRE_THROWS_WITH(ops::layernorm_backward(cpu, dinp.data(), dw.data(), static_cast<float*>(nullptr), dout.data(),
+                                              inp.data(), w.data(), mean.data(), rstd.data(), N, C),
+                      Catch::Contains("dw and db go together"));
+  REQUIRE_THROWS_WITH(ops::layernorm_backward(cpu, dinp.data(), static_cast<float*>(nullptr), db.data(), dout.data(),
+                                              inp.data(), w.data(), mean.data(), rstd.data(), N, C),
+                      Catch::Contains("dw and db go together"));
+  REQUIRE_THROWS_WITH(ops::layernorm_backward(cpu, static_cast<float*>(nullptr), static_cast<float*>(nullptr),
+                                              static_cast<float*>(nullptr), dout.data(), inp.data(), w.data(),
+                                              mean.data(), rstd.data(), N, C),
+                      Catch::Contains("nothing to compute"));
+  // A refused call wrote nothing; the weight half alone fills db with the column sums.
+  for (float x : db) REQUIRE(x == 0.0f);
+  ops::layernorm_backward(cpu, static_cast<float*>(nullptr), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
+                          mean.data(), rstd.data(), N, C);
+  for (float x : db) REQUIRE(x == 0.5f * N);
+  for (float x : dinp) REQUIRE(x == 0.0f);
+}
