@@ -8,7 +8,7 @@
 #
 #   scripts/bench_pipeline.sh [P ...]     (default: 2 4; uses build/, GPT_BUILD_DIR overrides)
 #
-# Model: configs/small.json with 8 layers of width 384 (6 heads) and sequences of 32
+# CPU ranks (device=cpu, also in a build with CUDA). Model: configs/small.json with 8 layers of width 384 (6 heads) and sequences of 32
 # tokens, micro-batches of 4 sequences: the matmuls dominate a layer's time, as on a GPU.
 # One thread per rank. A run with more ranks than cores measures the contention for the
 # cores too (the table says how many cores there are).
@@ -29,10 +29,12 @@ for s in 07_pipeline_gpipe 08_pipeline_1f1b 09_pipeline_interleaved; do
   [[ -x "$bin/$s/train" ]] || die "$bin/$s/train is missing: build first"
 done
 [[ -f data/fortunes/train.bin ]] || die "data/fortunes is missing: datasets/prepare_fortunes.sh data/fortunes build/bin/prepare"
+python="$(command -v /usr/bin/python3 || command -v python3 || true)"
+[[ -n "$python" ]] || die "python3 not found"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-model=(--set n_layer=8 --set n_embd=384 --set n_head=6 --set seq_len=32 --set micro_batch_size=4 --set threads=1
+model=(--set device=cpu --set n_layer=8 --set n_embd=384 --set n_head=6 --set seq_len=32 --set micro_batch_size=4 --set threads=1
        --set steps=11 --set val_batches=0 --set sample_tokens=0 --set checkpoint_at_end=false)
 ranks=("$@")
 ((${#ranks[@]} > 0)) || ranks=(2 4)
@@ -63,16 +65,16 @@ for p in "${ranks[@]}"; do
         theory+=("$(sed -E 's/.*\| theory ([0-9.]+)%.*/\1/' <<< "$line")")
         per_rank=$(sed -E 's/.*measured\): (.*) \| mean.*/\1/' <<< "$line")
       done
-      read -r mean low high theory_mean < <(/usr/bin/python3 -c '
+      read -r mean low high theory_mean < <("$python" -c '
 import sys
 runs = [float(x) for x in sys.argv[1].split()]
 theory = [float(x) for x in sys.argv[2].split()]
 print(sum(runs) / len(runs), min(runs), max(runs), sum(theory) / len(theory))' "${measured[*]}" "${theory[*]}")
       ratio=""
       [[ $sched == 1f1b ]] && mean_1f1b=$mean
-      [[ $sched == zb-h1 ]] && ratio=$(/usr/bin/python3 -c "print(f'{$mean / $mean_1f1b:.2f}')")
+      [[ $sched == zb-h1 ]] && ratio=$("$python" -c "print(f'{$mean / $mean_1f1b:.2f}')")
       printf '%-12s %2d %3d %2d | %8.1f%% %13s %8.1f%% %+6.1f | %-9s | %s\n' "$sched" "$p" "$m" "$v" "$mean" \
-        "($(printf '%.1f-%.1f' "$low" "$high"))" "$theory_mean" "$(/usr/bin/python3 -c "print($mean - $theory_mean)")" \
+        "($(printf '%.1f-%.1f' "$low" "$high"))" "$theory_mean" "$("$python" -c "print($mean - $theory_mean)")" \
         "$ratio" "$per_rank"
     done
   done

@@ -7,7 +7,8 @@
 # MPI, so that the multi-rank stages' gpu tests run (several ranks sharing the GPU).
 # Without them the GPU build has no MPI (world size 1) and those tests are not built.
 #
-#   scripts/gpu_carry.sh        then carry ["third_party_local"] with scripts/gpu_check.sh
+#   scripts/gpu_carry.sh        then carry ["third_party_local", "data/fortunes"] with
+#                               scripts/gpu_check.sh (the data for its pipeline part)
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -28,4 +29,4 @@ rm -rf "$debs" third_party_local/openmpi && mkdir -p "$debs"  # unpacked where i
   libevent-core-2.1-7 libevent-pthreads-2.1-7 libpmix2 libfabric1 libucx0 libibverbs1 librdmacm1 \
   libnl-3-200 libnl-route-3-200 libnuma1 libpsm-infinipath1 libpsm2-2 libmunge2 libltdl7 libpciaccess0 \
   libudev1 > /dev/null 2>&1) || die "apt-get download of Open MPI's packages failed (run apt-get update first)"
-log "headers in $dest, Open MPI in $debs ($(du -sh third_party_local | cut -f1)); carry third_party_local"
+log "headers in $dest, Open MPI in $debs ($(du -sh third_party_local | cut -f1)); carry third_party_local (and data/fortunes)"

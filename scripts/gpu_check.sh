@@ -7,7 +7,10 @@
 # date and the commit, ready to be committed under docs/benchmarks/.
 #
 #   scripts/gpu_check.sh PART... [-o OUT_DIR]
-#   PART: build | test | sanitize | bench | step | all      (all = the five in order)
+#   PART: build | test | sanitize | bench | step | pipeline | all   (all = the six in order)
+#   pipeline: not the GPU: the pipeline bubble on 4 CPU ranks (scripts/bench_pipeline.sh 4,
+#   one run per configuration, PIPE_REPEATS to change), which needs 4 cores and MPI; the
+#   CPU machines of the course have 2 cores. Carry data/fortunes for it.
 #   OUT_DIR default: $OUT if set (the device tool's return folder), else gpu-check-out
 #
 # A part that fails is reported and the next one still runs; the exit status is 1 if
@@ -28,13 +31,13 @@ out="${OUT:-gpu-check-out}"
 while (($#)); do
   case "$1" in
     -o) out="$2"; shift 2 ;;
-    -h | --help) sed -n '2,19s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-    all) parts+=(build test sanitize bench step); shift ;;
-    build | test | sanitize | bench | step) parts+=("$1"); shift ;;
-    *) die "unknown part '$1' (build, test, sanitize, bench, step, all)" ;;
+    -h | --help) sed -n '2,22s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    all) parts+=(build test sanitize bench step pipeline); shift ;;
+    build | test | sanitize | bench | step | pipeline) parts+=("$1"); shift ;;
+    *) die "unknown part '$1' (build, test, sanitize, bench, step, pipeline, all)" ;;
   esac
 done
-((${#parts[@]})) || die "name a part: build, test, sanitize, bench, step or all"
+((${#parts[@]})) || die "name a part: build, test, sanitize, bench, step, pipeline or all"
 mkdir -p "$out"
 build="$(abs_dir "${GPT_BUILD_DIR:-build-gpu}")"
 command -v nvidia-smi > /dev/null || die "no nvidia-smi: this machine has no NVIDIA GPU"
@@ -113,6 +116,14 @@ sanitize() {
   return $rc
 }
 
+# The pipeline benchmark on CPU ranks: needs the MPI build, 4 cores and the fortunes data.
+pipeline_bench() {
+  [[ "${mpi_flags[0]}" == -DGPT_MPI=ON ]] || { warn "no MPI here (carry third_party_local): no pipeline benchmark"; return 1; }
+  (($(getconf _NPROCESSORS_ONLN) >= 4)) || { warn "fewer than 4 cores: the p = 4 bubble would measure contention"; return 1; }
+  [[ -f data/fortunes/train.bin ]] || { warn "data/fortunes is missing: carry it"; return 1; }
+  GPT_BUILD_DIR="$build" GPT_BENCH_REPEATS="${PIPE_REPEATS:-1}" scripts/bench_pipeline.sh 4
+}
+
 for part in "${parts[@]}"; do
   case "$part" in
     build) run_part build "build-$date.txt" build_tree ;;
@@ -120,6 +131,7 @@ for part in "${parts[@]}"; do
     sanitize) run_part "compute-sanitizer" "gpu-sanitizer-$date.txt" sanitize ;;
     bench) run_part "kernel benchmarks" "gpu-kernels-$date.txt" scripts/bench_kernels.sh "$build" ;;
     step) run_part "whole-step benchmark" "gpu-step-$date.txt" scripts/bench_gpu_step.sh "$build" "${STEP_BATCH:-32}" ;;
+    pipeline) run_part "pipeline bubble, 4 CPU ranks" "cpu-pipeline-bubble-p4-$date.txt" pipeline_bench ;;
   esac
 done
 
