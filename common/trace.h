@@ -52,10 +52,12 @@ class Span {
   /// Starts the span (when tracing is on); the destructor records it. lane as for Trace::record.
   Span(const char* name, const char* category = "compute", int lane = 0)
       : name_(name), category_(category), lane_(lane),
-        start_(Trace::global().enabled() ? Trace::global().now_us() : 0) {}
+        start_(Trace::global().enabled() ? Trace::global().now_us() : kNotStarted) {}
   ~Span() {
+    // A span begun while tracing was off is not recorded, even if tracing is on by now:
+    // its start was never read.
     Trace& t = Trace::global();
-    if (t.enabled()) t.record(name_, category_, start_, t.now_us() - start_, lane_);
+    if (start_ != kNotStarted && t.enabled()) t.record(name_, category_, start_, t.now_us() - start_, lane_);
   }
   Span(const Span&) = delete;
   Span& operator=(const Span&) = delete;
@@ -64,7 +66,8 @@ class Span {
   const char* name_;
   const char* category_;
   int lane_;
-  int64_t start_;
+  static constexpr int64_t kNotStarted = -1;  ///< start_ of a span begun with tracing off
+  int64_t start_;                             ///< µs since the trace's origin, or kNotStarted
 };
 
 }  // namespace gpt

@@ -16,8 +16,12 @@
 namespace gpt::cpu {
 
 /// exp(x) by the method above, within about 2 ulp; x is clamped to [-87, 88] first, so
-/// the result is never 0 nor infinite.
-inline float exp_fast(float x) {
+/// the result is never 0 nor infinite. NaN gives NaN.
+inline float exp_fast(float input) {
+  // NaN takes the path of 0 (converting a NaN n to an integer is undefined), then is
+  // given back; the selects compile to vector blends.
+  const bool nan = input != input;
+  float x = nan ? 0.0f : input;
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
   const float n = std::floor(x * 1.44269504f + 0.5f);
   // r = x - n*ln2 in two parts (ln2 = hi + lo), so r keeps full precision.
@@ -31,7 +35,8 @@ inline float exp_fast(float x) {
   p = p * r + 1.0f;
   p = p * r + 1.0f;
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  return p * std::bit_cast<float>(bits);
+  const float result = p * std::bit_cast<float>(bits);
+  return nan ? input : result;
 }
 
 /// The accurate library exp for double (the ground truth), the fast one for float.

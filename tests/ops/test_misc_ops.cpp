@@ -11,6 +11,7 @@
 #include <sstream>
 #include <vector>
 
+#include "kernels/cpu/fast_exp.h"
 #include "kernels/ops.h"
 #include "tests/ops/gradcheck.h"
 
@@ -523,4 +524,25 @@ TEST_CASE("ops: layernorm_backward computes dw and db together, and refuses one 
                           mean.data(), rstd.data(), N, C);
   for (float x : db) REQUIRE(x == 0.5f * N);
   for (float x : dinp) REQUIRE(x == 0.0f);
+}
+
+TEST_CASE("ops: the CPU's fast float exp is within 2 ulp of exp, and NaN stays NaN", "[ops][exp]") {
+  // Every 997th float bit pattern in [-87, 88] (the range where exp is a normal float),
+  // against double's exp rounded to float; 2 ulp is fast_exp.h's bound (truncation below
+  // half an ulp, plus the roundings of the polynomial's few operations).
+  int checked = 0;
+  for (uint32_t bits = 0; bits < 0xFF800000u; bits += 997) {
+    const float x = gpt::test::bits_float(bits);
+    if (!(x >= -87.0f && x <= 88.0f)) continue;
+    const float got = gpt::cpu::exp_fast(x), want = float(std::exp(double(x)));
+    const float ulp = std::nextafter(want, INFINITY) - want;
+    REQUIRE(std::fabs(got - want) <= 2 * ulp);
+    ++checked;
+  }
+  CHECK(checked > 1000000);
+  CHECK(std::isnan(gpt::cpu::exp_fast(std::numeric_limits<float>::quiet_NaN())));
+  CHECK(std::isnan(gpt::cpu::exp_fast(-std::numeric_limits<float>::quiet_NaN())));
+  // Outside the range the input is clamped: tiny or huge, never 0 nor infinite.
+  CHECK(gpt::cpu::exp_fast(-1000.0f) > 0.0f);
+  CHECK(std::isfinite(gpt::cpu::exp_fast(1000.0f)));
 }
