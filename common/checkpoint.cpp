@@ -926,4 +926,11 @@ void CheckpointMirror::to_device() {
   }
 }
 
+CheckpointState load_checkpoint_sharded(Communicator& comm, const std::string& path, const ParamLayout& layout,
+                                        const std::vector<CheckpointBuffer>& buffers) {
+  CheckpointState state;
+  agree(comm, attempt([&] { state = load_checkpoint(path, layout, buffers); }));
+  return state;
+}
+
 }  // namespace gpt

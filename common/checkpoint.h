@@ -117,6 +117,14 @@ std::string save_checkpoint_sharded(Communicator& comm, const std::string& run_d
 CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layout,
                                 const std::vector<CheckpointBuffer>& buffers);
 
+/// load_checkpoint on every rank of `comm`, each reading its own slices (ZeRO's shards,
+/// a pipeline stage's part), as one collective: an error on any rank (a tensor of its
+/// slice fails its checksum, a file it needs is missing) is thrown on every rank with the
+/// same message ("rank R: ..."), so that no rank goes on into the next collective to
+/// wait for one that gave up. With one rank it is load_checkpoint.
+CheckpointState load_checkpoint_sharded(Communicator& comm, const std::string& path, const ParamLayout& layout,
+                                        const std::vector<CheckpointBuffer>& buffers);
+
 /// The newest complete checkpoint in run_dir ("" when there is none).
 std::string latest_checkpoint(const std::string& run_dir);
 

@@ -188,7 +188,7 @@ CheckpointState load_checkpoint_local(Communicator& comm, const std::string& pat
   std::vector<std::vector<float>> shards(buffers.size(), std::vector<float>(size_t(mine.size())));
   std::vector<CheckpointBuffer> flat;
   for (size_t k = 0; k < buffers.size(); ++k) flat.push_back({buffers[k].kind, shards[k].data(), mine.begin, mine.end});
-  const CheckpointState state = load_checkpoint(path, layout.global(), flat);
+  const CheckpointState state = load_checkpoint_sharded(comm, path, layout.global(), flat);
   for (size_t k = 0; k < buffers.size(); ++k) flat_to_local(comm, layout, shards[k].data(), buffers[k].data);
   return state;
 }

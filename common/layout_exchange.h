@@ -47,8 +47,9 @@ std::string save_checkpoint_local(Communicator& comm, const std::string& run_dir
                                   const RankLayout& layout, const CheckpointState& state,
                                   const std::vector<LocalBuffer>& buffers);
 /// Reads checkpoint `path` (written by any layout) into every rank's local buffers: each
-/// rank loads its flat shard (load_checkpoint), then flat_to_local fills the local
-/// buffers, replicas included. Collective; returns the checkpoint's state.
+/// rank loads its flat shard (load_checkpoint_sharded: an error on any rank is thrown on
+/// every rank), then flat_to_local fills the local buffers, replicas included.
+/// Collective; returns the checkpoint's state.
 CheckpointState load_checkpoint_local(Communicator& comm, const std::string& path, const RankLayout& layout,
                                       const std::vector<LocalBuffer>& buffers);
 

@@ -72,7 +72,7 @@ int train_ranks(Run& run) {
   if (resume.empty()) {
     layout.init_range(cfg.seed, shard.begin, shard.end, mirror.host("param"));
   } else {
-    state = load_checkpoint(resume, layout, ckpt.buffers);  // reads this rank's shard only
+    state = load_checkpoint_sharded(dp, resume, layout, ckpt.buffers);  // this rank's shard; any rank's error on all
     if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
   mirror.to_device();

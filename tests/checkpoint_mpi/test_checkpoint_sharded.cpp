@@ -10,7 +10,8 @@
 //       slices) load correctly: a dp=4 checkpoint resumes at dp=2, or on one rank;
 //   (d) the files and manifest are byte for byte those that save_checkpoint writes
 //       from the whole buffers (the requirement for N = 1; checked for every N);
-// and the failures: bad slicings and mismatched kinds are refused on every rank,
+// and the failures: bad slicings and mismatched kinds are refused on every rank, a
+// corrupt tensor in one rank's slice fails load_checkpoint_sharded on every rank,
 // an error on one rank (rank 0 cannot create the run directory) is reported on every
 // rank with the same message, and saving a step again replaces it.
 //
@@ -353,6 +354,39 @@ int run(gpt::Communicator& comm) {
                                  "rank " + std::to_string(n - 1) + ": save_checkpoint_sharded: rank " +
                                      std::to_string(n - 1) + " passes the kinds [param, adam_m]");
   }
+  // An error in one rank's slice alone, on load: a copy of the checkpoint whose last
+  // tensor (inside the last rank's slice, read by no other rank) has one corrupt value.
+  // load_checkpoint_sharded must throw that rank's checksum error on every rank, where a
+  // plain load would fail on the last rank only and leave the others going on.
+  {
+    const gpt::ParamTensor& last = layout.tensors().back();
+    checks.expect(last.offset >= floor_split(total, n, n - 1), "the last tensor is not inside the last slice");
+    const std::string corrupt = dir + "/corrupt";
+    if (rank == 0) {
+      fs::copy(path, corrupt, fs::copy_options::recursive);
+      const json table = json::parse(file_text(fs::path(corrupt) / "manifest.json"))["tensors"];
+      for (const json& row : table)
+        if (row["name"] == "param/" + last.name) {
+          std::fstream f(fs::path(corrupt) / row["file"].get<std::string>(),
+                         std::ios::in | std::ios::out | std::ios::binary);
+          const float bad = 12345.0f;
+          f.seekp(row["offset"].get<int64_t>());
+          f.write(reinterpret_cast<const char*>(&bad), sizeof bad);
+          break;
+        }
+    }
+    comm.barrier();
+    Slice back = Slice::poisoned(begin, end);
+    const std::string error = error_of([&] { gpt::load_checkpoint_sharded(comm, corrupt, layout, back.buffers()); });
+    const std::string origin = n > 1 ? "rank " + std::to_string(n - 1) + ": " : "";
+    expect_same_error_everywhere(comm, checks, "corrupt slice", error, "UserError",
+                                 origin + "tensor param/" + last.name + " in ");
+    checks.expect(error.find("fails its checksum") != std::string::npos, "corrupt slice: '" + error + "'");
+    // The control: the intact checkpoint loads on every rank through the same call.
+    const std::string fine = error_of([&] { gpt::load_checkpoint_sharded(comm, path, layout, back.buffers()); });
+    checks.expect(fine.empty(), "load_checkpoint_sharded of the intact checkpoint failed: " + fine);
+  }
+
   // An error on rank 0 alone: its run directory cannot be created (a regular file is
   // in the way). Every rank must fail with rank 0's UserError, not hang.
   {
