@@ -104,7 +104,8 @@ struct RunCheckpoints {
   bool sharded = false;  ///< every rank of dp writes its slice together; false: the lead rank writes alone
   /// Rank-local buffers (tensor parallelism and later): every rank of the world writes
   /// the counted elements of `local`, whose buffers are `buffers`' data (begin and end
-  /// unused), through the flat shards (layout_exchange.h); `layout` is then the local one.
+  /// unused), through the flat shards (layout_exchange.h); `layout` is then not read
+  /// (the stages pass their own, local or global: only `local` decides what is written).
   const RankLayout* local = nullptr;
   /// Called on every rank before a checkpoint is written (a rank holding several model
   /// chunks packs them into `buffers` there).
