@@ -3,6 +3,7 @@
 //   p = softmax(logits[0:V]) computed as exp(z - max) / sum,  loss = -log p[target]
 //   dlogits = dloss * (p - onehot(target))
 // Writing the gradient in the same pass means the N x V probabilities are never stored.
+// The sums of exps run in fixed lanes (lanes.h): vectorised, in an order set by V alone.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -10,6 +11,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/fast_exp.h"
+#include "kernels/cpu/lanes.h"
 
 namespace gpt::cpu {
 
@@ -22,9 +24,7 @@ void softmax_crossentropy(T* losses, T* dlogits, const T* logits, const int32_t*
     T max = z[0];
 #pragma omp simd reduction(max : max)
     for (int j = 1; j < V; ++j) max = z[j] > max ? z[j] : max;
-    T sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < V; ++j) sum += exp_t(z[j] - max);
+    const T sum = lane_sum<T>(V, [=](int j) { return exp_t(z[j] - max); });
     const T log_sum = std::log(sum);
     const int target = targets[i];
     losses[i] = log_sum - (z[target] - max);
@@ -58,8 +58,7 @@ void crossentropy_stats(T* row_max, T* row_sumexp, T* target_logit, const T* log
     const T* z = logits + size_t(i) * Vl;
     T max = -INFINITY;
     for (int j = 0; j < real; ++j) max = z[j] > max ? z[j] : max;
-    T sum = 0;
-    for (int j = 0; j < real; ++j) sum += exp_t(z[j] - max);
+    const T sum = lane_sum<T>(real, [=](int j) { return exp_t(z[j] - max); });
     const int t = targets[i] - v0;
     row_max[i] = max;
     row_sumexp[i] = sum;

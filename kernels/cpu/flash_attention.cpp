@@ -40,6 +40,10 @@
 // because O_A = sum_{u in A} e^{s_u - L_A} v_u (likewise B). The backward of a block
 // needs only the full row's L and O (see flash_attention.h).
 //
+// Arithmetic: dot products and the softmax's sums in fixed lanes (lanes.h), which the
+// compiler vectorises in an order that does not depend on the data's address; the scores'
+// exps are exp_t, the vectorisable exp for float (fast_exp.h) and the library's for double.
+//
 // Threads: OpenMP over (b, head). The backward runs in two passes, as a deterministic
 // GPU kernel does: key tiles outer for dK and dV (a tile's accumulators are its own),
 // query tiles outer for dQ. Every element of dqkv is summed by one thread in a fixed
@@ -52,6 +56,9 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "kernels/cpu/fast_exp.h"
+#include "kernels/cpu/lanes.h"
 
 namespace gpt::cpu {
 
@@ -111,20 +118,13 @@ FlashCounts flash_attention_forward(const FlashView<T>& a, T* out, T* lse, int B
               T* s = S.data() + size_t(r) * Bc;
               T mx = m[size_t(r)];
               for (int c = 0; c < cols; ++c) {
-                const T* k = Kj.data() + size_t(c) * hs;
-                T dot = 0;
-                for (int i = 0; i < hs; ++i) dot += q[i] * k[i];
-                s[c] = dot * scale;
+                s[c] = dot_lanes(q, Kj.data() + size_t(c) * hs, hs) * scale;
                 mx = std::max(mx, s[c]);
               }
               scores += cols;
-              const T e = std::exp(m[size_t(r)] - mx);  // e^{m - m'}: 0 on the row's first tile
-              T sum = 0;
-              for (int c = 0; c < cols; ++c) {
-                s[c] = std::exp(s[c] - mx);
-                sum += s[c];
-              }
-              l[size_t(r)] = e * l[size_t(r)] + sum;
+              const T e = std::exp(m[size_t(r)] - mx);  // e^{m - m'}: 0 on the row's first tile (exp_t clamps)
+              for (int c = 0; c < cols; ++c) s[c] = exp_t(s[c] - mx);
+              l[size_t(r)] = e * l[size_t(r)] + lane_sum<T>(cols, [=](int c) { return s[c]; });
               T* o = O.data() + size_t(r) * hs;
               for (int i = 0; i < hs; ++i) o[i] *= e;
               for (int c = 0; c < cols; ++c) {
@@ -166,6 +166,7 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
     std::vector<T> Kj(size_t(Bc) * hs), Vj(size_t(Bc) * hs);
     std::vector<T> dK(size_t(Bc) * hs), dV(size_t(Bc) * hs), dQ(size_t(Br) * hs),
         D(static_cast<size_t>(Tq));
+    std::vector<T> P(static_cast<size_t>(Bc)), dS(static_cast<size_t>(Bc));  // one row of the tile
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < a.B; ++b)
       for (int h = 0; h < NH; ++h) {
@@ -184,30 +185,23 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
               Vj[size_t(u - j0) * hs + i] = vb[size_t(u) * a.kv_stride + i];
             }
         };
-        // One score of the loaded key tile (row t, column c): recomputes s, then
-        // P = e^{s - L_t} (into p_out, for dV) and dP = dO_t . v_u; returns
-        // P (dP - D_t), which is dS before the 1/sqrt(hs) of the chain rule through s.
-        auto dscore = [&](const T* q, const T* g, int t, int c, T& p_out) {
-          const T* k = Kj.data() + size_t(c) * hs;
-          const T* v = Vj.data() + size_t(c) * hs;
-          T dot = 0, dp = 0;
-          for (int i = 0; i < hs; ++i) {
-            dot += q[i] * k[i];
-            dp += g[i] * v[i];
+        // Row t's scores on the loaded key tile, columns 0 .. cols-1: recomputes s, then
+        // P = e^{s - L_t} (for dV) and dP = dO_t . v_u, and leaves in dS the score's
+        // gradient P (dP - D_t) / sqrt(hs) (the last factor: the chain rule through s).
+        auto row_scores = [&](const T* q, const T* g, int t, int cols) {
+          for (int c = 0; c < cols; ++c) {
+            P[size_t(c)] = dot_lanes(q, Kj.data() + size_t(c) * hs, hs) * scale - L[t];
+            dS[size_t(c)] = dot_lanes(g, Vj.data() + size_t(c) * hs, hs) - D[size_t(t)];
           }
-          const T p = std::exp(dot * scale - L[t]);
-          p_out = p;
-          return p * (dp - D[size_t(t)]);
+          for (int c = 0; c < cols; ++c) {
+            P[size_t(c)] = exp_t(P[size_t(c)]);
+            dS[size_t(c)] = P[size_t(c)] * dS[size_t(c)] * scale;
+          }
         };
 
         // D_t = dO_t . O_t
-        for (int t = 0; t < Tq; ++t) {
-          const T* g = dO(t);
-          const T* o = out + (size_t(b) * Tq + t) * a.out_stride + size_t(h) * hs;
-          T d = 0;
-          for (int i = 0; i < hs; ++i) d += g[i] * o[i];
-          D[size_t(t)] = d;
-        }
+        for (int t = 0; t < Tq; ++t)
+          D[size_t(t)] = dot_lanes(dO(t), out + (size_t(b) * Tq + t) * a.out_stride + size_t(h) * hs, hs);
 
         // Pass 1, key tiles outer: dK_u and dV_u summed in the tile's own accumulators
         // over every query row that sees key u, then added to dk, dv once.
@@ -227,9 +221,9 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
               if (ju <= j0) continue;
               const T* q = qb + size_t(t) * a.q_stride;
               const T* g = dO(t);
+              row_scores(q, g, t, ju - j0);
               for (int c = 0; c < ju - j0; ++c) {
-                T p;
-                const T ds = dscore(q, g, t, c, p) * scale;
+                const T p = P[size_t(c)], ds = dS[size_t(c)];
                 T* dkc = dK.data() + size_t(c) * hs;
                 T* dvc = dV.data() + size_t(c) * hs;
                 for (int i = 0; i < hs; ++i) {
@@ -262,9 +256,9 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
               const T* q = qb + size_t(t) * a.q_stride;
               const T* g = dO(t);
               T* dqt = dQ.data() + size_t(t - i0) * hs;
+              row_scores(q, g, t, ju - j0);
               for (int c = 0; c < ju - j0; ++c) {
-                T p;
-                const T ds = dscore(q, g, t, c, p) * scale;
+                const T ds = dS[size_t(c)];
                 const T* k = Kj.data() + size_t(c) * hs;
                 for (int i = 0; i < hs; ++i) dqt[i] += ds * k[i];
               }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cpu/fast_exp.h"
+#include "kernels/cpu/lanes.h"
 #include "kernels/ops.h"
 #include "tests/ops/gradcheck.h"
 
@@ -545,4 +546,35 @@ TEST_CASE("ops: the CPU's fast float exp is within 2 ulp of exp, and NaN stays N
   // Outside the range the input is clamped: tiny or huge, never 0 nor infinite.
   CHECK(gpt::cpu::exp_fast(-1000.0f) > 0.0f);
   CHECK(std::isfinite(gpt::cpu::exp_fast(1000.0f)));
+}
+
+TEST_CASE("ops: fixed-lane sums give the same bits wherever the data lies", "[ops][lanes]") {
+  // 1000 values of mixed sign and size, copied to every offset 0..15 floats into a
+  // buffer (every alignment a 64-byte vector can meet), for every length 0..1000 in steps.
+  Rng rng(11);
+  std::vector<float> a(1000), b(1000);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = float(rng.normal() * std::exp(3 * rng.normal())), b[i] = float(rng.normal());
+  std::vector<float> shifted_a(a.size() + 16), shifted_b(b.size() + 16);
+  for (int n : {0, 1, 15, 16, 17, 31, 64, 100, 999, 1000}) {
+    INFO("n " << n);
+    const float at_zero = gpt::cpu::dot_lanes(a.data(), b.data(), n);
+    for (int offset = 0; offset < 16; ++offset) {
+      std::copy(a.begin(), a.end(), shifted_a.begin() + offset);
+      std::copy(b.begin(), b.end(), shifted_b.begin() + offset);
+      const float here = gpt::cpu::dot_lanes(shifted_a.data() + offset, shifted_b.data() + offset, n);
+      REQUIRE(float_bits(here) == float_bits(at_zero));
+    }
+    // Against double, within the bound of a sum of n products in float: n * 2^-24 of
+    // sum |a_i b_i| (each term is rounded once in the product and once per addition).
+    double exact = 0, magnitude = 0;
+    for (int i = 0; i < n; ++i) exact += double(a[size_t(i)]) * b[size_t(i)], magnitude += std::fabs(double(a[size_t(i)]) * b[size_t(i)]);
+    REQUIRE(std::fabs(at_zero - exact) <= (n + 1) * 0x1p-24 * magnitude);
+  }
+  // The control: these values are sensitive to the order of addition (summed backwards,
+  // the bits change), so equal bits at every offset above mean the same order.
+  float forwards = 0, backwards = 0;
+  for (size_t i = 0; i < a.size(); ++i) forwards += a[i] * b[i];
+  for (size_t i = a.size(); i-- > 0;) backwards += a[i] * b[i];
+  CHECK(float_bits(forwards) != float_bits(backwards));
+  CHECK(float_bits(gpt::cpu::dot_lanes(a.data(), b.data(), 1000)) != float_bits(forwards));
 }
