@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/lanes.h"
 
 namespace gpt::cpu {
 
@@ -21,12 +22,10 @@ double sum_of_squares(const T* g, size_t n) {
 #pragma omp parallel for schedule(static)
   for (size_t c = 0; c < chunks; ++c) {
     const size_t end = std::min(n, (c + 1) * kChunk);
-    double s = 0;
-    // The simd reduction keeps several partial sums (a fixed order chosen at compile
-    // time, so still independent of the thread count).
-#pragma omp simd reduction(+ : s)
-    for (size_t i = c * kChunk; i < end; ++i) s += double(g[i]) * double(g[i]);
-    part[c] = s;
+    // In fixed lanes (lanes.h): vectorised, in an order set by the chunk's length alone,
+    // so a tensor gets the same sum wherever its buffer lies.
+    const T* chunk = g + c * kChunk;
+    part[c] = lane_sum<double>(int(end - c * kChunk), [=](int i) { return double(chunk[i]) * double(chunk[i]); });
   }
   double total = 0;
   for (double s : part) total += s;
