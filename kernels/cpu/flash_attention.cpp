@@ -44,10 +44,13 @@
 // compiler vectorises in an order that does not depend on the data's address; the scores'
 // exps are exp_t, the vectorisable exp for float (fast_exp.h) and the library's for double.
 //
-// Threads: OpenMP over (b, head). The backward runs in two passes, as a deterministic
-// GPU kernel does: key tiles outer for dK and dV (a tile's accumulators are its own),
-// query tiles outer for dQ. Every element of dqkv is summed by one thread in a fixed
-// order, so the result does not depend on the thread count.
+// Threads: OpenMP over (b, head), so one thread owns a head's whole backward. It runs key
+// tiles outer: a tile's dK and dV have accumulators of their own, and every row's dQ has
+// one for the whole head, which receives the row's key tiles in increasing order, the
+// order a query-tiles-outer pass would add them in. (A GPU kernel, whose blocks own
+// tiles, not heads, needs a second pass for dQ to stay deterministic; here each score is
+// computed once.) Every element of dqkv is summed by one thread in a fixed order, so the
+// result does not depend on the thread count.
 #include "kernels/cpu/flash_attention.h"
 
 #include <algorithm>
@@ -164,7 +167,7 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
 #pragma omp parallel reduction(+ : visited, skipped, scores)
   {
     std::vector<T> Kj(size_t(Bc) * hs), Vj(size_t(Bc) * hs);
-    std::vector<T> dK(size_t(Bc) * hs), dV(size_t(Bc) * hs), dQ(size_t(Br) * hs),
+    std::vector<T> dK(size_t(Bc) * hs), dV(size_t(Bc) * hs), dQ(size_t(Tq) * hs),
         D(static_cast<size_t>(Tq));
     std::vector<T> P(static_cast<size_t>(Bc)), dS(static_cast<size_t>(Bc));  // one row of the tile
 #pragma omp for collapse(2) schedule(static)
@@ -203,8 +206,10 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
         for (int t = 0; t < Tq; ++t)
           D[size_t(t)] = dot_lanes(dO(t), out + (size_t(b) * Tq + t) * a.out_stride + size_t(h) * hs, hs);
 
-        // Pass 1, key tiles outer: dK_u and dV_u summed in the tile's own accumulators
-        // over every query row that sees key u, then added to dk, dv once.
+        // Key tiles outer: dK_u and dV_u summed in the tile's own accumulators over every
+        // query row that sees key u, then added to dk, dv once; dQ_t summed over the key
+        // tiles row t sees, then added to dq once at the end.
+        std::fill(dQ.begin(), dQ.end(), T(0));
         for (int kj = 0; kj < nk; ++kj) {
           const int j0 = kj * Bc, j1 = std::min(j0 + Bc, Tk);
           load_kv(j0, j1);
@@ -221,14 +226,17 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
               if (ju <= j0) continue;
               const T* q = qb + size_t(t) * a.q_stride;
               const T* g = dO(t);
+              T* dqt = dQ.data() + size_t(t) * hs;
               row_scores(q, g, t, ju - j0);
               for (int c = 0; c < ju - j0; ++c) {
                 const T p = P[size_t(c)], ds = dS[size_t(c)];
+                const T* k = Kj.data() + size_t(c) * hs;
                 T* dkc = dK.data() + size_t(c) * hs;
                 T* dvc = dV.data() + size_t(c) * hs;
                 for (int i = 0; i < hs; ++i) {
                   dvc[i] += p * g[i];
                   dkc[i] += ds * q[i];
+                  dqt[i] += ds * k[i];
                 }
               }
               scores += ju - j0;
@@ -241,32 +249,8 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
             }
         }
 
-        // Pass 2, query tiles outer: dQ_t summed over the key tiles the row sees
-        // (recomputing P and dP once more), then added to dq once.
-        for (int qi = 0; qi < nq; ++qi) {
-          const int i0 = qi * Br, i1 = std::min(i0 + Br, Tq);
-          std::fill(dQ.begin(), dQ.end(), T(0));
-          for (int kj = 0; kj < nk; ++kj) {
-            const int j0 = kj * Bc, j1 = std::min(j0 + Bc, Tk);
-            if (j0 > i1 - 1 + delta) break;  // the same tiles as pass 1 and the forward skip
-            load_kv(j0, j1);
-            for (int t = i0; t < i1; ++t) {
-              const int ju = std::min(j1, t + delta + 1);
-              if (ju <= j0) continue;
-              const T* q = qb + size_t(t) * a.q_stride;
-              const T* g = dO(t);
-              T* dqt = dQ.data() + size_t(t - i0) * hs;
-              row_scores(q, g, t, ju - j0);
-              for (int c = 0; c < ju - j0; ++c) {
-                const T ds = dS[size_t(c)];
-                const T* k = Kj.data() + size_t(c) * hs;
-                for (int i = 0; i < hs; ++i) dqt[i] += ds * k[i];
-              }
-            }
-          }
-          for (int t = i0; t < i1; ++t)
-            for (int i = 0; i < hs; ++i) dqb[size_t(t) * a.q_stride + i] += dQ[size_t(t - i0) * hs + i];
-        }
+        for (int t = 0; t < Tq; ++t)
+          for (int i = 0; i < hs; ++i) dqb[size_t(t) * a.q_stride + i] += dQ[size_t(t) * hs + i];
       }
   }
   return {visited, skipped, scores};
