@@ -3,11 +3,13 @@
 //   out  = xhat * w + b
 // Backward, with g = dout * w:
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw += dout*xhat,  db += dout
+// The row sums run in fixed lanes (lanes.h): vectorised, in an order set by C alone.
 #include <cmath>
 #include <cstddef>
 #include <stdexcept>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/lanes.h"
 
 namespace gpt::cpu {
 
@@ -19,12 +21,8 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; ++i) {
     const T* x = inp + size_t(i) * C;
-    T m = 0;
-    for (int c = 0; c < C; ++c) m += x[c];
-    m /= T(C);
-    T var = 0;
-    for (int c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
-    var /= T(C);
+    const T m = lane_sum<T>(C, [=](int c) { return x[c]; }) / T(C);
+    const T var = lane_sum<T>(C, [=](int c) { return (x[c] - m) * (x[c] - m); }) / T(C);
     const T s = T(1) / std::sqrt(var + T(kLayerNormEps));
     T* o = out + size_t(i) * C;
     for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c] + b[c];
@@ -46,14 +44,8 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
     const T* d = dout + size_t(i) * C;
     T* dx = dinp + size_t(i) * C;
     const T m = mean[i], s = rstd[i];
-    T mean_g = 0, mean_gx = 0;
-    for (int c = 0; c < C; ++c) {
-      const T g = d[c] * w[c];
-      mean_g += g;
-      mean_gx += g * (x[c] - m) * s;
-    }
-    mean_g /= T(C);
-    mean_gx /= T(C);
+    const T mean_g = lane_sum<T>(C, [=](int c) { return d[c] * w[c]; }) / T(C);
+    const T mean_gx = lane_sum<T>(C, [=](int c) { return d[c] * w[c] * (x[c] - m) * s; }) / T(C);
     for (int c = 0; c < C; ++c) dx[c] += s * (d[c] * w[c] - mean_g - (x[c] - m) * s * mean_gx);
   }
   // dw and db sum over rows: threads split the channels and each sums its rows in
