@@ -65,17 +65,20 @@ for p in "${ranks[@]}"; do
         theory+=("$(sed -E 's/.*\| theory ([0-9.]+)%.*/\1/' <<< "$line")")
         per_rank=$(sed -E 's/.*measured\): (.*) \| mean.*/\1/' <<< "$line")
       done
-      read -r mean low high theory_mean < <("$python" -c '
+      # The runs' mean, range and mean theory, their difference, and for zb-h1 its ratio
+      # to 1f1b's mean (argument 3, the 1f1b row printed just before).
+      read -r mean low high theory_mean diff ratio < <("$python" -c '
 import sys
 runs = [float(x) for x in sys.argv[1].split()]
 theory = [float(x) for x in sys.argv[2].split()]
-print(sum(runs) / len(runs), min(runs), max(runs), sum(theory) / len(theory))' "${measured[*]}" "${theory[*]}")
-      ratio=""
+mean, theory_mean = sum(runs) / len(runs), sum(theory) / len(theory)
+ratio = f"{mean / float(sys.argv[3]):.2f}" if sys.argv[3] else "-"
+print(mean, min(runs), max(runs), theory_mean, mean - theory_mean, ratio)' "${measured[*]}" "${theory[*]}" \
+        "$([[ $sched == zb-h1 ]] && echo "$mean_1f1b")")
       [[ $sched == 1f1b ]] && mean_1f1b=$mean
-      [[ $sched == zb-h1 ]] && ratio=$("$python" -c "print(f'{$mean / $mean_1f1b:.2f}')")
+      [[ $ratio == - ]] && ratio=""
       printf '%-12s %2d %3d %2d | %8.1f%% %13s %8.1f%% %+6.1f | %-9s | %s\n' "$sched" "$p" "$m" "$v" "$mean" \
-        "($(printf '%.1f-%.1f' "$low" "$high"))" "$theory_mean" "$("$python" -c "print($mean - $theory_mean)")" \
-        "$ratio" "$per_rank"
+        "($(printf '%.1f-%.1f' "$low" "$high"))" "$theory_mean" "$diff" "$ratio" "$per_rank"
     done
   done
 done

@@ -118,7 +118,9 @@ sanitize() {
 
 # The pipeline benchmark on CPU ranks: needs the MPI build, 4 cores and the fortunes data.
 pipeline_bench() {
-  [[ "${mpi_flags[0]}" == -DGPT_MPI=ON ]] || { warn "no MPI here (carry third_party_local): no pipeline benchmark"; return 1; }
+  # The build's own answer: a configure that failed with the carried MPI fell back to none.
+  grep -q '^GPT_MPI:STRING=ON$' "$build/CMakeCache.txt" 2> /dev/null ||
+    { warn "the build in $build has no MPI (carry third_party_local): no pipeline benchmark"; return 1; }
   (($(getconf _NPROCESSORS_ONLN) >= 4)) || { warn "fewer than 4 cores: the p = 4 bubble would measure contention"; return 1; }
   [[ -f data/fortunes/train.bin ]] || { warn "data/fortunes is missing: carry it"; return 1; }
   GPT_BUILD_DIR="$build" GPT_BENCH_REPEATS="${PIPE_REPEATS:-1}" scripts/bench_pipeline.sh 4
