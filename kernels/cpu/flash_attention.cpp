@@ -67,6 +67,17 @@ namespace gpt::cpu {
 
 namespace {
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// Copies keys and values j0 .. j1-1 of one head (rows `stride` apart) into the tiles
+// Kj and Vj, row c = u - j0 at c * hs.
+template <class T>
+void load_kv_tile(T* Kj, T* Vj, const T* kb, const T* vb, size_t stride, int j0, int j1, int hs) {
+  for (int u = j0; u < j1; ++u)
+    for (int i = 0; i < hs; ++i) {
+      Kj[size_t(u - j0) * hs + i] = kb[size_t(u) * stride + i];
+      Vj[size_t(u - j0) * hs + i] = vb[size_t(u) * stride + i];
+    }
+}
 void check_tiles(const char* fn, int Br, int Bc) {
   if (Br < 1 || Bc < 1)
     throw std::invalid_argument(std::string(fn) + ": tile sizes must be positive (Br=" +
@@ -107,11 +118,7 @@ FlashCounts flash_attention_forward(const FlashView<T>& a, T* out, T* lse, int B
               break;
             }
             ++visited;
-            for (int u = j0; u < j1; ++u)
-              for (int i = 0; i < hs; ++i) {
-                Kj[size_t(u - j0) * hs + i] = kb[size_t(u) * a.kv_stride + i];
-                Vj[size_t(u - j0) * hs + i] = vb[size_t(u) * a.kv_stride + i];
-              }
+            load_kv_tile(Kj.data(), Vj.data(), kb, vb, a.kv_stride, j0, j1, hs);
             for (int r = 0; r < rows; ++r) {
               const int t = i0 + r;
               const int ju = std::min(j1, t + delta + 1);  // row t sees keys j0 .. ju-1 of this tile
@@ -181,13 +188,6 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
         T* dvb = dv + size_t(b) * Tk * a.kv_stride + size_t(h) * hs;
         const T* L = lse + (size_t(b) * NH + h) * Tq;
         auto dO = [&](int t) { return dout + (size_t(b) * Tq + t) * a.out_stride + size_t(h) * hs; };
-        auto load_kv = [&](int j0, int j1) {
-          for (int u = j0; u < j1; ++u)
-            for (int i = 0; i < hs; ++i) {
-              Kj[size_t(u - j0) * hs + i] = kb[size_t(u) * a.kv_stride + i];
-              Vj[size_t(u - j0) * hs + i] = vb[size_t(u) * a.kv_stride + i];
-            }
-        };
         // Row t's scores on the loaded key tile, columns 0 .. cols-1: recomputes s, then
         // P = e^{s - L_t} (for dV) and dP = dO_t . v_u, and leaves in dS the score's
         // gradient P (dP - D_t) / sqrt(hs) (the last factor: the chain rule through s).
@@ -212,7 +212,7 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
         std::fill(dQ.begin(), dQ.end(), T(0));
         for (int kj = 0; kj < nk; ++kj) {
           const int j0 = kj * Bc, j1 = std::min(j0 + Bc, Tk);
-          load_kv(j0, j1);
+          load_kv_tile(Kj.data(), Vj.data(), kb, vb, a.kv_stride, j0, j1, hs);
           std::fill(dK.begin(), dK.end(), T(0));
           std::fill(dV.begin(), dV.end(), T(0));
           // query tiles that end before the row j0 - delta (the first to see key j0) are masked
