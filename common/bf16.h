@@ -5,7 +5,8 @@
 /// never computes in bf16: it converts (kernels/cpu/bf16.h rounds to nearest even).
 ///
 /// GradOf<A> is the type gradients of parameters are kept in when weights and
-/// activations are stored as A: fp32 for bf16 storage (DESIGN rule 9), A otherwise.
+/// activations are stored as A: fp32 for bf16 storage (docs/architecture.md, bf16 mode),
+/// A otherwise.
 #pragma once
 #include <cstdint>
 #include <type_traits>

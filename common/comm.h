@@ -1,6 +1,7 @@
 /// @file
 /// The Communicator: every byte that crosses between ranks goes through this interface
-/// (DESIGN rule 6), so a stage reads the same whether it runs on MPI or NCCL.
+/// (docs/architecture.md, rule 5), so a stage reads the same whether it runs on MPI or
+/// NCCL.
 ///
 /// Collectives over the ranks of one group (a communicator), in the usual meanings
 /// (MPI standard ch. 6; NCCL's collectives are the same operations):

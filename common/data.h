@@ -5,10 +5,11 @@
 /// little-endian int32 — [0] magic 20240520, [1] version 1, [2] number of tokens —
 /// then that many uint16 tokens.
 ///
-/// The loader follows DESIGN's global-batch rule: what a step trains on depends only
-/// on (seed, step), never on the layout. The train stream (all shards concatenated in
-/// sorted file-name order) is cut into W = floor((n_tokens - 1) / T) windows of T+1
-/// tokens (input and shifted target) at stride T. Epoch e visits the windows in the
+/// The loader follows the global-batch rule (docs/architecture.md, rule 7): what a step
+/// trains on depends only on (seed, step), never on the layout. The train stream (all
+/// shards concatenated in sorted file-name order) is cut into
+/// W = floor((n_tokens - 1) / T) windows of T+1 tokens (input and shifted target) at
+/// stride T. Epoch e visits the windows in the
 /// order  w(i) = (a_e * i + c_e) mod W  with a_e coprime to W, a permutation drawn from
 /// (seed, e) by the counter-based RNG. Global sequence j of the run is window
 /// w(j mod W) of epoch j / W; step s uses sequences j = s*batch_size .. +batch_size-1,

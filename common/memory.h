@@ -1,7 +1,7 @@
 /// @file
-/// Memory accounting: the bytes a rank holds, by kind, as DESIGN asks every stage to
-/// report (at start, and in every metrics line). Later stages shard these kinds; their
-/// lessons compare the ledger with the per-rank formula.
+/// Memory accounting: the bytes a rank holds, by kind, which every stage reports (at
+/// start, and in every metrics line: docs/metrics.md). Later stages shard these kinds;
+/// their lessons compare the ledger with the per-rank formula.
 ///
 /// The bytes are not computed: every DeviceArray reports its allocation and its release
 /// to the process's MemoryTracker under the kind in force when it was made (MemScope,

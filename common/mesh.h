@@ -1,7 +1,7 @@
 /// @file
-/// The process mesh (DESIGN rule 7): world rank -> coordinates (dp, pp, cp, tp), with
-/// tp varying fastest, so the ranks of a tensor-parallel group are neighbours (one node,
-/// fastest links), then cp, then pp, and dp slowest:
+/// The process mesh (docs/architecture.md, rule 6): world rank -> coordinates
+/// (dp, pp, cp, tp), with tp varying fastest, so the ranks of a tensor-parallel group
+/// are neighbours (one node, fastest links), then cp, then pp, and dp slowest:
 /// ```
 ///   rank = ((dp_i * pp + pp_i) * cp + cp_i) * tp + tp_i
 /// ```

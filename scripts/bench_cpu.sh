@@ -4,8 +4,8 @@
 #   scripts/bench_cpu.sh [--set key=value ...]      e.g. --set threads=1
 #
 # Builds, prepares the default dataset, and runs stage 01 with
-# configs/bench-124m-cpu.json (12 layers, 768 wide, 12 heads, vocabulary 50304,
-# micro-batch 4, T=64, fp32) for a few steps without validation, checkpoint or
+# configs/bench-124m-cpu.json (12 layers, 768 wide, 12 heads, vocabulary 50257 padded
+# to 50304, micro-batch 4, T=64, fp32) for a few steps without validation, checkpoint or
 # sample, in a temporary run directory. From its metrics.jsonl it drops the warm-up
 # steps and prints the steady state: ms/step (median), tokens/s, achieved GFLOP/s,
 # the machine's fp32 FMA peak measured by build/bin/cpu_peak, the share of that

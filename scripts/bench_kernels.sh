@@ -4,7 +4,7 @@
 #   bench_ops         the memory-bound ops: achieved GB/s and % of the DRAM peak
 #   bench_attention   every attention version (its rows also go to a JSON-lines file)
 #   bench_sdpa.py     PyTorch's scaled_dot_product_attention (flash, cuDNN) at the same shapes
-#   attention_vs_pytorch.py   the two joined: % of PyTorch flash, and the targets
+#   attention_vs_pytorch.py   the two joined: % of PyTorch flash, and the attention targets
 #
 #   scripts/bench_kernels.sh [BUILD_DIR]          (default: build)
 #

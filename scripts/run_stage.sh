@@ -6,7 +6,7 @@
 # STAGE is a stage directory (02_ddp), its number (02 or 2) or a prefix of its name;
 # the binary is build/stages/STAGE/train (GPT_BUILD_DIR overrides build). Arguments
 # after STAGE go to every rank unchanged, e.g.
-#   scripts/run_stage.sh 4 02 --config configs/tiny.json --set steps=20
+#   scripts/run_stage.sh 4 02 --config configs/tiny.json --set micro_batch_size=1 --set steps=20
 # Each rank gets OMP_NUM_THREADS = cores / N (at least 1) unless it is already set, and
 # OMP_WAIT_POLICY=passive when ranks outnumber cores, so that idle OpenMP threads sleep
 # instead of spinning on a core another rank needs. mpirun runs with --oversubscribe

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Our attention ladder against PyTorch's, row by row, and the issue's targets.
+"""Our attention ladder against PyTorch's, row by row, and the speed targets set for it.
 
   attention_vs_pytorch.py OURS.jsonl PYTORCH.jsonl
 
@@ -17,8 +17,8 @@ bf16, so our fp32 rows find no partner), and for every version and pass it print
   cudnn      PyTorch's cuDNN backend, "n/a" where that PyTorch did not offer it
   % flash    ours / flash
 
-then the targets of the attention issue, each for our best version at that shape (the
-fastest row whose correctness check did not fail):
+then the attention targets (listed in docs/benchmarks/README.md), each for our best
+version at that shape (the fastest row whose correctness check did not fail):
 
   forward + backward, causal, hs = 64, T = 1024 and 2048:  >= 70% of PyTorch flash
   forward alone,      causal, hs = 64, T = 1024 and 2048:  >= 80% of PyTorch flash
@@ -33,7 +33,7 @@ import sys
 
 PASS_ORDER = {"fwd": 0, "bwd": 1, "fwd+bwd": 2}
 FAILED_CHECKS = ("WRONG", "NaN")  # rows with these verdicts cannot be our "best"
-# (pass, hs, T, minimum fraction of PyTorch flash's TFLOP/s): the issue's targets.
+# (pass, hs, T, minimum fraction of PyTorch flash's TFLOP/s): the attention targets.
 TARGETS = [
     ("fwd+bwd", 64, 1024, 0.70),
     ("fwd+bwd", 64, 2048, 0.70),

@@ -15,10 +15,11 @@
 //                                        A = dout stored N x OC (lda = OC), B = inp (N x C,
 //                                        ldb = C), C = dW (ldc = C), accumulate, Tout = float
 //
-// Parameter gradients are fp32 (DESIGN rule 9): in bf16 mode dW is a bf16 -> float
-// product, so the sum over the N rows never passes through bf16. With gelu_out the
-// forward also writes gelu(out) from the GEMM's epilogue: the MLP's pre-activation and
-// activation leave the same kernel, and the activation costs no extra pass over memory.
+// Parameter gradients are fp32 (docs/architecture.md, bf16 mode): in bf16 mode dW is a
+// bf16 -> float product, so the sum over the N rows never passes through bf16. With
+// gelu_out the forward also writes gelu(out) from the GEMM's epilogue: the MLP's
+// pre-activation and activation leave the same kernel, and the activation costs no
+// extra pass over memory.
 //
 //   dbias += column sums of dout         bias_backward below (not a GEMM)
 //

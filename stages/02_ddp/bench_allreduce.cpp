@@ -103,7 +103,8 @@ int bench(Communicator& comm, int argc, char** argv) {
 #ifdef GPT_HAVE_MPI
   // The backend posts MPI_Iallreduce and polls it (to time out on a lost peer and to
   // leave the core to other ranks while waiting); the plain blocking call is the
-  // reference the target names. This communicator is the whole world.
+  // reference the ring is measured against (its target: at most 1.5x the time of this
+  // call, docs/benchmarks/README.md). This communicator is the whole world.
   if (std::string(comm.backend()) == "mpi")
     candidates.push_back({"MPI_Allreduce (blocking)", [&] {
                             MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(count), MPI_FLOAT, MPI_SUM,

@@ -1,5 +1,5 @@
 // Stage 08: pipeline parallelism with the 1F1B schedule, composed with tensor
-// parallelism (stage 06) and data parallelism with ZeRO 0, 1 or 2. The ranks form a
+// parallelism (stage 06) and data parallelism with ZeRO 0, 1, 2 or 3. The ranks form a
 // dp x pp x tp mesh: the pp ranks of a pipeline hold consecutive ranges of layers
 // (stages; the first also the embeddings, the last ln_f and the tied LM head) and pass
 // each micro-batch's activations forward and their gradients back.
@@ -12,6 +12,7 @@
 //                   (tied_embedding.h); the data-parallel store reduces over dp
 //                   the global norm (each element counted once), AdamW on this rank's
 //                   range of its local buffer, all-gather over dp for zero=1 and 2
+//                   (zero=3 gathers each unit when it computes)
 // See schedule_1f1b.h for the schedule, and README.md for the lesson; the executor, the
 // tied embedding and everything else are stage 07's.
 #include <omp.h>

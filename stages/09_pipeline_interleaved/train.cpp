@@ -1,7 +1,7 @@
 // Stage 09: pipeline parallelism with v model chunks per rank (virtual stages) and the
 // schedule chosen by `schedule`: interleaved 1F1B (the default), or 1F1B, GPipe or the
 // zero-bubble ZB-H1 on one chunk; composed with tensor parallelism (stage 06) and data
-// parallelism with ZeRO 0, 1 or 2, as stages 07 and 08.
+// parallelism with ZeRO 0, 1, 2 or 3, as stages 07 and 08.
 //   for each step:  zero grads
 //                   run this rank's schedule over the step's m micro-batches on its v
 //                   chunks (pipeline_executor.h): chunk c of rank r is virtual stage c p + r,
@@ -11,6 +11,7 @@
 //                   chunk's store reduces over dp
 //                   the global norm (per tensor: the same bits as stage 08's), AdamW on
 //                   each chunk's range of its local buffer, all-gather over dp for zero=1 and 2
+//                   (zero=3 gathers each unit when it computes)
 // See schedule_interleaved.h for the schedule, model_chunks.h for the chunks, and
 // README.md for the lesson.
 #include <omp.h>

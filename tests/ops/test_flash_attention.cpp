@@ -13,7 +13,8 @@
 // (normwise: against the largest element of the tensor) leaves a wide margin and still
 // catches any missing rescale, masked key or wrong tile boundary (those are O(1) errors).
 //
-// Float: derived as DESIGN rule 9 says, against the double reference as ground truth.
+// Float: derived as rule 8 of docs/architecture.md says, against the double reference
+// as ground truth.
 // Each output element is a short chain of float sums: a score is a dot product of hs
 // terms; the normaliser and each output are sums of up to T terms; dV, dK, dQ are sums
 // of up to T products. A float sum of n terms errs by at most n eps32 sum|terms| and,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The PyTorch oracle for our GPT-2 (issue 2, item 7).
+"""The PyTorch oracle for our GPT-2: an independent implementation to check ours against.
 
 oracle_dump (oracle_dump.cpp) ran our C++ model on a fixed problem in three
 precisions and wrote its results, the initial weights, the tokens and a meta.json

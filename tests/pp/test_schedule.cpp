@@ -1,5 +1,5 @@
-// GPipe (stage 07) and 1F1B (stage 08) on the simulated machine: for the shapes of the
-// pipeline issue's list and more, no deadlock, every micro-batch forwarded and
+// GPipe (stage 07) and 1F1B (stage 08) on the simulated machine: for p from 1 to 8, with
+// m below, equal to and above p, no deadlock, every micro-batch forwarded and
 // backwarded once per rank with backwards in micro-batch order, messages paired by tag,
 // the bubble equal to (p-1)/(m+p-1) (tF = 1, tB = 2: exact in binary floating point up
 // to the division), GPipe holding m micro-batches in flight and 1F1B min(p - r, m).

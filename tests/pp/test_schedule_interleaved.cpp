@@ -46,7 +46,8 @@ void check_against_theory(const std::string& name, int p, int m, int v, const Pi
   }
 }
 
-// The shapes of the pipeline issue, and m around p for each (p, v).
+// (p, m) shapes with m below, equal to and above p; and (p, v) pairs for the
+// interleaved schedule, each run with every m from 1 to 3p + 1 (m around p).
 const std::vector<std::pair<int, int>> kShapes = {{1, 1}, {2, 1}, {2, 2}, {3, 2}, {3, 7}, {4, 8}, {4, 5}, {5, 12}};
 const std::vector<std::pair<int, int>> kInterleaved = {{2, 2}, {2, 3}, {3, 2}, {4, 3}, {1, 3}};
 

@@ -7,13 +7,13 @@
 
 Each DIR is a run directory holding metrics.jsonl and step_XXXXXXXX/ checkpoints.
 
-Tolerance mode. The ground truth is stage 01 run in float64 (precision=fp64, DESIGN rule
-9) on the same global batch; the reference is the earlier stage in fp32. The fp32
-reference's own distance from the truth, e_ref, is what fp32 rounding does to this very
-quantity on this very trajectory; a candidate that computes the same thing in another
-order (sums over ranks instead of over rows, shards instead of one buffer) makes
-rounding errors of the same kind and size. So a candidate passes when, for every logged
-step and every tensor kind,
+Tolerance mode. The ground truth is stage 01 run in float64 (precision=fp64; rule 8 of
+docs/architecture.md) on the same global batch; the reference is the earlier stage in
+fp32. The fp32 reference's own distance from the truth, e_ref, is what fp32 rounding
+does to this very quantity on this very trajectory; a candidate that computes the same
+thing in another order (sums over ranks instead of over rows, shards instead of one
+buffer) makes rounding errors of the same kind and size. So a candidate passes when, for
+every logged step and every tensor kind,
 
     |candidate - truth| <= min(K * max(e_ref, floor), CAP * |truth|)
 

@@ -10,14 +10,14 @@ checkpoint of step K-1 written by another stage and layout and ran steps K..N on
 its metrics.jsonl must hold exactly the train steps K..N (a run that silently started
 fresh would log steps 1..N, and fails here).
 
-Tolerance: the derivation of tests/stages/compare_runs.py (DESIGN rule 9), restricted
-to steps K..N. The baselines are other stages and layouts (other dp) computing the same
-thing uninterrupted; they differ from the reference only in the order of fp32 sums, so
-their spread |baseline - reference| is the size of the reordering error on this problem.
-A candidate's state at step K-1 is the one the checkpoint's writer had, read by another
-layout; from there it reorders the sums as its own layout does. So it passes when, for
-each of the steps K..N, the loss and the gradient norm, and at step N each tensor kind
-of the final checkpoint (param, adam_m, adam_v, in the 2-norm),
+Tolerance: the derivation of tests/stages/compare_runs.py (docs/architecture.md, rule
+8), restricted to steps K..N. The baselines are other stages and layouts (other dp)
+computing the same thing uninterrupted; they differ from the reference only in the order
+of fp32 sums, so their spread |baseline - reference| is the size of the reordering error
+on this problem. A candidate's state at step K-1 is the one the checkpoint's writer had,
+read by another layout; from there it reorders the sums as its own layout does. So it
+passes when, for each of the steps K..N, the loss and the gradient norm, and at step N
+each tensor kind of the final checkpoint (param, adam_m, adam_v, in the 2-norm),
 
     |candidate - reference| <= 4 * max_baseline |baseline - reference| + floor
 

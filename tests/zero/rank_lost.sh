@@ -3,7 +3,7 @@
 # peer, not hang. Stage 02 at dp = 3 trains the tiny model for far more steps than the
 # test lasts; once it has logged a few, rank 2 is taken away (rank_lost.py):
 #   kill  SIGKILL: mpirun notices the death and ends the job, naming the rank; the job
-#         must end within 60 s (issue 5's bound);
+#         must end within 60 s, the bound this test sets for a lost rank;
 #   stop  SIGSTOP: a hung rank; the peers' comm_timeout_s (12 s here) runs out, one of
 #         them reports "no message from rank 2" and aborts the job; the job must end
 #         within comm_timeout_s + 10 s: one timeout, then the abort (docs/distributed.md,
