@@ -446,8 +446,8 @@ void write_manifest(const CheckpointPaths& p, const Config& cfg, const ParamLayo
       {"step", state.step},
       {"sample_counter", state.sample_counter},
       {"layout", layout_json},
-      // The data loader hands every layout the same sequences for a step (DESIGN
-      // rule 8), so the number of completed steps is the global data position.
+      // The data loader hands every layout the same sequences for a step (rule 7 of
+      // docs/architecture.md), so the number of completed steps is the global data position.
       {"data_position", {{"step", state.step}}},
       {"config", ordered_json::parse(config_to_json(cfg))},
       {"model", model_json(layout.model())},
@@ -476,6 +476,10 @@ void publish(const CheckpointPaths& p) {
     fs::rename(p.tmp_dir, p.final_dir, ec);
     if (ec)
       fail("cannot rename " + p.tmp_dir.string() + " to " + p.final_dir.string() + ": " + ec.message());
+    // A copy moved aside by a publish that was killed between its renames: the step
+    // it stood for is complete again.
+    fs::remove_all(p.root / (p.name + ".old"), ec);
+    if (ec) fail("cannot remove " + (p.root / (p.name + ".old")).string() + ": " + ec.message());
   }
   fsync_directory(p.root);
 }
@@ -829,26 +833,41 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
 
 namespace {
 
-// Complete checkpoints in run_dir, sorted by step (oldest first).
+// Complete checkpoints in run_dir, sorted by step (oldest first). A step_N.old (the copy
+// publish() moves aside while it replaces a step saved before) stands for step N only
+// when step_N itself is missing: a job killed between publish()'s two renames leaves it
+// as the only complete copy of that step.
 std::vector<std::pair<int64_t, fs::path>> complete_checkpoints(const std::string& run_dir) {
-  std::vector<std::pair<int64_t, fs::path>> found;
+  std::map<int64_t, fs::path> by_step;
   std::error_code ec;
-  if (!fs::is_directory(run_dir, ec)) return found;  // no run yet: no checkpoints
+  if (!fs::is_directory(run_dir, ec)) return {};  // no run yet: no checkpoints
   fs::directory_iterator it(run_dir, ec);
   if (ec) fail("cannot list " + run_dir + ": " + ec.message());
   for (const fs::directory_entry& entry : it) {
+    std::string name = entry.path().filename().string();
+    const bool moved_aside = name.size() > 4 && name.compare(name.size() - 4, 4, ".old") == 0;
+    if (moved_aside) name.resize(name.size() - 4);
     int64_t step = 0;
-    if (!parse_step_dir_name(entry.path().filename().string(), step)) continue;
+    if (!parse_step_dir_name(name, step)) continue;
     // No manifest means the directory is not a complete checkpoint (the manifest is
     // written last); skip it rather than resume from it.
     std::error_code entry_ec;
     if (!entry.is_directory(entry_ec) ||
         !fs::is_regular_file(entry.path() / "manifest.json", entry_ec))
       continue;
-    found.emplace_back(step, entry.path());
+    if (moved_aside) by_step.emplace(step, entry.path());  // never displaces step_N
+    else by_step[step] = entry.path();
   }
-  std::sort(found.begin(), found.end());
-  return found;
+  return {by_step.begin(), by_step.end()};
+}
+
+// The step a checkpoint directory was written at, from its manifest.
+int64_t checkpoint_step(const std::string& path) {
+  const json manifest = read_manifest(path);
+  const auto step = manifest.find("step");
+  if (step == manifest.end() || !step->is_number_integer())
+    fail(path + "/manifest.json has no integer \"step\" (corrupt checkpoint manifest)");
+  return step->get<int64_t>();
 }
 
 }  // namespace
@@ -871,8 +890,21 @@ void prune_checkpoints(const std::string& run_dir, int keep) {
 }
 
 std::string resolve_resume(const std::string& resume, const std::string& run_dir) {
-  if (resume != "latest") return resume;
-  return latest_checkpoint(run_dir);
+  const std::string path = resume == "latest" ? latest_checkpoint(run_dir) : resume;
+  // A checkpoint in run_dir past the step this run starts from was written by another
+  // run. Writing beside it would mix two runs' checkpoints: pruning (newest steps kept)
+  // would delete this run's own saves first, and a later resume=latest would continue
+  // the other run. So the run refuses, before it writes anything.
+  const auto found = complete_checkpoints(run_dir);
+  if (found.empty()) return path;
+  const int64_t start = path.empty() ? 0 : checkpoint_step(path);
+  if (found.back().first > start)
+    fail("run_dir '" + run_dir + "' already holds checkpoints of another run, up to " +
+         found.back().second.filename().string() + ", past the step this run starts from (" +
+         (path.empty() ? std::string("step 0: resume is empty") : std::to_string(start) + ": resume=" + path) +
+         "); this run's checkpoints would mix with them and be pruned first. Continue that run with "
+         "resume=latest, or give this run another run_dir");
+  return path;
 }
 
 CheckpointMirror::CheckpointMirror(std::vector<Entry> entries, int64_t begin)

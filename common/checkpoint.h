@@ -1,5 +1,5 @@
 /// @file
-/// Layout-independent checkpoints (DESIGN "Checkpoints").
+/// Layout-independent checkpoints (docs/checkpoints.md).
 ///
 /// ```
 /// A checkpoint is a directory `<run_dir>/step_00000100/` holding
@@ -125,12 +125,15 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
 CheckpointState load_checkpoint_sharded(Communicator& comm, const std::string& path, const ParamLayout& layout,
                                         const std::vector<CheckpointBuffer>& buffers);
 
-/// The newest complete checkpoint in run_dir ("" when there is none).
+/// The newest complete checkpoint in run_dir ("" when there is none). A step_N.old left
+/// by a save killed while it replaced step N counts when step_N is missing.
 std::string latest_checkpoint(const std::string& run_dir);
 
 /// What the config's `resume` names: "" (start fresh) stays "", "latest" becomes the
 /// newest checkpoint in run_dir ("" when there is none yet: a first run starts fresh),
-/// anything else is a path, returned as given (loading checks it).
+/// anything else is a path, returned as given (loading checks it). Throws a UserError
+/// when run_dir holds a checkpoint past the step the run starts from (0 when fresh):
+/// another run's, which this one's checkpoints would be mixed with and pruned before.
 std::string resolve_resume(const std::string& resume, const std::string& run_dir);
 
 /// Deletes all but the newest `keep` complete checkpoints (keep <= 0 keeps all).

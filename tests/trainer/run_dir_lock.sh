@@ -56,6 +56,6 @@ diff "$WORK/before.txt" "$WORK/after.txt" || { echo "FAIL: the refused jobs chan
 # Negative control: the same second job, once the running one is gone, is not refused.
 kill -9 "$running"
 wait "$running" 2>/dev/null || true
-"$TRAIN" $(tiny_args "$D" "$RUN") "${quiet[@]}" --set steps=3 --set resume= > "$WORK/after_end.log" 2>&1 ||
+"$TRAIN" $(tiny_args "$D" "$RUN") "${quiet[@]}" --set steps=3 --set resume=latest > "$WORK/after_end.log" 2>&1 ||
   { echo "FAIL: after the first job ended the directory is still locked"; cat "$WORK/after_end.log"; exit 1; }
 echo "PASS"
