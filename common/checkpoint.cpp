@@ -752,6 +752,7 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
            std::to_string(kVersion));
     check_model(manifest, layout.model(), manifest_path);
     state.step = manifest.at("step").get<int64_t>();
+    if (state.step < 0) fail(manifest_path + " has step " + std::to_string(state.step) + ": a step count is >= 0");
     state.sample_counter = manifest.at("sample_counter").get<uint64_t>();
     state.layout_json = manifest.at("layout").dump();
     table = read_table(manifest, manifest_path);
@@ -865,8 +866,8 @@ std::vector<std::pair<int64_t, fs::path>> complete_checkpoints(const std::string
 int64_t checkpoint_step(const std::string& path) {
   const json manifest = read_manifest(path);
   const auto step = manifest.find("step");
-  if (step == manifest.end() || !step->is_number_integer())
-    fail(path + "/manifest.json has no integer \"step\" (corrupt checkpoint manifest)");
+  if (step == manifest.end() || !step->is_number_integer() || step->get<int64_t>() < 0)
+    fail(path + "/manifest.json has no \"step\" that is an integer >= 0 (corrupt checkpoint manifest)");
   return step->get<int64_t>();
 }
 
@@ -889,17 +890,23 @@ void prune_checkpoints(const std::string& run_dir, int keep) {
   }
 }
 
-std::string resolve_resume(const std::string& resume, const std::string& run_dir) {
-  const std::string path = resume == "latest" ? latest_checkpoint(run_dir) : resume;
+std::string resolve_resume(const Config& cfg) {
+  const std::string path = cfg.resume == "latest" ? latest_checkpoint(cfg.run_dir) : cfg.resume;
+  const int64_t start = path.empty() ? 0 : checkpoint_step(path);
+  // `steps` counts from the start of the run, not from the resume. Below the checkpoint's
+  // step it is a mistake (the run would train nothing and save the checkpoint again
+  // under its step); 0 is the way to only evaluate and sample a checkpoint.
+  if (cfg.steps > 0 && cfg.steps < start)
+    fail("steps=" + std::to_string(cfg.steps) + " is below step " + std::to_string(start) + " of the checkpoint " +
+         path + " (steps counts from the start of the run, resumed runs included): set steps above " +
+         std::to_string(start) + " to train on, or steps=0 to only evaluate and sample it");
   // A checkpoint in run_dir past the step this run starts from was written by another
   // run. Writing beside it would mix two runs' checkpoints: pruning (newest steps kept)
   // would delete this run's own saves first, and a later resume=latest would continue
   // the other run. So the run refuses, before it writes anything.
-  const auto found = complete_checkpoints(run_dir);
-  if (found.empty()) return path;
-  const int64_t start = path.empty() ? 0 : checkpoint_step(path);
-  if (found.back().first > start)
-    fail("run_dir '" + run_dir + "' already holds checkpoints of another run, up to " +
+  const auto found = complete_checkpoints(cfg.run_dir);
+  if (!found.empty() && found.back().first > start)
+    fail("run_dir '" + cfg.run_dir + "' already holds checkpoints of another run, up to " +
          found.back().second.filename().string() + ", past the step this run starts from (" +
          (path.empty() ? std::string("step 0: resume is empty") : std::to_string(start) + ": resume=" + path) +
          "); this run's checkpoints would mix with them and be pruned first. Continue that run with "

@@ -129,12 +129,15 @@ CheckpointState load_checkpoint_sharded(Communicator& comm, const std::string& p
 /// by a save killed while it replaced step N counts when step_N is missing.
 std::string latest_checkpoint(const std::string& run_dir);
 
-/// What the config's `resume` names: "" (start fresh) stays "", "latest" becomes the
-/// newest checkpoint in run_dir ("" when there is none yet: a first run starts fresh),
-/// anything else is a path, returned as given (loading checks it). Throws a UserError
-/// when run_dir holds a checkpoint past the step the run starts from (0 when fresh):
-/// another run's, which this one's checkpoints would be mixed with and pruned before.
-std::string resolve_resume(const std::string& resume, const std::string& run_dir);
+/// The checkpoint a run resumes, from the config's `resume`: "" (start fresh) stays "",
+/// "latest" becomes the newest checkpoint in run_dir ("" when there is none yet: a first
+/// run starts fresh), anything else is a path, returned as given (loading checks the
+/// rest). Throws a UserError when
+/// - `steps` (> 0) is below the checkpoint's step: steps counts from the start of the run;
+///   steps=0 only evaluates and samples;
+/// - run_dir holds a checkpoint past the step the run starts from (0 when fresh): another
+///   run's, which this one's checkpoints would be mixed with and pruned before.
+std::string resolve_resume(const Config& cfg);
 
 /// Deletes all but the newest `keep` complete checkpoints (keep <= 0 keeps all).
 /// In a multi-rank run call it on rank 0 only (after the save has returned): ranks

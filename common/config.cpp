@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -25,6 +26,8 @@
 #include <system_error>
 #include <variant>
 #include <vector>
+
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -320,6 +323,28 @@ void check_double(bool ok, const char* key, double value, const std::string& rea
   check(ok, key, show(value), reason);
 }
 
+// A model too large for this machine fails here, before its layout (a name and a shape
+// for each of its 12 n_layer + 5 tensors) and its buffers are built: the least a rank
+// holds is its share of the fp32 weights, 1/(tp pp) of them, 1/(tp pp dp) under ZeRO-3.
+void require_memory_for_weights(const Config& cfg, int dp) {
+  const ModelConfig& m = cfg.model;
+  const double C = m.n_embd;
+  const double params = double(m.padded_vocab()) * C + double(m.block_size) * C +
+                        double(m.n_layer) * (12 * C * C + 13 * C) + 2 * C;
+  const double share = double(std::max(cfg.tp, 1)) * std::max(cfg.pp, 1) * (cfg.zero >= 3 ? std::max(dp, 1) : 1);
+  const double bytes = 4 * params / share;
+  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  if (memory > 0 && bytes > memory) {
+    char text[256];
+    std::snprintf(text, sizeof text,
+                  "%.3g parameters; this rank's share of them (1/%.0f) needs %.3g GB in fp32 alone, more than "
+                  "this machine's %.3g GB of memory",
+                  params, share, bytes / 1e9, memory / 1e9);
+    fail("n_layer=" + std::to_string(m.n_layer) + ", n_embd=" + std::to_string(m.n_embd) +
+         ", vocab_size=" + std::to_string(m.vocab_size) + ": " + text);
+  }
+}
+
 }  // namespace
 
 // -------------------------------------------------------------------------------------------
@@ -328,8 +353,20 @@ void check_double(bool ok, const char* key, double value, const std::string& rea
 
 void apply_json_text(Config& cfg, const std::string& json_text, const std::string& origin) {
   Json doc;
+  // nlohmann keeps the last of two equal keys without a word; a config that sets a key
+  // twice is a mistake whichever value was meant, so the parse reports it.
+  std::vector<std::string> top_level_keys;
+  const auto note_keys = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::key && depth == 1) {
+      const std::string name = parsed.get<std::string>();
+      if (std::find(top_level_keys.begin(), top_level_keys.end(), name) != top_level_keys.end())
+        fail(origin + ": key '" + name + "' is given twice");
+      top_level_keys.push_back(name);
+    }
+    return true;
+  };
   try {
-    doc = Json::parse(json_text);
+    doc = Json::parse(json_text, note_keys);
   } catch (const Json::parse_error& e) {
     // e.what() starts with "[json.exception.parse_error.101] "; the rest (line, column
     // and what was expected) is the part worth showing.
@@ -359,6 +396,9 @@ void apply_json_text(Config& cfg, const std::string& json_text, const std::strin
 }
 
 void apply_json_file(Config& cfg, const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    fail("config file '" + path + "' is a directory, not a JSON file");
   std::ifstream in(path, std::ios::binary);
   // A failed open leaves the reason in errno (on POSIX systems, where this runs).
   if (!in) fail("cannot read config file '" + path + "': " + std::strerror(errno));
@@ -449,6 +489,7 @@ void validate(const Config& cfg, int dp) {
   if (m.n_embd % m.n_head != 0)
     fail("n_head=" + std::to_string(m.n_head) + " does not divide n_embd=" +
          std::to_string(m.n_embd) + " (every head gets n_embd / n_head channels)");
+  require_memory_for_weights(cfg, dp);
 
   // Batch. The global batch is fixed by the config; the layout only decides how it is
   // cut, so it must cut evenly: batch_size = micro_batch_size * grad_accum * dp.
@@ -457,6 +498,10 @@ void validate(const Config& cfg, int dp) {
                 "] (the position embedding has block_size rows)");
   check_int(cfg.batch_size > 0, "batch_size", cfg.batch_size, "must be positive");
   check_int(cfg.micro_batch_size > 0, "micro_batch_size", cfg.micro_batch_size, "must be positive");
+  // The ops take an activation's row count (micro-batch x sequence) as an int.
+  check_int(int64_t(cfg.micro_batch_size) * cfg.seq_len <= std::numeric_limits<int>::max(), "micro_batch_size",
+            cfg.micro_batch_size,
+            "times seq_len=" + std::to_string(cfg.seq_len) + " must be at most 2^31 - 1 (an activation's rows)");
   if (dp < 1) fail("data-parallel degree dp=" + std::to_string(dp) + " must be positive");
   int64_t per_micro_step = int64_t(cfg.micro_batch_size) * dp;  // int64: no overflow
   if (cfg.batch_size % per_micro_step != 0)
@@ -517,6 +562,11 @@ void validate(const Config& cfg, int dp) {
 
   // Sampling.
   check_int(cfg.sample_tokens >= 0, "sample_tokens", cfg.sample_tokens, "must be >= 0");
+  if (cfg.sample_tokens > 0)  // the sampler feeds the prompt's bytes in as token ids
+    for (const unsigned char byte : cfg.prompt)
+      if (byte >= m.vocab_size)
+        fail("prompt: byte " + std::to_string(byte) + " is not a token of vocab_size=" +
+             std::to_string(m.vocab_size) + " (the prompt's bytes are its token ids)");
   check_double(cfg.temperature > 0, "temperature", cfg.temperature, "must be positive");
   check_int(cfg.top_k >= 0, "top_k", cfg.top_k, "must be >= 0 (0: no top-k)");
 }

@@ -82,7 +82,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
   }();
 
   CheckpointState state;
-  const std::string resume = resolve_resume(cfg.resume, cfg.run_dir);
+  const std::string resume = resolve_resume(cfg);
   if (resume.empty()) {
     layout.init_range(cfg.seed, 0, n_params, ckpt.host("param"));  // fp32 values (fp64: widened)
   } else {

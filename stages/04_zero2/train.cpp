@@ -71,7 +71,7 @@ int train_ranks(Run& run) {
   ckpt.before_write = [&] { mirror.to_host(); };
 
   CheckpointState state;
-  const std::string resume = resolve_resume(cfg.resume, cfg.run_dir);
+  const std::string resume = resolve_resume(cfg);
   const std::string layout_json = mesh_json({dp.size(), 1, 1, 1});
   if (resume.empty()) {
     layout.init_range(cfg.seed, shard.begin, shard.end, mirror.host("param"));

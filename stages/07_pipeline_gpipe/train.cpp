@@ -87,7 +87,7 @@ int train_ranks(Run& run) {
                             [&] { zero.checkpoint_to_host(); }};
 
   CheckpointState state;
-  const std::string resume = resolve_resume(cfg.resume, cfg.run_dir);
+  const std::string resume = resolve_resume(cfg);
   if (resume.empty()) {
     slices.init(cfg.seed, zero.master_host(), zero.shard().begin, zero.shard().end);  // the single-device values there
   } else {

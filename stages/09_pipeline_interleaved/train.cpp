@@ -96,7 +96,7 @@ int train_ranks(Run& run) {
   ckpt.before_write = [&] { packed.pack(); };
 
   CheckpointState state;
-  const std::string resume = resolve_resume(cfg.resume, cfg.run_dir);
+  const std::string resume = resolve_resume(cfg);
   if (resume.empty()) {
     for (ModelChunk& c : chunks)  // the single-device values there
       c.slices->init(cfg.seed, c.zero->master_host(), c.zero->shard().begin, c.zero->shard().end);

@@ -48,6 +48,15 @@ printf '{"n_layer": 2, "lernrate": 0.1}' > "$WORK/typo.json"
 expect "unknown key in file"     lernrate      "$TRAIN" --config "$WORK/typo.json"
 printf '{"n_layer": "two"}' > "$WORK/type.json"
 expect "wrong type in file"      n_layer       "$TRAIN" --config "$WORK/type.json"
+printf '{"n_layer": 2, "n_embd": 32, "n_layer": 3}' > "$WORK/twice.json"
+expect "key twice in file"       "'n_layer' is given twice" "$TRAIN" --config "$WORK/twice.json"
+mkdir -p "$WORK/config_dir"
+expect "config is a directory"   "is a directory" "$TRAIN" --config "$WORK/config_dir"
+# Sizes refused before anything is allocated: weights larger than the machine, and an
+# activation with more rows than an int counts.
+expect "model beyond memory"     "n_layer=100000000" train --set n_layer=100000000
+expect "rows beyond an int"      micro_batch_size train --set micro_batch_size=67108864 --set batch_size=67108864
+expect "prompt outside vocab"    prompt        train --set vocab_size=100 --set sample_tokens=4 --set prompt=xyz
 
 # --- data
 expect "missing data file"       missing.bin   train --set "train_data=$WORK/missing.bin"
@@ -72,6 +81,9 @@ expect "truncated tensor file"   adam_v.bin    train --set "resume=$WORK/short"
 expect "another model shape"     n_embd        train --set "resume=$ck" --set n_embd=64
 cp -r "$ck" "$WORK/nomanifest"; rm "$WORK/nomanifest/manifest.json"
 expect "missing manifest"        manifest.json train --set "resume=$WORK/nomanifest"
+cp -r "$ck" "$WORK/negative"; sed -i 's/"step": 2,/"step": -3,/' "$WORK/negative/manifest.json"
+expect "negative step"           "negative/manifest.json" train --set "resume=$WORK/negative"
+expect "steps below the resume"  "steps=1 is below step 2" train --set "resume=$ck" --set steps=1
 
 echo "$((cases - failures)) passed, $failures failed"
 [ "$failures" -eq 0 ]
