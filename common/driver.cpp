@@ -190,7 +190,9 @@ void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsL
 void end_of_run(Run& run, GPT2<float>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
                 const RunCheckpoints& ckpt, CheckpointState& state, const float* weights) {
   const Validation validate = [&] { return validation_loss(model, val, run.cfg.val_batches, dp, run.part); };
-  end_of_run(run, validate, dp, log, ckpt, state, weights, model.seq_len());
+  // Under a context split the model holds part of each sequence; the sampler's window
+  // is the whole sequence.
+  end_of_run(run, validate, dp, log, ckpt, state, weights, run.part ? val.seq_len() : model.seq_len());
 }
 
 }  // namespace gpt
