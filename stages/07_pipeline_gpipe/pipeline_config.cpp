@@ -1,6 +1,7 @@
 // Pipeline config checks and the partition table; see pipeline_config.h.
 #include "stages/07_pipeline_gpipe/pipeline_config.h"
 
+#include "common/comm.h"
 #include "common/error.h"
 #include "stages/07_pipeline_gpipe/pipeline_executor.h"
 
@@ -14,6 +15,15 @@ void check_pipeline(const Config& cfg, int pp, int micro_batches) {
               ": every pipeline stage needs at least one layer");
   require(micro_batches >= 1, "batch_size=" + std::to_string(cfg.batch_size) +
                                   " gives no micro-batch per data-parallel rank (micro_batch_size x dp is larger)");
+  // Every (micro-batch, chunk, direction) has a tag of its own (pipe_message_tag), and
+  // tags stop at kMaxTag.
+  const int64_t tags = 2 * int64_t(micro_batches) * v;
+  require(tags - 1 <= kMaxTag, "batch_size=" + std::to_string(cfg.batch_size) + " makes " +
+                                   std::to_string(micro_batches) + " micro-batches per data-parallel rank" +
+                                   (v > 1 ? " x virtual_stages=" + std::to_string(v) : "") +
+                                   ", more than the pipeline's message tags can name (2 per micro-batch and "
+                                   "chunk, at most " + std::to_string(kMaxTag + 1) +
+                                   "): raise micro_batch_size or lower batch_size");
 }
 
 std::string stage_table(const ModelConfig& model, int pp, int virtual_stages) {

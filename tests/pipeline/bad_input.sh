@@ -15,6 +15,7 @@ failures=0
 expect_refused "n_layer below pp"             "n_layer=2 is less than pp=3"          3 "$TRAIN" pp=3
 expect_refused "pp x dp not the ranks"        "but the job has 3 ranks"              3 "$TRAIN" pp=2
 expect_refused "dp x pp x tp not the ranks"   "dp=2 x tp=1 x pp=2"                   2 "$TRAIN" pp=2 dp=2
+expect_refused "micro-batches beyond the tags" "more than the pipeline's message tags" 2 "$TRAIN" pp=2 batch_size=16384 micro_batch_size=1
 expect_refused "tp not dividing n_head"       "tp=3 does not divide n_head=4"        6 "$TRAIN" pp=2 tp=3
 expect_refused "stage 06 refuses pp"          "pp=2: stage 06_tensor_parallel"       2 "$TRAIN06" pp=2
 if [ -n "$TRAIN07" ]; then
