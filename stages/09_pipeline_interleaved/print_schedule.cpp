@@ -8,9 +8,12 @@
 // Costs are a rank's whole share of the model: forward tF, input gradient tB, weight
 // gradient tW (a plain backward takes tB + tW; a chunk of v takes 1/v of each).
 // e.g. build/bin/pipeline_schedule --schedule interleaved --pp 4 --micro 8 --virtual 2
-#include <cstdio>
 #include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <system_error>
 #include <string>
 #include <vector>
 
@@ -19,6 +22,34 @@
 
 using namespace gpt;
 
+namespace {
+
+constexpr const char* kUsage =
+    "usage: pipeline_schedule [--schedule gpipe|1f1b|interleaved|zb-h1] [--pp P] [--micro M]\n"
+    "                         [--virtual V] [--tf F] [--tb B] [--tw W]\n"
+    "Prints the schedule as a text timeline of all ranks (P <= 64, M <= 1024, V <= 16: a\n"
+    "timeline one can read), with each rank's bubble and activations in flight.\n";
+
+// The whole of `text` as an integer in [lo, hi], or an error naming the option.
+int parse_int(const std::string& option, const std::string& text, int lo, int hi) {
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  require(ec == std::errc() && end == text.data() + text.size() && value >= lo && value <= hi,
+          option + " " + text + ": expected a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return value;
+}
+
+// The whole of `text` as a finite number, or an error naming the option.
+double parse_real(const std::string& option, const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  require(!text.empty() && end == text.c_str() + text.size() && std::isfinite(value),
+          option + " " + text + ": expected a number");
+  return value;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   return run_main("pipeline_schedule", [&] {
     std::string name = "gpipe";
@@ -26,16 +57,20 @@ int main(int argc, char** argv) {
     PipeCosts costs{1, 1, 1};
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
+      if (a == "--help" || a == "-h") {
+        std::printf("%s", kUsage);
+        return 0;
+      }
       require(i + 1 < argc, "option " + a + " needs a value");
       const std::string value = argv[++i];
       if (a == "--schedule") name = value;
-      else if (a == "--pp") p = std::atoi(value.c_str());
-      else if (a == "--micro") m = std::atoi(value.c_str());
-      else if (a == "--virtual") v = std::atoi(value.c_str());
-      else if (a == "--tf") costs.forward = std::atof(value.c_str());
-      else if (a == "--tb") costs.backward_input = std::atof(value.c_str());
-      else if (a == "--tw") costs.backward_weight = std::atof(value.c_str());
-      else fail("unknown option " + a + " (--schedule, --pp, --micro, --virtual, --tf, --tb, --tw)");
+      else if (a == "--pp") p = parse_int(a, value, 1, 64);
+      else if (a == "--micro") m = parse_int(a, value, 1, 1024);
+      else if (a == "--virtual") v = parse_int(a, value, 1, 16);
+      else if (a == "--tf") costs.forward = parse_real(a, value);
+      else if (a == "--tb") costs.backward_input = parse_real(a, value);
+      else if (a == "--tw") costs.backward_weight = parse_real(a, value);
+      else fail("unknown option " + a + " (--schedule, --pp, --micro, --virtual, --tf, --tb, --tw, --help)");
     }
     require(costs.forward > 0 && costs.backward_input > 0 && costs.backward_weight >= 0,
             "--tf and --tb must be positive, --tw not negative");

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The pipeline_schedule tool: --help exits 0 with the usage; a bad value (not a whole
+# number, trailing text, out of range, not a number) exits 2 naming the option and the
+# value; a good call prints one timeline row and one bubble line per rank.
+# Usage: schedule_tool.sh PIPELINE_SCHEDULE
+set -uo pipefail
+TOOL=$1 failures=0
+expect_refused() {  # NEEDLE ARGS...
+  local needle=$1 out status
+  shift
+  out=$("$TOOL" "$@" 2>&1); status=$?
+  if [ "$status" -ne 2 ] || ! grep -qF -- "$needle" <<< "$out"; then
+    echo "FAIL: $* exited $status, expected 2 and '$needle':"; echo "$out" | head -3; failures=$((failures + 1))
+  else echo "ok: $* -> $out"; fi
+}
+expect_refused "--pp abc"         --pp abc
+expect_refused "--pp 2x"          --pp 2x
+expect_refused "--pp 100000"      --pp 100000
+expect_refused "--micro 0"        --micro 0
+expect_refused "--virtual -1"     --virtual -1
+expect_refused "--tf fast"        --tf fast
+expect_refused "needs a value"    --pp
+expect_refused "unknown option"   --stages 3
+"$TOOL" --help | grep -q "usage: pipeline_schedule" || { echo "FAIL: --help prints no usage"; failures=$((failures + 1)); }
+out=$("$TOOL" --schedule interleaved --pp 3 --micro 5 --virtual 2) || { echo "FAIL: a good call failed"; failures=$((failures + 1)); }
+rows=$(grep -c '^rank [0-9] |' <<< "$out"); bubbles=$(grep -c '^rank [0-9]: bubble' <<< "$out")
+[ "$rows" -eq 3 ] && [ "$bubbles" -eq 3 ] || { echo "FAIL: expected 3 timeline rows and 3 bubble lines, got $rows and $bubbles"; failures=$((failures + 1)); }
+[ "$failures" -eq 0 ] && echo PASS
