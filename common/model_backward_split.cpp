@@ -13,11 +13,6 @@ template <class A>
 void keep_copy(Device d, DeviceArray<A>& to, const A* from) {
   device_copy(d, to.data(), d, from, to.bytes());
 }
-// A hook's scratch target: the full-row buffer when the hooks gather (sequence parallelism).
-template <class A>
-A* full_or(DeviceArray<A>& full, const DeviceArray<A>& local) {
-  return full.empty() ? const_cast<A*>(local.data()) : full.data();
-}
 }  // namespace
 
 template <class A>

@@ -46,17 +46,6 @@ size_t BlockScratch<A>::bytes() const {
          d_hidden2.bytes();
 }
 
-// Where a hook puts full rows when the linears see more rows than the residual stream
-// has (sequence parallelism), otherwise the rows themselves.
-template <class A>
-static A* full_or(DeviceArray<A>& full, DeviceArray<A>& local) {
-  return full.empty() ? local.data() : full.data();
-}
-template <class A>
-static A* full_or(DeviceArray<A>& full, const DeviceArray<A>& local) {
-  return full.empty() ? const_cast<A*>(local.data()) : full.data();
-}
-
 template <class A>
 void block_forward(const PieceContext& ctx, const BlockDims& dims, const BlockWeights<A>& w, const A* x,
                    BlockActivations<A>& act, BlockScratch<A>& s, ModelHooks<A>& hooks, int B, int T, int rows) {

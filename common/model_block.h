@@ -119,6 +119,14 @@ struct BlockScratch {
   size_t bytes() const;  ///< device bytes of all the buffers above
 };
 
+/// Where a hook writes full rows: `full` when the linears see more rows than the
+/// residual stream holds (sequence parallelism gathers them into it), else `local`'s
+/// own rows (`full` is then empty).
+template <class A>
+A* full_or(DeviceArray<A>& full, const DeviceArray<A>& local) {
+  return full.empty() ? const_cast<A*>(local.data()) : full.data();
+}
+
 /// Forward of one block on x (rows x C, kept alive until the backward): fills `act`.
 template <class A>
 void block_forward(const PieceContext& ctx, const BlockDims& dims, const BlockWeights<A>& w, const A* x,

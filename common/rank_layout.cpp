@@ -206,21 +206,6 @@ void RankLayout::counted_squares_by_tensor(Device d, const float* local, double*
     add_squares(d, local + (piece.local - begin), piece.length, per_tensor[piece.tensor]);
 }
 
-std::string RankLayout::json() const {
-  std::string s = "{\"tensors\":[";
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    const LocalTensor& lt = tensors_[i];
-    s += (i ? "," : "") + std::string("[") + std::to_string(lt.tensor) + "," + (lt.counted ? "true" : "false") + ",[";
-    for (size_t k = 0; k < lt.blocks.size(); ++k) {
-      const TensorBlock& b = lt.blocks[k];
-      s += (k ? "," : "") + std::string("[") + std::to_string(b.row0) + "," + std::to_string(b.rows) + "," +
-           std::to_string(b.col0) + "," + std::to_string(b.cols) + "]";
-    }
-    s += "]]";
-  }
-  return s + "]}";
-}
-
 void check_counted_once(const ParamLayout& global, const std::vector<RankLayout>& ranks) {
   std::vector<int> counted(size_t(global.total()), 0), held(size_t(global.total()), 0);
   for (const RankLayout& r : ranks)

@@ -134,10 +134,6 @@ class RankLayout {
   void counted_squares_by_tensor(Device d, const float* local, double* per_tensor, int64_t begin = 0,
                                  int64_t end = -1) const;
 
-  /// {"tensors": [[index, counted, [[row0, rows, col0, cols], ...]], ...]}: what a
-  /// checkpoint manifest may record about the layout that wrote it.
-  std::string json() const;
-
  private:
   const ParamLayout* global_;
   std::vector<LocalTensor> tensors_;

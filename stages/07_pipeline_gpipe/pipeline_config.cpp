@@ -17,13 +17,13 @@ void check_pipeline(const Config& cfg, int pp, int micro_batches) {
                                   " gives no micro-batch per data-parallel rank (micro_batch_size x dp is larger)");
   // Every (micro-batch, chunk, direction) has a tag of its own (pipe_message_tag), and
   // tags stop at kMaxTag.
-  const int64_t tags = 2 * int64_t(micro_batches) * v;
-  require(tags - 1 <= kMaxTag, "batch_size=" + std::to_string(cfg.batch_size) + " makes " +
-                                   std::to_string(micro_batches) + " micro-batches per data-parallel rank" +
-                                   (v > 1 ? " x virtual_stages=" + std::to_string(v) : "") +
-                                   ", more than the pipeline's message tags can name (2 per micro-batch and "
-                                   "chunk, at most " + std::to_string(kMaxTag + 1) +
-                                   "): raise micro_batch_size or lower batch_size");
+  if (2 * int64_t(micro_batches) * v - 1 > kMaxTag) {
+    std::string what = std::to_string(micro_batches) + " micro-batches per data-parallel rank";
+    if (v > 1) what += " x virtual_stages=" + std::to_string(v);
+    fail("batch_size=" + std::to_string(cfg.batch_size) + " makes " + what +
+         ", more than the pipeline's message tags can name (2 per micro-batch and chunk, at most " +
+         std::to_string(kMaxTag + 1) + "): raise micro_batch_size or lower batch_size");
+  }
 }
 
 std::string stage_table(const ModelConfig& model, int pp, int virtual_stages) {

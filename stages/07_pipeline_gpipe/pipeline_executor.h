@@ -96,9 +96,6 @@ class PipelineExecutor {
   // a schedule's theory.
   PipeCosts measured_costs() const;
 
-  bool holds_first_stage() const { return chunks_.front()->first_stage(); }
-  bool holds_last_stage() const { return chunks_.back()->last_stage(); }
-
  private:
   struct Peer {
     int rank, chunk;

@@ -123,7 +123,7 @@ void RingAttentionHooks<A>::attention_backward(const PieceContext& ctx, A* dqkv,
                                           out + q_row * W, lse + (size_t(b) * nc + qc) * heads * Tc);
           }
     }
-    if (p > 1) {  // the block's dK, dV go on with it, one hop behind; the last hop takes them home
+    if (p > 1) {  // the block's dK, dV follow its keys to the next rank; the last hop takes them home
       Span span("ring_dkv", "comm");
       std::vector<Request> reqs;
       exchange(reqs, dkv_.data(), dkv_next_.data(), block, kTagDkv);

@@ -13,8 +13,10 @@
 //
 // Backward, given the merged O and L (so each block's P = e^{S - L} is its share of the
 // whole softmax and D = dO . O the whole row's): dQ accumulates at home; each block's dK
-// and dV are accumulated by every rank it visits and travel with it, one hop behind the
-// keys and values, so that after cp hops they arrive back at the rank that owns them.
+// and dV are accumulated by every rank it visits and travel with it. At each step a rank
+// posts the next block's keys and values before its compute (to overlap) and passes on
+// the block's dK, dV after adding its share; both reach the next rank for the next step.
+// The keys make cp - 1 hops, the gradients cp: the last takes them home to their owner.
 //
 // The hooks derive from TensorParallelHooks: with tp > 1 the attention runs on this
 // rank's heads (the ring is among the cp ranks that hold the same heads), and the
