@@ -552,7 +552,9 @@ void validate(const Config& cfg, int dp) {
   check(cfg.allreduce == "ring" || cfg.allreduce == "backend", "allreduce",
         show(Json(cfg.allreduce)), "must be ring or backend");
   check_double(cfg.bucket_mb > 0, "bucket_mb", cfg.bucket_mb, "must be positive");
-  check_double(cfg.comm_timeout_s > 0, "comm_timeout_s", cfg.comm_timeout_s, "must be positive");
+  check_double(cfg.comm_timeout_s >= 1, "comm_timeout_s", cfg.comm_timeout_s,
+               "must be at least 1 second (healthy ranks reach a collective up to seconds apart: a shorter "
+               "wait would report them lost)");
 
   // Checkpoints.
   check_int(cfg.checkpoint_every >= 0, "checkpoint_every", cfg.checkpoint_every,

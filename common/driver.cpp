@@ -41,6 +41,9 @@ void require_axes(const Config& cfg, const StageSpec& spec) {
   if (cfg.cp > 1 && !spec.cp) refuse("cp", cfg.cp, "context parallelism");
   if (cfg.virtual_stages > 1 && !spec.virtual_stages)
     refuse("virtual_stages", cfg.virtual_stages, "interleaved pipeline chunks");
+  if (cfg.cp_split != Config().cp_split && !spec.cp)
+    fail("cp_split=" + cfg.cp_split + ": stage " + spec.name +
+         " does not implement context parallelism, which the key configures; leave it at its default");
   if (cfg.sequence_parallel && !spec.tp)
     fail(std::string("sequence_parallel=true: stage ") + spec.name +
          " does not implement tensor parallelism, which sequence parallelism is part of");
