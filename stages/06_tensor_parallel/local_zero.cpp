@@ -131,10 +131,35 @@ std::vector<float> LocalZero::local_weights() {
 }
 
 std::vector<float> gather_whole_model(Communicator& world, const RankLayout& slices, const std::vector<float>& local,
-                                      bool counted) {
-  std::vector<float> whole(size_t(slices.global().total()), 0.0f);
-  slices.range(0, slices.total(), counted).gather(local.data(), whole.data(), /*counted_only=*/true);
-  world.all_reduce(whole.data(), whole.size(), DType::F32);
+                                      bool counted, int64_t window) {
+  const int64_t total = slices.global().total();
+  const bool lead = world.rank() == 0;
+  std::vector<float> whole(lead ? size_t(total) : 0);
+  // The counted runs of this rank's buffer, in global order, so each window takes the
+  // ones that reach into it from where the last window stopped.
+  std::vector<LayoutRun> runs;
+  if (counted)
+    for (const LayoutRun& r : slices.runs())
+      if (r.counted) runs.push_back(r);
+  std::sort(runs.begin(), runs.end(), [](const LayoutRun& a, const LayoutRun& b) { return a.global < b.global; });
+  // A window of the global buffer at a time: the other ranks hold one window, not a
+  // whole model, and no all-reduce counts more elements than it.
+  window = std::clamp<int64_t>(window, 1, total);
+  std::vector<float> buffer(static_cast<size_t>(window));
+  size_t first = 0;  // the first run that may still reach into the window
+  for (int64_t g0 = 0; g0 < total; g0 += window) {
+    const int64_t g1 = std::min(total, g0 + window);
+    std::fill(buffer.begin(), buffer.end(), 0.0f);
+    while (first < runs.size() && runs[first].global + runs[first].length <= g0) ++first;
+    for (size_t i = first; i < runs.size() && runs[i].global < g1; ++i) {
+      const LayoutRun& r = runs[i];
+      const int64_t lo = std::max(g0, r.global), hi = std::min(g1, r.global + r.length);
+      std::copy(local.begin() + (r.local + lo - r.global), local.begin() + (r.local + hi - r.global),
+                buffer.begin() + (lo - g0));
+    }
+    world.all_reduce(buffer.data(), size_t(g1 - g0), DType::F32);
+    if (lead) std::copy(buffer.begin(), buffer.begin() + (g1 - g0), whole.begin() + g0);
+  }
   return whole;
 }
 

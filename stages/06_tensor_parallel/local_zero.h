@@ -91,11 +91,15 @@ class LocalZero {
   std::unique_ptr<CheckpointMirror> mirror_;  // master weights and moments, for checkpoints
 };
 
-// The whole model's weights on every rank of `world`, for the sample: each rank writes
-// the counted elements of its local buffer into zeros and the world sums them (x + 0 = x
-// exactly). `counted`: whether this rank counts its replicas (one rank per replica group).
-// In host memory (the sampling model reads them from its device: on_device, device_array.h).
+// The whole model's weights on world rank 0 (empty elsewhere), for the sample: each rank
+// writes the counted elements of its local buffer into zeros and the world sums them
+// (x + 0 = x exactly: every element is counted by one rank), a window of kGatherWindow
+// elements (or `window`) at a time, so that no rank but the lead holds a whole model. `counted`:
+// whether this rank counts its replicas (one rank per replica group). In host memory
+// (the sampling model reads them from its device: on_device, device_array.h).
+constexpr int64_t kGatherWindow = int64_t(1) << 24;
+
 std::vector<float> gather_whole_model(Communicator& world, const RankLayout& slices, const std::vector<float>& local,
-                                      bool counted);
+                                      bool counted, int64_t window = kGatherWindow);
 
 }  // namespace gpt

@@ -13,6 +13,8 @@
 //   model       GPT2<double> holding the rank's slices, with SequenceParallelGrads: the
 //               loss and every local gradient equal the whole model's, and the
 //               layernorm gradients are identical on every rank under sequence parallelism
+//   gather      gather_whole_model: rank 0 gets the global buffer bit for bit from the
+//               slices, window by window
 // each with sequence parallelism off and on (T = 24 divides by 1, 2, 3, 4, 6 and 8).
 //
 // Tolerance: a split regroups each product's sum over at most 4C = 384 (or the
@@ -38,6 +40,7 @@
 #include "common/model_embedding.h"
 #include "common/model_head.h"
 #include "common/rank_layout.h"
+#include "stages/06_tensor_parallel/local_zero.h"
 #include "stages/06_tensor_parallel/sequence_parallel_grads.h"
 #include "stages/06_tensor_parallel/tp_hooks.h"
 #include "tests/rank_checks.h"
@@ -308,6 +311,27 @@ void test_model_slices(Communicator& tp, bool sp) {
          what + " negative control (another rank's Q rows) accepted: " + sci(swapped.grad_error));
 }
 
+// gather_whole_model: world rank 0 gets the whole model, bit for bit, from the ranks'
+// tensor-parallel slices, whatever the window (a prime number of elements that cuts
+// runs, a whole model at once, the default); the other ranks get nothing. Control: with no rank counting its slices, rank 0
+// gets zeros, which must differ.
+void test_gather_whole_model(Communicator& tp) {
+  const ParamLayout global(test_model(1));
+  std::vector<float> want(size_t(global.total()));
+  for (size_t i = 0; i < want.size(); ++i) want[i] = float(i % 1000) + 0.25f;  // every element distinct from 0
+  const RankLayout slices = RankLayout::tensor_parallel(global, tp.size(), tp.rank());
+  std::vector<float> local(size_t(slices.total()));
+  slices.scatter(want.data(), local.data());
+  for (int64_t window : {int64_t(4099), global.total(), kGatherWindow}) {
+    const std::vector<float> got = gather_whole_model(tp, slices, local, true, window);
+    const std::string what = "gather_whole_model (window " + std::to_string(window) + ")";
+    if (tp.rank() == 0) expect(got == want, what + ": rank 0's model differs from the global one");
+    else expect(got.empty(), what + ": a rank other than 0 received a model");
+  }
+  const std::vector<float> none = gather_whole_model(tp, slices, local, false, 4099);
+  if (tp.rank() == 0) expect(none != want, "gather_whole_model negative control (nothing counted) accepted");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -332,6 +356,7 @@ int main(int argc, char** argv) {
       }
       test_model_slices(tp, sp);
     }
+    test_gather_whole_model(tp);
     return g_checks.finish(tp, "tp_pieces_test");
   });
 }
