@@ -8,6 +8,11 @@
 # before they are reduced, a few more roundings of the same size), so it must stay within
 # 3 D of fp32 (2^-16 at least, should D come out 0). Negative control: the same run with
 # lr 1.05x must be rejected.
+# AdamW normalises a gradient off by a constant factor away (and clipping too), so the
+# losses alone cannot see one: one SGD step (no clipping) compares the update w1 - w0
+# itself. D1 = stage 01 bf16's normwise update error against the fp64 run; tensor
+# parallelism must stay within 3 D1, and the tp run whose gradient is 1.02x (lr 1.02x: one
+# SGD step w0 - 1.02 lr g) must be rejected.
 # Usage: bf16_tp.sh TRAIN01 TRAIN06 PREPARE WORKDIR ROOT MPIEXEC
 set -euo pipefail
 TRAIN01=$1 TRAIN06=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6
@@ -29,6 +34,14 @@ run 2 "$TRAIN06" "$WORK/bf16_tp2" precision=bf16 tp=2
 run 2 "$TRAIN06" "$WORK/bf16_tp2_sp" precision=bf16 tp=2 sequence_parallel=true
 lr=$(/usr/bin/python3 -c "import json; print(json.load(open('$ROOT/configs/tiny.json'))['lr'] * 1.05)")
 run 2 "$TRAIN06" "$WORK/neg_lr" precision=bf16 tp=2 lr="$lr"
+sgd=(steps=1 optimizer=sgd grad_clip=0 val_every=0)
+run 1 "$TRAIN01" "$WORK/sgd_init" steps=0
+run 1 "$TRAIN01" "$WORK/sgd_fp64" "${sgd[@]}" precision=fp64
+run 1 "$TRAIN01" "$WORK/sgd_bf16_01" "${sgd[@]}" precision=bf16
+run 2 "$TRAIN06" "$WORK/sgd_bf16_tp2" "${sgd[@]}" precision=bf16 tp=2
+run 2 "$TRAIN06" "$WORK/sgd_bf16_tp2_sp" "${sgd[@]}" precision=bf16 tp=2 sequence_parallel=true
+lr=$(/usr/bin/python3 -c "import json; print(json.load(open('$ROOT/configs/tiny.json'))['lr'] * 1.02)")
+run 2 "$TRAIN06" "$WORK/sgd_neg" "${sgd[@]}" precision=bf16 tp=2 lr="$lr"
 /usr/bin/python3 - "$WORK" <<'PY'
 import json, sys
 work = sys.argv[1]
@@ -49,6 +62,22 @@ for run, must_pass in (("bf16_tp2", True), ("bf16_tp2_sp", True), ("neg_lr", Fal
     e = dev(run)
     ok = e <= tol
     print(f"  {run:12s} {e:.3e} {'within' if ok else 'beyond'} ({'as it must be' if ok == must_pass else 'WRONG'})")
+    if ok != must_pass:
+        bad.append(run)
+import numpy as np
+def weights(run, step):
+    return np.fromfile(f"{work}/{run}/step_{step:08d}/param.bin", dtype="<f4").astype(np.float64)
+w0 = weights("sgd_init", 0)
+truth = weights("sgd_fp64", 1) - w0
+def update_error(run):
+    return np.linalg.norm((weights(run, 1) - w0) - truth) / np.linalg.norm(truth)
+D1 = update_error("sgd_bf16_01")
+tol1 = max(3 * D1, 2.0**-16)
+print(f"one SGD step: stage 01 bf16's update vs fp64: D1 = {D1:.3e}; tolerance {tol1:.3e} normwise")
+for run, must_pass in (("sgd_bf16_tp2", True), ("sgd_bf16_tp2_sp", True), ("sgd_neg", False)):
+    e = update_error(run)
+    ok = e <= tol1
+    print(f"  {run:16s} {e:.3e} {'within' if ok else 'beyond'} ({'as it must be' if ok == must_pass else 'WRONG'})")
     if ok != must_pass:
         bad.append(run)
 if bad:
