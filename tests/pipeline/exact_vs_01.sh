@@ -74,7 +74,9 @@ with open(ckpt + "/param.bin", "r+b") as f:
         f.seek(t["offset"]); f.write(struct.pack("<%df" % n, *[v * (1 + float(how)) for v in vals]))
 PY
 }
-for control in "h.0.mlp.c_fc.weight ulps" "wte 1e-3"; do
+# wte 1e-6: a hundred times below the cap (1e-4 of the norm), so that the derived bound (8 times the
+# reference's own error: 2e-8 to 5e-7 of the norm here) is what must reject it.
+for control in "h.0.mlp.c_fc.weight ulps" "wte 1e-6"; do
   read -r tensor how <<< "$control"
   planted="$WORK/planted-${tensor}"
   rm -rf "$planted" && cp -r "$d-cand" "$planted"
