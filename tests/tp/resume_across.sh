@@ -8,6 +8,10 @@
 # only by rounding, by d = max over steps of |loss_03 - loss_later| / loss_later. A resumed run
 # differs from its stage's uninterrupted run only because its first 3 steps were rounded
 # the other way, so its losses at steps 4-6 must lie within max(4 d, 2 eps32) relative.
+# The final tensors too (parameters and both AdamW moments, which AdamW's update alone
+# would not show scaled together): each kind within max(4 d_kind, 2 eps32) normwise of its
+# stage's uninterrupted run, d_kind the two uninterrupted runs' distance. Every bound is
+# capped at 1e-4, so that a far-off later stage cannot loosen its own check.
 # Negative control: the same resume with the learning rate 1.01x must be rejected.
 # Usage: resume_across.sh TRAIN01 TRAIN03 TRAIN_LATER PREPARE WORKDIR ROOT MPIEXEC key=value...
 #   COMMON="key=value ..." in the environment applies to every run (a model shape).
@@ -48,19 +52,32 @@ def losses(run):
     with open(f"{work}/{run}/metrics.jsonl") as f:
         rows = [json.loads(l) for l in f if l.strip()]
     return {r["step"]: r["loss"] for r in rows if r.get("kind") == "train"}
+import numpy as np
+EPS32, CAP, KINDS = 2.0**-23, 1e-4, ("param", "adam_m", "adam_v")
+def tensors(run, kind):
+    return np.fromfile(f"{work}/{run}/step_00000006/{kind}.bin", dtype="<f4").astype(np.float64)
+def distance(a, b):
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
 u = {s: losses(f"u{s}") for s in ("01", "03", "later")}
 d = max(abs(u["03"][k] - u["later"][k]) / abs(u["later"][k]) for k in range(1, 7))
-tol = max(4 * d, 2 * 2.0**-23)
-print(f"uninterrupted stage 03 vs the later stage: d = {d:.3e}; tolerance {tol:.3e} relative")
+tol = min(max(4 * d, 2 * EPS32), CAP)
+tol_kind = {k: min(max(4 * distance(tensors("u03", k), tensors("ulater", k)), 2 * EPS32), CAP) for k in KINDS}
+print(f"uninterrupted stage 03 vs the later stage: d = {d:.3e}; tolerance {tol:.3e} relative (losses), "
+      + ", ".join(f"{k} {t:.3e}" for k, t in tol_kind.items()) + " normwise (final tensors)")
 def check(run, own, expect_ok):
     got, want = losses(run), u[own]
     if sorted(got) != [4, 5, 6]:
         return f"{run}: steps {sorted(got)}, expected 4-6"
     err = max(abs(got[k] - want[k]) / abs(want[k]) for k in (4, 5, 6))
     ok = err <= tol
-    print(f"  {run:12s} vs stage {own} uninterrupted: {err:.3e} {'within' if ok else 'beyond'} tolerance"
+    worst = f"losses {err:.3e}"
+    for k in KINDS:
+        e = distance(tensors(run, k), tensors(f"u{own}", k))
+        ok = ok and e <= tol_kind[k]
+        worst += f", {k} {e:.3e}"
+    print(f"  {run:12s} vs stage {own} uninterrupted: {worst}: {'within' if ok else 'beyond'} tolerance"
           f" ({'as it must be' if ok == expect_ok else 'WRONG'})")
-    return None if ok == expect_ok else f"{run}: {err:.3e} vs tolerance {tol:.3e}"
+    return None if ok == expect_ok else f"{run}: {worst}"
 errors = [e for e in (check("later_from01", "later", True), check("later_from03", "later", True),
                       check("r03_from_later", "03", True), check("neg_lr", "later", False)) if e]
 if errors:
