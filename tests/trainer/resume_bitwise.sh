@@ -37,5 +37,17 @@ for f in param.bin adam_m.bin adam_v.bin; do
   cmp "$WORK/straight/step_00000010/$f" "$WORK/split/step_00000010/$f" ||
     { echo "FAIL: $f differs after resume"; exit 1; }
 done
+# Negative control: the same resume with the learning rate 1e-6 larger (a few float ulps:
+# the update runs in float) must differ, in the losses or in the final tensors, or the comparison above could not see a
+# resume that drifts.
+mkdir -p "$WORK/control"
+cp -r "$WORK/straight/step_00000005" "$WORK/control/"
+lr=$(/usr/bin/python3 -c "import json; print(repr(json.load(open('$ROOT/configs/tiny.json'))['lr'] * (1 + 1e-6)))")
+"${TRAIN_CMD[@]}" $(tiny_args "$D" "$WORK/control") "${common[@]}" --set resume=latest --set "lr=$lr" > "$WORK/control.log"
+losses "$WORK/control/metrics.jsonl" > "$WORK/c.txt"
+if diff -q "$WORK/a.txt" "$WORK/c.txt" > /dev/null && cmp -s "$WORK/straight/step_00000010/param.bin" "$WORK/control/step_00000010/param.bin"; then
+  echo "FAIL: negative control: a resume with lr 1e-6 larger gives the same losses and weights"; exit 1
+fi
+echo "ok: negative control: a resume with lr 1e-6 larger differs"
 echo "PASS: steps 6-10 and final parameters and moments are identical after resume"
 cat "$WORK/a.txt"
