@@ -10,7 +10,9 @@
 //   every rank     ends with the same bits (the all-gather copies finished chunks);
 //   the halves     ring_reduce_scatter leaves rank r the exact sum of chunk r, and
 //                  ring_all_gather hands every rank every rank's chunk;
-//   small pieces   a chunk cut into many messages gives the same sums.
+//   small pieces   a chunk cut into many messages gives the same sums;
+//   controls       (N > 1) a ring whose last rank passes zeros instead of its input must
+//                  be rejected by the same comparisons, exact and random.
 //
 // Bound for the random inputs. Both results are sums of N values x_r made by N-1
 // rounded additions, in some order or tree. Each addition a+b returns (a+b)(1+d) with
@@ -171,43 +173,60 @@ void check_same_on_every_rank(Communicator& comm, Checker& check, const Buffer& 
   if (root.bytes != b.bytes) check.fail("result differs from rank 0's bits");
 }
 
-// ring_all_reduce vs comm.all_reduce (and vs the exact sum) for one case.
+// The comparisons of one case: the ring's sum against the exact one (bit for bit for
+// exact inputs; within gamma(N-1) sum|x| for random ones, and within the bound of the file
+// comment of the backend's). Returns the first mismatch, "" when there is none.
+std::string first_mismatch(Inputs kind, DType t, int n, const Buffer& ring, const Buffer& backend,
+                           const Reference& ref, size_t count) {
+  if (kind == Inputs::Exact) {
+    for (size_t i = 0; i < count; ++i)
+      if (ring.get(i) != ref.sum[i]) return "ring vs exact sum, " + describe(i, ring.get(i), ref.sum[i]);
+      else if (backend.get(i) != ref.sum[i]) return "backend vs exact sum, " + describe(i, backend.get(i), ref.sum[i]);
+    return "";
+  }
+  // See the file comment: 2 (N-1) eps32 for fp32, 2 gamma(N-1) for bf16.
+  const double between = t == DType::F32 ? 2.0 * (n - 1) * 0x1p-23 : 2.0 * gamma_bound(n - 1, t);
+  const double to_exact = gamma_bound(n - 1, t);
+  for (size_t i = 0; i < count; ++i) {
+    const double r = ring.get(i), b = backend.get(i);
+    if (std::fabs(r - b) > between * ref.abs_sum[i])
+      return "ring vs backend beyond " + std::to_string(between) + " sum|x|, " + describe(i, r, b);
+    if (std::fabs(r - ref.sum[i]) > to_exact * ref.abs_sum[i])
+      return "ring vs exact beyond gamma(N-1) sum|x|, " + describe(i, r, ref.sum[i]);
+  }
+  return "";
+}
+
+// ring_all_reduce vs comm.all_reduce (and vs the exact sum) for one case. With
+// `drop_last_rank` (a negative control) the last rank gives the ring zeros instead of
+// its input: the comparisons must see that sum, short of one rank's part, on some rank.
 void check_all_reduce(Communicator& comm, Checker& check, Inputs kind, DType t, size_t count,
-                      uint64_t case_id, size_t piece_bytes = kRingPieceBytes) {
+                      uint64_t case_id, size_t piece_bytes = kRingPieceBytes, bool drop_last_rank = false) {
   const int n = comm.size();
-  std::string name = std::string("all_reduce ") + dtype_name(t) + " N=" + std::to_string(n) +
-                     " count=" + std::to_string(count) +
+  std::string name = std::string(drop_last_rank ? "negative control: all_reduce without the last rank's part " :
+                                                  "all_reduce ") +
+                     dtype_name(t) + " N=" + std::to_string(n) + " count=" + std::to_string(count) +
                      (kind == Inputs::Exact ? " exact" : " random");
   if (piece_bytes != kRingPieceBytes) name += " pieces of " + std::to_string(piece_bytes) + " B";
   check.start(name);
 
   const Buffer input = make_input(kind, t, case_id, comm.rank(), count);
   Buffer ring = input, backend = input;
+  if (drop_last_rank && comm.rank() == n - 1)
+    for (size_t i = 0; i < count; ++i) ring.set(i, 0.0f);
   ring_all_reduce(comm, Device::CPU, ring.data(), count, t, piece_bytes);
   comm.all_reduce(backend.data(), count, t);
 
   const Reference ref = reference(kind, t, case_id, n, count);
-  if (kind == Inputs::Exact) {
-    for (size_t i = 0; i < count; ++i)
-      if (ring.get(i) != ref.sum[i]) {
-        check.fail("ring vs exact sum, " + describe(i, ring.get(i), ref.sum[i]));
-      } else if (backend.get(i) != ref.sum[i]) {
-        check.fail("backend vs exact sum, " + describe(i, backend.get(i), ref.sum[i]));
-      }
+  const std::string mismatch = first_mismatch(kind, t, n, ring, backend, ref, count);
+  if (!drop_last_rank) {
+    if (!mismatch.empty()) check.fail(mismatch);
+    check_same_on_every_rank(comm, check, ring);
   } else {
-    // See the file comment: 2 (N-1) eps32 for fp32, 2 gamma(N-1) for bf16.
-    const double between = t == DType::F32 ? 2.0 * (n - 1) * 0x1p-23 : 2.0 * gamma_bound(n - 1, t);
-    const double to_exact = gamma_bound(n - 1, t);
-    for (size_t i = 0; i < count; ++i) {
-      const double r = ring.get(i), b = backend.get(i);
-      if (std::fabs(r - b) > between * ref.abs_sum[i])
-        check.fail("ring vs backend beyond " + std::to_string(between) + " sum|x|, " +
-                   describe(i, r, b));
-      else if (std::fabs(r - ref.sum[i]) > to_exact * ref.abs_sum[i])
-        check.fail("ring vs exact beyond gamma(N-1) sum|x|, " + describe(i, r, ref.sum[i]));
-    }
+    double seen = mismatch.empty() ? 0.0 : 1.0;  // on any rank
+    comm.all_reduce(&seen, 1, DType::F64);
+    if (seen == 0.0) check.fail("accepted: a sum without the last rank's part passed every comparison");
   }
-  check_same_on_every_rank(comm, check, ring);
   check.finish();
 }
 
@@ -264,6 +283,9 @@ int run(Communicator& comm, int expected_ranks) {
     }
     // Many messages per chunk, pieces of unequal sizes (12 bytes: 3 fp32 or 6 bf16).
     check_all_reduce(comm, check, Inputs::Exact, t, 1001, ++case_id, 12);
+    if (n > 1)
+      for (Inputs kind : {Inputs::Exact, Inputs::Random})
+        check_all_reduce(comm, check, kind, t, 100003, ++case_id, kRingPieceBytes, /*drop_last_rank=*/true);
   }
 
   if (comm.rank() == 0)
