@@ -75,8 +75,11 @@ echo "== 03 dp 2 -> 05 dp 4"
 echo "== negative control: 05 dp 4 -> 03 dp 2 with lr 1% higher must fail"
 if /usr/bin/python3 "$ROOT/tests/zero/cross_resume.py" --from-step 6 --step 10 \
      --reference "$WORK/A_05_dp4" --baseline "$WORK/B_03_dp2" "$WORK/C_05_dp2" \
-     --candidate "$WORK/F_03_dp2_lr_plus_1pct" > "$WORK/negative_control.txt"; then
+     --candidate "$WORK/F_03_dp2_lr_plus_1pct" > "$WORK/negative_control.txt" 2>&1; then
   echo "FAIL: a resumed run with lr 1% higher passed the comparison"; cat "$WORK/negative_control.txt"; status=1
+elif ! grep -q ' FAIL$' "$WORK/negative_control.txt"; then
+  # Rejected, but not by a failed check (a missing file, a crash): the control proves nothing.
+  echo "FAIL: the negative control stopped without a failed check:"; cat "$WORK/negative_control.txt"; status=1
 else
   echo "rejected as expected ($(grep -c FAIL "$WORK/negative_control.txt") of $(grep -c -E 'PASS|FAIL' "$WORK/negative_control.txt") checks fail)"
 fi
