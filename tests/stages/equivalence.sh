@@ -111,6 +111,24 @@ if [ -n "$EXACT_SPECS" ]; then
   for spec in $EXACT_SPECS; do d="$WORK/$(name exact "$spec")"; run "$CAND_BIN" "$spec" "$d" "$STEPS"; exact+=("$d"); done
   "${COMPARE[@]}" --exact --step "$STEPS" --reference "$WORK/$(name ref "$REF_SPEC")" --candidate "${exact[@]}"
 fi
+echo "== negative control: one small tensor 1e-4 off after the SGD step must be rejected"
+# h.1.ln_2.bias of the first SGD candidate scaled by 1 + 1e-4: far below the bound of the
+# whole parameter kind, so it is the per-tensor comparison that must see it.
+planted="$WORK/neg_one_tensor"
+rm -rf "$planted" && cp -r "${sgd[0]}" "$planted"
+/usr/bin/python3 - "$planted/step_00000001" <<'EOF'
+import json, math, struct, sys
+ckpt = sys.argv[1]
+t = next(t for t in json.load(open(ckpt + "/manifest.json"))["tensors"] if t["name"] == "param/h.1.ln_2.bias")
+n = math.prod(t["shape"])
+with open(ckpt + "/param.bin", "r+b") as f:
+    f.seek(t["offset"])
+    values = struct.unpack("<%df" % n, f.read(4 * n))
+    f.seek(t["offset"])
+    f.write(struct.pack("<%df" % n, *[v * (1 + 1e-4) for v in values]))
+EOF
+"${COMPARE[@]}" --expect-reject --weights-only --step 1 --kinds param --truth "$WORK/sgd_truth" \
+  --reference "$WORK/$(name sgd_ref "$REF_SPEC")" --candidate "$planted"
 echo "== negative control: one weight 10 ulps off must be rejected by the exact comparison"
 planted="$WORK/neg_ulps"
 rm -rf "$planted" && cp -r "$WORK/$(name ref "$REF_SPEC")" "$planted"
