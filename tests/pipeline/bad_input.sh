@@ -22,7 +22,7 @@ if [ -n "$TRAIN07" ]; then
   expect_refused "n_layer below pp x v"      "n_layer=2 is less than pp=2 x virtual_stages=2" 2 "$TRAIN" pp=2 virtual_stages=2
   expect_refused "chunks without a pipeline" "virtual_stages=2: model chunks interleave"      1 "$TRAIN" virtual_stages=2
   expect_refused "unknown schedule"          "schedule=zigzag"                                2 "$TRAIN" pp=2 schedule=zigzag
-  expect_refused "chunks under 1F1B"         "virtual_stages"                                 2 "$TRAIN" pp=2 n_layer=4 virtual_stages=2 schedule=1f1b
+  expect_refused "chunks under 1F1B"         "schedule=1f1b runs one model chunk per rank"   2 "$TRAIN" pp=2 n_layer=4 virtual_stages=2 schedule=1f1b
   expect_refused "stage 08 refuses chunks"   "virtual_stages=2: stage 08_pipeline_1f1b"       2 "$TRAIN08" pp=2 n_layer=4 virtual_stages=2
   expect_refused "stage 07 refuses schedule" "schedule=1f1b: stage 07_pipeline_gpipe"         2 "$TRAIN07" pp=2 schedule=1f1b
 fi

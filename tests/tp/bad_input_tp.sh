@@ -17,7 +17,7 @@ expect_refused "tp x dp not the ranks"        "but the job has 3 ranks"         
 expect_refused "dp x tp not the ranks"        "dp=2 x tp=2"                        2 "$TRAIN06" tp=2 dp=2
 expect_refused "cp_split without cp"          "cp_split=contiguous: stage 06"      2 "$TRAIN06" tp=2 cp_split=contiguous
 expect_refused "comm timeout below 1 s"       "comm_timeout_s=0.5"                 2 "$TRAIN06" tp=2 comm_timeout_s=0.5
-expect_refused "zero out of range"            "zero"                               2 "$TRAIN06" tp=2 zero=4
+expect_refused "zero out of range"            "zero=4: must be 0, 1, 2 or 3"       2 "$TRAIN06" tp=2 zero=4
 expect_refused "stage 05 refuses zero"        "zero=1: stage 05_zero3"             2 "$TRAIN05" zero=1
 expect_refused "stage 05 refuses sp"          "sequence_parallel=true: stage 05_zero3" 2 "$TRAIN05" sequence_parallel=true
 expect_refused "stage 05 refuses tp"          "tp=2: stage 05_zero3"               2 "$TRAIN05" tp=2
