@@ -131,10 +131,12 @@ def main():
         with open(args.log, errors="replace") as f:
             out = f.read()
         v = args.victim
-        named = [m.group(0) for m in re.finditer(
-            rf"process rank {v} with PID \d+ on node \S+ exited on signal 9[^\n]*"
-            rf"|no message from rank {v} within[^\n]*"
-            rf"|rank {v} did not take our message within[^\n]*", out)]
+        # A killed rank may be named by mpirun itself; a stopped one only by a peer's
+        # timeout (mpirun's own line about signal 9 can follow the abort that kills it,
+        # so it must not count there).
+        ours = rf"no message from rank {v} within[^\n]*|rank {v} did not take our message within[^\n]*"
+        mpiruns = rf"process rank {v} with PID \d+ on node \S+ exited on signal 9[^\n]*"
+        named = [m.group(0) for m in re.finditer(f"{mpiruns}|{ours}" if args.mode == "kill" else ours, out)]
 
         print(f"mpirun exited: {'no' if status is None else f'yes, status {status}'}, "
               f"{job_s:.1f} s after the signal; ranks still running after {all_s:.1f} s: {left or 'none'}")
