@@ -59,6 +59,15 @@ TEST_CASE("pipeline: interleaved 1F1B runs any m with the theory's bubble and in
       for (const PipeCosts& costs : {PipeCosts{1, 2, 0}, PipeCosts{1, 1, 0}, PipeCosts{1, 3, 0}})
         check_against_theory("interleaved", p, m, v, costs);
   CHECK(interleaved_bubble(4, 8, 2) == Approx(3.0 / 19));  // (p-1)/(vm+p-1)
+  // The textbook bubble, written here rather than taken from the library: with m a
+  // multiple of p every rank idles (p - 1) chunk slots of forward plus backward, against
+  // v m of work, so (p-1)/(v m + p - 1) of its step.
+  for (auto [p, v] : kInterleaved)
+    for (int m = p; m <= 3 * p; m += p) {
+      INFO("p " << p << ", v " << v << ", m " << m);
+      const PipeSimulation sim = simulate_pipeline(all_ranks("interleaved", p, m, v), PipeCosts{1, 2, 0}, v);
+      for (int r = 0; r < p; ++r) CHECK(sim.bubble[size_t(r)] == Approx(double(p - 1) / (v * m + p - 1)).epsilon(1e-12));
+    }
   CHECK(interleaved_groups(3, 7) == std::vector<int>{4, 3});
   CHECK(interleaved_groups(4, 3) == std::vector<int>{3});
 }
