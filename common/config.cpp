@@ -17,6 +17,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -420,6 +421,18 @@ void apply_override(Config& cfg, const std::string& key_equals_value) {
   std::visit([&](auto* p) { parse_text(*p, value, what); }, key->field(cfg));
 }
 
+namespace {
+
+// Under a launcher (mpirun, srun) every rank parses the same command line; the first
+// prints what all would. The launchers' rank variables, as comm.cpp reads their sizes.
+bool first_rank_or_alone() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK"})
+    if (const char* rank = std::getenv(name)) return std::atoi(rank) == 0;
+  return true;
+}
+
+}  // namespace
+
 bool parse_args(int argc, char** argv, Config& cfg, const char* program) {
   // --help wins wherever it stands, even next to arguments that would be errors, so a
   // user can always ask what the keys are.
@@ -430,7 +443,7 @@ bool parse_args(int argc, char** argv, Config& cfg, const char* program) {
       // The usage line names the binary that was actually run.
       if (program && *program && text.starts_with("usage: train"))
         text = "usage: " + std::string(program) + text.substr(std::strlen("usage: train"));
-      std::fputs(text.c_str(), stdout);
+      if (first_rank_or_alone()) std::fputs(text.c_str(), stdout);
       return false;
     }
   }
