@@ -36,6 +36,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <exception>
 #include <filesystem>
 #include <map>
@@ -194,7 +195,8 @@ std::string step_dir_name(int64_t step) {
 
 // "step_" followed by at least eight digits and nothing else: a complete checkpoint's
 // directory name. "step_00000100.tmp" (being written) and "step_00000100.old" (being
-// replaced) do not match, so they are never mistaken for complete checkpoints.
+// replaced) do not match; complete_checkpoints() counts a .old only where its step has
+// no other copy.
 bool parse_step_dir_name(const std::string& name, int64_t& step) {
   constexpr std::string_view prefix = "step_";
   if (name.size() < prefix.size() + 8 || name.compare(0, prefix.size(), prefix) != 0) return false;
@@ -895,23 +897,42 @@ std::string resolve_resume(const Config& cfg) {
   const int64_t start = path.empty() ? 0 : checkpoint_step(path);
   // `steps` counts from the start of the run, not from the resume. Below the checkpoint's
   // step it is a mistake (the run would train nothing and save the checkpoint again
-  // under its step); 0 is the way to only evaluate and sample a checkpoint.
+  // under its step); 0 is the way to train nothing and only evaluate and sample.
   if (cfg.steps > 0 && cfg.steps < start)
     fail("steps=" + std::to_string(cfg.steps) + " is below step " + std::to_string(start) + " of the checkpoint " +
          path + " (steps counts from the start of the run, resumed runs included): set steps above " +
          std::to_string(start) + " to train on, or steps=0 to only evaluate and sample it");
-  // A checkpoint in run_dir past the step this run starts from was written by another
-  // run. Writing beside it would mix two runs' checkpoints: pruning (newest steps kept)
-  // would delete this run's own saves first, and a later resume=latest would continue
-  // the other run. So the run refuses, before it writes anything.
-  const auto found = complete_checkpoints(cfg.run_dir);
-  if (!found.empty() && found.back().first > start)
-    fail("run_dir '" + cfg.run_dir + "' already holds checkpoints of another run, up to " +
-         found.back().second.filename().string() + ", past the step this run starts from (" +
-         (path.empty() ? std::string("step 0: resume is empty") : std::to_string(start) + ": resume=" + path) +
-         "); this run's checkpoints would mix with them and be pruned first. Continue that run with "
-         "resume=latest, or give this run another run_dir");
   return path;
+}
+
+std::string set_aside_later_checkpoints(const Config& cfg) {
+  if (!cfg.checkpoint_at_end && cfg.checkpoint_every == 0) return "";  // this run writes none
+  const std::string path = cfg.resume == "latest" ? latest_checkpoint(cfg.run_dir) : cfg.resume;
+  const int64_t start = path.empty() ? 0 : checkpoint_step(path);
+  std::vector<fs::path> later;
+  for (const auto& [step, dir] : complete_checkpoints(cfg.run_dir))
+    if (step > start) later.push_back(dir);
+  if (later.empty()) return "";
+  // A directory of its own, named by the time; never a step_ name, so no reader takes it
+  // for a checkpoint of this run.
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::gmtime(&now));
+  fs::path aside = fs::path(cfg.run_dir) / (std::string("set_aside_") + stamp);
+  for (int n = 2; fs::exists(aside); ++n) aside = fs::path(cfg.run_dir) / (std::string("set_aside_") + stamp + "-" + std::to_string(n));
+  std::error_code ec;
+  fs::create_directory(aside, ec);
+  if (ec) fail("cannot create " + aside.string() + " to set earlier checkpoints aside: " + ec.message());
+  for (const fs::path& dir : later) {
+    fs::rename(dir, aside / dir.filename(), ec);  // same file system: atomic, nothing copied
+    if (ec) fail("cannot move " + dir.string() + " into " + aside.string() + ": " + ec.message());
+  }
+  fsync_directory(cfg.run_dir);
+  std::string line = "run_dir " + cfg.run_dir + " held " + std::to_string(later.size());
+  line += " checkpoint(s) past step " + std::to_string(start);
+  line += " (up to " + later.back().filename().string() + "), another run's: moved to ";
+  line += aside.string() + " so that the two runs' checkpoints do not mix";
+  return line;
 }
 
 CheckpointMirror::CheckpointMirror(std::vector<Entry> entries, int64_t begin)

@@ -132,12 +132,19 @@ std::string latest_checkpoint(const std::string& run_dir);
 /// The checkpoint a run resumes, from the config's `resume`: "" (start fresh) stays "",
 /// "latest" becomes the newest checkpoint in run_dir ("" when there is none yet: a first
 /// run starts fresh), anything else is a path, returned as given (loading checks the
-/// rest). Throws a UserError when
-/// - `steps` (> 0) is below the checkpoint's step: steps counts from the start of the run;
-///   steps=0 only evaluates and samples;
-/// - run_dir holds a checkpoint past the step the run starts from (0 when fresh): another
-///   run's, which this one's checkpoints would be mixed with and pruned before.
+/// rest). Throws a UserError when `steps` (> 0) is below the checkpoint's step: steps
+/// counts from the start of the run; steps=0 trains nothing.
 std::string resolve_resume(const Config& cfg);
+
+/// A run directory holds one run's checkpoints. Checkpoints in run_dir past the step
+/// this run starts from (any, when it starts fresh; those newer than the checkpoint it
+/// resumes) belong to another run: left there, pruning (which keeps the newest steps)
+/// would delete this run's saves first and a later resume=latest would continue the
+/// other run. So they move, whole and unchanged, into run_dir/set_aside_<UTC time>/ (a
+/// rename; nothing is lost or copied), unless this run writes no checkpoint. Returns a
+/// line saying what moved ("" when nothing did). Call it on one process (the one holding
+/// the run directory's lock), before anything is written there.
+std::string set_aside_later_checkpoints(const Config& cfg);
 
 /// Deletes all but the newest `keep` complete checkpoints (keep <= 0 keeps all).
 /// In a multi-rank run call it on rank 0 only (after the save has returned): ranks

@@ -120,7 +120,7 @@ constexpr Key kKeys[] = {
     {"comm", FIELD(comm), "communication backend: auto, mpi or nccl"},
     {"allreduce", FIELD(allreduce), "gradient all-reduce of stage 02: ring (written out) or backend"},
     {"bucket_mb", FIELD(bucket_mb), "gradient bucket size in MiB (one all-reduce per bucket)"},
-    {"comm_timeout_s", FIELD(comm_timeout_s), "seconds without an answer before a peer is reported lost"},
+    {"comm_timeout_s", FIELD(comm_timeout_s), "seconds without an answer before a peer is reported lost (at least 1)"},
     // checkpoints
     {"checkpoint_every", FIELD(checkpoint_every), "steps between checkpoints (0: only at the end)"},
     {"checkpoint_at_end", FIELD(checkpoint_at_end), "write a checkpoint after the last step"},
@@ -325,14 +325,16 @@ void check_double(bool ok, const char* key, double value, const std::string& rea
 }
 
 // A model too large for this machine fails here, before its layout (a name and a shape
-// for each of its 12 n_layer + 5 tensors) and its buffers are built: the least a rank
-// holds is its share of the fp32 weights, 1/(tp pp) of them, 1/(tp pp dp) under ZeRO-3.
+// for each of its 12 n_layer + 5 tensors) and its buffers are built. The least any
+// stage's rank holds is 1/(tp pp dp) of the fp32 weights (ZeRO-3's share; stage 05 is
+// ZeRO-3 without the zero key), so a rank whose share of that size exceeds the memory
+// of the machine it runs on cannot run, whatever the stage.
 void require_memory_for_weights(const Config& cfg, int dp) {
   const ModelConfig& m = cfg.model;
   const double C = m.n_embd;
   const double params = double(m.padded_vocab()) * C + double(m.block_size) * C +
                         double(m.n_layer) * (12 * C * C + 13 * C) + 2 * C;
-  const double share = double(std::max(cfg.tp, 1)) * std::max(cfg.pp, 1) * (cfg.zero >= 3 ? std::max(dp, 1) : 1);
+  const double share = double(std::max(cfg.tp, 1)) * std::max(cfg.pp, 1) * std::max(dp, 1);
   const double bytes = 4 * params / share;
   const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
   if (memory > 0 && bytes > memory) {

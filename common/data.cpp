@@ -13,11 +13,14 @@
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <numeric>
+#include <utility>
 
 #include "common/error.h"
 #include "common/rng.h"
@@ -44,36 +47,56 @@ void write_bytes(std::ofstream& out, const void* data, int64_t bytes) {
 
 }  // namespace
 
-void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+namespace {
+
+// Writes `tokens` as a shard into `temp`, or removes it and fails naming `path`.
+void write_shard_file(const std::string& path, const std::string& temp, const std::vector<uint16_t>& tokens) {
   // The header stores the count as an int32, so one shard holds < 2^31 tokens.
   require(tokens.size() <= size_t(std::numeric_limits<int32_t>::max()),
           "shard " + quoted(path) + ": " + std::to_string(tokens.size()) +
               " tokens do not fit one shard (the header's count is an int32)");
-
   int32_t header[kHeaderInts] = {};
   header[0] = kShardMagic;
   header[1] = kShardVersion;
   header[2] = int32_t(tokens.size());
-
-  // Write next to the target, then rename: rename within a directory is atomic, so
-  // a reader (or a crash) never sees a half-written file under the final name.
-  const std::string temp = path + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    require(bool(out), "shard " + quoted(path) + ": cannot create " + quoted(temp));
-    write_bytes(out, header, kHeaderBytes);
-    write_bytes(out, tokens.data(), int64_t(tokens.size()) * kTokenBytes);
-    out.close();
-    if (!out) {
-      std::remove(temp.c_str());
-      fail("shard " + quoted(path) + ": write failed (disk full?)");
-    }
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+  std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+  require(bool(out), "shard " + quoted(path) + ": cannot create " + quoted(temp) + ": " + std::strerror(errno));
+  write_bytes(out, header, kHeaderBytes);
+  write_bytes(out, tokens.data(), int64_t(tokens.size()) * kTokenBytes);
+  out.close();
+  if (!out) {
     std::remove(temp.c_str());
-    fail("shard " + quoted(path) + ": cannot rename " + quoted(temp) + " to it");
+    fail("shard " + quoted(path) + ": write failed (disk full?)");
   }
 }
+
+}  // namespace
+
+void write_shards(const std::vector<ShardToWrite>& shards) {
+  // Every shard goes to a temporary name next to its target first; only when all are
+  // written are they renamed, each rename atomic within its directory. So an error (a
+  // disk full on the second) leaves the old set whole, never a new train shard beside an
+  // old val shard, and a reader never sees a half-written file under a final name.
+  std::vector<std::string> temps;
+  try {
+    for (const ShardToWrite& s : shards) {
+      temps.push_back(s.path + ".tmp");
+      write_shard_file(s.path, temps.back(), *s.tokens);
+    }
+  } catch (...) {
+    for (const std::string& t : temps) std::remove(t.c_str());
+    throw;
+  }
+  for (size_t i = 0; i < shards.size(); ++i)
+    if (std::rename(temps[i].c_str(), shards[i].path.c_str()) != 0) {
+      const std::string why = std::strerror(errno);
+      for (size_t k = i; k < temps.size(); ++k) std::remove(temps[k].c_str());
+      const std::string& path = shards[i].path;  // const: std::quoted's overload for a mutable string would win
+      fail("shard " + quoted(path) + ": cannot rename " + quoted(std::as_const(temps[i])) + " to it: " + why);
+    }
+}
+
+void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) { write_shards({{path, &tokens}}); }
 
 // ---- reading --------------------------------------------------------------------
 

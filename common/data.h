@@ -30,6 +30,16 @@ constexpr int32_t kShardVersion = 1;       ///< word 1 of the header: the only v
 /// naming the path on I/O failure.
 void write_shard(const std::string& path, const std::vector<uint16_t>& tokens);
 
+/// One shard of a set written together: where it goes and its tokens (not owned).
+struct ShardToWrite {
+  std::string path;                      ///< the shard's final name
+  const std::vector<uint16_t>* tokens;  ///< what it holds
+};
+/// Writes a set of shards (train and val) all or none: every one to a temporary name
+/// first, then, once all are written, each renamed into place. A failure leaves the
+/// old files as they were. Throws UserError naming the path on I/O failure.
+void write_shards(const std::vector<ShardToWrite>& shards);
+
 /// Reads and validates one shard: missing or empty file, wrong magic or version,
 /// truncated or over-long payload, token id >= vocab_size are UserErrors naming the
 /// file (and the offset or value).

@@ -98,7 +98,11 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
     return on_every_rank(*world, [&] {
       const MeshShape shape = mesh_shape_for(cfg, world->size());
       validate(cfg, shape.dp);
-      const std::unique_ptr<RunDirLock> lock = lock_run_dir(*world, cfg.run_dir);  // one job per run_dir
+      // One job per run_dir; another run's later checkpoints set aside (rank 0, lock held).
+      const std::unique_ptr<RunDirLock> lock = lock_run_dir(*world, cfg.run_dir, [&] {
+        const std::string moved = set_aside_later_checkpoints(cfg);
+        if (!moved.empty()) std::printf("%s\n", moved.c_str());
+      });
       Mesh mesh(*world, shape);
       Run run{cfg, *world, mesh, device, precision};
       return train(run);

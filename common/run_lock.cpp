@@ -68,12 +68,14 @@ RunDirLock::~RunDirLock() {
   if (fd_ >= 0) ::close(fd_);  // closing releases the lock; the file stays (its text is harmless)
 }
 
-std::unique_ptr<RunDirLock> lock_run_dir(Communicator& world, const std::string& run_dir) {
+std::unique_ptr<RunDirLock> lock_run_dir(Communicator& world, const std::string& run_dir,
+                                         const std::function<void()>& then) {
   std::unique_ptr<RunDirLock> lock;
   std::string error;
   if (world.rank() == 0) {
     try {
       lock = std::make_unique<RunDirLock>(run_dir);
+      if (then) then();
     } catch (const UserError& e) {
       error = e.what();
     }

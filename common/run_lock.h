@@ -9,6 +9,7 @@
 /// locked. The file's text describes the holder (pid, host, start time, command) for the
 /// message; a stale text without a holder means nothing.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -34,6 +35,9 @@ class RunDirLock {
 /// For a job of several ranks sharing one run directory: world rank 0 takes the lock
 /// (returned; null on the other ranks) and every rank learns the outcome, so all of them
 /// stop with the same message when another job holds it. Collective.
-std::unique_ptr<RunDirLock> lock_run_dir(Communicator& world, const std::string& run_dir);
+/// `then`, when given, runs on rank 0 with the lock held (setting earlier checkpoints
+/// aside); its UserError stops every rank the same way.
+std::unique_ptr<RunDirLock> lock_run_dir(Communicator& world, const std::string& run_dir,
+                                         const std::function<void()>& then = {});
 
 }  // namespace gpt

@@ -30,6 +30,7 @@ constexpr const char* kUsage =
     "  --out DIR           output directory (created if missing)\n"
     "  --val-fraction F    share of the tokens, taken from the end, that goes to\n"
     "                      val.bin; 0 < F < 1 (default 0.05)\n"
+    "  --force             replace train.bin and val.bin when DIR already has them\n"
     "  --help              print this message\n";
 
 struct Options {
@@ -37,6 +38,7 @@ struct Options {
   double val_fraction = 0.05;
   std::vector<std::string> files;
   bool help = false;
+  bool force = false;  // replace existing shards
 };
 
 double parse_fraction(const std::string& text) {
@@ -73,6 +75,8 @@ Options parse_args(int argc, char** argv) {
       only_files = true;
     } else if (arg == "--help" || arg == "-h") {
       options.help = true;
+    } else if (arg == "--force") {
+      options.force = true;
     } else if (arg == "--out") {
       options.out_dir = value_of(i, arg);
     } else if (arg == "--val-fraction") {
@@ -84,6 +88,14 @@ Options parse_args(int argc, char** argv) {
   if (options.help) return options;
   if (options.out_dir.empty()) gpt::fail("missing --out DIR (see --help)");
   if (options.files.empty()) gpt::fail("no input files given (see --help)");
+  // The same file twice would put its text in both splits, or twice in one.
+  namespace fs = std::filesystem;
+  for (size_t i = 0; i < options.files.size(); ++i)
+    for (size_t k = 0; k < i; ++k) {
+      std::error_code ec;
+      if (fs::equivalent(options.files[i], options.files[k], ec))
+        gpt::fail("input '" + options.files[i] + "' is given twice ('" + options.files[k] + "')");
+    }
   return options;
 }
 
@@ -142,8 +154,12 @@ int run(int argc, char** argv) {
   if (ec) gpt::fail("--out '" + options.out_dir + "': cannot create directory (" + ec.message() + ")");
   const std::string train_path = options.out_dir + "/train.bin";
   const std::string val_path = options.out_dir + "/val.bin";
-  gpt::write_shard(train_path, train);
-  gpt::write_shard(val_path, val);
+  // Shards already there are a dataset someone prepared: replaced only when asked.
+  for (const std::string& path : {train_path, val_path})
+    if (!options.force && std::filesystem::exists(path, ec))
+      gpt::fail("--out '" + options.out_dir + "' already holds " + path +
+                "; give --force to replace the dataset, or another --out");
+  gpt::write_shards({{train_path, &train}, {val_path, &val}});
   std::printf("train: %12zu tokens -> %s\n", train.size(), train_path.c_str());
   std::printf("val:   %12zu tokens -> %s\n", val.size(), val_path.c_str());
   return 0;

@@ -64,4 +64,5 @@ for file in "${files[@]}"; do
 done >"$text"
 echo "prepare_fortunes: ${#files[@]} files from $source_dir, $(wc -c <"$text") bytes"
 
-"$prepare_bin" --out "$out_dir" --val-fraction 0.05 "$text"
+# --force: shards older than this recipe are its own earlier output, made anew.
+"$prepare_bin" --out "$out_dir" --val-fraction 0.05 --force "$text"

@@ -11,9 +11,9 @@
 # passed to the trainer unchanged, e.g. `--set steps=50` or `--set device=cpu`.
 # The trainer runs in the repository root: relative paths in --set values (data,
 # run_dir) are relative to it. It prints a progress line per step, the validation
-# loss and a sample; metrics and checkpoints go to the config's run_dir. Run again, it
-# continues from the newest checkpoint there (resume=latest unless --set resume=... is
-# given); to start over, remove the run_dir or name another (--set run_dir=DIR).
+# loss and a sample; metrics and checkpoints go to the config's run_dir (run again, a
+# fresh run sets the earlier run's checkpoints aside there; --set resume=latest continues
+# it instead).
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -61,10 +61,9 @@ train="$(abs_dir "$GPT_BUILD_DIR")/stages/$stage/train"
 
 # Say what the machine offers; the trainer makes the final choice (device=auto)
 # unless the caller named a device.
-device_set=0 resume_set=0
+device_set=0
 for a in "${args[@]}"; do
-  [[ "$a" == device=* || "$a" == --set=device=* ]] && device_set=1
-  [[ "$a" == resume=* || "$a" == --set=resume=* ]] && resume_set=1
+  [[ "$a" == device=* ]] && device_set=1
 done
 if command -v nvidia-smi >/dev/null && gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)" && [[ -n "$gpu" ]]; then
   log "GPU found: $gpu (used when this build has CUDA kernels for every op)"
@@ -75,12 +74,6 @@ if ((device_set)); then
   log "device chosen on the command line"
 else
   args=(--set device=auto "${args[@]}")
-fi
-
-# A trainer refuses to start afresh in a run_dir holding another run's checkpoints, so a
-# second invocation continues the first (a first run, with none yet, starts fresh).
-if ((!resume_set)); then
-  args=(--set resume=latest "${args[@]}")
 fi
 
 log "training stage $stage with $config"

@@ -195,6 +195,8 @@ int train(int argc, char** argv) {
   const Precision precision = parse_precision(cfg.precision);
   ops::set_gemm(device, cfg.gemm);
   const RunDirLock lock(cfg.run_dir);  // one job per run directory, taken before anything is written
+  const std::string moved = set_aside_later_checkpoints(cfg);  // another run's, so that the two do not mix
+  if (!moved.empty()) std::printf("%s\n", moved.c_str());
   Trace::global().enable(cfg.trace_file);
   if (device == Device::CUDA && precision == Precision::BF16) return train_on<gpt::bf16>(cfg, device, precision);
   if (precision == Precision::FP64) {

@@ -11,7 +11,8 @@
 # wte, and the tolerance comparisons of tests/stages take over.
 #   AdamW, one step, and SGD, one step (the weights are w - lr g: a gradient off by a
 #   constant factor shows). Negative controls: one non-wte weight 10 ulps off, and wte
-#   1e-3 off relative, must each be rejected.
+#   1e-6 off relative (below the comparison's cap, so the derived bound must see it),
+#   must each be rejected.
 # Usage: exact_vs_01.sh S01 CAND PREPARE WORK ROOT MPIEXEC SPECS
 #   a SPEC is NP:BATCH:MICRO_BATCH[:key=value...]; COMMON="key=value ..." applies to every run.
 set -euo pipefail

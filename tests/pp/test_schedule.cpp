@@ -1,4 +1,4 @@
-// GPipe (stage 07) and 1F1B (stage 08) on the simulated machine: for p from 1 to 8, with
+// GPipe (stage 07) and 1F1B (stage 08) on the simulated machine: for p in 1-5 and 8, with
 // m below, equal to and above p, no deadlock, every micro-batch forwarded and
 // backwarded once per rank with backwards in micro-batch order, messages paired by tag,
 // the bubble equal to (p-1)/(m+p-1) (tF = 1, tB = 2: exact in binary floating point up

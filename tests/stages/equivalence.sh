@@ -10,7 +10,9 @@
 #      and so does clipping to a norm, which is why it is off here).
 #   3. With NEGATIVE=1, the negative controls each comparison must reject: stage 01
 #      with the learning rate 1.001x (AdamW comparison), with every gradient 1.01x
-#      (SGD comparison), and a checkpoint with one weight 10 ulps off (exact comparison),
+#      (SGD comparison), one small tensor (h.1.ln_2.bias) of an SGD candidate 1e-4 off,
+#      under the bound of its whole kind (the per-tensor comparison must see it), and a
+#      checkpoint with one weight 10 ulps off (exact comparison),
 #      plus the exact comparison's positive case given in EXACT_SPECS (layouts that only
 #      move work, byte-identical to the reference).
 #

@@ -80,6 +80,13 @@ def check(run, own, expect_ok):
     return None if ok == expect_ok else f"{run}: {worst}"
 errors = [e for e in (check("later_from01", "later", True), check("later_from03", "later", True),
                       check("r03_from_later", "03", True), check("neg_lr", "later", False)) if e]
+# Control of the tensor bounds alone: moments scaled together (m 2x, v 4x: the same AdamW
+# update, so the losses cannot show it) must be beyond them.
+for kind, scale in (("adam_m", 2.0), ("adam_v", 4.0)):
+    e = distance(scale * tensors("later_from03", kind), tensors("ulater", kind))
+    print(f"  control: later_from03's {kind} x{scale:g}: {e:.3e} {'beyond' if e > tol_kind[kind] else 'WITHIN'} tolerance")
+    if e <= tol_kind[kind]:
+        errors.append(f"control: {kind} x{scale:g} accepted")
 if errors:
     print("FAIL:", "; ".join(errors)); sys.exit(1)
 print("checkpoints resume across stages 01, 03 and the later stage")

@@ -82,7 +82,7 @@ expect "another model shape"     n_embd        train --set "resume=$ck" --set n_
 cp -r "$ck" "$WORK/nomanifest"; rm "$WORK/nomanifest/manifest.json"
 expect "missing manifest"        manifest.json train --set "resume=$WORK/nomanifest"
 cp -r "$ck" "$WORK/negative"; sed -i 's/"step": 2,/"step": -3,/' "$WORK/negative/manifest.json"
-expect "negative step"           "negative/manifest.json" train --set "resume=$WORK/negative"
+expect "negative step"           "negative/manifest.json has no \"step\" that is an integer >= 0" train --set "resume=$WORK/negative"
 expect "steps below the resume"  "steps=1 is below step 2" train --set "resume=$ck" --set steps=1
 
 echo "$((cases - failures)) passed, $failures failed"

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# A run directory holds one run's checkpoints. A run whose run_dir already holds a
-# checkpoint past the step it starts from (a fresh run: any checkpoint; resume=PATH: one
-# newer than PATH) would write beside another run's checkpoints: pruning, which keeps
-# the newest steps, would delete its own saves first, and resume=latest would later pick
-# the other run's. Such a run stops with exit status 2 and a message naming the
-# directory and the newest checkpoint, and changes nothing there. Controls: resume=latest,
-# resume=<the newest>, and a fresh run in a directory without checkpoints all train.
+# A run directory holds one run's checkpoints. A run that starts below checkpoints
+# already there (a fresh run: any; resume=PATH: those newer than PATH) moves them, bytes
+# unchanged, into run_dir/set_aside_<time>/ and says so, before it writes anything:
+# left in place, pruning (newest steps kept) would delete the new run's saves first,
+# and resume=latest would later continue the other run. Checked: the moved files keep
+# their bytes; the new run's checkpoints are the only step_ directories left; a run that
+# writes no checkpoint (steps=0, checkpoint_at_end=false) and resume=latest move nothing.
 # Also: a save killed between publish's two renames leaves step_N.old as the only copy
 # of step N; resume=latest finds it, and pruning removes it later like any checkpoint.
 # Usage: run_dir_history.sh TRAIN01 PREPARE WORKDIR ROOT
@@ -17,46 +17,44 @@ make_corpus "$WORK" "$PREPARE"
 D="$WORK/data" RUN="$WORK/run"
 quiet=(--set val_every=0 --set val_batches=0 --set sample_tokens=0)
 train() { "$TRAIN" $(tiny_args "$D" "$RUN") "${quiet[@]}" "$@"; }
-snapshot() { (cd "$RUN" && find . -path ./.lock -prune -o -type f -print0 | sort -z | xargs -0 sha256sum); }
+steps_here() { (cd "$RUN" && ls -d step_* 2>/dev/null | tr '\n' ' '); }
+hashes() { (cd "$1" && sha256sum step_*/*); }
 
 # The earlier run: checkpoints at steps 2 and 4, all kept.
 train --set steps=4 --set checkpoint_every=2 --set keep_checkpoints=0 > "$WORK/first.log"
-[ -d "$RUN/step_00000002" ] && [ -d "$RUN/step_00000004" ] || { echo "FAIL: the first run left no checkpoints"; exit 1; }
-snapshot > "$WORK/before.txt"
+[ "$(steps_here)" = "step_00000002 step_00000004 " ] || { echo "FAIL: the first run left $(steps_here)"; exit 1; }
+hashes "$RUN" > "$WORK/first.sha"
 
-expect_refused_here() {  # NAME KEYS...: exit 2, names run_dir and step_00000004, no change
-  local name=$1 status=0
-  shift
-  train "$@" > "$WORK/$name.log" 2>&1 || status=$?
-  [ "$status" -eq 2 ] || { echo "FAIL: $name exited $status, expected 2"; cat "$WORK/$name.log"; exit 1; }
-  grep -q "run_dir '$RUN' already holds checkpoints .*step_00000004" "$WORK/$name.log" ||
-    { echo "FAIL: $name's message names neither the directory nor its newest checkpoint"; cat "$WORK/$name.log"; exit 1; }
-  snapshot > "$WORK/after_$name.txt"
-  diff "$WORK/before.txt" "$WORK/after_$name.txt" || { echo "FAIL: the refused $name changed the run directory"; exit 1; }
-  echo "ok: $name refused: $(grep -m1 'already holds' "$WORK/$name.log" | cut -c1-110)..."
-}
-expect_refused_here fresh --set steps=3 --set keep_checkpoints=1
-expect_refused_here older --set steps=3 --set "resume=$RUN/step_00000002"
+# A run that writes no checkpoint moves nothing: evaluating step 2 beside step 4.
+train --set steps=0 --set "resume=$RUN/step_00000002" --set checkpoint_at_end=false > "$WORK/eval.log"
+[ "$(steps_here)" = "step_00000002 step_00000004 " ] || { echo "FAIL: an evaluation moved checkpoints: $(steps_here)"; exit 1; }
+! grep -q "set_aside" "$WORK/eval.log" || { echo "FAIL: an evaluation reported moving checkpoints"; exit 1; }
 
-# Controls: continuing the run is accepted, by name or by latest; so is a fresh run in a
-# directory that holds metrics but no checkpoint.
-train --set steps=5 --set "resume=$RUN/step_00000004" --set keep_checkpoints=0 > "$WORK/newest.log"
-grep -q "resumed from $RUN/step_00000004 at step 4" "$WORK/newest.log" || { echo "FAIL: resume=<newest> did not resume"; exit 1; }
-train --set steps=6 --set resume=latest --set keep_checkpoints=0 > "$WORK/latest.log"
-grep -q "resumed from $RUN/step_00000005 at step 5" "$WORK/latest.log" || { echo "FAIL: resume=latest did not resume"; exit 1; }
-mkdir -p "$WORK/metrics_only" && cp "$RUN/metrics.jsonl" "$WORK/metrics_only/"
-"$TRAIN" $(tiny_args "$D" "$WORK/metrics_only") "${quiet[@]}" --set steps=1 > "$WORK/metrics_only.log" ||
-  { echo "FAIL: a fresh run in a directory without checkpoints was refused"; cat "$WORK/metrics_only.log"; exit 1; }
+# A fresh run: both earlier checkpoints are set aside, unchanged; the new run's 3 is left.
+train --set steps=3 --set keep_checkpoints=1 > "$WORK/fresh.log"
+aside=$(ls -d "$RUN"/set_aside_* | head -1)
+grep -q "moved to $aside" "$WORK/fresh.log" || { echo "FAIL: the fresh run did not say where it moved them"; cat "$WORK/fresh.log"; exit 1; }
+[ "$(steps_here)" = "step_00000003 " ] || { echo "FAIL: after the fresh run run_dir holds $(steps_here)"; exit 1; }
+hashes "$aside" | diff - "$WORK/first.sha" || { echo "FAIL: the set-aside checkpoints changed"; exit 1; }
+echo "ok: a fresh run set the earlier run's checkpoints aside, unchanged: ${aside#"$RUN"/}"
+
+# resume=latest continues this run and moves nothing; resuming an older step sets the
+# newer ones aside.
+train --set steps=5 --set resume=latest --set checkpoint_every=1 --set keep_checkpoints=0 > "$WORK/latest.log"
+grep -q "resumed from $RUN/step_00000003 at step 3" "$WORK/latest.log" || { echo "FAIL: resume=latest did not resume step 3"; exit 1; }
+[ "$(steps_here)" = "step_00000003 step_00000004 step_00000005 " ] || { echo "FAIL: after resume=latest: $(steps_here)"; exit 1; }
+[ "$(ls -d "$RUN"/set_aside_* | wc -l)" = 1 ] || { echo "FAIL: resume=latest set checkpoints aside"; exit 1; }
+train --set steps=6 --set "resume=$RUN/step_00000003" --set keep_checkpoints=0 > "$WORK/older.log"
+[ "$(steps_here)" = "step_00000003 step_00000006 " ] || { echo "FAIL: after resuming step 3: $(steps_here)"; exit 1; }
+[ "$(ls -d "$RUN"/set_aside_*/step_* | wc -l)" = 4 ] || { echo "FAIL: steps 4 and 5 were not set aside"; ls -R "$RUN"; exit 1; }
+echo "ok: resuming step 3 set steps 4 and 5 aside"
 
 # A save of step 6 killed between its renames: step_00000006 moved aside, not replaced.
 mv "$RUN/step_00000006" "$RUN/step_00000006.old"
 train --set steps=7 --set resume=latest --set keep_checkpoints=2 > "$WORK/old.log"
 grep -q "resumed from $RUN/step_00000006.old at step 6" "$WORK/old.log" ||
   { echo "FAIL: resume=latest did not find step_00000006.old"; cat "$WORK/old.log"; exit 1; }
-# keep 2: steps 6 (as .old) and 7 stay, the older ones are pruned.
-kept=$(cd "$RUN" && ls -d step_* | tr '\n' ' ')
-[ "$kept" = "step_00000006.old step_00000007 " ] || { echo "FAIL: after pruning to 2 the directory holds: $kept"; exit 1; }
+[ "$(steps_here)" = "step_00000006.old step_00000007 " ] || { echo "FAIL: after pruning to 2 the directory holds: $(steps_here)"; exit 1; }
 train --set steps=8 --set resume=latest --set keep_checkpoints=1 > "$WORK/prune_old.log"
-kept=$(cd "$RUN" && ls -d step_* | tr '\n' ' ')
-[ "$kept" = "step_00000008 " ] || { echo "FAIL: after pruning to 1 the directory holds: $kept"; exit 1; }
+[ "$(steps_here)" = "step_00000008 " ] || { echo "FAIL: after pruning to 1 the directory holds: $(steps_here)"; exit 1; }
 echo "PASS"
