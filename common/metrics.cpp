@@ -1,18 +1,18 @@
 #include "common/metrics.h"
 
-#include <filesystem>
+#include <cerrno>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
 
 namespace gpt {
 
-MetricsLog::MetricsLog(const std::string& path) {
+MetricsLog::MetricsLog(const std::string& path) : path_(path) {
   if (path.empty()) return;
-  const std::filesystem::path p(path);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  create_parent_directories(path, "metrics_file");
   file_ = std::fopen(path.c_str(), "a");
-  require(file_ != nullptr, "metrics_file: cannot open '" + path + "' for appending");
+  require(file_ != nullptr, "metrics_file: cannot open '" + path + "' for appending: " + std::strerror(errno));
 }
 
 MetricsLog::~MetricsLog() {
@@ -21,9 +21,11 @@ MetricsLog::~MetricsLog() {
 
 void MetricsLog::write_line(const std::string& json) {
   if (!file_) return;
-  std::fputs(json.c_str(), file_);
-  std::fputc('\n', file_);
-  std::fflush(file_);  // a crashed run keeps every step it finished
+  // fflush after every line: a crashed run keeps every step it finished. A line that
+  // cannot be written (a disk full) stops the run rather than losing its record.
+  const bool written = std::fputs(json.c_str(), file_) >= 0 && std::fputc('\n', file_) != EOF;
+  if (!written || std::fflush(file_) != 0)
+    fail("metrics_file: cannot write to '" + path_ + "': " + std::strerror(errno));
 }
 
 void MetricsLog::train_step(const StepMetrics& m, const MemoryLedger& mem, bool print) {

@@ -47,6 +47,7 @@ class MetricsLog {
 
  private:
   void write_line(const std::string& json);
+  std::string path_;  // for the messages
   std::FILE* file_ = nullptr;
 };
 

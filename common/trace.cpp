@@ -1,6 +1,8 @@
 #include "common/trace.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "common/error.h"
@@ -17,6 +19,13 @@ void Trace::enable(const std::string& path, int rank) {
   rank_ = rank;
   enabled_ = !path.empty();
   events_.reserve(1 << 16);
+  if (!enabled_) return;
+  // The file is written at the end of the run; a path that cannot take it fails now,
+  // not after the training.
+  create_parent_directories(path, "trace_file");
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  require(f != nullptr, "trace_file: cannot write '" + path + "': " + std::strerror(errno));
+  std::fclose(f);
 }
 
 int64_t Trace::now_us() const {
@@ -32,10 +41,9 @@ void Trace::record(const char* name, const char* category, int64_t start_us, int
 void Trace::write() const {
   if (!enabled_) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  const std::filesystem::path p(path_);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  create_parent_directories(path_, "trace_file");
   std::FILE* f = std::fopen(path_.c_str(), "w");
-  require(f != nullptr, "trace_file: cannot write '" + path_ + "'");
+  require(f != nullptr, "trace_file: cannot write '" + path_ + "': " + std::strerror(errno));
   std::fprintf(f, "{\"traceEvents\":[\n");
   for (size_t i = 0; i < events_.size(); ++i) {
     const Event& e = events_[i];
@@ -44,7 +52,10 @@ void Trace::write() const {
                  static_cast<long long>(e.dur_us), rank_, e.lane);
   }
   std::fprintf(f, "]}\n");
+  const bool flushed = std::fflush(f) == 0 && !std::ferror(f);
+  const int error = errno;
   std::fclose(f);
+  require(flushed, "trace_file: cannot write '" + path_ + "': " + std::strerror(error));
 }
 
 }  // namespace gpt

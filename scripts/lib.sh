@@ -20,6 +20,13 @@ die() {
   exit 1
 }
 
+# bad_input MESSAGE: the caller's input is wrong (a flag, a file it names): exit status 2,
+# as the trainers give for bad input.
+bad_input() {
+  printf 'error: %s\n' "$*" >&2
+  exit 2
+}
+
 # Makes a build directory absolute (relative ones are relative to the repo root).
 abs_dir() {
   case "$1" in

@@ -61,6 +61,8 @@ done
 ((${#matches[@]} > 0)) || usage_error "no stage '$stage' (stages: ${stages[*]})"
 ((${#matches[@]} == 1)) || usage_error "'$stage' names several stages: ${matches[*]}"
 name="${matches[0]}"
+# Stage 01 trains on one device: N copies would be N unrelated runs in one run_dir.
+[[ "$name" != 01_* ]] || ((ranks == 1)) || usage_error "stage $name trains on one device: N must be 1, not $ranks"
 
 train="$(abs_dir "$GPT_BUILD_DIR")/stages/$name/train"
 [[ -x "$train" ]] || die "$train is not built: build first (cmake --preset default && cmake --build build)"

@@ -23,7 +23,7 @@ args=()
 while (($# > 0)); do
   case "$1" in
     --config)
-      (($# >= 2)) || die "--config needs a file"
+      (($# >= 2)) || bad_input "--config needs a file"
       config="$2"
       shift 2
       ;;
@@ -47,8 +47,10 @@ done
 if [[ -f "$config" ]]; then
   config="$(cd "$(dirname "$config")" && pwd)/$(basename "$config")"
   config="${config#"$GPT_ROOT"/}"
+elif [[ -d "$config" || -d "$GPT_ROOT/$config" ]]; then
+  bad_input "config file '$config' is a directory"
 elif [[ ! -f "$GPT_ROOT/$config" ]]; then
-  die "config file '$config' not found"
+  bad_input "config file '$config' not found"
 fi
 cd "$GPT_ROOT"
 

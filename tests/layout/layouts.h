@@ -23,8 +23,16 @@ struct RandomMesh {
   std::vector<int> cuts;  // pp + 1 layer boundaries, cuts[0] = 0, cuts[pp] = n_layer
   std::vector<RankLayout> layouts;  // rank = stage * tp + tp_rank
   std::string describe() const {
-    std::string s = "tp " + std::to_string(tp) + " x pp " + std::to_string(pp) + ", layers cut at";
-    for (int c : cuts) s += " " + std::to_string(c);
+    // Appended piece by piece: GCC 12 warns (-Wrestrict) falsely on "literal" + to_string(...).
+    std::string s = "tp ";
+    s += std::to_string(tp);
+    s += " x pp ";
+    s += std::to_string(pp);
+    s += ", layers cut at";
+    for (int c : cuts) {
+      s += ' ';
+      s += std::to_string(c);
+    }
     return s;
   }
 };

@@ -57,6 +57,12 @@ expect "config is a directory"   "is a directory" "$TRAIN" --config "$WORK/confi
 expect "model beyond memory"     "n_layer=100000000" train --set n_layer=100000000
 expect "rows beyond an int"      micro_batch_size train --set micro_batch_size=67108864 --set batch_size=67108864
 expect "prompt outside vocab"    prompt        train --set vocab_size=100 --set sample_tokens=4 --set prompt=xyz
+# Output files that cannot be written: refused before the training, naming the key.
+printf 'x' > "$WORK/a_file"
+expect "trace under a file"      "trace_file: cannot create directory" train --set "trace_file=$WORK/a_file/t.json"
+if grep -q "^step" "$WORK/out.txt"; then echo "FAIL [trace under a file]: it trained before refusing"; failures=$((failures + 1)); fi
+expect "metrics under a file"    "metrics_file: cannot create directory" train --set "metrics_file=$WORK/a_file/m.jsonl"
+expect "metrics unwritable"      "metrics_file: cannot write" train --set metrics_file=/dev/full
 
 # --- data
 expect "missing data file"       missing.bin   train --set "train_data=$WORK/missing.bin"
