@@ -44,6 +44,37 @@ case $case_name in
   fraction_negative) expect_error "--val-fraction" --out out --val-fraction -0.1 good.txt ;;
   fraction_text)     expect_error "0.1x" --out out --val-fraction 0.1x good.txt ;;
   fraction_no_value) expect_error "--val-fraction" --out out good.txt --val-fraction ;;
+  same_file_twice)   expect_error "is given twice" --out out good.txt ./good.txt ;;
+  existing)
+    # Shards already in --out are a dataset: kept unless --force; with it, replaced.
+    "$prepare" --out out good.txt >/dev/null || fail "the first prepare failed"
+    cp out/train.bin first_train.bin
+    printf 'other text\nentirely\n' >other.txt
+    "$prepare" --out out other.txt >stdout.txt 2>stderr.txt
+    status=$?
+    [[ $status -eq 2 ]] || fail "replacing without --force exited $status, expected 2"
+    grep -qF -- "--force" stderr.txt || fail "the refusal does not mention --force: $(cat stderr.txt)"
+    cmp -s out/train.bin first_train.bin || fail "the refused run changed out/train.bin"
+    "$prepare" --out out --force other.txt >/dev/null || fail "--force did not replace the shards"
+    [[ "$(shard_text out/train.bin)$(shard_text out/val.bin)" == "$(tr -d '\000' <other.txt)" ]] ||
+      fail "after --force the shards do not hold other.txt"
+    ;;
+  all_or_none)
+    # val.bin cannot be written (a directory blocks its temporary name): the old pair
+    # stays whole, no new train.bin beside the old val.bin.
+    "$prepare" --out out good.txt >/dev/null || fail "the first prepare failed"
+    cp out/train.bin first_train.bin && cp out/val.bin first_val.bin
+    mkdir out/val.bin.tmp
+    printf 'other text\nentirely\n' >other.txt
+    "$prepare" --out out --force other.txt >stdout.txt 2>stderr.txt
+    status=$?
+    [[ $status -eq 2 ]] || fail "exit $status, expected 2"
+    grep -qF "val.bin" stderr.txt || fail "the message does not name val.bin: $(cat stderr.txt)"
+    cmp -s out/train.bin first_train.bin && cmp -s out/val.bin first_val.bin ||
+      fail "a failed write changed the old shards"
+    [[ ! -e out/train.bin.tmp ]] || fail "a temporary train.bin.tmp was left behind"
+    rm -rf out/train.bin out/val.bin  # for expect_error's check, which this case does not use
+    ;;
   help)
     "$prepare" --help >stdout.txt 2>stderr.txt
     status=$?
