@@ -54,16 +54,19 @@ def dev(run):
     if len(got) != len(ref):
         sys.exit(f"FAIL: {run} has {len(got)} steps, fp32 {len(ref)}")
     return max(abs(a - b) / abs(b) for a, b in zip(got, ref))
+bad = []
+def judge(measure, tol, runs):
+    """Each (run, must_pass): its error by `measure` within `tol` exactly when it must be."""
+    for run, must_pass in runs:
+        e = measure(run)
+        ok = e <= tol
+        print(f"  {run:16s} {e:.3e} {'within' if ok else 'beyond'} ({'as it must be' if ok == must_pass else 'WRONG'})")
+        if ok != must_pass:
+            bad.append(run)
 D = dev("bf16_01")
 tol = max(3 * D, 2.0**-16)
 print(f"stage 01 bf16 vs fp32: D = {D:.3e}; tolerance {tol:.3e} relative")
-bad = []
-for run, must_pass in (("bf16_tp2", True), ("bf16_tp2_sp", True), ("neg_lr", False)):
-    e = dev(run)
-    ok = e <= tol
-    print(f"  {run:12s} {e:.3e} {'within' if ok else 'beyond'} ({'as it must be' if ok == must_pass else 'WRONG'})")
-    if ok != must_pass:
-        bad.append(run)
+judge(dev, tol, (("bf16_tp2", True), ("bf16_tp2_sp", True), ("neg_lr", False)))
 import numpy as np
 def weights(run, step):
     return np.fromfile(f"{work}/{run}/step_{step:08d}/param.bin", dtype="<f4").astype(np.float64)
@@ -74,12 +77,7 @@ def update_error(run):
 D1 = update_error("sgd_bf16_01")
 tol1 = max(3 * D1, 2.0**-16)
 print(f"one SGD step: stage 01 bf16's update vs fp64: D1 = {D1:.3e}; tolerance {tol1:.3e} normwise")
-for run, must_pass in (("sgd_bf16_tp2", True), ("sgd_bf16_tp2_sp", True), ("sgd_neg", False)):
-    e = update_error(run)
-    ok = e <= tol1
-    print(f"  {run:16s} {e:.3e} {'within' if ok else 'beyond'} ({'as it must be' if ok == must_pass else 'WRONG'})")
-    if ok != must_pass:
-        bad.append(run)
+judge(update_error, tol1, (("sgd_bf16_tp2", True), ("sgd_bf16_tp2_sp", True), ("sgd_neg", False)))
 if bad:
     sys.exit("FAIL: " + ", ".join(bad))
 PY
