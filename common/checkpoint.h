@@ -140,10 +140,10 @@ std::string resolve_resume(const Config& cfg);
 /// this run starts from (any, when it starts fresh; those newer than the checkpoint it
 /// resumes) belong to another run: left there, pruning (which keeps the newest steps)
 /// would delete this run's saves first and a later resume=latest would continue the
-/// other run. So they move, whole and unchanged, into run_dir/set_aside_<UTC time>/ (a
-/// rename; nothing is lost or copied), unless this run writes no checkpoint. Returns a
-/// line saying what moved ("" when nothing did). Call it on one process (the one holding
-/// the run directory's lock), before anything is written there.
+/// other run. So they move, whole and unchanged (a rename: nothing is lost or copied),
+/// into run_dir/set_aside_YYYYmmdd-HHMMSS/, the time in UTC, unless this run writes no
+/// checkpoint. Returns a line saying what moved ("" when nothing did). Call it on one
+/// process (the one holding the run directory's lock), before anything is written there.
 std::string set_aside_later_checkpoints(const Config& cfg);
 
 /// Deletes all but the newest `keep` complete checkpoints (keep <= 0 keeps all).
