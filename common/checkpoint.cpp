@@ -892,9 +892,23 @@ void prune_checkpoints(const std::string& run_dir, int keep) {
   }
 }
 
+namespace {
+
+// The checkpoint `resume` names ("" for a fresh start) and the step the run starts from.
+struct ResumeSource {
+  std::string path;
+  int64_t start = 0;
+};
+ResumeSource resume_source(const Config& cfg) {
+  ResumeSource r{cfg.resume == "latest" ? latest_checkpoint(cfg.run_dir) : cfg.resume};
+  if (!r.path.empty()) r.start = checkpoint_step(r.path);
+  return r;
+}
+
+}  // namespace
+
 std::string resolve_resume(const Config& cfg) {
-  const std::string path = cfg.resume == "latest" ? latest_checkpoint(cfg.run_dir) : cfg.resume;
-  const int64_t start = path.empty() ? 0 : checkpoint_step(path);
+  const auto [path, start] = resume_source(cfg);
   // `steps` counts from the start of the run, not from the resume. Below the checkpoint's
   // step it is a mistake (the run would train nothing and save the checkpoint again
   // under its step); 0 is the way to train nothing and only evaluate and sample.
@@ -907,8 +921,7 @@ std::string resolve_resume(const Config& cfg) {
 
 std::string set_aside_later_checkpoints(const Config& cfg) {
   if (!cfg.checkpoint_at_end && cfg.checkpoint_every == 0) return "";  // this run writes none
-  const std::string path = cfg.resume == "latest" ? latest_checkpoint(cfg.run_dir) : cfg.resume;
-  const int64_t start = path.empty() ? 0 : checkpoint_step(path);
+  const int64_t start = resume_source(cfg).start;
   std::vector<fs::path> later;
   for (const auto& [step, dir] : complete_checkpoints(cfg.run_dir))
     if (step > start) later.push_back(dir);
