@@ -3,6 +3,22 @@
 //   backward: head -> block L-1 .. block 0 -> embedding, with one running residual
 //             gradient d_resid and the blocks' shared scratch.
 // Weights come from the WeightStore one unit at a time, in the order gpt2.h documents.
+//
+// Activation checkpointing (ModelSlice::recompute; Chen et al. 2016, "Training Deep Nets
+// with Sublinear Memory Cost"): a block's backward needs everything its forward wrote
+// (BlockActivations: 16 C values a row on one rank -- ln1, qkv 3C, atty, resid2, ln2,
+// fch 4C, fch_gelu 4C, resid3 -- plus the layernorm and attention statistics), but all of
+// it follows from the block's input x and its weights. So a micro-batch keeps only the
+// residual stream between blocks, and the backward of block l first runs block l's
+// forward again from its kept input:
+//
+//   kept per micro-batch    without: L x |BlockActivations|    with: L x rows x C
+//                           (plus one BlockActivations for the block being recomputed)
+//   extra compute           one more forward of every block: with a backward costing
+//                           about two forwards, a step costs about 4/3 of one without
+//
+// The recomputation reads the same weights and the same input through the same ops, so
+// it writes the same bits, and training is bit-identical with and without it.
 #include "common/gpt2.h"
 
 #include <algorithm>
@@ -58,6 +74,8 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
             "GPT2: sequence parallelism needs B*T divisible by tp");
   invariant(hooks_->full_rows(rows_) == batch * seq_len, "GPT2: the hooks' full_rows do not match the slice");
   invariant(slice.in_flight >= 1, "GPT2: at least one micro-batch in flight");
+  invariant(!(slice.recompute && slice.split_backward),
+            "GPT2: recompute with split_backward (the weight half would need the activations again)");
   if (slice.positions.empty()) {
     position_runs_.push_back({0, T_, 0});
   } else {
@@ -92,7 +110,10 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
   slots_.resize(size_t(slice.in_flight));
   for (MicroBatch& mb : slots_) {
     mb.input = DeviceArray<A>(d, size_t(R) * C);
-    for (int l = layout_.layer_begin(); l < layout_.layer_end(); ++l) mb.blocks.emplace_back(d, dims_, B_, T_, R);
+    for (int l = layout_.layer_begin(); l < layout_.layer_end(); ++l) {
+      if (slice.recompute) mb.outputs.emplace_back(d, size_t(R) * C);
+      else mb.blocks.emplace_back(d, dims_, B_, T_, R);
+    }
     if (last_stage()) mb.head = HeadActivations<A>(d, C, R, N, vocab_, /*train=*/true, hooks_->vocab_parallel());
     mb.d_resid = DeviceArray<A>(d, size_t(R) * C);
     if (first_stage()) mb.inputs = DeviceArray<int32_t>(d, size_t(N));
@@ -102,6 +123,7 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
       if (last_stage()) mb.keep_d_lnf = DeviceArray<A>(d, size_t(R) * C);
     }
   }
+  if (slice.recompute) recomputed_ = BlockActivations<A>(d, dims_, B_, T_, R);
   scratch_ = BlockScratch<A>(d, dims_, N, R);
   host_losses_.resize(size_t(N));
 }
@@ -226,7 +248,11 @@ GradOf<A> GPT2<A>::forward_micro(int slot, const int32_t* inputs, const int32_t*
     const A* pb = store_->acquire(unit, Pass::Forward);
     BlockWeights<A> w = block_tensors(layout_.block(l), pb, layout_.unit(unit).begin);
     if (!adds_shared) w.attproj_b = w.fcproj_b = nullptr;
-    block_forward(ctx_, dims_, w, block_input(mb, l), mb.blocks[size_t(l - l0)], scratch_, *hooks_, B_, T_, R);
+    BlockActivations<A>& act = activations(mb, l);
+    block_forward(ctx_, dims_, w, block_input(mb, l), act, scratch_, *hooks_, B_, T_, R);
+    // Recompute: the output moves into the micro-batch (an exchange of buffers, no copy);
+    // the rest of act is overwritten by the next block.
+    if (slice_.recompute) act.resid3.swap(mb.outputs[size_t(l - l0)]);
     store_->release(unit, Pass::Forward);
   }
   const auto PF = unit_view(store_->acquire(final, Pass::Forward), layout_, final);
@@ -276,8 +302,12 @@ void GPT2<A>::backward_micro(int slot, G loss_scale) {
     const int64_t begin = layout_.unit(unit).begin;
     BlockWeights<A> w = block_tensors(layout_.block(l), pb, begin);
     if (!adds_shared) w.attproj_b = w.fcproj_b = nullptr;
+    if (slice_.recompute) {  // block l's activations again, from its kept input
+      Span again("recompute");
+      block_forward(ctx_, dims_, w, block_input(mb, l), recomputed_, scratch_, *hooks_, B_, T_, R);
+    }
     block_backward(ctx_, dims_, w, block_tensors(layout_.block(l), gb, begin), block_input(mb, l),
-                   mb.blocks[size_t(l - l0)], mb.d_resid.data(), scratch_, *hooks_, B_, T_, R);
+                   activations(mb, l), mb.d_resid.data(), scratch_, *hooks_, B_, T_, R);
     store_->release(unit, Pass::Backward);
     store_->grads_done(unit);
   }
@@ -381,8 +411,9 @@ size_t GPT2<A>::activation_bytes() const {
     n += mb.input.bytes() + mb.head.bytes() + mb.d_resid.bytes() + mb.keep_d_lnf.bytes();
     for (const BlockGradInputs<A>& k : mb.keep) n += k.bytes();
     for (const BlockActivations<A>& b : mb.blocks) n += b.bytes();
+    for (const DeviceArray<A>& o : mb.outputs) n += o.bytes();
   }
-  return n;
+  return n + recomputed_.bytes();
 }
 
 template class GPT2<float>;

@@ -109,6 +109,10 @@ struct ModelSlice {
   LayerRange layers = {};          ///< pipeline parallelism: this stage's layers (default: all)
   int in_flight = 1;               ///< micro-batches whose activations are kept at once
   bool split_backward = false;     ///< zero-bubble schedules: backward_input/weight_micro
+  /// Activation checkpointing: a micro-batch keeps only each block's output, and the
+  /// backward recomputes a block's activations from its input just before it needs them
+  /// (see the top of gpt2.cpp). Not with split_backward.
+  bool recompute = false;
 };
 
 /// GPT-2 on one rank, with storage type A (see the top of this file): float or double on
@@ -189,7 +193,7 @@ class GPT2 {
   /// rows() x C values each, device memory.
   A* stage_input(int slot) { return slots_[size_t(slot)].input.data(); }
   /// The last block's output after forward_micro (rows() x C, device memory).
-  const A* stage_output(int slot) const { return slots_[size_t(slot)].blocks.back().resid3.data(); }
+  const A* stage_output(int slot) const { return block_input(slots_[size_t(slot)], layout_.layer_end()); }
   /// Gradient of the stage's output before backward_micro (written by the caller on all
   /// but the last stage), of its input after it (rows() x C, device memory).
   A* output_grad(int slot) { return slots_[size_t(slot)].d_resid.data(); }
@@ -241,7 +245,8 @@ class GPT2 {
   /// and the residual stream's gradient (received from the stage after, on the others).
   struct MicroBatch {
     DeviceArray<A> input;
-    std::vector<BlockActivations<A>> blocks;
+    std::vector<BlockActivations<A>> blocks;  ///< each block's activations (empty under recompute)
+    std::vector<DeviceArray<A>> outputs;      ///< recompute: each block's output only (rows x C)
     HeadActivations<A> head;
     DeviceArray<int32_t> inputs, targets;
     DeviceArray<A> d_resid;
@@ -253,6 +258,14 @@ class GPT2 {
     bool input_done = false;
   };
   std::vector<MicroBatch> slots_;
+  /// Recompute: the one block's activations that exist at a time, written by each
+  /// block's forward and, in the backward, by its recomputation.
+  BlockActivations<A> recomputed_;
+  /// Where block l's forward writes its activations: its own set in the micro-batch, or
+  /// under recompute the shared one.
+  BlockActivations<A>& activations(MicroBatch& mb, int l) {
+    return slice_.recompute ? recomputed_ : mb.blocks[size_t(l - layout_.layer_begin())];
+  }
   /// slots_[slot], after checking that slot is in [0, in_flight()) (`caller` names the
   /// method in the error).
   MicroBatch& slot_at(int slot, const char* caller);
@@ -274,7 +287,8 @@ class GPT2 {
   /// The input of layer l (in [layers.begin, layers.end]: the last is the head's input).
   const A* block_input(const MicroBatch& mb, int l) const {
     const int i = l - layout_.layer_begin();
-    return i == 0 ? mb.input.data() : mb.blocks[size_t(i - 1)].resid3.data();
+    if (i == 0) return mb.input.data();
+    return slice_.recompute ? mb.outputs[size_t(i - 1)].data() : mb.blocks[size_t(i - 1)].resid3.data();
   }
 };
 
