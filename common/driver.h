@@ -43,6 +43,7 @@ struct StageSpec {
   bool virtual_stages = false;              ///< interleaved pipeline chunks
   bool zero_key = false;                    ///< reads `zero` (the ZeRO stage over dp)
   bool schedule_key = false;                ///< reads `schedule` (the pipeline schedule)
+  bool recompute_key = false;               ///< reads `activation_checkpointing`
   bool cuda = false;                        ///< device=cuda supported
 };
 
@@ -53,7 +54,7 @@ MeshShape mesh_shape_for(const Config& cfg, int ranks);
 
 /// A UserError naming the first axis (tp, pp, cp, virtual_stages) the config sets
 /// beyond 1 that the stage does not implement, or sequence_parallel without tp, or a
-/// `zero` or a `schedule` the stage does not read.
+/// `zero`, a `schedule` or an `activation_checkpointing` the stage does not read.
 void require_axes(const Config& cfg, const StageSpec& spec);
 
 /// The part of each sequence a rank runs: the whole by default; context parallelism

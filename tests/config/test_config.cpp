@@ -78,6 +78,7 @@ void require_same(const Config& a, const Config& b) {
   CHECK(a.cp == b.cp);
   CHECK(a.virtual_stages == b.virtual_stages);
   CHECK(a.schedule == b.schedule);
+  CHECK(a.activation_checkpointing == b.activation_checkpointing);
   CHECK(a.sequence_parallel == b.sequence_parallel);
   CHECK(a.zero == b.zero);
   CHECK(a.cp_split == b.cp_split);
@@ -347,7 +348,7 @@ TEST_CASE("config_to_json round-trips through apply_json_text to an equal config
                           "log_every=5", "checkpoint_every=9", "checkpoint_at_end=false",
                           "keep_checkpoints=4", "resume=latest", "dp=3", "comm=mpi", "allreduce=backend",
                           "bucket_mb=0.5", "comm_timeout_s=5", "sample_tokens=17",
-                          "temperature=1.3", "top_k=0", "schedule=zb-h1", "cp_split=contiguous",
+                          "temperature=1.3", "top_k=0", "schedule=zb-h1", "cp_split=contiguous", "activation_checkpointing=true",
                           "prompt=\"quoted\"\t\\ \xc3\xa9"});
   original.lr = 0.1 + 0.2;  // a double with no short decimal form must survive exactly
   std::string json = gpt::config_to_json(original);
@@ -361,7 +362,7 @@ TEST_CASE("config_to_json round-trips through apply_json_text to an equal config
 
 TEST_CASE("every key can be set from the text it prints as, and is documented") {
   nlohmann::json keys = nlohmann::json::parse(gpt::config_to_json(Config{}));
-  REQUIRE(keys.size() == 53);  // one per Config field (ModelConfig has five)
+  REQUIRE(keys.size() == 54);  // one per Config field (ModelConfig has five)
   std::string help = gpt::config_help_text();
   std::string markdown = gpt::config_reference_markdown();
   CHECK(help.starts_with("usage: train [--config FILE] [--set key=value]..."));

@@ -58,4 +58,11 @@ TEST_CASE("driver: a stage refuses by name an axis it does not implement", "[con
   tensor.tp = true;
   CHECK(error_of([&] { require_axes(with_axes(0, 2, 1, 1), tensor); }).empty());  // an implemented axis passes
   CHECK(error_of([&] { require_axes(with_axes(0, 1, 1, 1), zero1); }).empty());
+  // activation_checkpointing: refused where the stage does not read it, read where it does.
+  Config recompute = with_axes(0, 1, 1, 1);
+  recompute.activation_checkpointing = true;
+  CHECK(error_of([&] { require_axes(recompute, zero1); }).find("activation_checkpointing=true") != std::string::npos);
+  StageSpec four_d{"11_4d"};
+  four_d.recompute_key = true;
+  CHECK(error_of([&] { require_axes(recompute, four_d); }).empty());
 }
