@@ -48,6 +48,7 @@
 
 #include "common/comm.h"
 #include "common/data.h"
+#include "common/driver.h"
 #include "common/gpt2.h"
 #include "stages/07_pipeline_gpipe/schedule.h"
 
@@ -127,8 +128,10 @@ class PipelineExecutor {
 };
 
 // The validation loss through the pipeline: as validation_loss (common/driver.h) does it
-// for a whole model, each batch through pipeline.evaluate; on every rank.
+// for a whole model, each batch through pipeline.evaluate; on every rank. With `part`
+// (context parallelism) each rank evaluates its part of the sequences and the part's
+// mean loss is averaged over part->group.
 double pipeline_validation_loss(PipelineExecutor& pipeline, const DataLoader& val, int batches, int batch_size,
-                                Communicator& dp);
+                                Communicator& dp, const SequencePart* part = nullptr);
 
 }  // namespace gpt

@@ -11,7 +11,8 @@ namespace gpt {
 
 std::vector<ModelChunk> make_model_chunks(const Config& cfg, const ParamLayout& global, const PipeSchedule& schedule,
                                           Communicator& pp, Communicator& tp, Communicator& dp, Communicator* ends,
-                                          TensorParallelHooks<float>& hooks, Device device, Precision precision) {
+                                          const ModelSlice<float>& slice, int seq_len, Device device,
+                                          Precision precision) {
   const int p = pp.size(), v = cfg.virtual_stages, stages = p * v;
   const RankLayout tp_slice = RankLayout::tensor_parallel(global, tp.size(), tp.rank());
   std::vector<ModelChunk> chunks(static_cast<size_t>(v));
@@ -19,10 +20,12 @@ std::vector<ModelChunk> make_model_chunks(const Config& cfg, const ParamLayout& 
     ModelChunk& k = chunks[size_t(c)];
     const int stage = c * p + pp.rank();
     const LayerRange layers = stage_layers(cfg.model.n_layer, stages, stage);
-    k.model = std::make_unique<GPT2<float>>(
-        cfg.model, cfg.micro_batch_size, cfg.seq_len, device, precision, /*own_weights=*/cfg.zero <= 1,
-        ModelSlice<float>{tp.size(), tp.rank(), cfg.sequence_parallel, &hooks, {}, layers, max_in_flight(schedule, c),
-                          splits_backward(schedule)});
+    ModelSlice<float> chunk_slice = slice;
+    chunk_slice.layers = layers;
+    chunk_slice.in_flight = max_in_flight(schedule, c);
+    chunk_slice.split_backward = splits_backward(schedule);
+    k.model = std::make_unique<GPT2<float>>(cfg.model, cfg.micro_batch_size, seq_len, device, precision,
+                                            /*own_weights=*/cfg.zero <= 1, chunk_slice);
     k.slices = std::make_unique<RankLayout>(
         RankLayout::pipeline_stage(tp_slice, layers.begin, layers.end, stage == 0, stage == stages - 1));
     k.dp = dp.split(0, dp.rank());  // the same ranks, a communicator of its own

@@ -41,11 +41,15 @@ struct ModelChunk {
 
 // The v = cfg.virtual_stages chunks of this rank (pp rank r of p, tp rank of tp), each
 // with the activation slots `schedule` needs on it; `ends`: tied_embedding_group(pp).
+// `slice` is how every chunk holds its layers (tensor-parallel slice and hooks, and in
+// later stages token positions and recompute); its layers, in_flight and split_backward
+// are set here per chunk. seq_len: tokens of each sequence this rank runs.
 // The weights are not initialised: the caller initialises or loads the masters, then
 // calls weights_from_master() on each chunk's zero.
 std::vector<ModelChunk> make_model_chunks(const Config& cfg, const ParamLayout& global, const PipeSchedule& schedule,
                                           Communicator& pp, Communicator& tp, Communicator& dp, Communicator* ends,
-                                          TensorParallelHooks<float>& hooks, Device device, Precision precision);
+                                          const ModelSlice<float>& slice, int seq_len, Device device,
+                                          Precision precision);
 
 // A rank's chunks as one checkpoint: the tensors of every chunk's ZeRO range in the
 // model's order (a RankLayout must list them so; wte, the last chunk's on rank p - 1,

@@ -9,8 +9,8 @@
 # Negative control: one weight 10 ulps off must be rejected.
 # Usage: exact_pair.sh REF CAND PREPARE WORK ROOT MPIEXEC SPECS [JITTER_SPEC]
 #   a SPEC is NP:BATCH:MICRO_BATCH[:key=value...]; a key written cand.key=value is given to
-#   the candidate only (virtual_stages=2: the reference has no chunks); COMMON="key=value
-#   ..." applies to every run.
+#   the candidate only (virtual_stages=2: the reference has no chunks), so REF and CAND may
+#   be one binary run two ways; COMMON="key=value ..." applies to every run.
 set -euo pipefail
 REF=$1 CAND=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6 SPECS=$7 JITTER_SPEC=${8:-}
 source "$ROOT/tests/trainer/common.sh"
@@ -19,14 +19,15 @@ rm -rf "$WORK" && mkdir -p "$WORK"
 make_corpus "$WORK" "$PREPARE"
 COMPARE=(/usr/bin/python3 "$ROOT/tests/stages/compare_runs.py" --exact)
 
-# run BIN SPEC DIR STEPS [key=value...]
+# run ref|cand SPEC DIR STEPS [key=value...]
 run() {
-  local bin=$1 spec=$2 dir=$3 steps=$4 np batch mb rest keys=() extra=() kv
+  local role=$1 spec=$2 dir=$3 steps=$4 bin=$REF np batch mb rest keys=() extra=() kv
+  [ "$role" = cand ] && bin=$CAND
   shift 4
   IFS=: read -r np batch mb rest <<< "$spec"
   [ -n "${rest:-}" ] && IFS=: read -r -a keys <<< "$rest"
   for kv in ${COMMON:-} "${keys[@]}" "$@"; do
-    if [[ "$kv" == cand.* ]]; then [ "$bin" = "$CAND" ] && extra+=(--set "${kv#cand.}")
+    if [[ "$kv" == cand.* ]]; then [ "$role" = cand ] && extra+=(--set "${kv#cand.}")
     else extra+=(--set "$kv"); fi
   done
   "$MPIEXEC" -np "$np" --oversubscribe "$bin" $(tiny_args "$WORK/data" "$dir") --set steps="$steps" \
@@ -38,18 +39,18 @@ failures=0
 i=0
 for spec in $SPECS; do
   i=$((i + 1))
-  run "$REF" "$spec" "$WORK/$i-ref" 10
-  run "$CAND" "$spec" "$WORK/$i-cand" 10
-  run "$REF" "$spec" "$WORK/$i-sgd-ref" 1 optimizer=sgd grad_clip=0
-  run "$CAND" "$spec" "$WORK/$i-sgd-cand" 1 optimizer=sgd grad_clip=0
+  run ref "$spec" "$WORK/$i-ref" 10
+  run cand "$spec" "$WORK/$i-cand" 10
+  run ref "$spec" "$WORK/$i-sgd-ref" 1 optimizer=sgd grad_clip=0
+  run cand "$spec" "$WORK/$i-sgd-cand" 1 optimizer=sgd grad_clip=0
   echo "== $spec: 10 AdamW steps, then one SGD step"
   "${COMPARE[@]}" --step 10 --reference "$WORK/$i-ref" --candidate "$WORK/$i-cand" || failures=$((failures + 1))
   "${COMPARE[@]}" --step 1 --reference "$WORK/$i-sgd-ref" --candidate "$WORK/$i-sgd-cand" || failures=$((failures + 1))
 done
 if [ -n "$JITTER_SPEC" ]; then
   echo "== $JITTER_SPEC with every rank delayed 0-3 ms at random before each action"
-  run "$REF" "$JITTER_SPEC" "$WORK/jitter-ref" 10
-  GPT_TEST_PIPE_JITTER_MS=3 run "$CAND" "$JITTER_SPEC" "$WORK/jitter-cand" 10
+  run ref "$JITTER_SPEC" "$WORK/jitter-ref" 10
+  GPT_TEST_PIPE_JITTER_MS=3 run cand "$JITTER_SPEC" "$WORK/jitter-cand" 10
   "${COMPARE[@]}" --step 10 --reference "$WORK/jitter-ref" --candidate "$WORK/jitter-cand" || failures=$((failures + 1))
 fi
 echo "== negative control: one weight 10 ulps off must be rejected"

@@ -14,11 +14,13 @@
 # capped at 1e-4, so that a far-off later stage cannot loosen its own check.
 # Negative control: the same resume with the learning rate 1.01x must be rejected.
 # Usage: resume_across.sh TRAIN01 TRAIN03 TRAIN_LATER PREPARE WORKDIR ROOT MPIEXEC key=value...
-#   COMMON="key=value ..." in the environment applies to every run (a model shape).
+#   COMMON="key=value ..." in the environment applies to every run (a model shape);
+#   LATER_NP (default 2) is the later stage's rank count.
 set -euo pipefail
 TRAIN01=$1 TRAIN03=$2 TRAIN_LATER=$3 PREPARE=$4 WORK=$5 ROOT=$6 MPIEXEC=$7
 shift 7
-LAYOUT=("$@")  # the later stage's layout on 2 ranks, e.g. tp=2
+LAYOUT=("$@")  # the later stage's layout on LATER_NP ranks, e.g. tp=2
+LATER_NP=${LATER_NP:-2}
 source "$ROOT/tests/trainer/common.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 rm -rf "$WORK" && mkdir -p "$WORK"
@@ -38,12 +40,12 @@ ckpt() { echo "$WORK/$1/step_00000003"; }
 
 run 1 "$TRAIN01" "$WORK/u01"
 run 2 "$TRAIN03" "$WORK/u03"
-run 2 "$TRAIN_LATER" "$WORK/ulater" "${LAYOUT[@]}"
-run 2 "$TRAIN_LATER" "$WORK/later_from01" "${LAYOUT[@]}" resume="$(ckpt u01)"
-run 2 "$TRAIN_LATER" "$WORK/later_from03" "${LAYOUT[@]}" resume="$(ckpt u03)"
+run "$LATER_NP" "$TRAIN_LATER" "$WORK/ulater" "${LAYOUT[@]}"
+run "$LATER_NP" "$TRAIN_LATER" "$WORK/later_from01" "${LAYOUT[@]}" resume="$(ckpt u01)"
+run "$LATER_NP" "$TRAIN_LATER" "$WORK/later_from03" "${LAYOUT[@]}" resume="$(ckpt u03)"
 run 2 "$TRAIN03" "$WORK/r03_from_later" resume="$(ckpt ulater)"
 lr=$(/usr/bin/python3 -c "import json; print(json.load(open('$ROOT/configs/tiny.json'))['lr'] * 1.01)")
-run 2 "$TRAIN_LATER" "$WORK/neg_lr" "${LAYOUT[@]}" resume="$(ckpt u03)" lr="$lr"
+run "$LATER_NP" "$TRAIN_LATER" "$WORK/neg_lr" "${LAYOUT[@]}" resume="$(ckpt u03)" lr="$lr"
 
 /usr/bin/python3 - "$WORK" <<'PY'
 import json, sys

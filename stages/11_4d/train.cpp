@@ -1,0 +1,237 @@
+// Stage 11: every axis at once, and activation checkpointing. The mesh is
+// dp x pp x cp x tp (common/mesh.h):
+//   tp  each layer's heads, hidden units and vocabulary rows split (stage 06), with
+//       sequence parallelism for the elementwise work;
+//   cp  each sequence's tokens split into chunks, the attention's keys and values passed
+//       around a ring (stage 10);
+//   pp  the layers split into p v virtual stages, run by the schedule of `schedule`
+//       (interleaved 1F1B by default, or gpipe, 1f1b, zb-h1; stage 09);
+//   dp  the batch's sequences split, gradients reduced and the ZeRO stage of `zero`
+//       kept over dp x cp: the ranks that hold the same weight slices (stage 10).
+// With activation_checkpointing each micro-batch in flight keeps only its blocks'
+// outputs, and every backward recomputes its block's activations first (common/gpt2.cpp):
+// the same bits, the memory of a micro-batch in flight cut to the residual stream, one
+// more forward of the blocks per step.
+//   for each step:  zero grads
+//                   run this rank's schedule over the step's m micro-batches on its v
+//                   chunks: each micro-batch is the same sequences on every cp and tp rank
+//                   of a dp group, each cp rank its chunks of them; the ring passes keys
+//                   and values (and their gradients) between the cp ranks of a stage
+//                   wte's gradient summed between the first and the last stage; each
+//                   chunk's store reduces over dp x cp
+//                   the global norm (per tensor), AdamW on each chunk's range
+// Checkpoints hold the whole model's tensors by name (common/checkpoint.h): a run saved
+// on one mesh resumes on any other, or in any earlier stage.
+// See README.md for the lesson.
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/checkpoint.h"
+#include "common/comm.h"
+#include "common/config.h"
+#include "common/data.h"
+#include "common/device.h"
+#include "common/driver.h"
+#include "common/error.h"
+#include "common/gpt2.h"
+#include "common/layout_exchange.h"
+#include "common/memory.h"
+#include "common/mesh.h"
+#include "common/metrics.h"
+#include "common/optimizer.h"
+#include "common/rank_layout.h"
+#include "common/trace.h"
+#include "stages/06_tensor_parallel/local_zero.h"
+#include "stages/06_tensor_parallel/tp_budget.h"
+#include "stages/07_pipeline_gpipe/grad_norm_by_tensor.h"
+#include "stages/07_pipeline_gpipe/pipeline_config.h"
+#include "stages/07_pipeline_gpipe/pipeline_executor.h"
+#include "stages/07_pipeline_gpipe/pipeline_report.h"
+#include "stages/07_pipeline_gpipe/tied_embedding.h"
+#include "stages/09_pipeline_interleaved/model_chunks.h"
+#include "stages/09_pipeline_interleaved/schedules.h"
+#include "stages/10_context_parallel/context_split.h"
+#include "stages/10_context_parallel/ring_attention.h"
+
+using namespace gpt;
+
+namespace {
+
+int train_ranks(Run& run) {
+  Config& cfg = run.cfg;
+  const Device device = run.device;
+  const Precision precision = run.precision;
+  check_tensor_parallel(cfg);
+  check_context_parallel(cfg);
+  Communicator& pp = run.mesh.pp();
+  Communicator& tp = run.mesh.tp();
+  Communicator& cp = run.mesh.cp();
+  // The ranks holding the same weight slices: dp x cp (each computes gradients from
+  // tokens of its own), as in stage 10.
+  const MeshCoord at = run.mesh.coord();
+  const MeshShape shape = run.mesh.shape();
+  const std::unique_ptr<Communicator> dp_owner =
+      run.world.split(at.tp * shape.pp + at.pp, at.dp * shape.cp + at.cp);
+  Communicator& dp = *dp_owner;
+  Communicator& data_group = run.mesh.dp();  // the ranks that read different sequences
+  const bool sp = cfg.sequence_parallel, lead = run.lead();
+  const int accum = cfg.grad_accum(data_group.size());  // m, the micro-batches of a step
+  const int v = cfg.virtual_stages;
+  check_pipeline(cfg, pp.size(), accum);
+  const std::string schedule_name = cfg.schedule.empty() ? "interleaved" : cfg.schedule;
+  require(v == 1 || pp.size() > 1, "virtual_stages=" + std::to_string(v) +
+                                       ": model chunks interleave across pipeline ranks; with pp=1 use virtual_stages=1");
+  require(!(cfg.activation_checkpointing && schedule_name == "zb-h1"),
+          "activation_checkpointing=true with schedule=zb-h1: the zero-bubble schedule runs a backward's weight "
+          "half after other micro-batches' passes, when the recomputed activations are gone; use another schedule "
+          "or activation_checkpointing=false");
+  const int B = cfg.micro_batch_size, T = cfg.seq_len;
+  Trace::global().enable(cfg.trace_file.empty() ? "" : cfg.trace_file + ".rank" + std::to_string(run.world.rank()) + ".json",
+                         run.world.rank());
+
+  DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
+  DataLoader val_data(cfg.val_data, cfg.model.vocab_size, T, cfg.seed);
+  ContextSplit split(cp.size(), cp.rank(), cfg.cp_split == "zigzag", T);
+  split.group = &cp;
+  const int Tl = split.local_len(T);  // tokens of each sequence on this rank
+  RingAttentionHooks<float> hooks(tp, sp, cp, split, device);
+  const PipeSchedule schedule = pipeline_schedule(schedule_name, pp.size(), pp.rank(), accum, v);
+  const ParamLayout global(cfg.model);
+  const std::unique_ptr<Communicator> ends = tied_embedding_group(pp);  // the first and the last stage
+  ModelSlice<float> slice{tp.size(), tp.rank(), sp, &hooks, split.positions()};
+  slice.recompute = cfg.activation_checkpointing;
+  std::vector<ModelChunk> chunks =
+      make_model_chunks(cfg, global, schedule, pp, tp, dp, ends.get(), slice, Tl, device, precision);
+  std::vector<GPT2<float>*> models;
+  std::vector<const GPT2<float>*> const_models;
+  std::vector<LocalZero*> zeros;
+  int64_t n_local = 0;
+  for (ModelChunk& c : chunks) {
+    models.push_back(c.model.get()), const_models.push_back(c.model.get()), zeros.push_back(c.zero.get());
+    n_local += c.model->layout().total();
+  }
+  ChunkCheckpoint packed(global, chunks);
+  RunCheckpoints ckpt{global, packed.buffers(), /*sharded=*/true, &packed.layout()};
+  ckpt.before_write = [&] { packed.pack(); };
+
+  CheckpointState state;
+  const std::string resume = resolve_resume(cfg);
+  if (resume.empty()) {
+    for (ModelChunk& c : chunks)  // the single-device values there
+      c.slices->init(cfg.seed, c.zero->master_host(), c.zero->shard().begin, c.zero->shard().end);
+  } else {
+    std::vector<LocalBuffer> buffers;
+    for (const CheckpointBuffer& b : ckpt.buffers) buffers.push_back({b.kind, b.data});
+    state = load_checkpoint_local(run.world, resume, packed.layout(), buffers);  // any layout's checkpoint
+    packed.unpack();
+    if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
+  }
+  for (ModelChunk& c : chunks) c.zero->weights_from_master();
+  PipelineExecutor pipeline(models, pp);
+
+  MemoryLedger mem = MemoryTracker::global().peaks();
+  if (lead) {
+    std::printf("stage 11 | dp %d x pp %d (%s, %d chunk(s) per rank) x cp %d (%s split, %d tokens of %d per rank) x tp %d%s (%s), zero=%d%s | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM on this rank\n",
+                data_group.size(), pp.size(), schedule_name.c_str(), v, cp.size(), cfg.cp_split.c_str(), Tl, T,
+                tp.size(), sp ? " sequence parallel" : "", run.world.backend(), cfg.zero,
+                cfg.activation_checkpointing ? ", activation checkpointing" : "", device_name(device),
+                precision_name(precision), omp_get_max_threads(), double(global.total()) / 1e6,
+                double(n_local) / 1e6);
+    std::printf("batch %d sequences x %d tokens = micro-batch %d x %d micro-batches x dp %d | train %lld tokens, val %lld tokens\n",
+                cfg.batch_size, T, B, accum, data_group.size(), static_cast<long long>(train_data.num_tokens()),
+                static_cast<long long>(val_data.num_tokens()));
+    std::printf("%s", stage_table(cfg.model, pp.size(), v).c_str());
+  }
+
+  MetricsLog log(lead ? cfg.metrics_path() : "");
+  BubbleMeter bubble(pp);
+  std::vector<int32_t> whole_in(size_t(B) * T), whole_tg(size_t(B) * T);
+  state.layout_json = mesh_json(shape);  // checkpoints record the layout that wrote them
+  const int64_t first_step = state.step;
+  for (int64_t step = state.step; step < cfg.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (LocalZero* z : zeros) z->zero_grads();
+    bubble.start();
+    const auto batch = [&](int micro, int32_t* inputs, int32_t* targets) {  // this rank's chunks of the sequences
+      train_data.batch(step, micro, data_group.rank(), data_group.size(), B, cfg.batch_size, whole_in.data(),
+                       whole_tg.data());
+      split.take(whole_in.data(), inputs, B, T);
+      split.take(whole_tg.data(), targets, B, T);
+    };
+    const auto before_backward = [&](int chunk, int micro) {
+      const bool last = micro == accum - 1;  // each chunk's backwards run in micro-batch order
+      ModelChunk& c = chunks[size_t(chunk)];
+      c.zero->set_last_micro(last);
+      c.sp_grads->set_sum(c.zero->reduces_every_backward() || last);
+      c.tied->set_last(last);
+    };
+    // Each micro-batch's mean loss over this rank's tokens; dp x cp parts of equal size
+    // make the global batch.
+    const std::vector<double> losses =
+        pipeline.run(schedule, accum, batch, 1.0f / float(accum * dp.size()), before_backward);
+    bubble.stop(pipeline.last_busy_s());
+    for (ModelChunk& c : chunks) c.tied->finish();
+    for (LocalZero* z : zeros) z->wait();
+    double loss = 0;  // the mean over the global batch, added in micro-batch order as stage 01 does
+    for (double l : losses) loss += l / (accum * dp.size());
+    pp.all_reduce(&loss, 1, DType::F64);  // from the last stage (the others add 0)
+    dp.all_reduce(&loss, 1, DType::F64);
+
+    const double norm = grad_norm_by_tensor(run.world, zeros, global.tensors().size());
+    const double lr = learning_rate(cfg, step);
+    for (LocalZero* z : zeros) z->step(lr, norm, int(step + 1));
+    device_synchronize(device);  // the step ends when the GPU has run its kernels
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    state.step = step + 1;
+
+    mem = MemoryTracker::global().peaks();
+    if (step == first_step) {  // after the first step: memory and micro-batches in flight, per rank
+      const int bound = pipeline_theory_in_flight(schedule_name, pp.size(), pp.rank(), accum, v);
+      const std::string line = in_flight_line(run.world.rank(), pp.rank(), pp.size(), bound,
+                                              pipeline.measured_in_flight(), const_models, mem);
+      print_from_every_rank(run.world, line);
+    }
+    StepMetrics m;
+    m.step = state.step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = norm, m.ms = ms;
+    m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);
+    if (lead) log.train_step(m, mem, state.step % cfg.log_every == 0 || state.step == cfg.steps);
+    if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(state.step) + " (lower lr?)");
+
+    const Validation validate = [&] {
+      return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, data_group, &split);
+    };
+    after_step(run, validate, data_group, log, ckpt, state);
+  }
+  const std::string bubbles = bubble.report(
+      [&](const PipeCosts& c) { return pipeline_theory_bubble(schedule_name, pp.size(), accum, v, c); },
+      pipeline.measured_costs());
+  if (lead) std::printf("%s", bubbles.c_str());
+
+  std::vector<float> whole;  // the whole model, for the lead rank's sample: the chunks' parts added
+  if (cfg.sample_tokens > 0)
+    for (ModelChunk& c : chunks) {
+      const std::vector<float> part = gather_whole_model(run.world, *c.slices, c.zero->local_weights(), dp.rank() == 0);
+      if (whole.empty()) whole = part;
+      else for (size_t i = 0; i < whole.size(); ++i) whole[i] += part[i];  // x + 0 = x: each element is one chunk's
+    }
+  const Validation validate = [&] {
+    return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, data_group, &split);
+  };
+  end_of_run(run, validate, data_group, log, ckpt, state, on_device(device, whole).data(), T);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  StageSpec spec{"11_4d"};
+  spec.tp = true, spec.pp = true, spec.cp = true, spec.virtual_stages = true, spec.zero_key = true;
+  spec.schedule_key = true, spec.recompute_key = true, spec.cuda = true;
+  return stage_main(argc, argv, spec, train_ranks);
+}
