@@ -115,7 +115,15 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
 
 double validation_loss(GPT2<float>& model, const DataLoader& val, int batches, Communicator& dp,
                        const SequencePart* part) {
-  const int B = model.batch(), T = part ? val.seq_len() : model.seq_len();
+  const EvaluateBatch evaluate = [&](const int32_t* inputs, const int32_t* targets) {
+    return double(model.evaluate(inputs, targets));
+  };
+  return validation_loss(evaluate, val, batches, model.batch(), dp, part);
+}
+
+double validation_loss(const EvaluateBatch& evaluate, const DataLoader& val, int batches, int batch_size,
+                       Communicator& dp, const SequencePart* part) {
+  const int B = batch_size, T = val.seq_len();
   const size_t n = size_t(B) * T;
   std::vector<int32_t> inputs(n), targets(n), local_in, local_tg;
   if (part) local_in.resize(size_t(B) * part->local_len(T)), local_tg.resize(local_in.size());
@@ -123,16 +131,16 @@ double validation_loss(GPT2<float>& model, const DataLoader& val, int batches, C
   const int rounds = (batches + dp.size() - 1) / dp.size();
   for (int i = 0; i < rounds; ++i) {
     const int k = i * dp.size() + dp.rank();
-    val.sequential_batch(k < batches ? k : 0, model.batch(), inputs.data(), targets.data());
+    val.sequential_batch(k < batches ? k : 0, B, inputs.data(), targets.data());
     double loss = 0;
     if (part) {
       part->take(inputs.data(), local_in.data(), B, T);
       part->take(targets.data(), local_tg.data(), B, T);
-      loss = model.evaluate(local_in.data(), local_tg.data());
+      loss = evaluate(local_in.data(), local_tg.data());
       part->group->all_reduce(&loss, 1, DType::F64);
       loss /= part->group->size();  // every part has as many tokens
     } else {
-      loss = model.evaluate(inputs.data(), targets.data());
+      loss = evaluate(inputs.data(), targets.data());
     }
     if (k < batches) sum += loss;
   }

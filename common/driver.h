@@ -88,11 +88,19 @@ using TrainFn = int (*)(Run& run);
 /// than one rank an error after joining the job aborts every rank with that status.
 int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train);
 
-/// Mean loss over `batches` fixed validation batches; the ranks of `dp` share them
-/// (rank r evaluates batches r, r + dp, ...; a rank past the end repeats batch 0 and
-/// ignores it, because a forward may communicate) and their sums are added.
+/// The mean loss of one batch's tokens and targets (host memory, batch_size rows of the
+/// tokens this rank runs of each sequence), however a stage evaluates it: a model's
+/// evaluate(), or a pipeline's forward through every stage.
+using EvaluateBatch = std::function<double(const int32_t* inputs, const int32_t* targets)>;
+
+/// Mean loss over `batches` fixed validation batches of batch_size sequences; the ranks of
+/// `dp` share them (rank r evaluates batches r, r + dp, ...; a rank past the end repeats
+/// batch 0 and ignores it, because a forward may communicate) and their sums are added.
 /// With `part`, each rank evaluates its part of the sequences and the part's mean loss
 /// is averaged over part->group.
+double validation_loss(const EvaluateBatch& evaluate, const DataLoader& val, int batches, int batch_size,
+                       Communicator& dp, const SequencePart* part = nullptr);
+/// The same for a model on this rank: each batch through model.evaluate().
 double validation_loss(GPT2<float>& model, const DataLoader& val, int batches, Communicator& dp,
                        const SequencePart* part = nullptr);
 

@@ -254,29 +254,10 @@ double PipelineExecutor::evaluate(const int32_t* inputs, const int32_t* targets)
 
 double pipeline_validation_loss(PipelineExecutor& pipeline, const DataLoader& val, int batches, int batch_size,
                                 Communicator& dp, const SequencePart* part) {
-  const int T = val.seq_len();
-  const size_t n = size_t(batch_size) * size_t(T);
-  std::vector<int32_t> inputs(n), targets(n), local_in, local_tg;
-  if (part) local_in.resize(size_t(batch_size) * part->local_len(T)), local_tg.resize(local_in.size());
-  double sum = 0;
-  const int rounds = (batches + dp.size() - 1) / dp.size();
-  for (int i = 0; i < rounds; ++i) {
-    const int k = i * dp.size() + dp.rank();  // a rank past the end repeats batch 0 and ignores it
-    val.sequential_batch(k < batches ? k : 0, batch_size, inputs.data(), targets.data());
-    double loss = 0;
-    if (part) {
-      part->take(inputs.data(), local_in.data(), batch_size, T);
-      part->take(targets.data(), local_tg.data(), batch_size, T);
-      loss = pipeline.evaluate(local_in.data(), local_tg.data());
-      part->group->all_reduce(&loss, 1, DType::F64);
-      loss /= part->group->size();  // every part has as many tokens
-    } else {
-      loss = pipeline.evaluate(inputs.data(), targets.data());
-    }
-    if (k < batches) sum += loss;
-  }
-  dp.all_reduce(&sum, 1, DType::F64);
-  return batches > 0 ? sum / batches : 0.0;
+  const EvaluateBatch evaluate = [&](const int32_t* inputs, const int32_t* targets) {
+    return pipeline.evaluate(inputs, targets);
+  };
+  return validation_loss(evaluate, val, batches, batch_size, dp, part);
 }
 
 }  // namespace gpt

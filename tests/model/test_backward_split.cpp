@@ -12,28 +12,20 @@
 #include <vector>
 
 #include "common/gpt2.h"
+#include "tests/model/model_fixture.h"
 #include "tests/ops/gradcheck.h"
 
 using namespace gpt;
 using gpt::test::Rng;
+using gpt::test::same_bits;
+using gpt::test::tiny_model;
 
 namespace {
-
-ModelConfig tiny_model() {
-  ModelConfig m;
-  m.n_layer = 3, m.n_embd = 32, m.n_head = 4, m.block_size = 16, m.vocab_size = 200;
-  return m;
-}
 
 template <class A>
 GPT2<A> make(const ModelConfig& m, LayerRange layers, bool split, Precision precision) {
   return GPT2<A>(m, /*batch=*/2, /*seq_len=*/16, Device::CPU, precision, true,
                  ModelSlice<A>{1, 0, false, nullptr, {}, layers, /*in_flight=*/2, split});
-}
-
-template <class T>
-bool same_bits(const T* a, const T* b, size_t n) {
-  return std::memcmp(a, b, n * sizeof(T)) == 0;
 }
 
 // How the split runs are to go wrong for the negative controls.

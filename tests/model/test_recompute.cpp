@@ -14,18 +14,15 @@
 #include <vector>
 
 #include "common/gpt2.h"
+#include "tests/model/model_fixture.h"
 #include "tests/ops/gradcheck.h"
 
 using namespace gpt;
 using gpt::test::Rng;
+using gpt::test::same_bits;
+using gpt::test::tiny_model;
 
 namespace {
-
-ModelConfig tiny_model() {
-  ModelConfig m;
-  m.n_layer = 3, m.n_embd = 32, m.n_head = 4, m.block_size = 16, m.vocab_size = 200;
-  return m;
-}
 
 constexpr int kBatch = 2, kSeqLen = 16, kInFlight = 2;
 
@@ -34,11 +31,6 @@ GPT2<A> make(const ModelConfig& m, LayerRange layers, bool recompute, Precision 
   ModelSlice<A> slice{1, 0, false, nullptr, {}, layers, kInFlight, /*split_backward=*/false};
   slice.recompute = recompute;
   return GPT2<A>(m, kBatch, kSeqLen, Device::CPU, precision, true, slice);
-}
-
-template <class T>
-bool same_bits(const T* a, const T* b, size_t n) {
-  return std::memcmp(a, b, n * sizeof(T)) == 0;
 }
 
 // Two micro-batches through `plain` and `recomputing`, both forwards first; true when the
