@@ -14,8 +14,8 @@
 # manifest.json records the resolved config and the layout, and the trainer's output
 # in stdout.txt):
 #   agree/sNN          30 steps of configs/tiny.json: 01 on one rank, 02-05 at dp 2,
-#                      06 at tp 2, 07-09 at pp 2 (09: schedule zb-h1), 10 at cp 2;
-#                      s01_bf16: stage 01 in bf16
+#                      06 at tp 2, 07-09 at pp 2 (09: schedule zb-h1), 10 at cp 2, 11 at
+#                      pp 2 x cp 2 with activation checkpointing; s01_bf16: stage 01 in bf16
 #   memory/sNN_dpK     one step of each stage at dp K = 1, 2, 4 (01: one rank; 06 at
 #                      tp 2 and 10 at cp 2, both zero=3, so 2K ranks)
 #   memory/s06_tpT[_sp], memory/s10_cpC: one step at tp T (sequence parallel or not),
@@ -29,13 +29,15 @@
 #                      chunks per rank; schedule.txt: pipeline_schedule's list of actions
 #   pipe/sNN_pp4_mM    stages 07 and 08 at pp 4 (4 layers), M = 1, 2, 4, 8 micro-batches
 #                      of one sequence, one step (the micro-batches in flight per rank)
+#   pipe/s11_{gpipe,1f1b}_ac_{off,on}: stage 11 at the shape of pipe/s09_*, GPipe and 1F1B,
+#                      activation checkpointing off and on, traced
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 case "${1:-}" in
   -h | --help)
-    sed -n '2,32s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    sed -n '2,35s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
     exit 0
     ;;
 esac
@@ -45,7 +47,7 @@ build="$(abs_dir "$GPT_BUILD_DIR")"
 cd "$GPT_ROOT"
 
 stages=(01_single_gpu 02_ddp 03_zero1 04_zero2 05_zero3 06_tensor_parallel 07_pipeline_gpipe 08_pipeline_1f1b
-  09_pipeline_interleaved 10_context_parallel)
+  09_pipeline_interleaved 10_context_parallel 11_4d)
 targets=()
 for s in "${stages[@]}"; do
   [[ -x "$build/stages/$s/train" ]] || targets+=("train_$s")
@@ -94,6 +96,7 @@ run agree/s07 2 07 "${agree[@]}" pp=2
 run agree/s08 2 08 "${agree[@]}" pp=2
 run agree/s09 2 09 "${agree[@]}" pp=2 schedule=zb-h1  # interleaving needs 4 layers; tiny has 2
 run agree/s10 2 10 "${agree[@]}" cp=2
+run agree/s11 4 11 "${agree[@]}" pp=2 cp=2 activation_checkpointing=true
 
 log "memory: one step of each stage at dp 1, 2, 4"
 # Batch 8, so that dp 4 still has a micro-batch of 2; buckets of at least 7,864 floats
@@ -151,6 +154,13 @@ for schedule in gpipe 1f1b interleaved zb-h1; do
   else
     traced "pipe/s09_$schedule" 09 "$schedule" schedule="$schedule"
   fi
+done
+for schedule in gpipe 1f1b; do
+  for ac in off on; do
+    flag=false
+    [[ "$ac" == on ]] && flag=true
+    traced "pipe/s11_${schedule}_ac_$ac" 11 "$schedule" schedule="$schedule" activation_checkpointing="$flag"
+  done
 done
 for micro in 1 2 4 8; do
   for s in 07 08; do

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Draws one training step of one or more rank traces as a timeline (PNG).
 
-  trace_timeline.py TRACE.json [TRACE.json ...] --out FIG.png [--step N] [--title TEXT]
+  trace_timeline.py TRACE.json [TRACE.json ...] --out FIG.png [--step N] [--title TEXT] [--mark NAME ...]
 
 TRACE.json are the files a stage writes with trace_file=PREFIX (PREFIX.rank<r>.json,
 one per rank; format in common/trace.h). For every rank the figure has up to three
@@ -16,7 +16,9 @@ rows:
   comm thread     lane 1: communication running beside the main thread (stage 02's
                   bucket all-reduces, stage 05's prefetched gathers)
 
-Rows with no spans are left out. Steps are found from the top-level spans: a step
+--mark NAME outlines (hatched) every lane-0 span of that name on the compute row, at
+whatever depth: a part of a phase worth seeing, such as stage 11's "recompute" inside
+each backward. Rows with no spans are left out. Steps are found from the top-level spans: a step
 begins at a "zero_grads" span and ends with its optimizer ("adamw...") and whatever
 communication follows it. --step N picks step N (1-based); the default is the last
 step that has an optimizer span (a steady-state step: the first one pays for warm-up).
@@ -119,6 +121,8 @@ def main():
     ap.add_argument("--title", default="", help="figure title")
     ap.add_argument("--width", type=float, default=12.0, help="figure width in inches")
     ap.add_argument("--dpi", type=int, default=100)
+    ap.add_argument("--mark", action="append", default=[], metavar="NAME",
+                    help="outline the lane-0 spans of this name on the compute row (repeatable)")
     args = ap.parse_args()
 
     traces = sorted(load(p) for p in args.traces)
@@ -159,16 +163,18 @@ def main():
                 c, lab = colour_of(e["name"], OP_COLOURS, OP_OTHER)
                 used_ops[lab] = c
                 ops.append((*ms(e), c, e["name"]))
-        rows.append((f"rank {rank}  main: compute", ops, "compute", [(*ms(e), e["name"]) for e in phases]))
+        marked = [(*ms(e), e["name"]) for e in inside if e.get("tid", 0) == 0 and e["name"] in args.mark]
+        rows.append((f"rank {rank}  main: compute", ops, "compute", [(*ms(e), e["name"]) for e in phases], marked))
         if main_comm:
-            rows.append((f"rank {rank}  main: comm", main_comm, "comm", []))
+            rows.append((f"rank {rank}  main: comm", main_comm, "comm", [], []))
         if side:
-            rows.append((f"rank {rank}  comm thread", side, "comm", []))
+            rows.append((f"rank {rank}  comm thread", side, "comm", [], []))
 
     height = 0.9 + 0.62 * len(rows)
     fig, ax = plt.subplots(figsize=(args.width, height), dpi=args.dpi)
     labels = []
-    for r, (label, spans, kind, phases) in enumerate(rows):
+    marks_drawn = set()
+    for r, (label, spans, kind, phases, marked) in enumerate(rows):
         y = len(rows) - 1 - r
         labels.append((y, label))
         if kind == "compute":
@@ -180,6 +186,10 @@ def main():
                     ax.text(start + dur / 2, y + 0.31, name, ha="center", va="center", fontsize=7)
             for start, dur, c, _ in spans:
                 ax.broken_barh([(start, dur)], (y - 0.38, 0.52), facecolors=c, linewidth=0)
+            for start, dur, name in marked:
+                ax.broken_barh([(start, dur)], (y - 0.42, 0.60), facecolors="none", edgecolors="black",
+                               hatch="///", linewidth=0.8)
+                marks_drawn.add(name)
         else:
             for start, dur, c, _ in spans:
                 ax.broken_barh([(start, dur)], (y - 0.32, 0.64), facecolors=c, edgecolors="#404040",
@@ -199,6 +209,7 @@ def main():
     handles = [Patch(facecolor=PHASE_COLOUR, edgecolor="#808080", label="phase")]
     handles += [Patch(facecolor=c, label=l) for l, c in used_ops.items()]
     handles += [Patch(facecolor=c, edgecolor="#404040", label=l) for l, c in used_comm.items()]
+    handles += [Patch(facecolor="none", edgecolor="black", hatch="///", label=n) for n in sorted(marks_drawn)]
     ncol = min(len(handles), 9)
     legend_in = 0.22 * ((len(handles) + ncol - 1) // ncol) + 0.1
     fig.set_size_inches(args.width, height + legend_in)
