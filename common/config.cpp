@@ -92,9 +92,9 @@ constexpr Key kKeys[] = {
     {"seed", FIELD(seed), "seed of parameter initialisation and sampling"},
     // data
     {"train_data", FIELD(train_data), "training token shard, or a glob of shards"},
-    {"val_data", FIELD(val_data), "validation token shard, or a glob of shards"},
+    {"val_data", FIELD(val_data), "validation token shard, or a glob of shards; may be empty when val_batches is 0"},
     {"val_every", FIELD(val_every), "steps between validations (0: only at the end)"},
-    {"val_batches", FIELD(val_batches), "micro-batches (micro_batch_size sequences each) per validation; the same fixed windows on every run"},
+    {"val_batches", FIELD(val_batches), "micro-batches (micro_batch_size sequences each) per validation; the same fixed windows on every run, each at most once (val_batches x micro_batch_size <= the windows of val_data)"},
     // runtime
     {"device", FIELD(device), "auto, cpu or cuda (auto: cuda when a GPU is present)"},
     {"precision", FIELD(precision), "fp32, bf16 (bf16 activations, fp32 master weights) or fp64 (stage 01 on the CPU: the ground truth)"},

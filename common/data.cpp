@@ -267,7 +267,12 @@ DataLoader::DataLoader(const std::string& pattern, int vocab_size, int seq_len, 
   windows_ = (n - 1) / seq_len;
 }
 
+DataLoader DataLoader::none(int seq_len) {
+  return DataLoader(seq_len);
+}
+
 int64_t DataLoader::window_of(int64_t global_sequence) const {
+  invariant(windows_ > 0, "data: a batch asked of a DataLoader without data");
   require(global_sequence >= 0,
           "data: negative sequence index " + std::to_string(global_sequence));
   const int64_t epoch = global_sequence / windows_;
@@ -317,6 +322,7 @@ void DataLoader::batch(int64_t step, int micro_step, int dp_rank, int dp, int mi
 void DataLoader::sequential_batch(int64_t k, int n, int32_t* inputs, int32_t* targets) const {
   require(k >= 0, "data: negative validation batch index " + std::to_string(k));
   require(n >= 1, "data: validation batch size must be at least 1, got " + std::to_string(n));
+  invariant(windows_ > 0, "data: a validation batch asked of a DataLoader without data");
   require(inputs != nullptr && targets != nullptr, "data: null output buffer");
   for (int b = 0; b < n; ++b) {
     const int64_t window = (k * n + b) % windows_;

@@ -56,6 +56,9 @@ class DataLoader {
  public:
   /// Loads every shard of `pattern`. Needs at least one window of seq_len+1 tokens.
   DataLoader(const std::string& pattern, int vocab_size, int seq_len, uint64_t seed);
+  /// No data at all (num_windows() 0): what a run that never validates holds for its
+  /// validation set. Asking it for a batch is an internal error.
+  static DataLoader none(int seq_len);
 
   /// Fills inputs and targets (micro_batch x seq_len each) for the given position.
   void batch(int64_t step, int micro_step, int dp_rank, int dp, int micro_batch,
@@ -73,6 +76,7 @@ class DataLoader {
   int seq_len() const { return seq_len_; }  ///< T: tokens per sequence (a window holds T+1)
 
  private:
+  DataLoader(int seq_len) : seq_len_(seq_len), seed_(0), windows_(0) {}
   void copy_window(int64_t window, int32_t* inputs, int32_t* targets) const;
   std::vector<uint16_t> tokens_;
   int seq_len_;

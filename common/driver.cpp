@@ -113,6 +113,23 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
   });
 }
 
+DataLoader validation_data(const Config& cfg) {
+  if (cfg.val_data.empty()) {
+    require(cfg.val_batches == 0, "val_data is empty but val_batches=" + std::to_string(cfg.val_batches) +
+                                      ": give a validation shard, or set val_batches=0 to train without validation");
+    return DataLoader::none(cfg.seq_len);
+  }
+  DataLoader val(cfg.val_data, cfg.model.vocab_size, cfg.seq_len, cfg.seed);
+  const int64_t wanted = int64_t(cfg.val_batches) * cfg.micro_batch_size;
+  require(wanted <= val.num_windows(),
+          "val_batches=" + std::to_string(cfg.val_batches) + " x micro_batch_size=" +
+              std::to_string(cfg.micro_batch_size) + " = " + std::to_string(wanted) + " sequences, but val_data '" +
+              cfg.val_data + "' holds " + std::to_string(val.num_windows()) + " windows of seq_len=" +
+              std::to_string(cfg.seq_len) + " tokens: validation would count some twice; use val_batches <= " +
+              std::to_string(val.num_windows() / cfg.micro_batch_size));
+  return val;
+}
+
 double validation_loss(GPT2<float>& model, const DataLoader& val, int batches, Communicator& dp,
                        const SequencePart* part) {
   const EvaluateBatch evaluate = [&](const int32_t* inputs, const int32_t* targets) {

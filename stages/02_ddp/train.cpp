@@ -52,7 +52,7 @@ int train_ranks(Run& run) {
   Trace::global().enable(cfg.trace_file.empty() ? "" : cfg.trace_file + ".rank" + std::to_string(dp.rank()) + ".json", dp.rank());
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
-  DataLoader val_data(cfg.val_data, cfg.model.vocab_size, T, cfg.seed);
+  const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
   GPT2<float> model(cfg.model, B, T, device, precision);
   const ParamLayout& layout = model.layout();
   const int64_t n_params = layout.total();

@@ -49,7 +49,7 @@ int train_ranks(Run& run) {
   Trace::global().enable(cfg.trace_file.empty() ? "" : cfg.trace_file + ".rank" + std::to_string(dp.rank()) + ".json", dp.rank());
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
-  DataLoader val_data(cfg.val_data, cfg.model.vocab_size, T, cfg.seed);
+  const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
   // The model allocates no weights or gradients: the stage keeps the whole weights
   // (every rank needs them for forward) and the store keeps the shard gradient.
   GPT2<float> model(cfg.model, B, T, device, precision, /*own_weights=*/false);

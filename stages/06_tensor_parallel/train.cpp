@@ -62,7 +62,7 @@ int train_ranks(Run& run) {
                          run.world.rank());
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
-  DataLoader val_data(cfg.val_data, cfg.model.vocab_size, T, cfg.seed);
+  const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
   TensorParallelHooks<float> hooks(tp, sp, device);
   // The model holds this rank's slices; with zero >= 2 the stage keeps the weights and
   // the store the gradients.

@@ -68,7 +68,7 @@ int train_ranks(Run& run) {
                          run.world.rank());
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
-  DataLoader val_data(cfg.val_data, cfg.model.vocab_size, T, cfg.seed);
+  const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
   TensorParallelHooks<float> hooks(tp, sp, device);
   // This rank's stage of the pipeline, with activations for every micro-batch the
   // schedule keeps in flight.

@@ -74,7 +74,7 @@ int train_ranks(Run& run) {
                          run.world.rank());
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
-  DataLoader val_data(cfg.val_data, cfg.model.vocab_size, T, cfg.seed);
+  const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
   TensorParallelHooks<float> hooks(tp, sp, device);
   // This rank's v chunks (virtual stages r, r + p, ...), each with activations for every
   // micro-batch the schedule keeps in flight on it.

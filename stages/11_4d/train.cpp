@@ -96,7 +96,7 @@ int train_ranks(Run& run) {
                          run.world.rank());
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
-  DataLoader val_data(cfg.val_data, cfg.model.vocab_size, T, cfg.seed);
+  const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
   ContextSplit split(cp.size(), cp.rank(), cfg.cp_split == "zigzag", T);
   split.group = &cp;
   const int Tl = split.local_len(T);  // tokens of each sequence on this rank

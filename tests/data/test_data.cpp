@@ -413,6 +413,16 @@ TEST_CASE("loader: clear errors for too little data and bad positions", "[data]"
   REQUIRE_THROWS_AS(loader.sequential_batch(0, 0, in.data(), tg.data()), gpt::UserError);
 }
 
+TEST_CASE("loader: the loader of no data has no windows and gives no batch", "[data]") {
+  const gpt::DataLoader none = gpt::DataLoader::none(8);
+  CHECK(none.num_windows() == 0);
+  CHECK(none.num_tokens() == 0);
+  CHECK(none.seq_len() == 8);
+  std::vector<int32_t> in(16), tg(16);
+  REQUIRE_THROWS_AS(none.sequential_batch(0, 2, in.data(), tg.data()), gpt::InternalError);
+  REQUIRE_THROWS_AS(none.batch(0, 0, 0, 1, 2, 2, in.data(), tg.data()), gpt::InternalError);
+}
+
 TEST_CASE("loader: a bad shard among good ones is reported by name", "[data]") {
   TempDir dir;
   gpt::write_shard(dir.file("s_0.bin"), counting_tokens(100));

@@ -73,6 +73,18 @@ expect "truncated shard"         truncated.bin train --set "train_data=$WORK/tru
 cp "$D/train.bin" "$WORK/magic.bin"; printf '\x00\x00\x00\x00' | dd of="$WORK/magic.bin" conv=notrunc status=none
 expect "wrong magic"             magic.bin     train --set "train_data=$WORK/magic.bin"
 expect "token outside vocab"     train.bin     train --set vocab_size=64
+# Validation: more batches than the data has distinct windows (a huge count used to wrap
+# around silently and run for ages), and batches asked of no data.
+expect "validation beyond data"  "val_batches=1000 x micro_batch_size=2 = 2000 sequences" train --set val_batches=1000
+expect "validation without data" "val_data is empty but val_batches=2" train --set val_data= --set val_batches=2
+# The control: no validation data is fine when nothing is validated.
+cases=$((cases + 1))
+if train --set val_data= --set val_batches=0 > "$WORK/out.txt" 2>&1 && grep -q "val 0 tokens" "$WORK/out.txt"; then
+  echo "ok   [no validation, no val_data]: trains"
+else
+  echo "FAIL [no validation, no val_data]: did not train"; tail -5 "$WORK/out.txt" | sed 's/^/    /'
+  failures=$((failures + 1))
+fi
 expect "prepare: missing text"   no_such.txt   "$PREPARE" --out "$WORK/p" "$WORK/no_such.txt"
 
 # --- checkpoints
