@@ -74,20 +74,6 @@ bool on_gpu_memory(const void* p) {
 #endif
 }
 
-bool launched_by_mpi() {
-  // Open MPI's mpirun, PMIx launchers (Open MPI 4+, srun --mpi=pmix), PMI-1/2 launchers
-  // (MPICH's hydra, Intel MPI, srun --mpi=pmi2) and MVAPICH each leave one of these.
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"})
-    if (std::getenv(name) != nullptr) return true;
-  return false;
-}
-
-int launcher_world_size() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"})
-    if (const char* v = std::getenv(name)) return std::max(1, std::atoi(v));
-  return 1;
-}
-
 void check_rank(int r, int size, const char* op, const char* what) {
   if (r < 0 || r >= size)
     fail(std::string(op) + ": " + what + " " + std::to_string(r) + " is not a rank of this group (size " +

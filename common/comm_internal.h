@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/comm.h"
+#include "common/launcher.h"
 
 namespace gpt::comm_detail {
 
@@ -25,12 +26,6 @@ std::string format_ranks(const std::vector<int>& ranks);
 
 /// 60 -> "60", 1.5 -> "1.5": seconds as a person would write them.
 std::string format_seconds(double s);
-
-/// Whether a launcher (mpirun, srun --mpi=pmix, hydra) started this process: it leaves
-/// its rank in the environment. Without one, MPI would run as a singleton of size 1.
-bool launched_by_mpi();
-/// The number of ranks the launcher says it started (1 when not launched by one).
-int launcher_world_size();
 
 /// Fails unless 0 <= r < size, naming the operation and the argument.
 void check_rank(int r, int size, const char* op, const char* what);

@@ -33,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/launcher.h"
 #include "common/precision.h"
 
 namespace gpt {
@@ -428,11 +429,9 @@ void apply_override(Config& cfg, const std::string& key_equals_value) {
 namespace {
 
 // Under a launcher (mpirun, srun) every rank parses the same command line; the first
-// prints what all would. The launchers' rank variables, as comm.cpp reads their sizes.
+// prints what all would.
 bool first_rank_or_alone() {
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK"})
-    if (const char* rank = std::getenv(name)) return std::atoi(rank) == 0;
-  return true;
+  return launcher_rank() <= 0;
 }
 
 }  // namespace
