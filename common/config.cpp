@@ -118,7 +118,7 @@ constexpr Key kKeys[] = {
     {"schedule", FIELD(schedule),
      "pipeline schedule: gpipe, 1f1b, interleaved (virtual_stages chunks per rank) or zb-h1 (zero bubble); empty: the stage's own (07 gpipe, 08 1f1b, 09 and 11 interleaved); stages 09 and 11 read it"},
     {"activation_checkpointing", FIELD(activation_checkpointing),
-     "keep only each block's input per micro-batch and recompute the block's activations in the backward (the same bits, less memory, one more forward); stage 11 reads it"},
+     "keep only each block's output per micro-batch and recompute the block's activations in the backward (the same bits, less memory, one more forward); stage 11 reads it"},
     {"zero", FIELD(zero), "ZeRO stage over the data-parallel group, 0..3 (stages 06+; stages 03-05 are ZeRO-1, -2, -3 by construction)"},
     {"comm", FIELD(comm), "communication backend: auto, mpi or nccl"},
     {"allreduce", FIELD(allreduce), "gradient all-reduce of stage 02: ring (written out) or backend"},

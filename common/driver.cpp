@@ -50,7 +50,7 @@ void require_axes(const Config& cfg, const StageSpec& spec) {
   if (!cfg.schedule.empty() && !spec.schedule_key)
     fail("schedule=" + cfg.schedule + ": stage " + spec.name +
          " does not read the key (stage 07 is GPipe, 08 is 1F1B; stages 09 and 11 choose); leave it empty");
-  if (cfg.activation_checkpointing && !spec.recompute_key)
+  if (cfg.activation_checkpointing && !spec.activation_checkpointing_key)
     fail(std::string("activation_checkpointing=true: stage ") + spec.name +
          " does not implement activation checkpointing (stage 11 does); leave it false");
   if (cfg.zero != 0 && !spec.zero_key)

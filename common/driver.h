@@ -43,7 +43,7 @@ struct StageSpec {
   bool virtual_stages = false;              ///< interleaved pipeline chunks
   bool zero_key = false;                    ///< reads `zero` (the ZeRO stage over dp)
   bool schedule_key = false;                ///< reads `schedule` (the pipeline schedule)
-  bool recompute_key = false;               ///< reads `activation_checkpointing`
+  bool activation_checkpointing_key = false;  ///< reads `activation_checkpointing`
   bool cuda = false;                        ///< device=cuda supported
 };
 

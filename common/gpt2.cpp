@@ -123,7 +123,7 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
       if (last_stage()) mb.keep_d_lnf = DeviceArray<A>(d, size_t(R) * C);
     }
   }
-  if (slice.recompute) recomputed_ = BlockActivations<A>(d, dims_, B_, T_, R);
+  if (slice.recompute) working_block_ = BlockActivations<A>(d, dims_, B_, T_, R);
   scratch_ = BlockScratch<A>(d, dims_, N, R);
   host_losses_.resize(size_t(N));
 }
@@ -303,8 +303,8 @@ void GPT2<A>::backward_micro(int slot, G loss_scale) {
     BlockWeights<A> w = block_tensors(layout_.block(l), pb, begin);
     if (!adds_shared) w.attproj_b = w.fcproj_b = nullptr;
     if (slice_.recompute) {  // block l's activations again, from its kept input
-      Span again("recompute");
-      block_forward(ctx_, dims_, w, block_input(mb, l), recomputed_, scratch_, *hooks_, B_, T_, R);
+      Span recompute_span("recompute");
+      block_forward(ctx_, dims_, w, block_input(mb, l), working_block_, scratch_, *hooks_, B_, T_, R);
     }
     block_backward(ctx_, dims_, w, block_tensors(layout_.block(l), gb, begin), block_input(mb, l),
                    activations(mb, l), mb.d_resid.data(), scratch_, *hooks_, B_, T_, R);
@@ -413,7 +413,7 @@ size_t GPT2<A>::activation_bytes() const {
     for (const BlockActivations<A>& b : mb.blocks) n += b.bytes();
     for (const DeviceArray<A>& o : mb.outputs) n += o.bytes();
   }
-  return n + recomputed_.bytes();
+  return n + working_block_.bytes();
 }
 
 template class GPT2<float>;

@@ -258,13 +258,13 @@ class GPT2 {
     bool input_done = false;
   };
   std::vector<MicroBatch> slots_;
-  /// Recompute: the one block's activations that exist at a time, written by each
-  /// block's forward and, in the backward, by its recomputation.
-  BlockActivations<A> recomputed_;
+  /// Recompute: the activations of the one block running now, written by each block's
+  /// forward and, in the backward, by its recomputation; the next block overwrites them.
+  BlockActivations<A> working_block_;
   /// Where block l's forward writes its activations: its own set in the micro-batch, or
   /// under recompute the shared one.
   BlockActivations<A>& activations(MicroBatch& mb, int l) {
-    return slice_.recompute ? recomputed_ : mb.blocks[size_t(l - layout_.layer_begin())];
+    return slice_.recompute ? working_block_ : mb.blocks[size_t(l - layout_.layer_begin())];
   }
   /// slots_[slot], after checking that slot is in [0, in_flight()) (`caller` names the
   /// method in the error).

@@ -304,3 +304,33 @@ def formula(stage, run):
     zero = STAGE_ZERO.get(stage, cfg["zero"])
     # Stage 10 keeps a ZeRO shard per rank of dp x cp: all of them hold the same slices.
     return zero_memory(units(cfg, tp, 0), zero, dp * cp, 0, cfg["bucket_mb"], cfg["precision"])
+
+
+# ---------------------------------------------------------------------------------------
+# Activation checkpointing (stage 11): what recompute takes off a rank's activations.
+
+def block_activation_bytes(config, layout):
+    """One block's activations for one micro-batch on one rank (common/model_block.h's
+    BlockActivations, fp32 storage on the CPU): ln1, resid2, ln2, resid3 on the residual
+    rows r; q|k|v, the attention output and the MLP's two hidden layers on the N tokens,
+    this rank's heads and hidden units; the layernorms' mean and rstd on r rows, the
+    attention's logsumexp per local head and token. N = micro_batch_size x seq_len / cp,
+    r = N / tp under sequence parallelism, else N. Returns (block bytes, bytes of its
+    output, the rows x C that recompute keeps)."""
+    tp, cp = layout.get("tp", 1), layout.get("cp", 1)
+    C, heads = config["n_embd"], config["n_head"] // tp
+    N = config["micro_batch_size"] * config["seq_len"] // cp
+    r = N // tp if config.get("sequence_parallel") else N
+    W, F = C // tp, 4 * C // tp
+    values = 4 * r * C + N * (3 * W + W + 2 * F)
+    stats = 4 * r + N * heads
+    return 4 * (values + stats), 4 * r * C
+
+
+def recompute_saved_bytes(config, layout, slots, layers_per_chunk, chunks):
+    """Bytes of activations recompute saves on a rank whose `chunks` model chunks have
+    `slots` activation slots in all and `layers_per_chunk` layers each: every slot keeps
+    its blocks' outputs instead of their activations, and each chunk holds one block's
+    activations for the block running now."""
+    block, kept = block_activation_bytes(config, layout)
+    return slots * layers_per_chunk * (block - kept) - chunks * block

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Activation checkpointing in stage 11 on CPU ranks: for GPipe, 1F1B and interleaved 1F1B
-# at pp = 2, the activation memory of each rank (the memory ledger) and the time of a
+# at pp = 2, the activation bytes each rank holds (the line every rank prints after its
+# first step: its model chunks' activation slots and scratch) and the time of a
 # step, with activation_checkpointing off and on; and the memory a block's activations
 # take against the one rows x C output recompute keeps, from the model's shapes.
 #
@@ -35,9 +36,11 @@ for schedule in gpipe 1f1b interleaved; do
     run "$schedule-$ac" schedule=$schedule virtual_stages=$v activation_checkpointing=$ac
   done
 done
-/usr/bin/python3 - "$work" <<'PY'
+/usr/bin/python3 - "$work" "$GPT_ROOT" <<'PY'
 import json, re, sys
 work = sys.argv[1]
+sys.path.insert(0, f"{sys.argv[2]}/notebooks")
+import gptruns
 def ranks(name):  # per rank: (micro-batches in flight, activations MiB)
     out = {}
     for line in open(f"{work}/{name}.log"):
@@ -50,9 +53,7 @@ def step_ms(name):
         rows = [json.loads(l) for l in f if l.strip()]
     ms = [r["ms"] for r in rows if r.get("kind") == "train"][1:]
     return sum(ms) / len(ms)
-C, heads, rows = 256, 8, 4 * 256
-block = rows * 16 * C * 4 + rows * (4 + heads) * 4  # one block's activations, fp32 (common/model_block.h)
-kept = rows * C * 4                                  # what recompute keeps of it
+block, kept = gptruns.block_activation_bytes({"n_embd": 256, "n_head": 8, "micro_batch_size": 4, "seq_len": 256}, {})
 print(f"one block, one micro-batch: {block / 2**20:.2f} MiB of activations; recompute keeps {kept / 2**20:.2f} MiB "
       f"({kept / block:.3f})")
 print(f"{'schedule':12s} {'rank':>4s} {'in flight':>9s} {'act. MiB off':>12s} {'on':>8s} {'on/off':>7s} "

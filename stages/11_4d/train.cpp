@@ -87,10 +87,6 @@ int train_ranks(Run& run) {
   const std::string schedule_name = cfg.schedule.empty() ? "interleaved" : cfg.schedule;
   require(v == 1 || pp.size() > 1, "virtual_stages=" + std::to_string(v) +
                                        ": model chunks interleave across pipeline ranks; with pp=1 use virtual_stages=1");
-  require(!(cfg.activation_checkpointing && schedule_name == "zb-h1"),
-          "activation_checkpointing=true with schedule=zb-h1: the zero-bubble schedule runs a backward's weight "
-          "half after other micro-batches' passes, when the recomputed activations are gone; use another schedule "
-          "or activation_checkpointing=false");
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
   Trace::global().enable(cfg.trace_file.empty() ? "" : cfg.trace_file + ".rank" + std::to_string(run.world.rank()) + ".json",
                          run.world.rank());
@@ -102,6 +98,10 @@ int train_ranks(Run& run) {
   const int Tl = split.local_len(T);  // tokens of each sequence on this rank
   RingAttentionHooks<float> hooks(tp, sp, cp, split, device);
   const PipeSchedule schedule = pipeline_schedule(schedule_name, pp.size(), pp.rank(), accum, v);
+  require(!(cfg.activation_checkpointing && splits_backward(schedule)),
+          "activation_checkpointing=true with schedule=" + schedule_name + ": this schedule runs a backward's weight "
+          "half after other micro-batches' passes, when the recomputed activations are gone; use another schedule "
+          "or activation_checkpointing=false");
   const ParamLayout global(cfg.model);
   const std::unique_ptr<Communicator> ends = tied_embedding_group(pp);  // the first and the last stage
   ModelSlice<float> slice{tp.size(), tp.rank(), sp, &hooks, split.positions()};
@@ -147,6 +147,11 @@ int train_ranks(Run& run) {
                 cfg.batch_size, T, B, accum, data_group.size(), static_cast<long long>(train_data.num_tokens()),
                 static_cast<long long>(val_data.num_tokens()));
     std::printf("%s", stage_table(cfg.model, pp.size(), v).c_str());
+    if (cp.size() > 1) {
+      std::printf("attention work per sequence and head (visible query-key pairs), by cp rank:");
+      for (int r = 0; r < cp.size(); ++r) std::printf(" %lld", static_cast<long long>(split.work(r)));
+      std::printf("\n");
+    }
   }
 
   MetricsLog log(lead ? cfg.metrics_path() : "");
@@ -232,6 +237,6 @@ int train_ranks(Run& run) {
 int main(int argc, char** argv) {
   StageSpec spec{"11_4d"};
   spec.tp = true, spec.pp = true, spec.cp = true, spec.virtual_stages = true, spec.zero_key = true;
-  spec.schedule_key = true, spec.recompute_key = true, spec.cuda = true;
+  spec.schedule_key = true, spec.activation_checkpointing_key = true, spec.cuda = true;
   return stage_main(argc, argv, spec, train_ranks);
 }

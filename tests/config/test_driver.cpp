@@ -63,6 +63,6 @@ TEST_CASE("driver: a stage refuses by name an axis it does not implement", "[con
   recompute.activation_checkpointing = true;
   CHECK(error_of([&] { require_axes(recompute, zero1); }).find("activation_checkpointing=true") != std::string::npos);
   StageSpec four_d{"11_4d"};
-  four_d.recompute_key = true;
+  four_d.activation_checkpointing_key = true;
   CHECK(error_of([&] { require_axes(recompute, four_d); }).empty());
 }

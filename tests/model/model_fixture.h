@@ -1,10 +1,12 @@
 // What the model tests that compare two ways of running GPT2 share: a small model
-// (3 layers, so a pipeline stage can be first, middle or last) and a bitwise comparison.
+// (3 layers, so a pipeline stage can be first, middle or last), a stage of it with two
+// micro-batches in flight, and a bitwise comparison.
 #pragma once
 #include <cstddef>
 #include <cstring>
 
 #include "common/config.h"
+#include "common/gpt2.h"
 
 namespace gpt::test {
 
@@ -12,6 +14,19 @@ inline ModelConfig tiny_model() {
   ModelConfig m;
   m.n_layer = 3, m.n_embd = 32, m.n_head = 4, m.block_size = 16, m.vocab_size = 200;
   return m;
+}
+
+constexpr int kBatch = 2, kSeqLen = 16, kInFlight = 2;
+
+// The layers `layers` of model m on the CPU (B = kBatch sequences of kSeqLen tokens,
+// kInFlight micro-batches in flight), with the backward split in two or the activations
+// recomputed as asked.
+template <class A>
+GPT2<A> make_stage(const ModelConfig& m, LayerRange layers, Precision precision, bool split_backward,
+                   bool recompute) {
+  ModelSlice<A> slice{1, 0, false, nullptr, {}, layers, kInFlight, split_backward};
+  slice.recompute = recompute;
+  return GPT2<A>(m, kBatch, kSeqLen, Device::CPU, precision, true, slice);
 }
 
 // Whether a[0..n) and b[0..n) hold the same bits.

@@ -24,8 +24,7 @@ namespace {
 
 template <class A>
 GPT2<A> make(const ModelConfig& m, LayerRange layers, bool split, Precision precision) {
-  return GPT2<A>(m, /*batch=*/2, /*seq_len=*/16, Device::CPU, precision, true,
-                 ModelSlice<A>{1, 0, false, nullptr, {}, layers, /*in_flight=*/2, split});
+  return gpt::test::make_stage<A>(m, layers, precision, split, /*recompute=*/false);
 }
 
 // How the split runs are to go wrong for the negative controls.

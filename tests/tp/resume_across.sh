@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checkpoints cross between layouts: a checkpoint of stage 01 (one writer) and one of
-# stage 03 (dp = 2 shards) resume in a later stage on 2 ranks (stage 06 at tp = 2, stage
-# 10 at cp = 2: the key=value arguments), and the later stage's resumes in stage 03;
+# stage 03 (dp = 2 shards) resume in a later stage on LATER_NP ranks (stage 06 at tp = 2,
+# stage 10 at cp = 2: the key=value arguments), and the later stage's resumes in stage 03;
 # each resumed run continues the uninterrupted run of its own stage.
 #
 # Tolerance: two uninterrupted runs of different layouts (stage 03 and the later stage) differ

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Activation checkpointing really drops the activations: for GPipe, interleaved 1F1B and
+# 1F1B on pp x cp x tp (sequence parallel), each rank's activation bytes (the line every
+# rank prints after its first step) with activation_checkpointing=true must be lower than
+# without by exactly what the block's buffers predict (notebooks/gptruns.py:
+# recompute_saved_bytes, counted from common/model_block.h's BlockActivations): slots x
+# layers x (a block's activations - its output), less one block's set per model chunk.
+# The printed MiB have two decimals, so the two agree within 0.011 MiB; a run that
+# ignored the key would save 0 and fail.
+# Usage: recompute_memory.sh TRAIN11 PREPARE WORKDIR ROOT MPIEXEC
+set -euo pipefail
+TRAIN11=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5
+source "$ROOT/tests/trainer/common.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+rm -rf "$WORK" && mkdir -p "$WORK"
+make_corpus "$WORK" "$PREPARE"
+# A model whose blocks' activations are MiB, not KiB: n_embd 128, 4 sequences of 64 tokens.
+model=(n_layer=4 n_embd=128 block_size=64 seq_len=64 micro_batch_size=4 batch_size=16 steps=1 val_batches=0
+       sample_tokens=0)
+run() {  # run NAME NP key=value...
+  local name=$1 np=$2 sets=() kv
+  shift 2
+  for kv in "${model[@]}" "$@"; do sets+=(--set "$kv"); done
+  "$MPIEXEC" -np "$np" --oversubscribe "$TRAIN11" $(tiny_args "$WORK/data" "$WORK/$name") "${sets[@]}" \
+    > "$WORK/$name.log" 2>&1 || { echo "FAIL: run $name"; tail -20 "$WORK/$name.log"; exit 1; }
+}
+cases=("gpipe 2 pp=2 schedule=gpipe" "interleaved 2 pp=2 virtual_stages=2" \
+       "1f1b_4d 8 pp=2 cp=2 tp=2 sequence_parallel=true schedule=1f1b")
+for c in "${cases[@]}"; do
+  read -r name np keys <<< "$c"
+  read -r -a kv <<< "$keys"
+  run "$name-off" "$np" "${kv[@]}" activation_checkpointing=false
+  run "$name-on" "$np" "${kv[@]}" activation_checkpointing=true
+done
+/usr/bin/python3 - "$WORK" "$ROOT" "${cases[@]}" <<'PY'
+import re, sys
+work, root, cases = sys.argv[1], sys.argv[2], sys.argv[3:]
+sys.path.insert(0, f"{root}/notebooks")
+import gptruns
+def ranks(name):
+    out = {}
+    for line in open(f"{work}/{name}.log"):
+        m = re.match(r"rank (\d+) \(stage \d+ of \d+\): micro-batches in flight \d+ .*activations ([\d.]+) MiB "
+                     r"\((\d+) slots\)", line)
+        if m:
+            out[int(m[1])] = (float(m[2]), int(m[3]))
+    if not out:
+        sys.exit(f"FAIL: {name}.log has no per-rank activation line")
+    return out
+failures = 0
+for case in cases:
+    name, np, *keys = case.split()
+    kv = dict(k.split("=") for k in keys)
+    config = {"n_embd": 128, "n_head": 4, "micro_batch_size": 4, "seq_len": 64,
+              "sequence_parallel": kv.get("sequence_parallel") == "true"}
+    layout = {"tp": int(kv.get("tp", 1)), "cp": int(kv.get("cp", 1))}
+    p, v = int(kv["pp"]), int(kv.get("virtual_stages", 1))
+    off, on = ranks(f"{name}-off"), ranks(f"{name}-on")
+    for rank in sorted(off):
+        (a_off, slots), (a_on, slots_on) = off[rank], on[rank]
+        predicted = gptruns.recompute_saved_bytes(config, layout, slots, 4 // (p * v), v) / 2**20
+        saved = a_off - a_on
+        ok = slots == slots_on and abs(saved - predicted) <= 0.011
+        failures += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {name:12s} rank {rank}: {slots} slots, {a_off:.2f} -> {a_on:.2f} MiB, "
+              f"saved {saved:.2f}, predicted {predicted:.2f}")
+if failures:
+    sys.exit(f"FAIL: {failures} ranks")
+print("recompute takes off every rank exactly the activations the block's buffers predict")
+PY
