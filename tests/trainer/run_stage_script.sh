@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# scripts/run_stage.sh, the launcher the docs tell users to run a stage with: bad
+# arguments exit 2 with a message naming them, before mpirun starts; a stage named by
+# number, directory or prefix runs on N ranks; the trainer's own exit status comes back
+# through mpirun (bad input: 2).
+# Usage: run_stage_script.sh BUILD_DIR PREPARE WORKDIR ROOT
+set -euo pipefail
+BUILD=$1 PREPARE=$2 WORK=$3 ROOT=$4
+source "$ROOT/tests/trainer/common.sh"
+rm -rf "$WORK" && mkdir -p "$WORK"
+make_corpus "$WORK" "$PREPARE"
+export GPT_BUILD_DIR="$BUILD" OMP_NUM_THREADS=1
+RUN="$ROOT/scripts/run_stage.sh"
+failures=0
+
+# expect NAME STATUS NEEDLE ARGS...: run_stage.sh ARGS exits STATUS and prints NEEDLE.
+expect() {
+  local name=$1 want=$2 needle=$3 status=0
+  shift 3
+  bash "$RUN" "$@" > "$WORK/out.txt" 2>&1 || status=$?
+  if [ "$status" -ne "$want" ]; then
+    echo "FAIL [$name]: exit status $status, expected $want"; tail -5 "$WORK/out.txt" | sed 's/^/    /'
+    failures=$((failures + 1)); return
+  fi
+  if ! grep -qF -- "$needle" "$WORK/out.txt"; then
+    echo "FAIL [$name]: the output does not contain '$needle':"; tail -8 "$WORK/out.txt" | sed 's/^/    /'
+    failures=$((failures + 1)); return
+  fi
+  echo "ok   [$name]: $(grep -F -m1 -- "$needle" "$WORK/out.txt")"
+}
+tiny() { echo $(tiny_args "$WORK/data" "$WORK/run_$1") --set steps=1 --set sample_tokens=0 --set val_batches=0; }
+
+expect "no arguments"         2 "scripts/run_stage.sh N STAGE"
+expect "ranks not a number"   2 "N must be a number of ranks (1 or more), not 'two'" two 02
+expect "zero ranks"           2 "not '0'"                             0 02
+expect "unknown stage"        2 "no stage '99'"                       2 99
+expect "no stage number 0"    2 "no stage '0'"                        2 0
+expect "an empty name"        2 "'' names several stages"             2 ""
+expect "stage 01 on 2 ranks"  2 "stage 01_single_gpu trains on one device: N must be 1, not 2" 2 01
+expect "--help"               0 "scripts/run_stage.sh N STAGE"        --help
+# The trainer's bad input comes back as its exit status 2, from every rank.
+expect "trainer's bad input"  2 "unknown key 'n_layers'"              2 02 $(tiny bad) --set n_layers=3
+# Runs, with the stage named three ways.
+expect "by number"            0 "stage 11 |"                          4 11 $(tiny n11) --set n_layer=4 --set pp=2 --set cp=2
+expect "by directory"         0 "step     1/1"                        2 02_ddp $(tiny dir)
+expect "by prefix"            0 "step     1/1"                        2 05_zero $(tiny prefix)
+expect "stage 01 alone"       0 "step     1/1"                        1 1 $(tiny one)
+[ "$failures" -eq 0 ] && echo "run_stage.sh refuses bad arguments and runs every stage it names" || exit 1
