@@ -123,9 +123,25 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
       if (last_stage()) mb.keep_d_lnf = DeviceArray<A>(d, size_t(R) * C);
     }
   }
-  if (slice.recompute) working_block_ = BlockActivations<A>(d, dims_, B_, T_, R);
+  if (slice.recompute && slice.working_block == nullptr) {
+    own_working_block_ = BlockActivations<A>(d, dims_, B_, T_, R);
+    working_block_ = &own_working_block_;
+  } else if (slice.recompute) {  // shared: it must have this model's block shapes
+    working_block_ = slice.working_block;
+    invariant(working_block_->resid3.size() == size_t(R) * C && working_block_->qkv.size() == size_t(N) * 3 * dims_.attn_width() &&
+                  working_block_->fch.size() == size_t(N) * dims_.hidden,
+              "GPT2: the shared recompute working set has other block shapes than this model's");
+  }
   scratch_ = BlockScratch<A>(d, dims_, N, R);
   host_losses_.resize(size_t(N));
+}
+
+template <class A>
+BlockActivations<A> GPT2<A>::working_block_for(const ModelConfig& model, int batch, int seq_len, Device device,
+                                              const ModelSlice<A>& slice) {
+  const int rows = slice.sequence_parallel ? batch * seq_len / slice.tp : batch * seq_len;
+  const MemScope scope(MemKind::Activations);
+  return BlockActivations<A>(device, BlockDims::slice(model, slice.tp), batch, seq_len, rows);
 }
 
 template <class A>
@@ -304,7 +320,7 @@ void GPT2<A>::backward_micro(int slot, G loss_scale) {
     if (!adds_shared) w.attproj_b = w.fcproj_b = nullptr;
     if (slice_.recompute) {  // block l's activations again, from its kept input
       Span recompute_span("recompute");
-      block_forward(ctx_, dims_, w, block_input(mb, l), working_block_, scratch_, *hooks_, B_, T_, R);
+      block_forward(ctx_, dims_, w, block_input(mb, l), *working_block_, scratch_, *hooks_, B_, T_, R);
     }
     block_backward(ctx_, dims_, w, block_tensors(layout_.block(l), gb, begin), block_input(mb, l),
                    activations(mb, l), mb.d_resid.data(), scratch_, *hooks_, B_, T_, R);
@@ -413,7 +429,7 @@ size_t GPT2<A>::activation_bytes() const {
     for (const BlockActivations<A>& b : mb.blocks) n += b.bytes();
     for (const DeviceArray<A>& o : mb.outputs) n += o.bytes();
   }
-  return n + working_block_.bytes();
+  return n + own_working_block_.bytes();
 }
 
 template class GPT2<float>;

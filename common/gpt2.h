@@ -113,6 +113,10 @@ struct ModelSlice {
   /// backward recomputes a block's activations from its input just before it needs them
   /// (see the top of gpt2.cpp). Not with split_backward.
   bool recompute = false;
+  /// Recompute: the activations of the one block running now. nullptr: the model
+  /// allocates its own set. A rank's pipeline chunks can share one, since one block runs
+  /// at a time on a rank (GPT2::working_block_for makes it; the caller owns and counts it).
+  BlockActivations<A>* working_block = nullptr;
 };
 
 /// GPT-2 on one rank, with storage type A (see the top of this file): float or double on
@@ -218,10 +222,17 @@ class GPT2 {
   /// Per-position losses of the last forward, (B, T), device memory.
   const G* losses() const { return slots_[0].head.losses.data(); }
 
+  /// The working set a model made with `slice` recomputes into (the activations of one
+  /// block of it), for chunks to share through ModelSlice::working_block.
+  static BlockActivations<A> working_block_for(const ModelConfig& model, int batch, int seq_len, Device device,
+                                               const ModelSlice<A>& slice);
+
   /// Bytes held, by kind (for the memory ledger).
   size_t param_bytes() const;
   size_t grad_bytes() const;  ///< the model's own gradient buffer (0 when own_weights was false)
-  size_t activation_bytes() const;  ///< every slot's activations, the shared scratch and the embedding's sums
+  /// Every slot's activations, the blocks' scratch, the embedding's sums and the recompute
+  /// working set when the model owns it (a shared one is its owner's to count).
+  size_t activation_bytes() const;
 
  private:
   ModelConfig model_;
@@ -260,11 +271,12 @@ class GPT2 {
   std::vector<MicroBatch> slots_;
   /// Recompute: the activations of the one block running now, written by each block's
   /// forward and, in the backward, by its recomputation; the next block overwrites them.
-  BlockActivations<A> working_block_;
+  BlockActivations<A> own_working_block_;           ///< the working set when none is shared
+  BlockActivations<A>* working_block_ = nullptr;  ///< the working set in use (own or shared)
   /// Where block l's forward writes its activations: its own set in the micro-batch, or
-  /// under recompute the shared one.
+  /// under recompute the working set.
   BlockActivations<A>& activations(MicroBatch& mb, int l) {
-    return slice_.recompute ? working_block_ : mb.blocks[size_t(l - layout_.layer_begin())];
+    return slice_.recompute ? *working_block_ : mb.blocks[size_t(l - layout_.layer_begin())];
   }
   /// slots_[slot], after checking that slot is in [0, in_flight()) (`caller` names the
   /// method in the error).

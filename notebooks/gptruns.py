@@ -327,10 +327,11 @@ def block_activation_bytes(config, layout):
     return 4 * (values + stats), 4 * r * C
 
 
-def recompute_saved_bytes(config, layout, slots, layers_per_chunk, chunks):
-    """Bytes of activations recompute saves on a rank whose `chunks` model chunks have
-    `slots` activation slots in all and `layers_per_chunk` layers each: every slot keeps
-    its blocks' outputs instead of their activations, and each chunk holds one block's
-    activations for the block running now."""
+def recompute_saved_bytes(config, layout, slots, layers_per_chunk, chunks=1):
+    """Bytes of activations recompute saves on a rank whose model chunks have `slots`
+    activation slots in all and `layers_per_chunk` layers each: every slot keeps its
+    blocks' outputs instead of their activations, and the rank holds one block's
+    activations for the block running now (`chunks` such sets where each chunk keeps its
+    own; stage 11's chunks share one)."""
     block, kept = block_activation_bytes(config, layout)
     return slots * layers_per_chunk * (block - kept) - chunks * block

@@ -57,8 +57,9 @@ std::string BubbleMeter::report(const Theory& theory_of, const PipeCosts& my_cos
 }
 
 std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, int measured,
-                           const std::vector<const GPT2<float>*>& chunks, const MemoryLedger& mem) {
-  size_t bytes = 0;
+                           const std::vector<const GPT2<float>*>& chunks, const MemoryLedger& mem,
+                           size_t shared_bytes) {
+  size_t bytes = shared_bytes;
   int slots = 0;
   for (const GPT2<float>* c : chunks) bytes += c->activation_bytes(), slots += c->in_flight();
   char line[256];

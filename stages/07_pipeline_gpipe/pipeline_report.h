@@ -6,6 +6,7 @@
 // pipeline has run its schedule. Theory, with equal stages and forward/backward times:
 // (p - 1) / (m + p - 1) for GPipe and 1F1B.
 #pragma once
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <vector>
@@ -36,9 +37,11 @@ class BubbleMeter {
 
 // One line about this rank's activations: the micro-batches it held in flight at most
 // (counted by the executor) against the schedule's bound, and the activation bytes of
-// its model chunks (one before stage 09).
+// its model chunks (one before stage 09), plus `shared_bytes` of activation buffers the
+// chunks share (stage 11's recompute working set).
 std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, int measured,
-                           const std::vector<const GPT2<float>*>& chunks, const MemoryLedger& mem);
+                           const std::vector<const GPT2<float>*>& chunks, const MemoryLedger& mem,
+                           size_t shared_bytes = 0);
 
 // Prints every rank's `line` from the world's rank 0, in rank order (collective).
 void print_from_every_rank(Communicator& world, const std::string& line);

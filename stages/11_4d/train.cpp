@@ -106,6 +106,12 @@ int train_ranks(Run& run) {
   const std::unique_ptr<Communicator> ends = tied_embedding_group(pp);  // the first and the last stage
   ModelSlice<float> slice{tp.size(), tp.rank(), sp, &hooks, split.positions()};
   slice.recompute = cfg.activation_checkpointing;
+  // One block runs at a time on a rank, so its chunks recompute into one working set.
+  BlockActivations<float> working_block;
+  if (slice.recompute) {
+    working_block = GPT2<float>::working_block_for(cfg.model, B, Tl, device, slice);
+    slice.working_block = &working_block;
+  }
   std::vector<ModelChunk> chunks =
       make_model_chunks(cfg, global, schedule, pp, tp, dp, ends.get(), slice, Tl, device, precision);
   std::vector<GPT2<float>*> models;
@@ -199,7 +205,7 @@ int train_ranks(Run& run) {
     if (step == first_step) {  // after the first step: memory and micro-batches in flight, per rank
       const int bound = pipeline_theory_in_flight(schedule_name, pp.size(), pp.rank(), accum, v);
       const std::string line = in_flight_line(run.world.rank(), pp.rank(), pp.size(), bound,
-                                              pipeline.measured_in_flight(), const_models, mem);
+                                              pipeline.measured_in_flight(), const_models, mem, working_block.bytes());
       print_from_every_rank(run.world, line);
     }
     StepMetrics m;

@@ -133,3 +133,66 @@ TEST_CASE("model: recompute with a split backward is refused", "[model]") {
   REQUIRE_THROWS_WITH(GPT2<float>(tiny_model(), kBatch, kSeqLen, Device::CPU, Precision::FP32, true, slice),
                       Catch::Contains("recompute with split_backward"));
 }
+
+namespace {
+
+// A two-stage pipeline run by hand (first stage layers 0-1, last stage layer 2), two
+// micro-batches, both forwards first; returns the last stage's losses and both stages'
+// weight gradients.
+std::vector<float> two_stage_run(GPT2<float>& first, GPT2<float>& last, Rng& rng) {
+  const ModelConfig& m = first.model();
+  const size_t N = size_t(kBatch) * kSeqLen, RC = N * size_t(m.n_embd);
+  for (GPT2<float>* stage : {&first, &last}) {
+    std::vector<float> w(stage->params().size());
+    for (float& x : w) x = float(0.02 * rng.normal());
+    stage->set_params(w.data());
+    stage->zero_grads();
+  }
+  std::vector<std::vector<int32_t>> tokens(kInFlight), targets(kInFlight);
+  for (int mb = 0; mb < kInFlight; ++mb)
+    for (size_t i = 0; i < N; ++i) tokens[mb].push_back(rng.below(m.vocab_size)), targets[mb].push_back(rng.below(m.vocab_size));
+  std::vector<float> out;
+  for (int mb = 0; mb < kInFlight; ++mb) {
+    first.forward_micro(mb, tokens[mb].data(), targets[mb].data());
+    std::memcpy(last.stage_input(mb), first.stage_output(mb), RC * sizeof(float));
+    out.push_back(last.forward_micro(mb, tokens[mb].data(), targets[mb].data()));
+  }
+  for (int mb = 0; mb < kInFlight; ++mb) {
+    last.backward_micro(mb, 0.5f);
+    std::memcpy(first.output_grad(mb), last.output_grad(mb), RC * sizeof(float));
+    first.backward_micro(mb, 0.5f);
+  }
+  for (GPT2<float>* stage : {&first, &last}) out.insert(out.end(), stage->grads().data(), stage->grads().data() + stage->grads().size());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("model: pipeline stages can share one recompute working set", "[model]") {
+  // One block runs at a time on a rank, so a rank's chunks may recompute into one set:
+  // the same bits as each keeping its own, one set fewer counted by the stages.
+  const ModelConfig m = tiny_model();
+  ModelSlice<float> first_slice{1, 0, false, nullptr, {}, LayerRange{0, 2}, kInFlight, false};
+  first_slice.recompute = true;
+  ModelSlice<float> last_slice = first_slice;
+  last_slice.layers = LayerRange{2, 3};
+  auto make_stage = [&](const ModelSlice<float>& slice) {
+    return GPT2<float>(m, kBatch, kSeqLen, Device::CPU, Precision::FP32, true, slice);
+  };
+  GPT2<float> own_first = make_stage(first_slice), own_last = make_stage(last_slice);
+  BlockActivations<float> shared = GPT2<float>::working_block_for(m, kBatch, kSeqLen, Device::CPU, first_slice);
+  first_slice.working_block = last_slice.working_block = &shared;
+  GPT2<float> shared_first = make_stage(first_slice), shared_last = make_stage(last_slice);
+  Rng a(5), b(5);
+  const std::vector<float> own = two_stage_run(own_first, own_last, a);
+  const std::vector<float> with_shared = two_stage_run(shared_first, shared_last, b);
+  REQUIRE(own.size() == with_shared.size());
+  CHECK(same_bits(own.data(), with_shared.data(), own.size()));
+  // Each stage that owns its set counts it; sharing stages leave it to the owner.
+  CHECK(own_first.activation_bytes() - shared_first.activation_bytes() == shared.bytes());
+  CHECK(own_last.activation_bytes() - shared_last.activation_bytes() == shared.bytes());
+  // A set of other block shapes (another micro-batch size) is refused.
+  BlockActivations<float> other = GPT2<float>::working_block_for(m, 2 * kBatch, kSeqLen, Device::CPU, first_slice);
+  first_slice.working_block = &other;
+  REQUIRE_THROWS_WITH(make_stage(first_slice), Catch::Contains("other block shapes"));
+}
