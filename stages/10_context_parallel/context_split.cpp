@@ -2,6 +2,7 @@
 #include "stages/10_context_parallel/context_split.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "common/error.h"
@@ -47,6 +48,20 @@ int64_t ContextSplit::work(int rank) const {
     for (int o = 0; o < cp_; ++o)
       for (int k = 0; k < chunks(); ++k) n += visible_pairs(chunk_start(rank, c), chunk_start(o, k), Tc_);
   return n;
+}
+
+std::string ContextSplit::work_line() const {
+  std::string line = "attention work per sequence and head (visible query-key pairs), by cp rank:";
+  int64_t most = 0, sum = 0;
+  for (int r = 0; r < cp_; ++r) {
+    const int64_t w = work(r);
+    most = std::max(most, w), sum += w;
+    line += ' ';  // appended piece by piece: GCC 12 warns (-Wrestrict) falsely on " " + string
+    line += std::to_string(w);
+  }
+  char ratio[48];
+  std::snprintf(ratio, sizeof ratio, " | slowest / mean %.3f\n", double(most) * cp_ / double(sum));
+  return line + ratio;
 }
 
 void check_context_parallel(const Config& cfg) {

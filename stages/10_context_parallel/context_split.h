@@ -44,6 +44,8 @@ class ContextSplit : public SequencePart {
   static int64_t visible_pairs(int q_pos, int k_pos, int Tc);
   // This rank's attention work of one sequence and head: its chunks against every chunk.
   int64_t work(int rank) const;
+  // One line: every cp rank's work and the slowest over the mean (1 when balanced).
+  std::string work_line() const;
 
  private:
   int cp_, rank_, Tc_;

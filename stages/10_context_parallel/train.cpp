@@ -113,14 +113,7 @@ int train_ranks(Run& run) {
     std::printf("batch %d sequences x %d tokens = micro-batch %d x grad_accum %d x dp %d | train %lld tokens, val %lld tokens\n",
                 cfg.batch_size, T, B, accum, data_ranks, static_cast<long long>(train_data.num_tokens()),
                 static_cast<long long>(val_data.num_tokens()));
-    std::printf("attention work per sequence and head (visible query-key pairs), by cp rank:");
-    int64_t most = 0, sum = 0;
-    for (int r = 0; r < cp.size(); ++r) {
-      const int64_t w = split.work(r);
-      most = std::max(most, w), sum += w;
-      std::printf(" %lld", static_cast<long long>(w));
-    }
-    std::printf(" | slowest / mean %.3f\n", double(most) * cp.size() / double(sum));
+    std::printf("%s", split.work_line().c_str());
   }
 
   MetricsLog log(lead ? cfg.metrics_path() : "");

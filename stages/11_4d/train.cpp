@@ -153,11 +153,7 @@ int train_ranks(Run& run) {
                 cfg.batch_size, T, B, accum, data_group.size(), static_cast<long long>(train_data.num_tokens()),
                 static_cast<long long>(val_data.num_tokens()));
     std::printf("%s", stage_table(cfg.model, pp.size(), v).c_str());
-    if (cp.size() > 1) {
-      std::printf("attention work per sequence and head (visible query-key pairs), by cp rank:");
-      for (int r = 0; r < cp.size(); ++r) std::printf(" %lld", static_cast<long long>(split.work(r)));
-      std::printf("\n");
-    }
+    if (cp.size() > 1) std::printf("%s", split.work_line().c_str());
   }
 
   MetricsLog log(lead ? cfg.metrics_path() : "");
