@@ -60,7 +60,7 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
       layout_(model, slice.tp, slice.rank, slice.layers),
       B_(batch),
       T_(seq_len),
-      rows_(slice.sequence_parallel ? batch * seq_len / slice.tp : batch * seq_len),
+      rows_(rows_for(batch, seq_len, slice)),
       vocab_(vocab_range(model, slice.tp, slice.rank)),
       device_(device),
       precision_(precision),
@@ -139,9 +139,8 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
 template <class A>
 BlockActivations<A> GPT2<A>::working_block_for(const ModelConfig& model, int batch, int seq_len, Device device,
                                               const ModelSlice<A>& slice) {
-  const int rows = slice.sequence_parallel ? batch * seq_len / slice.tp : batch * seq_len;
   const MemScope scope(MemKind::Activations);
-  return BlockActivations<A>(device, BlockDims::slice(model, slice.tp), batch, seq_len, rows);
+  return BlockActivations<A>(device, BlockDims::slice(model, slice.tp), batch, seq_len, rows_for(batch, seq_len, slice));
 }
 
 template <class A>

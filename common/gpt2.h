@@ -269,6 +269,10 @@ class GPT2 {
     bool input_done = false;
   };
   std::vector<MicroBatch> slots_;
+  /// Rows of the residual stream a rank holds: B*T, or B*T/tp under sequence parallelism.
+  static int rows_for(int batch, int seq_len, const ModelSlice<A>& slice) {
+    return slice.sequence_parallel ? batch * seq_len / slice.tp : batch * seq_len;
+  }
   /// Recompute: the activations of the one block running now, written by each block's
   /// forward and, in the backward, by its recomputation; the next block overwrites them.
   BlockActivations<A> own_working_block_;           ///< the working set when none is shared
