@@ -17,7 +17,7 @@ rm -rf "$WORK" && mkdir -p "$WORK"
 make_corpus "$WORK" "$PREPARE"
 # A model whose blocks' activations are MiB, not KiB: n_embd 128, 4 sequences of 64 tokens.
 model=(n_layer=4 n_embd=128 block_size=64 seq_len=64 micro_batch_size=4 batch_size=16 steps=1 val_batches=0
-       sample_tokens=0)
+       sample_tokens=0)  # each run keeps its checkpoint: its manifest gives the test the config
 run() {  # run NAME NP key=value...
   local name=$1 np=$2 sets=() kv
   shift 2
@@ -33,34 +33,33 @@ for c in "${cases[@]}"; do
   run "$name-off" "$np" "${kv[@]}" activation_checkpointing=false
   run "$name-on" "$np" "${kv[@]}" activation_checkpointing=true
 done
-/usr/bin/python3 - "$WORK" "$ROOT" "${cases[@]}" <<'PY'
+GPT_NOTEBOOK_RUNS="$WORK" /usr/bin/python3 - "$ROOT" "${cases[@]}" <<'PY'
 import re, sys
-work, root, cases = sys.argv[1], sys.argv[2], sys.argv[3:]
+root, cases = sys.argv[1], sys.argv[2:]
 sys.path.insert(0, f"{root}/notebooks")
-import gptruns
-def ranks(name):
+import gptruns  # reads each run's resolved config and layout from its checkpoint manifest
+def ranks(run):
     out = {}
-    for line in open(f"{work}/{name}.log"):
+    for line in open(f"{run.dir}.log"):
         m = re.match(r"rank (\d+) \(stage \d+ of \d+\): micro-batches in flight \d+ .*activations ([\d.]+) MiB "
                      r"\((\d+) slots\)", line)
         if m:
             out[int(m[1])] = (float(m[2]), int(m[3]))
     if not out:
-        sys.exit(f"FAIL: {name}.log has no per-rank activation line")
+        sys.exit(f"FAIL: {run.dir}.log has no per-rank activation line")
     return out
 failures = 0
 for case in cases:
-    name, np, *keys = case.split()
-    kv = dict(k.split("=") for k in keys)
-    config = {"n_embd": 128, "n_head": 4, "micro_batch_size": 4, "seq_len": 64,
-              "sequence_parallel": kv.get("sequence_parallel") == "true"}
-    layout = {"tp": int(kv.get("tp", 1)), "cp": int(kv.get("cp", 1))}
-    p, v = int(kv["pp"]), int(kv.get("virtual_stages", 1))
-    off, on = ranks(f"{name}-off"), ranks(f"{name}-on")
+    name = case.split()[0]
+    off_run, on_run = gptruns.Run(f"{name}-off"), gptruns.Run(f"{name}-on")
+    config, layout = on_run.config, on_run.layout
+    assert config["activation_checkpointing"] and not off_run.config["activation_checkpointing"]
+    p, v = layout["pp"], config["virtual_stages"]
+    off, on = ranks(off_run), ranks(on_run)
     for rank in sorted(off):
         (a_off, slots), (a_on, slots_on) = off[rank], on[rank]
         # Stage 11's chunks share one working set: one block's activations per rank.
-        predicted = gptruns.recompute_saved_bytes(config, layout, slots, 4 // (p * v), chunks=1) / 2**20
+        predicted = gptruns.recompute_saved_bytes(config, layout, slots, config["n_layer"] // (p * v), chunks=1) / 2**20
         saved = a_off - a_on
         ok = slots == slots_on and abs(saved - predicted) <= 0.011
         failures += not ok
