@@ -35,6 +35,7 @@
 #include "common/error.h"
 #include "common/launcher.h"
 #include "common/precision.h"
+#include "common/recompute.h"
 
 namespace gpt {
 namespace {
@@ -118,7 +119,7 @@ constexpr Key kKeys[] = {
     {"schedule", FIELD(schedule),
      "pipeline schedule: gpipe, 1f1b, interleaved (virtual_stages chunks per rank) or zb-h1 (zero bubble); empty: the stage's own (07 gpipe, 08 1f1b, 09 and 11 interleaved); stages 09 and 11 read it"},
     {"activation_checkpointing", FIELD(activation_checkpointing),
-     "keep only each block's output per micro-batch and recompute the block's activations in the backward (the same bits, less memory, one more forward); stage 11 reads it"},
+     "activations recomputed in the backward instead of kept per micro-batch: none; selective (ln_1, ln_2 and the GELU's output rebuilt, 6 of a block's 16 C values a row, for a few elementwise passes); full (each block's forward run again from its kept input: 1 C a row kept, about a third more compute); stage 11 reads it"},
     {"zero", FIELD(zero), "ZeRO stage over the data-parallel group, 0..3 (stages 06+; stages 03-05 are ZeRO-1, -2, -3 by construction)"},
     {"comm", FIELD(comm), "communication backend: auto, mpi or nccl"},
     {"allreduce", FIELD(allreduce), "gradient all-reduce of stage 02: ring (written out) or backend"},
@@ -550,6 +551,7 @@ void validate(const Config& cfg, int dp) {
   check_int(cfg.cp >= 1, "cp", cfg.cp, "must be >= 1");
   check_int(cfg.virtual_stages >= 1, "virtual_stages", cfg.virtual_stages, "must be >= 1");
   check_int(cfg.zero >= 0 && cfg.zero <= 3, "zero", cfg.zero, "must be 0, 1, 2 or 3");
+  parse_recompute(cfg.activation_checkpointing);  // the accepted names live there
   check_int(cfg.log_every >= 1, "log_every", cfg.log_every, "must be >= 1");
 
   // Runtime. precision's check is parse_precision's, so the accepted names live in one place.

@@ -86,7 +86,7 @@ struct Config {
   int zero = 0;                  ///< ZeRO stage 0..3 over the dp group in stages 06+ (03-05 are ZeRO-1, -2, -3)
   std::string cp_split = "zigzag";  ///< context parallelism: zigzag (load-balanced) | contiguous
   std::string schedule;              ///< pipeline schedule of stages 09 and 11 ("": the stage's own)
-  bool activation_checkpointing = false;  ///< recompute each block's activations in the backward (stage 11)
+  std::string activation_checkpointing = "none";  ///< none | selective | full (common/recompute.h; stage 11)
   std::string comm = "auto";     ///< auto | mpi | nccl
   std::string allreduce = "ring";  ///< ring (stage 02's own) | backend (the library's)
   double bucket_mb = 4.0;        ///< gradient bucket size in MiB

@@ -50,9 +50,9 @@ void require_axes(const Config& cfg, const StageSpec& spec) {
   if (!cfg.schedule.empty() && !spec.schedule_key)
     fail("schedule=" + cfg.schedule + ": stage " + spec.name +
          " does not read the key (stage 07 is GPipe, 08 is 1F1B; stages 09 and 11 choose); leave it empty");
-  if (cfg.activation_checkpointing && !spec.activation_checkpointing_key)
-    fail(std::string("activation_checkpointing=true: stage ") + spec.name +
-         " does not implement activation checkpointing (stage 11 does); leave it false");
+  if (cfg.activation_checkpointing != "none" && !spec.activation_checkpointing_key)
+    fail("activation_checkpointing=" + cfg.activation_checkpointing + ": stage " + spec.name +
+         " does not implement activation checkpointing (stage 11 does); leave it none");
   if (cfg.zero != 0 && !spec.zero_key)
     fail("zero=" + std::to_string(cfg.zero) + ": stage " + spec.name +
          " does not read the key (stages 03, 04 and 05 are ZeRO-1, -2 and -3 by construction); leave it 0");

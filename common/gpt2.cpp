@@ -8,9 +8,10 @@
 // with Sublinear Memory Cost"): a block's backward needs everything its forward wrote
 // (BlockActivations: 16 C values a row on one rank -- ln1, qkv 3C, atty, resid2, ln2,
 // fch 4C, fch_gelu 4C, resid3 -- plus the layernorm and attention statistics), but all of
-// it follows from the block's input x and its weights. So a micro-batch keeps only the
-// residual stream between blocks, and the backward of block l first runs block l's
-// forward again from its kept input:
+// it follows from the block's input x and its weights.
+//
+// Full: a micro-batch keeps only the residual stream between blocks, and the backward of
+// block l first runs block l's forward again from its kept input:
 //
 //   kept per micro-batch    without: L x |BlockActivations|    with: L x rows x C
 //                           (plus one BlockActivations for the block being recomputed)
@@ -19,6 +20,13 @@
 //
 // The recomputation reads the same weights and the same input through the same ops, so
 // it writes the same bits, and training is bit-identical with and without it.
+//
+// Selective (the cheap part only, as llm.c's recompute option and Korthikanti et al.
+// 2022 choose what to recompute by its cost per byte): ln1, ln2 and fch_gelu, 6 C of the
+// 16 C, are elementwise functions of tensors the block keeps anyway. A micro-batch keeps
+// the other 10 C; the forward writes the three into a working set it then lends to the
+// next block, and the backward rebuilds them there (block_rebuild_cheap) -- two
+// layernorms and a GELU, a few passes over memory next to the block's six GEMMs.
 #include "common/gpt2.h"
 
 #include <algorithm>
@@ -74,7 +82,7 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
             "GPT2: sequence parallelism needs B*T divisible by tp");
   invariant(hooks_->full_rows(rows_) == batch * seq_len, "GPT2: the hooks' full_rows do not match the slice");
   invariant(slice.in_flight >= 1, "GPT2: at least one micro-batch in flight");
-  invariant(!(slice.recompute && slice.split_backward),
+  invariant(!(slice.recompute != Recompute::None && slice.split_backward),
             "GPT2: recompute with split_backward (the weight half would need the activations again)");
   if (slice.positions.empty()) {
     position_runs_.push_back({0, T_, 0});
@@ -111,7 +119,8 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
   for (MicroBatch& mb : slots_) {
     mb.input = DeviceArray<A>(d, size_t(R) * C);
     for (int l = layout_.layer_begin(); l < layout_.layer_end(); ++l) {
-      if (slice.recompute) mb.outputs.emplace_back(d, size_t(R) * C);
+      if (slice.recompute == Recompute::Full) mb.outputs.emplace_back(d, size_t(R) * C);
+      else if (slice.recompute == Recompute::Selective) mb.blocks.emplace_back(d, dims_, B_, T_, R, BlockBuffers::Expensive);
       else mb.blocks.emplace_back(d, dims_, B_, T_, R);
     }
     if (last_stage()) mb.head = HeadActivations<A>(d, C, R, N, vocab_, /*train=*/true, hooks_->vocab_parallel());
@@ -123,14 +132,17 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
       if (last_stage()) mb.keep_d_lnf = DeviceArray<A>(d, size_t(R) * C);
     }
   }
-  if (slice.recompute && slice.working_block == nullptr) {
-    own_working_block_ = BlockActivations<A>(d, dims_, B_, T_, R);
+  if (slice.recompute != Recompute::None && slice.working_block == nullptr) {
+    own_working_block_ = working_block_for(model, batch, seq_len, device, slice);
     working_block_ = &own_working_block_;
-  } else if (slice.recompute) {  // shared: it must have this model's block shapes
+  } else if (slice.recompute != Recompute::None) {  // shared: it must be the set this model would make
     working_block_ = slice.working_block;
-    invariant(working_block_->resid3.size() == size_t(R) * C && working_block_->qkv.size() == size_t(N) * 3 * dims_.attn_width() &&
-                  working_block_->fch.size() == size_t(N) * dims_.hidden,
-              "GPT2: the shared recompute working set has other block shapes than this model's");
+    const BlockActivations<A>& w = *working_block_;
+    const bool full = slice.recompute == Recompute::Full;
+    invariant(w.ln1.size() == size_t(R) * C && w.fch_gelu.size() == size_t(N) * dims_.hidden &&
+                  w.resid3.size() == (full ? size_t(R) * C : 0) &&
+                  w.qkv.size() == (full ? size_t(N) * 3 * dims_.attn_width() : 0),
+              "GPT2: the shared recompute working set is not the one this model's slice needs");
   }
   scratch_ = BlockScratch<A>(d, dims_, N, R);
   host_losses_.resize(size_t(N));
@@ -139,8 +151,10 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
 template <class A>
 BlockActivations<A> GPT2<A>::working_block_for(const ModelConfig& model, int batch, int seq_len, Device device,
                                               const ModelSlice<A>& slice) {
+  invariant(slice.recompute != Recompute::None, "GPT2::working_block_for: the slice recomputes nothing");
   const MemScope scope(MemKind::Activations);
-  return BlockActivations<A>(device, BlockDims::slice(model, slice.tp), batch, seq_len, rows_for(batch, seq_len, slice));
+  return BlockActivations<A>(device, BlockDims::slice(model, slice.tp), batch, seq_len, rows_for(batch, seq_len, slice),
+                             slice.recompute == Recompute::Full ? BlockBuffers::All : BlockBuffers::Cheap);
 }
 
 template <class A>
@@ -264,10 +278,14 @@ GradOf<A> GPT2<A>::forward_micro(int slot, const int32_t* inputs, const int32_t*
     BlockWeights<A> w = block_tensors(layout_.block(l), pb, layout_.unit(unit).begin);
     if (!adds_shared) w.attproj_b = w.fcproj_b = nullptr;
     BlockActivations<A>& act = activations(mb, l);
+    // Selective: the block borrows the working set's cheap buffers and gives them back
+    // full, for the next block to overwrite.
+    if (slice_.recompute == Recompute::Selective) act.swap_cheap(*working_block_);
     block_forward(ctx_, dims_, w, block_input(mb, l), act, scratch_, *hooks_, B_, T_, R);
-    // Recompute: the output moves into the micro-batch (an exchange of buffers, no copy);
-    // the rest of act is overwritten by the next block.
-    if (slice_.recompute) act.resid3.swap(mb.outputs[size_t(l - l0)]);
+    if (slice_.recompute == Recompute::Selective) act.swap_cheap(*working_block_);
+    // Full: the output moves into the micro-batch (an exchange of buffers, no copy); the
+    // rest of act is overwritten by the next block.
+    if (slice_.recompute == Recompute::Full) act.resid3.swap(mb.outputs[size_t(l - l0)]);
     store_->release(unit, Pass::Forward);
   }
   const auto PF = unit_view(store_->acquire(final, Pass::Forward), layout_, final);
@@ -317,12 +335,18 @@ void GPT2<A>::backward_micro(int slot, G loss_scale) {
     const int64_t begin = layout_.unit(unit).begin;
     BlockWeights<A> w = block_tensors(layout_.block(l), pb, begin);
     if (!adds_shared) w.attproj_b = w.fcproj_b = nullptr;
-    if (slice_.recompute) {  // block l's activations again, from its kept input
+    BlockActivations<A>& act = activations(mb, l);
+    if (slice_.recompute == Recompute::Full) {  // block l's activations again, from its kept input
       Span recompute_span("recompute");
-      block_forward(ctx_, dims_, w, block_input(mb, l), *working_block_, scratch_, *hooks_, B_, T_, R);
+      block_forward(ctx_, dims_, w, block_input(mb, l), act, scratch_, *hooks_, B_, T_, R);
+    } else if (slice_.recompute == Recompute::Selective) {  // its cheap buffers again
+      Span recompute_span("recompute");
+      act.swap_cheap(*working_block_);
+      block_rebuild_cheap(ctx_, dims_, w, block_input(mb, l), act, B_, T_, R);
     }
-    block_backward(ctx_, dims_, w, block_tensors(layout_.block(l), gb, begin), block_input(mb, l),
-                   activations(mb, l), mb.d_resid.data(), scratch_, *hooks_, B_, T_, R);
+    block_backward(ctx_, dims_, w, block_tensors(layout_.block(l), gb, begin), block_input(mb, l), act,
+                   mb.d_resid.data(), scratch_, *hooks_, B_, T_, R);
+    if (slice_.recompute == Recompute::Selective) act.swap_cheap(*working_block_);
     store_->release(unit, Pass::Backward);
     store_->grads_done(unit);
   }

@@ -29,6 +29,7 @@
 #include "common/model_head.h"
 #include "common/model_pieces.h"
 #include "common/precision.h"
+#include "common/recompute.h"
 
 namespace gpt {
 
@@ -109,13 +110,15 @@ struct ModelSlice {
   LayerRange layers = {};          ///< pipeline parallelism: this stage's layers (default: all)
   int in_flight = 1;               ///< micro-batches whose activations are kept at once
   bool split_backward = false;     ///< zero-bubble schedules: backward_input/weight_micro
-  /// Activation checkpointing: a micro-batch keeps only each block's output, and the
-  /// backward recomputes a block's activations from its input just before it needs them
-  /// (see the top of gpt2.cpp). Not with split_backward.
-  bool recompute = false;
-  /// Recompute: the activations of the one block running now. nullptr: the model
-  /// allocates its own set. A rank's pipeline chunks can share one, since one block runs
-  /// at a time on a rank (GPT2::working_block_for makes it; the caller owns and counts it).
+  /// Activation checkpointing (common/recompute.h, the top of gpt2.cpp): Full keeps only
+  /// each block's output per micro-batch and runs a block's forward again before its
+  /// backward; Selective keeps all but the block's cheap buffers and rebuilds those. Not
+  /// with split_backward.
+  Recompute recompute = Recompute::None;
+  /// Recompute: the buffers the one block running now writes and then loses (Full: all of
+  /// them; Selective: the cheap ones). nullptr: the model allocates its own set. A rank's
+  /// pipeline chunks can share one, since one block runs at a time on a rank
+  /// (GPT2::working_block_for makes it; the caller owns and counts it).
   BlockActivations<A>* working_block = nullptr;
 };
 
@@ -256,8 +259,9 @@ class GPT2 {
   /// and the residual stream's gradient (received from the stage after, on the others).
   struct MicroBatch {
     DeviceArray<A> input;
-    std::vector<BlockActivations<A>> blocks;  ///< each block's activations (empty under recompute)
-    std::vector<DeviceArray<A>> outputs;      ///< recompute: each block's output only (rows x C)
+    /// Each block's activations (under Selective without the cheap ones; empty under Full).
+    std::vector<BlockActivations<A>> blocks;
+    std::vector<DeviceArray<A>> outputs;  ///< Full recompute: each block's output only (rows x C)
     HeadActivations<A> head;
     DeviceArray<int32_t> inputs, targets;
     DeviceArray<A> d_resid;
@@ -273,14 +277,15 @@ class GPT2 {
   static int rows_for(int batch, int seq_len, const ModelSlice<A>& slice) {
     return slice.sequence_parallel ? batch * seq_len / slice.tp : batch * seq_len;
   }
-  /// Recompute: the activations of the one block running now, written by each block's
-  /// forward and, in the backward, by its recomputation; the next block overwrites them.
+  /// Recompute: the buffers of the one block running now that no micro-batch keeps,
+  /// written by each block's forward and, in the backward, by its recomputation; the next
+  /// block overwrites them.
   BlockActivations<A> own_working_block_;           ///< the working set when none is shared
   BlockActivations<A>* working_block_ = nullptr;  ///< the working set in use (own or shared)
   /// Where block l's forward writes its activations: its own set in the micro-batch, or
-  /// under recompute the working set.
+  /// under Full recompute the working set.
   BlockActivations<A>& activations(MicroBatch& mb, int l) {
-    return slice_.recompute ? *working_block_ : mb.blocks[size_t(l - layout_.layer_begin())];
+    return slice_.recompute == Recompute::Full ? *working_block_ : mb.blocks[size_t(l - layout_.layer_begin())];
   }
   /// slots_[slot], after checking that slot is in [0, in_flight()) (`caller` names the
   /// method in the error).
@@ -304,7 +309,8 @@ class GPT2 {
   const A* block_input(const MicroBatch& mb, int l) const {
     const int i = l - layout_.layer_begin();
     if (i == 0) return mb.input.data();
-    return slice_.recompute ? mb.outputs[size_t(i - 1)].data() : mb.blocks[size_t(i - 1)].resid3.data();
+    return slice_.recompute == Recompute::Full ? mb.outputs[size_t(i - 1)].data()
+                                               : mb.blocks[size_t(i - 1)].resid3.data();
   }
 };
 

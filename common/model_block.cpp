@@ -9,14 +9,19 @@
 namespace gpt {
 
 template <class A>
-BlockActivations<A>::BlockActivations(Device d, const BlockDims& dims, int B, int T, int rows) {
+BlockActivations<A>::BlockActivations(Device d, const BlockDims& dims, int B, int T, int rows, BlockBuffers which) {
   const size_t C = dims.C, W = dims.attn_width(), F = dims.hidden, R = rows, N = size_t(B) * T;
-  ln1 = DeviceArray<A>(d, R * C), ln1_mean = DeviceArray<G>(d, R), ln1_rstd = DeviceArray<G>(d, R);
+  if (which != BlockBuffers::Expensive) {
+    ln1 = DeviceArray<A>(d, R * C), ln2 = DeviceArray<A>(d, R * C);
+    fch_gelu = DeviceArray<A>(d, N * F);
+  }
+  if (which == BlockBuffers::Cheap) return;
+  ln1_mean = DeviceArray<G>(d, R), ln1_rstd = DeviceArray<G>(d, R);
   qkv = DeviceArray<A>(d, N * 3 * W), atty = DeviceArray<A>(d, N * W);
   att_lse = DeviceArray<G>(d, ops::attention_stats_size(d, B, T, dims.heads));
   resid2 = DeviceArray<A>(d, R * C);
-  ln2 = DeviceArray<A>(d, R * C), ln2_mean = DeviceArray<G>(d, R), ln2_rstd = DeviceArray<G>(d, R);
-  fch = DeviceArray<A>(d, N * F), fch_gelu = DeviceArray<A>(d, N * F);
+  ln2_mean = DeviceArray<G>(d, R), ln2_rstd = DeviceArray<G>(d, R);
+  fch = DeviceArray<A>(d, N * F);
   resid3 = DeviceArray<A>(d, R * C);
 }
 
@@ -86,6 +91,23 @@ void block_forward(const PieceContext& ctx, const BlockDims& dims, const BlockWe
 }
 
 template <class A>
+void block_rebuild_cheap(const PieceContext& ctx, const BlockDims& dims, const BlockWeights<A>& w, const A* x,
+                         BlockActivations<A>& act, int B, int T, int rows) {
+  const Device d = ctx.device;
+  const int C = dims.C;
+  const size_t RC = size_t(rows) * C, NF = size_t(B) * T * dims.hidden;
+  // The statistics are written again too, with the bits they already hold.
+  ops::layernorm_forward(d, act.ln1.data(), act.ln1_mean.data(), act.ln1_rstd.data(), x, w.ln1_w, w.ln1_b,
+                         rows, C);
+  ctx.round(act.ln1.data(), RC);
+  ops::layernorm_forward(d, act.ln2.data(), act.ln2_mean.data(), act.ln2_rstd.data(), act.resid2.data(),
+                         w.ln2_w, w.ln2_b, rows, C);
+  ctx.round(act.ln2.data(), RC);
+  ops::gelu_forward(d, act.fch_gelu.data(), act.fch.data(), NF);
+  ctx.round(act.fch_gelu.data(), NF);
+}
+
+template <class A>
 void block_backward(const PieceContext& ctx, const BlockDims& dims, const BlockWeights<A>& w,
                     const BlockGrads<A>& g, const A* x, const BlockActivations<A>& act, A* d_resid,
                     BlockScratch<A>& s, ModelHooks<A>& hooks, int B, int T, int rows) {
@@ -141,6 +163,8 @@ void block_backward(const PieceContext& ctx, const BlockDims& dims, const BlockW
   template struct BlockScratch<A>;                                                                          \
   template void block_forward<A>(const PieceContext&, const BlockDims&, const BlockWeights<A>&, const A*,   \
                                  BlockActivations<A>&, BlockScratch<A>&, ModelHooks<A>&, int, int, int);    \
+  template void block_rebuild_cheap<A>(const PieceContext&, const BlockDims&, const BlockWeights<A>&,       \
+                                       const A*, BlockActivations<A>&, int, int, int);                      \
   template void block_backward<A>(const PieceContext&, const BlockDims&, const BlockWeights<A>&,            \
                                   const BlockGrads<A>&, const A*, const BlockActivations<A>&, A*,           \
                                   BlockScratch<A>&, ModelHooks<A>&, int, int, int);

@@ -74,14 +74,28 @@ BlockTensors<const T> as_const(const BlockTensors<T>& t) {
 template <class A>
 using BlockGrads = BlockTensors<GradOf<A>>;
 
+/// Which of BlockActivations' buffers a set allocates. Selective recompute splits them in
+/// two: the three that are cheap to rebuild from the others (ln1 and ln2, layernorms of
+/// the block's input and of resid2, and fch_gelu, the GELU of fch) and the rest.
+enum class BlockBuffers {
+  All,        ///< every buffer
+  Expensive,  ///< all but ln1, ln2 and fch_gelu: what a micro-batch keeps under selective recompute
+  Cheap,      ///< only ln1, ln2 and fch_gelu: the set one running block borrows
+};
+
 /// What one block keeps from its forward for its backward, for one micro-batch.
 template <class A>
 struct BlockActivations {
   using G = GradOf<A>;  ///< type of the layernorm and attention statistics: float for bf16 storage, else A
   BlockActivations() = default;  ///< empty: no buffers
-  /// Allocates every buffer on device d for B sequences of T tokens, `rows` of them on
+  /// Allocates `which` buffers on device d for B sequences of T tokens, `rows` of them on
   /// this rank (B*T, or fewer under sequence parallelism); the full-row buffers get B*T rows.
-  BlockActivations(Device d, const BlockDims& dims, int B, int T, int rows);
+  BlockActivations(Device d, const BlockDims& dims, int B, int T, int rows, BlockBuffers which = BlockBuffers::All);
+  /// Exchanges the cheap buffers (ln1, ln2, fch_gelu) with other's, copying nothing: a
+  /// set without them borrows a running block's and gives them back.
+  void swap_cheap(BlockActivations& other) {
+    ln1.swap(other.ln1), ln2.swap(other.ln2), fch_gelu.swap(other.fch_gelu);
+  }
 
   DeviceArray<A> ln1;            ///< ln_1(x) (rows; its all-gathered copy is not kept: backward gathers again)
   /// ln_1's mean of each row of x (rows).
@@ -132,6 +146,16 @@ template <class A>
 void block_forward(const PieceContext& ctx, const BlockDims& dims, const BlockWeights<A>& w, const A* x,
                    BlockActivations<A>& act, BlockScratch<A>& scratch, ModelHooks<A>& hooks, int B, int T,
                    int rows);
+
+/// Selective recompute: writes act's cheap buffers again (ln1 = ln_1(x), ln2 =
+/// ln_2(resid2), fch_gelu = gelu(fch)) from x and act's kept buffers, as block_forward
+/// wrote them. The layernorms give the same bits. The GELU does where block_forward also
+/// computed it from the stored fch: on the CPU in fp32 and fp64. Where storage rounds
+/// (bf16), block_forward took it from fch before rounding, so the rebuilt fch_gelu, which
+/// only mlp.c_proj's weight gradient reads, may differ by the rounding of its input.
+template <class A>
+void block_rebuild_cheap(const PieceContext& ctx, const BlockDims& dims, const BlockWeights<A>& w, const A* x,
+                         BlockActivations<A>& act, int B, int T, int rows);
 
 /// Backward: d_resid holds the gradient of the block's output (rows x C) and receives
 /// the gradient of its input x, in place; weight gradients are ACCUMULATED into g.

@@ -316,7 +316,8 @@ def block_activation_bytes(config, layout):
     this rank's heads and hidden units; the layernorms' mean and rstd on r rows, the
     attention's logsumexp per local head and token. N = micro_batch_size x seq_len / cp,
     r = N / tp under sequence parallelism, else N. Returns (block bytes, bytes of its
-    output, the rows x C that recompute keeps)."""
+    output, the rows x C that full recompute keeps, bytes of its cheap buffers ln1, ln2 and
+    fch_gelu, the ones selective recompute rebuilds)."""
     tp, cp = layout.get("tp", 1), layout.get("cp", 1)
     C, heads = config["n_embd"], config["n_head"] // tp
     N = config["micro_batch_size"] * config["seq_len"] // cp
@@ -324,14 +325,18 @@ def block_activation_bytes(config, layout):
     W, F = C // tp, 4 * C // tp
     values = 4 * r * C + N * (3 * W + W + 2 * F)
     stats = 4 * r + N * heads
-    return 4 * (values + stats), 4 * r * C
+    return 4 * (values + stats), 4 * r * C, 4 * (2 * r * C + N * F)
 
 
 def recompute_saved_bytes(config, layout, slots, layers_per_chunk, chunks=1):
-    """Bytes of activations recompute saves on a rank whose model chunks have `slots`
-    activation slots in all and `layers_per_chunk` layers each: every slot keeps its
-    blocks' outputs instead of their activations, and the rank holds one block's
-    activations for the block running now (`chunks` such sets where each chunk keeps its
-    own; stage 11's chunks share one)."""
-    block, kept = block_activation_bytes(config, layout)
-    return slots * layers_per_chunk * (block - kept) - chunks * block
+    """Bytes of activations the run's activation_checkpointing mode (config) saves on a
+    rank whose model chunks have `slots` activation slots in all and `layers_per_chunk`
+    layers each. full: every slot keeps its blocks' outputs instead of their activations;
+    selective: every slot's blocks keep all but their cheap buffers. Either way the rank
+    holds, for the block running now, what a slot's block does not keep (`chunks` such
+    sets where each chunk keeps its own; stage 11's chunks share one)."""
+    block, output, cheap = block_activation_bytes(config, layout)
+    mode = config["activation_checkpointing"]
+    dropped = {"none": 0, "full": block - output, "selective": cheap}[mode]
+    working_set = {"none": 0, "full": block, "selective": cheap}[mode]
+    return slots * layers_per_chunk * dropped - chunks * working_set

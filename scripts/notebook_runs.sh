@@ -29,8 +29,8 @@
 #                      chunks per rank; schedule.txt: pipeline_schedule's list of actions
 #   pipe/sNN_pp4_mM    stages 07 and 08 at pp 4 (4 layers), M = 1, 2, 4, 8 micro-batches
 #                      of one sequence, one step (the micro-batches in flight per rank)
-#   pipe/s11_{gpipe,1f1b}_ac_{off,on}: stage 11 at the shape of pipe/s09_*, GPipe and 1F1B,
-#                      activation checkpointing off and on, traced
+#   pipe/s11_{gpipe,1f1b}_ac_{none,selective,full}: stage 11 at the shape of pipe/s09_*,
+#                      GPipe and 1F1B, in each activation checkpointing mode, traced
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -96,7 +96,7 @@ run agree/s07 2 07 "${agree[@]}" pp=2
 run agree/s08 2 08 "${agree[@]}" pp=2
 run agree/s09 2 09 "${agree[@]}" pp=2 schedule=zb-h1  # interleaving needs 4 layers; tiny has 2
 run agree/s10 2 10 "${agree[@]}" cp=2
-run agree/s11 4 11 "${agree[@]}" pp=2 cp=2 activation_checkpointing=true
+run agree/s11 4 11 "${agree[@]}" pp=2 cp=2 activation_checkpointing=full
 
 log "memory: one step of each stage at dp 1, 2, 4"
 # Batch 8, so that dp 4 still has a micro-batch of 2; buckets of at least 7,864 floats
@@ -156,10 +156,8 @@ for schedule in gpipe 1f1b interleaved zb-h1; do
   fi
 done
 for schedule in gpipe 1f1b; do
-  for ac in off on; do
-    flag=false
-    [[ "$ac" == on ]] && flag=true
-    traced "pipe/s11_${schedule}_ac_$ac" 11 "$schedule" schedule="$schedule" activation_checkpointing="$flag"
+  for mode in none selective full; do
+    traced "pipe/s11_${schedule}_ac_$mode" 11 "$schedule" schedule="$schedule" activation_checkpointing="$mode"
   done
 done
 for micro in 1 2 4 8; do

@@ -8,10 +8,11 @@
 //       (interleaved 1F1B by default, or gpipe, 1f1b, zb-h1; stage 09);
 //   dp  the batch's sequences split, gradients reduced and the ZeRO stage of `zero`
 //       kept over dp x cp: the ranks that hold the same weight slices (stage 10).
-// With activation_checkpointing each micro-batch in flight keeps only its blocks'
+// With activation_checkpointing=full each micro-batch in flight keeps only its blocks'
 // outputs, and every backward recomputes its block's activations first (common/gpt2.cpp):
 // the same bits, the memory of a micro-batch in flight cut to the residual stream, one
-// more forward of the blocks per step.
+// more forward of the blocks per step. =selective keeps all but the layernorms' and the
+// GELU's outputs and rebuilds those: 10 of 16 C values a row for a few elementwise passes.
 //   for each step:  zero grads
 //                   run this rank's schedule over the step's m micro-batches on its v
 //                   chunks: each micro-batch is the same sequences on every cp and tp rank
@@ -46,6 +47,7 @@
 #include "common/metrics.h"
 #include "common/optimizer.h"
 #include "common/rank_layout.h"
+#include "common/recompute.h"
 #include "common/trace.h"
 #include "stages/06_tensor_parallel/local_zero.h"
 #include "stages/06_tensor_parallel/tp_budget.h"
@@ -98,17 +100,18 @@ int train_ranks(Run& run) {
   const int Tl = split.local_len(T);  // tokens of each sequence on this rank
   RingAttentionHooks<float> hooks(tp, sp, cp, split, device);
   const PipeSchedule schedule = pipeline_schedule(schedule_name, pp.size(), pp.rank(), accum, v);
-  require(!(cfg.activation_checkpointing && splits_backward(schedule)),
-          "activation_checkpointing=true with schedule=" + schedule_name + ": this schedule runs a backward's weight "
-          "half after other micro-batches' passes, when the recomputed activations are gone; use another schedule "
-          "or activation_checkpointing=false");
+  const Recompute recompute = parse_recompute(cfg.activation_checkpointing);
+  require(!(recompute != Recompute::None && splits_backward(schedule)),
+          "activation_checkpointing=" + cfg.activation_checkpointing + " with schedule=" + schedule_name +
+              ": this schedule runs a backward's weight half after other micro-batches' passes, when the "
+              "recomputed activations are gone; use another schedule or activation_checkpointing=none");
   const ParamLayout global(cfg.model);
   const std::unique_ptr<Communicator> ends = tied_embedding_group(pp);  // the first and the last stage
   ModelSlice<float> slice{tp.size(), tp.rank(), sp, &hooks, split.positions()};
-  slice.recompute = cfg.activation_checkpointing;
+  slice.recompute = recompute;
   // One block runs at a time on a rank, so its chunks recompute into one working set.
   BlockActivations<float> working_block;
-  if (slice.recompute) {
+  if (recompute != Recompute::None) {
     working_block = GPT2<float>::working_block_for(cfg.model, B, Tl, device, slice);
     slice.working_block = &working_block;
   }
@@ -146,7 +149,7 @@ int train_ranks(Run& run) {
     std::printf("stage 11 | dp %d x pp %d (%s, %d chunk(s) per rank) x cp %d (%s split, %d tokens of %d per rank) x tp %d%s (%s), zero=%d%s | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM on this rank\n",
                 data_group.size(), pp.size(), schedule_name.c_str(), v, cp.size(), cfg.cp_split.c_str(), Tl, T,
                 tp.size(), sp ? " sequence parallel" : "", run.world.backend(), cfg.zero,
-                cfg.activation_checkpointing ? ", activation checkpointing" : "", device_name(device),
+                recompute == Recompute::None ? "" : (", " + cfg.activation_checkpointing + " recompute").c_str(), device_name(device),
                 precision_name(precision), omp_get_max_threads(), double(global.total()) / 1e6,
                 double(n_local) / 1e6);
     std::printf("batch %d sequences x %d tokens = micro-batch %d x %d micro-batches x dp %d | train %lld tokens, val %lld tokens\n",

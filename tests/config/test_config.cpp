@@ -276,6 +276,14 @@ TEST_CASE("impossible values are errors naming the key and the reason") {
     REQUIRE_THROWS_WITH(gpt::validate(with({"device=gpu"})), Contains("device") && Contains("gpu"));
     REQUIRE_NOTHROW(gpt::validate(with({"device=cuda", "precision=bf16"})));
   }
+  SECTION("activation_checkpointing is none, selective or full") {
+    // "true" was the key's value when it was a switch: it is refused with the three names.
+    REQUIRE_THROWS_WITH(gpt::validate(with({"activation_checkpointing=true"})),
+                        Contains("activation_checkpointing") && Contains("'true'") &&
+                            Contains("none, selective or full"));
+    for (const char* mode : {"none", "selective", "full"})
+      REQUIRE_NOTHROW(gpt::validate(with({std::string("activation_checkpointing=") + mode})));
+  }
   SECTION("every other range check names its key") {
     // {override that breaks the rule, key the message must name}
     const std::vector<std::pair<std::string, std::string>> cases = {
@@ -348,7 +356,7 @@ TEST_CASE("config_to_json round-trips through apply_json_text to an equal config
                           "log_every=5", "checkpoint_every=9", "checkpoint_at_end=false",
                           "keep_checkpoints=4", "resume=latest", "dp=3", "comm=mpi", "allreduce=backend",
                           "bucket_mb=0.5", "comm_timeout_s=5", "sample_tokens=17",
-                          "temperature=1.3", "top_k=0", "schedule=zb-h1", "cp_split=contiguous", "activation_checkpointing=true",
+                          "temperature=1.3", "top_k=0", "schedule=zb-h1", "cp_split=contiguous", "activation_checkpointing=full",
                           "prompt=\"quoted\"\t\\ \xc3\xa9"});
   original.lr = 0.1 + 0.2;  // a double with no short decimal form must survive exactly
   std::string json = gpt::config_to_json(original);

@@ -60,9 +60,14 @@ TEST_CASE("driver: a stage refuses by name an axis it does not implement", "[con
   CHECK(error_of([&] { require_axes(with_axes(0, 1, 1, 1), zero1); }).empty());
   // activation_checkpointing: refused where the stage does not read it, read where it does.
   Config recompute = with_axes(0, 1, 1, 1);
-  recompute.activation_checkpointing = true;
-  CHECK(error_of([&] { require_axes(recompute, zero1); }).find("activation_checkpointing=true") != std::string::npos);
+  for (const char* mode : {"selective", "full"}) {
+    recompute.activation_checkpointing = mode;
+    CHECK(error_of([&] { require_axes(recompute, zero1); }).find(std::string("activation_checkpointing=") + mode) !=
+          std::string::npos);
+  }
   StageSpec four_d{"11_4d"};
   four_d.activation_checkpointing_key = true;
   CHECK(error_of([&] { require_axes(recompute, four_d); }).empty());
+  recompute.activation_checkpointing = "none";
+  CHECK(error_of([&] { require_axes(recompute, zero1); }).empty());
 }

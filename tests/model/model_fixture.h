@@ -23,7 +23,7 @@ constexpr int kBatch = 2, kSeqLen = 16, kInFlight = 2;
 // recomputed as asked.
 template <class A>
 GPT2<A> make_stage(const ModelConfig& m, LayerRange layers, Precision precision, bool split_backward,
-                   bool recompute) {
+                   Recompute recompute) {
   ModelSlice<A> slice{1, 0, false, nullptr, {}, layers, kInFlight, split_backward};
   slice.recompute = recompute;
   return GPT2<A>(m, kBatch, kSeqLen, Device::CPU, precision, true, slice);

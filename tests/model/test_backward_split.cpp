@@ -24,7 +24,7 @@ namespace {
 
 template <class A>
 GPT2<A> make(const ModelConfig& m, LayerRange layers, bool split, Precision precision) {
-  return gpt::test::make_stage<A>(m, layers, precision, split, /*recompute=*/false);
+  return gpt::test::make_stage<A>(m, layers, precision, split, Recompute::None);
 }
 
 // How the split runs are to go wrong for the negative controls.
