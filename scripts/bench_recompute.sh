@@ -2,8 +2,8 @@
 # Activation checkpointing in stage 11 on CPU ranks: for GPipe, 1F1B and interleaved 1F1B
 # at pp = 2, the activation bytes each rank holds (the line every rank prints after its
 # first step: its model chunks' activation slots and scratch) and the time of a
-# step, with activation_checkpointing off and on; and the memory a block's activations
-# take against the one rows x C output recompute keeps, from the model's shapes.
+# step, with activation_checkpointing none, selective and full; and the memory a block's
+# activations take against what each mode keeps, from the model's shapes.
 #
 #   scripts/bench_recompute.sh     (uses build/, GPT_BUILD_DIR overrides; data/fortunes)
 #
@@ -20,8 +20,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 model=(--set n_layer=8 --set n_embd=256 --set n_head=8 --set block_size=256 --set seq_len=256 --set batch_size=32
-       --set micro_batch_size=4 --set steps=6 --set val_batches=0 --set sample_tokens=0 --set checkpoint_at_end=false
-       --set warmup_steps=1 --set pp=2)
+       --set micro_batch_size=4 --set steps=6 --set val_batches=0 --set sample_tokens=0
+       --set warmup_steps=1 --set pp=2)  # each run keeps its checkpoint: its manifest gives the shapes below
 run() {  # run NAME key=value...
   local name=$1 sets=()
   shift
@@ -32,11 +32,11 @@ run() {  # run NAME key=value...
 for schedule in gpipe 1f1b interleaved; do
   v=1
   [ "$schedule" = interleaved ] && v=2
-  for ac in false true; do
-    run "$schedule-$ac" schedule=$schedule virtual_stages=$v activation_checkpointing=$ac
+  for mode in none selective full; do
+    run "$schedule-$mode" schedule=$schedule virtual_stages=$v activation_checkpointing=$mode
   done
 done
-/usr/bin/python3 - "$work" "$GPT_ROOT" <<'PY'
+GPT_NOTEBOOK_RUNS="$work" /usr/bin/python3 - "$work" "$GPT_ROOT" <<'PY'
 import json, re, sys
 work = sys.argv[1]
 sys.path.insert(0, f"{sys.argv[2]}/notebooks")
@@ -53,15 +53,20 @@ def step_ms(name):
         rows = [json.loads(l) for l in f if l.strip()]
     ms = [r["ms"] for r in rows if r.get("kind") == "train"][1:]
     return sum(ms) / len(ms)
-block, kept = gptruns.block_activation_bytes({"n_embd": 256, "n_head": 8, "micro_batch_size": 4, "seq_len": 256}, {})
-print(f"one block, one micro-batch: {block / 2**20:.2f} MiB of activations; recompute keeps {kept / 2**20:.2f} MiB "
-      f"({kept / block:.3f})")
-print(f"{'schedule':12s} {'rank':>4s} {'in flight':>9s} {'act. MiB off':>12s} {'on':>8s} {'on/off':>7s} "
-      f"{'step ms off':>11s} {'on':>8s} {'on/off':>7s}")
+run = gptruns.Run("gpipe-none")  # the model's shape, from the run's checkpoint manifest
+block, output, cheap = gptruns.block_activation_bytes(run.config, run.layout)
+print(f"one block, one micro-batch: {block / 2**20:.2f} MiB of activations; full recompute keeps {output / 2**20:.2f} MiB "
+      f"({output / block:.3f}), selective {(block - cheap) / 2**20:.2f} MiB ({(block - cheap) / block:.3f})")
+print(f"{'schedule':12s} {'rank':>4s} {'in flight':>9s} {'act. MiB none':>13s} {'selective':>9s} {'full':>8s} "
+      f"{'step ms none':>12s} {'selective':>9s} {'full':>8s}")
 for schedule in ("gpipe", "1f1b", "interleaved"):
-    off, on = ranks(f"{schedule}-false"), ranks(f"{schedule}-true")
-    t_off, t_on = step_ms(f"{schedule}-false"), step_ms(f"{schedule}-true")
-    for r in sorted(off):
-        print(f"{schedule:12s} {r:4d} {off[r][0]:9d} {off[r][1]:12.2f} {on[r][1]:8.2f} {on[r][1] / off[r][1]:7.3f} "
-              f"{t_off:11.1f} {t_on:8.1f} {t_on / t_off:7.3f}")
+    mib = {mode: ranks(f"{schedule}-{mode}") for mode in ("none", "selective", "full")}
+    ms = {mode: step_ms(f"{schedule}-{mode}") for mode in ("none", "selective", "full")}
+    for r in sorted(mib["none"]):
+        base, t = mib["none"][r][1], ms["none"]
+        print(f"{schedule:12s} {r:4d} {mib['none'][r][0]:9d} {base:13.2f} {mib['selective'][r][1]:9.2f} "
+              f"{mib['full'][r][1]:8.2f} {t:12.1f} {ms['selective']:9.1f} {ms['full']:8.1f}")
+    print(f"{'':12s} shares of none on rank 0: memory selective {mib['selective'][0][1] / mib['none'][0][1]:.3f}, "
+          f"full {mib['full'][0][1] / mib['none'][0][1]:.3f}; step time selective {ms['selective'] / ms['none']:.3f}, "
+          f"full {ms['full'] / ms['none']:.3f}")
 PY
