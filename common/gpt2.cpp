@@ -22,11 +22,12 @@
 // it writes the same bits, and training is bit-identical with and without it.
 //
 // Selective (the cheap part only, as llm.c's recompute option and Korthikanti et al.
-// 2022 choose what to recompute by its cost per byte): ln1, ln2 and fch_gelu, 6 C of the
-// 16 C, are elementwise functions of tensors the block keeps anyway. A micro-batch keeps
-// the other 10 C; the forward writes the three into a working set it then lends to the
-// next block, and the backward rebuilds them there (block_rebuild_cheap) -- two
-// layernorms and a GELU, a few passes over memory next to the block's six GEMMs.
+// 2022 choose what to recompute by its cost per byte): ln1, ln2 and fch_gelu (6 C of the
+// 16 C at tp = 1) follow row by row or element by element from tensors the block keeps
+// anyway. A micro-batch keeps the rest; the forward writes the three into a working set
+// it then lends to the next block, and the backward rebuilds them there
+// (block_rebuild_cheap) -- two layernorms and a GELU, a few passes over memory next to
+// the block's six GEMMs.
 #include "common/gpt2.h"
 
 #include <algorithm>
@@ -120,7 +121,7 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
     mb.input = DeviceArray<A>(d, size_t(R) * C);
     for (int l = layout_.layer_begin(); l < layout_.layer_end(); ++l) {
       if (slice.recompute == Recompute::Full) mb.outputs.emplace_back(d, size_t(R) * C);
-      else if (slice.recompute == Recompute::Selective) mb.blocks.emplace_back(d, dims_, B_, T_, R, BlockBuffers::Expensive);
+      else if (slice.recompute == Recompute::Selective) mb.blocks.emplace_back(d, dims_, B_, T_, R, BlockBuffers::AllButCheap);
       else mb.blocks.emplace_back(d, dims_, B_, T_, R);
     }
     if (last_stage()) mb.head = HeadActivations<A>(d, C, R, N, vocab_, /*train=*/true, hooks_->vocab_parallel());

@@ -282,8 +282,9 @@ class GPT2 {
   /// block overwrites them.
   BlockActivations<A> own_working_block_;           ///< the working set when none is shared
   BlockActivations<A>* working_block_ = nullptr;  ///< the working set in use (own or shared)
-  /// Where block l's forward writes its activations: its own set in the micro-batch, or
-  /// under Full recompute the working set.
+  /// Where block l's forward writes its activations: its own set in the micro-batch (under
+  /// Selective lent the working set's cheap buffers while the block runs), or under Full
+  /// recompute the working set.
   BlockActivations<A>& activations(MicroBatch& mb, int l) {
     return slice_.recompute == Recompute::Full ? *working_block_ : mb.blocks[size_t(l - layout_.layer_begin())];
   }

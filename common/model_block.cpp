@@ -11,7 +11,7 @@ namespace gpt {
 template <class A>
 BlockActivations<A>::BlockActivations(Device d, const BlockDims& dims, int B, int T, int rows, BlockBuffers which) {
   const size_t C = dims.C, W = dims.attn_width(), F = dims.hidden, R = rows, N = size_t(B) * T;
-  if (which != BlockBuffers::Expensive) {
+  if (which != BlockBuffers::AllButCheap) {
     ln1 = DeviceArray<A>(d, R * C), ln2 = DeviceArray<A>(d, R * C);
     fch_gelu = DeviceArray<A>(d, N * F);
   }

@@ -79,7 +79,7 @@ using BlockGrads = BlockTensors<GradOf<A>>;
 /// the block's input and of resid2, and fch_gelu, the GELU of fch) and the rest.
 enum class BlockBuffers {
   All,        ///< every buffer
-  Expensive,  ///< all but ln1, ln2 and fch_gelu: what a micro-batch keeps under selective recompute
+  AllButCheap,  ///< all but ln1, ln2 and fch_gelu: what a micro-batch keeps under selective recompute
   Cheap,      ///< only ln1, ln2 and fch_gelu: the set one running block borrows
 };
 
@@ -149,10 +149,11 @@ void block_forward(const PieceContext& ctx, const BlockDims& dims, const BlockWe
 
 /// Selective recompute: writes act's cheap buffers again (ln1 = ln_1(x), ln2 =
 /// ln_2(resid2), fch_gelu = gelu(fch)) from x and act's kept buffers, as block_forward
-/// wrote them. The layernorms give the same bits. The GELU does where block_forward also
-/// computed it from the stored fch: on the CPU in fp32 and fp64. Where storage rounds
-/// (bf16), block_forward took it from fch before rounding, so the rebuilt fch_gelu, which
-/// only mlp.c_proj's weight gradient reads, may differ by the rounding of its input.
+/// wrote them. The layernorms are computed whole again, statistics included, with the
+/// bits they had. The GELU gives the same bits where block_forward also computed it from
+/// the stored fch: on the CPU in fp32 and fp64. Where storage rounds (bf16),
+/// block_forward took it from fch before rounding, so the rebuilt fch_gelu, which only
+/// mlp.c_proj's weight gradient reads, may differ by the rounding of its input.
 template <class A>
 void block_rebuild_cheap(const PieceContext& ctx, const BlockDims& dims, const BlockWeights<A>& w, const A* x,
                          BlockActivations<A>& act, int B, int T, int rows);

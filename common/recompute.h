@@ -1,7 +1,7 @@
 /// @file
 /// Activation checkpointing modes (the config key `activation_checkpointing`; the model's
 /// side is at the top of common/gpt2.cpp). A micro-batch between its forward and its
-/// backward keeps, for each block it ran, one of:
+/// backward keeps, for each block it ran, one of (values a token at tp = 1):
 /// ```
 ///   none       every activation the backward reads        16 C values a row (+ statistics)
 ///   selective  all but ln1, ln2 and fch_gelu, which the   10 C values a row

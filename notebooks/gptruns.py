@@ -337,6 +337,7 @@ def recompute_saved_bytes(config, layout, slots, layers_per_chunk, chunks=1):
     sets where each chunk keeps its own; stage 11's chunks share one)."""
     block, output, cheap = block_activation_bytes(config, layout)
     mode = config["activation_checkpointing"]
+    mode = {True: "full", False: "none"}.get(mode, mode)  # manifests from when the key was a switch
     dropped = {"none": 0, "full": block - output, "selective": cheap}[mode]
     working_set = {"none": 0, "full": block, "selective": cheap}[mode]
     return slots * layers_per_chunk * dropped - chunks * working_set

@@ -15,7 +15,7 @@
 # in stdout.txt):
 #   agree/sNN          30 steps of configs/tiny.json: 01 on one rank, 02-05 at dp 2,
 #                      06 at tp 2, 07-09 at pp 2 (09: schedule zb-h1), 10 at cp 2, 11 at
-#                      pp 2 x cp 2 with activation checkpointing; s01_bf16: stage 01 in bf16
+#                      pp 2 x cp 2 with full activation checkpointing; s01_bf16: stage 01 in bf16
 #   memory/sNN_dpK     one step of each stage at dp K = 1, 2, 4 (01: one rank; 06 at
 #                      tp 2 and 10 at cp 2, both zero=3, so 2K ranks)
 #   memory/s06_tpT[_sp], memory/s10_cpC: one step at tp T (sequence parallel or not),

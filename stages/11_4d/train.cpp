@@ -146,10 +146,11 @@ int train_ranks(Run& run) {
 
   MemoryLedger mem = MemoryTracker::global().peaks();
   if (lead) {
+    const std::string recompute_note = recompute == Recompute::None ? "" : ", " + cfg.activation_checkpointing + " recompute";
     std::printf("stage 11 | dp %d x pp %d (%s, %d chunk(s) per rank) x cp %d (%s split, %d tokens of %d per rank) x tp %d%s (%s), zero=%d%s | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM on this rank\n",
                 data_group.size(), pp.size(), schedule_name.c_str(), v, cp.size(), cfg.cp_split.c_str(), Tl, T,
                 tp.size(), sp ? " sequence parallel" : "", run.world.backend(), cfg.zero,
-                recompute == Recompute::None ? "" : (", " + cfg.activation_checkpointing + " recompute").c_str(), device_name(device),
+                recompute_note.c_str(), device_name(device),
                 precision_name(precision), omp_get_max_threads(), double(global.total()) / 1e6,
                 double(n_local) / 1e6);
     std::printf("batch %d sequences x %d tokens = micro-batch %d x %d micro-batches x dp %d | train %lld tokens, val %lld tokens\n",
