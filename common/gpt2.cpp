@@ -83,8 +83,8 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
             "GPT2: sequence parallelism needs B*T divisible by tp");
   invariant(hooks_->full_rows(rows_) == batch * seq_len, "GPT2: the hooks' full_rows do not match the slice");
   invariant(slice.in_flight >= 1, "GPT2: at least one micro-batch in flight");
-  invariant(!(slice.recompute != Recompute::None && slice.split_backward),
-            "GPT2: recompute with split_backward (the weight half would need the activations again)");
+  invariant(!(slice.recompute == Recompute::Full && slice.split_backward),
+            "GPT2: full recompute with split_backward (the weight half would need the activations again)");
   if (slice.positions.empty()) {
     position_runs_.push_back({0, T_, 0});
   } else {
@@ -424,8 +424,17 @@ void GPT2<A>::backward_weight_micro(int slot) {
     const int64_t begin = layout_.unit(unit).begin;
     BlockWeights<A> w = block_tensors(layout_.block(l), pb, begin);
     if (!adds_shared) w.attproj_b = w.fcproj_b = nullptr;
-    block_backward_weight(ctx_, dims_, block_tensors(layout_.block(l), gb, begin), w, block_input(mb, l),
-                          mb.blocks[size_t(l - l0)], mb.keep[size_t(l - l0)], scratch_, *hooks_, B_, T_, R);
+    BlockActivations<A>& act = mb.blocks[size_t(l - l0)];
+    // Selective: the input half read none of the cheap buffers; the weight half reads all
+    // three (the products' inputs), so they are rebuilt here, where the schedule runs it.
+    if (slice_.recompute == Recompute::Selective) {
+      Span recompute_span("recompute");
+      act.swap_cheap(*working_block_);
+      block_rebuild_cheap(ctx_, dims_, w, block_input(mb, l), act, B_, T_, R);
+    }
+    block_backward_weight(ctx_, dims_, block_tensors(layout_.block(l), gb, begin), w, block_input(mb, l), act,
+                          mb.keep[size_t(l - l0)], scratch_, *hooks_, B_, T_, R);
+    if (slice_.recompute == Recompute::Selective) act.swap_cheap(*working_block_);
     store_->release(unit, Pass::Backward);
     store_->grads_done(unit);
   }

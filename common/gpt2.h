@@ -112,7 +112,8 @@ struct ModelSlice {
   bool split_backward = false;     ///< zero-bubble schedules: backward_input/weight_micro
   /// Activation checkpointing (common/recompute.h, the top of gpt2.cpp): Full keeps only
   /// each block's output per micro-batch and runs a block's forward again before its
-  /// backward; Selective keeps all but the block's cheap buffers and rebuilds those. Not
+  /// backward; Selective keeps all but the block's cheap buffers and rebuilds those (with
+  /// split_backward, in the weight half: the input half does not read them). Full not
   /// with split_backward.
   Recompute recompute = Recompute::None;
   /// Recompute: the buffers the one block running now writes and then loses (Full: all of

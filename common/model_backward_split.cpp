@@ -41,7 +41,9 @@ void block_backward_input(const PieceContext& ctx, const BlockDims& dims, const 
   const A* d_out = hooks.gather_output_grad(Site::Mlp, d_resid, s.d_full.data(), rows, C);
   keep_copy(d, keep.d_mlp_out, d_out);
   s.d_hidden.zero();
-  ops::matmul_backward(d, s.d_hidden.data(), none, none, d_out, act.fch_gelu.data(), w.fcproj_w, N, F, C);
+  // No weight gradient, so no input: fch_gelu is the weight half's (under selective
+  // recompute it is not even there in this half).
+  ops::matmul_backward(d, s.d_hidden.data(), none, none, d_out, static_cast<const A*>(nullptr), w.fcproj_w, N, F, C);
   ctx.round(s.d_hidden.data(), size_t(N) * F);
   s.d_hidden2.zero();
   ops::gelu_backward(d, s.d_hidden2.data(), act.fch.data(), s.d_hidden.data(), size_t(N) * F);

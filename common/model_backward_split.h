@@ -41,6 +41,8 @@ struct BlockGradInputs {
 
 /// The input half: d_resid holds the gradient of the block's output and receives the
 /// gradient of its input x (as block_backward); `keep` receives the dy's of the weight half.
+/// It reads none of act's cheap buffers (ln1, ln2, fch_gelu: only the weight gradients
+/// need them), so under selective recompute they are rebuilt for the weight half alone.
 template <class A>
 void block_backward_input(const PieceContext& ctx, const BlockDims& dims, const BlockWeights<A>& w, const A* x,
                           const BlockActivations<A>& act, A* d_resid, BlockGradInputs<A>& keep,

@@ -101,10 +101,11 @@ int train_ranks(Run& run) {
   RingAttentionHooks<float> hooks(tp, sp, cp, split, device);
   const PipeSchedule schedule = pipeline_schedule(schedule_name, pp.size(), pp.rank(), accum, v);
   const Recompute recompute = parse_recompute(cfg.activation_checkpointing);
-  require(!(recompute != Recompute::None && splits_backward(schedule)),
-          "activation_checkpointing=" + cfg.activation_checkpointing + " with schedule=" + schedule_name +
+  require(!(recompute == Recompute::Full && splits_backward(schedule)),
+          "activation_checkpointing=full with schedule=" + schedule_name +
               ": this schedule runs a backward's weight half after other micro-batches' passes, when the "
-              "recomputed activations are gone; use another schedule or activation_checkpointing=none");
+              "recomputed activations are gone; use another schedule, or activation_checkpointing=selective "
+              "(which rebuilds its few tensors for the weight half) or none");
   const ParamLayout global(cfg.model);
   const std::unique_ptr<Communicator> ends = tied_embedding_group(pp);  // the first and the last stage
   ModelSlice<float> slice{tp.size(), tp.rank(), sp, &hooks, split.positions()};

@@ -10,8 +10,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 rm -rf "$WORK" && mkdir -p "$WORK"
 make_corpus "$WORK" "$PREPARE"
 failures=0
-expect_refused "recompute with zb-h1"        "activation_checkpointing=full with schedule=zb-h1" 2 "$TRAIN11" pp=2 schedule=zb-h1 activation_checkpointing=full
-expect_refused "selective with zb-h1"        "activation_checkpointing=selective with schedule=zb-h1" 2 "$TRAIN11" pp=2 schedule=zb-h1 activation_checkpointing=selective
+expect_refused "full recompute with zb-h1"   "activation_checkpointing=full with schedule=zb-h1" 2 "$TRAIN11" pp=2 schedule=zb-h1 activation_checkpointing=full
 expect_refused "an unknown recompute mode"   "activation_checkpointing: 'true' is not a mode (expected none, selective or full)" 2 "$TRAIN11" pp=2 activation_checkpointing=true
 expect_refused "a stage without recompute"   "activation_checkpointing=full: stage 10_context_parallel" 2 "$TRAIN10" cp=2 activation_checkpointing=full
 expect_refused "dp x pp x cp x tp"           "dp=1 x tp=2 x pp=2 x cp=2"                   4 "$TRAIN11" dp=1 pp=2 cp=2 tp=2
