@@ -102,10 +102,8 @@ int train_ranks(Run& run) {
   const PipeSchedule schedule = pipeline_schedule(schedule_name, pp.size(), pp.rank(), accum, v);
   const Recompute recompute = parse_recompute(cfg.activation_checkpointing);
   require(!(recompute == Recompute::Full && splits_backward(schedule)),
-          "activation_checkpointing=full with schedule=" + schedule_name +
-              ": this schedule runs a backward's weight half after other micro-batches' passes, when the "
-              "recomputed activations are gone; use another schedule, or activation_checkpointing=selective "
-              "(which rebuilds its few tensors for the weight half) or none");
+          "activation_checkpointing=full with schedule=" + schedule_name + ": its weight halves run after other "
+              "passes, when the recomputed activations are gone; use another schedule, or selective or none");
   const ParamLayout global(cfg.model);
   const std::unique_ptr<Communicator> ends = tied_embedding_group(pp);  // the first and the last stage
   ModelSlice<float> slice{tp.size(), tp.rank(), sp, &hooks, split.positions()};
