@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Activation checkpointing in stage 11 on CPU ranks: for GPipe, 1F1B and interleaved 1F1B
-# at pp = 2, the activation bytes each rank holds (the line every rank prints after its
+# Activation checkpointing in stage 11 on CPU ranks: for GPipe, 1F1B, interleaved 1F1B
+# and ZB-H1 (which refuses full recompute) at pp = 2, the activation bytes each rank holds (the line every rank prints after its
 # first step: its model chunks' activation slots and scratch) and the time of a
 # step, with activation_checkpointing none, selective and full; and the memory a block's
 # activations take against what each mode keeps, from the model's shapes.
@@ -36,6 +36,7 @@ for schedule in gpipe 1f1b interleaved; do
     run "$schedule-$mode" schedule=$schedule virtual_stages=$v activation_checkpointing=$mode
   done
 done
+for mode in none selective; do run "zb-h1-$mode" schedule=zb-h1 activation_checkpointing=$mode; done
 GPT_NOTEBOOK_RUNS="$work" /usr/bin/python3 - "$work" "$GPT_ROOT" <<'PY'
 import json, re, sys
 work = sys.argv[1]
@@ -48,6 +49,12 @@ def ranks(name):  # per rank: (micro-batches in flight, activations MiB)
         if m:
             out[int(m.group(1))] = (int(m.group(2)), float(m.group(3)))
     return out
+def bubble(name):  # the mean measured bubble the run prints, in %
+    for line in open(f"{work}/{name}.log"):
+        m = re.search(r"pipeline bubble .*\| mean ([0-9.]+)%", line)
+        if m:
+            return float(m.group(1))
+    return float("nan")
 def step_ms(name):
     with open(f"{work}/{name}/metrics.jsonl") as f:
         rows = [json.loads(l) for l in f if l.strip()]
@@ -59,14 +66,22 @@ print(f"one block, one micro-batch: {block / 2**20:.2f} MiB of activations; full
       f"({output / block:.3f}), selective {(block - cheap) / 2**20:.2f} MiB ({(block - cheap) / block:.3f})")
 print(f"{'schedule':12s} {'rank':>4s} {'in flight':>9s} {'act. MiB none':>13s} {'selective':>9s} {'full':>8s} "
       f"{'step ms none':>12s} {'selective':>9s} {'full':>8s}")
-for schedule in ("gpipe", "1f1b", "interleaved"):
-    mib = {mode: ranks(f"{schedule}-{mode}") for mode in ("none", "selective", "full")}
-    ms = {mode: step_ms(f"{schedule}-{mode}") for mode in ("none", "selective", "full")}
+for schedule in ("gpipe", "1f1b", "interleaved", "zb-h1"):
+    modes = ("none", "selective") if schedule == "zb-h1" else ("none", "selective", "full")  # zb-h1 refuses full
+    mib = {mode: ranks(f"{schedule}-{mode}") for mode in modes}
+    ms = {mode: step_ms(f"{schedule}-{mode}") for mode in modes}
+    full_mib = lambda r: f"{mib['full'][r][1]:8.2f}" if "full" in mib else f"{'-':>8s}"
+    full_ms = f"{ms['full']:8.1f}" if "full" in ms else f"{'-':>8s}"
     for r in sorted(mib["none"]):
         base, t = mib["none"][r][1], ms["none"]
         print(f"{schedule:12s} {r:4d} {mib['none'][r][0]:9d} {base:13.2f} {mib['selective'][r][1]:9.2f} "
-              f"{mib['full'][r][1]:8.2f} {t:12.1f} {ms['selective']:9.1f} {ms['full']:8.1f}")
-    print(f"{'':12s} shares of none on rank 0: memory selective {mib['selective'][0][1] / mib['none'][0][1]:.3f}, "
-          f"full {mib['full'][0][1] / mib['none'][0][1]:.3f}; step time selective {ms['selective'] / ms['none']:.3f}, "
-          f"full {ms['full'] / ms['none']:.3f}")
+              f"{full_mib(r)} {t:12.1f} {ms['selective']:9.1f} {full_ms}")
+    shares = [f"memory selective {mib['selective'][0][1] / mib['none'][0][1]:.3f}"]
+    if "full" in mib:
+        shares.append(f"full {mib['full'][0][1] / mib['none'][0][1]:.3f}")
+    shares.append(f"step time selective {ms['selective'] / ms['none']:.3f}")
+    if "full" in ms:
+        shares.append(f"full {ms['full'] / ms['none']:.3f}")
+    bubbles = ", ".join(f"{mode} {bubble(f'{schedule}-{mode}'):.1f}%" for mode in modes)
+    print(f"{'':12s} shares of none on rank 0: {', '.join(shares)}; mean bubble {bubbles}")
 PY
