@@ -36,6 +36,7 @@
 #include "common/launcher.h"
 #include "common/precision.h"
 #include "common/recompute.h"
+#include "common/tokenizer.h"
 
 namespace gpt {
 namespace {
@@ -134,7 +135,9 @@ constexpr Key kKeys[] = {
     {"sample_tokens", FIELD(sample_tokens), "tokens to sample after training (0: no sample)"},
     {"temperature", FIELD(temperature), "sampling temperature (> 0; lower is greedier)"},
     {"top_k", FIELD(top_k), "sample among the k most likely tokens (0: all tokens)"},
-    {"prompt", FIELD(prompt), "text the sample starts from"},
+    {"prompt", FIELD(prompt), "text the sample starts from (empty: the tokenizer's start token, a newline or end-of-text)"},
+    {"tokenizer", FIELD(tokenizer),
+     "how the prompt is encoded and the sample decoded: bytes (a token per byte, vocab_size at most 256), or a tokenizer file in llm.c's format (gpt2_tokenizer.bin: GPT-2's BPE) with vocab_size tokens"},
 };
 
 #undef FIELD
@@ -350,6 +353,29 @@ void require_memory_for_weights(const Config& cfg, int dp) {
     fail("n_layer=" + std::to_string(m.n_layer) + ", n_embd=" + std::to_string(m.n_embd) +
          ", vocab_size=" + std::to_string(m.vocab_size) + ": " + text);
   }
+}
+
+// The sample is decoded by the tokenizer, so every id the model can emit must be one of
+// its tokens (a larger vocabulary would print garbage after a whole training run), and
+// the prompt must encode to ids the model has. A bad tokenizer file fails here, naming it.
+void check_tokenizer(const Config& cfg) {
+  const int V = cfg.model.vocab_size;
+  const Tokenizer tokenizer = Tokenizer::named(cfg.tokenizer);
+  if (cfg.tokenizer == "bytes") {
+    if (V > kByteVocab)
+      fail("tokenizer=bytes decodes the ids 0..255 only, but vocab_size=" + std::to_string(V) +
+           ": name this vocabulary's tokenizer file (llm.c's gpt2_tokenizer.bin for GPT-2's 50257), or set "
+           "sample_tokens=0");
+    for (const int id : tokenizer.encode(cfg.prompt, "prompt"))
+      if (id >= V)
+        fail("prompt: byte " + std::to_string(id) + " is not a token of vocab_size=" + std::to_string(V) +
+             " (with tokenizer=bytes the prompt's bytes are its token ids)");
+    return;
+  }
+  if (tokenizer.vocab_size() != V)
+    fail("tokenizer=" + cfg.tokenizer + " has " + std::to_string(tokenizer.vocab_size()) +
+         " tokens, but vocab_size=" + std::to_string(V) + ": the model and the tokenizer must share one vocabulary");
+  tokenizer.encode(cfg.prompt, "prompt");
 }
 
 }  // namespace
@@ -582,11 +608,7 @@ void validate(const Config& cfg, int dp) {
 
   // Sampling.
   check_int(cfg.sample_tokens >= 0, "sample_tokens", cfg.sample_tokens, "must be >= 0");
-  if (cfg.sample_tokens > 0)  // the sampler feeds the prompt's bytes in as token ids
-    for (const unsigned char byte : cfg.prompt)
-      if (byte >= m.vocab_size)
-        fail("prompt: byte " + std::to_string(byte) + " is not a token of vocab_size=" +
-             std::to_string(m.vocab_size) + " (the prompt's bytes are its token ids)");
+  if (cfg.sample_tokens > 0) check_tokenizer(cfg);
   check_double(cfg.temperature > 0, "temperature", cfg.temperature, "must be positive");
   check_int(cfg.top_k >= 0, "top_k", cfg.top_k, "must be >= 0 (0: no top-k)");
 }

@@ -103,6 +103,8 @@ struct Config {
   double temperature = 0.8;  ///< divides the logits before sampling; > 0, lower is greedier
   int top_k = 40;  ///< sample among the k most likely tokens; 0 = all tokens
   std::string prompt = "\n";  ///< text the sample continues
+  /// "bytes" (a token per byte) or a tokenizer file in llm.c's format (common/tokenizer.h)
+  std::string tokenizer = "bytes";
 
   // derived
   /// Micro-batches per optimizer step on each rank: batch_size / (micro_batch_size *

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "common/error.h"
 #include "common/rng.h"
 
 namespace gpt {
@@ -34,7 +35,7 @@ template <class A>
 std::vector<int> generate(GPT2<A>& model, std::vector<int> context, const SampleOptions& opt,
                           uint64_t& counter) {
   const int window = model.seq_len(), V = model.model().vocab_size;
-  if (context.empty()) context.push_back(int('\n'));
+  invariant(!context.empty(), "generate: the context needs at least one token");
   std::vector<int32_t> input(window);
   std::vector<float> row(size_t(model.model().padded_vocab()));
   const uint64_t stream = stream_id("sample");
@@ -53,10 +54,11 @@ std::vector<int> generate(GPT2<A>& model, std::vector<int> context, const Sample
 
 template <class A>
 std::string sample_text(GPT2<A>& model, const Config& cfg, uint64_t& counter) {
-  std::vector<int> context;
-  for (uint16_t id : encode_bytes(cfg.prompt)) context.push_back(id);
+  const Tokenizer tokenizer = Tokenizer::named(cfg.tokenizer);
+  std::vector<int> context = tokenizer.encode(cfg.prompt, "prompt");
+  if (context.empty()) context.push_back(tokenizer.start_token());
   const SampleOptions opt{cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed};
-  return decode_bytes(generate(model, context, opt, counter));
+  return tokenizer.decode(generate(model, context, opt, counter));
 }
 
 template std::string sample_text(GPT2<float>&, const Config&, uint64_t&);

@@ -23,14 +23,16 @@ struct SampleOptions {
   uint64_t seed = 0;         ///< the RNG key: draws are at (seed, "sample", counter)
 };
 
-/// Extends `context` by opt.tokens tokens with a model of batch 1 (its seq_len is the
-/// window: only the last seq_len tokens are seen). `counter` advances by one per token.
+/// Extends `context` (at least one token) by opt.tokens tokens with a model of batch 1
+/// (its seq_len is the window: only the last seq_len tokens are seen). `counter`
+/// advances by one per token.
 template <class A>
 std::vector<int> generate(GPT2<A>& model, std::vector<int> context, const SampleOptions& opt,
                           uint64_t& counter);
 
 /// The end-of-run sample every stage prints: cfg.sample_tokens tokens after cfg.prompt
-/// (byte tokens) from a batch-1 model, decoded to text; `counter` as for generate.
+/// (encoded by cfg.tokenizer; an empty prompt starts from the tokenizer's start token)
+/// from a batch-1 model, decoded to text; `counter` as for generate.
 template <class A>
 std::string sample_text(GPT2<A>& model, const Config& cfg, uint64_t& counter);
 

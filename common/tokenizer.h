@@ -1,29 +1,75 @@
 /// @file
-/// Byte-level tokenizer: a token is one byte of UTF-8 text, so the vocabulary is 256
-/// ids and every text round-trips exactly. 256 is already a multiple of 128, so the
-/// padded vocabulary of the model is 256 too.
+/// ```
+/// Text <-> token ids, two ways:
+///   bytes      each byte of the text is a token (ids 0..255): every text round-trips,
+///              no file needed; the tokenizer of the default corpus (datasets/).
+///   a file     llm.c's tokenizer file (gpt2_tokenizer.bin): the bytes of every token
+///              id. Decoding concatenates them; encoding is GPT-2's byte-level BPE,
+///              which needs nothing more (below), so shards prepared with tiktoken's
+///              "gpt2" encoding (llm.c's, nanoGPT's) are sampled and prompted in their
+///              own vocabulary.
+///
+/// File format (little-endian):  uint32 header[256]: magic 20240328, version (1 or 2),
+///   vocab_size, and in version 2 the end-of-text token (version 1: the last id);
+///   then for each id in order: uint8 length (1..255), that many bytes.
+///
+/// Byte-level BPE by ranks (as tiktoken encodes): pre-tokenize (pretokenize.h); start
+/// each piece as single bytes; repeatedly merge the adjacent pair whose concatenation
+/// is a token with the lowest rank (the leftmost on a tie), until no pair is a token.
+/// A token's rank is its id: GPT-2's vocabulary lists the 256 bytes, then each merged
+/// token in the order its merge was learned. The end-of-text token is never merged to.
+/// ```
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace gpt {
 
 constexpr int kByteVocab = 256;  ///< token ids 0..255, one per byte value
 
-/// The token ids of text: one per byte, its unsigned value.
-inline std::vector<uint16_t> encode_bytes(const std::string& text) {
-  std::vector<uint16_t> ids(text.size());
-  for (size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
-  return ids;
-}
+/// Encodes and decodes text for one vocabulary (see the file comment).
+class Tokenizer {
+ public:
+  /// The byte tokenizer: 256 ids.
+  static Tokenizer bytes();
+  /// The tokenizer in llm.c's file at `path`; a UserError naming the file and what is
+  /// wrong with it (missing, short, wrong magic or version, a bad or cut-off token table,
+  /// bytes after it, an end-of-text id outside the vocabulary).
+  static Tokenizer load(const std::string& path);
+  /// `bytes` or a file, as the config key `tokenizer` names it.
+  static Tokenizer named(const std::string& name);
 
-/// The text whose bytes are ids (an id outside 0..255 keeps only its low 8 bits).
-inline std::string decode_bytes(const std::vector<int>& ids) {
-  std::string text;
-  text.reserve(ids.size());
-  for (int id : ids) text.push_back(static_cast<char>(static_cast<unsigned char>(id)));
-  return text;
-}
+  /// "bytes", or the file's path.
+  const std::string& name() const { return name_; }
+  /// Token ids are 0..vocab_size()-1.
+  int vocab_size() const { return int(tokens_.size()); }
+  /// The token an empty prompt starts from: '\n' for bytes, end-of-text for a file.
+  int start_token() const { return start_token_; }
+  /// The bytes of token `id`.
+  const std::string& token_bytes(int id) const { return tokens_.at(size_t(id)); }
+
+  /// The ids of `text`. For a file, a UserError naming `what` when the text is not valid
+  /// UTF-8 or holds a byte that is no token of the file.
+  std::vector<int> encode(std::string_view text, std::string_view what) const;
+  /// The text of `ids`, token after token; a UserError naming an id outside the vocabulary.
+  std::string decode(const std::vector<int>& ids) const;
+
+ private:
+  // Hash and equality that take a string_view, so a merge is looked up without a copy.
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::vector<int> encode_piece(std::string_view piece, std::string_view what, size_t offset) const;
+
+  std::string name_;
+  std::vector<std::string> tokens_;  // id -> bytes
+  int start_token_ = 0;
+  bool byte_level_ = true;           // ids are the bytes themselves: no BPE
+  std::unordered_map<std::string, int, Hash, std::equal_to<>> rank_;  // bytes -> id (a file's)
+};
 
 }  // namespace gpt

@@ -1,11 +1,12 @@
 // prepare: text files -> train.bin and val.bin token shards.
 //
-//   build/bin/prepare --out DIR [--val-fraction F] FILE...
+//   build/bin/prepare --out DIR [--val-fraction F] [--tokenizer FILE] FILE...
 //
-// The files are read as bytes and concatenated in the order given; each byte is one
-// token (common/tokenizer.h). The last fraction F of the tokens becomes the
-// validation split. The cut is moved forward to the next line start, when there is
-// one, so that neither split begins or ends in the middle of a line.
+// Each file is encoded (common/tokenizer.h: a token per byte, or GPT-2's byte-level
+// BPE with an llm.c tokenizer file) and the tokens are concatenated in the order
+// given. The last fraction F of the tokens becomes the validation split. The cut is
+// moved forward to the next line start, when there is one, so that neither split
+// begins or ends in the middle of a line.
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
@@ -22,20 +23,25 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: prepare --out DIR [--val-fraction F] FILE...\n"
+    "usage: prepare --out DIR [--val-fraction F] [--tokenizer FILE] FILE...\n"
     "\n"
-    "Tokenizes text files byte by byte (vocabulary 256), concatenates them in the\n"
-    "order given and writes DIR/train.bin and DIR/val.bin as llm.c token shards.\n"
+    "Tokenizes text files (byte by byte, vocabulary 256, unless --tokenizer names\n"
+    "another), concatenates them in the order given and writes DIR/train.bin and\n"
+    "DIR/val.bin as llm.c token shards.\n"
     "\n"
     "  --out DIR           output directory (created if missing)\n"
     "  --val-fraction F    share of the tokens, taken from the end, that goes to\n"
     "                      val.bin; 0 < F < 1 (default 0.05)\n"
+    "  --tokenizer FILE    encode with the tokenizer in llm.c's FILE (GPT-2's BPE for\n"
+    "                      gpt2_tokenizer.bin); train with vocab_size and tokenizer set\n"
+    "                      to match (default: bytes)\n"
     "  --force             replace train.bin and val.bin when DIR already has them\n"
     "  --help              print this message\n";
 
 struct Options {
   std::string out_dir;
   double val_fraction = 0.05;
+  std::string tokenizer = "bytes";
   std::vector<std::string> files;
   bool help = false;
   bool force = false;  // replace existing shards
@@ -79,6 +85,8 @@ Options parse_args(int argc, char** argv) {
       options.force = true;
     } else if (arg == "--out") {
       options.out_dir = value_of(i, arg);
+    } else if (arg == "--tokenizer") {
+      options.tokenizer = value_of(i, arg);
     } else if (arg == "--val-fraction") {
       options.val_fraction = parse_fraction(value_of(i, arg));
     } else {
@@ -114,9 +122,11 @@ std::string read_text_file(const std::string& path) {
 }
 
 // Where val begins: the first line start at or after the nominal cut n*(1-F), so a
-// validation text starts at the beginning of a line. Without a newline in the val
-// region the nominal cut stays. Either way both sides keep at least one token.
-size_t split_point(const std::vector<uint16_t>& tokens, double val_fraction) {
+// validation text starts at the beginning of a line (after a token whose text ends in a
+// newline). Without one in the val region the nominal cut stays. Either way both sides
+// keep at least one token.
+size_t split_point(const std::vector<uint16_t>& tokens, const gpt::Tokenizer& tokenizer,
+                   double val_fraction) {
   const size_t n = tokens.size();
   if (n < 2) {
     gpt::fail("the input has " + std::to_string(n) +
@@ -125,7 +135,7 @@ size_t split_point(const std::vector<uint16_t>& tokens, double val_fraction) {
   size_t cut = size_t(double(n) * (1.0 - val_fraction));
   cut = std::clamp<size_t>(cut, 1, n - 1);
   for (size_t i = cut; i < n; ++i) {
-    if (tokens[i - 1] == '\n') return i;
+    if (tokenizer.token_bytes(tokens[i - 1]).back() == '\n') return i;
   }
   return cut;
 }
@@ -138,14 +148,15 @@ int run(int argc, char** argv) {
   }
 
   // Read every file before writing anything, so bad input leaves no output behind.
+  const gpt::Tokenizer tokenizer = gpt::Tokenizer::named(options.tokenizer);
   std::vector<uint16_t> tokens;
   for (const std::string& file : options.files) {
-    const std::vector<uint16_t> ids = gpt::encode_bytes(read_text_file(file));
+    const std::vector<int> ids = tokenizer.encode(read_text_file(file), "input '" + file + "'");
     std::printf("%-40s %12zu tokens\n", file.c_str(), ids.size());
-    tokens.insert(tokens.end(), ids.begin(), ids.end());
+    tokens.insert(tokens.end(), ids.begin(), ids.end());  // ids < vocab_size <= 65536
   }
 
-  const size_t cut = split_point(tokens, options.val_fraction);
+  const size_t cut = split_point(tokens, tokenizer, options.val_fraction);
   const std::vector<uint16_t> train(tokens.begin(), tokens.begin() + std::ptrdiff_t(cut));
   const std::vector<uint16_t> val(tokens.begin() + std::ptrdiff_t(cut), tokens.end());
 

@@ -24,7 +24,8 @@ packages=(
   catch2                                     # unit tests (v2, catch2/catch.hpp)
   fortunes fortunes-min                      # default training corpus
 )
-test_packages=(python3-torch python3-numpy)  # PyTorch oracle tests (/usr/bin/python3)
+test_packages=(python3-torch python3-numpy  # PyTorch oracle tests (/usr/bin/python3)
+               python3-regex)               # the tokenizer's reference (GPT-2's pattern)
 training_only=0
 check_only=0
 for arg in "$@"; do

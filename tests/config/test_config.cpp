@@ -94,6 +94,7 @@ void require_same(const Config& a, const Config& b) {
   CHECK(a.temperature == b.temperature);
   CHECK(a.top_k == b.top_k);
   CHECK(a.prompt == b.prompt);
+  CHECK(a.tokenizer == b.tokenizer);
 }
 
 }  // namespace
@@ -357,7 +358,7 @@ TEST_CASE("config_to_json round-trips through apply_json_text to an equal config
                           "keep_checkpoints=4", "resume=latest", "dp=3", "comm=mpi", "allreduce=backend",
                           "bucket_mb=0.5", "comm_timeout_s=5", "sample_tokens=17",
                           "temperature=1.3", "top_k=0", "schedule=zb-h1", "cp_split=contiguous", "activation_checkpointing=full",
-                          "prompt=\"quoted\"\t\\ \xc3\xa9"});
+                          "prompt=\"quoted\"\t\\ \xc3\xa9", "tokenizer=data/gpt2_tokenizer.bin"});
   original.lr = 0.1 + 0.2;  // a double with no short decimal form must survive exactly
   std::string json = gpt::config_to_json(original);
 
@@ -370,7 +371,7 @@ TEST_CASE("config_to_json round-trips through apply_json_text to an equal config
 
 TEST_CASE("every key can be set from the text it prints as, and is documented") {
   nlohmann::json keys = nlohmann::json::parse(gpt::config_to_json(Config{}));
-  REQUIRE(keys.size() == 54);  // one per Config field (ModelConfig has five)
+  REQUIRE(keys.size() == 55);  // one per Config field (ModelConfig has five)
   std::string help = gpt::config_help_text();
   std::string markdown = gpt::config_reference_markdown();
   CHECK(help.starts_with("usage: train [--config FILE] [--set key=value]..."));

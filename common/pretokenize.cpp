@@ -1,0 +1,62 @@
+// GPT-2's pre-tokenizer (pretokenize.h): the pattern's seven alternatives, tried in
+// order at each position as a regex engine would, written as one scan.
+#include "common/pretokenize.h"
+
+#include "common/unicode.h"
+
+namespace gpt {
+namespace {
+
+// [^\s\p{L}\p{N}]: punctuation, symbols, marks, controls that are not white space.
+bool is_other(char32_t c) { return !is_white_space(c) && !is_letter(c) && !is_number(c); }
+
+// The end of the piece that starts at code point i (the index just past it).
+size_t piece_end(const std::vector<CodePoint>& cps, size_t i) {
+  const size_t n = cps.size();
+  auto at = [&](size_t k) -> char32_t { return k < n ? cps[k].value : 0; };
+
+  // 's 't 're 've 'm 'll 'd (lower case only, as in the pattern).
+  if (at(i) == U'\'') {
+    const char32_t a = at(i + 1), b = at(i + 2);
+    if (a == U's' || a == U't' || a == U'm' || a == U'd') return i + 2;
+    if ((a == U'r' && b == U'e') || (a == U'v' && b == U'e') || (a == U'l' && b == U'l')) return i + 3;
+  }
+  // ' ?\p{L}+', ' ?\p{N}+', ' ?[^\s\p{L}\p{N}]+': one optional space, then a run of one
+  // class. The class is that of the first character after the space, so at most one of
+  // the three can match here.
+  const size_t s = at(i) == U' ' ? i + 1 : i;
+  if (s < n) {
+    for (bool (*in_class)(char32_t) : {is_letter, is_number, is_other}) {
+      if (!in_class(cps[s].value)) continue;
+      size_t j = s + 1;
+      while (j < n && in_class(cps[j].value)) ++j;
+      return j;
+    }
+  }
+  // Only white space is left: cps[i] is white space (a space followed by anything but
+  // white space was taken above). j = the end of the run.
+  size_t j = i + 1;
+  while (j < n && is_white_space(cps[j].value)) ++j;
+  // '\s+(?!\S)': the longest run not followed by a non-space: all of it at the end of
+  // the text, else all but its last character, if that leaves one.
+  if (j == n) return j;
+  if (j - i >= 2) return j - 1;
+  // '\s+': a single white-space character before a non-space one.
+  return j;
+}
+
+}  // namespace
+
+std::vector<std::string_view> gpt2_pretokenize(std::string_view text, std::string_view what) {
+  const std::vector<CodePoint> cps = decode_utf8(text, what);
+  std::vector<std::string_view> pieces;
+  for (size_t i = 0; i < cps.size();) {
+    const size_t j = piece_end(cps, i);
+    const size_t begin = cps[i].offset, end = j < cps.size() ? cps[j].offset : text.size();
+    pieces.push_back(text.substr(begin, end - begin));
+    i = j;
+  }
+  return pieces;
+}
+
+}  // namespace gpt

@@ -1,0 +1,22 @@
+/// @file
+/// ```
+/// GPT-2's pre-tokenizer: splits text into the pieces that byte-pair encoding then
+/// encodes one by one, so that no token spans two words. The pieces are the matches,
+/// left to right, of GPT-2's published pattern (as tiktoken's r50k_base writes it):
+///   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+/// in words: an English contraction; a run of letters, of numbers, or of other
+/// non-space characters, each with at most one space before it; a run of white space
+/// that leaves its last character to the piece after it ("a  b" -> "a", " ", " b").
+/// ```
+/// Written out as a scan over code points (common/unicode.h) instead of a regex engine.
+#pragma once
+#include <string_view>
+#include <vector>
+
+namespace gpt {
+
+/// The pieces of `text` (views into it, in order; their concatenation is `text`). A
+/// UserError naming `what` when `text` is not valid UTF-8.
+std::vector<std::string_view> gpt2_pretokenize(std::string_view text, std::string_view what);
+
+}  // namespace gpt

@@ -1,0 +1,225 @@
+// The tokenizer's pieces on their own: llm.c's file format (and every malformed file
+// refused by name), the byte tokenizer, the BPE rule on vocabularies small enough to
+// follow by hand, UTF-8 decoding and the Unicode classes. The comparison with the
+// independent reference on large texts is vs_reference.sh.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "common/error.h"
+#include "common/pretokenize.h"
+#include "common/tokenizer.h"
+#include "common/unicode.h"
+
+namespace fs = std::filesystem;
+using Catch::Contains;
+using gpt::Tokenizer;
+
+namespace {
+
+std::string temp_file(const std::string& name) {
+  static int counter = 0;
+  const fs::path dir = fs::temp_directory_path() / ("gpt_test_tokenizer_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  return (dir / (std::to_string(counter++) + "_" + name)).string();
+}
+
+// A tokenizer file as llm.c writes it; the fields are arguments so that the tests can
+// write files llm.c never would.
+struct FileSpec {
+  uint32_t magic = 20240328, version = 2;
+  int64_t vocab = -1;  // -1: the number of tokens
+  int64_t eot = -1;    // -1: the last id
+  std::vector<std::string> tokens;
+  std::string trailing;  // bytes after the table
+};
+
+std::string write_tokenizer(const FileSpec& spec) {
+  const std::string path = temp_file("tok.bin");
+  std::vector<uint32_t> header(256, 0);
+  header[0] = spec.magic;
+  header[1] = spec.version;
+  header[2] = uint32_t(spec.vocab >= 0 ? spec.vocab : int64_t(spec.tokens.size()));
+  header[3] = uint32_t(spec.eot >= 0 ? spec.eot : int64_t(spec.tokens.size()) - 1);
+  std::ofstream out(path, std::ios::binary);
+  for (const uint32_t word : header)
+    for (int b = 0; b < 4; ++b) out.put(char((word >> (8 * b)) & 0xFF));
+  for (const std::string& t : spec.tokens) {
+    out.put(char(t.size()));
+    out << t;
+  }
+  out << spec.trailing;
+  return path;
+}
+
+// The 256 single bytes in id order, then `extra` (ids 256, 257, ...), then end-of-text.
+std::vector<std::string> bytes_then(std::vector<std::string> extra) {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.emplace_back(1, char(b));
+  tokens.insert(tokens.end(), extra.begin(), extra.end());
+  tokens.emplace_back("<|endoftext|>");
+  return tokens;
+}
+
+}  // namespace
+
+TEST_CASE("the byte tokenizer: a token per byte, every byte string round-trips") {
+  const Tokenizer t = Tokenizer::named("bytes");
+  CHECK(t.vocab_size() == 256);
+  CHECK(t.start_token() == '\n');
+  std::string all;
+  for (int b = 0; b < 256; ++b) all.push_back(char(b));
+  const std::vector<int> ids = t.encode(all, "test");
+  REQUIRE(ids.size() == 256);
+  for (int b = 0; b < 256; ++b) CHECK(ids[size_t(b)] == b);
+  CHECK(t.decode(ids) == all);
+  CHECK_THROWS_WITH(t.decode({256}), Contains("token id 256 is outside the vocabulary of tokenizer bytes"));
+  CHECK_THROWS_WITH(t.decode({-1}), Contains("token id -1"));
+}
+
+TEST_CASE("an llm.c tokenizer file: tokens, end-of-text and decoding") {
+  FileSpec spec;
+  spec.tokens = bytes_then({"he", "ll", "hell", "hello"});
+  const Tokenizer t = Tokenizer::load(write_tokenizer(spec));
+  CHECK(t.vocab_size() == 261);
+  CHECK(t.start_token() == 260);  // the header's end-of-text id
+  CHECK(t.token_bytes(259) == "hello");
+  CHECK(t.decode({259, 32, 257}) == "hello ll");
+  CHECK(t.decode({260}) == "<|endoftext|>");  // decoded as its text
+  CHECK_THROWS_WITH(t.decode({261}), Contains("token id 261 is outside the vocabulary"));
+
+  SECTION("version 1 has no end-of-text field: the last id is end-of-text") {
+    FileSpec v1 = spec;
+    v1.version = 1;
+    v1.eot = 7;  // ignored: version 1's header ends after vocab_size
+    CHECK(Tokenizer::load(write_tokenizer(v1)).start_token() == 260);
+  }
+}
+
+TEST_CASE("BPE by ranks: the lowest-rank pair first, the leftmost on a tie, a whole piece as it is") {
+  // Ranks are ids: "bc" (256) merges before "ab" (257), so "abc" -> a + bc, although
+  // "ab" comes first in the text.
+  FileSpec spec;
+  spec.tokens = bytes_then({"bc", "ab", "aa", "xyz", "<|"});
+  const Tokenizer t = Tokenizer::load(write_tokenizer(spec));
+  CHECK(t.encode("abc", "test") == std::vector<int>{'a', 256});
+  CHECK(t.encode("ab", "test") == std::vector<int>{257});
+  // Equal ranks: "aaa" has the pair "aa" twice; the leftmost merges: aa + a, not a + aa.
+  CHECK(t.encode("aaa", "test") == std::vector<int>{258, 'a'});
+  CHECK(t.encode("aaaa", "test") == std::vector<int>{258, 258});
+  // "xyz" is a token but neither "xy" nor "yz" is: the whole piece is taken as it is,
+  // while in a longer piece the bytes cannot reach it.
+  CHECK(t.encode("xyz", "test") == std::vector<int>{259});
+  CHECK(t.encode("xyzx", "test") == std::vector<int>{'x', 'y', 'z', 'x'});
+  // Pieces are encoded apart: no token spans " ab" and "c"'s neighbours across a space.
+  CHECK(t.encode("ab ab", "test") == std::vector<int>{257, ' ', 257});
+  // The end-of-text token is never produced by merging its text.
+  CHECK(t.encode("<|endoftext|>", "test").size() > 1);
+  CHECK(t.decode(t.encode("ab abc aaa xyz!", "test")) == "ab abc aaa xyz!");
+  // An empty text has no ids.
+  CHECK(t.encode("", "test").empty());
+}
+
+TEST_CASE("text a file tokenizer cannot encode is refused, naming what and where") {
+  FileSpec spec;
+  spec.tokens = {"a", "b", " ", "ab", "<|endoftext|>"};
+  const Tokenizer t = Tokenizer::load(write_tokenizer(spec));
+  CHECK(t.encode("ab b", "test") == std::vector<int>{3, 2, 1});
+  CHECK_THROWS_WITH(t.encode("ab c", "prompt"),
+                    Contains("prompt: byte 0x63 at offset 3 is no token of") && Contains("cannot be encoded"));
+  CHECK_THROWS_WITH(t.encode("a\xff", "prompt"), Contains("prompt is not valid UTF-8: byte 0xFF at offset 1"));
+}
+
+TEST_CASE("a malformed tokenizer file is refused, naming the file and the fault") {
+  FileSpec good;
+  good.tokens = bytes_then({"ab"});
+  struct Case {
+    const char* name;
+    FileSpec spec;
+    const char* needle;
+  };
+  std::vector<Case> cases;
+  auto with = [&](const char* name, auto change, const char* needle) {
+    FileSpec s = good;
+    change(s);
+    cases.push_back({name, s, needle});
+  };
+  with("magic", [](FileSpec& s) { s.magic = 20240520; }, "magic number 20240520, not llm.c's tokenizer magic");
+  with("version", [](FileSpec& s) { s.version = 3; }, "version 3 (this reader knows 1 and 2)");
+  with("no tokens", [](FileSpec& s) { s.vocab = 0; }, "vocab_size 0 outside 1..65536");
+  with("too many", [](FileSpec& s) { s.vocab = 70000; }, "vocab_size 70000 outside 1..65536");
+  with("eot", [](FileSpec& s) { s.eot = 258; }, "end-of-text token 258 is not below vocab_size 258");
+  with("cut off", [](FileSpec& s) { s.vocab = 300; }, "the token table ends after 258 of 300 tokens");
+  with("empty token", [](FileSpec& s) { s.tokens[5] = ""; }, "token 5 has length 0");
+  with("trailing", [](FileSpec& s) { s.trailing = "xyz"; }, "3 bytes after the last of its 258 tokens");
+  for (const Case& c : cases) {
+    INFO(c.name);
+    const std::string path = write_tokenizer(c.spec);
+    CHECK_THROWS_AS(Tokenizer::load(path), gpt::UserError);
+    CHECK_THROWS_WITH(Tokenizer::load(path), Contains(path) && Contains(c.needle));
+  }
+  // A token whose length runs past the end of the file.
+  const std::string path = write_tokenizer(good);
+  fs::resize_file(path, fs::file_size(path) - 3);
+  CHECK_THROWS_WITH(Tokenizer::load(path), Contains("token 257 (13 bytes at offset") && Contains("runs past the end"));
+  fs::resize_file(path, 100);
+  CHECK_THROWS_WITH(Tokenizer::load(path), Contains("100 bytes, shorter than the 1024-byte header"));
+  CHECK_THROWS_WITH(Tokenizer::load(path + ".missing"), Contains(path + ".missing': no such file"));
+  CHECK_THROWS_WITH(Tokenizer::named(fs::path(path).parent_path().string()), Contains("not a regular file"));
+  // The control: the unchanged file loads.
+  CHECK(Tokenizer::load(write_tokenizer(good)).vocab_size() == 258);
+}
+
+TEST_CASE("UTF-8: code points with their offsets; malformed text refused at its first bad byte") {
+  const std::vector<gpt::CodePoint> cps = gpt::decode_utf8("a\xc3\xa9\xe6\x97\xa5\xf0\x9f\x98\x80", "text");
+  REQUIRE(cps.size() == 4);
+  CHECK(cps[0].value == U'a');
+  CHECK((cps[1].value == U'\u00e9' && cps[1].offset == 1 && cps[1].bytes == 2));
+  CHECK((cps[2].value == U'\u65e5' && cps[2].offset == 3 && cps[2].bytes == 3));
+  CHECK((cps[3].value == U'\U0001F600' && cps[3].offset == 6 && cps[3].bytes == 4));
+  CHECK_THROWS_WITH(gpt::decode_utf8("ab\x80", "t"), Contains("byte 0x80 at offset 2 cannot start a character"));
+  CHECK_THROWS_WITH(gpt::decode_utf8("a\xe6\x97", "t"), Contains("byte 0xE6 at offset 1 starts a character the text cuts off"));
+  CHECK_THROWS_WITH(gpt::decode_utf8("\xe6x\xa5", "t"), Contains("byte 0x78 at offset 1 should continue a character"));
+  CHECK_THROWS_WITH(gpt::decode_utf8("\xc0\xaf", "t"), Contains("overlong form"));
+  CHECK_THROWS_WITH(gpt::decode_utf8("\xed\xa0\x80", "t"), Contains("surrogate"));
+  CHECK_THROWS_WITH(gpt::decode_utf8("\xf4\x90\x80\x80", "t"), Contains("above U+10FFFF"));
+}
+
+TEST_CASE("the Unicode classes of the pre-tokenizer") {
+  for (const char32_t c : {U'A', U'z', U'\u00e9', U'\u03a9', U'\u0416', U'\u05e9', U'\u65e5', U'\uac00', U'\u02b0'})
+    CHECK(gpt::is_letter(c));
+  for (const char32_t c : {U'0', U'9', U'\u00b2', U'\u00bd', U'\u0663', U'\u216b', U'\U0001D7CE'})
+    CHECK(gpt::is_number(c));
+  // Neither: combining marks, punctuation, symbols, emoji, controls.
+  for (const char32_t c : {U'\u0301', U'-', U'\u2014', U'\u20ac', U'\U0001F600', U'\x1c', U'_'}) {
+    CHECK_FALSE(gpt::is_letter(c));
+    CHECK_FALSE(gpt::is_number(c));
+  }
+  for (const char32_t c : {U'\t', U'\n', U'\r', U' ', U'\u0085', U'\u00a0', U'\u2003', U'\u2028', U'\u3000'})
+    CHECK(gpt::is_white_space(c));
+  // Not White_Space: the information separators (Python's str.isspace says yes) and
+  // the zero-width space.
+  for (const char32_t c : {U'\x1c', U'\x1f', U'\u200b', U'a'}) CHECK_FALSE(gpt::is_white_space(c));
+  // Past the last range, and the last code point.
+  CHECK_FALSE(gpt::is_letter(U'\U0010FFFF'));
+  CHECK_FALSE(gpt::is_number(U'\U0010FFFF'));
+}
+
+TEST_CASE("GPT-2's pre-tokenizer: the pieces cover the text in order") {
+  const std::string text = "Hello world's  end\n\n  x 2024 \u00b2\u216bAbc... don't\t\tz ";
+  const std::vector<std::string_view> pieces = gpt::gpt2_pretokenize(text, "test");
+  std::string joined;
+  for (const std::string_view p : pieces) joined += p;
+  CHECK(joined == text);
+  // What the pattern's alternatives give, read off the pattern (pretokenize.h).
+  const std::vector<std::string> expected = {"Hello", " world", "'s", " ", " end", "\n\n ", " x", " 2024",
+                                             " \u00b2\u216b", "Abc", "...", " don", "'t", "\t", "\t", "z", " "};
+  CHECK(std::vector<std::string>(pieces.begin(), pieces.end()) == expected);
+  CHECK_THROWS_WITH(gpt::gpt2_pretokenize("ok\xc3", "prompt"), Contains("prompt is not valid UTF-8"));
+}

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The C++ tokenizer against the Python reference (reference_bpe.py): the same pieces
+# and the same ids, on random texts of every character class and on English prose, for
+# vocabularies learned by BPE training and of random substrings; prepare --tokenizer
+# writes those ids. Each comparison has a control the check must reject: the reference
+# with white space that keeps its last character, and BPE that merges the rightmost of
+# equal-rank pairs.
+# Usage: vs_reference.sh TOKENIZE PREPARE PYTHON WORK ROOT
+set -euo pipefail
+TOKENIZE=$1 PREPARE=$2 PY=$3 WORK=$4 ROOT=$5
+REF="$(dirname "$0")/reference_bpe.py"
+"$PY" -c 'import regex' 2> /dev/null || { echo "skipped: $PY has no regex module (Debian's python3-regex)"; exit 77; }
+rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# Texts: six random ones, and the project's own prose (README and the lessons).
+cat "$ROOT/README.md" "$ROOT"/stages/*/README.md > prose.txt
+texts=(prose.txt)
+for seed in 1 2 3 4 5 6; do
+  "$PY" "$REF" text "$seed" 20000 "random_$seed.txt"
+  texts+=("random_$seed.txt")
+done
+
+# Pieces.
+for t in "${texts[@]}"; do
+  "$TOKENIZE" --pieces < "$t" > cc.txt
+  "$PY" "$REF" pieces "$t" > py.txt
+  if cmp -s cc.txt py.txt; then echo "ok   pieces of $t: $(wc -l < cc.txt) the same"
+  else fail "pieces of $t differ"; diff cc.txt py.txt | head -5; fi
+  "$PY" "$REF" pieces "$t" --control > control.txt
+  if [[ $t == random_* ]] && cmp -s cc.txt control.txt; then fail "the pieces control was accepted on $t"; fi
+done
+
+# Ids, for two learned and two random-substring vocabularies.
+"$PY" "$REF" vocab trained 1 prose.txt trained_prose.bin
+"$PY" "$REF" vocab trained 1 random_1.txt trained_random.bin
+"$PY" "$REF" vocab substrings 1 prose.txt substrings_prose.bin
+"$PY" "$REF" vocab substrings 2 random_2.txt substrings_random.bin
+for v in trained_prose trained_random substrings_prose substrings_random; do
+  rejected=0
+  for t in "${texts[@]}"; do
+    "$TOKENIZE" --tokenizer "$v.bin" < "$t" | cut -d' ' -f1 > cc.txt
+    "$PY" "$REF" encode "$v.bin" "$t" > py.txt
+    if cmp -s cc.txt py.txt; then echo "ok   $v on $t: $(wc -l < cc.txt) ids the same"
+    else fail "$v on $t: the ids differ"; diff cc.txt py.txt | head -5; fi
+    "$PY" "$REF" encode "$v.bin" "$t" --control > control.txt
+    cmp -s cc.txt control.txt || rejected=$((rejected + 1))
+  done
+  ((rejected > 0)) || fail "$v: the rightmost-merge control gave the same ids on every text"
+  echo "     $v: the control differs on $rejected of ${#texts[@]} texts"
+done
+
+# Decoding gives the text back.
+"$TOKENIZE" --tokenizer trained_prose.bin < prose.txt | cut -d' ' -f1 | "$TOKENIZE" --tokenizer trained_prose.bin --decode > decoded.txt
+cmp -s decoded.txt prose.txt && echo "ok   decode(encode(prose)) is the prose" || fail "decode(encode(prose)) is not the prose"
+
+# prepare --tokenizer writes the reference's ids (train then val: the whole text).
+"$PREPARE" --out prepared --tokenizer trained_prose.bin prose.txt > /dev/null
+"$PY" "$REF" shard prepared/train.bin prepared/val.bin > cc.txt
+"$PY" "$REF" encode trained_prose.bin prose.txt > py.txt
+cmp -s cc.txt py.txt && echo "ok   prepare --tokenizer: $(wc -l < cc.txt) tokens, the reference's" ||
+  fail "prepare --tokenizer wrote other ids than the reference"
+
+# A byte that is no token: refused, naming the byte, its offset and the file.
+"$PY" "$REF" vocab reversed 0 prose.txt reversed.bin  # byte 0x00 is its end-of-text marker
+status=0
+printf 'ab\0c' | "$TOKENIZE" --tokenizer reversed.bin > /dev/null 2> err.txt || status=$?
+if [[ $status == 2 ]] && grep -qF "byte 0x00 at offset 2 is no token of reversed.bin" err.txt; then
+  echo "ok   a byte outside the vocabulary: $(cat err.txt)"
+else fail "a byte outside the vocabulary: exit $status, $(cat err.txt)"; fi
+
+((failures == 0)) || { echo "$failures failure(s)"; exit 1; }
+echo "all comparisons with the reference passed"
