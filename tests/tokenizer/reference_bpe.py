@@ -2,7 +2,8 @@
 """The tokenizer's reference, written apart from the C++ one (common/tokenizer.cpp):
 GPT-2's pre-tokenizer as the published pattern run by Python's `regex` module (the
 engine GPT-2's own encoder used), and byte-level BPE by ranks written as the plain
-quadratic loop. Run with /usr/bin/python3 (Debian's python3-regex).
+quadratic loop. Run with /usr/bin/python3 (Debian's python3-regex); the vocabularies of
+bytes alone (identity, identity_eot, reversed) need only the standard library.
 
   reference_bpe.py text SEED N OUT          write N characters drawn from a pool of
                                             scripts, classes and white space
@@ -20,6 +21,7 @@ or BPE that merges the rightmost of the lowest-rank pairs instead of the leftmos
 Vocabulary kinds: the 256 bytes (ids 0..255, except `reversed`) followed by:
   identity   nothing more (version 1: the end-of-text id is the last, 255, byte 0xFF,
              which UTF-8 never holds)
+  identity_eot  an end-of-text token (version 2: 257 tokens)
   reversed   id i is byte 255 - i, nothing more (version 1: byte 0x00 is end-of-text)
   trained    merges learned from CORPUS by counting pairs (the usual BPE training), so
              every merged token is reachable; then an end-of-text token (version 2)
@@ -31,19 +33,16 @@ import random
 import struct
 import sys
 
-import regex
-
-GPT2_PATTERN = regex.compile(
-    r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 # The control: white space without the look-ahead.
-CONTROL_PATTERN = regex.compile(
-    r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+""")
+CONTROL_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+"""
 
 EOT = b"<|endoftext|>"
 
 
 def pieces(text, control=False):
-    return (CONTROL_PATTERN if control else GPT2_PATTERN).findall(text)
+    import regex  # only here: the vocabularies of bytes alone are written without it
+    return regex.findall(CONTROL_PATTERN if control else GPT2_PATTERN, text)
 
 
 def bpe(piece, ranks, control=False):
@@ -132,6 +131,8 @@ def make_vocab(kind, seed, corpus):
     singles = [bytes([i]) for i in range(256)]
     if kind == "identity":
         return singles, 1
+    if kind == "identity_eot":
+        return singles + [EOT], 2
     if kind == "reversed":
         return singles[::-1], 1
     if kind == "trained":

@@ -57,6 +57,16 @@ expect "config is a directory"   "is a directory" "$TRAIN" --config "$WORK/confi
 expect "model beyond memory"     "n_layer=100000000" train --set n_layer=100000000
 expect "rows beyond an int"      micro_batch_size train --set micro_batch_size=67108864 --set batch_size=67108864
 expect "prompt outside vocab"    prompt        train --set vocab_size=100 --set sample_tokens=4 --set prompt=xyz
+# The sample's tokenizer is checked before any training: a vocabulary it cannot decode
+# would print garbage only at the end of the run.
+make_vocab() { python3 "$ROOT/tests/tokenizer/reference_bpe.py" vocab "$1" 0 /dev/null "$WORK/$1.bin"; }
+make_vocab identity && make_vocab identity_eot
+expect "bytes for a large vocab" "tokenizer=bytes decodes the ids 0..255 only, but vocab_size=300" train --set vocab_size=300 --set sample_tokens=4
+expect "tokenizer file missing"  "tokenizer file '$WORK/no_tok.bin': no such file" train --set sample_tokens=4 --set "tokenizer=$WORK/no_tok.bin"
+head -c 500 "$D/train.bin" > "$WORK/short_tok.bin"
+expect "tokenizer file short"    "short_tok.bin': 500 bytes, shorter than the 1024-byte header" train --set sample_tokens=4 --set "tokenizer=$WORK/short_tok.bin"
+expect "tokenizer of 257 tokens" "has 257 tokens, but vocab_size=256" train --set sample_tokens=4 --set "tokenizer=$WORK/identity_eot.bin"
+expect "prompt not UTF-8"        "prompt is not valid UTF-8: byte 0xFF at offset 1" train --set sample_tokens=4 --set "tokenizer=$WORK/identity.bin" --set $'prompt=a\xff'
 # Output files that cannot be written: refused before the training, naming the key.
 printf 'x' > "$WORK/a_file"
 expect "trace under a file"      "trace_file: cannot create directory" train --set "trace_file=$WORK/a_file/t.json"
