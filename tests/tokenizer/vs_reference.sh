@@ -70,5 +70,25 @@ if [[ $status == 2 ]] && grep -qF "byte 0x00 at offset 2 is no token of reversed
   echo "ok   a byte outside the vocabulary: $(cat err.txt)"
 else fail "a byte outside the vocabulary: exit $status, $(cat err.txt)"; fi
 
+# datasets/write_gpt2_tokenizer.py, on a stand-in for tiktoken's encoding (no network
+# here): the file it writes loads, and each id decodes to the encoding's bytes for it.
+mkdir -p stub
+cat > stub/tiktoken.py <<'PY'
+class Encoding:
+    max_token_value = 300
+    eot_token = 300
+    def decode_single_token_bytes(self, token):
+        return b"<|endoftext|>" if token == 300 else bytes([token]) if token < 256 else b"x" * (token - 254)
+def get_encoding(name):
+    assert name == "gpt2", name
+    return Encoding()
+PY
+PYTHONPATH=stub "$PY" "$ROOT/datasets/write_gpt2_tokenizer.py" written/gpt2.bin > /dev/null
+printf '104 105 256 299 300' | "$TOKENIZE" --tokenizer written/gpt2.bin --decode > decoded.txt
+printf 'hixx%s<|endoftext|>' "$(printf 'x%.0s' $(seq 45))" > expected.txt
+cmp -s decoded.txt expected.txt && echo "ok   write_gpt2_tokenizer.py writes a file that decodes as its encoding" ||
+  fail "write_gpt2_tokenizer.py: decoded '$(cat decoded.txt)'"
+[[ ! -e written/gpt2.bin.tmp ]] || fail "write_gpt2_tokenizer.py left its temporary file"
+
 ((failures == 0)) || { echo "$failures failure(s)"; exit 1; }
 echo "all comparisons with the reference passed"
