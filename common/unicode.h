@@ -1,9 +1,9 @@
 /// @file
 /// The little of Unicode that GPT-2's pre-tokenizer needs: UTF-8 decoding with the byte
 /// offset of each code point, and three character classes as regular expressions name
-/// them: letters \p{L} (general categories Lu Ll Lt Lm Lo), numbers \p{N} (Nd Nl No)
-/// and white space \s (the White_Space property, as in tiktoken's and Python's `regex`
-/// patterns). The letter and number ranges are generated from Unicode's database by
+/// them: letters `\p{L}` (general categories Lu Ll Lt Lm Lo), numbers `\p{N}` (Nd Nl
+/// No) and white space `\s` (the White_Space property, as in tiktoken's and Python's
+/// `regex` patterns). The letter and number ranges are generated from Unicode's database by
 /// scripts/gen_unicode_table.py (common/unicode_table.inc names the version).
 #pragma once
 #include <cstdint>
@@ -24,11 +24,11 @@ struct CodePoint {
 /// U+10FFFF included).
 std::vector<CodePoint> decode_utf8(std::string_view text, std::string_view what);
 
-/// \p{L}: a letter of any script (categories Lu, Ll, Lt, Lm, Lo).
+/// `\p{L}`: a letter of any script (categories Lu, Ll, Lt, Lm, Lo).
 bool is_letter(char32_t c);
-/// \p{N}: a digit, letter-like number or other number (categories Nd, Nl, No).
+/// `\p{N}`: a digit, letter-like number or other number (categories Nd, Nl, No).
 bool is_number(char32_t c);
-/// \s: Unicode's White_Space property (tab to carriage return, space, U+0085, U+00A0,
+/// `\s`: Unicode's White_Space property (tab to carriage return, space, U+0085, U+00A0,
 /// U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000).
 bool is_white_space(char32_t c);
 
