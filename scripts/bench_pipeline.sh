@@ -11,7 +11,11 @@
 # CPU ranks (device=cpu, also in a build with CUDA). Model: configs/small.json with 8 layers of width 384 (6 heads) and sequences of 32
 # tokens, micro-batches of 4 sequences: the matmuls dominate a layer's time, as on a GPU.
 # One thread per rank. A run with more ranks than cores measures the contention for the
-# cores too (the table says how many cores there are).
+# cores too (the table says how many cores there are), unless GPT_BENCH_CPU_SHARE caps
+# every rank at that share of a core (scripts/cpu_share.sh; root and the cgroup cpu
+# controller): with p ranks x share <= cores no rank waits for a core, each computes as
+# on a dedicated core of that speed, and the bubble, a ratio of times, is the schedule's.
+# On 2 cores: GPT_BENCH_CPU_SHARE=0.5 scripts/bench_pipeline.sh 4
 #
 # Repeats: each configuration runs GPT_BENCH_REPEATS times (default 3) for 11 steps (10
 # measured); the table gives the mean of the runs and their range. A shared machine's
@@ -40,7 +44,13 @@ ranks=("$@")
 ((${#ranks[@]} > 0)) || ranks=(2 4)
 repeats=${GPT_BENCH_REPEATS:-3}
 [[ "$repeats" =~ ^[1-9][0-9]*$ ]] || die "GPT_BENCH_REPEATS must be a positive integer, not '$repeats'"
-echo "pipeline bubble, CPU ranks ($(getconf _NPROCESSORS_ONLN) cores), $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD)," \
+share=${GPT_BENCH_CPU_SHARE:-}
+capped=()
+if [[ -n $share ]]; then
+  capped=("$GPT_ROOT/scripts/cpu_share.sh" "$share")
+  "${capped[@]}" true || die "GPT_BENCH_CPU_SHARE=$share: scripts/cpu_share.sh cannot cap a rank here"
+fi
+echo "pipeline bubble, CPU ranks ($(getconf _NPROCESSORS_ONLN) cores$([[ -n $share ]] && echo ", each rank capped at $share of a core")), $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD)," \
   "mean of $repeats runs of 10 measured steps each"
 printf '%-12s %2s %3s %2s | %9s %13s %9s %7s | %-9s | %s\n' schedule p m v measured "(range)" theory diff "zb/1f1b" \
   "per rank (last run)"
@@ -57,7 +67,7 @@ for p in "${ranks[@]}"; do
       measured=() theory=()
       for ((run = 1; run <= repeats; ++run)); do
         log="$work/$sched-$p-$m-$run.log"
-        mpirun -np "$p" --oversubscribe --bind-to none "$bin/$stage/train" --config configs/small.json "${model[@]}" \
+        mpirun -np "$p" --oversubscribe --bind-to none "${capped[@]}" "$bin/$stage/train" --config configs/small.json "${model[@]}" \
           --set pp="$p" --set batch_size=$((4 * m)) "${extra[@]}" --set run_dir="$work/$sched-$p-$m-$run" > "$log" 2>&1 ||
           { tail -20 "$log"; die "run $sched p=$p m=$m failed"; }
         line=$(grep -m1 "pipeline bubble" "$log")
