@@ -8,14 +8,17 @@
 #
 #   scripts/bench_pipeline.sh [P ...]     (default: 2 4; uses build/, GPT_BUILD_DIR overrides)
 #
-# CPU ranks (device=cpu, also in a build with CUDA). Model: configs/small.json with 8 layers of width 384 (6 heads) and sequences of 32
+# CPU ranks (device=cpu, also in a build with CUDA). Model: configs/small.json with 8 layers of width 384 (6 heads; GPT_BENCH_WIDTH) and sequences of 32
 # tokens, micro-batches of 4 sequences: the matmuls dominate a layer's time, as on a GPU.
 # One thread per rank. A run with more ranks than cores measures the contention for the
 # cores too (the table says how many cores there are), unless GPT_BENCH_CPU_SHARE caps
 # every rank at that share of a core (scripts/cpu_share.sh; root and the cgroup cpu
 # controller): with p ranks x share <= cores no rank waits for a core, each computes as
 # on a dedicated core of that speed, and the bubble, a ratio of times, is the schedule's.
-# On 2 cores: GPT_BENCH_CPU_SHARE=0.5 scripts/bench_pipeline.sh 4
+# The cap is paid out in 10 ms periods, so a capped rank's actions must be long next to
+# that: GPT_BENCH_WIDTH=768 (12 heads) makes each layer about 4 times the work of the
+# default 384. On 2 cores:
+#   GPT_BENCH_CPU_SHARE=0.5 GPT_BENCH_WIDTH=768 scripts/bench_pipeline.sh 4
 #
 # Repeats: each configuration runs GPT_BENCH_REPEATS times (default 3) for 11 steps (10
 # measured); the table gives the mean of the runs and their range. A shared machine's
@@ -38,7 +41,9 @@ python="$(command -v /usr/bin/python3 || command -v python3 || true)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-model=(--set device=cpu --set n_layer=8 --set n_embd=384 --set n_head=6 --set seq_len=32 --set micro_batch_size=4 --set threads=1
+width=${GPT_BENCH_WIDTH:-384}
+[[ "$width" =~ ^[1-9][0-9]*$ ]] && ((width % 64 == 0)) || die "GPT_BENCH_WIDTH must be a multiple of 64 (heads of 64), not '$width'"
+model=(--set device=cpu --set n_layer=8 --set n_embd="$width" --set n_head=$((width / 64)) --set seq_len=32 --set micro_batch_size=4 --set threads=1
        --set steps=11 --set val_batches=0 --set sample_tokens=0 --set checkpoint_at_end=false)
 ranks=("$@")
 ((${#ranks[@]} > 0)) || ranks=(2 4)
@@ -50,7 +55,7 @@ if [[ -n $share ]]; then
   capped=("$GPT_ROOT/scripts/cpu_share.sh" "$share")
   "${capped[@]}" true || die "GPT_BENCH_CPU_SHARE=$share: scripts/cpu_share.sh cannot cap a rank here"
 fi
-echo "pipeline bubble, CPU ranks ($(getconf _NPROCESSORS_ONLN) cores$([[ -n $share ]] && echo ", each rank capped at $share of a core")), $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD)," \
+echo "pipeline bubble, CPU ranks ($(getconf _NPROCESSORS_ONLN) cores$([[ -n $share ]] && echo ", each rank capped at $share of a core")), 8 layers of width $width, $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD)," \
   "mean of $repeats runs of 10 measured steps each"
 printf '%-12s %2s %3s %2s | %9s %13s %9s %7s | %-9s | %s\n' schedule p m v measured "(range)" theory diff "zb/1f1b" \
   "per rank (last run)"
