@@ -14,9 +14,7 @@
 #pragma once
 #include <cstdio>
 #include <stdexcept>
-#include <filesystem>
 #include <string>
-#include <system_error>
 
 namespace gpt {
 
@@ -31,20 +29,6 @@ struct UserError : std::runtime_error {
 /// Throws a UserError carrying `message` unless `condition` holds.
 inline void require(bool condition, const std::string& message) {
   if (!condition) fail(message);
-}
-
-/// Creates the directories above file `path` (the config key `key` named it), or throws
-/// a UserError naming the key, the directory and the system's reason.
-inline void create_parent_directories(const std::string& path, const std::string& key) {
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  if (parent.empty()) return;
-  std::error_code ec;
-  std::filesystem::create_directories(parent, ec);
-  if (!ec) return;
-  std::string message = key;  // built by appending: GCC 12 warns (-Wrestrict) falsely on one long sum
-  message += ": cannot create directory '" + parent.string() + "'";
-  message += " for '" + path + "': " + ec.message();
-  fail(message);
 }
 
 /// A contract broken inside this program, a bug to report: run_main prints "internal
