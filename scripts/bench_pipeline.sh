@@ -17,8 +17,11 @@
 # on a dedicated core of that speed, and the bubble, a ratio of times, is the schedule's.
 # The cap is paid out in 10 ms periods, so a capped rank's actions must be long next to
 # that: GPT_BENCH_WIDTH=768 (12 heads) makes each layer about 4 times the work of the
-# default 384. On 2 cores:
-#   GPT_BENCH_CPU_SHARE=0.5 GPT_BENCH_WIDTH=768 scripts/bench_pipeline.sh 4
+# default 384. GPT_BENCH_LAYERS (default 8) sets the depth: at p = 4 with 2 chunks a rank,
+# 8 layers leave one layer a chunk, and the first and last chunks' embedding and head
+# then weigh a few per cent more than the others, an imbalance the theory (for the mean
+# costs) leaves out; 16 layers halve it. On 2 cores:
+#   GPT_BENCH_CPU_SHARE=0.5 GPT_BENCH_WIDTH=768 GPT_BENCH_LAYERS=16 scripts/bench_pipeline.sh 4
 #
 # Repeats: each configuration runs GPT_BENCH_REPEATS times (default 3) for 11 steps (10
 # measured); the table gives the mean of the runs and their range. A shared machine's
@@ -43,7 +46,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 width=${GPT_BENCH_WIDTH:-384}
 [[ "$width" =~ ^[1-9][0-9]*$ ]] && ((width % 64 == 0)) || die "GPT_BENCH_WIDTH must be a multiple of 64 (heads of 64), not '$width'"
-model=(--set device=cpu --set n_layer=8 --set n_embd="$width" --set n_head=$((width / 64)) --set seq_len=32 --set micro_batch_size=4 --set threads=1
+layers=${GPT_BENCH_LAYERS:-8}
+[[ "$layers" =~ ^[1-9][0-9]*$ ]] || die "GPT_BENCH_LAYERS must be a positive integer, not '$layers'"
+model=(--set device=cpu --set n_layer="$layers" --set n_embd="$width" --set n_head=$((width / 64)) --set seq_len=32 --set micro_batch_size=4 --set threads=1
        --set steps=11 --set val_batches=0 --set sample_tokens=0 --set checkpoint_at_end=false)
 ranks=("$@")
 ((${#ranks[@]} > 0)) || ranks=(2 4)
@@ -55,7 +60,7 @@ if [[ -n $share ]]; then
   capped=("$GPT_ROOT/scripts/cpu_share.sh" "$share")
   "${capped[@]}" true || die "GPT_BENCH_CPU_SHARE=$share: scripts/cpu_share.sh cannot cap a rank here"
 fi
-echo "pipeline bubble, CPU ranks ($(getconf _NPROCESSORS_ONLN) cores$([[ -n $share ]] && echo ", each rank capped at $share of a core")), 8 layers of width $width, $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD)," \
+echo "pipeline bubble, CPU ranks ($(getconf _NPROCESSORS_ONLN) cores$([[ -n $share ]] && echo ", each rank capped at $share of a core")), $layers layers of width $width, $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD)," \
   "mean of $repeats runs of 10 measured steps each"
 printf '%-12s %2s %3s %2s | %9s %13s %9s %7s | %-9s | %s\n' schedule p m v measured "(range)" theory diff "zb/1f1b" \
   "per rank (last run)"
