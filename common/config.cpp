@@ -370,6 +370,9 @@ void check_tokenizer(const Config& cfg) {
       if (id >= V)
         fail("prompt: byte " + std::to_string(id) + " is not a token of vocab_size=" + std::to_string(V) +
              " (with tokenizer=bytes the prompt's bytes are its token ids)");
+    if (cfg.prompt.empty() && tokenizer.start_token() >= V)
+      fail("prompt is empty, so the sample would start from the newline, token " +
+           std::to_string(tokenizer.start_token()) + ", which is not a token of vocab_size=" + std::to_string(V));
     return;
   }
   if (tokenizer.vocab_size() != V)
