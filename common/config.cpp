@@ -357,28 +357,28 @@ void require_memory_for_weights(const Config& cfg, int dp) {
 
 // The sample is decoded by the tokenizer, so every id the model can emit must be one of
 // its tokens (a larger vocabulary would print garbage after a whole training run), and
-// the prompt must encode to ids the model has. A bad tokenizer file fails here, naming it.
+// the ids the sample starts from must be the model's. A bad tokenizer file fails here,
+// naming it.
 void check_tokenizer(const Config& cfg) {
   const int V = cfg.model.vocab_size;
   const Tokenizer tokenizer = Tokenizer::named(cfg.tokenizer);
-  if (cfg.tokenizer == "bytes") {
-    if (V > kByteVocab)
-      fail("tokenizer=bytes decodes the ids 0..255 only, but vocab_size=" + std::to_string(V) +
-           ": name this vocabulary's tokenizer file (llm.c's gpt2_tokenizer.bin for GPT-2's 50257), or set "
-           "sample_tokens=0");
-    for (const int id : tokenizer.encode(cfg.prompt, "prompt"))
-      if (id >= V)
-        fail("prompt: byte " + std::to_string(id) + " is not a token of vocab_size=" + std::to_string(V) +
-             " (with tokenizer=bytes the prompt's bytes are its token ids)");
-    if (cfg.prompt.empty() && tokenizer.start_token() >= V)
-      fail("prompt is empty, so the sample would start from the newline, token " +
-           std::to_string(tokenizer.start_token()) + ", which is not a token of vocab_size=" + std::to_string(V));
-    return;
-  }
-  if (tokenizer.vocab_size() != V)
+  if (cfg.tokenizer == "bytes" && V > kByteVocab)
+    fail("tokenizer=bytes decodes the ids 0..255 only, but vocab_size=" + std::to_string(V) +
+         ": name this vocabulary's tokenizer file (llm.c's gpt2_tokenizer.bin for GPT-2's 50257), or set "
+         "sample_tokens=0");
+  if (cfg.tokenizer != "bytes" && tokenizer.vocab_size() != V)
     fail("tokenizer=" + cfg.tokenizer + " has " + std::to_string(tokenizer.vocab_size()) +
          " tokens, but vocab_size=" + std::to_string(V) + ": the model and the tokenizer must share one vocabulary");
-  tokenizer.encode(cfg.prompt, "prompt");
+  // A vocabulary smaller than the tokenizer's (bytes only, by the checks above) lacks ids.
+  for (const int id : tokenizer.encode_prompt(cfg.prompt)) {
+    if (id < V) continue;
+    if (cfg.prompt.empty())
+      fail("prompt is empty, so the sample would start from the tokenizer's start token " + std::to_string(id) +
+           " (" + (cfg.tokenizer == "bytes" ? "the newline" : "end-of-text") + "), which is not a token of vocab_size=" +
+           std::to_string(V));
+    fail("prompt: token " + std::to_string(id) + " is not a token of vocab_size=" + std::to_string(V) +
+         " (with tokenizer=bytes the prompt's bytes are its token ids)");
+  }
 }
 
 }  // namespace

@@ -47,8 +47,9 @@ size_t piece_end(const std::vector<CodePoint>& cps, size_t i) {
 
 }  // namespace
 
-std::vector<std::string_view> gpt2_pretokenize(std::string_view text, std::string_view what) {
-  const std::vector<CodePoint> cps = decode_utf8(text, what);
+std::vector<std::string_view> gpt2_pretokenize(std::string_view text, std::string_view what,
+                                               size_t input_offset) {
+  const std::vector<CodePoint> cps = decode_utf8(text, what, input_offset);
   std::vector<std::string_view> pieces;
   for (size_t i = 0; i < cps.size();) {
     const size_t j = piece_end(cps, i);

@@ -16,7 +16,9 @@
 namespace gpt {
 
 /// The pieces of `text` (views into it, in order; their concatenation is `text`). A
-/// UserError naming `what` when `text` is not valid UTF-8.
-std::vector<std::string_view> gpt2_pretokenize(std::string_view text, std::string_view what);
+/// UserError naming `what` when `text` is not valid UTF-8, with the byte's offset in the
+/// input `text` is a part of, which starts at its byte `input_offset`.
+std::vector<std::string_view> gpt2_pretokenize(std::string_view text, std::string_view what,
+                                               size_t input_offset = 0);
 
 }  // namespace gpt

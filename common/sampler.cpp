@@ -55,8 +55,7 @@ std::vector<int> generate(GPT2<A>& model, std::vector<int> context, const Sample
 template <class A>
 std::string sample_text(GPT2<A>& model, const Config& cfg, uint64_t& counter) {
   const Tokenizer tokenizer = Tokenizer::named(cfg.tokenizer);
-  std::vector<int> context = tokenizer.encode(cfg.prompt, "prompt");
-  if (context.empty()) context.push_back(tokenizer.start_token());
+  const std::vector<int> context = tokenizer.encode_prompt(cfg.prompt);
   const SampleOptions opt{cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed};
   return tokenizer.decode(generate(model, context, opt, counter));
 }

@@ -103,11 +103,29 @@ std::vector<int> Tokenizer::encode(std::string_view text, std::string_view what)
     for (const char c : text) ids.push_back(static_cast<unsigned char>(c));
     return ids;
   }
-  for (const std::string_view piece : gpt2_pretokenize(text, what)) {
-    const std::vector<int> piece_ids = encode_piece(piece, what, size_t(piece.data() - text.data()));
+  // Cut at each occurrence of the end-of-text text, left to right.
+  const std::string& marker = tokens_[size_t(start_token_)];
+  size_t begin = 0;
+  for (size_t at; (at = text.find(marker, begin)) != std::string_view::npos; begin = at + marker.size()) {
+    encode_ordinary(text.substr(begin, at - begin), what, begin, ids);
+    ids.push_back(start_token_);
+  }
+  encode_ordinary(text.substr(begin), what, begin, ids);
+  return ids;
+}
+
+std::vector<int> Tokenizer::encode_prompt(std::string_view prompt) const {
+  std::vector<int> ids = encode(prompt, "prompt");
+  if (ids.empty()) ids.push_back(start_token_);
+  return ids;
+}
+
+void Tokenizer::encode_ordinary(std::string_view text, std::string_view what, size_t offset,
+                                std::vector<int>& ids) const {
+  for (const std::string_view piece : gpt2_pretokenize(text, what, offset)) {
+    const std::vector<int> piece_ids = encode_piece(piece, what, offset + size_t(piece.data() - text.data()));
     ids.insert(ids.end(), piece_ids.begin(), piece_ids.end());
   }
-  return ids;
 }
 
 // One piece by BPE. The parts of the piece are a linked list over byte offsets: a part

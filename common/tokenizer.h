@@ -17,7 +17,11 @@
 /// each piece as single bytes; repeatedly merge the adjacent pair whose concatenation
 /// is a token with the lowest rank (the leftmost on a tie), until no pair is a token.
 /// A token's rank is its id: GPT-2's vocabulary lists the 256 bytes, then each merged
-/// token in the order its merge was learned. The end-of-text token is never merged to.
+/// token in the order its merge was learned. The end-of-text token is never merged to:
+/// its text ("<|endoftext|>" in GPT-2) is cut out of the text first and stands for that
+/// token wherever it occurs, so a corpus whose documents are joined by it (TinyStories'
+/// text files) keeps them apart, and encode(decode(ids)) gives back an end-of-text id.
+/// (tiktoken's encode with allowed_special="all"; the byte tokenizer has no such token.)
 /// ```
 #pragma once
 #include <cstdint>
@@ -48,12 +52,17 @@ class Tokenizer {
   int vocab_size() const { return int(tokens_.size()); }
   /// The token an empty prompt starts from: '\n' for bytes, end-of-text for a file.
   int start_token() const { return start_token_; }
+  /// The end-of-text token of a file; -1 for bytes, which has none.
+  int end_of_text() const { return byte_level_ ? -1 : start_token_; }
   /// The bytes of token `id`.
   const std::string& token_bytes(int id) const { return tokens_.at(size_t(id)); }
 
   /// The ids of `text`. For a file, a UserError naming `what` when the text is not valid
   /// UTF-8 or holds a byte that is no token of the file.
   std::vector<int> encode(std::string_view text, std::string_view what) const;
+  /// The ids a sample starts from: the encoded `prompt`, or the start token alone when
+  /// the prompt is empty.
+  std::vector<int> encode_prompt(std::string_view prompt) const;
   /// The text of `ids`, token after token; a UserError naming an id outside the vocabulary.
   std::string decode(const std::vector<int>& ids) const;
 
@@ -63,6 +72,9 @@ class Tokenizer {
     using is_transparent = void;
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
+  // Text without the end-of-text marker: pre-tokenize, then BPE piece by piece. `offset`
+  // is where `text` starts in the whole input (for error messages).
+  void encode_ordinary(std::string_view text, std::string_view what, size_t offset, std::vector<int>& ids) const;
   std::vector<int> encode_piece(std::string_view piece, std::string_view what, size_t offset) const;
 
   std::string name_;

@@ -40,7 +40,7 @@ bool in_ranges(const CodeRange (&ranges)[N], char32_t c) {
 
 }  // namespace
 
-std::vector<CodePoint> decode_utf8(std::string_view text, std::string_view what) {
+std::vector<CodePoint> decode_utf8(std::string_view text, std::string_view what, size_t input_offset) {
   std::vector<CodePoint> out;
   out.reserve(text.size());
   for (size_t i = 0; i < text.size();) {
@@ -56,17 +56,17 @@ std::vector<CodePoint> decode_utf8(std::string_view text, std::string_view what)
     } else if ((lead & 0xF8) == 0xF0) {
       bytes = 4, value = lead & 0x07, smallest = 0x10000;
     } else {
-      bad_utf8(what, i, lead, "cannot start a character");
+      bad_utf8(what, input_offset + i, lead, "cannot start a character");
     }
-    if (i + size_t(bytes) > text.size()) bad_utf8(what, i, lead, "starts a character the text cuts off");
+    if (i + size_t(bytes) > text.size()) bad_utf8(what, input_offset + i, lead, "starts a character the text cuts off");
     for (int k = 1; k < bytes; ++k) {
       const auto next = static_cast<unsigned char>(text[i + size_t(k)]);
-      if ((next & 0xC0) != 0x80) bad_utf8(what, i + size_t(k), next, "should continue a character");
+      if ((next & 0xC0) != 0x80) bad_utf8(what, input_offset + i + size_t(k), next, "should continue a character");
       value = (value << 6) | (next & 0x3F);
     }
-    if (value < smallest) bad_utf8(what, i, lead, "starts an overlong form");
+    if (value < smallest) bad_utf8(what, input_offset + i, lead, "starts an overlong form");
     if ((value >= 0xD800 && value <= 0xDFFF) || value > 0x10FFFF)
-      bad_utf8(what, i, lead, "starts a surrogate or a value above U+10FFFF");
+      bad_utf8(what, input_offset + i, lead, "starts a surrogate or a value above U+10FFFF");
     out.push_back({value, i, bytes});
     i += size_t(bytes);
   }

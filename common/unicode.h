@@ -21,8 +21,9 @@ struct CodePoint {
 
 /// The code points of `text`; a UserError naming `what`, the byte offset and the byte
 /// when `text` is not well-formed UTF-8 (overlong forms, surrogates and values above
-/// U+10FFFF included).
-std::vector<CodePoint> decode_utf8(std::string_view text, std::string_view what);
+/// U+10FFFF included). `text` may be a part of a larger input that starts at byte
+/// `input_offset` of it: the error then names the byte's offset in the input.
+std::vector<CodePoint> decode_utf8(std::string_view text, std::string_view what, size_t input_offset = 0);
 
 /// `\p{L}`: a letter of any script (categories Lu, Ll, Lt, Lm, Lo).
 bool is_letter(char32_t c);

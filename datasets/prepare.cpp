@@ -4,9 +4,11 @@
 //
 // Each file is encoded (common/tokenizer.h: a token per byte, or GPT-2's byte-level
 // BPE with an llm.c tokenizer file) and the tokens are concatenated in the order
-// given. The last fraction F of the tokens becomes the validation split. The cut is
-// moved forward to the next line start, when there is one, so that neither split
-// begins or ends in the middle of a line.
+// given. With a tokenizer file, the text of its end-of-text token ("<|endoftext|>",
+// which joins the documents of corpora such as TinyStories) becomes that token. The
+// last fraction F of the tokens becomes the validation split. The cut is moved forward
+// to the next line or document start, when there is one, so that neither split begins
+// or ends in the middle of a line.
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
@@ -121,10 +123,11 @@ std::string read_text_file(const std::string& path) {
   return text;
 }
 
-// Where val begins: the first line start at or after the nominal cut n*(1-F), so a
-// validation text starts at the beginning of a line (after a token whose text ends in a
-// newline). Without one in the val region the nominal cut stays. Either way both sides
-// keep at least one token.
+// Where val begins: the first line or document start at or after the nominal cut
+// n*(1-F), so a validation text starts at the beginning of a line (after a token whose
+// text ends in a newline) or of a document (at an end-of-text token, which a file
+// tokenizer puts between documents). Without one in the val region the nominal cut
+// stays. Either way both sides keep at least one token.
 size_t split_point(const std::vector<uint16_t>& tokens, const gpt::Tokenizer& tokenizer,
                    double val_fraction) {
   const size_t n = tokens.size();
@@ -135,7 +138,7 @@ size_t split_point(const std::vector<uint16_t>& tokens, const gpt::Tokenizer& to
   size_t cut = size_t(double(n) * (1.0 - val_fraction));
   cut = std::clamp<size_t>(cut, 1, n - 1);
   for (size_t i = cut; i < n; ++i) {
-    if (tokenizer.token_bytes(tokens[i - 1]).back() == '\n') return i;
+    if (tokenizer.token_bytes(tokens[i - 1]).back() == '\n' || tokens[i] == tokenizer.end_of_text()) return i;
   }
   return cut;
 }

@@ -10,19 +10,23 @@ bytes alone (identity, identity_eot, reversed) need only the standard library.
   reference_bpe.py vocab KIND SEED CORPUS OUT
                                             write an llm.c tokenizer file (KIND below)
   reference_bpe.py pieces TEXT [--control]  the pieces, one per line as hex
-  reference_bpe.py encode VOCAB TEXT [--control]
+  reference_bpe.py encode VOCAB TEXT [--control] [--plain]
                                             the ids, one per line
   reference_bpe.py shard SHARD...           the tokens of llm.c shards, one per line
 
 --control runs a deliberately wrong variant that the comparison must reject: the
 pieces without the look-ahead of '\\s+(?!\\S)' (white space keeps its last character),
 or BPE that merges the rightmost of the lowest-rank pairs instead of the leftmost.
+--plain encodes the end-of-text token's text as ordinary text (tiktoken's
+encode_ordinary), the control of cutting it out.
 
-Vocabulary kinds: the 256 bytes (ids 0..255, except `reversed`) followed by:
+Vocabulary kinds: the 256 bytes (ids 0..255, except `reversed` and `no_nul`) followed by:
   identity   nothing more (version 1: the end-of-text id is the last, 255, byte 0xFF,
              which UTF-8 never holds)
   identity_eot  an end-of-text token (version 2: 257 tokens)
   reversed   id i is byte 255 - i, nothing more (version 1: byte 0x00 is end-of-text)
+  no_nul     ids 0..254 are the bytes 0x01..0xFF, then end-of-text (version 2): byte
+             0x00 is no token
   trained    merges learned from CORPUS by counting pairs (the usual BPE training), so
              every merged token is reachable; then an end-of-text token (version 2)
   substrings random substrings of CORPUS's pieces in random rank order: many cannot be
@@ -81,7 +85,21 @@ def read_vocab(path):
     for i, t in enumerate(tokens):
         if i != eot and t not in ranks:
             ranks[t] = i
-    return ranks
+    return ranks, tokens[eot], eot
+
+
+def encode(text, vocab, control=False, plain=False):
+    """Ids of text (bytes): split at the end-of-text marker's bytes (each is that
+    token), then pieces and BPE on the parts between. plain: no split (the marker is
+    text like any other), the control of the split."""
+    ranks, marker, eot = vocab
+    ids = []
+    for k, part in enumerate([text] if plain else text.split(marker)):
+        if k > 0:
+            ids.append(eot)
+        for p in pieces(part.decode("utf-8")):
+            ids += bpe(p.encode(), ranks, control)
+    return ids
 
 
 def write_vocab(path, tokens, version):
@@ -135,6 +153,8 @@ def make_vocab(kind, seed, corpus):
         return singles + [EOT], 2
     if kind == "reversed":
         return singles[::-1], 1
+    if kind == "no_nul":
+        return singles[1:] + [EOT], 2
     if kind == "trained":
         merged = [t for t in dict.fromkeys(train(corpus, 300)) if len(t) <= 255]
         return singles + merged + [EOT], 2
@@ -178,8 +198,8 @@ def random_text(seed, n):
 
 def main():
     a = sys.argv[1:]
-    control = "--control" in a
-    a = [x for x in a if x != "--control"]
+    control, plain = "--control" in a, "--plain" in a
+    a = [x for x in a if x not in ("--control", "--plain")]
     if a[:1] == ["text"] and len(a) == 4:
         open(a[3], "w", encoding="utf-8").write(random_text(int(a[1]), int(a[2])))
     elif a[:1] == ["vocab"] and len(a) == 5:
@@ -190,11 +210,8 @@ def main():
         for p in pieces(open(a[1], encoding="utf-8", newline="").read(), control):
             print(p.encode().hex())
     elif a[:1] == ["encode"] and len(a) == 3:
-        ranks = read_vocab(a[1])
-        text = open(a[2], encoding="utf-8", newline="").read()
-        for p in pieces(text):
-            for i in bpe(p.encode(), ranks, control):
-                print(i)
+        for i in encode(open(a[2], "rb").read(), read_vocab(a[1]), control, plain):
+            print(i)
     elif a[:1] == ["shard"] and len(a) >= 2:
         for path in a[1:]:
             data = open(path, "rb").read()

@@ -119,11 +119,45 @@ TEST_CASE("BPE by ranks: the lowest-rank pair first, the leftmost on a tie, a wh
   CHECK(t.encode("xyzx", "test") == std::vector<int>{'x', 'y', 'z', 'x'});
   // Pieces are encoded apart: no token spans " ab" and "c"'s neighbours across a space.
   CHECK(t.encode("ab ab", "test") == std::vector<int>{257, ' ', 257});
-  // The end-of-text token is never produced by merging its text.
-  CHECK(t.encode("<|endoftext|>", "test").size() > 1);
+  // The end-of-text token is never produced by merging: "<|" merges, and a text that
+  // stops short of the marker stays other tokens.
+  CHECK(t.encode("<|endoftext|", "test").front() == 260);
+  CHECK(t.encode("<|endoftext|", "test").size() > 1);
   CHECK(t.decode(t.encode("ab abc aaa xyz!", "test")) == "ab abc aaa xyz!");
   // An empty text has no ids.
   CHECK(t.encode("", "test").empty());
+}
+
+TEST_CASE("the end-of-text text is cut out first and stands for its token") {
+  FileSpec spec;
+  spec.tokens = bytes_then({"bc", "ab", "aa", "xyz", "<|"});  // end-of-text is 261
+  const Tokenizer t = Tokenizer::load(write_tokenizer(spec));
+  CHECK(t.end_of_text() == 261);
+  CHECK(t.encode("<|endoftext|>", "test") == std::vector<int>{261});
+  CHECK(t.encode("<|endoftext|><|endoftext|>", "test") == std::vector<int>{261, 261});
+  // Documents joined by it: no piece spans the marker, each side is encoded alone.
+  CHECK(t.encode("ab<|endoftext|>ab", "test") == std::vector<int>{257, 261, 257});
+  CHECK(t.encode(" aa<|endoftext|>\nbc", "test") == std::vector<int>{' ', 258, 261, '\n', 256});
+  // decode then encode gives the ids back, the end-of-text ones included.
+  const std::vector<int> ids{257, 261, ' ', 258, 261};
+  CHECK(t.encode(t.decode(ids), "test") == ids);
+  // Errors after a marker name the offset in the whole text.
+  CHECK_THROWS_WITH(t.encode("<|endoftext|>a\xff", "prompt"),
+                    Contains("prompt is not valid UTF-8: byte 0xFF at offset 14"));
+  // The byte tokenizer has no end-of-text token: the text stays its 13 bytes.
+  const Tokenizer bytes = Tokenizer::bytes();
+  CHECK(bytes.end_of_text() == -1);
+  CHECK(bytes.encode("<|endoftext|>", "test").size() == 13);
+}
+
+TEST_CASE("a prompt's ids: encoded, or the start token alone when empty") {
+  FileSpec spec;
+  spec.tokens = bytes_then({"ab"});
+  const Tokenizer t = Tokenizer::load(write_tokenizer(spec));
+  CHECK(t.encode_prompt("ab") == std::vector<int>{256});
+  CHECK(t.encode_prompt("") == std::vector<int>{257});
+  CHECK(Tokenizer::bytes().encode_prompt("") == std::vector<int>{'\n'});
+  CHECK(Tokenizer::bytes().encode_prompt("hi") == std::vector<int>{'h', 'i'});
 }
 
 TEST_CASE("text a file tokenizer cannot encode is refused, naming what and where") {
@@ -133,6 +167,8 @@ TEST_CASE("text a file tokenizer cannot encode is refused, naming what and where
   CHECK(t.encode("ab b", "test") == std::vector<int>{3, 2, 1});
   CHECK_THROWS_WITH(t.encode("ab c", "prompt"),
                     Contains("prompt: byte 0x63 at offset 3 is no token of") && Contains("cannot be encoded"));
+  // After an end-of-text marker the offset is still the byte's in the whole text.
+  CHECK_THROWS_WITH(t.encode("<|endoftext|>ab c", "prompt"), Contains("prompt: byte 0x63 at offset 16"));
   CHECK_THROWS_WITH(t.encode("a\xff", "prompt"), Contains("prompt is not valid UTF-8: byte 0xFF at offset 1"));
 }
 

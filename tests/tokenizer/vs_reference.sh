@@ -14,9 +14,11 @@ rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-# Texts: six random ones, and the project's own prose (README and the lessons).
+# Texts: six random ones, the project's own prose (README and the lessons), and the
+# lessons as documents joined by end-of-text markers, each on one line.
 cat "$ROOT/README.md" "$ROOT"/stages/*/README.md > prose.txt
-texts=(prose.txt)
+for f in "$ROOT"/stages/*/README.md; do tr '\n' ' ' < "$f"; printf '<|endoftext|>'; done > documents.txt
+texts=(prose.txt documents.txt)
 for seed in 1 2 3 4 5 6; do
   "$PY" "$REF" text "$seed" 20000 "random_$seed.txt"
   texts+=("random_$seed.txt")
@@ -49,6 +51,14 @@ for v in trained_prose trained_random substrings_prose substrings_random; do
   done
   ((rejected > 0)) || fail "$v: the rightmost-merge control gave the same ids on every text"
   echo "     $v: the control differs on $rejected of ${#texts[@]} texts"
+  # The end-of-text text stands for its token: ids the plain encoding does not give.
+  "$TOKENIZE" --tokenizer "$v.bin" < documents.txt | cut -d' ' -f1 > cc.txt
+  "$PY" "$REF" encode "$v.bin" documents.txt --plain > control.txt
+  cmp -s cc.txt control.txt && fail "$v: the documents encode as if the end-of-text text were plain text"
+  eot=$(printf '<|endoftext|>' | "$TOKENIZE" --tokenizer "$v.bin" | cut -d' ' -f1)
+  documents=$(ls "$ROOT"/stages/*/README.md | wc -l)
+  [[ $(grep -cx "$eot" cc.txt) == "$documents" ]] && echo "     $v: the $documents markers are end-of-text, id $eot" ||
+    fail "$v: $(grep -cx "$eot" cc.txt) ids $eot in documents.txt, not one per document ($documents)"
 done
 
 # Decoding gives the text back.
@@ -62,11 +72,19 @@ cmp -s decoded.txt prose.txt && echo "ok   decode(encode(prose)) is the prose" |
 cmp -s cc.txt py.txt && echo "ok   prepare --tokenizer: $(wc -l < cc.txt) tokens, the reference's" ||
   fail "prepare --tokenizer wrote other ids than the reference"
 
+# prepare --tokenizer starts val at a document: documents.txt has no newline, so the
+# cut moves forward to the next end-of-text token.
+"$PREPARE" --out prepared_docs --val-fraction 0.3 --tokenizer trained_prose.bin documents.txt > /dev/null
+eot=$(printf '<|endoftext|>' | "$TOKENIZE" --tokenizer trained_prose.bin | cut -d' ' -f1)
+first_val=$("$PY" "$REF" shard prepared_docs/val.bin | awk "NR == 1")
+[[ $first_val == "$eot" ]] && echo "ok   prepare --tokenizer: val starts at a document's end-of-text token" ||
+  fail "prepare --tokenizer: val starts at token $first_val, not at end-of-text ($eot)"
+
 # A byte that is no token: refused, naming the byte, its offset and the file.
-"$PY" "$REF" vocab reversed 0 prose.txt reversed.bin  # byte 0x00 is its end-of-text marker
+"$PY" "$REF" vocab no_nul 0 prose.txt no_nul.bin
 status=0
-printf 'ab\0c' | "$TOKENIZE" --tokenizer reversed.bin > /dev/null 2> err.txt || status=$?
-if [[ $status == 2 ]] && grep -qF "byte 0x00 at offset 2 is no token of reversed.bin" err.txt; then
+printf 'ab\0c' | "$TOKENIZE" --tokenizer no_nul.bin > /dev/null 2> err.txt || status=$?
+if [[ $status == 2 ]] && grep -qF "byte 0x00 at offset 2 is no token of no_nul.bin" err.txt; then
   echo "ok   a byte outside the vocabulary: $(cat err.txt)"
 else fail "a byte outside the vocabulary: exit $status, $(cat err.txt)"; fi
 

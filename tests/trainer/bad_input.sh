@@ -66,8 +66,8 @@ expect "tokenizer file missing"  "tokenizer file '$WORK/no_tok.bin': no such fil
 head -c 500 "$D/train.bin" > "$WORK/short_tok.bin"
 expect "tokenizer file short"    "short_tok.bin': 500 bytes, shorter than the 1024-byte header" train --set sample_tokens=4 --set "tokenizer=$WORK/short_tok.bin"
 expect "tokenizer of 257 tokens" "has 257 tokens, but vocab_size=256" train --set sample_tokens=4 --set "tokenizer=$WORK/identity_eot.bin"
-expect "empty prompt, tiny vocab" "prompt is empty, so the sample would start from the newline, token 10" train --set vocab_size=8 --set sample_tokens=4 --set prompt=
-expect "prompt not UTF-8"        "prompt is not valid UTF-8: byte 0xFF at offset 1" train --set sample_tokens=4 --set "tokenizer=$WORK/identity.bin" --set $'prompt=a\xff'
+expect "empty prompt, tiny vocab" "prompt is empty, so the sample would start from the tokenizer's start token 10 (the newline)" train --set vocab_size=8 --set sample_tokens=4 --set prompt=
+expect "prompt not UTF-8"        "prompt is not valid UTF-8: byte 0xFE at offset 1" train --set sample_tokens=4 --set "tokenizer=$WORK/identity.bin" --set $'prompt=a\xfe'
 # Output files that cannot be written: refused before the training, naming the key.
 printf 'x' > "$WORK/a_file"
 expect "trace under a file"      "trace_file: cannot create directory" train --set "trace_file=$WORK/a_file/t.json"
