@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs the whole test suite twice, with two
-# checks of the documentation between:
+# Installs what is missing, builds, and runs the whole test suite twice, with three
+# checks between:
 #
 #   1. the `default` preset (Release; CUDA when a toolkit is found): every test;
 #   2. the notebooks: scripts/check_notebooks.sh makes their runs with that build and
 #      executes every notebook of notebooks/ headless (a cell that raises fails);
-#   3. the API reference: scripts/check_docs.sh runs doxygen, warnings are failures;
-#   4. the `sanitize` preset (AddressSanitizer + UBSan, CPU only): every test not
+#   3. the one-command path: scripts/check_train.sh runs scripts/train.sh with that
+#      build (bad arguments refused before setup, a short run that samples);
+#   4. the API reference: scripts/check_docs.sh runs doxygen, warnings are failures;
+#   5. the `sanitize` preset (AddressSanitizer + UBSan, CPU only): every test not
 #      labelled `slow`.
 #
 #   scripts/test.sh [ctest args ...]      e.g. scripts/test.sh -R config -V
@@ -108,6 +110,7 @@ if [[ "$skip_notebooks" == 1 ]]; then
 else
   run_step notebooks scripts/check_notebooks.sh
 fi
+run_step train scripts/check_train.sh
 if [[ "$skip_docs" == 1 ]]; then
   summary+=("[docs] skipped (GPT_TEST_SKIP_DOCS=1)")
 else

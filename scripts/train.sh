@@ -13,7 +13,9 @@
 # run_dir) are relative to it. It prints a progress line per step, the validation
 # loss and a sample; metrics and checkpoints go to the config's run_dir (run again, a
 # fresh run sets the earlier run's checkpoints aside there; --set resume=latest continues
-# it instead).
+# it instead). Arguments the trainer would refuse for their form (a flag it does not
+# know, a key docs/config.md does not list) are refused before anything is installed
+# or built. GPT_TRAIN_PRESET=cpu builds without the CUDA kernels (default: `default`).
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -32,14 +34,45 @@ while (($# > 0)); do
       shift
       ;;
     -h | --help)
-      sed -n '2,14s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+      sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
       exit 0
+      ;;
+    --set)
+      (($# >= 2)) || bad_input "--set needs key=value"
+      args+=("$1" "$2")
+      shift 2
+      ;;
+    --set=*)  # the trainer's form is --set key=value
+      args+=(--set "${1#--set=}")
+      shift
       ;;
     *)
       args+=("$1")
       shift
       ;;
   esac
+done
+
+# The keys every stage's trainer knows: the first column of docs/config.md's table,
+# which a test keeps equal to the trainer's own (tests/config).
+known_keys=" $(sed -n 's/^| `\([a-z0-9_]*\)` |.*/\1/p' "$GPT_ROOT/docs/config.md" | tr '\n' ' ')"
+[[ "$known_keys" != " " ]] || die "docs/config.md has no key table"
+# check_setting ARG SETTING: SETTING must be key=value with a known key.
+check_setting() {
+  [[ "$2" == *=* ]] || bad_input "argument '$1': the trainer takes --set key=value (see --help)"
+  local key="${2%%=*}"
+  [[ "$known_keys" == *" $key "* ]] ||
+    bad_input "argument '$1': unknown key '$key' (docs/config.md lists every key)"
+}
+device_set=0
+for ((i = 0; i < ${#args[@]}; ++i)); do
+  a="${args[i]}"
+  case "$a" in
+    --set) setting="${args[i + 1]}" && i=$((i + 1)) && check_setting "--set $setting" "$setting" ;;
+    -*) bad_input "argument '$a': not a flag of train.sh or the trainer (--config FILE, --set key=value)" ;;
+    *) setting="$a" && check_setting "$a" "$setting" ;;
+  esac
+  [[ "$setting" == device=* ]] && device_set=1
 done
 
 # A config path is taken relative to the caller's directory, else to the repository
@@ -56,17 +89,13 @@ cd "$GPT_ROOT"
 
 ensure_deps --training  # the test-only packages (PyTorch) are scripts/test.sh's business
 stage="$(latest_stage)"
-build_preset default "$GPT_BUILD_DIR" "train_$stage" prepare
+build_preset "${GPT_TRAIN_PRESET:-default}" "$GPT_BUILD_DIR" "train_$stage" prepare
 prepare_default_data
 
 train="$(abs_dir "$GPT_BUILD_DIR")/stages/$stage/train"
 
 # Say what the machine offers; the trainer makes the final choice (device=auto)
 # unless the caller named a device.
-device_set=0
-for a in "${args[@]}"; do
-  [[ "$a" == device=* ]] && device_set=1
-done
 if command -v nvidia-smi >/dev/null && gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)" && [[ -n "$gpu" ]]; then
   log "GPU found: $gpu (used when this build has CUDA kernels for every op)"
 else

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Checks scripts/train.sh, the one command from a fresh machine to a sample:
+#   1. arguments the trainer would refuse for their form (an unknown flag, an unknown
+#      key, a setting without '=', a missing config file) exit with status 2 and a
+#      message naming the argument, before anything is installed or built: the build
+#      directory it is given is never created and no step is logged;
+#   2. valid arguments in each form (--set key=value, --set=key=value, key=value) reach
+#      the trainer: a short run of the latest stage trains the steps asked for,
+#      validates and prints a sample.
+# Uses the build in GPT_BUILD_DIR (test.sh's `default` preset; GPT_TRAIN_PRESET names
+# another) and does not install packages (GPT_SKIP_SETUP=1).
+#
+#   scripts/check_train.sh
+set -euo pipefail
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$GPT_ROOT"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect_refused NAME NEEDLE ARGS...: train.sh ARGS exits 2 naming NEEDLE, untouched.
+expect_refused() {
+  local name="$1" needle="$2" status=0
+  shift 2
+  GPT_BUILD_DIR="$work/never_built" scripts/train.sh "$@" > "$work/out.txt" 2> "$work/err.txt" || status=$?
+  if [[ $status != 2 ]]; then fail "$name: exit $status, not 2 ($(tail -1 "$work/err.txt"))"
+  elif ! grep -qF -- "$needle" "$work/err.txt"; then fail "$name: the message does not name '$needle': $(cat "$work/err.txt")"
+  elif [[ -e "$work/never_built" ]] || grep -q '^==>' "$work/err.txt"; then fail "$name: refused only after setup or build began"
+  else echo "ok   $name: $(cat "$work/err.txt")"; fi
+}
+expect_refused "unknown flag" "argument '--steps'" --steps 3
+expect_refused "unknown key after --set" "unknown key 'stepz'" --set stepz=3
+expect_refused "unknown key in --set=" "unknown key 'lrate'" --set=lrate=0.1
+expect_refused "unknown bare key" "unknown key 'devise'" devise=cpu
+expect_refused "a setting without =" "argument 'steps'" steps
+expect_refused "--set without a value" "--set needs key=value" --set
+expect_refused "missing config" "config file 'configs/nope.json' not found" --config configs/nope.json
+expect_refused "config a directory" "config file 'configs' is a directory" --config configs
+
+# The three forms of a setting, accepted and applied: 3 steps, a 24-token sample.
+status=0
+GPT_SKIP_SETUP=1 scripts/train.sh --set steps=3 --set=sample_tokens=24 "run_dir=$work/run" device=cpu \
+  > "$work/out.txt" 2> "$work/err.txt" || status=$?
+stage="$(latest_stage)"
+if [[ $status != 0 ]]; then fail "a valid run exited $status: $(tail -5 "$work/err.txt")"
+else
+  grep -q "training stage $stage with configs/small.json" "$work/err.txt" || fail "the run did not train the latest stage, $stage"
+  grep -qE '^step +3/3 ' "$work/out.txt" || fail "no progress line of step 3/3 (steps=3 not applied?)"
+  grep -qE '^step +4/' "$work/out.txt" && fail "the run went past step 3"
+  grep -q 'val loss' "$work/out.txt" || fail "no validation loss"
+  grep -q -- '---- sample' "$work/out.txt" || fail "no sample"
+  [[ -d "$work/run/step_00000003" ]] || fail "no checkpoint of step 3 in run_dir (run_dir not applied?)"
+  ((failures > 0)) || echo "ok   a valid run of $stage: 3 steps, validation, sample, checkpoint in run_dir"
+fi
+((failures == 0)) || { echo "$failures failure(s)"; exit 1; }
+echo "train.sh: every check passed"
