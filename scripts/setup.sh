@@ -25,7 +25,8 @@ packages=(
   fortunes fortunes-min                      # default training corpus
 )
 test_packages=(python3-torch python3-numpy  # PyTorch oracle tests (/usr/bin/python3)
-               python3-regex)               # the tokenizer's reference (GPT-2's pattern)
+               python3-regex                # the tokenizer's reference (GPT-2's pattern)
+               python3-venv)                # scripts/setup_tiktoken.sh (tiktoken from PyPI)
 training_only=0
 check_only=0
 for arg in "$@"; do

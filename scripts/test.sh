@@ -102,6 +102,8 @@ deps=()
 [[ "$skip_notebooks" == 1 ]] || deps+=(--with-notebooks)
 [[ "$skip_docs" == 1 ]] || deps+=(--with-docs)
 ensure_deps "${deps[@]}"
+# tiktoken and GPT-2's ranks from PyPI, for the tokenizer's comparison (skipped without)
+[[ "${GPT_SKIP_SETUP:-0}" == 1 ]] || scripts/setup_tiktoken.sh
 build_preset default "$GPT_BUILD_DIR"
 run_suite default "$GPT_BUILD_DIR" "$@"
 
