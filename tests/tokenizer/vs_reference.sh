@@ -14,15 +14,9 @@ rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-# Texts: six random ones, the project's own prose (README and the lessons), and the
-# lessons as documents joined by end-of-text markers, each on one line.
-cat "$ROOT/README.md" "$ROOT"/stages/*/README.md > prose.txt
-for f in "$ROOT"/stages/*/README.md; do tr '\n' ' ' < "$f"; printf '<|endoftext|>'; done > documents.txt
-texts=(prose.txt documents.txt)
-for seed in 1 2 3 4 5 6; do
-  "$PY" "$REF" text "$seed" 20000 "random_$seed.txt"
-  texts+=("random_$seed.txt")
-done
+# Texts (texts.sh): prose, documents joined by end-of-text, six random texts.
+source "$ROOT/tests/tokenizer/texts.sh"
+make_texts "$ROOT" "$PY"
 
 # Pieces.
 for t in "${texts[@]}"; do

@@ -33,13 +33,8 @@ ids = enc.encode_ordinary(text) if mode == "plain" else enc.encode(text, allowed
 print("\n".join(map(str, ids)))
 PY
 
-cat "$ROOT/README.md" "$ROOT"/stages/*/README.md "$ROOT"/docs/*.md > prose.txt
-for f in "$ROOT"/stages/*/README.md; do tr '\n' ' ' < "$f"; printf '<|endoftext|>'; done > documents.txt
-texts=(prose.txt documents.txt)
-for seed in 1 2 3 4 5 6; do
-  "$PY" "$ROOT/tests/tokenizer/reference_bpe.py" text "$seed" 20000 "random_$seed.txt"
-  texts+=("random_$seed.txt")
-done
+source "$ROOT/tests/tokenizer/texts.sh"  # prose, documents, six random texts
+make_texts "$ROOT" "$PY"
 for t in "${texts[@]}"; do
   "$TOKENIZE" --tokenizer gpt2.bin < "$t" | cut -d' ' -f1 > cc.txt
   "$TK" tiktoken_ids.py "$RANKS" "$t" special > tk.txt
