@@ -376,8 +376,8 @@ void check_tokenizer(const Config& cfg) {
       fail("prompt is empty, so the sample would start from the tokenizer's start token " + std::to_string(id) +
            " (" + (cfg.tokenizer == "bytes" ? "the newline" : "end-of-text") + "), which is not a token of vocab_size=" +
            std::to_string(V));
-    fail("prompt: token " + std::to_string(id) + " is not a token of vocab_size=" + std::to_string(V) +
-         " (with tokenizer=bytes the prompt's bytes are its token ids)");
+    fail("prompt: it encodes to token " + std::to_string(id) + ", outside vocab_size=" + std::to_string(V) +
+         " (with tokenizer=bytes a prompt's bytes are its token ids)");
   }
 }
 

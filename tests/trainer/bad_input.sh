@@ -56,7 +56,7 @@ expect "config is a directory"   "is a directory" "$TRAIN" --config "$WORK/confi
 # activation with more rows than an int counts.
 expect "model beyond memory"     "n_layer=100000000" train --set n_layer=100000000
 expect "rows beyond an int"      micro_batch_size train --set micro_batch_size=67108864 --set batch_size=67108864
-expect "prompt outside vocab"    prompt        train --set vocab_size=100 --set sample_tokens=4 --set prompt=xyz
+expect "prompt outside vocab"    "prompt: it encodes to token 120, outside vocab_size=100" train --set vocab_size=100 --set sample_tokens=4 --set prompt=xyz
 # The sample's tokenizer is checked before any training: a vocabulary it cannot decode
 # would print garbage only at the end of the run.
 make_vocab() { python3 "$ROOT/tests/tokenizer/reference_bpe.py" vocab "$1" 0 /dev/null "$WORK/$1.bin"; }
