@@ -1,11 +1,12 @@
 // prepare: text files -> train.bin and val.bin token shards.
 //
-//   build/bin/prepare --out DIR [--val-fraction F] [--tokenizer FILE] FILE...
+//   build/bin/prepare --out DIR [--val-fraction F] [--tokenizer FILE [--documents]] FILE...
 //
 // Each file is encoded (common/tokenizer.h: a token per byte, or GPT-2's byte-level
 // BPE with an llm.c tokenizer file) and the tokens are concatenated in the order
 // given. With a tokenizer file, the text of its end-of-text token ("<|endoftext|>",
-// which joins the documents of corpora such as TinyStories) becomes that token. The
+// which joins the documents of corpora such as TinyStories) becomes that token, and
+// --documents starts each file with it, as llm.c's scripts start each document. The
 // last fraction F of the tokens becomes the validation split. The cut is moved forward
 // to the next line or document start, when there is one, so that neither split begins
 // or ends in the middle of a line.
@@ -25,7 +26,7 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: prepare --out DIR [--val-fraction F] [--tokenizer FILE] FILE...\n"
+    "usage: prepare --out DIR [--val-fraction F] [--tokenizer FILE [--documents]] FILE...\n"
     "\n"
     "Tokenizes text files (byte by byte, vocabulary 256, unless --tokenizer names\n"
     "another), concatenates them in the order given and writes DIR/train.bin and\n"
@@ -37,6 +38,8 @@ constexpr const char* kUsage =
     "  --tokenizer FILE    encode with the tokenizer in llm.c's FILE (GPT-2's BPE for\n"
     "                      gpt2_tokenizer.bin); train with vocab_size and tokenizer set\n"
     "                      to match (default: bytes)\n"
+    "  --documents         each file is a document: start it with the tokenizer\n"
+    "                      file's end-of-text token (as llm.c's shards do)\n"
     "  --force             replace train.bin and val.bin when DIR already has them\n"
     "  --help              print this message\n";
 
@@ -47,6 +50,7 @@ struct Options {
   std::vector<std::string> files;
   bool help = false;
   bool force = false;  // replace existing shards
+  bool documents = false;  // an end-of-text token before each file
 };
 
 double parse_fraction(const std::string& text) {
@@ -85,6 +89,8 @@ Options parse_args(int argc, char** argv) {
       options.help = true;
     } else if (arg == "--force") {
       options.force = true;
+    } else if (arg == "--documents") {
+      options.documents = true;
     } else if (arg == "--out") {
       options.out_dir = value_of(i, arg);
     } else if (arg == "--tokenizer") {
@@ -152,9 +158,13 @@ int run(int argc, char** argv) {
 
   // Read every file before writing anything, so bad input leaves no output behind.
   const gpt::Tokenizer tokenizer = gpt::Tokenizer::named(options.tokenizer);
+  if (options.documents && tokenizer.end_of_text() < 0)
+    gpt::fail("--documents starts each file with the end-of-text token, which --tokenizer " + options.tokenizer +
+              " does not have: name a tokenizer file");
   std::vector<uint16_t> tokens;
   for (const std::string& file : options.files) {
-    const std::vector<int> ids = tokenizer.encode(read_text_file(file), "input '" + file + "'");
+    std::vector<int> ids = tokenizer.encode(read_text_file(file), "input '" + file + "'");
+    if (options.documents) ids.insert(ids.begin(), tokenizer.end_of_text());
     std::printf("%-40s %12zu tokens\n", file.c_str(), ids.size());
     tokens.insert(tokens.end(), ids.begin(), ids.end());  // ids < vocab_size <= 65536
   }

@@ -74,6 +74,18 @@ first_val=$("$PY" "$REF" shard prepared_docs/val.bin | awk "NR == 1")
 [[ $first_val == "$eot" ]] && echo "ok   prepare --tokenizer: val starts at a document's end-of-text token" ||
   fail "prepare --tokenizer: val starts at token $first_val, not at end-of-text ($eot)"
 
+# prepare --documents: each file starts with end-of-text, then its own ids. Without a
+# tokenizer file there is no such token: refused.
+"$PREPARE" --out prepared_files --documents --tokenizer trained_prose.bin random_1.txt prose.txt > /dev/null
+"$PY" "$REF" shard prepared_files/train.bin prepared_files/val.bin > cc.txt
+{ echo "$eot"; "$PY" "$REF" encode trained_prose.bin random_1.txt; echo "$eot"; "$PY" "$REF" encode trained_prose.bin prose.txt; } > py.txt
+cmp -s cc.txt py.txt && echo "ok   prepare --documents: end-of-text, then each file's ids" ||
+  fail "prepare --documents did not write end-of-text before each file's ids"
+status=0
+"$PREPARE" --out prepared_bytes --documents prose.txt > /dev/null 2> err.txt || status=$?
+[[ $status == 2 ]] && grep -q "documents starts each file with the end-of-text token" err.txt && [[ ! -e prepared_bytes ]] &&
+  echo "ok   prepare --documents with bytes: $(cat err.txt)" || fail "prepare --documents with bytes: exit $status, $(cat err.txt)"
+
 # A byte that is no token: refused, naming the byte, its offset and the file.
 "$PY" "$REF" vocab no_nul 0 prose.txt no_nul.bin
 status=0
