@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace gpt::cpu {
@@ -72,6 +73,62 @@ void pack_a(const T* A, int lda, bool trans, int i0, int mc, int k0, int kc, T* 
   }
 }
 
+// An 8 x 8 block transposed in registers: dst[k][c] = src[c][k] for c, k < 8, rows
+// `ld_src` and `ld_dst` apart. Three rounds of shuffles (pairs of 1, 2, then 4 values),
+// as an AVX transpose does; the compiler picks the instructions.
+inline void transpose_8x8(const float* src, int ld_src, float* dst, int ld_dst) {
+  typedef float V8 __attribute__((vector_size(32), aligned(4)));
+  V8 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = *reinterpret_cast<const V8*>(src + size_t(i) * ld_src);
+  for (int i = 0; i < 8; i += 2) {  // interleave single values of rows i, i+1
+    t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+  }
+  for (int i = 0; i < 8; i += 4)  // then pairs of values of rows i.., i+2..
+    for (int h = 0; h < 2; ++h) {
+      r[i + h] = __builtin_shufflevector(t[i + h], t[i + h + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+      r[i + h + 2] = __builtin_shufflevector(t[i + h], t[i + h + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+    }
+  for (int h = 0; h < 4; ++h) {  // then halves of rows 0..3 and 4..7
+    t[h] = __builtin_shufflevector(r[h], r[h + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    t[h + 4] = __builtin_shufflevector(r[h], r[h + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+  }
+  // t[h] holds the block's column k = column_of[h] (rounds 1 and 2 leave k = 1 and 2
+  // swapped within each half).
+  constexpr int column_of[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+  for (int h = 0; h < 8; ++h) *reinterpret_cast<V8*>(dst + size_t(column_of[h]) * ld_dst) = t[h];
+}
+
+// One NR-wide panel of a transposed op(B): op(B)'s column j is row j of B, contiguous
+// in k. `src` points at (row of the panel's first column, k0); `cols` rows are real, the
+// rest of the NR are zero. Reading k-major (one value from each of NR rows per k) keeps
+// NR read streams open at once and moves values one by one; instead 8 x 8 blocks are
+// read along the rows and transposed in registers (floats; doubles, for the fp64 ground
+// truth only, go a cache line of each row at a time). The forward's linears (x . w^T)
+// then run as fast as the backward's at GPT-2 widths on the CPU.
+template <class T>
+void pack_b_transposed(const T* src, int ld, int cols, int kc, T* panel) {
+  constexpr int NR = Tile<T>::NR;
+  int k_done = 0, c_done = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    k_done = kc / 8 * 8, c_done = cols / 8 * 8;
+    for (int k = 0; k < k_done; k += 8)
+      for (int c = 0; c < c_done; c += 8) transpose_8x8(src + size_t(c) * ld + k, ld, panel + size_t(k) * NR + c, NR);
+  }
+  // What the blocks left: the ragged columns for every k, and the ragged k for the
+  // blocked columns; a cache line of each row at a time.
+  constexpr int KB = 64 / sizeof(T);
+  for (int kb = 0; kb < kc; kb += KB) {
+    const int depth = std::min(KB, kc - kb);
+    for (int c = 0; c < cols; ++c) {
+      const int k_from = c < c_done ? std::max(kb, k_done) : kb;
+      for (int k = k_from; k < kb + depth; ++k) panel[size_t(k) * NR + c] = src[size_t(c) * ld + k];
+    }
+  }
+  for (int c = cols; c < NR; ++c)
+    for (int k = 0; k < kc; ++k) panel[size_t(k) * NR + c] = T(0);
+}
+
 // Packs depth [k0, k0+kc) x columns [j0, j0+nc) of op(B) into NR-wide panels, each
 // stored k-major (NR consecutive values per k), zero-padded to a multiple of NR.
 template <class T>
@@ -83,21 +140,7 @@ void pack_b(const T* B, int ldb, bool trans, int k0, int kc, int j0, int nc, T* 
     const int cols = std::min(NR, nc - q * NR);
     T* panel = out + size_t(q) * NR * kc;
     if (trans) {
-      // op(B)'s column j is row j of B, contiguous in k. Reading k-major (one value
-      // from each of NR rows per k) keeps NR read streams open at once; instead take a
-      // cache line of each row in turn and write it down the panel's column, so every
-      // line is read once, whole, and the writes stay in a KB x NR block. 15 % off the
-      // forward's linears (x . w^T) at GPT-2 widths on the CPU.
-      constexpr int KB = 64 / sizeof(T);  // values in a cache line
-      for (int kb = 0; kb < kc; kb += KB) {
-        const int depth = std::min(KB, kc - kb);
-        for (int c = 0; c < cols; ++c) {
-          const T* src = B + size_t(j0 + q * NR + c) * ldb + k0 + kb;
-          for (int k = 0; k < depth; ++k) panel[(kb + k) * NR + c] = src[k];
-        }
-      }
-      for (int c = cols; c < NR; ++c)
-        for (int k = 0; k < kc; ++k) panel[k * NR + c] = T(0);
+      pack_b_transposed(B + size_t(j0 + q * NR) * ldb + k0, ldb, cols, kc, panel);
       continue;
     }
     for (int k = 0; k < kc; ++k) {
