@@ -76,28 +76,37 @@ void pack_a(const T* A, int lda, bool trans, int i0, int mc, int k0, int kc, T* 
 // An 8 x 8 block transposed in registers: dst[k][c] = src[c][k] for c, k < 8, rows
 // `ld_src` and `ld_dst` apart. Three rounds of shuffles (pairs of 1, 2, then 4 values),
 // as an AVX transpose does; the compiler picks the instructions.
+// GCC before 12 has only __builtin_shuffle (a vector of indices), Clang only
+// __builtin_shufflevector (the indices as arguments).
+#if defined(__clang__)
+#define SHUFFLE8(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define SHUFFLE8(a, b, ...) __builtin_shuffle(a, b, I8{__VA_ARGS__})
+#endif
 inline void transpose_8x8(const float* src, int ld_src, float* dst, int ld_dst) {
   typedef float V8 __attribute__((vector_size(32), aligned(4)));
+  [[maybe_unused]] typedef int I8 __attribute__((vector_size(32)));
   V8 r[8], t[8];
   for (int i = 0; i < 8; ++i) r[i] = *reinterpret_cast<const V8*>(src + size_t(i) * ld_src);
   for (int i = 0; i < 8; i += 2) {  // interleave single values of rows i, i+1
-    t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
-    t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+    t[i] = SHUFFLE8(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[i + 1] = SHUFFLE8(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
   }
   for (int i = 0; i < 8; i += 4)  // then pairs of values of rows i.., i+2..
     for (int h = 0; h < 2; ++h) {
-      r[i + h] = __builtin_shufflevector(t[i + h], t[i + h + 2], 0, 1, 8, 9, 4, 5, 12, 13);
-      r[i + h + 2] = __builtin_shufflevector(t[i + h], t[i + h + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+      r[i + h] = SHUFFLE8(t[i + h], t[i + h + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+      r[i + h + 2] = SHUFFLE8(t[i + h], t[i + h + 2], 2, 3, 10, 11, 6, 7, 14, 15);
     }
   for (int h = 0; h < 4; ++h) {  // then halves of rows 0..3 and 4..7
-    t[h] = __builtin_shufflevector(r[h], r[h + 4], 0, 1, 2, 3, 8, 9, 10, 11);
-    t[h + 4] = __builtin_shufflevector(r[h], r[h + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+    t[h] = SHUFFLE8(r[h], r[h + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    t[h + 4] = SHUFFLE8(r[h], r[h + 4], 4, 5, 6, 7, 12, 13, 14, 15);
   }
   // t[h] holds the block's column k = column_of[h] (rounds 1 and 2 leave k = 1 and 2
   // swapped within each half).
   constexpr int column_of[8] = {0, 2, 1, 3, 4, 6, 5, 7};
   for (int h = 0; h < 8; ++h) *reinterpret_cast<V8*>(dst + size_t(column_of[h]) * ld_dst) = t[h];
 }
+#undef SHUFFLE8
 
 // One NR-wide panel of a transposed op(B): op(B)'s column j is row j of B, contiguous
 // in k. `src` points at (row of the panel's first column, k0); `cols` rows are real, the
