@@ -8,6 +8,8 @@
 #
 #   scripts/bench_pipeline.sh [P ...]     (default: 2 4; uses build/, GPT_BUILD_DIR overrides)
 #
+# GPT_BENCH_MICRO_BATCHES (default "4 8 16") picks the micro-batch counts m to sweep.
+#
 # CPU ranks (device=cpu, also in a build with CUDA). Model: configs/small.json with 8 layers of width 384 (6 heads; GPT_BENCH_WIDTH) and sequences of 32
 # tokens, micro-batches of 4 sequences: the matmuls dominate a layer's time, as on a GPU.
 # One thread per rank. A run with more ranks than cores measures the contention for the
@@ -54,6 +56,10 @@ ranks=("$@")
 ((${#ranks[@]} > 0)) || ranks=(2 4)
 repeats=${GPT_BENCH_REPEATS:-3}
 [[ "$repeats" =~ ^[1-9][0-9]*$ ]] || die "GPT_BENCH_REPEATS must be a positive integer, not '$repeats'"
+read -ra micro_batches <<< "${GPT_BENCH_MICRO_BATCHES:-4 8 16}"
+for m in "${micro_batches[@]}"; do
+  [[ "$m" =~ ^[1-9][0-9]*$ ]] || die "GPT_BENCH_MICRO_BATCHES must list positive integers, not '$m'"
+done
 share=${GPT_BENCH_CPU_SHARE:-}
 capped=()
 if [[ -n $share ]]; then
@@ -65,7 +71,7 @@ echo "pipeline bubble, CPU ranks ($(getconf _NPROCESSORS_ONLN) cores$([[ -n $sha
 printf '%-12s %2s %3s %2s | %9s %13s %9s %7s | %-9s | %s\n' schedule p m v measured "(range)" theory diff "zb/1f1b" \
   "per rank (last run)"
 for p in "${ranks[@]}"; do
-  for m in 4 8 16; do
+  for m in "${micro_batches[@]}"; do
     mean_1f1b=""
     for sched in gpipe 1f1b interleaved zb-h1; do
       v=1 stage=09_pipeline_interleaved extra=(--set schedule="$sched")
