@@ -22,7 +22,10 @@
 # default 384. GPT_BENCH_LAYERS (default 8) sets the depth: at p = 4 with 2 chunks a rank,
 # 8 layers leave one layer a chunk, and the first and last chunks' embedding and head
 # then weigh a few per cent more than the others, an imbalance the theory (for the mean
-# costs) leaves out; 16 layers halve it. On 2 cores:
+# costs) leaves out; 16 layers halve it. Wider layers help at p = 2 too: every action
+# grows next to the time a run spends outside them (messages, the barrier), which
+# otherwise decides zb-h1's ratio where both bubbles are a few points. On 2 cores:
+#   GPT_BENCH_WIDTH=768 scripts/bench_pipeline.sh 2
 #   GPT_BENCH_CPU_SHARE=0.5 GPT_BENCH_WIDTH=768 GPT_BENCH_LAYERS=16 scripts/bench_pipeline.sh 4
 #
 # Repeats: each configuration runs GPT_BENCH_REPEATS times (default 3) for 11 steps (10
