@@ -2,7 +2,7 @@
 # Stage 06's memory and communication per rank against the README's formulas, for a set
 # of layouts: one step each, the tables stage 06 prints, and the verdict of
 # scripts/check_tp_budget.py (parameters, gradients, optimizer state and every
-# collective exact; activations within 5 %).
+# collective exact, activations too).
 #
 #   scripts/bench_stage06.sh [--config FILE] [--set key=value ...]
 #

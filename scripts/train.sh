@@ -20,8 +20,22 @@ set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+# The keys every stage's trainer knows: the first column of docs/config.md's table,
+# which a test keeps equal to the trainer's own (tests/config).
+known_keys=" $(sed -n 's/^| `\([a-z0-9_]*\)` |.*/\1/p' "$GPT_ROOT/docs/config.md" | tr '\n' ' ')"
+[[ "$known_keys" != " " ]] || die "docs/config.md has no key table"
+# check_setting ARG SETTING: SETTING must be key=value with a known key.
+check_setting() {
+  [[ "$2" == *=* ]] || bad_input "argument '$1': the trainer takes --set key=value (see --help)"
+  local key="${2%%=*}"
+  [[ "$known_keys" == *" $key "* ]] ||
+    bad_input "argument '$1': unknown key '$key' (docs/config.md lists every key)"
+  [[ "$key" != device ]] || device_set=1
+}
+
 config="configs/small.json"
 args=()
+device_set=0
 while (($# > 0)); do
   case "$1" in
     --config)
@@ -39,40 +53,22 @@ while (($# > 0)); do
       ;;
     --set)
       (($# >= 2)) || bad_input "--set needs key=value"
+      check_setting "--set $2" "$2"
       args+=("$1" "$2")
       shift 2
       ;;
     --set=*)  # the trainer's form is --set key=value
+      check_setting "$1" "${1#--set=}"
       args+=(--set "${1#--set=}")
       shift
       ;;
+    -*) bad_input "argument '$1': not a flag of train.sh or the trainer (--config FILE, --set key=value)" ;;
     *)
+      check_setting "$1" "$1"
       args+=("$1")
       shift
       ;;
   esac
-done
-
-# The keys every stage's trainer knows: the first column of docs/config.md's table,
-# which a test keeps equal to the trainer's own (tests/config).
-known_keys=" $(sed -n 's/^| `\([a-z0-9_]*\)` |.*/\1/p' "$GPT_ROOT/docs/config.md" | tr '\n' ' ')"
-[[ "$known_keys" != " " ]] || die "docs/config.md has no key table"
-# check_setting ARG SETTING: SETTING must be key=value with a known key.
-check_setting() {
-  [[ "$2" == *=* ]] || bad_input "argument '$1': the trainer takes --set key=value (see --help)"
-  local key="${2%%=*}"
-  [[ "$known_keys" == *" $key "* ]] ||
-    bad_input "argument '$1': unknown key '$key' (docs/config.md lists every key)"
-}
-device_set=0
-for ((i = 0; i < ${#args[@]}; ++i)); do
-  a="${args[i]}"
-  case "$a" in
-    --set) setting="${args[i + 1]}" && i=$((i + 1)) && check_setting "--set $setting" "$setting" ;;
-    -*) bad_input "argument '$a': not a flag of train.sh or the trainer (--config FILE, --set key=value)" ;;
-    *) setting="$a" && check_setting "$a" "$setting" ;;
-  esac
-  [[ "$setting" == device=* ]] && device_set=1
 done
 
 # A config path is taken relative to the caller's directory, else to the repository

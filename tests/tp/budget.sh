@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stage 06's printed memory and communication against the README's formulas on the tiny
 # model (scripts/check_tp_budget.py: parameters, gradients, optimizer state and every
-# collective exact, activations within 5 %), for tp 2 with and without sequence
+# collective exact, activations too), for tp 2 with and without sequence
 # parallelism, tp 4 at zero 1 with accumulation 4, tp 2 x dp 2 at zero 2 and 3; and the
 # checker's negative controls (one byte, one call off must be rejected). Then the same
 # measured numbers against budget_formula.py, a derivation written apart from the

@@ -53,7 +53,7 @@ import sys
 from collections import namedtuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "zero"))
-from memory_formula import make_buckets, padded_vocab, shard_size  # noqa: E402
+from memory_formula import padded_vocab, zero_memory, zero_terms  # noqa: E402
 
 Shape = namedtuple("Shape", "vocab block_size n_layer n_embd seq_len batch")
 MEM = re.compile(r"^\s+(params|grads|optimizer)\s+(\d+) \|")
@@ -80,17 +80,7 @@ def local_tensors(a, tp, rank, split_row_biases=False):
 def memory(a, tp, dp, zero, bucket_mb, split_row_biases=False):
     """Rank 0's bytes of params, grads and optimizer state (fp32 AdamW: m and v)."""
     sizes = [sum(n for _, n in unit) for unit in local_tensors(a, tp, 0, split_row_biases)]
-    P = sum(sizes)
-    S = shard_size(P, dp, 0) if zero >= 1 else P
-    buckets = make_buckets(sizes, bucket_mb)
-    emb = next(b for b in buckets if 0 in b[1])
-    others = [b[0] for b in buckets if b is not emb]
-    live = emb[0] + min(2, len(others)) * max(others, default=0)
-    E, Bk = sizes[0], sizes[1]
-    gathered = E + 2 * Bk if a.n_layer >= 2 else E + max(Bk, sizes[-1])
-    return {"params": 4 * (S + gathered if zero == 3 else P),
-            "grads": 4 * (P if zero <= 1 else S + live),
-            "optimizer": 8 * S}
+    return zero_memory(zero_terms(sizes, dp, bucket_mb), zero, 8)
 
 
 def collectives(a, tp, dp, zero, sp, micro, regather=True, ln_sum_per_micro=True):

@@ -89,25 +89,35 @@ def make_buckets(sizes, bucket_mb):
     return buckets
 
 
-def expected(stage, precision, dp, vocab, block_size, n_layer, c, bucket_mb):
-    sizes = units(vocab, block_size, n_layer, c)
+def zero_terms(sizes, dp, bucket_mb):
+    """The terms of the table above for units of `sizes` elements (layout order) on dp ranks."""
     P = sum(sizes)
-    S = shard_size(P, dp, 0)
-    opt = 12 if precision == "bf16" else 8
     buckets = make_buckets(sizes, bucket_mb)
     emb_bucket = next(b for b in buckets if 0 in b[1])
     others = [b[0] for b in buckets if b is not emb_bucket]
-    live_buckets = emb_bucket[0] + min(2, len(others)) * max(others, default=0)
     E, B = sizes[0], sizes[1]
-    gathered = E + 2 * B if n_layer >= 2 else E + max(B, sizes[-1])
-    table = {
-        "02": {"params": 4 * P, "grads": 4 * P, "optimizer": opt * P},
-        "03": {"params": 4 * P, "grads": 4 * P, "optimizer": opt * S},
-        "04": {"params": 4 * P, "grads": 4 * (S + live_buckets), "optimizer": opt * S},
-        "05": {"params": 4 * (S + gathered), "grads": 4 * (S + live_buckets), "optimizer": opt * S},
-    }
-    terms = {"P": P, "S": S, "E": E, "B": B, "live buckets": live_buckets, "gathered": gathered,
-             "buckets": [b[0] for b in buckets], "embedding bucket": emb_bucket[0]}
+    n_layer = len(sizes) - 2
+    return {"P": P, "S": shard_size(P, dp, 0), "E": E, "B": B,
+            "live buckets": emb_bucket[0] + min(2, len(others)) * max(others, default=0),
+            "gathered": E + 2 * B if n_layer >= 2 else E + max(B, sizes[-1]),
+            "buckets": [b[0] for b in buckets], "embedding bucket": emb_bucket[0]}
+
+
+def zero_memory(terms, zero, optimizer_bytes):
+    """Rank 0's bytes of params, grads and optimizer state at ZeRO stage `zero` (0: DDP)."""
+    P, S = terms["P"], terms["S"]
+    return {"params": 4 * (S + terms["gathered"] if zero == 3 else P),
+            "grads": 4 * (P if zero <= 1 else S + terms["live buckets"]),
+            "optimizer": optimizer_bytes * (S if zero >= 1 else P)}
+
+
+ZERO_OF_STAGE = {"02": 0, "03": 1, "04": 2, "05": 3}
+
+
+def expected(stage, precision, dp, vocab, block_size, n_layer, c, bucket_mb):
+    terms = zero_terms(units(vocab, block_size, n_layer, c), dp, bucket_mb)
+    opt = 12 if precision == "bf16" else 8
+    table = {s: zero_memory(terms, zero, opt) for s, zero in ZERO_OF_STAGE.items()}
     return table, terms
 
 
