@@ -36,6 +36,10 @@
 # the more of it becomes bubble, so single short runs scatter by a point or two. The
 # last column is zb-h1's mean bubble over 1f1b's at the same (p, m).
 set -euo pipefail
+# The whole script is one block, read before it runs: a sweep takes up to an hour, and bash
+# reads a plain script as it goes, so an edit to this file during a run would otherwise
+# run a mix of the old and the new text.
+{
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$GPT_ROOT"
@@ -111,3 +115,5 @@ print(mean, min(runs), max(runs), theory_mean, mean - theory_mean, ratio)' "${me
     done
   done
 done
+exit
+}
