@@ -7,7 +7,9 @@
 # date and the commit, ready to be committed under docs/benchmarks/.
 #
 #   scripts/gpu_check.sh PART... [-o OUT_DIR]
-#   PART: build | test | sanitize | bench | step | pipeline | all   (all = the six in order)
+#   PART: env | build | test | sanitize | bench | step | pipeline | all   (all = the last six in order)
+#   env: what the machine has (GPU, driver, tools, PyTorch) and where the build's
+#   libraries resolve; cheap, and a good first part on a fresh machine.
 #   pipeline: not the GPU: the pipeline bubble on 4 CPU ranks (scripts/bench_pipeline.sh 4,
 #   one run per configuration, PIPE_REPEATS to change), which needs 4 cores and MPI; the
 #   CPU machines of the course have 2 cores. Carry data/fortunes for it.
@@ -18,9 +20,14 @@
 # build-gpu), so on a machine with a per-command time limit they can run in separate
 # commands. Before going to a machine without the build's header-only dependencies,
 # run scripts/gpu_carry.sh here and carry third_party_local.
+# A build made on another machine with the same nvcc (scripts/gpu_session.sh carries
+# one, to spare the lease the compile) is used where it lies: its absolute paths (the
+# source and build folders, the MPI launcher) are made to exist here by links, and the
+# CUDA libraries it needs are looked up where this machine keeps them.
 # Environment: GPT_COMMIT (the commit, when the tree has no .git), CUDA_ARCHS
 # (default: the GPU's own, e.g. 90a on Hopper), PYTHON (torch with CUDA), STEP_BATCH
-# (micro-batch of the whole-step benchmark, default 32).
+# (micro-batch of the whole-step benchmark, default 32), GPU_TEST_JOBS (tests run at
+# once, default 1), SANITIZE_TIMEOUT (seconds per sanitizer run, default 600).
 set -uo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -33,11 +40,11 @@ while (($#)); do
     -o) out="$2"; shift 2 ;;
     -h | --help) sed -n '2,22s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
     all) parts+=(build test sanitize bench step pipeline); shift ;;
-    build | test | sanitize | bench | step | pipeline) parts+=("$1"); shift ;;
-    *) die "unknown part '$1' (build, test, sanitize, bench, step, pipeline, all)" ;;
+    env | build | test | sanitize | bench | step | pipeline) parts+=("$1"); shift ;;
+    *) die "unknown part '$1' (env, build, test, sanitize, bench, step, pipeline, all)" ;;
   esac
 done
-((${#parts[@]})) || die "name a part: build, test, sanitize, bench, step, pipeline or all"
+((${#parts[@]})) || die "name a part: env, build, test, sanitize, bench, step, pipeline or all"
 mkdir -p "$out"
 build="$(abs_dir "${GPT_BUILD_DIR:-build-gpu}")"
 command -v nvidia-smi > /dev/null || die "no nvidia-smi: this machine has no NVIDIA GPU"
@@ -95,6 +102,56 @@ if compgen -G "third_party_local/debs/*.deb" > /dev/null; then
   use_carried_mpi || warn "could not unpack the carried Open MPI: no MPI (world size 1)"
 fi
 
+# A build made on another machine: the absolute paths in its CTest files name the folder
+# it was configured in and the MPI launcher found there. Links make both exist here.
+adopt_build() {
+  local cache="$build/CMakeCache.txt" home launcher
+  [[ -f "$cache" ]] || return 0
+  home="$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$cache")"
+  if [[ -n "$home" && "$home" != "$GPT_ROOT" && ! -e "$home" ]]; then
+    mkdir -p "$(dirname "$home")" && ln -s "$GPT_ROOT" "$home" &&
+      log "the build was configured in $home: linked it to $GPT_ROOT"
+  fi
+  launcher="$(sed -n 's/^MPIEXEC_EXECUTABLE:FILEPATH=//p' "$cache")"
+  if [[ -n "$launcher" && ! -e "$launcher" && -n "${OPAL_PREFIX:-}" ]]; then
+    mkdir -p "$(dirname "$launcher")" && ln -s "$OPAL_PREFIX/bin/orterun" "$launcher" &&
+      log "the build's MPI launcher $launcher: linked to the carried Open MPI"
+  fi
+}
+
+# Libraries the build's programs need that the loader does not find (an image may keep
+# cuBLAS or NCCL inside a Python package): their folders go first in LD_LIBRARY_PATH.
+find_missing_libraries() {
+  local exe lib found
+  for exe in "$build"/bin/* "$build"/stages/*/train; do
+    [[ -f "$exe" && -x "$exe" ]] || continue
+    while read -r lib; do
+      found="$(find /usr/local /opt /usr/lib -name "$lib" -print -quit 2> /dev/null)"
+      if [[ -z "$found" ]]; then
+        warn "$lib, which $exe needs, is nowhere on this machine"
+        continue
+      fi
+      LD_LIBRARY_PATH="$(dirname "$found")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      export LD_LIBRARY_PATH
+      log "$lib found in $(dirname "$found")"
+    done < <(ldd "$exe" 2> /dev/null | awk '/not found/ {print $1}')
+  done
+}
+
+# What the machine has, and where the build's libraries resolve.
+machine_env() {
+  nvidia-smi
+  command -v nvcc > /dev/null && nvcc --version | tail -1
+  command -v compute-sanitizer > /dev/null && compute-sanitizer --version | tail -1
+  "${PYTHON:-python3}" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)'
+  echo "nproc $(nproc); LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+  local exe
+  for exe in "$build/bin/gpu_gemm" "$build/stages/02_ddp/train"; do
+    [[ -x "$exe" ]] && { echo "$exe:"; ldd "$exe" | grep -E 'cublas|nccl|libmpi|cudart|not found'; }
+  done
+  return 0
+}
+
 build_tree() {
   if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPT_CUDA=ON "${mpi_flags[@]}" \
     -DCMAKE_CUDA_ARCHITECTURES="$archs"; then
@@ -107,12 +164,24 @@ build_tree() {
   cmake --build "$build" -j "$GPT_JOBS"
 }
 
+# memcheck on every kernel test; racecheck (shared-memory races) on the tests of the
+# kernels that share tiles between threads: attention and the GEMMs. A run cut off at
+# SANITIZE_TIMEOUT is reported as such, not as a finding.
+sanitize_one() {
+  local tool="$1" t="$2" limit="${SANITIZE_TIMEOUT:-600}" rc
+  local flags=(--tool "$tool" --error-exitcode 1)
+  [[ "$tool" == memcheck ]] && flags+=(--leak-check full)
+  log "compute-sanitizer $tool: $t"
+  timeout "$limit" compute-sanitizer "${flags[@]}" "$build/bin/$t"
+  rc=$?
+  ((rc == 124)) && warn "$tool $t: cut off after ${limit}s (not a finding)"
+  ((rc == 0 || rc == 124)) || warn "$tool $t: FAILED (exit $rc)"
+  return $rc
+}
 sanitize() {
   local t rc=0
-  for t in gpu_ops gpu_gemm gpu_attention gpu_block_attention; do
-    log "compute-sanitizer memcheck: $t"
-    compute-sanitizer --tool memcheck --leak-check full --error-exitcode 1 "$build/bin/$t" || rc=1
-  done
+  for t in gpu_ops gpu_gemm gpu_attention gpu_block_attention; do sanitize_one memcheck "$t" || rc=1; done
+  for t in gpu_attention gpu_block_attention gpu_gemm; do sanitize_one racecheck "$t" || rc=1; done
   return $rc
 }
 
@@ -126,10 +195,13 @@ pipeline_bench() {
   GPT_BUILD_DIR="$build" GPT_BENCH_REPEATS="${PIPE_REPEATS:-1}" scripts/bench_pipeline.sh 4
 }
 
+adopt_build
+find_missing_libraries
 for part in "${parts[@]}"; do
   case "$part" in
+    env) run_part "machine" "gpu-env-$date.txt" machine_env ;;
     build) run_part build "build-$date.txt" build_tree ;;
-    test) run_part "gpu tests" "gpu-tests-$date.txt" ctest --test-dir "$build" -L gpu --output-on-failure ;;
+    test) run_part "gpu tests" "gpu-tests-$date.txt" ctest --test-dir "$build" -L gpu --output-on-failure -j "${GPU_TEST_JOBS:-1}" ;;
     sanitize) run_part "compute-sanitizer" "gpu-sanitizer-$date.txt" sanitize ;;
     bench) run_part "kernel benchmarks" "gpu-kernels-$date.txt" scripts/bench_kernels.sh "$build" ;;
     step) run_part "whole-step benchmark" "gpu-step-$date.txt" scripts/bench_gpu_step.sh "$build" "${STEP_BATCH:-32}" ;;

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# One short lease of a GPU machine, planned to its minutes: what scripts/gpu_check.sh
+# does, without the compile. The CUDA build is made beforehand on a CPU machine with the
+# same nvcc (13.0 on both here), slimmed to what runs (no object files), and carried with
+# Open MPI's packages. There the correctness parts run side by side (the gpu tests and
+# the sanitizers share the GPU; neither is timed), then the benchmarks alone. Every part
+# has its own time limit, so one that hangs cannot eat the lease; what a part printed
+# before its limit stays in OUT_DIR, one file per part, headed by device, date, commit.
+#
+#   here:   scripts/gpu_session.sh --prepare
+#           (builds build-gpu for sm_90a with MPI, packs what runs into
+#           build-gpu-pack, runs scripts/gpu_carry.sh; carry build-gpu-pack and
+#           third_party_local/debs)
+#   there:  scripts/gpu_session.sh [PART=SECONDS ...] [-o OUT_DIR]
+#           PART: test, sanitize, bench, step (default: all four, with the limits below)
+#
+# Environment: GPT_COMMIT (the commit, when the tree has no .git), and gpu_check.sh's.
+set -uo pipefail
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$GPT_ROOT" || exit 1
+
+if [[ "${1:-}" == --prepare ]]; then
+  set -e
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPT_CUDA=ON -DGPT_MPI=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90a > /dev/null
+  cmake --build build-gpu -j "$GPT_JOBS"
+  # What runs, without what only the compile needs (objects, libraries, CMake's own
+  # files), the programs stripped of their symbols, packed with xz: about 18 MB.
+  rm -rf build-gpu-pack build-gpu-slim && mkdir build-gpu-pack build-gpu-slim
+  tar -C build-gpu -cf - --exclude='*.o' --exclude='*.a' --exclude='.ninja_*' --exclude=CMakeFiles \
+    --exclude=mpi-sessions --exclude=Testing . | tar -C build-gpu-slim -xf -
+  find build-gpu-slim -type f -perm -u+x -exec sh -c 'file "$1" | grep -q ELF && strip "$1"' _ {} \;
+  tar -C build-gpu-slim -cf - . | xz -T "$GPT_JOBS" -6 > build-gpu-pack/build-gpu.tar.xz
+  rm -rf build-gpu-slim
+  scripts/gpu_carry.sh
+  log "carry build-gpu-pack ($(du -sh build-gpu-pack | cut -f1)) and third_party_local/debs ($(du -sh third_party_local/debs | cut -f1))"
+  exit 0
+fi
+
+# The limits, in seconds, of each part (tests and sanitizers run at once).
+declare -A limit=([test]=180 [sanitize]=180 [bench]=110 [step]=150)
+chosen=()
+out="${OUT:-gpu-check-out}"
+while (($#)); do
+  case "$1" in
+    -o) out="$2"; shift 2 ;;
+    test=* | sanitize=* | bench=* | step=*)
+      [[ "${1#*=}" =~ ^[1-9][0-9]*$ ]] || die "'$1': the limit must be a whole number of seconds"
+      limit[${1%%=*}]="${1#*=}"; chosen+=("${1%%=*}"); shift ;;
+    test | sanitize | bench | step) chosen+=("$1"); shift ;;
+    *) die "unknown argument '$1' (PART or PART=SECONDS, PART one of test, sanitize, bench, step; or --prepare)" ;;
+  esac
+done
+((${#chosen[@]})) || chosen=(test sanitize bench step)
+wants() { [[ " ${chosen[*]} " == *" $1 "* ]]; }
+
+if [[ ! -d build-gpu && -f build-gpu-pack/build-gpu.tar.xz ]]; then
+  { mkdir build-gpu && tar -C build-gpu -xJf build-gpu-pack/build-gpu.tar.xz; } || die "could not unpack build-gpu-pack"
+fi
+[[ -x build-gpu/bin/gpu_ops ]] || die "no build in build-gpu (run scripts/gpu_session.sh --prepare here, and carry build-gpu-pack)"
+# The tests' comparison scripts run /usr/bin/python3; an image may have python3 elsewhere.
+[[ -x /usr/bin/python3 ]] || ln -s "$(command -v python3)" /usr/bin/python3
+export GPT_BUILD_DIR=build-gpu GPU_TEST_JOBS="${GPU_TEST_JOBS:-8}"
+check=(scripts/gpu_check.sh -o "$out")
+
+# First, alone: unpacks Open MPI, links the build's paths, finds the libraries, and
+# records the machine.
+"${check[@]}" env
+pids=()
+wants test && { timeout "${limit[test]}" "${check[@]}" test & pids+=($!); }
+# Each sanitizer run gets an even share of the part's limit (7 runs).
+wants sanitize && { SANITIZE_TIMEOUT=$((limit[sanitize] / 7)) timeout "${limit[sanitize]}" "${check[@]}" sanitize & pids+=($!); }
+for pid in "${pids[@]}"; do wait "$pid" || true; done
+wants bench && { timeout "${limit[bench]}" "${check[@]}" bench || warn "bench: failed or cut off"; }
+wants step && { BENCH_STEPS="${BENCH_STEPS:-14}" BENCH_WARMUP="${BENCH_WARMUP:-4}" \
+  timeout "${limit[step]}" "${check[@]}" step || warn "step: failed or cut off"; }
+log "session done; output in $out"
