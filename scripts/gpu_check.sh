@@ -27,7 +27,8 @@
 # Environment: GPT_COMMIT (the commit, when the tree has no .git), CUDA_ARCHS
 # (default: the GPU's own, e.g. 90a on Hopper), PYTHON (torch with CUDA), STEP_BATCH
 # (micro-batch of the whole-step benchmark, default 32), GPU_TEST_JOBS (tests run at
-# once, default 1), SANITIZE_TIMEOUT (seconds per sanitizer run, default 600).
+# once, default 1), GPU_TEST_REGEX (only the gpu tests it matches), SANITIZE_TIMEOUT
+# (seconds per sanitizer run, default 600), SANITIZE_RUNS (below).
 set -uo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -165,23 +166,38 @@ build_tree() {
 }
 
 # memcheck on every kernel test; racecheck (shared-memory races) on the tests of the
-# kernels that share tiles between threads: attention and the GEMMs. A run cut off at
-# SANITIZE_TIMEOUT is reported as such, not as a finding.
+# kernels that share tiles between threads: attention and the GEMMs. The runs go side by
+# side (the sanitizers slow the GPU work tens of times; the GPU has room for several),
+# each under SANITIZE_TIMEOUT; a run cut off there is reported as such, not as a finding.
+# SANITIZE_RUNS overrides the list: TOOL:TEST[:CATCH_SPEC] entries, e.g.
+# racecheck:gpu_attention:*v5* (a Catch2 test spec without spaces: a subset of the cases).
+sanitize_runs_default="memcheck:gpu_ops memcheck:gpu_gemm memcheck:gpu_attention memcheck:gpu_block_attention
+  racecheck:gpu_attention racecheck:gpu_block_attention racecheck:gpu_gemm"
 sanitize_one() {
-  local tool="$1" t="$2" limit="${SANITIZE_TIMEOUT:-600}" rc
+  local tool="$1" t="$2" spec="$3" limit="${SANITIZE_TIMEOUT:-600}" rc
   local flags=(--tool "$tool" --error-exitcode 1)
   [[ "$tool" == memcheck ]] && flags+=(--leak-check full)
-  log "compute-sanitizer $tool: $t"
-  timeout "$limit" compute-sanitizer "${flags[@]}" "$build/bin/$t"
+  echo "==> compute-sanitizer $tool: $t ${spec:+(cases $spec)}"
+  timeout "$limit" compute-sanitizer "${flags[@]}" "$build/bin/$t" ${spec:+"$spec"}
   rc=$?
-  ((rc == 124)) && warn "$tool $t: cut off after ${limit}s (not a finding)"
-  ((rc == 0 || rc == 124)) || warn "$tool $t: FAILED (exit $rc)"
+  ((rc == 124)) && echo "warning: $tool $t: cut off after ${limit}s (not a finding)"
+  ((rc == 0 || rc == 124)) || echo "warning: $tool $t: FAILED (exit $rc)"
   return $rc
 }
 sanitize() {
-  local t rc=0
-  for t in gpu_ops gpu_gemm gpu_attention gpu_block_attention; do sanitize_one memcheck "$t" || rc=1; done
-  for t in gpu_attention gpu_block_attention gpu_gemm; do sanitize_one racecheck "$t" || rc=1; done
+  local work entry tool t spec i=0 rc=0 pids=()
+  work="$(mktemp -d "${TMPDIR:-/tmp}/gpt-sanitize.XXXXXX")"
+  for entry in ${SANITIZE_RUNS:-$sanitize_runs_default}; do
+    IFS=: read -r tool t spec <<< "$entry"
+    sanitize_one "$tool" "$t" "$spec" > "$work/$i.txt" 2>&1 &
+    pids+=($!)
+    i=$((i + 1))
+  done
+  for ((i = 0; i < ${#pids[@]}; ++i)); do
+    wait "${pids[$i]}" || rc=1
+    cat "$work/$i.txt"
+  done
+  rm -rf "$work"
   return $rc
 }
 
@@ -201,7 +217,7 @@ for part in "${parts[@]}"; do
   case "$part" in
     env) run_part "machine" "gpu-env-$date.txt" machine_env ;;
     build) run_part build "build-$date.txt" build_tree ;;
-    test) run_part "gpu tests" "gpu-tests-$date.txt" ctest --test-dir "$build" -L gpu --output-on-failure -j "${GPU_TEST_JOBS:-1}" ;;
+    test) run_part "gpu tests" "gpu-tests-$date.txt" ctest --test-dir "$build" -L gpu --output-on-failure -j "${GPU_TEST_JOBS:-1}" ${GPU_TEST_REGEX:+-R "$GPU_TEST_REGEX"} ;;
     sanitize) run_part "compute-sanitizer" "gpu-sanitizer-$date.txt" sanitize ;;
     bench) run_part "kernel benchmarks" "gpu-kernels-$date.txt" scripts/bench_kernels.sh "$build" ;;
     step) run_part "whole-step benchmark" "gpu-step-$date.txt" scripts/bench_gpu_step.sh "$build" "${STEP_BATCH:-32}" ;;

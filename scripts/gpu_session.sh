@@ -14,7 +14,8 @@
 #   there:  scripts/gpu_session.sh [PART=SECONDS ...] [-o OUT_DIR]
 #           PART: test, sanitize, bench, step (default: all four, with the limits below)
 #
-# Environment: GPT_COMMIT (the commit, when the tree has no .git), and gpu_check.sh's.
+# Environment: GPT_COMMIT (the commit, when the tree has no .git), and gpu_check.sh's
+# (GPU_TEST_REGEX, SANITIZE_RUNS: a subset of the tests or of the sanitizer runs).
 set -uo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -69,9 +70,18 @@ check=(scripts/gpu_check.sh -o "$out")
 "${check[@]}" env
 pids=()
 wants test && { timeout "${limit[test]}" "${check[@]}" test & pids+=($!); }
-# Each sanitizer run gets an even share of the part's limit (7 runs).
-wants sanitize && { SANITIZE_TIMEOUT=$((limit[sanitize] / 7)) timeout "${limit[sanitize]}" "${check[@]}" sanitize & pids+=($!); }
+# The sanitizer runs go side by side, each under the part's limit.
+wants sanitize && { SANITIZE_TIMEOUT=$((limit[sanitize] - 5)) timeout "${limit[sanitize]}" "${check[@]}" sanitize & pids+=($!); }
 for pid in "${pids[@]}"; do wait "$pid" || true; done
+# The run folders of the stage tests that failed (checkpoints and logs, to study offline).
+failed_dirs=()
+while IFS=: read -r _ name; do
+  [[ "$name" == gpu_stage* && -d "build-gpu/tests/gpu/${name#gpu_}" ]] && failed_dirs+=("${name#gpu_}")
+done < <(cat build-gpu/Testing/Temporary/LastTestsFailed*.log 2> /dev/null)
+if ((${#failed_dirs[@]})); then
+  tar -C build-gpu/tests/gpu -cJf "$out/failed-stage-runs.tar.xz" "${failed_dirs[@]}" &&
+    log "the failed stage tests' runs: $out/failed-stage-runs.tar.xz (${failed_dirs[*]})"
+fi
 wants bench && { timeout "${limit[bench]}" "${check[@]}" bench || warn "bench: failed or cut off"; }
 wants step && { BENCH_STEPS="${BENCH_STEPS:-14}" BENCH_WARMUP="${BENCH_WARMUP:-4}" \
   timeout "${limit[step]}" "${check[@]}" step || warn "step: failed or cut off"; }

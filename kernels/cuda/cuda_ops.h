@@ -157,4 +157,10 @@ void convert(float* dst, const bf16* src, size_t n);  ///< dst[i] = the fp32 val
 void set_gemm(const char* name);
 const char* gemm_in_use(bool bf16);  ///< the version the matmuls run now, e.g. "v5"
 
+/// ---- memory the kernels keep ----------------------------------------------------------
+/// Frees what the ops keep between calls (their scratch buffers, cuBLASLt's handles and
+/// workspaces; kernels/cuda/release.cu); the next call allocates again. For a program
+/// that must return every allocation before it ends (a test under a leak check).
+void release_kernel_memory();
+
 }  // namespace gpt::cuda

@@ -1185,7 +1185,17 @@ TEMPLATE_TEST_CASE("gpu ops reject null pointers and impossible shapes", "[gpu][
                                                  null_if(c.get(), which == 4), null_if(d.get(), which == 5), N, C),
                     invalid_argument);
   }
-  for (int which = 0; which < 8; ++which) {
+  // A null dinp alone is a request (the weight gradients only: the zero-bubble schedule's
+  // split), and so are null dw and db together; all three null, or dw without db, is not.
+  CHECK_NOTHROW(gpt::cuda::layernorm_backward(static_cast<A*>(nullptr), f.get(), g.get(), b.get(), c.get(),
+                                              d.get(), h.get(), k.get(), N, C));
+  CHECK_NOTHROW(gpt::cuda::layernorm_backward(a.get(), static_cast<float*>(nullptr), static_cast<float*>(nullptr),
+                                              b.get(), c.get(), d.get(), h.get(), k.get(), N, C));
+  CHECK_THROWS_AS(gpt::cuda::layernorm_backward(static_cast<A*>(nullptr), static_cast<float*>(nullptr),
+                                                static_cast<float*>(nullptr), b.get(), c.get(), d.get(), h.get(),
+                                                k.get(), N, C),
+                  invalid_argument);
+  for (int which = 1; which < 8; ++which) {
     INFO("null argument " << which);
     CHECK_THROWS_AS(gpt::cuda::layernorm_backward(
                         null_if(a.get(), which == 0), null_if(f.get(), which == 1), null_if(g.get(), which == 2),

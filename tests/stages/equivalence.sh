@@ -66,7 +66,11 @@ run "$REF_BIN" "$REF_SPEC" "$WORK/$(name ref "$REF_SPEC")" "$STEPS"
 cands=()
 for spec in $CAND_SPECS; do d="$WORK/$(name cand "$spec")"; run "$CAND_BIN" "$spec" "$d" "$STEPS"; cands+=("$d"); done
 echo "== AdamW, $STEPS steps, against the float64 run"
-"${COMPARE[@]}" --step "$STEPS" --truth "$WORK/truth" --reference "$WORK/$(name ref "$REF_SPEC")" --candidate "${cands[@]}"
+# A failure here ends the test only after the SGD comparison has run too: which of the
+# two fails tells a wrong gradient (both) from a trajectory AdamW amplifies (AdamW alone).
+failed=()
+"${COMPARE[@]}" --step "$STEPS" --truth "$WORK/truth" --reference "$WORK/$(name ref "$REF_SPEC")" \
+  --candidate "${cands[@]}" || failed+=(AdamW)
 
 # 2. SGD, one step (its moments stay zero: the weights are what it changes).
 SGD=(optimizer=sgd grad_clip=0)
@@ -76,7 +80,11 @@ sgd=()
 for spec in $CAND_SPECS; do d="$WORK/$(name sgd_cand "$spec")"; run "$CAND_BIN" "$spec" "$d" 1 "${SGD[@]}"; sgd+=("$d"); done
 echo "== SGD, one step, against the float64 run"
 "${COMPARE[@]}" --step 1 --kinds param --truth "$WORK/sgd_truth" --reference "$WORK/$(name sgd_ref "$REF_SPEC")" \
-  --candidate "${sgd[@]}"
+  --candidate "${sgd[@]}" || failed+=(SGD)
+if ((${#failed[@]})); then
+  echo "FAIL: the candidates differ from the float64 run beyond the bound (${failed[*]})"
+  exit 1
+fi
 
 # With NEGATIVE_CAND=1, the later stage itself slightly wrong must be rejected: its first
 # layout with the learning rate 1.001x (AdamW), and with 1.01x under SGD, where one step

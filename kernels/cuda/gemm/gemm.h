@@ -99,5 +99,7 @@ void gemm_v5(const GemmArgs<Tin, Tout>& args, cudaStream_t stream);  ///< Tin = 
 /// The cuBLASLt baseline.
 template <class Tin, class Tout>
 void gemm_cublas(const GemmArgs<Tin, Tout>& args, cudaStream_t stream);
+/// Destroys cuBLASLt's handles and frees their workspaces (the next call creates them again).
+void release_cublas();
 
 }  // namespace gpt::cuda

@@ -40,9 +40,15 @@
 // reads the stored C, so for bf16 outputs its GELU sees the pre-activation rounded to
 // bf16 (one more rounding, inside the tests' tolerance).
 //
+// Split K. For a long K cuBLASLt may split the sum across blocks and add the parts in a
+// second pass. Left to itself it may keep those parts in the output type: for bf16
+// outputs, sums rounded to 8 bits before they are added (seen on an H200: errors of
+// several bf16 roundings at K = 65..768). The preference below allows only a single pass
+// or parts kept in the compute type (fp32), so every output is one rounding of an fp32 sum.
+//
 // One cuBLASLt handle and a 32 MiB workspace per device, created on first use and kept
-// for the life of the process (destroying them at exit could race the CUDA runtime's
-// own teardown). The heuristic's choice is cached per problem (shape, strides, types,
+// until release_cublas() (cuda_ops.h's release_kernel_memory; destroying them in a static
+// destructor could race the CUDA runtime's own teardown). The heuristic's choice is cached per problem (shape, strides, types,
 // alignments, epilogue): the heuristic query costs tens of microseconds, comparable to
 // a small GEMM, and would otherwise be in every measurement.
 #include <cublasLt.h>
@@ -82,12 +88,17 @@ struct DeviceContext {
 
 std::mutex g_mutex;  // guards the contexts and the plan cache
 
+std::vector<DeviceContext>& contexts() {
+  static std::vector<DeviceContext> per_device;
+  return per_device;
+}
+
 // The current device's handle and workspace, created on first use.
 DeviceContext device_context(int device) {
-  static std::vector<DeviceContext> contexts;
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (contexts.size() <= size_t(device)) contexts.resize(size_t(device) + 1);
-  DeviceContext& ctx = contexts[size_t(device)];
+  std::vector<DeviceContext>& all = contexts();
+  if (all.size() <= size_t(device)) all.resize(size_t(device) + 1);
+  DeviceContext& ctx = all[size_t(device)];
   if (!ctx.handle) {
     GPT_CUDA_CHECK(cudaMalloc(&ctx.workspace, kWorkspaceBytes));
     GPT_CUBLAS_CHECK(cublasLtCreate(&ctx.handle));
@@ -210,6 +221,8 @@ struct Problem {
   bool choose(cublasLtHandle_t handle, cublasLtMatmulAlgo_t& algo) {
     Preference pref;
     pref.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(kWorkspaceBytes));
+    // No split-K parts in the output type (see the top of the file).
+    pref.set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
     pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(a.B));
     pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(a.A));
     pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(d()));
@@ -301,6 +314,17 @@ void finish_epilogue(const GemmArgs<Tin, Tout>& a, bool add_bias, bool add_gelu,
 }
 
 }  // namespace
+
+void release_cublas() {
+  GPT_CUDA_CHECK(cudaDeviceSynchronize());  // queued products may still use a workspace
+  std::lock_guard<std::mutex> lock(g_mutex);
+  for (DeviceContext& ctx : contexts()) {
+    if (ctx.handle) GPT_CUBLAS_CHECK(cublasLtDestroy(ctx.handle));
+    if (ctx.workspace) GPT_CUDA_CHECK(cudaFree(ctx.workspace));
+    ctx = DeviceContext{};
+  }
+  plan_cache().clear();  // the plans were chosen for those handles
+}
 
 // The arguments were validated by gemm() (gemm.cu).
 template <class Tin, class Tout>
