@@ -26,14 +26,16 @@ if [[ "${1:-}" == --prepare ]]; then
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPT_CUDA=ON -DGPT_MPI=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90a > /dev/null
   cmake --build build-gpu -j "$GPT_JOBS"
-  # What runs, without what only the compile needs (objects, libraries, CMake's own
-  # files), the programs stripped of their symbols, packed with xz: about 18 MB.
+  # What runs: the programs (stripped of their symbols), CTest's files and the cache
+  # (its paths), not what only the compile needs or what tests left here; xz: about 18 MB.
   rm -rf build-gpu-pack build-gpu-slim && mkdir build-gpu-pack build-gpu-slim
-  tar -C build-gpu -cf - --exclude='*.o' --exclude='*.a' --exclude='.ninja_*' --exclude=CMakeFiles \
-    --exclude=mpi-sessions --exclude=Testing . | tar -C build-gpu-slim -xf -
+  (cd build-gpu && find . -name CTestTestfile.cmake; find ./bin -type f; echo ./CMakeCache.txt) |
+    sort -u > build-gpu-pack/files.txt
+  find build-gpu/stages -path '*/train' -type f | sed 's|^build-gpu|.|' >> build-gpu-pack/files.txt
+  tar -C build-gpu -cf - -T build-gpu-pack/files.txt | tar -C build-gpu-slim -xf -
   find build-gpu-slim -type f -perm -u+x -exec sh -c 'file "$1" | grep -q ELF && strip "$1"' _ {} \;
   tar -C build-gpu-slim -cf - . | xz -T "$GPT_JOBS" -6 > build-gpu-pack/build-gpu.tar.xz
-  rm -rf build-gpu-slim
+  rm -rf build-gpu-slim build-gpu-pack/files.txt
   scripts/gpu_carry.sh
   log "carry build-gpu-pack ($(du -sh build-gpu-pack | cut -f1)) and third_party_local/debs ($(du -sh third_party_local/debs | cut -f1))"
   exit 0
