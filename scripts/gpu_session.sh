@@ -75,13 +75,14 @@ wants test && { timeout "${limit[test]}" "${check[@]}" test & pids+=($!); }
 # The sanitizer runs go side by side, each under the part's limit.
 wants sanitize && { SANITIZE_TIMEOUT=$((limit[sanitize] - 5)) timeout "${limit[sanitize]}" "${check[@]}" sanitize & pids+=($!); }
 for pid in "${pids[@]}"; do wait "$pid" || true; done
-# The run folders of the stage tests that failed (checkpoints and logs, to study offline).
+# The run folders of the stage tests that failed: their logs and metrics, to study offline
+# (not the token shards and checkpoints, tens of MB: more than the lease can bring back).
 failed_dirs=()
 while IFS=: read -r _ name; do
   [[ "$name" == gpu_stage* && -d "build-gpu/tests/gpu/${name#gpu_}" ]] && failed_dirs+=("${name#gpu_}")
 done < <(cat build-gpu/Testing/Temporary/LastTestsFailed*.log 2> /dev/null)
 if ((${#failed_dirs[@]})); then
-  tar -C build-gpu/tests/gpu -cJf "$out/failed-stage-runs.tar.xz" "${failed_dirs[@]}" &&
+  tar -C build-gpu/tests/gpu --exclude='*.bin' -cJf "$out/failed-stage-runs.tar.xz" "${failed_dirs[@]}" &&
     log "the failed stage tests' runs: $out/failed-stage-runs.tar.xz (${failed_dirs[*]})"
 fi
 wants bench && { timeout "${limit[bench]}" "${check[@]}" bench || warn "bench: failed or cut off"; }
