@@ -7,7 +7,10 @@
 # date and the commit, ready to be committed under docs/benchmarks/.
 #
 #   scripts/gpu_check.sh PART... [-o OUT_DIR]
-#   PART: env | build | test | sanitize | bench | step | pipeline | all   (all = the last six in order)
+#   PART: env | build | test | sanitize | bench | step | profile | pipeline | all
+#   (all = the last seven in order)
+#   profile: Nsight Compute on the kernels furthest from their targets (GEMM v5, the
+#   attention backward): where their time goes.
 #   env: what the machine has (GPU, driver, tools, PyTorch) and where the build's
 #   libraries resolve; cheap, and a good first part on a fresh machine.
 #   pipeline: not the GPU: the pipeline bubble on 4 CPU ranks (scripts/bench_pipeline.sh 4,
@@ -40,12 +43,12 @@ while (($#)); do
   case "$1" in
     -o) out="$2"; shift 2 ;;
     -h | --help) sed -n '2,22s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-    all) parts+=(build test sanitize bench step pipeline); shift ;;
-    env | build | test | sanitize | bench | step | pipeline) parts+=("$1"); shift ;;
-    *) die "unknown part '$1' (env, build, test, sanitize, bench, step, pipeline, all)" ;;
+    all) parts+=(build test sanitize bench step profile pipeline); shift ;;
+    env | build | test | sanitize | bench | step | profile | pipeline) parts+=("$1"); shift ;;
+    *) die "unknown part '$1' (env, build, test, sanitize, bench, step, profile, pipeline, all)" ;;
   esac
 done
-((${#parts[@]})) || die "name a part: env, build, test, sanitize, bench, step, pipeline or all"
+((${#parts[@]})) || die "name a part: env, build, test, sanitize, bench, step, profile, pipeline or all"
 mkdir -p "$out"
 build="$(abs_dir "${GPT_BUILD_DIR:-build-gpu}")"
 command -v nvidia-smi > /dev/null || die "no nvidia-smi: this machine has no NVIDIA GPU"
@@ -201,6 +204,26 @@ sanitize() {
   return $rc
 }
 
+# Where the time goes inside the kernels furthest from their targets: Nsight Compute on
+# one launch of each (GEMM v5 at 4096^3 and at the training shapes furthest from cuBLAS;
+# the attention v4 backward's two kernels at hs 64, T 2048), the clocks left as they are.
+profile() {
+  command -v ncu > /dev/null || { warn "no ncu on this machine"; return 1; }
+  local ncu=(ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis
+             --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats
+             --section WarpStateStats --section SchedulerStats)
+  local shape rc=0
+  for shape in square4096 qkv.fwd fcproj.dinp attproj.dW; do
+    log "ncu: GEMM v5, $shape"
+    "${ncu[@]}" --kernel-name regex:wgmma_gemm_kernel --launch-count 1 "$build/bin/bench_gemm" \
+      --shapes "$shape" --versions v5 --reps 3 --warmup 0 --no-flush || rc=1
+  done
+  log "ncu: attention v4 backward (dK dV, then dQ), hs 64, T 2048"
+  "${ncu[@]}" --kernel-name regex:'dkdv_kernel|dq_kernel' --launch-count 2 "$build/bin/bench_attention" \
+    --versions 4 --T 2048 --hs 64 --reps 1 --warmup 0 --no-flush || rc=1
+  return $rc
+}
+
 # The pipeline benchmark on CPU ranks: needs the MPI build, 4 cores and the fortunes data.
 pipeline_bench() {
   # The build's own answer: a configure that failed with the carried MPI fell back to none.
@@ -221,6 +244,7 @@ for part in "${parts[@]}"; do
     sanitize) run_part "compute-sanitizer" "gpu-sanitizer-$date.txt" sanitize ;;
     bench) run_part "kernel benchmarks" "gpu-kernels-$date.txt" scripts/bench_kernels.sh "$build" ;;
     step) run_part "whole-step benchmark" "gpu-step-$date.txt" scripts/bench_gpu_step.sh "$build" "${STEP_BATCH:-32}" ;;
+    profile) run_part "Nsight Compute" "gpu-profile-$date.txt" profile ;;
     pipeline) run_part "pipeline bubble, 4 CPU ranks" "cpu-pipeline-bubble-p4-$date.txt" pipeline_bench ;;
   esac
 done
