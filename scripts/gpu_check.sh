@@ -172,10 +172,14 @@ build_tree() {
 # kernels that share tiles between threads: attention and the GEMMs. The runs go side by
 # side (the sanitizers slow the GPU work tens of times; the GPU has room for several),
 # each under SANITIZE_TIMEOUT; a run cut off there is reported as such, not as a finding.
+# Racecheck on the GEMM test is split by its tags into runs that each end within a few
+# minutes (the whole test did not in 165 s on an H200).
 # SANITIZE_RUNS overrides the list: TOOL:TEST[:CATCH_SPEC] entries, e.g.
 # racecheck:gpu_attention:*v5* (a Catch2 test spec without spaces: a subset of the cases).
 sanitize_runs_default="memcheck:gpu_ops memcheck:gpu_gemm memcheck:gpu_attention memcheck:gpu_block_attention
-  racecheck:gpu_attention racecheck:gpu_block_attention racecheck:gpu_gemm"
+  racecheck:gpu_attention racecheck:gpu_block_attention racecheck:gpu_gemm:[ladder_fp32]
+  racecheck:gpu_gemm:[ladder_bf16] racecheck:gpu_gemm:[ladder_bf16_fp32]
+  racecheck:gpu_gemm:[gemm]~[ladder_fp32]~[ladder_bf16]~[ladder_bf16_fp32]"
 sanitize_one() {
   local tool="$1" t="$2" spec="$3" limit="${SANITIZE_TIMEOUT:-600}" rc
   local flags=(--tool "$tool" --error-exitcode 1)

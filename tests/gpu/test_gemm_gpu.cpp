@@ -365,17 +365,21 @@ void test_bias_backward() {
 
 // ---- test cases ---------------------------------------------------------------------------
 
-TEST_CASE("gemm ladder fp32 -> fp32: every version, layout, ragged shape and epilogue", "[gpu][gemm]") {
+TEST_CASE("gemm ladder fp32 -> fp32: every version, layout, ragged shape and epilogue",
+          "[gpu][gemm][ladder_fp32]") {
   test_ladder<float, float>("fp32 -> fp32");
 }
-TEST_CASE("gemm ladder bf16 -> bf16: every version, layout, ragged shape and epilogue", "[gpu][gemm]") {
+TEST_CASE("gemm ladder bf16 -> bf16: every version, layout, ragged shape and epilogue",
+          "[gpu][gemm][ladder_bf16]") {
   test_ladder<nv_bf16, nv_bf16>("bf16 -> bf16");
 }
-TEST_CASE("gemm ladder bf16 -> fp32: every version, layout, ragged shape and epilogue", "[gpu][gemm]") {
+TEST_CASE("gemm ladder bf16 -> fp32: every version, layout, ragged shape and epilogue",
+          "[gpu][gemm][ladder_bf16_fp32]") {
   test_ladder<nv_bf16, float>("bf16 -> fp32");
 }
 
-TEST_CASE("gemm ladder: compact strides, v4/v5 refuse them and the others compute them", "[gpu][gemm]") {
+TEST_CASE("gemm ladder: compact strides, v4/v5 refuse them and the others compute them",
+          "[gpu][gemm][ladder_compact]") {
   std::set<GemmVersion> ran;
   const std::vector<Epilogue> all(std::begin(kEpilogues), std::end(kEpilogues));
   for (int layout = 0; layout < 4; ++layout) {
