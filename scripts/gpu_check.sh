@@ -244,7 +244,8 @@ for part in "${parts[@]}"; do
   case "$part" in
     env) run_part "machine" "gpu-env-$date.txt" machine_env ;;
     build) run_part build "build-$date.txt" build_tree ;;
-    test) run_part "gpu tests" "gpu-tests-$date.txt" ctest --test-dir "$build" -L gpu --output-on-failure -j "${GPU_TEST_JOBS:-1}" ${GPU_TEST_REGEX:+-R "$GPU_TEST_REGEX"} ;;
+    test) run_part "gpu tests" "gpu-tests-$date.txt" ctest --test-dir "$build" -L gpu --output-on-failure \
+            -j "${GPU_TEST_JOBS:-1}" ${GPU_TEST_REGEX:+-R "$GPU_TEST_REGEX"} ;;
     sanitize) run_part "compute-sanitizer" "gpu-sanitizer-$date.txt" sanitize ;;
     bench) run_part "kernel benchmarks" "gpu-kernels-$date.txt" scripts/bench_kernels.sh "$build" ;;
     step) run_part "whole-step benchmark" "gpu-step-$date.txt" scripts/bench_gpu_step.sh "$build" "${STEP_BATCH:-32}" ;;

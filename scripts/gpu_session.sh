@@ -38,7 +38,8 @@ if [[ "${1:-}" == --prepare ]]; then
   tar -C build-gpu-slim -cf - . | xz -T "$GPT_JOBS" -6 > build-gpu-pack/build-gpu.tar.xz
   rm -rf build-gpu-slim build-gpu-pack/files.txt
   scripts/gpu_carry.sh
-  log "carry build-gpu-pack ($(du -sh build-gpu-pack | cut -f1)) and third_party_local/debs ($(du -sh third_party_local/debs | cut -f1))"
+  log "carry build-gpu-pack ($(du -sh build-gpu-pack | cut -f1))" \
+    "and third_party_local/debs ($(du -sh third_party_local/debs | cut -f1))"
   exit 0
 fi
 
@@ -57,7 +58,8 @@ while (($#)); do
       [[ "${1#*=}" =~ ^[1-9][0-9]*$ ]] || die "'$1': the limit must be a whole number of seconds"
       limit[${1%%=*}]="${1#*=}"; chosen+=("${1%%=*}"); shift ;;
     test | sanitize | bench | step | profile) chosen+=("$1"); shift ;;
-    *) die "unknown argument '$1' (PART or PART=SECONDS, PART one of test, sanitize, bench, step, profile; or --prepare)" ;;
+    *) die "unknown argument '$1' (PART or PART=SECONDS, PART one of test, sanitize, bench, step," \
+         "profile; or --prepare)" ;;
   esac
 done
 ((${#chosen[@]})) || chosen=(test sanitize bench step profile)
@@ -66,7 +68,8 @@ wants() { [[ " ${chosen[*]} " == *" $1 "* ]]; }
 if [[ ! -d build-gpu && -f build-gpu-pack/build-gpu.tar.xz ]]; then
   { mkdir build-gpu && tar -C build-gpu -xJf build-gpu-pack/build-gpu.tar.xz; } || die "could not unpack build-gpu-pack"
 fi
-[[ -x build-gpu/bin/gpu_ops ]] || die "no build in build-gpu (run scripts/gpu_session.sh --prepare here, and carry build-gpu-pack)"
+[[ -x build-gpu/bin/gpu_ops ]] ||
+  die "no build in build-gpu (run scripts/gpu_session.sh --prepare here, and carry build-gpu-pack)"
 # The tests' comparison scripts run /usr/bin/python3; an image may have python3 elsewhere.
 [[ -x /usr/bin/python3 ]] || ln -s "$(command -v python3)" /usr/bin/python3
 export GPT_BUILD_DIR=build-gpu GPU_TEST_JOBS="${GPU_TEST_JOBS:-8}"
@@ -78,7 +81,10 @@ check=(scripts/gpu_check.sh -o "$out")
 pids=()
 wants test && { timeout "${limit[test]}" "${check[@]}" test & pids+=($!); }
 # The sanitizer runs go side by side, each under the part's limit.
-wants sanitize && { SANITIZE_TIMEOUT=$((limit[sanitize] - 5)) timeout "${limit[sanitize]}" "${check[@]}" sanitize & pids+=($!); }
+if wants sanitize; then
+  SANITIZE_TIMEOUT=$((limit[sanitize] - 5)) timeout "${limit[sanitize]}" "${check[@]}" sanitize &
+  pids+=($!)
+fi
 for pid in "${pids[@]}"; do wait "$pid" || true; done
 # The run folders of the stage tests that failed: their logs and metrics, to study offline
 # (not the token shards and checkpoints, tens of MB: more than the lease can bring back).

@@ -312,8 +312,8 @@ void test_matmul_ops(const char* gemm_name, int N, int C, int OC, unsigned seed)
         // dinp += dout w: accumulating into bf16, so cuBLAS may round the product first.
         const double t = output_tolerance(dinp[nc(r, c)], dinp_S[nc(r, c)], OC, bf16);
         const double product = dinp[nc(r, c)] - double(dinp0[nc(r, c)]);
-        return cublas_bf16 ? t + cublas_epilogue_rounding(product, dinp0[nc(r, c)], 0.0, true, false, dinp_S[nc(r, c)], OC)
-                           : t;
+        if (!cublas_bf16) return t;
+        return t + cublas_epilogue_rounding(product, dinp0[nc(r, c)], 0.0, true, false, dinp_S[nc(r, c)], OC);
       });
   check_matrix(
       "dw", d_dw.download(), OC, C, C, [&](int r, int c) { return dw[nc(r, c)]; },

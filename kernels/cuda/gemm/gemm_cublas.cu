@@ -47,10 +47,11 @@
 // or parts kept in the compute type (fp32), so every output is one rounding of an fp32 sum.
 //
 // One cuBLASLt handle and a 32 MiB workspace per device, created on first use and kept
-// until release_cublas() (cuda_ops.h's release_kernel_memory; destroying them in a static
-// destructor could race the CUDA runtime's own teardown). The heuristic's choice is cached per problem (shape, strides, types,
-// alignments, epilogue): the heuristic query costs tens of microseconds, comparable to
-// a small GEMM, and would otherwise be in every measurement.
+// until release_cublas() (cuda_ops.h's release_kernel_memory; destroying them in a
+// static destructor could race the CUDA runtime's own teardown). The heuristic's choice
+// is cached per problem (shape, strides, types, alignments, epilogue): the heuristic
+// query costs tens of microseconds, comparable to a small GEMM, and would otherwise be
+// in every measurement.
 #include <cublasLt.h>
 
 #include <algorithm>
