@@ -163,6 +163,34 @@ inline GemmProblem make_gemm_problem(bool trans_a, bool trans_b, int M, int N, i
   return p;
 }
 
+// One element of C = AB (+ C_old) (+ bias) in double: what it must be and, by the
+// bounds above, how far a result may be from it. old_c and bias are 0 where the call
+// does not add them.
+struct ElementRef {
+  double dot = 0, abs_dot = 0;  // sum_k op(A) op(B), and sum_k |op(A) op(B)|
+  double old_c = 0, bias = 0;
+  bool accumulate = false, has_bias = false;
+
+  double want() const { return old_c + dot + bias; }
+  double S() const { return std::fabs(old_c) + abs_dot + std::fabs(bias); }
+  // tol_C, with the cuBLAS term when `cublas` and the output is bf16.
+  double tolerance(int K, bool out_bf16, bool cublas) const {
+    double t = output_tolerance(want(), S(), K, out_bf16);
+    if (cublas && out_bf16) t += cublas_epilogue_rounding(dot, old_c, bias, accumulate, has_bias, S(), K);
+    return t;
+  }
+};
+inline ElementRef element_ref(const GemmProblem& p, int m, int n, bool accumulate, bool has_bias) {
+  ElementRef r;
+  r.dot = p.dot[size_t(m) * p.N + n];
+  r.abs_dot = p.abs_dot[size_t(m) * p.N + n];
+  r.old_c = accumulate ? p.C_old[size_t(m) * p.ldc + n] : 0.0;
+  r.bias = has_bias ? p.bias[size_t(n)] : 0.0;
+  r.accumulate = accumulate;
+  r.has_bias = has_bias;
+  return r;
+}
+
 // The ladder's shapes, in the order (and with the seeds) the GPU test runs them: every
 // combination of these sizes in each of the four layouts, then 256 x 384 x 192.
 inline constexpr int kLadderSizes[] = {1, 7, 65, 129, 200};

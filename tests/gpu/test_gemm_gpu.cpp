@@ -191,18 +191,9 @@ void check_problem(const GemmProblem& p, const std::vector<Epilogue>& epilogues,
       gpt::cuda::gemm(v, args);
       cuda_ok(cudaDeviceSynchronize(), gpt::cuda::gemm_version_name(v));
 
-      const size_t ldc = size_t(p.ldc), N = size_t(p.N);
-      auto want = [&](int m, int n) {
-        return (e.accumulate ? p.C_old[m * ldc + n] : 0.0) + p.dot[m * N + n] + (e.bias ? p.bias[n] : 0.0);
-      };
+      auto want = [&](int m, int n) { return element_ref(p, m, n, e.accumulate, e.bias).want(); };
       auto tol = [&](int m, int n) {
-        const double S = (e.accumulate ? std::fabs(p.C_old[m * ldc + n]) : 0.0) + p.abs_dot[m * N + n] +
-                         (e.bias ? std::fabs(p.bias[n]) : 0.0);
-        double t = output_tolerance(want(m, n), S, p.K, out_bf16);
-        if (v == GemmVersion::Cublas && out_bf16)
-          t += cublas_epilogue_rounding(p.dot[m * N + n], e.accumulate ? p.C_old[m * ldc + n] : 0.0,
-                                        e.bias ? p.bias[n] : 0.0, e.accumulate, e.bias, S, p.K);
-        return t;
+        return element_ref(p, m, n, e.accumulate, e.bias).tolerance(p.K, out_bf16, v == GemmVersion::Cublas);
       };
       check_matrix("C", C.download(), p.M, p.N, p.ldc, want, tol);
       if (e.gelu) {

@@ -57,21 +57,15 @@ float one_step_further(float x, double from) {
   return y;
 }
 
-struct Element {
-  float product;  // fp32 sum of op(A) op(B), k in order
-  double dot, abs_dot;
-  float old_c, bias;
-};
-
-Element element(const GemmProblem& p, int m, int n) {
-  Element e{0.0f, p.dot[size_t(m) * p.N + n], p.abs_dot[size_t(m) * p.N + n], p.C_old[size_t(m) * p.ldc + n],
-            p.bias[size_t(n)]};
+// The fp32 sum of op(A) op(B) for element (m, n), k in order.
+float fp32_product(const GemmProblem& p, int m, int n) {
+  float sum = 0.0f;
   for (int k = 0; k < p.K; ++k) {
     const float a = p.trans_a ? p.A[size_t(k) * p.lda + m] : p.A[size_t(m) * p.lda + k];
     const float b = p.trans_b ? p.B[size_t(n) * p.ldb + k] : p.B[size_t(k) * p.ldb + n];
-    e.product += a * b;
+    sum += a * b;
   }
-  return e;
+  return sum;
 }
 
 struct Epilogue {
@@ -79,19 +73,10 @@ struct Epilogue {
 };
 constexpr Epilogue kAdding[] = {{true, false}, {false, true}, {true, true}};
 
-double want(const Element& e, Epilogue ep) {
-  return e.dot + (ep.accumulate ? e.old_c : 0.0) + (ep.bias ? e.bias : 0.0);
-}
-double tolerance(const Element& e, Epilogue ep, int K, bool cublas_term) {
-  const double S = e.abs_dot + (ep.accumulate ? std::fabs(e.old_c) : 0.0) + (ep.bias ? std::fabs(e.bias) : 0.0);
-  double t = output_tolerance(want(e, ep), S, K, true);
-  if (cublas_term)
-    t += cublas_epilogue_rounding(e.dot, ep.accumulate ? e.old_c : 0.0, ep.bias ? e.bias : 0.0, ep.accumulate,
-                                  ep.bias, S, K);
-  return t;
-}
-float stored(Order order, const Element& e, Epilogue ep) {
-  return epilogue(order, e.product, ep.accumulate ? e.old_c : 0.0f, ep.bias ? e.bias : 0.0f);
+// What the epilogue in `order` stores for the element (its old value and bias are bf16,
+// so exact in fp32).
+float stored(Order order, float product, const ElementRef& ref) {
+  return epilogue(order, product, float(ref.old_c), float(ref.bias));
 }
 
 std::vector<Order> orders_of(Epilogue ep) {
@@ -111,16 +96,17 @@ Ratios sweep_ladder() {
     const GemmProblem p = make_gemm_problem(trans_a, trans_b, M, N, K, true, true, true, seed);
     for (int m = 0; m < M; ++m)
       for (int n = 0; n < N; ++n) {
-        const Element e = element(p, m, n);
+        const float product = fp32_product(p, m, n);
         for (const Epilogue& ep : kAdding) {
-          const double w = want(e, ep), tol = tolerance(e, ep, K, true);
+          const ElementRef ref = element_ref(p, m, n, ep.accumulate, ep.bias);
+          const double w = ref.want(), tol = ref.tolerance(K, true, true);
           auto ratio = [&](float x) { return std::fabs(double(x) - w) / tol; };
           for (Order o : orders_of(ep)) {
-            const float x = stored(o, e, ep);
+            const float x = stored(o, product, ref);
             r.orders = std::max(r.orders, ratio(x));
             r.one_step = std::max(r.one_step, ratio(one_step_further(x, w)));
           }
-          if (ep.bias) r.no_bias = std::max(r.no_bias, ratio(to_bf16(e.product + (ep.accumulate ? e.old_c : 0.0f))));
+          if (ep.bias) r.no_bias = std::max(r.no_bias, ratio(to_bf16(product + float(ref.old_c))));
         }
       }
   });
@@ -175,13 +161,13 @@ TEST_CASE("the values the GPU returned are one of the orders, and need the cuBLA
     });
     REQUIRE(seed != 0);
     const GemmProblem p = make_gemm_problem(s.trans_a, s.trans_b, s.M, s.N, s.K, true, true, true, seed);
-    const Element e = element(p, s.m, s.n);
-    const float x = stored(s.order, e, s.ep);
+    const ElementRef ref = element_ref(p, s.m, s.n, s.ep.accumulate, s.ep.bias);
+    const float x = stored(s.order, fp32_product(p, s.m, s.n), ref);
     INFO("M=" << s.M << " N=" << s.N << " K=" << s.K << " (" << s.m << ", " << s.n << "): reproduced " << x
               << ", the GPU gave " << s.got);
     CHECK(std::fabs(x - s.got) < 1e-5);  // bf16 values this size are 2^-12 or more apart
-    const double err = std::fabs(s.got - want(e, s.ep));
-    CHECK(err > tolerance(e, s.ep, s.K, false));
-    CHECK(err <= tolerance(e, s.ep, s.K, true));
+    const double err = std::fabs(s.got - ref.want());
+    CHECK(err > ref.tolerance(s.K, true, false));
+    CHECK(err <= ref.tolerance(s.K, true, true));
   }
 }
