@@ -9,6 +9,9 @@
 # Model: 4 layers, n_embd 64, 4 heads, block_size 1024, one sequence of 1024 tokens per
 # step, 8 steps (the first is left out of the timing).
 set -euo pipefail
+# One block, read whole before it runs (as bench_pipeline.sh): bash reads a plain script as it
+# goes, so an edit to this file during a run would otherwise run a mix of old and new text.
+{
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$GPT_ROOT"
@@ -46,3 +49,5 @@ def activations(name):
 a1, a4 = activations("cp1"), activations("zigzag")
 print(f"activations per rank: cp=1 {a1} bytes, cp=4 {a4} bytes: {a4 / a1:.3f} of cp=1's (target at most 0.3)")
 PY
+exit
+}

@@ -10,6 +10,9 @@
 # Model: 8 layers, n_embd 256, 8 heads, seq_len 256; 8 micro-batches of 4 sequences a
 # step, 6 steps (the first is left out of the timing). 2 ranks on 2 cores.
 set -euo pipefail
+# One block, read whole before it runs (as bench_pipeline.sh): bash reads a plain script as it
+# goes, so an edit to this file during a run would otherwise run a mix of old and new text.
+{
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$GPT_ROOT"
@@ -85,3 +88,5 @@ for schedule in ("gpipe", "1f1b", "interleaved", "zb-h1"):
     bubbles = ", ".join(f"{mode} {bubble(f'{schedule}-{mode}'):.1f}%" for mode in modes)
     print(f"{'':12s} shares of none on rank 0: {', '.join(shares)}; mean bubble {bubbles}")
 PY
+exit
+}
