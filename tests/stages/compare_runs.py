@@ -159,11 +159,13 @@ def compare_series(args, table, fields):
 
 def compare_tensors(args, table):
     # The flip allowance (above): AdamW runs only, whose truth has moments.
+    # Read once: the adam_m comparison below uses the same array.
     moments = tensor_path(args.truth, args.step, "adam_m")
-    adamw = os.path.exists(moments) and any(tensor(args.truth, args.step, "adam_m"))
+    truth_m = tensor(args.truth, args.step, "adam_m") if os.path.exists(moments) else None
+    adamw = truth_m is not None and any(truth_m)
     max_lr = max(v for step, v in series(args.truth, "lr").items() if step <= args.step)
     for kind in filter(None, args.kinds.split(",")):
-        t = tensor(args.truth, args.step, kind)
+        t = truth_m if kind == "adam_m" and truth_m is not None else tensor(args.truth, args.step, kind)
         r = tensor(args.reference, args.step, kind)
         if len(r) != len(t):
             sys.exit(f"compare_runs: {kind} of the reference has {len(r)} values, the truth {len(t)}")
