@@ -1,7 +1,7 @@
 // ZeRO stage 2: shard the gradients too.
 //
 // ZeRO-1 still materialises the full gradient on every rank (4 P bytes) only to
-// reduce-scatter it after backward. ZeRO-2 reduce-scatters each bucket as soon as
+// reduce-scatter its buckets in place and read 1/N of it. ZeRO-2 reduce-scatters each bucket as soon as
 // backward has finished it and keeps only this rank's part:
 //
 //   backward finishes bucket b  ->  reduce-scatter b over the ranks, chunk r being the

@@ -10,10 +10,12 @@
 //              -> reduce-scatter its gradient bucket (ZeRO-2)
 //   step:      AdamW on the shard; nothing to all-gather afterwards
 //
-// The price is communication: the weights are all-gathered twice per step (forward and
-// backward) instead of once, 1.5x the traffic of DDP. To hide it, the gather of the
-// next unit (l+1 in forward, l-1 in backward) is started on a second thread, on a
-// duplicate of the dp communicator, while the current unit computes: a prefetch.
+// The price is communication: the blocks are all-gathered twice per micro-step (forward
+// and backward), the embeddings and the final layernorm once (kept below), 1.34x the
+// traffic of DDP for GPT-2 124M (1.5x if every unit were gathered twice). To hide it,
+// the gather of the next unit (l+1 in forward, l-1 in backward) is started on a second
+// thread, on a duplicate of the dp communicator, while the current unit computes: a
+// prefetch.
 // The embeddings are needed at both ends of each pass (the LM head reuses wte), so
 // they stay gathered for the whole forward and the whole backward, and from a forward
 // into the pass after it (its backward, or the next forward after an evaluation) until

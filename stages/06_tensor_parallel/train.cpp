@@ -11,7 +11,7 @@
 //                       the data-parallel store reduces the local gradients over dp (zero=0
 //                       all-reduce, 1 reduce-scatter, 2 and 3 per bucket into shards)
 //                   the global norm (each element counted once across tp x dp), AdamW on this
-//                   rank's range of its local buffer, all-gather over dp unless zero=3
+//                   rank's range of its local buffer, all-gather over dp for zero=1 and 2
 // See tp_hooks.h and vocab_parallel.cpp for the technique and README.md for the lesson.
 #include <omp.h>
 
