@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Checkpoints cross between layouts: a checkpoint of stage 01 (one writer) and one of
 # stage 03 (dp = 2 shards) resume in a later stage on LATER_NP ranks (stage 06 at tp = 2,
-# stage 10 at cp = 2: the key=value arguments), and the later stage's resumes in stage 03;
-# each resumed run continues the uninterrupted run of its own stage.
+# stage 10 at cp = 2: the key=value arguments), and the later stage's resumes in stage 03
+# and in stage 01 (one process reading every shard's tensors whole); each resumed run
+# continues the uninterrupted run of its own stage.
 #
-# Tolerance: two uninterrupted runs of different layouts (stage 03 and the later stage) differ
-# only by rounding, by d = max over steps of |loss_03 - loss_later| / loss_later. A resumed run
-# differs from its stage's uninterrupted run only because its first 3 steps were rounded
-# the other way, so its losses at steps 4-6 must lie within max(4 d, 2 eps32) relative.
-# The final tensors too (parameters and both AdamW moments, which AdamW's update alone
-# would not show scaled together): each kind within max(4 d_kind, 2 eps32) normwise of its
-# stage's uninterrupted run, d_kind the two uninterrupted runs' distance. Every bound is
-# capped at 1e-4, so that a far-off later stage cannot loosen its own check.
+# Tolerance: two uninterrupted runs of different layouts (stage S, the checkpoint's writer,
+# and stage R, which resumes it) differ only by rounding, by d = max over steps of
+# |loss_S - loss_R| / loss_R. A resumed run differs from R's uninterrupted run only because
+# its first 3 steps were rounded S's way, so its losses at steps 4-6 must lie within
+# max(4 d, 2 eps32) relative. The final tensors too (parameters and both AdamW moments,
+# which AdamW's update alone would not show scaled together): each kind within
+# max(4 d_kind, 2 eps32) normwise of R's uninterrupted run, d_kind the two uninterrupted
+# runs' distance. Every bound is capped at 1e-4, so that a far-off later stage cannot
+# loosen its own check.
 # Negative control: the same resume with the learning rate 1.01x must be rejected.
 # Usage: resume_across.sh TRAIN01 TRAIN03 TRAIN_LATER PREPARE WORKDIR ROOT MPIEXEC key=value...
 #   COMMON="key=value ..." in the environment applies to every run (a model shape);
@@ -44,6 +46,7 @@ run "$LATER_NP" "$TRAIN_LATER" "$WORK/ulater" "${LAYOUT[@]}"
 run "$LATER_NP" "$TRAIN_LATER" "$WORK/later_from01" "${LAYOUT[@]}" resume="$(ckpt u01)"
 run "$LATER_NP" "$TRAIN_LATER" "$WORK/later_from03" "${LAYOUT[@]}" resume="$(ckpt u03)"
 run 2 "$TRAIN03" "$WORK/r03_from_later" resume="$(ckpt ulater)"
+run 1 "$TRAIN01" "$WORK/r01_from_later" resume="$(ckpt ulater)"
 lr=$(/usr/bin/python3 -c "import json; print(json.load(open('$ROOT/configs/tiny.json'))['lr'] * 1.01)")
 run "$LATER_NP" "$TRAIN_LATER" "$WORK/neg_lr" "${LAYOUT[@]}" resume="$(ckpt u03)" lr="$lr"
 
@@ -61,12 +64,17 @@ def tensors(run, kind):
 def distance(a, b):
     return np.linalg.norm(a - b) / np.linalg.norm(b)
 u = {s: losses(f"u{s}") for s in ("01", "03", "later")}
-d = max(abs(u["03"][k] - u["later"][k]) / abs(u["later"][k]) for k in range(1, 7))
-tol = min(max(4 * d, 2 * EPS32), CAP)
-tol_kind = {k: min(max(4 * distance(tensors("u03", k), tensors("ulater", k)), 2 * EPS32), CAP) for k in KINDS}
-print(f"uninterrupted stage 03 vs the later stage: d = {d:.3e}; tolerance {tol:.3e} relative (losses), "
-      + ", ".join(f"{k} {t:.3e}" for k, t in tol_kind.items()) + " normwise (final tensors)")
-def check(run, own, expect_ok):
+def tolerances(src, own):
+    """The bounds for a run of stage `own` resumed from stage `src`'s checkpoint."""
+    d = max(abs(u[src][k] - u[own][k]) / abs(u[own][k]) for k in range(1, 7))
+    tol = min(max(4 * d, 2 * EPS32), CAP)
+    tol_kind = {k: min(max(4 * distance(tensors(f"u{src}", k), tensors(f"u{own}", k)), 2 * EPS32), CAP)
+                for k in KINDS}
+    print(f"uninterrupted stage {src} vs stage {own}: d = {d:.3e}; tolerance {tol:.3e} relative (losses), "
+          + ", ".join(f"{k} {t:.3e}" for k, t in tol_kind.items()) + " normwise (final tensors)")
+    return tol, tol_kind
+def check(run, src, own, expect_ok):
+    tol, tol_kind = tolerances(src, own)
     got, want = losses(run), u[own]
     if sorted(got) != [4, 5, 6]:
         return f"{run}: steps {sorted(got)}, expected 4-6"
@@ -77,13 +85,15 @@ def check(run, own, expect_ok):
         e = distance(tensors(run, k), tensors(f"u{own}", k))
         ok = ok and e <= tol_kind[k]
         worst += f", {k} {e:.3e}"
-    print(f"  {run:12s} vs stage {own} uninterrupted: {worst}: {'within' if ok else 'beyond'} tolerance"
+    print(f"  {run:14s} vs stage {own} uninterrupted: {worst}: {'within' if ok else 'beyond'} tolerance"
           f" ({'as it must be' if ok == expect_ok else 'WRONG'})")
     return None if ok == expect_ok else f"{run}: {worst}"
-errors = [e for e in (check("later_from01", "later", True), check("later_from03", "later", True),
-                      check("r03_from_later", "03", True), check("neg_lr", "later", False)) if e]
+errors = [e for e in (check("later_from01", "01", "later", True), check("later_from03", "03", "later", True),
+                      check("r03_from_later", "later", "03", True), check("r01_from_later", "later", "01", True),
+                      check("neg_lr", "03", "later", False)) if e]
 # Control of the tensor bounds alone: moments scaled together (m 2x, v 4x: the same AdamW
 # update, so the losses cannot show it) must be beyond them.
+_, tol_kind = tolerances("03", "later")
 for kind, scale in (("adam_m", 2.0), ("adam_v", 4.0)):
     e = distance(scale * tensors("later_from03", kind), tensors("ulater", kind))
     print(f"  control: later_from03's {kind} x{scale:g}: {e:.3e} {'beyond' if e > tol_kind[kind] else 'WITHIN'} tolerance")
