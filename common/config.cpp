@@ -92,7 +92,7 @@ constexpr Key kKeys[] = {
     {"optimizer", FIELD(optimizer), "adamw, or sgd: p -= lr * g (no moments, no decay; the one-step equivalence check)"},
     {"test_grad_scale", FIELD(test_grad_scale),
      "tests only, stage 01: every gradient times this (a negative control of the equivalence tests); 1 otherwise"},
-    {"seed", FIELD(seed), "seed of parameter initialisation and sampling"},
+    {"seed", FIELD(seed), "seed of parameter initialisation, the training data's order and sampling"},
     // data
     {"train_data", FIELD(train_data), "training token shard, or a glob of shards"},
     {"val_data", FIELD(val_data), "validation token shard, or a glob of shards; may be empty when val_batches is 0"},
@@ -102,10 +102,10 @@ constexpr Key kKeys[] = {
     {"device", FIELD(device), "auto, cpu or cuda (auto: cuda when a GPU is present)"},
     {"precision", FIELD(precision), "fp32, bf16 (bf16 activations, fp32 master weights) or fp64 (stage 01 on the CPU: the ground truth)"},
     {"gemm", FIELD(gemm), "matmuls on the GPU: hand (the fastest hand-written version for the device), cublas (cuBLASLt baseline), or v1..v5 (one version of kernels/cuda/gemm/); ignored on the CPU"},
-    {"threads", FIELD(threads), "OpenMP threads per rank (0: all cores)"},
-    {"run_dir", FIELD(run_dir), "directory for metrics, traces and checkpoints"},
+    {"threads", FIELD(threads), "OpenMP threads per rank (0: OpenMP's default: OMP_NUM_THREADS, else all cores)"},
+    {"run_dir", FIELD(run_dir), "directory for metrics and checkpoints"},
     {"metrics_file", FIELD(metrics_file), "JSON-lines metrics file (empty: metrics.jsonl in run_dir)"},
-    {"trace_file", FIELD(trace_file), "Chrome/Perfetto trace file (empty: no trace)"},
+    {"trace_file", FIELD(trace_file), "Chrome/Perfetto trace: stage 01 writes this file, stages 02+ one per rank, <trace_file>.rank<r>.json (empty: no trace)"},
     {"log_every", FIELD(log_every), "steps between progress lines on the terminal"},
     // distributed
     {"dp", FIELD(dp), "data-parallel ranks (0: the job's ranks / (tp * pp * cp)); stages 02+"},

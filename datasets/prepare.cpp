@@ -26,7 +26,7 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: prepare --out DIR [--val-fraction F] [--tokenizer FILE [--documents]] FILE...\n"
+    "usage: prepare --out DIR [--val-fraction F] [--tokenizer FILE [--documents]] [--force] FILE...\n"
     "\n"
     "Tokenizes text files (byte by byte, vocabulary 256, unless --tokenizer names\n"
     "another), concatenates them in the order given and writes DIR/train.bin and\n"

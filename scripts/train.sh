@@ -10,7 +10,7 @@
 # a GPU and the CUDA kernels are both present, else the CPU. Any other arguments are
 # passed to the trainer unchanged, e.g. `--set steps=50` or `--set device=cpu`.
 # The trainer runs in the repository root: relative paths in --set values (data,
-# run_dir) are relative to it. It prints a progress line per step, the validation
+# run_dir) are relative to it. It prints a progress line every log_every steps, the validation
 # loss and a sample; metrics and checkpoints go to the config's run_dir (run again, a
 # fresh run sets the earlier run's checkpoints aside there; --set resume=latest continues
 # it instead). Arguments the trainer would refuse for their form (a flag it does not
