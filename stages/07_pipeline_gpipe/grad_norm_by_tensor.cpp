@@ -11,9 +11,18 @@ double grad_norm_by_tensor(Communicator& world, const std::vector<LocalZero*>& c
   Span span("grad_norm");
   std::vector<double> per_tensor(n_tensors, 0.0);
   for (const LocalZero* c : chunks) c->add_squares_by_tensor(per_tensor);
-  world.all_reduce(per_tensor.data(), per_tensor.size(), DType::F64);
+  // Gathered, not all-reduced: an all-reduce groups the ranks' terms as its library
+  // chooses, and so may round a tensor held by ranks {0, 1, 2} differently from the same
+  // tensor held by ranks {3, 4, 5}. Here every rank adds them in world-rank order.
+  const size_t ranks = size_t(world.size());
+  std::vector<double> all(ranks * n_tensors);
+  world.all_gather(per_tensor.data(), all.data(), n_tensors, DType::F64);
   double sum = 0;
-  for (double s : per_tensor) sum += s;
+  for (size_t t = 0; t < n_tensors; ++t) {
+    double s_t = 0;
+    for (size_t r = 0; r < ranks; ++r) s_t += all[r * n_tensors + t];
+    sum += s_t;
+  }
   return std::sqrt(sum);
 }
 

@@ -2,9 +2,13 @@
 //
 //   |g|^2 = sum over tensors t (in the model's order) of  s_t,   s_t = sum of g_i^2 over t
 //
-// Each rank computes s_t for the tensors it counts (in double, over the tensor's elements
-// in order), the world all-reduces the per-tensor vector (each entry is one rank's value
-// plus zeros: exact), and every rank adds the entries in the model's order. Summing each
+// Each rank computes its part of s_t for the tensors it counts (in double, over its
+// elements in order), the world all-gathers the per-tensor vectors, and every rank adds,
+// for each tensor, the ranks' parts in world-rank order, then the tensors in the model's
+// order. A tensor's parts come from the ranks of one pipeline stage (its tensor-parallel
+// slices, the data-parallel shards it spans), and for a fixed stage the world ranks are
+// ordered by (dp, cp, tp) alone (common/mesh.h), so the parts are added in the same order
+// whichever stage holds the tensor; adding the other ranks' zeros is exact. Summing each
 // rank's total instead would group the tensors by rank, and schedules that assign layers
 // to ranks differently (GPipe and 1F1B give rank r one range of layers, interleaving
 // several) would round the norm differently, and with it the clipping scale and the bits
