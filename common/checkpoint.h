@@ -64,11 +64,12 @@ class CheckpointMirror {
   /// to_host()). An entry with no array, or both, or an offset past its array's end is an
   /// InternalError.
   explicit CheckpointMirror(std::vector<Entry> entries, int64_t begin = 0);
-  /// Host memory holding `kind` (the array itself on the CPU, its mirror on the GPU).
+  /// Host memory holding `kind` (a float array itself on the CPU; the float mirror of a
+  /// device array or of a double array).
   float* host(const std::string& kind);
   std::vector<CheckpointBuffer> buffers();  ///< every entry, elements [begin, begin+size)
-  void to_host();                           ///< device -> mirror (a no-op on the CPU)
-  void to_device();                         ///< mirror -> device (a no-op on the CPU)
+  void to_host();    ///< arrays -> mirrors (a no-op for float arrays on the CPU; doubles are rounded to float)
+  void to_device();  ///< mirrors -> arrays (a no-op for float arrays on the CPU; doubles are widened)
 
  private:
   std::vector<Entry> entries_;
@@ -106,7 +107,7 @@ std::string save_checkpoint(const std::string& run_dir, const Config& cfg,
 /// bad slice) is thrown on every rank with the same message ("rank R: ..."), so no rank
 /// is left waiting in a collective. run_dir must be on a file system all ranks see,
 /// and the communicator must accept host buffers (it exchanges a few small host
-/// values: the MPI and local backends do).
+/// values): every backend does, NCCL through its MPI communicator.
 std::string save_checkpoint_sharded(Communicator& comm, const std::string& run_dir,
                                     const Config& cfg, const ParamLayout& layout,
                                     const CheckpointState& state,

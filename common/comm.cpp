@@ -7,10 +7,10 @@
 //              toolkit, no libnccl, or no MPI to bootstrap it) or device is not CUDA.
 //   comm=mpi   MPI; an error when the build has no MPI. A process started without
 //              mpirun runs as an MPI singleton (a world of size 1).
-//   comm=auto  NCCL when the device is CUDA, NCCL is built and every rank of a node has
-//              a GPU of its own; else MPI when built and the process was started by a
-//              launcher (mpirun, srun); else the local world of one process, which
-//              needs no MPI start-up at all.
+//   comm=auto  the local world of one process, which needs no MPI start-up at all, when
+//              no launcher (mpirun, srun) started the process or the build has no MPI;
+//              otherwise NCCL when the device is CUDA, NCCL is built and every rank of a
+//              node has a GPU of its own; else MPI.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>

@@ -23,8 +23,10 @@
 ///                   however large the messages (MPI's eager limit does not matter).
 /// ```
 /// Buffers are on the device the communicator was made for: CPU memory for MPI; for
-/// NCCL, GPU memory. The MPI backend also accepts GPU buffers by staging them through
-/// host memory (so several ranks can share one GPU).
+/// NCCL, GPU memory. Every backend accepts host buffers too (NCCL hands them, and its
+/// tagged point-to-point messages, to an MPI communicator of the same ranks), and the MPI
+/// backend accepts GPU buffers by staging them through host memory (so several ranks can
+/// share one GPU).
 ///
 /// Failure: a peer that stops answering is not waited on forever; after `timeout_s`
 /// seconds an operation fails with an error naming the peer it was waiting for.

@@ -66,7 +66,7 @@ int mpi_world_rank();
 // --- comm_nccl.cpp -----------------------------------------------------------------
 #ifdef GPT_HAVE_NCCL
 /// An NCCL communicator over the same ranks as `mpi` (which it keeps for bootstrap,
-/// split, barrier and abort). The CUDA device must already be selected.
+/// split, barrier, abort, tagged point-to-point messages and host buffers). The CUDA device must already be selected.
 std::unique_ptr<Communicator> make_nccl_comm(std::unique_ptr<Communicator> mpi, const CommOptions& options);
 #endif
 

@@ -24,7 +24,8 @@
 // called: it waits for every rank, and a rank that gave up should instead exit so that
 // mpirun sees the failure and ends the others.
 //
-// GPU buffers (device=cuda, several ranks sharing a GPU): MPI here is not CUDA-aware,
+// GPU buffers (device=cuda: several ranks sharing a GPU, or the NCCL backend's tagged
+// point-to-point messages, which it hands to MPI): MPI here is not CUDA-aware,
 // so a buffer in GPU memory is copied into pinned host memory, communicated, and copied
 // back. Callers hand in buffers whose producing kernels have finished.
 #ifdef GPT_HAVE_MPI

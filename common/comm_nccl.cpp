@@ -247,7 +247,7 @@ class NcclComm final : public Communicator {
     }
   }
 
-  std::unique_ptr<Communicator> mpi_;  // same ranks over MPI: bootstrap, split, barrier
+  std::unique_ptr<Communicator> mpi_;  // same ranks over MPI: bootstrap, split, barrier, p2p, host buffers
   Device device_;
   double timeout_s_;
   int world_rank_ = 0;

@@ -133,8 +133,7 @@ void apply_override(Config& cfg, const std::string& key_equals_value);
 /// data-parallel ranks; the first violation is a UserError naming key, value and reason.
 void validate(const Config& cfg, int dp = 1);
 
-/// JSON of every key (what the checkpoint manifest stores) and a Markdown table of
-/// every key with its meaning (docs/config.md is generated from it).
+/// JSON of every key (what the checkpoint manifest stores).
 std::string config_to_json(const Config& cfg);
 /// apply_json_file's work on text already read: `origin` (a file's name, a manifest)
 /// starts every message. Keys are flat and their JSON types must match exactly (an int

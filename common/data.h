@@ -45,7 +45,7 @@ void write_shards(const std::vector<ShardToWrite>& shards);
 /// file (and the offset or value).
 std::vector<uint16_t> read_shard(const std::string& path, int vocab_size);
 
-/// Expands a path that may contain a glob (*, ?) into the sorted list of matching
+/// Expands a path that may contain a glob (*, ?, [...]) into the sorted list of matching
 /// files; no match is a UserError naming the pattern.
 std::vector<std::string> expand_shards(const std::string& pattern);
 

@@ -54,7 +54,8 @@ MeshShape mesh_shape_for(const Config& cfg, int ranks);
 
 /// A UserError naming the first axis (tp, pp, cp, virtual_stages) the config sets
 /// beyond 1 that the stage does not implement, or sequence_parallel without tp, or a
-/// `zero`, a `schedule` or an `activation_checkpointing` the stage does not read.
+/// `zero`, a `schedule`, a `cp_split` or an `activation_checkpointing` the stage does not
+/// read.
 void require_axes(const Config& cfg, const StageSpec& spec);
 
 /// The part of each sequence a rank runs: the whole by default; context parallelism

@@ -110,8 +110,8 @@ struct Unit {
 /// and the units. Built once from a ModelConfig; read-only afterwards.
 class ParamLayout {
  public:
-  /// The whole model, as one process holds it (tp 1, every layer); a UserError when the
-  /// shape is impossible.
+  /// The whole model, as one process holds it (tp 1, every layer); validate() has checked
+  /// the shape.
   explicit ParamLayout(const ModelConfig& m);
   /// The tensors as tensor-parallel rank `tp_rank` of `tp` holds them in its local buffer
   /// (RankLayout::tensor_parallel puts the slices there in this order): the same names,

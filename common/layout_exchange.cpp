@@ -3,10 +3,10 @@
 // local_to_flat, on every rank:
 //   1. cut each counted run at the shard boundaries: pieces (global offset, length, local
 //      offset), grouped by the owner of the shard;
-//   2. all-gather how many pieces and elements each rank sends each owner, so every
-//      receive is posted with its exact size;
-//   3. post every receive and every send (metadata: the pieces' global offsets and
-//      lengths; then the values), wait for all, and place the values.
+//   2. all-gather how many pieces each rank sends each owner, so every receive of
+//      metadata (the pieces' global offsets and lengths) is posted with its exact size;
+//   3. exchange the metadata and wait; size each receive of values from the metadata
+//      received, exchange the values, wait, and place them.
 // flat_to_local runs the same with the roles swapped: a rank sends each owner the pieces
 // it needs, and the owner answers with their values.
 #include "common/layout_exchange.h"

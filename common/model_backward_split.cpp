@@ -1,7 +1,9 @@
 // A block's and the head's backward in two halves; see model_backward_split.h. The ops,
 // their order and their arguments are block_backward's (model_block.cpp) and
-// head_backward's (model_head.cpp), with the weight-gradient
-// pointers null in the input half and the input-gradient pointers null in the weight half.
+// head_backward's (model_head.cpp). The input half runs them all with the weight
+// gradients null, and with them the forward inputs only the weight gradients read; the
+// weight half runs only the ops that produce weight gradients (the four matmuls' and the
+// two layernorms'), with the input gradients null.
 #include "common/model_backward_split.h"
 
 #include "kernels/ops.h"

@@ -28,7 +28,7 @@ namespace gpt {
 /// flags; the others are empty arrays.
 template <class A>
 struct HeadActivations {
-  using G = GradOf<A>;  ///< the type of the statistics and losses: float, or double when A is
+  using G = GradOf<A>;  ///< the type of the statistics and losses: float, or double when A is double
   HeadActivations() = default;
   /// rows of the residual stream, full = hooks.full_rows(rows) rows of logits; vocab
   /// columns; d_logits only when the model trains; the row statistics only when the

@@ -39,7 +39,8 @@ std::vector<GradBucket> make_buckets(const ParamLayout& layout, double bucket_mb
 
 class GradSync : public WeightStore<float> {
  public:
-  // all_reduce(ptr, count) sums a float range over the data-parallel group.
+  // all_reduce(ptr, count): a finished bucket's reduction over the data-parallel group,
+  // an all-reduce here (stage 02) or a reduce-scatter into the shards (stage 03, ZeRO-1).
   using AllReduce = std::function<void(float* data, size_t count)>;
 
   GradSync(const ParamLayout& layout, float* params, float* grads, AllReduce all_reduce,

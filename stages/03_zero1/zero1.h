@@ -13,7 +13,7 @@
 // Reduce-scatter + all-gather move exactly what one ring all-reduce moves (that
 // all-reduce *is* a reduce-scatter followed by an all-gather), so the communication
 // is unchanged while the optimizer memory per rank drops from 12 P (or 8 P in fp32
-// mode) bytes to 12 P / N.
+// mode) bytes to 12 P / N (8 P / N).
 #pragma once
 #include <cstdint>
 
@@ -29,8 +29,8 @@ namespace gpt {
 // The gradient norm over all ranks when each holds the summed gradient of its shard.
 double sharded_grad_norm(Communicator& dp, Device d, const float* shard_grads, int64_t n);
 
-// The optimizer step of ZeRO-1 and ZeRO-2: AdamW on this rank's shard (grads points at
-// the shard's gradient), the result written into params[shard] (bf16-rounded in bf16
+// The optimizer step of ZeRO-1 and ZeRO-2: AdamW on this rank's shard (shard_grads points
+// at the shard's gradient), the result written into params[shard] (bf16-rounded in bf16
 // mode), then all-gathered so every rank has the whole updated model in `params`.
 // Returns nothing; `norm` is the global gradient norm used for clipping.
 void sharded_adamw_step(Communicator& dp, Device d, AdamW<float>& opt, const Shard& shard,

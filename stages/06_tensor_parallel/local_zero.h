@@ -65,8 +65,9 @@ class LocalZero {
   // into per_tensor (global().tensors().size() values): for a norm that does not depend
   // on which rank holds which layers (stage 07's grad_norm_by_tensor.h).
   void add_squares_by_tensor(std::vector<double>& per_tensor) const;
-  // AdamW on the range (clipped by norm), the compute weights updated, gathered over dp
-  // unless zero = 3.
+  // AdamW on the range (clipped by norm), the compute weights updated: gathered over dp
+  // for zero = 1 and 2 (zero = 0 updates the whole local buffer on every dp rank, zero = 3
+  // keeps only the shard).
   void step(double lr, double norm, int step_number);
   // This rank's whole local buffer of compute weights, in host memory (collective over
   // dp with zero = 3).

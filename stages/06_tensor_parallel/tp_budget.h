@@ -18,7 +18,7 @@
 // count for this model: no dropout, flash attention keeps no T x T scores; the
 // layernorm outputs and residuals are the R C terms sequence parallelism divides), plus
 // the embedding, the head and the scratch shared by the layers (README, "Memory").
-// Communication per micro-batch (bytes through the tp communicator, payload sizes as
+// Communication per step, over its micro-batches (bytes through the tp communicator, payload sizes as
 // comm_counter.h defines them): see tp_budget.cpp and the README.
 #pragma once
 #include <cstdint>

@@ -28,7 +28,7 @@
 // its rows only (layernorms) get a partial gradient: sequence_parallel_grads.h sums it.
 //
 // The embedding is a row-parallel product (each rank's vocabulary rows of wte give a
-// partial sum; vocab_parallel.h), and the LM head a column-parallel one (each rank its
+// partial sum; vocab_parallel.cpp), and the LM head a column-parallel one (each rank its
 // vocabulary's logits), so they use the same hooks (Site::Embedding, Site::Head).
 #pragma once
 #include <vector>

@@ -8,7 +8,8 @@
 namespace gpt {
 
 // UserErrors naming the key: n_layer below pp x virtual_stages (every virtual stage runs
-// at least one layer); fewer micro-batches than a schedule can run.
+// at least one layer); fewer micro-batches than a schedule can run, or more than the
+// message tags can name (2 m v - 1 <= kMaxTag).
 // Every ZeRO stage runs: 2 and 3 reduce each micro-batch's gradients as its backward
 // finishes a unit, except the tied wte's, which the first and the last stage first sum
 // once a step (tied_embedding.h); 3 gathers a unit whenever a pass acquires it, in

@@ -1,6 +1,7 @@
 // Ring attention (Liu et al., "Ring Attention with Blockwise Transformers", 2023) over
 // the chunks of context_split.h: causal attention of the whole sequence while no rank
-// holds more than its own and one other rank's keys and values.
+// holds more than its own keys and values and two blocks of others' (the one it computes
+// on and the next, arriving), and in the backward two blocks of their gradients.
 //
 // Rank r holds the queries, keys and values of its chunks. The keys and values travel
 // the cp ranks as a ring: at step s (s = 0 .. cp-1) rank r holds the block of rank

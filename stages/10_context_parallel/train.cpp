@@ -11,7 +11,7 @@
 //                       forward, backward(1/(grad_accum*dp*cp)): the ring passes keys and
 //                       values (and, backward, their gradients) between the cp ranks
 //                       the store reduces the local gradients over dp x cp (zero 0-3)
-//                   the global norm, AdamW on this rank's range, all-gather unless zero=3
+//                   the global norm, AdamW on this rank's range, all-gather for zero=1 and 2
 // See ring_attention.h and context_split.h for the technique and README.md for the lesson.
 #include <omp.h>
 
