@@ -132,7 +132,7 @@ FlashCounts flash_attention_forward(const FlashView<T>& a, T* out, T* lse, int B
                 mx = std::max(mx, s[c]);
               }
               scores += cols;
-              const T e = std::exp(m[size_t(r)] - mx);  // e^{m - m'}: 0 on the row's first tile (exp_t clamps)
+              const T e = std::exp(m[size_t(r)] - mx);  // e^{m - m'}: 0 on the row's first tile (m = -inf)
               for (int c = 0; c < cols; ++c) s[c] = exp_t(s[c] - mx);
               l[size_t(r)] = e * l[size_t(r)] + lane_sum<T>(cols, [=](int c) { return s[c]; });
               T* o = O.data() + size_t(r) * hs;

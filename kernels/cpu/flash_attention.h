@@ -67,8 +67,8 @@ FlashCounts flash_attention_forward(T* out, T* lse, const T* qkv, int B, int T_,
 
 /// Backward of the fused form: ACCUMULATES (+=) dq, dk, dv into dqkv (B,T,3C), like every
 /// backward op of kernels/ops.h. Deterministic: every element of dqkv is summed by one
-/// thread in a fixed order. The counts are those of the dK/dV pass; the dQ pass visits
-/// the same tiles.
+/// thread in a fixed order. One pass, key tiles outside: dK, dV and dQ are accumulated
+/// together, so the counts are those of that pass.
 template <class T>
 FlashCounts flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out,
                                      const T* lse, int B, int T_, int C, int NH, int Br, int Bc);

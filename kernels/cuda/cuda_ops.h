@@ -4,7 +4,8 @@
 /// (bf16 mode: weights' compute copy, activations and activation gradients in bf16).
 /// Parameter gradients, layernorm statistics, losses and the optimizer state are
 /// always fp32; every kernel computes in fp32 and rounds to bf16 (nearest even) only
-/// when it stores.
+/// when it stores (the tensor-core attention kernels also round P and dS to bf16 as the
+/// operands of their next product: kernels/cuda/attention/attention.h).
 ///
 /// Conventions, as kernels/ops.h: forward ops overwrite their outputs; backward ops
 /// ACCUMULATE (+=) into parameter gradients and input gradients. All pointers are

@@ -22,7 +22,8 @@
 ///   hs = C / NH, scale = 1/sqrt(hs), causal: query t sees keys 0..t.
 /// ```
 /// T is the element type of qkv, out and their gradients: float or __nv_bfloat16. All
-/// arithmetic is fp32; bf16 values are rounded (to nearest even) only when stored.
+/// arithmetic is fp32; bf16 values are rounded (to nearest even) only when stored, except
+/// that the tensor-core versions (v4, v5) round P and dS to bf16 as operands (below).
 /// Scratch and statistics buffers are always fp32.
 ///
 /// Conventions (kernels/ops.h): forward overwrites `out`; backward ACCUMULATES into dqkv

@@ -6,7 +6,8 @@
 // Cost: every fused multiply-add (FMA) needs two global loads, one from A and one from
 // B, so the kernel moves 2 * M * N * K values for 2 * M * N * K flops. Caches catch
 // part of that (a warp's 32 threads share one row m and read the same A value), but
-// the arithmetic intensity stays near 1 flop per byte loaded: this version is bound by
+// the arithmetic intensity stays near 1 flop per value loaded (0.25 flop per byte in
+// fp32, 0.5 in bf16): this version is bound by
 // memory bandwidth, tens of times below the device's compute peak. It is the
 // correctness baseline every later rung is compared with, and the smallest complete
 // statement of the product: layouts, tails (any M, N, K; no tile to overhang) and

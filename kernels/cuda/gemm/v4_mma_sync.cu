@@ -2,8 +2,8 @@
 //
 //  * mma.sync (PTX mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32): one warp-wide
 //    instruction multiplies a 16x16 bf16 tile of op(A) by a 16x8 bf16 tile of op(B) and
-//    adds the 16x8 product to fp32 accumulators held in the 32 lanes' registers: 4096
-//    multiply-adds per instruction. The tensor cores deliver about 16x the FMA units'
+//    adds the 16x8 product to fp32 accumulators held in the 32 lanes' registers:
+//    16 x 8 x 16 = 2048 multiply-adds (4096 flops) per instruction. The tensor cores deliver about 16x the FMA units'
 //    fp32 rate (A100: 312 vs 19.5 TFLOP/s), so v3's inner loop of scalar FMAs becomes a
 //    handful of instructions and the bottleneck moves to feeding the operands.
 //  * cp.async (sm_80): global -> shared copies that bypass the registers and run in the
