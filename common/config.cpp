@@ -105,7 +105,7 @@ constexpr Key kKeys[] = {
     {"threads", FIELD(threads), "OpenMP threads per rank (0: OpenMP's default: OMP_NUM_THREADS, else all cores)"},
     {"run_dir", FIELD(run_dir), "directory for metrics and checkpoints"},
     {"metrics_file", FIELD(metrics_file), "JSON-lines metrics file (empty: metrics.jsonl in run_dir)"},
-    {"trace_file", FIELD(trace_file), "Chrome/Perfetto trace: stage 01 writes this file, stages 02+ one per rank, <trace_file>.rank<r>.json (empty: no trace)"},
+    {"trace_file", FIELD(trace_file), "Chrome/Perfetto trace: stage 01 writes this file, stages 02+ one per rank, this path + .rankN.json for world rank N (empty: no trace)"},
     {"log_every", FIELD(log_every), "steps between progress lines on the terminal"},
     // distributed
     {"dp", FIELD(dp), "data-parallel ranks (0: the job's ranks / (tp * pp * cp)); stages 02+"},
