@@ -61,6 +61,19 @@ std::string device_description(Device d) {
   return "cuda";
 }
 
+std::array<unsigned char, 16> device_uuid(Device d) {
+  std::array<unsigned char, 16> uuid{};
+#ifdef GPT_HAVE_CUDA
+  int dev = 0;
+  cudaDeviceProp prop{};
+  if (d == Device::CUDA && cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
+    for (size_t i = 0; i < uuid.size(); ++i) uuid[i] = static_cast<unsigned char>(prop.uuid.bytes[i]);
+#else
+  (void)d;
+#endif
+  return uuid;
+}
+
 std::optional<double> device_peak_flops(Device d, Precision p) {
   if (d == Device::CPU) return std::nullopt;
 #ifdef GPT_HAVE_CUDA

@@ -1,6 +1,7 @@
 /// @file
 /// The device a run computes on, and how `device=auto` picks one.
 #pragma once
+#include <array>
 #include <optional>
 #include <string>
 
@@ -39,5 +40,9 @@ enum class Precision;
 /// cores; fp32 without tensor cores), in FLOP/s, from its datasheet; empty for the CPU
 /// and for GPUs not in the table (then no MFU is reported).
 std::optional<double> device_peak_flops(Device d, Precision p);
+
+/// The current GPU's UUID (unique across machines: ranks sharing a GPU report the same),
+/// all zeros for the CPU or when CUDA cannot say.
+std::array<unsigned char, 16> device_uuid(Device d);
 
 }  // namespace gpt

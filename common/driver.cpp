@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/layout_exchange.h"
+#include "common/mfu.h"
 #include "common/run_lock.h"
 #include "common/sampler.h"
 #include "common/trace.h"
@@ -107,7 +108,18 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
         if (!moved.empty()) std::printf("%s\n", moved.c_str());
       });
       Mesh mesh(*world, shape);
-      Run run{cfg, *world, mesh, device, precision};
+      // These stages compute in fp32 (bf16 emulated in fp32 buffers): their MFU is of the fp32 peak.
+      Run run{cfg,
+              *world,
+              mesh,
+              device,
+              precision,
+              /*part=*/nullptr,
+              world_peak_flops(*world, device, Precision::FP32),
+              training_flops_per_token(ParamLayout(cfg.model).total(), cfg.model, cfg.seq_len)};
+      if (run.lead() && run.peak_flops)
+        std::printf("device peak %.1f TFLOP/s over the job's GPUs (fp32, the arithmetic of these stages): mfu is "
+                    "reported against it\n", *run.peak_flops / 1e12);
       return train(run);
     });
   });

@@ -15,6 +15,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "common/gpt2.h"
 #include "common/mesh.h"
 #include "common/metrics.h"
+#include "common/mfu.h"
 #include "common/precision.h"
 #include "common/rank_layout.h"
 
@@ -79,6 +81,14 @@ struct Run {
   Precision precision;    ///< FP32 or BF16 (stage_main refuses FP64)
   bool lead() const { return world.rank() == 0; }  ///< logs, prunes checkpoints, samples
   const SequencePart* part = nullptr;  ///< context parallelism: the chunks this rank runs
+  /// The summed peak FLOP/s of the job's GPUs for fp32 matmuls (these stages compute in
+  /// fp32, bf16 emulated), each GPU once (common/mfu.h); empty on the CPU.
+  std::optional<double> peak_flops;
+  double flops_per_token = 0;  ///< training FLOPs per token of the whole model (common/mfu.h)
+  /// The model FLOPs utilisation of a step at tokens_per_s; empty without a peak.
+  std::optional<double> mfu(double tokens_per_s) const {
+    return model_flops_utilisation(tokens_per_s, flops_per_token, peak_flops);
+  }
 };
 
 /// The entry point of a multi-rank stage (see the top of this file). Returns the exit

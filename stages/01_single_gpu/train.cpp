@@ -30,6 +30,7 @@
 #include "common/gpt2.h"
 #include "common/memory.h"
 #include "common/metrics.h"
+#include "common/mfu.h"
 #include "common/optimizer.h"
 #include "common/run_lock.h"
 #include "common/sampler.h"
@@ -101,11 +102,8 @@ int train_on(const Config& cfg, Device device, Precision precision) {
               cfg.batch_size, T, B, accum, static_cast<long long>(train_data.num_tokens()),
               static_cast<long long>(val_data.num_tokens()));
   std::printf("memory by kind:\n%s", mem.table().c_str());
-  // Model FLOPs utilisation (PaLM, Chowdhury et al. 2022, appendix B): a training step
-  // does 6 flops per parameter per token (forward 2, backward 4) plus the attention
-  // scores and weighted sums, 12 L C T per token (causal masking not discounted).
-  const double flops_per_token = 6.0 * double(n_params) +
-                                 12.0 * cfg.model.n_layer * cfg.model.n_embd * double(T);
+  // Model FLOPs utilisation: 6 N + 12 L C T flops per token (common/mfu.h).
+  const double flops_per_token = training_flops_per_token(n_params, cfg.model, T);
   const std::optional<double> peak = device_peak_flops(device, precision);
   if (peak) std::printf("device peak %.0f TFLOP/s (%s): mfu is reported against it\n", *peak / 1e12, precision_name(precision));
   if (device == Device::CUDA) {
@@ -153,7 +151,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     StepMetrics m;
     m.step = state.step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = norm, m.ms = ms;
     m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);
-    if (peak) m.mfu = m.tokens_per_s * flops_per_token / *peak;
+    m.mfu = model_flops_utilisation(m.tokens_per_s, flops_per_token, peak);
     log.train_step(m, mem, state.step % cfg.log_every == 0 || state.step == cfg.steps);
     if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(state.step) + " (lower lr?)");
 

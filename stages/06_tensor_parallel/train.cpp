@@ -142,6 +142,7 @@ int train_ranks(Run& run) {
     StepMetrics m;
     m.step = state.step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = norm, m.ms = ms;
     m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);
+    m.mfu = run.mfu(m.tokens_per_s);
     if (lead) log.train_step(m, mem, state.step % cfg.log_every == 0 || state.step == cfg.steps);
     if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(state.step) + " (lower lr?)");
 

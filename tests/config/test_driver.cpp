@@ -1,12 +1,17 @@
 // The shared driver's layout checks (common/driver.h): the mesh from the config keys
 // dp, tp, pp, cp against the job's rank count, and a stage refusing by name an axis it
-// does not implement.
+// does not implement; and the model FLOPs utilisation it reports (common/mfu.h).
 #include <catch2/catch.hpp>
 
+#include <array>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/driver.h"
 #include "common/error.h"
+#include "common/gpt2_layout.h"
+#include "common/mfu.h"
 
 using namespace gpt;
 
@@ -70,4 +75,39 @@ TEST_CASE("driver: a stage refuses by name an axis it does not implement", "[con
   CHECK(error_of([&] { require_axes(recompute, four_d); }).empty());
   recompute.activation_checkpointing = "none";
   CHECK(error_of([&] { require_axes(recompute, zero1); }).empty());
+}
+
+TEST_CASE("mfu: the job's peak counts each GPU once, and no peak is reported without every rank's",
+          "[config][driver][mfu]") {
+  const std::array<unsigned char, 16> gpu_a{1, 2, 3}, gpu_b{9, 8, 7};
+  // Two ranks sharing one GPU share its peak; two GPUs add theirs.
+  CHECK(distinct_peak_sum({{gpu_a, 1e15}, {gpu_a, 1e15}}) == std::optional<double>(1e15));
+  CHECK(distinct_peak_sum({{gpu_a, 1e15}, {gpu_b, 2e15}, {gpu_a, 1e15}}) == std::optional<double>(3e15));
+  // A rank without a peak (the CPU, an unlisted GPU) leaves the job without an MFU.
+  CHECK_FALSE(distinct_peak_sum({{gpu_a, 1e15}, {gpu_b, 0}}).has_value());
+  CHECK_FALSE(distinct_peak_sum({}).has_value());
+  // What world_peak_flops gathers: each rank's bytes, concatenated in rank order.
+  std::vector<unsigned char> gathered;
+  for (const RankPeak& r : {RankPeak{gpu_a, 989e12}, RankPeak{gpu_b, 67e12}, RankPeak{gpu_a, 989e12}}) {
+    const std::vector<unsigned char> bytes = pack_rank_peak(r);
+    gathered.insert(gathered.end(), bytes.begin(), bytes.end());
+  }
+  const std::vector<RankPeak> ranks = unpack_rank_peaks(gathered);
+  REQUIRE(ranks.size() == 3);
+  CHECK((ranks[1].gpu == gpu_b && ranks[1].flops == 67e12));
+  CHECK(distinct_peak_sum(ranks) == std::optional<double>(989e12 + 67e12));
+}
+
+TEST_CASE("mfu: tokens/s x flops per token over the peak, and nothing without a peak", "[config][driver][mfu]") {
+  // GPT-2 124M at T = 1024 (N = 124,475,904 with wte's rows padded to 50304), by hand:
+  // 6 N + 12 L C T = 746,855,424 + 113,246,208 = 860,101,632 flops a token.
+  const ModelConfig gpt2{12, 768, 12, 1024, 50257};
+  CHECK(ParamLayout(gpt2).total() == 124475904);
+  const double flops = training_flops_per_token(ParamLayout(gpt2).total(), gpt2, 1024);
+  CHECK(flops == 860101632.0);
+  CHECK_FALSE(model_flops_utilisation(241889, flops, std::nullopt).has_value());
+  // The H200 step of docs/benchmarks (241,889 tokens/s against 989 TFLOP/s): 21.0 %.
+  const std::optional<double> mfu = model_flops_utilisation(241889, flops, 989e12);
+  REQUIRE(mfu.has_value());
+  CHECK(*mfu == Approx(0.2104).margin(5e-5));
 }
