@@ -5,9 +5,10 @@
 # micro-batch leaves at its deferred weight half), interleaved (counting
 # (micro-batch, chunk) pairs) min(v m, (v - 1) g0 + p - r), g0 the first group's size
 # when the m micro-batches go in max(1, floor(m / p)) groups, largest first. The bound is
-# computed here from (p, r, m, v), not read from the trainer's line. Negative control: GPipe's counts
-# must NOT match 1F1B's bound where the two differ (a counter that printed the bound it
-# was given would pass both).
+# computed here from (p, r, m, v), not read from the trainer's line. Negative control: the
+# counts must NOT match another schedule's bound (GPipe's: v m pairs) wherever the two
+# bounds differ on some rank (a counter that printed the bound it was given would pass
+# both).
 # Usage: in_flight.sh TRAIN SCHEDULE PREPARE WORKDIR ROOT MPIEXEC "P:M[:V] ..." [CONTROL]
 #   SCHEDULE: gpipe or 1f1b, the bound to expect; CONTROL: another schedule's bound that
 #   must be rejected on some rank.
@@ -21,7 +22,7 @@ make_corpus "$WORK" "$PREPARE"
 bound() {  # bound SCHEDULE P R M [V]
   local v=${5:-1}
   case $1 in
-    gpipe) echo "$4" ;;
+    gpipe) echo $((v * $4)) ;;  # every (micro-batch, chunk) pair until the backwards
     1f1b) local b=$(($2 - $3)); echo $((b < $4 ? b : $4)) ;;
     zb-h1) echo $(($2 < $4 ? $2 : $4)) ;;  # min(p, m) on every rank: activations wait for the deferred W
     interleaved)
@@ -55,7 +56,11 @@ for shape in $SHAPES; do
     --set sample_tokens=0 --set val_batches=0 > "$log" 2>&1 || { echo "FAIL: the run p=$p m=$m v=$v"; tail -5 "$log"; exit 1; }
   if check "$SCHEDULE" "$log" "$p" "$m" "$v"; then echo "ok   p=$p m=$m v=$v: every rank holds its $SCHEDULE bound"
   else echo "FAIL p=$p m=$m v=$v"; failures=$((failures + 1)); fi
-  if [ -n "$CONTROL" ] && [ "$(bound "$CONTROL" "$p" 0 "$m" "$v")" != "$(bound "$SCHEDULE" "$p" 0 "$m" "$v")" ]; then
+  differs=0  # the control can only be told apart where its bound differs on some rank
+  for ((r = 0; r < p; ++r)); do
+    [ "$(bound "${CONTROL:-$SCHEDULE}" "$p" "$r" "$m" "$v")" != "$(bound "$SCHEDULE" "$p" "$r" "$m" "$v")" ] && differs=1
+  done
+  if [ -n "$CONTROL" ] && ((differs)); then
     if check "$CONTROL" "$log" "$p" "$m" "$v" > /dev/null; then
       echo "FAIL negative control p=$p m=$m: the counts also match $CONTROL's bound"; failures=$((failures + 1))
     else echo "ok   negative control p=$p m=$m: $CONTROL's bound rejected"; fi

@@ -4,12 +4,22 @@
 # kernel's bound: the quota of each 10 ms period, plus at most one period's quota at the
 # start, so 0.25 + 2.5 ms / 1 s; 0.02 is left for the clocks' reading) and is throttled;
 # the control, the same loop capped at a whole core, uses more than that bound. Bad
-# shares exit 2. Skipped where no cgroup cpu controller can be written (not root).
+# shares exit 2. Skipped where no cgroup cpu controller can be written (not root): only
+# that refusal skips; any other failure of the script fails the test.
 # Usage: cpu_share.sh ROOT PYTHON
 set -euo pipefail
 ROOT=$1 PY=$2
 SHARE="$ROOT/scripts/cpu_share.sh"
-"$SHARE" 0.5 true 2> /dev/null || { echo "skipped: $("$SHARE" 0.5 true 2>&1)"; exit 77; }
+status=0
+probe=$("$SHARE" 0.5 true 2>&1) || status=$?
+if ((status != 0)); then
+  if ((status == 2)) && grep -qE "no writable cgroup cpu controller|cannot create .*not root" <<< "$probe"; then
+    echo "skipped: $probe"
+    exit 77
+  fi
+  echo "FAIL: cpu_share.sh 0.5 true exited $status: $probe"
+  exit 1
+fi
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 

@@ -84,7 +84,11 @@ echo "== negative control: lr 0.1% higher must be rejected"
   --reference "$WORK/A1_05_noval" --candidate "$WORK/N_05_val_lr_plus_0.1pct" > "$WORK/negative_control.txt" \
   || { echo "FAIL: a run with lr 0.1% higher passed the comparison"; cat "$WORK/negative_control.txt"; status=1; }
 tail -1 "$WORK/negative_control.txt"
-if [ "$(val_losses "$WORK/N_05_val_lr_plus_0.1pct")" = "$(val_losses "$WORK/V_04_val")" ]; then
+# Read first, so that a failed read fails the test instead of counting as "different".
+neg_val=$(val_losses "$WORK/N_05_val_lr_plus_0.1pct")
+ref_val=$(val_losses "$WORK/V_04_val")
+[ -n "$neg_val" ] && [ -n "$ref_val" ] || { echo "FAIL: a run logged no validation losses"; exit 1; }
+if [ "$neg_val" = "$ref_val" ]; then
   echo "FAIL: the validation losses of a run with lr 0.1% higher equal stage 04's"; status=1
 else
   echo "validation losses of the lr 0.1% run differ from stage 04's, as they must"
