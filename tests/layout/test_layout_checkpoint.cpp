@@ -88,21 +88,30 @@ int main(int argc, char** argv) {
       world->barrier();
     }
 
-    // Negative control: every rank pretends to be rank 0 of a tp=2 mesh on an odd rank
-    // count (or, on one rank, holds only tensor-parallel rank 0's half): elements are
-    // missing (or doubled), and local_to_flat refuses.
-    if (n != 2) {
-      const RankLayout half = RankLayout::tensor_parallel(global, 2, 0);
-      std::vector<float> local(size_t(half.total())), shard(size_t(flat_shard(global.total(), n, me).size()));
+    // Negative controls, each a layout set local_to_flat must refuse:
+    //  - every rank pretends to be rank 0 of a tp=2 mesh: elements missing (and, on two or
+    //    more ranks, tensor-parallel rank 0's counted twice);
+    //  - on two or more ranks, every rank counts elements from the start of the model, as
+    //    many in all as the model has: the total is right, but the first ones arrive
+    //    several times and the last ones never, so the shards' counts are wrong (a check of
+    //    the total alone would pass it).
+    const auto expect_refused = [&](const RankLayout& layout, const std::string& what) {
+      std::vector<float> local(size_t(layout.total())), shard(size_t(flat_shard(global.total(), n, me).size()));
       bool refused = false;
       try {
-        local_to_flat(*world, half, local.data(), shard.data());
+        local_to_flat(*world, layout, local.data(), shard.data());
       } catch (const UserError& e) {
         refused = std::string(e.what()).find("misses elements or counts some twice") != std::string::npos;
       }
       double any = refused ? 1 : 0;
       world->all_reduce(&any, 1, DType::F64);
-      expect(any > 0, "a layout set that misses elements is refused", me);
+      expect(any > 0, what + " is refused", me);
+    };
+    expect_refused(RankLayout::tensor_parallel(global, 2, 0), "a layout set that misses elements");
+    if (n > 1) {
+      const int64_t each = global.total() / n, mine = me < n - 1 ? each : global.total() - (n - 1) * each;
+      expect_refused(RankLayout::whole(global).range(0, mine, /*counted=*/true),
+                     "a layout set of the right count that doubles some elements and misses others");
     }
 
     double failures = g_failures;
