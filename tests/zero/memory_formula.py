@@ -47,8 +47,9 @@ The fixed buffers, on top of the shards:
 
 A stage passes when every kind equals its expected bytes exactly. Every run is also
 checked against the other stages' formulas, which must miss in some kind, and against
-its own formula off by one element of the shard and by one bucket (negative controls:
-the comparison must reject both). `buffers` (communication scratch: the ring's piece
+plausible wrong derivations of its own (negative controls: ZeRO-2 and -3 with one live
+bucket buffer instead of two, ZeRO-3 gathering without a prefetch), which the run's
+shape must tell apart from the right formula and its numbers must miss. `buffers` (communication scratch: the ring's piece
 buffer) and activations are printed; every multi-rank stage must hold some buffers.
 Exits 1 with the table when any check fails.
 """
@@ -99,6 +100,7 @@ def zero_terms(sizes, dp, bucket_mb):
     n_layer = len(sizes) - 2
     return {"P": P, "S": shard_size(P, dp, 0), "E": E, "B": B,
             "live buckets": emb_bucket[0] + min(2, len(others)) * max(others, default=0),
+            "largest other bucket": max(others, default=0), "other buckets": len(others),
             "gathered": E + 2 * B if n_layer >= 2 else E + max(B, sizes[-1]),
             "buckets": [b[0] for b in buckets], "embedding bucket": emb_bucket[0]}
 
@@ -166,14 +168,28 @@ def main():
             if all(abs(mem[k] - exp_other[k]) <= TOL * exp_other[k] for k in KINDS):
                 failed = True
                 rows.append((stage, precision, f"fits {other}'s formula", 0, 0, 0.0, "FAIL"))
-        # Negative controls: the own formula off by one shard element, and by one bucket.
-        S, bucket = terms["S"], terms["buckets"][0]
-        wrong_shard = {k: v + (4 if k == "optimizer" else 0) for k, v in table[stage].items()}
-        wrong_bucket = {k: v + (4 * bucket if k == "grads" else 0) for k, v in table[stage].items()}
-        for label, wrong in (("formula + 1 shard element", wrong_shard), ("formula + 1 bucket", wrong_bucket)):
-            if all(mem[k] == wrong[k] for k in KINDS):
+        # Negative controls: plausible wrong derivations of this stage's formula, which the
+        # run's shape must tell apart from the right one (else the check above could not
+        # catch that mistake) and the run's numbers must not fit: one live bucket buffer
+        # instead of two (ZeRO-2, -3: no double buffering), and a ZeRO-3 gather with no
+        # prefetch (the embeddings and one block gathered at a time instead of two).
+        zero = ZERO_OF_STAGE[stage]
+        wrong = []
+        if zero >= 2 and terms["other buckets"] >= 2:
+            one_buffer = dict(terms, **{"live buckets": terms["live buckets"] - terms["largest other bucket"]})
+            wrong.append(("one live bucket buffer", zero_memory(one_buffer, zero, 12 if precision == "bf16" else 8)))
+        if zero == 3:
+            no_prefetch = dict(terms, gathered=terms["E"] + terms["B"])
+            wrong.append(("a gather without prefetch", zero_memory(no_prefetch, zero, 12 if precision == "bf16" else 8)))
+        for label, formula in wrong:
+            if formula == table[stage]:
                 failed = True
-                rows.append((stage, precision, f"accepts {label}", 0, 0, 0.0, "FAIL"))
+                rows.append((stage, precision, f"shape cannot tell {label}", 0, 0, 0.0, "FAIL"))
+            elif all(abs(mem[k] - formula[k]) <= TOL * formula[k] for k in KINDS):
+                failed = True
+                rows.append((stage, precision, f"fits {label}", 0, 0, 0.0, "FAIL"))
+            else:
+                rows.append((stage, precision, f"rejects {label}", 0, 0, 0.0, "ok"))
         rows.append((stage, precision, "activations (info)", 0, mem.get("activations", 0), 0.0, ""))
         buffers = mem.get("buffers", 0)
         if buffers <= 0:
