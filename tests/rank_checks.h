@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "common/comm.h"
+#include "common/error.h"
 
 namespace gpt::test {
 
@@ -28,6 +30,17 @@ struct RankChecks {
     return all == 0 ? 0 : 1;
   }
 };
+
+// The world must have the ranks the test's launcher line asked for (GPT_TEST_RANKS, set by
+// its CMake entry): a launcher that started N worlds of one rank each would otherwise pass
+// every check trivially. Without the variable (a program run by hand) nothing is checked.
+inline void require_world_size(const Communicator& world, const char* program) {
+  const char* expected = std::getenv("GPT_TEST_RANKS");
+  if (expected == nullptr || *expected == 0) return;
+  if (world.size() != std::atoi(expected))
+    fail(std::string(program) + ": GPT_TEST_RANKS=" + expected + ", but the world has " +
+         std::to_string(world.size()) + " rank(s) (backend " + world.backend() + ")");
+}
 
 inline std::string sci(double x) {
   char buf[32];

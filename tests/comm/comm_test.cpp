@@ -37,6 +37,7 @@
 #include "common/device.h"
 #include "common/error.h"
 #include "common/mesh.h"
+#include "tests/rank_checks.h"
 #include "kernels/cpu/bf16.h"
 
 #ifdef GPT_HAVE_CUDA
@@ -628,6 +629,7 @@ int main(int argc, char** argv) {
     if (mode == "--timeout-test" || mode == "--p2p-lost-peer" || mode == "--p2p-wrong-tag") options.timeout_s = 1;
     if (mode == "--kill-test") options.timeout_s = 30;
     std::unique_ptr<Communicator> world = make_world(&argc, &argv, options);
+    gpt::test::require_world_size(*world, "comm_test");
     if (mode == "--timeout-test") return timeout_test(*world);
     if (mode == "--kill-test") return kill_test(*world);
     if (mode == "--p2p-lost-peer" || mode == "--p2p-wrong-tag") return p2p_failure_test(*world, mode == "--p2p-wrong-tag");

@@ -111,6 +111,7 @@ Outcome run(Communicator& cp, int T, bool zigzag, bool corrupt) {
 int main(int argc, char** argv) {
   return run_main("ring_attention_test", [&] {
     std::unique_ptr<Communicator> world = make_world(&argc, &argv, {"auto", Device::CPU, 60.0});
+    test::require_world_size(*world, "ring_attention_test");
     Communicator& cp = *world;
     g_checks.rank = cp.rank();
     const int p = cp.size();

@@ -22,6 +22,7 @@
 #include "common/error.h"
 #include "common/layout_exchange.h"
 #include "tests/layout/layouts.h"
+#include "tests/rank_checks.h"
 
 using namespace gpt;
 
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
     if (argc < 2) fail("usage: test_layout_checkpoint WORKDIR");
     const std::string work = argv[1];
     std::unique_ptr<Communicator> world = make_world(&argc, &argv, {});
+    gpt::test::require_world_size(*world, "test_layout_checkpoint");
     const int n = world->size(), me = world->rank();
     Config cfg;
     cfg.model = gpt::test::layout_test_model();

@@ -337,6 +337,7 @@ void test_gather_whole_model(Communicator& tp) {
 int main(int argc, char** argv) {
   return run_main("tp_pieces_test", [&] {
     std::unique_ptr<Communicator> world = make_world(&argc, &argv, {"auto", Device::CPU, 60.0});
+    test::require_world_size(*world, "tp_pieces_test");
     Communicator& tp = *world;
     g_checks.rank = tp.rank(), g_tp = tp.size();
     const ModelConfig m = test_model(1);
