@@ -420,6 +420,31 @@ def main():
                 floor = F32_FLOOR if mode == "f32" else BF16_FLOOR
                 table.row(name, e_ours, e_base, FACTOR * e_base + floor)
 
+    # Negative controls: ours with an error planted, scored against the same bound as
+    # the row it changes, must be rejected; a control the bound accepts is a failure (the
+    # bound could not see that error). f64: every logit 1e-8 off (ten times the bound,
+    # far below any mutation in the README's table); f32: one small tensor's gradient
+    # 1e-3 off (a per-tensor scale error that AdamW's update would hide); bf16: the same
+    # tensor's gradient 10 % off (a few times the bf16 floor).
+    print("\nnegative controls (each must be rejected by its bound)")
+    small = min(meta["params"], key=lambda t: math.prod(t["shape"]))
+    grad_row = next(i for i, (name, _) in enumerate(qG) if name == f"grad {small['name']}")
+    logits_row = next(i for i, (name, _) in enumerate(qG) if name == "logits")
+    for mode, draws, row, scale in (("f64", None, logits_row, 1e-8), ("f32", B32, grad_row, 1e-3),
+                                    ("bf16", Bbf, grad_row, 0.1)):
+        name, g = qG[row]
+        planted = quantities(ours[mode], init64, meta)[row][1] * (1 + scale)
+        if draws is None:
+            bound = F64_BOUND
+        else:
+            e_base = max(rel_err(quantities(b, init64, meta)[row][1], g) for b in draws)
+            bound = FACTOR * e_base + (F32_FLOOR if mode == "f32" else BF16_FLOOR)
+        err = rel_err(planted, g)
+        rejected = not bool(err <= bound)
+        table.failures += not rejected
+        print(f"  {mode} {name} x (1 + {scale:g}): {err:10.2e} against bound {bound:10.2e}  "
+              f"{'rejected' if rejected else 'ACCEPTED (FAIL)'}")
+
     # Information, not a check: the bf16 emulation rounds at the same points as ours,
     # so the two land on (nearly) the same bf16 values: their distance is a small
     # fraction of their error (0 where every rounding coincides). A store() missing
