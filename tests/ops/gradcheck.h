@@ -27,6 +27,8 @@
 // it matters only where one input feeds many outputs (a layernorm input feeds its
 // whole row of C outputs, so its round-off is ~C times one output's, which the floor
 // 1e-10 * max|fd| does not cover: measured at 85% of that floor at C = 70).
+// Negative control, on every check: the analytic gradient scaled by 1 + 1e-5 (a
+// hundred times the relative term) must fail the same tolerance on some element.
 #pragma once
 #include <catch2/catch.hpp>
 
@@ -116,13 +118,14 @@ void check_gradient(const std::string& name, Vec& x, const Vec& analytic, const 
   // round-off ~eps_double*|L|/h are both ~1e-10 relative with h ~ 1e-6, so we require
   // |analytic - fd| <= 1e-7 * (|fd| + 1e-3 * scale) + noise_j (round-off of the
   // outputs x_j feeds).
-  size_t failures = 0, worst = 0;
+  size_t failures = 0, worst = 0, control_failures = 0;
   double worst_ratio = 0;
   for (size_t j = 0; j < x.size(); ++j) {
     const double tol = 1e-7 * (std::fabs(fd[j]) + 1e-3 * scale) + noise[j];
     const double err = std::fabs(analytic[j] - fd[j]);
     const double ratio = err / tol;
     if (!(err <= tol)) ++failures;  // also counts NaN
+    if (!(std::fabs(analytic[j] * (1 + 1e-5) - fd[j]) <= tol)) ++control_failures;
     if (!(ratio <= worst_ratio)) {
       worst_ratio = ratio;
       worst = j;
@@ -137,6 +140,7 @@ void check_gradient(const std::string& name, Vec& x, const Vec& analytic, const 
   INFO(msg.str());
   CHECK(scale > 0);  // a tensor whose gradient is all zero would check nothing
   CHECK(failures == 0);
+  CHECK(control_failures > 0);  // the gradient 1e-5 off must be seen
 }
 
 inline uint32_t float_bits(float f) {

@@ -352,6 +352,16 @@ TEST_CASE("ops: flash attention in float is as accurate as the reference in floa
       INFO(name << ": float error flash " << err_flash << ", reference " << err_ref
                 << ", floor " << floor << ", ratio " << err_flash / (4 * err_ref + floor));
       CHECK(err_flash <= 4 * err_ref + floor);
+      // Negative control: flash's result 1e-3 off (a scale error far below what a wrong
+      // tile, mask or rescale does) must be outside the bound. (The floor's cancelling
+      // terms are a worst case: where a sum cancels heavily, as dv's at T 64, the bound
+      // sits a few hundred times above the error, near 1e-4 of the result.) A tensor
+      // that is exactly zero (dq and dk at T = 1) has no scale to be off by.
+      if (max_abs(truth.*member) > 0) {
+        Vec off = fl.*member;
+        for (double& x : off) x *= 1 + 1e-3;
+        CHECK_FALSE(max_diff(off, truth.*member) <= 4 * err_ref + floor);
+      }
     }
 
     // The logsumexp, against flash in double (equal to the exact value to 1e-12, previous

@@ -55,6 +55,7 @@ TEST_CASE("ops: gelu forward is the tanh form", "[ops][forward]") {
   x[0] = 0, x[1] = 1e-8, x[2] = -30, x[3] = 30;
   Vec out(x.size());
   ops::gelu_forward(kCPU, out.data(), x.data(), x.size());
+  size_t erf_rejected = 0;  // negative control: the erf form, 0.5 x (1 + erf(x / sqrt 2))
   for (size_t i = 0; i < x.size(); ++i) {
     const LD xi = x[i];
     const LD z = std::sqrt(LD(2) / LD(3.14159265358979323846264338327950288L)) *
@@ -66,7 +67,10 @@ TEST_CASE("ops: gelu forward is the tanh form", "[ops][forward]") {
                             2 * e * double(std::fabs(ref)));
     INFO("x " << x[i] << " gelu " << out[i] << " reference " << double(ref));
     CHECK(std::fabs(LD(out[i]) - ref) <= LD(tol));
+    const LD erf_form = LD(0.5) * xi * (1 + std::erf(xi / std::sqrt(LD(2))));
+    erf_rejected += !(std::fabs(erf_form - ref) <= LD(tol));
   }
+  CHECK(erf_rejected > 0);  // the bound tells the two forms apart
 }
 
 TEST_CASE("ops: layernorm forward is (x - mean) * rstd * w + b with the biased variance",
@@ -91,6 +95,9 @@ TEST_CASE("ops: layernorm forward is (x - mean) * rstd * w + b with the biased v
     for (int c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
     var /= C;  // biased (population) variance, as GPT-2 / PyTorch LayerNorm
     const LD s = 1 / std::sqrt(var + LD(1e-5));
+    // Negative control: the unbiased variance (divided by C - 1) must miss rstd's bound.
+    const LD s_unbiased = 1 / std::sqrt(var * C / (C - 1) + LD(1e-5));
+    CHECK_FALSE(std::fabs(s_unbiased - s) <= LD(2 * (C / 2.0 + 4) * e) * s);
     // mean: summation error <= C e mean|x|; variance: relative (C + 4) e, plus the mean
     // error squared (second order); rstd relative (C/2 + 4) e.
     const double tol_m = 2 * (C + 1) * e * double(mabs);

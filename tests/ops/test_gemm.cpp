@@ -70,17 +70,18 @@ void check_gemm(const GemmCase& g, Rng& rng) {
 
   const long double eps = std::numeric_limits<T>::epsilon();
   const int n = K + (g.accumulate ? 1 : 0);
-  size_t bad_ref = 0, bad_truth = 0, bad_ref_truth = 0, bad_pad = 0;
+  size_t bad_ref = 0, bad_truth = 0, bad_ref_truth = 0, bad_pad = 0, control_rejected = 0;
   double worst = 0;
   std::ostringstream why;
   why.precision(10);
   for (int i = 0; i < M; ++i) {
     for (int j = 0; j < N; ++j) {
-      long double exact = 0, S = 0;
+      long double exact = 0, S = 0, last = 0;
       for (int k = 0; k < K; ++k) {
         const long double p = (long double)a(i, k) * (long double)b(k, j);
         exact += p;
         S += std::fabs(p);
+        last = p;
       }
       if (g.accumulate) {
         exact += C0[size_t(i) * ldc + j];
@@ -94,6 +95,9 @@ void check_gemm(const GemmCase& g, Rng& rng) {
       const bool ok_ref = std::fabs(c - cr) <= tol_ref;
       const bool ok_truth = std::fabs(c - exact) <= tol_truth;
       const bool ok_ref_truth = std::fabs(cr - exact) <= tol_truth;
+      // Negative control: the exact product without its last term (a loop one short)
+      // must be outside the one-result bound somewhere in the matrix.
+      control_rejected += !(std::fabs(last) <= tol_truth);
       bad_ref += !ok_ref;
       bad_truth += !ok_truth;
       bad_ref_truth += !ok_ref_truth;
@@ -116,6 +120,7 @@ void check_gemm(const GemmCase& g, Rng& rng) {
   CHECK(bad_truth == 0);
   CHECK(bad_ref_truth == 0);
   CHECK(bad_pad == 0);
+  CHECK(control_rejected > 0);
 }
 
 template <class T>
@@ -203,17 +208,20 @@ TEST_CASE("ops: matmul float vs double within the dot-product bound", "[ops][gem
                             w_d.data(), N, C, OC);
 
   const double eps = std::numeric_limits<float>::epsilon();
-  // Generic check: got[idx] vs truth[idx] within n * eps * S(idx).
+  // Generic check: got[idx] vs truth[idx] within n * eps * S(idx). Negative control: got
+  // 1e-3 off (a scale error far below any result's size) must be outside it somewhere.
   auto check = [&](const char* what, const auto& got, const std::vector<double>& truth, int n,
                    auto&& S) {
-    size_t bad = 0, worst_i = 0;
+    size_t bad = 0, worst_i = 0, control_rejected = 0;
     double worst = 0;
     for (size_t i = 0; i < truth.size(); ++i) {
       const double tol = n * eps * S(i);
       const double r = std::fabs(double(got[i]) - truth[i]) / tol;
       bad += !(r <= 1);
+      control_rejected += !(std::fabs(double(got[i]) * (1 + 1e-3) - truth[i]) <= tol);
       if (!(r <= worst)) worst = r, worst_i = i;
     }
+    CHECK(control_rejected > 0);
     INFO(what << " N " << N << " C " << C << " OC " << OC << " bias " << with_bias
               << ": worst element " << worst_i << " float " << double(got[worst_i]) << " double "
               << truth[worst_i] << " |diff|/bound " << worst);

@@ -203,7 +203,12 @@ void check_adamw(const AdamWArgs& a, const std::vector<T>& p0, const std::vector
   std::vector<T> p = p0, m = m0, v = v0, copy(n, T(-777));
   ops::adamw_update(kCPU, p.data(), g.data(), m.data(), v.data(), n, a, copy.data(), copy_bf16);
   const double e = std::numeric_limits<T>::epsilon();
-  size_t bad_p = 0, bad_m = 0, bad_v = 0, bad_copy = 0;
+  size_t bad_p = 0, bad_m = 0, bad_v = 0, bad_copy = 0, control_rejected = 0;
+  // Negative control: the reference with the bias correction of the next step (an
+  // off-by-one step count) must miss the parameters' bound somewhere, wherever the
+  // correction still matters (it fades as b^step goes to 0: not at step 1000).
+  AdamWArgs next = a;
+  next.step = a.step + 1;
   std::ostringstream first;
   first.precision(17);
   for (size_t i = 0; i < n; ++i) {
@@ -217,6 +222,7 @@ void check_adamw(const AdamWArgs& a, const std::vector<T>& p0, const std::vector
             << ") m " << double(m[i]) << " (ref " << r.m << ") v " << double(v[i]) << " (ref "
             << r.v << ")";
     bad_p += !okp, bad_m += !okm, bad_v += !okv;
+    control_rejected += !(std::fabs(double(p[i]) - adamw_reference(p0[i], g[i], m0[i], v0[i], next).p) <= bd.p);
     T expect_copy = p[i];
     if constexpr (sizeof(T) == 4)
       if (copy_bf16) expect_copy = bf16_reference(p[i]);
@@ -229,6 +235,7 @@ void check_adamw(const AdamWArgs& a, const std::vector<T>& p0, const std::vector
   CHECK(bad_m == 0);
   CHECK(bad_v == 0);
   CHECK(bad_copy == 0);
+  if (a.step <= 100) CHECK(control_rejected > 0);
 }
 
 // Random state for n elements: gradients over several orders of magnitude, some of
