@@ -36,7 +36,8 @@ for spec in $SPECS; do cands+=("$spec:device=$DEVICE"); done
 export COMMON="n_layer=4 n_embd=128 n_head=2 lr=0.001 precision=$PRECISION ${COMMON:-}"
 [ "$PRECISION" = bf16 ] && export BF16=1
 # The comparison must be able to fail: the first GPU layout with lr 1.001x (AdamW) and one
-# SGD step 1.01x too large are run too, and must be rejected (equivalence.sh).
+# SGD step 1.01x too large (1.1x both in bf16) are run too, and must be rejected
+# (equivalence.sh).
 export NEGATIVE_CAND=${NEGATIVE_CAND:-1}
 exec "$ROOT/tests/stages/equivalence.sh" "$BIN01" "$BIN" "$BIN01" "$PREPARE" "$WORK" "$ROOT" "$MPIEXEC" \
   "1:12:device=cpu" "${cands[*]}"
