@@ -12,7 +12,11 @@
 # losses alone cannot see one: one SGD step (no clipping) compares the update w1 - w0
 # itself. D1 = stage 01 bf16's normwise update error against the fp64 run; tensor
 # parallelism must stay within 3 D1, and the tp run whose gradient is 1.02x (lr 1.02x: one
-# SGD step w0 - 1.02 lr g) must be rejected.
+# SGD step w0 - 1.02 lr g) must be rejected. Each tensor too, since a scale error in one
+# small tensor (a row-parallel bias reduced twice) vanishes in the whole buffer's norm:
+# its update within 8 D1_t of the fp64 run's (D1_t: stage 01 bf16's error on that tensor,
+# 8 as tests/stages/compare_runs.py), and the tp run with one bias's update 1.1x must be
+# rejected (bf16's per-tensor bounds sit at a few per cent).
 # Usage: bf16_tp.sh TRAIN01 TRAIN06 PREPARE WORKDIR ROOT MPIEXEC
 set -euo pipefail
 TRAIN01=$1 TRAIN06=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6
@@ -78,6 +82,30 @@ D1 = update_error("sgd_bf16_01")
 tol1 = max(3 * D1, 2.0**-16)
 print(f"one SGD step: stage 01 bf16's update vs fp64: D1 = {D1:.3e}; tolerance {tol1:.3e} normwise")
 judge(update_error, tol1, (("sgd_bf16_tp2", True), ("sgd_bf16_tp2_sp", True), ("sgd_neg", False)))
+# Per tensor, from the manifest's table.
+manifest = json.load(open(f"{work}/sgd_fp64/step_00000001/manifest.json"))
+pieces = [(t["name"].split("/", 1)[1], t["offset"] // 4, t["offset"] // 4 + int(np.prod(t["shape"])))
+          for t in manifest["tensors"] if t["kind"] == "param"]
+def tensor_errors(update):
+    return {name: np.linalg.norm(update[b:e] - truth[b:e]) / max(np.linalg.norm(truth[b:e]), 1e-300)
+            for name, b, e in pieces}
+D1_t = tensor_errors(weights("sgd_bf16_01", 1) - w0)
+def worst_tensor(update):
+    """The tensor furthest from its bound, as (error / bound, name)."""
+    errs = tensor_errors(update)
+    return max((errs[n] / max(8 * D1_t[n], 2.0**-16), n) for n in errs)
+planted = weights("sgd_bf16_tp2", 1) - w0
+name, b, e = next(p for p in pieces if p[0] == "h.0.attn.c_proj.bias")
+planted[b:e] *= 1.1
+for label, update, must_pass in (("sgd_bf16_tp2", weights("sgd_bf16_tp2", 1) - w0, True),
+                                 ("sgd_bf16_tp2_sp", weights("sgd_bf16_tp2_sp", 1) - w0, True),
+                                 ("planted: h.0.attn.c_proj.bias 1.1x", planted, False)):
+    ratio, worst = worst_tensor(update)
+    ok = ratio <= 1
+    print(f"  per tensor, {label}: worst {worst} at {ratio:.2f} of its bound "
+          f"({'within' if ok else 'beyond'}, {'as it must be' if ok == must_pass else 'WRONG'})")
+    if ok != must_pass:
+        bad.append(label)
 if bad:
     sys.exit("FAIL: " + ", ".join(bad))
 PY
