@@ -98,7 +98,12 @@ int train_ranks(Run& run) {
   ContextSplit split(cp.size(), cp.rank(), cfg.cp_split == "zigzag", T);
   split.group = &cp;
   const int Tl = split.local_len(T);  // tokens of each sequence on this rank
-  RingAttentionHooks<float> hooks(tp, sp, cp, split, device);
+  // A ring of one rank is the whole sequence's attention: with cp = 1 the model's own
+  // (stage 06's hooks) computes the same bits without cutting it into blocks and merging
+  // them (on a CPU rank about 4 % of a step of configs/small.json).
+  TensorParallelHooks<float> whole_hooks(tp, sp, device);
+  RingAttentionHooks<float> ring_hooks(tp, sp, cp, split, device);
+  ModelHooks<float>& hooks = cp.size() > 1 ? static_cast<ModelHooks<float>&>(ring_hooks) : whole_hooks;
   const PipeSchedule schedule = pipeline_schedule(schedule_name, pp.size(), pp.rank(), accum, v);
   const Recompute recompute = parse_recompute(cfg.activation_checkpointing);
   require(!(recompute == Recompute::Full && splits_backward(schedule)),
