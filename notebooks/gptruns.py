@@ -316,8 +316,8 @@ def block_activation_bytes(config, layout):
     this rank's heads and hidden units; the layernorms' mean and rstd on r rows, the
     attention's logsumexp per local head and token. N = micro_batch_size x seq_len / cp,
     r = N / tp under sequence parallelism, else N. Returns (block bytes, bytes of its
-    output, the rows x C that full recompute keeps, bytes of its cheap buffers ln1, ln2 and
-    fch_gelu, the ones selective recompute rebuilds)."""
+    output (the rows x C values full recompute keeps), bytes of its cheap buffers ln1, ln2
+    and fch_gelu (the ones selective recompute rebuilds))."""
     tp, cp = layout.get("tp", 1), layout.get("cp", 1)
     C, heads = config["n_embd"], config["n_head"] // tp
     N = config["micro_batch_size"] * config["seq_len"] // cp
