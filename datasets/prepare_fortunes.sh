@@ -12,6 +12,11 @@
 # small GPT visibly learns words and layout.
 set -euo pipefail
 
+case "${1:-}" in
+  -h | --help) sed -n '2,12s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+  -*) echo "error: unknown option '$1' (arguments: [OUT_DIR] [PREPARE_BIN]; --help)" >&2; exit 2 ;;
+esac
+(($# <= 2)) || { echo "error: at most OUT_DIR and PREPARE_BIN, not $# arguments" >&2; exit 2; }
 out_dir=${1:-data/fortunes}
 prepare_bin=${2:-build/bin/prepare}
 source_dir=/usr/share/games/fortunes

@@ -37,7 +37,7 @@ warmup="${BENCH_WARMUP:-2}"
 python="$(command -v /usr/bin/python3 || command -v python3 || true)"
 [[ -n "$python" ]] || die "python3 not found"
 
-ensure_deps
+ensure_deps --training  # what a training run needs (not PyTorch: only the tests use it)
 build_preset default "$GPT_BUILD_DIR"
 prepare_default_data
 

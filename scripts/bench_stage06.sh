@@ -16,7 +16,7 @@ config=configs/small.json
 extra=()
 while (($# > 0)); do
   case "$1" in
-    --config) config=$2; shift 2 ;;
+    --config) (($# >= 2)) || bad_input "--config needs a file"; config=$2; shift 2 ;;
     *) extra+=("$1"); shift ;;
   esac
 done

@@ -15,9 +15,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 case "${1:-}" in
   -h | --help)
-    sed -n '2,8s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    sed -n '2,11s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
     exit 0
     ;;
+  -*) bad_input "unknown option '$1' (the one argument is the output directory; --help)" ;;
 esac
 out="$(abs_dir "${1:-$GPT_BUILD_DIR/docs}")"
 cd "$GPT_ROOT"

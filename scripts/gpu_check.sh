@@ -33,6 +33,9 @@
 # once, default 1), GPU_TEST_REGEX (only the gpu tests it matches), SANITIZE_TIMEOUT
 # (seconds per sanitizer run, default 600), SANITIZE_RUNS (below).
 set -uo pipefail
+# The caller's build directory, read before lib.sh gives GPT_BUILD_DIR its own default
+# (build, the CPU tree): this script's default is build-gpu.
+gpu_build_dir="${GPT_BUILD_DIR:-build-gpu}"
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$GPT_ROOT" || exit 1
@@ -41,8 +44,8 @@ parts=()
 out="${OUT:-gpu-check-out}"
 while (($#)); do
   case "$1" in
-    -o) out="$2"; shift 2 ;;
-    -h | --help) sed -n '2,22s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -o) (($# >= 2)) || bad_input "-o needs a directory"; out="$2"; shift 2 ;;
+    -h | --help) sed -n '2,34s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
     all) parts+=(build test sanitize bench step profile pipeline); shift ;;
     env | build | test | sanitize | bench | step | profile | pipeline) parts+=("$1"); shift ;;
     *) die "unknown part '$1' (env, build, test, sanitize, bench, step, profile, pipeline, all)" ;;
@@ -50,7 +53,7 @@ while (($#)); do
 done
 ((${#parts[@]})) || die "name a part: env, build, test, sanitize, bench, step, profile, pipeline or all"
 mkdir -p "$out"
-build="$(abs_dir "${GPT_BUILD_DIR:-build-gpu}")"
+build="$(abs_dir "$gpu_build_dir")"
 command -v nvidia-smi > /dev/null || die "no nvidia-smi: this machine has no NVIDIA GPU"
 
 device="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
@@ -211,6 +214,7 @@ sanitize() {
 # Where the time goes inside the kernels furthest from their targets: Nsight Compute on
 # one launch of each (GEMM v5 at 4096^3 and at the training shapes furthest from cuBLAS;
 # the attention v4 backward's two kernels at hs 64, T 2048), the clocks left as they are.
+# (--warmup 1: the benchmarks take 1 to 1000; ncu profiles the first launch it matches.)
 profile() {
   command -v ncu > /dev/null || { warn "no ncu on this machine"; return 1; }
   local ncu=(ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis
@@ -220,11 +224,11 @@ profile() {
   for shape in square4096 qkv.fwd fcproj.dinp attproj.dW; do
     log "ncu: GEMM v5, $shape"
     "${ncu[@]}" --kernel-name regex:wgmma_gemm_kernel --launch-count 1 "$build/bin/bench_gemm" \
-      --shapes "$shape" --versions v5 --reps 3 --warmup 0 --no-flush || rc=1
+      --shapes "$shape" --versions v5 --reps 3 --warmup 1 --no-flush || rc=1
   done
   log "ncu: attention v4 backward (dK dV, then dQ), hs 64, T 2048"
   "${ncu[@]}" --kernel-name regex:'dkdv_kernel|dq_kernel' --launch-count 2 "$build/bin/bench_attention" \
-    --versions 4 --T 2048 --hs 64 --reps 1 --warmup 0 --no-flush || rc=1
+    --versions 4 --T 2048 --hs 64 --reps 1 --warmup 1 --no-flush || rc=1
   return $rc
 }
 

@@ -53,7 +53,7 @@ chosen=()
 out="${OUT:-gpu-check-out}"
 while (($#)); do
   case "$1" in
-    -o) out="$2"; shift 2 ;;
+    -o) (($# >= 2)) || bad_input "-o needs a directory"; out="$2"; shift 2 ;;
     test=* | sanitize=* | bench=* | step=* | profile=*)
       [[ "${1#*=}" =~ ^[1-9][0-9]*$ ]] || die "'$1': the limit must be a whole number of seconds"
       limit[${1%%=*}]="${1#*=}"; chosen+=("${1%%=*}"); shift ;;

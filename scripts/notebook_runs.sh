@@ -16,7 +16,7 @@
 #   agree/sNN          30 steps of configs/tiny.json: 01 on one rank, 02-05 at dp 2,
 #                      06 at tp 2, 07-09 at pp 2 (09: schedule zb-h1), 10 at cp 2, 11 at
 #                      pp 2 x cp 2 with full activation checkpointing; s01_bf16: stage 01 in bf16
-#   memory/sNN_dpK     one step of each stage at dp K = 1, 2, 4 (01: one rank; 06 at
+#   memory/sNN_dpK     one step of stages 01-06 and 10 at dp K = 1, 2, 4 (01: one rank; 06 at
 #                      tp 2 and 10 at cp 2, both zero=3, so 2K ranks)
 #   memory/s06_tpT[_sp], memory/s10_cpC: one step at tp T (sequence parallel or not),
 #                      at cp C
@@ -37,10 +37,12 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 case "${1:-}" in
   -h | --help)
-    sed -n '2,35s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    sed -n '2,33s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
     exit 0
     ;;
+  -*) bad_input "unknown option '$1' (the one argument is the output directory; --help)" ;;
 esac
+(($# <= 1)) || bad_input "one output directory at most, not $# arguments"
 
 out="$(abs_dir "${1:-${GPT_NOTEBOOK_RUNS:-runs/notebooks}}")"
 build="$(abs_dir "$GPT_BUILD_DIR")"
@@ -59,8 +61,17 @@ done
 prepare_default_data
 
 [[ "$out" != "$GPT_ROOT" && "$out" != / ]] || die "refusing to empty $out"
+# Only a directory this script made (its marker inside, or, from before the marker, its
+# agree/ and memory/) or an empty one is emptied: a mistyped argument must not wipe, say,
+# notebooks/.
+ours=0
+[[ -f "$out/.notebook_runs" || (-d "$out/agree" && -d "$out/memory") ]] && ours=1
+if [[ -d "$out" && -n "$(ls -A "$out")" ]] && ((!ours)); then
+  die "$out holds files this script did not make: refusing to empty it (give another directory)"
+fi
 rm -rf "$out"
 mkdir -p "$out"/{agree,memory,comm,pipe}
+touch "$out/.notebook_runs"
 
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 start=$SECONDS
