@@ -11,6 +11,8 @@ the mean and the imbalance slowest / mean (1.00 is ideal: no rank waits for anot
 import json
 import sys
 
+if len(sys.argv) < 3:
+    sys.exit("usage: bench_cp.py LABEL TRACE [TRACE ...]  (one Chrome trace per cp rank)")
 label, paths = sys.argv[1], sys.argv[2:]
 times = []
 for path in paths:

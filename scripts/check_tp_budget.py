@@ -45,7 +45,9 @@ def check(text, name):
 
 def main():
     args = sys.argv[1:]
-    if args and args[0] == "--self-test":
+    if not args or args == ["--self-test"]:
+        sys.exit("usage: check_tp_budget.py LOG [LOG ...] | --self-test LOG")
+    if args[0] == "--self-test":
         text = open(args[1]).read()
         if check(text, args[1]):
             sys.exit(f"self-test: {args[1]} fails before any change")

@@ -13,7 +13,7 @@
 # whatever the others do. A bubble is a ratio of times, so it does not depend on the
 # speed. (The cap is paid out per period: after a wait a rank runs at full speed until
 # it has used SHARE x period, so the work it measures should be long next to a period.
-# Shorter periods than 10 ms are not kept: the kernel accounts in scheduler ticks, 4 ms
+# Periods shorter than 10 ms are not recommended: the kernel accounts in scheduler ticks, 4 ms
 # here, and a 2 ms period gave 0.33 of a core for a share of 0.5.)
 #
 # Needs root and the cgroup cpu controller (v1 under /sys/fs/cgroup/cpu, or v2 with

