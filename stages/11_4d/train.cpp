@@ -98,12 +98,8 @@ int train_ranks(Run& run) {
   ContextSplit split(cp.size(), cp.rank(), cfg.cp_split == "zigzag", T);
   split.group = &cp;
   const int Tl = split.local_len(T);  // tokens of each sequence on this rank
-  // A ring of one rank is the whole sequence's attention: with cp = 1 the model's own
-  // (stage 06's hooks) computes the same bits without cutting it into blocks and merging
-  // them (on a CPU rank about 4 % of a step of configs/small.json).
-  TensorParallelHooks<float> whole_hooks(tp, sp, device);
-  RingAttentionHooks<float> ring_hooks(tp, sp, cp, split, device);
-  ModelHooks<float>& hooks = cp.size() > 1 ? static_cast<ModelHooks<float>&>(ring_hooks) : whole_hooks;
+  TensorParallelHooks<float> hooks(tp, sp, device);
+  RingAttentionHooks<float> ring(tp, sp, cp, split, device);  // at cp = 1 `hooks`: the same bits without block merges
   const PipeSchedule schedule = pipeline_schedule(schedule_name, pp.size(), pp.rank(), accum, v);
   const Recompute recompute = parse_recompute(cfg.activation_checkpointing);
   require(!(recompute == Recompute::Full && splits_backward(schedule)),
@@ -111,7 +107,8 @@ int train_ranks(Run& run) {
               "passes, when the recomputed activations are gone; use another schedule, or selective or none");
   const ParamLayout global(cfg.model);
   const std::unique_ptr<Communicator> ends = tied_embedding_group(pp);  // the first and the last stage
-  ModelSlice<float> slice{tp.size(), tp.rank(), sp, &hooks, split.positions()};
+  ModelHooks<float>* attention = cp.size() > 1 ? static_cast<ModelHooks<float>*>(&ring) : &hooks;
+  ModelSlice<float> slice{tp.size(), tp.rank(), sp, attention, split.positions()};
   slice.recompute = recompute;
   // One block runs at a time on a rank, so its chunks recompute into one working set.
   BlockActivations<float> working_block;
