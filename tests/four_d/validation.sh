@@ -35,7 +35,7 @@ run s11_tp "$TRAIN11" 8 "${eval0[@]}" pp=2 cp=2 tp=2 sequence_parallel=true
 train=(steps=6 checkpoint_every=0 pp=2 cp=2 zero=3 activation_checkpointing=full)
 run noval "$TRAIN11" 8 "${train[@]}" val_batches=0 val_every=0
 run val "$TRAIN11" 8 "${train[@]}" val_batches=2 val_every=3
-lr=$(/usr/bin/python3 -c "import json; print(json.load(open('$ROOT/configs/tiny.json'))['lr'] * 1.001)")
+lr=$(scaled_lr "1.001")
 run val_lr "$TRAIN11" 8 "${train[@]}" val_batches=2 val_every=3 lr="$lr"
 
 failures=0

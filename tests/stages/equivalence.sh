@@ -10,7 +10,8 @@
 #      and so does clipping to a norm, which is why it is off here).
 #   3. With NEGATIVE=1, the negative controls each comparison must reject: stage 01
 #      with the learning rate 1.001x (AdamW comparison), with every gradient 1.01x
-#      (SGD comparison; both 1.1x in bf16, below), one small tensor (h.1.ln_2.bias) of an SGD candidate 1e-4 off,
+#      (SGD comparison; both 1.1x in bf16, below), one small tensor (h.1.ln_2.bias) of
+#      an SGD candidate 1e-4 off,
 #      under the bound of its whole kind (the per-tensor comparison must see it), and a
 #      checkpoint with one weight 10 ulps off (exact comparison),
 #      plus the exact comparison's positive case given in EXACT_SPECS (layouts that only
@@ -32,11 +33,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 rm -rf "$WORK" && mkdir -p "$WORK"
 make_corpus "$WORK" "$PREPARE"
 COMPARE=(/usr/bin/python3 "$ROOT/tests/stages/compare_runs.py")
-# The runs' learning rate: tiny.json's, unless COMMON sets lr (the last lr= wins, as --set
-# does). The controls below scale it, so they must scale the one the runs use.
-BASE_LR=$(/usr/bin/python3 -c "import json; print(json.load(open('$ROOT/configs/tiny.json'))['lr'])")
-for kv in ${COMMON:-}; do [[ "$kv" == lr=* ]] && BASE_LR=${kv#lr=}; done
-# The controls' sizes: lr 1.001x under AdamW, a step 1.01x too large under SGD. In bf16 the
+# The controls scale the learning rate the runs use (scaled_lr, common.sh). Their sizes: lr 1.001x under AdamW, a step 1.01x too large under SGD. In bf16 the
 # reference's own error is far larger, and so is the bound: at the GPU tests' shape (4
 # layers of 128, lr 1e-3, stage 02 against 01 on CPU ranks) lr 1.001x stayed within the
 # bound (0.9 of it at worst) and an SGD step 1.01x too (0.36), while 1.1x was rejected by
@@ -104,11 +101,11 @@ fi
 if [ "${NEGATIVE_CAND:-0}" = 1 ]; then
   first=${CAND_SPECS%% *}
   echo "== negative control: the candidate $first with lr ${ADAMW_CONTROL}x must be rejected"
-  run "$CAND_BIN" "$first" "$WORK/neg_cand_lr" "$STEPS" lr="$(/usr/bin/python3 -c "print($BASE_LR * $ADAMW_CONTROL)")"
+  run "$CAND_BIN" "$first" "$WORK/neg_cand_lr" "$STEPS" lr="$(scaled_lr "$ADAMW_CONTROL")"
   "${COMPARE[@]}" --expect-reject --step "$STEPS" --truth "$WORK/truth" --reference "$WORK/$(name ref "$REF_SPEC")" \
     --candidate "$WORK/neg_cand_lr"
   echo "== negative control: the candidate $first with one SGD step ${SGD_CONTROL}x too large must be rejected"
-  run "$CAND_BIN" "$first" "$WORK/neg_cand_sgd" 1 "${SGD[@]}" lr="$(/usr/bin/python3 -c "print($BASE_LR * $SGD_CONTROL)")"
+  run "$CAND_BIN" "$first" "$WORK/neg_cand_sgd" 1 "${SGD[@]}" lr="$(scaled_lr "$SGD_CONTROL")"
   "${COMPARE[@]}" --expect-reject --weights-only --step 1 --kinds param --truth "$WORK/sgd_truth" \
     --reference "$WORK/$(name sgd_ref "$REF_SPEC")" --candidate "$WORK/neg_cand_sgd"
 fi
@@ -117,7 +114,7 @@ fi
 
 # 3. Negative controls (and the exact comparison's positive case).
 echo "== negative control: AdamW with lr ${ADAMW_CONTROL}x must be rejected"
-lr=$(/usr/bin/python3 -c "print($BASE_LR * $ADAMW_CONTROL)")
+lr=$(scaled_lr "$ADAMW_CONTROL")
 run "$TRUTH_BIN" 1:24 "$WORK/neg_lr" "$STEPS" lr="$lr"
 "${COMPARE[@]}" --expect-reject --step "$STEPS" --truth "$WORK/truth" --reference "$WORK/$(name ref "$REF_SPEC")" \
   --candidate "$WORK/neg_lr"

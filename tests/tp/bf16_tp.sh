@@ -36,7 +36,7 @@ run 1 "$TRAIN01" "$WORK/fp32"
 run 1 "$TRAIN01" "$WORK/bf16_01" precision=bf16
 run 2 "$TRAIN06" "$WORK/bf16_tp2" precision=bf16 tp=2
 run 2 "$TRAIN06" "$WORK/bf16_tp2_sp" precision=bf16 tp=2 sequence_parallel=true
-lr=$(/usr/bin/python3 -c "import json; print(json.load(open('$ROOT/configs/tiny.json'))['lr'] * 1.05)")
+lr=$(scaled_lr "1.05")
 run 2 "$TRAIN06" "$WORK/neg_lr" precision=bf16 tp=2 lr="$lr"
 sgd=(steps=1 optimizer=sgd grad_clip=0 val_every=0)
 run 1 "$TRAIN01" "$WORK/sgd_init" steps=0
@@ -44,7 +44,7 @@ run 1 "$TRAIN01" "$WORK/sgd_fp64" "${sgd[@]}" precision=fp64
 run 1 "$TRAIN01" "$WORK/sgd_bf16_01" "${sgd[@]}" precision=bf16
 run 2 "$TRAIN06" "$WORK/sgd_bf16_tp2" "${sgd[@]}" precision=bf16 tp=2
 run 2 "$TRAIN06" "$WORK/sgd_bf16_tp2_sp" "${sgd[@]}" precision=bf16 tp=2 sequence_parallel=true
-lr=$(/usr/bin/python3 -c "import json; print(json.load(open('$ROOT/configs/tiny.json'))['lr'] * 1.02)")
+lr=$(scaled_lr "1.02")
 run 2 "$TRAIN06" "$WORK/sgd_neg" "${sgd[@]}" precision=bf16 tp=2 lr="$lr"
 /usr/bin/python3 - "$WORK" <<'PY'
 import json, sys

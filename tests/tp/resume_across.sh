@@ -47,11 +47,11 @@ run "$LATER_NP" "$TRAIN_LATER" "$WORK/later_from01" "${LAYOUT[@]}" resume="$(ckp
 run "$LATER_NP" "$TRAIN_LATER" "$WORK/later_from03" "${LAYOUT[@]}" resume="$(ckpt u03)"
 run 2 "$TRAIN03" "$WORK/r03_from_later" resume="$(ckpt ulater)"
 run 1 "$TRAIN01" "$WORK/r01_from_later" resume="$(ckpt ulater)"
-lr=$(/usr/bin/python3 -c "import json; print(json.load(open('$ROOT/configs/tiny.json'))['lr'] * 1.01)")
+lr=$(scaled_lr "1.01")
 run "$LATER_NP" "$TRAIN_LATER" "$WORK/neg_lr" "${LAYOUT[@]}" resume="$(ckpt u03)" lr="$lr"
 
 /usr/bin/python3 - "$WORK" <<'PY'
-import json, sys
+import functools, json, sys
 work = sys.argv[1]
 def losses(run):
     with open(f"{work}/{run}/metrics.jsonl") as f:
@@ -59,11 +59,13 @@ def losses(run):
     return {r["step"]: r["loss"] for r in rows if r.get("kind") == "train"}
 import numpy as np
 EPS32, CAP, KINDS = 2.0**-23, 1e-4, ("param", "adam_m", "adam_v")
+@functools.lru_cache(maxsize=None)  # read once: several checks compare the same runs
 def tensors(run, kind):
     return np.fromfile(f"{work}/{run}/step_00000006/{kind}.bin", dtype="<f4").astype(np.float64)
 def distance(a, b):
     return np.linalg.norm(a - b) / np.linalg.norm(b)
 u = {s: losses(f"u{s}") for s in ("01", "03", "later")}
+@functools.lru_cache(maxsize=None)
 def tolerances(src, own):
     """The bounds for a run of stage `own` resumed from stage `src`'s checkpoint."""
     d = max(abs(u[src][k] - u[own][k]) / abs(u[own][k]) for k in range(1, 7))

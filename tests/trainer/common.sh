@@ -15,6 +15,15 @@ make_corpus() {  # make_corpus DIR PREPARE
   "$prepare" --out "$dir/data" --val-fraction 0.1 "$text" > /dev/null
 }
 
+# The learning rate of the tiny-model runs times FACTOR, what a negative control runs at:
+# configs/tiny.json's lr, or the caller's COMMON lr= when it sets one (a later --set wins).
+scaled_lr() {  # scaled_lr FACTOR
+  local lr kv
+  lr=$(/usr/bin/python3 -c "import json; print(json.load(open('$ROOT/configs/tiny.json'))['lr'])")
+  for kv in ${COMMON:-}; do [[ "$kv" == lr=* ]] && lr=${kv#lr=}; done
+  /usr/bin/python3 -c "print($lr * $1)"
+}
+
 # The tiny model every trainer test uses, on the corpus of make_corpus.
 tiny_args() {  # tiny_args DATA_DIR RUN_DIR
   echo --config "$ROOT/configs/tiny.json" --set device=cpu --set "train_data=$1/train.bin" \

@@ -42,7 +42,7 @@ done
 # resume that drifts.
 mkdir -p "$WORK/control"
 cp -r "$WORK/straight/step_00000005" "$WORK/control/"
-lr=$(/usr/bin/python3 -c "import json; print(repr(json.load(open('$ROOT/configs/tiny.json'))['lr'] * (1 + 1e-6)))")
+lr=$(scaled_lr "(1 + 1e-6)")
 "${TRAIN_CMD[@]}" $(tiny_args "$D" "$WORK/control") "${common[@]}" --set resume=latest --set "lr=$lr" > "$WORK/control.log"
 losses "$WORK/control/metrics.jsonl" > "$WORK/c.txt"
 if diff -q "$WORK/a.txt" "$WORK/c.txt" > /dev/null && cmp -s "$WORK/straight/step_00000010/param.bin" "$WORK/control/step_00000010/param.bin"; then

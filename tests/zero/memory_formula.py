@@ -116,10 +116,14 @@ def zero_memory(terms, zero, optimizer_bytes):
 ZERO_OF_STAGE = {"02": 0, "03": 1, "04": 2, "05": 3}
 
 
+def optimizer_bytes(precision):
+    """AdamW's bytes a parameter: m and v, and in bf16 the fp32 master too."""
+    return 12 if precision == "bf16" else 8
+
+
 def expected(stage, precision, dp, vocab, block_size, n_layer, c, bucket_mb):
     terms = zero_terms(units(vocab, block_size, n_layer, c), dp, bucket_mb)
-    opt = 12 if precision == "bf16" else 8
-    table = {s: zero_memory(terms, zero, opt) for s, zero in ZERO_OF_STAGE.items()}
+    table = {s: zero_memory(terms, zero, optimizer_bytes(precision)) for s, zero in ZERO_OF_STAGE.items()}
     return table, terms
 
 
@@ -177,10 +181,10 @@ def main():
         wrong = []
         if zero >= 2 and terms["other buckets"] >= 2:
             one_buffer = dict(terms, **{"live buckets": terms["live buckets"] - terms["largest other bucket"]})
-            wrong.append(("one live bucket buffer", zero_memory(one_buffer, zero, 12 if precision == "bf16" else 8)))
+            wrong.append(("one live bucket buffer", zero_memory(one_buffer, zero, optimizer_bytes(precision))))
         if zero == 3:
             no_prefetch = dict(terms, gathered=terms["E"] + terms["B"])
-            wrong.append(("a gather without prefetch", zero_memory(no_prefetch, zero, 12 if precision == "bf16" else 8)))
+            wrong.append(("a gather without prefetch", zero_memory(no_prefetch, zero, optimizer_bytes(precision))))
         for label, formula in wrong:
             if formula == table[stage]:
                 failed = True
