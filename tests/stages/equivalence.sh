@@ -33,12 +33,13 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 rm -rf "$WORK" && mkdir -p "$WORK"
 make_corpus "$WORK" "$PREPARE"
 COMPARE=(/usr/bin/python3 "$ROOT/tests/stages/compare_runs.py")
-# The controls scale the learning rate the runs use (scaled_lr, common.sh). Their sizes: lr 1.001x under AdamW, a step 1.01x too large under SGD. In bf16 the
-# reference's own error is far larger, and so is the bound: at the GPU tests' shape (4
-# layers of 128, lr 1e-3, stage 02 against 01 on CPU ranks) lr 1.001x stayed within the
-# bound (0.9 of it at worst) and an SGD step 1.01x too (0.36), while 1.1x was rejected by
-# 17 rows (67x the bound at the second loss) and the SGD step 1.1x by 3.5x. So bf16 runs
-# use 1.1x: its comparisons see errors of several per cent, not of one in a thousand.
+# The controls scale the learning rate the runs use (scaled_lr, common.sh). Their sizes:
+# lr 1.001x under AdamW, a step 1.01x too large under SGD. In bf16 the reference's own
+# error is far larger, and so is the bound: at the GPU tests' shape (4 layers of 128, lr
+# 1e-3, stage 02 against 01 on CPU ranks) lr 1.001x stayed within the bound (0.9 of it at
+# worst) and an SGD step 1.01x too (0.36), while 1.1x was rejected by 17 rows (67x the
+# bound at the second loss) and the SGD step 1.1x by 3.5x. So bf16 runs use 1.1x: its
+# comparisons see errors of several per cent, not of one in a thousand.
 ADAMW_CONTROL=1.001 SGD_CONTROL=1.01
 [ "${BF16:-0}" = 1 ] && ADAMW_CONTROL=1.1 SGD_CONTROL=1.1
 # BF16=1: the runs store activations in bf16 (compare_runs.py --bf16: the cap of the bound).

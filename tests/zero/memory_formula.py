@@ -49,8 +49,8 @@ A stage passes when every kind equals its expected bytes exactly. Every run is a
 checked against the other stages' formulas, which must miss in some kind, and against
 plausible wrong derivations of its own (negative controls: ZeRO-2 and -3 with one live
 bucket buffer instead of two, ZeRO-3 gathering without a prefetch), which the run's
-shape must tell apart from the right formula and its numbers must miss. `buffers` (communication scratch: the ring's piece
-buffer) and activations are printed; every multi-rank stage must hold some buffers.
+shape must tell apart from the right formula and its numbers must miss. `buffers`
+(communication scratch: the ring's piece buffer) and activations are printed; every multi-rank stage must hold some buffers.
 Exits 1 with the table when any check fails.
 """
 import argparse
