@@ -15,6 +15,14 @@
 # runs' distance. Every bound is capped at 1e-4, so that a far-off later stage cannot
 # loosen its own check.
 # Negative control: the same resume with the learning rate 1.01x must be rejected.
+#
+# The one-step SGD variant (optimizer=sgd, grad_clip=0: p -= lr g, no moments, so a
+# gradient off by a constant factor moves the weights by that factor, which AdamW's
+# m / sqrt(v) would hide): stage 01 and the later stage run 4 steps, and each resumes the
+# other's step-3 checkpoint for the one step 4. Its weights must lie within
+# max(4 d_param, 2 eps32) normwise of its own stage's uninterrupted run, d_param the two
+# uninterrupted runs' distance at step 4; the later stage's step 1.01x too large (lr
+# 1.01x: under SGD, every gradient 1.01x) must be beyond it.
 # Usage: resume_across.sh TRAIN01 TRAIN03 TRAIN_LATER PREPARE WORKDIR ROOT MPIEXEC key=value...
 #   COMMON="key=value ..." in the environment applies to every run (a model shape);
 #   LATER_NP (default 2) is the later stage's rank count.
@@ -49,6 +57,12 @@ run 2 "$TRAIN03" "$WORK/r03_from_later" resume="$(ckpt ulater)"
 run 1 "$TRAIN01" "$WORK/r01_from_later" resume="$(ckpt ulater)"
 lr=$(scaled_lr "1.01")
 run "$LATER_NP" "$TRAIN_LATER" "$WORK/neg_lr" "${LAYOUT[@]}" resume="$(ckpt u03)" lr="$lr"
+SGD=(steps=4 optimizer=sgd grad_clip=0)
+run 1 "$TRAIN01" "$WORK/u01_sgd" "${SGD[@]}"
+run "$LATER_NP" "$TRAIN_LATER" "$WORK/ulater_sgd" "${LAYOUT[@]}" "${SGD[@]}"
+run "$LATER_NP" "$TRAIN_LATER" "$WORK/later_from01_sgd" "${LAYOUT[@]}" "${SGD[@]}" resume="$(ckpt u01_sgd)"
+run 1 "$TRAIN01" "$WORK/r01_from_later_sgd" "${SGD[@]}" resume="$(ckpt ulater_sgd)"
+run "$LATER_NP" "$TRAIN_LATER" "$WORK/neg_sgd" "${LAYOUT[@]}" "${SGD[@]}" resume="$(ckpt u01_sgd)" lr="$lr"
 
 /usr/bin/python3 - "$WORK" <<'PY'
 import functools, json, sys
@@ -60,8 +74,8 @@ def losses(run):
 import numpy as np
 EPS32, CAP, KINDS = 2.0**-23, 1e-4, ("param", "adam_m", "adam_v")
 @functools.lru_cache(maxsize=None)  # read once: several checks compare the same runs
-def tensors(run, kind):
-    return np.fromfile(f"{work}/{run}/step_00000006/{kind}.bin", dtype="<f4").astype(np.float64)
+def tensors(run, kind, step=6):
+    return np.fromfile(f"{work}/{run}/step_{step:08d}/{kind}.bin", dtype="<f4").astype(np.float64)
 def distance(a, b):
     return np.linalg.norm(a - b) / np.linalg.norm(b)
 u = {s: losses(f"u{s}") for s in ("01", "03", "later")}
@@ -101,6 +115,21 @@ for kind, scale in (("adam_m", 2.0), ("adam_v", 4.0)):
     print(f"  control: later_from03's {kind} x{scale:g}: {e:.3e} {'beyond' if e > tol_kind[kind] else 'WITHIN'} tolerance")
     if e <= tol_kind[kind]:
         errors.append(f"control: {kind} x{scale:g} accepted")
+def check_sgd(run, src, own, expect_ok):
+    """One SGD step (step 4) of stage `own` from stage `src`'s step-3 checkpoint."""
+    d = distance(tensors(f"u{src}_sgd", "param", 4), tensors(f"u{own}_sgd", "param", 4))
+    tol = min(max(4 * d, 2 * EPS32), CAP)
+    if sorted(losses(run)) != [4]:
+        return f"{run}: steps {sorted(losses(run))}, expected 4"
+    e = distance(tensors(run, "param", 4), tensors(f"u{own}_sgd", "param", 4))
+    ok = e <= tol
+    print(f"  {run:18s} vs stage {own} uninterrupted, one SGD step: param {e:.3e}, tolerance {tol:.3e}"
+          f" (uninterrupted {src} vs {own}: {d:.3e}): {'within' if ok else 'beyond'} tolerance"
+          f" ({'as it must be' if ok == expect_ok else 'WRONG'})")
+    return None if ok == expect_ok else f"{run}: param {e:.3e}"
+errors += [e for e in (check_sgd("later_from01_sgd", "01", "later", True),
+                       check_sgd("r01_from_later_sgd", "later", "01", True),
+                       check_sgd("neg_sgd", "01", "later", False)) if e]
 if errors:
     print("FAIL:", "; ".join(errors)); sys.exit(1)
 print("checkpoints resume across stages 01, 03 and the later stage")

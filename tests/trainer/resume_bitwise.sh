@@ -2,6 +2,8 @@
 # Resume is exact: 10 steps straight, against 5 steps + checkpoint + resume + 5 steps,
 # on CPU fp32, give identical per-step losses and identical parameters and AdamW
 # moments, bit for bit (the checkpoint files are compared byte by byte).
+# No one-step SGD variant: it would guard against a gradient off by a constant factor,
+# which AdamW's update hides, but the moments compared bit for bit here would show it.
 # Usage: resume_bitwise.sh TRAIN PREPARE WORKDIR ROOT
 #   LAUNCH="mpirun -np 2 --oversubscribe" in the environment runs a multi-rank stage;
 #   KEYS="key=value ..." adds its layout keys (applied after the defaults above).

@@ -2,7 +2,7 @@
 """Compares a resumed run with the uninterrupted run it continues.
 
   cross_resume.py --reference DIR --baseline DIR [DIR...] --candidate DIR [DIR...]
-                  --from-step K --step N
+                  --from-step K --step N [--kinds param,...] [--tensor-floor-eps F]
 
 Each DIR is a run directory with metrics.jsonl and step_XXXXXXXX/ checkpoints. The
 reference and the baselines ran steps 1..N uninterrupted; a candidate resumed from a
@@ -21,9 +21,15 @@ each tensor kind of the final checkpoint (param, adam_m, adam_v, in the 2-norm),
 
     |candidate - reference| <= 4 * max_baseline |baseline - reference| + floor
 
-with floor = 16 * eps32 * |reference| (16 * eps32 * ||reference|| for tensors). A resume
-that drops the moments, restarts the learning-rate schedule, or replays the wrong
-sequences moves the loss in its second or third digit, far beyond the bound.
+with floor = 16 * eps32 * |reference| (F * eps32 * ||reference|| for tensors, F = 16 by
+default). A resume that drops the moments, restarts the learning-rate schedule, or replays
+the wrong sequences moves the loss in its second or third digit, far beyond the bound.
+
+One SGD step from the reference's own checkpoint (K = N) takes F = 2: the candidate and
+the reference start from the same bits, so their weights differ by lr |g_c - g_r| (what
+the spread measures) plus at most one rounding of the sum p - lr g per element, and one
+ulp of x is at most eps32 |x|; 2 eps32 ||p|| covers that rounding and the rounding of
+lr g. With 16 the floor would be as large as a step 1 % too large.
 Exits 1 with a table when any check fails. Uses only the standard library.
 """
 import argparse
@@ -75,6 +81,8 @@ def main():
     ap.add_argument("--from-step", type=int, required=True, help="first step the candidates ran")
     ap.add_argument("--step", type=int, required=True, help="last step, whose checkpoints are compared")
     ap.add_argument("--kinds", default="param,adam_m,adam_v")
+    ap.add_argument("--tensor-floor-eps", type=float, default=16.0,
+                    help="the tensors' floor in eps32 * ||reference|| (docstring)")
     args = ap.parse_args()
     steps = list(range(args.from_step, args.step + 1))
 
@@ -105,7 +113,7 @@ def main():
     for kind in args.kinds.split(","):
         r = tensor(args.reference, args.step, kind)
         spread = max(distance(tensor(b, args.step, kind), r) for b in args.baseline)
-        bound = min(4 * spread + 16 * EPS32 * norm(r), CAP * norm(r))
+        bound = min(4 * spread + args.tensor_floor_eps * EPS32 * norm(r), CAP * norm(r))
         for c in args.candidate:
             err = distance(tensor(c, args.step, kind), r)
             ok = err <= bound

@@ -13,6 +13,13 @@
 # with A and C as baselines (cross_resume.py: steps 6..10 and the step-10 tensors).
 # F must be rejected: it shows the comparison sees a change that small.
 #
+# The one-step SGD variant (optimizer=sgd, grad_clip=0: p -= lr g, no moments, so a
+# gradient off by a constant factor moves the weights by that factor; AdamW's m / sqrt(v)
+# would hide it): A, B and C again for 6 steps, D resumed from A's step 5 for the one
+# step 6, compared on the step-6 weights (the floor of one step from the same bits:
+# cross_resume.py); the same with the step 1.01x too large (the lr 1.01x, which under SGD
+# is every gradient 1.01x) must be rejected.
+#
 # Usage: cross_resume.sh BIN03 BIN05 PREPARE WORKDIR ROOT MPIEXEC
 set -euo pipefail
 BIN03=$1 BIN05=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6
@@ -53,7 +60,13 @@ run "$BIN03" 2 "$WORK/B_03_dp2"
 run "$BIN05" 2 "$WORK/C_05_dp2"
 resume "$BIN03" 2 "$WORK/A_05_dp4" "$WORK/D_03_dp2_from_05_dp4"
 resume "$BIN05" 4 "$WORK/B_03_dp2" "$WORK/E_05_dp4_from_03_dp2"
-resume "$BIN03" 2 "$WORK/A_05_dp4" "$WORK/F_03_dp2_lr_plus_1pct" --set lr=0.00303
+resume "$BIN03" 2 "$WORK/A_05_dp4" "$WORK/F_03_dp2_lr_plus_1pct" --set lr="$(scaled_lr 1.01)"
+SGD=(--set steps=6 --set optimizer=sgd --set grad_clip=0)
+run "$BIN05" 4 "$WORK/A_sgd_05_dp4" "${SGD[@]}"
+run "$BIN03" 2 "$WORK/B_sgd_03_dp2" "${SGD[@]}"
+run "$BIN05" 2 "$WORK/C_sgd_05_dp2" "${SGD[@]}"
+resume "$BIN03" 2 "$WORK/A_sgd_05_dp4" "$WORK/D_sgd_03_dp2_from_05_dp4" "${SGD[@]}"
+resume "$BIN03" 2 "$WORK/A_sgd_05_dp4" "$WORK/F_sgd_03_dp2_step_plus_1pct" "${SGD[@]}" --set lr="$(scaled_lr 1.01)"
 
 # The checkpoints really cross layouts: written at one dp, continued at the other.
 for pair in "A_05_dp4/step_00000005:4" "D_03_dp2_from_05_dp4/step_00000010:2" \
@@ -72,15 +85,28 @@ echo "== 03 dp 2 -> 05 dp 4"
 /usr/bin/python3 "$ROOT/tests/zero/cross_resume.py" --from-step 6 --step 10 \
   --reference "$WORK/B_03_dp2" --baseline "$WORK/A_05_dp4" "$WORK/C_05_dp2" \
   --candidate "$WORK/E_05_dp4_from_03_dp2" || status=1
-echo "== negative control: 05 dp 4 -> 03 dp 2 with lr 1% higher must fail"
-if /usr/bin/python3 "$ROOT/tests/zero/cross_resume.py" --from-step 6 --step 10 \
-     --reference "$WORK/A_05_dp4" --baseline "$WORK/B_03_dp2" "$WORK/C_05_dp2" \
-     --candidate "$WORK/F_03_dp2_lr_plus_1pct" > "$WORK/negative_control.txt" 2>&1; then
-  echo "FAIL: a resumed run with lr 1% higher passed the comparison"; cat "$WORK/negative_control.txt"; status=1
-elif ! grep -q ' FAIL$' "$WORK/negative_control.txt"; then
-  # Rejected, but not by a failed check (a missing file, a crash): the control proves nothing.
-  echo "FAIL: the negative control stopped without a failed check:"; cat "$WORK/negative_control.txt"; status=1
-else
-  echo "rejected as expected ($(grep -c FAIL "$WORK/negative_control.txt") of $(grep -c -E 'PASS|FAIL' "$WORK/negative_control.txt") checks fail)"
-fi
+# expect_rejected WHAT CANDIDATE ARGS...: cross_resume.py must fail on a failed check.
+expect_rejected() {
+  local what=$1 out="$WORK/negative_control_$2.txt"
+  shift 2
+  echo "== negative control: $what must fail"
+  if /usr/bin/python3 "$ROOT/tests/zero/cross_resume.py" "$@" > "$out" 2>&1; then
+    echo "FAIL: $what passed the comparison"; cat "$out"; status=1
+  elif ! grep -q ' FAIL$' "$out"; then
+    # Rejected, but not by a failed check (a missing file, a crash): the control proves nothing.
+    echo "FAIL: the negative control stopped without a failed check:"; cat "$out"; status=1
+  else
+    echo "rejected as expected ($(grep -c FAIL "$out") of $(grep -c -E 'PASS|FAIL' "$out") checks fail)"
+  fi
+}
+expect_rejected "05 dp 4 -> 03 dp 2 with lr 1% higher" adamw --from-step 6 --step 10 \
+  --reference "$WORK/A_05_dp4" --baseline "$WORK/B_03_dp2" "$WORK/C_05_dp2" \
+  --candidate "$WORK/F_03_dp2_lr_plus_1pct"
+echo "== SGD, one step after the resume: 05 dp 4 -> 03 dp 2"
+/usr/bin/python3 "$ROOT/tests/zero/cross_resume.py" --from-step 6 --step 6 --kinds param --tensor-floor-eps 2 \
+  --reference "$WORK/A_sgd_05_dp4" --baseline "$WORK/B_sgd_03_dp2" "$WORK/C_sgd_05_dp2" \
+  --candidate "$WORK/D_sgd_03_dp2_from_05_dp4" || status=1
+expect_rejected "the SGD step after the resume 1% too large" sgd --from-step 6 --step 6 --kinds param --tensor-floor-eps 2 \
+  --reference "$WORK/A_sgd_05_dp4" --baseline "$WORK/B_sgd_03_dp2" "$WORK/C_sgd_05_dp2" \
+  --candidate "$WORK/F_sgd_03_dp2_step_plus_1pct"
 exit $status
