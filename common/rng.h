@@ -42,7 +42,7 @@ inline Philox4x32 philox4x32(uint64_t key, uint64_t counter_lo, uint64_t counter
 
 /// A stable 64-bit id for a name, used as the stream of a parameter, of the data order and
 /// of the sampler. FNV-1a's loop, but started from 1469598103934665603: FNV-1a-64's offset
-/// basis (14695981039346656037, checkpoint.cpp's checksum) without its last digit. Kept as
+/// basis (14695981039346656037, checkpoint_files.cpp's checksum) without its last digit. Kept as
 /// it is, since every run's initial weights and data order depend on it (docs/model.md).
 inline uint64_t stream_id(std::string_view name) {
   uint64_t h = 1469598103934665603ull;

@@ -1,0 +1,151 @@
+// A checkpoint's names (step_00000100, param.bin) and its manifest.json, read and
+// checked: every failure is a UserError naming the file and what is wrong with it.
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+#include <string_view>
+#include <system_error>
+
+#include "common/checkpoint_internal.h"
+
+namespace gpt::checkpoint_detail {
+namespace {
+
+// A buffer kind becomes a file name, so keep it to a safe alphabet.
+bool valid_kind(const std::string& kind) {
+  return !kind.empty() && std::all_of(kind.begin(), kind.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+}  // namespace
+
+std::string step_dir_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(step));
+  return name;
+}
+
+// "step_" followed by at least eight digits and nothing else: a complete checkpoint's
+// directory name. "step_00000100.tmp" (being written) and "step_00000100.old" (being
+// replaced) do not match; complete_checkpoints() counts a .old only where its step has
+// no other copy.
+bool parse_step_dir_name(const std::string& name, int64_t& step) {
+  constexpr std::string_view prefix = "step_";
+  if (name.size() < prefix.size() + 8 || name.compare(0, prefix.size(), prefix) != 0) return false;
+  const std::string digits = name.substr(prefix.size());
+  if (digits.size() > 18) return false;  // would overflow int64
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return false;
+  step = std::stoll(digits);
+  return true;
+}
+
+
+std::string file_for_kind(const std::string& kind) { return kind + ".bin"; }
+
+// The buffers are the caller's, so a wrong one is a bug in the caller, not bad input.
+void check_buffers(const ParamLayout& layout, const std::vector<CheckpointBuffer>& buffers) {
+  std::set<std::string> seen;
+  for (const CheckpointBuffer& b : buffers) {
+    if (!valid_kind(b.kind))
+      throw std::invalid_argument("checkpoint buffer kind '" + b.kind +
+                                  "' is not a name of [a-z0-9_]");
+    if (!seen.insert(b.kind).second)
+      throw std::invalid_argument("checkpoint buffer kind '" + b.kind + "' given twice");
+    if (b.begin < 0 || b.begin > b.end || b.end > layout.total())
+      throw std::invalid_argument("checkpoint buffer '" + b.kind + "' slice [" +
+                                  std::to_string(b.begin) + ", " + std::to_string(b.end) +
+                                  ") is not inside [0, " + std::to_string(layout.total()) + ")");
+    if (b.end > b.begin && b.data == nullptr)
+      throw std::invalid_argument("checkpoint buffer '" + b.kind + "' has no data");
+  }
+}
+
+ordered_json model_json(const ModelConfig& m) {
+  return ordered_json{{"n_layer", m.n_layer},       {"n_embd", m.n_embd},
+              {"n_head", m.n_head},         {"block_size", m.block_size},
+              {"vocab_size", m.vocab_size}, {"padded_vocab", m.padded_vocab()}};
+}
+
+// Reads and parses manifest.json; every failure names the file.
+json read_manifest(const fs::path& dir) {
+  const fs::path path = dir / "manifest.json";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) fail("checkpoint " + dir.string() + " is not a directory");
+  if (!fs::is_regular_file(path, ec))
+    fail("checkpoint " + dir.string() + " is incomplete or not a checkpoint: " + path.string() +
+         " is missing");
+  Fd fd(::open(path.c_str(), O_RDONLY));
+  if (fd.get() < 0) fail("cannot open " + path.string() + ": " + errno_text());
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) fail("cannot stat " + path.string() + ": " + errno_text());
+  std::string text(size_t(st.st_size), '\0');
+  pread_all(fd.get(), text.data(), int64_t(text.size()), 0, path.string());
+  json manifest;
+  try {
+    manifest = json::parse(text);
+  } catch (const json::parse_error& e) {
+    fail(path.string() + " is not valid JSON (corrupt checkpoint manifest): " + e.what());
+  }
+  if (!manifest.is_object()) fail(path.string() + " is not a JSON object (corrupt checkpoint manifest)");
+  return manifest;
+}
+
+// The manifest's shape must be the model we are loading into: loading a 64-wide
+// checkpoint into a 48-wide model would read garbage at every offset.
+void check_model(const json& manifest, const ModelConfig& m, const std::string& manifest_path) {
+  if (!manifest.contains("model") || !manifest["model"].is_object())
+    fail(manifest_path + " has no \"model\" object");
+  const json& saved = manifest["model"];
+  const ordered_json expected = model_json(m);
+  for (const auto& [field, want] : expected.items()) {
+    if (!saved.contains(field) || !saved[field].is_number_integer())
+      fail(manifest_path + ": model." + field + " is missing or not an integer");
+    const int64_t have = saved[field].get<int64_t>();
+    if (have != want.get<int64_t>())
+      fail("checkpoint of another model shape: " + field + " is " + std::to_string(have) +
+           " in " + manifest_path + " but " + std::to_string(want.get<int64_t>()) +
+           " in the config");
+  }
+}
+
+std::map<std::string, TableEntry> read_table(const json& manifest, const std::string& manifest_path) {
+  if (!manifest.contains("tensors") || !manifest["tensors"].is_array())
+    fail(manifest_path + " has no \"tensors\" array");
+  std::map<std::string, TableEntry> table;
+  for (const json& row : manifest["tensors"]) {
+    const std::string name = row.value("name", std::string());
+    if (name.empty()) fail(manifest_path + ": a tensor row has no name");
+    TableEntry e;
+    e.shape = row.at("shape").get<std::vector<int64_t>>();
+    e.file = row.at("file").get<std::string>();
+    e.offset = row.at("offset").get<int64_t>();
+    if (row.contains("checksum") && row["checksum"].is_string())
+      e.checksum = row["checksum"].get<std::string>();
+    const std::string dtype = row.at("dtype").get<std::string>();
+    if (dtype != "fp32")
+      fail(manifest_path + ": tensor " + name + " has dtype " + dtype + "; only fp32 is supported");
+    // The file name comes from the manifest; refuse anything that is not a plain name
+    // in the checkpoint directory.
+    if (e.file.empty() || e.file.find('/') != std::string::npos || e.file == "." || e.file == "..")
+      fail(manifest_path + ": tensor " + name + " names file '" + e.file +
+           "', which is not a file of the checkpoint directory");
+    if (e.offset < 0 || e.offset % kBytesPerElement != 0)
+      fail(manifest_path + ": tensor " + name + " has an invalid offset " + std::to_string(e.offset));
+    if (!table.emplace(name, std::move(e)).second)
+      fail(manifest_path + ": tensor " + name + " is listed twice");
+  }
+  return table;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace gpt::checkpoint_detail

@@ -1,0 +1,129 @@
+// The checkpoints of a run directory: the newest complete one, pruning the oldest,
+// what `resume` names, and setting aside another run's later checkpoints.
+#include <ctime>
+#include <map>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "common/checkpoint_internal.h"
+
+namespace gpt {
+using namespace checkpoint_detail;
+
+namespace {
+
+// Complete checkpoints in run_dir, sorted by step (oldest first). A step_N.old (the copy
+// publish() moves aside while it replaces a step saved before) stands for step N only
+// when step_N itself is missing: a job killed between publish()'s two renames leaves it
+// as the only complete copy of that step.
+std::vector<std::pair<int64_t, fs::path>> complete_checkpoints(const std::string& run_dir) {
+  std::map<int64_t, fs::path> by_step;
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec)) return {};  // no run yet: no checkpoints
+  fs::directory_iterator it(run_dir, ec);
+  if (ec) fail("cannot list " + run_dir + ": " + ec.message());
+  for (const fs::directory_entry& entry : it) {
+    std::string name = entry.path().filename().string();
+    const bool moved_aside = name.size() > 4 && name.compare(name.size() - 4, 4, ".old") == 0;
+    if (moved_aside) name.resize(name.size() - 4);
+    int64_t step = 0;
+    if (!parse_step_dir_name(name, step)) continue;
+    // No manifest means the directory is not a complete checkpoint (the manifest is
+    // written last); skip it rather than resume from it.
+    std::error_code entry_ec;
+    if (!entry.is_directory(entry_ec) ||
+        !fs::is_regular_file(entry.path() / "manifest.json", entry_ec))
+      continue;
+    if (moved_aside) by_step.emplace(step, entry.path());  // never displaces step_N
+    else by_step[step] = entry.path();
+  }
+  return {by_step.begin(), by_step.end()};
+}
+
+// The step a checkpoint directory was written at, from its manifest.
+int64_t checkpoint_step(const std::string& path) {
+  const json manifest = read_manifest(path);
+  const auto step = manifest.find("step");
+  if (step == manifest.end() || !step->is_number_integer() || step->get<int64_t>() < 0)
+    fail(path + "/manifest.json has no \"step\" that is an integer >= 0 (corrupt checkpoint manifest)");
+  return step->get<int64_t>();
+}
+
+}  // namespace
+
+std::string latest_checkpoint(const std::string& run_dir) {
+  const auto found = complete_checkpoints(run_dir);
+  return found.empty() ? std::string() : found.back().second.string();
+}
+
+void prune_checkpoints(const std::string& run_dir, int keep) {
+  if (keep <= 0) return;
+  const auto found = complete_checkpoints(run_dir);
+  if (found.size() <= size_t(keep)) return;
+  const size_t remove = found.size() - size_t(keep);
+  for (size_t i = 0; i < remove; ++i) {
+    std::error_code ec;
+    fs::remove_all(found[i].second, ec);
+    if (ec) fail("cannot remove old checkpoint " + found[i].second.string() + ": " + ec.message());
+  }
+}
+
+namespace {
+
+// The checkpoint `resume` names ("" for a fresh start) and the step the run starts from.
+struct ResumeSource {
+  std::string path;
+  int64_t start = 0;
+};
+ResumeSource resume_source(const Config& cfg) {
+  ResumeSource r{cfg.resume == "latest" ? latest_checkpoint(cfg.run_dir) : cfg.resume};
+  if (!r.path.empty()) r.start = checkpoint_step(r.path);
+  return r;
+}
+
+}  // namespace
+
+std::string resolve_resume(const Config& cfg) {
+  const auto [path, start] = resume_source(cfg);
+  // `steps` counts from the start of the run, not from the resume. Below the checkpoint's
+  // step it is a mistake (the run would train nothing and save the checkpoint again
+  // under its step); 0 is the way to train nothing and only evaluate and sample.
+  if (cfg.steps > 0 && cfg.steps < start)
+    fail("steps=" + std::to_string(cfg.steps) + " is below step " + std::to_string(start) + " of the checkpoint " +
+         path + " (steps counts from the start of the run, resumed runs included): set steps above " +
+         std::to_string(start) + " to train on, or steps=0 to only evaluate and sample it");
+  return path;
+}
+
+std::string set_aside_later_checkpoints(const Config& cfg) {
+  if (!cfg.checkpoint_at_end && cfg.checkpoint_every == 0) return "";  // this run writes none
+  const int64_t start = resume_source(cfg).start;
+  std::vector<fs::path> later;
+  for (const auto& [step, dir] : complete_checkpoints(cfg.run_dir))
+    if (step > start) later.push_back(dir);
+  if (later.empty()) return "";
+  // A directory of its own, named by the time; never a step_ name, so no reader takes it
+  // for a checkpoint of this run.
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::gmtime(&now));
+  const std::string base = std::string("set_aside_") + stamp;
+  fs::path aside = fs::path(cfg.run_dir) / base;
+  for (int n = 2; fs::exists(aside); ++n) aside = fs::path(cfg.run_dir) / (base + "-" + std::to_string(n));
+  std::error_code ec;
+  fs::create_directory(aside, ec);
+  if (ec) fail("cannot create " + aside.string() + " to set earlier checkpoints aside: " + ec.message());
+  for (const fs::path& dir : later) {
+    fs::rename(dir, aside / dir.filename(), ec);  // same file system: atomic, nothing copied
+    if (ec) fail("cannot move " + dir.string() + " into " + aside.string() + ": " + ec.message());
+  }
+  fsync_directory(cfg.run_dir);
+  std::string line = "run_dir " + cfg.run_dir + " held " + std::to_string(later.size());
+  line += " checkpoint(s) past step " + std::to_string(start);
+  line += " (up to " + later.back().filename().string() + "), another run's: moved to ";
+  line += aside.string() + " so that the two runs' checkpoints do not mix";
+  return line;
+}
+
+}  // namespace gpt
