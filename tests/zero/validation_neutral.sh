@@ -41,7 +41,7 @@ run "$BIN05" "$WORK/B1_05_val" 12 "${VAL[@]}"
 run "$BIN05" "$WORK/A2_05_accum2_noval" 6
 run "$BIN05" "$WORK/B2_05_accum2_val" 6 "${VAL[@]}"
 run "$BIN04" "$WORK/V_04_val" 12 "${VAL[@]}"
-run "$BIN05" "$WORK/N_05_val_lr_plus_0.1pct" 12 "${VAL[@]}" --set lr=0.003003
+run "$BIN05" "$WORK/N_05_val_lr_plus_0.1pct" 12 "${VAL[@]}" --set lr="$(scaled_lr 1.001)"
 
 # val_losses DIR: "step loss" per validation line of the run's metrics.
 val_losses() {
