@@ -164,9 +164,19 @@ TEST_CASE("layout: AdamW on local slices (and ZeRO ranges of them) is the whole 
   std::vector<float> whole = params;
   AdamW<float> full(global, 0, global.total(), /*keep_master=*/false);
   full.step(Device::CPU, whole.data(), grads.data(), 1e-2, 0.7, cfg, 1, false);
+  const std::vector<float> whole_m(full.m().data(), full.m().data() + N);
+  const std::vector<float> whole_v(full.v().data(), full.v().data() + N);
 
-  for (int tp : {2, 4}) {
-    std::vector<float> gathered(N, std::nanf(""));
+  // The weights and both moments after one step on tp ranks, each rank's buffer in two
+  // ZeRO ranges, gathered into the global layout. At step 1 AdamW moves every weight by
+  // about lr sign(g), so the weights alone would not show a gradient scaled by a constant
+  // factor; the moments would (m = (1 - beta1) g).
+  struct Gathered {
+    std::vector<float> p, m, v;
+  };
+  const auto step_on_slices = [&](int tp, double grad_scale) {
+    Gathered out{std::vector<float>(N, std::nanf("")), std::vector<float>(N, std::nanf("")),
+                 std::vector<float>(N, std::nanf(""))};
     for (int r = 0; r < tp; ++r) {
       const RankLayout layout = RankLayout::tensor_parallel(global, tp, r);
       const int64_t n = layout.total(), mid = n / 3;  // two ZeRO ranges of the local buffer
@@ -174,18 +184,36 @@ TEST_CASE("layout: AdamW on local slices (and ZeRO ranges of them) is the whole 
       layout.scatter(params.data(), p.data());
       layout.scatter(grads.data(), g.data());
       AdamW<float> first(layout, 0, mid, false), second(layout, mid, n, false);
-      first.step(Device::CPU, p.data(), g.data(), 1e-2, 0.7, cfg, 1, false);
-      second.step(Device::CPU, p.data() + mid, g.data() + mid, 1e-2, 0.7, cfg, 1, false);
-      layout.gather(p.data(), gathered.data(), /*counted_only=*/true);
+      first.step(Device::CPU, p.data(), g.data(), 1e-2, grad_scale, cfg, 1, false);
+      second.step(Device::CPU, p.data() + mid, g.data() + mid, 1e-2, grad_scale, cfg, 1, false);
+      std::vector<float> m(first.m().data(), first.m().data() + mid), v(first.v().data(), first.v().data() + mid);
+      m.insert(m.end(), second.m().data(), second.m().data() + (n - mid));
+      v.insert(v.end(), second.v().data(), second.v().data() + (n - mid));
+      layout.gather(p.data(), out.p.data(), /*counted_only=*/true);
+      layout.gather(m.data(), out.m.data(), /*counted_only=*/true);
+      layout.gather(v.data(), out.v.data(), /*counted_only=*/true);
     }
+    return out;
+  };
+  const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return std::equal(a.begin(), a.end(), b.begin());  // bit for bit (a NaN left ungathered fails)
+  };
+  for (int tp : {2, 4}) {
+    const Gathered got = step_on_slices(tp, 0.7);
     INFO("tp " << tp);
-    CHECK(std::equal(gathered.begin(), gathered.end(), whole.begin()));  // bit for bit
+    CHECK(same(got.p, whole));
+    CHECK(same(got.m, whole_m));
+    CHECK(same(got.v, whole_v));
   }
-  // Negative control: decay applied everywhere changes the decayed-or-not elements.
+  // Negative controls: decay applied everywhere changes the decayed-or-not elements; the
+  // gradient 1.01x shows in the moments.
   Config all_decay = cfg;
   std::vector<float> wrong = params;
   AdamW<float> naive(RankLayout::whole(global), 0, global.total(), false);
   all_decay.weight_decay = 0.2;
   naive.step(Device::CPU, wrong.data(), grads.data(), 1e-2, 0.7, all_decay, 1, false);
-  CHECK_FALSE(std::equal(wrong.begin(), wrong.end(), whole.begin()));
+  CHECK_FALSE(same(wrong, whole));
+  const Gathered scaled = step_on_slices(2, 0.7 * 1.01);
+  CHECK_FALSE(same(scaled.m, whole_m));
+  CHECK_FALSE(same(scaled.v, whole_v));
 }
