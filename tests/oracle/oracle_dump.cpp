@@ -15,11 +15,12 @@
 //   (b) from the same initial weights, 5 AdamW steps with gradient accumulation 2
 //       (step s uses micro-batches 2s and 2s+1, each backward with loss_scale 1/2),
 //       global-norm clipping and the warmup + cosine schedule: the mean loss and the
-//       gradient norm of each step, and the final (master) weights.
+//       gradient norm of each step, the final (master) weights and AdamW's two moments.
 // Output, all little-endian: tokens.bin (int32, 10 x batch x (seq_len+1)),
 // init_f64.bin and init_f32.bin, and per mode {mode}_logits.bin, {mode}_loss.bin,
 // {mode}_grads.bin, {mode}_step_losses.bin, {mode}_grad_norms.bin,
-// {mode}_final_params.bin (float64, whatever the precision the run computed in), plus
+// {mode}_final_params.bin, {mode}_adam_m.bin, {mode}_adam_v.bin (float64, whatever the
+// precision the run computed in), plus
 // meta.json: shapes, hyper-parameters, the learning rate of each step and the
 // parameter table (name, offset, shape, decay).
 #include <algorithm>
@@ -132,6 +133,10 @@ void run_mode(const Problem& pb, const std::string& mode, Precision precision,
   write_f64(dir / (mode + "_grad_norms.bin"), grad_norms.data(), grad_norms.size());
   const DeviceArray<T>& final_params = bf16 ? opt.master() : model.params();
   write_f64(dir / (mode + "_final_params.bin"), final_params.data(), final_params.size());
+  // The moments see what the update hides: m / sqrt(v) is unchanged when every clipped
+  // gradient is off by the same factor, m and v are not.
+  write_f64(dir / (mode + "_adam_m.bin"), opt.m().data(), opt.m().size());
+  write_f64(dir / (mode + "_adam_v.bin"), opt.v().data(), opt.v().size());
 
   if (mode == "f64") {
     write_f64(dir / "init_f64.bin", init.data(), init.size());

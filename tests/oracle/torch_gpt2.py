@@ -23,7 +23,8 @@ drawn anew. One draw is too noisy a yardstick for the Adam updates (README.md).
 README.md next to this file derives these bounds. The quantities: the logits and
 loss of micro-batch 0, the gradient of every parameter tensor, and, after 5 AdamW
 steps with gradient accumulation 2, the loss and gradient norm of each step and
-the update (final - initial) of every parameter tensor. Errors are relative:
+the update (final - initial) and AdamW's two moments (m, v) of every parameter
+tensor. Errors are relative:
 ||ours - G|| / ||G||, per tensor.
 
 Usage: /usr/bin/python3 torch_gpt2.py --dir OUT_DIR   (exit 0 pass, 1 fail, 77 skip)
@@ -231,7 +232,7 @@ def run(meta, tokens, init_flat, dtype, bf16, perm=None):
     relabelled network of symmetry_permutation, results mapped back."""
     if perm is not None:
         res = run(meta, tokens, init_flat[perm], dtype, bf16)
-        for key in ("grads", "final_params"):
+        for key in ("grads", "final_params", "adam_m", "adam_v"):
             back = np.empty_like(res[key])
             back[perm] = res[key]
             res[key] = back
@@ -293,6 +294,8 @@ def run(meta, tokens, init_flat, dtype, bf16, perm=None):
     res["step_losses"] = np.array(step_losses)
     res["grad_norms"] = np.array(grad_norms)
     res["final_params"] = flatten(master, meta)
+    res["adam_m"] = flatten({n: opt.state[p]["exp_avg"] for n, p in master.items()}, meta)
+    res["adam_v"] = flatten({n: opt.state[p]["exp_avg_sq"] for n, p in master.items()}, meta)
     res["lrs"] = np.array(lrs)
     return res
 
@@ -310,7 +313,8 @@ def quantities(res, init64, meta):
     steps are compared by their update (final - initial float64 weights): every run
     starts from the same weights (up to their fp32 rounding, which counts as error),
     and comparing whole weights would dilute the error of the update in them (an LN
-    weight of 1 moved by 0.03)."""
+    weight of 1 moved by 0.03). AdamW's moments after the steps too: the update
+    m / sqrt(v) hides a clipped gradient off by a constant factor, the moments show it."""
     q = [("logits", res["logits"]), ("loss", res["loss"])]
     for t in meta["params"]:
         o, n = t["offset"], math.prod(t["shape"])
@@ -320,6 +324,10 @@ def quantities(res, init64, meta):
     for t in meta["params"]:
         o, n = t["offset"], math.prod(t["shape"])
         q.append((f"update {t['name']}", res["final_params"][o:o + n] - init64[o:o + n]))
+    for kind in ("adam_m", "adam_v"):
+        for t in meta["params"]:
+            o, n = t["offset"], math.prod(t["shape"])
+            q.append((f"{kind} {t['name']}", res[kind][o:o + n]))
     return q
 
 
@@ -353,7 +361,7 @@ def main():
     tokens = np.fromfile(d / meta["tokens"]["file"], dtype="<i4").reshape(meta["tokens"]["shape"])
     init64, init32 = load(d, "init_f64.bin"), load(d, "init_f32.bin")
     ours = {mode: {k: load(d, f"{mode}_{k}.bin") for k in
-                   ("logits", "loss", "grads", "step_losses", "grad_norms", "final_params")}
+                   ("logits", "loss", "grads", "step_losses", "grad_norms", "final_params", "adam_m", "adam_v")}
             for mode in meta["modes"]}
     print(f"oracle: {m['n_layer']} layers, {m['n_embd']} wide, {m['n_head']} heads, "
           f"T={meta['seq_len']}, B={meta['batch']}, V={m['vocab_size']} (padded {m['padded_vocab']}), "
@@ -426,13 +434,19 @@ def main():
     # the row it changes, must be rejected; a control the bound accepts is a failure (the
     # bound could not see that error). f64: every logit 1e-8 off (ten times the bound,
     # far below any mutation in the README's table); f32: one small tensor's gradient
-    # 1e-3 off (a per-tensor scale error that AdamW's update would hide); bf16: the same
-    # tensor's gradient 10 % off (a few times the bf16 floor).
+    # 1e-3 off (a per-tensor scale error that AdamW's update would hide), and its first
+    # moment after the steps 1e-3 off (a clipped gradient off by a constant, which the
+    # update hides too); bf16: the same gradient 10 % off (a few times the bf16 floor),
+    # and the first moment 2x (the clip's scale left out at a norm of 2, as at step 1).
+    # The bf16 moments can see no less: five bf16 steps move the weights apart, and the
+    # moments of torch's own bf16 draws lie 3-10 % from G's, so their bounds are 15-45 %.
     print("\nnegative controls (each must be rejected by its bound)")
     small = min(meta["params"], key=lambda t: math.prod(t["shape"]))
     grad_row = next(i for i, (name, _) in enumerate(qG) if name == f"grad {small['name']}")
+    m_row = next(i for i, (name, _) in enumerate(qG) if name == f"adam_m {small['name']}")
     logits_row = next(i for i, (name, _) in enumerate(qG) if name == "logits")
-    for mode, row, scale in (("f64", logits_row, 1e-8), ("f32", grad_row, 1e-3), ("bf16", grad_row, 0.1)):
+    for mode, row, scale in (("f64", logits_row, 1e-8), ("f32", grad_row, 1e-3), ("f32", m_row, 1e-3),
+                             ("bf16", grad_row, 0.1), ("bf16", m_row, 1.0)):
         name, g = qG[row]
         q_ours, q_draws = q_by_mode[mode]
         planted = q_ours[row][1] * (1 + scale)
