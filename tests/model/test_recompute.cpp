@@ -199,15 +199,22 @@ TEST_CASE("model: selective recompute in emulated bf16 changes only mlp.c_proj's
   // value moves by about 3 half-ulps of bf16 and the weight gradient, a sum of them
   // weighted by the output gradient, by at most 2^-6 of its norm (4 bf16 ulps; measured
   // 2.8e-3, about 2^-8.5). A GELU rebuilt from anything but that rounded input moves it by O(1).
-  double diff2 = 0, norm2 = 0;
+  // Negative control: the rebuilt gradients 1 + 2^-5 too large must be beyond the bound
+  // (the bound accepts a gradient scaled by up to about 1 + 2^-6).
+  const double control_scale = 1.0 + std::ldexp(1.0, -5);
+  double diff2 = 0, norm2 = 0, control2 = 0;
   for (const auto& [begin, end] : fcproj_ranges(plain))
     for (size_t i = begin; i < end; ++i) {
       diff2 += (kept.grads[i] - rebuilt.grads[i]) * (kept.grads[i] - rebuilt.grads[i]);
       norm2 += kept.grads[i] * kept.grads[i];
+      const double wrong = control_scale * rebuilt.grads[i];
+      control2 += (kept.grads[i] - wrong) * (kept.grads[i] - wrong);
     }
-  INFO("mlp.c_proj weight gradients: selective vs kept " << std::sqrt(diff2 / norm2) << " of their norm");
+  INFO("mlp.c_proj weight gradients: selective vs kept " << std::sqrt(diff2 / norm2) << " of their norm, "
+       << "the control " << std::sqrt(control2 / norm2));
   CHECK(norm2 > 0);
   CHECK(std::sqrt(diff2) <= std::ldexp(1.0, -6) * std::sqrt(norm2));
+  CHECK(std::sqrt(control2) > std::ldexp(1.0, -6) * std::sqrt(norm2));
   for (const auto& [begin, end] : fcproj_ranges(plain)) {
     for (size_t i = begin; i < end; ++i) differs = differs || kept.grads[i] != rebuilt.grads[i];
     // The rest of the comparison: c_proj's weight gradients set aside in both runs.
