@@ -16,12 +16,23 @@ set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-case "${1:-}" in
-  -h | --help)
-    sed -n '2,15s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
-    exit 0
-    ;;
-esac
+# The arguments go to the trainer after the build: their form is checked first, here
+# (--set key=value, or a bare key=value as the trainer also takes).
+set_next=0
+for arg in "$@"; do
+  if ((set_next)); then
+    [[ "$arg" == *=* ]] || bad_input "--set needs key=value, not '$arg'"
+    set_next=0
+    continue
+  fi
+  case "$arg" in
+    -h | --help) print_help; exit 0 ;;
+    --set) set_next=1 ;;
+    [!-]*=*) ;;
+    *) bad_input "unknown argument '$arg' (scripts/bench_cpu.sh [--set key=value ...]; --help)" ;;
+  esac
+done
+((!set_next)) || bad_input "--set needs key=value"
 
 cd "$GPT_ROOT"
 config="configs/bench-124m-cpu.json"

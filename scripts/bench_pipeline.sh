@@ -42,12 +42,21 @@ set -euo pipefail
 {
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# The arguments are the pipeline sizes P, each a positive whole number.
+for p in "$@"; do
+  case "$p" in
+    -h | --help) print_help; exit 0 ;;
+  esac
+  [[ "$p" =~ ^[1-9][0-9]*$ ]] ||
+    bad_input "argument '$p': not a pipeline size P (scripts/bench_pipeline.sh [P ...]; --help)"
+done
 cd "$GPT_ROOT"
 bin="$(abs_dir "$GPT_BUILD_DIR")/stages"
 for s in 07_pipeline_gpipe 08_pipeline_1f1b 09_pipeline_interleaved; do
-  [[ -x "$bin/$s/train" ]] || die "$bin/$s/train is missing: build first"
+  [[ -x "$bin/$s/train" ]] || die "$bin/$s/train is missing: build first ($(build_hint))"
 done
-[[ -f data/fortunes/train.bin ]] || die "data/fortunes is missing: datasets/prepare_fortunes.sh data/fortunes build/bin/prepare"
+[[ -f data/fortunes/train.bin ]] ||
+  die "data/fortunes is missing: datasets/prepare_fortunes.sh data/fortunes $(shown_build_dir)/bin/prepare"
 python="$(command -v /usr/bin/python3 || command -v python3 || true)"
 [[ -n "$python" ]] || die "python3 not found"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive

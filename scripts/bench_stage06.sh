@@ -14,15 +14,23 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 config=configs/small.json
 extra=()
+# The trainer's forms: --config FILE (or =FILE), --set key=value, a bare key=value.
 while (($# > 0)); do
   case "$1" in
+    -h | --help) print_help; exit 0 ;;
     --config) (($# >= 2)) || bad_input "--config needs a file"; config=$2; shift 2 ;;
-    *) extra+=("$1"); shift ;;
+    --config=*) config=${1#--config=}; shift ;;
+    --set)
+      (($# >= 2)) || bad_input "--set needs key=value"
+      [[ "$2" == *=* ]] || bad_input "--set needs key=value, not '$2'"
+      extra+=("$1" "$2"); shift 2 ;;
+    [!-]*=*) extra+=("$1"); shift ;;
+    *) bad_input "unknown argument '$1' (scripts/bench_stage06.sh [--config FILE] [--set key=value ...]; --help)" ;;
   esac
 done
 cd "$GPT_ROOT"
 train="$(abs_dir "$GPT_BUILD_DIR")/stages/06_tensor_parallel/train"
-[[ -x "$train" ]] || die "$train is missing: build first (cmake --preset default && cmake --build build)"
+[[ -x "$train" ]] || die "$train is missing: build first ($(build_hint))"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -15,11 +15,12 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 case "${1:-}" in
   -h | --help)
-    sed -n '2,11s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    print_help
     exit 0
     ;;
   -*) bad_input "unknown option '$1' (the one argument is the output directory; --help)" ;;
 esac
+(($# <= 1)) || bad_input "one output directory at most, not $# arguments (extra: '$2'; --help)"
 out="$(abs_dir "${1:-$GPT_BUILD_DIR/docs}")"
 cd "$GPT_ROOT"
 command -v doxygen >/dev/null || die "doxygen not found: scripts/setup.sh --with-docs"

@@ -24,11 +24,14 @@ for arg in "$@"; do
   case "$arg" in
     --no-runs) make_runs=0 ;;
     -h | --help)
-      sed -n '2,17s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+      print_help
       exit 0
       ;;
-    -*) die "unknown option '$arg' (see scripts/check_notebooks.sh --help)" ;;
-    *) out="$arg" ;;
+    -*) bad_input "unknown option '$arg' (see scripts/check_notebooks.sh --help)" ;;
+    *)
+      [[ -z "$out" ]] || bad_input "argument '$arg': one output directory at most, '$out' is one (see --help)"
+      out="$arg"
+      ;;
   esac
 done
 out="$(abs_dir "${out:-$GPT_BUILD_DIR/notebooks}")"

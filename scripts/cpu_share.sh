@@ -19,6 +19,10 @@
 # Needs root and the cgroup cpu controller (v1 under /sys/fs/cgroup/cpu, or v2 with
 # `cpu` enabled). Exits 2 naming what is missing; the command's own status otherwise.
 set -euo pipefail
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"  # as lib.sh's print_help (not sourced here)
+  exit 0
+fi
 if (($# < 2)); then
   sed -n '2,20s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
   exit 2

@@ -10,9 +10,17 @@
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+case "${1:-}" in
+  -h | --help) print_help; exit 0 ;;
+esac
 count_only=0
 if [[ "${1:-}" == --count ]]; then count_only=1; shift; fi
-(($# == 2)) || die "usage: scripts/diff_stages.sh [--count] A B (stage numbers or directory names)"
+usage="usage: scripts/diff_stages.sh [--count] A B (stage numbers or directory names; --help)"
+for arg in "$@"; do
+  [[ "$arg" != -* ]] || bad_input "unknown option '$arg'; $usage"
+done
+(($# >= 2)) || bad_input "two stages needed, not $#; $usage"
+(($# == 2)) || bad_input "unknown argument '$3' (two stages only); $usage"
 
 stage_dir() {  # the stage directory a name or number means
   local want=$1 dir name matches=()
@@ -21,7 +29,8 @@ stage_dir() {  # the stage directory a name or number means
     name="$(basename "$dir")"
     [[ "$name" == "$want" || "$name" == "$want"* ]] && matches+=("$name")
   done
-  ((${#matches[@]} == 1)) || die "'$1' names ${#matches[@]} stages (stages: $(cd "$GPT_ROOT/stages" && ls -d [0-9][0-9]_* | tr '\n' ' '))"
+  ((${#matches[@]} == 1)) ||
+    bad_input "'$1' names ${#matches[@]} stages (stages: $(cd "$GPT_ROOT/stages" && ls -d [0-9][0-9]_* | tr '\n' ' '))"
   printf '%s\n' "${matches[0]}"
 }
 a="$(stage_dir "$1")" b="$(stage_dir "$2")"

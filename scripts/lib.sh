@@ -27,12 +27,32 @@ bad_input() {
   exit 2
 }
 
+# print_help: prints the calling script's header comment (from line 2 up to the first line
+# that is not a comment) without its '# ': the script's --help.
+print_help() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[1]}"; }
+
 # Makes a build directory absolute (relative ones are relative to the repo root).
 abs_dir() {
   case "$1" in
     /*) printf '%s\n' "$1" ;;
     *) printf '%s\n' "$GPT_ROOT/$1" ;;
   esac
+}
+
+# shown_build_dir: GPT_BUILD_DIR as messages name it: relative to the repo root when
+# inside it (build), else absolute.
+shown_build_dir() {
+  local dir
+  dir="$(abs_dir "$GPT_BUILD_DIR")"
+  printf '%s\n' "${dir#"$GPT_ROOT"/}"
+}
+
+# build_hint: the commands that build the `default` preset into GPT_BUILD_DIR, for the
+# messages of scripts that find their binaries missing (run from the repo root).
+build_hint() {
+  local dir
+  dir="$(shown_build_dir)"
+  printf 'cmake --preset default -B %q && cmake --build %q\n' "$dir" "$dir"
 }
 
 # Installs missing Debian packages via scripts/setup.sh (unless GPT_SKIP_SETUP=1);

@@ -20,7 +20,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() {
-  sed -n '2,17s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
+  print_help >&2
   exit 2
 }
 usage_error() {
@@ -30,7 +30,7 @@ usage_error() {
 }
 
 [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]] && {
-  sed -n '2,17s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+  print_help
   exit 0
 }
 (($# >= 2)) || usage
@@ -65,7 +65,7 @@ name="${matches[0]}"
 [[ "$name" != 01_* ]] || ((ranks == 1)) || usage_error "stage $name trains on one device: N must be 1, not $ranks"
 
 train="$(abs_dir "$GPT_BUILD_DIR")/stages/$name/train"
-[[ -x "$train" ]] || die "$train is not built: build first (cmake --preset default && cmake --build build)"
+[[ -x "$train" ]] || die "$train is not built: build first ($(build_hint))"
 command -v mpirun >/dev/null || die "mpirun not found: install Open MPI (scripts/setup.sh installs openmpi-bin)"
 
 cores="$(nproc 2>/dev/null || echo 1)"

@@ -36,10 +36,10 @@ for arg in "$@"; do
     --check) check_only=1 ;;
     --training) training_only=1 ;;
     -h | --help)
-      sed -n '2,16s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+      print_help
       exit 0
       ;;
-    *) die "unknown option '$arg' (see scripts/setup.sh --help)" ;;
+    *) bad_input "unknown option '$arg' (see scripts/setup.sh --help)" ;;
   esac
 done
 

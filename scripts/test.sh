@@ -27,10 +27,34 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 case "${1:-}" in
   -h | --help)
-    sed -n '2,23s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    print_help
     exit 0
     ;;
 esac
+
+# check_ctest_args ARGS...: ctest ignores what it does not know (a mistyped option would
+# run the whole suite), so each option must be one `ctest --help` lists (or -jN), and each
+# other word must follow an option, as its value.
+check_ctest_args() {
+  local known arg prev=""
+  known=" $(ctest --help | grep -oE '^ +-[^=]*' | grep -oE -e '-{1,2}[A-Za-z][A-Za-z0-9.-]*' | tr '\n' ' ' || true)"
+  [[ "$known" != " " ]] || return 0  # a help text of another form: left to ctest
+  for arg in "$@"; do
+    if [[ "$arg" == -* ]]; then
+      [[ "$known" == *" ${arg%%=*} "* || "$arg" =~ ^-j[0-9]+$ ]] ||
+        bad_input "argument '$arg': not an option of ctest (scripts/test.sh [ctest args ...]; --help)"
+    elif [[ "$prev" != -* || "$prev" == *=* ]]; then
+      bad_input "argument '$arg': neither a ctest option nor the value of one (scripts/test.sh [ctest args ...])"
+    fi
+    prev="$arg"
+  done
+}
+# Checked before setup when ctest is there already; on a fresh machine, once setup brings it.
+args_checked=0
+if command -v ctest > /dev/null; then
+  check_ctest_args "$@"
+  args_checked=1
+fi
 
 cd "$GPT_ROOT"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
@@ -102,6 +126,7 @@ deps=()
 [[ "$skip_notebooks" == 1 ]] || deps+=(--with-notebooks)
 [[ "$skip_docs" == 1 ]] || deps+=(--with-docs)
 ensure_deps "${deps[@]}"
+if ((!args_checked)) && command -v ctest > /dev/null; then check_ctest_args "$@"; fi
 # tiktoken and GPT-2's ranks from PyPI, for the tokenizer's comparison (skipped without)
 [[ "${GPT_SKIP_SETUP:-0}" == 1 ]] || scripts/setup_tiktoken.sh
 build_preset default "$GPT_BUILD_DIR"

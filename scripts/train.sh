@@ -50,7 +50,7 @@ while (($# > 0)); do
       shift
       ;;
     -h | --help)
-      sed -n '2,20s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+      print_help
       exit 0
       ;;
     --set)
