@@ -118,6 +118,11 @@ std::string save_checkpoint_sharded(Communicator& comm, const std::string& run_d
 CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layout,
                                 const std::vector<CheckpointBuffer>& buffers);
 
+/// The model shape checkpoint `path` was written for (its manifest's "model"): what a
+/// tool needs to build the layout before it loads the tensors. Throws a UserError naming
+/// the manifest when it is missing, malformed or has no such shape.
+ModelConfig checkpoint_model(const std::string& path);
+
 /// load_checkpoint on every rank of `comm`, each reading its own slices (ZeRO's shards,
 /// a pipeline stage's part), as one collective: an error on any rank (a tensor of its
 /// slice fails its checksum, a file it needs is missing) is thrown on every rank with the

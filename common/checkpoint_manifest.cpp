@@ -149,3 +149,27 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 
 }  // namespace gpt::checkpoint_detail
+
+namespace gpt {
+
+ModelConfig checkpoint_model(const std::string& path) {
+  const checkpoint_detail::json manifest = checkpoint_detail::read_manifest(path);
+  const std::string manifest_path = path + "/manifest.json";
+  const auto saved = manifest.find("model");
+  if (saved == manifest.end() || !saved->is_object()) fail(manifest_path + " has no \"model\" object");
+  const auto field = [&](const char* name) {
+    const auto v = saved->find(name);
+    if (v == saved->end() || !v->is_number_integer() || v->get<int64_t>() <= 0 || v->get<int64_t>() > (1 << 30))
+      fail(manifest_path + ": model." + name + " is missing or not a positive integer");
+    return int(v->get<int64_t>());
+  };
+  ModelConfig m;
+  m.n_layer = field("n_layer");
+  m.n_embd = field("n_embd");
+  m.n_head = field("n_head");
+  m.block_size = field("block_size");
+  m.vocab_size = field("vocab_size");
+  return m;
+}
+
+}  // namespace gpt
