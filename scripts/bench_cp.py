@@ -11,8 +11,12 @@ the mean and the imbalance slowest / mean (1.00 is ideal: no rank waits for anot
 import json
 import sys
 
+if sys.argv[1:2] in (["-h"], ["--help"]):
+    print(__doc__)
+    sys.exit(0)
 if len(sys.argv) < 3:
-    sys.exit("usage: bench_cp.py LABEL TRACE [TRACE ...]  (one Chrome trace per cp rank)")
+    print("usage: bench_cp.py LABEL TRACE [TRACE ...]  (one Chrome trace per cp rank; --help)", file=sys.stderr)
+    sys.exit(2)
 label, paths = sys.argv[1], sys.argv[2:]
 times = []
 for path in paths:

@@ -52,11 +52,7 @@ for p in "$@"; do
 done
 cd "$GPT_ROOT"
 bin="$(abs_dir "$GPT_BUILD_DIR")/stages"
-for s in 07_pipeline_gpipe 08_pipeline_1f1b 09_pipeline_interleaved; do
-  [[ -x "$bin/$s/train" ]] || die "$bin/$s/train is missing: build first ($(build_hint))"
-done
-[[ -f data/fortunes/train.bin ]] ||
-  die "data/fortunes is missing: datasets/prepare_fortunes.sh data/fortunes $(shown_build_dir)/bin/prepare"
+for s in 07_pipeline_gpipe 08_pipeline_1f1b 09_pipeline_interleaved; do require_built_and_fortunes "$bin/$s/train"; done
 python="$(command -v /usr/bin/python3 || command -v python3 || true)"
 [[ -n "$python" ]] || die "python3 not found"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive

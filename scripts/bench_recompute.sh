@@ -15,15 +15,10 @@ set -euo pipefail
 {
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-case "${1:-}" in
-  -h | --help) print_help; exit 0 ;;
-esac
-(($# == 0)) || bad_input "unknown argument '$1' (scripts/bench_recompute.sh takes none; --help)"
+takes_no_arguments "$@"
 cd "$GPT_ROOT"
 train="$(abs_dir "$GPT_BUILD_DIR")/stages/11_4d/train"
-[[ -x "$train" ]] || die "$train is missing: build first ($(build_hint))"
-[[ -f data/fortunes/train.bin ]] ||
-  die "data/fortunes is missing: datasets/prepare_fortunes.sh data/fortunes $(shown_build_dir)/bin/prepare"
+require_built_and_fortunes "$train"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -45,8 +45,13 @@ def check(text, name):
 
 def main():
     args = sys.argv[1:]
-    if not args or args == ["--self-test"]:
-        sys.exit("usage: check_tp_budget.py LOG [LOG ...] | --self-test LOG")
+    if args[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        sys.exit(0)
+    if not args or args == ["--self-test"] or (args[0] == "--self-test" and len(args) != 2) or \
+            any(a.startswith("-") for a in args[1 if args[0] == "--self-test" else 0:]):
+        print("usage: check_tp_budget.py LOG [LOG ...] | --self-test LOG  (--help)", file=sys.stderr)
+        sys.exit(2)
     if args[0] == "--self-test":
         text = open(args[1]).read()
         if check(text, args[1]):

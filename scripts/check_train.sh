@@ -14,10 +14,7 @@
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-case "${1:-}" in
-  -h | --help) print_help; exit 0 ;;
-esac
-(($# == 0)) || bad_input "unknown argument '$1' (scripts/check_train.sh takes none; --help)"
+takes_no_arguments "$@"
 cd "$GPT_ROOT"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

@@ -54,6 +54,9 @@ def text():
 
 
 def main():
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        print(__doc__)
+        return
     if len(sys.argv) == 3 and sys.argv[1] == "--check":
         with open(sys.argv[2], encoding="utf-8") as f:
             committed = f.read()
@@ -63,7 +66,8 @@ def main():
         print(f"{sys.argv[2]}: current (Unicode {unicodedata.unidata_version})")
         return
     if len(sys.argv) != 1:
-        sys.exit(__doc__)
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
     sys.stdout.write(text())
 
 

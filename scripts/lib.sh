@@ -27,9 +27,28 @@ bad_input() {
   exit 2
 }
 
-# print_help: prints the calling script's header comment (from line 2 up to the first line
-# that is not a comment) without its '# ': the script's --help.
-print_help() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[1]}"; }
+# print_help [SCRIPT]: prints SCRIPT's header comment (from line 2 up to the first line
+# that is not a comment) without its '# ': the script's --help. SCRIPT defaults to the
+# script that calls print_help.
+print_help() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${1:-${BASH_SOURCE[1]}}"; }
+
+# takes_no_arguments "$@": for a script that takes none: --help prints its header,
+# anything else is refused (exit 2).
+takes_no_arguments() {
+  local script="${BASH_SOURCE[1]}"
+  case "${1:-}" in
+    -h | --help) print_help "$script"; exit 0 ;;
+  esac
+  (($# == 0)) || bad_input "unknown argument '$1' (${script#"$GPT_ROOT"/} takes none; --help)"
+}
+
+# require_built_and_fortunes BINARY: a benchmark's binary is built and the default corpus
+# prepared, or the run stops with the commands that make them.
+require_built_and_fortunes() {
+  [[ -x "$1" ]] || die "$1 is missing: build first ($(build_hint))"
+  [[ -f "$GPT_ROOT/data/fortunes/train.bin" ]] ||
+    die "data/fortunes is missing: datasets/prepare_fortunes.sh data/fortunes $(shown_build_dir)/bin/prepare"
+}
 
 # Makes a build directory absolute (relative ones are relative to the repo root).
 abs_dir() {

@@ -13,10 +13,7 @@
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-case "${1:-}" in
-  -h | --help) print_help; exit 0 ;;
-esac
-(($# == 0)) || bad_input "unknown argument '$1' (scripts/setup_tiktoken.sh takes none; --help)"
+takes_no_arguments "$@"
 dir="$GPT_ROOT/third_party_local/pypi"
 python="$dir/venv/bin/python"
 ranks="$dir/gpt2.tiktoken"
