@@ -5,8 +5,10 @@
 #include "common/llmc_model.h"
 
 #include <bit>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
@@ -75,9 +77,10 @@ std::string shape_text(const ModelConfig& m) {
 
 LlmcHeader read_llmc_header(const std::string& path) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) fail(path + ": no such file (an llm.c model file was expected)");
+  if (!std::filesystem::exists(path, ec)) fail(path + ": no such file (an llm.c model file was expected)");
+  if (!std::filesystem::is_regular_file(path, ec)) fail(path + ": not a regular file (an llm.c model file was expected)");
   std::ifstream f(path, std::ios::binary);
-  if (!f) fail(path + ": cannot open");
+  if (!f) fail(path + ": cannot open: " + std::strerror(errno));
   int32_t h[256] = {};
   f.read(reinterpret_cast<char*>(h), kHeaderBytes);
   if (f.gcount() != kHeaderBytes)
@@ -129,7 +132,7 @@ std::vector<float> read_llmc_model(const std::string& path, const ParamLayout& l
     fail(path + " holds a model of " + shape_text(header.model) + ", not the " + shape_text(layout.model()) +
          " asked for");
   std::ifstream f(path, std::ios::binary);
-  if (!f) fail(path + ": cannot open");
+  if (!f) fail(path + ": cannot open: " + std::strerror(errno));
   std::vector<float> params(size_t(layout.total()), 0.0f);  // wte's padding rows stay zero
   const int64_t width = bytes_per_value(header.version);
   std::vector<uint16_t> halves;
@@ -143,7 +146,7 @@ std::vector<float> read_llmc_model(const std::string& path, const ParamLayout& l
       f.read(reinterpret_cast<char*>(halves.data()), std::streamsize(p.count * 2));
       for (int64_t i = 0; i < p.count; ++i) dst[i] = cpu::bf16_to_float(halves[size_t(i)]);
     }
-    if (!f) fail(path + ": cannot read " + p.tensor->name);
+    if (!f) fail(path + ": cannot read " + p.tensor->name + " (the file changed while it was read?)");
   }
   return params;
 }
@@ -152,38 +155,54 @@ void write_llmc_model(const std::string& path, const ParamLayout& layout, const 
   require(version == 3 || version == 5, "llm.c model file version " + std::to_string(version) +
                                             ": this writes 3 (fp32) or 5 (bf16)");
   const ModelConfig& m = layout.model();
+  // A temporary name of our own ("x": created here, never a file that was there), renamed
+  // into place once complete; on any failure it is removed, so no half file is left.
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) fail(path + ": cannot create " + tmp);
-    int32_t h[256] = {};
-    h[0] = kLlmcMagic;
-    h[1] = version;
-    h[2] = m.block_size;
-    h[3] = m.vocab_size;
-    h[4] = m.n_layer;
-    h[5] = m.n_head;
-    h[6] = m.n_embd;
-    h[7] = m.padded_vocab();
-    f.write(reinterpret_cast<const char*>(h), kHeaderBytes);
-    std::vector<uint16_t> halves;
-    for (const Piece& p : file_pieces(layout, m.padded_vocab())) {
-      // The whole tensor, wte's padding rows included (zero here, as llm.c keeps them).
-      const float* src = params + p.tensor->offset;
-      if (version == 3) {
-        f.write(reinterpret_cast<const char*>(src), std::streamsize(p.file_count * 4));
-      } else {
-        halves.resize(size_t(p.file_count));
-        for (int64_t i = 0; i < p.file_count; ++i) halves[size_t(i)] = cpu::bf16_bits(src[i]);
-        f.write(reinterpret_cast<const char*>(halves.data()), std::streamsize(p.file_count * 2));
-      }
+  std::FILE* f = std::fopen(tmp.c_str(), "wbx");
+  if (!f)
+    fail(path + ": cannot create " + tmp + ": " + std::strerror(errno) +
+         (errno == EEXIST ? " (left by an earlier export? remove it)" : ""));
+  const auto give_up = [&](const std::string& why) {
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    fail(path + ": cannot write " + tmp + ": " + why);
+  };
+  const auto put = [&](const void* data, size_t bytes) {
+    if (std::fwrite(data, 1, bytes, f) != bytes) give_up(std::strerror(errno));
+  };
+  int32_t h[256] = {};
+  h[0] = kLlmcMagic;
+  h[1] = version;
+  h[2] = m.block_size;
+  h[3] = m.vocab_size;
+  h[4] = m.n_layer;
+  h[5] = m.n_head;
+  h[6] = m.n_embd;
+  h[7] = m.padded_vocab();
+  put(h, kHeaderBytes);
+  std::vector<uint16_t> halves;
+  for (const Piece& p : file_pieces(layout, m.padded_vocab())) {
+    // The whole tensor, wte's padding rows included (zero here, as llm.c keeps them).
+    const float* src = params + p.tensor->offset;
+    if (version == 3) {
+      put(src, size_t(p.file_count) * 4);
+    } else {
+      halves.resize(size_t(p.file_count));
+      for (int64_t i = 0; i < p.file_count; ++i) halves[size_t(i)] = cpu::bf16_bits(src[i]);
+      put(halves.data(), halves.size() * 2);
     }
-    f.flush();
-    if (!f) fail(path + ": cannot write " + tmp + " (disk full?)");
+  }
+  if (std::fflush(f) != 0) give_up(std::strerror(errno));
+  if (std::fclose(f) != 0) {  // a failed close can mean lost data
+    std::remove(tmp.c_str());
+    fail(path + ": cannot write " + tmp + ": " + std::strerror(errno));
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) fail(path + ": cannot rename " + tmp + " into place: " + ec.message());
+  if (ec) {
+    std::remove(tmp.c_str());
+    fail(path + ": cannot rename " + tmp + " into place: " + ec.message());
+  }
 }
 
 }  // namespace gpt

@@ -10,13 +10,15 @@
 #      1e-9 of the reference: both are the same math in double, which agree to round-off
 #      (the oracle's f64 bound, tests/oracle/README.md; measured here about 1e-16);
 #   3. stage 06 on 2 ranks (tp = 2) in fp32 evaluates it within 4 e01 + 8 eps32, e01
-#      stage 01's own fp32 error (the oracle's fp32 bound): the same weights in another
-#      layout;
+#      stage 01's own fp32 error: the oracle's fp32 bound (tests/oracle/README.md), with
+#      stage 01 in fp32 as the baseline where the oracle has PyTorch in fp32;
 #   4. export gives back the imported file byte for byte (version 3 and, with --bf16, 5);
+#      version 3's weights exported with --bf16 give version 5's file (the rounding);
 #      version 1's export, imported again, gives the same checkpoint tensors;
 #   5. bad input: a truncated file, an unknown version, n_head not dividing n_embd, a
 #      token shard given as a model, a RUN_DIR that holds a step-0 checkpoint, an export
-#      over an existing file, a resume with another model shape: each exit 2, named.
+#      over an existing file or its temporary name, a resume with another model shape:
+#      each exit 2, named, nothing written.
 # Negative control: a file whose attention projections are stored transposed (what an
 # importer that transposed them would make of the right file) must fail both the tensor
 # check and the fp64 loss bound.
@@ -98,6 +100,8 @@ exported "version 3 comes back byte for byte" \
   bash -c '"$0" export run3/step_00000000 back3.bin && cmp back3.bin m3.bin' "$TOOL"
 exported "version 5 comes back byte for byte (--bf16)" \
   bash -c '"$0" export run5/step_00000000 back5.bin --bf16 && cmp back5.bin m5.bin' "$TOOL"
+exported "version 3 exported with --bf16 is version 5's file (the same seed: the rounding of the same values)" \
+  bash -c '"$0" export run3/step_00000000 back35.bin --bf16 && cmp back35.bin m5.bin' "$TOOL"
 exported "version 1 comes back through version 3, the same tensors" \
   bash -c '"$0" export run1/step_00000000 back1.bin && "$0" import back1.bin run1again &&
            cmp run1/step_00000000/param.bin run1again/step_00000000/param.bin' "$TOOL"
@@ -126,6 +130,9 @@ refused heads "does not divide n_embd" "$TOOL" import heads5.bin bad3
 refused shard "a token shard" "$TOOL" import data/train.bin bad4
 refused run_dir "already holds" "$TOOL" import m3.bin run3
 refused export_over "exists" "$TOOL" export run3/step_00000000 m3.bin
+: > kept.bin.tmp
+refused export_tmp "kept.bin.tmp: File exists" "$TOOL" export run3/step_00000000 kept.bin
+[ ! -s kept.bin.tmp ] && [ ! -e kept.bin ] || fail "the refused export touched kept.bin.tmp or wrote kept.bin"
 refused shape "n_layer is 2" "$TRAIN01" --config "$ROOT/configs/tiny.json" --set device=cpu "${KEYS[@]}" \
   --set n_layer=3 --set steps=0 --set sample_tokens=0 --set train_data=data/train.bin \
   --set val_data=data/val.bin --set run_dir=bad5 --set resume=run3/step_00000000 --set micro_batch_size=1 \
