@@ -26,9 +26,9 @@ std::vector<GradBucket> make_buckets(const ParamLayout& layout, double bucket_mb
   return buckets;
 }
 
-GradSync::GradSync(const ParamLayout& layout, float* params, float* grads, AllReduce all_reduce,
-                   double bucket_mb)
-    : layout_(layout), params_(params), grads_(grads), all_reduce_(std::move(all_reduce)),
+GradSync::GradSync(const ParamLayout& layout, float* params, float* grads, ReduceBucket reduce_bucket,
+                   const char* span, double bucket_mb)
+    : layout_(layout), params_(params), grads_(grads), reduce_bucket_(std::move(reduce_bucket)), span_(span),
       buckets_(make_buckets(layout, bucket_mb)) {
   bucket_of_unit_.assign(layout.num_units(), -1);
   for (size_t b = 0; b < buckets_.size(); ++b)
@@ -43,8 +43,8 @@ void GradSync::grads_done(int unit) {
   pending_units_[b] = int(buckets_[b].units.size());  // ready for the next backward
   if (!sync_) return;
   comm_.submit([this, b] {
-    Span span("allreduce_bucket", "comm", /*lane=*/1);
-    all_reduce_(grads_ + buckets_[b].begin, size_t(buckets_[b].end - buckets_[b].begin));
+    Span span(span_, "comm", /*lane=*/1);
+    reduce_bucket_(grads_ + buckets_[b].begin, size_t(buckets_[b].end - buckets_[b].begin));
   });
 }
 

@@ -33,22 +33,24 @@ struct GradBucket {
   int64_t begin, end;
   std::vector<int> units;
 };
-// With embeddings_alone the embeddings' unit gets a bucket of its own (a pipeline stage
-// reduces the tied wte once a step, after the two stages holding it have summed it).
+// With embeddings_alone the embeddings' unit gets a bucket of its own: used from stage 07
+// on, where a pipeline stage reduces the tied wte once a step, after the two stages
+// holding it have summed it; stages 02-06 pass false.
 std::vector<GradBucket> make_buckets(const ParamLayout& layout, double bucket_mb, bool embeddings_alone = false);
 
 class GradSync : public WeightStore<float> {
  public:
-  // all_reduce(ptr, count): a finished bucket's reduction over the data-parallel group,
-  // an all-reduce here (stage 02) or a reduce-scatter into the shards (stage 03, ZeRO-1).
-  using AllReduce = std::function<void(float* data, size_t count)>;
+  // reduce_bucket(ptr, count): a finished bucket's reduction over the data-parallel
+  // group, an all-reduce here (stage 02) or a reduce-scatter into the shards (stage 03,
+  // ZeRO-1). `span` names it in the trace: "allreduce_bucket" or "reduce_scatter_bucket".
+  using ReduceBucket = std::function<void(float* data, size_t count)>;
 
-  GradSync(const ParamLayout& layout, float* params, float* grads, AllReduce all_reduce,
-           double bucket_mb);
+  GradSync(const ParamLayout& layout, float* params, float* grads, ReduceBucket reduce_bucket,
+           const char* span, double bucket_mb);
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
 
-  // Whether the coming backward ends the step (then its buckets are all-reduced).
+  // Whether the coming backward ends the step (then its buckets are reduced).
   void set_sync(bool sync) { sync_ = sync; }
   // Blocks until every bucket handed out in this backward has been reduced; rethrows
   // an error raised on the communication thread.
@@ -64,7 +66,8 @@ class GradSync : public WeightStore<float> {
   const ParamLayout& layout_;
   float* params_;
   float* grads_;
-  AllReduce all_reduce_;
+  ReduceBucket reduce_bucket_;
+  const char* span_;
   std::vector<GradBucket> buckets_;
   std::vector<int> bucket_of_unit_;
   std::vector<int> pending_units_;  // per bucket, units not yet done in this backward

@@ -87,9 +87,6 @@ inline constexpr size_t kRingPieceBytes = size_t(4) << 20;
 inline size_t ring_chunk_begin(size_t count, int parts, int i) {
   return size_t(i) * count / size_t(parts);
 }
-inline size_t ring_chunk_size(size_t count, int parts, int i) {
-  return ring_chunk_begin(count, parts, i + 1) - ring_chunk_begin(count, parts, i);
-}
 
 // In place: every rank's buf (in the memory of d) becomes the element-wise sum of all
 // ranks' bufs.

@@ -84,7 +84,7 @@ int train_ranks(Run& run) {
                   if (cfg.allreduce == "ring") ring_all_reduce(dp, device, data, count, DType::F32);
                   else dp.all_reduce(data, count, DType::F32);
                 },
-                cfg.bucket_mb);
+                "allreduce_bucket", cfg.bucket_mb);
   model.set_store(&sync);
 
   // What this rank's arrays hold, by kind: the tracker's peaks (common/memory.h).

@@ -30,7 +30,6 @@
 #include "common/metrics.h"
 #include "common/optimizer.h"
 #include "common/trace.h"
-#include "kernels/ops.h"
 #include "stages/02_ddp/grad_sync.h"
 #include "stages/02_ddp/ring_allreduce.h"
 #include "stages/03_zero1/zero1.h"
@@ -76,7 +75,8 @@ int train_ranks(Run& run) {
     if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
   mirror.to_device();
-  // Every rank starts from its shard of the master weights and gathers the rest.
+  // Every rank starts from its shard of the master weights (model.store rounds it to bf16
+  // in bf16 mode, as the model rounds what it computes) and gathers the rest.
   if (bf16)
     device_copy(device, params + shard.begin, device, optimizer.master().data(), size_t(shard.size()) * sizeof(float));
   model.store(params + shard.begin, size_t(shard.size()));
@@ -91,7 +91,7 @@ int train_ranks(Run& run) {
                   const int64_t begin = data - grads, end = begin + int64_t(count);
                   ring_reduce_scatter_v(dp, device, data, shard_bounds_within(begin, end, n_params, dp.size()), DType::F32);
                 },
-                cfg.bucket_mb);
+                "reduce_scatter_bucket", cfg.bucket_mb);
   model.set_store(&sync);
 
   // What this rank's arrays hold, by kind: the tracker's peaks (common/memory.h).

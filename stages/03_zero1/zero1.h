@@ -2,7 +2,8 @@
 // Trillion Parameter Models", SC 2020): shard the optimizer state.
 //
 // With data parallelism every rank runs the same AdamW on the same gradient: dp copies
-// of the fp32 master weights and both moments (12 of the 16-18 bytes per parameter).
+// of the optimizer state: both fp32 moments, and in bf16 mode the fp32 master weights
+// (8 of the 16 bytes per parameter in fp32, 12 of the 20 in this stage's bf16 emulation).
 // ZeRO-1 gives each rank one shard of that state and has it update only its shard:
 //
 //   grads:   reduce-scatter   rank r receives sum over ranks of shard r   (N-1)/N of P

@@ -38,7 +38,8 @@ namespace gpt {
 class Zero2Store : public WeightStore<float> {
  public:
   // params: the whole model (every rank keeps all weights in ZeRO-1 and -2).
-  // embeddings_alone: the embeddings' unit in a bucket of its own (make_buckets).
+  // embeddings_alone: the embeddings' unit in a bucket of its own (make_buckets; pipeline
+  // stages, from stage 07 on).
   // device: where params are and where the bucket buffers and the shard gradient go.
   Zero2Store(const ParamLayout& layout, Communicator& dp, float* params, double bucket_mb,
              bool embeddings_alone, Device device);
@@ -59,9 +60,11 @@ class Zero2Store : public WeightStore<float> {
   // The buckets, for the lesson.
   const std::vector<GradBucket>& buckets() const { return buckets_; }
 
- private:
+ protected:  // stage 05's store gathers through the same layout and group
   const ParamLayout& layout_;
   Communicator& dp_;
+
+ private:
   float* params_;
   Device device_;
   Shard shard_;
@@ -72,7 +75,11 @@ class Zero2Store : public WeightStore<float> {
   DeviceArray<float> buffers_[3];
   long ticket_of_slot_[3] = {0, 0, 0};  // the communication thread's last task on a buffer
   DeviceArray<float> shard_grads_;
-  std::unique_ptr<Communicator> reduce_comm_;  // the communication thread's own channel
+  // The communication thread's own channel. Collectives are matched by their order on a
+  // communicator, so two threads must not interleave them on one: stage 04's main thread
+  // makes none while buckets are in flight, but stage 05's store, built on this one,
+  // gathers weights on dp during backward while the buckets are reduce-scattered.
+  std::unique_ptr<Communicator> reduce_comm_;
   CommThread comm_;                           // last: its tasks use the members above
 };
 

@@ -29,8 +29,6 @@
 #include "common/metrics.h"
 #include "common/optimizer.h"
 #include "common/trace.h"
-#include "kernels/ops.h"
-#include "stages/02_ddp/ring_allreduce.h"
 #include "stages/03_zero1/zero1.h"
 #include "stages/05_zero3/zero3.h"
 
@@ -81,7 +79,8 @@ int train_ranks(Run& run) {
     if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
   mirror.to_device();
-  // Every rank starts from its shard of the master weights and gathers the rest.
+  // Every rank starts from its shard of the master weights (model.store rounds it to bf16
+  // in bf16 mode, as the model rounds what it computes); the rest is gathered unit by unit.
   if (bf16) device_copy(device, shard_params, device, optimizer.master().data(), size_t(shard.size()) * sizeof(float));
   model.store(shard_params, size_t(shard.size()));
   Zero3Store store(layout, dp, shard_params, cfg.bucket_mb, /*prefetch=*/true, /*embeddings_alone=*/false, device);

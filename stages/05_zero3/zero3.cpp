@@ -13,7 +13,7 @@ namespace gpt {
 
 Zero3Store::Zero3Store(const ParamLayout& layout, Communicator& dp, float* shard_params,
                        double bucket_mb, bool prefetch, bool embeddings_alone, Device device)
-    : Zero2Store(layout, dp, nullptr, bucket_mb, embeddings_alone, device), layout_(layout), dp_(dp),
+    : Zero2Store(layout, dp, nullptr, bucket_mb, embeddings_alone, device),
       prefetch_comm_(dp.split(0, dp.rank())), shard_params_(shard_params), prefetch_(prefetch),
       gathered_(layout.num_units()), users_(layout.num_units(), 0), kept_(layout.num_units(), 0) {}
 

@@ -1,9 +1,10 @@
 // ZeRO stage 3: shard the weights as well.
 //
-// After ZeRO-2 every rank still keeps all the weights (2-4 P bytes) although a layer
-// needs only its own weights, and only while it runs. ZeRO-3 keeps just this rank's
-// shard of the weights and gathers a unit (a block, the embeddings, the final
-// layernorm) from all ranks right before it is used, freeing it right after:
+// After ZeRO-2 every rank still keeps all the weights (4P bytes here: fp32 buffers in
+// both precision modes) although a layer needs only its own weights, and only while it
+// runs. ZeRO-3 keeps just this rank's shard of the weights and gathers a unit (a block,
+// the embeddings, the final layernorm) from all ranks right before it is used, freeing
+// it right after:
 //
 //   forward:   gather block l  -> compute block l -> free block l
 //   backward:  gather block l  -> backward of block l -> free block l
@@ -62,8 +63,6 @@ class Zero3Store : public Zero2Store {
   void drop_prefetch();           // waits for the prefetch in flight and discards it
   int next_unit(int unit, Pass pass) const;  // the unit to prefetch, or -1
 
-  const ParamLayout& layout_;
-  Communicator& dp_;
   std::unique_ptr<Communicator> prefetch_comm_;  // the prefetch thread's own channel
   float* shard_params_;
   bool prefetch_;

@@ -48,7 +48,7 @@ LocalZero::LocalZero(const Config& cfg, GPT2<float>& model, const RankLayout& sl
           const int64_t begin = data - grads, end = begin + int64_t(count);
           ring_reduce_scatter_v(dp_, device_, data, shard_bounds_within(begin, end, n, dp_.size()), DType::F32);
         },
-        cfg.bucket_mb);
+        zero_ == 0 ? "allreduce_bucket" : "reduce_scatter_bucket", cfg.bucket_mb);
   } else {
     // A pipeline stage (stages 07-09) reduces its tied wte once a step, after the first
     // and the last stage have summed it: its unit needs a bucket of its own.

@@ -17,6 +17,8 @@ void check_tensor_parallel(const Config& cfg) {
                        ": a tensor-parallel rank holds at least one whole attention head");
   require(H % tp == 0, "tp=" + std::to_string(tp) + " does not divide n_head=" + std::to_string(H) +
                            ": each tensor-parallel rank holds n_head/tp whole heads");
+  // The row split needs B*T to divide by tp; seq_len dividing makes it hold for every
+  // micro-batch size (Megatron-LM's rule, which splits the sequence dimension itself).
   if (cfg.sequence_parallel)
     require(cfg.seq_len % tp == 0, "sequence_parallel=true: seq_len=" + std::to_string(cfg.seq_len) +
                                        " does not divide by tp=" + std::to_string(tp) +

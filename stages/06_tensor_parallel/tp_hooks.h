@@ -19,7 +19,8 @@
 //
 // Sequence parallelism: the layernorms, dropout-free residuals and everything elementwise
 // run on 1/tp of the B*T rows instead of all of them on every rank. An all-reduce is a
-// reduce-scatter followed by an all-gather, so the same bytes move as
+// reduce-scatter followed by an all-gather, so the same bytes move (plus, in backward, the
+// re-gather of each column-parallel linear's input for its weight gradient) as
 //
 //   f = all-gather forward, reduce-scatter backward   (rows -> full rows before the column linear)
 //   g = reduce-scatter forward, all-gather backward   (partial sums -> this rank's rows after the row linear)

@@ -67,7 +67,7 @@ int train_ranks(Run& run) {
   // The model holds this rank's slices; with zero >= 2 the stage keeps the weights and
   // the store the gradients.
   GPT2<float> model(cfg.model, B, T, device, precision, /*own_weights=*/cfg.zero <= 1,
-                    ModelSlice<float>{tp.size(), tp.rank(), sp, &hooks, {}});
+                    ModelSlice<float>{tp.size(), tp.rank(), sp, &hooks, /*positions=*/{}});
   const ParamLayout& layout = model.layout();  // the local buffer's tensors and units
   const ParamLayout global(cfg.model);
   const RankLayout slices = RankLayout::tensor_parallel(global, tp.size(), tp.rank());

@@ -70,7 +70,5 @@ void TensorParallelHooks<A>::reduce_stats_on_host(G* row_max, G* row_sumexp, G* 
 
 template void TensorParallelHooks<float>::vocab_reduce(float*, float*, float*, int);
 template void TensorParallelHooks<double>::vocab_reduce(double*, double*, double*, int);
-template void TensorParallelHooks<float>::reduce_stats_on_host(float*, float*, float*, int);
-template void TensorParallelHooks<double>::reduce_stats_on_host(double*, double*, double*, int);
 
 }  // namespace gpt

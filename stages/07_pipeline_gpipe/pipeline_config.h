@@ -8,12 +8,8 @@
 namespace gpt {
 
 // UserErrors naming the key: n_layer below pp x virtual_stages (every virtual stage runs
-// at least one layer); fewer micro-batches than a schedule can run, or more than the
+// at least one layer), no micro-batch at all (m < 1), or more micro-batches than the
 // message tags can name (2 m v - 1 <= kMaxTag).
-// Every ZeRO stage runs: 2 and 3 reduce each micro-batch's gradients as its backward
-// finishes a unit, except the tied wte's, which the first and the last stage first sum
-// once a step (tied_embedding.h); 3 gathers a unit whenever a pass acquires it, in
-// whatever order the schedule runs the passes (stage 07's README).
 void check_pipeline(const Config& cfg, int pp, int micro_batches);
 
 // One line per pipeline stage: its layers, and what else it holds.

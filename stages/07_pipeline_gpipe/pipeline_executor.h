@@ -116,7 +116,7 @@ class PipelineExecutor {
     double seconds = 0;
     long count = 0;
   };
-  OpTime op_time_[8] = {};  // by PipeOp
+  OpTime op_time_[kPipeOps] = {};  // by PipeOp
   double timed(PipeOp op, std::chrono::steady_clock::time_point start);  // records and returns the seconds since start
   // Posted receives, by (chunk, micro); sends not yet completed, by (chunk, slot, gradient).
   std::map<std::pair<int, int>, Request> recv_activation_, recv_gradient_;

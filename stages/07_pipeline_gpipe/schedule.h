@@ -46,6 +46,7 @@ enum class PipeOp {
   SendGradient,
   RecvGradient
 };
+constexpr int kPipeOps = int(PipeOp::RecvGradient) + 1;  // how many kinds of action there are
 const char* pipe_op_name(PipeOp op);
 
 struct PipeAction {

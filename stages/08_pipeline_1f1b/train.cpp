@@ -80,7 +80,8 @@ int train_ranks(Run& run) {
   const PipeSchedule schedule = one_f_one_b_schedule(pp.size(), pp.rank(), accum);
   const LayerRange layers = stage_layers(cfg.model.n_layer, pp.size(), pp.rank());
   GPT2<float> model(cfg.model, B, T, device, precision, /*own_weights=*/cfg.zero <= 1,
-                    ModelSlice<float>{tp.size(), tp.rank(), sp, &hooks, {}, layers, max_in_flight(schedule, 0)});
+                    ModelSlice<float>{tp.size(), tp.rank(), sp, &hooks, /*positions=*/{}, layers,
+                                      max_in_flight(schedule, 0)});
   const ParamLayout& layout = model.layout();  // the local buffer's tensors and units
   const ParamLayout global(cfg.model);
   const RankLayout slices = RankLayout::pipeline_stage(RankLayout::tensor_parallel(global, tp.size(), tp.rank()),

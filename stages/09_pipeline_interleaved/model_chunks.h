@@ -36,7 +36,10 @@ struct ModelChunk {
   std::unique_ptr<RankLayout> slices;  // the chunk's part of the global tensors
   std::unique_ptr<LocalZero> zero;
   std::unique_ptr<SequenceParallelGrads<float>> sp_grads;
-  std::unique_ptr<TiedEmbeddingGrads> tied;  // the store the model runs through
+  // The store the model runs through, on every chunk: where the chunk holds the tied wte
+  // (the first or the last stage) it sums wte's gradient with the other end's; elsewhere
+  // it passes every gradient straight to the stores beneath.
+  std::unique_ptr<TiedEmbeddingGrads> tied;
 };
 
 // The v = cfg.virtual_stages chunks of this rank (pp rank r of p, tp rank of tp), each

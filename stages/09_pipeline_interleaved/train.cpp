@@ -82,8 +82,9 @@ int train_ranks(Run& run) {
   const ParamLayout global(cfg.model);
   const std::unique_ptr<Communicator> ends = tied_embedding_group(pp);  // the first and the last stage
   std::vector<ModelChunk> chunks = make_model_chunks(cfg, global, schedule, pp, tp, dp, ends.get(),
-                                                     ModelSlice<float>{tp.size(), tp.rank(), sp, &hooks, {}}, T, device,
-                                                     precision);
+                                                     ModelSlice<float>{tp.size(), tp.rank(), sp, &hooks,
+                                                                       /*positions=*/{}},
+                                                     T, device, precision);
   std::vector<GPT2<float>*> models;
   std::vector<const GPT2<float>*> const_models;
   std::vector<LocalZero*> zeros;

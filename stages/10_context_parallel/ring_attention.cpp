@@ -68,11 +68,12 @@ void RingAttentionHooks<A>::attention_forward(const PieceContext& ctx, A* out, G
             if (k_pos > q_pos + Tc - 1) continue;  // every key after every query: masked
             pairs_ += ContextSplit::visible_pairs(q_pos, k_pos, Tc);
             const size_t q_row = size_t(b) * T + size_t(qc) * Tc, k_row = size_t(b) * T + size_t(kc) * Tc;
-            const cpu::FlashView<A> view{qkv + q_row * 3 * W,
-                                         kv_.data() + k_row * 2 * W,
-                                         kv_.data() + k_row * 2 * W + W,
-                                         size_t(3 * W), size_t(2 * W), size_t(W),
-                                         1, Tc, Tc, heads, hs, q_pos, k_pos};
+            const cpu::FlashView<A> view{.q = qkv + q_row * 3 * W,
+                                         .k = kv_.data() + k_row * 2 * W,
+                                         .v = kv_.data() + k_row * 2 * W + W,
+                                         .q_stride = size_t(3 * W), .kv_stride = size_t(2 * W), .out_stride = size_t(W),
+                                         .B = 1, .Tq = Tc, .Tk = Tc, .NH = heads, .hs = hs,
+                                         .q_pos0 = q_pos, .k_pos0 = k_pos};
             ops::attention_block_forward(ctx.device, view, block_out_.data(), block_lse_.data());
             G* row_lse = lse + (size_t(b) * nc + qc) * heads * Tc;
             for (int h = 0; h < heads; ++h)  // merge head h's rows through the logsumexps
@@ -113,11 +114,12 @@ void RingAttentionHooks<A>::attention_backward(const PieceContext& ctx, A* dqkv,
             const int q_pos = split_.chunk_start(r, qc), k_pos = split_.chunk_start(owner, kc);
             if (k_pos > q_pos + Tc - 1) continue;
             const size_t q_row = size_t(b) * T + size_t(qc) * Tc, k_row = size_t(b) * T + size_t(kc) * Tc;
-            const cpu::FlashView<A> view{qkv + q_row * 3 * W,
-                                         kv_.data() + k_row * 2 * W,
-                                         kv_.data() + k_row * 2 * W + W,
-                                         size_t(3 * W), size_t(2 * W), size_t(W),
-                                         1, Tc, Tc, heads, hs, q_pos, k_pos};
+            const cpu::FlashView<A> view{.q = qkv + q_row * 3 * W,
+                                         .k = kv_.data() + k_row * 2 * W,
+                                         .v = kv_.data() + k_row * 2 * W + W,
+                                         .q_stride = size_t(3 * W), .kv_stride = size_t(2 * W), .out_stride = size_t(W),
+                                         .B = 1, .Tq = Tc, .Tk = Tc, .NH = heads, .hs = hs,
+                                         .q_pos0 = q_pos, .k_pos0 = k_pos};
             A* dk = dkv_.data() + k_row * 2 * W;
             ops::attention_block_backward(ctx.device, view, dqkv + q_row * 3 * W, dk, dk + W, dout + q_row * W,
                                           out + q_row * W, lse + (size_t(b) * nc + qc) * heads * Tc);

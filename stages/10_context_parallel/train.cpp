@@ -63,7 +63,7 @@ int train_ranks(Run& run) {
   const MeshCoord at = run.mesh.coord();
   const std::unique_ptr<Communicator> dp_owner = run.world.split(at.tp * run.mesh.shape().pp + at.pp,
                                                                  at.dp * run.mesh.shape().cp + at.cp);
-  Communicator& dp = *dp_owner;
+  Communicator& dp = *dp_owner;  // the gradient group: dp x cp ranks holding the same weights
   const int data_rank = at.dp, data_ranks = run.mesh.shape().dp;  // which sequences this rank reads
   const bool sp = cfg.sequence_parallel, lead = run.lead();
   const int accum = cfg.grad_accum(data_ranks);

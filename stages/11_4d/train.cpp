@@ -80,7 +80,7 @@ int train_ranks(Run& run) {
   const MeshShape shape = run.mesh.shape();
   const std::unique_ptr<Communicator> dp_owner =
       run.world.split(at.tp * shape.pp + at.pp, at.dp * shape.cp + at.cp);
-  Communicator& dp = *dp_owner;
+  Communicator& dp = *dp_owner;  // the gradient group: dp x cp ranks holding the same weights
   Communicator& data_group = run.mesh.dp();  // the ranks that read different sequences
   const bool sp = cfg.sequence_parallel, lead = run.lead();
   const int accum = cfg.grad_accum(data_group.size());  // m, the micro-batches of a step
@@ -107,8 +107,8 @@ int train_ranks(Run& run) {
               "passes, when the recomputed activations are gone; use another schedule, or selective or none");
   const ParamLayout global(cfg.model);
   const std::unique_ptr<Communicator> ends = tied_embedding_group(pp);  // the first and the last stage
-  ModelHooks<float>* attention = cp.size() > 1 ? static_cast<ModelHooks<float>*>(&ring) : &hooks;
-  ModelSlice<float> slice{tp.size(), tp.rank(), sp, attention, split.positions()};
+  ModelHooks<float>* layer_hooks = cp.size() > 1 ? static_cast<ModelHooks<float>*>(&ring) : &hooks;  // tp's f, g
+  ModelSlice<float> slice{tp.size(), tp.rank(), sp, layer_hooks, split.positions()};
   slice.recompute = recompute;
   // One block runs at a time on a rank, so its chunks recompute into one working set.
   BlockActivations<float> working_block;
