@@ -39,14 +39,6 @@
 namespace gpt {
 
 namespace {
-// A block's tensors inside a unit: the layout gives absolute offsets, the store the
-// unit's first element.
-template <class T>
-BlockTensors<T> block_tensors(const BlockParams& o, T* unit, int64_t unit_begin) {
-  auto at = [&](int64_t off) { return unit + (off - unit_begin); };
-  return {at(o.ln1_w), at(o.ln1_b), at(o.qkv_w),  at(o.qkv_b), at(o.attproj_w), at(o.attproj_b),
-          at(o.ln2_w), at(o.ln2_b), at(o.fc_w),   at(o.fc_b),  at(o.fcproj_w),  at(o.fcproj_b)};
-}
 // A tensor of a unit by its absolute offset: the store hands out the unit's first
 // element, the layout gives absolute offsets.
 template <class T>
@@ -58,6 +50,13 @@ struct UnitView {
 template <class T>
 UnitView<T> unit_view(T* first, const ParamLayout& layout, int unit) {
   return {first, layout.unit(unit).begin};
+}
+// A block's tensors inside its unit, whose first element is at unit_begin.
+template <class T>
+BlockTensors<T> block_tensors(const BlockParams& o, T* unit, int64_t unit_begin) {
+  const UnitView<T> at{unit, unit_begin};
+  return {at(o.ln1_w), at(o.ln1_b), at(o.qkv_w),  at(o.qkv_b), at(o.attproj_w), at(o.attproj_b),
+          at(o.ln2_w), at(o.ln2_b), at(o.fc_w),   at(o.fc_b),  at(o.fcproj_w),  at(o.fcproj_b)};
 }
 }  // namespace
 

@@ -9,9 +9,10 @@
 /// ```
 ///
 /// The model owns its compute weights, their gradients and the activations of its
-/// micro-batches in flight (B sequences of T tokens each; one, but for a pipeline stage's
-/// schedule, ModelSlice below); the optimizer owns the master weights and
-/// moments. The template argument A is the storage type of weights and activations:
+/// micro-batches in flight (B sequences of T tokens each; one micro-batch, except in a
+/// pipeline stage, whose schedule keeps several: ModelSlice below); the optimizer owns the
+/// moments and, in bf16 mode only, the fp32 master weights (in fp32 and fp64 the model's
+/// weights are the master weights). The template argument A is the storage type of weights and activations:
 /// float for training (fp32 mode; bf16 mode on the CPU, emulated by rounding), double for
 /// the ground-truth runs of the tests, bf16 for the bf16 mode on the GPU. Parameter
 /// gradients are GradOf<A> (fp32 for bf16). Buffers live on the model's device.

@@ -42,17 +42,17 @@ void block_backward_input(const PieceContext& ctx, const BlockDims& dims, const 
   // MLP.
   const A* d_out = hooks.gather_output_grad(Site::Mlp, d_resid, s.d_full.data(), rows, C);
   keep_copy(d, keep.d_mlp_out, d_out);
-  s.d_hidden.zero();
+  s.d_fch_gelu.zero();
   // No weight gradient, so no input: fch_gelu is the weight half's (under selective
   // recompute it is not even there in this half).
-  ops::matmul_backward(d, s.d_hidden.data(), none, none, d_out, static_cast<const A*>(nullptr), w.fcproj_w, N, F, C);
-  ctx.round(s.d_hidden.data(), size_t(N) * F);
-  s.d_hidden2.zero();
-  ops::gelu_backward(d, s.d_hidden2.data(), act.fch.data(), s.d_hidden.data(), size_t(N) * F);
-  ctx.round(s.d_hidden2.data(), size_t(N) * F);
-  keep_copy(d, keep.d_fc, s.d_hidden2.data());
+  ops::matmul_backward(d, s.d_fch_gelu.data(), none, none, d_out, static_cast<const A*>(nullptr), w.fcproj_w, N, F, C);
+  ctx.round(s.d_fch_gelu.data(), size_t(N) * F);
+  s.d_fch.zero();
+  ops::gelu_backward(d, s.d_fch.data(), act.fch.data(), s.d_fch_gelu.data(), size_t(N) * F);
+  ctx.round(s.d_fch.data(), size_t(N) * F);
+  keep_copy(d, keep.d_fc, s.d_fch.data());
   s.d_full.zero();
-  ops::matmul_backward(d, s.d_full.data(), none, none, s.d_hidden2.data(), static_cast<const A*>(nullptr), w.fc_w, N,
+  ops::matmul_backward(d, s.d_full.data(), none, none, s.d_fch.data(), static_cast<const A*>(nullptr), w.fc_w, N,
                        C, F);
   ctx.round(s.d_full.data(), NC);
   A* d_ln2 = hooks.reduce_input_grad(Site::Mlp, s.d_full.data(), full_or(s.local, s.d_full), rows, C);

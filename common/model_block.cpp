@@ -42,13 +42,13 @@ BlockScratch<A>::BlockScratch(Device d, const BlockDims& dims, int full, int row
   d_full = DeviceArray<A>(d, N * C);
   d_att = DeviceArray<A>(d, N * W);
   d_qkv = DeviceArray<A>(d, N * 3 * W);
-  d_hidden = DeviceArray<A>(d, N * F), d_hidden2 = DeviceArray<A>(d, N * F);
+  d_fch_gelu = DeviceArray<A>(d, N * F), d_fch = DeviceArray<A>(d, N * F);
 }
 
 template <class A>
 size_t BlockScratch<A>::bytes() const {
-  return partial.bytes() + local.bytes() + gathered.bytes() + d_full.bytes() + d_att.bytes() + d_qkv.bytes() + d_hidden.bytes() +
-         d_hidden2.bytes();
+  return partial.bytes() + local.bytes() + gathered.bytes() + d_full.bytes() + d_att.bytes() + d_qkv.bytes() +
+         d_fch_gelu.bytes() + d_fch.bytes();
 }
 
 template <class A>
@@ -118,18 +118,18 @@ void block_backward(const PieceContext& ctx, const BlockDims& dims, const BlockW
   // MLP: d_resid holds d resid3; the residual passes it to resid2 unchanged, and the
   // branch adds its part through ln_2.
   const A* d_out = hooks.gather_output_grad(Site::Mlp, d_resid, s.d_full.data(), rows, C);
-  s.d_hidden.zero();
-  ops::matmul_backward(d, s.d_hidden.data(), g.fcproj_w, g.fcproj_b, d_out, act.fch_gelu.data(), w.fcproj_w,
+  s.d_fch_gelu.zero();
+  ops::matmul_backward(d, s.d_fch_gelu.data(), g.fcproj_w, g.fcproj_b, d_out, act.fch_gelu.data(), w.fcproj_w,
                        N, F, C);
-  ctx.round(s.d_hidden.data(), size_t(N) * F);
-  s.d_hidden2.zero();
-  ops::gelu_backward(d, s.d_hidden2.data(), act.fch.data(), s.d_hidden.data(), size_t(N) * F);
-  ctx.round(s.d_hidden2.data(), size_t(N) * F);
+  ctx.round(s.d_fch_gelu.data(), size_t(N) * F);
+  s.d_fch.zero();
+  ops::gelu_backward(d, s.d_fch.data(), act.fch.data(), s.d_fch_gelu.data(), size_t(N) * F);
+  ctx.round(s.d_fch.data(), size_t(N) * F);
   // c_fc's weight gradient needs its input on all rows: under sequence parallelism the
   // gathered copy was not kept (it would cost N x C per layer), so it is gathered again.
   const A* ln2 = hooks.gather_input(Site::Mlp, act.ln2.data(), full_or(s.gathered, act.ln2), rows, C);
   s.d_full.zero();
-  ops::matmul_backward(d, s.d_full.data(), g.fc_w, g.fc_b, s.d_hidden2.data(), ln2, w.fc_w, N, C, F);
+  ops::matmul_backward(d, s.d_full.data(), g.fc_w, g.fc_b, s.d_fch.data(), ln2, w.fc_w, N, C, F);
   ctx.round(s.d_full.data(), NC);
   A* d_ln2 = hooks.reduce_input_grad(Site::Mlp, s.d_full.data(), full_or(s.local, s.d_full), rows, C);
   ctx.round(d_ln2, RC);

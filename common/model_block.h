@@ -31,33 +31,18 @@ namespace gpt {
 /// ```
 template <class T>
 struct BlockTensors {
-  /// ln_1's scale [C].
-  T *ln1_w, *ln1_b, *qkv_w, *qkv_b, *attproj_w, *attproj_b;  ///< attention c_proj's bias [C] (may be nullptr)
-  /// @var ln1_b
-  /// ln_1's shift [C].
-
-  /// @var qkv_w
-  /// attention c_attn's weight [3W, C]: this rank's q rows, then k, then v.
-
-  /// @var qkv_b
-  /// attention c_attn's bias [3W].
-
-  /// @var attproj_w
-  /// attention c_proj's weight [C, W].
-
-  /// ln_2's scale [C].
-  T *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;  ///< mlp.c_proj's bias [C] (may be nullptr)
-  /// @var ln2_b
-  /// ln_2's shift [C].
-
-  /// @var fc_w
-  /// mlp.c_fc's weight [F, C].
-
-  /// @var fc_b
-  /// mlp.c_fc's bias [F].
-
-  /// @var fcproj_w
-  /// mlp.c_proj's weight [C, F].
+  T* ln1_w;      ///< ln_1's scale [C]
+  T* ln1_b;      ///< ln_1's shift [C]
+  T* qkv_w;      ///< attention c_attn's weight [3W, C]: this rank's q rows, then k, then v
+  T* qkv_b;      ///< attention c_attn's bias [3W]
+  T* attproj_w;  ///< attention c_proj's weight [C, W]
+  T* attproj_b;  ///< attention c_proj's bias [C] (may be nullptr)
+  T* ln2_w;      ///< ln_2's scale [C]
+  T* ln2_b;      ///< ln_2's shift [C]
+  T* fc_w;       ///< mlp.c_fc's weight [F, C]
+  T* fc_b;       ///< mlp.c_fc's bias [F]
+  T* fcproj_w;   ///< mlp.c_proj's weight [C, F]
+  T* fcproj_b;   ///< mlp.c_proj's bias [C] (may be nullptr)
 };
 /// A block's weights as the forward and backward read them: read-only pointers of the
 /// storage type A.
@@ -98,17 +83,17 @@ struct BlockActivations {
   }
 
   DeviceArray<A> ln1;            ///< ln_1(x) (rows; its all-gathered copy is not kept: backward gathers again)
-  /// ln_1's mean of each row of x (rows).
-  DeviceArray<G> ln1_mean, ln1_rstd;  ///< ln_1's reciprocal standard deviation of each row of x (rows)
+  DeviceArray<G> ln1_mean;       ///< ln_1's mean of each row of x (rows)
+  DeviceArray<G> ln1_rstd;       ///< ln_1's reciprocal standard deviation of each row of x (rows)
   DeviceArray<A> qkv;            ///< (full, 3W)
   DeviceArray<A> atty;           ///< attention output (full, W)
   DeviceArray<G> att_lse;        ///< attention row logsumexps (B, heads, T)
   DeviceArray<A> resid2;         ///< (rows, C)
   DeviceArray<A> ln2;            ///< ln_2(resid2) (rows, C; like ln1, not kept gathered)
-  /// ln_2's mean of each row of resid2 (rows).
-  DeviceArray<G> ln2_mean, ln2_rstd;  ///< ln_2's reciprocal standard deviation of each row of resid2 (rows)
-  /// c_fc's output before the GELU (full, F).
-  DeviceArray<A> fch, fch_gelu;  ///< (full, F): c_fc's output and its GELU
+  DeviceArray<G> ln2_mean;       ///< ln_2's mean of each row of resid2 (rows)
+  DeviceArray<G> ln2_rstd;       ///< ln_2's reciprocal standard deviation of each row of resid2 (rows)
+  DeviceArray<A> fch;            ///< c_fc's output before the GELU (full, F)
+  DeviceArray<A> fch_gelu;       ///< the GELU of fch (full, F): mlp.c_proj's input
   DeviceArray<A> resid3;         ///< the block's output (rows, C)
 
   size_t bytes() const;  ///< device bytes of all the buffers above
@@ -127,9 +112,9 @@ struct BlockScratch {
   DeviceArray<A> gathered;  ///< a layernorm's output all-gathered (full, C; only if full != rows)
   DeviceArray<A> d_full;    ///< gradient of a linear's input or output (full, C)
   DeviceArray<A> d_att;     ///< gradient of the attention output (full, W)
-  DeviceArray<A> d_qkv;     ///< (full, 3W)
-  /// Gradient of the GELU's output, i.e. of mlp.c_proj's input (full, F).
-  DeviceArray<A> d_hidden, d_hidden2;  ///< (full, F): gradient of c_fc's output, through the GELU
+  DeviceArray<A> d_qkv;     ///< gradient of c_attn's output (full, 3W)
+  DeviceArray<A> d_fch_gelu;  ///< gradient of the GELU's output, i.e. of mlp.c_proj's input (full, F)
+  DeviceArray<A> d_fch;       ///< gradient of c_fc's output, through the GELU (full, F)
   size_t bytes() const;  ///< device bytes of all the buffers above
 };
 

@@ -1,5 +1,6 @@
 /// @file
-/// AdamW with fp32 state, warmup + cosine learning rate, global-norm gradient clipping.
+/// AdamW with fp32 state (double in the fp64 runs), warmup + cosine learning rate,
+/// global-norm gradient clipping.
 ///
 /// ```
 ///   lr(s) = lr * (s+1)/warmup                                   for s < warmup

@@ -147,6 +147,8 @@ void matmul_backward(Device d, A* dinp, GradOf<A>* dw, GradOf<A>* dbias, const A
 /// needs besides qkv and out: the row logsumexps (B,NH,T) of flash attention, on both
 /// devices (the CPU runs kernels/cpu/flash_attention.cpp, the GPU the kernels of
 /// kernels/cuda/attention/); attention_stats_size says how many.
+/// (The Device is not used: both devices keep the same statistics. It stays in the
+/// signature so that a kernel needing other statistics on one device changes no caller.)
 inline size_t attention_stats_size(Device, int B, int T_, int NH) { return size_t(B) * NH * T_; }
 /// The CPU's flash tiles: 64 x 64 scores (a 64-row query tile's state and one key and
 /// value tile stay in a core's L1/L2 at head sizes up to 128).
@@ -236,6 +238,9 @@ void gelu_backward(Device d, A* dinp, const A* inp, const A* dout, size_t n) {
 }
 
 /// out = a + b. Its backward is "add dout to both inputs' gradients": residual_backward.
+/// The model does not call that: a block adds the residual's gradient into the slot's
+/// d_resid as it goes (model_block.cpp); the op is kept for the op tests, which check
+/// every op on both devices, and for the benchmarks.
 template <class A>
 void residual_forward(Device d, A* out, const A* a, const A* b, size_t n) {
   GPT_DISPATCH("residual_forward", A, cpu::residual_forward(out, a, b, n),

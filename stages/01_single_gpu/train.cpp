@@ -125,7 +125,8 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     }
     double loss = 0;
     for (int micro = 0; micro < accum; ++micro) {
-      train_data.batch(step, micro, 0, 1, B, cfg.batch_size, inputs.data(), targets.data());
+      // One rank of one (the data-parallel stages pass their rank and their count).
+      train_data.batch(step, micro, /*dp_rank=*/0, /*dp=*/1, B, cfg.batch_size, inputs.data(), targets.data());
       loss += double(model.forward(inputs.data(), targets.data())) / accum;
       model.backward(M(cfg.test_grad_scale) / M(accum));  // test_grad_scale: 1 outside tests
     }
