@@ -122,6 +122,8 @@ constexpr Key kKeys[] = {
     {"activation_checkpointing", FIELD(activation_checkpointing),
      "activations recomputed in the backward instead of kept per micro-batch: none; selective (ln_1, ln_2 and the GELU's output rebuilt, 6 of a block's 16 C values a row, for a few elementwise passes); full (each block's forward run again from its kept input: 1 C a row kept, about a third more compute); stage 11 reads it"},
     {"zero", FIELD(zero), "ZeRO stage over the data-parallel group, 0..3 (stages 06+; stages 03-05 are ZeRO-1, -2, -3 by construction)"},
+    {"zero3_prefetch", FIELD(zero3_prefetch),
+     "ZeRO-3 (stage 05, and zero=3 in stages 06+): gather the next unit on a thread while this one computes; false gathers each unit on the main thread when a pass needs it (the same bits; one unit fewer in memory, every gather exposed in the trace)"},
     {"comm", FIELD(comm), "communication backend: auto, mpi or nccl"},
     {"allreduce", FIELD(allreduce), "gradient all-reduce of stage 02: ring (written out) or backend"},
     {"bucket_mb", FIELD(bucket_mb), "gradient bucket size in MiB (one all-reduce per bucket)"},

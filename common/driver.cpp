@@ -57,6 +57,11 @@ void require_axes(const Config& cfg, const StageSpec& spec) {
   if (cfg.zero != 0 && !spec.zero_key)
     fail("zero=" + std::to_string(cfg.zero) + ": stage " + spec.name +
          " does not read the key (stages 03, 04 and 05 are ZeRO-1, -2 and -3 by construction); leave it 0");
+  if (!cfg.zero3_prefetch && !spec.zero3 && !(spec.zero_key && cfg.zero == 3))
+    fail(std::string("zero3_prefetch=false: stage ") + spec.name +
+         (spec.zero_key ? " at zero=" + std::to_string(cfg.zero) : "") +
+         " does not run ZeRO-3, whose gathers the key is about (stage 05 does, and zero=3 in stages 06+); "
+         "leave it true");
 }
 
 namespace {

@@ -44,6 +44,7 @@ struct StageSpec {
   /// Context parallelism implemented (cp may exceed 1).
   bool virtual_stages = false;              ///< interleaved pipeline chunks
   bool zero_key = false;                    ///< reads `zero` (the ZeRO stage over dp)
+  bool zero3 = false;                       ///< ZeRO-3 by construction (stage 05): reads `zero3_prefetch`
   bool schedule_key = false;                ///< reads `schedule` (the pipeline schedule)
   bool activation_checkpointing_key = false;  ///< reads `activation_checkpointing`
   bool cuda = false;                        ///< device=cuda supported

@@ -83,7 +83,7 @@ int train_ranks(Run& run) {
   // in bf16 mode, as the model rounds what it computes); the rest is gathered unit by unit.
   if (bf16) device_copy(device, shard_params, device, optimizer.master().data(), size_t(shard.size()) * sizeof(float));
   model.store(shard_params, size_t(shard.size()));
-  Zero3Store store(layout, dp, shard_params, cfg.bucket_mb, /*prefetch=*/true, /*embeddings_alone=*/false, device);
+  Zero3Store store(layout, dp, shard_params, cfg.bucket_mb, cfg.zero3_prefetch, /*embeddings_alone=*/false, device);
   model.set_store(&store);
 
   // What this rank's arrays hold, by kind: the tracker's peaks (common/memory.h).
@@ -157,6 +157,6 @@ int train_ranks(Run& run) {
 
 int main(int argc, char** argv) {
   StageSpec spec{"05_zero3"};
-  spec.cuda = true;
+  spec.zero3 = true, spec.cuda = true;
   return stage_main(argc, argv, spec, train_ranks);
 }

@@ -40,7 +40,9 @@ class Zero3Store : public Zero2Store {
  public:
   // shard_params: this rank's shard of the compute weights (shard().size() elements),
   // updated in place by the optimizer, in the memory of `device`, where the gathered
-  // units go too. embeddings_alone: as Zero2Store's (a pipeline stage's tied wte).
+  // units go too. prefetch: gather the next unit on the prefetch thread while this one
+  // computes (the key zero3_prefetch; false gathers each unit on the calling thread when a
+  // pass acquires it). embeddings_alone: as Zero2Store's (a pipeline stage's tied wte).
   Zero3Store(const ParamLayout& layout, Communicator& dp, float* shard_params, double bucket_mb,
              bool prefetch, bool embeddings_alone, Device device);
   ~Zero3Store() override;

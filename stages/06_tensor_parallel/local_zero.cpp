@@ -56,7 +56,7 @@ LocalZero::LocalZero(const Config& cfg, GPT2<float>& model, const RankLayout& sl
     if (zero_ == 2)
       sharded_ = std::make_unique<Zero2Store>(layout, dp, params_, cfg.bucket_mb, pipeline_stage, device);
     else
-      sharded_ = std::make_unique<Zero3Store>(layout, dp, shard_params_, cfg.bucket_mb, /*prefetch=*/true,
+      sharded_ = std::make_unique<Zero3Store>(layout, dp, shard_params_, cfg.bucket_mb, cfg.zero3_prefetch,
                                               pipeline_stage, device);
   }
   // The range's checkpoint: its compute weights are the model's with zero <= 1, the kept

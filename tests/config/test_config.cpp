@@ -81,6 +81,7 @@ void require_same(const Config& a, const Config& b) {
   CHECK(a.activation_checkpointing == b.activation_checkpointing);
   CHECK(a.sequence_parallel == b.sequence_parallel);
   CHECK(a.zero == b.zero);
+  CHECK(a.zero3_prefetch == b.zero3_prefetch);
   CHECK(a.cp_split == b.cp_split);
   CHECK(a.comm == b.comm);
   CHECK(a.allreduce == b.allreduce);
@@ -371,7 +372,7 @@ TEST_CASE("config_to_json round-trips through apply_json_text to an equal config
 
 TEST_CASE("every key can be set from the text it prints as, and is documented") {
   nlohmann::json keys = nlohmann::json::parse(gpt::config_to_json(Config{}));
-  REQUIRE(keys.size() == 55);  // one per Config field (ModelConfig has five)
+  REQUIRE(keys.size() == 56);  // one per Config field (ModelConfig has five)
   std::string help = gpt::config_help_text();
   std::string markdown = gpt::config_reference_markdown();
   CHECK(help.starts_with("usage: train [--config FILE] [--set key=value]..."));

@@ -75,6 +75,21 @@ TEST_CASE("driver: a stage refuses by name an axis it does not implement", "[con
   CHECK(error_of([&] { require_axes(recompute, four_d); }).empty());
   recompute.activation_checkpointing = "none";
   CHECK(error_of([&] { require_axes(recompute, zero1); }).empty());
+  // zero3_prefetch=false: read where ZeRO-3 runs (stage 05; zero=3 where `zero` is read),
+  // refused elsewhere, naming the stage (and the zero it was given).
+  Config no_prefetch = with_axes(0, 1, 1, 1);
+  no_prefetch.zero3_prefetch = false;
+  StageSpec zero3{"05_zero3"};
+  zero3.zero3 = true;
+  CHECK(error_of([&] { require_axes(no_prefetch, zero3); }).empty());
+  const std::string refused = error_of([&] { require_axes(no_prefetch, zero1); });
+  CHECK(refused.find("zero3_prefetch=false: stage 03_zero1") != std::string::npos);
+  StageSpec zero_key{"06_tensor_parallel"};
+  zero_key.zero_key = true;
+  no_prefetch.zero = 2;
+  CHECK(error_of([&] { require_axes(no_prefetch, zero_key); }).find("at zero=2") != std::string::npos);
+  no_prefetch.zero = 3;
+  CHECK(error_of([&] { require_axes(no_prefetch, zero_key); }).empty());
 }
 
 TEST_CASE("mfu: the job's peak counts each GPU once, and no peak is reported without every rank's",

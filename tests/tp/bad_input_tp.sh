@@ -21,5 +21,7 @@ expect_refused "zero out of range"            "zero=4: must be 0, 1, 2 or 3"    
 expect_refused "stage 05 refuses zero"        "zero=1: stage 05_zero3"             2 "$TRAIN05" zero=1
 expect_refused "stage 05 refuses sp"          "sequence_parallel=true: stage 05_zero3" 2 "$TRAIN05" sequence_parallel=true
 expect_refused "stage 05 refuses tp"          "tp=2: stage 05_zero3"               2 "$TRAIN05" tp=2
+expect_refused "no ZeRO-3 to stop prefetching" "zero3_prefetch=false: stage 06_tensor_parallel at zero=1" 2 "$TRAIN06" \
+  tp=2 zero=1 zero3_prefetch=false
 
 [ "$failures" -eq 0 ] && echo "all bad-input cases of stage 06 refused as they must be" || exit 1

@@ -3,6 +3,7 @@
 
   memory_formula.py --dp N --vocab V --block-size T RUN [RUN...]
   RUN = STAGE:PRECISION:N_LAYER:N_EMBD:BUCKET_MB:RUN_DIR   e.g. 04:fp32:4:64:0.1:/tmp/x/04_fp32
+  STAGE 02, 03, 04, 05, or 05np: stage 05 with zero3_prefetch=false
 
 Each RUN_DIR holds the metrics.jsonl of a short run at dp = N; rank 0 writes it, so
 the "mem" of its last train line is rank 0's ledger, in bytes: the peak, per kind, of the
@@ -44,17 +45,21 @@ The fixed buffers, on top of the shards:
             equality is the right test. After a validation pass the next forward does
             not keep the final layernorm beside them (zero3.h), so E + 2 B holds there
             too; the runs validate after their first step to check it.
+            Without the prefetch (05np) the next block is gathered only when its pass
+            acquires it, after the current one is released: E + B. The same arithmetic,
+            so a 05np run's losses and gradient norms equal the 05 run's, bit for bit.
 
 A stage passes when every kind equals its expected bytes exactly. Every run is also
 checked against the other stages' formulas, which must miss in some kind, and against
 plausible wrong derivations of its own (negative controls: ZeRO-2 and -3 with one live
-bucket buffer instead of two, ZeRO-3 gathering without a prefetch), which the run's
+bucket buffer instead of two, ZeRO-3 gathering with the other prefetch mode), which the run's
 shape must tell apart from the right formula and its numbers must miss. `buffers`
 (communication scratch: the ring's piece buffer) and activations are printed; every multi-rank stage must hold some buffers.
 Exits 1 with the table when any check fails.
 """
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -113,7 +118,13 @@ def zero_memory(terms, zero, optimizer_bytes):
             "optimizer": optimizer_bytes * (S if zero >= 1 else P)}
 
 
-ZERO_OF_STAGE = {"02": 0, "03": 1, "04": 2, "05": 3}
+ZERO_OF_STAGE = {"02": 0, "03": 1, "04": 2, "05": 3, "05np": 3}
+WITHOUT_PREFETCH = {"05np"}  # gathered units E + B instead of E + 2 B
+
+
+def gathered_terms(terms, stage):
+    """The terms with the gathered units of `stage`'s prefetch mode."""
+    return dict(terms, gathered=terms["E"] + terms["B"]) if stage in WITHOUT_PREFETCH else terms
 
 
 def optimizer_bytes(precision):
@@ -123,7 +134,8 @@ def optimizer_bytes(precision):
 
 def expected(stage, precision, dp, vocab, block_size, n_layer, c, bucket_mb):
     terms = zero_terms(units(vocab, block_size, n_layer, c), dp, bucket_mb)
-    table = {s: zero_memory(terms, zero, optimizer_bytes(precision)) for s, zero in ZERO_OF_STAGE.items()}
+    table = {s: zero_memory(gathered_terms(terms, s), zero, optimizer_bytes(precision))
+             for s, zero in ZERO_OF_STAGE.items()}
     return table, terms
 
 
@@ -135,6 +147,12 @@ def reported(run_dir):
     if not train:
         sys.exit(f"memory_formula: {path} has no train line")
     return train[-1]["mem"]
+
+
+def train_metrics(run_dir, key):
+    """`key` of every train line of a run, in step order."""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [r[key] for r in map(json.loads, filter(str.strip, f)) if r.get("kind") == "train"]
 
 
 def main():
@@ -182,9 +200,10 @@ def main():
         if zero >= 2 and terms["other buckets"] >= 2:
             one_buffer = dict(terms, **{"live buckets": terms["live buckets"] - terms["largest other bucket"]})
             wrong.append(("one live bucket buffer", zero_memory(one_buffer, zero, optimizer_bytes(precision))))
-        if zero == 3:
-            no_prefetch = dict(terms, gathered=terms["E"] + terms["B"])
-            wrong.append(("a gather without prefetch", zero_memory(no_prefetch, zero, optimizer_bytes(precision))))
+        if zero == 3:  # the other prefetch mode's gathered units
+            other = "05" if stage in WITHOUT_PREFETCH else "05np"
+            label = "a gather with prefetch" if stage in WITHOUT_PREFETCH else "a gather without prefetch"
+            wrong.append((label, zero_memory(gathered_terms(terms, other), zero, optimizer_bytes(precision))))
         for label, formula in wrong:
             if formula == table[stage]:
                 failed = True
@@ -200,6 +219,25 @@ def main():
             failed = True
             rows.append((stage, precision, "buffers: none counted", 0, 0, 0.0, "FAIL"))
         rows.append((stage, precision, "buffers (info)", 0, buffers, 0.0, ""))
+
+    # Without the prefetch the arithmetic is the same: every loss and gradient norm of a
+    # 05np run equals its 05 twin's (same precision and shape), bit for bit.
+    runs = {tuple(spec.split(":", 5)[:5]): spec.split(":", 5)[5] for spec in args.runs}
+    for (stage, precision, n_layer, c, bucket_mb), run_dir in runs.items():
+        twin = runs.get(("05", precision, n_layer, c, bucket_mb)) if stage in WITHOUT_PREFETCH else None
+        if twin is None:
+            continue
+        mine = {k: train_metrics(run_dir, k) for k in ("loss", "grad_norm")}
+        theirs = {k: train_metrics(twin, k) for k in ("loss", "grad_norm")}
+        same = mine == theirs and len(mine["loss"]) == 2  # both steps, not two empty lists
+        # Control: the twin's last loss one ulp off must count as different.
+        nudged = dict(theirs, loss=theirs["loss"][:-1] + [math.nextafter(theirs["loss"][-1], math.inf)])
+        seen = mine != nudged
+        failed |= not (same and seen)
+        rows.append((stage, precision, "losses, norms as 05's" if same else "losses, norms differ from 05's",
+                     0, 0, 0.0, "ok" if same else "FAIL"))
+        rows.append((stage, precision, "rejects 05's loss +1 ulp" if seen else "accepts 05's loss +1 ulp",
+                     0, 0, 0.0, "ok" if seen else "FAIL"))
 
     print(f"\n{'stage':5s} {'prec':5s} {'kind':22s} {'expected B':>12s} {'reported B':>12s} {'rel err':>9s}")
     for stage, precision, kind, exp, got, rel, verdict in rows:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Memory: the per-rank bytes of parameters, gradients and optimizer state that stages
-# 02-05 allocate (rank 0's "mem" in metrics.jsonl) equal each stage's formula exactly,
+# 02-05 (and 05 without its prefetch, zero3_prefetch=false) allocate (rank 0's "mem" in metrics.jsonl) equal each stage's formula exactly,
 # plus the stated fixed buffers (live gradient buckets, gathered units), at dp = 4.
 # Two steps of a small model per stage and precision, with a validation pass after the
 # first (an evaluation must not raise any peak); memory_formula.py derives the expected
@@ -19,18 +19,19 @@ DP=4 VOCAB=256 BLOCK=32
 # bucket of their own; the bf16 one has P not divisible by 4 (uneven shards) and a
 # bucket holding both the embeddings and block 0 (buckets: final+4+3, 2+1, 0+embeddings).
 CASES="fp32:4:64:4:0.1 bf16:5:66:6:0.25"
-declare -A BINS=([02]=$BIN02 [03]=$BIN03 [04]=$BIN04 [05]=$BIN05)
+declare -A BINS=([02]=$BIN02 [03]=$BIN03 [04]=$BIN04 [05]=$BIN05 [05np]=$BIN05)
+declare -A KEYS=([05np]="--set zero3_prefetch=false")  # stage 05 without its prefetch
 
 specs=()
 for case in $CASES; do
   IFS=: read -r prec layers embd heads bucket <<< "$case"
-  for stage in 02 03 04 05; do
+  for stage in 02 03 04 05 05np; do
     dir="$WORK/s${stage}_$prec"
     "$MPIEXEC" -np $DP --oversubscribe "${BINS[$stage]}" $(tiny_args "$WORK/data" "$dir") \
       --set n_layer="$layers" --set n_embd="$embd" --set n_head="$heads" --set vocab_size=$VOCAB \
       --set block_size=$BLOCK --set seq_len=$BLOCK --set precision="$prec" --set bucket_mb="$bucket" \
       --set steps=2 --set batch_size=8 --set micro_batch_size=2 --set val_every=1 --set val_batches=2 \
-      --set sample_tokens=0 --set checkpoint_at_end=false > "$dir.log" 2>&1 \
+      --set sample_tokens=0 --set checkpoint_at_end=false ${KEYS[$stage]:-} > "$dir.log" 2>&1 \
       || { echo "FAIL: stage $stage $prec run"; tail -20 "$dir.log"; exit 1; }
     specs+=("$stage:$prec:$layers:$embd:$bucket:$dir")
   done
