@@ -16,6 +16,16 @@ namespace {
 // Message tags: a block's keys and values in forward, in backward, and its dK, dV.
 constexpr int kTagKvForward = 10, kTagKvBackward = 11, kTagDkv = 12;
 
+// One block of the ring: the Tc queries of qkv's rows from q_row against the Tc keys and
+// values of kv's rows from k_row (kv: k | v, 2W a row), at their sequence positions.
+template <class A>
+cpu::FlashView<A> block_view(const A* qkv, const A* kv, size_t q_row, size_t k_row, int W, int Tc, int heads,
+                             int q_pos, int k_pos) {
+  return {.q = qkv + q_row * 3 * W, .k = kv + k_row * 2 * W, .v = kv + k_row * 2 * W + W,
+          .q_stride = size_t(3 * W), .kv_stride = size_t(2 * W), .out_stride = size_t(W),
+          .B = 1, .Tq = Tc, .Tk = Tc, .NH = heads, .hs = W / heads, .q_pos0 = q_pos, .k_pos0 = k_pos};
+}
+
 template <class A>
 void ensure(DeviceArray<A>& a, size_t n, Device d) {
   if (a.size() != n) {
@@ -68,12 +78,7 @@ void RingAttentionHooks<A>::attention_forward(const PieceContext& ctx, A* out, G
             if (k_pos > q_pos + Tc - 1) continue;  // every key after every query: masked
             pairs_ += ContextSplit::visible_pairs(q_pos, k_pos, Tc);
             const size_t q_row = size_t(b) * T + size_t(qc) * Tc, k_row = size_t(b) * T + size_t(kc) * Tc;
-            const cpu::FlashView<A> view{.q = qkv + q_row * 3 * W,
-                                         .k = kv_.data() + k_row * 2 * W,
-                                         .v = kv_.data() + k_row * 2 * W + W,
-                                         .q_stride = size_t(3 * W), .kv_stride = size_t(2 * W), .out_stride = size_t(W),
-                                         .B = 1, .Tq = Tc, .Tk = Tc, .NH = heads, .hs = hs,
-                                         .q_pos0 = q_pos, .k_pos0 = k_pos};
+            const cpu::FlashView<A> view = block_view(qkv, kv_.data(), q_row, k_row, W, Tc, heads, q_pos, k_pos);
             ops::attention_block_forward(ctx.device, view, block_out_.data(), block_lse_.data());
             G* row_lse = lse + (size_t(b) * nc + qc) * heads * Tc;
             for (int h = 0; h < heads; ++h)  // merge head h's rows through the logsumexps
@@ -93,7 +98,7 @@ void RingAttentionHooks<A>::attention_forward(const PieceContext& ctx, A* out, G
 template <class A>
 void RingAttentionHooks<A>::attention_backward(const PieceContext& ctx, A* dqkv, const A* dout, const A* qkv,
                                                const A* out, const G* lse, int B, int T, int W, int heads) {
-  const int p = cp_.size(), r = cp_.rank(), Tc = split_.chunk_len(), nc = split_.chunks(), hs = W / heads;
+  const int p = cp_.size(), r = cp_.rank(), Tc = split_.chunk_len(), nc = split_.chunks();
   const size_t rows = size_t(B) * T, block = rows * 2 * W;
   const Device d = ctx.device;
   ensure(kv_, block, d), ensure(kv_next_, block, d), ensure(dkv_, block, d), ensure(dkv_next_, block, d);
@@ -114,12 +119,7 @@ void RingAttentionHooks<A>::attention_backward(const PieceContext& ctx, A* dqkv,
             const int q_pos = split_.chunk_start(r, qc), k_pos = split_.chunk_start(owner, kc);
             if (k_pos > q_pos + Tc - 1) continue;
             const size_t q_row = size_t(b) * T + size_t(qc) * Tc, k_row = size_t(b) * T + size_t(kc) * Tc;
-            const cpu::FlashView<A> view{.q = qkv + q_row * 3 * W,
-                                         .k = kv_.data() + k_row * 2 * W,
-                                         .v = kv_.data() + k_row * 2 * W + W,
-                                         .q_stride = size_t(3 * W), .kv_stride = size_t(2 * W), .out_stride = size_t(W),
-                                         .B = 1, .Tq = Tc, .Tk = Tc, .NH = heads, .hs = hs,
-                                         .q_pos0 = q_pos, .k_pos0 = k_pos};
+            const cpu::FlashView<A> view = block_view(qkv, kv_.data(), q_row, k_row, W, Tc, heads, q_pos, k_pos);
             A* dk = dkv_.data() + k_row * 2 * W;
             ops::attention_block_backward(ctx.device, view, dqkv + q_row * 3 * W, dk, dk + W, dout + q_row * W,
                                           out + q_row * W, lse + (size_t(b) * nc + qc) * heads * Tc);
