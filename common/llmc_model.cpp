@@ -4,6 +4,9 @@
 // arrays in order and, for each layer, copy one tensor of the layout.
 #include "common/llmc_model.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdint>
@@ -155,8 +158,14 @@ void write_llmc_model(const std::string& path, const ParamLayout& layout, const 
   require(version == 3 || version == 5, "llm.c model file version " + std::to_string(version) +
                                             ": this writes 3 (fp32) or 5 (bf16)");
   const ModelConfig& m = layout.model();
-  // A temporary name of our own ("x": created here, never a file that was there), renamed
-  // into place once complete; on any failure it is removed, so no half file is left.
+  // Everything that allocates comes before the file exists, so that the only way out
+  // after it is give_up(), which removes it.
+  const std::vector<Piece> pieces = file_pieces(layout, m.padded_vocab());
+  int64_t largest = 0;
+  for (const Piece& p : pieces) largest = std::max(largest, p.file_count);
+  std::vector<uint16_t> halves(version == 5 ? size_t(largest) : 0);
+  // A temporary name of our own ("x": created here, never a file that was there), linked
+  // to `path` once complete; on any failure it is removed, so no half file is left.
   const std::string tmp = path + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "wbx");
   if (!f)
@@ -180,16 +189,14 @@ void write_llmc_model(const std::string& path, const ParamLayout& layout, const 
   h[6] = m.n_embd;
   h[7] = m.padded_vocab();
   put(h, kHeaderBytes);
-  std::vector<uint16_t> halves;
-  for (const Piece& p : file_pieces(layout, m.padded_vocab())) {
+  for (const Piece& p : pieces) {
     // The whole tensor, wte's padding rows included (zero here, as llm.c keeps them).
     const float* src = params + p.tensor->offset;
     if (version == 3) {
       put(src, size_t(p.file_count) * 4);
     } else {
-      halves.resize(size_t(p.file_count));
       for (int64_t i = 0; i < p.file_count; ++i) halves[size_t(i)] = cpu::bf16_bits(src[i]);
-      put(halves.data(), halves.size() * 2);
+      put(halves.data(), size_t(p.file_count) * 2);
     }
   }
   if (std::fflush(f) != 0) give_up(std::strerror(errno));
@@ -197,12 +204,15 @@ void write_llmc_model(const std::string& path, const ParamLayout& layout, const 
     std::remove(tmp.c_str());
     fail(path + ": cannot write " + tmp + ": " + std::strerror(errno));
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
+  // link() refuses a name that exists (where rename() would replace it), so a file made at
+  // `path` since the caller looked is never overwritten; then the temporary name goes.
+  if (::link(tmp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
     std::remove(tmp.c_str());
-    fail(path + ": cannot rename " + tmp + " into place: " + ec.message());
+    fail(path + ": cannot create it from " + tmp + ": " + std::strerror(error) +
+         (error == EEXIST ? " (nothing is overwritten)" : ""));
   }
+  std::remove(tmp.c_str());
 }
 
 }  // namespace gpt

@@ -46,8 +46,9 @@ std::vector<float> read_llmc_model(const std::string& path, const ParamLayout& l
 
 /// Writes the whole model `params` (in `layout`'s order) as an llm.c model file of
 /// version 3 (fp32) or 5 (bf16, rounded to nearest even), its max_seq_len the layout's
-/// block_size. Written to `path`.tmp (which must not exist) and renamed, so no half file
-/// is left; a failure removes the temporary file.
+/// block_size. Written to `path`.tmp (which must not exist), then linked to `path`, which
+/// must not exist either: no half file is left, nothing is overwritten, and a failure
+/// removes the temporary file.
 void write_llmc_model(const std::string& path, const ParamLayout& layout, const float* params, int version);
 
 }  // namespace gpt

@@ -18,7 +18,7 @@
 #   5. bad input: a truncated file, an unknown version, n_head not dividing n_embd, a
 #      token shard given as a model, a RUN_DIR that holds a step-0 checkpoint, an export
 #      over an existing file or its temporary name, a resume with another model shape:
-#      each exit 2, named, nothing written.
+#      each exit 2, named; the refused imports and exports write nothing.
 # Negative control: a file whose attention projections are stored transposed (what an
 # importer that transposed them would make of the right file) must fail both the tensor
 # check and the fp64 loss bound.
@@ -129,7 +129,9 @@ patch heads5.bin 5 5
 refused heads "does not divide n_embd" "$TOOL" import heads5.bin bad3
 refused shard "a token shard" "$TOOL" import data/train.bin bad4
 refused run_dir "already holds" "$TOOL" import m3.bin run3
+cp m3.bin m3.copy
 refused export_over "exists" "$TOOL" export run3/step_00000000 m3.bin
+cmp -s m3.bin m3.copy && [ ! -e m3.bin.tmp ] || fail "the refused export touched m3.bin or left m3.bin.tmp"
 : > kept.bin.tmp
 refused export_tmp "kept.bin.tmp: File exists" "$TOOL" export run3/step_00000000 kept.bin
 [ ! -s kept.bin.tmp ] && [ ! -e kept.bin ] || fail "the refused export touched kept.bin.tmp or wrote kept.bin"

@@ -230,7 +230,9 @@ def main():
         mine = {k: train_metrics(run_dir, k) for k in ("loss", "grad_norm")}
         theirs = {k: train_metrics(twin, k) for k in ("loss", "grad_norm")}
         same = mine == theirs and len(mine["loss"]) == 2  # both steps, not two empty lists
-        # Control: the twin's last loss one ulp off must count as different.
+        # The metrics hold each double exactly (JSON written with round-trip precision), so
+        # == compares every bit. Control: the twin's last loss one ulp off must count as
+        # different (the compare has no tolerance).
         nudged = dict(theirs, loss=theirs["loss"][:-1] + [math.nextafter(theirs["loss"][-1], math.inf)])
         seen = mine != nudged
         failed |= not (same and seen)
