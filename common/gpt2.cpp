@@ -96,8 +96,6 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
       else position_runs_.push_back({t, 1, p});
     }
   }
-  if constexpr (std::is_same_v<A, bf16>)
-    invariant(device == Device::CUDA, "bf16 storage is for the GPU; the CPU emulates bf16 in float");
   if constexpr (std::is_same_v<A, double>)
     invariant(device == Device::CPU, "the double-precision model runs on the CPU only");
   const int N = B_ * T_, R = rows_, C = model.n_embd;

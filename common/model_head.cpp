@@ -54,6 +54,9 @@ void head_loss(const PieceContext& ctx, HeadActivations<A>& act, const int32_t* 
                                  act.row_sumexp.data(), act.target_logit.data(), targets, 1.0, vocab.begin, V,
                                  full, Vl);
   }
+  // The gradient is stored (bf16 storage rounds it here, and again after head_backward's
+  // scaling), so the emulation rounds it here too.
+  if (dlogits) ctx.round(dlogits, act.d_logits.size());
 }
 
 template <class A>

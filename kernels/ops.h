@@ -13,9 +13,9 @@
 ///    so a tensor used twice (the residual stream, tied embeddings) just receives two
 ///    contributions; callers zero gradients once per optimizer step;
 ///  - templated on the storage type A of weights and activations: float (training),
-///    double (the ground truth, CPU only) and bf16 (bf16 mode on the GPU; on the CPU
-///    the bf16 mode is emulated in float buffers). G = GradOf<A> is the type of
-///    parameter gradients and statistics: float for bf16, A otherwise.
+///    double (the ground truth, CPU only) and bf16 (the bf16 mode; on the CPU each op
+///    widens to fp32, computes and rounds back: kernels/cpu/bf16_ops.h). G = GradOf<A>
+///    is the type of parameter gradients and statistics: float for bf16, A otherwise.
 /// ```
 ///
 /// Each op records a trace span (when tracing is on) and dispatches on the device:
@@ -30,6 +30,7 @@
 #include "common/bf16.h"
 #include "common/device.h"
 #include "common/trace.h"
+#include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/flash_attention.h"
 #ifdef GPT_HAVE_CUDA
@@ -38,17 +39,17 @@
 
 namespace gpt::ops {
 
-/// Runs the CPU reference or the CUDA kernel of `op`. bf16 storage exists only on the
-/// GPU and double only on the CPU; asking for another combination is an error naming it.
+/// Runs the CPU reference or the CUDA kernel of `op`. double storage exists only on the
+/// CPU (the ground truth); asking for it on the GPU is an error naming the op. bf16
+/// storage runs on both: the CPU calls the overloads of kernels/cpu/bf16_ops.h.
 #ifdef GPT_HAVE_CUDA
 #define GPT_DISPATCH(op, A, cpu_call, cuda_call)                                              \
   do {                                                                                        \
     Span span_(op, "op");                                                                     \
     if (d == Device::CPU) {                                                                   \
-      if constexpr (std::is_same_v<A, bf16>) unsupported(op, d, "bf16 storage");             \
-      else cpu_call;                                                                          \
+      cpu_call;                                                                               \
     } else {                                                                                  \
-      if constexpr (std::is_same_v<A, double>) unsupported(op, d, "double");                  \
+      if constexpr (std::is_same_v<A, double>) unsupported(op, d, "double is CPU only");          \
       else cuda_call;                                                                         \
     }                                                                                         \
   } while (0)
@@ -56,17 +57,15 @@ namespace gpt::ops {
 #define GPT_DISPATCH(op, A, cpu_call, cuda_call)                                              \
   do {                                                                                        \
     Span span_(op, "op");                                                                     \
-    if (d != Device::CPU) unsupported(op, d, "this build (no CUDA)");                         \
-    if constexpr (std::is_same_v<A, bf16>) unsupported(op, d, "bf16 storage");                \
-    else cpu_call;                                                                            \
+    if (d != Device::CPU) unsupported(op, d, "this build has no CUDA");                        \
+    cpu_call;                                                                                 \
   } while (0)
 #endif
 
-/// Throws a UserError naming the op, the device and what it cannot run there (a storage
+/// Throws a UserError naming the op, the device and why it cannot run there (a storage
 /// type, or a device this build lacks).
-[[noreturn]] inline void unsupported(const char* op, Device d, const char* what) {
-  fail(std::string("op '") + op + "' on device " + device_name(d) + ": " + what +
-       " is not supported there (bf16 storage runs on cuda; double on cpu)");
+[[noreturn]] inline void unsupported(const char* op, Device d, const char* why) {
+  fail(std::string("op '") + op + "' on device " + device_name(d) + ": " + why);
 }
 
 
@@ -128,8 +127,7 @@ template <class A>
 void matmul_forward(Device d, A* out, const A* inp, const A* w, const A* bias, int N, int C, int OC,
                     A* gelu_out = nullptr) {
   GPT_DISPATCH("matmul_forward", A,
-               (cpu::matmul_forward(out, inp, w, bias, N, C, OC),
-                gelu_out ? cpu::gelu_forward(gelu_out, out, size_t(N) * OC) : void()),
+               cpu::matmul_forward(out, inp, w, bias, N, C, OC, gelu_out),
                cuda::matmul_forward(out, inp, w, bias, N, C, OC, gelu_out));
 }
 /// dinp += dout . w;  dw += dout^T . inp;  dbias += column sums of dout. Any of dinp, dw
@@ -177,7 +175,7 @@ void block_on_gpu(const char* op, Device d, const cpu::FlashView<A>& a, Call&& c
   if constexpr (std::is_same_v<A, float>)
     call(a);
   else
-    unsupported(op, d, "a storage type other than fp32 for key blocks");
+    unsupported(op, d, "key blocks are fp32 only");
 }
 /// attention_merge on the GPU for fp32 (other types: an error naming the op).
 template <class A>
@@ -186,7 +184,7 @@ void merge_on_gpu(Device d, A* out, A* lse, size_t out_stride, const A* out_b, c
   if constexpr (std::is_same_v<A, float>)
     cuda::attention_merge(out, lse, out_stride, out_b, lse_b, b_stride, rows, hs);
   else
-    unsupported("attention_merge", d, "a storage type other than fp32 for key blocks");
+    unsupported("attention_merge", d, "key blocks are fp32 only");
 }
 #endif
 /// One block of a larger attention (context parallelism): queries at positions
@@ -256,7 +254,7 @@ void residual_backward(Device d, A* da, A* db, const A* dout, size_t n) {
 /// x *= s
 template <class A>
 void scale(Device d, A* x, size_t n, double s) {
-  GPT_DISPATCH("scale", A, cpu::scale(x, n, A(s)), cuda::scale(x, n, float(s)));
+  GPT_DISPATCH("scale", A, cpu::scale(x, n, GradOf<A>(s)), cuda::scale(x, n, float(s)));
 }
 
 /// Fused softmax + cross-entropy over the first V of Vp logit columns (the padding
@@ -267,7 +265,7 @@ template <class A>
 void softmax_crossentropy(Device d, GradOf<A>* losses, A* dlogits, const A* logits,
                           const int32_t* targets, double dloss, int N, int V, int Vp) {
   GPT_DISPATCH("softmax_crossentropy", A,
-               cpu::softmax_crossentropy(losses, dlogits, logits, targets, A(dloss), N, V, Vp),
+               cpu::softmax_crossentropy(losses, dlogits, logits, targets, GradOf<A>(dloss), N, V, Vp),
                cuda::softmax_crossentropy(losses, dlogits, logits, targets, float(dloss), N, V, Vp));
 }
 
@@ -293,7 +291,7 @@ void crossentropy_from_stats(Device d, GradOf<A>* losses, A* dlogits, const A* l
                              int v0, int V, int N, int Vl) {
   GPT_DISPATCH("crossentropy_from_stats", A,
                cpu::crossentropy_from_stats(losses, dlogits, logits, row_max, row_sumexp, target_logit,
-                                            targets, A(dloss), v0, V, N, Vl),
+                                            targets, GradOf<A>(dloss), v0, V, N, Vl),
                cuda::crossentropy_from_stats(losses, dlogits, logits, row_max, row_sumexp, target_logit, targets,
                                              float(dloss), v0, V, N, Vl));
 }
@@ -333,8 +331,7 @@ inline void round_to_bf16(Device, double*, size_t) {}  ///< a no-op: the ground 
 
 /// dst = src converted to bf16 (round to nearest even); the bf16 compute copy of weights.
 inline void convert_to_bf16(Device d, bf16* dst, const float* src, size_t n) {
-  GPT_DISPATCH("convert_to_bf16", bf16, (void)dst, cuda::convert(dst, src, n));
-  (void)src, (void)n;
+  GPT_DISPATCH("convert_to_bf16", bf16, cpu::convert(dst, src, n), cuda::convert(dst, src, n));
 }
 
 /// Which GEMM the GPU's matmuls run (config key `gemm`: hand, cublas, v1..v5); the CPU

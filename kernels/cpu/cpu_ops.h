@@ -41,6 +41,9 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
 /// out[N,OC] = inp[N,C] . w[OC,C]^T + bias[OC] (bias may be null), on the blocked GEMM.
 template <class T>
 void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC);
+/// The same, then gelu_out = gelu(out) when gelu_out is non-null (the GPU fuses the two).
+template <class T>
+void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC, T* gelu_out);
 /// dinp += dout . w, dw += dout^T . inp, dbias += column sums of dout; any of the three
 /// may be null and is then skipped. Deterministic.
 template <class T>

@@ -17,6 +17,12 @@ void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int 
 }
 
 template <class T>
+void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC, T* gelu_out) {
+  matmul_forward(out, inp, w, bias, N, C, OC);
+  if (gelu_out) gelu_forward(gelu_out, out, size_t(N) * OC);
+}
+
+template <class T>
 void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N,
                      int C, int OC) {
   if (dinp) gemm(false, false, N, C, OC, dout, OC, w, C, dinp, C, true);
@@ -33,6 +39,8 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
 
 template void matmul_forward<float>(float*, const float*, const float*, const float*, int, int, int);
 template void matmul_forward<double>(double*, const double*, const double*, const double*, int, int, int);
+template void matmul_forward<float>(float*, const float*, const float*, const float*, int, int, int, float*);
+template void matmul_forward<double>(double*, const double*, const double*, const double*, int, int, int, double*);
 template void matmul_backward<float>(float*, float*, float*, const float*, const float*, const float*, int, int, int);
 template void matmul_backward<double>(double*, double*, double*, const double*, const double*, const double*, int, int, int);
 

@@ -7,9 +7,9 @@
 # stay as close to the float64 run as the CPU reference does (within the factor
 # compare_runs.py states), where the GPU sums in its own order.
 #   fp32: the bound is fp32 rounding;
-#   bf16: the CPU emulates bf16 storage by rounding every activation, so its distance from
-#         float64 is bf16-sized, and so is the bound the GPU is held to (BF16=1: the
-#         bound's cap is 8 bf16 roundings, compare_runs.py --bf16).
+#   bf16: the CPU stores every activation as bf16 too, so its distance from float64 is
+#         bf16-sized, and so is the bound the GPU is held to (BF16=1: the bound's cap is
+#         8 bf16 roundings, compare_runs.py --bf16).
 # The model is the tiny one with 4 layers (a pipeline of 2 ranks x 2 chunks, or 3 uneven
 # stages), width 128 and 2 heads: head size 64, so attention runs
 # the flash kernels rather than the naive fallback. comm=auto picks the backend: ranks
