@@ -293,8 +293,7 @@ GradOf<A> GPT2<A>::forward_micro(int slot, const int32_t* inputs, const int32_t*
   store_->release(final, Pass::Forward);
   store_->release(embed, Pass::Forward);
   if (!with_loss) return G(0);
-  // The gradient of the mean loss is written now (fused), scaled in backward().
-  head_loss(ctx_, mb.head, mb.targets.data(), vocab, V, *hooks_, R, for_backward);
+  head_loss(ctx_, mb.head, mb.targets.data(), vocab, V, *hooks_, R);
   mb.head.losses.copy_to_host(host_losses_.data(), size_t(N));
   G sum = 0;
   for (int i = 0; i < N; ++i) sum += host_losses_[size_t(i)];
@@ -316,13 +315,15 @@ void GPT2<A>::backward_micro(int slot, G loss_scale) {
   const auto GE = unit_view(store_->grads(embed), layout_, embed);
   const auto GF = unit_view(store_->grads(final), layout_, final);
 
-  // d loss / d logits: forward() left dloss = 1 per position; the mean over N positions
-  // and the accumulation factor scale it. A stage before the last has received the
+  // d loss / d logits, each row's loss carrying dloss = loss_scale / N (the mean over N
+  // positions and the accumulation factor). A stage before the last has received the
   // gradient of its output in d_resid instead.
-  if (last_stage())
+  if (last_stage()) {
+    head_loss_gradient(ctx_, mb.head, mb.targets.data(), vocab, model_.vocab_size, *hooks_, R,
+                       double(loss_scale / G(N)));
     head_backward(ctx_, block_input(mb, l1), PF(layout_.lnf_w()), PE(layout_.wte()), GF(layout_.lnf_w()),
-                  GF(layout_.lnf_b()), GE(layout_.wte()), vocab, mb.head, double(loss_scale / G(N)),
-                  mb.d_resid.data(), scratch_, *hooks_, R, C);
+                  GF(layout_.lnf_b()), GE(layout_.wte()), vocab, mb.head, mb.d_resid.data(), scratch_, *hooks_, R, C);
+  }
   store_->grads_done(final);
   store_->release(final, Pass::Backward);
 
@@ -378,9 +379,12 @@ void GPT2<A>::backward_input_micro(int slot, G loss_scale) {
   const int embed = ParamLayout::kEmbeddingUnit, final = layout_.final_unit();
   const auto PE = unit_view(store_->acquire(embed, Pass::Backward), layout_, embed);
   const auto PF = unit_view(store_->acquire(final, Pass::Backward), layout_, final);
-  if (last_stage())
+  if (last_stage()) {
+    head_loss_gradient(ctx_, mb.head, mb.targets.data(), vocab_, model_.vocab_size, *hooks_, R,
+                       double(loss_scale / G(N)));
     head_backward_input(ctx_, block_input(mb, l1), PF(layout_.lnf_w()), PE(layout_.wte()), vocab_, mb.head,
-                        double(loss_scale / G(N)), mb.d_resid.data(), mb.keep_d_lnf, scratch_, *hooks_, R, C);
+                        mb.d_resid.data(), mb.keep_d_lnf, scratch_, *hooks_, R, C);
+  }
   store_->release(final, Pass::Backward);
   for (int l = l1 - 1; l >= l0; --l) {
     const int unit = layout_.block_unit(l);

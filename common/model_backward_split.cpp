@@ -111,14 +111,12 @@ void block_backward_weight(const PieceContext& ctx, const BlockDims& dims, const
 
 template <class A>
 void head_backward_input(const PieceContext& ctx, const A* x, const A* lnf_w, const A* wte_rows, VocabRange vocab,
-                         HeadActivations<A>& act, double dlogits_scale, A* d_x, DeviceArray<A>& keep_d_lnf,
+                         HeadActivations<A>& act, A* d_x, DeviceArray<A>& keep_d_lnf,
                          BlockScratch<A>& s, ModelHooks<A>& hooks, int rows, int C) {
   using G = GradOf<A>;
   G* const none = nullptr;
   const Device d = ctx.device;
   const int full = hooks.full_rows(rows);
-  ops::scale(d, act.d_logits.data(), act.d_logits.size(), dlogits_scale);
-  ctx.round(act.d_logits.data(), act.d_logits.size());
   s.d_full.zero();
   ops::matmul_backward(d, s.d_full.data(), none, none, act.d_logits.data(), static_cast<const A*>(nullptr), wte_rows,
                        full, C, vocab.size());
@@ -155,7 +153,7 @@ void head_backward_weight(const PieceContext& ctx, const A* x, const A* lnf_w, c
                                          const BlockWeights<A>&, const A*, const BlockActivations<A>&,              \
                                          const BlockGradInputs<A>&, BlockScratch<A>&, ModelHooks<A>&, int, int, int); \
   template void head_backward_input<A>(const PieceContext&, const A*, const A*, const A*, VocabRange,               \
-                                       HeadActivations<A>&, double, A*, DeviceArray<A>&, BlockScratch<A>&,          \
+                                       HeadActivations<A>&, A*, DeviceArray<A>&, BlockScratch<A>&,                  \
                                        ModelHooks<A>&, int, int);                                                   \
   template void head_backward_weight<A>(const PieceContext&, const A*, const A*, const A*, GradOf<A>*, GradOf<A>*,  \
                                         GradOf<A>*, VocabRange, const HeadActivations<A>&, const DeviceArray<A>&,   \

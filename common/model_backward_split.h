@@ -56,11 +56,11 @@ void block_backward_weight(const PieceContext& ctx, const BlockDims& dims, const
                            const BlockGradInputs<A>& keep, BlockScratch<A>& scratch, ModelHooks<A>& hooks, int B,
                            int T, int rows);
 
-/// The head's input half: scales act.d_logits (as head_backward), writes the gradient of
+/// The head's input half: from act.d_logits (head_loss_gradient), writes the gradient of
 /// x into d_x and keeps the gradient of ln_f's output in keep_d_lnf (rows x C).
 template <class A>
 void head_backward_input(const PieceContext& ctx, const A* x, const A* lnf_w, const A* wte_rows, VocabRange vocab,
-                         HeadActivations<A>& act, double dlogits_scale, A* d_x, DeviceArray<A>& keep_d_lnf,
+                         HeadActivations<A>& act, A* d_x, DeviceArray<A>& keep_d_lnf,
                          BlockScratch<A>& scratch, ModelHooks<A>& hooks, int rows, int C);
 
 /// The head's weight half: ACCUMULATES into the gradients of wte's rows and ln_f.

@@ -38,35 +38,47 @@ void head_forward(const PieceContext& ctx, const A* x, const A* lnf_w, const A* 
 
 template <class A>
 void head_loss(const PieceContext& ctx, HeadActivations<A>& act, const int32_t* targets, VocabRange vocab, int V,
-               ModelHooks<A>& hooks, int rows, bool for_backward) {
+               ModelHooks<A>& hooks, int rows) {
   const Device d = ctx.device;
   const int full = hooks.full_rows(rows), Vl = vocab.size();
-  invariant(!for_backward || !act.d_logits.empty(), "head_loss: these head activations were made without d_logits");
-  A* dlogits = for_backward ? act.d_logits.data() : static_cast<A*>(nullptr);
+  A* const no_gradient = nullptr;
   if (!hooks.vocab_parallel()) {
     invariant(vocab.begin == 0, "head_loss: a vocabulary range needs vocab-parallel hooks");
-    ops::softmax_crossentropy(d, act.losses.data(), dlogits, act.logits.data(), targets, 1.0, full, V, Vl);
+    ops::softmax_crossentropy(d, act.losses.data(), no_gradient, act.logits.data(), targets, 1.0, full, V, Vl);
   } else {
     ops::crossentropy_stats(d, act.row_max.data(), act.row_sumexp.data(), act.target_logit.data(),
                             act.logits.data(), targets, vocab.begin, V, full, Vl);
     hooks.vocab_reduce(act.row_max.data(), act.row_sumexp.data(), act.target_logit.data(), full);
-    ops::crossentropy_from_stats(d, act.losses.data(), dlogits, act.logits.data(), act.row_max.data(),
+    ops::crossentropy_from_stats(d, act.losses.data(), no_gradient, act.logits.data(), act.row_max.data(),
                                  act.row_sumexp.data(), act.target_logit.data(), targets, 1.0, vocab.begin, V,
                                  full, Vl);
   }
-  // The gradient is stored (bf16 storage rounds it here, and again after head_backward's
-  // scaling), so the emulation rounds it here too.
-  if (dlogits) ctx.round(dlogits, act.d_logits.size());
+}
+
+template <class A>
+void head_loss_gradient(const PieceContext& ctx, HeadActivations<A>& act, const int32_t* targets, VocabRange vocab,
+                        int V, ModelHooks<A>& hooks, int rows, double dloss) {
+  const Device d = ctx.device;
+  const int full = hooks.full_rows(rows), Vl = vocab.size();
+  invariant(!act.d_logits.empty(), "head_loss_gradient: these head activations were made without d_logits");
+  // The softmax again, from the kept logits (and, split, the row statistics head_loss
+  // reduced): the losses it writes are the ones head_loss wrote.
+  if (!hooks.vocab_parallel())
+    ops::softmax_crossentropy(d, act.losses.data(), act.d_logits.data(), act.logits.data(), targets, dloss, full, V,
+                              Vl);
+  else
+    ops::crossentropy_from_stats(d, act.losses.data(), act.d_logits.data(), act.logits.data(), act.row_max.data(),
+                                 act.row_sumexp.data(), act.target_logit.data(), targets, dloss, vocab.begin, V,
+                                 full, Vl);
+  ctx.round(act.d_logits.data(), act.d_logits.size());
 }
 
 template <class A>
 void head_backward(const PieceContext& ctx, const A* x, const A* lnf_w, const A* wte_rows, GradOf<A>* dlnf_w,
-                   GradOf<A>* dlnf_b, GradOf<A>* dwte_rows, VocabRange vocab, HeadActivations<A>& act,
-                   double dlogits_scale, A* d_x, BlockScratch<A>& s, ModelHooks<A>& hooks, int rows, int C) {
+                   GradOf<A>* dlnf_b, GradOf<A>* dwte_rows, VocabRange vocab, HeadActivations<A>& act, A* d_x,
+                   BlockScratch<A>& s, ModelHooks<A>& hooks, int rows, int C) {
   const Device d = ctx.device;
   const int full = hooks.full_rows(rows);
-  ops::scale(d, act.d_logits.data(), act.d_logits.size(), dlogits_scale);
-  ctx.round(act.d_logits.data(), act.d_logits.size());
   const A* lnf = act.lnf_full.empty() ? act.lnf.data() : act.lnf_full.data();
   s.d_full.zero();
   ops::matmul_backward(d, s.d_full.data(), dwte_rows, static_cast<GradOf<A>*>(nullptr), act.d_logits.data(), lnf,
@@ -86,9 +98,11 @@ void head_backward(const PieceContext& ctx, const A* x, const A* lnf_w, const A*
   template void head_forward<A>(const PieceContext&, const A*, const A*, const A*, const A*, VocabRange,      \
                                 HeadActivations<A>&, ModelHooks<A>&, int, int);                               \
   template void head_loss<A>(const PieceContext&, HeadActivations<A>&, const int32_t*, VocabRange, int,       \
-                             ModelHooks<A>&, int, bool);                                                      \
+                             ModelHooks<A>&, int);                                                            \
+  template void head_loss_gradient<A>(const PieceContext&, HeadActivations<A>&, const int32_t*, VocabRange,   \
+                                      int, ModelHooks<A>&, int, double);                                      \
   template void head_backward<A>(const PieceContext&, const A*, const A*, const A*, GradOf<A>*, GradOf<A>*,   \
-                                 GradOf<A>*, VocabRange, HeadActivations<A>&, double, A*, BlockScratch<A>&,   \
+                                 GradOf<A>*, VocabRange, HeadActivations<A>&, A*, BlockScratch<A>&,           \
                                  ModelHooks<A>&, int, int);
 GPT_HEAD_INSTANTIATE(float)
 GPT_HEAD_INSTANTIATE(double)

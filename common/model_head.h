@@ -41,7 +41,7 @@ struct HeadActivations {
   DeviceArray<G> lnf_mean, lnf_rstd;  ///< ln_f's reciprocal standard deviation of each row (rows)
   DeviceArray<A> logits;         ///< (full, vocab.size())
   DeviceArray<G> losses;         ///< (full)
-  DeviceArray<A> d_logits;       ///< written with the loss: d loss_i / d logits (dloss = 1 per row)
+  DeviceArray<A> d_logits;       ///< the backward's d loss / d logits (head_loss_gradient)
   /// @var row_max
   /// per row (full), the max logit over this rank's columns; after hooks.vocab_reduce,
   /// over the whole vocabulary. Only when the vocabulary is split, as the next two.
@@ -62,18 +62,27 @@ void head_forward(const PieceContext& ctx, const A* x, const A* lnf_w, const A* 
                   VocabRange vocab, HeadActivations<A>& act, ModelHooks<A>& hooks, int rows, int C);
 
 /// The per-row losses of the last head_forward against targets (full rows, device
-/// memory), into act.losses; with for_backward also act.d_logits (for dloss = 1 per row).
-/// V is the real vocabulary (columns >= V are padding).
+/// memory), into act.losses (a split vocabulary keeps its reduced row statistics for the
+/// gradient). V is the real vocabulary (columns >= V are padding).
 template <class A>
 void head_loss(const PieceContext& ctx, HeadActivations<A>& act, const int32_t* targets, VocabRange vocab, int V,
-               ModelHooks<A>& hooks, int rows, bool for_backward);
+               ModelHooks<A>& hooks, int rows);
 
-/// Backward: the loss gradient is act.d_logits scaled by dlogits_scale (the mean over
-/// rows and the accumulation factor); writes the gradient of x into d_x (rows x C,
-/// overwritten) and ACCUMULATES into the gradients of wte's rows and ln_f.
+/// The first step of the backward: act.d_logits = dloss * (softmax(logits) - onehot(target)),
+/// from the logits and targets of the last head_loss, with dloss the gradient of the loss
+/// that one row's loss carries (the mean over rows and the accumulation factor). Written
+/// here rather than with the loss, so that the scale enters before the one rounding to
+/// the storage type: a bf16 gradient written at dloss = 1 and scaled afterwards would be
+/// rounded twice.
+template <class A>
+void head_loss_gradient(const PieceContext& ctx, HeadActivations<A>& act, const int32_t* targets, VocabRange vocab,
+                        int V, ModelHooks<A>& hooks, int rows, double dloss);
+
+/// Backward from act.d_logits (head_loss_gradient): writes the gradient of x into d_x
+/// (rows x C, overwritten) and ACCUMULATES into the gradients of wte's rows and ln_f.
 template <class A>
 void head_backward(const PieceContext& ctx, const A* x, const A* lnf_w, const A* wte_rows, GradOf<A>* dlnf_w,
-                   GradOf<A>* dlnf_b, GradOf<A>* dwte_rows, VocabRange vocab, HeadActivations<A>& act,
-                   double dlogits_scale, A* d_x, BlockScratch<A>& scratch, ModelHooks<A>& hooks, int rows, int C);
+                   GradOf<A>* dlnf_b, GradOf<A>* dwte_rows, VocabRange vocab, HeadActivations<A>& act, A* d_x,
+                   BlockScratch<A>& scratch, ModelHooks<A>& hooks, int rows, int C);
 
 }  // namespace gpt

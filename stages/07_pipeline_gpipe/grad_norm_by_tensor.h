@@ -12,7 +12,10 @@
 // rank's total instead would group the tensors by rank, and schedules that assign layers
 // to ranks differently (GPipe and 1F1B give rank r one range of layers, interleaving
 // several) would round the norm differently, and with it the clipping scale and the bits
-// of every weight.
+// of every weight. What remains is the split of a tensor between data-parallel shards:
+// interleaved chunks are sharded one chunk at a time, so a tensor's boundary may fall
+// elsewhere, its parts are other partial sums, and the norm may differ in its last bits
+// (tests/pipeline/exact_pair.sh holds such runs' norms to that rounding).
 #pragma once
 #include <vector>
 

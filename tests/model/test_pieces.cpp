@@ -96,7 +96,8 @@ SplitLoss split_loss(const Vec& logits, const std::vector<int32_t>& targets, int
     HeadActivations<double> act(Device::CPU, 4, N, N, vocab, true, true);
     for (int i = 0; i < N; ++i)
       for (int j = 0; j < per; ++j) act.logits.data()[size_t(i) * per + j] = logits[size_t(i) * Vp + vocab.begin + j];
-    head_loss(kCtx, act, targets.data(), vocab, V, hooks, N, true);
+    head_loss(kCtx, act, targets.data(), vocab, V, hooks, N);
+    head_loss_gradient(kCtx, act, targets.data(), vocab, V, hooks, N, /*dloss=*/1.0);
     losses[size_t(r)].assign(act.losses.data(), act.losses.data() + N);
     for (int i = 0; i < N; ++i)
       for (int j = 0; j < per; ++j)

@@ -61,8 +61,9 @@ class RoundBF16(torch.autograd.Function):
     """Identity in value space except that the value is rounded to the nearest bf16
     (ties to even) on the way forward, and the gradient is rounded on the way back.
 
-    The C++ model in bf16 mode keeps fp32 buffers but rounds every stored activation
-    (store() in common/gpt2.cpp), and in backward every stored activation gradient.
+    The C++ model in bf16 mode rounds every stored activation, and in backward every
+    stored activation gradient (oracle_dump runs GPT2<float>, whose fp32 buffers are
+    rounded in place: the bits of bf16 storage, tests/model/test_bf16_storage.cpp).
     Wrapping the same tensors here in RoundBF16 rounds the same values: forward, the
     output of the op; backward, the gradient with respect to that output, which in
     the C++ backward is exactly the buffer it rounds (d_logits, d of ln_f's output,

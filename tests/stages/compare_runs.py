@@ -240,13 +240,40 @@ def compare_regrouped(args, table, kind, ranges):
         table.add(f"{kind}/{args.regrouped} (2-norm)", os.path.basename(c), err, e_ref, bound, err <= bound)
 
 
+def compare_resharded_norm(args, table):
+    """The gradient norms, where the two runs split tensors between ranks at other places.
+
+    Each rank sums the squares of its elements of a tensor in double and the parts are
+    added (stages/07_pipeline_gpipe/grad_norm_by_tensor.h): where a data-parallel shard
+    boundary falls elsewhere, the same n = P squares (exact in double: a float squared has
+    48 significant bits) are added in another grouping. Recursive summation of
+    non-negative terms is within (n - 1) u of the exact sum (u = 2^-53; Higham, Accuracy
+    and Stability of Numerical Algorithms, 2002, eq. 4.4), so two groupings differ by at
+    most 2 (n - 1) u of it, and the norm, its square root, by (n - 1) u of itself. A
+    wrong gradient moves the norm by far more; the weights and moments stay compared bit
+    for bit."""
+    P = sum(e - b for _, b, e in tensor_pieces(args.reference, args.step, "param"))
+    ref = series(args.reference, "grad_norm")
+    for c in args.candidate:
+        cand = series(c, "grad_norm")
+        if sorted(cand) != sorted(ref):
+            table.add("grad_norm steps", os.path.basename(c), math.inf, 0, 0, False)
+            continue
+        worst = max(((abs(cand[s] - ref[s]), (P - 1) * 2.0 ** -53 * abs(ref[s])) for s in ref),
+                    key=lambda eb: eb[0] / eb[1] if eb[1] else math.inf)
+        table.add("grad_norm (resharded)", os.path.basename(c), worst[0], 0.0, worst[1], worst[0] <= worst[1])
+
+
 def compare_exact(args, table):
     regrouped = set(args.regrouped.split(",")) if args.regrouped else set()
     if regrouped:
         tolerance = argparse.Namespace(**vars(args))
         tolerance.kinds, tolerance.weights_only = "", False
         compare_series(tolerance, table, ("grad_norm",))
-    for field in ("loss",) if regrouped else ("loss", "grad_norm"):
+    if args.norm_resharded and not regrouped:
+        compare_resharded_norm(args, table)
+    exact_fields = ("loss",) if regrouped or args.norm_resharded else ("loss", "grad_norm")
+    for field in exact_fields:
         ref = series(args.reference, field)
         for c in args.candidate:
             cand = series(c, field)
@@ -280,6 +307,8 @@ def main():
     ap.add_argument("--kinds", default="param,adam_m,adam_v")
     ap.add_argument("--exact", action="store_true", help="same bits, no tolerance")
     ap.add_argument("--regrouped", default="", help="exact mode: tensors held to the tolerance bound (needs --truth)")
+    ap.add_argument("--norm-resharded", action="store_true",
+                    help="exact mode: the gradient norms within the rounding of another grouping of their sum")
     ap.add_argument("--weights-only", action="store_true", help="compare the tensors only, not the logged series")
     ap.add_argument("--expect-reject", action="store_true", help="negative control: some check must fail")
     ap.add_argument("--bf16", action="store_true", help="bf16 runs: the cap is 8 bf16 roundings, not 1e-4")

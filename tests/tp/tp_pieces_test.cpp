@@ -210,10 +210,11 @@ void test_head(Communicator& tp, bool sp, const std::vector<VocabRange>& ranges,
   ModelHooks<double> none;
   HeadActivations<double> act(Device::CPU, C, N, N, {0, Vp}, true, false);
   head_forward(kCtx, x.data(), lnf_w, lnf_b, wte, {0, Vp}, act, none, N, C);
-  head_loss(kCtx, act, targets.data(), {0, Vp}, V, none, N, true);
+  head_loss(kCtx, act, targets.data(), {0, Vp}, V, none, N);
+  head_loss_gradient(kCtx, act, targets.data(), {0, Vp}, V, none, N, scale);
   BlockScratch<double> scratch(Device::CPU, BlockDims::whole(m), N, N);
   Vec dwte(size_t(Vp) * C, 0.0), dlnf_w(size_t(C), 0.0), dlnf_b(size_t(C), 0.0), dx(size_t(N) * C);
-  head_backward(kCtx, x.data(), lnf_w, wte, dlnf_w.data(), dlnf_b.data(), dwte.data(), {0, Vp}, act, scale, dx.data(),
+  head_backward(kCtx, x.data(), lnf_w, wte, dlnf_w.data(), dlnf_b.data(), dwte.data(), {0, Vp}, act, dx.data(),
                 scratch, none, N, C);
   // This rank's columns.
   const VocabRange v = ranges[size_t(tp.rank())];
@@ -221,11 +222,12 @@ void test_head(Communicator& tp, bool sp, const std::vector<VocabRange>& ranges,
   HeadActivations<double> mine(Device::CPU, C, R, N, v, true, hooks.vocab_parallel());
   const Vec x_local(x.begin() + int64_t(first) * C, x.begin() + int64_t(first + R) * C);
   head_forward(kCtx, x_local.data(), lnf_w, lnf_b, wte + size_t(v.begin) * C, v, mine, hooks, R, C);
-  head_loss(kCtx, mine, targets.data(), v, V, hooks, R, true);
+  head_loss(kCtx, mine, targets.data(), v, V, hooks, R);
+  head_loss_gradient(kCtx, mine, targets.data(), v, V, hooks, R, scale);
   BlockScratch<double> my_scratch(Device::CPU, BlockDims::slice(m, tp.size()), N, R);
   Vec my_dwte(size_t(v.size()) * C, 0.0), my_dlnf_w(size_t(C), 0.0), my_dlnf_b(size_t(C), 0.0), my_dx(size_t(R) * C);
   head_backward(kCtx, x_local.data(), lnf_w, wte + size_t(v.begin) * C, my_dlnf_w.data(), my_dlnf_b.data(),
-                my_dwte.data(), v, mine, scale, my_dx.data(), my_scratch, hooks, R, C);
+                my_dwte.data(), v, mine, my_dx.data(), my_scratch, hooks, R, C);
   const std::string what = "head" + label + (sp ? " (sp)" : "");
   expect_close(mine.losses.data(), act.losses.data(), size_t(N), what + " losses");
   // The logits of this rank's columns (every row).
