@@ -38,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/bf16.h"
 #include "common/device.h"
 
 namespace gpt {
@@ -56,7 +57,7 @@ inline const char* dtype_name(DType t) {
 }
 
 /// The DType of C++ element type T, for templated code that sends T buffers. Defined only
-/// for float and double; code that uses it with any other T does not build.
+/// for float, double and bf16; code that uses it with any other T does not build.
 template <class T>
 constexpr DType dtype_of();
 /// float travels as DType::F32.
@@ -65,6 +66,9 @@ constexpr DType dtype_of<float>() { return DType::F32; }
 /// double travels as DType::F64.
 template <>
 constexpr DType dtype_of<double>() { return DType::F64; }
+/// bf16 travels as DType::BF16.
+template <>
+constexpr DType dtype_of<bf16>() { return DType::BF16; }
 
 /// A posted isend or irecv, completed by Communicator::wait (which leaves it empty).
 /// Movable, not copyable. Destroying a request that was never waited for withdraws a

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <type_traits>
 
 #include "common/error.h"
 #include "common/layout_exchange.h"
@@ -113,18 +114,20 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
         if (!moved.empty()) std::printf("%s\n", moved.c_str());
       });
       Mesh mesh(*world, shape);
-      // These stages compute in fp32 (bf16 emulated in fp32 buffers): their MFU is of the fp32 peak.
+      // A stage with bf16 storage computes in bf16 in bf16 mode; the others compute in
+      // fp32 (bf16 emulated in fp32 buffers). MFU is of the peak of that arithmetic.
+      const Precision arithmetic = spec.bf16_storage ? precision : Precision::FP32;
       Run run{cfg,
               *world,
               mesh,
               device,
               precision,
               /*part=*/nullptr,
-              world_peak_flops(*world, device, Precision::FP32),
+              world_peak_flops(*world, device, arithmetic),
               training_flops_per_token(ParamLayout(cfg.model).total(), cfg.model, cfg.seq_len)};
       if (run.lead() && run.peak_flops)
-        std::printf("device peak %.1f TFLOP/s over the job's GPUs (fp32, the arithmetic of these stages): mfu is "
-                    "reported against it\n", *run.peak_flops / 1e12);
+        std::printf("device peak %.1f TFLOP/s over the job's GPUs (%s, the arithmetic of this stage): mfu is "
+                    "reported against it\n", *run.peak_flops / 1e12, precision_name(arithmetic));
       return train(run);
     });
   });
@@ -147,7 +150,8 @@ DataLoader validation_data(const Config& cfg) {
   return val;
 }
 
-double validation_loss(GPT2<float>& model, const DataLoader& val, int batches, Communicator& dp,
+template <class A>
+double validation_loss(GPT2<A>& model, const DataLoader& val, int batches, Communicator& dp,
                        const SequencePart* part) {
   const EvaluateBatch evaluate = [&](const int32_t* inputs, const int32_t* targets) {
     return double(model.evaluate(inputs, targets));
@@ -212,7 +216,8 @@ void after_step(Run& run, const Validation& validate, Communicator& dp, MetricsL
   if (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0) write_checkpoint(run, dp, ckpt, state);
 }
 
-void after_step(Run& run, GPT2<float>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
+template <class A>
+void after_step(Run& run, GPT2<A>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
                 const RunCheckpoints& ckpt, const CheckpointState& state) {
   const Validation validate = [&] { return validation_loss(model, val, run.cfg.val_batches, dp, run.part); };
   after_step(run, validate, dp, log, ckpt, state);
@@ -239,12 +244,33 @@ void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsL
   Trace::global().write();
 }
 
-void end_of_run(Run& run, GPT2<float>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
-                const RunCheckpoints& ckpt, CheckpointState& state, const float* weights) {
+template <class A>
+void end_of_run(Run& run, GPT2<A>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
+                const RunCheckpoints& ckpt, CheckpointState& state, const A* weights) {
   const Validation validate = [&] { return validation_loss(model, val, run.cfg.val_batches, dp, run.part); };
   // Under a context split the model holds part of each sequence; the sampler's window
   // is the whole sequence.
-  end_of_run(run, validate, dp, log, ckpt, state, weights, run.part ? val.seq_len() : model.seq_len());
+  const int sample_len = run.part ? val.seq_len() : model.seq_len();
+  if constexpr (std::is_same_v<A, bf16>) {
+    DeviceArray<float> widened;  // only where a sample is drawn
+    if (run.cfg.sample_tokens > 0 && run.lead()) {
+      widened = DeviceArray<float>(run.device, size_t(ParamLayout(run.cfg.model).total()));  // the whole model
+      ops::convert_from_bf16(run.device, widened.data(), weights, widened.size());
+    }
+    end_of_run(run, validate, dp, log, ckpt, state, widened.data(), sample_len);
+  } else {
+    end_of_run(run, validate, dp, log, ckpt, state, weights, sample_len);
+  }
 }
+
+// The model overloads for the storage types the stages train with.
+#define GPT_DRIVER_INSTANTIATE(A)                                                                              \
+  template double validation_loss<A>(GPT2<A>&, const DataLoader&, int, Communicator&, const SequencePart*);   \
+  template void after_step<A>(Run&, GPT2<A>&, const DataLoader&, Communicator&, MetricsLog&,                   \
+                              const RunCheckpoints&, const CheckpointState&);                                   \
+  template void end_of_run<A>(Run&, GPT2<A>&, const DataLoader&, Communicator&, MetricsLog&,                   \
+                              const RunCheckpoints&, CheckpointState&, const A*);
+GPT_DRIVER_INSTANTIATE(float)
+GPT_DRIVER_INSTANTIATE(bf16)
 
 }  // namespace gpt

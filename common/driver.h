@@ -48,6 +48,10 @@ struct StageSpec {
   bool schedule_key = false;                ///< reads `schedule` (the pipeline schedule)
   bool activation_checkpointing_key = false;  ///< reads `activation_checkpointing`
   bool cuda = false;                        ///< device=cuda supported
+  /// In bf16 mode the stage stores weights and activations as bf16 (GPT2<bf16>) and its
+  /// MFU is of the bf16 peak; otherwise it keeps fp32 buffers holding bf16 values (the
+  /// emulation, docs/model.md) and its MFU is of the fp32 peak.
+  bool bf16_storage = false;
 };
 
 /// The mesh the config asks for on `ranks` ranks: tp, pp, cp as given, dp as given or
@@ -82,8 +86,9 @@ struct Run {
   Precision precision;    ///< FP32 or BF16 (stage_main refuses FP64)
   bool lead() const { return world.rank() == 0; }  ///< logs, prunes checkpoints, samples
   const SequencePart* part = nullptr;  ///< context parallelism: the chunks this rank runs
-  /// The summed peak FLOP/s of the job's GPUs for fp32 matmuls (these stages compute in
-  /// fp32, bf16 emulated), each GPU once (common/mfu.h); empty on the CPU.
+  /// The summed peak FLOP/s of the job's GPUs for the matmuls the stage runs (bf16 for a
+  /// stage with bf16 storage in bf16 mode, else fp32), each GPU once (common/mfu.h);
+  /// empty on the CPU.
   std::optional<double> peak_flops;
   double flops_per_token = 0;  ///< training FLOPs per token of the whole model (common/mfu.h)
   /// The model FLOPs utilisation of a step at tokens_per_s; empty without a peak.
@@ -119,7 +124,8 @@ using EvaluateBatch = std::function<double(const int32_t* inputs, const int32_t*
 double validation_loss(const EvaluateBatch& evaluate, const DataLoader& val, int batches, int batch_size,
                        Communicator& dp, const SequencePart* part = nullptr);
 /// The same for a model on this rank: each batch through model.evaluate().
-double validation_loss(GPT2<float>& model, const DataLoader& val, int batches, Communicator& dp,
+template <class A>
+double validation_loss(GPT2<A>& model, const DataLoader& val, int batches, Communicator& dp,
                        const SequencePart* part = nullptr);
 
 /// Checkpoints of a run: the tensors each rank holds and whether the ranks write one
@@ -150,7 +156,8 @@ void after_step(Run& run, const Validation& validate, Communicator& dp, MetricsL
                 const CheckpointState& state);
 /// The same, with validation_loss of `model` over cfg.val_batches batches of `val`,
 /// shared by the ranks of dp, each evaluating its run.part of the sequences if set.
-void after_step(Run& run, GPT2<float>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
+template <class A>
+void after_step(Run& run, GPT2<A>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
                 const RunCheckpoints& ckpt, const CheckpointState& state);
 
 /// After the last step: the validation loss, the final checkpoint and, on the lead rank,
@@ -159,8 +166,10 @@ void after_step(Run& run, GPT2<float>& model, const DataLoader& val, Communicato
 void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,
                 CheckpointState& state, const float* weights, int sample_len);
 /// The same, validating as after_step's model overload does and sampling with a context
-/// of model.seq_len() tokens.
-void end_of_run(Run& run, GPT2<float>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
-                const RunCheckpoints& ckpt, CheckpointState& state, const float* weights);
+/// of model.seq_len() tokens; `weights` are stored as the model stores them (bf16 ones are
+/// widened for the sampler, exactly).
+template <class A>
+void end_of_run(Run& run, GPT2<A>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
+                const RunCheckpoints& ckpt, CheckpointState& state, const A* weights);
 
 }  // namespace gpt

@@ -3,9 +3,10 @@
 /// Precision modes (docs/architecture.md: bf16 mode under "One training step", rule 8).
 ///  fp32: every buffer fp32 — the mode equivalence between stages is proven in.
 ///  bf16: the weights' compute copy, the activations and the activation gradients are
-///        bf16 (on the CPU emulated: fp32 buffers rounded to bf16 after every op, ties to
-///        even); matmuls accumulate in fp32; parameter gradients, the fp32 master weights
-///        and the AdamW moments stay fp32.
+///        bf16 (stored as bf16 in stages 01-05; stages 06-11 emulate it, rounding fp32
+///        buffers to bf16 after every op, ties to even: the same values); matmuls
+///        accumulate in fp32; parameter gradients, the fp32 master weights and the AdamW
+///        moments stay fp32.
 ///  fp64: every buffer double, on the CPU only, in stage 01: the ground truth the
 ///        equivalence tests derive their tolerances from (docs/architecture.md, rule 8).
 /// ```

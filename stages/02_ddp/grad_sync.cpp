@@ -26,7 +26,8 @@ std::vector<GradBucket> make_buckets(const ParamLayout& layout, double bucket_mb
   return buckets;
 }
 
-GradSync::GradSync(const ParamLayout& layout, float* params, float* grads, ReduceBucket reduce_bucket,
+template <class A>
+GradSync<A>::GradSync(const ParamLayout& layout, A* params, float* grads, ReduceBucket reduce_bucket,
                    const char* span, double bucket_mb)
     : layout_(layout), params_(params), grads_(grads), reduce_bucket_(std::move(reduce_bucket)), span_(span),
       buckets_(make_buckets(layout, bucket_mb)) {
@@ -37,7 +38,8 @@ GradSync::GradSync(const ParamLayout& layout, float* params, float* grads, Reduc
   for (size_t b = 0; b < buckets_.size(); ++b) pending_units_[b] = int(buckets_[b].units.size());
 }
 
-void GradSync::grads_done(int unit) {
+template <class A>
+void GradSync<A>::grads_done(int unit) {
   const int b = bucket_of_unit_[unit];
   if (--pending_units_[b] > 0) return;
   pending_units_[b] = int(buckets_[b].units.size());  // ready for the next backward
@@ -48,6 +50,12 @@ void GradSync::grads_done(int unit) {
   });
 }
 
-void GradSync::wait() { comm_.wait(); }
+template <class A>
+void GradSync<A>::wait() {
+  comm_.wait();
+}
+
+template class GradSync<float>;
+template class GradSync<bf16>;
 
 }  // namespace gpt

@@ -38,14 +38,17 @@ struct GradBucket {
 // holding it have summed it; stages 02-06 pass false.
 std::vector<GradBucket> make_buckets(const ParamLayout& layout, double bucket_mb, bool embeddings_alone = false);
 
-class GradSync : public WeightStore<float> {
+// The model's weights (storage A: float, or bf16 in stage 02's bf16 mode) are read in
+// place; the gradients are fp32 in either case, and they are what travels.
+template <class A>
+class GradSync : public WeightStore<A> {
  public:
   // reduce_bucket(ptr, count): a finished bucket's reduction over the data-parallel
   // group, an all-reduce here (stage 02) or a reduce-scatter into the shards (stage 03,
   // ZeRO-1). `span` names it in the trace: "allreduce_bucket" or "reduce_scatter_bucket".
   using ReduceBucket = std::function<void(float* data, size_t count)>;
 
-  GradSync(const ParamLayout& layout, float* params, float* grads, ReduceBucket reduce_bucket,
+  GradSync(const ParamLayout& layout, A* params, float* grads, ReduceBucket reduce_bucket,
            const char* span, double bucket_mb);
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
@@ -56,7 +59,7 @@ class GradSync : public WeightStore<float> {
   // an error raised on the communication thread.
   void wait();
 
-  const float* acquire(int unit, Pass) override { return params_ + layout_.unit(unit).begin; }
+  const A* acquire(int unit, Pass) override { return params_ + layout_.unit(unit).begin; }
   float* grads(int unit) override { return grads_ + layout_.unit(unit).begin; }
   void grads_done(int unit) override;
 
@@ -64,7 +67,7 @@ class GradSync : public WeightStore<float> {
 
  private:
   const ParamLayout& layout_;
-  float* params_;
+  A* params_;
   float* grads_;
   ReduceBucket reduce_bucket_;
   const char* span_;

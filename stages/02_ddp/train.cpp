@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/checkpoint.h"
@@ -40,7 +41,9 @@ using namespace gpt;
 
 namespace {
 
-int train_ranks(Run& run) {
+// A is the storage of weights and activations: float, or bf16 in bf16 mode.
+template <class A>
+int train_on(Run& run) {
   Config& cfg = run.cfg;
   const Device device = run.device;
   const Precision precision = run.precision;
@@ -53,13 +56,16 @@ int train_ranks(Run& run) {
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
   const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
-  GPT2<float> model(cfg.model, B, T, device, precision);
+  GPT2<A> model(cfg.model, B, T, device, precision);
   const ParamLayout& layout = model.layout();
   const int64_t n_params = layout.total();
   // In fp32 the model's weights are the master weights; in bf16 the optimizer keeps
   // the fp32 master copy and the model holds the bf16-rounded compute copy.
   AdamW<float> optimizer(layout, 0, n_params, /*keep_master=*/bf16, device);
-  DeviceArray<float>& master = bf16 ? optimizer.master() : model.params();
+  DeviceArray<float>& master = [&]() -> DeviceArray<float>& {
+    if constexpr (std::is_same_v<A, float>) return model.params();
+    else return optimizer.master();
+  }();
   // Checkpoints are read and written from host memory (staged on the GPU).
   CheckpointMirror mirror({{"param", &master}, {"adam_m", &optimizer.m()}, {"adam_v", &optimizer.v()}});
   RunCheckpoints ckpt{layout, mirror.buffers(), /*sharded=*/false};
@@ -128,8 +134,12 @@ int train_ranks(Run& run) {
     const double lr = learning_rate(cfg, step);
     {
       Span span("adamw");
-      optimizer.step(device, model.params().data(), model.grads().data(), lr,
-                     clip_scale(norm, cfg.grad_clip), cfg, int(step + 1), bf16);
+      const double scale = clip_scale(norm, cfg.grad_clip);
+      if constexpr (std::is_same_v<A, gpt::bf16>)  // the fp32 master weights, then their bf16 copy
+        optimizer.step(device, model.params().data(), model.grads().data(), lr, scale, cfg, int(step + 1));
+      else
+        optimizer.step(device, model.params().data(), model.grads().data(), lr, scale, cfg, int(step + 1),
+                       /*round_copy_to_bf16=*/false);
     }
     device_synchronize(device);  // GPU: the step ends when its last kernel has run
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -146,8 +156,12 @@ int train_ranks(Run& run) {
     after_step(run, model, val_data, dp, log, ckpt, state);
   }
 
-  end_of_run(run, model, val_data, dp, log, ckpt, state, master.data());
+  end_of_run(run, model, val_data, dp, log, ckpt, state, model.params().data());
   return 0;
+}
+
+int train_ranks(Run& run) {
+  return run.precision == Precision::BF16 ? train_on<gpt::bf16>(run) : train_on<float>(run);
 }
 
 }  // namespace
@@ -155,5 +169,6 @@ int train_ranks(Run& run) {
 int main(int argc, char** argv) {
   StageSpec spec{"02_ddp"};
   spec.cuda = true;
+  spec.bf16_storage = true;
   return stage_main(argc, argv, spec, train_ranks);
 }

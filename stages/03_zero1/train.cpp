@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/checkpoint.h"
@@ -30,6 +31,7 @@
 #include "common/metrics.h"
 #include "common/optimizer.h"
 #include "common/trace.h"
+#include "kernels/ops.h"
 #include "stages/02_ddp/grad_sync.h"
 #include "stages/02_ddp/ring_allreduce.h"
 #include "stages/03_zero1/zero1.h"
@@ -38,7 +40,9 @@ using namespace gpt;
 
 namespace {
 
-int train_ranks(Run& run) {
+// A is the storage of weights and activations: float, or bf16 in bf16 mode.
+template <class A>
+int train_on(Run& run) {
   Config& cfg = run.cfg;
   const Device device = run.device;
   const Precision precision = run.precision;
@@ -51,14 +55,14 @@ int train_ranks(Run& run) {
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
   const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
-  GPT2<float> model(cfg.model, B, T, device, precision);
+  GPT2<A> model(cfg.model, B, T, device, precision);
   const ParamLayout& layout = model.layout();
   const int64_t n_params = layout.total();
   // This rank's shard of the optimizer state. In fp32 the master weights of the shard
   // are the model's own weights there; in bf16 the optimizer keeps them in fp32.
   const Shard shard = shard_of(n_params, dp.size(), dp.rank());
   AdamW<float> optimizer(layout, shard.begin, shard.end, /*keep_master=*/bf16, device);
-  float* params = model.params().data();
+  A* params = model.params().data();
   // Checkpoints are read and written from host memory (staged on the GPU): this rank's
   // shard of the master weights and of the moments.
   CheckpointMirror mirror = shard_checkpoint(optimizer, model.params(), size_t(shard.begin), bf16, shard.begin);
@@ -75,12 +79,11 @@ int train_ranks(Run& run) {
     if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
   mirror.to_device();
-  // Every rank starts from its shard of the master weights (model.store rounds it to bf16
-  // in bf16 mode, as the model rounds what it computes) and gathers the rest.
-  if (bf16)
-    device_copy(device, params + shard.begin, device, optimizer.master().data(), size_t(shard.size()) * sizeof(float));
-  model.store(params + shard.begin, size_t(shard.size()));
-  ring_all_gather(dp, params, size_t(n_params), DType::F32);
+  // Every rank starts from its shard of the master weights (in fp32 they are the model's
+  // own weights there; in bf16 their rounding) and gathers the rest.
+  if constexpr (std::is_same_v<A, gpt::bf16>)
+    ops::convert_to_bf16(device, params + shard.begin, optimizer.master().data(), size_t(shard.size()));
+  ring_all_gather(dp, params, size_t(n_params), dtype_of<A>());
 
   // Gradients travel in stage 02's buckets, on its communication thread, while backward
   // continues: each bucket is reduce-scattered, so that rank r receives the sum over
@@ -147,8 +150,12 @@ int train_ranks(Run& run) {
     after_step(run, model, val_data, dp, log, ckpt, state);
   }
 
-  end_of_run(run, model, val_data, dp, log, ckpt, state, params);  // the gathered weights (already bf16 in bf16 mode)
+  end_of_run(run, model, val_data, dp, log, ckpt, state, params);  // the gathered weights
   return 0;
+}
+
+int train_ranks(Run& run) {
+  return run.precision == Precision::BF16 ? train_on<gpt::bf16>(run) : train_on<float>(run);
 }
 
 }  // namespace
@@ -156,5 +163,6 @@ int train_ranks(Run& run) {
 int main(int argc, char** argv) {
   StageSpec spec{"03_zero1"};
   spec.cuda = true;
+  spec.bf16_storage = true;
   return stage_main(argc, argv, spec, train_ranks);
 }

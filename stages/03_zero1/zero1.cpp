@@ -1,6 +1,7 @@
 #include "stages/03_zero1/zero1.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "common/trace.h"
 #include "kernels/ops.h"
@@ -13,26 +14,40 @@ double sharded_grad_norm(Communicator& dp, Device d, const float* shard_grads, i
   return std::sqrt(sum);
 }
 
-void sharded_adamw_step(Communicator& dp, Device d, AdamW<float>& opt, const Shard& shard,
-                        float* params, const float* shard_grads, int64_t total, double norm,
-                        double lr, const Config& cfg, int step_number, bool bf16) {
+template <class A>
+void sharded_adamw_step(Communicator& dp, Device d, AdamW<float>& opt, const Shard& shard, A* params,
+                        const float* shard_grads, int64_t total, double norm, double lr, const Config& cfg,
+                        int step_number, bool bf16) {
   {
     Span span("adamw_shard");
-    opt.step(d, params + shard.begin, shard_grads, lr, clip_scale(norm, cfg.grad_clip), cfg,
-             step_number, bf16);
+    const double scale = clip_scale(norm, cfg.grad_clip);
+    if constexpr (std::is_same_v<A, gpt::bf16>)  // the fp32 master shard, then its bf16 copy
+      opt.step(d, params + shard.begin, shard_grads, lr, scale, cfg, step_number);
+    else
+      opt.step(d, params + shard.begin, shard_grads, lr, scale, cfg, step_number, bf16);
   }
   Span span("allgather_params", "comm");
-  ring_all_gather(dp, params, size_t(total), DType::F32);
+  ring_all_gather(dp, params, size_t(total), dtype_of<A>());
 }
 
-CheckpointMirror shard_checkpoint(AdamW<float>& opt, DeviceArray<float>& weights, size_t offset, bool bf16,
+template <class A>
+CheckpointMirror shard_checkpoint(AdamW<float>& opt, DeviceArray<A>& weights, size_t offset, bool bf16,
                                   int64_t begin) {
   const size_t n = opt.m().size();
-  return CheckpointMirror({bf16 ? CheckpointMirror::Entry{"param", &opt.master()}
-                                : CheckpointMirror::Entry::slice("param", &weights, offset, n),
-                           {"adam_m", &opt.m()},
-                           {"adam_v", &opt.v()}},
-                          begin);
+  auto param = [&] {
+    if constexpr (std::is_same_v<A, float>)
+      if (!bf16) return CheckpointMirror::Entry::slice("param", &weights, offset, n);
+    (void)weights, (void)offset;
+    return CheckpointMirror::Entry{"param", &opt.master()};
+  };
+  return CheckpointMirror({param(), {"adam_m", &opt.m()}, {"adam_v", &opt.v()}}, begin);
 }
+
+template void sharded_adamw_step<float>(Communicator&, Device, AdamW<float>&, const Shard&, float*, const float*,
+                                        int64_t, double, double, const Config&, int, bool);
+template void sharded_adamw_step<bf16>(Communicator&, Device, AdamW<float>&, const Shard&, bf16*, const float*,
+                                       int64_t, double, double, const Config&, int, bool);
+template CheckpointMirror shard_checkpoint<float>(AdamW<float>&, DeviceArray<float>&, size_t, bool, int64_t);
+template CheckpointMirror shard_checkpoint<bf16>(AdamW<float>&, DeviceArray<bf16>&, size_t, bool, int64_t);
 
 }  // namespace gpt

@@ -3,7 +3,7 @@
 //
 // With data parallelism every rank runs the same AdamW on the same gradient: dp copies
 // of the optimizer state: both fp32 moments, and in bf16 mode the fp32 master weights
-// (8 of the 16 bytes per parameter in fp32, 12 of the 20 in this stage's bf16 emulation).
+// (8 of the 16 bytes per parameter in fp32, 12 of the 18 in bf16).
 // ZeRO-1 gives each rank one shard of that state and has it update only its shard:
 //
 //   grads:   reduce-scatter   rank r receives sum over ranks of shard r   (N-1)/N of P
@@ -32,16 +32,20 @@ double sharded_grad_norm(Communicator& dp, Device d, const float* shard_grads, i
 
 // The optimizer step of ZeRO-1 and ZeRO-2: AdamW on this rank's shard (shard_grads points
 // at the shard's gradient), the result written into params[shard] (bf16-rounded in bf16
-// mode), then all-gathered so every rank has the whole updated model in `params`.
-// Returns nothing; `norm` is the global gradient norm used for clipping.
-void sharded_adamw_step(Communicator& dp, Device d, AdamW<float>& opt, const Shard& shard,
-                        float* params, const float* shard_grads, int64_t total, double norm,
-                        double lr, const Config& cfg, int step_number, bool bf16);
+// mode), then all-gathered so every rank has the whole updated model in `params`. A is
+// the weights' storage: float (bf16 mode: bf16 values in fp32), or bf16, which halves
+// the all-gather. `norm` is the global gradient norm used for clipping.
+template <class A>
+void sharded_adamw_step(Communicator& dp, Device d, AdamW<float>& opt, const Shard& shard, A* params,
+                        const float* shard_grads, int64_t total, double norm, double lr, const Config& cfg,
+                        int step_number, bool bf16);
 
 // A shard's checkpoint, in host memory (common/checkpoint.h): its master weights, the
 // optimizer's fp32 copy in bf16 mode, else `weights` from element `offset` (the compute
-// weights there), and its moments; `begin` is the shard's place in the layout.
-CheckpointMirror shard_checkpoint(AdamW<float>& opt, DeviceArray<float>& weights, size_t offset, bool bf16,
+// weights there), and its moments; `begin` is the shard's place in the layout. Weights
+// stored as bf16 are never the master: their shard's checkpoint is the optimizer's copy.
+template <class A>
+CheckpointMirror shard_checkpoint(AdamW<float>& opt, DeviceArray<A>& weights, size_t offset, bool bf16,
                                   int64_t begin);
 
 }  // namespace gpt

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/checkpoint.h"
@@ -28,6 +29,7 @@
 #include "common/metrics.h"
 #include "common/optimizer.h"
 #include "common/trace.h"
+#include "kernels/ops.h"
 #include "stages/02_ddp/ring_allreduce.h"
 #include "stages/03_zero1/zero1.h"
 #include "stages/04_zero2/zero2.h"
@@ -36,7 +38,9 @@ using namespace gpt;
 
 namespace {
 
-int train_ranks(Run& run) {
+// A is the storage of weights and activations: float, or bf16 in bf16 mode.
+template <class A>
+int train_on(Run& run) {
   Config& cfg = run.cfg;
   const Device device = run.device;
   const Precision precision = run.precision;
@@ -51,18 +55,18 @@ int train_ranks(Run& run) {
   const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
   // The model allocates no weights or gradients: the stage keeps the whole weights
   // (every rank needs them for forward) and the store keeps the shard gradient.
-  GPT2<float> model(cfg.model, B, T, device, precision, /*own_weights=*/false);
+  GPT2<A> model(cfg.model, B, T, device, precision, /*own_weights=*/false);
   const ParamLayout& layout = model.layout();
   const int64_t n_params = layout.total();
-  DeviceArray<float> weights = [&] {
+  DeviceArray<A> weights = [&] {
     const MemScope scope(MemKind::Params);
-    return DeviceArray<float>(device, size_t(n_params));
+    return DeviceArray<A>(device, size_t(n_params));
   }();
   // This rank's shard of the optimizer state. In fp32 the master weights of the shard
   // are the model's own weights there; in bf16 the optimizer keeps them in fp32.
   const Shard shard = shard_of(n_params, dp.size(), dp.rank());
   AdamW<float> optimizer(layout, shard.begin, shard.end, /*keep_master=*/bf16, device);
-  float* params = weights.data();
+  A* params = weights.data();
   // Checkpoints are read and written from host memory (staged on the GPU): this rank's
   // shard of the master weights and of the moments.
   CheckpointMirror mirror = shard_checkpoint(optimizer, weights, size_t(shard.begin), bf16, shard.begin);
@@ -79,13 +83,12 @@ int train_ranks(Run& run) {
     if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
   mirror.to_device();
-  // Every rank starts from its shard of the master weights (model.store rounds it to bf16
-  // in bf16 mode, as the model rounds what it computes) and gathers the rest.
-  if (bf16)
-    device_copy(device, params + shard.begin, device, optimizer.master().data(), size_t(shard.size()) * sizeof(float));
-  model.store(params + shard.begin, size_t(shard.size()));
-  ring_all_gather(dp, params, size_t(n_params), DType::F32);
-  Zero2Store store(layout, dp, params, cfg.bucket_mb, /*embeddings_alone=*/false, device);
+  // Every rank starts from its shard of the master weights (in fp32 they are the stage's
+  // own weights there; in bf16 their rounding) and gathers the rest.
+  if constexpr (std::is_same_v<A, gpt::bf16>)
+    ops::convert_to_bf16(device, params + shard.begin, optimizer.master().data(), size_t(shard.size()));
+  ring_all_gather(dp, params, size_t(n_params), dtype_of<A>());
+  Zero2Store<A> store(layout, dp, params, cfg.bucket_mb, /*embeddings_alone=*/false, device);
   model.set_store(&store);
 
   // What this rank's arrays hold, by kind: the tracker's peaks (common/memory.h).
@@ -141,8 +144,12 @@ int train_ranks(Run& run) {
     after_step(run, model, val_data, dp, log, ckpt, state);
   }
 
-  end_of_run(run, model, val_data, dp, log, ckpt, state, params);  // the gathered weights (already bf16 in bf16 mode)
+  end_of_run(run, model, val_data, dp, log, ckpt, state, params);  // the gathered weights
   return 0;
+}
+
+int train_ranks(Run& run) {
+  return run.precision == Precision::BF16 ? train_on<gpt::bf16>(run) : train_on<float>(run);
 }
 
 }  // namespace
@@ -150,5 +157,6 @@ int train_ranks(Run& run) {
 int main(int argc, char** argv) {
   StageSpec spec{"04_zero2"};
   spec.cuda = true;
+  spec.bf16_storage = true;
   return stage_main(argc, argv, spec, train_ranks);
 }

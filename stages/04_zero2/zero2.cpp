@@ -8,8 +8,9 @@
 
 namespace gpt {
 
-Zero2Store::Zero2Store(const ParamLayout& layout, Communicator& dp, float* params, double bucket_mb,
-                       bool embeddings_alone, Device device)
+template <class A>
+Zero2Store<A>::Zero2Store(const ParamLayout& layout, Communicator& dp, A* params, double bucket_mb,
+                          bool embeddings_alone, Device device)
     : layout_(layout), dp_(dp), params_(params), device_(device),
       shard_(shard_of(layout.total(), dp.size(), dp.rank())),
       buckets_(make_buckets(layout, bucket_mb, embeddings_alone)), reduce_comm_(dp.split(0, dp.rank())) {
@@ -34,9 +35,13 @@ Zero2Store::Zero2Store(const ParamLayout& layout, Communicator& dp, float* param
   shard_grads_ = DeviceArray<float>(device, size_t(shard_.size()));
 }
 
-void Zero2Store::zero_shard_grads() { shard_grads_.zero(); }
+template <class A>
+void Zero2Store<A>::zero_shard_grads() {
+  shard_grads_.zero();
+}
 
-float* Zero2Store::grads(int unit) {
+template <class A>
+float* Zero2Store<A>::grads(int unit) {
   const int b = bucket_of_unit_[unit];
   const GradBucket& bucket = buckets_[b];
   const int slot = slot_of_bucket_[b];
@@ -51,7 +56,8 @@ float* Zero2Store::grads(int unit) {
   return buffers_[slot].data() + (layout_.unit(unit).begin - bucket.begin);
 }
 
-void Zero2Store::grads_done(int unit) {
+template <class A>
+void Zero2Store<A>::grads_done(int unit) {
   const int b = bucket_of_unit_[unit];
   if (--pending_[b] > 0) return;
   const int slot = slot_of_bucket_[b];
@@ -69,5 +75,8 @@ void Zero2Store::grads_done(int unit) {
     }
   });
 }
+
+template class Zero2Store<float>;
+template class Zero2Store<bf16>;
 
 }  // namespace gpt

@@ -35,16 +35,18 @@
 
 namespace gpt {
 
-class Zero2Store : public WeightStore<float> {
+// A is the weights' storage: float, or bf16 (the gradients are fp32 either way).
+template <class A>
+class Zero2Store : public WeightStore<A> {
  public:
   // params: the whole model (every rank keeps all weights in ZeRO-1 and -2).
   // embeddings_alone: the embeddings' unit in a bucket of its own (make_buckets; pipeline
   // stages, from stage 07 on).
   // device: where params are and where the bucket buffers and the shard gradient go.
-  Zero2Store(const ParamLayout& layout, Communicator& dp, float* params, double bucket_mb,
+  Zero2Store(const ParamLayout& layout, Communicator& dp, A* params, double bucket_mb,
              bool embeddings_alone, Device device);
 
-  const float* acquire(int unit, Pass) override { return params_ + layout_.unit(unit).begin; }
+  const A* acquire(int unit, Pass) override { return params_ + layout_.unit(unit).begin; }
   float* grads(int unit) override;
   void grads_done(int unit) override;
 
@@ -65,7 +67,7 @@ class Zero2Store : public WeightStore<float> {
   Communicator& dp_;
 
  private:
-  float* params_;
+  A* params_;
   Device device_;
   Shard shard_;
   std::vector<GradBucket> buckets_;

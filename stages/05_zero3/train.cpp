@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/checkpoint.h"
@@ -29,6 +30,7 @@
 #include "common/metrics.h"
 #include "common/optimizer.h"
 #include "common/trace.h"
+#include "kernels/ops.h"
 #include "stages/03_zero1/zero1.h"
 #include "stages/05_zero3/zero3.h"
 
@@ -36,7 +38,9 @@ using namespace gpt;
 
 namespace {
 
-int train_ranks(Run& run) {
+// A is the storage of weights and activations: float, or bf16 in bf16 mode.
+template <class A>
+int train_on(Run& run) {
   Config& cfg = run.cfg;
   const Device device = run.device;
   const Precision precision = run.precision;
@@ -51,18 +55,18 @@ int train_ranks(Run& run) {
   const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
   // The model allocates no weights or gradients: the stage keeps this rank's shard of
   // the weights and the store gathers units from all shards when the model asks.
-  GPT2<float> model(cfg.model, B, T, device, precision, /*own_weights=*/false);
+  GPT2<A> model(cfg.model, B, T, device, precision, /*own_weights=*/false);
   const ParamLayout& layout = model.layout();
   const int64_t n_params = layout.total();
   // This rank's shard of the optimizer state. In fp32 the master weights of the shard
   // are the model's own weights there; in bf16 the optimizer keeps them in fp32.
   const Shard shard = shard_of(n_params, dp.size(), dp.rank());
-  DeviceArray<float> weights = [&] {  // this rank's shard of the compute weights
+  DeviceArray<A> weights = [&] {  // this rank's shard of the compute weights
     const MemScope scope(MemKind::Params);
-    return DeviceArray<float>(device, size_t(shard.size()));
+    return DeviceArray<A>(device, size_t(shard.size()));
   }();
   AdamW<float> optimizer(layout, shard.begin, shard.end, /*keep_master=*/bf16, device);
-  float* shard_params = weights.data();
+  A* shard_params = weights.data();
   // Checkpoints are read and written from host memory (staged on the GPU): this rank's
   // shard of the master weights and of the moments.
   CheckpointMirror mirror = shard_checkpoint(optimizer, weights, /*offset=*/0, bf16, shard.begin);
@@ -79,11 +83,12 @@ int train_ranks(Run& run) {
     if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
   mirror.to_device();
-  // Every rank starts from its shard of the master weights (model.store rounds it to bf16
-  // in bf16 mode, as the model rounds what it computes); the rest is gathered unit by unit.
-  if (bf16) device_copy(device, shard_params, device, optimizer.master().data(), size_t(shard.size()) * sizeof(float));
-  model.store(shard_params, size_t(shard.size()));
-  Zero3Store store(layout, dp, shard_params, cfg.bucket_mb, cfg.zero3_prefetch, /*embeddings_alone=*/false, device);
+  // Every rank starts from its shard of the master weights (in fp32 they are the shard's
+  // weights themselves; in bf16 their rounding); the rest is gathered unit by unit.
+  if constexpr (std::is_same_v<A, gpt::bf16>)
+    ops::convert_to_bf16(device, shard_params, optimizer.master().data(), size_t(shard.size()));
+  Zero3Store<A> store(layout, dp, shard_params, cfg.bucket_mb, cfg.zero3_prefetch, /*embeddings_alone=*/false,
+                      device);
   model.set_store(&store);
 
   // What this rank's arrays hold, by kind: the tracker's peaks (common/memory.h).
@@ -124,8 +129,11 @@ int train_ranks(Run& run) {
     const double lr = learning_rate(cfg, step);
     {
       Span span("adamw_shard");  // updates the shard in place: the next forward gathers it
-      optimizer.step(device, shard_params, shard_grads, lr, clip_scale(norm, cfg.grad_clip), cfg,
-                     int(step + 1), bf16);
+      const double scale = clip_scale(norm, cfg.grad_clip);
+      if constexpr (std::is_same_v<A, gpt::bf16>)  // the fp32 master shard, then its bf16 copy
+        optimizer.step(device, shard_params, shard_grads, lr, scale, cfg, int(step + 1));
+      else
+        optimizer.step(device, shard_params, shard_grads, lr, scale, cfg, int(step + 1), /*round_copy_to_bf16=*/false);
       store.weights_updated();  // units kept gathered between passes are stale now
     }
     device_synchronize(device);  // GPU: the step ends when its last kernel has run
@@ -143,9 +151,9 @@ int train_ranks(Run& run) {
     after_step(run, model, val_data, dp, log, ckpt, state);
   }
 
-  DeviceArray<float> whole;  // the gathered weights the lead rank samples from (on the device)
+  DeviceArray<A> whole;  // the gathered weights the lead rank samples from (on the device)
   if (cfg.sample_tokens > 0) {
-    std::vector<float> gathered(static_cast<size_t>(n_params));
+    std::vector<A> gathered(static_cast<size_t>(n_params));
     store.gather_all(gathered.data());  // collective: every rank takes part
     whole = on_device(device, gathered);
   }
@@ -153,10 +161,15 @@ int train_ranks(Run& run) {
   return 0;
 }
 
+int train_ranks(Run& run) {
+  return run.precision == Precision::BF16 ? train_on<gpt::bf16>(run) : train_on<float>(run);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   StageSpec spec{"05_zero3"};
   spec.zero3 = true, spec.cuda = true;
+  spec.bf16_storage = true;
   return stage_main(argc, argv, spec, train_ranks);
 }

@@ -11,39 +11,45 @@
 
 namespace gpt {
 
-Zero3Store::Zero3Store(const ParamLayout& layout, Communicator& dp, float* shard_params,
-                       double bucket_mb, bool prefetch, bool embeddings_alone, Device device)
-    : Zero2Store(layout, dp, nullptr, bucket_mb, embeddings_alone, device),
+template <class A>
+Zero3Store<A>::Zero3Store(const ParamLayout& layout, Communicator& dp, A* shard_params, double bucket_mb,
+                          bool prefetch, bool embeddings_alone, Device device)
+    : Zero2Store<A>(layout, dp, nullptr, bucket_mb, embeddings_alone, device),
       prefetch_comm_(dp.split(0, dp.rank())), shard_params_(shard_params), prefetch_(prefetch),
       gathered_(layout.num_units()), users_(layout.num_units(), 0), kept_(layout.num_units(), 0) {}
 
-Zero3Store::~Zero3Store() {
+template <class A>
+Zero3Store<A>::~Zero3Store() {
   if (prefetched_.valid()) prefetched_.wait();  // never leave a gather running
 }
 
-DeviceArray<float> Zero3Store::unit_buffer(int unit) const {
+template <class A>
+DeviceArray<A> Zero3Store<A>::unit_buffer(int unit) const {
   const MemScope scope(MemKind::Params);  // gathered weights
-  return DeviceArray<float>(device(), size_t(layout_.unit(unit).size()));
+  return DeviceArray<A>(this->device(), size_t(layout_.unit(unit).size()));
 }
 
-void Zero3Store::gather_into(Communicator& comm, int unit, float* buf) const {
+template <class A>
+void Zero3Store<A>::gather_into(Communicator& comm, int unit, A* buf) const {
   Span span("gather_unit", "comm", &comm == &dp_ ? 0 : 1);
   const Unit& u = layout_.unit(unit);
   // Our part of the unit goes to its place; the ring brings everyone else's.
   const Shard& s = shard();
   const int64_t lo = std::max(u.begin, s.begin), hi = std::min(u.end, s.end);
   if (lo < hi)
-    device_copy(device(), buf + (lo - u.begin), device(), shard_params_ + (lo - s.begin), size_t(hi - lo) * sizeof(float));
-  ring_all_gather_v(comm, buf, shard_bounds_within(u.begin, u.end, layout_.total(), comm.size()), DType::F32);
+    device_copy(this->device(), buf + (lo - u.begin), this->device(), shard_params_ + (lo - s.begin),
+                size_t(hi - lo) * sizeof(A));
+  ring_all_gather_v(comm, buf, shard_bounds_within(u.begin, u.end, layout_.total(), comm.size()), dtype_of<A>());
 }
 
-void Zero3Store::start_prefetch(int unit) {
+template <class A>
+void Zero3Store<A>::start_prefetch(int unit) {
   invariant(prefetch_unit_ < 0 && users_[unit] == 0 && !kept_[unit],
             "Zero3Store: prefetch of unit " + std::to_string(unit) + " while one is in flight or it is gathered");
   // The buffer is made here, on the main thread, not by the prefetch thread: the unit
   // counts as gathered from the moment its prefetch starts, so the memory peak does not
   // depend on when the thread gets to run.
-  DeviceArray<float> buf = unit_buffer(unit);
+  DeviceArray<A> buf = unit_buffer(unit);
   prefetch_unit_ = unit;
   prefetched_ = std::async(std::launch::async, [this, unit, gpu = current_gpu(), buf = std::move(buf)]() mutable {
     use_gpu(gpu);  // the GPU is per host thread: this rank's, not GPU 0
@@ -52,14 +58,16 @@ void Zero3Store::start_prefetch(int unit) {
   });
 }
 
-void Zero3Store::drop_prefetch() {
+template <class A>
+void Zero3Store<A>::drop_prefetch() {
   if (prefetched_.valid()) prefetched_.get();  // wait for it, then free its buffer
   prefetch_unit_ = -1;
 }
 
 // The order of acquisitions (gpt2.h): forward embeddings, blocks 1..L, final;
 // backward embeddings, final, blocks L..1.
-int Zero3Store::next_unit(int unit, Pass pass) const {
+template <class A>
+int Zero3Store<A>::next_unit(int unit, Pass pass) const {
   const int embed = ParamLayout::kEmbeddingUnit, final = layout_.final_unit();
   if (pass == Pass::Forward) return unit == final ? -1 : unit + 1;
   if (unit == embed) return -1;  // backward takes the final layernorm next: tiny, no prefetch
@@ -67,7 +75,8 @@ int Zero3Store::next_unit(int unit, Pass pass) const {
   return unit - 1 > embed ? unit - 1 : -1;
 }
 
-const float* Zero3Store::acquire(int unit, Pass pass) {
+template <class A>
+const A* Zero3Store<A>::acquire(int unit, Pass pass) {
   if (users_[unit]++ == 0) {
     const int final = layout_.final_unit();
     if (pass == Pass::Forward && unit == ParamLayout::kEmbeddingUnit && kept_[final]) {
@@ -76,7 +85,7 @@ const float* Zero3Store::acquire(int unit, Pass pass) {
       // backward to take it), it would sit beside the embeddings and two blocks through
       // the whole pass, one unit above the peak this store promises.
       kept_[final] = 0;
-      gathered_[final] = DeviceArray<float>();
+      gathered_[final] = DeviceArray<A>();
     }
     if (kept_[unit]) {  // still gathered from the last pass, and the weights are the same
       kept_[unit] = 0;
@@ -99,7 +108,8 @@ const float* Zero3Store::acquire(int unit, Pass pass) {
   return gathered_[unit].data();
 }
 
-void Zero3Store::release(int unit, Pass pass) {
+template <class A>
+void Zero3Store<A>::release(int unit, Pass pass) {
   if (--users_[unit] > 0) return;
   // The embeddings and the final layernorm start the backward that follows a forward
   // (and the next forward): keep them until then instead of gathering them again.
@@ -108,15 +118,16 @@ void Zero3Store::release(int unit, Pass pass) {
     kept_[unit] = 1;
     return;
   }
-  gathered_[unit] = DeviceArray<float>();  // free the gathered weights
+  gathered_[unit] = DeviceArray<A>();  // free the gathered weights
 }
 
-void Zero3Store::weights_updated() {
+template <class A>
+void Zero3Store<A>::weights_updated() {
   for (size_t u = 0; u < kept_.size(); ++u) {
     invariant(users_[u] == 0, "Zero3Store: the weights changed while unit " + std::to_string(u) + " is acquired");
     if (kept_[u]) {
       kept_[u] = 0;
-      gathered_[u] = DeviceArray<float>();
+      gathered_[u] = DeviceArray<A>();
     }
   }
   // Whatever a prefetch gathered before the update is stale as well. In the model's
@@ -127,10 +138,14 @@ void Zero3Store::weights_updated() {
   if (prefetch_) start_prefetch(ParamLayout::kEmbeddingUnit);
 }
 
-void Zero3Store::gather_all(float* out) {
+template <class A>
+void Zero3Store<A>::gather_all(A* out) {
   const Shard& s = shard();
-  device_copy(Device::CPU, out + s.begin, device(), shard_params_, size_t(s.size()) * sizeof(float));
-  ring_all_gather(dp_, out, size_t(layout_.total()), DType::F32);
+  device_copy(Device::CPU, out + s.begin, this->device(), shard_params_, size_t(s.size()) * sizeof(A));
+  ring_all_gather(dp_, out, size_t(layout_.total()), dtype_of<A>());
 }
+
+template class Zero3Store<float>;
+template class Zero3Store<bf16>;
 
 }  // namespace gpt

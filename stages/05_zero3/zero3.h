@@ -36,43 +36,49 @@
 
 namespace gpt {
 
-class Zero3Store : public Zero2Store {
+// A is the weights' storage: float, or bf16 (which halves every gather).
+template <class A>
+class Zero3Store : public Zero2Store<A> {
  public:
   // shard_params: this rank's shard of the compute weights (shard().size() elements),
   // updated in place by the optimizer, in the memory of `device`, where the gathered
   // units go too. prefetch: gather the next unit on the prefetch thread while this one
   // computes (the key zero3_prefetch; false gathers each unit on the calling thread when a
   // pass acquires it). embeddings_alone: as Zero2Store's (a pipeline stage's tied wte).
-  Zero3Store(const ParamLayout& layout, Communicator& dp, float* shard_params, double bucket_mb,
+  Zero3Store(const ParamLayout& layout, Communicator& dp, A* shard_params, double bucket_mb,
              bool prefetch, bool embeddings_alone, Device device);
   ~Zero3Store() override;
 
-  const float* acquire(int unit, Pass pass) override;
+  const A* acquire(int unit, Pass pass) override;
   void release(int unit, Pass pass) override;
 
   // Gathers the whole model into `out` (total elements, host memory): for sampling and
   // tests; a one-off, so it travels through the host whatever the device.
-  void gather_all(float* out);
+  void gather_all(A* out);
   // The shard's weights changed (the optimizer stepped): units kept gathered between
   // passes are stale and are freed; the embeddings' gather for the next pass starts at
   // once, on the prefetch thread.
   void weights_updated();
 
  private:
-  DeviceArray<float> unit_buffer(int unit) const;  // room for a gathered unit, counted as params
-  void gather_into(Communicator& comm, int unit, float* buf) const;
+  using Zero2Store<A>::layout_;
+  using Zero2Store<A>::dp_;
+  using Zero2Store<A>::shard;
+
+  DeviceArray<A> unit_buffer(int unit) const;  // room for a gathered unit, counted as params
+  void gather_into(Communicator& comm, int unit, A* buf) const;
   void start_prefetch(int unit);  // on the prefetch thread, into a buffer made here
   void drop_prefetch();           // waits for the prefetch in flight and discards it
   int next_unit(int unit, Pass pass) const;  // the unit to prefetch, or -1
 
   std::unique_ptr<Communicator> prefetch_comm_;  // the prefetch thread's own channel
-  float* shard_params_;
+  A* shard_params_;
   bool prefetch_;
-  std::vector<DeviceArray<float>> gathered_;  // per unit, while acquired
+  std::vector<DeviceArray<A>> gathered_;      // per unit, while acquired
   std::vector<int> users_;                    // acquisitions not yet released
   std::vector<char> kept_;                    // gathered, not acquired, still current
   int prefetch_unit_ = -1;                    // the unit prefetched_ gathers, or -1
-  std::future<DeviceArray<float>> prefetched_;
+  std::future<DeviceArray<A>> prefetched_;
 };
 
 }  // namespace gpt

@@ -38,7 +38,7 @@ LocalZero::LocalZero(const Config& cfg, GPT2<float>& model, const RankLayout& sl
   if (zero_ <= 1) {
     float* grads = model.grads().data();
     const int64_t n = n_local_;
-    sync_ = std::make_unique<GradSync>(
+    sync_ = std::make_unique<GradSync<float>>(
         layout, params_, grads,
         [this, grads, n](float* data, size_t count) {
           if (zero_ == 0) {
@@ -54,10 +54,10 @@ LocalZero::LocalZero(const Config& cfg, GPT2<float>& model, const RankLayout& sl
     // and the last stage have summed it: its unit needs a bucket of its own.
     const bool pipeline_stage = layout.layer_begin() > 0 || layout.layer_end() < cfg.model.n_layer;
     if (zero_ == 2)
-      sharded_ = std::make_unique<Zero2Store>(layout, dp, params_, cfg.bucket_mb, pipeline_stage, device);
+      sharded_ = std::make_unique<Zero2Store<float>>(layout, dp, params_, cfg.bucket_mb, pipeline_stage, device);
     else
-      sharded_ = std::make_unique<Zero3Store>(layout, dp, shard_params_, cfg.bucket_mb, cfg.zero3_prefetch,
-                                              pipeline_stage, device);
+      sharded_ = std::make_unique<Zero3Store<float>>(layout, dp, shard_params_, cfg.bucket_mb, cfg.zero3_prefetch,
+                                                     pipeline_stage, device);
   }
   // The range's checkpoint: its compute weights are the model's with zero <= 1, the kept
   // ones with zero 2 and 3 (the shard alone with 3). Local layouts ignore `begin`.
@@ -119,13 +119,13 @@ void LocalZero::step(double lr, double norm, int step_number) {
   } else {
     Span span("adamw_shard");  // updates the shard in place: the next forward gathers it
     optimizer_.step(device_, shard_params_, grads, lr, clip_scale(norm, cfg_.grad_clip), cfg_, step_number, bf16_);
-    static_cast<Zero3Store&>(*sharded_).weights_updated();
+    static_cast<Zero3Store<float>&>(*sharded_).weights_updated();
   }
 }
 
 std::vector<float> LocalZero::local_weights() {
   std::vector<float> local(static_cast<size_t>(n_local_));
-  if (zero_ == 3) static_cast<Zero3Store&>(*sharded_).gather_all(local.data());
+  if (zero_ == 3) static_cast<Zero3Store<float>&>(*sharded_).gather_all(local.data());
   else device_copy(Device::CPU, local.data(), device_, params_, local.size() * sizeof(float));
   return local;
 }

@@ -87,8 +87,8 @@ class LocalZero {
   DeviceArray<float> weights_;  // zero 2: all local weights; zero 3: the shard's
   float* params_;               // the whole local buffer of compute weights (not with zero 3)
   float* shard_params_;
-  std::unique_ptr<GradSync> sync_;      // zero 0, 1
-  std::unique_ptr<Zero2Store> sharded_;  // zero 2, 3 (a Zero3Store for 3)
+  std::unique_ptr<GradSync<float>> sync_;  // zero 0, 1
+  std::unique_ptr<Zero2Store<float>> sharded_;  // zero 2, 3 (a Zero3Store for 3)
   std::unique_ptr<CheckpointMirror> mirror_;  // master weights and moments, for checkpoints
 };
 

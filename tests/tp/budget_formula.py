@@ -80,7 +80,7 @@ def local_tensors(a, tp, rank, split_row_biases=False):
 def memory(a, tp, dp, zero, bucket_mb, split_row_biases=False):
     """Rank 0's bytes of params, grads and optimizer state (fp32 AdamW: m and v)."""
     sizes = [sum(n for _, n in unit) for unit in local_tensors(a, tp, 0, split_row_biases)]
-    return zero_memory(zero_terms(sizes, dp, bucket_mb), zero, 8)
+    return zero_memory(zero_terms(sizes, dp, bucket_mb), zero, 8, weight_bytes=4)
 
 
 def collectives(a, tp, dp, zero, sp, micro, regather=True, ln_sum_per_micro=True):

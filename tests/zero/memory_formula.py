@@ -20,13 +20,13 @@ Vp = vocab padded to a multiple of 128, L layers):
             bucket holds >= bucket_mb MiB of fp32 (make_buckets, grad_sync.cpp)
 
   stage            params               grads                        optimizer
-  02 DDP           4P                   4P                           (8|12) P
-  03 ZeRO-1        4P                   4P                           (8|12) S
-  04 ZeRO-2        4P                   4S + 4 live buckets          (8|12) S
-  05 ZeRO-3        4S + 4 gathered      4S + 4 live buckets          (8|12) S
+  02 DDP           wP                   4P                           (8|12) P
+  03 ZeRO-1        wP                   4P                           (8|12) S
+  04 ZeRO-2        wP                   4S + 4 live buckets          (8|12) S
+  05 ZeRO-3        w(S + gathered)       4S + 4 live buckets          (8|12) S
 
-In bf16 mode the compute weights are bf16-rounded values kept in fp32 buffers on the
-CPU, so params stay 4 bytes a parameter.
+w, the bytes of a compute weight: 4 in fp32; in bf16 mode 2 for a stage that stores bf16
+(BF16_STORAGE), 4 for one that keeps bf16-rounded values in fp32 buffers.
 
 The fixed buffers, on top of the shards:
   bucket buffers (04, 05): the embeddings' bucket has a buffer of its own (the tied LM
@@ -110,15 +110,16 @@ def zero_terms(sizes, dp, bucket_mb):
             "buckets": [b[0] for b in buckets], "embedding bucket": emb_bucket[0]}
 
 
-def zero_memory(terms, zero, optimizer_bytes):
+def zero_memory(terms, zero, optimizer_bytes, weight_bytes):
     """Rank 0's bytes of params, grads and optimizer state at ZeRO stage `zero` (0: DDP)."""
     P, S = terms["P"], terms["S"]
-    return {"params": 4 * (S + terms["gathered"] if zero == 3 else P),
+    return {"params": weight_bytes * (S + terms["gathered"] if zero == 3 else P),
             "grads": 4 * (P if zero <= 1 else S + terms["live buckets"]),
             "optimizer": optimizer_bytes * (S if zero >= 1 else P)}
 
 
 ZERO_OF_STAGE = {"02": 0, "03": 1, "04": 2, "05": 3, "05np": 3}
+BF16_STORAGE = {"02", "03", "04", "05", "05np"}  # stages whose bf16 mode stores 2-byte weights (GPT2<bf16>)
 WITHOUT_PREFETCH = {"05np"}  # gathered units E + B instead of E + 2 B
 
 
@@ -132,9 +133,14 @@ def optimizer_bytes(precision):
     return 12 if precision == "bf16" else 8
 
 
+def weight_bytes(stage, precision):
+    """Bytes of one compute weight of `stage` in `precision`."""
+    return 2 if precision == "bf16" and stage in BF16_STORAGE else 4
+
+
 def expected(stage, precision, dp, vocab, block_size, n_layer, c, bucket_mb):
     terms = zero_terms(units(vocab, block_size, n_layer, c), dp, bucket_mb)
-    table = {s: zero_memory(gathered_terms(terms, s), zero, optimizer_bytes(precision))
+    table = {s: zero_memory(gathered_terms(terms, s), zero, optimizer_bytes(precision), weight_bytes(s, precision))
              for s, zero in ZERO_OF_STAGE.items()}
     return table, terms
 
@@ -193,17 +199,23 @@ def main():
         # Negative controls: plausible wrong derivations of this stage's formula, which the
         # run's shape must tell apart from the right one (else the check above could not
         # catch that mistake) and the run's numbers must not fit: one live bucket buffer
-        # instead of two (ZeRO-2, -3: no double buffering), and a ZeRO-3 gather with no
-        # prefetch (the embeddings and one block gathered at a time instead of two).
+        # instead of two (ZeRO-2, -3: no double buffering), a ZeRO-3 gather with no
+        # prefetch (the embeddings and one block gathered at a time instead of two), and in
+        # bf16 the other weight storage (2 bytes where the stage keeps fp32 buffers, 4 where
+        # it stores bf16).
         zero = ZERO_OF_STAGE[stage]
+        w = weight_bytes(stage, precision)
         wrong = []
         if zero >= 2 and terms["other buckets"] >= 2:
             one_buffer = dict(terms, **{"live buckets": terms["live buckets"] - terms["largest other bucket"]})
-            wrong.append(("one live bucket buffer", zero_memory(one_buffer, zero, optimizer_bytes(precision))))
+            wrong.append(("one live bucket buffer", zero_memory(one_buffer, zero, optimizer_bytes(precision), w)))
         if zero == 3:  # the other prefetch mode's gathered units
             other = "05" if stage in WITHOUT_PREFETCH else "05np"
             label = "a gather with prefetch" if stage in WITHOUT_PREFETCH else "a gather without prefetch"
-            wrong.append((label, zero_memory(gathered_terms(terms, other), zero, optimizer_bytes(precision))))
+            wrong.append((label, zero_memory(gathered_terms(terms, other), zero, optimizer_bytes(precision), w)))
+        if precision == "bf16":
+            wrong.append((f"{6 - w}-byte weights", zero_memory(gathered_terms(terms, stage), zero,
+                                                                optimizer_bytes(precision), 6 - w)))
         for label, formula in wrong:
             if formula == table[stage]:
                 failed = True
