@@ -223,8 +223,9 @@ void after_step(Run& run, GPT2<A>& model, const DataLoader& val, Communicator& d
   after_step(run, validate, dp, log, ckpt, state);
 }
 
+template <class A>
 void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,
-                CheckpointState& state, const float* weights, int sample_len) {
+                CheckpointState& state, const A* weights, int sample_len) {
   const Config& cfg = run.cfg;
   if (cfg.val_batches > 0) {
     const double val_loss = validate();
@@ -235,8 +236,11 @@ void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsL
     if (run.lead()) std::printf("checkpoint: %s\n", path.c_str());
   }
   if (cfg.sample_tokens > 0 && run.lead()) {
-    GPT2<float> sampler(cfg.model, 1, sample_len, run.device, run.precision);
-    sampler.set_params(weights);
+    GPT2<A> sampler(cfg.model, 1, sample_len, run.device, run.precision);
+    if constexpr (std::is_same_v<A, bf16>)  // compute weights already: copied as they are
+      device_copy(run.device, sampler.params().data(), run.device, weights, sampler.params().bytes());
+    else
+      sampler.set_params(weights);
     const std::string text = sample_text(sampler, cfg, state.sample_counter);
     std::printf("---- sample (temperature %.2f, top-k %d) ----\n%s\n----\n", cfg.temperature, cfg.top_k, text.c_str());
     log.sample(state.step, text);
@@ -250,17 +254,7 @@ void end_of_run(Run& run, GPT2<A>& model, const DataLoader& val, Communicator& d
   const Validation validate = [&] { return validation_loss(model, val, run.cfg.val_batches, dp, run.part); };
   // Under a context split the model holds part of each sequence; the sampler's window
   // is the whole sequence.
-  const int sample_len = run.part ? val.seq_len() : model.seq_len();
-  if constexpr (std::is_same_v<A, bf16>) {
-    DeviceArray<float> widened;  // only where a sample is drawn
-    if (run.cfg.sample_tokens > 0 && run.lead()) {
-      widened = DeviceArray<float>(run.device, size_t(ParamLayout(run.cfg.model).total()));  // the whole model
-      ops::convert_from_bf16(run.device, widened.data(), weights, widened.size());
-    }
-    end_of_run(run, validate, dp, log, ckpt, state, widened.data(), sample_len);
-  } else {
-    end_of_run(run, validate, dp, log, ckpt, state, weights, sample_len);
-  }
+  end_of_run(run, validate, dp, log, ckpt, state, weights, run.part ? val.seq_len() : model.seq_len());
 }
 
 // The model overloads for the storage types the stages train with.
@@ -269,7 +263,9 @@ void end_of_run(Run& run, GPT2<A>& model, const DataLoader& val, Communicator& d
   template void after_step<A>(Run&, GPT2<A>&, const DataLoader&, Communicator&, MetricsLog&,                   \
                               const RunCheckpoints&, const CheckpointState&);                                   \
   template void end_of_run<A>(Run&, GPT2<A>&, const DataLoader&, Communicator&, MetricsLog&,                   \
-                              const RunCheckpoints&, CheckpointState&, const A*);
+                              const RunCheckpoints&, CheckpointState&, const A*);                              \
+  template void end_of_run<A>(Run&, const Validation&, Communicator&, MetricsLog&, const RunCheckpoints&,       \
+                              CheckpointState&, const A*, int);
 GPT_DRIVER_INSTANTIATE(float)
 GPT_DRIVER_INSTANTIATE(bf16)
 

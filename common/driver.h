@@ -161,13 +161,14 @@ void after_step(Run& run, GPT2<A>& model, const DataLoader& val, Communicator& d
                 const RunCheckpoints& ckpt, const CheckpointState& state);
 
 /// After the last step: the validation loss, the final checkpoint and, on the lead rank,
-/// a sample from `weights` (the whole model's compute weights on the lead rank) with a
-/// context of `sample_len` tokens.
+/// a sample from `weights` (the whole model's compute weights on the lead rank, in the
+/// device's memory, stored as A: float, or bf16 for a stage with bf16 storage, whose
+/// sampler is then a GPT2<bf16> as stage 01's) with a context of `sample_len` tokens.
+template <class A>
 void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,
-                CheckpointState& state, const float* weights, int sample_len);
+                CheckpointState& state, const A* weights, int sample_len);
 /// The same, validating as after_step's model overload does and sampling with a context
-/// of model.seq_len() tokens; `weights` are stored as the model stores them (bf16 ones are
-/// widened for the sampler, exactly).
+/// of model.seq_len() tokens.
 template <class A>
 void end_of_run(Run& run, GPT2<A>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
                 const RunCheckpoints& ckpt, CheckpointState& state, const A* weights);

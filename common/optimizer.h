@@ -47,9 +47,9 @@ class AdamW {
   /// pipeline slices): which elements decay comes from the global tensor each belongs to.
   AdamW(const RankLayout& layout, int64_t begin, int64_t end, bool keep_master, Device device = Device::CPU);
 
-  /// One update of the owned range: params/grads point at element `begin`. In bf16 mode
-  /// the master weights are updated and params receives the bf16-rounded copy (bf16
-  /// values in float buffers on the CPU; real bf16 storage on the GPU).
+  /// One update of the owned range: params/grads point at element `begin`. With
+  /// round_copy_to_bf16 (the bf16 mode of stages 06-11, fp32 buffers holding bf16 values)
+  /// the master weights are updated and params receives their bf16-rounded copy.
   void step(Device d, T* params, const T* grads, double lr, double grad_scale, const Config& cfg,
             int step_number, bool round_copy_to_bf16);
   /// The same update for real bf16 storage: the fp32 master weights are updated and params

@@ -333,10 +333,6 @@ inline void round_to_bf16(Device, double*, size_t) {}  ///< a no-op: the ground 
 inline void convert_to_bf16(Device d, bf16* dst, const float* src, size_t n) {
   GPT_DISPATCH("convert_to_bf16", bf16, cpu::convert(dst, src, n), cuda::convert(dst, src, n));
 }
-/// dst = the fp32 values of src (exact): bf16 weights where fp32 ones are read.
-inline void convert_from_bf16(Device d, float* dst, const bf16* src, size_t n) {
-  GPT_DISPATCH("convert_from_bf16", bf16, cpu::convert(dst, src, n), cuda::convert(dst, src, n));
-}
 
 /// Which GEMM the GPU's matmuls run (config key `gemm`: hand, cublas, v1..v5); the CPU
 /// has one GEMM (kernels/cpu/gemm.cpp) and ignores the choice.

@@ -263,7 +263,7 @@ def buckets(unit_sizes, bucket_mb):
     return [tuple(b) for b in out]
 
 
-def zero_memory(unit_sizes, zero, ranks, rank, bucket_mb, precision):
+def zero_memory(unit_sizes, zero, ranks, rank, bucket_mb, precision, bf16_storage=False):
     """Bytes of params, grads and optimizer state one rank holds when ZeRO stage `zero`
     shards these units over `ranks` ranks (stage 02 is zero 0, 03-05 are 1-3).
 
@@ -271,8 +271,9 @@ def zero_memory(unit_sizes, zero, ranks, rank, bucket_mb, precision):
       live buckets = the embeddings' bucket + the largest other one, twice (one fills
                      while the other is reduced; once when there is only one)
       gathered     = the embeddings + two blocks (the current one and the prefetched)
-      zero 0: 4P, 4P, k P      zero 1: 4P, 4P, k S      zero 2: 4P, 4(S + live), k S
-      zero 3: 4(S + gathered), 4(S + live), k S          (k = 8 in fp32, 12 in bf16)
+      zero 0: wP, 4P, k P      zero 1: wP, 4P, k S      zero 2: wP, 4(S + live), k S
+      zero 3: w(S + gathered), 4(S + live), k S          (k = 8 in fp32, 12 in bf16)
+    w = 4, or 2 where bf16 weights are stored (bf16_storage: stages 01-05 in bf16).
     Returns (bytes by kind, the terms)."""
     P = sum(unit_sizes)
     S = P * (rank + 1) // ranks - P * rank // ranks
@@ -283,7 +284,8 @@ def zero_memory(unit_sizes, zero, ranks, rank, bucket_mb, precision):
     E, B = unit_sizes[0], unit_sizes[1]
     gathered = E + 2 * B if len(unit_sizes) >= 4 else E + max(B, unit_sizes[-1])
     k = 12 if precision == "bf16" else 8
-    params = 4 * (S + gathered) if zero == 3 else 4 * P
+    w = 2 if precision == "bf16" and bf16_storage else 4
+    params = w * (S + gathered) if zero == 3 else w * P
     grads = 4 * (S + live) if zero >= 2 else 4 * P
     optimizer = k * (S if zero >= 1 else P)
     terms = {"P": P, "S": S, "buckets": [b[0] for b in bk], "live buckets": live, "gathered": gathered}
@@ -303,7 +305,8 @@ def formula(stage, run):
     tp, dp, cp = lay.get("tp", 1), lay.get("dp", 1), lay.get("cp", 1)
     zero = STAGE_ZERO.get(stage, cfg["zero"])
     # Stage 10 keeps a ZeRO shard per rank of dp x cp: all of them hold the same slices.
-    return zero_memory(units(cfg, tp, 0), zero, dp * cp, 0, cfg["bucket_mb"], cfg["precision"])
+    return zero_memory(units(cfg, tp, 0), zero, dp * cp, 0, cfg["bucket_mb"], cfg["precision"],
+                       bf16_storage=stage in STAGE_ZERO)
 
 
 # ---------------------------------------------------------------------------------------

@@ -3,10 +3,16 @@
 //   Wide     an fp32 copy of a bf16 input, for the call;
 //   Narrowed an fp32 stand-in for a bf16 output, rounded into it when the call ends
 //            (holding the output's values first when the op accumulates into it).
+// The largest operands (the logits and their gradient, B*T x Vp) are widened a slice at
+// a time where the slices are independent: rows of a product's output or of the loss,
+// columns of dout for the weight gradient (each dw row and dbias element sums over every
+// row in the order the whole call would). So a widened copy is at most kSliceFloats, and
+// the fp32 kernel does the same arithmetic on each element as on the whole.
 // The embedding's forward reads two rows per position out of large tables, so it
 // converts as it reads instead of widening the tables.
 #include "kernels/cpu/bf16_ops.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "kernels/cpu/bf16.h"
@@ -64,7 +70,19 @@ class Narrowed {
 
 constexpr bool kOverwrites = false, kAccumulates = true;
 
+size_t slice_floats = size_t(16) << 20;  // 64 MiB of fp32 per widened slice (set_bf16_slice_floats)
+
+// Calls f(first, count) over [0, n) in slices of at most slice_floats / floats_each items.
+template <class F>
+void by_slices(int n, size_t floats_each, F&& f) {
+  const size_t fits = slice_floats / std::max<size_t>(1, floats_each);
+  const int step = int(std::max<size_t>(1, std::min<size_t>(size_t(n), fits)));
+  for (int first = 0; first < n; first += step) f(first, std::min(step, n - first));
+}
+
 }  // namespace
+
+void set_bf16_slice_floats(size_t floats) { slice_floats = floats > 0 ? floats : 1; }
 
 // ---- embedding ---------------------------------------------------------------------
 
@@ -124,20 +142,40 @@ void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, cons
 
 void matmul_forward(bf16* out, const bf16* inp, const bf16* w, const bf16* bias, int N, int C, int OC,
                     bf16* gelu_out) {
-  const size_t NO = size_t(N) * OC;
-  const Wide x(inp, size_t(N) * C), weight(w, size_t(OC) * C), b(bias, size_t(OC));
-  const Narrowed y(out, NO, kOverwrites), y_gelu(gelu_out, NO, kOverwrites);
-  matmul_forward(y.get(), x.get(), weight.get(), b.get(), N, C, OC);
-  if (gelu_out) gelu_forward(y_gelu.get(), y.get(), NO);  // from the fp32 product, before rounding
+  const Wide weight(w, size_t(OC) * C), b(bias, size_t(OC));
+  by_slices(N, size_t(OC), [&](int r0, int rows) {  // rows of the output
+    const size_t n = size_t(rows) * OC;
+    const Wide x(inp + size_t(r0) * C, size_t(rows) * C);
+    const Narrowed y(out + size_t(r0) * OC, n, kOverwrites),
+        y_gelu(gelu_out ? gelu_out + size_t(r0) * OC : nullptr, n, kOverwrites);
+    matmul_forward(y.get(), x.get(), weight.get(), b.get(), rows, C, OC);
+    if (gelu_out) gelu_forward(y_gelu.get(), y.get(), n);  // from the fp32 product, before rounding
+  });
 }
 
 void matmul_backward(bf16* dinp, float* dw, float* dbias, const bf16* dout, const bf16* inp, const bf16* w, int N,
                      int C, int OC) {
-  // Only what the requested gradients read is widened: dinp reads w, dw reads inp.
-  const Wide g(dout, size_t(N) * OC), x(dw ? inp : nullptr, size_t(N) * C),
-      weight(dinp ? w : nullptr, size_t(OC) * C);
-  const Narrowed dx(dinp, size_t(N) * C, kAccumulates);
-  matmul_backward(dx.get(), dw, dbias, g.get(), x.get(), weight.get(), N, C, OC);
+  if (dinp) {  // dinp += dout . w, rows of dout at a time
+    const Wide weight(w, size_t(OC) * C);
+    by_slices(N, size_t(OC), [&](int r0, int rows) {
+      const Wide g(dout + size_t(r0) * OC, size_t(rows) * OC);
+      const Narrowed dx(dinp + size_t(r0) * C, size_t(rows) * C, kAccumulates);
+      float* const none = nullptr;
+      matmul_backward(dx.get(), none, none, g.get(), none, weight.get(), rows, C, OC);
+    });
+  }
+  if (!dw && !dbias) return;
+  // dw += dout^T . inp and dbias += column sums of dout: columns of dout at a time, each
+  // widened into a contiguous (N, cols) block.
+  const Wide x(dw ? inp : nullptr, size_t(N) * C);
+  by_slices(OC, size_t(N), [&](int c0, int cols) {
+    std::unique_ptr<float[]> g(new float[size_t(N) * cols]);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; ++i)
+      for (int j = 0; j < cols; ++j) g[size_t(i) * cols + j] = value(dout[size_t(i) * OC + c0 + j]);
+    matmul_backward(static_cast<float*>(nullptr), dw ? dw + size_t(c0) * C : nullptr, dbias ? dbias + c0 : nullptr,
+                    g.get(), x.get(), static_cast<const float*>(nullptr), N, C, cols);
+  });
 }
 
 // ---- attention ---------------------------------------------------------------------
@@ -192,26 +230,32 @@ void scale(bf16* x, size_t n, float s) {
 
 void softmax_crossentropy(float* losses, bf16* dlogits, const bf16* logits, const int32_t* targets, float dloss,
                           int N, int V, int Vp) {
-  const size_t n = size_t(N) * Vp;
-  const Wide z(logits, n);
-  const Narrowed dz(dlogits, n, kOverwrites);  // may be the logits themselves: z is a copy
-  softmax_crossentropy(losses, dz.get(), z.get(), targets, dloss, N, V, Vp);
+  by_slices(N, size_t(Vp), [&](int r0, int rows) {  // rows are independent
+    const size_t at = size_t(r0) * Vp, n = size_t(rows) * Vp;
+    const Wide z(logits + at, n);
+    const Narrowed dz(dlogits ? dlogits + at : nullptr, n, kOverwrites);  // may be the logits: z is a copy
+    softmax_crossentropy(losses + r0, dz.get(), z.get(), targets + r0, dloss, rows, V, Vp);
+  });
 }
 
 void crossentropy_stats(float* row_max, float* row_sumexp, float* target_logit, const bf16* logits,
                         const int32_t* targets, int v0, int V, int N, int Vl) {
-  const Wide z(logits, size_t(N) * Vl);
-  crossentropy_stats(row_max, row_sumexp, target_logit, z.get(), targets, v0, V, N, Vl);
+  by_slices(N, size_t(Vl), [&](int r0, int rows) {
+    const Wide z(logits + size_t(r0) * Vl, size_t(rows) * Vl);
+    crossentropy_stats(row_max + r0, row_sumexp + r0, target_logit + r0, z.get(), targets + r0, v0, V, rows, Vl);
+  });
 }
 
 void crossentropy_from_stats(float* losses, bf16* dlogits, const bf16* logits, const float* row_max,
                              const float* row_sumexp, const float* target_logit, const int32_t* targets,
                              float dloss, int v0, int V, int N, int Vl) {
-  const size_t n = size_t(N) * Vl;
-  const Wide z(logits, n);
-  const Narrowed dz(dlogits, n, kOverwrites);
-  crossentropy_from_stats(losses, dz.get(), z.get(), row_max, row_sumexp, target_logit, targets, dloss, v0, V, N,
-                          Vl);
+  by_slices(N, size_t(Vl), [&](int r0, int rows) {
+    const size_t at = size_t(r0) * Vl, n = size_t(rows) * Vl;
+    const Wide z(logits + at, n);
+    const Narrowed dz(dlogits ? dlogits + at : nullptr, n, kOverwrites);
+    crossentropy_from_stats(losses + r0, dz.get(), z.get(), row_max + r0, row_sumexp + r0, target_logit + r0,
+                            targets + r0, dloss, v0, V, rows, Vl);
+  });
 }
 
 // ---- optimizer ---------------------------------------------------------------------

@@ -17,7 +17,9 @@
 /// fp32 product before it is rounded, as the GPU's GEMM epilogue does.
 ///
 /// The widened copies live only for the call (they are not in the memory ledger, like
-/// the GPU kernels' own scratch); what a run keeps between ops is bf16.
+/// the GPU kernels' own scratch); what a run keeps between ops is bf16. The largest,
+/// those of the logits and their gradient, are made a slice of rows (or of columns) at a
+/// time, at most 64 MiB each; a weight is widened whole (the LM head's wte: Vp x C).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,6 +28,10 @@
 #include "kernels/adamw_args.h"
 
 namespace gpt::cpu {
+
+/// The largest widened slice, in fp32 values (64 Mi / 4 by default); tests set it small to
+/// run the sliced paths on small shapes, where the bits must not change.
+void set_bf16_slice_floats(size_t floats);
 
 /// dst[i] = src[i] rounded to bf16 (nearest, ties to even), over n elements.
 void convert(bf16* dst, const float* src, size_t n);

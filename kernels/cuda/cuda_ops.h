@@ -124,8 +124,8 @@ void crossentropy_from_stats(float* losses, A* dlogits, const A* logits, const f
 /// ---- one block of a larger attention (context parallelism; attention/block_attention.cu)
 /// A view (kernels/attention_view.h: queries at positions q_pos0 + t against keys and
 /// values at k_pos0 + u, causal by position, strided rows); lse is (B, NH, Tq).
-/// kernels/cpu/flash_attention.h has the equations; fp32 only (the multi-rank stages
-/// keep fp32 buffers).
+/// kernels/cpu/flash_attention.h has the equations; fp32 only (stages 10 and 11, the
+/// context-parallel ones, keep fp32 buffers).
 using BlockView = AttentionView<float>;
 /// out and lse OVERWRITTEN; a row that sees no key: out 0, lse -inf.
 void attention_block_forward(const BlockView& v, float* out, float* lse);

@@ -1,8 +1,7 @@
 // ZeRO stage 3: shard the weights as well.
 //
-// After ZeRO-2 every rank still keeps all the weights (4P bytes here: fp32 buffers in
-// both precision modes) although a layer needs only its own weights, and only while it
-// runs. ZeRO-3 keeps just this rank's shard of the weights and gathers a unit (a block,
+// After ZeRO-2 every rank still keeps all the weights (4P bytes in fp32, 2P in bf16)
+// although a layer needs only its own weights, and only while it runs. ZeRO-3 keeps just this rank's shard of the weights and gathers a unit (a block,
 // the embeddings, the final layernorm) from all ranks right before it is used, freeing
 // it right after:
 //

@@ -19,6 +19,7 @@
 
 #include "common/gpt2.h"
 #include "kernels/cpu/bf16.h"
+#include "kernels/cpu/bf16_ops.h"
 #include "kernels/ops.h"
 #include "tests/model/model_fixture.h"
 #include "tests/ops/gradcheck.h"
@@ -148,6 +149,18 @@ TEST_CASE("model: bf16 storage on the CPU computes the emulation's bits", "[mode
     REQUIRE(storage.losses.size() == 6);
     check_same(storage, emulation);
   }
+}
+
+TEST_CASE("model: bf16 storage widening its large operands in small slices keeps the bits", "[model][bf16]") {
+  // The ops widen the logits and their gradient a slice at a time (kernels/cpu/bf16_ops.h);
+  // at the default size these shapes fit one slice, so here slices of 64 floats (two rows
+  // of the 32-wide activations, under one row of the 256-wide logits) cut every large
+  // operand of the model.
+  cpu::set_bf16_slice_floats(64);
+  const Run sliced = train<bf16>(Precision::BF16, {}, 3, /*sgd=*/false);
+  cpu::set_bf16_slice_floats(size_t(16) << 20);
+  const Run emulation = train<float>(Precision::BF16, {}, 3, /*sgd=*/false);
+  check_same(sliced, emulation);
 }
 
 TEST_CASE("model: one SGD step in bf16 storage equals the emulation's", "[model][bf16]") {

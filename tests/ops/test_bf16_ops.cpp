@@ -270,3 +270,58 @@ TEST_CASE("ops: bf16 storage -- AdamW and SGD write a rounded bf16 copy; convert
   CHECK(rounded_from(converted, unrounded));
   CHECK(rounding_mattered(unrounded));
 }
+
+TEST_CASE("ops: bf16 storage -- the sliced paths of the large operands give the same bits", "[ops][bf16]") {
+  // The matmuls and the losses widen their largest operands a slice at a time; with
+  // slices of a few rows or columns the outputs must keep every bit of the whole-operand
+  // call (the default slice holds these shapes whole). A slice smaller than one row (or
+  // column) still takes one at a time, so 1 float per slice is the finest cut. An edge
+  // of a slice handled wrongly (a row skipped, an offset off by one) would change some
+  // output; the comparisons above this test check that each output is the fp32 op's.
+  Rng rng(7);
+  const int N = 11, C = 24, OC = 40, V = 37;
+  Pair inp = random(rng, size_t(N) * C, 1), w = random(rng, size_t(OC) * C, 0.2), bias = random(rng, OC, 0.1);
+  Pair dout = random(rng, size_t(N) * OC, 0.1), dinp0 = random(rng, size_t(N) * C, 0.1);
+  const std::vector<int32_t> target = tokens(rng, N, V);
+  struct Outputs {
+    std::vector<bf16> out, gelu, dinp, dlogits, drange;
+    std::vector<float> dw, dbias, losses, max, sum, tl, range_losses;
+  };
+  auto run = [&](size_t slice) {
+    cpu::set_bf16_slice_floats(slice);
+    Outputs o;
+    o.out.resize(size_t(N) * OC), o.gelu.resize(o.out.size()), o.dinp = dinp0.h, o.dlogits.resize(o.out.size());
+    o.dw.assign(size_t(OC) * C, 0.5f), o.dbias.assign(OC, 0.25f), o.losses.resize(N);
+    o.max.resize(N), o.sum.resize(N), o.tl.resize(N);
+    ops::matmul_forward(kCpu, o.out.data(), inp.hp(), w.hp(), bias.hp(), N, C, OC, o.gelu.data());
+    ops::matmul_backward(kCpu, o.dinp.data(), o.dw.data(), o.dbias.data(), dout.hp(), inp.hp(), w.hp(), N, C, OC);
+    ops::softmax_crossentropy(kCpu, o.losses.data(), o.dlogits.data(), o.out.data(), target.data(), 1.0 / 3, N, V,
+                              OC);
+    ops::crossentropy_stats(kCpu, o.max.data(), o.sum.data(), o.tl.data(), o.out.data(), target.data(), 8, V, N, OC);
+    o.drange.resize(o.out.size()), o.range_losses.resize(N);
+    ops::crossentropy_from_stats(kCpu, o.range_losses.data(), o.drange.data(), o.out.data(), o.max.data(),
+                                 o.sum.data(), o.tl.data(), target.data(), 1.0 / 3, 8, V, N, OC);
+    cpu::set_bf16_slice_floats(size_t(16) << 20);  // the default
+    return o;
+  };
+  auto bits = [](const std::vector<bf16>& a, const std::vector<bf16>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)) == 0;
+  };
+  const Outputs whole = run(size_t(16) << 20);
+  for (const size_t slice : {size_t(1), size_t(50), size_t(100), size_t(7 * OC)}) {
+    INFO("slice of " << slice << " floats");
+    const Outputs sliced = run(slice);
+    CHECK(bits(sliced.out, whole.out));
+    CHECK(bits(sliced.gelu, whole.gelu));
+    CHECK(bits(sliced.dinp, whole.dinp));
+    CHECK(bits(sliced.dlogits, whole.dlogits));
+    CHECK(same(sliced.dw, whole.dw));
+    CHECK(same(sliced.dbias, whole.dbias));
+    CHECK(same(sliced.losses, whole.losses));
+    CHECK(same(sliced.max, whole.max));
+    CHECK(same(sliced.sum, whole.sum));
+    CHECK(same(sliced.tl, whole.tl));
+    CHECK(bits(sliced.drange, whole.drange));
+    CHECK(same(sliced.range_losses, whole.range_losses));
+  }
+}

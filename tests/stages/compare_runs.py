@@ -249,9 +249,9 @@ def compare_resharded_norm(args, table):
     48 significant bits) are added in another grouping. Recursive summation of
     non-negative terms is within (n - 1) u of the exact sum (u = 2^-53; Higham, Accuracy
     and Stability of Numerical Algorithms, 2002, eq. 4.4), so two groupings differ by at
-    most 2 (n - 1) u of it, and the norm, its square root, by (n - 1) u of itself. A
-    wrong gradient moves the norm by far more; the weights and moments stay compared bit
-    for bit."""
+    most 2 (n - 1) u of it, and the norm, its square root, by (n - 1) u of itself, plus
+    u/2 for each run's rounding of the root: n u in all. A wrong gradient moves the norm
+    by far more; the weights and moments stay compared bit for bit."""
     P = sum(e - b for _, b, e in tensor_pieces(args.reference, args.step, "param"))
     ref = series(args.reference, "grad_norm")
     for c in args.candidate:
@@ -259,7 +259,7 @@ def compare_resharded_norm(args, table):
         if sorted(cand) != sorted(ref):
             table.add("grad_norm steps", os.path.basename(c), math.inf, 0, 0, False)
             continue
-        worst = max(((abs(cand[s] - ref[s]), (P - 1) * 2.0 ** -53 * abs(ref[s])) for s in ref),
+        worst = max(((abs(cand[s] - ref[s]), P * 2.0 ** -53 * abs(ref[s])) for s in ref),
                     key=lambda eb: eb[0] / eb[1] if eb[1] else math.inf)
         table.add("grad_norm (resharded)", os.path.basename(c), worst[0], 0.0, worst[1], worst[0] <= worst[1])
 

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The sample at the end of a run goes through the stage's own path to it (stages 02-04:
+# the model's compute weights; stage 05: the shards gathered with gather_all), into a
+# sampler of the stage's storage type (GPT2<bf16> in bf16 mode, as stage 01's). On one
+# rank every stage computes stage 01's bits, so its sample must be stage 01's, text for
+# text, in fp32 and in bf16.
+# Negative control: stage 01 with the learning rate 2x samples another text, so the
+# comparison sees the weights the sampler is given.
+# Usage: sample_same.sh BIN01 PREPARE WORK ROOT MPIEXEC STAGE_BIN...
+set -euo pipefail
+BIN01=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5
+shift 5
+source "$ROOT/tests/trainer/common.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+rm -rf "$WORK" && mkdir -p "$WORK"
+make_corpus "$WORK" "$PREPARE"
+
+# sample LAUNCH... -- DIR [key=value...]: a 5-step run that samples 32 tokens; prints its text.
+sample() {
+  local launch=() dir kv sets=()
+  while [ "$1" != -- ]; do launch+=("$1"); shift; done
+  dir=$2
+  shift 2
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  "${launch[@]}" $(tiny_args "$WORK/data" "$dir") --set steps=5 --set val_batches=0 --set sample_tokens=32 \
+    --set checkpoint_at_end=false "${sets[@]}" > "$dir.log" 2>&1 ||
+    { echo "FAIL: $* (log $dir.log)"; tail "$dir.log"; exit 1; }
+  /usr/bin/python3 -c "
+import json, sys
+texts = [r['text'] for r in map(json.loads, open(sys.argv[1])) if r.get('kind') == 'sample']
+assert len(texts) == 1, texts
+print(texts[0])" "$dir/metrics.jsonl"
+}
+
+failures=0
+for precision in fp32 bf16; do
+  want=$(sample "$BIN01" -- "$WORK/s01_$precision" precision=$precision)
+  for bin in "$@"; do
+    name=$(basename "$(dirname "$bin")")
+    got=$(sample "$MPIEXEC" -np 1 "$bin" -- "$WORK/${name}_$precision" precision=$precision)
+    if [ "$got" = "$want" ]; then echo "ok   $name $precision: stage 01's sample"
+    else echo "FAIL $name $precision: sampled '$got', stage 01 '$want'"; failures=$((failures + 1)); fi
+  done
+  other=$(sample "$BIN01" -- "$WORK/s01_${precision}_lr2" precision=$precision lr="$(scaled_lr 2)")
+  if [ "$other" != "$want" ]; then echo "ok   control $precision: lr 2x samples another text"
+  else echo "FAIL control $precision: lr 2x samples the same text: the comparison cannot see the weights"
+    failures=$((failures + 1)); fi
+done
+[ "$failures" = 0 ] || { echo "FAIL: $failures"; exit 1; }
+echo "every stage samples stage 01's text"
