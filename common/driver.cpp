@@ -114,20 +114,17 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
         if (!moved.empty()) std::printf("%s\n", moved.c_str());
       });
       Mesh mesh(*world, shape);
-      // A stage with bf16 storage computes in bf16 in bf16 mode; the others compute in
-      // fp32 (bf16 emulated in fp32 buffers). MFU is of the peak of that arithmetic.
-      const Precision arithmetic = spec.bf16_storage ? precision : Precision::FP32;
       Run run{cfg,
               *world,
               mesh,
               device,
               precision,
               /*part=*/nullptr,
-              world_peak_flops(*world, device, arithmetic),
+              world_peak_flops(*world, device, precision),
               training_flops_per_token(ParamLayout(cfg.model).total(), cfg.model, cfg.seq_len)};
       if (run.lead() && run.peak_flops)
-        std::printf("device peak %.1f TFLOP/s over the job's GPUs (%s, the arithmetic of this stage): mfu is "
-                    "reported against it\n", *run.peak_flops / 1e12, precision_name(arithmetic));
+        std::printf("device peak %.1f TFLOP/s over the job's GPUs (%s): mfu is reported against it\n",
+                    *run.peak_flops / 1e12, precision_name(precision));
       return train(run);
     });
   });

@@ -48,10 +48,6 @@ struct StageSpec {
   bool schedule_key = false;                ///< reads `schedule` (the pipeline schedule)
   bool activation_checkpointing_key = false;  ///< reads `activation_checkpointing`
   bool cuda = false;                        ///< device=cuda supported
-  /// In bf16 mode the stage stores weights and activations as bf16 (GPT2<bf16>) and its
-  /// MFU is of the bf16 peak; otherwise it keeps fp32 buffers holding bf16 values (the
-  /// emulation, docs/model.md) and its MFU is of the fp32 peak.
-  bool bf16_storage = false;
 };
 
 /// The mesh the config asks for on `ranks` ranks: tp, pp, cp as given, dp as given or

@@ -156,11 +156,6 @@ BlockActivations<A> GPT2<A>::working_block_for(const ModelConfig& model, int bat
 }
 
 template <class A>
-void GPT2<A>::store(A* x, size_t n) {
-  ctx_.round(x, n);
-}
-
-template <class A>
 void GPT2<A>::set_params(const G* values) {
   invariant(!params_.empty(), "set_params: this model has no weight buffers of its own (own_weights=false)");
   if constexpr (std::is_same_v<A, bf16>) {
@@ -169,7 +164,7 @@ void GPT2<A>::set_params(const G* values) {
     // The trainer's fp32 master weights may be these very parameters: no copy onto
     // itself (cudaMemcpy forbids overlapping ranges).
     if (values != params_.data()) device_copy(device_, params_.data(), device_, values, params_.bytes());
-    store(params_.data(), params_.size());
+    ctx_.round(params_.data(), params_.size());  // bf16 emulated in fp32 buffers: rounded
   }
 }
 

@@ -13,9 +13,10 @@
 /// pipeline stage, whose schedule keeps several: ModelSlice below); the optimizer owns the
 /// moments and, in bf16 mode only, the fp32 master weights (in fp32 and fp64 the model's
 /// weights are the master weights). The template argument A is the storage type of weights and activations:
-/// float for fp32 training (and the bf16 mode of stages 06-11, emulated by rounding fp32
-/// buffers), double for the ground-truth runs of the tests, bf16 for the bf16 mode of
-/// stages 01-05 on either device. Parameter gradients are GradOf<A> (fp32 for bf16).
+/// float for fp32 training, double for the ground-truth runs of the tests, bf16 for the
+/// bf16 mode of every stage on either device. (GPT2<float> in bf16 mode emulates bf16
+/// storage by rounding fp32 buffers: the tests' reference for GPT2<bf16>.) Parameter
+/// gradients are GradOf<A> (fp32 for bf16).
 /// Buffers live on the model's device.
 #pragma once
 #include <cstdint>
@@ -214,11 +215,6 @@ class GPT2 {
   /// Routes weights and gradients through another store (nullptr: the model's own flat
   /// buffers, params() and grads()). The store must outlive its use.
   void set_store(WeightStore<A>* store) { store_ = store ? store : &flat_; }
-
-  /// Rounds stored values to bf16 in bf16 mode when A is float (the emulation; a no-op in
-  /// fp32 and for real bf16 storage): what the model does to every activation, for stores
-  /// that make their own weight copies.
-  void store(A* x, size_t n);
 
   /// Logits of the last forward, (B, T, vocab().size()) in the model's device memory:
   /// this rank's columns; columns >= V are padding. logits_row copies row `position`

@@ -62,8 +62,8 @@ struct BlockDims {
 };
 
 /// Where the pieces run and how they store activations: in bf16 mode with float storage
-/// (the emulation of stages 06-11) every activation is rounded to bf16 after the op that
-/// writes it.
+/// (the emulation the tests check bf16 storage against) every activation is rounded to
+/// bf16 after the op that writes it.
 struct PieceContext {
   Device device = Device::CPU;            ///< where the ops run and the buffers live
   Precision precision = Precision::FP32;  ///< the run's precision mode

@@ -48,10 +48,11 @@ class AdamW {
   AdamW(const RankLayout& layout, int64_t begin, int64_t end, bool keep_master, Device device = Device::CPU);
 
   /// One update of the owned range: params/grads point at element `begin`. With
-  /// round_copy_to_bf16 (the bf16 mode of stages 06-11, fp32 buffers holding bf16 values)
-  /// the master weights are updated and params receives their bf16-rounded copy.
+  /// round_copy_to_bf16 (bf16 emulated in fp32 buffers, the tests' reference)
+  /// the master weights are updated and params receives their bf16-rounded copy; without
+  /// it (fp32, fp64) params are the weights the update writes.
   void step(Device d, T* params, const T* grads, double lr, double grad_scale, const Config& cfg,
-            int step_number, bool round_copy_to_bf16);
+            int step_number, bool round_copy_to_bf16 = false);
   /// The same update for real bf16 storage: the fp32 master weights are updated and params
   /// receives their bf16 rounding. Needs keeps_master() and T = float (else InternalError).
   void step(Device d, bf16* params, const T* grads, double lr, double grad_scale, const Config& cfg,

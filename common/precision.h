@@ -3,7 +3,7 @@
 /// Precision modes (docs/architecture.md: bf16 mode under "One training step", rule 8).
 ///  fp32: every buffer fp32 — the mode equivalence between stages is proven in.
 ///  bf16: the weights' compute copy, the activations and the activation gradients are
-///        bf16 (stored as bf16 in stages 01-05; stages 06-11 emulate it, rounding fp32
+///        bf16 (stored as bf16 in every stage; the tests also emulate it, rounding fp32
 ///        buffers to bf16 after every op, ties to even: the same values); matmuls
 ///        accumulate in fp32; parameter gradients, the fp32 master weights and the AdamW
 ///        moments stay fp32.

@@ -333,6 +333,10 @@ inline void round_to_bf16(Device, double*, size_t) {}  ///< a no-op: the ground 
 inline void convert_to_bf16(Device d, bf16* dst, const float* src, size_t n) {
   GPT_DISPATCH("convert_to_bf16", bf16, cpu::convert(dst, src, n), cuda::convert(dst, src, n));
 }
+/// dst = the fp32 values of bf16 src (exact): bf16 operands widened for fp32 arithmetic.
+inline void convert_to_float(Device d, float* dst, const bf16* src, size_t n) {
+  GPT_DISPATCH("convert_to_float", bf16, cpu::convert(dst, src, n), cuda::convert(dst, src, n));
+}
 
 /// Which GEMM the GPU's matmuls run (config key `gemm`: hand, cublas, v1..v5); the CPU
 /// has one GEMM (kernels/cpu/gemm.cpp) and ignores the choice.

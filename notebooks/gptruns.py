@@ -273,7 +273,7 @@ def zero_memory(unit_sizes, zero, ranks, rank, bucket_mb, precision, bf16_storag
       gathered     = the embeddings + two blocks (the current one and the prefetched)
       zero 0: wP, 4P, k P      zero 1: wP, 4P, k S      zero 2: wP, 4(S + live), k S
       zero 3: w(S + gathered), 4(S + live), k S          (k = 8 in fp32, 12 in bf16)
-    w = 4, or 2 where bf16 weights are stored (bf16_storage: stages 01-05 in bf16).
+    w = 4, or 2 where bf16 weights are stored (bf16_storage: stages 01-09 in bf16).
     Returns (bytes by kind, the terms)."""
     P = sum(unit_sizes)
     S = P * (rank + 1) // ranks - P * rank // ranks
@@ -294,6 +294,9 @@ def zero_memory(unit_sizes, zero, ranks, rank, bucket_mb, precision, bf16_storag
 
 # The ZeRO stage each stage applies by construction (06 and 10 take the `zero` key).
 STAGE_ZERO = {"01": 0, "02": 0, "03": 1, "04": 2, "05": 3}
+# The stages whose bf16 mode stores 2-byte weights (GPT2<bf16>); the later ones keep fp32
+# buffers of bf16 values.
+BF16_STORAGE = {"01", "02", "03", "04", "05", "06", "07", "08", "09"}
 
 
 def formula(stage, run):
@@ -306,7 +309,7 @@ def formula(stage, run):
     zero = STAGE_ZERO.get(stage, cfg["zero"])
     # Stage 10 keeps a ZeRO shard per rank of dp x cp: all of them hold the same slices.
     return zero_memory(units(cfg, tp, 0), zero, dp * cp, 0, cfg["bucket_mb"], cfg["precision"],
-                       bf16_storage=stage in STAGE_ZERO)
+                       bf16_storage=stage in BF16_STORAGE)
 
 
 # ---------------------------------------------------------------------------------------

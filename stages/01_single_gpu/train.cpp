@@ -139,10 +139,8 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     {
       Span span("adamw");
       const double scale = clip_scale(norm, cfg.grad_clip);
-      if constexpr (std::is_same_v<A, gpt::bf16>)
-        optimizer.step(device, model.params().data(), model.grads().data(), lr, scale, cfg, int(step + 1));
-      else
-        optimizer.step(device, model.params().data(), model.grads().data(), lr, scale, cfg, int(step + 1), bf16);
+      // bf16: the fp32 master weights, then their bf16 copy; fp32 and fp64: the weights.
+      optimizer.step(device, model.params().data(), model.grads().data(), lr, scale, cfg, int(step + 1));
     }
     device_synchronize(device);  // GPU: the step ends when its last kernel has run
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

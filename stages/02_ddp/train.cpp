@@ -135,11 +135,8 @@ int train_on(Run& run) {
     {
       Span span("adamw");
       const double scale = clip_scale(norm, cfg.grad_clip);
-      if constexpr (std::is_same_v<A, gpt::bf16>)  // the fp32 master weights, then their bf16 copy
-        optimizer.step(device, model.params().data(), model.grads().data(), lr, scale, cfg, int(step + 1));
-      else
-        optimizer.step(device, model.params().data(), model.grads().data(), lr, scale, cfg, int(step + 1),
-                       /*round_copy_to_bf16=*/false);
+      // bf16: the fp32 master weights, then their bf16 copy; fp32: the weights.
+      optimizer.step(device, model.params().data(), model.grads().data(), lr, scale, cfg, int(step + 1));
     }
     device_synchronize(device);  // GPU: the step ends when its last kernel has run
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -169,6 +166,5 @@ int train_ranks(Run& run) {
 int main(int argc, char** argv) {
   StageSpec spec{"02_ddp"};
   spec.cuda = true;
-  spec.bf16_storage = true;
   return stage_main(argc, argv, spec, train_ranks);
 }

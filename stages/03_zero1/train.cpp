@@ -65,7 +65,7 @@ int train_on(Run& run) {
   A* params = model.params().data();
   // Checkpoints are read and written from host memory (staged on the GPU): this rank's
   // shard of the master weights and of the moments.
-  CheckpointMirror mirror = shard_checkpoint(optimizer, model.params(), size_t(shard.begin), bf16, shard.begin);
+  CheckpointMirror mirror = shard_checkpoint(optimizer, model.params(), size_t(shard.begin), shard.begin);
   RunCheckpoints ckpt{layout, mirror.buffers(), /*sharded=*/true};
   ckpt.before_write = [&] { mirror.to_host(); };
 
@@ -133,8 +133,7 @@ int train_on(Run& run) {
     const float* shard_grads = model.grads().data() + shard.begin;
     const double norm = sharded_grad_norm(dp, device, shard_grads, shard.size());
     const double lr = learning_rate(cfg, step);
-    sharded_adamw_step(dp, device, optimizer, shard, params, shard_grads, n_params, norm, lr, cfg,
-                       int(step + 1), bf16);
+    sharded_adamw_step(dp, device, optimizer, shard, params, shard_grads, n_params, norm, lr, cfg, int(step + 1));
     device_synchronize(device);  // GPU: the step ends when its last kernel has run
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
@@ -163,6 +162,5 @@ int train_ranks(Run& run) {
 int main(int argc, char** argv) {
   StageSpec spec{"03_zero1"};
   spec.cuda = true;
-  spec.bf16_storage = true;
   return stage_main(argc, argv, spec, train_ranks);
 }

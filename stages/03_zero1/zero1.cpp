@@ -17,37 +17,34 @@ double sharded_grad_norm(Communicator& dp, Device d, const float* shard_grads, i
 template <class A>
 void sharded_adamw_step(Communicator& dp, Device d, AdamW<float>& opt, const Shard& shard, A* params,
                         const float* shard_grads, int64_t total, double norm, double lr, const Config& cfg,
-                        int step_number, bool bf16) {
+                        int step_number) {
   {
     Span span("adamw_shard");
-    const double scale = clip_scale(norm, cfg.grad_clip);
-    if constexpr (std::is_same_v<A, gpt::bf16>)  // the fp32 master shard, then its bf16 copy
-      opt.step(d, params + shard.begin, shard_grads, lr, scale, cfg, step_number);
-    else
-      opt.step(d, params + shard.begin, shard_grads, lr, scale, cfg, step_number, bf16);
+    opt.step(d, params + shard.begin, shard_grads, lr, clip_scale(norm, cfg.grad_clip), cfg, step_number);
   }
   Span span("allgather_params", "comm");
   ring_all_gather(dp, params, size_t(total), dtype_of<A>());
 }
 
 template <class A>
-CheckpointMirror shard_checkpoint(AdamW<float>& opt, DeviceArray<A>& weights, size_t offset, bool bf16,
-                                  int64_t begin) {
+CheckpointMirror shard_checkpoint(AdamW<float>& opt, DeviceArray<A>& weights, size_t offset, int64_t begin) {
   const size_t n = opt.m().size();
   auto param = [&] {
-    if constexpr (std::is_same_v<A, float>)
-      if (!bf16) return CheckpointMirror::Entry::slice("param", &weights, offset, n);
-    (void)weights, (void)offset;
-    return CheckpointMirror::Entry{"param", &opt.master()};
+    if constexpr (std::is_same_v<A, float>) {
+      return CheckpointMirror::Entry::slice("param", &weights, offset, n);
+    } else {
+      (void)weights, (void)offset;
+      return CheckpointMirror::Entry{"param", &opt.master()};
+    }
   };
   return CheckpointMirror({param(), {"adam_m", &opt.m()}, {"adam_v", &opt.v()}}, begin);
 }
 
 template void sharded_adamw_step<float>(Communicator&, Device, AdamW<float>&, const Shard&, float*, const float*,
-                                        int64_t, double, double, const Config&, int, bool);
+                                        int64_t, double, double, const Config&, int);
 template void sharded_adamw_step<bf16>(Communicator&, Device, AdamW<float>&, const Shard&, bf16*, const float*,
-                                       int64_t, double, double, const Config&, int, bool);
-template CheckpointMirror shard_checkpoint<float>(AdamW<float>&, DeviceArray<float>&, size_t, bool, int64_t);
-template CheckpointMirror shard_checkpoint<bf16>(AdamW<float>&, DeviceArray<bf16>&, size_t, bool, int64_t);
+                                       int64_t, double, double, const Config&, int);
+template CheckpointMirror shard_checkpoint<float>(AdamW<float>&, DeviceArray<float>&, size_t, int64_t);
+template CheckpointMirror shard_checkpoint<bf16>(AdamW<float>&, DeviceArray<bf16>&, size_t, int64_t);
 
 }  // namespace gpt

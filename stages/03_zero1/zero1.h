@@ -31,21 +31,21 @@ namespace gpt {
 double sharded_grad_norm(Communicator& dp, Device d, const float* shard_grads, int64_t n);
 
 // The optimizer step of ZeRO-1 and ZeRO-2: AdamW on this rank's shard (shard_grads points
-// at the shard's gradient), the result written into params[shard] (bf16-rounded in bf16
-// mode), then all-gathered so every rank has the whole updated model in `params`. A is
-// the weights' storage: float (bf16 mode: bf16 values in fp32), or bf16, which halves
-// the all-gather. `norm` is the global gradient norm used for clipping.
+// at the shard's gradient), the result written into params[shard] (in bf16 mode the fp32
+// master shard is updated and params[shard] receives its rounding), then all-gathered so
+// every rank has the whole updated model in `params`. A is the weights' storage: float,
+// or bf16, which halves the all-gather. `norm` is the global gradient norm used for
+// clipping.
 template <class A>
 void sharded_adamw_step(Communicator& dp, Device d, AdamW<float>& opt, const Shard& shard, A* params,
                         const float* shard_grads, int64_t total, double norm, double lr, const Config& cfg,
-                        int step_number, bool bf16);
+                        int step_number);
 
-// A shard's checkpoint, in host memory (common/checkpoint.h): its master weights, the
-// optimizer's fp32 copy in bf16 mode, else `weights` from element `offset` (the compute
-// weights there), and its moments; `begin` is the shard's place in the layout. Weights
-// stored as bf16 are never the master: their shard's checkpoint is the optimizer's copy.
+// A shard's checkpoint, in host memory (common/checkpoint.h): its master weights and its
+// moments; `begin` is the shard's place in the layout. The master weights are the
+// optimizer's fp32 copy when the weights are stored as bf16, else `weights` from element
+// `offset` (the fp32 compute weights are the master).
 template <class A>
-CheckpointMirror shard_checkpoint(AdamW<float>& opt, DeviceArray<A>& weights, size_t offset, bool bf16,
-                                  int64_t begin);
+CheckpointMirror shard_checkpoint(AdamW<float>& opt, DeviceArray<A>& weights, size_t offset, int64_t begin);
 
 }  // namespace gpt

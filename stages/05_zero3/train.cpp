@@ -69,7 +69,7 @@ int train_on(Run& run) {
   A* shard_params = weights.data();
   // Checkpoints are read and written from host memory (staged on the GPU): this rank's
   // shard of the master weights and of the moments.
-  CheckpointMirror mirror = shard_checkpoint(optimizer, weights, /*offset=*/0, bf16, shard.begin);
+  CheckpointMirror mirror = shard_checkpoint(optimizer, weights, /*offset=*/0, shard.begin);
   RunCheckpoints ckpt{layout, mirror.buffers(), /*sharded=*/true};
   ckpt.before_write = [&] { mirror.to_host(); };
 
@@ -130,10 +130,8 @@ int train_on(Run& run) {
     {
       Span span("adamw_shard");  // updates the shard in place: the next forward gathers it
       const double scale = clip_scale(norm, cfg.grad_clip);
-      if constexpr (std::is_same_v<A, gpt::bf16>)  // the fp32 master shard, then its bf16 copy
-        optimizer.step(device, shard_params, shard_grads, lr, scale, cfg, int(step + 1));
-      else
-        optimizer.step(device, shard_params, shard_grads, lr, scale, cfg, int(step + 1), /*round_copy_to_bf16=*/false);
+      // bf16: the fp32 master shard, then its bf16 copy; fp32: the shard's weights.
+      optimizer.step(device, shard_params, shard_grads, lr, scale, cfg, int(step + 1));
       store.weights_updated();  // units kept gathered between passes are stale now
     }
     device_synchronize(device);  // GPU: the step ends when its last kernel has run
@@ -170,6 +168,5 @@ int train_ranks(Run& run) {
 int main(int argc, char** argv) {
   StageSpec spec{"05_zero3"};
   spec.zero3 = true, spec.cuda = true;
-  spec.bf16_storage = true;
   return stage_main(argc, argv, spec, train_ranks);
 }

@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
+#include "common/error.h"
 #include "common/memory.h"
 #include "common/trace.h"
+#include "kernels/ops.h"
 #include "stages/02_ddp/ring_allreduce.h"
 #include "stages/03_zero1/zero1.h"
 #include "stages/05_zero3/zero3.h"
@@ -16,21 +19,21 @@ namespace {
 Shard range_of(int zero, int64_t n, Communicator& dp) { return zero == 0 ? Shard{0, n} : shard_of(n, dp.size(), dp.rank()); }
 }  // namespace
 
-LocalZero::LocalZero(const Config& cfg, GPT2<float>& model, const RankLayout& slices, Communicator& dp, Device device,
-                     bool bf16)
+template <class A>
+LocalZero<A>::LocalZero(const Config& cfg, GPT2<A>& model, const RankLayout& slices, Communicator& dp,
+                        Device device)
     : cfg_(cfg),
       model_(model),
       dp_(dp),
       device_(device),
-      bf16_(bf16),
       zero_(cfg.zero),
       n_local_(model.layout().total()),
       shard_(range_of(cfg.zero, n_local_, dp)),
       range_(slices.range(shard_.begin, shard_.end, /*counted=*/cfg.zero > 0 || dp.rank() == 0)),
-      optimizer_(slices, shard_.begin, shard_.end, /*keep_master=*/bf16, device) {
+      optimizer_(slices, shard_.begin, shard_.end, /*keep_master=*/std::is_same_v<A, bf16>, device) {
   {
     const MemScope scope(MemKind::Params);
-    weights_ = DeviceArray<float>(device, size_t(zero_ == 2 ? n_local_ : zero_ == 3 ? shard_.size() : 0));
+    weights_ = DeviceArray<A>(device, size_t(zero_ == 2 ? n_local_ : zero_ == 3 ? shard_.size() : 0));
   }
   params_ = zero_ <= 1 ? model.params().data() : weights_.data();
   shard_params_ = zero_ == 3 ? weights_.data() : params_ + shard_.begin;
@@ -38,7 +41,7 @@ LocalZero::LocalZero(const Config& cfg, GPT2<float>& model, const RankLayout& sl
   if (zero_ <= 1) {
     float* grads = model.grads().data();
     const int64_t n = n_local_;
-    sync_ = std::make_unique<GradSync<float>>(
+    sync_ = std::make_unique<GradSync<A>>(
         layout, params_, grads,
         [this, grads, n](float* data, size_t count) {
           if (zero_ == 0) {
@@ -54,49 +57,56 @@ LocalZero::LocalZero(const Config& cfg, GPT2<float>& model, const RankLayout& sl
     // and the last stage have summed it: its unit needs a bucket of its own.
     const bool pipeline_stage = layout.layer_begin() > 0 || layout.layer_end() < cfg.model.n_layer;
     if (zero_ == 2)
-      sharded_ = std::make_unique<Zero2Store<float>>(layout, dp, params_, cfg.bucket_mb, pipeline_stage, device);
+      sharded_ = std::make_unique<Zero2Store<A>>(layout, dp, params_, cfg.bucket_mb, pipeline_stage, device);
     else
-      sharded_ = std::make_unique<Zero3Store<float>>(layout, dp, shard_params_, cfg.bucket_mb, cfg.zero3_prefetch,
-                                                     pipeline_stage, device);
+      sharded_ = std::make_unique<Zero3Store<A>>(layout, dp, shard_params_, cfg.bucket_mb, cfg.zero3_prefetch,
+                                                 pipeline_stage, device);
   }
   // The range's checkpoint: its compute weights are the model's with zero <= 1, the kept
   // ones with zero 2 and 3 (the shard alone with 3). Local layouts ignore `begin`.
-  DeviceArray<float>& weights = zero_ <= 1 ? model.params() : weights_;
+  DeviceArray<A>& weights = zero_ <= 1 ? model.params() : weights_;
   mirror_ = std::make_unique<CheckpointMirror>(
-      shard_checkpoint(optimizer_, weights, zero_ == 3 ? 0 : size_t(shard_.begin), bf16, /*begin=*/0));
+      shard_checkpoint(optimizer_, weights, zero_ == 3 ? 0 : size_t(shard_.begin), /*begin=*/0));
 }
 
-LocalZero::~LocalZero() = default;
+template <class A>
+LocalZero<A>::~LocalZero() = default;
 
-void LocalZero::weights_from_master() {
-  mirror_->to_device();
-  if (bf16_) device_copy(device_, shard_params_, device_, optimizer_.master().data(), size_t(shard_.size()) * sizeof(float));
-  model_.store(shard_params_, size_t(shard_.size()));
-  if (zero_ == 1 || zero_ == 2) ring_all_gather(dp_, params_, size_t(n_local_), DType::F32);
+template <class A>
+void LocalZero<A>::weights_from_master() {
+  mirror_->to_device();  // in fp32 the master weights are the compute weights themselves
+  if constexpr (std::is_same_v<A, bf16>)
+    ops::convert_to_bf16(device_, shard_params_, optimizer_.master().data(), size_t(shard_.size()));
+  if (zero_ == 1 || zero_ == 2) ring_all_gather(dp_, params_, size_t(n_local_), dtype_of<A>());
 }
 
-WeightStore<float>& LocalZero::store() {
+template <class A>
+WeightStore<A>& LocalZero<A>::store() {
   if (sync_) return *sync_;
   return *sharded_;
 }
 
-void LocalZero::zero_grads() {
+template <class A>
+void LocalZero<A>::zero_grads() {
   Span span("zero_grads");
   if (sharded_) sharded_->zero_shard_grads();
   else model_.zero_grads();
 }
 
-void LocalZero::set_last_micro(bool last) {
+template <class A>
+void LocalZero<A>::set_last_micro(bool last) {
   if (sync_) sync_->set_sync(last);  // zero 0, 1: only the last micro-step communicates over dp
 }
 
-void LocalZero::wait() {
+template <class A>
+void LocalZero<A>::wait() {
   Span span("wait_buckets", "comm");
   if (sync_) sync_->wait();
   else sharded_->wait();
 }
 
-double LocalZero::grad_norm(Communicator& world) {
+template <class A>
+double LocalZero<A>::grad_norm(Communicator& world) {
   Span span("grad_norm");
   const float* grads = sharded_ ? sharded_->shard_grads().data() : model_.grads().data() + shard_.begin;
   double sum = range_.counted_sum_of_squares(device_, grads);
@@ -104,63 +114,79 @@ double LocalZero::grad_norm(Communicator& world) {
   return std::sqrt(sum);
 }
 
-void LocalZero::add_squares_by_tensor(std::vector<double>& per_tensor) const {
+template <class A>
+void LocalZero<A>::add_squares_by_tensor(std::vector<double>& per_tensor) const {
   const float* grads = sharded_ ? sharded_->shard_grads().data() : model_.grads().data() + shard_.begin;
   range_.counted_squares_by_tensor(device_, grads, per_tensor.data());
 }
 
-void LocalZero::step(double lr, double norm, int step_number) {
+template <class A>
+void LocalZero<A>::step(double lr, double norm, int step_number) {
   const float* grads = sharded_ ? sharded_->shard_grads().data() : model_.grads().data() + shard_.begin;
+  // In bf16 mode AdamW updates the fp32 master weights and writes their bf16 rounding.
   if (zero_ == 0) {
     Span span("adamw");
-    optimizer_.step(device_, params_, grads, lr, clip_scale(norm, cfg_.grad_clip), cfg_, step_number, bf16_);
+    optimizer_.step(device_, params_, grads, lr, clip_scale(norm, cfg_.grad_clip), cfg_, step_number);
   } else if (zero_ <= 2) {
-    sharded_adamw_step(dp_, device_, optimizer_, shard_, params_, grads, n_local_, norm, lr, cfg_, step_number, bf16_);
+    sharded_adamw_step(dp_, device_, optimizer_, shard_, params_, grads, n_local_, norm, lr, cfg_, step_number);
   } else {
     Span span("adamw_shard");  // updates the shard in place: the next forward gathers it
-    optimizer_.step(device_, shard_params_, grads, lr, clip_scale(norm, cfg_.grad_clip), cfg_, step_number, bf16_);
-    static_cast<Zero3Store<float>&>(*sharded_).weights_updated();
+    optimizer_.step(device_, shard_params_, grads, lr, clip_scale(norm, cfg_.grad_clip), cfg_, step_number);
+    static_cast<Zero3Store<A>&>(*sharded_).weights_updated();
   }
 }
 
-std::vector<float> LocalZero::local_weights() {
-  std::vector<float> local(static_cast<size_t>(n_local_));
-  if (zero_ == 3) static_cast<Zero3Store<float>&>(*sharded_).gather_all(local.data());
-  else device_copy(Device::CPU, local.data(), device_, params_, local.size() * sizeof(float));
+template <class A>
+std::vector<A> LocalZero<A>::local_weights() {
+  std::vector<A> local(static_cast<size_t>(n_local_));
+  if (zero_ == 3) static_cast<Zero3Store<A>&>(*sharded_).gather_all(local.data());
+  else device_copy(Device::CPU, local.data(), device_, params_, local.size() * sizeof(A));
   return local;
 }
 
-std::vector<float> gather_whole_model(Communicator& world, const RankLayout& slices, const std::vector<float>& local,
-                                      bool counted, int64_t window) {
-  const int64_t total = slices.global().total();
+template <class A>
+std::vector<A> gather_whole_model(Communicator& world, const std::vector<LocalPart<A>>& parts, bool counted,
+                                  int64_t window) {
+  invariant(!parts.empty(), "gather_whole_model: no local buffer");
+  const int64_t total = parts.front().slices->global().total();
   const bool lead = world.rank() == 0;
-  std::vector<float> whole(lead ? size_t(total) : 0);
-  // The counted runs of this rank's buffer, in global order, so each window takes the
+  std::vector<A> whole(lead ? size_t(total) : 0);
+  // The counted runs of this rank's buffers, in global order, so each window takes the
   // ones that reach into it from where the last window stopped.
-  std::vector<LayoutRun> runs;
+  struct Run {
+    LayoutRun run;
+    const A* local;  // the buffer it is in
+  };
+  std::vector<Run> runs;
   if (counted)
-    for (const LayoutRun& r : slices.runs())
-      if (r.counted) runs.push_back(r);
-  std::sort(runs.begin(), runs.end(), [](const LayoutRun& a, const LayoutRun& b) { return a.global < b.global; });
+    for (const LocalPart<A>& part : parts)
+      for (const LayoutRun& r : part.slices->runs())
+        if (r.counted) runs.push_back({r, part.local->data()});
+  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.run.global < b.run.global; });
   // A window of the global buffer at a time: the other ranks hold one window, not a
   // whole model, and no all-reduce counts more elements than it.
   window = std::clamp<int64_t>(window, 1, total);
-  std::vector<float> buffer(static_cast<size_t>(window));
+  std::vector<A> buffer(static_cast<size_t>(window));
   size_t first = 0;  // the first run that may still reach into the window
   for (int64_t g0 = 0; g0 < total; g0 += window) {
     const int64_t g1 = std::min(total, g0 + window);
-    std::fill(buffer.begin(), buffer.end(), 0.0f);
-    while (first < runs.size() && runs[first].global + runs[first].length <= g0) ++first;
-    for (size_t i = first; i < runs.size() && runs[i].global < g1; ++i) {
-      const LayoutRun& r = runs[i];
+    std::fill(buffer.begin(), buffer.end(), A{});  // +0 (bf16{} is its zero bits)
+    while (first < runs.size() && runs[first].run.global + runs[first].run.length <= g0) ++first;
+    for (size_t i = first; i < runs.size() && runs[i].run.global < g1; ++i) {
+      const LayoutRun& r = runs[i].run;
       const int64_t lo = std::max(g0, r.global), hi = std::min(g1, r.global + r.length);
-      std::copy(local.begin() + (r.local + lo - r.global), local.begin() + (r.local + hi - r.global),
+      std::copy(runs[i].local + (r.local + lo - r.global), runs[i].local + (r.local + hi - r.global),
                 buffer.begin() + (lo - g0));
     }
-    world.all_reduce(buffer.data(), size_t(g1 - g0), DType::F32);
+    world.all_reduce(buffer.data(), size_t(g1 - g0), dtype_of<A>());
     if (lead) std::copy(buffer.begin(), buffer.begin() + (g1 - g0), whole.begin() + g0);
   }
   return whole;
 }
+
+template class LocalZero<float>;
+template class LocalZero<bf16>;
+template std::vector<float> gather_whole_model(Communicator&, const std::vector<LocalPart<float>>&, bool, int64_t);
+template std::vector<bf16> gather_whole_model(Communicator&, const std::vector<LocalPart<bf16>>&, bool, int64_t);
 
 }  // namespace gpt

@@ -10,6 +10,10 @@
 //
 // The shard of the local buffer is also a RankLayout of its own (RankLayout::range), so
 // initialisation, the counted gradient norm and checkpoints of any layout go through it.
+//
+// A is the storage of the compute weights: bf16 in bf16 mode (GPT2<bf16>: weights
+// gathered over dp at 2 bytes, fp32 master weights kept by the optimizer), float in fp32
+// (the weights are the master weights). Gradients and moments are fp32 either way.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -27,12 +31,12 @@
 
 namespace gpt {
 
+template <class A>
 class LocalZero {
  public:
   // model: made with own_weights = (zero <= 1); slices: the rank's part of the global
   // tensors (model.layout() is their local layout); dp: the ranks holding the same slices.
-  LocalZero(const Config& cfg, GPT2<float>& model, const RankLayout& slices, Communicator& dp, Device device,
-            bool bf16);
+  LocalZero(const Config& cfg, GPT2<A>& model, const RankLayout& slices, Communicator& dp, Device device);
   ~LocalZero();
 
   const Shard& shard() const { return shard_; }
@@ -48,10 +52,10 @@ class LocalZero {
   void checkpoint_to_host() { mirror_->to_host(); }
   // After the master weights (and moments) were initialised or loaded into the host
   // buffers: the device arrays from them, then the compute weights from the master
-  // (rounded in bf16 mode), gathered over dp where every rank keeps all of them.
+  // (their bf16 rounding in bf16 mode), gathered over dp where every rank keeps all of them.
   void weights_from_master();
   // The store the model runs through.
-  WeightStore<float>& store();
+  WeightStore<A>& store();
 
   void zero_grads();
   // Before each backward: whether it is the step's last micro-batch (zero 0 and 1
@@ -71,36 +75,51 @@ class LocalZero {
   void step(double lr, double norm, int step_number);
   // This rank's whole local buffer of compute weights, in host memory (collective over
   // dp with zero = 3).
-  std::vector<float> local_weights();
+  std::vector<A> local_weights();
 
  private:
   const Config& cfg_;
-  GPT2<float>& model_;
+  GPT2<A>& model_;
   Communicator& dp_;
   Device device_;
-  bool bf16_;
   int zero_;
   int64_t n_local_;
   Shard shard_;
   RankLayout range_;
   AdamW<float> optimizer_;
-  DeviceArray<float> weights_;  // zero 2: all local weights; zero 3: the shard's
-  float* params_;               // the whole local buffer of compute weights (not with zero 3)
-  float* shard_params_;
-  std::unique_ptr<GradSync<float>> sync_;  // zero 0, 1
-  std::unique_ptr<Zero2Store<float>> sharded_;  // zero 2, 3 (a Zero3Store for 3)
+  DeviceArray<A> weights_;  // zero 2: all local weights; zero 3: the shard's
+  A* params_;               // the whole local buffer of compute weights (not with zero 3)
+  A* shard_params_;
+  std::unique_ptr<GradSync<A>> sync_;       // zero 0, 1
+  std::unique_ptr<Zero2Store<A>> sharded_;  // zero 2, 3 (a Zero3Store for 3)
   std::unique_ptr<CheckpointMirror> mirror_;  // master weights and moments, for checkpoints
 };
 
 // The whole model's weights on world rank 0 (empty elsewhere), for the sample: each rank
-// writes the counted elements of its local buffer into zeros and the world sums them
-// (x + 0 = x exactly: every element is counted by one rank), a window of kGatherWindow
-// elements (or `window`) at a time, so that no rank but the lead holds a whole model. `counted`:
-// whether this rank counts its replicas (one rank per replica group). In host memory
-// (the sampling model reads them from its device: on_device, device_array.h).
+// writes the counted elements of its local buffers into zeros and the world sums them
+// (x + 0 = x exactly, in bf16 too: every element is counted by one rank), a window of
+// kGatherWindow elements (or `window`) at a time, so that no rank but the lead holds a
+// whole model. A rank's parts: its local buffers (one, or one per model chunk in an
+// interleaved pipeline) with the slices of the global tensors each holds. `counted`:
+// whether this rank counts its replicas (one rank per replica group). In host memory (the
+// sampling model reads them from its device: on_device, device_array.h).
 constexpr int64_t kGatherWindow = int64_t(1) << 24;
 
-std::vector<float> gather_whole_model(Communicator& world, const RankLayout& slices, const std::vector<float>& local,
-                                      bool counted, int64_t window = kGatherWindow);
+template <class A>
+struct LocalPart {
+  const RankLayout* slices;     // which global elements the buffer holds
+  const std::vector<A>* local;  // the buffer (LocalZero::local_weights)
+};
+
+template <class A>
+std::vector<A> gather_whole_model(Communicator& world, const std::vector<LocalPart<A>>& parts, bool counted,
+                                  int64_t window = kGatherWindow);
+
+// The same for one local buffer.
+template <class A>
+std::vector<A> gather_whole_model(Communicator& world, const RankLayout& slices, const std::vector<A>& local,
+                                  bool counted, int64_t window = kGatherWindow) {
+  return gather_whole_model(world, std::vector<LocalPart<A>>{{&slices, &local}}, counted, window);
+}
 
 }  // namespace gpt

@@ -49,5 +49,6 @@ void SequenceParallelGrads<A>::grads_done(int unit) {
 
 template class SequenceParallelGrads<float>;
 template class SequenceParallelGrads<double>;
+template class SequenceParallelGrads<bf16>;
 
 }  // namespace gpt

@@ -67,23 +67,29 @@ TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank) 
   const int64_t largest = others > 0 ? *std::max_element(bk.begin(), bk.end() - 1) : 0;
   const int64_t live = emb_bucket + std::min<int64_t>(2, others) * largest;
   const int64_t gathered = L >= 2 ? E + 2 * Bk : E + std::max(Bk, 2 * C);
-  const int64_t opt = cfg.precision == "bf16" ? 12 : 8;
+  // Bytes of a stored weight or activation (A): 2 in bf16 mode (GPT2<bf16>), else 4.
+  // Gradients of weights, master weights, moments and row statistics are fp32 always.
+  const bool bf16 = cfg.precision == "bf16";
+  const int64_t a = bf16 ? 2 : 4, opt = bf16 ? 12 : 8;
   const int z = cfg.zero;
-  b.memory.set(MemKind::Params, size_t(4 * (z == 3 ? S + gathered : P)));
+  b.memory.set(MemKind::Params, size_t(a * (z == 3 ? S + gathered : P)));
   b.memory.set(MemKind::Grads, size_t(4 * (z <= 1 ? P : S + live)));
   b.memory.set(MemKind::Optimizer, size_t(opt * S));
 
-  // Activations, in float elements (int32 token ids: 4 bytes too).
-  const int64_t per_layer = 4 * R * C + 4 * R + 4 * N * W + B * Hr * T + 2 * N * F;
+  // Activations: elements stored as A (the tensors and their gradients) and 4-byte ones
+  // (layernorm means and rstds, attention logsumexps, losses, the loss's row statistics,
+  // int32 token ids).
+  const int64_t per_layer = 4 * R * C + 4 * N * W + 2 * N * F, per_layer_stats = 4 * R + B * Hr * T;
   const int64_t embedding = R * C + (sp ? N * C : 0);
-  const int64_t head = R * C + 2 * R + (sp ? N * C : 0) + 2 * N * Vr + N + (tp > 1 ? 3 * N : 0);
+  const int64_t head = R * C + (sp ? N * C : 0) + 2 * N * Vr, head_stats = 2 * R + N + (tp > 1 ? 3 * N : 0);
   const int64_t scratch = 2 * N * C + (sp ? R * C + N * C : 0) + 4 * N * W + 2 * N * F;
-  const int64_t rest = R * C + 2 * N;  // the residual gradient; inputs and targets
-  b.memory.set(MemKind::Activations, size_t(4 * (L * per_layer + embedding + head + scratch + rest)));
+  const int64_t rest = R * C, tokens = 2 * N;  // the residual gradient; inputs and targets
+  b.memory.set(MemKind::Activations, size_t(a * (L * per_layer + embedding + head + scratch + rest) +
+                                            4 * (L * per_layer_stats + head_stats + tokens)));
 
   // Communication per step through the tp communicator.
   const int64_t k = cfg.grad_accum(dp);  // micro-batches per step
-  const int64_t full = 4 * N * C;        // bytes of one N x C tensor
+  const int64_t full = a * N * C;        // bytes of one N x C tensor of activations or their gradients
   auto add = [&](CommOp op, int64_t calls, int64_t bytes_each) {
     b.comm.calls[size_t(op)] += calls;
     b.comm.bytes[size_t(op)] += calls * bytes_each;

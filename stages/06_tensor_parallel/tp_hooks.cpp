@@ -45,5 +45,6 @@ const A* TensorParallelHooks<A>::gather_output_grad(Site, const A* d_local, A* f
 
 template class TensorParallelHooks<float>;
 template class TensorParallelHooks<double>;
+template class TensorParallelHooks<bf16>;
 
 }  // namespace gpt

@@ -47,11 +47,13 @@ using namespace gpt;
 
 namespace {
 
-int train_ranks(Run& run) {
+// A is the storage of weights and activations: float, or bf16 in bf16 mode (the tp
+// hooks then move bf16 activations and their gradients, as Megatron-LM's do).
+template <class A>
+int train_on(Run& run) {
   Config& cfg = run.cfg;
   const Device device = run.device;
   const Precision precision = run.precision;
-  const bool bf16 = precision == Precision::BF16;
   check_tensor_parallel(cfg);
   Communicator& dp = run.mesh.dp();
   CountingCommunicator tp(run.mesh.tp());  // the technique's traffic, counted per step
@@ -63,17 +65,17 @@ int train_ranks(Run& run) {
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
   const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
-  TensorParallelHooks<float> hooks(tp, sp, device);
+  TensorParallelHooks<A> hooks(tp, sp, device);
   // The model holds this rank's slices; with zero >= 2 the stage keeps the weights and
   // the store the gradients.
-  GPT2<float> model(cfg.model, B, T, device, precision, /*own_weights=*/cfg.zero <= 1,
-                    ModelSlice<float>{tp.size(), tp.rank(), sp, &hooks, /*positions=*/{}});
+  GPT2<A> model(cfg.model, B, T, device, precision, /*own_weights=*/cfg.zero <= 1,
+                ModelSlice<A>{tp.size(), tp.rank(), sp, &hooks, /*positions=*/{}});
   const ParamLayout& layout = model.layout();  // the local buffer's tensors and units
   const ParamLayout global(cfg.model);
   const RankLayout slices = RankLayout::tensor_parallel(global, tp.size(), tp.rank());
   const int64_t n_local = layout.total();
   // The ZeRO stage of `zero` over dp, on this rank's local buffer (local_zero.h).
-  LocalZero zero(cfg, model, slices, dp, device, bf16);
+  LocalZero<A> zero(cfg, model, slices, dp, device);
   const RunCheckpoints ckpt{layout, zero.checkpoint_buffers(), /*sharded=*/true, &zero.range(),
                             [&] { zero.checkpoint_to_host(); }};
 
@@ -88,8 +90,8 @@ int train_ranks(Run& run) {
     if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
   zero.weights_from_master();
-  SequenceParallelGrads<float> sp_grads(layout, tp, zero.store(), device);
-  model.set_store(sp ? static_cast<WeightStore<float>*>(&sp_grads) : &zero.store());
+  SequenceParallelGrads<A> sp_grads(layout, tp, zero.store(), device);
+  model.set_store(sp ? static_cast<WeightStore<A>*>(&sp_grads) : &zero.store());
 
   MemoryLedger mem = MemoryTracker::global().peaks();
   const TpBudget budget = tp_budget(cfg, tp.size(), dp.size(), tp.rank(), dp.rank());
@@ -149,10 +151,14 @@ int train_ranks(Run& run) {
     after_step(run, model, val_data, dp, log, ckpt, state);
   }
 
-  DeviceArray<float> whole;  // the whole model, for the lead rank's sample (on the device)
+  DeviceArray<A> whole;  // the whole model, for the lead rank's sample (on the device)
   if (cfg.sample_tokens > 0) whole = on_device(device, gather_whole_model(run.world, slices, zero.local_weights(), dp.rank() == 0));
   end_of_run(run, model, val_data, dp, log, ckpt, state, whole.data());
   return 0;
+}
+
+int train_ranks(Run& run) {
+  return run.precision == Precision::BF16 ? train_on<gpt::bf16>(run) : train_on<float>(run);
 }
 
 }  // namespace

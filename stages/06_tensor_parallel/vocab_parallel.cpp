@@ -70,5 +70,6 @@ void TensorParallelHooks<A>::reduce_stats_on_host(G* row_max, G* row_sumexp, G* 
 
 template void TensorParallelHooks<float>::vocab_reduce(float*, float*, float*, int);
 template void TensorParallelHooks<double>::vocab_reduce(double*, double*, double*, int);
+template void TensorParallelHooks<bf16>::vocab_reduce(float*, float*, float*, int);  // G = float
 
 }  // namespace gpt

@@ -7,10 +7,11 @@
 
 namespace gpt {
 
-double grad_norm_by_tensor(Communicator& world, const std::vector<LocalZero*>& chunks, size_t n_tensors) {
+template <class A>
+double grad_norm_by_tensor(Communicator& world, const std::vector<LocalZero<A>*>& chunks, size_t n_tensors) {
   Span span("grad_norm");
   std::vector<double> per_tensor(n_tensors, 0.0);
-  for (const LocalZero* c : chunks) c->add_squares_by_tensor(per_tensor);
+  for (const LocalZero<A>* c : chunks) c->add_squares_by_tensor(per_tensor);
   // Gathered, not all-reduced: an all-reduce groups the ranks' terms as its library
   // chooses, and so may round a tensor held by ranks {0, 1, 2} differently from the same
   // tensor held by ranks {3, 4, 5}. Here every rank adds them in world-rank order.
@@ -25,5 +26,8 @@ double grad_norm_by_tensor(Communicator& world, const std::vector<LocalZero*>& c
   }
   return std::sqrt(sum);
 }
+
+template double grad_norm_by_tensor(Communicator&, const std::vector<LocalZero<float>*>&, size_t);
+template double grad_norm_by_tensor(Communicator&, const std::vector<LocalZero<bf16>*>&, size_t);
 
 }  // namespace gpt

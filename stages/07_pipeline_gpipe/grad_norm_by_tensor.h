@@ -26,6 +26,7 @@ namespace gpt {
 
 // The norm of the gradients held by `chunks` (this rank's model chunks' ZeRO ranges) on
 // every rank of `world`; n_tensors: the global layout's tensor count. Collective.
-double grad_norm_by_tensor(Communicator& world, const std::vector<LocalZero*>& chunks, size_t n_tensors);
+template <class A>
+double grad_norm_by_tensor(Communicator& world, const std::vector<LocalZero<A>*>& chunks, size_t n_tensors);
 
 }  // namespace gpt

@@ -38,16 +38,18 @@ bool splits_backward(const PipeSchedule& schedule) {
   return false;
 }
 
-PipelineExecutor::PipelineExecutor(std::vector<GPT2<float>*> chunks, Communicator& pp)
+template <class A>
+PipelineExecutor<A>::PipelineExecutor(std::vector<GPT2<A>*> chunks, Communicator& pp)
     : chunks_(std::move(chunks)), pp_(pp), p_(pp.size()), rank_(pp.rank()), v_(int(chunks_.size())) {
   invariant(v_ >= 1, "PipelineExecutor: no model chunk");
-  for (GPT2<float>* c : chunks_) slot_owner_.emplace_back(size_t(c->in_flight()), -1);
+  for (GPT2<A>* c : chunks_) slot_owner_.emplace_back(size_t(c->in_flight()), -1);
   if (const char* j = std::getenv("GPT_TEST_PIPE_JITTER_MS")) jitter_ms_ = std::atoi(j);
   if (const char* r = std::getenv("GPT_TEST_PIPE_STALL_RANK")) stall_rank_ = std::atoi(r);
   jitter_state_ = 0x9E3779B97F4A7C15ull * uint64_t(rank_ + 1);
 }
 
-void PipelineExecutor::test_hooks(size_t action) {
+template <class A>
+void PipelineExecutor<A>::test_hooks(size_t action) {
   if (rank_ == stall_rank_ && action == 2)
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // a rank that stops answering
   if (jitter_ms_ > 0) {
@@ -57,19 +59,23 @@ void PipelineExecutor::test_hooks(size_t action) {
   }
 }
 
-PipelineExecutor::Peer PipelineExecutor::previous(int chunk) const {
+template <class A>
+typename PipelineExecutor<A>::Peer PipelineExecutor<A>::previous(int chunk) const {
   return rank_ == 0 ? Peer{p_ - 1, chunk - 1} : Peer{rank_ - 1, chunk};
 }
-PipelineExecutor::Peer PipelineExecutor::next(int chunk) const {
+template <class A>
+typename PipelineExecutor<A>::Peer PipelineExecutor<A>::next(int chunk) const {
   return rank_ == p_ - 1 ? Peer{0, chunk + 1} : Peer{rank_ + 1, chunk};
 }
 
-size_t PipelineExecutor::message_size() const {
-  const GPT2<float>& m = *chunks_.front();
+template <class A>
+size_t PipelineExecutor<A>::message_size() const {
+  const GPT2<A>& m = *chunks_.front();
   return size_t(m.rows()) * size_t(m.model().n_embd);
 }
 
-void PipelineExecutor::wait_sends(int chunk, int slot, bool gradient) {
+template <class A>
+void PipelineExecutor<A>::wait_sends(int chunk, int slot, bool gradient) {
   auto it = sends_.find({chunk, slot, gradient});
   if (it == sends_.end()) return;
   Span span("wait_send", "comm");
@@ -77,7 +83,8 @@ void PipelineExecutor::wait_sends(int chunk, int slot, bool gradient) {
   sends_.erase(it);
 }
 
-double PipelineExecutor::timed(PipeOp op, std::chrono::steady_clock::time_point start) {
+template <class A>
+double PipelineExecutor<A>::timed(PipeOp op, std::chrono::steady_clock::time_point start) {
   // On the GPU the op's kernels were only queued: its time ends when they have run.
   device_synchronize(chunks_.front()->device());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -86,7 +93,8 @@ double PipelineExecutor::timed(PipeOp op, std::chrono::steady_clock::time_point 
   return s;
 }
 
-PipeCosts PipelineExecutor::measured_costs() const {
+template <class A>
+PipeCosts PipelineExecutor<A>::measured_costs() const {
   auto mean = [&](PipeOp op) {
     const OpTime& t = op_time_[int(op)];
     return t.count > 0 ? t.seconds / double(t.count) : 0.0;
@@ -99,10 +107,12 @@ PipeCosts PipelineExecutor::measured_costs() const {
   return c;
 }
 
-std::vector<double> PipelineExecutor::run(const PipeSchedule& schedule, int m, const Batch& batch, float loss_scale,
-                                          const BeforeBackward& before_backward) {
+template <class A>
+std::vector<double> PipelineExecutor<A>::run(const PipeSchedule& schedule, int m, const Batch& batch,
+                                             float loss_scale, const BeforeBackward& before_backward) {
   using clock = std::chrono::steady_clock;
-  const GPT2<float>& first = *chunks_.front();
+  const DType type = dtype_of<A>();  // of the activations and their gradients
+  const GPT2<A>& first = *chunks_.front();
   const size_t tokens = size_t(first.batch()) * size_t(first.seq_len()), n = message_size();
   std::vector<int32_t> inputs(tokens), targets(tokens);
   std::vector<double> losses;
@@ -116,7 +126,7 @@ std::vector<double> PipelineExecutor::run(const PipeSchedule& schedule, int m, c
               std::string("pipeline schedule: ") + pipe_op_name(a.op) + " of micro-batch " + std::to_string(a.micro) +
                   " on chunk " + std::to_string(a.chunk) + " is outside " + std::to_string(m) + " x " +
                   std::to_string(v_));
-    GPT2<float>& model = *chunks_[size_t(a.chunk)];
+    GPT2<A>& model = *chunks_[size_t(a.chunk)];
     const int s = slot(a.chunk, a.micro);
     int& owner = slot_owner_[size_t(a.chunk)][size_t(s)];
     const int tag_activation = pipe_message_tag(false, a.micro, a.chunk, v_);
@@ -128,7 +138,7 @@ std::vector<double> PipelineExecutor::run(const PipeSchedule& schedule, int m, c
                                    std::to_string(owner));
         const Peer from = previous(a.chunk);
         recv_activation_[{a.chunk, a.micro}] =
-            pp_.irecv(model.stage_input(s), n, DType::F32, from.rank, tag_activation);
+            pp_.irecv(model.stage_input(s), n, type, from.rank, tag_activation);
         break;
       }
       case PipeOp::Forward: {
@@ -158,13 +168,13 @@ std::vector<double> PipelineExecutor::run(const PipeSchedule& schedule, int m, c
       case PipeOp::SendActivation: {
         const Peer to = next(a.chunk);
         sends_[{a.chunk, s, false}].push_back(
-            pp_.isend(model.stage_output(s), n, DType::F32, to.rank, pipe_message_tag(false, a.micro, to.chunk, v_)));
+            pp_.isend(model.stage_output(s), n, type, to.rank, pipe_message_tag(false, a.micro, to.chunk, v_)));
         break;
       }
       case PipeOp::RecvGradient: {
         wait_sends(a.chunk, s, true);  // the receive overwrites the gradient the last send read
         const Peer from = next(a.chunk);
-        recv_gradient_[{a.chunk, a.micro}] = pp_.irecv(model.output_grad(s), n, DType::F32, from.rank, tag_gradient);
+        recv_gradient_[{a.chunk, a.micro}] = pp_.irecv(model.output_grad(s), n, type, from.rank, tag_gradient);
         break;
       }
       case PipeOp::Backward:
@@ -212,7 +222,7 @@ std::vector<double> PipelineExecutor::run(const PipeSchedule& schedule, int m, c
       case PipeOp::SendGradient: {
         const Peer to = previous(a.chunk);
         sends_[{a.chunk, s, true}].push_back(
-            pp_.isend(model.output_grad(s), n, DType::F32, to.rank, pipe_message_tag(true, a.micro, to.chunk, v_)));
+            pp_.isend(model.output_grad(s), n, type, to.rank, pipe_message_tag(true, a.micro, to.chunk, v_)));
         break;
       }
       default:
@@ -231,33 +241,42 @@ std::vector<double> PipelineExecutor::run(const PipeSchedule& schedule, int m, c
   return losses;
 }
 
-double PipelineExecutor::evaluate(const int32_t* inputs, const int32_t* targets) {
+template <class A>
+double PipelineExecutor<A>::evaluate(const int32_t* inputs, const int32_t* targets) {
   // Forward only, one stage after another: each virtual stage waits for its input.
   const size_t n = message_size();
   double loss = 0;
   for (int c = 0; c < v_; ++c) {
-    GPT2<float>& model = *chunks_[size_t(c)];
+    GPT2<A>& model = *chunks_[size_t(c)];
     if (!model.first_stage()) {
       const Peer from = previous(c);
-      pp_.recv(model.stage_input(0), n, DType::F32, from.rank, pipe_message_tag(false, 0, c, v_));
+      pp_.recv(model.stage_input(0), n, dtype_of<A>(), from.rank, pipe_message_tag(false, 0, c, v_));
     }
     const double l = model.forward_micro(0, inputs, targets, /*for_backward=*/false);
     if (model.last_stage()) loss = l;
     else {
       const Peer to = next(c);
-      pp_.send(model.stage_output(0), n, DType::F32, to.rank, pipe_message_tag(false, 0, to.chunk, v_));
+      pp_.send(model.stage_output(0), n, dtype_of<A>(), to.rank, pipe_message_tag(false, 0, to.chunk, v_));
     }
   }
   pp_.all_reduce(&loss, 1, DType::F64);  // the last stage's loss plus zeros: exact on every rank
   return loss;
 }
 
-double pipeline_validation_loss(PipelineExecutor& pipeline, const DataLoader& val, int batches, int batch_size,
+template <class A>
+double pipeline_validation_loss(PipelineExecutor<A>& pipeline, const DataLoader& val, int batches, int batch_size,
                                 Communicator& dp, const SequencePart* part) {
   const EvaluateBatch evaluate = [&](const int32_t* inputs, const int32_t* targets) {
     return pipeline.evaluate(inputs, targets);
   };
   return validation_loss(evaluate, val, batches, batch_size, dp, part);
 }
+
+template class PipelineExecutor<float>;
+template class PipelineExecutor<bf16>;
+template double pipeline_validation_loss(PipelineExecutor<float>&, const DataLoader&, int, int, Communicator&,
+                                         const SequencePart*);
+template double pipeline_validation_loss(PipelineExecutor<bf16>&, const DataLoader&, int, int, Communicator&,
+                                         const SequencePart*);
 
 }  // namespace gpt

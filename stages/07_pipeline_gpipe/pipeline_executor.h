@@ -65,6 +65,9 @@ int max_in_flight(const PipeSchedule& schedule, int chunk);
 // made with ModelSlice::split_backward).
 bool splits_backward(const PipeSchedule& schedule);
 
+// A: the storage of the chunks' activations (float, or bf16 in bf16 mode): the messages
+// between stages are A too.
+template <class A>
 class PipelineExecutor {
  public:
   // The tokens and targets of micro-batch `micro` (B x T each, host memory).
@@ -75,7 +78,7 @@ class PipelineExecutor {
 
   // chunks[c] is virtual stage c p + r of this rank r of the pipeline group `pp`, made
   // with in_flight slots enough for the schedules it will run.
-  PipelineExecutor(std::vector<GPT2<float>*> chunks, Communicator& pp);
+  PipelineExecutor(std::vector<GPT2<A>*> chunks, Communicator& pp);
 
   // Runs this rank's `schedule` for m micro-batches; backward scales each micro-batch's
   // mean loss by loss_scale. Returns the micro-batches' losses where this rank holds the
@@ -107,7 +110,7 @@ class PipelineExecutor {
   size_t message_size() const;
   void wait_sends(int chunk, int slot, bool gradient);
 
-  std::vector<GPT2<float>*> chunks_;
+  std::vector<GPT2<A>*> chunks_;
   Communicator& pp_;
   int p_, rank_, v_;
   int peak_in_flight_ = 0;
@@ -131,7 +134,8 @@ class PipelineExecutor {
 // for a whole model, each batch through pipeline.evaluate; on every rank. With `part`
 // (context parallelism) each rank evaluates its part of the sequences and the part's
 // mean loss is averaged over part->group.
-double pipeline_validation_loss(PipelineExecutor& pipeline, const DataLoader& val, int batches, int batch_size,
+template <class A>
+double pipeline_validation_loss(PipelineExecutor<A>& pipeline, const DataLoader& val, int batches, int batch_size,
                                 Communicator& dp, const SequencePart* part = nullptr);
 
 }  // namespace gpt

@@ -58,12 +58,13 @@ std::string BubbleMeter::report(const Theory& theory_of, const PipeCosts& my_cos
   return out + tail;
 }
 
+template <class A>
 std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, int measured,
-                           const std::vector<const GPT2<float>*>& chunks, const MemoryLedger& mem,
+                           const std::vector<const GPT2<A>*>& chunks, const MemoryLedger& mem,
                            size_t shared_bytes) {
   size_t bytes = shared_bytes;
   int slots = 0;
-  for (const GPT2<float>* c : chunks) bytes += c->activation_bytes(), slots += c->in_flight();
+  for (const GPT2<A>* c : chunks) bytes += c->activation_bytes(), slots += c->in_flight();
   char line[256];
   std::snprintf(line, sizeof line,
                 "rank %d (stage %d of %d): micro-batches in flight %d (schedule's bound %d), activations %.2f MiB "
@@ -72,6 +73,11 @@ std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, in
                 double(mem.total()) / (1 << 20));
   return line;
 }
+
+template std::string in_flight_line(int, int, int, int, int, const std::vector<const GPT2<float>*>&,
+                                    const MemoryLedger&, size_t);
+template std::string in_flight_line(int, int, int, int, int, const std::vector<const GPT2<bf16>*>&,
+                                    const MemoryLedger&, size_t);
 
 void print_from_every_rank(Communicator& world, const std::string& line) {
   constexpr size_t kWidth = 256;

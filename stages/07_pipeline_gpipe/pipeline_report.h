@@ -39,8 +39,9 @@ class BubbleMeter {
 // (counted by the executor) against the schedule's bound, and the activation bytes of
 // its model chunks (one before stage 09), plus `shared_bytes` of activation buffers the
 // chunks share (stage 11's recompute working set).
+template <class A>
 std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, int measured,
-                           const std::vector<const GPT2<float>*>& chunks, const MemoryLedger& mem,
+                           const std::vector<const GPT2<A>*>& chunks, const MemoryLedger& mem,
                            size_t shared_bytes = 0);
 
 // Prints every rank's `line` from the world's rank 0, in rank order (collective).

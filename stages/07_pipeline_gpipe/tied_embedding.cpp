@@ -14,14 +14,16 @@ std::unique_ptr<Communicator> tied_embedding_group(Communicator& pp) {
   return group;
 }
 
-TiedEmbeddingGrads::TiedEmbeddingGrads(const ParamLayout& layout, Communicator* ends, WeightStore<float>& inner,
-                                       bool every_backward)
+template <class A>
+TiedEmbeddingGrads<A>::TiedEmbeddingGrads(const ParamLayout& layout, Communicator* ends, WeightStore<A>& inner,
+                                          bool every_backward)
     : layout_(layout), inner_(inner), ends_(ends), every_backward_(every_backward) {
   invariant(!ends || layout.has_embeddings() || layout.has_head(),
             "TiedEmbeddingGrads: a chunk without wte has nothing to sum between the pipeline's ends");
 }
 
-void TiedEmbeddingGrads::grads_done(int unit) {
+template <class A>
+void TiedEmbeddingGrads<A>::grads_done(int unit) {
   if (unit == ParamLayout::kEmbeddingUnit && every_backward_ && ends_) {
     held_ = true;  // summed and handed on once a step, at finish()
     return;
@@ -34,17 +36,21 @@ void TiedEmbeddingGrads::grads_done(int unit) {
   inner_.grads_done(unit);  // a stage without wte, or a store that reduces every backward alone
 }
 
-void TiedEmbeddingGrads::finish() {
+template <class A>
+void TiedEmbeddingGrads<A>::finish() {
   if (every_backward_ && !ends_) return;  // handed on after every backward already
   invariant(held_, "TiedEmbeddingGrads::finish: the step's last backward has not run");
   held_ = false;
   if (ends_) {
     Span span("tied_wte_grads", "comm");
     const ParamTensor& wte = layout_.find("wte");
-    float* g = inner_.grads(ParamLayout::kEmbeddingUnit) + (wte.offset - layout_.unit(ParamLayout::kEmbeddingUnit).begin);
-    ends_->all_reduce(g, size_t(wte.numel), DType::F32);
+    G* g = inner_.grads(ParamLayout::kEmbeddingUnit) + (wte.offset - layout_.unit(ParamLayout::kEmbeddingUnit).begin);
+    ends_->all_reduce(g, size_t(wte.numel), dtype_of<G>());
   }
   inner_.grads_done(ParamLayout::kEmbeddingUnit);
 }
+
+template class TiedEmbeddingGrads<float>;
+template class TiedEmbeddingGrads<bf16>;
 
 }  // namespace gpt

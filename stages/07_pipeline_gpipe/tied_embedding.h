@@ -30,14 +30,17 @@ namespace gpt {
 // others and when pp has one rank. Collective over pp.
 std::unique_ptr<Communicator> tied_embedding_group(Communicator& pp);
 
-class TiedEmbeddingGrads : public WeightStore<float> {
+// A: the storage of the weights (float or bf16); the gradients are GradOf<A> (fp32 for bf16).
+template <class A>
+class TiedEmbeddingGrads : public WeightStore<A> {
  public:
+  using G = GradOf<A>;
   // layout: the local layout of a stage (a model chunk); ends: tied_embedding_group's
   // result where this chunk holds wte (the first or the last stage), else null; inner: the
   // store whose grads() these are.
   // every_backward: the inner store reduces every backward's gradients (hold the
   // embedding unit through all of them).
-  TiedEmbeddingGrads(const ParamLayout& layout, Communicator* ends, WeightStore<float>& inner,
+  TiedEmbeddingGrads(const ParamLayout& layout, Communicator* ends, WeightStore<A>& inner,
                      bool every_backward = false);
 
   // Whether the coming backward ends the step's accumulation (its embedding unit is
@@ -47,14 +50,14 @@ class TiedEmbeddingGrads : public WeightStore<float> {
   // and hands the embedding unit to the inner store.
   void finish();
 
-  const float* acquire(int unit, Pass pass) override { return inner_.acquire(unit, pass); }
+  const A* acquire(int unit, Pass pass) override { return inner_.acquire(unit, pass); }
   void release(int unit, Pass pass) override { inner_.release(unit, pass); }
-  float* grads(int unit) override { return inner_.grads(unit); }
+  G* grads(int unit) override { return inner_.grads(unit); }
   void grads_done(int unit) override;
 
  private:
   const ParamLayout& layout_;
-  WeightStore<float>& inner_;
+  WeightStore<A>& inner_;
   Communicator* ends_;  // the first and the last stage's ranks (null: nothing to sum here)
   bool every_backward_;
   bool last_ = true, held_ = false;

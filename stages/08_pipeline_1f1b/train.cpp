@@ -56,11 +56,13 @@ using namespace gpt;
 
 namespace {
 
-int train_ranks(Run& run) {
+// A is the storage of weights and activations: float, or bf16 in bf16 mode (the messages
+// between stages, the tp hooks' collectives and the ZeRO gathers then move bf16).
+template <class A>
+int train_on(Run& run) {
   Config& cfg = run.cfg;
   const Device device = run.device;
   const Precision precision = run.precision;
-  const bool bf16 = precision == Precision::BF16;
   check_tensor_parallel(cfg);
   Communicator& dp = run.mesh.dp();
   Communicator& pp = run.mesh.pp();
@@ -74,21 +76,21 @@ int train_ranks(Run& run) {
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
   const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
-  TensorParallelHooks<float> hooks(tp, sp, device);
+  TensorParallelHooks<A> hooks(tp, sp, device);
   // This rank's stage of the pipeline, with activations for every micro-batch the
   // schedule keeps in flight.
   const PipeSchedule schedule = one_f_one_b_schedule(pp.size(), pp.rank(), accum);
   const LayerRange layers = stage_layers(cfg.model.n_layer, pp.size(), pp.rank());
-  GPT2<float> model(cfg.model, B, T, device, precision, /*own_weights=*/cfg.zero <= 1,
-                    ModelSlice<float>{tp.size(), tp.rank(), sp, &hooks, /*positions=*/{}, layers,
-                                      max_in_flight(schedule, 0)});
+  GPT2<A> model(cfg.model, B, T, device, precision, /*own_weights=*/cfg.zero <= 1,
+                ModelSlice<A>{tp.size(), tp.rank(), sp, &hooks, /*positions=*/{}, layers,
+                              max_in_flight(schedule, 0)});
   const ParamLayout& layout = model.layout();  // the local buffer's tensors and units
   const ParamLayout global(cfg.model);
   const RankLayout slices = RankLayout::pipeline_stage(RankLayout::tensor_parallel(global, tp.size(), tp.rank()),
                                                        layers.begin, layers.end, model.first_stage(), model.last_stage());
   const int64_t n_local = layout.total();
   // The ZeRO stage of `zero` over dp, on this rank's local buffer (stage 06's local_zero.h).
-  LocalZero zero(cfg, model, slices, dp, device, bf16);
+  LocalZero<A> zero(cfg, model, slices, dp, device);
   const RunCheckpoints ckpt{layout, zero.checkpoint_buffers(), /*sharded=*/true, &zero.range(),
                             [&] { zero.checkpoint_to_host(); }};
 
@@ -103,12 +105,12 @@ int train_ranks(Run& run) {
     if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
   zero.weights_from_master();
-  SequenceParallelGrads<float> sp_grads(layout, tp, zero.store(), device);
+  SequenceParallelGrads<A> sp_grads(layout, tp, zero.store(), device);
   const std::unique_ptr<Communicator> ends = tied_embedding_group(pp);  // the first and the last stage
-  TiedEmbeddingGrads tied(layout, ends.get(), sp ? static_cast<WeightStore<float>&>(sp_grads) : zero.store(),
-                          zero.reduces_every_backward());
+  TiedEmbeddingGrads<A> tied(layout, ends.get(), sp ? static_cast<WeightStore<A>&>(sp_grads) : zero.store(),
+                             zero.reduces_every_backward());
   model.set_store(&tied);
-  PipelineExecutor pipeline({&model}, pp);
+  PipelineExecutor<A> pipeline({&model}, pp);
 
   MemoryLedger mem = MemoryTracker::global().peaks();
   if (lead) {
@@ -149,7 +151,8 @@ int train_ranks(Run& run) {
     pp.all_reduce(&loss, 1, DType::F64);  // from the last stage (the others add 0)
     dp.all_reduce(&loss, 1, DType::F64);
 
-    const double norm = grad_norm_by_tensor(run.world, {&zero}, global.tensors().size());  // the same bits for any schedule
+    // The norm of the gradients, the same bits for any schedule.
+    const double norm = grad_norm_by_tensor<A>(run.world, {&zero}, global.tensors().size());
     const double lr = learning_rate(cfg, step);
     zero.step(lr, norm, int(step + 1));
     device_synchronize(device);  // the step ends when the GPU has run its kernels
@@ -159,8 +162,8 @@ int train_ranks(Run& run) {
     mem = MemoryTracker::global().peaks();
     if (step == first_step) {  // after the first step: memory and micro-batches in flight, per rank
       const int bound = std::min(pp.size() - pp.rank(), accum);  // 1F1B: min(p - r, m)
-      const std::string line = in_flight_line(run.world.rank(), pp.rank(), pp.size(), bound,
-                                              pipeline.measured_in_flight(), {&model}, mem);
+      const std::string line = in_flight_line<A>(run.world.rank(), pp.rank(), pp.size(), bound,
+                                                 pipeline.measured_in_flight(), {&model}, mem);
       print_from_every_rank(run.world, line);
     }
     StepMetrics m;
@@ -177,12 +180,16 @@ int train_ranks(Run& run) {
       bubble.report([&](const PipeCosts&) { return pipeline_bubble(pp.size(), accum); }, pipeline.measured_costs());
   if (lead) std::printf("%s", bubbles.c_str());
 
-  DeviceArray<float> whole;  // the whole model, for the lead rank's sample (on the device)
+  DeviceArray<A> whole;  // the whole model, for the lead rank's sample (on the device)
   if (cfg.sample_tokens > 0)
     whole = on_device(device, gather_whole_model(run.world, slices, zero.local_weights(), dp.rank() == 0));
   const Validation validate = [&] { return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, dp); };
   end_of_run(run, validate, dp, log, ckpt, state, whole.data(), T);
   return 0;
+}
+
+int train_ranks(Run& run) {
+  return run.precision == Precision::BF16 ? train_on<gpt::bf16>(run) : train_on<float>(run);
 }
 
 }  // namespace

@@ -9,40 +9,50 @@
 
 namespace gpt {
 
-std::vector<ModelChunk> make_model_chunks(const Config& cfg, const ParamLayout& global, const PipeSchedule& schedule,
-                                          Communicator& pp, Communicator& tp, Communicator& dp, Communicator* ends,
-                                          const ModelSlice<float>& slice, int seq_len, Device device,
-                                          Precision precision) {
+template <class A>
+std::vector<ModelChunk<A>> make_model_chunks(const Config& cfg, const ParamLayout& global,
+                                             const PipeSchedule& schedule, Communicator& pp, Communicator& tp,
+                                             Communicator& dp, Communicator* ends, const ModelSlice<A>& slice,
+                                             int seq_len, Device device, Precision precision) {
   const int p = pp.size(), v = cfg.virtual_stages, stages = p * v;
   const RankLayout tp_slice = RankLayout::tensor_parallel(global, tp.size(), tp.rank());
-  std::vector<ModelChunk> chunks(static_cast<size_t>(v));
+  std::vector<ModelChunk<A>> chunks(static_cast<size_t>(v));
   for (int c = 0; c < v; ++c) {
-    ModelChunk& k = chunks[size_t(c)];
+    ModelChunk<A>& k = chunks[size_t(c)];
     const int stage = c * p + pp.rank();
     const LayerRange layers = stage_layers(cfg.model.n_layer, stages, stage);
-    ModelSlice<float> chunk_slice = slice;
+    ModelSlice<A> chunk_slice = slice;
     chunk_slice.layers = layers;
     chunk_slice.in_flight = max_in_flight(schedule, c);
     chunk_slice.split_backward = splits_backward(schedule);
-    k.model = std::make_unique<GPT2<float>>(cfg.model, cfg.micro_batch_size, seq_len, device, precision,
-                                            /*own_weights=*/cfg.zero <= 1, chunk_slice);
+    k.model = std::make_unique<GPT2<A>>(cfg.model, cfg.micro_batch_size, seq_len, device, precision,
+                                        /*own_weights=*/cfg.zero <= 1, chunk_slice);
     k.slices = std::make_unique<RankLayout>(
         RankLayout::pipeline_stage(tp_slice, layers.begin, layers.end, stage == 0, stage == stages - 1));
     k.dp = dp.split(0, dp.rank());  // the same ranks, a communicator of its own
-    k.zero = std::make_unique<LocalZero>(cfg, *k.model, *k.slices, *k.dp, device, precision == Precision::BF16);
+    k.zero = std::make_unique<LocalZero<A>>(cfg, *k.model, *k.slices, *k.dp, device);
     const ParamLayout& layout = k.model->layout();
-    k.sp_grads = std::make_unique<SequenceParallelGrads<float>>(layout, tp, k.zero->store(), device);
-    WeightStore<float>& inner =
-        cfg.sequence_parallel ? static_cast<WeightStore<float>&>(*k.sp_grads) : k.zero->store();
+    k.sp_grads = std::make_unique<SequenceParallelGrads<A>>(layout, tp, k.zero->store(), device);
+    WeightStore<A>& inner = cfg.sequence_parallel ? static_cast<WeightStore<A>&>(*k.sp_grads) : k.zero->store();
     const bool holds_wte = layout.has_embeddings() || layout.has_head();
-    k.tied = std::make_unique<TiedEmbeddingGrads>(layout, holds_wte ? ends : nullptr, inner,
-                                                  k.zero->reduces_every_backward());
+    k.tied = std::make_unique<TiedEmbeddingGrads<A>>(layout, holds_wte ? ends : nullptr, inner,
+                                                     k.zero->reduces_every_backward());
     k.model->set_store(k.tied.get());
   }
   return chunks;
 }
 
-ChunkCheckpoint::ChunkCheckpoint(const ParamLayout& global, std::vector<ModelChunk>& chunks)
+template <class A>
+std::vector<A> gather_chunks(Communicator& world, std::vector<ModelChunk<A>>& chunks, bool counted) {
+  std::vector<std::vector<A>> locals;  // each chunk's weights, in host memory
+  for (ModelChunk<A>& c : chunks) locals.push_back(c.zero->local_weights());
+  std::vector<LocalPart<A>> parts;
+  for (size_t i = 0; i < chunks.size(); ++i) parts.push_back({chunks[i].slices.get(), &locals[i]});
+  return gather_whole_model(world, parts, counted);
+}
+
+template <class A>
+ChunkCheckpoint<A>::ChunkCheckpoint(const ParamLayout& global, std::vector<ModelChunk<A>>& chunks)
     : chunks_(chunks), layout_(global) {
   // (tensor, chunk, its LocalTensor) over every chunk's range, in the model's order.
   std::vector<std::tuple<int, int, const LocalTensor*>> all;
@@ -57,14 +67,16 @@ ChunkCheckpoint::ChunkCheckpoint(const ParamLayout& global, std::vector<ModelChu
   packed_.assign(kinds_.size(), std::vector<float>(size_t(layout_.total())));
 }
 
-std::vector<CheckpointBuffer> ChunkCheckpoint::buffers() {
+template <class A>
+std::vector<CheckpointBuffer> ChunkCheckpoint<A>::buffers() {
   std::vector<CheckpointBuffer> out;
   for (size_t k = 0; k < kinds_.size(); ++k) out.push_back({kinds_[k], packed_[k].data(), 0, 0});
   return out;
 }
 
-void ChunkCheckpoint::pack() {
-  for (ModelChunk& c : chunks_) c.zero->checkpoint_to_host();  // the device arrays into the chunks' host buffers
+template <class A>
+void ChunkCheckpoint<A>::pack() {
+  for (ModelChunk<A>& c : chunks_) c.zero->checkpoint_to_host();  // the device arrays into the chunks' host buffers
   for (size_t k = 0; k < kinds_.size(); ++k)
     for (const Piece& piece : pieces_) {
       const float* from = chunks_[size_t(piece.chunk)].zero->checkpoint_buffers()[k].data + piece.chunk_offset;
@@ -72,12 +84,24 @@ void ChunkCheckpoint::pack() {
     }
 }
 
-void ChunkCheckpoint::unpack() {
+template <class A>
+void ChunkCheckpoint<A>::unpack() {
   for (size_t k = 0; k < kinds_.size(); ++k)
     for (const Piece& piece : pieces_) {
       float* to = chunks_[size_t(piece.chunk)].zero->checkpoint_buffers()[k].data + piece.chunk_offset;
       std::copy_n(packed_[k].data() + piece.packed_offset, piece.n, to);
     }
 }
+
+template std::vector<ModelChunk<float>> make_model_chunks(const Config&, const ParamLayout&, const PipeSchedule&,
+                                                          Communicator&, Communicator&, Communicator&, Communicator*,
+                                                          const ModelSlice<float>&, int, Device, Precision);
+template std::vector<ModelChunk<bf16>> make_model_chunks(const Config&, const ParamLayout&, const PipeSchedule&,
+                                                         Communicator&, Communicator&, Communicator&, Communicator*,
+                                                         const ModelSlice<bf16>&, int, Device, Precision);
+template std::vector<float> gather_chunks(Communicator&, std::vector<ModelChunk<float>>&, bool);
+template std::vector<bf16> gather_chunks(Communicator&, std::vector<ModelChunk<bf16>>&, bool);
+template class ChunkCheckpoint<float>;
+template class ChunkCheckpoint<bf16>;
 
 }  // namespace gpt

@@ -27,19 +27,21 @@
 
 namespace gpt {
 
+// A: the storage of weights and activations (float, or bf16 in bf16 mode).
+template <class A>
 struct ModelChunk {
   // The chunk's own copy of the dp group: each chunk's store reduces its buckets on a
   // communication thread of its own, and collectives on one communicator must come in
   // the same order on every rank, which two threads cannot promise.
   std::unique_ptr<Communicator> dp;
-  std::unique_ptr<GPT2<float>> model;
+  std::unique_ptr<GPT2<A>> model;
   std::unique_ptr<RankLayout> slices;  // the chunk's part of the global tensors
-  std::unique_ptr<LocalZero> zero;
-  std::unique_ptr<SequenceParallelGrads<float>> sp_grads;
+  std::unique_ptr<LocalZero<A>> zero;
+  std::unique_ptr<SequenceParallelGrads<A>> sp_grads;
   // The store the model runs through, on every chunk: where the chunk holds the tied wte
   // (the first or the last stage) it sums wte's gradient with the other end's; elsewhere
   // it passes every gradient straight to the stores beneath.
-  std::unique_ptr<TiedEmbeddingGrads> tied;
+  std::unique_ptr<TiedEmbeddingGrads<A>> tied;
 };
 
 // The v = cfg.virtual_stages chunks of this rank (pp rank r of p, tp rank of tp), each
@@ -49,18 +51,27 @@ struct ModelChunk {
 // are set here per chunk. seq_len: tokens of each sequence this rank runs.
 // The weights are not initialised: the caller initialises or loads the masters, then
 // calls weights_from_master() on each chunk's zero.
-std::vector<ModelChunk> make_model_chunks(const Config& cfg, const ParamLayout& global, const PipeSchedule& schedule,
-                                          Communicator& pp, Communicator& tp, Communicator& dp, Communicator* ends,
-                                          const ModelSlice<float>& slice, int seq_len, Device device,
-                                          Precision precision);
+template <class A>
+std::vector<ModelChunk<A>> make_model_chunks(const Config& cfg, const ParamLayout& global,
+                                             const PipeSchedule& schedule, Communicator& pp, Communicator& tp,
+                                             Communicator& dp, Communicator* ends, const ModelSlice<A>& slice,
+                                             int seq_len, Device device, Precision precision);
+
+// The whole model's weights on world rank 0 (empty elsewhere), for the sample: every
+// chunk's local weights, gathered at once (gather_whole_model). Collective over the
+// world, and over each chunk's dp group with zero = 3. counted: as gather_whole_model's.
+template <class A>
+std::vector<A> gather_chunks(Communicator& world, std::vector<ModelChunk<A>>& chunks, bool counted);
 
 // A rank's chunks as one checkpoint: the tensors of every chunk's ZeRO range in the
 // model's order (a RankLayout must list them so; wte, the last chunk's on rank p - 1,
 // comes first) and their values copied into contiguous buffers before a checkpoint is
-// written (pack) and back into the chunks after one is read (unpack).
+// written (pack) and back into the chunks after one is read (unpack). The buffers are the
+// fp32 master weights and moments, whatever A.
+template <class A>
 class ChunkCheckpoint {
  public:
-  ChunkCheckpoint(const ParamLayout& global, std::vector<ModelChunk>& chunks);
+  ChunkCheckpoint(const ParamLayout& global, std::vector<ModelChunk<A>>& chunks);
   const RankLayout& layout() const { return layout_; }
   std::vector<CheckpointBuffer> buffers();  // param, adam_m, adam_v of the packed layout
   void pack();
@@ -71,7 +82,7 @@ class ChunkCheckpoint {
     int chunk;
     int64_t chunk_offset, packed_offset, n;
   };
-  std::vector<ModelChunk>& chunks_;
+  std::vector<ModelChunk<A>>& chunks_;
   RankLayout layout_;
   std::vector<Piece> pieces_;
   std::vector<std::vector<float>> packed_;  // per kind

@@ -54,7 +54,10 @@ using namespace gpt;
 
 namespace {
 
-int train_ranks(Run& run) {
+// A is the storage of weights and activations: float, or bf16 in bf16 mode (the messages
+// between stages, the tp hooks' collectives and the ZeRO gathers then move bf16).
+template <class A>
+int train_on(Run& run) {
   Config& cfg = run.cfg;
   const Device device = run.device;
   const Precision precision = run.precision;
@@ -75,21 +78,20 @@ int train_ranks(Run& run) {
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
   const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
-  TensorParallelHooks<float> hooks(tp, sp, device);
+  TensorParallelHooks<A> hooks(tp, sp, device);
   // This rank's v chunks (virtual stages r, r + p, ...), each with activations for every
   // micro-batch the schedule keeps in flight on it.
   const PipeSchedule schedule = pipeline_schedule(schedule_name, pp.size(), pp.rank(), accum, v);
   const ParamLayout global(cfg.model);
   const std::unique_ptr<Communicator> ends = tied_embedding_group(pp);  // the first and the last stage
-  std::vector<ModelChunk> chunks = make_model_chunks(cfg, global, schedule, pp, tp, dp, ends.get(),
-                                                     ModelSlice<float>{tp.size(), tp.rank(), sp, &hooks,
-                                                                       /*positions=*/{}},
-                                                     T, device, precision);
-  std::vector<GPT2<float>*> models;
-  std::vector<const GPT2<float>*> const_models;
-  std::vector<LocalZero*> zeros;
+  std::vector<ModelChunk<A>> chunks =
+      make_model_chunks(cfg, global, schedule, pp, tp, dp, ends.get(),
+                        ModelSlice<A>{tp.size(), tp.rank(), sp, &hooks, /*positions=*/{}}, T, device, precision);
+  std::vector<GPT2<A>*> models;
+  std::vector<const GPT2<A>*> const_models;
+  std::vector<LocalZero<A>*> zeros;
   int64_t n_local = 0;
-  for (ModelChunk& c : chunks) {
+  for (ModelChunk<A>& c : chunks) {
     models.push_back(c.model.get()), const_models.push_back(c.model.get()), zeros.push_back(c.zero.get());
     n_local += c.model->layout().total();
   }
@@ -101,7 +103,7 @@ int train_ranks(Run& run) {
   CheckpointState state;
   const std::string resume = resolve_resume(cfg);
   if (resume.empty()) {
-    for (ModelChunk& c : chunks)  // the single-device values there
+    for (ModelChunk<A>& c : chunks)  // the single-device values there
       c.slices->init(cfg.seed, c.zero->master_host(), c.zero->shard().begin, c.zero->shard().end);
   } else {
     std::vector<LocalBuffer> buffers;
@@ -110,7 +112,7 @@ int train_ranks(Run& run) {
     packed.unpack();
     if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
-  for (ModelChunk& c : chunks) c.zero->weights_from_master();
+  for (ModelChunk<A>& c : chunks) c.zero->weights_from_master();
   PipelineExecutor pipeline(models, pp);
 
   MemoryLedger mem = MemoryTracker::global().peaks();
@@ -131,14 +133,14 @@ int train_ranks(Run& run) {
   const int64_t first_step = state.step;
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (LocalZero* z : zeros) z->zero_grads();
+    for (LocalZero<A>* z : zeros) z->zero_grads();
     bubble.start();
     const auto batch = [&](int micro, int32_t* inputs, int32_t* targets) {
       train_data.batch(step, micro, dp.rank(), dp.size(), B, cfg.batch_size, inputs, targets);
     };
     const auto before_backward = [&](int chunk, int micro) {
       const bool last = micro == accum - 1;  // each chunk's backwards run in micro-batch order
-      ModelChunk& c = chunks[size_t(chunk)];
+      ModelChunk<A>& c = chunks[size_t(chunk)];
       c.zero->set_last_micro(last);
       c.sp_grads->set_sum(c.zero->reduces_every_backward() || last);
       c.tied->set_last(last);
@@ -146,8 +148,8 @@ int train_ranks(Run& run) {
     const std::vector<double> losses =
         pipeline.run(schedule, accum, batch, 1.0f / float(accum * dp.size()), before_backward);
     bubble.stop(pipeline.last_busy_s());
-    for (ModelChunk& c : chunks) c.tied->finish();
-    for (LocalZero* z : zeros) z->wait();
+    for (ModelChunk<A>& c : chunks) c.tied->finish();
+    for (LocalZero<A>* z : zeros) z->wait();
     double loss = 0;  // the mean over the global batch, added in micro-batch order as stage 01 does
     for (double l : losses) loss += l / (accum * dp.size());
     pp.all_reduce(&loss, 1, DType::F64);  // from the last stage (the others add 0)
@@ -155,7 +157,7 @@ int train_ranks(Run& run) {
 
     const double norm = grad_norm_by_tensor(run.world, zeros, global.tensors().size());  // the same bits for any schedule
     const double lr = learning_rate(cfg, step);
-    for (LocalZero* z : zeros) z->step(lr, norm, int(step + 1));
+    for (LocalZero<A>* z : zeros) z->step(lr, norm, int(step + 1));
     device_synchronize(device);  // the step ends when the GPU has run its kernels
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
@@ -182,16 +184,15 @@ int train_ranks(Run& run) {
       pipeline.measured_costs());
   if (lead) std::printf("%s", bubbles.c_str());
 
-  std::vector<float> whole;  // the whole model, for the lead rank's sample: the chunks' parts added
-  if (cfg.sample_tokens > 0)
-    for (ModelChunk& c : chunks) {
-      const std::vector<float> part = gather_whole_model(run.world, *c.slices, c.zero->local_weights(), dp.rank() == 0);
-      if (whole.empty()) whole = part;
-      else for (size_t i = 0; i < whole.size(); ++i) whole[i] += part[i];  // x + 0 = x: each element is one chunk's
-    }
+  std::vector<A> whole;  // the whole model, for the lead rank's sample: every chunk's part
+  if (cfg.sample_tokens > 0) whole = gather_chunks(run.world, chunks, dp.rank() == 0);
   const Validation validate = [&] { return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, dp); };
   end_of_run(run, validate, dp, log, ckpt, state, on_device(device, whole).data(), T);
   return 0;
+}
+
+int train_ranks(Run& run) {
+  return run.precision == Precision::BF16 ? train_on<gpt::bf16>(run) : train_on<float>(run);
 }
 
 }  // namespace

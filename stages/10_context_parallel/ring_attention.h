@@ -22,6 +22,14 @@
 // The hooks derive from TensorParallelHooks: with tp > 1 the attention runs on this
 // rank's heads (the ring is among the cp ranks that hold the same heads), and the
 // linears communicate over tp as in stage 06.
+//
+// Precision. The blocks are computed, merged and accumulated in G (fp32 for bf16 storage):
+// with A = bf16 the keys and values travel as bf16 (half the bytes) and are widened where
+// they arrive, this rank's q, out and dout are widened once, the merged output and the
+// gradients are rounded to bf16 once at the end, and dK, dV travel in fp32, since each
+// rank on the ring adds to them (rounding at every hop would round cp times). The
+// attention arithmetic is then what stage 01's is: fp32 with one rounding of what it
+// stores.
 #pragma once
 #include <cstdint>
 
@@ -52,14 +60,20 @@ class RingAttentionHooks : public TensorParallelHooks<A> {
 
  private:
   void pack_kv(Device d, const A* qkv, size_t rows, int width);
+  // The block that arrived (kv_) in G: kv_ itself, or its widened copy.
+  const G* block_kv(Device d);
   // Posts the ring step's messages: `send` to rank r + 1, `recv` from rank r - 1.
-  void exchange(std::vector<Request>& reqs, const A* send, A* recv, size_t count, int tag);
+  template <class T>
+  void exchange(std::vector<Request>& reqs, const T* send, T* recv, size_t count, int tag);
 
   Communicator& cp_;
   const ContextSplit& split_;
-  DeviceArray<A> kv_, kv_next_, dkv_, dkv_next_;  // (rows, 2W): a block's k | v, its gradient
-  DeviceArray<A> block_out_;                       // one block's output (Tc, W)
-  DeviceArray<G> block_lse_;                       // and logsumexps (heads, Tc)
+  DeviceArray<A> kv_, kv_next_;     // (rows, 2W): the block's k | v as it travels
+  DeviceArray<G> kv_wide_;          // (A = bf16) the block widened to fp32
+  DeviceArray<G> dkv_, dkv_next_;   // (rows, 2W): the block's dK | dV, accumulated on the ring
+  DeviceArray<G> block_out_;        // one block's output (Tc, W)
+  DeviceArray<G> block_lse_;        // and logsumexps (heads, Tc)
+  DeviceArray<G> qkv_wide_, out_wide_, dout_wide_, dqkv_wide_;  // (A = bf16) this rank's rows in fp32
   int64_t pairs_ = 0;
 };
 

@@ -49,11 +49,13 @@ using namespace gpt;
 
 namespace {
 
-int train_ranks(Run& run) {
+// A is the storage of weights and activations: float, or bf16 in bf16 mode (the ring's
+// key and value blocks then travel as bf16, its arithmetic in fp32: ring_attention.h).
+template <class A>
+int train_on(Run& run) {
   Config& cfg = run.cfg;
   const Device device = run.device;
   const Precision precision = run.precision;
-  const bool bf16 = precision == Precision::BF16;
   check_tensor_parallel(cfg);
   check_context_parallel(cfg);
   Communicator& tp = run.mesh.tp();
@@ -77,16 +79,16 @@ int train_ranks(Run& run) {
   split.group = &cp;
   run.part = &split;  // validation runs the same chunks
   const int Tl = split.local_len(T);  // tokens of each sequence on this rank
-  RingAttentionHooks<float> hooks(tp, sp, cp, split, device);
+  RingAttentionHooks<A> hooks(tp, sp, cp, split, device);
   // The model holds this rank's slices; with zero >= 2 the stage keeps the weights and
   // the store the gradients.
-  GPT2<float> model(cfg.model, B, Tl, device, precision, /*own_weights=*/cfg.zero <= 1,
-                    ModelSlice<float>{tp.size(), tp.rank(), sp, &hooks, split.positions()});
+  GPT2<A> model(cfg.model, B, Tl, device, precision, /*own_weights=*/cfg.zero <= 1,
+                ModelSlice<A>{tp.size(), tp.rank(), sp, &hooks, split.positions()});
   const ParamLayout& layout = model.layout();  // the local buffer's tensors and units
   const ParamLayout global(cfg.model);
   const RankLayout slices = RankLayout::tensor_parallel(global, tp.size(), tp.rank());
   // The ZeRO stage of `zero` over dp x cp, on this rank's local buffer (stage 06's local_zero.h).
-  LocalZero zero(cfg, model, slices, dp, device, bf16);
+  LocalZero<A> zero(cfg, model, slices, dp, device);
   const RunCheckpoints ckpt{layout, zero.checkpoint_buffers(), /*sharded=*/true, &zero.range(),
                             [&] { zero.checkpoint_to_host(); }};
 
@@ -101,8 +103,8 @@ int train_ranks(Run& run) {
     if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
   zero.weights_from_master();
-  SequenceParallelGrads<float> sp_grads(layout, tp, zero.store(), device);
-  model.set_store(sp ? static_cast<WeightStore<float>*>(&sp_grads) : &zero.store());
+  SequenceParallelGrads<A> sp_grads(layout, tp, zero.store(), device);
+  model.set_store(sp ? static_cast<WeightStore<A>*>(&sp_grads) : &zero.store());
 
   MemoryLedger mem = MemoryTracker::global().peaks();
   if (lead) {
@@ -166,10 +168,14 @@ int train_ranks(Run& run) {
     after_step(run, model, val_data, run.mesh.dp(), log, ckpt, state);  // the sequences split over dp only
   }
 
-  DeviceArray<float> whole;  // the whole model, for the lead rank's sample (on the device)
+  DeviceArray<A> whole;  // the whole model, for the lead rank's sample (on the device)
   if (cfg.sample_tokens > 0) whole = on_device(device, gather_whole_model(run.world, slices, zero.local_weights(), dp.rank() == 0));
   end_of_run(run, model, val_data, run.mesh.dp(), log, ckpt, state, whole.data());
   return 0;
+}
+
+int train_ranks(Run& run) {
+  return run.precision == Precision::BF16 ? train_on<gpt::bf16>(run) : train_on<float>(run);
 }
 
 }  // namespace

@@ -65,7 +65,10 @@ using namespace gpt;
 
 namespace {
 
-int train_ranks(Run& run) {
+// A is the storage of weights and activations: float, or bf16 in bf16 mode (the messages
+// between stages, the tp hooks' collectives and the ZeRO gathers then move bf16).
+template <class A>
+int train_on(Run& run) {
   Config& cfg = run.cfg;
   const Device device = run.device;
   const Precision precision = run.precision;
@@ -98,8 +101,8 @@ int train_ranks(Run& run) {
   ContextSplit split(cp.size(), cp.rank(), cfg.cp_split == "zigzag", T);
   split.group = &cp;
   const int Tl = split.local_len(T);  // tokens of each sequence on this rank
-  TensorParallelHooks<float> hooks(tp, sp, device);
-  RingAttentionHooks<float> ring(tp, sp, cp, split, device);  // at cp = 1 `hooks`: the same bits without block merges
+  TensorParallelHooks<A> hooks(tp, sp, device);
+  RingAttentionHooks<A> ring(tp, sp, cp, split, device);  // at cp = 1 `hooks`: the same bits without block merges
   const PipeSchedule schedule = pipeline_schedule(schedule_name, pp.size(), pp.rank(), accum, v);
   const Recompute recompute = parse_recompute(cfg.activation_checkpointing);
   require(!(recompute == Recompute::Full && splits_backward(schedule)),
@@ -107,22 +110,22 @@ int train_ranks(Run& run) {
               "passes, when the recomputed activations are gone; use another schedule, or selective or none");
   const ParamLayout global(cfg.model);
   const std::unique_ptr<Communicator> ends = tied_embedding_group(pp);  // the first and the last stage
-  ModelHooks<float>* layer_hooks = cp.size() > 1 ? static_cast<ModelHooks<float>*>(&ring) : &hooks;  // tp's f, g
-  ModelSlice<float> slice{tp.size(), tp.rank(), sp, layer_hooks, split.positions()};
+  ModelHooks<A>* layer_hooks = cp.size() > 1 ? static_cast<ModelHooks<A>*>(&ring) : &hooks;  // tp's f, g
+  ModelSlice<A> slice{tp.size(), tp.rank(), sp, layer_hooks, split.positions()};
   slice.recompute = recompute;
   // One block runs at a time on a rank, so its chunks recompute into one working set.
-  BlockActivations<float> working_block;
+  BlockActivations<A> working_block;
   if (recompute != Recompute::None) {
-    working_block = GPT2<float>::working_block_for(cfg.model, B, Tl, device, slice);
+    working_block = GPT2<A>::working_block_for(cfg.model, B, Tl, device, slice);
     slice.working_block = &working_block;
   }
-  std::vector<ModelChunk> chunks =
+  std::vector<ModelChunk<A>> chunks =
       make_model_chunks(cfg, global, schedule, pp, tp, dp, ends.get(), slice, Tl, device, precision);
-  std::vector<GPT2<float>*> models;
-  std::vector<const GPT2<float>*> const_models;
-  std::vector<LocalZero*> zeros;
+  std::vector<GPT2<A>*> models;
+  std::vector<const GPT2<A>*> const_models;
+  std::vector<LocalZero<A>*> zeros;
   int64_t n_local = 0;
-  for (ModelChunk& c : chunks) {
+  for (ModelChunk<A>& c : chunks) {
     models.push_back(c.model.get()), const_models.push_back(c.model.get()), zeros.push_back(c.zero.get());
     n_local += c.model->layout().total();
   }
@@ -133,7 +136,7 @@ int train_ranks(Run& run) {
   CheckpointState state;
   const std::string resume = resolve_resume(cfg);
   if (resume.empty()) {
-    for (ModelChunk& c : chunks)  // the single-device values there
+    for (ModelChunk<A>& c : chunks)  // the single-device values there
       c.slices->init(cfg.seed, c.zero->master_host(), c.zero->shard().begin, c.zero->shard().end);
   } else {
     std::vector<LocalBuffer> buffers;
@@ -142,7 +145,7 @@ int train_ranks(Run& run) {
     packed.unpack();
     if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
-  for (ModelChunk& c : chunks) c.zero->weights_from_master();
+  for (ModelChunk<A>& c : chunks) c.zero->weights_from_master();
   PipelineExecutor pipeline(models, pp);
 
   MemoryLedger mem = MemoryTracker::global().peaks();
@@ -168,7 +171,7 @@ int train_ranks(Run& run) {
   const int64_t first_step = state.step;
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (LocalZero* z : zeros) z->zero_grads();
+    for (LocalZero<A>* z : zeros) z->zero_grads();
     bubble.start();
     const auto batch = [&](int micro, int32_t* inputs, int32_t* targets) {  // this rank's chunks of the sequences
       train_data.batch(step, micro, data_group.rank(), data_group.size(), B, cfg.batch_size, whole_in.data(),
@@ -178,7 +181,7 @@ int train_ranks(Run& run) {
     };
     const auto before_backward = [&](int chunk, int micro) {
       const bool last = micro == accum - 1;  // each chunk's backwards run in micro-batch order
-      ModelChunk& c = chunks[size_t(chunk)];
+      ModelChunk<A>& c = chunks[size_t(chunk)];
       c.zero->set_last_micro(last);
       c.sp_grads->set_sum(c.zero->reduces_every_backward() || last);
       c.tied->set_last(last);
@@ -188,8 +191,8 @@ int train_ranks(Run& run) {
     const std::vector<double> losses =
         pipeline.run(schedule, accum, batch, 1.0f / float(accum * dp.size()), before_backward);
     bubble.stop(pipeline.last_busy_s());
-    for (ModelChunk& c : chunks) c.tied->finish();
-    for (LocalZero* z : zeros) z->wait();
+    for (ModelChunk<A>& c : chunks) c.tied->finish();
+    for (LocalZero<A>* z : zeros) z->wait();
     double loss = 0;  // the mean over the global batch, added in micro-batch order as stage 01 does
     for (double l : losses) loss += l / (accum * dp.size());
     pp.all_reduce(&loss, 1, DType::F64);  // from the last stage (the others add 0)
@@ -197,7 +200,7 @@ int train_ranks(Run& run) {
 
     const double norm = grad_norm_by_tensor(run.world, zeros, global.tensors().size());
     const double lr = learning_rate(cfg, step);
-    for (LocalZero* z : zeros) z->step(lr, norm, int(step + 1));
+    for (LocalZero<A>* z : zeros) z->step(lr, norm, int(step + 1));
     device_synchronize(device);  // the step ends when the GPU has run its kernels
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
@@ -226,18 +229,17 @@ int train_ranks(Run& run) {
       pipeline.measured_costs());
   if (lead) std::printf("%s", bubbles.c_str());
 
-  std::vector<float> whole;  // the whole model, for the lead rank's sample: the chunks' parts added
-  if (cfg.sample_tokens > 0)
-    for (ModelChunk& c : chunks) {
-      const std::vector<float> part = gather_whole_model(run.world, *c.slices, c.zero->local_weights(), dp.rank() == 0);
-      if (whole.empty()) whole = part;
-      else for (size_t i = 0; i < whole.size(); ++i) whole[i] += part[i];  // x + 0 = x: each element is one chunk's
-    }
+  std::vector<A> whole;  // the whole model, for the lead rank's sample: every chunk's part
+  if (cfg.sample_tokens > 0) whole = gather_chunks(run.world, chunks, dp.rank() == 0);
   const Validation validate = [&] {
     return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, data_group, &split);
   };
   end_of_run(run, validate, data_group, log, ckpt, state, on_device(device, whole).data(), T);
   return 0;
+}
+
+int train_ranks(Run& run) {
+  return run.precision == Precision::BF16 ? train_on<gpt::bf16>(run) : train_on<float>(run);
 }
 
 }  // namespace

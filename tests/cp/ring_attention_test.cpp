@@ -1,8 +1,8 @@
 // Ring attention (stages/10_context_parallel) against single-rank causal attention in
 // double, on the ranks of `mpirun -np CP`: output, logsumexp, dQ, dK and dV of every
 // rank's chunks, for T in {2 cp (every chunk a single token: each mask case), 40, 96},
-// both splits; and the attention work per rank: equal with zigzag, the contiguous
-// split's imbalance printed.
+// both splits; the bf16 ring against the float ring, bit for bit (bf16_mismatches); and
+// the attention work per rank: equal with zigzag, the contiguous split's imbalance printed.
 //
 // Tolerance: the ring regroups each row's softmax sum into at most 2 cp blocks merged
 // through logsumexps, and dK, dV into sums over ranks; every compared value moves by a
@@ -21,6 +21,7 @@
 
 #include "common/comm.h"
 #include "common/error.h"
+#include "kernels/cpu/bf16.h"
 #include "kernels/ops.h"
 #include "stages/10_context_parallel/context_split.h"
 #include "stages/10_context_parallel/ring_attention.h"
@@ -106,6 +107,51 @@ Outcome run(Communicator& cp, int T, bool zigzag, bool corrupt) {
   return o;
 }
 
+// bf16 storage: RingAttentionHooks<bf16> widens what it reads, computes in fp32 exactly
+// what RingAttentionHooks<float> computes on the same values, and rounds what it stores
+// once. So on bf16 inputs (and, in backward, the forward's output rounded to bf16, as a
+// stage storing bf16 keeps it) its output and dQ, dK, dV must be the bf16 rounding of the
+// float ring's, and its logsumexps (fp32) the float ring's, bit for bit. With `corrupt`
+// the float ring runs with rank 0's first token scrambled: the negative control, which
+// must not match. Returns this rank's count of differing values.
+int64_t bf16_mismatches(Communicator& cp, int T, bool zigzag, bool corrupt) {
+  ContextSplit split(cp.size(), cp.rank(), zigzag, T);
+  const int Tl = split.local_len(T);
+  const auto round16 = [](const Vec& v) {  // bf16 values, as float and as bf16
+    std::vector<float> f(v.size());
+    std::vector<bf16> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i].bits = cpu::bf16_bits(float(v[i])), f[i] = cpu::bf16_to_float(b[i].bits);
+    return std::make_pair(f, b);
+  };
+  const Vec whole_qkv = random_vec(size_t(B) * T * 3 * W, 17 + uint64_t(T));
+  const Vec whole_dout = random_vec(size_t(B) * T * W, 19 + uint64_t(T));
+  auto [qkv32, qkv16] = round16(take_rows(split, whole_qkv, T, 3 * W));
+  auto [dout32, dout16] = round16(take_rows(split, whole_dout, T, W));
+  std::unique_ptr<Communicator> tp = cp.split(cp.rank(), 0);
+  const PieceContext ctx{Device::CPU, Precision::BF16};
+  // The float ring on the same values (rank 0's first token scrambled for the control).
+  std::vector<float> ref_qkv = qkv32;
+  if (corrupt && cp.rank() == 0) std::reverse(ref_qkv.begin(), ref_qkv.begin() + 3 * W);
+  RingAttentionHooks<float> ring32(*tp, false, cp, split, Device::CPU);
+  std::vector<float> out32(size_t(B) * Tl * W), lse32(size_t(B) * NH * Tl), dqkv32(qkv32.size(), 0.0f);
+  ring32.attention_forward(ctx, out32.data(), lse32.data(), ref_qkv.data(), B, Tl, W, NH);
+  for (float& x : out32) x = cpu::bf16_round(x);  // what a bf16 stage keeps of it
+  ring32.attention_backward(ctx, dqkv32.data(), dout32.data(), ref_qkv.data(), out32.data(), lse32.data(), B, Tl, W,
+                            NH);
+  // The bf16 ring.
+  RingAttentionHooks<bf16> ring16(*tp, false, cp, split, Device::CPU);
+  std::vector<bf16> out16(out32.size()), dqkv16(qkv16.size(), bf16{});
+  std::vector<float> lse16(lse32.size());
+  ring16.attention_forward(ctx, out16.data(), lse16.data(), qkv16.data(), B, Tl, W, NH);
+  ring16.attention_backward(ctx, dqkv16.data(), dout16.data(), qkv16.data(), out16.data(), lse16.data(), B, Tl, W,
+                            NH);
+  int64_t differ = 0;
+  for (size_t i = 0; i < out16.size(); ++i) differ += out16[i].bits != cpu::bf16_bits(out32[i]);
+  for (size_t i = 0; i < lse16.size(); ++i) differ += lse16[i] != lse32[i];
+  for (size_t i = 0; i < dqkv16.size(); ++i) differ += dqkv16[i].bits != cpu::bf16_bits(dqkv32[i]);
+  return differ;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -131,6 +177,16 @@ int main(int argc, char** argv) {
           expect(bad > 1e-3, what + ": negative control (one token scrambled on rank 0) accepted: " + sci(bad));
         }
       }
+    // bf16 storage: the bf16 ring against the float ring's rounding, bit for bit.
+    for (bool zigzag : {true, false}) {
+      const int T = 8 * p;  // 4 tokens a chunk
+      const std::string what = std::string("bf16, ") + (zigzag ? "zigzag" : "contiguous") + " T " + std::to_string(T);
+      double differ = double(bf16_mismatches(cp, T, zigzag, false));
+      double control = double(bf16_mismatches(cp, T, zigzag, true));
+      cp.all_reduce(&differ, 1, DType::F64), cp.all_reduce(&control, 1, DType::F64);
+      expect(differ == 0, what + ": " + sci(differ) + " values differ from the float ring's, rounded");
+      expect(control > 0, what + ": negative control (one token scrambled on rank 0) accepted");
+    }
     // The work per rank: zigzag equal on every rank; the contiguous split's imbalance.
     for (int T : {96}) {
       const ContextSplit zig(p, 0, true, T), flat(p, 0, false, T);

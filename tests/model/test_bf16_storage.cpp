@@ -1,12 +1,11 @@
-// bf16 storage (GPT2<bf16>: weights and activations in 2-byte buffers, the GPU's bf16
-// layout) against the emulation the multi-rank stages train with (GPT2<float> in bf16
-// mode: fp32 buffers, every activation rounded to bf16 after the op that writes it), both
-// on the CPU. The CPU's bf16 ops widen to fp32, run the fp32 kernel and round once
+// bf16 storage (GPT2<bf16>: weights and activations in 2-byte buffers, what every stage
+// trains with in bf16 mode, on the CPU and the GPU) against its emulation (GPT2<float> in
+// bf16 mode: fp32 buffers, every activation rounded to bf16 after the op that writes it),
+// both on the CPU. The CPU's bf16 ops widen to fp32, run the fp32 kernel and round once
 // (kernels/cpu/bf16_ops.h), so the two must agree bit for bit: every loss, every weight
 // gradient (fp32 in both), every stage output and input gradient, and the weights after
-// AdamW and SGD steps. A difference means the emulation rounds where bf16 storage does
-// not, or the reverse -- exactly what would make the emulated stages a poor model of
-// the GPU's bf16.
+// AdamW and SGD steps. A difference means bf16 storage rounds where the emulation, whose
+// rounding points are few and plain to read, does not, or the reverse.
 //
 // Checked on the whole model and on first, middle and last pipeline stages, with two
 // micro-batches in flight, the backward fused and split (zero-bubble), and with the

@@ -6,7 +6,8 @@
 // selective in emulated bf16 rebuilds fch_gelu from the rounded fch, so mlp.c_proj's
 // weight gradients (and only those) may differ; a block-level test pins the rebuilt value
 // down bit for bit instead. Checked on the whole model and on first, middle and last
-// pipeline stages, in fp32, emulated bf16 and double, with two micro-batches in flight
+// pipeline stages, in fp32, emulated bf16 and double (full recompute also in bf16
+// storage, GPT2<bf16>), with two micro-batches in flight
 // (both forwards before either backward, as GPipe runs them: the second forward
 // overwrites the one working set, so the first backward must recompute). Negative
 // control: the second micro-batch's loss scaled by 1 + 2^-10 must be seen. Memory: the
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "common/gpt2.h"
+#include "kernels/cpu/bf16.h"
 #include "kernels/ops.h"
 #include "tests/model/model_fixture.h"
 #include "tests/ops/gradcheck.h"
@@ -47,6 +49,18 @@ struct Training {
   std::vector<double> losses, outputs, grads, input_grads;
 };
 
+// A stored value from a float, and a stored value as a double (bf16: its bits widened).
+template <class A>
+A stored(float x) {
+  if constexpr (std::is_same_v<A, bf16>) return bf16{cpu::bf16_bits(x)};
+  else return A(x);
+}
+template <class A>
+double value(A x) {
+  if constexpr (std::is_same_v<A, bf16>) return double(cpu::bf16_to_float(x.bits));
+  else return double(x);
+}
+
 // Two micro-batches through `model`, both forwards first, from weights, tokens, stage
 // inputs and output gradients drawn from seed 11: float values, so a double model gets
 // exactly the float models' inputs. `scale_second` perturbs the second loss scale.
@@ -65,20 +79,22 @@ Training train_two(GPT2<A>& model, bool scale_second = false) {
   for (int mb = 0; mb < kInFlight; ++mb)
     for (size_t i = 0; i < N; ++i) tokens[mb].push_back(rng.below(m.vocab_size)), targets[mb].push_back(rng.below(m.vocab_size));
   for (int mb = 0; mb < kInFlight; ++mb)
-    for (size_t i = 0; i < RC; ++i) input[mb].push_back(A(draw(1))), out_grad[mb].push_back(A(draw(0.01)));
+    for (size_t i = 0; i < RC; ++i)
+      input[mb].push_back(stored<A>(draw(1))), out_grad[mb].push_back(stored<A>(draw(0.01)));
   model.zero_grads();
   Training t;
   for (int mb = 0; mb < kInFlight; ++mb) {  // every forward first
     if (!model.first_stage()) std::memcpy(model.stage_input(mb), input[mb].data(), RC * sizeof(A));
     t.losses.push_back(double(model.forward_micro(mb, tokens[mb].data(), targets[mb].data())));
     if (!model.last_stage()) {
-      t.outputs.insert(t.outputs.end(), model.stage_output(mb), model.stage_output(mb) + RC);
+      for (size_t i = 0; i < RC; ++i) t.outputs.push_back(value(model.stage_output(mb)[i]));
       std::memcpy(model.output_grad(mb), out_grad[mb].data(), RC * sizeof(A));
     }
   }
   for (int mb = 0; mb < kInFlight; ++mb) {
     model.backward_micro(mb, scale_second && mb == 1 ? G(0.5 * (1 + 0x1p-10)) : G(0.5));
-    if (!model.first_stage()) t.input_grads.insert(t.input_grads.end(), model.output_grad(mb), model.output_grad(mb) + RC);
+    if (!model.first_stage())
+      for (size_t i = 0; i < RC; ++i) t.input_grads.push_back(value(model.output_grad(mb)[i]));
   }
   t.grads.assign(model.grads().data(), model.grads().data() + model.grads().size());
   return t;
@@ -124,6 +140,8 @@ TEST_CASE("model: recomputing activations in the backward gives the same bits", 
   }
   check_recompute<float>(Recompute::Full, LayerRange{}, Precision::BF16);  // emulated bf16
   check_recompute<float>(Recompute::Full, LayerRange{0, 2}, Precision::BF16);
+  check_recompute<bf16>(Recompute::Full, LayerRange{}, Precision::BF16);  // bf16 storage (stages 01-11)
+  check_recompute<bf16>(Recompute::Full, LayerRange{1, 2}, Precision::BF16);
 }
 
 TEST_CASE("model: block_rebuild_cheap writes what the block's forward wrote (bf16: the GELU of the rounded fch)",

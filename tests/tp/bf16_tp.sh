@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# bf16 mode (emulated on the CPU: every activation rounded to bf16, fp32 master weights)
-# of stage 06 at tp = 2, with and without sequence parallelism, against stage 01 in fp32.
+# bf16 mode (bf16 weights and activations, fp32 master weights) of stage 06 at tp = 2,
+# with and without sequence parallelism, against stage 01 in fp32.
 #
 # Tolerance: stage 01's own bf16 run differs from its fp32 run by D = the largest relative
 # loss difference over the 10 steps: that is what bf16 rounding does to this model. A
 # tensor-parallel bf16 run rounds the same activations (its partial sums are rounded
-# before they are reduced, a few more roundings of the same size), so it must stay within
+# before they are reduced, and the reduction rounds its sum: a few more roundings of the
+# same size), so it must stay within
 # 3 D of fp32 (2^-16 at least, should D come out 0). Negative control: the same run with
 # lr 1.05x must be rejected.
 # AdamW normalises a gradient off by a constant factor away (and clipping too), so the

@@ -2,7 +2,9 @@
 # Stage 06's printed memory and communication against the README's formulas on the tiny
 # model (scripts/check_tp_budget.py: parameters, gradients, optimizer state and every
 # collective exact, activations too), for tp 2 with and without sequence
-# parallelism, tp 4 at zero 1 with accumulation 4, tp 2 x dp 2 at zero 2 and 3; and the
+# parallelism, tp 4 at zero 1 with accumulation 4, tp 2 x dp 2 at zero 2 and 3, and in
+# bf16 (2-byte weights and activations) tp 2 and tp 2 x dp 2 at zero 3 with sequence
+# parallelism; and the
 # checker's negative controls (one byte, one call off must be rejected). Then the same
 # measured numbers against budget_formula.py, a derivation written apart from the
 # stage's (the named tensors a rank holds, the walk through f and g), with its controls.
@@ -14,10 +16,11 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 rm -rf "$WORK" && mkdir -p "$WORK"
 make_corpus "$WORK" "$PREPARE"
 logs=()
-specs=()  # NP:TP:ZERO:SP:MICRO:BUCKET_MB:LOG for budget_formula.py
+specs=()  # NP:TP:ZERO:SP:MICRO:BUCKET_MB:PRECISION:LOG for budget_formula.py
 i=0
 for layout in "2 tp=2" "2 tp=2 sequence_parallel=true" "4 tp=4 zero=1 micro_batch_size=1" \
-              "4 tp=2 zero=2 sequence_parallel=true" "4 tp=2 zero=3 sequence_parallel=true micro_batch_size=1"; do
+              "4 tp=2 zero=2 sequence_parallel=true" "4 tp=2 zero=3 sequence_parallel=true micro_batch_size=1" \
+              "2 tp=2 precision=bf16" "4 tp=2 zero=3 sequence_parallel=true micro_batch_size=1 precision=bf16"; do
   read -r np kvs <<< "$layout"
   i=$((i + 1))
   sets=()
@@ -26,14 +29,14 @@ for layout in "2 tp=2" "2 tp=2 sequence_parallel=true" "4 tp=4 zero=1 micro_batc
     --set val_batches=0 --set sample_tokens=0 --set bucket_mb=0.02 "${sets[@]}" > "$WORK/run$i.log" 2>&1 ||
     { echo "FAIL: run $layout"; tail -20 "$WORK/run$i.log"; exit 1; }
   logs+=("$WORK/run$i.log")
-  tp=1 zero=0 sp=0 micro=$(sed -n 's/.*"micro_batch_size": *\([0-9]*\).*/\1/p' "$ROOT/configs/tiny.json")
+  tp=1 zero=0 sp=0 precision=fp32 micro=$(sed -n 's/.*"micro_batch_size": *\([0-9]*\).*/\1/p' "$ROOT/configs/tiny.json")
   for kv in $kvs; do
     case $kv in
       tp=*) tp=${kv#tp=} ;; zero=*) zero=${kv#zero=} ;; sequence_parallel=true) sp=1 ;;
-      micro_batch_size=*) micro=${kv#micro_batch_size=} ;;
+      micro_batch_size=*) micro=${kv#micro_batch_size=} ;; precision=*) precision=${kv#precision=} ;;
     esac
   done
-  specs+=("$np:$tp:$zero:$sp:$micro:0.02:$WORK/run$i.log")
+  specs+=("$np:$tp:$zero:$sp:$micro:0.02:$precision:$WORK/run$i.log")
 done
 /usr/bin/python3 "$ROOT/scripts/check_tp_budget.py" "${logs[@]}"
 /usr/bin/python3 "$ROOT/scripts/check_tp_budget.py" --self-test "${logs[0]}"

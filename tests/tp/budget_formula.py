@@ -5,12 +5,13 @@ named tensors with the rows or columns a tp rank holds, and the collectives as t
 of one micro-batch through the model's f and g operators.
 
   budget_formula.py CONFIG RUN [RUN...]
-  RUN = NP:TP:ZERO:SP:MICRO:BUCKET_MB:LOG     e.g. 4:2:2:1:2:0.02:/tmp/run4.log
+  RUN = NP:TP:ZERO:SP:MICRO:BUCKET_MB:PRECISION:LOG     e.g. 4:2:2:1:2:0.02:bf16:/tmp/run4.log
 
 CONFIG is the runs' JSON config (the model's shape, seq_len, batch_size).
 
 Each LOG is the output of a one-step run of stage 06 on NP ranks (tp = TP, dp = NP/TP,
-zero = ZERO, sequence_parallel = SP in {0, 1}, micro_batch_size = MICRO); rank 0
+zero = ZERO, sequence_parallel = SP in {0, 1}, micro_batch_size = MICRO, precision =
+PRECISION in {fp32, bf16}); rank 0
 prints, after its first step, what the memory tracker allocated and what the counting
 communicator counted. Those measured numbers (the left column) must equal the
 derivation exactly: parameters, gradients and optimizer state in bytes, and every
@@ -27,7 +28,11 @@ The tensors of tp rank r (Megatron-LM's split; W = C/tp, Vp = V padded to 128):
 The ZeRO stage then applies to these units (embeddings, blocks, ln_f) as stages 02-05
 apply it to the whole model: tests/zero/memory_formula.py's shards and buckets.
 
-One micro-batch's collectives (N = B T rows; "NC" = 4 N C bytes):
+Bytes of a stored weight or activation: w = 4 in fp32, 2 in bf16 (the model stores bf16
+weights and activations; gradients of weights, the master weights and the moments stay
+fp32: AdamW's state is 12 bytes a parameter in bf16, 8 in fp32).
+
+One micro-batch's collectives (N = B T rows; "NC" = w N C bytes):
   forward   embedding g; per block f, g (attention), f, g (MLP); ln_f's f before the head
   backward  the same operators in reverse, each in its backward form
   f is identity forward, all-reduce backward; g is all-reduce forward, identity backward.
@@ -38,13 +43,15 @@ One micro-batch's collectives (N = B T rows; "NC" = 4 N C bytes):
   for ln_f, once per step (every micro-batch under zero >= 2, whose gradient shards are
   reduced per micro-batch).
   The cross-entropy (tp > 1): all-gather of the row maxima (N values a rank, tp N
-  gathered), all-reduce of (sum of exponentials, target logit): 2N values.
+  gathered), all-reduce of (sum of exponentials, target logit): 2N values. These and
+  the layernorm gradients are fp32 (4 bytes) in both precisions.
 Bytes are counted as the communicator counts them: an all-reduce its buffer, a
 reduce-scatter its whole input, an all-gather its whole output.
 
 Negative controls, each of which the measured numbers must reject: the row-parallel
 biases split like their weights; sequence parallelism's f and g without the re-gathers;
-the layernorm sums made once per step under zero 2.
+the layernorm sums made once per step under zero 2; in bf16, 4-byte weights and 4-byte
+activations on the wire (the layout of an fp32 buffer holding bf16 values).
 """
 import json
 import os
@@ -77,14 +84,17 @@ def local_tensors(a, tp, rank, split_row_biases=False):
     return units
 
 
-def memory(a, tp, dp, zero, bucket_mb, split_row_biases=False):
-    """Rank 0's bytes of params, grads and optimizer state (fp32 AdamW: m and v)."""
+def memory(a, tp, dp, zero, bucket_mb, weight_bytes, split_row_biases=False):
+    """Rank 0's bytes of params, grads and optimizer state (AdamW: m and v, and the fp32
+    master weights when the weights are bf16)."""
     sizes = [sum(n for _, n in unit) for unit in local_tensors(a, tp, 0, split_row_biases)]
-    return zero_memory(zero_terms(sizes, dp, bucket_mb), zero, 8, weight_bytes=4)
+    return zero_memory(zero_terms(sizes, dp, bucket_mb), zero, 8 if weight_bytes == 4 else 12,
+                       weight_bytes=weight_bytes)
 
 
-def collectives(a, tp, dp, zero, sp, micro, regather=True, ln_sum_per_micro=True):
-    """{op: [calls, bytes]} of one step through the tp communicator."""
+def collectives(a, tp, dp, zero, sp, micro, act_bytes, regather=True, ln_sum_per_micro=True):
+    """{op: [calls, bytes]} of one step through the tp communicator; act_bytes: the bytes
+    of an activation."""
     out = {op: [0, 0] for op in ("all_reduce", "reduce_scatter", "all_gather")}
 
     def add(op, nbytes):
@@ -92,7 +102,7 @@ def collectives(a, tp, dp, zero, sp, micro, regather=True, ln_sum_per_micro=True
         out[op][1] += nbytes
 
     N = micro * a.seq_len
-    NC = 4 * N * a.n_embd
+    NC = act_bytes * N * a.n_embd
     f_fwd, f_bwd = ("all_gather", "reduce_scatter") if sp else (None, "all_reduce")
     g_fwd, g_bwd = ("reduce_scatter", "all_gather") if sp else ("all_reduce", None)
     # The operators one micro-batch meets in forward order.
@@ -146,25 +156,31 @@ def main():
               cfg["batch_size"])
     failed = False
     for spec in sys.argv[2:]:
-        np_, tp, zero, sp, micro, bucket_mb, path = spec.split(":", 6)
+        np_, tp, zero, sp, micro, bucket_mb, precision, path = spec.split(":", 7)
         np_, tp, zero, sp, micro, bucket_mb = int(np_), int(tp), int(zero), sp == "1", int(micro), float(bucket_mb)
+        if precision not in ("fp32", "bf16"):
+            sys.exit(f"budget_formula: {spec}: precision '{precision}' is neither fp32 nor bf16")
+        w = 2 if precision == "bf16" else 4
         dp = np_ // tp
         mem, comm = measured(path)
-        want_mem = memory(a, tp, dp, zero, bucket_mb)
-        want_comm = collectives(a, tp, dp, zero, sp, micro)
-        name = f"tp {tp} x dp {dp}, zero {zero}, sp {int(sp)}, micro-batch {micro}"
+        want_mem = memory(a, tp, dp, zero, bucket_mb, w)
+        want_comm = collectives(a, tp, dp, zero, sp, micro, w)
+        name = f"tp {tp} x dp {dp}, zero {zero}, sp {int(sp)}, micro-batch {micro}, {precision}"
         ok = mem == want_mem and comm == want_comm
         failed |= not ok
         print(f"{'ok  ' if ok else 'FAIL'} {name}: memory {mem} (derived {want_mem}); "
               f"collectives {comm} (derived {want_comm})")
         # Negative controls: plausible wrong derivations the measurements must reject.
-        controls = [("row-parallel biases split", memory(a, tp, dp, zero, bucket_mb, True), want_comm)]
+        controls = [("row-parallel biases split", memory(a, tp, dp, zero, bucket_mb, w, True), want_comm)]
         if sp:
             controls.append(("no re-gathers in backward", want_mem,
-                             collectives(a, tp, dp, zero, sp, micro, regather=False)))
+                             collectives(a, tp, dp, zero, sp, micro, w, regather=False)))
         if sp and zero >= 2 and a.batch // (micro * dp) > 1:
             controls.append(("layernorm sums once per step", want_mem,
-                             collectives(a, tp, dp, zero, sp, micro, ln_sum_per_micro=False)))
+                             collectives(a, tp, dp, zero, sp, micro, w, ln_sum_per_micro=False)))
+        if w == 2:
+            controls.append(("4-byte weights", memory(a, tp, dp, zero, bucket_mb, 4), want_comm))
+            controls.append(("4-byte activations on the wire", want_mem, collectives(a, tp, dp, zero, sp, micro, 4)))
         for label, m, c in controls:
             if mem == m and comm == c:
                 failed = True

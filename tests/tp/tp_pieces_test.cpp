@@ -14,7 +14,7 @@
 //               loss and every local gradient equal the whole model's, and the
 //               layernorm gradients are identical on every rank under sequence parallelism
 //   gather      gather_whole_model: rank 0 gets the global buffer bit for bit from the
-//               slices, window by window
+//               slices, window by window, and from two chunks per rank, fp32 and bf16
 // each with sequence parallelism off and on (T = 24 divides by 1, 2, 3, 4, 6 and 8).
 //
 // Tolerance: a split regroups each product's sum over at most 4C = 384 (or the
@@ -40,6 +40,7 @@
 #include "common/model_embedding.h"
 #include "common/model_head.h"
 #include "common/rank_layout.h"
+#include "kernels/cpu/bf16.h"
 #include "stages/06_tensor_parallel/local_zero.h"
 #include "stages/06_tensor_parallel/sequence_parallel_grads.h"
 #include "stages/06_tensor_parallel/tp_hooks.h"
@@ -334,6 +335,41 @@ void test_gather_whole_model(Communicator& tp) {
   if (tp.rank() == 0) expect(none != want, "gather_whole_model negative control (nothing counted) accepted");
 }
 
+// The same from two local buffers per rank (an interleaved pipeline's chunks: layer 0
+// with the embeddings, layer 1 with ln_f; wte counted on the first), in fp32 and in bf16,
+// bit for bit (the values are small integers, which bf16 holds exactly). Control: one
+// chunk left out, which must differ.
+void test_gather_chunks(Communicator& tp) {
+  const ParamLayout global(test_model(2));
+  std::vector<float> want(size_t(global.total()));
+  for (size_t i = 0; i < want.size(); ++i) want[i] = float(1 + i % 200);
+  const RankLayout tp_slice = RankLayout::tensor_parallel(global, tp.size(), tp.rank());
+  const RankLayout first = RankLayout::pipeline_stage(tp_slice, 0, 1, /*first=*/true, /*last=*/false);
+  const RankLayout second = RankLayout::pipeline_stage(tp_slice, 1, 2, /*first=*/false, /*last=*/true);
+  std::vector<float> a(size_t(first.total())), b(size_t(second.total()));
+  first.scatter(want.data(), a.data());
+  second.scatter(want.data(), b.data());
+  const std::vector<float> got = gather_whole_model<float>(tp, {{&first, &a}, {&second, &b}}, true, 4099);
+  const auto narrow = [](const std::vector<float>& v) {
+    std::vector<bf16> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i].bits = cpu::bf16_bits(v[i]);
+    return out;
+  };
+  const std::vector<bf16> a16 = narrow(a), b16 = narrow(b), want16 = narrow(want);
+  const std::vector<bf16> got16 = gather_whole_model<bf16>(tp, {{&first, &a16}, {&second, &b16}}, true, 4099);
+  const std::vector<float> half = gather_whole_model<float>(tp, {{&first, &a}}, true, 4099);
+  if (tp.rank() != 0) {
+    expect(got.empty() && got16.empty(), "gather_whole_model (two chunks): a rank other than 0 received a model");
+    return;
+  }
+  expect(got == want, "gather_whole_model (two chunks, fp32): rank 0's model differs from the global one");
+  const bool same16 = got16.size() == want16.size() &&
+                      std::equal(got16.begin(), got16.end(), want16.begin(),
+                                 [](bf16 x, bf16 y) { return x.bits == y.bits; });
+  expect(same16, "gather_whole_model (two chunks, bf16): rank 0's model differs from the global one");
+  expect(half != want, "gather_whole_model negative control (the second chunk left out) accepted");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -360,6 +396,7 @@ int main(int argc, char** argv) {
       test_model_slices(tp, sp);
     }
     test_gather_whole_model(tp);
+    test_gather_chunks(tp);
     return g_checks.finish(tp, "tp_pieces_test");
   });
 }
