@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/bf16.h"
+
 namespace gpt::cpu {
 
 /// The bf16 bit pattern of x rounded to nearest, ties to even; a NaN stays a quiet NaN
@@ -30,5 +32,14 @@ inline float bf16_to_float(uint16_t b) {
 
 /// x rounded to the nearest bf16 value (ties to even), as an fp32.
 inline float bf16_round(float x) { return bf16_to_float(bf16_bits(x)); }
+
+/// An operand's value in arithmetic type T: itself, or a stored bf16 widened (exactly),
+/// for kernels that read fp32 or bf16 storage alike.
+template <class T>
+inline T widen(T x) {
+  return x;
+}
+/// The fp32 value of a stored bf16 (exact).
+inline float widen(bf16 x) { return bf16_to_float(x.bits); }
 
 }  // namespace gpt::cpu

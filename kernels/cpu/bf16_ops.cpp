@@ -4,10 +4,10 @@
 //   Narrowed an fp32 stand-in for a bf16 output, rounded into it when the call ends
 //            (holding the output's values first when the op accumulates into it).
 // The largest operands (the logits and their gradient, B*T x Vp) are widened a slice at
-// a time where the slices are independent: rows of a product's output or of the loss,
-// columns of dout for the weight gradient (each dw row and dbias element sums over every
-// row in the order the whole call would). So a widened copy is at most kSliceFloats, and
-// the fp32 kernel does the same arithmetic on each element as on the whole.
+// a time where the slices are independent: rows of a product's output or of the loss. So
+// a widened copy is at most kSliceFloats, and the fp32 kernel does the same arithmetic on
+// each element as on the whole. The matmuls' operands are never copied: the GEMM widens
+// them as it packs its panels (gemm.h), which gives the same panels, so the same bits.
 // The embedding's forward reads two rows per position out of large tables, so it
 // converts as it reads instead of widening the tables.
 #include "kernels/cpu/bf16_ops.h"
@@ -142,40 +142,22 @@ void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, cons
 
 void matmul_forward(bf16* out, const bf16* inp, const bf16* w, const bf16* bias, int N, int C, int OC,
                     bf16* gelu_out) {
-  const Wide weight(w, size_t(OC) * C), b(bias, size_t(OC));
+  const Wide b(bias, size_t(OC));
   by_slices(N, size_t(OC), [&](int r0, int rows) {  // rows of the output
     const size_t n = size_t(rows) * OC;
-    const Wide x(inp + size_t(r0) * C, size_t(rows) * C);
     const Narrowed y(out + size_t(r0) * OC, n, kOverwrites),
         y_gelu(gelu_out ? gelu_out + size_t(r0) * OC : nullptr, n, kOverwrites);
-    matmul_forward(y.get(), x.get(), weight.get(), b.get(), rows, C, OC);
+    matmul_forward(y.get(), inp + size_t(r0) * C, w, b.get(), rows, C, OC);  // widened as the GEMM packs
     if (gelu_out) gelu_forward(y_gelu.get(), y.get(), n);  // from the fp32 product, before rounding
   });
 }
 
 void matmul_backward(bf16* dinp, float* dw, float* dbias, const bf16* dout, const bf16* inp, const bf16* w, int N,
                      int C, int OC) {
-  if (dinp) {  // dinp += dout . w, rows of dout at a time
-    const Wide weight(w, size_t(OC) * C);
-    by_slices(N, size_t(OC), [&](int r0, int rows) {
-      const Wide g(dout + size_t(r0) * OC, size_t(rows) * OC);
-      const Narrowed dx(dinp + size_t(r0) * C, size_t(rows) * C, kAccumulates);
-      float* const none = nullptr;
-      matmul_backward(dx.get(), none, none, g.get(), none, weight.get(), rows, C, OC);
-    });
-  }
-  if (!dw && !dbias) return;
-  // dw += dout^T . inp and dbias += column sums of dout: columns of dout at a time, each
-  // widened into a contiguous (N, cols) block.
-  const Wide x(dw ? inp : nullptr, size_t(N) * C);
-  by_slices(OC, size_t(N), [&](int c0, int cols) {
-    std::unique_ptr<float[]> g(new float[size_t(N) * cols]);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; ++i)
-      for (int j = 0; j < cols; ++j) g[size_t(i) * cols + j] = value(dout[size_t(i) * OC + c0 + j]);
-    matmul_backward(static_cast<float*>(nullptr), dw ? dw + size_t(c0) * C : nullptr, dbias ? dbias + c0 : nullptr,
-                    g.get(), x.get(), static_cast<const float*>(nullptr), N, C, cols);
-  });
+  // The GEMM widens dout, inp and w as it packs them; only dinp, which the op
+  // accumulates into, is widened whole (N x C, an activation's size).
+  const Narrowed dx(dinp, size_t(N) * C, kAccumulates);
+  matmul_backward(dx.get(), dw, dbias, dout, inp, w, N, C, OC);
 }
 
 // ---- attention ---------------------------------------------------------------------

@@ -12,16 +12,16 @@
 /// ```
 /// An output the op accumulates into (dinp += ...) is widened first and narrowed after.
 /// So a bf16 op's result is, bit for bit, the fp32 op's result on the same values,
-/// rounded once: what GPT2<float> with bf16 rounding after each op (the emulation of
-/// the multi-rank stages) computes. The fused GELU of matmul_forward is taken from the
+/// rounded once: what GPT2<float> with bf16 rounding after each op (the emulation the
+/// tests compare bf16 storage against) computes. The fused GELU of matmul_forward is taken from the
 /// fp32 product before it is rounded, as the GPU's GEMM epilogue does.
 ///
 /// The widened copies live only for the call (they are not in the memory ledger, like
 /// the GPU kernels' own scratch); what a run keeps between ops is bf16. The largest,
-/// those of the logits and their gradient, are made a slice of rows (or of columns) at a
-/// time, at most 64 MiB each; a weight is widened whole (the LM head's wte: Vp x C), on
-/// every call: with few rows against large weights (GPT-2 124M at 4 x 64 tokens) that
-/// makes a bf16 step 1.5x an fp32 one; the GEMM converting as it packs would not.
+/// those of the logits and their gradient, are made a slice of rows at a time, at most
+/// 64 MiB each. The matmuls make no copy of their operands at all: the GEMM widens them
+/// as it packs them (gemm.h), so a weight (the LM head's wte: Vp x C) is never widened
+/// whole.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/bf16.h"
 #include "kernels/adamw_args.h"
 
 namespace gpt::cpu {
@@ -49,6 +50,13 @@ void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int 
 template <class T>
 void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N,
                      int C, int OC);
+/// The same two with bf16 inputs and fp32 outputs (bf16_ops.h rounds what it stores):
+/// the operands are widened as the GEMM packs them, so the results are, bit for bit, the
+/// fp32 ops' on widened copies.
+void matmul_forward(float* out, const bf16* inp, const bf16* w, const float* bias, int N, int C, int OC);
+/// As above: dinp, dw and dbias (fp32) += from bf16 dout, inp and w.
+void matmul_backward(float* dinp, float* dw, float* dbias, const bf16* dout, const bf16* inp, const bf16* w,
+                     int N, int C, int OC);
 
 /// Causal multi-head attention, the readable reference: materialises the softmax
 /// probabilities in att (B,NH,T_,T_; zero above the diagonal) and writes out (B,T_,C)

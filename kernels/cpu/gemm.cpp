@@ -15,6 +15,10 @@
 //
 // Vectors are GCC/Clang vector extensions of 64 bytes: AVX-512 zmm registers when
 // compiled for a CPU that has them, two AVX2 ymm operations otherwise.
+//
+// Operands stored as bf16 (bf16 storage, kernels/cpu/bf16_ops.h) are widened to fp32 as
+// they are packed: a bf16 is the top half of an fp32, so the packed panels, and with them
+// every product, are exactly those of the fp32 GEMM on widened copies, without the copies.
 #include "kernels/cpu/gemm.h"
 
 #include <omp.h>
@@ -23,6 +27,8 @@
 #include <cstring>
 #include <type_traits>
 #include <vector>
+
+#include "kernels/cpu/bf16.h"
 
 namespace gpt::cpu {
 namespace {
@@ -48,20 +54,20 @@ struct Tile {
   static constexpr int NC = 2048;           // columns of a packed B block
 };
 
-// Element (i, k) of op(A) and (k, j) of op(B).
-template <class T>
-inline T at_a(const T* A, int lda, bool trans, int i, int k) {
-  return trans ? A[size_t(k) * lda + i] : A[size_t(i) * lda + k];
+// Element (i, k) of op(A) and (k, j) of op(B), in the arithmetic type.
+template <class S>
+inline auto at_a(const S* A, int lda, bool trans, int i, int k) {
+  return widen(trans ? A[size_t(k) * lda + i] : A[size_t(i) * lda + k]);
 }
-template <class T>
-inline T at_b(const T* B, int ldb, bool trans, int k, int j) {
-  return trans ? B[size_t(j) * ldb + k] : B[size_t(k) * ldb + j];
+template <class S>
+inline auto at_b(const S* B, int ldb, bool trans, int k, int j) {
+  return widen(trans ? B[size_t(j) * ldb + k] : B[size_t(k) * ldb + j]);
 }
 
 // Packs rows [i0, i0+mc) x depth [k0, k0+kc) of op(A) into MR-tall panels, each stored
 // k-major (MR consecutive values per k), zero-padded to a multiple of MR rows.
-template <class T>
-void pack_a(const T* A, int lda, bool trans, int i0, int mc, int k0, int kc, T* out) {
+template <class T, class S>
+void pack_a(const S* A, int lda, bool trans, int i0, int mc, int k0, int kc, T* out) {
   constexpr int MR = Tile<T>::MR;
   for (int p = 0; p < mc; p += MR) {
     const int rows = std::min(MR, mc - p);
@@ -114,15 +120,26 @@ inline void transpose_8x8(const float* src, int ld_src, float* dst, int ld_dst) 
 // NR read streams open at once and moves values one by one; instead 8 x 8 blocks are
 // read along the rows and transposed in registers (floats; doubles, for the fp64 ground
 // truth only, go a cache line of each row at a time). The forward's linears (x . w^T)
-// then run as fast as the backward's at GPT-2 widths on the CPU.
-template <class T>
-void pack_b_transposed(const T* src, int ld, int cols, int kc, T* panel) {
+// then run as fast as the backward's at GPT-2 widths on the CPU. A bf16 block is widened
+// into 8 x 8 floats first.
+template <class T, class S>
+void pack_b_transposed(const S* src, int ld, int cols, int kc, T* panel) {
   constexpr int NR = Tile<T>::NR;
   int k_done = 0, c_done = 0;
   if constexpr (std::is_same_v<T, float>) {
     k_done = kc / 8 * 8, c_done = cols / 8 * 8;
     for (int k = 0; k < k_done; k += 8)
-      for (int c = 0; c < c_done; c += 8) transpose_8x8(src + size_t(c) * ld + k, ld, panel + size_t(k) * NR + c, NR);
+      for (int c = 0; c < c_done; c += 8) {
+        const S* block = src + size_t(c) * ld + k;
+        if constexpr (std::is_same_v<S, float>) {
+          transpose_8x8(block, ld, panel + size_t(k) * NR + c, NR);
+        } else {
+          alignas(32) float wide[8 * 8];
+          for (int r = 0; r < 8; ++r)
+            for (int j = 0; j < 8; ++j) wide[r * 8 + j] = widen(block[size_t(r) * ld + j]);
+          transpose_8x8(wide, 8, panel + size_t(k) * NR + c, NR);
+        }
+      }
   }
   // What the blocks left: the ragged columns for every k, and the ragged k for the
   // blocked columns; a cache line of each row at a time.
@@ -131,7 +148,7 @@ void pack_b_transposed(const T* src, int ld, int cols, int kc, T* panel) {
     const int depth = std::min(KB, kc - kb);
     for (int c = 0; c < cols; ++c) {
       const int k_from = c < c_done ? std::max(kb, k_done) : kb;
-      for (int k = k_from; k < kb + depth; ++k) panel[size_t(k) * NR + c] = src[size_t(c) * ld + k];
+      for (int k = k_from; k < kb + depth; ++k) panel[size_t(k) * NR + c] = widen(src[size_t(c) * ld + k]);
     }
   }
   for (int c = cols; c < NR; ++c)
@@ -140,8 +157,8 @@ void pack_b_transposed(const T* src, int ld, int cols, int kc, T* panel) {
 
 // Packs depth [k0, k0+kc) x columns [j0, j0+nc) of op(B) into NR-wide panels, each
 // stored k-major (NR consecutive values per k), zero-padded to a multiple of NR.
-template <class T>
-void pack_b(const T* B, int ldb, bool trans, int k0, int kc, int j0, int nc, T* out) {
+template <class T, class S>
+void pack_b(const S* B, int ldb, bool trans, int k0, int kc, int j0, int nc, T* out) {
   constexpr int NR = Tile<T>::NR;
   const int panels = (nc + NR - 1) / NR;
 #pragma omp for schedule(static)  // orphaned: shares the caller's parallel region
@@ -155,7 +172,11 @@ void pack_b(const T* B, int ldb, bool trans, int k0, int kc, int j0, int nc, T* 
     for (int k = 0; k < kc; ++k) {
       T* dst = panel + k * NR;
       if (cols == NR) {
-        std::memcpy(dst, B + size_t(k0 + k) * ldb + j0 + q * NR, sizeof(T) * NR);
+        const S* row = B + size_t(k0 + k) * ldb + j0 + q * NR;
+        if constexpr (std::is_same_v<S, T>)
+          std::memcpy(dst, row, sizeof(T) * NR);
+        else
+          for (int c = 0; c < NR; ++c) dst[c] = widen(row[c]);
         continue;
       }
       for (int c = 0; c < cols; ++c) dst[c] = at_b(B, ldb, false, k0 + k, j0 + q * NR + c);
@@ -208,11 +229,10 @@ void micro_kernel(int kc, const T* a, const T* b, T* C, int ldc, int rows, int c
     }
 }
 
-}  // namespace
-
-template <class T>
-void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, int lda, const T* B, int ldb,
-          T* C, int ldc, bool accumulate) {
+// The blocked product in arithmetic type T, of operands stored as SA and SB (T or bf16).
+template <class T, class SA, class SB>
+void blocked_gemm(bool trans_a, bool trans_b, int M, int N, int K, const SA* A, int lda, const SB* B, int ldb,
+                  T* C, int ldc, bool accumulate) {
   using P = Tile<T>;
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {  // empty product
@@ -257,6 +277,19 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, int lda, 
       }
     }
   }
+}
+
+}  // namespace
+
+template <class T>
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, int lda, const T* B, int ldb,
+          T* C, int ldc, bool accumulate) {
+  blocked_gemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+}
+
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, const bf16* A, int lda, const bf16* B, int ldb,
+          float* C, int ldc, bool accumulate) {
+  blocked_gemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
 }
 
 template <class T>

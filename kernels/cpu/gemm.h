@@ -1,6 +1,7 @@
 /// @file
 /// The CPU GEMM: C[M,N] (+)= op(A)[M,K] . op(B)[K,N], row-major, cache-blocked and
-/// vectorised (see gemm.cpp for the blocking scheme). Templated on float and double.
+/// vectorised (see gemm.cpp for the blocking scheme). Templated on float and double; bf16
+/// operands are widened as they are packed.
 ///
 /// ```
 ///   op(A) = A (M x K, row stride lda)      when !trans_a
@@ -17,6 +18,8 @@
 /// ```
 #pragma once
 
+#include "common/bf16.h"
+
 namespace gpt::cpu {
 
 /// C = op(A) . op(B), or C += it with accumulate, as above: row-major, row strides lda,
@@ -24,6 +27,12 @@ namespace gpt::cpu {
 template <class T>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, int lda, const T* B, int ldb,
           T* C, int ldc, bool accumulate);
+
+/// The same product of bf16 operands into fp32 C: each operand is widened as it is
+/// packed, so C is, bit for bit, the fp32 GEMM's on widened copies of A and B, and no
+/// copy of a whole operand is made (kernels/cpu/bf16_ops.h's matmuls).
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, const bf16* A, int lda, const bf16* B, int ldb,
+          float* C, int ldc, bool accumulate);
 
 /// The plain triple loop, the reference the blocked GEMM is tested against.
 template <class T>

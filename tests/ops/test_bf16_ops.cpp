@@ -272,10 +272,10 @@ TEST_CASE("ops: bf16 storage -- AdamW and SGD write a rounded bf16 copy; convert
 }
 
 TEST_CASE("ops: bf16 storage -- the sliced paths of the large operands give the same bits", "[ops][bf16]") {
-  // The matmuls and the losses widen their largest operands a slice at a time; with
-  // slices of a few rows or columns the outputs must keep every bit of the whole-operand
-  // call (the default slice holds these shapes whole). A slice smaller than one row (or
-  // column) still takes one at a time, so 1 float per slice is the finest cut. An edge
+  // The matmul's output and the losses are made in fp32 a slice of rows at a time; with
+  // slices of a few rows the outputs must keep every bit of the whole-operand call (the
+  // default slice holds these shapes whole). A slice smaller than one row still takes one
+  // at a time, so 1 float per slice is the finest cut. An edge
   // of a slice handled wrongly (a row skipped, an offset off by one) would change some
   // output; the comparisons above this test check that each output is the fp32 op's.
   Rng rng(7);

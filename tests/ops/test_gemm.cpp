@@ -18,6 +18,7 @@
 #include <sstream>
 #include <vector>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/ops.h"
 #include "tests/ops/gradcheck.h"
@@ -169,6 +170,41 @@ TEST_CASE("ops: gemm on a product larger than the cache blocks", "[ops][gemm]") 
       check_gemm<float>({ta, tb, 9, 2085, 300, false, 3}, rng);
       check_gemm<double>({ta, tb, 10, 2070, 270, true, 0}, rng);
     }
+}
+
+// bf16 operands (bf16 storage) are widened as the GEMM packs them: C must equal, bit for
+// bit, the fp32 GEMM's on widened copies of A and B, for every transpose combination,
+// with and without accumulation, on shapes that cut the 8 x 8 transposed blocks of B and
+// the tiles raggedly, and on one larger than the cache blocks. Negative control: the fp32
+// GEMM with one element of A's copy one bf16 step larger must differ somewhere.
+TEST_CASE("ops: gemm of bf16 operands equals the fp32 gemm on their widened values", "[ops][gemm]") {
+  using gpt::bf16;
+  Rng rng(1004);
+  const int shapes[][3] = {{1, 1, 1}, {9, 17, 13}, {17, 33, 65}, {64, 40, 257}, {301, 289, 611}};
+  for (const auto& sh : shapes)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (bool acc : {false, true}) {
+          const int M = sh[0], N = sh[1], K = sh[2];
+          const int lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2, ldc = N;
+          const size_t na = size_t(ta ? K : M) * lda, nb = size_t(tb ? N : K) * ldb;
+          std::vector<bf16> A(na), B(nb);
+          std::vector<float> Aw(na), Bw(nb);
+          for (size_t i = 0; i < na; ++i)
+            A[i].bits = gpt::cpu::bf16_bits(float(rng.normal())), Aw[i] = gpt::cpu::widen(A[i]);
+          for (size_t i = 0; i < nb; ++i)
+            B[i].bits = gpt::cpu::bf16_bits(float(rng.normal())), Bw[i] = gpt::cpu::widen(B[i]);
+          std::vector<float> C0(size_t(M) * ldc);
+          for (float& c : C0) c = float(rng.normal());
+          std::vector<float> C = C0, Cw = C0, Cc = C0;
+          gpt::cpu::gemm(ta, tb, M, N, K, A.data(), lda, B.data(), ldb, C.data(), ldc, acc);
+          gpt::cpu::gemm(ta, tb, M, N, K, Aw.data(), lda, Bw.data(), ldb, Cw.data(), ldc, acc);
+          INFO("trans_a " << ta << " trans_b " << tb << " M " << M << " N " << N << " K " << K << " acc " << acc);
+          CHECK(std::memcmp(C.data(), Cw.data(), C.size() * sizeof(float)) == 0);
+          Aw[0] = gpt::cpu::bf16_to_float(uint16_t(A[0].bits + 1));  // the control: one step off
+          gpt::cpu::gemm(ta, tb, M, N, K, Aw.data(), lda, Bw.data(), ldb, Cc.data(), ldc, acc);
+          CHECK(std::memcmp(C.data(), Cc.data(), C.size() * sizeof(float)) != 0);
+        }
 }
 
 // The fp32 linear layer against the fp64 one on the same (fp32-representable)
