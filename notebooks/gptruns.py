@@ -263,7 +263,7 @@ def buckets(unit_sizes, bucket_mb):
     return [tuple(b) for b in out]
 
 
-def zero_memory(unit_sizes, zero, ranks, rank, bucket_mb, precision, bf16_storage=False):
+def zero_memory(unit_sizes, zero, ranks, rank, bucket_mb, precision):
     """Bytes of params, grads and optimizer state one rank holds when ZeRO stage `zero`
     shards these units over `ranks` ranks (stage 02 is zero 0, 03-05 are 1-3).
 
@@ -273,7 +273,7 @@ def zero_memory(unit_sizes, zero, ranks, rank, bucket_mb, precision, bf16_storag
       gathered     = the embeddings + two blocks (the current one and the prefetched)
       zero 0: wP, 4P, k P      zero 1: wP, 4P, k S      zero 2: wP, 4(S + live), k S
       zero 3: w(S + gathered), 4(S + live), k S          (k = 8 in fp32, 12 in bf16)
-    w = 4, or 2 where bf16 weights are stored (bf16_storage: stages 01-09 in bf16).
+    w = 4 in fp32, 2 in bf16 (every stage stores bf16 weights in bf16 mode).
     Returns (bytes by kind, the terms)."""
     P = sum(unit_sizes)
     S = P * (rank + 1) // ranks - P * rank // ranks
@@ -284,7 +284,7 @@ def zero_memory(unit_sizes, zero, ranks, rank, bucket_mb, precision, bf16_storag
     E, B = unit_sizes[0], unit_sizes[1]
     gathered = E + 2 * B if len(unit_sizes) >= 4 else E + max(B, unit_sizes[-1])
     k = 12 if precision == "bf16" else 8
-    w = 2 if precision == "bf16" and bf16_storage else 4
+    w = 2 if precision == "bf16" else 4
     params = w * (S + gathered) if zero == 3 else w * P
     grads = 4 * (S + live) if zero >= 2 else 4 * P
     optimizer = k * (S if zero >= 1 else P)
@@ -294,9 +294,6 @@ def zero_memory(unit_sizes, zero, ranks, rank, bucket_mb, precision, bf16_storag
 
 # The ZeRO stage each stage applies by construction (06 and 10 take the `zero` key).
 STAGE_ZERO = {"01": 0, "02": 0, "03": 1, "04": 2, "05": 3}
-# The stages whose bf16 mode stores 2-byte weights (GPT2<bf16>); the later ones keep fp32
-# buffers of bf16 values.
-BF16_STORAGE = {"01", "02", "03", "04", "05", "06", "07", "08", "09"}
 
 
 def formula(stage, run):
@@ -308,8 +305,7 @@ def formula(stage, run):
     tp, dp, cp = lay.get("tp", 1), lay.get("dp", 1), lay.get("cp", 1)
     zero = STAGE_ZERO.get(stage, cfg["zero"])
     # Stage 10 keeps a ZeRO shard per rank of dp x cp: all of them hold the same slices.
-    return zero_memory(units(cfg, tp, 0), zero, dp * cp, 0, cfg["bucket_mb"], cfg["precision"],
-                       bf16_storage=stage in BF16_STORAGE)
+    return zero_memory(units(cfg, tp, 0), zero, dp * cp, 0, cfg["bucket_mb"], cfg["precision"])
 
 
 # ---------------------------------------------------------------------------------------
@@ -317,8 +313,8 @@ def formula(stage, run):
 
 def block_activation_bytes(config, layout):
     """One block's activations for one micro-batch on one rank (common/model_block.h's
-    BlockActivations, fp32 storage on the CPU): ln1, resid2, ln2, resid3 on the residual
-    rows r; q|k|v, the attention output and the MLP's two hidden layers on the N tokens,
+    BlockActivations; values of 4 bytes, 2 in bf16, statistics of 4): ln1, resid2, ln2,
+    resid3 on the residual rows r; q|k|v, the attention output and the MLP's two hidden layers on the N tokens,
     this rank's heads and hidden units; the layernorms' mean and rstd on r rows, the
     attention's logsumexp per local head and token. N = micro_batch_size x seq_len / cp,
     r = N / tp under sequence parallelism, else N. Returns (block bytes, bytes of its
@@ -331,7 +327,8 @@ def block_activation_bytes(config, layout):
     W, F = C // tp, 4 * C // tp
     values = 4 * r * C + N * (3 * W + W + 2 * F)
     stats = 4 * r + N * heads
-    return 4 * (values + stats), 4 * r * C, 4 * (2 * r * C + N * F)
+    a = 2 if config.get("precision") == "bf16" else 4  # bytes of a stored value
+    return a * values + 4 * stats, a * r * C, a * (2 * r * C + N * F)
 
 
 def recompute_saved_bytes(config, layout, slots, layers_per_chunk, chunks=1):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Activation checkpointing really drops the activations: for GPipe, interleaved 1F1B and
-# 1F1B on pp x cp x tp (sequence parallel), each rank's activation bytes (the line every
+# 1F1B on pp x cp x tp (sequence parallel), and interleaved in bf16 (2-byte activations,
+# 4-byte statistics), each rank's activation bytes (the line every
 # rank prints after its first step) with activation_checkpointing=full and =selective
 # must be lower than with none by exactly what the block's buffers predict
 # (notebooks/gptruns.py: recompute_saved_bytes, counted from common/model_block.h's
@@ -27,7 +28,8 @@ run() {  # run NAME NP key=value...
     > "$WORK/$name.log" 2>&1 || { echo "FAIL: run $name"; tail -20 "$WORK/$name.log"; exit 1; }
 }
 cases=("gpipe 2 pp=2 schedule=gpipe" "interleaved 2 pp=2 virtual_stages=2" \
-       "1f1b_4d 8 pp=2 cp=2 tp=2 sequence_parallel=true schedule=1f1b")
+       "1f1b_4d 8 pp=2 cp=2 tp=2 sequence_parallel=true schedule=1f1b" \
+       "interleaved_bf16 2 pp=2 virtual_stages=2 precision=bf16")
 for c in "${cases[@]}"; do
   read -r name np keys <<< "$c"
   read -r -a kv <<< "$keys"
