@@ -33,8 +33,6 @@ void convert(float* dst, const bf16* src, size_t n) {
 
 namespace {
 
-inline float value(bf16 x) { return bf16_to_float(x.bits); }
-
 // An fp32 copy of n bf16 values (null for a null input), alive as long as this object.
 class Wide {
  public:
@@ -92,7 +90,7 @@ void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const 
     const bf16* tok = wte + size_t(tokens[bt]) * C;
     const bf16* pos = wpe + size_t(bt % T_) * C;
     bf16* o = out + size_t(bt) * C;
-    for (int c = 0; c < C; ++c) o[c].bits = bf16_bits(value(tok[c]) + value(pos[c]));
+    for (int c = 0; c < C; ++c) o[c].bits = bf16_bits(widen(tok[c]) + widen(pos[c]));
   }
 }
 
@@ -110,7 +108,7 @@ void embedding_range_forward(bf16* out, const int32_t* tokens, const bf16* wte_r
     const bf16* pos = wpe ? wpe + size_t(pos0 + bt % T_) * C : nullptr;
     bf16* o = out + size_t(bt) * C;
     for (int c = 0; c < C; ++c)
-      o[c].bits = bf16_bits((row ? value(row[c]) : 0.0f) + (pos ? value(pos[c]) : 0.0f));
+      o[c].bits = bf16_bits((row ? widen(row[c]) : 0.0f) + (pos ? widen(pos[c]) : 0.0f));
   }
 }
 

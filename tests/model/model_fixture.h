@@ -4,9 +4,11 @@
 #pragma once
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 
 #include "common/config.h"
 #include "common/gpt2.h"
+#include "kernels/cpu/bf16.h"
 
 namespace gpt::test {
 
@@ -33,6 +35,13 @@ GPT2<A> make_stage(const ModelConfig& m, LayerRange layers, Precision precision,
 template <class T>
 bool same_bits(const T* a, const T* b, size_t n) {
   return n == 0 || std::memcmp(a, b, n * sizeof(T)) == 0;  // memcmp may not see the null data of empty vectors
+}
+
+// x as storage type A holds it: bf16 rounds (to nearest even); float and double keep it.
+template <class A>
+A stored(float x) {
+  if constexpr (std::is_same_v<A, bf16>) return bf16{cpu::bf16_bits(x)};
+  else return A(x);
 }
 
 }  // namespace gpt::test

@@ -34,15 +34,10 @@ using gpt::test::tiny_model;
 namespace {
 
 // The fp32 value of a stored element (bf16: exact).
-float value(float x) { return x; }
-float value(bf16 x) { return cpu::bf16_to_float(x.bits); }
-// x as the storage type holds it: bf16 rounds; float keeps the value (the callers pass
-// bf16 values already, so the emulation sees what bf16 storage holds).
-template <class A>
-A stored(float x) {
-  if constexpr (std::is_same_v<A, bf16>) return bf16{cpu::bf16_bits(x)};
-  else return x;
-}
+using cpu::widen;
+// x as the storage type holds it (model_fixture.h): the callers pass bf16 values already,
+// so the emulation sees what bf16 storage holds.
+using gpt::test::stored;
 
 // How a model is run: its layers (a pipeline stage or all), the backward fused or split
 // in two halves, the activations kept or recomputed.
@@ -86,7 +81,7 @@ Run train(Precision precision, const Variant& variant, int steps, bool sgd, doub
         for (size_t i = 0; i < RC; ++i) model.stage_input(mb)[i] = stored<A>(draw(1));
       run.losses.push_back(model.forward_micro(mb, tokens.data(), targets.data()));
       if (!model.last_stage()) {
-        for (size_t i = 0; i < RC; ++i) run.outputs.push_back(value(model.stage_output(mb)[i]));
+        for (size_t i = 0; i < RC; ++i) run.outputs.push_back(widen(model.stage_output(mb)[i]));
         for (size_t i = 0; i < RC; ++i) model.output_grad(mb)[i] = stored<A>(draw(0.01));
       }
     }
@@ -96,7 +91,7 @@ Run train(Precision precision, const Variant& variant, int steps, bool sgd, doub
       if (variant.split_backward) model.backward_input_micro(mb, scale);
       else model.backward_micro(mb, scale);
       if (!model.first_stage())
-        for (size_t i = 0; i < RC; ++i) run.input_grads.push_back(value(model.output_grad(mb)[i]));
+        for (size_t i = 0; i < RC; ++i) run.input_grads.push_back(widen(model.output_grad(mb)[i]));
     }
     if (variant.split_backward)
       for (int mb = 0; mb < kInFlight; ++mb) model.backward_weight_micro(mb);

@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "common/gpt2.h"
-#include "kernels/cpu/bf16.h"
 #include "kernels/ops.h"
 #include "tests/model/model_fixture.h"
 #include "tests/ops/gradcheck.h"
@@ -29,6 +28,7 @@
 using namespace gpt;
 using gpt::test::Rng;
 using gpt::test::same_bits;
+using gpt::test::stored;
 using gpt::test::tiny_model;
 
 namespace {
@@ -48,18 +48,6 @@ GPT2<A> make(const ModelConfig& m, LayerRange layers, Recompute recompute, Preci
 struct Training {
   std::vector<double> losses, outputs, grads, input_grads;
 };
-
-// A stored value from a float, and a stored value as a double (bf16: its bits widened).
-template <class A>
-A stored(float x) {
-  if constexpr (std::is_same_v<A, bf16>) return bf16{cpu::bf16_bits(x)};
-  else return A(x);
-}
-template <class A>
-double value(A x) {
-  if constexpr (std::is_same_v<A, bf16>) return double(cpu::bf16_to_float(x.bits));
-  else return double(x);
-}
 
 // Two micro-batches through `model`, both forwards first, from weights, tokens, stage
 // inputs and output gradients drawn from seed 11: float values, so a double model gets
@@ -87,14 +75,14 @@ Training train_two(GPT2<A>& model, bool scale_second = false) {
     if (!model.first_stage()) std::memcpy(model.stage_input(mb), input[mb].data(), RC * sizeof(A));
     t.losses.push_back(double(model.forward_micro(mb, tokens[mb].data(), targets[mb].data())));
     if (!model.last_stage()) {
-      for (size_t i = 0; i < RC; ++i) t.outputs.push_back(value(model.stage_output(mb)[i]));
+      for (size_t i = 0; i < RC; ++i) t.outputs.push_back(double(cpu::widen(model.stage_output(mb)[i])));
       std::memcpy(model.output_grad(mb), out_grad[mb].data(), RC * sizeof(A));
     }
   }
   for (int mb = 0; mb < kInFlight; ++mb) {
     model.backward_micro(mb, scale_second && mb == 1 ? G(0.5 * (1 + 0x1p-10)) : G(0.5));
     if (!model.first_stage())
-      for (size_t i = 0; i < RC; ++i) t.input_grads.push_back(value(model.output_grad(mb)[i]));
+      for (size_t i = 0; i < RC; ++i) t.input_grads.push_back(double(cpu::widen(model.output_grad(mb)[i])));
   }
   t.grads.assign(model.grads().data(), model.grads().data() + model.grads().size());
   return t;
