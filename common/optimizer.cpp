@@ -83,6 +83,15 @@ void AdamW<T>::step(Device d, bf16* params, const T* grads, double lr, double gr
 }
 
 template <class T>
+void AdamW<T>::weights_from_master(Device d, bf16* params) {
+  invariant(keep_master_, "AdamW: bf16 weights are made from fp32 master weights (keep_master)");
+  if constexpr (std::is_same_v<T, float>)
+    ops::convert_to_bf16(d, params, master_.data(), master_.size());
+  else
+    internal_error("AdamW<double>: bf16 weights are made from fp32 master weights only");
+}
+
+template <class T>
 template <class Copy>
 void AdamW<T>::update(Device d, Copy* params, const T* grads, double lr, double grad_scale,
                       const Config& cfg, int step_number, bool round_copy_to_bf16) {

@@ -58,6 +58,14 @@ class AdamW {
   void step(Device d, bf16* params, const T* grads, double lr, double grad_scale, const Config& cfg,
             int step_number);
 
+  /// The weights the range computes with, from its master weights: at the start and after a
+  /// resume (a checkpoint holds the master weights). params (element `begin`) receive their
+  /// bf16 rounding. Needs keeps_master() and T = float (else InternalError).
+  void weights_from_master(Device d, bf16* params);
+  /// In fp32 and fp64 the parameters are themselves the weights each step writes (no master
+  /// copy is kept): nothing to do.
+  void weights_from_master(Device, T*) {}
+
   /// The master weights of the range (empty unless keeps_master()); the caller fills them
   /// (initial weights or a checkpoint) before the first step.
   DeviceArray<T>& master() { return master_; }

@@ -14,7 +14,6 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "common/checkpoint.h"
@@ -31,7 +30,6 @@
 #include "common/metrics.h"
 #include "common/optimizer.h"
 #include "common/trace.h"
-#include "kernels/ops.h"
 #include "stages/02_ddp/grad_sync.h"
 #include "stages/02_ddp/ring_allreduce.h"
 #include "stages/03_zero1/zero1.h"
@@ -81,8 +79,7 @@ int train_on(Run& run) {
   mirror.to_device();
   // Every rank starts from its shard of the master weights (in fp32 they are the model's
   // own weights there; in bf16 their rounding) and gathers the rest.
-  if constexpr (std::is_same_v<A, gpt::bf16>)
-    ops::convert_to_bf16(device, params + shard.begin, optimizer.master().data(), size_t(shard.size()));
+  optimizer.weights_from_master(device, params + shard.begin);
   ring_all_gather(dp, params, size_t(n_params), dtype_of<A>());
 
   // Gradients travel in stage 02's buckets, on its communication thread, while backward

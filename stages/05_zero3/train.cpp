@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "common/checkpoint.h"
@@ -30,7 +29,6 @@
 #include "common/metrics.h"
 #include "common/optimizer.h"
 #include "common/trace.h"
-#include "kernels/ops.h"
 #include "stages/03_zero1/zero1.h"
 #include "stages/05_zero3/zero3.h"
 
@@ -85,8 +83,7 @@ int train_on(Run& run) {
   mirror.to_device();
   // Every rank starts from its shard of the master weights (in fp32 they are the shard's
   // weights themselves; in bf16 their rounding); the rest is gathered unit by unit.
-  if constexpr (std::is_same_v<A, gpt::bf16>)
-    ops::convert_to_bf16(device, shard_params, optimizer.master().data(), size_t(shard.size()));
+  optimizer.weights_from_master(device, shard_params);
   Zero3Store<A> store(layout, dp, shard_params, cfg.bucket_mb, cfg.zero3_prefetch, /*embeddings_alone=*/false,
                       device);
   model.set_store(&store);

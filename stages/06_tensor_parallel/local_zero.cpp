@@ -74,9 +74,8 @@ LocalZero<A>::~LocalZero() = default;
 
 template <class A>
 void LocalZero<A>::weights_from_master() {
-  mirror_->to_device();  // in fp32 the master weights are the compute weights themselves
-  if constexpr (std::is_same_v<A, bf16>)
-    ops::convert_to_bf16(device_, shard_params_, optimizer_.master().data(), size_t(shard_.size()));
+  mirror_->to_device();
+  optimizer_.weights_from_master(device_, shard_params_);  // in fp32 they are the compute weights themselves
   if (zero_ == 1 || zero_ == 2) ring_all_gather(dp_, params_, size_t(n_local_), dtype_of<A>());
 }
 
