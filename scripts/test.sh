@@ -9,7 +9,9 @@
 #      build (bad arguments refused before setup, a short run that samples);
 #   4. the API reference: scripts/check_docs.sh runs doxygen, warnings are failures;
 #   5. the `sanitize` preset (AddressSanitizer + UBSan, CPU only): every test not
-#      labelled `slow`.
+#      labelled `slow`, with GPT_TEST_QUICK=1: the comparisons of whole training runs
+#      train every layout but leave out the runs that repeat the same code (the one-step
+#      SGD variants, the controls' runs), which the first pass has checked.
 #
 #   scripts/test.sh [ctest args ...]      e.g. scripts/test.sh -R config -V
 #
@@ -148,6 +150,7 @@ if [[ "${GPT_TEST_SKIP_SANITIZE:-0}" == 1 ]]; then
   summary+=("[sanitize] skipped (GPT_TEST_SKIP_SANITIZE=1)")
 else
   build_preset sanitize "$GPT_SANITIZE_BUILD_DIR"
+  export GPT_TEST_QUICK=1
   run_suite sanitize "$GPT_SANITIZE_BUILD_DIR" --label-exclude 'slow|mpi' "$@"
   # Open MPI keeps allocations until exit in plugins it unloads, so LeakSanitizer would
   # flag every MPI test with stacks no suppression can name: the MPI tests run with

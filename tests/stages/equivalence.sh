@@ -16,6 +16,10 @@
 #      checkpoint with one weight 10 ulps off (exact comparison),
 #      plus the exact comparison's positive case given in EXACT_SPECS (layouts that only
 #      move work, byte-identical to the reference).
+# With GPT_TEST_QUICK=1 (the sanitizer pass of scripts/test.sh, which looks for memory
+# errors and undefined behaviour) only part 1 runs: every layout still trains under the
+# sanitizers and is compared; the SGD step and the controls, which run the same code
+# again, are left to the default pass.
 #
 # Usage: equivalence.sh REF_BIN CAND_BIN TRUTH_BIN PREPARE WORKDIR ROOT MPIEXEC REF_SPEC CAND_SPECS [EXACT_SPECS]
 #   MPIEXEC "none": no launcher; every run is then one process (one rank).
@@ -85,6 +89,11 @@ echo "== AdamW, $STEPS steps, against the float64 run"
 failed=()
 "${COMPARE[@]}" --step "$STEPS" --truth "$WORK/truth" --reference "$WORK/$(name ref "$REF_SPEC")" \
   --candidate "${cands[@]}" || failed+=(AdamW)
+if [ "${GPT_TEST_QUICK:-0}" = 1 ]; then
+  ((${#failed[@]} == 0)) || { echo "FAIL: the candidates differ from the float64 run beyond the bound (AdamW)"; exit 1; }
+  echo "quick run (GPT_TEST_QUICK=1): the SGD step and the controls are left to the default pass"
+  exit 0
+fi
 
 # 2. SGD, one step (its moments stay zero: the weights are what it changes).
 SGD=(optimizer=sgd grad_clip=0)
