@@ -121,7 +121,7 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
       else if (slice.recompute == Recompute::Selective) mb.blocks.emplace_back(d, dims_, B_, T_, R, BlockBuffers::AllButCheap);
       else mb.blocks.emplace_back(d, dims_, B_, T_, R);
     }
-    if (last_stage()) mb.head = HeadActivations<A>(d, C, R, N, vocab_, /*train=*/true, hooks_->vocab_parallel());
+    if (last_stage()) mb.head = HeadActivations<A>(d, C, R, N, vocab_, /*train=*/true);
     mb.d_resid = DeviceArray<A>(d, size_t(R) * C);
     if (first_stage()) mb.inputs = DeviceArray<int32_t>(d, size_t(N));
     if (last_stage()) mb.targets = DeviceArray<int32_t>(d, size_t(N));

@@ -6,15 +6,13 @@
 namespace gpt {
 
 template <class A>
-HeadActivations<A>::HeadActivations(Device d, int C, int rows, int full, VocabRange vocab, bool train,
-                                    bool vocab_parallel) {
+HeadActivations<A>::HeadActivations(Device d, int C, int rows, int full, VocabRange vocab, bool train) {
   const size_t R = rows, N = full, Vl = vocab.size();
   lnf = DeviceArray<A>(d, R * C), lnf_mean = DeviceArray<G>(d, R), lnf_rstd = DeviceArray<G>(d, R);
   if (full != rows) lnf_full = DeviceArray<A>(d, N * C);
   logits = DeviceArray<A>(d, N * Vl), losses = DeviceArray<G>(d, N);
   if (train) d_logits = DeviceArray<A>(d, N * Vl);
-  if (vocab_parallel)
-    row_max = DeviceArray<G>(d, N), row_sumexp = DeviceArray<G>(d, N), target_logit = DeviceArray<G>(d, N);
+  row_max = DeviceArray<G>(d, N), row_sumexp = DeviceArray<G>(d, N), target_logit = DeviceArray<G>(d, N);
 }
 
 template <class A>
@@ -41,18 +39,15 @@ void head_loss(const PieceContext& ctx, HeadActivations<A>& act, const int32_t* 
                ModelHooks<A>& hooks, int rows) {
   const Device d = ctx.device;
   const int full = hooks.full_rows(rows), Vl = vocab.size();
-  A* const no_gradient = nullptr;
-  if (!hooks.vocab_parallel()) {
-    invariant(vocab.begin == 0, "head_loss: a vocabulary range needs vocab-parallel hooks");
-    ops::softmax_crossentropy(d, act.losses.data(), no_gradient, act.logits.data(), targets, 1.0, full, V, Vl);
-  } else {
-    ops::crossentropy_stats(d, act.row_max.data(), act.row_sumexp.data(), act.target_logit.data(),
-                            act.logits.data(), targets, vocab.begin, V, full, Vl);
+  invariant(hooks.vocab_parallel() || vocab.begin == 0, "head_loss: a vocabulary range needs vocab-parallel hooks");
+  ops::crossentropy_stats(d, act.row_max.data(), act.row_sumexp.data(), act.target_logit.data(), act.logits.data(),
+                          targets, vocab.begin, V, full, Vl);
+  if (hooks.vocab_parallel())
     hooks.vocab_reduce(act.row_max.data(), act.row_sumexp.data(), act.target_logit.data(), full);
-    ops::crossentropy_from_stats(d, act.losses.data(), no_gradient, act.logits.data(), act.row_max.data(),
-                                 act.row_sumexp.data(), act.target_logit.data(), targets, 1.0, vocab.begin, V,
-                                 full, Vl);
-  }
+  A* const no_gradient = nullptr;
+  ops::crossentropy_from_stats(d, act.losses.data(), no_gradient, act.logits.data(), act.row_max.data(),
+                               act.row_sumexp.data(), act.target_logit.data(), targets, 1.0, vocab.begin, V, full,
+                               Vl);
 }
 
 template <class A>
@@ -61,15 +56,11 @@ void head_loss_gradient(const PieceContext& ctx, HeadActivations<A>& act, const 
   const Device d = ctx.device;
   const int full = hooks.full_rows(rows), Vl = vocab.size();
   invariant(!act.d_logits.empty(), "head_loss_gradient: these head activations were made without d_logits");
-  // The softmax again, from the kept logits (and, split, the row statistics head_loss
-  // reduced): the losses it writes are the ones head_loss wrote.
-  if (!hooks.vocab_parallel())
-    ops::softmax_crossentropy(d, act.losses.data(), act.d_logits.data(), act.logits.data(), targets, dloss, full, V,
-                              Vl);
-  else
-    ops::crossentropy_from_stats(d, act.losses.data(), act.d_logits.data(), act.logits.data(), act.row_max.data(),
-                                 act.row_sumexp.data(), act.target_logit.data(), targets, dloss, vocab.begin, V,
-                                 full, Vl);
+  // One pass over the kept logits, from the row statistics head_loss kept (and reduced):
+  // the losses it writes are the ones head_loss wrote.
+  ops::crossentropy_from_stats(d, act.losses.data(), act.d_logits.data(), act.logits.data(), act.row_max.data(),
+                               act.row_sumexp.data(), act.target_logit.data(), targets, dloss, vocab.begin, V, full,
+                               Vl);
   ctx.round(act.d_logits.data(), act.d_logits.size());
 }
 

@@ -8,12 +8,14 @@
 ///   loss_i = log sum_{j<V} e^{z_ij} - z_i,target          (padding columns j >= V excluded)
 /// ```
 ///
-/// With the whole vocabulary on one rank the loss runs the fused softmax cross-entropy.
-/// With the vocabulary split (hooks.vocab_parallel()), each rank computes per row the
-/// max m, the sum of exponentials s relative to it and the target's logit over its
-/// columns; hooks.vocab_reduce combines them across ranks; the loss and the gradient
-/// softmax - onehot on the rank's columns follow from the combined values, so the full
-/// logits never exist on one rank (kernels/cpu/crossentropy.cpp has the equations).
+/// The loss keeps, per row, the max m of the logits, the sum s of exponentials relative
+/// to it and the target's logit; the loss log s - (z_target - m) follows, and in the
+/// backward the gradient softmax - onehot = e^(z - m) / s - onehot is one more pass over
+/// the logits (the statistics are not computed twice). With the vocabulary split
+/// (hooks.vocab_parallel()) each rank computes them over its columns and
+/// hooks.vocab_reduce combines them across ranks, so the full logits never exist on one
+/// rank (kernels/cpu/crossentropy.cpp has the equations; on one rank they give the fused
+/// softmax_crossentropy's numbers bit for bit).
 #pragma once
 #include <cstdint>
 
@@ -31,9 +33,8 @@ struct HeadActivations {
   using G = GradOf<A>;  ///< the type of the statistics and losses: float, or double when A is double
   HeadActivations() = default;
   /// rows of the residual stream, full = hooks.full_rows(rows) rows of logits; vocab
-  /// columns; d_logits only when the model trains; the row statistics only when the
-  /// vocabulary is split.
-  HeadActivations(Device d, int C, int rows, int full, VocabRange vocab, bool train, bool vocab_parallel);
+  /// columns; d_logits only when the model trains.
+  HeadActivations(Device d, int C, int rows, int full, VocabRange vocab, bool train);
 
   /// ln_f(x) of this rank's rows (rows, C).
   DeviceArray<A> lnf, lnf_full;  ///< ln_f(x) (rows, C) and all-gathered (full, C; only if full != rows)
@@ -44,7 +45,7 @@ struct HeadActivations {
   DeviceArray<A> d_logits;       ///< the backward's d loss / d logits (head_loss_gradient)
   /// @var row_max
   /// per row (full), the max logit over this rank's columns; after hooks.vocab_reduce,
-  /// over the whole vocabulary. Only when the vocabulary is split, as the next two.
+  /// over the whole vocabulary
   /// @var row_sumexp
   /// per row (full), the sum of exp(logit - row_max) over this rank's columns; after
   /// vocab_reduce, over the whole vocabulary
@@ -62,8 +63,8 @@ void head_forward(const PieceContext& ctx, const A* x, const A* lnf_w, const A* 
                   VocabRange vocab, HeadActivations<A>& act, ModelHooks<A>& hooks, int rows, int C);
 
 /// The per-row losses of the last head_forward against targets (full rows, device
-/// memory), into act.losses (a split vocabulary keeps its reduced row statistics for the
-/// gradient). V is the real vocabulary (columns >= V are padding).
+/// memory), into act.losses; the row statistics (reduced, when the vocabulary is split)
+/// stay in act for the gradient. V is the real vocabulary (columns >= V are padding).
 template <class A>
 void head_loss(const PieceContext& ctx, HeadActivations<A>& act, const int32_t* targets, VocabRange vocab, int V,
                ModelHooks<A>& hooks, int rows);

@@ -271,7 +271,9 @@ void softmax_crossentropy(Device d, GradOf<A>* losses, A* dlogits, const A* logi
 
 /// The cross-entropy of a vocabulary range of the logits (N rows of Vl columns, global
 /// columns [v0, v0+Vl), real below V), split around the caller's reduction across the
-/// ranks holding the other ranges (kernels/cpu/crossentropy.cpp has the equations):
+/// ranks holding the other ranges (kernels/cpu/crossentropy.cpp has the equations; the
+/// model's head runs it on one rank too, without a reduction, so that the backward makes
+/// the gradient from the forward's statistics):
 /// crossentropy_stats writes each row's max, sum of exponentials and target logit over
 /// its columns; after the reduction, crossentropy_from_stats writes the losses and, when
 /// dlogits is non-null, dloss * (p - onehot) on the range.

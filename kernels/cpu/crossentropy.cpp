@@ -1,8 +1,12 @@
-// Fused softmax + cross-entropy over the real vocabulary [0, V) of each row; the
-// padding columns [V, Vp) take no part (probability 0, gradient 0).
+// Softmax + cross-entropy over the real vocabulary [0, V) of each row; the padding
+// columns [V, Vp) take no part (probability 0, gradient 0).
 //   p = softmax(logits[0:V]) computed as exp(z - max) / sum,  loss = -log p[target]
 //   dlogits = dloss * (p - onehot(target))
-// Writing the gradient in the same pass means the N x V probabilities are never stored.
+// Writing the gradient in the pass that makes p means the N x V probabilities are never
+// stored. Two forms give the same numbers: softmax_crossentropy, fused (the loss and the
+// gradient at once), and crossentropy_stats then crossentropy_from_stats, below, which
+// the model's head runs (the statistics in the forward, the gradient in the backward,
+// and in between, with the vocabulary split over ranks, their reduction).
 // The sums of exps run in fixed lanes (lanes.h): vectorised, in an order set by V alone.
 #include <algorithm>
 #include <cmath>
@@ -57,6 +61,7 @@ void crossentropy_stats(T* row_max, T* row_sumexp, T* target_logit, const T* log
   for (int i = 0; i < N; ++i) {
     const T* z = logits + size_t(i) * Vl;
     T max = -INFINITY;
+#pragma omp simd reduction(max : max)
     for (int j = 0; j < real; ++j) max = z[j] > max ? z[j] : max;
     const T sum = lane_sum<T>(real, [=](int j) { return exp_t(z[j] - max); });
     const int t = targets[i] - v0;
@@ -79,6 +84,7 @@ void crossentropy_from_stats(T* losses, T* dlogits, const T* logits, const T* ro
     const T* z = logits + size_t(i) * Vl;
     T* d = dlogits + size_t(i) * Vl;
     const T scale = dloss / sum;
+#pragma omp simd
     for (int j = 0; j < real; ++j) d[j] = scale * exp_t(z[j] - max);
     const int t = targets[i] - v0;
     if (t >= 0 && t < real) d[t] -= dloss;

@@ -14,16 +14,23 @@
 // losses and gradients must agree within 1e-12 (relative to the loss, absolute on the
 // gradient whose entries are probabilities <= 1). The negative control sums the ranges'
 // exponential sums without rescaling them to the common max.
+//
+// On one rank the head keeps each row's statistics in its loss and makes the gradient
+// from them in one pass: the fused softmax_crossentropy's numbers bit for bit, in float,
+// double and bf16 (the same max, the same sum in the same order, the same quotient). The
+// negative control, a gradient 1.001x too large (dloss off by that factor), must differ.
 #include <catch2/catch.hpp>
 
 #include <barrier>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <thread>
 #include <vector>
 
 #include "common/model_embedding.h"
 #include "common/model_head.h"
+#include "tests/model/model_fixture.h"
 #include "tests/ops/gradcheck.h"
 
 using namespace gpt;
@@ -93,7 +100,7 @@ SplitLoss split_loss(const Vec& logits, const std::vector<int32_t>& targets, int
   on_ranks(ranks, [&](int r) {
     SimulatedVocabHooks hooks(shared, r);
     const VocabRange vocab{r * per, (r + 1) * per};
-    HeadActivations<double> act(Device::CPU, 4, N, N, vocab, true, true);
+    HeadActivations<double> act(Device::CPU, 4, N, N, vocab, /*train=*/true);
     for (int i = 0; i < N; ++i)
       for (int j = 0; j < per; ++j) act.logits.data()[size_t(i) * per + j] = logits[size_t(i) * Vp + vocab.begin + j];
     head_loss(kCtx, act, targets.data(), vocab, V, hooks, N);
@@ -142,6 +149,43 @@ TEST_CASE("model: a vocabulary-parallel cross-entropy equals the whole one", "[m
   for (int i = 0; i < N; ++i) worst_loss = std::max(worst_loss, std::fabs(wrong.losses[size_t(i)] - whole_losses[size_t(i)]));
   INFO("negative control: worst loss error " << worst_loss);
   CHECK(worst_loss > 1e-3);
+}
+
+TEMPLATE_TEST_CASE("model: the head's loss and gradient on one rank are the fused cross-entropy's, bit for bit",
+                   "[model]", float, double, bf16) {
+  using A = TestType;
+  using G = GradOf<A>;
+  const int N = 5, V = 200, Vp = 256;
+  const double dloss = 1.0 / 7;
+  Rng rng(8103);
+  const Vec values = normal_vec(size_t(N) * Vp, rng, 3.0);
+  std::vector<A> logits(values.size());
+  for (size_t k = 0; k < values.size(); ++k) logits[k] = test::stored<A>(float(values[k]));
+  std::vector<int32_t> targets(static_cast<size_t>(N));
+  for (int i = 0; i < N; ++i) targets[size_t(i)] = int32_t((i * 37 + 11) % V);
+
+  std::vector<G> fused_losses(static_cast<size_t>(N));
+  std::vector<A> fused_d(logits.size());
+  ops::softmax_crossentropy(Device::CPU, fused_losses.data(), fused_d.data(), logits.data(), targets.data(), dloss, N,
+                            V, Vp);
+  // The head's loss, then its gradient, from logits z.
+  const PieceContext ctx{Device::CPU, Precision::FP32};
+  auto head = [&](const std::vector<A>& z, double scale) {
+    ModelHooks<A> one_rank;
+    HeadActivations<A> act(Device::CPU, 4, N, N, VocabRange{0, Vp}, /*train=*/true);
+    std::memcpy(act.logits.data(), z.data(), z.size() * sizeof(A));
+    head_loss(ctx, act, targets.data(), VocabRange{0, Vp}, V, one_rank, N);
+    const std::vector<G> losses(act.losses.data(), act.losses.data() + N);
+    head_loss_gradient(ctx, act, targets.data(), VocabRange{0, Vp}, V, one_rank, N, scale);
+    CHECK(test::same_bits(act.losses.data(), losses.data(), size_t(N)));  // the gradient's losses are the loss's
+    return std::make_pair(losses, std::vector<A>(act.d_logits.data(), act.d_logits.data() + z.size()));
+  };
+  const auto [losses, d] = head(logits, dloss);
+  CHECK(test::same_bits(losses.data(), fused_losses.data(), size_t(N)));
+  CHECK(test::same_bits(d.data(), fused_d.data(), d.size()));
+
+  const auto [control_losses, control_d] = head(logits, 1.001 * dloss);  // negative control
+  CHECK_FALSE(test::same_bits(control_d.data(), fused_d.data(), d.size()));
 }
 
 TEST_CASE("model: a vocabulary-parallel embedding sums to the whole one, bit for bit", "[model]") {

@@ -209,7 +209,7 @@ void test_head(Communicator& tp, bool sp, const std::vector<VocabRange>& ranges,
   const double scale = 1.0 / N;
   // Whole.
   ModelHooks<double> none;
-  HeadActivations<double> act(Device::CPU, C, N, N, {0, Vp}, true, false);
+  HeadActivations<double> act(Device::CPU, C, N, N, {0, Vp}, /*train=*/true);
   head_forward(kCtx, x.data(), lnf_w, lnf_b, wte, {0, Vp}, act, none, N, C);
   head_loss(kCtx, act, targets.data(), {0, Vp}, V, none, N);
   head_loss_gradient(kCtx, act, targets.data(), {0, Vp}, V, none, N, scale);
@@ -220,7 +220,7 @@ void test_head(Communicator& tp, bool sp, const std::vector<VocabRange>& ranges,
   // This rank's columns.
   const VocabRange v = ranges[size_t(tp.rank())];
   TensorParallelHooks<double> hooks(tp, sp, Device::CPU);
-  HeadActivations<double> mine(Device::CPU, C, R, N, v, true, hooks.vocab_parallel());
+  HeadActivations<double> mine(Device::CPU, C, R, N, v, /*train=*/true);
   const Vec x_local(x.begin() + int64_t(first) * C, x.begin() + int64_t(first + R) * C);
   head_forward(kCtx, x_local.data(), lnf_w, lnf_b, wte + size_t(v.begin) * C, v, mine, hooks, R, C);
   head_loss(kCtx, mine, targets.data(), v, V, hooks, R);
