@@ -90,6 +90,7 @@ void pwrite_all(int fd, const void* data, int64_t n, int64_t offset, const std::
       if (errno == EINTR) continue;
       fail("cannot write " + path + ": " + errno_text());
     }
+    if (w == 0) fail("cannot write " + path + ": no byte written at byte " + std::to_string(offset));  // no endless loop
     p += w;
     n -= w;
     offset += w;
