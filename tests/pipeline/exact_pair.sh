@@ -41,13 +41,13 @@ run() {
 
 failures=0
 i=0
+sgd=1  # the one-step SGD comparison, left out of quick runs
+quick_run && sgd=0
 resharded=""  # the first candidate run whose norm is compared as resharded
 for spec in $SPECS; do
   i=$((i + 1))
   run ref "$spec" "$WORK/$i-ref" 10
   run cand "$spec" "$WORK/$i-cand" 10
-  sgd=1
-  [ "${GPT_TEST_QUICK:-0}" = 1 ] && sgd=0
   if ((sgd)); then
     run ref "$spec" "$WORK/$i-sgd-ref" 1 optimizer=sgd grad_clip=0
     run cand "$spec" "$WORK/$i-sgd-cand" 1 optimizer=sgd grad_clip=0

@@ -39,14 +39,14 @@ run() {
 
 failures=0
 i=0
+optimizers="adamw sgd"
+quick_run && optimizers=sgd
 for spec in $SPECS; do
   IFS=: read -r np batch mb rest <<< "$spec"
   keys=()
   [ -n "${rest:-}" ] && IFS=: read -r -a keys <<< "$rest"
   model_keys=()  # the model's shape applies to stage 01 too; the layout keys do not
   for kv in "${keys[@]}"; do [[ "$kv" == n_layer=* ]] && model_keys+=("$kv"); done
-  optimizers="adamw sgd"
-  [ "${GPT_TEST_QUICK:-0}" = 1 ] && optimizers=sgd
   for opt in $optimizers; do
     i=$((i + 1))
     d="$WORK/$i-$opt"

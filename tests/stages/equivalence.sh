@@ -89,7 +89,7 @@ echo "== AdamW, $STEPS steps, against the float64 run"
 failed=()
 "${COMPARE[@]}" --step "$STEPS" --truth "$WORK/truth" --reference "$WORK/$(name ref "$REF_SPEC")" \
   --candidate "${cands[@]}" || failed+=(AdamW)
-if [ "${GPT_TEST_QUICK:-0}" = 1 ]; then
+if quick_run; then
   ((${#failed[@]} == 0)) || { echo "FAIL: the candidates differ from the float64 run beyond the bound (AdamW)"; exit 1; }
   echo "quick run (GPT_TEST_QUICK=1): the SGD step and the controls are left to the default pass"
   exit 0

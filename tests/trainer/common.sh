@@ -24,6 +24,11 @@ scaled_lr() {  # scaled_lr FACTOR
   /usr/bin/python3 -c "print($lr * $1)"
 }
 
+# quick_run: true under GPT_TEST_QUICK=1, set by scripts/test.sh for its sanitizer pass,
+# which looks for memory errors and undefined behaviour: the whole-run comparisons then
+# train and compare every layout but leave out the runs that repeat the same code.
+quick_run() { [ "${GPT_TEST_QUICK:-0}" = 1 ]; }
+
 # The tiny model every trainer test uses, on the corpus of make_corpus.
 tiny_args() {  # tiny_args DATA_DIR RUN_DIR
   echo --config "$ROOT/configs/tiny.json" --set device=cpu --set "train_data=$1/train.bin" \
