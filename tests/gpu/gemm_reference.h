@@ -1,8 +1,9 @@
 // The GEMM tests' host side, without CUDA: the problems (inputs from fixed seeds, the
 // ground truth in double) and the tolerances each output element is held to. Shared by
 // test_gemm_gpu.cpp (the GPU against them) and test_gemm_tolerance.cpp (the bounds
-// themselves, on the CPU: they hold for every rounding the GPU was seen to do, and they
-// reject one more).
+// themselves, on the CPU: they hold for every rounding the GPU was seen to do, they
+// reject one more, and they reject the negative controls: a product without its last k
+// step, and one 1 % too large).
 //
 // ---- Tolerances, derived -------------------------------------------------------------
 // Per output element (m, n). eps = 2^-23, fp32's ulp of 1 (twice its unit roundoff, so
@@ -163,15 +164,26 @@ inline GemmProblem make_gemm_problem(bool trans_a, bool trans_b, int M, int N, i
   return p;
 }
 
+// op(A)[m, K-1] op(B)[K-1, n]: the product's last k step, what a kernel that mishandles
+// the tail of K (the last, partial tile) would leave out. The tests' negative control.
+inline double last_k_term(const GemmProblem& p, int m, int n) {
+  const int k = p.K - 1;
+  const double a = p.trans_a ? p.A[size_t(k) * p.lda + m] : p.A[size_t(m) * p.lda + k];
+  const double b = p.trans_b ? p.B[size_t(n) * p.ldb + k] : p.B[size_t(k) * p.ldb + n];
+  return a * b;
+}
+
 // One element of C = AB (+ C_old) (+ bias) in double: what it must be and, by the
 // bounds above, how far a result may be from it. old_c and bias are 0 where the call
 // does not add them.
 struct ElementRef {
   double dot = 0, abs_dot = 0;  // sum_k op(A) op(B), and sum_k |op(A) op(B)|
   double old_c = 0, bias = 0;
+  double last_term = 0;         // last_k_term: the negative control leaves it out
   bool accumulate = false, has_bias = false;
 
   double want() const { return old_c + dot + bias; }
+  double without_last_k() const { return want() - last_term; }
   double S() const { return std::fabs(old_c) + abs_dot + std::fabs(bias); }
   // tol_C, with the cuBLAS term when `cublas` and the output is bf16.
   double tolerance(int K, bool out_bf16, bool cublas) const {
@@ -186,6 +198,7 @@ inline ElementRef element_ref(const GemmProblem& p, int m, int n, bool accumulat
   r.abs_dot = p.abs_dot[size_t(m) * p.N + n];
   r.old_c = accumulate ? p.C_old[size_t(m) * p.ldc + n] : 0.0;
   r.bias = has_bias ? p.bias[size_t(n)] : 0.0;
+  r.last_term = last_k_term(p, m, n);
   r.accumulate = accumulate;
   r.has_bias = has_bias;
   return r;

@@ -34,6 +34,7 @@
 
 #include "kernels/cpu/flash_attention.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "tests/gpu/negative_control.h"
 
 namespace {
 
@@ -72,15 +73,17 @@ double max_abs(const std::vector<float>& x) {
 }
 
 // Every element within `tol` (+ the start value's rounding where `start` is given); a NaN
-// never passes; -inf matches -inf.
+// never passes; -inf matches -inf. The same bounds must reject the negative control, the
+// truth 1 % off (negative_control.h).
 void check_close(const std::string& what, const std::vector<float>& got, const std::vector<double>& want, double tol,
                  const std::vector<float>* start = nullptr) {
   REQUIRE(got.size() == want.size());
-  size_t bad = 0, worst = 0;
+  size_t bad = 0, worst = 0, control_rejected = 0;
   double worst_err = -1;
   for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isinf(want[i]) && got[i] == want[i]) continue;
     const double b = tol + (start ? kSafety * kEps * std::fabs((*start)[i]) : 0.0);
+    control_rejected += !(std::fabs(gpt::gpu_test::one_percent_off(want[i]) - want[i]) <= b);  // inf - 0: rejected
+    if (std::isinf(want[i]) && got[i] == want[i]) continue;
     const double err = std::fabs(double(got[i]) - want[i]);
     if (!(err <= b)) ++bad;
     if (!(err <= worst_err)) worst_err = err, worst = i;
@@ -88,6 +91,8 @@ void check_close(const std::string& what, const std::vector<float>& got, const s
   INFO(what << ": " << bad << " of " << got.size() << " outside the bound " << tol << "; worst element " << worst
             << ": got " << got[worst] << ", want " << want[worst]);
   CHECK(bad == 0);
+  INFO(what << ": the negative control (the truth 1 % off) must be rejected by some element");
+  CHECK(control_rejected > 0);
 }
 
 // The quantities the tolerances are made of, from the reference of one view.

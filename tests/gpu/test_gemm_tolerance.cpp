@@ -1,4 +1,5 @@
-// The GEMM test's bound for cuBLASLt into bf16 (gemm_reference.h), checked on the CPU.
+// The GEMM tests' bounds (gemm_reference.h), checked on the CPU: the ones cuBLASLt into
+// bf16 needs, and the negative controls every bound must reject.
 //
 // On an H200 cuBLASLt's epilogue into a bf16 D rounded one partial result to bf16 before
 // it added the rest; which one depended on the kernel it picked:
@@ -14,11 +15,23 @@
 //   3. the bound still rejects a result one bf16 step further off, or without its bias.
 // AB is summed in fp32 in k order: products of bf16 values are exact in fp32, and another
 // order of the sum moves it by far less than e_acc.
+//
+// The negative controls, over the GPU test's ladder (every shape, layout and epilogue; fp32
+// and bf16 outputs; the hand versions' bounds and cuBLAS's):
+//   4. C without its last k step (a kernel that drops the tail of K) is rejected in every
+//      problem. The one exception allowed is cuBLAS's bound into bf16 with K = 1: there the
+//      whole product is the last step, and the bound grants the epilogue a rounding of the
+//      partial sums, which a product of two small inputs can be smaller than.
+//   5. C 1 % too large (a constant factor, the error AdamW would hide in training) is
+//      rejected in every problem of at least 7 x 7 outputs. A single output can be the
+//      near-cancellation of its K terms, far smaller than the size S its bound stands on.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/bf16.h"
@@ -117,7 +130,82 @@ const Ratios& ladder_ratios() {
   return r;
 }
 
+// ---- negative controls ------------------------------------------------------------------
+
+// The C the ladder checks, per call: C = AB, C += AB + bias, C = AB + bias (the GELU
+// epilogues store the pre-activation C too, so they add no other C).
+constexpr Epilogue kCalls[] = {{false, false}, {true, true}, {false, true}};
+
+// Over one sweep, for one bound: the problems (shape x call) whose largest control error /
+// tolerance is at most 1, i.e. where the control would pass, and the weakest problem.
+struct ControlTally {
+  int problems = 0, last_k_passed = 0, one_percent_passed = 0;
+  double weakest_last_k = INFINITY, weakest_one_percent = INFINITY;
+  std::string weakest_last_k_at, weakest_one_percent_at;
+};
+
+// Adds one problem and call under a bound; `exempt_last_k` leaves the problem out of the
+// last-k tally (rule 4's exception), small ones (under 7 x 7) are out of the 1 % tally.
+void tally(ControlTally& t, const GemmProblem& p, const Epilogue& ep, bool out_bf16, bool cublas, bool exempt_last_k) {
+  double last_k = 0, one_percent = 0;
+  for (int m = 0; m < p.M; ++m)
+    for (int n = 0; n < p.N; ++n) {
+      const ElementRef ref = element_ref(p, m, n, ep.accumulate, ep.bias);
+      const double w = ref.want(), tol = ref.tolerance(p.K, out_bf16, cublas);
+      last_k = std::max(last_k, std::fabs(ref.without_last_k() - w) / tol);
+      one_percent = std::max(one_percent, std::fabs(1.01 * w - w) / tol);
+    }
+  const std::string at = "M=" + std::to_string(p.M) + " N=" + std::to_string(p.N) + " K=" + std::to_string(p.K) +
+                         (ep.accumulate ? " C +=" : " C =") + (ep.bias ? " AB + bias" : " AB");
+  ++t.problems;
+  if (!exempt_last_k) {
+    t.last_k_passed += last_k <= 1.0;
+    if (last_k < t.weakest_last_k) t.weakest_last_k = last_k, t.weakest_last_k_at = at;
+  }
+  if (p.M >= 7 && p.N >= 7) {
+    t.one_percent_passed += one_percent <= 1.0;
+    if (one_percent < t.weakest_one_percent) t.weakest_one_percent = one_percent, t.weakest_one_percent_at = at;
+  }
+}
+
+// The tallies of the fp32 -> fp32 ladder (one bound: cuBLAS's is the hand versions' for an
+// fp32 output) and of the bf16 -> bf16 ladder under the hand versions' bound and cuBLAS's.
+struct ControlTallies {
+  ControlTally fp32, bf16_hand, bf16_cublas;
+};
+ControlTallies sweep_controls() {
+  ControlTallies t;
+  for_each_ladder_shape([&](bool trans_a, bool trans_b, int M, int N, int K, unsigned seed) {
+    const GemmProblem p32 = make_gemm_problem(trans_a, trans_b, M, N, K, false, false, true, seed);
+    const GemmProblem p16 = make_gemm_problem(trans_a, trans_b, M, N, K, true, true, true, seed);
+    for (const Epilogue& ep : kCalls) {
+      tally(t.fp32, p32, ep, false, false, false);
+      tally(t.bf16_hand, p16, ep, true, false, false);
+      tally(t.bf16_cublas, p16, ep, true, true, K == 1);
+    }
+  });
+  return t;
+}
+
+void check_tally(const char* bound, const ControlTally& t) {
+  INFO(bound << ": " << t.problems << " problems");
+  REQUIRE(t.problems == 3 * 4 * (125 + 1));  // 3 calls x 4 layouts x (5^3 ragged shapes + one aligned)
+  INFO("without the last k step, passed in " << t.last_k_passed << "; weakest: error / tolerance "
+                                             << t.weakest_last_k << " at " << t.weakest_last_k_at);
+  CHECK(t.last_k_passed == 0);
+  INFO("1 % too large, passed in " << t.one_percent_passed << "; weakest: error / tolerance "
+                                   << t.weakest_one_percent << " at " << t.weakest_one_percent_at);
+  CHECK(t.one_percent_passed == 0);
+}
+
 }  // namespace
+
+TEST_CASE("the ladder's bounds reject C without its last k step, and C 1 % too large", "[gemm_tolerance]") {
+  const ControlTallies t = sweep_controls();
+  check_tally("fp32 -> fp32", t.fp32);
+  check_tally("bf16 -> bf16, the hand versions' bound", t.bf16_hand);
+  check_tally("bf16 -> bf16, cuBLAS's bound", t.bf16_cublas);
+}
 
 TEST_CASE("the cuBLAS bf16 bound holds for every epilogue rounding order seen on the GPU", "[gemm_tolerance]") {
   INFO("largest error / tolerance: " << ladder_ratios().orders);

@@ -13,6 +13,9 @@
 // and the reference see the same numbers and only the GPU's fp32 arithmetic and its
 // rounding of what it stores differ.
 //
+// Every comparison within bounds also has its negative control: the same bounds must reject
+// the truth 1 % off (tests/gpu/negative_control.h).
+//
 // Checks besides the values:
 //  - backward ops accumulate (+=): gradients start from random nonzero values, and the
 //    reference adds to the same values, so an op that overwrites is off by the start value;
@@ -106,6 +109,7 @@
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "tests/gpu/negative_control.h"
 
 namespace {
 
@@ -243,13 +247,14 @@ std::string num(double x) {
 
 // Element i passes when |got[i] - want[i]| <= bound(i); a NaN never passes. Reports how
 // many failed and the worst element (largest error / bound): what one needs to see when a
-// check fails.
+// check fails. The same bounds must reject the negative control, the truth 1 % off
+// (negative_control.h): some element of it outside its bound.
 template <class Bound>
 void check_close(const std::string& what, const std::vector<float>& got, const std::vector<double>& want,
                  Bound&& bound) {
   REQUIRE(!got.empty());
   REQUIRE(got.size() == want.size());
-  size_t failures = 0, worst = 0;
+  size_t failures = 0, worst = 0, control_rejected = 0;
   double worst_ratio = -1;
   for (size_t i = 0; i < got.size(); ++i) {
     const double err = std::fabs(double(got[i]) - want[i]), b = bound(i);
@@ -260,11 +265,14 @@ void check_close(const std::string& what, const std::vector<float>& got, const s
       worst_ratio = ratio;
       worst = i;
     }
+    control_rejected += !(std::fabs(gpt::gpu_test::one_percent_off(want[i]) - want[i]) <= b);
   }
   INFO(what << ": " << failures << " of " << got.size() << " elements outside their bound; worst: element "
             << worst << ", got " << num(got[worst]) << ", want " << num(want[worst]) << ", bound "
             << num(bound(worst)));
   CHECK(failures == 0);
+  INFO(what << ": the negative control (the truth 1 % off) must be rejected by some element");
+  CHECK(control_rejected > 0);
 }
 
 // Bit for bit (any NaN matches any NaN).
@@ -852,6 +860,7 @@ void check_sum_of_squares(size_t n, size_t offset, unsigned seed) {
   const double bound = kSafety * 0x1p-52 * std::sqrt(double(n)) * want;
   INFO("got " << num(got) << ", want " << num(want) << ", bound " << num(bound));
   CHECK(std::fabs(got - want) <= bound);
+  CHECK(std::fabs(gpt::gpu_test::one_percent_off(want) - want) > bound);  // the negative control
   CHECK(std::memcmp(&got, &again, sizeof got) == 0);  // deterministic
   check_guards(d_g);
 }
