@@ -13,7 +13,7 @@
 // Backward ops accumulate: the gradients start from random values, added to the
 // reference's too. Without a GPU the program exits 77 (CTest: skipped).
 //
-// ---- Tolerances, derived (as in test_attention_gpu.cpp) ---------------------------------
+// ---- Tolerances, derived (as in attention_reference.h) ----------------------------------
 // eps = 2^-23, a safety factor S = 8, and from the reference in double on the actual inputs:
 //   A = max scale sum_i |q_ti k_ui|, W = max sum_i |dO_ti v_ui|, G = max |dP_tu - D_t|,
 //   colP = max_u sum_t P_tu, over the visible pairs; vmax, qmax, kmax, dOmax the inputs'.

@@ -56,7 +56,8 @@
 //   |y_v4 - y_v2| <= 2^-8 sum_u P_tu |v_u| <= 2^-8 max|v|        (plus fp32-level terms)
 // and likewise dV (P rounded), dK and dQ (dS rounded). The running sum l is accumulated
 // from the fp32 probabilities, so the logsumexp is as accurate as v2's. The GPU test
-// (tests/gpu/test_attention_gpu.cpp) adds exactly these terms to v2/v3's tolerances.
+// (its bounds are in tests/gpu/attention_reference.h) adds exactly these terms, element
+// by element, to v2/v3's bounds.
 //
 // Exponentials use exp2: p = 2^(s * scale * log2 e - m) with m kept in the same base-2
 // units, one FMA and one ex2 per score; the logsumexp is written in natural units,
