@@ -73,22 +73,23 @@ void AdamW<T>::step(Device d, T* params, const T* grads, double lr, double grad_
 }
 
 template <class T>
+void AdamW<T>::require_fp32_master() const {
+  invariant(keep_master_, "AdamW: bf16 weights are made from fp32 master weights (keep_master)");
+  if constexpr (!std::is_same_v<T, float>)
+    internal_error("AdamW<double>: bf16 weights are made from fp32 master weights only");
+}
+
+template <class T>
 void AdamW<T>::step(Device d, bf16* params, const T* grads, double lr, double grad_scale,
                     const Config& cfg, int step_number) {
-  invariant(keep_master_, "AdamW: a bf16 weight copy needs fp32 master weights (keep_master)");
-  if constexpr (std::is_same_v<T, float>)
-    update(d, params, grads, lr, grad_scale, cfg, step_number, true);
-  else
-    internal_error("AdamW<double>: a bf16 weight copy is made from fp32 master weights only");
+  require_fp32_master();
+  if constexpr (std::is_same_v<T, float>) update(d, params, grads, lr, grad_scale, cfg, step_number, true);
 }
 
 template <class T>
 void AdamW<T>::weights_from_master(Device d, bf16* params) {
-  invariant(keep_master_, "AdamW: bf16 weights are made from fp32 master weights (keep_master)");
-  if constexpr (std::is_same_v<T, float>)
-    ops::convert_to_bf16(d, params, master_.data(), master_.size());
-  else
-    internal_error("AdamW<double>: bf16 weights are made from fp32 master weights only");
+  require_fp32_master();
+  if constexpr (std::is_same_v<T, float>) ops::convert_to_bf16(d, params, master_.data(), master_.size());
 }
 
 template <class T>

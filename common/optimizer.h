@@ -78,6 +78,8 @@ class AdamW {
   size_t state_bytes() const { return master_.bytes() + m_.bytes() + v_.bytes(); }
 
  private:
+  // bf16 weights are made from fp32 master weights: fails unless this optimizer keeps them.
+  void require_fp32_master() const;
   template <class Copy>
   void update(Device d, Copy* params, const T* grads, double lr, double grad_scale,
               const Config& cfg, int step_number, bool round_copy_to_bf16);
