@@ -8,8 +8,9 @@
 #      jupyter nbconvert --clear-output --inplace notebooks/*.ipynb);
 #   2. scripts/notebook_runs.sh makes the runs they read (--no-runs: use the ones there);
 #   3. each notebook runs top to bottom in a fresh python3 kernel (Debian's ipykernel,
-#      /usr/bin/python3) with `jupyter nbconvert --execute`; the executed copies go to OUT
-#      (default: $GPT_BUILD_DIR/notebooks, i.e. build/notebooks), never into notebooks/.
+#      /usr/bin/python3) with `jupyter nbconvert --execute`, GPT_NOTEBOOK_JOBS of them at
+#      once (default 2); the executed copies go to OUT (default: $GPT_BUILD_DIR/notebooks,
+#      i.e. build/notebooks), never into notebooks/.
 #
 # Exits 1 when a notebook has outputs, a run fails or a cell raises. Needs the packages
 # of scripts/setup.sh --with-notebooks and the default build (scripts/notebook_runs.sh
@@ -65,21 +66,49 @@ if ((make_runs)); then
   log "runs made in $((SECONDS - start)) s"
 fi
 
-# 3. Every notebook, in a fresh kernel.
+# 3. Every notebook, in a fresh kernel, GPT_NOTEBOOK_JOBS at a time (default 2: a kernel
+#    is one process that mostly waits on Python's start-up and matplotlib, one core each).
 mkdir -p "$out"
 export PYDEVD_DISABLE_FILE_VALIDATION=1  # quiets the kernel's debugger warning on Python 3.11
+jobs="${GPT_NOTEBOOK_JOBS:-2}"
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || bad_input "GPT_NOTEBOOK_JOBS='$jobs': not a whole number of at least 1"
+
+# execute_notebook NB: runs NB; its log in OUT/NAME.log, its seconds (or "failed") in
+# OUT/NAME.status, read once every notebook has ended.
+execute_notebook() {
+  local nb="$1" name t0=$SECONDS
+  name="$out/$(basename "$nb" .ipynb)"
+  if "$python" -m nbconvert --to notebook --execute --ExecutePreprocessor.kernel_name=python3 \
+    --ExecutePreprocessor.timeout=300 --output-dir "$out" "$nb" > "$name.log" 2>&1; then
+    echo "$((SECONDS - t0))" > "$name.status"
+  else
+    echo failed > "$name.status"
+  fi
+}
+
 failed=()
 start=$SECONDS
+running=0
 for nb in "${notebooks[@]}"; do
-  t0=$SECONDS
-  if "$python" -m nbconvert --to notebook --execute --ExecutePreprocessor.kernel_name=python3 \
-    --ExecutePreprocessor.timeout=300 --output-dir "$out" "$nb" > "$out/$(basename "$nb" .ipynb).log" 2>&1; then
-    log "$nb: ok ($((SECONDS - t0)) s)"
+  rm -f "$out/$(basename "$nb" .ipynb).status"
+  if ((running >= jobs)); then
+    wait -n
+    running=$((running - 1))
+  fi
+  execute_notebook "$nb" &
+  running=$((running + 1))
+done
+wait
+for nb in "${notebooks[@]}"; do
+  name="$out/$(basename "$nb" .ipynb)"
+  status="$(cat "$name.status" 2> /dev/null || echo failed)"
+  if [[ "$status" != failed ]]; then
+    log "$nb: ok ($status s)"
   else
-    grep -v '^0.00s' "$out/$(basename "$nb" .ipynb).log" | tail -25 >&2
-    warn "$nb: a cell failed (log: $out/$(basename "$nb" .ipynb).log)"
+    grep -v '^0.00s' "$name.log" | tail -25 >&2
+    warn "$nb: a cell failed (log: $name.log)"
     failed+=("$nb")
   fi
 done
-log "${#notebooks[@]} notebooks executed in $((SECONDS - start)) s, copies with outputs in $out"
+log "${#notebooks[@]} notebooks executed in $((SECONDS - start)) s ($jobs at a time), copies with outputs in $out"
 ((${#failed[@]} == 0)) || die "failed: ${failed[*]}"

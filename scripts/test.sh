@@ -18,7 +18,7 @@
 # Extra arguments go to both ctest runs. Exits non-zero when a build or a test fails.
 # Environment:
 #   GPT_TEST_SKIP_SANITIZE=1   skip the sanitizer pass (quicker local runs)
-#   GPT_TEST_SKIP_NOTEBOOKS=1  skip the notebooks (about 2 minutes on 2 cores)
+#   GPT_TEST_SKIP_NOTEBOOKS=1  skip the notebooks (about a minute on 2 cores)
 #   GPT_TEST_SKIP_DOCS=1       skip the doxygen run
 #   GPT_TEST_JOBS=N            tests run at once (default 2)
 #   GPT_TEST_TIMEOUT=S         per-test limit for tests that set none (default 900 s)
