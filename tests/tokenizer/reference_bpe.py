@@ -124,14 +124,15 @@ def train(corpus, merges):
         counts = {}
         for w, n in words.items():
             parts = split[w]
-            for i in range(len(parts) - 1):
-                pair = (parts[i], parts[i + 1])
+            for pair in zip(parts, parts[1:]):
                 counts[pair] = counts.get(pair, 0) + n
         if not counts:
             break
         a, b = max(counts, key=counts.get)
         learned.append(a + b)
         for w in words:
+            if a + b not in w:  # the pair's bytes are not in the word: nothing to merge
+                continue
             parts, out, i = split[w], [], 0
             while i < len(parts):
                 if i + 1 < len(parts) and parts[i] == a and parts[i + 1] == b:
@@ -189,10 +190,11 @@ POOL = (list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 
 def random_text(seed, n):
     rng = random.Random(seed)
-    out = []
-    while sum(map(len, out)) < n:
+    out, length = [], 0
+    while length < n:
         c = rng.choice(POOL)
         out.append(c * rng.choice([1, 1, 1, 2, 3]) if c.isspace() else c)
+        length += len(out[-1])
     return "".join(out)
 
 
