@@ -244,9 +244,14 @@ void blocked_gemm(bool trans_a, bool trans_b, int M, int N, int K, const SA* A, 
   const int kc_max = std::min(P::KC, K);
   std::vector<T> packed_b(size_t(nc_max) * kc_max);
   const int threads = omp_get_max_threads();
-  // Rows per thread block: MC, or fewer so that every thread gets a block.
-  int mc = std::min(P::MC, (M + threads - 1) / threads);
-  mc = std::max(P::MR, (mc + P::MR - 1) / P::MR * P::MR);
+  // Row blocks of at most MC rows, as many per thread and as equal as the rows allow:
+  // 256 rows on 2 threads are 4 blocks of 64, not 96 + 96 + 64 (one thread doing 160
+  // rows while the other waits after 96). Only the rows' grouping changes, never the
+  // order of any sum, so the product is the same to the bit.
+  const int rows_per_thread = (M + threads - 1) / threads;
+  const int blocks_per_thread = (rows_per_thread + P::MC - 1) / P::MC;
+  int mc = (M + threads * blocks_per_thread - 1) / (threads * blocks_per_thread);
+  mc = (mc + P::MR - 1) / P::MR * P::MR;
   const int row_blocks = (M + mc - 1) / mc;
 
   // One parallel region for the whole product: the threads pack B together, then
