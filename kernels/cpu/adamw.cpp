@@ -46,14 +46,25 @@ void adamw_update(T* params, const T* grads, T* m, T* v, size_t n, const ops::Ad
       if (copy) copy[i] = params[i];
     }
   } else {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; ++i) {
+    // One element's update; the loops below differ only in writing the copy, so that
+    // neither holds a branch and both vectorise (with the sqrt's errno off, see
+    // kernels/CMakeLists.txt): every element's arithmetic is the same either way.
+    auto update = [=](size_t i) {
       const T g = grads[i] * scale;
       m[i] = b1 * m[i] + (T(1) - b1) * g;
       v[i] = b2 * v[i] + (T(1) - b2) * g * g;
       const T m_hat = m[i] * inv_bc1, v_hat = v[i] * inv_bc2;
       params[i] -= lr * (m_hat / (std::sqrt(v_hat) + eps) + wd * params[i]);
-      if (copy) copy[i] = params[i];
+    };
+    if (copy) {
+#pragma omp parallel for simd schedule(static)
+      for (size_t i = 0; i < n; ++i) {
+        update(i);
+        copy[i] = params[i];
+      }
+    } else {
+#pragma omp parallel for simd schedule(static)
+      for (size_t i = 0; i < n; ++i) update(i);
     }
   }
   if (copy && copy_bf16) {
