@@ -195,16 +195,17 @@ inline Problem make_problem(const Shape& s, const Case& c) { return make_problem
 // ---- what a case's kernels must return ------------------------------------------------------
 
 // The attention of one problem computed as the kernels round it, in R: P = exp(s - L) for
-// each row; with round_p, P and dS rounded to bf16 before they multiply (v4/v5); the
-// backward's D_t = dy_t . O_t from `out_given`, the output a kernel is given. In double,
-// without round_p, it is the exact backward of those inputs (expected() below); in float
-// it stands in for a kernel's fp32 arithmetic (test_attention_tolerance.cpp).
+// each row; with round_p, P and dS rounded to bf16 before they multiply (v4/v5); and, when
+// `out_given` (the output a kernel's backward is given) is not null, the backward, with
+// D_t = dy_t . O_t from it (without it dqkv stays empty). In double, without round_p, it
+// is the exact attention of those inputs (expected() below); in float it stands in for a
+// kernel's fp32 arithmetic (test_attention_tolerance.cpp).
 template <class R>
 struct Attention {
   std::vector<R> out, lse, dqkv;
 };
 template <class R>
-Attention<R> attention_as_kernels_round(const Problem& pr, const std::vector<float>& out_given, bool round_p) {
+Attention<R> attention_as_kernels_round(const Problem& pr, const std::vector<float>* out_given, bool round_p) {
   const Shape& s = pr.s;
   const int T = s.T, C = s.C(), hs = s.hs;
   auto at = [&](int b, int t, int part, int h) {
@@ -216,7 +217,7 @@ Attention<R> attention_as_kernels_round(const Problem& pr, const std::vector<flo
   Attention<R> a;
   a.out.assign(s.out_n(), R(0));
   a.lse.assign(s.rows_n(), R(0));
-  a.dqkv.assign(s.qkv_n(), R(0));
+  if (out_given) a.dqkv.assign(s.qkv_n(), R(0));
   std::vector<R> sc(static_cast<size_t>(T)), p(static_cast<size_t>(T));
   for (int b = 0; b < s.B; ++b)
     for (int h = 0; h < s.NH; ++h)
@@ -241,7 +242,8 @@ Attention<R> attention_as_kernels_round(const Problem& pr, const std::vector<flo
           const R pu = operand(p[size_t(u)]);
           for (int i = 0; i < hs; ++i) y[i] += pu * R(v[i]);
         }
-        for (int i = 0; i < hs; ++i) D += R(dy[i]) * R(out_given[oat(b, t, h) + size_t(i)]);
+        if (!out_given) continue;
+        for (int i = 0; i < hs; ++i) D += R(dy[i]) * R((*out_given)[oat(b, t, h) + size_t(i)]);
         R* dq = &a.dqkv[at(b, t, 0, h)];
         for (int u = 0; u <= t; ++u) {
           const float* k = &pr.qkv[at(b, u, 1, h)];
@@ -276,7 +278,7 @@ inline Expected expected(const Problem& pr, const Case& c, const std::vector<flo
   Expected e;
   e.out = pr.out;
   e.lse = pr.lse;
-  e.dqkv = c.versions == Versions::V1 ? pr.dqkv : attention_as_kernels_round<double>(pr, out_given, false).dqkv;
+  e.dqkv = c.versions == Versions::V1 ? pr.dqkv : attention_as_kernels_round<double>(pr, &out_given, false).dqkv;
 
   // The fp32 part of each output's bound: one number per output tensor.
   const double eps = std::ldexp(1.0, -23);
