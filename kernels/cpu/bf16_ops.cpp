@@ -9,11 +9,14 @@
 // each element as on the whole. The matmuls' operands are never copied: the GEMM widens
 // them as it packs its panels (gemm.h), which gives the same panels, so the same bits.
 // The embedding's forward reads two rows per position out of large tables, so it
-// converts as it reads instead of widening the tables.
+// converts as it reads instead of widening the tables. The head's loss halves go a row at
+// a time through per-thread row buffers (below).
 #include "kernels/cpu/bf16_ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
+#include <vector>
 
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -67,6 +70,16 @@ class Narrowed {
 };
 
 constexpr bool kOverwrites = false, kAccumulates = true;
+
+// One row converted on the calling thread (inside a parallel loop over rows).
+void widen_row(float* dst, const bf16* src, int n) {
+#pragma omp simd
+  for (int j = 0; j < n; ++j) dst[j] = bf16_to_float(src[j].bits);
+}
+void narrow_row(bf16* dst, const float* src, int n) {
+#pragma omp simd
+  for (int j = 0; j < n; ++j) dst[j].bits = bf16_bits(src[j]);
+}
 
 size_t slice_floats = size_t(16) << 20;  // 64 MiB of fp32 per widened slice (set_bf16_slice_floats)
 
@@ -218,24 +231,40 @@ void softmax_crossentropy(float* losses, bf16* dlogits, const bf16* logits, cons
   });
 }
 
+// The vocabulary-range halves go a row at a time: each thread widens its row into a
+// buffer of its own (a GPT-2 row is 50304 floats, 200 KB: it stays in cache) and runs the
+// fp32 kernel's row on it, so no N x Vl fp32 copy of the logits is made, touched once and
+// given back. The arithmetic is the fp32 op's, row by row.
 void crossentropy_stats(float* row_max, float* row_sumexp, float* target_logit, const bf16* logits,
                         const int32_t* targets, int v0, int V, int N, int Vl) {
-  by_slices(N, size_t(Vl), [&](int r0, int rows) {
-    const Wide z(logits + size_t(r0) * Vl, size_t(rows) * Vl);
-    crossentropy_stats(row_max + r0, row_sumexp + r0, target_logit + r0, z.get(), targets + r0, v0, V, rows, Vl);
-  });
+  const int real = std::max(0, std::min(Vl, V - v0));
+#pragma omp parallel
+  {
+    std::vector<float> z(static_cast<size_t>(real));
+#pragma omp for schedule(static)
+    for (int i = 0; i < N; ++i) {
+      widen_row(z.data(), logits + size_t(i) * Vl, real);
+      crossentropy_stats_row(row_max[i], row_sumexp[i], target_logit[i], z.data(), targets[i] - v0, real);
+    }
+  }
 }
 
 void crossentropy_from_stats(float* losses, bf16* dlogits, const bf16* logits, const float* row_max,
                              const float* row_sumexp, const float* target_logit, const int32_t* targets,
                              float dloss, int v0, int V, int N, int Vl) {
-  by_slices(N, size_t(Vl), [&](int r0, int rows) {
-    const size_t at = size_t(r0) * Vl, n = size_t(rows) * Vl;
-    const Wide z(logits + at, n);
-    const Narrowed dz(dlogits ? dlogits + at : nullptr, n, kOverwrites);
-    crossentropy_from_stats(losses + r0, dz.get(), z.get(), row_max + r0, row_sumexp + r0, target_logit + r0,
-                            targets + r0, dloss, v0, V, rows, Vl);
-  });
+  const int real = std::max(0, std::min(Vl, V - v0));
+#pragma omp parallel
+  {
+    std::vector<float> z(dlogits ? size_t(real) : 0), d(dlogits ? size_t(Vl) : 0);
+#pragma omp for schedule(static)
+    for (int i = 0; i < N; ++i) {
+      losses[i] = std::log(row_sumexp[i]) - (target_logit[i] - row_max[i]);
+      if (!dlogits) continue;
+      widen_row(z.data(), logits + size_t(i) * Vl, real);  // before dlogits, which may be the logits
+      crossentropy_gradient_row(d.data(), z.data(), row_max[i], row_sumexp[i], targets[i] - v0, dloss, real, Vl);
+      narrow_row(dlogits + size_t(i) * Vl, d.data(), Vl);
+    }
+  }
 }
 
 // ---- optimizer ---------------------------------------------------------------------

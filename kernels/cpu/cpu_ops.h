@@ -106,6 +106,15 @@ void crossentropy_from_stats(T* losses, T* dlogits, const T* logits, const T* ro
                              const T* row_sumexp, const T* target_logit, const int32_t* targets,
                              T dloss, int v0, int V, int N, int Vl);
 
+/// One row of each of the two above, over its `real` columns below V (of Vl), the target
+/// relative to the row's first column: what the N-row ops run on each row, and what the
+/// bf16 ops run on a row widened into a buffer that stays in cache.
+template <class T>
+void crossentropy_stats_row(T& row_max, T& row_sumexp, T& target_logit, const T* z, int target, int real);
+/// dlogits of one row: dloss * (exp(z - max) / sum - onehot(target)), 0 from `real` on.
+template <class T>
+void crossentropy_gradient_row(T* d, const T* z, T max, T sum, int target, T dloss, int real, int Vl);
+
 /// Sum of g[i]^2 over n elements in double, in fixed chunks added in order: the same
 /// bits whatever the thread count.
 template <class T>

@@ -54,21 +54,32 @@ void softmax_crossentropy(T* losses, T* dlogits, const T* logits, const int32_t*
 //   dlogits = dloss * (exp(z - M) / S - onehot(target)),  0 in the padding.
 // On one rank holding every column these are the fused op's numbers exactly.
 template <class T>
+void crossentropy_stats_row(T& row_max, T& row_sumexp, T& target_logit, const T* z, int target, int real) {
+  T max = -INFINITY;
+#pragma omp simd reduction(max : max)
+  for (int j = 0; j < real; ++j) max = z[j] > max ? z[j] : max;
+  row_max = max;
+  row_sumexp = lane_sum<T>(real, [=](int j) { return exp_t(z[j] - max); });
+  target_logit = target >= 0 && target < real ? z[target] : T(0);
+}
+
+template <class T>
+void crossentropy_gradient_row(T* d, const T* z, T max, T sum, int target, T dloss, int real, int Vl) {
+  const T scale = dloss / sum;
+#pragma omp simd
+  for (int j = 0; j < real; ++j) d[j] = scale * exp_t(z[j] - max);
+  if (target >= 0 && target < real) d[target] -= dloss;
+  for (int j = real; j < Vl; ++j) d[j] = 0;
+}
+
+template <class T>
 void crossentropy_stats(T* row_max, T* row_sumexp, T* target_logit, const T* logits,
                         const int32_t* targets, int v0, int V, int N, int Vl) {
   const int real = std::max(0, std::min(Vl, V - v0));  // this rank's columns below V
 #pragma omp parallel for schedule(static)
-  for (int i = 0; i < N; ++i) {
-    const T* z = logits + size_t(i) * Vl;
-    T max = -INFINITY;
-#pragma omp simd reduction(max : max)
-    for (int j = 0; j < real; ++j) max = z[j] > max ? z[j] : max;
-    const T sum = lane_sum<T>(real, [=](int j) { return exp_t(z[j] - max); });
-    const int t = targets[i] - v0;
-    row_max[i] = max;
-    row_sumexp[i] = sum;
-    target_logit[i] = t >= 0 && t < real ? z[t] : T(0);
-  }
+  for (int i = 0; i < N; ++i)
+    crossentropy_stats_row(row_max[i], row_sumexp[i], target_logit[i], logits + size_t(i) * Vl, targets[i] - v0,
+                           real);
 }
 
 template <class T>
@@ -78,20 +89,15 @@ void crossentropy_from_stats(T* losses, T* dlogits, const T* logits, const T* ro
   const int real = std::max(0, std::min(Vl, V - v0));
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; ++i) {
-    const T max = row_max[i], sum = row_sumexp[i];
-    losses[i] = std::log(sum) - (target_logit[i] - max);
-    if (!dlogits) continue;
-    const T* z = logits + size_t(i) * Vl;
-    T* d = dlogits + size_t(i) * Vl;
-    const T scale = dloss / sum;
-#pragma omp simd
-    for (int j = 0; j < real; ++j) d[j] = scale * exp_t(z[j] - max);
-    const int t = targets[i] - v0;
-    if (t >= 0 && t < real) d[t] -= dloss;
-    for (int j = real; j < Vl; ++j) d[j] = 0;
+    losses[i] = std::log(row_sumexp[i]) - (target_logit[i] - row_max[i]);
+    if (dlogits)
+      crossentropy_gradient_row(dlogits + size_t(i) * Vl, logits + size_t(i) * Vl, row_max[i], row_sumexp[i],
+                                targets[i] - v0, dloss, real, Vl);
   }
 }
 
+template void crossentropy_stats_row<float>(float&, float&, float&, const float*, int, int);
+template void crossentropy_gradient_row<float>(float*, const float*, float, float, int, float, int, int);
 template void crossentropy_stats<float>(float*, float*, float*, const float*, const int32_t*, int, int, int, int);
 template void crossentropy_stats<double>(double*, double*, double*, const double*, const int32_t*, int, int, int, int);
 template void crossentropy_from_stats<float>(float*, float*, const float*, const float*, const float*, const float*, const int32_t*, float, int, int, int, int);
