@@ -65,6 +65,12 @@ struct Shape {
   size_t qkv_n() const { return size_t(B) * T * 3 * C(); }
   size_t out_n() const { return size_t(B) * T * C(); }
   size_t rows_n() const { return size_t(B) * NH * T; }
+  // Index of head h's first element of part (0: q, 1: k, 2: v) at (b, t) in a (B, T, 3C)
+  // qkv tensor, and of head h at (b, t) in a (B, T, C) one.
+  size_t qkv_at(int b, int t, int part, int h) const {
+    return (size_t(b) * T + t) * 3 * C() + size_t(part) * C() + size_t(h) * hs;
+  }
+  size_t out_at(int b, int t, int h) const { return (size_t(b) * T + t) * C() + size_t(h) * hs; }
 };
 
 inline constexpr Shape kShapes[] = {{2, 1, 3, 64},  {2, 17, 3, 64},  {2, 200, 3, 64},
@@ -76,7 +82,7 @@ struct Problem {
   // ground truth, in double
   std::vector<double> out, lse, dqkv, att;  // att: the probabilities P, (B, NH, T, T)
   // magnitudes for the tolerances (see the top of the file)
-  double scale, qmax = 0, kmax = 0, vmax = 0, dymax = 0, ymax = 0, lmax = 0, A = 0, W = 0, G = 0, colP = 0;
+  double scale, qmax = 0, kmax = 0, vmax = 0, dymax = 0, lmax = 0, A = 0, W = 0, G = 0, colP = 0;
   double dq_max = 0, dk_max = 0, dv_max = 0;
 };
 
@@ -102,21 +108,17 @@ inline Problem make_problem(const Shape& s, bool round_bf16, unsigned seed) {
   // Logsumexp and the magnitudes, straight from the definitions.
   pr.scale = 1.0 / std::sqrt(double(hs));
   pr.lse.assign(s.rows_n(), 0.0);
-  auto at = [&](int b, int t, int part, int h) {
-    return (size_t(b) * T + t) * 3 * C + size_t(part) * C + size_t(h) * hs;
-  };
-  auto oat = [&](int b, int t, int h) { return (size_t(b) * T + t) * C + size_t(h) * hs; };
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h) {
       const double* P = att.data() + (size_t(b) * NH + h) * T * T;
       for (int t = 0; t < T; ++t) {
-        const double* q = &qkv[at(b, t, 0, h)];
-        const double* dy = &dout[oat(b, t, h)];
+        const double* q = &qkv[s.qkv_at(b, t, 0, h)];
+        const double* dy = &dout[s.out_at(b, t, h)];
         double m = -INFINITY, sum_e = 0.0, D = 0.0;
         std::vector<double> sc(size_t(t) + 1), dp(size_t(t) + 1);
         for (int u = 0; u <= t; ++u) {
-          const double* k = &qkv[at(b, u, 1, h)];
-          const double* v = &qkv[at(b, u, 2, h)];
+          const double* k = &qkv[s.qkv_at(b, u, 1, h)];
+          const double* v = &qkv[s.qkv_at(b, u, 2, h)];
           double dot = 0, absdot = 0, dpu = 0, absdp = 0;
           for (int i = 0; i < hs; ++i) {
             dot += q[i] * k[i];
@@ -147,14 +149,13 @@ inline Problem make_problem(const Shape& s, bool round_bf16, unsigned seed) {
     for (int t = 0; t < T; ++t)
       for (int h = 0; h < NH; ++h)
         for (int i = 0; i < hs; ++i) {
-          pr.qmax = std::max(pr.qmax, std::fabs(qkv[at(b, t, 0, h) + size_t(i)]));
-          pr.kmax = std::max(pr.kmax, std::fabs(qkv[at(b, t, 1, h) + size_t(i)]));
-          pr.vmax = std::max(pr.vmax, std::fabs(qkv[at(b, t, 2, h) + size_t(i)]));
-          pr.dymax = std::max(pr.dymax, std::fabs(dout[oat(b, t, h) + size_t(i)]));
-          pr.ymax = std::max(pr.ymax, std::fabs(pr.out[oat(b, t, h) + size_t(i)]));
-          pr.dq_max = std::max(pr.dq_max, std::fabs(pr.dqkv[at(b, t, 0, h) + size_t(i)]));
-          pr.dk_max = std::max(pr.dk_max, std::fabs(pr.dqkv[at(b, t, 1, h) + size_t(i)]));
-          pr.dv_max = std::max(pr.dv_max, std::fabs(pr.dqkv[at(b, t, 2, h) + size_t(i)]));
+          pr.qmax = std::max(pr.qmax, std::fabs(qkv[s.qkv_at(b, t, 0, h) + size_t(i)]));
+          pr.kmax = std::max(pr.kmax, std::fabs(qkv[s.qkv_at(b, t, 1, h) + size_t(i)]));
+          pr.vmax = std::max(pr.vmax, std::fabs(qkv[s.qkv_at(b, t, 2, h) + size_t(i)]));
+          pr.dymax = std::max(pr.dymax, std::fabs(dout[s.out_at(b, t, h) + size_t(i)]));
+          pr.dq_max = std::max(pr.dq_max, std::fabs(pr.dqkv[s.qkv_at(b, t, 0, h) + size_t(i)]));
+          pr.dk_max = std::max(pr.dk_max, std::fabs(pr.dqkv[s.qkv_at(b, t, 1, h) + size_t(i)]));
+          pr.dv_max = std::max(pr.dv_max, std::fabs(pr.dqkv[s.qkv_at(b, t, 2, h) + size_t(i)]));
         }
   return pr;
 }
@@ -207,11 +208,7 @@ struct Attention {
 template <class R>
 Attention<R> attention_as_kernels_round(const Problem& pr, const std::vector<float>* out_given, bool round_p) {
   const Shape& s = pr.s;
-  const int T = s.T, C = s.C(), hs = s.hs;
-  auto at = [&](int b, int t, int part, int h) {
-    return (size_t(b) * T + t) * 3 * C + size_t(part) * C + size_t(h) * hs;
-  };
-  auto oat = [&](int b, int t, int h) { return (size_t(b) * T + t) * C + size_t(h) * hs; };
+  const int T = s.T, hs = s.hs;
   auto operand = [&](R x) { return round_p ? R(gpt::cpu::bf16_round(float(x))) : x; };
   const R scale = R(1) / std::sqrt(R(hs));
   Attention<R> a;
@@ -222,11 +219,11 @@ Attention<R> attention_as_kernels_round(const Problem& pr, const std::vector<flo
   for (int b = 0; b < s.B; ++b)
     for (int h = 0; h < s.NH; ++h)
       for (int t = 0; t < T; ++t) {
-        const float* q = &pr.qkv[at(b, t, 0, h)];
-        const float* dy = &pr.dout[oat(b, t, h)];
+        const float* q = &pr.qkv[s.qkv_at(b, t, 0, h)];
+        const float* dy = &pr.dout[s.out_at(b, t, h)];
         R m = -INFINITY, sum = 0, D = 0;
         for (int u = 0; u <= t; ++u) {
-          const float* k = &pr.qkv[at(b, u, 1, h)];
+          const float* k = &pr.qkv[s.qkv_at(b, u, 1, h)];
           R dot = 0;
           for (int i = 0; i < hs; ++i) dot += R(q[i]) * R(k[i]);
           sc[size_t(u)] = dot * scale;
@@ -236,20 +233,20 @@ Attention<R> attention_as_kernels_round(const Problem& pr, const std::vector<flo
         const R L = m + std::log(sum);
         a.lse[(size_t(b) * s.NH + h) * T + t] = L;
         for (int u = 0; u <= t; ++u) p[size_t(u)] = std::exp(sc[size_t(u)] - L);
-        R* y = &a.out[oat(b, t, h)];
+        R* y = &a.out[s.out_at(b, t, h)];
         for (int u = 0; u <= t; ++u) {
-          const float* v = &pr.qkv[at(b, u, 2, h)];
+          const float* v = &pr.qkv[s.qkv_at(b, u, 2, h)];
           const R pu = operand(p[size_t(u)]);
           for (int i = 0; i < hs; ++i) y[i] += pu * R(v[i]);
         }
         if (!out_given) continue;
-        for (int i = 0; i < hs; ++i) D += R(dy[i]) * R((*out_given)[oat(b, t, h) + size_t(i)]);
-        R* dq = &a.dqkv[at(b, t, 0, h)];
+        for (int i = 0; i < hs; ++i) D += R(dy[i]) * R((*out_given)[s.out_at(b, t, h) + size_t(i)]);
+        R* dq = &a.dqkv[s.qkv_at(b, t, 0, h)];
         for (int u = 0; u <= t; ++u) {
-          const float* k = &pr.qkv[at(b, u, 1, h)];
-          const float* v = &pr.qkv[at(b, u, 2, h)];
-          R* dk = &a.dqkv[at(b, u, 1, h)];
-          R* dv = &a.dqkv[at(b, u, 2, h)];
+          const float* k = &pr.qkv[s.qkv_at(b, u, 1, h)];
+          const float* v = &pr.qkv[s.qkv_at(b, u, 2, h)];
+          R* dk = &a.dqkv[s.qkv_at(b, u, 1, h)];
+          R* dv = &a.dqkv[s.qkv_at(b, u, 2, h)];
           R dp = 0;
           for (int i = 0; i < hs; ++i) dp += R(dy[i]) * R(v[i]);
           const R pu = operand(p[size_t(u)]), ds = operand(p[size_t(u)] * (dp - D));
@@ -291,31 +288,27 @@ inline Expected expected(const Problem& pr, const Case& c, const std::vector<flo
   // The tensor cores' rounding of P and dS, element by element (zero elsewhere).
   std::vector<double> p_out(s.out_n(), 0.0), p_dqkv(s.qkv_n(), 0.0);
   const bool rounds_p = c.versions == Versions::TensorCores;
-  auto at = [&](int b, int t, int part, int h) {
-    return (size_t(b) * T + t) * 3 * C + size_t(part) * C + size_t(h) * hs;
-  };
-  auto oat = [&](int b, int t, int h) { return (size_t(b) * T + t) * C + size_t(h) * hs; };
   const double bf = std::ldexp(1.0, -7);  // 2 x bf16's u
   if (rounds_p)
     for (int b = 0; b < s.B; ++b)
       for (int h = 0; h < s.NH; ++h)
         for (int t = 0; t < T; ++t) {
-          const float* q = &pr.qkv[at(b, t, 0, h)];
-          const float* dy = &pr.dout[oat(b, t, h)];
+          const float* q = &pr.qkv[s.qkv_at(b, t, 0, h)];
+          const float* dy = &pr.dout[s.out_at(b, t, h)];
           double D = 0;
-          for (int i = 0; i < hs; ++i) D += double(dy[i]) * out_given[oat(b, t, h) + size_t(i)];
+          for (int i = 0; i < hs; ++i) D += double(dy[i]) * out_given[s.out_at(b, t, h) + size_t(i)];
           for (int u = 0; u <= t; ++u) {
-            const float* k = &pr.qkv[at(b, u, 1, h)];
-            const float* v = &pr.qkv[at(b, u, 2, h)];
+            const float* k = &pr.qkv[s.qkv_at(b, u, 1, h)];
+            const float* v = &pr.qkv[s.qkv_at(b, u, 2, h)];
             const double P = pr.att[((size_t(b) * s.NH + h) * T + t) * T + u];
             double dp = 0;
             for (int i = 0; i < hs; ++i) dp += double(dy[i]) * v[i];
             const double dS = P * std::fabs(dp - D);
             for (int i = 0; i < hs; ++i) {
-              p_out[oat(b, t, h) + size_t(i)] += bf * P * std::fabs(v[i]);
-              p_dqkv[at(b, t, 0, h) + size_t(i)] += bf * pr.scale * dS * std::fabs(k[i]);
-              p_dqkv[at(b, u, 1, h) + size_t(i)] += bf * pr.scale * dS * std::fabs(q[i]);
-              p_dqkv[at(b, u, 2, h) + size_t(i)] += bf * P * std::fabs(dy[i]);
+              p_out[s.out_at(b, t, h) + size_t(i)] += bf * P * std::fabs(v[i]);
+              p_dqkv[s.qkv_at(b, t, 0, h) + size_t(i)] += bf * pr.scale * dS * std::fabs(k[i]);
+              p_dqkv[s.qkv_at(b, u, 1, h) + size_t(i)] += bf * pr.scale * dS * std::fabs(q[i]);
+              p_dqkv[s.qkv_at(b, u, 2, h) + size_t(i)] += bf * P * std::fabs(dy[i]);
             }
           }
         }
