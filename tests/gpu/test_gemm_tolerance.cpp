@@ -103,31 +103,23 @@ std::vector<Order> orders_of(Epilogue ep) {
 struct Ratios {
   double orders = 0, one_step = 0, no_bias = 0;
 };
-Ratios sweep_ladder() {
-  Ratios r;
-  for_each_ladder_shape([&](bool trans_a, bool trans_b, int M, int N, int K, unsigned seed) {
-    const GemmProblem p = make_gemm_problem(trans_a, trans_b, M, N, K, true, true, true, seed);
-    for (int m = 0; m < M; ++m)
-      for (int n = 0; n < N; ++n) {
-        const float product = fp32_product(p, m, n);
-        for (const Epilogue& ep : kAdding) {
-          const ElementRef ref = element_ref(p, m, n, ep.accumulate, ep.bias);
-          const double w = ref.want(), tol = ref.tolerance(K, true, true);
-          auto ratio = [&](float x) { return std::fabs(double(x) - w) / tol; };
-          for (Order o : orders_of(ep)) {
-            const float x = stored(o, product, ref);
-            r.orders = std::max(r.orders, ratio(x));
-            r.one_step = std::max(r.one_step, ratio(one_step_further(x, w)));
-          }
-          if (ep.bias) r.no_bias = std::max(r.no_bias, ratio(to_bf16(product + float(ref.old_c))));
+// Adds one bf16 problem of the ladder to the ratios.
+void add_ratios(Ratios& r, const GemmProblem& p) {
+  for (int m = 0; m < p.M; ++m)
+    for (int n = 0; n < p.N; ++n) {
+      const float product = fp32_product(p, m, n);
+      for (const Epilogue& ep : kAdding) {
+        const ElementRef ref = element_ref(p, m, n, ep.accumulate, ep.bias);
+        const double w = ref.want(), tol = ref.tolerance(p.K, true, true);
+        auto ratio = [&](float x) { return std::fabs(double(x) - w) / tol; };
+        for (Order o : orders_of(ep)) {
+          const float x = stored(o, product, ref);
+          r.orders = std::max(r.orders, ratio(x));
+          r.one_step = std::max(r.one_step, ratio(one_step_further(x, w)));
         }
+        if (ep.bias) r.no_bias = std::max(r.no_bias, ratio(to_bf16(product + float(ref.old_c))));
       }
-  });
-  return r;
-}
-const Ratios& ladder_ratios() {
-  static const Ratios r = sweep_ladder();  // one sweep for both test cases
-  return r;
+    }
 }
 
 // ---- negative controls ------------------------------------------------------------------
@@ -173,19 +165,32 @@ void tally(ControlTally& t, const GemmProblem& p, const Epilogue& ep, bool out_b
 struct ControlTallies {
   ControlTally fp32, bf16_hand, bf16_cublas;
 };
-ControlTallies sweep_controls() {
-  ControlTallies t;
+
+// One pass over the ladder for every test case below: each problem is made once in bf16
+// (the ratios and two bounds' controls) and once in fp32 (its controls).
+struct Sweep {
+  Ratios ratios;
+  ControlTallies controls;
+};
+Sweep sweep_ladder() {
+  Sweep sw;
   for_each_ladder_shape([&](bool trans_a, bool trans_b, int M, int N, int K, unsigned seed) {
     const GemmProblem p32 = make_gemm_problem(trans_a, trans_b, M, N, K, false, false, true, seed);
     const GemmProblem p16 = make_gemm_problem(trans_a, trans_b, M, N, K, true, true, true, seed);
+    add_ratios(sw.ratios, p16);
     for (const Epilogue& ep : kCalls) {
-      tally(t.fp32, p32, ep, false, false, false);
-      tally(t.bf16_hand, p16, ep, true, false, false);
-      tally(t.bf16_cublas, p16, ep, true, true, K == 1);
+      tally(sw.controls.fp32, p32, ep, false, false, false);
+      tally(sw.controls.bf16_hand, p16, ep, true, false, false);
+      tally(sw.controls.bf16_cublas, p16, ep, true, true, K == 1);
     }
   });
-  return t;
+  return sw;
 }
+const Sweep& ladder_sweep() {
+  static const Sweep sw = sweep_ladder();
+  return sw;
+}
+const Ratios& ladder_ratios() { return ladder_sweep().ratios; }
 
 void check_tally(const char* bound, const ControlTally& t) {
   INFO(bound << ": " << t.problems << " problems");
@@ -201,7 +206,7 @@ void check_tally(const char* bound, const ControlTally& t) {
 }  // namespace
 
 TEST_CASE("the ladder's bounds reject C without its last k step, and C 1 % too large", "[gemm_tolerance]") {
-  const ControlTallies t = sweep_controls();
+  const ControlTallies& t = ladder_sweep().controls;
   check_tally("fp32 -> fp32", t.fp32);
   check_tally("bf16 -> bf16, the hand versions' bound", t.bf16_hand);
   check_tally("bf16 -> bf16, cuBLAS's bound", t.bf16_cublas);
