@@ -35,6 +35,12 @@ for spec in $SPECS; do cands+=("$spec:device=$DEVICE"); done
 # test the trajectory, not the arithmetic.
 export COMMON="n_layer=4 n_embd=128 n_head=2 lr=0.001 precision=$PRECISION ${COMMON:-}"
 [ "$PRECISION" = bf16 ] && export BF16=1
+# The reference's error is one draw of fp32 rounding, and the GPU groups its sums in its
+# own way: the bound takes the largest error of stage 01 on the CPU over several
+# micro-batch splits (equivalence.sh REF_ENSEMBLE, compare_runs.py --ensemble). At this
+# model's gradient-norm spike (step 6) micro-batch 12 alone was 1.3e-6 from float64, the
+# GPU 9.4e-5, and the CPU with micro-batch 6 4.7e-5: 12 was the lucky draw.
+export REF_ENSEMBLE="${REF_ENSEMBLE-1:24:device=cpu 1:8:device=cpu 1:6:device=cpu 1:4:device=cpu}"
 # The comparison must be able to fail: the first GPU layout with lr 1.001x (AdamW) and one
 # SGD step 1.01x too large (1.1x both in bf16) are run too, and must be rejected
 # (equivalence.sh).

@@ -25,6 +25,9 @@
 #   MPIEXEC "none": no launcher; every run is then one process (one rank).
 #   a SPEC is NP:MICRO_BATCH[:key=value...], e.g. "2:6:allreduce=backend"; CAND_SPECS and
 #   EXACT_SPECS are space-separated lists of them; TRUTH_BIN is stage 01.
+#   REF_ENSEMBLE="SPEC ..." in the environment: more layouts of REF_BIN whose errors join
+#   the reference's in the bound (compare_runs.py --ensemble: the largest of them is e_ref),
+#   for candidates that group their sums in ways the one reference cannot stand for.
 #   COMMON="key=value ..." in the environment applies to every run, the truth's included
 #   (a model shape other than tiny.json's, e.g. heads that tp = 3 divides); BF16=1 for
 #   runs in precision=bf16 (the truth stays float64).
@@ -81,6 +84,14 @@ name() { echo "$1_${2//[:=]/_}"; }
 # 1. AdamW over STEPS steps.
 run "$TRUTH_BIN" 1:24 "$WORK/truth" "$STEPS" precision=fp64 device=cpu  # the ground truth runs on the CPU only
 run "$REF_BIN" "$REF_SPEC" "$WORK/$(name ref "$REF_SPEC")" "$STEPS"
+# The ensemble (REF_ENSEMBLE): each comparison in tolerance mode takes ENSEMBLE (AdamW) or
+# SGD_ENSEMBLE (the one SGD step) after its reference.
+ENSEMBLE=() SGD_ENSEMBLE=()
+ensemble_runs=() sgd_ensemble_runs=()
+for spec in ${REF_ENSEMBLE:-}; do
+  d="$WORK/$(name ens "$spec")"; run "$REF_BIN" "$spec" "$d" "$STEPS"; ensemble_runs+=("$d")
+done
+((${#ensemble_runs[@]})) && ENSEMBLE=(--ensemble "${ensemble_runs[@]}")
 cands=()
 for spec in $CAND_SPECS; do d="$WORK/$(name cand "$spec")"; run "$CAND_BIN" "$spec" "$d" "$STEPS"; cands+=("$d"); done
 echo "== AdamW, $STEPS steps, against the float64 run"
@@ -88,7 +99,7 @@ echo "== AdamW, $STEPS steps, against the float64 run"
 # two fails tells a wrong gradient (both) from a trajectory AdamW amplifies (AdamW alone).
 failed=()
 "${COMPARE[@]}" --step "$STEPS" --truth "$WORK/truth" --reference "$WORK/$(name ref "$REF_SPEC")" \
-  --candidate "${cands[@]}" || failed+=(AdamW)
+  "${ENSEMBLE[@]}" --candidate "${cands[@]}" || failed+=(AdamW)
 if quick_run; then
   ((${#failed[@]} == 0)) || { echo "FAIL: the candidates differ from the float64 run beyond the bound (AdamW)"; exit 1; }
   echo "quick run (GPT_TEST_QUICK=1): the SGD step and the controls are left to the default pass"
@@ -99,11 +110,15 @@ fi
 SGD=(optimizer=sgd grad_clip=0)
 run "$TRUTH_BIN" 1:24 "$WORK/sgd_truth" 1 precision=fp64 device=cpu "${SGD[@]}"
 run "$REF_BIN" "$REF_SPEC" "$WORK/$(name sgd_ref "$REF_SPEC")" 1 "${SGD[@]}"
+for spec in ${REF_ENSEMBLE:-}; do
+  d="$WORK/$(name sgd_ens "$spec")"; run "$REF_BIN" "$spec" "$d" 1 "${SGD[@]}"; sgd_ensemble_runs+=("$d")
+done
+((${#sgd_ensemble_runs[@]})) && SGD_ENSEMBLE=(--ensemble "${sgd_ensemble_runs[@]}")
 sgd=()
 for spec in $CAND_SPECS; do d="$WORK/$(name sgd_cand "$spec")"; run "$CAND_BIN" "$spec" "$d" 1 "${SGD[@]}"; sgd+=("$d"); done
 echo "== SGD, one step, against the float64 run"
 "${COMPARE[@]}" --step 1 --kinds param --truth "$WORK/sgd_truth" --reference "$WORK/$(name sgd_ref "$REF_SPEC")" \
-  --candidate "${sgd[@]}" || failed+=(SGD)
+  "${SGD_ENSEMBLE[@]}" --candidate "${sgd[@]}" || failed+=(SGD)
 if ((${#failed[@]})); then
   echo "FAIL: the candidates differ from the float64 run beyond the bound (${failed[*]})"
   exit 1
@@ -117,11 +132,11 @@ if [ "${NEGATIVE_CAND:-0}" = 1 ]; then
   echo "== negative control: the candidate $first with lr ${ADAMW_CONTROL}x must be rejected"
   run "$CAND_BIN" "$first" "$WORK/neg_cand_lr" "$STEPS" lr="$(scaled_lr "$ADAMW_CONTROL")"
   "${COMPARE[@]}" --expect-reject --step "$STEPS" --truth "$WORK/truth" --reference "$WORK/$(name ref "$REF_SPEC")" \
-    --candidate "$WORK/neg_cand_lr"
+    "${ENSEMBLE[@]}" --candidate "$WORK/neg_cand_lr"
   echo "== negative control: the candidate $first with one SGD step ${SGD_CONTROL}x too large must be rejected"
   run "$CAND_BIN" "$first" "$WORK/neg_cand_sgd" 1 "${SGD[@]}" lr="$(scaled_lr "$SGD_CONTROL")"
   "${COMPARE[@]}" --expect-reject --weights-only --step 1 --kinds param --truth "$WORK/sgd_truth" \
-    --reference "$WORK/$(name sgd_ref "$REF_SPEC")" --candidate "$WORK/neg_cand_sgd"
+    --reference "$WORK/$(name sgd_ref "$REF_SPEC")" "${SGD_ENSEMBLE[@]}" --candidate "$WORK/neg_cand_sgd"
 fi
 
 [ "${NEGATIVE:-0}" = 1 ] || exit 0
@@ -131,12 +146,12 @@ echo "== negative control: AdamW with lr ${ADAMW_CONTROL}x must be rejected"
 lr=$(scaled_lr "$ADAMW_CONTROL")
 run "$TRUTH_BIN" 1:24 "$WORK/neg_lr" "$STEPS" lr="$lr"
 "${COMPARE[@]}" --expect-reject --step "$STEPS" --truth "$WORK/truth" --reference "$WORK/$(name ref "$REF_SPEC")" \
-  --candidate "$WORK/neg_lr"
+  "${ENSEMBLE[@]}" --candidate "$WORK/neg_lr"
 echo "== negative control: SGD with every gradient ${SGD_CONTROL}x must be rejected"
 run "$TRUTH_BIN" 1:24 "$WORK/neg_grad" 1 "${SGD[@]}" test_grad_scale="$SGD_CONTROL"
 # (the weights alone: the logged gradient norm would give the scale away by itself)
 "${COMPARE[@]}" --expect-reject --weights-only --step 1 --kinds param --truth "$WORK/sgd_truth" \
-  --reference "$WORK/$(name sgd_ref "$REF_SPEC")" --candidate "$WORK/neg_grad"
+  --reference "$WORK/$(name sgd_ref "$REF_SPEC")" "${SGD_ENSEMBLE[@]}" --candidate "$WORK/neg_grad"
 if [ -n "$EXACT_SPECS" ]; then
   echo "== exact: layouts that only move work give the reference's bits"
   exact=()
@@ -160,7 +175,7 @@ with open(ckpt + "/param.bin", "r+b") as f:
     f.write(struct.pack("<%df" % n, *[v * (1 + plant) for v in values]))
 EOF
 "${COMPARE[@]}" --expect-reject --weights-only --step 1 --kinds param --truth "$WORK/sgd_truth" \
-  --reference "$WORK/$(name sgd_ref "$REF_SPEC")" --candidate "$planted"
+  --reference "$WORK/$(name sgd_ref "$REF_SPEC")" "${SGD_ENSEMBLE[@]}" --candidate "$planted"
 echo "== negative control: one weight 10 ulps off must be rejected by the exact comparison"
 planted="$WORK/neg_ulps"
 rm -rf "$planted" && cp -r "$WORK/$(name ref "$REF_SPEC")" "$planted"
