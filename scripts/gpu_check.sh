@@ -227,10 +227,10 @@ profile() {
       --shapes "$shape" --versions v5 --reps 3 --warmup 1 --no-flush || rc=1
   done
   # The benchmark first runs the reference (v1's naive kernels, also named dkdv_kernel and
-  # dq_kernel, templates there and in v3): v4's are the ones whose demangled name has no
-  # template arguments, a parenthesis right after the name.
+  # dq_kernel): v4's are told apart by their demangled names, whose template argument is
+  # the head size (dkdv_kernel<(int)64>), where v1's is the element type.
   log "ncu: attention v4 backward (dK dV, then dQ), hs 64, T 2048"
-  "${ncu[@]}" --kernel-name-base demangled --kernel-name regex:'(dkdv|dq)_kernel[(]' --launch-count 2 \
+  "${ncu[@]}" --kernel-name-base demangled --kernel-name regex:'(dkdv|dq)_kernel<[(]int[)]64>' --launch-count 2 \
     "$build/bin/bench_attention" --versions 4 --T 2048 --hs 64 --reps 1 --warmup 1 --no-flush || rc=1
   return $rc
 }
