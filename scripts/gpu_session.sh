@@ -44,9 +44,11 @@ if [[ "${1:-}" == --prepare ]]; then
 fi
 
 # The limits, in seconds, of each part (tests and sanitizers run at once).
-# Measured on an H200 (docs/benchmarks/README.md): the gpu tests take about 130 s with 8 at
-# once; a sanitizer run of the GEMM ladder needs more than 165 s beside the others; the
-# kernel benchmarks about 100 s; the whole step about 140 s, PyTorch's compile included.
+# Measured on an H200 (docs/benchmarks/README.md): the 41 gpu tests took 124 s with 8 at
+# once beside four sanitizer runs (2026-11-28), before the fp32 stage tests gained four more
+# CPU reference runs each (those 21 alone then took 109 s); a sanitizer run of the GEMM
+# ladder needs more than 165 s beside the others; the kernel benchmarks about 100 s; the
+# whole step about 140 s, PyTorch's compile included; the profile about 60 s.
 # The tests run beside the sanitizers, which slow them: their limit is the sanitizers'.
 declare -A limit=([test]=290 [sanitize]=300 [bench]=120 [step]=160 [profile]=90)
 chosen=()

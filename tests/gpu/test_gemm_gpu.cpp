@@ -8,6 +8,9 @@
 //    tile size), an aligned 256 x 384 x 192, and a GPT-2-sized forward 512 x 2304 x 768
 //    with bias and GELU. Each shape runs four epilogues: C = AB;  C += AB + bias;
 //    C = AB + bias with gelu_out;  C = AB with gelu_out.
+//  * v5's split K (kernels/cuda/gemm/split_k.h): shapes with few output tiles and a long K,
+//    every layout and epilogue, bf16 and fp32 outputs; besides the truth 1 % off, the
+//    bounds must reject C without the last K range (a lost partial tile).
 //  * Leading dimensions are padded up to multiples of 8 elements (what v4/v5 need) for
 //    every version, and the padding of A and B holds NaN: a kernel that reads past the
 //    end of a stored row poisons its output. The padding of C and gelu_out holds a
@@ -46,6 +49,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemm/gemm.h"
+#include "kernels/cuda/gemm/split_k.h"
 #include "tests/gpu/gemm_reference.h"
 #include "tests/gpu/negative_control.h"
 
@@ -251,6 +255,90 @@ void test_ladder(const char* combo) {
   check_versions_ran(ran, in_bf16, combo);
 }
 
+// ---- GEMM v5's split K ---------------------------------------------------------------------
+
+// Products with too few output tiles for the SMs and a long K, which v5 cuts into ranges
+// (kernels/cuda/gemm/split_k.h): every layout, ragged M and N, K not a multiple of the
+// k-block (a partial last k-block) and ranges that do not divide it (a shorter last
+// range), and the shape of GPT-2 124M's attproj.dW on 4096 tokens. The test first makes
+// sure this device's plan does split each of them.
+struct SplitShape {
+  bool trans_a, trans_b;
+  int M, N, K;
+};
+constexpr SplitShape kSplitShapes[] = {{true, false, 200, 129, 4000},
+                                       {false, true, 65, 300, 2500},
+                                       {false, false, 7, 520, 1100},
+                                       {true, true, 300, 7, 3333},
+                                       {true, false, 768, 768, 4096}};
+
+int device_sms() {
+  int device = 0, sms = 0;
+  cuda_ok(cudaGetDevice(&device), "cudaGetDevice");
+  cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
+  return sms;
+}
+
+// sum over k in [k0, K) of op(A)[m, k] op(B)[k, n], for every (m, n): the last range's share.
+std::vector<double> range_sum(const GemmProblem& p, int k0) {
+  std::vector<double> out(size_t(p.M) * p.N, 0.0);
+  for (int m = 0; m < p.M; ++m)
+    for (int n = 0; n < p.N; ++n) {
+      double sum = 0;
+      for (int k = k0; k < p.K; ++k) {
+        const double a = p.trans_a ? p.A[size_t(k) * p.lda + m] : p.A[size_t(m) * p.lda + k];
+        const double b = p.trans_b ? p.B[size_t(n) * p.ldb + k] : p.B[size_t(k) * p.ldb + n];
+        sum += a * b;
+      }
+      out[size_t(m) * p.N + n] = sum;
+    }
+  return out;
+}
+
+// v5 on one split shape, every epilogue, against double as the ladder is checked, with two
+// negative controls the bounds must reject: the truth 1 % off, and C without the last
+// range (a reduction that lost a partial tile).
+template <class Tout>
+void check_split_shape(const SplitShape& shape, unsigned seed) {
+  constexpr bool out_bf16 = kIsBf16<Tout>;
+  const gpt::cuda::SplitK plan = gpt::cuda::plan_split_k_for(shape.M, shape.N, shape.K, device_sms());
+  INFO("M=" << shape.M << " N=" << shape.N << " K=" << shape.K << ": " << plan.splits << " ranges of "
+            << plan.k_blocks_per_split << " k-blocks");
+  REQUIRE(plan.splits > 1);
+  const GemmProblem p =
+      make_gemm_problem(shape.trans_a, shape.trans_b, shape.M, shape.N, shape.K, true, out_bf16, true, seed);
+  const std::vector<double> last_range =
+      range_sum(p, (plan.splits - 1) * plan.k_blocks_per_split * gpt::cuda::kSplitKBlock);
+  DeviceBuffer<nv_bf16> A(p.A.size()), B(p.B.size()), bias(p.bias.size());
+  DeviceBuffer<Tout> C(p.C_old.size()), G(p.C_old.size());
+  A.upload(p.A);
+  B.upload(p.B);
+  bias.upload(p.bias);
+  const std::vector<float> sentinels(p.C_old.size(), kSentinel);
+  for (const Epilogue& e : kEpilogues) {
+    const GemmArgs<nv_bf16, Tout> args = gemm_args(p, e, A.p, B.p, bias.p, C.p, G.p);
+    REQUIRE(gpt::cuda::gemm_version_supports(GemmVersion::V5, args));
+    INFO(describe(p) << ": " << e.name);
+    C.upload(p.C_old);
+    if (e.gelu) G.upload(sentinels);
+    gpt::cuda::gemm(GemmVersion::V5, args);
+    cuda_ok(cudaDeviceSynchronize(), "v5 split K");
+    auto ref = [&](int m, int n) { return element_ref(p, m, n, e.accumulate, e.bias); };
+    auto want = [&](int m, int n) { return ref(m, n).want(); };
+    auto tol = [&](int m, int n) { return ref(m, n).tolerance(p.K, out_bf16, false); };
+    check_matrix("C", C.download(), p.M, p.N, p.ldc, want, tol, Control::OnePercent);
+    size_t rejected = 0;
+    for (int m = 0; m < p.M; ++m)
+      for (int n = 0; n < p.N; ++n) rejected += std::fabs(last_range[size_t(m) * p.N + n]) > tol(m, n);
+    INFO("C without the last range must be rejected by some element");
+    CHECK(rejected > 0);
+    if (e.gelu)
+      check_matrix(
+          "gelu_out", G.download(), p.M, p.N, p.ldc, [&](int m, int n) { return gelu(want(m, n)); },
+          [&](int m, int n) { return gelu_tolerance(want(m, n), tol(m, n), out_bf16, false); }, Control::OnePercent);
+  }
+}
+
 // ---- the linear-layer ops ---------------------------------------------------------------
 
 // matmul_forward (with bias and GELU, and without either) and matmul_backward through the
@@ -387,6 +475,19 @@ TEST_CASE("gemm ladder bf16 -> bf16: every version, layout, ragged shape and epi
 TEST_CASE("gemm ladder bf16 -> fp32: every version, layout, ragged shape and epilogue",
           "[gpu][gemm][ladder_bf16_fp32]") {
   test_ladder<nv_bf16, float>("bf16 -> fp32");
+}
+
+TEST_CASE("gemm v5 split K: few tiles, long K, every layout and epilogue, bf16 and fp32 outputs",
+          "[gpu][gemm][split_k]") {
+  if (!device_has(GemmVersion::V5, true)) {
+    WARN("no split K to test: v5 needs a Hopper GPU");
+    return;
+  }
+  unsigned seed = 900;
+  for (const SplitShape& shape : kSplitShapes) {
+    check_split_shape<nv_bf16>(shape, seed++);
+    check_split_shape<float>(shape, seed++);
+  }
 }
 
 TEST_CASE("gemm ladder: compact strides, v4/v5 refuse them and the others compute them",

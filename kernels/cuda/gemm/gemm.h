@@ -10,7 +10,8 @@
 ///   v4 mma.sync            tensor cores (bf16 in, fp32 accumulate) fed by cp.async
 ///                          through a multi-stage shared-memory pipeline.       (sm_80+)
 ///   v5 wgmma               Hopper: WGMMA fed by TMA through an mbarrier pipeline,
-///                          producer/consumer warp specialisation, persistent.  (sm_90a)
+///                          producer/consumer warp specialisation, persistent; K split
+///                          into ranges when the tiles cannot fill the SMs.  (sm_90a)
 ///   cublas                 cuBLASLt, the baseline every version is measured against.
 /// ```
 ///
@@ -77,7 +78,8 @@ struct GemmArgs {
 template <class Tin, class Tout>
 bool gemm_version_supports(GemmVersion v, const GemmArgs<Tin, Tout>& args);
 
-/// Computes the product with version v, asynchronously on `stream`. Throws
+/// Computes the product with version v, asynchronously on `stream` (v5 splits K only on
+/// the default stream, which orders the one workspace of its partial tiles). Throws
 /// std::invalid_argument (bad shapes or strides, or a version that cannot take args,
 /// naming which) and std::runtime_error (a failed CUDA or cuBLAS call).
 template <class Tin, class Tout>

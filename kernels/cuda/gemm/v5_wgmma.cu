@@ -21,6 +21,13 @@
 //    blockIdx.x + gridDim.x, ... in a fixed grouped order. There is no tail wave of
 //    half-empty SMs beyond the last partial round, and while the consumers run the
 //    epilogue of tile t the producer already streams the first stages of tile t+1.
+//  * Split-K (kernels/cuda/gemm/split_k.h has the plan and its cost model). When there
+//    are too few tiles to fill the SMs and K is long (the weight gradients: 768 x 768
+//    over 16384 tokens is 18 tiles), K is cut into ranges and a work unit is one (tile,
+//    range): the units fill the SMs, each stores its fp32 partial tile in a workspace
+//    with the same epilogue code (no bias, no C), and split_k_reduce_kernel adds the
+//    partials in range order and applies the real epilogue. The order is fixed, so the
+//    bits repeat run to run. Only on the default stream, which orders the one workspace.
 //
 // Tiles. A CTA computes a kBM x kBN = 128 x 256 tile of C; consumer warpgroup c owns rows
 // 64c .. 64c+63 (one m64n256 accumulator each). The K loop walks kBK = 64 columns per
@@ -90,7 +97,9 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm/gemm.h"
+#include "kernels/cuda/gemm/split_k.h"
 #include "kernels/cuda/hopper.cuh"
+#include "kernels/cuda/scratch.h"
 
 // Device code exists only in the sm_90a pass (GPT_HOPPER_DEVICE_CODE, hopper.cuh); the
 // sm_80 pass (and a plain sm_90 pass) compiles every kernel body to a trap, which the
@@ -122,6 +131,7 @@ constexpr int kSwizzleBytes = 128;                     // one swizzled row
 constexpr int kSwizzleAtomBytes = 8 * kSwizzleBytes;   // pattern repeats every 1024 bytes
 constexpr int kBoxMn = kSwizzleBytes / 2;              // 64 bf16 per 128-byte row
 static_assert(kBK * 2 == kSwizzleBytes, "a K-major row is exactly one swizzle row");
+static_assert(kBM == kSplitKTileM && kBN == kSplitKTileN && kBK == kSplitKBlock, "split_k.h plans v5's tiles");
 
 constexpr int kATileBytes = kBM * kBK * 2;             // 16 KB
 constexpr int kBTileBytes = kBN * kBK * 2;             // 32 KB
@@ -179,6 +189,26 @@ struct GroupedTileOrder {
 };
 using TileOrder = GroupedTileOrder<kGroupM>;
 
+// The units of one launch: `splits` ranges of K for every tile (split_k.h). Unit u is
+// range u / tiles of tile u mod tiles, so the units running at once share a K range and,
+// through the grouped order, operand panels in L2. With one range this is the plain
+// persistent walk over tiles. (A template for the reason GroupedTileOrder is one.)
+template <int kGroupRows>
+struct WorkOrder {
+  GroupedTileOrder<kGroupRows> tiles;
+  int splits, k_blocks, k_blocks_per_split;
+  __host__ __device__ int count() const { return tiles.count() * splits; }
+  // The tile of unit u and its k-blocks [kb0, kb1), never empty.
+  __host__ __device__ void unit(int u, int& tile_m, int& tile_n, int& split, int& kb0, int& kb1) const {
+    const int n_tiles = tiles.count();
+    split = u / n_tiles;
+    tiles.coords(u - split * n_tiles, tile_m, tile_n);
+    kb0 = split * k_blocks_per_split;
+    kb1 = kb0 + k_blocks_per_split < k_blocks ? kb0 + k_blocks_per_split : k_blocks;
+  }
+};
+using Order = WorkOrder<kGroupM>;
+
 // What the consumers need besides the tensor maps.
 template <class Tout>
 struct EpilogueArgs {
@@ -189,6 +219,10 @@ struct EpilogueArgs {
   Tout* gelu_out;             // null, or M x N with stride ldc
   bool accumulate;
   bool gelu_pairs;            // gelu_out aligned for two-element stores
+  // Split-K only: range r's partial tile goes to partials + r * partials_stride, rows
+  // partials_ld apart (a multiple of 8, as ldc, for the two-element stores).
+  float* partials;
+  long long partials_ld, partials_stride;
 };
 
 #if GPT_HOPPER_DEVICE_CODE
@@ -310,20 +344,19 @@ __device__ __forceinline__ void load_operand(const CUtensorMap& map, uint32_t ds
 // up to kStages stages in flight.
 template <bool kAMnMajor, bool kBMnMajor>
 __device__ void run_producer(const CUtensorMap& map_a, const CUtensorMap& map_b, uint32_t stages_smem,
-                             const Barriers& bars, const TileOrder& order, int M, int N, int K) {
+                             const Barriers& bars, const Order& order, int M, int N) {
   using LayoutA = OperandLayout<kAMnMajor, kBM>;
   using LayoutB = OperandLayout<kBMnMajor, kBN>;
   hopper::prefetch_tensor_map(&map_a);
   hopper::prefetch_tensor_map(&map_b);
-  const int k_blocks = (K + kBK - 1) / kBK;
   PipelineState state;
-  for (int tile = blockIdx.x; tile < order.count(); tile += gridDim.x) {
-    int tile_m, tile_n;
-    order.coords(tile, tile_m, tile_n);
+  for (int u = blockIdx.x; u < order.count(); u += gridDim.x) {
+    int tile_m, tile_n, split, kb0, kb1;
+    order.unit(u, tile_m, tile_n, split, kb0, kb1);
     const int m0 = tile_m * kBM, n0 = tile_n * kBN;
     // Invariant: the bytes announced = the bytes of the boxes issued below.
     const uint32_t stage_bytes = LayoutA::bytes(m0, M) + LayoutB::bytes(n0, N);
-    for (int kb = 0; kb < k_blocks; ++kb) {
+    for (int kb = kb0; kb < kb1; ++kb) {
       hopper::mbarrier_wait(bars.empty_at(state.stage), state.phase ^ 1);  // round r waits phase r-1
       const uint32_t full = bars.full_at(state.stage);
       hopper::mbarrier_arrive_expect_tx(full, stage_bytes);
@@ -446,23 +479,30 @@ __device__ __forceinline__ void store_tile(const float (&acc)[kAccRegs], const E
   }
 }
 
-// A consumer warpgroup: for each tile of the CTA, the product of its 64 rows, then the
-// epilogue straight from registers (meanwhile the producer fills the next stages).
+// A consumer warpgroup: for each unit of the CTA, the product of its 64 rows over the
+// unit's k-blocks, then the epilogue straight from registers (meanwhile the producer
+// fills the next stages): into C, or, with split K, into the range's partial tile.
 template <bool kAMnMajor, bool kBMnMajor, class Tout>
-__device__ void run_consumer(uint32_t stages_smem, const Barriers& bars, const TileOrder& order,
+__device__ void run_consumer(uint32_t stages_smem, const Barriers& bars, const Order& order,
                              const EpilogueArgs<Tout>& ep) {
   const int consumer = threadIdx.x / 128 - 1;  // which 64-row half of the tile
   const bool signals = threadIdx.x % 128 == 0; // the thread that releases stages
-  const int k_blocks = (ep.K + kBK - 1) / kBK;
   float acc[kAccRegs];
 #pragma unroll
-  for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;  // each tile overwrites it (step 0)
+  for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;  // each unit overwrites it (step 0)
   PipelineState state;
-  for (int tile = blockIdx.x; tile < order.count(); tile += gridDim.x) {
-    int tile_m, tile_n;
-    order.coords(tile, tile_m, tile_n);
-    mma_tile<kAMnMajor, kBMnMajor>(acc, stages_smem, consumer, bars, state, k_blocks, signals);
-    store_tile(acc, ep, tile_m * kBM + consumer * kWgmmaM, tile_n * kBN);
+  for (int u = blockIdx.x; u < order.count(); u += gridDim.x) {
+    int tile_m, tile_n, split, kb0, kb1;
+    order.unit(u, tile_m, tile_n, split, kb0, kb1);
+    mma_tile<kAMnMajor, kBMnMajor>(acc, stages_smem, consumer, bars, state, kb1 - kb0, signals);
+    const int row0 = tile_m * kBM + consumer * kWgmmaM, col0 = tile_n * kBN;
+    if (order.splits == 1) {
+      store_tile(acc, ep, row0, col0);
+    } else {
+      const EpilogueArgs<float> partial{ep.M, ep.N, ep.K, ep.partials + split * ep.partials_stride,
+                                        ep.partials_ld, nullptr, nullptr, false, false, nullptr, 0, 0};
+      store_tile(acc, partial, row0, col0);
+    }
   }
 }
 #endif  // GPT_HOPPER_DEVICE_CODE
@@ -471,7 +511,7 @@ __device__ void run_consumer(uint32_t stages_smem, const Barriers& bars, const T
 template <bool kAMnMajor, bool kBMnMajor, class Tout>
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                      const EpilogueArgs<Tout> ep, const TileOrder order) {
+                      const EpilogueArgs<Tout> ep, const Order order) {
 #if GPT_HOPPER_DEVICE_CODE
   __shared__ __align__(8) uint64_t full_barriers[kStages];
   __shared__ __align__(8) uint64_t empty_barriers[kStages];
@@ -486,7 +526,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x < 128) {
     hopper::setmaxnreg_dec<kProducerRegs>();
-    if (threadIdx.x == 0) run_producer<kAMnMajor, kBMnMajor>(map_a, map_b, stages_smem, bars, order, ep.M, ep.N, ep.K);
+    if (threadIdx.x == 0) run_producer<kAMnMajor, kBMnMajor>(map_a, map_b, stages_smem, bars, order, ep.M, ep.N);
   } else {
     hopper::setmaxnreg_inc<kConsumerRegs>();
     run_consumer<kAMnMajor, kBMnMajor, Tout>(stages_smem, bars, order, ep);
@@ -496,6 +536,26 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+// Split-K's second pass, one thread per output (grid-stride): the partials of every
+// range added in range order, then what store_tile does with a whole sum: + bias, + the
+// old C when accumulating, the store, and gelu_out from the fp32 pre-activation.
+template <class Tout>
+__global__ void split_k_reduce_kernel(const EpilogueArgs<Tout> ep, int splits) {
+  const long long outputs = (long long)ep.M * ep.N;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < outputs;
+       i += (long long)gridDim.x * blockDim.x) {
+    const long long m = i / ep.N, n = i % ep.N;
+    const float* p = ep.partials + m * ep.partials_ld + n;
+    float v = p[0];
+    for (int r = 1; r < splits; ++r) v += p[r * ep.partials_stride];
+    if (ep.bias) v += to_float(ep.bias[n]);
+    Tout* c = ep.C + m * ep.ldc + n;
+    if (ep.accumulate) v += to_float(*c);
+    *c = from_float<Tout>(v);
+    if (ep.gelu_out) ep.gelu_out[m * ep.ldc + n] = from_float<Tout>(gelu(v));
+  }
+}
+
 // ---- host side --------------------------------------------------------------------------
 
 void require(bool ok, const std::string& what) {
@@ -503,6 +563,8 @@ void require(bool ok, const std::string& what) {
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+ScratchBuffer split_k_scratch;  // the partial tiles of a split K (kernels/cuda/scratch.h)
 
 template <class Tout>
 void validate(const GemmArgs<__nv_bfloat16, Tout>& a) {
@@ -534,7 +596,7 @@ CUtensorMap operand_map(const __nv_bfloat16* p, int ld, bool mn_major, int mn, i
 }
 
 template <bool kAMnMajor, bool kBMnMajor, class Tout>
-void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const EpilogueArgs<Tout>& ep, const TileOrder& order,
+void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const EpilogueArgs<Tout>& ep, const Order& order,
             int sms, cudaStream_t stream) {
   auto* kernel = wgmma_gemm_kernel<kAMnMajor, kBMnMajor, Tout>;
   // Per call: a cheap attribute set, and it keeps working across devices.
@@ -561,13 +623,29 @@ void gemm_v5(const GemmArgs<Tin, Tout>& args, cudaStream_t stream) {
   const CUtensorMap map_b = operand_map(args.B, args.ldb, b_mn_major, args.N, args.K, kBN);
 
   EpilogueArgs<Tout> ep{args.M, args.N, args.K, args.C, args.ldc, args.bias, args.gelu_out, args.accumulate,
-                        reinterpret_cast<uintptr_t>(args.gelu_out) % (2 * sizeof(Tout)) == 0};
-  const TileOrder order{int(ceil_div(args.M, kBM)), int(ceil_div(args.N, kBN))};
+                        reinterpret_cast<uintptr_t>(args.gelu_out) % (2 * sizeof(Tout)) == 0, nullptr, 0, 0};
+  const TileOrder tiles{int(ceil_div(args.M, kBM)), int(ceil_div(args.N, kBN))};
+  const int k_blocks = int(ceil_div(args.K, kBK));
+  // Split K only on the default stream, which orders every use of the one workspace.
+  const SplitK split = stream == nullptr ? plan_split_k(tiles.count(), k_blocks, sms) : SplitK{1, k_blocks};
+  const Order order{tiles, split.splits, k_blocks, split.k_blocks_per_split};
+  if (split.splits > 1) {
+    ep.partials_ld = ceil_div(args.N, 8) * 8;
+    ep.partials_stride = args.M * ep.partials_ld;
+    ep.partials = split_k_scratch.as<float>(size_t(split.splits) * size_t(ep.partials_stride));
+  }
 
   if (a_mn_major && b_mn_major) launch<true, true>(map_a, map_b, ep, order, sms, stream);
   else if (a_mn_major) launch<true, false>(map_a, map_b, ep, order, sms, stream);
   else if (b_mn_major) launch<false, true>(map_a, map_b, ep, order, sms, stream);
   else launch<false, false>(map_a, map_b, ep, order, sms, stream);
+  if (split.splits > 1) {
+    constexpr int kReduceThreads = 256;
+    const long long blocks = ceil_div((long long)args.M * args.N, kReduceThreads);
+    split_k_reduce_kernel<Tout><<<int(blocks < 8 * sms ? blocks : 8 * sms), kReduceThreads, 0, stream>>>(
+        ep, split.splits);
+    GPT_CUDA_CHECK_LAUNCH();
+  }
 }
 
 template void gemm_v5<__nv_bfloat16, __nv_bfloat16>(const GemmArgs<__nv_bfloat16, __nv_bfloat16>&, cudaStream_t);
