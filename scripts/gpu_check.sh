@@ -217,7 +217,9 @@ sanitize() {
 # (--warmup 1: the benchmarks take 1 to 1000; ncu profiles the first launch it matches.)
 profile() {
   command -v ncu > /dev/null || { warn "no ncu on this machine"; return 1; }
-  local ncu=(ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis
+  # --print-details all: the sections' charts as numbers too (the warp stall reasons, which
+  # the default print leaves out).
+  local ncu=(ncu --clock-control none --print-details all --section SpeedOfLight --section MemoryWorkloadAnalysis
              --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats
              --section WarpStateStats --section SchedulerStats)
   local shape rc=0
