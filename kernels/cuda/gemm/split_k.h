@@ -31,8 +31,8 @@ namespace gpt::cuda {
 /// How GEMM v5 divides K: `splits` ranges of `k_blocks_per_split` k-blocks (the last may
 /// be shorter, none is empty).
 struct SplitK {
-  int splits = 1;
-  int k_blocks_per_split = 0;
+  int splits = 1;              ///< ranges of K (1: no split)
+  int k_blocks_per_split = 0;  ///< k-blocks in each range but the last (all of K when 1)
 };
 
 inline constexpr int kSplitKTileM = 128;       ///< v5's output tile: rows
