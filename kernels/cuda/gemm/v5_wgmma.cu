@@ -505,8 +505,10 @@ __device__ __forceinline__ void store_tile(const float (&acc)[kAccRegs], const E
 
 // A consumer warpgroup: for each unit of the CTA, the product of its 64 rows over the
 // unit's k-blocks, then the epilogue straight from registers (meanwhile the producer
-// fills the next stages): into C, or, with split K, into the range's partial tile.
-template <bool kAMnMajor, bool kBMnMajor, class Tout>
+// fills the next stages): into C, or, with split K, into the range's partial tile. The
+// split is a template argument so that a kernel carries one epilogue's code, not two:
+// the unrolled epilogue is long, and the instruction cache is small.
+template <bool kAMnMajor, bool kBMnMajor, class Tout, bool kSplitK>
 __device__ void run_consumer(uint32_t stages_smem, const Barriers& bars, const Order& order,
                              const EpilogueArgs<Tout>& ep) {
   const int consumer = threadIdx.x / 128 - 1;  // which 64-row half of the tile
@@ -520,19 +522,20 @@ __device__ void run_consumer(uint32_t stages_smem, const Barriers& bars, const O
     order.unit(u, tile_m, tile_n, split, kb0, kb1);
     mma_tile<kAMnMajor, kBMnMajor>(acc, stages_smem, consumer, bars, state, kb1 - kb0, signals);
     const int row0 = tile_m * kBM + consumer * kWgmmaM, col0 = tile_n * kBN;
-    if (order.splits == 1) {
-      store_tile(acc, ep, row0, col0);
-    } else {
+    if constexpr (kSplitK) {
       const EpilogueArgs<float> partial{ep.M, ep.N, ep.K, ep.partials + split * ep.partials_stride,
                                         ep.partials_ld, nullptr, nullptr, false, false, nullptr, 0, 0};
       store_tile(acc, partial, row0, col0);
+    } else {
+      store_tile(acc, ep, row0, col0);
     }
   }
 }
 #endif  // GPT_HOPPER_DEVICE_CODE
 
-// kAMnMajor: A stored K x M (trans_a); kBMnMajor: B stored K x N (!trans_b).
-template <bool kAMnMajor, bool kBMnMajor, class Tout>
+// kAMnMajor: A stored K x M (trans_a); kBMnMajor: B stored K x N (!trans_b); kSplitK:
+// the units store partial tiles (order.splits > 1).
+template <bool kAMnMajor, bool kBMnMajor, class Tout, bool kSplitK>
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                       const EpilogueArgs<Tout> ep, const Order order) {
@@ -553,7 +556,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) run_producer<kAMnMajor, kBMnMajor>(map_a, map_b, stages_smem, bars, order, ep.M, ep.N);
   } else {
     hopper::setmaxnreg_inc<kConsumerRegs>();
-    run_consumer<kAMnMajor, kBMnMajor, Tout>(stages_smem, bars, order, ep);
+    run_consumer<kAMnMajor, kBMnMajor, Tout, kSplitK>(stages_smem, bars, order, ep);
   }
 #else
   __trap();  // built without sm_90a code; the host refuses such devices first
@@ -622,7 +625,8 @@ CUtensorMap operand_map(const __nv_bfloat16* p, int ld, bool mn_major, int mn, i
 template <bool kAMnMajor, bool kBMnMajor, class Tout>
 void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const EpilogueArgs<Tout>& ep, const Order& order,
             int sms, cudaStream_t stream) {
-  auto* kernel = wgmma_gemm_kernel<kAMnMajor, kBMnMajor, Tout>;
+  auto* kernel = order.splits > 1 ? wgmma_gemm_kernel<kAMnMajor, kBMnMajor, Tout, true>
+                                  : wgmma_gemm_kernel<kAMnMajor, kBMnMajor, Tout, false>;
   // Per call: a cheap attribute set, and it keeps working across devices.
   GPT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
   const int grid = order.count() < sms ? order.count() : sms;
