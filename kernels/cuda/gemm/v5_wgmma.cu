@@ -225,6 +225,20 @@ struct EpilogueArgs {
   long long partials_ld, partials_stride;
 };
 
+// Which epilogue a kernel is compiled for: bits of what it adds (bias, the old C) and
+// writes (gelu_out), or the partial tiles of a split K. A template argument, so each
+// kernel carries one variant's code: the epilogue is unrolled over a thread's 128
+// accumulators, and with every variant behind run-time branches (GELU's tanh among them)
+// its code is long, executed once per tile, and streamed through the instruction cache
+// each time (Nsight Compute: 38 % of qkv.fwd's issue stalls were instruction fetches).
+enum EpilogueKind : int {
+  kEpiloguePlain = 0,        // C = acc
+  kEpilogueBias = 1,         // + bias
+  kEpilogueAccumulate = 2,   // + the old C
+  kEpilogueGelu = 4,         // and gelu_out (never with kEpilogueAccumulate)
+  kEpiloguePartials = 8,     // split K: the range's partial tile, nothing added
+};
+
 #if GPT_HOPPER_DEVICE_CODE
 // ---- PTX wrappers: 2-D TMA copy, descriptors, m64n256k16 wgmma (the rest: hopper.cuh) --
 
@@ -441,9 +455,11 @@ __device__ __forceinline__ void store_pair(__nv_bfloat16* p, float a, float b) {
 constexpr int kEpilogueChunk = 4;
 static_assert((kBN / 8) % kEpilogueChunk == 0, "whole chunks of column groups");
 
-template <class Tout>
+template <int kKind, class Tout>
 __device__ __forceinline__ void store_tile(const float (&acc)[kAccRegs], const EpilogueArgs<Tout>& ep,
                                            int row0, int col0) {
+  constexpr bool kBias = kKind & kEpilogueBias, kAccumulate = kKind & kEpilogueAccumulate;
+  constexpr bool kGelu = kKind & kEpilogueGelu;
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
   const int first_row = row0 + 16 * warp + lane / 4;
   const int first_col = col0 + 2 * (lane % 4);
@@ -456,7 +472,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[kAccRegs], const E
       const int n = first_col + 8 * (j0 + jj);
       const bool inside = n < ep.N, pair = n + 1 < ep.N;  // n is even: a pair is 4- or 8-byte aligned
       bias[jj][0] = bias[jj][1] = 0.0f;
-      if (ep.bias && inside) {
+      if (kBias && inside) {
         bias[jj][0] = to_float(ep.bias[n]);
         if (pair) bias[jj][1] = to_float(ep.bias[n + 1]);
       }
@@ -464,7 +480,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[kAccRegs], const E
       for (int h = 0; h < 2; ++h) {
         const int m = first_row + 8 * h;
         old[jj][h][0] = old[jj][h][1] = 0.0f;
-        if (!ep.accumulate || !inside || m >= ep.M) continue;
+        if (!kAccumulate || !inside || m >= ep.M) continue;
         const Tout* c = ep.C + m * ep.ldc + n;
         if (pair) load_pair(c, old[jj][h][0], old[jj][h][1]);
         else old[jj][h][0] = to_float(*c);
@@ -480,14 +496,14 @@ __device__ __forceinline__ void store_tile(const float (&acc)[kAccRegs], const E
         const int m = first_row + 8 * h;
         if (m >= ep.M) continue;
         float v0 = acc[4 * j + 2 * h] + bias[jj][0], v1 = acc[4 * j + 2 * h + 1] + bias[jj][1];
-        if (ep.accumulate) {
+        if constexpr (kAccumulate) {
           v0 += old[jj][h][0];
           v1 += old[jj][h][1];
         }
         Tout* c = ep.C + m * ep.ldc + n;
         if (pair) store_pair(c, v0, v1);
         else *c = from_float<Tout>(v0);
-        if (ep.gelu_out) {
+        if constexpr (kGelu) {
           Tout* g = ep.gelu_out + m * ep.ldc + n;
           // From the fp32 pre-activation, before C's rounding: as every version and the CPU.
           const float g0 = gelu(v0), g1 = gelu(v1);
@@ -505,10 +521,8 @@ __device__ __forceinline__ void store_tile(const float (&acc)[kAccRegs], const E
 
 // A consumer warpgroup: for each unit of the CTA, the product of its 64 rows over the
 // unit's k-blocks, then the epilogue straight from registers (meanwhile the producer
-// fills the next stages): into C, or, with split K, into the range's partial tile. The
-// split is a template argument so that a kernel carries one epilogue's code, not two:
-// the unrolled epilogue is long, and the instruction cache is small.
-template <bool kAMnMajor, bool kBMnMajor, class Tout, bool kSplitK>
+// fills the next stages): into C, or, with split K, into the range's partial tile.
+template <bool kAMnMajor, bool kBMnMajor, class Tout, int kKind>
 __device__ void run_consumer(uint32_t stages_smem, const Barriers& bars, const Order& order,
                              const EpilogueArgs<Tout>& ep) {
   const int consumer = threadIdx.x / 128 - 1;  // which 64-row half of the tile
@@ -522,20 +536,20 @@ __device__ void run_consumer(uint32_t stages_smem, const Barriers& bars, const O
     order.unit(u, tile_m, tile_n, split, kb0, kb1);
     mma_tile<kAMnMajor, kBMnMajor>(acc, stages_smem, consumer, bars, state, kb1 - kb0, signals);
     const int row0 = tile_m * kBM + consumer * kWgmmaM, col0 = tile_n * kBN;
-    if constexpr (kSplitK) {
+    if constexpr (kKind == kEpiloguePartials) {
       const EpilogueArgs<float> partial{ep.M, ep.N, ep.K, ep.partials + split * ep.partials_stride,
                                         ep.partials_ld, nullptr, nullptr, false, false, nullptr, 0, 0};
-      store_tile(acc, partial, row0, col0);
+      store_tile<kEpiloguePlain>(acc, partial, row0, col0);
     } else {
-      store_tile(acc, ep, row0, col0);
+      store_tile<kKind>(acc, ep, row0, col0);
     }
   }
 }
 #endif  // GPT_HOPPER_DEVICE_CODE
 
-// kAMnMajor: A stored K x M (trans_a); kBMnMajor: B stored K x N (!trans_b); kSplitK:
-// the units store partial tiles (order.splits > 1).
-template <bool kAMnMajor, bool kBMnMajor, class Tout, bool kSplitK>
+// kAMnMajor: A stored K x M (trans_a); kBMnMajor: B stored K x N (!trans_b); kKind: the
+// epilogue (EpilogueKind bits; kEpiloguePartials when order.splits > 1).
+template <bool kAMnMajor, bool kBMnMajor, class Tout, int kKind>
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                       const EpilogueArgs<Tout> ep, const Order order) {
@@ -556,7 +570,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) run_producer<kAMnMajor, kBMnMajor>(map_a, map_b, stages_smem, bars, order, ep.M, ep.N);
   } else {
     hopper::setmaxnreg_inc<kConsumerRegs>();
-    run_consumer<kAMnMajor, kBMnMajor, Tout, kSplitK>(stages_smem, bars, order, ep);
+    run_consumer<kAMnMajor, kBMnMajor, Tout, kKind>(stages_smem, bars, order, ep);
   }
 #else
   __trap();  // built without sm_90a code; the host refuses such devices first
@@ -622,11 +636,30 @@ CUtensorMap operand_map(const __nv_bfloat16* p, int ld, bool mn_major, int mn, i
   return mn_major ? make_tensor_map(p, K, mn, ld, kBK, kBoxMn) : make_tensor_map(p, mn, K, ld, tile_rows, kBK);
 }
 
+// The kernel of one layout, output type and epilogue kind.
+template <bool kAMnMajor, bool kBMnMajor, class Tout>
+auto kernel_for(int kind) {
+  switch (kind) {
+    case kEpiloguePlain: return wgmma_gemm_kernel<kAMnMajor, kBMnMajor, Tout, kEpiloguePlain>;
+    case kEpilogueBias: return wgmma_gemm_kernel<kAMnMajor, kBMnMajor, Tout, kEpilogueBias>;
+    case kEpilogueAccumulate: return wgmma_gemm_kernel<kAMnMajor, kBMnMajor, Tout, kEpilogueAccumulate>;
+    case kEpilogueBias | kEpilogueAccumulate:
+      return wgmma_gemm_kernel<kAMnMajor, kBMnMajor, Tout, kEpilogueBias | kEpilogueAccumulate>;
+    case kEpilogueGelu: return wgmma_gemm_kernel<kAMnMajor, kBMnMajor, Tout, kEpilogueGelu>;
+    case kEpilogueBias | kEpilogueGelu:
+      return wgmma_gemm_kernel<kAMnMajor, kBMnMajor, Tout, kEpilogueBias | kEpilogueGelu>;
+    case kEpiloguePartials: return wgmma_gemm_kernel<kAMnMajor, kBMnMajor, Tout, kEpiloguePartials>;
+    default: throw std::logic_error("gemm_v5: no kernel for epilogue kind " + std::to_string(kind));
+  }
+}
+
 template <bool kAMnMajor, bool kBMnMajor, class Tout>
 void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const EpilogueArgs<Tout>& ep, const Order& order,
             int sms, cudaStream_t stream) {
-  auto* kernel = order.splits > 1 ? wgmma_gemm_kernel<kAMnMajor, kBMnMajor, Tout, true>
-                                  : wgmma_gemm_kernel<kAMnMajor, kBMnMajor, Tout, false>;
+  const int kind = order.splits > 1 ? int(kEpiloguePartials)
+                                    : (ep.bias ? kEpilogueBias : 0) | (ep.accumulate ? kEpilogueAccumulate : 0) |
+                                          (ep.gelu_out ? kEpilogueGelu : 0);
+  auto* kernel = kernel_for<kAMnMajor, kBMnMajor, Tout>(kind);
   // Per call: a cheap attribute set, and it keeps working across devices.
   GPT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
   const int grid = order.count() < sms ? order.count() : sms;
