@@ -7,7 +7,8 @@
 //    layouts, ragged M, N, K (every combination of 1, 7, 65, 129, 200: tails of every
 //    tile size), an aligned 256 x 384 x 192, and a GPT-2-sized forward 512 x 2304 x 768
 //    with bias and GELU. Each shape runs four epilogues: C = AB;  C += AB + bias;
-//    C = AB + bias with gelu_out;  C = AB with gelu_out.
+//    C = AB + bias with gelu_out;  C = AB with gelu_out (the GPT-2-sized one also
+//    C = AB + bias and C += AB: v5 compiles a kernel per epilogue).
 //  * v5's split K (kernels/cuda/gemm/split_k.h): shapes with few output tiles and a long K,
 //    every layout and epilogue, bf16 and fp32 outputs; besides the truth 1 % off, the
 //    bounds must reject C without the last K range (a lost partial tile).
@@ -160,6 +161,10 @@ constexpr Epilogue kEpilogues[] = {{false, false, false, "C = AB"},
                                    {false, true, true, "C = AB + bias, gelu_out"},
                                    {false, false, true, "C = AB, gelu_out"}};
 constexpr Epilogue kBiasGelu = kEpilogues[2];
+// The two epilogues training uses that the ladder's four leave out (v5 compiles one kernel
+// per epilogue kind): the forward's bias without GELU, the backward's C += AB.
+constexpr Epilogue kBiasOnly = {false, true, false, "C = AB + bias"};
+constexpr Epilogue kAccumulateOnly = {true, false, false, "C += AB"};
 
 std::string describe(const GemmProblem& p) {
   return std::string("trans_a=") + (p.trans_a ? "T" : "F") + " trans_b=" + (p.trans_b ? "T" : "F") +
@@ -249,9 +254,10 @@ void test_ladder(const char* combo) {
   for_each_ladder_shape([&](bool trans_a, bool trans_b, int M, int N, int K, unsigned seed) {
     check_problem<Tin, Tout>(make_gemm_problem(trans_a, trans_b, M, N, K, in_bf16, out_bf16, true, seed), all, ran);
   });
-  // GPT-2 small's MLP up-projection on 512 tokens: out = inp . W^T + bias, then GELU.
-  check_problem<Tin, Tout>(make_gemm_problem(false, true, 512, 2304, 768, in_bf16, out_bf16, true, 505), {kBiasGelu},
-                           ran);
+  // GPT-2 small's MLP up-projection on 512 tokens: out = inp . W^T + bias, then GELU; and
+  // the same shape with the other two epilogues of training.
+  check_problem<Tin, Tout>(make_gemm_problem(false, true, 512, 2304, 768, in_bf16, out_bf16, true, 505),
+                           {kBiasGelu, kBiasOnly, kAccumulateOnly}, ran);
   check_versions_ran(ran, in_bf16, combo);
 }
 
