@@ -9,7 +9,7 @@
 //    with bias and GELU. Each shape runs four epilogues: C = AB;  C += AB + bias;
 //    C = AB + bias with gelu_out;  C = AB with gelu_out (the GPT-2-sized one also
 //    C = AB + bias and C += AB: v5 compiles a kernel per epilogue).
-//  * v5's split K (kernels/cuda/gemm/split_k.h): shapes with few output tiles and a long K,
+//  * v5's split K (kernels/cuda/gemm/work_order.h): shapes with few output tiles and a long K,
 //    every layout and epilogue, bf16 and fp32 outputs; besides the truth 1 % off, the
 //    bounds must reject C without the last K range (a lost partial tile).
 //  * Leading dimensions are padded up to multiples of 8 elements (what v4/v5 need) for
@@ -50,7 +50,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemm/gemm.h"
-#include "kernels/cuda/gemm/split_k.h"
+#include "kernels/cuda/gemm/work_order.h"
 #include "tests/gpu/gemm_reference.h"
 #include "tests/gpu/negative_control.h"
 
@@ -264,7 +264,7 @@ void test_ladder(const char* combo) {
 // ---- GEMM v5's split K ---------------------------------------------------------------------
 
 // Products with too few output tiles for the SMs and a long K, which v5 cuts into ranges
-// (kernels/cuda/gemm/split_k.h): every layout, ragged M and N, K not a multiple of the
+// (kernels/cuda/gemm/work_order.h): every layout, ragged M and N, K not a multiple of the
 // k-block (a partial last k-block) and ranges that do not divide it (a shorter last
 // range), and the shape of GPT-2 124M's attproj.dW on 4096 tokens. The test first makes
 // sure this device's plan does split each of them.

@@ -21,7 +21,7 @@
 //    blockIdx.x + gridDim.x, ... in a fixed grouped order. There is no tail wave of
 //    half-empty SMs beyond the last partial round, and while the consumers run the
 //    epilogue of tile t the producer already streams the first stages of tile t+1.
-//  * Split-K (kernels/cuda/gemm/split_k.h has the plan and its cost model). When there
+//  * Split-K (kernels/cuda/gemm/work_order.h has the plan and its cost model). When there
 //    are too few tiles to fill the SMs and K is long (the weight gradients: 768 x 768
 //    over 16384 tokens is 18 tiles), K is cut into ranges and a work unit is one (tile,
 //    range): the units fill the SMs, each stores its fp32 partial tile in a workspace
@@ -97,7 +97,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm/gemm.h"
-#include "kernels/cuda/gemm/split_k.h"
+#include "kernels/cuda/gemm/work_order.h"
 #include "kernels/cuda/hopper.cuh"
 #include "kernels/cuda/scratch.h"
 
@@ -131,7 +131,7 @@ constexpr int kSwizzleBytes = 128;                     // one swizzled row
 constexpr int kSwizzleAtomBytes = 8 * kSwizzleBytes;   // pattern repeats every 1024 bytes
 constexpr int kBoxMn = kSwizzleBytes / 2;              // 64 bf16 per 128-byte row
 static_assert(kBK * 2 == kSwizzleBytes, "a K-major row is exactly one swizzle row");
-static_assert(kBM == kSplitKTileM && kBN == kSplitKTileN && kBK == kSplitKBlock, "split_k.h plans v5's tiles");
+static_assert(kBM == kSplitKTileM && kBN == kSplitKTileN && kBK == kSplitKBlock, "work_order.h plans v5's tiles");
 
 constexpr int kATileBytes = kBM * kBK * 2;             // 16 KB
 constexpr int kBTileBytes = kBN * kBK * 2;             // 32 KB
@@ -166,47 +166,9 @@ struct OperandLayout {
   }
 };
 
-// ---- persistent tile order (host and device) --------------------------------------
+// ---- persistent work order (kernels/cuda/gemm/work_order.h) ------------------------
 
-// Tiles are numbered in groups of kGroupRows tile rows: inside a group, consecutive tile
-// numbers walk down a column of tiles, then move one tile column right. The CTAs working
-// at the same time then share a few B column panels and kGroupRows A row panels in L2,
-// instead of each reading a different panel of both. (A template only so that the sm_80
-// pass, which compiles no kernel body, does not warn that coords() is unused.)
-template <int kGroupRows>
-struct GroupedTileOrder {
-  int tiles_m, tiles_n;
-  __host__ __device__ int count() const { return tiles_m * tiles_n; }
-  __host__ __device__ void coords(int tile, int& tile_m, int& tile_n) const {
-    const int tiles_per_group = kGroupRows * tiles_n;
-    const int group = tile / tiles_per_group;
-    const int first_m = group * kGroupRows;
-    const int group_rows = tiles_m - first_m < kGroupRows ? tiles_m - first_m : kGroupRows;
-    const int within = tile - group * tiles_per_group;
-    tile_m = first_m + within % group_rows;
-    tile_n = within / group_rows;
-  }
-};
 using TileOrder = GroupedTileOrder<kGroupM>;
-
-// The units of one launch: `splits` ranges of K for every tile (split_k.h). Unit u is
-// range u / tiles of tile u mod tiles, so the units running at once share a K range and,
-// through the grouped order, operand panels in L2. With one range this is the plain
-// persistent walk over tiles. (A template for the reason GroupedTileOrder is one.)
-template <int kGroupRows>
-struct WorkOrder {
-  GroupedTileOrder<kGroupRows> tiles;
-  int splits, k_blocks, k_blocks_per_split;
-  __host__ __device__ int count() const { return tiles.count() * splits; }
-  // The tile of unit u and its k-blocks [kb0, kb1), never empty.
-  __host__ __device__ void unit(int u, int& tile_m, int& tile_n, int& split, int& kb0, int& kb1) const {
-    const int n_tiles = tiles.count();
-    split = u / n_tiles;
-    tiles.coords(u - split * n_tiles, tile_m, tile_n);
-    kb0 = split * k_blocks_per_split;
-    kb1 = kb0 + k_blocks_per_split < k_blocks ? kb0 + k_blocks_per_split : k_blocks;
-  }
-};
 using Order = WorkOrder<kGroupM>;
 
 // What the consumers need besides the tensor maps.

@@ -1,6 +1,7 @@
 /// @file
-/// Split-K for GEMM v5: how many parts of K to give an output tile, when there are too
-/// few tiles to fill the GPU.
+/// How GEMM v5 divides its work among persistent CTAs: the grouped order of its output
+/// tiles, and split K, how many parts of K to give a tile when there are too few tiles
+/// to fill the GPU. Host and device code; the CPU tests check it (gemm_work_order).
 ///
 /// A persistent GEMM gives each CTA whole output tiles. The weight gradients of training
 /// have small outputs and a long K (dW = dout^T . inp: 768 x 768 over K = 16384 tokens
@@ -23,8 +24,14 @@
 /// k-blocks. That constant is an estimate to be measured (bench_gemm's dW rows), not a
 /// measurement. A split leaves at least kMinKBlocksPerSplit k-blocks per unit, so the
 /// pipeline fill (kStages k-blocks) stays a small part of each unit.
-/// Host only, no CUDA: the CPU tests check the plan.
 #pragma once
+
+// Compiled by nvcc for the kernel and by the host compiler for the CPU tests.
+#if defined(__CUDACC__)
+#define GPT_WORK_ORDER_FN __host__ __device__
+#else
+#define GPT_WORK_ORDER_FN
+#endif
 
 namespace gpt::cuda {
 
@@ -68,6 +75,52 @@ inline SplitK plan_split_k(long long tiles, int k_blocks, int sms) {
   return best;
 }
 
+/// The order of a launch's output tiles (tiles_m x tiles_n of them). Tiles are numbered in
+/// groups of kGroupRows tile rows: inside a group, consecutive numbers walk down a column
+/// of tiles, then move one tile column right. The CTAs working at the same time then share
+/// a few B column panels and kGroupRows A row panels in L2, instead of each reading a
+/// different panel of both.
+template <int kGroupRows>
+struct GroupedTileOrder {
+  int tiles_m;  ///< tiles down M
+  int tiles_n;  ///< tiles across N
+  /// How many tiles.
+  GPT_WORK_ORDER_FN int count() const { return tiles_m * tiles_n; }
+  /// The coordinates (tile row, tile column) of tile number `tile`.
+  GPT_WORK_ORDER_FN void coords(int tile, int& tile_m, int& tile_n) const {
+    const int tiles_per_group = kGroupRows * tiles_n;
+    const int group = tile / tiles_per_group;
+    const int first_m = group * kGroupRows;
+    const int group_rows = tiles_m - first_m < kGroupRows ? tiles_m - first_m : kGroupRows;
+    const int within = tile - group * tiles_per_group;
+    tile_m = first_m + within % group_rows;
+    tile_n = within / group_rows;
+  }
+};
+
+/// The units of one launch: `splits` ranges of K for every tile. Unit u is range
+/// u / tiles of tile u mod tiles, so the units running at once share a K range and,
+/// through the grouped order, operand panels in L2. With one range this is the plain
+/// persistent walk over tiles. CTA b of a grid of g takes units b, b + g, b + 2g, ...:
+/// its producer and its consumers both walk them, through unit(), in the same order.
+template <int kGroupRows>
+struct WorkOrder {
+  GroupedTileOrder<kGroupRows> tiles;  ///< the output tiles
+  int splits;                          ///< ranges of K per tile (SplitK::splits)
+  int k_blocks;                        ///< k-blocks of the whole K
+  int k_blocks_per_split;              ///< k-blocks in every range but the last
+  /// How many units.
+  GPT_WORK_ORDER_FN int count() const { return tiles.count() * splits; }
+  /// The tile of unit u, its range `split` and that range's k-blocks [kb0, kb1), never empty.
+  GPT_WORK_ORDER_FN void unit(int u, int& tile_m, int& tile_n, int& split, int& kb0, int& kb1) const {
+    const int n_tiles = tiles.count();
+    split = u / n_tiles;
+    tiles.coords(u - split * n_tiles, tile_m, tile_n);
+    kb0 = split * k_blocks_per_split;
+    kb1 = kb0 + k_blocks_per_split < k_blocks ? kb0 + k_blocks_per_split : k_blocks;
+  }
+};
+
 /// The plan for v5's product of an M x N output over K, on `sms` SMs.
 inline SplitK plan_split_k_for(int M, int N, int K, int sms) {
   const long long tiles = (long long)((M + kSplitKTileM - 1) / kSplitKTileM) * ((N + kSplitKTileN - 1) / kSplitKTileN);
@@ -75,3 +128,5 @@ inline SplitK plan_split_k_for(int M, int N, int K, int sms) {
 }
 
 }  // namespace gpt::cuda
+
+#undef GPT_WORK_ORDER_FN
