@@ -37,6 +37,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -193,10 +194,20 @@ GemmArgs<Tin, Tout> gemm_args(const GemmProblem& p, const Epilogue& e, const Tin
   return a;
 }
 
-// Runs every version that can take the calls on each epilogue and checks C (and
-// gelu_out) element by element; `ran` collects the versions that ran.
+// What check_problem runs and checks beyond every version's C against its bound.
+template <class Tout>
+struct ProblemChecks {
+  std::vector<GemmVersion> versions{std::begin(kVersions), std::end(kVersions)};
+  Control control = Control::Ladder;  // check_matrix's negative control
+  // Called after each call with the epilogue and the bound tol(m, n): more checks (may be empty).
+  std::function<void(const Epilogue&, const std::function<double(int, int)>&)> extra;
+};
+
+// Runs the versions that can take the calls on each epilogue and checks C (and gelu_out)
+// element by element; `ran` collects the versions that ran.
 template <class Tin, class Tout>
-void check_problem(const GemmProblem& p, const std::vector<Epilogue>& epilogues, std::set<GemmVersion>& ran) {
+void check_problem(const GemmProblem& p, const std::vector<Epilogue>& epilogues, std::set<GemmVersion>& ran,
+                   const ProblemChecks<Tout>& checks = {}) {
   constexpr bool out_bf16 = kIsBf16<Tout>;
   DeviceBuffer<Tin> A(p.A.size()), B(p.B.size()), bias(p.bias.size());
   DeviceBuffer<Tout> C(p.C_old.size()), G(p.C_old.size());
@@ -204,7 +215,7 @@ void check_problem(const GemmProblem& p, const std::vector<Epilogue>& epilogues,
   B.upload(p.B);
   bias.upload(p.bias);
   const std::vector<float> sentinels(p.C_old.size(), kSentinel);
-  for (GemmVersion v : kVersions)
+  for (GemmVersion v : checks.versions)
     for (const Epilogue& e : epilogues) {
       const GemmArgs<Tin, Tout> args = gemm_args(p, e, A.p, B.p, bias.p, C.p, G.p);
       if (!gpt::cuda::gemm_version_supports(v, args)) continue;
@@ -216,16 +227,18 @@ void check_problem(const GemmProblem& p, const std::vector<Epilogue>& epilogues,
       cuda_ok(cudaDeviceSynchronize(), gpt::cuda::gemm_version_name(v));
 
       auto want = [&](int m, int n) { return element_ref(p, m, n, e.accumulate, e.bias).want(); };
-      auto tol = [&](int m, int n) {
+      const std::function<double(int, int)> tol = [&](int m, int n) {
         return element_ref(p, m, n, e.accumulate, e.bias).tolerance(p.K, out_bf16, v == GemmVersion::Cublas);
       };
-      check_matrix("C", C.download(), p.M, p.N, p.ldc, want, tol);
+      check_matrix("C", C.download(), p.M, p.N, p.ldc, want, tol, checks.control);
       if (e.gelu) {
         const bool approximate_tanh = v == GemmVersion::Cublas && out_bf16;
         check_matrix(
             "gelu_out", G.download(), p.M, p.N, p.ldc, [&](int m, int n) { return gelu(want(m, n)); },
-            [&](int m, int n) { return gelu_tolerance(want(m, n), tol(m, n), out_bf16, approximate_tanh); });
+            [&](int m, int n) { return gelu_tolerance(want(m, n), tol(m, n), out_bf16, approximate_tanh); },
+            checks.control);
       }
+      if (checks.extra) checks.extra(e, tol);
     }
 }
 
@@ -306,43 +319,27 @@ std::vector<double> range_sum(const GemmProblem& p, int k0) {
 // range (a reduction that lost a partial tile).
 template <class Tout>
 void check_split_shape(const SplitShape& shape, unsigned seed) {
-  constexpr bool out_bf16 = kIsBf16<Tout>;
   const gpt::cuda::SplitK plan = gpt::cuda::plan_split_k_for(shape.M, shape.N, shape.K, device_sms());
   INFO("M=" << shape.M << " N=" << shape.N << " K=" << shape.K << ": " << plan.splits << " ranges of "
             << plan.k_blocks_per_split << " k-blocks");
   REQUIRE(plan.splits > 1);
   const GemmProblem p =
-      make_gemm_problem(shape.trans_a, shape.trans_b, shape.M, shape.N, shape.K, true, out_bf16, true, seed);
+      make_gemm_problem(shape.trans_a, shape.trans_b, shape.M, shape.N, shape.K, true, kIsBf16<Tout>, true, seed);
   const std::vector<double> last_range =
       range_sum(p, (plan.splits - 1) * plan.k_blocks_per_split * gpt::cuda::kSplitKBlock);
-  DeviceBuffer<nv_bf16> A(p.A.size()), B(p.B.size()), bias(p.bias.size());
-  DeviceBuffer<Tout> C(p.C_old.size()), G(p.C_old.size());
-  A.upload(p.A);
-  B.upload(p.B);
-  bias.upload(p.bias);
-  const std::vector<float> sentinels(p.C_old.size(), kSentinel);
-  for (const Epilogue& e : kEpilogues) {
-    const GemmArgs<nv_bf16, Tout> args = gemm_args(p, e, A.p, B.p, bias.p, C.p, G.p);
-    REQUIRE(gpt::cuda::gemm_version_supports(GemmVersion::V5, args));
-    INFO(describe(p) << ": " << e.name);
-    C.upload(p.C_old);
-    if (e.gelu) G.upload(sentinels);
-    gpt::cuda::gemm(GemmVersion::V5, args);
-    cuda_ok(cudaDeviceSynchronize(), "v5 split K");
-    auto ref = [&](int m, int n) { return element_ref(p, m, n, e.accumulate, e.bias); };
-    auto want = [&](int m, int n) { return ref(m, n).want(); };
-    auto tol = [&](int m, int n) { return ref(m, n).tolerance(p.K, out_bf16, false); };
-    check_matrix("C", C.download(), p.M, p.N, p.ldc, want, tol, Control::OnePercent);
+  ProblemChecks<Tout> checks;
+  checks.versions = {GemmVersion::V5};
+  checks.control = Control::OnePercent;
+  checks.extra = [&](const Epilogue&, const std::function<double(int, int)>& tol) {
     size_t rejected = 0;
     for (int m = 0; m < p.M; ++m)
       for (int n = 0; n < p.N; ++n) rejected += std::fabs(last_range[size_t(m) * p.N + n]) > tol(m, n);
     INFO("C without the last range must be rejected by some element");
     CHECK(rejected > 0);
-    if (e.gelu)
-      check_matrix(
-          "gelu_out", G.download(), p.M, p.N, p.ldc, [&](int m, int n) { return gelu(want(m, n)); },
-          [&](int m, int n) { return gelu_tolerance(want(m, n), tol(m, n), out_bf16, false); }, Control::OnePercent);
-  }
+  };
+  std::set<GemmVersion> ran;
+  check_problem<nv_bf16, Tout>(p, {std::begin(kEpilogues), std::end(kEpilogues)}, ran, checks);
+  CHECK(ran.count(GemmVersion::V5) == 1);  // every call was v5's to take
 }
 
 // ---- the linear-layer ops ---------------------------------------------------------------
