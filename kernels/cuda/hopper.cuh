@@ -175,14 +175,6 @@ __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegisters));
 }
 
-// ---- device: named barriers --------------------------------------------------------------
-
-/// Waits until `threads` threads (a multiple of 32: whole warps) have reached barrier `id`
-/// (1..15; 0 is __syncthreads'). Lets one warpgroup synchronise without the others.
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
 // ---- device: wgmma async-group discipline ---------------------------------------------
 
 /// Orders this warpgroup's earlier register writes before the wgmma that follow.
