@@ -319,7 +319,7 @@ std::vector<double> range_sum(const GemmProblem& p, int k0) {
 // range (a reduction that lost a partial tile).
 template <class Tout>
 void check_split_shape(const SplitShape& shape, unsigned seed) {
-  const gpt::cuda::SplitK plan = gpt::cuda::plan_split_k_for(shape.M, shape.N, shape.K, device_sms());
+  const gpt::cuda::V5WorkOrder plan = gpt::cuda::v5_work_order(shape.M, shape.N, shape.K, device_sms(), true);
   INFO("M=" << shape.M << " N=" << shape.N << " K=" << shape.K << ": " << plan.splits << " ranges of "
             << plan.k_blocks_per_split << " k-blocks");
   REQUIRE(plan.splits > 1);

@@ -14,9 +14,9 @@
 #include "kernels/cuda/gemm/work_order.h"
 
 using gpt::cuda::plan_split_k;
-using gpt::cuda::plan_split_k_for;
 using gpt::cuda::split_k_cost;
 using gpt::cuda::SplitK;
+using gpt::cuda::v5_work_order;
 
 TEST_CASE("split-K plans cover K with non-empty ranges and never estimate a loss", "[gemm_work_order]") {
   for (int sms : {1, 16, 114, 132})
@@ -44,26 +44,24 @@ TEST_CASE("split-K on GPT-2 124M's products at 16384 tokens, 132 SMs", "[gemm_wo
   constexpr int sms = 132, tokens = 16384;
   // The weight gradients (M = OC, N = C, K = tokens): 18, 54, 72 and 72 tiles for 132 SMs,
   // 256 k-blocks each.
-  CHECK(plan_split_k_for(768, 768, tokens, sms).splits == 7);    // attproj.dW: 126 units, 1 wave
-  CHECK(plan_split_k_for(2304, 768, tokens, sms).splits == 7);   // qkv.dW: 378 units, 3 waves
-  CHECK(plan_split_k_for(3072, 768, tokens, sms).splits == 7);   // fc.dW: 504 units, 4 waves
-  CHECK(plan_split_k_for(768, 3072, tokens, sms).splits == 7);   // fcproj.dW
-  CHECK(plan_split_k_for(50304, 768, tokens, sms).splits == 1);  // lmhead.dW: 1179 tiles fill the SMs
+  CHECK(v5_work_order(768, 768, tokens, sms, true).splits == 7);    // attproj.dW: 126 units, 1 wave
+  CHECK(v5_work_order(768, 768, tokens, sms, false).splits == 1);   // off the default stream: whole
+  CHECK(v5_work_order(2304, 768, tokens, sms, true).splits == 7);   // qkv.dW: 378 units, 3 waves
+  CHECK(v5_work_order(3072, 768, tokens, sms, true).splits == 7);   // fc.dW: 504 units, 4 waves
+  CHECK(v5_work_order(768, 3072, tokens, sms, true).splits == 7);   // fcproj.dW
+  CHECK(v5_work_order(50304, 768, tokens, sms, true).splits == 1);  // lmhead.dW: 1179 tiles fill the SMs
   // The forward and input-gradient products: many tiles, K of 768 or 3072.
-  CHECK(plan_split_k_for(tokens, 2304, 768, sms).splits == 1);
-  CHECK(plan_split_k_for(tokens, 768, 3072, sms).splits == 1);
-  CHECK(plan_split_k_for(tokens, 50304, 768, sms).splits == 1);
-  CHECK(plan_split_k_for(4096, 4096, 4096, sms).splits == 1);
+  CHECK(v5_work_order(tokens, 2304, 768, sms, true).splits == 1);
+  CHECK(v5_work_order(tokens, 768, 3072, sms, true).splits == 1);
+  CHECK(v5_work_order(tokens, 50304, 768, sms, true).splits == 1);
+  CHECK(v5_work_order(4096, 4096, 4096, sms, true).splits == 1);
   // Ranges of at least kMinKBlocksPerSplit k-blocks (the last may be shorter), however few
   // the tiles: 14 k-blocks stay whole, 15 split into 8 + 7.
-  CHECK(plan_split_k_for(64, 64, 14 * 64, sms).splits == 1);
-  CHECK(plan_split_k_for(64, 64, 15 * 64, sms).splits == 2);
+  CHECK(v5_work_order(64, 64, 14 * 64, sms, true).splits == 1);
+  CHECK(v5_work_order(64, 64, 15 * 64, sms, true).splits == 2);
 }
 
 TEST_CASE("the persistent walk covers every (tile, k-block) of the product once", "[gemm_work_order]") {
-  using gpt::cuda::kSplitKBlock;
-  using gpt::cuda::kSplitKTileM;
-  using gpt::cuda::kSplitKTileN;
   struct Shape {
     int M, N, K, sms;
   };
@@ -73,11 +71,15 @@ TEST_CASE("the persistent walk covers every (tile, k-block) of the product once"
                           {768, 768, 16384, 132}, {3072, 768, 16384, 132}, {2304, 768, 16384, 7},
                           {1000, 1000, 300, 132}, {128, 256, 64, 1},  {1, 1, 1, 132}};
   for (const Shape& s : shapes) {
-    const int tiles_m = (s.M + kSplitKTileM - 1) / kSplitKTileM, tiles_n = (s.N + kSplitKTileN - 1) / kSplitKTileN;
-    const int k_blocks = (s.K + kSplitKBlock - 1) / kSplitKBlock;
-    const SplitK plan = plan_split_k((long long)tiles_m * tiles_n, k_blocks, s.sms);
-    const gpt::cuda::WorkOrder<8> order{{tiles_m, tiles_n}, plan.splits, k_blocks, plan.k_blocks_per_split};
-    INFO("M=" << s.M << " N=" << s.N << " K=" << s.K << " sms " << s.sms << ": " << plan.splits << " ranges");
+    const gpt::cuda::V5WorkOrder order = v5_work_order(s.M, s.N, s.K, s.sms, true);
+    const int tiles_m = order.tiles.tiles_m, tiles_n = order.tiles.tiles_n, k_blocks = order.k_blocks;
+    CHECK(tiles_m * gpt::cuda::kSplitKTileM >= s.M);
+    CHECK((tiles_m - 1) * gpt::cuda::kSplitKTileM < s.M);
+    CHECK(tiles_n * gpt::cuda::kSplitKTileN >= s.N);
+    CHECK((tiles_n - 1) * gpt::cuda::kSplitKTileN < s.N);
+    CHECK(k_blocks * gpt::cuda::kSplitKBlock >= s.K);
+    CHECK((k_blocks - 1) * gpt::cuda::kSplitKBlock < s.K);
+    INFO("M=" << s.M << " N=" << s.N << " K=" << s.K << " sms " << s.sms << ": " << order.splits << " ranges");
     const int grid = order.count() < s.sms ? order.count() : s.sms;  // as the launch
     std::vector<int> seen(size_t(tiles_m) * tiles_n * k_blocks, 0);
     bool inside = true, nonempty = true;
@@ -86,7 +88,7 @@ TEST_CASE("the persistent walk covers every (tile, k-block) of the product once"
         int tile_m = -1, tile_n = -1, split = -1, kb0 = 0, kb1 = 0;
         order.unit(u, tile_m, tile_n, split, kb0, kb1);
         inside = inside && tile_m >= 0 && tile_m < tiles_m && tile_n >= 0 && tile_n < tiles_n && split >= 0 &&
-                 split < plan.splits && kb0 >= 0 && kb1 <= k_blocks;
+                 split < order.splits && kb0 >= 0 && kb1 <= k_blocks;
         nonempty = nonempty && kb1 > kb0;
         if (!inside) break;
         for (int kb = kb0; kb < kb1; ++kb) ++seen[(size_t(tile_m) * tiles_n + tile_n) * k_blocks + kb];

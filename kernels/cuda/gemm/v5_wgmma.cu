@@ -118,7 +118,6 @@ constexpr int kWgmmaM = 64, kWgmmaK = 16;
 constexpr int kConsumers = kBM / kWgmmaM;              // 2
 constexpr int kThreads = 128 * (1 + kConsumers);       // producer + consumers = 384
 [[maybe_unused]] constexpr int kAccRegs = kWgmmaM * kBN / 128;  // 128 fp32 per consumer thread
-constexpr int kGroupM = 8;               // tile rows per group of the L2-friendly order
 
 // Registers: the kernel starts with 65536 / 384 = 168 per thread (launch bounds with
 // min blocks 1 fix it there). The producer gives 168 - 40 back, the consumers take
@@ -168,8 +167,7 @@ struct OperandLayout {
 
 // ---- persistent work order (kernels/cuda/gemm/work_order.h) ------------------------
 
-using TileOrder = GroupedTileOrder<kGroupM>;
-using Order = WorkOrder<kGroupM>;
+using Order = V5WorkOrder;  // the tile order's groups: kV5GroupRows tile rows
 
 // What the consumers need besides the tensor maps.
 template <class Tout>
@@ -647,26 +645,23 @@ void gemm_v5(const GemmArgs<Tin, Tout>& args, cudaStream_t stream) {
 
   EpilogueArgs<Tout> ep{args.M, args.N, args.K, args.C, args.ldc, args.bias, args.gelu_out, args.accumulate,
                         reinterpret_cast<uintptr_t>(args.gelu_out) % (2 * sizeof(Tout)) == 0, nullptr, 0, 0};
-  const TileOrder tiles{int(ceil_div(args.M, kBM)), int(ceil_div(args.N, kBN))};
-  const int k_blocks = int(ceil_div(args.K, kBK));
   // Split K only on the default stream, which orders every use of the one workspace.
-  const SplitK split = stream == nullptr ? plan_split_k(tiles.count(), k_blocks, sms) : SplitK{1, k_blocks};
-  const Order order{tiles, split.splits, k_blocks, split.k_blocks_per_split};
-  if (split.splits > 1) {
+  const Order order = v5_work_order(args.M, args.N, args.K, sms, /*may_split=*/stream == nullptr);
+  if (order.splits > 1) {
     ep.partials_ld = ceil_div(args.N, 8) * 8;
     ep.partials_stride = args.M * ep.partials_ld;
-    ep.partials = split_k_scratch.as<float>(size_t(split.splits) * size_t(ep.partials_stride));
+    ep.partials = split_k_scratch.as<float>(size_t(order.splits) * size_t(ep.partials_stride));
   }
 
   if (a_mn_major && b_mn_major) launch<true, true>(map_a, map_b, ep, order, sms, stream);
   else if (a_mn_major) launch<true, false>(map_a, map_b, ep, order, sms, stream);
   else if (b_mn_major) launch<false, true>(map_a, map_b, ep, order, sms, stream);
   else launch<false, false>(map_a, map_b, ep, order, sms, stream);
-  if (split.splits > 1) {
+  if (order.splits > 1) {
     constexpr int kReduceThreads = 256;
     const long long blocks = ceil_div((long long)args.M * args.N, kReduceThreads);
     split_k_reduce_kernel<Tout><<<int(blocks < 8 * sms ? blocks : 8 * sms), kReduceThreads, 0, stream>>>(
-        ep, split.splits);
+        ep, order.splits);
     GPT_CUDA_CHECK_LAUNCH();
   }
 }

@@ -121,10 +121,17 @@ struct WorkOrder {
   }
 };
 
-/// The plan for v5's product of an M x N output over K, on `sms` SMs.
-inline SplitK plan_split_k_for(int M, int N, int K, int sms) {
-  const long long tiles = (long long)((M + kSplitKTileM - 1) / kSplitKTileM) * ((N + kSplitKTileN - 1) / kSplitKTileN);
-  return plan_split_k(tiles, (K + kSplitKBlock - 1) / kSplitKBlock, sms);
+inline constexpr int kV5GroupRows = 8;  ///< tile rows per group of v5's tile order
+using V5WorkOrder = WorkOrder<kV5GroupRows>;  ///< v5's units
+
+/// v5's work for an M x N output over K on `sms` SMs: its tiles, and K cut as
+/// plan_split_k says when `may_split` (v5 splits only on the default stream), else whole.
+inline V5WorkOrder v5_work_order(int M, int N, int K, int sms, bool may_split) {
+  const GroupedTileOrder<kV5GroupRows> tiles{(M + kSplitKTileM - 1) / kSplitKTileM,
+                                             (N + kSplitKTileN - 1) / kSplitKTileN};
+  const int k_blocks = (K + kSplitKBlock - 1) / kSplitKBlock;
+  const SplitK split = may_split ? plan_split_k(tiles.count(), k_blocks, sms) : SplitK{1, k_blocks};
+  return {tiles, split.splits, k_blocks, split.k_blocks_per_split};
 }
 
 }  // namespace gpt::cuda
