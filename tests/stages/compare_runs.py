@@ -155,16 +155,15 @@ def compare_series(args, table, fields):
             if sorted(ref) != sorted(truth):
                 sys.exit(f"compare_runs: a reference logged steps {sorted(ref)}, the truth {sorted(truth)}")
         envelope = 0.0
-        for c in args.candidate:
-            cand = series(c, field)
+        cands = {c: series(c, field) for c in args.candidate}
+        for c, cand in cands.items():
             if sorted(cand) != sorted(truth):
                 table.add(f"{field} steps", os.path.basename(c), math.inf, 0, 0, False)
         for step in sorted(truth):
             t = truth[step]
             envelope = max(envelope, max(abs(ref[step] - t) for ref in refs))
             bound = min(K * max(envelope, 2 * EPS32 * abs(t)), args.cap * abs(t))
-            for c in args.candidate:
-                cand = series(c, field)
+            for c, cand in cands.items():
                 if step not in cand:
                     continue
                 err = abs(cand[step] - t)
@@ -187,7 +186,10 @@ def compare_tensors(args, table):
         e_ref = max(distance(r, t) for r in refs)
         rms = norm(t) / math.sqrt(max(1, len(t)))
         bound = min(K * max(e_ref, 2 * EPS32 * rms), args.cap * norm(t))
-        pieces = tensor_pieces(args.truth, args.step, kind)
+        # Each tensor's truth and reference error (the largest over the references), once
+        # for every candidate.
+        pieces = [(name, b, e, t[b:e], max(distance(r[b:e], t[b:e]) for r in refs))
+                  for name, b, e in tensor_pieces(args.truth, args.step, kind)]
         flip = 2 * max_lr if args.bf16 and kind == "param" and adamw else 0.0
         for c in args.candidate:
             x = tensor(c, args.step, kind)
@@ -198,9 +200,8 @@ def compare_tensors(args, table):
             table.add(f"{kind} (2-norm)", os.path.basename(c), err, e_ref, bound, err <= bound)
             # Each tensor on its own; the row shows the one nearest its bound.
             worst = None
-            for name, b, e in pieces:
-                tt, xx = t[b:e], x[b:e]
-                e_ref_t = max(distance(r[b:e], tt) for r in refs)
+            for name, b, e, tt, e_ref_t in pieces:
+                xx = x[b:e]
                 # No CAP here: a bias that starts at 0 is small, and fp32 rounding alone takes
                 # the reference 0.6e-4 of its norm away in 10 AdamW steps; the kind's bound caps.
                 bound_t = K * max(e_ref_t, 2 * EPS32 * norm(tt) / math.sqrt(max(1, e - b))) + flip
