@@ -14,7 +14,6 @@
 #include "kernels/cpu/bf16_ops.h"
 
 #include <algorithm>
-#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -258,7 +257,7 @@ void crossentropy_from_stats(float* losses, bf16* dlogits, const bf16* logits, c
     std::vector<float> z(dlogits ? size_t(real) : 0), d(dlogits ? size_t(Vl) : 0);
 #pragma omp for schedule(static)
     for (int i = 0; i < N; ++i) {
-      losses[i] = std::log(row_sumexp[i]) - (target_logit[i] - row_max[i]);
+      losses[i] = crossentropy_loss(row_max[i], row_sumexp[i], target_logit[i]);
       if (!dlogits) continue;
       widen_row(z.data(), logits + size_t(i) * Vl, real);  // before dlogits, which may be the logits
       crossentropy_gradient_row(d.data(), z.data(), row_max[i], row_sumexp[i], targets[i] - v0, dloss, real, Vl);

@@ -3,6 +3,7 @@
 /// across rows, templated on float and double (explicitly instantiated in the .cpp
 /// files). The matmuls run on the blocked GEMM of gemm.h.
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -106,6 +107,11 @@ void crossentropy_from_stats(T* losses, T* dlogits, const T* logits, const T* ro
                              const T* row_sumexp, const T* target_logit, const int32_t* targets,
                              T dloss, int v0, int V, int N, int Vl);
 
+/// A row's loss from its combined statistics: log S - (z_target - M) = -log p_target.
+template <class T>
+inline T crossentropy_loss(T row_max, T row_sumexp, T target_logit) {
+  return std::log(row_sumexp) - (target_logit - row_max);
+}
 /// One row of each of the two above, over its `real` columns below V (of Vl), the target
 /// relative to the row's first column: what the N-row ops run on each row, and what the
 /// bf16 ops run on a row widened into a buffer that stays in cache.

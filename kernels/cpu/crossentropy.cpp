@@ -89,7 +89,7 @@ void crossentropy_from_stats(T* losses, T* dlogits, const T* logits, const T* ro
   const int real = std::max(0, std::min(Vl, V - v0));
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; ++i) {
-    losses[i] = std::log(row_sumexp[i]) - (target_logit[i] - row_max[i]);
+    losses[i] = crossentropy_loss(row_max[i], row_sumexp[i], target_logit[i]);
     if (dlogits)
       crossentropy_gradient_row(dlogits + size_t(i) * Vl, logits + size_t(i) * Vl, row_max[i], row_sumexp[i],
                                 targets[i] - v0, dloss, real, Vl);

@@ -81,17 +81,24 @@ run() {
 
 name() { echo "$1_${2//[:=]/_}"; }
 
+# run_ensemble PREFIX STEPS [key=value...]: REF_BIN on each REF_ENSEMBLE layout into
+# WORK/PREFIX_..., and ensemble_args set to compare_runs' --ensemble with those runs
+# (empty without an ensemble): the comparisons take it after their reference.
+run_ensemble() {
+  local prefix=$1 steps=$2 spec d dirs=()
+  shift 2
+  for spec in ${REF_ENSEMBLE:-}; do
+    d="$WORK/$(name "$prefix" "$spec")"; run "$REF_BIN" "$spec" "$d" "$steps" "$@"; dirs+=("$d")
+  done
+  ensemble_args=()
+  ((${#dirs[@]} == 0)) || ensemble_args=(--ensemble "${dirs[@]}")
+}
+
 # 1. AdamW over STEPS steps.
 run "$TRUTH_BIN" 1:24 "$WORK/truth" "$STEPS" precision=fp64 device=cpu  # the ground truth runs on the CPU only
 run "$REF_BIN" "$REF_SPEC" "$WORK/$(name ref "$REF_SPEC")" "$STEPS"
-# The ensemble (REF_ENSEMBLE): each comparison in tolerance mode takes ENSEMBLE (AdamW) or
-# SGD_ENSEMBLE (the one SGD step) after its reference.
-ENSEMBLE=() SGD_ENSEMBLE=()
-ensemble_runs=() sgd_ensemble_runs=()
-for spec in ${REF_ENSEMBLE:-}; do
-  d="$WORK/$(name ens "$spec")"; run "$REF_BIN" "$spec" "$d" "$STEPS"; ensemble_runs+=("$d")
-done
-((${#ensemble_runs[@]})) && ENSEMBLE=(--ensemble "${ensemble_runs[@]}")
+run_ensemble ens "$STEPS"
+ENSEMBLE=("${ensemble_args[@]}")  # the AdamW comparisons' (SGD_ENSEMBLE: the SGD step's)
 cands=()
 for spec in $CAND_SPECS; do d="$WORK/$(name cand "$spec")"; run "$CAND_BIN" "$spec" "$d" "$STEPS"; cands+=("$d"); done
 echo "== AdamW, $STEPS steps, against the float64 run"
@@ -110,10 +117,8 @@ fi
 SGD=(optimizer=sgd grad_clip=0)
 run "$TRUTH_BIN" 1:24 "$WORK/sgd_truth" 1 precision=fp64 device=cpu "${SGD[@]}"
 run "$REF_BIN" "$REF_SPEC" "$WORK/$(name sgd_ref "$REF_SPEC")" 1 "${SGD[@]}"
-for spec in ${REF_ENSEMBLE:-}; do
-  d="$WORK/$(name sgd_ens "$spec")"; run "$REF_BIN" "$spec" "$d" 1 "${SGD[@]}"; sgd_ensemble_runs+=("$d")
-done
-((${#sgd_ensemble_runs[@]})) && SGD_ENSEMBLE=(--ensemble "${sgd_ensemble_runs[@]}")
+run_ensemble sgd_ens 1 "${SGD[@]}"
+SGD_ENSEMBLE=("${ensemble_args[@]}")
 sgd=()
 for spec in $CAND_SPECS; do d="$WORK/$(name sgd_cand "$spec")"; run "$CAND_BIN" "$spec" "$d" 1 "${SGD[@]}"; sgd+=("$d"); done
 echo "== SGD, one step, against the float64 run"
