@@ -74,7 +74,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     if (!bf16) master = &model.params();
   // Checkpoints are read and written from host memory (staged on the GPU; fp64 runs
   // write fp32 files).
-  CheckpointMirror ckpt = [&] {
+  CheckpointMirror mirror = [&] {
     if constexpr (std::is_same_v<M, double>)
       return CheckpointMirror({{"param", nullptr, master}, {"adam_m", nullptr, &optimizer.m()},
                                {"adam_v", nullptr, &optimizer.v()}});
@@ -85,12 +85,12 @@ int train_on(const Config& cfg, Device device, Precision precision) {
   CheckpointState state;
   const std::string resume = resolve_resume(cfg);
   if (resume.empty()) {
-    layout.init_range(cfg.seed, 0, n_params, ckpt.host("param"));  // fp32 values (fp64: widened)
+    layout.init_range(cfg.seed, 0, n_params, mirror.host("param"));  // fp32 values (fp64: widened)
   } else {
-    state = load_checkpoint(resume, layout, ckpt.buffers());
+    state = load_checkpoint(resume, layout, mirror.buffers());
     std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
-  ckpt.to_device();
+  mirror.to_device();
   model.set_params(master->data());
 
   // What this rank's arrays hold, by kind: the tracker's peaks (common/memory.h).
@@ -157,16 +157,16 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     if (cfg.val_every > 0 && state.step % cfg.val_every == 0 && state.step < cfg.steps)
       log.validation(state.step, validation_loss(model, val_data, cfg.val_batches));
     if (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0 && state.step < cfg.steps) {
-      ckpt.to_host();
-      save_checkpoint(cfg.run_dir, cfg, layout, state, ckpt.buffers());
+      mirror.to_host();
+      save_checkpoint(cfg.run_dir, cfg, layout, state, mirror.buffers());
       prune_checkpoints(cfg.run_dir, cfg.keep_checkpoints);
     }
   }
 
   if (cfg.val_batches > 0) log.validation(state.step, validation_loss(model, val_data, cfg.val_batches));
   if (cfg.checkpoint_at_end) {
-    ckpt.to_host();
-    const std::string path = save_checkpoint(cfg.run_dir, cfg, layout, state, ckpt.buffers());
+    mirror.to_host();
+    const std::string path = save_checkpoint(cfg.run_dir, cfg, layout, state, mirror.buffers());
     prune_checkpoints(cfg.run_dir, cfg.keep_checkpoints);
     std::printf("checkpoint: %s\n", path.c_str());
   }

@@ -1,3 +1,4 @@
+// ZeRO stage 1: the optimizer state sharded over the data-parallel ranks; see zero1.h.
 #include "stages/03_zero1/zero1.h"
 
 #include <cmath>
@@ -9,6 +10,7 @@
 namespace gpt {
 
 double sharded_grad_norm(Communicator& dp, Device d, const float* shard_grads, int64_t n) {
+  Span span("grad_norm");
   double sum = ops::sum_of_squares(d, shard_grads, size_t(n));
   dp.all_reduce(&sum, 1, DType::F64);  // the shards tile the model: their sums add up
   return std::sqrt(sum);

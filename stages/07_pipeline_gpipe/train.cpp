@@ -42,8 +42,8 @@
 #include "stages/06_tensor_parallel/tp_hooks.h"
 #include "stages/07_pipeline_gpipe/grad_norm_by_tensor.h"
 #include "stages/07_pipeline_gpipe/pipeline_config.h"
-#include "stages/07_pipeline_gpipe/pipeline_report.h"
 #include "stages/07_pipeline_gpipe/pipeline_executor.h"
+#include "stages/07_pipeline_gpipe/pipeline_report.h"
 #include "stages/07_pipeline_gpipe/schedule.h"
 #include "stages/07_pipeline_gpipe/tied_embedding.h"
 

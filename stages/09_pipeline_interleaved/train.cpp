@@ -16,7 +16,6 @@
 // README.md for the lesson.
 #include <omp.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>

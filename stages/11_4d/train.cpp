@@ -51,6 +51,7 @@
 #include "common/trace.h"
 #include "stages/06_tensor_parallel/local_zero.h"
 #include "stages/06_tensor_parallel/tp_budget.h"
+#include "stages/06_tensor_parallel/tp_hooks.h"
 #include "stages/07_pipeline_gpipe/grad_norm_by_tensor.h"
 #include "stages/07_pipeline_gpipe/pipeline_config.h"
 #include "stages/07_pipeline_gpipe/pipeline_executor.h"
@@ -119,6 +120,8 @@ int train_on(Run& run) {
     working_block = GPT2<A>::working_block_for(cfg.model, B, Tl, device, slice);
     slice.working_block = &working_block;
   }
+  // This rank's v chunks (virtual stages r, r + p, ...), each with activations for every
+  // micro-batch the schedule keeps in flight on it.
   std::vector<ModelChunk<A>> chunks =
       make_model_chunks(cfg, global, schedule, pp, tp, dp, ends.get(), slice, Tl, device, precision);
   std::vector<GPT2<A>*> models;
@@ -129,6 +132,7 @@ int train_on(Run& run) {
     models.push_back(c.model.get()), const_models.push_back(c.model.get()), zeros.push_back(c.zero.get());
     n_local += c.model->layout().total();
   }
+  // The chunks' ranges as one layout, packed before each checkpoint (model_chunks.h).
   ChunkCheckpoint packed(global, chunks);
   RunCheckpoints ckpt{global, packed.buffers(), /*sharded=*/true, &packed.layout()};
   ckpt.before_write = [&] { packed.pack(); };
@@ -198,7 +202,7 @@ int train_on(Run& run) {
     pp.all_reduce(&loss, 1, DType::F64);  // from the last stage (the others add 0)
     dp.all_reduce(&loss, 1, DType::F64);
 
-    const double norm = grad_norm_by_tensor(run.world, zeros, global.tensors().size());
+    const double norm = grad_norm_by_tensor(run.world, zeros, global.tensors().size());  // the same bits for any schedule
     const double lr = learning_rate(cfg, step);
     for (LocalZero<A>* z : zeros) z->step(lr, norm, int(step + 1));
     device_synchronize(device);  // the step ends when the GPU has run its kernels
@@ -224,7 +228,7 @@ int train_on(Run& run) {
     };
     after_step(run, validate, data_group, log, ckpt, state);
   }
-  const std::string bubbles = bubble.report(
+  const std::string bubbles = bubble.report(  // the theory for the measured forward, backward and weight times
       [&](const PipeCosts& c) { return pipeline_theory_bubble(schedule_name, pp.size(), accum, v, c); },
       pipeline.measured_costs());
   if (lead) std::printf("%s", bubbles.c_str());
