@@ -126,8 +126,8 @@ struct ModelSlice {
   BlockActivations<A>* working_block = nullptr;
 };
 
-/// GPT-2 on one rank, with storage type A (see the top of this file): float or double on
-/// the CPU, float or bf16 on the GPU. Holds the whole model or the ModelSlice it was made
+/// GPT-2 on one rank, with storage type A (see the top of this file): float or bf16 on either
+/// device, double on the CPU (the ground truth). Holds the whole model or the ModelSlice it was made
 /// with; runs forward and backward passes and accumulates parameter gradients.
 /// Not copyable.
 template <class A>

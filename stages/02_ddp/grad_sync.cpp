@@ -1,3 +1,4 @@
+// Bucketed gradient all-reduce overlapped with the backward; see grad_sync.h.
 #include "stages/02_ddp/grad_sync.h"
 
 #include <algorithm>

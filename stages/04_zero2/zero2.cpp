@@ -1,3 +1,4 @@
+// ZeRO stage 2: the gradients sharded too, each bucket reduce-scattered; see zero2.h.
 #include "stages/04_zero2/zero2.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// ZeRO stage 3: the weights sharded too, each unit gathered when it runs; see zero3.h.
 #include "stages/05_zero3/zero3.h"
 
 #include <algorithm>

@@ -11,9 +11,9 @@
 //                      the loss), accumulating the weight gradients
 //   SendGradient i     post a send of the gradient of the chunk's input to the stage before
 //   BackwardInput i    the backward's input half only (zero-bubble schedules): the
-//                      gradient to send; the activations stay for
-//   BackwardWeight i   the weight half: the weight gradients, accumulated; the micro-batch
-//                      leaves the slot
+//                      gradient to send; the activations stay for the weight half
+//   BackwardWeight i   the weight half: the weight gradients, accumulated; then the
+//                      micro-batch leaves the slot
 //
 // Virtual stage s = c p + r is chunk c of rank r (p ranks, v chunks each; v = 1 in
 // stages 07 and 08): its input comes from virtual stage s - 1, on rank r - 1 (rank p - 1,

@@ -14,7 +14,7 @@
 // it holds back the embedding unit's "gradient done" until finish(), which the driver
 // calls after the schedule has run. Summing inside the backward would hang: the last
 // stage would wait for the first in the all-reduce before sending the gradient the first
-// stage is waiting for. A store that reduces every backward's gradients (ZeRO-2) gets
+// stage is waiting for. A store that reduces every backward's gradients (ZeRO-2 and -3) gets
 // the embedding unit once a step, at finish(), with the micro-batches' wte gradients
 // accumulated in its bucket meanwhile (a bucket of its own: Zero2Store's embeddings_alone).
 #pragma once
