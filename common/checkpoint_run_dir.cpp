@@ -99,6 +99,7 @@ std::string resolve_resume(const Config& cfg) {
 std::string set_aside_later_checkpoints(const Config& cfg) {
   if (!cfg.checkpoint_at_end && cfg.checkpoint_every == 0) return "";  // this run writes none
   const int64_t start = resume_source(cfg).start;
+  if (cfg.steps <= start) return "";  // nor does a run that trains no step (CheckpointState::trained)
   std::vector<fs::path> later;
   for (const auto& [step, dir] : complete_checkpoints(cfg.run_dir))
     if (step > start) later.push_back(dir);

@@ -5,7 +5,9 @@
 # left in place, pruning (newest steps kept) would delete the new run's saves first,
 # and resume=latest would later continue the other run. Checked: the moved files keep
 # their bytes; the new run's checkpoints are the only step_ directories left; a run that
-# writes no checkpoint (steps=0, checkpoint_at_end=false) and resume=latest move nothing.
+# writes no checkpoint (steps=0, checkpoint_at_end=false) and resume=latest move nothing;
+# a run that trains no step (steps=0, or a finished run resumed with its own steps)
+# writes, moves and prunes nothing even with checkpoint_at_end and keep_checkpoints=1.
 # Also: a save killed between publish's two renames leaves step_N.old as the only copy
 # of step N; resume=latest finds it, and pruning removes it later like any checkpoint.
 # Usage: run_dir_history.sh TRAIN01 PREPARE WORKDIR ROOT
@@ -29,6 +31,20 @@ hashes "$RUN" > "$WORK/first.sha"
 train --set steps=0 --set "resume=$RUN/step_00000002" --set checkpoint_at_end=false > "$WORK/eval.log"
 [ "$(steps_here)" = "step_00000002 step_00000004 " ] || { echo "FAIL: an evaluation moved checkpoints: $(steps_here)"; exit 1; }
 ! grep -q "set_aside" "$WORK/eval.log" || { echo "FAIL: an evaluation reported moving checkpoints"; exit 1; }
+
+# A run that trains no step leaves the directory as it was, with the defaults' end
+# checkpoint on and a pruning that would keep one: an evaluation of step 2, and the
+# finished run resumed with its own steps.
+for run in "steps=0 resume=$RUN/step_00000002" "steps=4 resume=latest"; do
+  read -r steps resume <<< "$run"
+  train --set "$steps" --set "$resume" --set keep_checkpoints=1 > "$WORK/no_step.log"
+  [ "$(steps_here)" = "step_00000002 step_00000004 " ] ||
+    { echo "FAIL: $run (no step trained) left $(steps_here)"; cat "$WORK/no_step.log"; exit 1; }
+  hashes "$RUN" | diff - "$WORK/first.sha" || { echo "FAIL: $run (no step trained) rewrote a checkpoint"; exit 1; }
+  ! grep -q "set_aside\|^checkpoint:" "$WORK/no_step.log" ||
+    { echo "FAIL: $run (no step trained) moved or wrote a checkpoint"; cat "$WORK/no_step.log"; exit 1; }
+done
+echo "ok: runs that train no step write, move and prune nothing"
 
 # A fresh run: both earlier checkpoints are set aside, unchanged; the new run's 3 is left.
 train --set steps=3 --set keep_checkpoints=1 > "$WORK/fresh.log"
