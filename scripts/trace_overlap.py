@@ -144,6 +144,9 @@ def across_ranks(waits, wait_name):
         print(f"hidden share: {100.0 * (1.0 - exposed / communication):.1f}% "
               f"(1 - exposed {exposed / 1e3:.1f} ms / communication {communication / 1e3:.1f} ms, "
               f"both the smallest over the ranks, summed over the steps)")
+        if exposed > communication:  # a wait span brackets the communication and its own bookkeeping
+            print("  (negative: the waits outlast the communication itself, so none of it ran hidden; the excess "
+                  "is the wait's own overhead, visible only when steps are this short)")
 
 
 def main():
