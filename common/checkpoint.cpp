@@ -296,7 +296,8 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
     check_model(manifest, layout.model(), manifest_path);
     state.step = manifest.at("step").get<int64_t>();
     if (state.step < 0) fail(manifest_path + " has step " + std::to_string(state.step) + ": a step count is >= 0");
-    state.started_at = state.step;
+    state.resumed_from = path;
+    state.resumed_step = state.step;
     state.sample_counter = manifest.at("sample_counter").get<uint64_t>();
     state.layout_json = manifest.at("layout").dump();
     table = read_table(manifest, manifest_path);

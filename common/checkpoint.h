@@ -85,14 +85,21 @@ struct CheckpointState {
   /// manifest records it, and a load reads it back; resuming does not depend on it). It
   /// must be valid JSON, or the save fails.
   std::string layout_json = "{\"dp\":1,\"tp\":1,\"pp\":1,\"cp\":1}";
-  /// The step this run started from: the loaded checkpoint's, 0 for a fresh run. Not
-  /// saved. A run that ends at it trained nothing (steps=0, or a finished run resumed)
-  /// and writes no checkpoint at its end: rewriting the one it loaded would prune or
-  /// set aside the run directory's other checkpoints for nothing.
-  int64_t started_at = 0;
+  /// The checkpoint this run resumed ("" for a fresh run) and its step; set by the
+  /// loads, not saved (see rewrites_resumed_checkpoint).
+  std::string resumed_from;
+  int64_t resumed_step = 0;
   /// Whether this run has trained a step since it started.
-  bool trained() const { return step > started_at; }
+  bool trained() const { return step > resumed_step; }
 };
+
+/// Whether the checkpoint a run would write now is the one it resumed, unchanged: it has
+/// trained no step (steps=0 to evaluate and sample, or a finished run resumed with its
+/// own steps) since resuming a checkpoint of its own run_dir. The end of such a run
+/// writes nothing: saving the same step again would prune the directory's older
+/// checkpoints for nothing. (A fresh run with steps=0 writes step 0, its initial
+/// weights; a resume from another directory with steps=0 copies the checkpoint there.)
+bool rewrites_resumed_checkpoint(const std::string& run_dir, const CheckpointState& state);
 
 /// Writes a complete checkpoint of `step` under run_dir and returns its path.
 /// One writer: the buffers should hold the whole layout (a tensor outside them gets a
@@ -155,9 +162,9 @@ std::string resolve_resume(const Config& cfg);
 /// would delete this run's saves first and a later resume=latest would continue the
 /// other run. So they move, whole and unchanged (a rename: nothing is lost or copied),
 /// into run_dir/set_aside_YYYYmmdd-HHMMSS/, the time in UTC, unless this run writes no
-/// checkpoint (checkpoint_every and checkpoint_at_end off, or a run that trains no step:
-/// steps=0, or steps at the resumed checkpoint's step). Returns a line saying what moved
-/// ("" when nothing did). Call it on one
+/// checkpoint (checkpoint_every and checkpoint_at_end off, or one that trains no step
+/// from a checkpoint of its own run_dir: rewrites_resumed_checkpoint). Returns a line
+/// saying what moved ("" when nothing did). Call it on one
 /// process (the one holding the run directory's lock), before anything is written there.
 std::string set_aside_later_checkpoints(const Config& cfg);
 

@@ -50,7 +50,19 @@ int64_t checkpoint_step(const std::string& path) {
   return step->get<int64_t>();
 }
 
+// Whether the checkpoint directory `checkpoint` lies in `dir` (false when either is
+// missing: a run_dir not made yet holds nothing).
+bool in_directory(const std::string& checkpoint, const std::string& dir) {
+  if (checkpoint.empty()) return false;
+  std::error_code ec;
+  return fs::equivalent(fs::path(checkpoint).parent_path(), dir, ec) && !ec;
+}
+
 }  // namespace
+
+bool rewrites_resumed_checkpoint(const std::string& run_dir, const CheckpointState& state) {
+  return !state.trained() && in_directory(state.resumed_from, run_dir);
+}
 
 std::string latest_checkpoint(const std::string& run_dir) {
   const auto found = complete_checkpoints(run_dir);
@@ -98,8 +110,8 @@ std::string resolve_resume(const Config& cfg) {
 
 std::string set_aside_later_checkpoints(const Config& cfg) {
   if (!cfg.checkpoint_at_end && cfg.checkpoint_every == 0) return "";  // this run writes none
-  const int64_t start = resume_source(cfg).start;
-  if (cfg.steps <= start) return "";  // nor does a run that trains no step (CheckpointState::trained)
+  const auto [resumed, start] = resume_source(cfg);
+  if (cfg.steps <= start && in_directory(resumed, cfg.run_dir)) return "";  // rewrites_resumed_checkpoint
   std::vector<fs::path> later;
   for (const auto& [step, dir] : complete_checkpoints(cfg.run_dir))
     if (step > start) later.push_back(dir);

@@ -130,7 +130,7 @@ constexpr Key kKeys[] = {
     {"comm_timeout_s", FIELD(comm_timeout_s), "seconds without an answer before a peer is reported lost (at least 1)"},
     // checkpoints
     {"checkpoint_every", FIELD(checkpoint_every), "steps between checkpoints (0: only at the end)"},
-    {"checkpoint_at_end", FIELD(checkpoint_at_end), "write a checkpoint after the last step (not when the run trained no step)"},
+    {"checkpoint_at_end", FIELD(checkpoint_at_end), "write a checkpoint after the last step (not when it would rewrite, untrained, the checkpoint the run resumed)"},
     {"keep_checkpoints", FIELD(keep_checkpoints), "newest checkpoints kept in run_dir (0: keep all)"},
     {"resume", FIELD(resume), "checkpoint to resume: a path, latest (newest in run_dir) or empty"},
     // sampling

@@ -228,7 +228,7 @@ void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsL
     const double val_loss = validate();
     if (run.lead()) log.validation(state.step, val_loss);
   }
-  if (cfg.checkpoint_at_end && state.trained()) {
+  if (cfg.checkpoint_at_end && !rewrites_resumed_checkpoint(cfg.run_dir, state)) {
     const std::string path = write_checkpoint(run, dp, ckpt, state);
     if (run.lead()) std::printf("checkpoint: %s\n", path.c_str());
   }

@@ -164,7 +164,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
   }
 
   if (cfg.val_batches > 0) log.validation(state.step, validation_loss(model, val_data, cfg.val_batches));
-  if (cfg.checkpoint_at_end && state.trained()) {  // a run that trained nothing rewrites nothing
+  if (cfg.checkpoint_at_end && !rewrites_resumed_checkpoint(cfg.run_dir, state)) {
     mirror.to_host();
     const std::string path = save_checkpoint(cfg.run_dir, cfg, layout, state, mirror.buffers());
     prune_checkpoints(cfg.run_dir, cfg.keep_checkpoints);
