@@ -85,10 +85,10 @@ struct CheckpointState {
   /// manifest records it, and a load reads it back; resuming does not depend on it). It
   /// must be valid JSON, or the save fails.
   std::string layout_json = "{\"dp\":1,\"tp\":1,\"pp\":1,\"cp\":1}";
-  /// The checkpoint this run resumed ("" for a fresh run) and its step; set by the
-  /// loads, not saved (see rewrites_resumed_checkpoint).
+  /// The checkpoint this run resumed ("" for a fresh run); set by the loads, not saved
+  /// (see rewrites_resumed_checkpoint).
   std::string resumed_from;
-  int64_t resumed_step = 0;
+  int64_t resumed_step = 0;  ///< the step of resumed_from (0 for a fresh run); not saved
   /// Whether this run has trained a step since it started.
   bool trained() const { return step > resumed_step; }
 };
