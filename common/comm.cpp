@@ -12,6 +12,7 @@
 //              otherwise NCCL when the device is CUDA, NCCL is built and every rank of a
 //              node has a GPU of its own; else MPI.
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -57,6 +58,14 @@ std::string format_seconds(double s) {
   char text[32];
   std::snprintf(text, sizeof text, "%g", s);
   return text;
+}
+
+std::chrono::steady_clock::time_point deadline_after(double timeout_s) {
+  using clock = std::chrono::steady_clock;
+  const clock::time_point now = clock::now();
+  const std::chrono::duration<double> left = clock::time_point::max() - now;  // seconds to the clock's end
+  if (!(timeout_s < left.count())) return clock::time_point::max();
+  return now + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s));
 }
 
 bool on_gpu_memory(const void* p) {

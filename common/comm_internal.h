@@ -8,6 +8,7 @@
 ///   comm_nccl.cpp   NCCL on GPU buffers, bootstrapped over an MPI communicator
 /// ```
 #pragma once
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -26,6 +27,11 @@ std::string format_ranks(const std::vector<int>& ranks);
 
 /// 60 -> "60", 1.5 -> "1.5": seconds as a person would write them.
 std::string format_seconds(double s);
+
+/// The steady clock's time timeout_s from now; a timeout too long for the clock's
+/// nanosecond count (about 292 years) saturates to the clock's end instead of wrapping
+/// into the past.
+std::chrono::steady_clock::time_point deadline_after(double timeout_s);
 
 /// Fails unless 0 <= r < size, naming the operation and the argument.
 void check_rank(int r, int size, const char* op, const char* what);

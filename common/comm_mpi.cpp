@@ -433,7 +433,7 @@ class MpiComm final : public Communicator {
     constexpr auto kYieldFor = std::chrono::microseconds(200);
     constexpr auto kMaxNap = std::chrono::microseconds(100);
     const auto start = clock::now();
-    const auto deadline = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s_));
+    const auto deadline = deadline_after(timeout_s_);
     auto nap = std::chrono::microseconds(10);
     for (;;) {
       bool done = true;

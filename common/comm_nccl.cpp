@@ -223,7 +223,7 @@ class NcclComm final : public Communicator {
   void poll(Query query, const char* op, Message on_timeout) {
     using clock = std::chrono::steady_clock;
     const auto start = clock::now();
-    const auto deadline = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s_));
+    const auto deadline = deadline_after(timeout_s_);
     auto nap = std::chrono::microseconds(5);
     for (;;) {
       const cudaError_t q = query();

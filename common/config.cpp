@@ -25,6 +25,7 @@
 #include <sstream>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <variant>
 #include <vector>
 
@@ -37,6 +38,7 @@
 #include "common/precision.h"
 #include "common/recompute.h"
 #include "common/tokenizer.h"
+#include "common/unicode.h"
 
 namespace gpt {
 namespace {
@@ -44,6 +46,9 @@ namespace {
 // ordered_json keeps keys in insertion order, so config_to_json lists them in table
 // order (model first, then batch, ...) rather than alphabetically.
 using Json = nlohmann::ordered_json;
+
+constexpr int kThreadsPerCoreLimit = 8;      // `threads` above this many per core is refused
+constexpr double kCommTimeoutLimitS = 1e9;   // `comm_timeout_s` at most (31 years)
 
 // ---------------------------------------------------------------------------------
 // The key table
@@ -102,7 +107,7 @@ constexpr Key kKeys[] = {
     {"device", FIELD(device), "auto, cpu or cuda (auto: cuda when a GPU is present)"},
     {"precision", FIELD(precision), "fp32, bf16 (bf16 activations, fp32 master weights) or fp64 (stage 01 on the CPU: the ground truth)"},
     {"gemm", FIELD(gemm), "matmuls on the GPU: hand (the fastest hand-written version for the device), cublas (cuBLASLt baseline), or v1..v5 (one version of kernels/cuda/gemm/); ignored on the CPU"},
-    {"threads", FIELD(threads), "OpenMP threads per rank (0: OpenMP's default: OMP_NUM_THREADS, else all cores)"},
+    {"threads", FIELD(threads), "OpenMP threads per rank (0: OpenMP's default: OMP_NUM_THREADS, else all cores; at most 8 per core)"},
     {"run_dir", FIELD(run_dir), "directory for metrics and checkpoints"},
     {"metrics_file", FIELD(metrics_file), "JSON-lines metrics file (empty: metrics.jsonl in run_dir)"},
     {"trace_file", FIELD(trace_file), "Chrome/Perfetto trace: stage 01 writes this file, stages 02+ one per rank, this path + .rankN.json for world rank N (empty: no trace)"},
@@ -127,7 +132,7 @@ constexpr Key kKeys[] = {
     {"comm", FIELD(comm), "communication backend: auto, mpi or nccl"},
     {"allreduce", FIELD(allreduce), "gradient all-reduce of stage 02: ring (written out) or backend"},
     {"bucket_mb", FIELD(bucket_mb), "gradient bucket size in MiB (one all-reduce per bucket)"},
-    {"comm_timeout_s", FIELD(comm_timeout_s), "seconds without an answer before a peer is reported lost (at least 1)"},
+    {"comm_timeout_s", FIELD(comm_timeout_s), "seconds without an answer before a peer is reported lost (1 to 1e9)"},
     // checkpoints
     {"checkpoint_every", FIELD(checkpoint_every), "steps between checkpoints (0: only at the end)"},
     {"checkpoint_at_end", FIELD(checkpoint_at_end), "write a checkpoint after the last step (not when it would rewrite, untrained, the checkpoint the run resumed)"},
@@ -383,6 +388,24 @@ void check_tokenizer(const Config& cfg) {
   }
 }
 
+// Every string key must be UTF-8 without NUL: the checkpoint manifest records the config
+// as JSON, which holds UTF-8 only (a path with other bytes would fail the first save,
+// after the steps before it were trained), and a NUL would cut a path short where the
+// system reads it.
+void check_text_keys(const Config& cfg) {
+  Config copy = cfg;
+  for (const Key& key : kKeys) {
+    const FieldPtr field = key.field(copy);
+    const std::string* const* text = std::get_if<std::string*>(&field);
+    if (!text) continue;
+    decode_utf8(**text, std::string(key.name) + " (the manifest records the config as JSON, UTF-8 only)");
+    const size_t nul = (*text)->find('\0');
+    if (nul != std::string::npos)
+      fail(std::string(key.name) + " holds a NUL character at byte " + std::to_string(nul) +
+           " (a path or text cannot hold one)");
+  }
+}
+
 }  // namespace
 
 // -------------------------------------------------------------------------------------------
@@ -413,6 +436,12 @@ void apply_json_text(Config& cfg, const std::string& json_text, const std::strin
     if (message.starts_with("[json.exception") && bracket != std::string::npos)
       message = message.substr(bracket + 2);
     fail(origin + ": invalid JSON: " + message);
+  } catch (const Json::out_of_range& e) {  // a number beyond a double's range, such as 1e400
+    std::string message = e.what();
+    size_t bracket = message.find("] ");
+    if (message.starts_with("[json.exception") && bracket != std::string::npos)
+      message = message.substr(bracket + 2);
+    fail(origin + ": " + message + " (no key takes a number beyond a double's range)");
   }
   if (!doc.is_object())
     fail(origin + ": expected a JSON object of key: value pairs, got " + describe(doc));
@@ -593,6 +622,13 @@ void validate(const Config& cfg, int dp) {
             (cfg.gemm.size() == 2 && cfg.gemm[0] == 'v' && cfg.gemm[1] >= '1' && cfg.gemm[1] <= '5'),
         "gemm", show(Json(cfg.gemm)), "must be hand, cublas or v1..v5");
   check_int(cfg.threads >= 0, "threads", cfg.threads, "must be >= 0 (0: all cores)");
+  // More threads than a few per core only slow a run down, and tens of thousands fail to
+  // start (the system's limit on threads) or crash OpenMP.
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  check_int(cfg.threads <= kThreadsPerCoreLimit * cores, "threads", cfg.threads,
+            "must be at most " + std::to_string(kThreadsPerCoreLimit) + " per core of this machine (" +
+                std::to_string(cores) + " cores)");
+  check_text_keys(cfg);
   check(!cfg.run_dir.empty(), "run_dir", "\"\"", "must not be empty");
 
   // Distributed.
@@ -604,6 +640,8 @@ void validate(const Config& cfg, int dp) {
   check_double(cfg.comm_timeout_s >= 1, "comm_timeout_s", cfg.comm_timeout_s,
                "must be at least 1 second (healthy ranks reach a collective up to seconds apart: a shorter "
                "wait would report them lost)");
+  check_double(cfg.comm_timeout_s <= kCommTimeoutLimitS, "comm_timeout_s", cfg.comm_timeout_s,
+               "must be at most 1e9 seconds (31 years; the deadline is counted in nanoseconds)");
 
   // Checkpoints.
   check_int(cfg.checkpoint_every >= 0, "checkpoint_every", cfg.checkpoint_every,

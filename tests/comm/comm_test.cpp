@@ -13,8 +13,9 @@
 // may share one GPU) and the NCCL backend; without a GPU it exits 77 (skipped).
 //
 // Modes:
-//   comm_test [--backend B] [--expect-backend B] [--device cpu|cuda]
-//                              every test; exit 0 when all pass
+//   comm_test [--backend B] [--expect-backend B] [--device cpu|cuda] [--timeout S]
+//                              every test; exit 0 when all pass (S: the backend's
+//                              timeout in seconds, 60 by default)
 //   comm_test --timeout-test   rank 0 waits for a message rank 1 never sends, with a 1 s
 //                              timeout; prints how long it took to give up, exits 3
 //   comm_test --kill-test      rank 1 kills itself while rank 0 waits for it
@@ -611,6 +612,7 @@ int main(int argc, char** argv) {
       if (a == "--backend" && i + 1 < argc) options.backend = argv[++i];
       else if (a == "--expect-backend" && i + 1 < argc) expect_backend = argv[++i];
       else if (a == "--device" && i + 1 < argc) g_gpu = std::string(argv[++i]) == "cuda";
+      else if (a == "--timeout" && i + 1 < argc) options.timeout_s = std::stod(argv[++i]);
       else if (a == "--timeout-test" || a == "--kill-test" || a == "--p2p-lost-peer" || a == "--p2p-wrong-tag")
         mode = a;
       else fail("unknown argument '" + a + "'");

@@ -305,6 +305,8 @@ TEST_CASE("impossible values are errors naming the key and the reason") {
         {"keep_checkpoints=-1", "keep_checkpoints"}, {"threads=-1", "threads"},
         {"sample_tokens=-1", "sample_tokens"},       {"temperature=0", "temperature"},
         {"top_k=-1", "top_k"},            {"run_dir=", "run_dir"},
+        {"comm_timeout_s=0.5", "comm_timeout_s"}, {"comm_timeout_s=1.1e9", "comm_timeout_s"},
+        {"threads=100000", "threads"},
     };
     for (const auto& [override_text, key] : cases) {
       INFO("--set " << override_text);
@@ -317,6 +319,19 @@ TEST_CASE("impossible values are errors naming the key and the reason") {
                                         "min_lr_ratio=0", "beta1=0", "vocab_size=65536",
                                         "val_every=0", "keep_checkpoints=0", "sample_tokens=0"})));
     REQUIRE_NOTHROW(gpt::validate(with({"min_lr_ratio=1"})));
+    REQUIRE_NOTHROW(gpt::validate(with({"comm_timeout_s=1e9", "threads=8"})));  // 8 per core, one core at least
+  }
+  SECTION("text keys are UTF-8 without NUL (the checkpoint manifest stores them as JSON)") {
+    // A Latin-1 path, a stray byte, a character cut off: each names its key.
+    for (const std::string bad : {"run_dir=/tmp/lat\xe9", "prompt=\xff", "train_data=x\xe2\x82"}) {
+      INFO("--set " << bad);
+      const std::string key = bad.substr(0, bad.find('='));
+      REQUIRE_THROWS_WITH(gpt::validate(with({bad})), Contains(key) && Contains("UTF-8"));
+    }
+    Config nul = with({});
+    nul.val_data = std::string("data/val.bin\0junk", 17);
+    REQUIRE_THROWS_WITH(gpt::validate(nul), Contains("val_data") && Contains("NUL"));
+    REQUIRE_NOTHROW(gpt::validate(with({"prompt=caf\xc3\xa9 \xe2\x82\xac"})));  // café €: UTF-8 is fine
   }
 }
 
@@ -333,6 +348,11 @@ TEST_CASE("files that cannot be read or parsed are errors naming the file") {
     REQUIRE_THROWS_AS(gpt::apply_json_file(cfg, path), UserError);
     REQUIRE_THROWS_WITH(gpt::apply_json_file(cfg, path),
                         Contains("malformed.json") && Contains("line 3"));
+  }
+  SECTION("a number beyond a double's range: the file, not an internal error") {
+    std::string path = write_file("overflow.json", "{\"lr\": 1e400}");
+    REQUIRE_THROWS_AS(gpt::apply_json_file(cfg, path), UserError);
+    REQUIRE_THROWS_WITH(gpt::apply_json_file(cfg, path), Contains("overflow.json") && Contains("1e400"));
   }
   SECTION("bad command lines") {
     REQUIRE_THROWS_AS(parse(cfg, {"--bogus"}), UserError);
