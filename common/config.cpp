@@ -109,8 +109,8 @@ constexpr Key kKeys[] = {
     {"gemm", FIELD(gemm), "matmuls on the GPU: hand (the fastest hand-written version for the device), cublas (cuBLASLt baseline), or v1..v5 (one version of kernels/cuda/gemm/); ignored on the CPU"},
     {"threads", FIELD(threads), "OpenMP threads per rank (0: OpenMP's default: OMP_NUM_THREADS, else all cores; at most 8 per core)"},
     {"run_dir", FIELD(run_dir), "directory for metrics and checkpoints"},
-    {"metrics_file", FIELD(metrics_file), "JSON-lines metrics file (empty: metrics.jsonl in run_dir)"},
-    {"trace_file", FIELD(trace_file), "Chrome/Perfetto trace: stage 01 writes this file, stages 02+ one per rank, this path + .rankN.json for world rank N (empty: no trace)"},
+    {"metrics_file", FIELD(metrics_file), "JSON-lines metrics file, appended to (empty: metrics.jsonl in run_dir); an existing file must be a metrics log"},
+    {"trace_file", FIELD(trace_file), "Chrome/Perfetto trace: stage 01 writes this file, stages 02+ one per rank, this path + .rankN.json for world rank N (empty: no trace); an existing file is replaced only if it is a trace"},
     {"log_every", FIELD(log_every), "steps between progress lines on the terminal"},
     // distributed
     {"dp", FIELD(dp), "data-parallel ranks (0: the job's ranks / (tp * pp * cp)); stages 02+"},
@@ -398,7 +398,11 @@ void check_text_keys(const Config& cfg) {
     const FieldPtr field = key.field(copy);
     const std::string* const* text = std::get_if<std::string*>(&field);
     if (!text) continue;
-    decode_utf8(**text, std::string(key.name) + " (the manifest records the config as JSON, UTF-8 only)");
+    try {
+      decode_utf8(**text, key.name);
+    } catch (const UserError& e) {
+      fail(std::string(e.what()) + " (the checkpoint manifest records the config as JSON, which holds UTF-8 only)");
+    }
     const size_t nul = (*text)->find('\0');
     if (nul != std::string::npos)
       fail(std::string(key.name) + " holds a NUL character at byte " + std::to_string(nul) +

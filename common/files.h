@@ -3,6 +3,7 @@
 /// demand, and a failure names the config key that chose the path.
 #pragma once
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <system_error>
 
@@ -22,6 +23,26 @@ inline void create_parent_directories(const std::string& path, const std::string
   message += ": cannot create directory '" + parent.string() + "'";
   message += " for '" + path + "': " + ec.message();
   fail(message);
+}
+
+/// An output file may be new, empty, or an earlier output of the same kind (a trace
+/// replaced, a metrics log appended to): anything else at `path` (a data shard, a
+/// config, a checkpoint's tensors, named by a typo) is refused with a UserError naming
+/// the key, before the run trains, instead of being overwritten. `ours` is given the
+/// file's first line (at most 4 KiB of it) and says whether this program wrote it;
+/// `what` describes that first line for the message.
+template <class Ours>
+void require_own_output(const std::string& path, const std::string& key, Ours ours, const std::string& what) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec) || std::filesystem::file_size(path, ec) == 0 || ec) return;
+  std::ifstream in(path, std::ios::binary);
+  std::string first(4096, '\0');
+  in.read(first.data(), std::streamsize(first.size()));
+  first.resize(size_t(in.gcount()));
+  first = first.substr(0, first.find('\n'));
+  if (ours(first)) return;
+  fail(key + ": '" + path + "' exists and is not " + what +
+       ": refusing to write into it (remove it, or name another file)");
 }
 
 }  // namespace gpt

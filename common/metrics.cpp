@@ -12,6 +12,13 @@ namespace gpt {
 MetricsLog::MetricsLog(const std::string& path) : path_(path) {
   if (path.empty()) return;
   create_parent_directories(path, "metrics_file");
+  // Appended to only when it is a metrics log already: every line a JSON object with a kind.
+  const auto is_metrics_line = [](const std::string& first) {
+    const nlohmann::json line = nlohmann::json::parse(first, nullptr, /*allow_exceptions=*/false);
+    return line.is_object() && line.contains("kind");
+  };
+  require_own_output(path, "metrics_file", is_metrics_line,
+                     "a metrics log (its first line is not a JSON object with a \"kind\")");
   file_ = std::fopen(path.c_str(), "a");
   require(file_ != nullptr, "metrics_file: cannot open '" + path + "' for appending: " + std::strerror(errno));
 }

@@ -9,6 +9,11 @@
 #include "common/files.h"
 
 namespace gpt {
+namespace {
+
+constexpr const char* kFirstLine = "{\"traceEvents\":[";  // how every trace this class writes begins
+
+}  // namespace
 
 Trace& Trace::global() {
   static Trace trace;
@@ -22,8 +27,11 @@ void Trace::enable(const std::string& path, int rank) {
   events_.reserve(1 << 16);
   if (!enabled_) return;
   // The file is written at the end of the run; a path that cannot take it fails now,
-  // not after the training.
+  // not after the training, and so does one that holds anything but an earlier trace.
   create_parent_directories(path, "trace_file");
+  require_own_output(
+      path, "trace_file", [](const std::string& first) { return first == kFirstLine; },
+      "a trace (its first line is not " + std::string(kFirstLine) + ")");
   std::FILE* f = std::fopen(path.c_str(), "a");
   require(f != nullptr, "trace_file: cannot write '" + path + "': " + std::strerror(errno));
   std::fclose(f);
@@ -45,7 +53,7 @@ void Trace::write() const {
   create_parent_directories(path_, "trace_file");
   std::FILE* f = std::fopen(path_.c_str(), "w");
   require(f != nullptr, "trace_file: cannot write '" + path_ + "': " + std::strerror(errno));
-  std::fprintf(f, "{\"traceEvents\":[\n");
+  std::fprintf(f, "%s\n", kFirstLine);
   for (size_t i = 0; i < events_.size(); ++i) {
     const Event& e = events_[i];
     std::fprintf(f, "%s{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%lld,\"dur\":%lld,\"pid\":%d,\"tid\":%d}\n",

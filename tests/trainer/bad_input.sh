@@ -74,6 +74,16 @@ expect "trace under a file"      "trace_file: cannot create directory" train --s
 if grep -q "^step" "$WORK/out.txt"; then echo "FAIL [trace under a file]: it trained before refusing"; failures=$((failures + 1)); fi
 expect "metrics under a file"    "metrics_file: cannot create directory" train --set "metrics_file=$WORK/a_file/m.jsonl"
 expect "metrics unwritable"      "metrics_file: cannot write" train --set metrics_file=/dev/full
+# Output files that name an input by mistake: refused, and the input left as it was.
+cp "$D/val.bin" "$WORK/shard.bin"
+expect "trace over a data shard" "trace_file: '$WORK/shard.bin' exists and is not a trace" train --set "trace_file=$WORK/shard.bin"
+expect "metrics into a shard"    "metrics_file: '$WORK/shard.bin' exists and is not a metrics log" train --set "metrics_file=$WORK/shard.bin"
+cases=$((cases + 1))
+if cmp -s "$D/val.bin" "$WORK/shard.bin"; then echo "ok   [the shard named as an output]: unchanged"
+else echo "FAIL [the shard named as an output]: it changed"; failures=$((failures + 1)); fi
+# Text keys go into the checkpoint manifest's JSON: UTF-8 only, refused before training.
+expect "run_dir not UTF-8"       "run_dir is not valid UTF-8: byte 0xE9" train --set $'run_dir=/tmp/lat\xe9'
+expect "NUL in a path (JSON)"    "train_data holds a NUL character" "$TRAIN" --config "$(printf '%s' '{"train_data": "a\u0000b"}' > "$WORK/nul.json"; echo "$WORK/nul.json")"
 
 # --- data
 expect "missing data file"       missing.bin   train --set "train_data=$WORK/missing.bin"
