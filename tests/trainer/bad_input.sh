@@ -52,10 +52,11 @@ printf '{"n_layer": 2, "n_embd": 32, "n_layer": 3}' > "$WORK/twice.json"
 expect "key twice in file"       "'n_layer' is given twice" "$TRAIN" --config "$WORK/twice.json"
 mkdir -p "$WORK/config_dir"
 expect "config is a directory"   "is a directory" "$TRAIN" --config "$WORK/config_dir"
-# Sizes refused before anything is allocated: weights larger than the machine, and an
-# activation with more rows than an int counts.
+# Sizes refused before anything is allocated: weights larger than the machine, a
+# micro-batch whose logits are (1.1 TB), and an activation with more rows than an int counts.
 expect "model beyond memory"     "n_layer=100000000" train --set n_layer=100000000
 expect "rows beyond an int"      micro_batch_size train --set micro_batch_size=67108864 --set batch_size=67108864
+expect "logits beyond memory"    "the logits of a micro-batch and their gradient need 1.1e+03 GB" train --set micro_batch_size=16777216 --set batch_size=16777216
 expect "prompt outside vocab"    "prompt: it encodes to token 120, outside vocab_size=100" train --set vocab_size=100 --set sample_tokens=4 --set prompt=xyz
 # The sample's tokenizer is checked before any training: a vocabulary it cannot decode
 # would print garbage only at the end of the run.
