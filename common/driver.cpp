@@ -3,10 +3,14 @@
 
 #include <omp.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <string>
 #include <type_traits>
+
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "common/layout_exchange.h"
@@ -84,6 +88,30 @@ int on_every_rank(Communicator& world, F&& body) {
   }
 }
 
+// Every rank must train with rank 0's configuration. mpirun's MPMD form (`-np 1 train
+// --set lr=1e-3 : -np 1 train --set lr=1e-2`) or a per-rank wrapper script can hand the
+// ranks different ones, and each rank would then silently train another model, or wait
+// for messages its peers never send. `threads` may differ (nodes with other core counts).
+void require_rank0_config(Communicator& world, const Config& cfg) {
+  if (world.size() == 1) return;
+  const std::string mine = config_to_json(cfg);
+  uint64_t size = mine.size();
+  world.broadcast(&size, sizeof size, DType::Byte, 0);
+  std::string lead = world.rank() == 0 ? mine : std::string(size, '\0');
+  world.broadcast(lead.data(), size_t(size), DType::Byte, 0);
+  if (lead == mine) return;
+  const nlohmann::json theirs = nlohmann::json::parse(lead), ours = nlohmann::json::parse(mine);
+  std::string keys;
+  for (const auto& [key, value] : ours.items()) {
+    const nlohmann::json lead_value = theirs.value(key, nlohmann::json());
+    if (key == "threads" || lead_value == value) continue;
+    keys += (keys.empty() ? "" : ", ") + key + "=" + value.dump() + " (rank 0: " + lead_value.dump() + ")";
+  }
+  if (!keys.empty())
+    fail("rank " + std::to_string(world.rank()) + "'s configuration differs from rank 0's: " + keys +
+         "; every rank must run the same configuration (one --config and the same --set for all)");
+}
+
 }  // namespace
 
 int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
@@ -106,6 +134,7 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
                                               " trains in fp32 or bf16; the fp64 ground truth is stage 01's");
     std::unique_ptr<Communicator> world = make_world(&argc, &argv, {cfg.comm, device, cfg.comm_timeout_s});
     return on_every_rank(*world, [&] {
+      require_rank0_config(*world, cfg);
       const MeshShape shape = mesh_shape_for(cfg, world->size());
       validate(cfg, shape.dp);
       // One job per run_dir; another run's later checkpoints set aside (rank 0, lock held).

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Every rank must run rank 0's configuration: mpirun's MPMD form hands two ranks of stage
+# 02 different learning rates, and the job must stop at once with exit 2, naming the
+# rank, the key and both values (before, the replicas trained apart in silence). The
+# control: ranks that differ only in `threads` train.
+# Usage: configs_differ.sh TRAIN02 PREPARE WORKDIR ROOT MPIEXEC
+set -euo pipefail
+TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5
+source "$(dirname "$0")/common.sh"
+rm -rf "$WORK" && mkdir -p "$WORK"
+make_corpus "$WORK" "$PREPARE"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+rank() { echo -np 1 "$TRAIN" $(tiny_args "$WORK/data" "$WORK/run") --set steps=2 --set sample_tokens=0 "$@"; }
+
+status=0
+"$MPIEXEC" --oversubscribe $(rank --set lr=0.001) : $(rank --set lr=0.002) > "$WORK/differ.log" 2>&1 || status=$?
+[ "$status" -eq 2 ] || { echo "FAIL: ranks with different lr: exit $status, expected 2"; tail -5 "$WORK/differ.log"; exit 1; }
+grep -q "rank 1's configuration differs from rank 0's: lr=0.002 (rank 0: 0.001)" "$WORK/differ.log" ||
+  { echo "FAIL: the message does not name the rank, the key and both values"; cat "$WORK/differ.log"; exit 1; }
+! grep -q "^step" "$WORK/differ.log" || { echo "FAIL: the ranks trained before refusing"; exit 1; }
+echo "ok: $(grep -m1 "differs from rank 0" "$WORK/differ.log")"
+
+rm -rf "$WORK/run"
+"$MPIEXEC" --oversubscribe $(rank --set threads=1) : $(rank --set threads=2) > "$WORK/threads.log" 2>&1 ||
+  { echo "FAIL: ranks differing only in threads did not train"; tail -5 "$WORK/threads.log"; exit 1; }
+grep -q "^step     2/2" "$WORK/threads.log" || { echo "FAIL: no step 2 in the threads run"; exit 1; }
+echo "ok: ranks that differ only in threads train"
+echo PASS
