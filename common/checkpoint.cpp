@@ -298,6 +298,9 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
     if (state.step < 0) fail(manifest_path + " has step " + std::to_string(state.step) + ": a step count is >= 0");
     state.resumed_from = path;
     state.resumed_step = state.step;
+    if (!manifest.at("sample_counter").is_number_unsigned())
+      fail(manifest_path + " has sample_counter " + manifest.at("sample_counter").dump() +
+           ": a counter is an integer >= 0");
     state.sample_counter = manifest.at("sample_counter").get<uint64_t>();
     state.layout_json = manifest.at("layout").dump();
     table = read_table(manifest, manifest_path);

@@ -168,6 +168,10 @@ std::string resolve_resume(const Config& cfg);
 /// process (the one holding the run directory's lock), before anything is written there.
 std::string set_aside_later_checkpoints(const Config& cfg);
 
+/// A line saying that resume=latest found no checkpoint in run_dir, so the run starts
+/// at step 0 (a mistyped run_dir shows here, not after a whole run); "" otherwise.
+std::string fresh_start_note(const Config& cfg);
+
 /// Deletes all but the newest `keep` complete checkpoints (keep <= 0 keeps all).
 /// In a multi-rank run call it on rank 0 only (after the save has returned): ranks
 /// deleting the same directories at once would race, and one may fail on a file that

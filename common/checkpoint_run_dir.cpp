@@ -108,6 +108,11 @@ std::string resolve_resume(const Config& cfg) {
   return path;
 }
 
+std::string fresh_start_note(const Config& cfg) {
+  if (cfg.resume != "latest" || !latest_checkpoint(cfg.run_dir).empty()) return "";
+  return "resume=latest: no checkpoint in " + cfg.run_dir + " yet, so training starts at step 0";
+}
+
 std::string set_aside_later_checkpoints(const Config& cfg) {
   if (!cfg.checkpoint_at_end && cfg.checkpoint_every == 0) return "";  // this run writes none
   const auto [resumed, start] = resume_source(cfg);

@@ -139,8 +139,8 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
       validate(cfg, shape.dp);
       // One job per run_dir; another run's later checkpoints set aside (rank 0, lock held).
       const std::unique_ptr<RunDirLock> lock = lock_run_dir(*world, cfg.run_dir, [&] {
-        const std::string moved = set_aside_later_checkpoints(cfg);
-        if (!moved.empty()) std::printf("%s\n", moved.c_str());
+        for (const std::string& line : {fresh_start_note(cfg), set_aside_later_checkpoints(cfg)})
+          if (!line.empty()) std::printf("%s\n", line.c_str());
       });
       Mesh mesh(*world, shape);
       Run run{cfg,

@@ -28,6 +28,7 @@
 #include "common/driver.h"
 #include "common/error.h"
 #include "common/gpt2.h"
+#include "common/launcher.h"
 #include "common/memory.h"
 #include "common/metrics.h"
 #include "common/mfu.h"
@@ -188,12 +189,15 @@ int train(int argc, char** argv) {
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
   require_axes(cfg, StageSpec{"01_single_gpu"});  // one device: no tp, pp, cp
   require(cfg.dp <= 1, "dp=" + std::to_string(cfg.dp) + ": stage 01 trains on one device (dp must be 0 or 1)");
+  require(launcher_world_size() <= 1, "stage 01 trains in one process, but mpirun started it as one of " +
+                                          std::to_string(launcher_world_size()) + " ranks: run it alone, or "
+                                          "run a multi-rank stage (02-11) under mpirun");
   const Device device = resolve_device(cfg.device);
   const Precision precision = parse_precision(cfg.precision);
   ops::set_gemm(device, cfg.gemm);
   const RunDirLock lock(cfg.run_dir);  // one job per run directory, taken before anything is written
-  const std::string moved = set_aside_later_checkpoints(cfg);  // another run's, so that the two do not mix
-  if (!moved.empty()) std::printf("%s\n", moved.c_str());
+  for (const std::string& line : {fresh_start_note(cfg), set_aside_later_checkpoints(cfg)})  // another run's
+    if (!line.empty()) std::printf("%s\n", line.c_str());  // later checkpoints set aside, so the two do not mix
   Trace::global().enable(cfg.trace_file);
   if (precision == Precision::BF16) return train_on<gpt::bf16>(cfg, device, precision);
   if (precision == Precision::FP64) {

@@ -124,6 +124,11 @@ expect "missing manifest"        manifest.json train --set "resume=$WORK/nomanif
 cp -r "$ck" "$WORK/negative"; sed -i 's/"step": 2,/"step": -3,/' "$WORK/negative/manifest.json"
 expect "negative step"           "negative/manifest.json has no \"step\" that is an integer >= 0" train --set "resume=$WORK/negative"
 expect "steps below the resume"  "steps=1 is below step 2" train --set "resume=$ck" --set steps=1
+cp -r "$ck" "$WORK/counter"; sed -i 's/"sample_counter": [0-9]*/"sample_counter": -7/' "$WORK/counter/manifest.json"
+expect "negative sample counter" "has sample_counter -7" train --set "resume=$WORK/counter"
+# Stage 01 is one process: started by mpirun as one of several ranks it says so.
+expect "stage 01 under mpirun"   "stage 01 trains in one process, but mpirun started it as one of 2 ranks" \
+  env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 "$TRAIN" $(tiny_args "$D" "$WORK/mpi01") --set steps=1
 
 echo "$((cases - failures)) passed, $failures failed"
 [ "$failures" -eq 0 ]

@@ -22,6 +22,12 @@ train() { "$TRAIN" $(tiny_args "$D" "$RUN") "${quiet[@]}" "$@"; }
 steps_here() { (cd "$RUN" && ls -d step_* 2>/dev/null | tr '\n' ' '); }
 hashes() { (cd "$1" && sha256sum step_*/*); }
 
+# resume=latest in an empty run_dir starts at step 0 and says so (a mistyped run_dir shows).
+train --set steps=1 --set resume=latest --set checkpoint_at_end=false > "$WORK/fresh_latest.log"
+grep -q "resume=latest: no checkpoint in $RUN yet, so training starts at step 0" "$WORK/fresh_latest.log" ||
+  { echo "FAIL: resume=latest in an empty run_dir did not say it starts fresh"; cat "$WORK/fresh_latest.log"; exit 1; }
+rm -rf "$RUN"
+
 # The earlier run: checkpoints at steps 2 and 4, all kept.
 train --set steps=4 --set checkpoint_every=2 --set keep_checkpoints=0 > "$WORK/first.log"
 [ "$(steps_here)" = "step_00000002 step_00000004 " ] || { echo "FAIL: the first run left $(steps_here)"; exit 1; }
