@@ -56,6 +56,11 @@ void require_axes(const Config& cfg, const StageSpec& spec) {
   if (!cfg.schedule.empty() && !spec.schedule_key)
     fail("schedule=" + cfg.schedule + ": stage " + spec.name +
          " does not read the key (stage 07 is GPipe, 08 is 1F1B; stages 09 and 11 choose); leave it empty");
+  // bucket_mb and comm are left to any stage (scripts pass one set to every stage they
+  // compare); allreduce picks between two algorithms of stage 02 only.
+  if (cfg.allreduce != Config().allreduce && !spec.allreduce_key)
+    fail("allreduce=" + cfg.allreduce + ": stage " + spec.name +
+         " does not read the key (stage 02's gradient all-reduce: its ring or the backend's); leave it ring");
   if (cfg.activation_checkpointing != "none" && !spec.activation_checkpointing_key)
     fail("activation_checkpointing=" + cfg.activation_checkpointing + ": stage " + spec.name +
          " does not implement activation checkpointing (stage 11 does); leave it none");

@@ -48,6 +48,7 @@ struct StageSpec {
   bool schedule_key = false;                ///< reads `schedule` (the pipeline schedule)
   bool activation_checkpointing_key = false;  ///< reads `activation_checkpointing`
   bool cuda = false;                        ///< device=cuda supported
+  bool allreduce_key = false;               ///< reads `allreduce` (stage 02's ring or the backend's)
 };
 
 /// The mesh the config asks for on `ranks` ranks: tp, pp, cp as given, dp as given or

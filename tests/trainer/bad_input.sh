@@ -40,6 +40,7 @@ expect "bad device"              device        train --set device=tpu
 expect "unknown argument"        --frobnicate  train --frobnicate
 expect "an axis stage 01 lacks"  "tp=2"        train --set tp=2
 expect "pipeline on one device"  "pp=2"        train --set pp=2
+expect "stage 02's all-reduce"   "allreduce=backend: stage 01_single_gpu does not read the key" train --set allreduce=backend
 expect "bad optimizer"           optimizer     train --set optimizer=lion
 expect "missing config file"     nope.json     "$TRAIN" --config "$WORK/nope.json"
 printf '{"n_layer": 2,' > "$WORK/broken.json"
