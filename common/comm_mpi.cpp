@@ -541,7 +541,8 @@ class MpiComm final : public Communicator {
       return std::string(", yet every rank answered a roll call: one of them never called ") + op +
              " (the ranks' calls do not match)";
     return std::string("; roll call: no message from ") + (lost.size() == 1 ? "rank " : "ranks ") +
-           format_ranks(lost) + " within " + format_seconds(grace_s) + " s more: lost or hung, or waiting in another call";
+           format_ranks(lost) + " within " + format_seconds(grace_s) +
+           " s more: lost or hung, or waiting in another call";
   }
 
   // --- staging of GPU buffers through pinned host memory ---

@@ -415,6 +415,15 @@ void check_tokenizer(const Config& cfg) {
   }
 }
 
+// nlohmann's message without its "[json.exception.parse_error.101] " prefix: the rest
+// (line, column and what was expected) is the part worth showing.
+std::string json_reason(const Json::exception& e) {
+  std::string message = e.what();
+  const size_t bracket = message.find("] ");
+  if (message.starts_with("[json.exception") && bracket != std::string::npos) message = message.substr(bracket + 2);
+  return message;
+}
+
 // Every string key must be UTF-8 without NUL: the checkpoint manifest records the config
 // as JSON, which holds UTF-8 only (a path with other bytes would fail the first save,
 // after the steps before it were trained), and a NUL would cut a path short where the
@@ -460,19 +469,9 @@ void apply_json_text(Config& cfg, const std::string& json_text, const std::strin
   try {
     doc = Json::parse(json_text, note_keys);
   } catch (const Json::parse_error& e) {
-    // e.what() starts with "[json.exception.parse_error.101] "; the rest (line, column
-    // and what was expected) is the part worth showing.
-    std::string message = e.what();
-    size_t bracket = message.find("] ");
-    if (message.starts_with("[json.exception") && bracket != std::string::npos)
-      message = message.substr(bracket + 2);
-    fail(origin + ": invalid JSON: " + message);
+    fail(origin + ": invalid JSON: " + json_reason(e));
   } catch (const Json::out_of_range& e) {  // a number beyond a double's range, such as 1e400
-    std::string message = e.what();
-    size_t bracket = message.find("] ");
-    if (message.starts_with("[json.exception") && bracket != std::string::npos)
-      message = message.substr(bracket + 2);
-    fail(origin + ": " + message + " (no key takes a number beyond a double's range)");
+    fail(origin + ": " + json_reason(e) + " (no key takes a number beyond a double's range)");
   }
   if (!doc.is_object())
     fail(origin + ": expected a JSON object of key: value pairs, got " + describe(doc));
