@@ -23,6 +23,8 @@
 // to its final name. rename() is atomic on POSIX file systems, so a reader sees
 // either no step_00000100 at all or a complete one; a crash leaves at worst a stale
 // .tmp directory, which latest_checkpoint() ignores and the next save of that step
+// (a save that fails with an error, a disk full say, removes its own .tmp at once, so
+// that the space it took is free for whatever the user does next)
 //
 // This file saves and loads; the helpers it shares with the other checkpoint*.cpp
 // files are listed in checkpoint_internal.h.
@@ -35,6 +37,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -67,6 +70,24 @@ CheckpointPaths checkpoint_paths(const std::string& run_dir, int64_t step) {
   p.tmp_dir = p.root / (p.name + ".tmp");
   return p;
 }
+
+// Removes the .tmp directory when a save ends without publishing it (an exception
+// unwinding through the save); does nothing once the save has published.
+class TmpDirCleanup {
+ public:
+  explicit TmpDirCleanup(const CheckpointPaths& p) : tmp_dir_(p.tmp_dir) {}
+  ~TmpDirCleanup() {
+    std::error_code ec;
+    if (!published_) fs::remove_all(tmp_dir_, ec);  // best effort: the save's own error is the one reported
+  }
+  TmpDirCleanup(const TmpDirCleanup&) = delete;
+  TmpDirCleanup& operator=(const TmpDirCleanup&) = delete;
+  void published() { published_ = true; }
+
+ private:
+  fs::path tmp_dir_;
+  bool published_ = false;
+};
 
 // Step 1: an empty .tmp directory to fill.
 void make_fresh_tmp_dir(const CheckpointPaths& p) {
@@ -190,6 +211,7 @@ std::string save_checkpoint(const std::string& run_dir, const Config& cfg,
   check_buffers(layout, buffers);
   const CheckpointPaths p = checkpoint_paths(run_dir, state.step);
   make_fresh_tmp_dir(p);
+  TmpDirCleanup cleanup(p);
 
   ordered_json tensors = ordered_json::array();
   const int64_t file_bytes = layout.total() * kBytesPerElement;
@@ -210,6 +232,7 @@ std::string save_checkpoint(const std::string& run_dir, const Config& cfg,
 
   write_manifest(p, cfg, layout, state, parse_layout_json(state.layout_json), tensors);
   publish(p);
+  cleanup.published();
   return p.final_dir.string();
 }
 
@@ -229,6 +252,11 @@ std::string save_checkpoint_sharded(Communicator& comm, const std::string& run_d
   }));
   check_same_kinds(comm, buffers);
   check_tiling(comm, layout, buffers);
+
+  // Rank 0 removes the .tmp directory if any step below fails on any rank: agree()
+  // throws on every rank, after all of them have left the step.
+  std::optional<TmpDirCleanup> cleanup;
+  if (writer) cleanup.emplace(p);
 
   // 1. Rank 0 makes the .tmp directory and every file at its full size, so that the
   // other ranks only open existing files and write into them: no rank ever has to
@@ -270,6 +298,7 @@ std::string save_checkpoint_sharded(Communicator& comm, const std::string& run_d
     }
     write_manifest(p, cfg, layout, state, layout_json, tensors);
     publish(p);
+    cleanup->published();
   }));
   return p.final_dir.string();
 }

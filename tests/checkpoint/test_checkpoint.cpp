@@ -293,6 +293,27 @@ TEST_CASE("saving a step again replaces the old copy", "[checkpoint]") {
   CHECK(same_bits(loaded.adam_v, second.adam_v));
 }
 
+TEST_CASE("a save that fails removes its .tmp directory and leaves the old copy", "[checkpoint]") {
+  TempDir dir;
+  const gpt::Config cfg = tiny_config();
+  const gpt::ParamLayout layout(cfg.model);
+  const int64_t n = layout.total();
+  State first = State::filled(n, 0.0f), second = State::filled(n, 100.0f);
+  const std::string path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(10), first.buffers(0, n));
+
+  // The manifest is written after the tensor files: a state whose layout is not JSON
+  // fails the save there, with every file of the .tmp directory already written (as a
+  // disk that fills up during the manifest would).
+  gpt::CheckpointState broken = some_state(10);
+  broken.layout_json = "not json";
+  CHECK_THROWS(gpt::save_checkpoint(dir.str(), cfg, layout, broken, second.buffers(0, n)));
+  CHECK_FALSE(fs::exists(dir.path() / "step_00000010.tmp"));
+
+  State loaded(n);
+  gpt::load_checkpoint(path, layout, loaded.buffers(0, n));  // the published copy is untouched
+  CHECK(same_bits(loaded.param, first.param));
+}
+
 TEST_CASE("latest_checkpoint picks the highest complete step", "[checkpoint]") {
   TempDir dir;
   const gpt::Config cfg = tiny_config();
