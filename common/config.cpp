@@ -672,7 +672,7 @@ void validate(const Config& cfg, int dp) {
                "must be at least 1 second (healthy ranks reach a collective up to seconds apart: a shorter "
                "wait would report them lost)");
   check_double(cfg.comm_timeout_s <= kCommTimeoutLimitS, "comm_timeout_s", cfg.comm_timeout_s,
-               "must be at most 1e9 seconds (31 years; the deadline is counted in nanoseconds)");
+               "must be at most " + show(kCommTimeoutLimitS) + " seconds (31 years)");
 
   // Checkpoints.
   check_int(cfg.checkpoint_every >= 0, "checkpoint_every", cfg.checkpoint_every,

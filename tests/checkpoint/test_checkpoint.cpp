@@ -270,13 +270,16 @@ TEST_CASE("a writer holding a slice checksums only the tensors it holds whole", 
   CHECK_THAT(msg, Catch::Contains("no checksum"));
 }
 
-TEST_CASE("saving a step again replaces the old copy", "[checkpoint]") {
+// Two different states of the tiny model's buffers, one to be saved over the other.
+struct TwoStates {
   TempDir dir;
   const gpt::Config cfg = tiny_config();
-  const gpt::ParamLayout layout(cfg.model);
+  const gpt::ParamLayout layout{cfg.model};
   const int64_t n = layout.total();
   State first = State::filled(n, 0.0f), second = State::filled(n, 100.0f);
+};
 
+TEST_CASE_METHOD(TwoStates, "saving a step again replaces the old copy", "[checkpoint]") {
   // A stale .tmp from a crashed save must not leak into the new checkpoint.
   fs::create_directories(dir.path() / "step_00000010.tmp");
   std::ofstream(dir.path() / "step_00000010.tmp" / "junk.bin") << "junk";
@@ -293,12 +296,7 @@ TEST_CASE("saving a step again replaces the old copy", "[checkpoint]") {
   CHECK(same_bits(loaded.adam_v, second.adam_v));
 }
 
-TEST_CASE("a save that fails removes its .tmp directory and leaves the old copy", "[checkpoint]") {
-  TempDir dir;
-  const gpt::Config cfg = tiny_config();
-  const gpt::ParamLayout layout(cfg.model);
-  const int64_t n = layout.total();
-  State first = State::filled(n, 0.0f), second = State::filled(n, 100.0f);
+TEST_CASE_METHOD(TwoStates, "a save that fails removes its .tmp directory and leaves the old copy", "[checkpoint]") {
   const std::string path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(10), first.buffers(0, n));
 
   // The manifest is written after the tensor files: a state whose layout is not JSON
