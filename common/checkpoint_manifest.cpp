@@ -76,9 +76,11 @@ json read_manifest(const fs::path& dir) {
   const fs::path path = dir / "manifest.json";
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) fail("checkpoint " + dir.string() + " is not a directory");
-  if (!fs::is_regular_file(path, ec))
+  if (!fs::is_regular_file(path, ec)) {
+    const bool exists = fs::exists(fs::symlink_status(path, ec));
     fail("checkpoint " + dir.string() + " is incomplete or not a checkpoint: " + path.string() +
-         " is missing");
+         (exists ? " is not a regular file" : " is missing"));
+  }
   Fd fd(::open(path.c_str(), O_RDONLY));
   if (fd.get() < 0) fail("cannot open " + path.string() + ": " + errno_text());
   struct stat st {};

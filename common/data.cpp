@@ -20,6 +20,7 @@
 #include <fstream>
 #include <limits>
 #include <numeric>
+#include <system_error>
 #include <utility>
 
 #include "common/error.h"
@@ -210,6 +211,19 @@ std::vector<std::string> expand_shards(const std::string& pattern) {
   // the shards, hence of the whole token stream, is the same on every machine.
   std::sort(files.begin(), files.end());
   return files;
+}
+
+void require_disjoint_splits(const std::string& train_pattern, const std::string& val_pattern) {
+  const std::vector<std::string> train_files = expand_shards(train_pattern);
+  for (const std::string& val_file : expand_shards(val_pattern)) {
+    for (const std::string& train_file : train_files) {
+      std::error_code ec;  // a file that vanished in between is read, and reported, later
+      if (!std::filesystem::equivalent(train_file, val_file, ec)) continue;
+      fail("val_data " + quoted(val_pattern) + " and train_data " + quoted(train_pattern) + " both name " +
+           quoted(val_file) + (val_file == train_file ? "" : " (as " + quoted(train_file) + ")") +
+           ": the validation loss would be measured on training tokens; give val_data a held-out shard");
+    }
+  }
 }
 
 // ---- the loader -----------------------------------------------------------------

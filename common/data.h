@@ -49,6 +49,11 @@ std::vector<uint16_t> read_shard(const std::string& path, int vocab_size);
 /// files; no match is a UserError naming the pattern.
 std::vector<std::string> expand_shards(const std::string& pattern);
 
+/// Refuses (UserError naming both keys and the file) a validation set that shares a file
+/// with the training set, however the two are spelled (a glob, a link, `./`): a loss
+/// measured on tokens the model trains on says nothing of how it generalises.
+void require_disjoint_splits(const std::string& train_pattern, const std::string& val_pattern);
+
 /// The tokens of a split (train or validation), all in host memory, cut into windows as
 /// described above. Batches are a pure function of (seed, position), so every rank holds
 /// its own loader and reads its own part of each step.

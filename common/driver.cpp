@@ -170,6 +170,7 @@ DataLoader validation_data(const Config& cfg) {
                                       ": give a validation shard, or set val_batches=0 to train without validation");
     return DataLoader::none(cfg.seq_len);
   }
+  require_disjoint_splits(cfg.train_data, cfg.val_data);
   DataLoader val(cfg.val_data, cfg.model.vocab_size, cfg.seq_len, cfg.seed);
   const int64_t wanted = int64_t(cfg.val_batches) * cfg.micro_batch_size;
   require(wanted <= val.num_windows(),

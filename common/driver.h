@@ -105,7 +105,8 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train);
 /// The validation set of a run, in windows of cfg.seq_len tokens: cfg.val_data loaded,
 /// or nothing when val_data is empty, which only a run with val_batches = 0 may leave it.
 /// A UserError names val_batches when its val_batches x micro_batch_size sequences do not
-/// fit in the data's distinct windows (validation would count some twice).
+/// fit in the data's distinct windows (validation would count some twice), and names
+/// val_data and train_data when the two share a file.
 DataLoader validation_data(const Config& cfg);
 
 /// The mean loss of one batch's tokens and targets (host memory, batch_size rows of the

@@ -100,6 +100,9 @@ expect "token outside vocab"     train.bin     train --set vocab_size=64
 # around silently and run for ages), and batches asked of no data.
 expect "validation beyond data"  "val_batches=1000 x micro_batch_size=2 = 2000 sequences" train --set val_batches=1000
 expect "validation without data" "val_data is empty but val_batches=2" train --set val_data= --set val_batches=2
+# A training glob that also matches the validation shard, and one file spelled two ways.
+expect "train glob holds val"    "both name '$D/val.bin'" train --set "train_data=$D/*.bin"
+expect "val is a train shard"    "training tokens" train --set "val_data=$D/./train.bin"
 # The control: no validation data is fine when nothing is validated.
 cases=$((cases + 1))
 if train --set val_data= --set val_batches=0 > "$WORK/out.txt" 2>&1 && grep -q "val 0 tokens" "$WORK/out.txt"; then
@@ -122,6 +125,8 @@ expect "truncated tensor file"   adam_v.bin    train --set "resume=$WORK/short"
 expect "another model shape"     n_embd        train --set "resume=$ck" --set n_embd=64
 cp -r "$ck" "$WORK/nomanifest"; rm "$WORK/nomanifest/manifest.json"
 expect "missing manifest"        manifest.json train --set "resume=$WORK/nomanifest"
+mkdir "$WORK/nomanifest/manifest.json"
+expect "manifest a directory"    "manifest.json is not a regular file" train --set "resume=$WORK/nomanifest"
 cp -r "$ck" "$WORK/negative"; sed -i 's/"step": 2,/"step": -3,/' "$WORK/negative/manifest.json"
 expect "negative step"           "negative/manifest.json has no \"step\" that is an integer >= 0" train --set "resume=$WORK/negative"
 expect "steps below the resume"  "steps=1 is below step 2" train --set "resume=$ck" --set steps=1
