@@ -13,7 +13,8 @@
 // and the failures: bad slicings and mismatched kinds are refused on every rank, a
 // corrupt tensor in one rank's slice fails load_checkpoint_sharded on every rank,
 // an error on one rank (rank 0 cannot create the run directory) is reported on every
-// rank with the same message, and saving a step again replaces it.
+// rank with the same message, a write that fails on the last rank alone leaves no
+// step_N.tmp behind and the published step as it was, and saving a step again replaces it.
 //
 // No Catch2: in an MPI job a check that fails (or throws) on one rank must not leave
 // the others waiting in a collective. Every rank runs every check, counts its own
@@ -34,6 +35,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <sys/mman.h>
 
 #include "common/checkpoint.h"
 #include "common/comm.h"
@@ -400,6 +403,34 @@ int run(gpt::Communicator& comm) {
                                  n > 1 ? "rank 0: cannot create run directory" : "cannot create run directory");
   }
   checks.expect(gpt::latest_checkpoint(run_dir) == path, "a refused save changed the run directory");
+
+  // A write that fails on the last rank alone, after rank 0 has made the .tmp directory
+  // and its files: that rank's param slice lies in memory the kernel cannot read, so its
+  // pwrite fails with EFAULT, as a disk that fills up fails with ENOSPC. Every rank must
+  // get the last rank's error, rank 0 must remove step_00000100.tmp, and the published
+  // step 100 must keep its bytes.
+  {
+    const std::string published = file_text(fs::path(path) / "param.bin");
+    std::vector<gpt::CheckpointBuffer> buffers = mine.buffers();
+    const size_t unreadable_bytes = std::max<size_t>(1, size_t(end - begin) * sizeof(float));
+    void* unreadable = nullptr;
+    if (rank == n - 1) {
+      unreadable = ::mmap(nullptr, unreadable_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      checks.expect(unreadable != MAP_FAILED, "mmap of an unreadable page failed");
+      if (unreadable == MAP_FAILED) unreadable = nullptr;
+      else buffers[0].data = static_cast<float*>(unreadable);
+    }
+    const std::string error = error_of([&] {
+      gpt::save_checkpoint_sharded(comm, run_dir, cfg, layout, state, buffers);
+    });
+    if (unreadable) ::munmap(unreadable, unreadable_bytes);
+    const std::string origin = n > 1 ? "rank " + std::to_string(n - 1) + ": " : "";
+    expect_same_error_everywhere(comm, checks, "failed write", error, "UserError",
+                                 origin + "cannot write " + run_dir + "/step_00000100.tmp/param.bin");
+    checks.expect(!fs::exists(run_dir + "/step_00000100.tmp"), "failed write: step_00000100.tmp is left behind");
+    checks.expect(file_text(fs::path(path) / "param.bin") == published, "failed write: the published step changed");
+    checks.expect(gpt::latest_checkpoint(run_dir) == path, "failed write: latest_checkpoint moved");
+  }
 
   // Tally over ranks; rank 0 removes the directory once every rank is done with it.
   double failures = checks.failures();
