@@ -50,7 +50,7 @@ std::vector<uint16_t> read_shard(const std::string& path, int vocab_size);
 std::vector<std::string> expand_shards(const std::string& pattern);
 
 /// Refuses (UserError naming both keys and the file) a validation set that shares a file
-/// with the training set, however the two are spelled (a glob, a link, `./`): a loss
+/// with the training set, however the two are spelled (a glob, a link, a dot segment): a loss
 /// measured on tokens the model trains on says nothing of how it generalises.
 void require_disjoint_splits(const std::string& train_pattern, const std::string& val_pattern);
 

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include "common/host_memory.h"
+
 #ifdef GPT_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -34,6 +36,7 @@ void no_cuda() { fail("device=cuda: this build has no CUDA"); }
 void* device_alloc(Device d, size_t bytes) {
   if (bytes == 0) return nullptr;
   if (d == Device::CPU) {
+    check_host_allocation(bytes);  // a clear error, not the kernel's killer, when the machine is full
     // 64-byte alignment: whole cache lines, and the AVX-512 GEMM's aligned loads.
     void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!p) fail("out of host memory allocating " + std::to_string(bytes) + " bytes");
