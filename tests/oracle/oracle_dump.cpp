@@ -22,7 +22,7 @@
 // {mode}_final_params.bin, {mode}_adam_m.bin, {mode}_adam_v.bin (float64, whatever the
 // precision the run computed in), plus
 // meta.json: shapes, hyper-parameters, the learning rate of each step and the
-// parameter table (name, offset, shape, decay).
+// parameter table (name, offset, shape).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -235,7 +235,7 @@ int oracle_main(int argc, char** argv) {
   meta["total_params"] = layout.total();
   nlohmann::json table = nlohmann::json::array();
   for (const ParamTensor& t : layout.tensors())
-    table.push_back({{"name", t.name}, {"offset", t.offset}, {"shape", t.shape}, {"decay", t.decay}});
+    table.push_back({{"name", t.name}, {"offset", t.offset}, {"shape", t.shape}});
   meta["params"] = table;
   std::ofstream(dir / "meta.json") << meta.dump(1) << "\n";
   return 0;

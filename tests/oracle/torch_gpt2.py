@@ -253,13 +253,14 @@ def run(meta, tokens, init_flat, dtype, bf16, perm=None):
     res["loss"] = np.array([loss.item()])
     res["grads"] = flatten({n: w.grad for n, w in weights.items()}, meta)
 
-    # (b) 5 AdamW steps from the same initial weights. Weight decay only on the
-    # tensors the C++ layout marks `decay` (2-D weights and the embeddings).
+    # (b) 5 AdamW steps from the same initial weights. Weight decay on the 2-D tensors
+    # (the matrices and both embeddings), none on biases and layernorms: the usual GPT-2
+    # rule, decided here from the shapes and not from the C++ layout's own `decay` flags,
+    # so that a flag set wrong there shows as a difference.
     master = split_params(init_flat, meta, dtype)
-    decay = {t["name"]: t["decay"] for t in meta["params"]}
     groups = [
-        {"params": [p for n, p in master.items() if decay[n]], "weight_decay": tr["weight_decay"]},
-        {"params": [p for n, p in master.items() if not decay[n]], "weight_decay": 0.0},
+        {"params": [p for p in master.values() if p.dim() == 2], "weight_decay": tr["weight_decay"]},
+        {"params": [p for p in master.values() if p.dim() != 2], "weight_decay": 0.0},
     ]
     opt = torch.optim.AdamW(groups, lr=tr["lr"], betas=(tr["beta1"], tr["beta2"]), eps=tr["eps"])
     accum = tr["grad_accum"]

@@ -1,0 +1,81 @@
+// The training rules every stage shares with stage 01, stated here outright: the
+// learning-rate schedule, the clip factor and which tensors take weight decay
+// (common/optimizer.h, common/gpt2_layout.h). The equivalence tests cannot see a
+// mistake in these, since the stage they compare with makes the same one; the torch
+// oracle can, but only where PyTorch is installed. Each value below is worked out by
+// hand from the rule in its comment.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "common/config.h"
+#include "common/gpt2_layout.h"
+#include "common/optimizer.h"
+
+using namespace gpt;
+
+TEST_CASE("optimizer: the learning rate warms up linearly, then follows a cosine down to min_lr_ratio",
+          "[optimizer]") {
+  Config cfg;
+  cfg.lr = 1e-3, cfg.warmup_steps = 4, cfg.steps = 14, cfg.min_lr_ratio = 0.1;
+  // Warmup: step s (counted from 0) takes lr (s + 1) / warmup_steps, so the first step
+  // already moves the weights and step warmup_steps - 1 reaches lr.
+  CHECK(learning_rate(cfg, 0) == Approx(2.5e-4).epsilon(1e-12));
+  CHECK(learning_rate(cfg, 1) == Approx(5e-4).epsilon(1e-12));
+  CHECK(learning_rate(cfg, 3) == Approx(1e-3).epsilon(1e-12));
+  // Then over steps - warmup_steps = 10 steps, lr (r + (1 - r) (1 + cos(pi p)) / 2) with
+  // p = (s - 4) / 10 and r = 0.1: p = 0 gives lr, p = 1/2 gives lr (r + (1 - r) / 2),
+  // p = 1 and beyond (a run extended past its schedule) stay at lr r.
+  CHECK(learning_rate(cfg, 4) == Approx(1e-3).epsilon(1e-12));
+  CHECK(learning_rate(cfg, 6) == Approx(1e-3 * (0.1 + 0.9 * 0.5 * (1.0 + 0.80901699437494742))).epsilon(1e-12));
+  CHECK(learning_rate(cfg, 9) == Approx(5.5e-4).epsilon(1e-12));
+  CHECK(learning_rate(cfg, 14) == Approx(1e-4).epsilon(1e-12));
+  CHECK(learning_rate(cfg, 1000) == Approx(1e-4).epsilon(1e-12));
+  // No warmup: step 0 is already the top of the cosine.
+  cfg.warmup_steps = 0;
+  CHECK(learning_rate(cfg, 0) == Approx(1e-3).epsilon(1e-12));
+}
+
+TEST_CASE("optimizer: the clip factor scales a gradient whose global norm passes grad_clip down to it",
+          "[optimizer]") {
+  CHECK(clip_scale(4.0, 1.0) == 0.25);  // norm 4 -> 1: exactly clip / norm
+  CHECK(clip_scale(1.0, 1.0) == 1.0);   // at the limit: untouched
+  CHECK(clip_scale(0.5, 1.0) == 1.0);   // below it: untouched, never scaled up
+  CHECK(clip_scale(4.0, 0.0) == 1.0);   // grad_clip 0 turns clipping off
+}
+
+namespace {
+// The convention written independently of the layout's own flags: weight decay on
+// every matrix (attention and MLP weights) and on both embeddings, never on a bias or
+// a layernorm's weight or bias.
+bool should_decay(const std::string& name) {
+  if (name == "wte" || name == "wpe") return true;
+  const bool bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+  const bool layernorm = name.find("ln_") != std::string::npos;
+  return !bias && !layernorm;
+}
+}  // namespace
+
+TEST_CASE("optimizer: weight decay falls on the matrices and embeddings, never on biases or layernorms",
+          "[optimizer]") {
+  ModelConfig m;
+  m.n_layer = 3, m.n_embd = 32, m.n_head = 4, m.block_size = 16, m.vocab_size = 200;
+  int decayed = 0, kept = 0;
+  // The whole model, and each rank's slices under tensor parallelism and pipeline cuts.
+  const auto check = [&](const ParamLayout& layout, const std::string& where) {
+    for (const ParamTensor& t : layout.tensors()) {
+      INFO(where << ": " << t.name);
+      CHECK(t.decay == should_decay(t.name));
+      CHECK(t.decay == (t.shape.size() == 2));  // the same rule by shape: the 2-D tensors
+      (t.decay ? decayed : kept) += 1;
+    }
+  };
+  check(ParamLayout(m), "tp 1");
+  for (int r = 0; r < 2; ++r) check(ParamLayout(m, 2, r), "tp 2 rank " + std::to_string(r));
+  check(ParamLayout(m, 4, 3, LayerRange{1, 3}), "tp 4 rank 3, layers 1-2");
+  // 3 + 3 + 3 + 2 = 11 blocks of 4 matrices and 8 vectors; outside the blocks wte and wpe
+  // on the first three layouts and wte alone on the last (it holds no layer 0), and ln_f's
+  // two vectors on all four.
+  CHECK(decayed == 4 * 11 + (2 + 2 + 2 + 1));
+  CHECK(kept == 8 * 11 + 2 * 4);
+}
