@@ -33,8 +33,8 @@ void require_host_room(size_t bytes, uint64_t available) {
   std::string held;
   for (size_t k = 0; k < kMemKindNames.size(); ++k)
     held += std::string(k ? ", " : "") + kMemKindNames[k] + " " + format_bytes(double(tracker.current(MemKind(k))));
-  fail("out of host memory: " + std::string(kMemKindNames[size_t(MemScope::current())]) + " need " +
-       format_bytes(double(bytes)) + " more, but the machine has " + format_bytes(double(available)) +
+  fail("out of host memory: allocating " + format_bytes(double(bytes)) + " more for " +
+       kMemKindNames[size_t(MemScope::current())] + ", but the machine has " + format_bytes(double(available)) +
        " left (MemAvailable + SwapFree in /proc/meminfo), less " + format_bytes(double(kHostCheckBytes)) +
        " kept free; this process holds " + held +
        ". Shrink the run (micro_batch_size, seq_len, n_layer, n_embd) or spread it over more ranks");
