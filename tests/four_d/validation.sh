@@ -39,15 +39,14 @@ lr=$(scaled_lr "1.001")
 run val_lr "$TRAIN11" 8 "${train[@]}" val_batches=2 val_every=3 lr="$lr"
 
 failures=0
-/usr/bin/python3 - "$WORK" <<'PY' || failures=$((failures + 1))
-import json, sys
+/usr/bin/python3 - "$WORK" "$ROOT" <<'PY' || failures=$((failures + 1))
+import sys
 work = sys.argv[1]
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, f"{sys.argv[2]}/tests/stages")
+from val_loss import val_loss as logged_val_loss
 def val_loss(name):
-    rows = [json.loads(l) for l in open(f"{work}/{name}/metrics.jsonl") if l.strip()]
-    vals = [r["val_loss"] for r in rows if r.get("kind") == "val" and r["step"] == 0]
-    if len(vals) != 1:
-        sys.exit(f"FAIL: {name} logged {len(vals)} validation losses at step 0")
-    return vals[0]
+    return logged_val_loss(f"{work}/{name}")
 errors = []
 for cand, ref in (("s11", "s10"), ("s11_dp", "s10"), ("s11_tp", "s10_tp")):
     a, b = val_loss(cand), val_loss(ref)

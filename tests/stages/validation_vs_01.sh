@@ -41,16 +41,15 @@ run s10_cp2_contiguous "$S10" 2 cp=2 cp_split=contiguous
 run s10_cp2_dp2 "$S10" 4 cp=2
 run s11_pp2_cp2 "$S11" 4 pp=2 cp=2
 
-/usr/bin/python3 - "$WORK" <<'PY'
-import json, sys
+/usr/bin/python3 - "$WORK" "$ROOT" <<'PY'
+import sys
 work = sys.argv[1]
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, f"{sys.argv[2]}/tests/stages")
+from val_loss import val_loss as logged_val_loss
 K, EPS32 = 8, 2.0 ** -23  # compare_runs.py's factor and fp32 epsilon
 def val_loss(name):
-    rows = [json.loads(l) for l in open(f"{work}/{name}/metrics.jsonl") if l.strip()]
-    vals = [r["val_loss"] for r in rows if r.get("kind") == "val" and r["step"] == 0]
-    if len(vals) != 1:
-        sys.exit(f"FAIL: {name} logged {len(vals)} validation losses at step 0")
-    return vals[0]
+    return logged_val_loss(f"{work}/{name}")
 truth, ref = val_loss("truth"), val_loss("ref")
 e_ref = abs(ref - truth)
 bound = K * max(e_ref, 2 * EPS32 * abs(truth))
