@@ -69,7 +69,6 @@ int train_on(Run& run) {
 
   CheckpointState state;
   const std::string resume = resolve_resume(cfg);
-  const std::string layout_json = mesh_json({dp.size(), 1, 1, 1});
   if (resume.empty()) {
     layout.init_range(cfg.seed, shard.begin, shard.end, mirror.host("param"));
   } else {
@@ -108,7 +107,7 @@ int train_on(Run& run) {
 
   MetricsLog log(lead ? cfg.metrics_path() : "");
   std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
-  state.layout_json = layout_json;  // checkpoints record the layout that wrote them
+  state.layout_json = mesh_json({dp.size(), 1, 1, 1});  // checkpoints record the layout that wrote them
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     {
