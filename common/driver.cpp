@@ -268,7 +268,7 @@ void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsL
     if (run.lead()) std::printf("checkpoint: %s\n", path.c_str());
   }
   if (cfg.sample_tokens > 0 && run.lead()) {
-    GPT2<A> sampler(cfg.model, 1, sample_len, run.device, run.precision);
+    GPT2<A> sampler(cfg.model, 1, sample_window(cfg, sample_len), run.device, run.precision);
     if constexpr (std::is_same_v<A, bf16>)  // compute weights already: copied as they are
       device_copy(run.device, sampler.params().data(), run.device, weights, sampler.params().bytes());
     else

@@ -60,6 +60,11 @@ std::string sample_text(GPT2<A>& model, const Config& cfg, uint64_t& counter) {
   return tokenizer.decode(generate(model, context, opt, counter));
 }
 
+int sample_window(const Config& cfg, int seq_len) {
+  const int64_t needed = int64_t(Tokenizer::named(cfg.tokenizer).encode_prompt(cfg.prompt).size()) + cfg.sample_tokens;
+  return int(std::min<int64_t>(seq_len, needed));
+}
+
 template std::string sample_text(GPT2<float>&, const Config&, uint64_t&);
 template std::string sample_text(GPT2<double>&, const Config&, uint64_t&);
 template std::string sample_text(GPT2<bf16>&, const Config&, uint64_t&);

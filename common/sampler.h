@@ -36,6 +36,12 @@ std::vector<int> generate(GPT2<A>& model, std::vector<int> context, const Sample
 template <class A>
 std::string sample_text(GPT2<A>& model, const Config& cfg, uint64_t& counter);
 
+/// The window of the model sample_text needs: the prompt's tokens plus cfg.sample_tokens,
+/// at most seq_len. Attention is causal, so the positions after the last token never
+/// change the logits the sampler reads: a model of this window samples the same tokens as
+/// one of seq_len, with less work per token (GPT-2 124M's 200 tokens: 201 positions, not 1024).
+int sample_window(const Config& cfg, int seq_len);
+
 /// Picks a token from one row of logits (first V columns).
 int sample_token(const float* logits, int V, double temperature, int top_k, double uniform);
 

@@ -1,0 +1,104 @@
+// The sampler (common/sampler.h). Attention is causal, so the positions after the last
+// token of a context never reach the logits the sampler reads: a model whose window is
+// just the prompt plus the tokens to sample (sample_window) must give the logits, bit for
+// bit, and so the tokens, of a model of the whole seq_len, in fp32 and in bf16 storage.
+// Negative controls: other weights sample other tokens, and a window shorter than the
+// context (which then slides) gives other logits.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <vector>
+
+#include "common/config.h"
+#include "common/gpt2.h"
+#include "common/gpt2_layout.h"
+#include "common/sampler.h"
+#include "tests/model/model_fixture.h"
+
+using namespace gpt;
+
+namespace {
+
+ModelConfig sampler_model() {
+  ModelConfig m;
+  m.n_layer = 2, m.n_embd = 32, m.n_head = 4, m.block_size = 64, m.vocab_size = 256;
+  return m;
+}
+
+// A batch-1 model of `window` positions with the initial weights of `seed`.
+template <class A>
+struct Sampler {
+  GPT2<A> model;
+  Sampler(int window, uint64_t seed, Precision precision)
+      : model(sampler_model(), 1, window, Device::CPU, precision) {
+    const ParamLayout layout(sampler_model());
+    using G = std::conditional_t<std::is_same_v<A, double>, double, float>;
+    std::vector<G> weights(size_t(layout.total()));
+    layout.init_range(seed, 0, layout.total(), weights.data());
+    model.set_params(weights.data());
+  }
+  // The logits after the last token of `context` (left-aligned in the window, as generate does).
+  std::vector<float> last_logits(const std::vector<int>& context) {
+    std::vector<int32_t> input(size_t(model.seq_len()), 0);
+    for (size_t i = 0; i < context.size(); ++i) input[i] = context[i];
+    model.forward(input.data(), nullptr);
+    std::vector<float> row(size_t(model.model().padded_vocab()));
+    model.logits_row(int(context.size()) - 1, row.data());
+    return row;
+  }
+  std::vector<int> sample(int tokens) {
+    uint64_t counter = 0;
+    return generate(model, {72, 105, 33}, SampleOptions{tokens, 1.0, 0, 5}, counter);
+  }
+};
+
+template <class A>
+void check_short_window(Precision precision) {
+  Sampler<A> whole(64, 1, precision), fitted(3 + 20, 1, precision);
+  const std::vector<int> context = {72, 105, 33, 7, 200, 13, 13, 90};
+  for (size_t len = 1; len <= context.size(); ++len) {
+    const std::vector<int> part(context.begin(), context.begin() + long(len));
+    const std::vector<float> a = whole.last_logits(part), b = fitted.last_logits(part);
+    INFO("context of " << len << " tokens");
+    CHECK(test::same_bits(a.data(), b.data(), a.size()));
+  }
+  CHECK(whole.sample(20) == fitted.sample(20));
+  // Controls: other weights, and a window of 4 that the 8-token context overruns.
+  Sampler<A> other(64, 2, precision), cut(4, 1, precision);
+  CHECK(whole.sample(20) != other.sample(20));
+  const std::vector<float> a = whole.last_logits(context);
+  std::vector<int> last4(context.end() - 4, context.end());
+  const std::vector<float> c = cut.last_logits(last4);
+  CHECK_FALSE(test::same_bits(a.data(), c.data(), a.size()));
+}
+
+}  // namespace
+
+TEST_CASE("sampler: a window of the prompt plus the sampled tokens samples what the whole seq_len does",
+          "[sampler]") {
+  SECTION("fp32") { check_short_window<float>(Precision::FP32); }
+  SECTION("bf16 storage") { check_short_window<bf16>(Precision::BF16); }
+}
+
+TEST_CASE("sampler: sample_window is the prompt's tokens plus sample_tokens, at most seq_len", "[sampler]") {
+  Config cfg;
+  cfg.tokenizer = "bytes", cfg.prompt = "abc", cfg.sample_tokens = 20;
+  CHECK(sample_window(cfg, 64) == 23);
+  CHECK(sample_window(cfg, 16) == 16);
+  cfg.prompt = "";  // the start token alone
+  CHECK(sample_window(cfg, 64) == 21);
+}
+
+TEST_CASE("sampler: top-k and temperature", "[sampler]") {
+  const std::vector<float> logits = {0.0f, 3.0f, 1.0f, 2.0f};
+  // top_k 1 is the argmax whatever the draw; a temperature near 0 too.
+  for (double u : {0.0, 0.3, 0.999}) {
+    CHECK(sample_token(logits.data(), 4, 1.0, 1, u) == 1);
+    CHECK(sample_token(logits.data(), 4, 1e-6, 0, u) == 1);
+  }
+  // top_k 2 at temperature 1: weights e^0 and e^-1 for ids 1 and 3, so a draw below
+  // 1 / (1 + e^-1) = 0.731 picks 1 and one above it picks 3; id 0 and 2 never.
+  CHECK(sample_token(logits.data(), 4, 1.0, 2, 0.73) == 1);
+  CHECK(sample_token(logits.data(), 4, 1.0, 2, 0.74) == 3);
+  CHECK(sample_token(logits.data(), 4, 1.0, 2, 0.999) == 3);
+}
