@@ -6,6 +6,7 @@
 // context (which then slides) gives other logits.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -52,6 +53,23 @@ struct Sampler {
   }
 };
 
+// Greedy sampling (top_k 1) appends, token after token, the argmax of the logits after
+// the context so far: generate reads the row of the last token, not another.
+void check_greedy_reads_last_row() {
+  Sampler<float> s(16, 3, Precision::FP32);
+  std::vector<int> context = {65};
+  uint64_t counter = 0;
+  const std::vector<int> sampled = generate(s.model, context, SampleOptions{6, 1.0, 1, 5}, counter);
+  REQUIRE(sampled.size() == 7);
+  for (size_t n = 1; n < sampled.size(); ++n) {
+    const std::vector<float> row = s.last_logits(std::vector<int>(sampled.begin(), sampled.begin() + long(n)));
+    const auto best = std::max_element(row.begin(), row.begin() + sampler_model().vocab_size) - row.begin();
+    INFO("token " << n);
+    CHECK(sampled[n] == int(best));
+  }
+  CHECK(counter == 6);  // one draw per token
+}
+
 template <class A>
 void check_short_window(Precision precision) {
   Sampler<A> whole(64, 1, precision), fitted(3 + 20, 1, precision);
@@ -78,6 +96,10 @@ TEST_CASE("sampler: a window of the prompt plus the sampled tokens samples what 
           "[sampler]") {
   SECTION("fp32") { check_short_window<float>(Precision::FP32); }
   SECTION("bf16 storage") { check_short_window<bf16>(Precision::BF16); }
+}
+
+TEST_CASE("sampler: greedy sampling appends the argmax of the last token's logits", "[sampler]") {
+  check_greedy_reads_last_row();
 }
 
 TEST_CASE("sampler: sample_window is the prompt's tokens plus sample_tokens, at most seq_len", "[sampler]") {
