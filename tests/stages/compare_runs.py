@@ -64,6 +64,10 @@ candidate must regroup (a pipeline adds the tied wte's embedding and head gradie
 stage, then the two): those tensors, in every kind, and the gradient norm (which
 contains them) are held to the tolerance bound above; everything else to the bits.
 
+Every run's logged throughput must also be its global batch over its step time
+(tokens_per_s x ms / 1000 = batch_size x seq_len), whatever the mode (not with
+--weights-only): each stage's driver computes it for itself.
+
 A candidate with a different number of steps or a tensor of a different length fails
 (it is not scored on the common part). Exits 1 with a table when any check fails.
 --expect-reject inverts the verdict, for negative controls: exit 0 only when at least
@@ -140,6 +144,20 @@ def blank(raw, ranges):
     for b, e in ranges:
         out[b:e] = bytes(e - b)
     return bytes(out)
+
+
+def compare_throughput(args, table):
+    """Every run's logged throughput is its global batch over its step time: tokens_per_s
+    x ms / 1000 = batch_size x seq_len (from the run's manifest), to double rounding (the
+    two are logged at full precision). The stages compute it each in their own driver."""
+    runs = references(args) + args.candidate + ([args.truth] if args.truth else [])
+    for run in runs:
+        with open(os.path.join(run, "step_%08d" % args.step, "manifest.json")) as f:
+            cfg = json.load(f)["config"]
+        tokens = cfg["batch_size"] * cfg["seq_len"]
+        tps, ms = series(run, "tokens_per_s"), series(run, "ms")
+        worst = max(abs(tps[s] * ms[s] / 1000.0 - tokens) / tokens for s in tps)
+        table.add("tokens_per_s x ms", os.path.basename(run), worst, 0.0, 1e-12, worst <= 1e-12)
 
 
 def compare_tolerance(args, table):
@@ -339,6 +357,8 @@ def main():
 
     table = Table()
     (compare_exact if args.exact else compare_tolerance)(args, table)
+    if not args.weights_only:
+        compare_throughput(args, table)
     table.print()
     if args.expect_reject:
         print("negative control:", "rejected, as it must be" if table.failed else "ACCEPTED: the comparison is blind to it")
