@@ -184,3 +184,28 @@ TEST_CASE("model: the bf16 comparison rejects what differs (negative controls)",
   CHECK_FALSE(same(sgd.input_grads, sgd_off.input_grads));
   CHECK_FALSE(same(sgd.weights, sgd_off.weights));
 }
+
+TEST_CASE("model: set_params rounds fp32 weights to bf16 in both the storage and its emulation", "[model][bf16]") {
+  // Weights not representable in bf16 (the master weights after any step): both models
+  // must hold them rounded to nearest even, the same bits. The trained comparisons above
+  // start from weights already rounded, so they cannot see a set_params that forgets to.
+  const ModelConfig m = tiny_model();
+  GPT2<bf16> storage(m, kBatch, kSeqLen, Device::CPU, Precision::BF16);
+  GPT2<float> emulation(m, kBatch, kSeqLen, Device::CPU, Precision::BF16);
+  Rng rng(9);
+  std::vector<float> master(storage.params().size());
+  for (float& w : master) w = float(0.02 * rng.normal());
+  storage.set_params(master.data());
+  emulation.set_params(master.data());
+  size_t rounded = 0;
+  for (size_t i = 0; i < master.size(); ++i) {
+    const float want = widen(bf16{cpu::bf16_bits(master[i])});
+    rounded += want != master[i];
+    if (widen(storage.params().data()[i]) != want || emulation.params().data()[i] != want) {
+      FAIL_CHECK("weight " << i << ": " << master[i] << " held as " << widen(storage.params().data()[i]) << " and "
+                          << emulation.params().data()[i] << ", not " << want);
+      break;
+    }
+  }
+  CHECK(rounded > master.size() / 2);  // the test weights do need rounding
+}
