@@ -129,6 +129,22 @@ TEST_CASE("layout: ranges of a local layout (ZeRO shards over dp) hold their ele
     REQUIRE_NOTHROW(check_counted_once(global, ranks));
     CHECK(std::equal(gathered.begin(), gathered.end(), whole.begin()));
   }
+  // Short ranges, most of them inside one row of a block (a ZeRO shard smaller than a row:
+  // many ranks, a small model), and ranges across a row's end: exactly their elements.
+  for (int tp : {1, 2}) {
+    const RankLayout local = RankLayout::tensor_parallel(global, tp, 0);
+    std::vector<float> values(size_t(local.total()));
+    local.scatter(whole.data(), values.data());
+    for (int trial = 0; trial < 2000; ++trial) {
+      const int64_t b = int64_t(rng() % uint64_t(local.total())), e = std::min(local.total(), b + 1 + int64_t(rng() % 40));
+      const RankLayout part = local.range(b, e, true);
+      INFO("tp " << tp << ": range [" << b << ", " << e << ")");
+      REQUIRE(part.total() == e - b);
+      std::vector<float> mine(size_t(e - b));
+      part.scatter(whole.data(), mine.data());
+      REQUIRE(std::equal(mine.begin(), mine.end(), values.begin() + b));
+    }
+  }
   // Negative control: two dp ranks both counting a replica.
   const RankLayout local = RankLayout::tensor_parallel(global, 1, 0);
   CHECK_THROWS_WITH(check_counted_once(global, {local.range(0, local.total(), true), local.range(0, local.total(), true)}),
