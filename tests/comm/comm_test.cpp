@@ -481,6 +481,30 @@ void test_point_to_point(Communicator& world) {
     world.wait(s);
     expect_all(back, 0, 1000, [&](size_t i) { return message_value(from, me, 9, i); }, "isend, blocking recv");
   }
+
+  // In order: three messages to every rank (itself included) on one tag, all sent before
+  // any of their receives is posted, must be received in the order they were sent.
+  constexpr int kQueued = 3, kOrderTag = 11;
+  std::vector<std::unique_ptr<Buffer>> sent, got;
+  std::vector<Request> sends, recvs;
+  for (int peer = 0; peer < n; ++peer)
+    for (int k = 0; k < kQueued; ++k) {
+      sent.push_back(std::make_unique<Buffer>(DType::F64, 4));
+      for (size_t i = 0; i < 4; ++i) sent.back()->set(i, message_value(me, peer, kOrderTag + k, i));
+      sends.push_back(world.isend(sent.back()->at(), 4, DType::F64, peer, kOrderTag));
+    }
+  for (int peer = 0; peer < n; ++peer)
+    for (int k = 0; k < kQueued; ++k) {
+      got.push_back(std::make_unique<Buffer>(DType::F64, 4));
+      recvs.push_back(world.irecv(got.back()->at(), 4, DType::F64, peer, kOrderTag));
+    }
+  for (Request& r : recvs) world.wait(r);
+  for (Request& r : sends) world.wait(r);
+  for (int peer = 0; peer < n; ++peer)
+    for (int k = 0; k < kQueued; ++k)
+      expect_all(*got[size_t(peer * kQueued + k)], 0, 4,
+                 [&](size_t i) { return message_value(peer, me, kOrderTag + k, i); },
+                 "message " + std::to_string(k) + " of " + std::to_string(kQueued) + " on one tag, in order");
   world.barrier();
 }
 
