@@ -61,8 +61,10 @@ std::string sample_text(GPT2<A>& model, const Config& cfg, uint64_t& counter) {
 }
 
 int sample_window(const Config& cfg, int seq_len) {
-  const int64_t needed = int64_t(Tokenizer::named(cfg.tokenizer).encode_prompt(cfg.prompt).size()) + cfg.sample_tokens;
-  return int(std::min<int64_t>(seq_len, needed));
+  // Every token of an encoded prompt covers at least one of its bytes, and an empty prompt
+  // is the start token alone: a bound on its tokens without loading the tokenizer here.
+  const int64_t prompt_tokens = std::max<int64_t>(1, int64_t(cfg.prompt.size()));
+  return int(std::min<int64_t>(seq_len, prompt_tokens + cfg.sample_tokens));
 }
 
 template std::string sample_text(GPT2<float>&, const Config&, uint64_t&);

@@ -36,8 +36,9 @@ std::vector<int> generate(GPT2<A>& model, std::vector<int> context, const Sample
 template <class A>
 std::string sample_text(GPT2<A>& model, const Config& cfg, uint64_t& counter);
 
-/// The window of the model sample_text needs: the prompt's tokens plus cfg.sample_tokens,
-/// at most seq_len. Attention is causal, so the positions after the last token never
+/// The window of the model sample_text needs: at most seq_len, and otherwise room for the
+/// prompt (its bytes, as many as its tokens at least; 1 for the empty prompt's start token)
+/// and cfg.sample_tokens. Attention is causal, so the positions after the last token never
 /// change the logits the sampler reads: a model of this window samples the same tokens as
 /// one of seq_len, with less work per token (GPT-2 124M's 200 tokens: 201 positions, not 1024).
 int sample_window(const Config& cfg, int seq_len);

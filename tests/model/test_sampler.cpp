@@ -102,7 +102,7 @@ TEST_CASE("sampler: greedy sampling appends the argmax of the last token's logit
   check_greedy_reads_last_row();
 }
 
-TEST_CASE("sampler: sample_window is the prompt's tokens plus sample_tokens, at most seq_len", "[sampler]") {
+TEST_CASE("sampler: sample_window is the prompt's bytes (1 when empty) plus sample_tokens, at most seq_len", "[sampler]") {
   Config cfg;
   cfg.tokenizer = "bytes", cfg.prompt = "abc", cfg.sample_tokens = 20;
   CHECK(sample_window(cfg, 64) == 23);
