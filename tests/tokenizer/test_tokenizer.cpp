@@ -23,11 +23,20 @@ using gpt::Tokenizer;
 
 namespace {
 
+// One directory for this process's files, removed when the tests end.
+struct TempDir {
+  const fs::path path = fs::temp_directory_path() / ("gpt_test_tokenizer_" + std::to_string(getpid()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+};
+
 std::string temp_file(const std::string& name) {
   static int counter = 0;
-  const fs::path dir = fs::temp_directory_path() / ("gpt_test_tokenizer_" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  return (dir / (std::to_string(counter++) + "_" + name)).string();
+  static const TempDir dir;
+  return (dir.path / (std::to_string(counter++) + "_" + name)).string();
 }
 
 // A tokenizer file as llm.c writes it; the fields are arguments so that the tests can
