@@ -30,6 +30,7 @@ REF=(/usr/bin/python3 "$ROOT/tests/llmc/llmc_reference.py")
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$ROOT/tests/llmc/refused.sh"  # refused NAME NEEDLE CMD...
 
 SHAPE=(--layers 2 --embd 32 --heads 4 --vocab 200 --max-seq 32)
 KEYS=(--set n_layer=2 --set n_embd=32 --set n_head=4 --set vocab_size=200 --set block_size=32 --set seq_len=32)
@@ -107,15 +108,6 @@ exported "version 1 comes back through version 3, the same tensors" \
            cmp run1/step_00000000/param.bin run1again/step_00000000/param.bin' "$TOOL"
 
 echo "== bad input"
-# refused NAME NEEDLE CMD...: CMD must exit 2 with NEEDLE in its output.
-refused() {
-  local name=$1 needle=$2 status=0
-  shift 2
-  "$@" > out.txt 2>&1 || status=$?
-  if [ "$status" -ne 2 ]; then fail "[$name]: exit status $status, expected 2"; sed 's/^/    /' out.txt | tail -3
-  elif ! grep -qF -- "$needle" out.txt; then fail "[$name]: no '$needle' in:"; sed 's/^/    /' out.txt | head -3
-  else echo "ok   [$name]: $(grep -F -m1 -- "$needle" out.txt)"; fi
-}
 # patch FILE INDEX VALUE: header word INDEX of a copy of m3.bin set to VALUE.
 patch() { cp m3.bin "$1" && /usr/bin/python3 -c "
 import struct, sys

@@ -129,14 +129,11 @@ def shards(args):
         (out / name).write_bytes(header.tobytes() + tokens.tobytes())
 
 
-def loss(args):
-    h, a = read(args.model)
-    raw = Path(args.val).read_bytes()
-    tokens = torch.from_numpy(np.frombuffer(raw[1024:], dtype="<u2").astype(np.int64))
-    t = {k: torch.from_numpy(v) for k, v in a.items()}
+def logits_of(h, a, inp, dtype=torch.float64):
+    """Logits (T, V) of GPT-2 with the file's arrays `a` on one sequence of T tokens, in `dtype`."""
+    t = {k: torch.from_numpy(v).to(dtype) for k, v in a.items()}
     C, NH, V = h["C"], h["NH"], h["V"]
-    T = len(tokens) - 1
-    inp, tgt = tokens[:T], tokens[1:]
+    T = len(inp)
     ln = lambda x, w, b: F.layer_norm(x, (C,), w, b, eps=1e-5)
     x = t["wte"][inp] + t["wpe"][:T]
     causal = torch.ones(T, T, dtype=torch.bool).tril()
@@ -149,8 +146,15 @@ def loss(args):
         x = x + y @ t["attprojw"][l].T + t["attprojb"][l]
         f = F.gelu(ln(x, t["ln2w"][l], t["ln2b"][l]) @ t["fcw"][l].T + t["fcb"][l], approximate="tanh")
         x = x + f @ t["fcprojw"][l].T + t["fcprojb"][l]
-    logits = ln(x, t["lnfw"], t["lnfb"]) @ t["wte"][:V].T  # the head is wte, tied
-    print(repr(float(F.cross_entropy(logits, tgt))))
+    return ln(x, t["lnfw"], t["lnfb"]) @ t["wte"][:V].T  # the head is wte, tied
+
+
+def loss(args):
+    h, a = read(args.model)
+    raw = Path(args.val).read_bytes()
+    tokens = torch.from_numpy(np.frombuffer(raw[1024:], dtype="<u2").astype(np.int64))
+    T = len(tokens) - 1
+    print(repr(float(F.cross_entropy(logits_of(h, a, tokens[:T]), tokens[1:]))))
 
 
 def check(args):

@@ -1,0 +1,126 @@
+#include "common/choices_eval.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "common/device_array.h"
+#include "common/error.h"
+
+namespace gpt {
+
+namespace {
+
+// Where one completion's row sits in a batch: its first context token kept, and the
+// model-input positions whose losses are the completion's.
+struct RowPlan {
+  int cut;            // context tokens left out at the start
+  int first, count;  // positions first .. first+count-1 predict the completion's tokens
+};
+
+RowPlan plan_row(const ChoiceExample& ex, int c, int window, int example_number) {
+  const int ctx = int(ex.context.size()), m = int(ex.completions[size_t(c)].size());
+  if (m > window)
+    fail("example " + std::to_string(example_number) + " (index " + std::to_string(ex.index) + "): completion " +
+         std::to_string(c) + " has " + std::to_string(m) + " tokens, more than the window of " +
+         std::to_string(window) + " (the model's max_seq_len): it cannot be scored whole");
+  const int row = ctx + m;  // tokens; the model reads row - 1 of them
+  const int cut = std::max(0, row - 1 - window);
+  return {cut, ctx - 1 - cut, m};
+}
+
+int argmin(const std::vector<double>& v) { return int(std::min_element(v.begin(), v.end()) - v.begin()); }
+
+}  // namespace
+
+int choices_window(const std::vector<ChoiceExample>& examples, int max_window, const std::string& source) {
+  int longest = 1;
+  for (size_t e = 0; e < examples.size(); ++e) {
+    const ChoiceExample& ex = examples[e];
+    for (size_t c = 0; c < ex.completions.size(); ++c) {
+      const int m = int(ex.completions[c].size());
+      if (m > max_window)
+        fail(source + ", example " + std::to_string(e) + " (index " + std::to_string(ex.index) + "): completion " +
+             std::to_string(c) + " has " + std::to_string(m) + " tokens, more than the model's max_seq_len " +
+             std::to_string(max_window) + ": it cannot be scored whole");
+      longest = std::max(longest, int(ex.context.size()) + m - 1);
+    }
+  }
+  return std::min(longest, max_window);
+}
+
+template <class A>
+std::vector<ChoiceScore> score_choices(GPT2<A>& model, const std::vector<ChoiceExample>& examples,
+                                       const std::function<void(size_t)>& after_batch) {
+  using G = GradOf<A>;
+  const int B = model.batch(), T = model.seq_len();
+  std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
+  std::vector<G> losses(size_t(B) * T);
+  std::vector<ChoiceScore> scores;
+  scores.reserve(examples.size());
+
+  size_t next = 0;
+  while (next < examples.size()) {
+    // As many whole examples as the batch's rows hold; the rows left over stay padding.
+    size_t end = next;
+    int rows = 0;
+    while (end < examples.size() && rows + int(examples[end].completions.size()) <= B)
+      rows += int(examples[end++].completions.size());
+    if (end == next)
+      fail("example " + std::to_string(next) + " has " + std::to_string(examples[next].completions.size()) +
+           " completions, more than the " + std::to_string(B) + " rows of a batch: give a larger batch");
+
+    std::fill(inputs.begin(), inputs.end(), 0);
+    std::fill(targets.begin(), targets.end(), 0);
+    std::vector<RowPlan> plans;
+    int r = 0;
+    for (size_t e = next; e < end; ++e) {
+      const ChoiceExample& ex = examples[e];
+      for (size_t c = 0; c < ex.completions.size(); ++c, ++r) {
+        const RowPlan plan = plan_row(ex, int(c), T, int(e));
+        std::vector<int> row(ex.context.begin() + plan.cut, ex.context.end());
+        row.insert(row.end(), ex.completions[c].begin(), ex.completions[c].end());
+        for (size_t t = 0; t + 1 < row.size(); ++t) {
+          inputs[size_t(r) * T + t] = row[t];
+          targets[size_t(r) * T + t] = row[t + 1];
+        }
+        plans.push_back(plan);
+      }
+    }
+    model.evaluate(inputs.data(), targets.data());
+    device_copy(Device::CPU, losses.data(), model.device(), model.losses(), losses.size() * sizeof(G));
+
+    r = 0;
+    for (size_t e = next; e < end; ++e) {
+      const ChoiceExample& ex = examples[e];
+      ChoiceScore s;
+      s.index = ex.index;
+      s.label = ex.label;
+      std::vector<double> mean;
+      for (size_t c = 0; c < ex.completions.size(); ++c, ++r) {
+        const RowPlan& plan = plans[size_t(r)];
+        double sum = 0;
+        for (int j = 0; j < plan.count; ++j) sum += double(losses[size_t(r) * T + size_t(plan.first + j)]);
+        s.loss_sum.push_back(sum);
+        s.tokens.push_back(plan.count);
+        mean.push_back(sum / plan.count);
+        s.context_cut = std::max(s.context_cut, plan.cut);
+      }
+      s.pred = argmin(s.loss_sum);
+      s.pred_norm = argmin(mean);
+      scores.push_back(std::move(s));
+    }
+    next = end;
+    if (after_batch) after_batch(next);
+  }
+  return scores;
+}
+
+template std::vector<ChoiceScore> score_choices(GPT2<float>&, const std::vector<ChoiceExample>&,
+                                                const std::function<void(size_t)>&);
+template std::vector<ChoiceScore> score_choices(GPT2<double>&, const std::vector<ChoiceExample>&,
+                                                const std::function<void(size_t)>&);
+template std::vector<ChoiceScore> score_choices(GPT2<bf16>&, const std::vector<ChoiceExample>&,
+                                                const std::function<void(size_t)>&);
+
+}  // namespace gpt

@@ -1,0 +1,52 @@
+/// @file
+/// Multiple-choice evaluation, completion style (as llm.c's HellaSwag eval scores it):
+/// each completion is read as the text that follows the context, and the model picks the
+/// one it finds most likely.
+/// ```
+///   row_c  = context + completion_c                       (one row per completion)
+///   loss_c = sum over the completion's tokens j of  -log p(row_c[j] | row_c[0..j-1])
+///   pred      = argmin_c loss_c                 -> acc       (likeliest text)
+///   pred_norm = argmin_c loss_c / |completion_c| -> acc_norm  (likeliest per token)
+/// ```
+/// The token before position j predicts it, so the losses that count are those of
+/// positions ctx-1 .. ctx+m-2 of the model's input (ctx context tokens, m completion
+/// tokens). A row longer than the window plus one loses its first context tokens (the
+/// window slides to the row's end): the completion is always scored whole, after as much
+/// of its context as fits. Rows of several examples share one forward (whole examples
+/// only); positions past a row's end are padding whose losses nobody reads.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/choices_file.h"
+#include "common/gpt2.h"
+
+namespace gpt {
+
+/// What the model made of one example.
+struct ChoiceScore {
+  int index = 0;                 ///< the example's index, as the file says
+  int label = 0;                 ///< the right completion, as the file says
+  std::vector<double> loss_sum;  ///< loss_c of each completion (summed in double)
+  std::vector<int> tokens;       ///< |completion_c|
+  int pred = 0;                  ///< argmin of loss_sum (the first of equal ones)
+  int pred_norm = 0;             ///< argmin of loss_sum / tokens
+  int context_cut = 0;           ///< context tokens left out of its longest row to fit the window
+};
+
+/// The window a model needs to score every example whole: the longest row minus its last
+/// token (only ever a target), at most max_window (the model's max_seq_len). A completion
+/// longer than max_window cannot be scored whole: a UserError naming `source` (the file)
+/// and the example.
+int choices_window(const std::vector<ChoiceExample>& examples, int max_window, const std::string& source);
+
+/// Scores `examples` with `model`: model.batch() rows per forward (at least the most
+/// completions of an example), its seq_len() the window. A completion longer than the
+/// window cannot be scored whole: a UserError naming the example. `after_batch` (if set)
+/// is called with the number of examples scored so far after each forward.
+template <class A>
+std::vector<ChoiceScore> score_choices(GPT2<A>& model, const std::vector<ChoiceExample>& examples,
+                                       const std::function<void(size_t)>& after_batch = {});
+
+}  // namespace gpt

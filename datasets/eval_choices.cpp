@@ -1,0 +1,199 @@
+// eval_choices: a checkpoint's accuracy on a multiple-choice eval (HellaSwag) in llm.c's
+// eval file format (common/choices_file.h), scored as common/choices_eval.h says.
+//
+//   build/bin/eval_choices CHECKPOINT EVAL.bin [--device D] [--precision P] [--batch ROWS]
+//                          [--limit N] [--threads N] [--out FILE]
+//
+// Checkpoints are whole tensors by name, so a checkpoint of any stage in any layout (or
+// GPT-2's weights through `llmc_model import`) evaluates here on one device. llm.c's
+// dev/data/hellaswag.py writes hellaswag_val.bin (10,042 examples, GPT-2 tokens).
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "common/checkpoint.h"
+#include "common/choices_eval.h"
+#include "common/choices_file.h"
+#include "common/device.h"
+#include "common/device_array.h"
+#include "common/error.h"
+#include "common/gpt2.h"
+#include "common/precision.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: eval_choices CHECKPOINT EVAL.bin [options]\n"
+    "\n"
+    "The accuracy of a checkpoint (a step_N directory, or a run directory: its latest) on\n"
+    "multiple-choice examples in llm.c's eval file format (HellaSwag: hellaswag_val.bin).\n"
+    "Each completion is scored by the model's loss on its tokens after the context:\n"
+    "  acc       the completion of lowest summed loss is the right one\n"
+    "  acc_norm  the completion of lowest mean loss per token is the right one\n"
+    "\n"
+    "options:\n"
+    "  --device auto|cpu|cuda       where to run (default auto: a GPU when there is one)\n"
+    "  --precision fp32|bf16|fp64   (default fp32; fp64 on the CPU only)\n"
+    "  --batch ROWS                 rows per forward, one per completion (default 32)\n"
+    "  --limit N                    the first N examples only (default all)\n"
+    "  --threads N                  CPU threads (default OpenMP's: all cores)\n"
+    "  --out FILE                   one JSON line per example (losses, predictions); FILE must not exist\n";
+
+struct Options {
+  std::string checkpoint, eval_file, device = "auto", precision = "fp32", out;
+  int batch = 32, limit = 0, threads = 0;
+};
+
+int positive_int(const std::string& flag, const std::string& value) {
+  size_t used = 0;
+  int v = 0;
+  try {
+    v = std::stoi(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value.size() || v <= 0) gpt::fail(flag + ": '" + value + "' is not a positive integer");
+  return v;
+}
+
+Options parse(const std::vector<std::string>& args) {
+  Options o;
+  std::vector<std::string> positional;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) {
+      positional.push_back(a);
+      continue;
+    }
+    if (i + 1 == args.size()) gpt::fail(a + " needs a value\n" + std::string(kUsage));
+    const std::string& v = args[++i];
+    if (a == "--device") o.device = v;
+    else if (a == "--precision") o.precision = v;
+    else if (a == "--batch") o.batch = positive_int(a, v);
+    else if (a == "--limit") o.limit = positive_int(a, v);
+    else if (a == "--threads") o.threads = positive_int(a, v);
+    else if (a == "--out") o.out = v;
+    else gpt::fail("unknown option '" + a + "'\n" + std::string(kUsage));
+  }
+  if (positional.size() != 2) gpt::fail("give CHECKPOINT and EVAL.bin\n" + std::string(kUsage));
+  o.checkpoint = positional[0];
+  o.eval_file = positional[1];
+  return o;
+}
+
+// A step_N directory as it is; a run directory (no manifest of its own) by its latest.
+std::string checkpoint_path(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec) && !std::filesystem::exists(path + "/manifest.json", ec)) {
+    const std::string latest = gpt::latest_checkpoint(path);
+    if (!latest.empty()) return latest;
+  }
+  return path;
+}
+
+void write_scores(const std::string& path, const std::vector<gpt::ChoiceScore>& scores) {
+  std::ofstream out(path);
+  gpt::require(bool(out), "--out '" + path + "': cannot open for writing");
+  for (const gpt::ChoiceScore& s : scores) {
+    out << "{\"index\":" << s.index << ",\"label\":" << s.label << ",\"pred\":" << s.pred
+        << ",\"pred_norm\":" << s.pred_norm << ",\"context_cut\":" << s.context_cut << ",\"tokens\":[";
+    for (size_t c = 0; c < s.tokens.size(); ++c) out << (c ? "," : "") << s.tokens[c];
+    out << "],\"loss_sum\":[";
+    char number[32];
+    for (size_t c = 0; c < s.loss_sum.size(); ++c) {
+      std::snprintf(number, sizeof number, "%.17g", s.loss_sum[c]);
+      out << (c ? "," : "") << number;
+    }
+    out << "]}\n";
+  }
+  out.close();
+  gpt::require(bool(out), "--out '" + path + "': write failed (disk full?)");
+}
+
+template <class A>
+int evaluate(const Options& o, const std::string& checkpoint, const std::vector<gpt::ChoiceExample>& examples,
+             gpt::Device device, gpt::Precision precision) {
+  using G = gpt::GradOf<A>;
+  const gpt::ModelConfig shape = gpt::checkpoint_model(checkpoint);
+  const int window = gpt::choices_window(examples, shape.block_size, "eval file '" + o.eval_file + "'");
+  gpt::GPT2<A> model(shape, o.batch, window, device, precision);
+  // Checkpoints hold fp32 weights: read on the host, widened for fp64, set on the device
+  // (rounded to bf16 in bf16 mode).
+  const gpt::ParamLayout& layout = model.layout();
+  std::vector<float> host(size_t(layout.total()));
+  const gpt::CheckpointState state = gpt::load_checkpoint(checkpoint, layout, {{"param", host.data(), 0, layout.total()}});
+  gpt::DeviceArray<G> weights(device, host.size());
+  const std::vector<G> values(host.begin(), host.end());
+  weights.copy_from_host(values.data(), values.size());
+  model.set_params(weights.data());
+
+  std::printf("eval_choices: %s (step %lld, %d layers, width %d, vocab %d) | %s, %zu examples | window %d | %s, %s\n",
+              checkpoint.c_str(), static_cast<long long>(state.step), shape.n_layer, shape.n_embd, shape.vocab_size,
+              o.eval_file.c_str(), examples.size(), window, gpt::device_description(device).c_str(),
+              gpt::precision_name(precision));
+  const auto start = std::chrono::steady_clock::now();
+  double last_report = 0;
+  const std::vector<gpt::ChoiceScore> scores = gpt::score_choices(model, examples, [&](size_t done) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (s - last_report < 10 || done == examples.size()) return;
+    last_report = s;
+    std::printf("  %zu/%zu examples, %.0f s\n", done, examples.size(), s);
+    std::fflush(stdout);
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  int correct = 0, correct_norm = 0, cut = 0;
+  for (const gpt::ChoiceScore& s : scores) {
+    correct += s.pred == s.label;
+    correct_norm += s.pred_norm == s.label;
+    cut += s.context_cut > 0;
+  }
+  const double n = double(scores.size());
+  std::printf("%zu examples in %.1f s: acc %.4f (lowest summed loss)  acc_norm %.4f (lowest mean loss per token)\n",
+              scores.size(), seconds, correct / n, correct_norm / n);
+  if (cut > 0)
+    std::printf("%d examples had context tokens left out to fit the window of %d (max_seq_len)\n", cut, window);
+  if (!o.out.empty()) {
+    write_scores(o.out, scores);
+    std::printf("per-example scores: %s\n", o.out.c_str());
+  }
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  const Options o = parse(args);
+  const gpt::Device device = gpt::resolve_device(o.device);
+  const gpt::Precision precision = gpt::parse_precision(o.precision);
+  gpt::require(!(precision == gpt::Precision::FP64 && device == gpt::Device::CUDA),
+               "--precision fp64 runs on the CPU only (give --device cpu)");
+  std::error_code ec;
+  if (!o.out.empty() && std::filesystem::exists(o.out, ec))
+    gpt::fail("--out '" + o.out + "' exists; name a new file (nothing is overwritten)");
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+
+  const std::string checkpoint = checkpoint_path(o.checkpoint);
+  const gpt::ModelConfig shape = gpt::checkpoint_model(checkpoint);
+  std::vector<gpt::ChoiceExample> examples = gpt::read_choices_file(o.eval_file, shape.vocab_size);
+  if (o.limit > 0 && size_t(o.limit) < examples.size()) examples.resize(size_t(o.limit));
+
+  if (precision == gpt::Precision::FP64) return evaluate<double>(o, checkpoint, examples, device, precision);
+  if (precision == gpt::Precision::BF16) return evaluate<gpt::bf16>(o, checkpoint, examples, device, precision);
+  return evaluate<float>(o, checkpoint, examples, device, precision);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return gpt::run_main("eval_choices", [&] { return run(argc, argv); });
+}

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Multiple-choice evals in llm.c's format (build/bin/eval_choices) against an independent
+# scorer (choices_reference.py: llm.c's file and HellaSwag's completion-style scoring, with
+# llmc_reference.py's GPT-2 in PyTorch).
+#
+# A random model (2 layers, width 32, vocabulary 200, max_seq_len 32) is imported from an
+# llm.c model file; 40 random examples of 2 to 5 completions, some rows longer than the
+# window (their context is cut), one completion exactly as long as the window. Then:
+#   1. fp64: every completion's summed loss within 1e-9 of the float64 reference (the same
+#      math in double agrees to round-off: the oracle's f64 bound, tests/oracle/README.md;
+#      measured about 4e-16), the same predictions, the same acc and acc_norm printed;
+#   2. fp32: within the oracle's fp32 bound, 4 x PyTorch float32's own error + 8 eps32;
+#   3. the batch does not change a number: --batch 5, 12 and 64 write identical scores
+#      (each row's arithmetic is the same whatever rows share its forward); --limit 7 writes
+#      the first 7 of them; a run directory evaluates its latest checkpoint;
+#   4. bad input: each way an eval file can be wrong, a completion longer than the window,
+#      a batch smaller than an example, an --out that exists (left as it was), unknown or
+#      malformed options: exit 2, named.
+# Negative control: the reference with the completion mask not shifted (the losses of the
+# positions holding the completion, not of those predicting it) must fail the fp64 bound.
+# Usage: eval_choices.sh EVAL_CHOICES LLMC_MODEL WORKDIR ROOT
+set -euo pipefail
+TOOL=$1 LLMC=$2 WORK=$3 ROOT=$4
+export OMP_NUM_THREADS=1
+MODEL_REF=(/usr/bin/python3 "$ROOT/tests/llmc/llmc_reference.py")
+REF=(/usr/bin/python3 "$ROOT/tests/llmc/choices_reference.py")
+rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$ROOT/tests/llmc/refused.sh"  # refused NAME NEEDLE CMD...
+
+"${MODEL_REF[@]}" write m.bin --version 3 --seed 1 --layers 2 --embd 32 --heads 4 --vocab 200 --max-seq 32 ||
+  { [ $? = 77 ] && exit 77; exit 1; }
+"$LLMC" import m.bin run > /dev/null
+"${REF[@]}" write e.bin --vocab 200 --seed 3 --examples 40 --window 32
+"${REF[@]}" score m.bin e.bin > want.jsonl
+"${REF[@]}" score m.bin e.bin --float32 > baseline32.jsonl
+"${REF[@]}" score m.bin e.bin --unshifted > unshifted.jsonl
+
+# scores NAME ARGS...: eval_choices on the checkpoint with --out NAME.jsonl; its output in NAME.log.
+scores() {
+  local name=$1
+  shift
+  rm -f "$name.jsonl"
+  "$TOOL" run/step_00000000 e.bin --device cpu --out "$name.jsonl" "$@" > "$name.log" 2>&1 ||
+    { fail "eval_choices $*"; cat "$name.log"; return 1; }
+}
+# compared NAME ARGS...: choices_reference.py compare, reported.
+compared() {
+  local name=$1
+  shift
+  if "${REF[@]}" compare "$@" > "compare_$name.log"; then echo "ok   $name: $(tail -1 "compare_$name.log")"
+  else fail "$name:"; cat "compare_$name.log"; fi
+}
+
+echo "== fp64 against the float64 reference"
+scores fp64 --precision fp64 --batch 12
+compared fp64 fp64.jsonl want.jsonl --bound 1e-9
+printed=$(sed -nE 's/.*acc ([0-9.]+) .*acc_norm ([0-9.]+) .*/\1 \2/p' fp64.log)
+expected=$(sed -nE 's/.*reference acc ([0-9.]+) acc_norm ([0-9.]+).*/\1 \2/p' compare_fp64.log)
+if [ -n "$printed" ] && [ "$printed" = "$expected" ]; then echo "ok   acc and acc_norm printed: $printed"
+else fail "printed acc, acc_norm '$printed', the reference's '$expected'"; fi
+grep -q "had context tokens left out" fp64.log || fail "no example had its context cut: the test lost its long rows"
+
+echo "== negative control: the completion mask not shifted"
+if "${REF[@]}" compare fp64.jsonl unshifted.jsonl --bound 1e-9 > control.log; then
+  fail "the fp64 bound accepts the unshifted mask"
+else echo "ok   rejected: $(head -1 control.log)"; fi
+
+echo "== fp32 against the oracle's fp32 bound"
+scores fp32 --precision fp32 --batch 12
+compared fp32 fp32.jsonl want.jsonl --baseline baseline32.jsonl
+
+echo "== batches, --limit, a run directory"
+for b in 5 64; do
+  scores "batch$b" --precision fp64 --batch "$b"
+  if cmp -s "batch$b.jsonl" fp64.jsonl; then echo "ok   --batch $b: the same scores, bit for bit"
+  else fail "--batch $b changes the scores"; fi
+done
+scores limit --precision fp64 --limit 7
+if [ "$(wc -l < limit.jsonl)" = 7 ] && head -7 fp64.jsonl | cmp -s - limit.jsonl; then echo "ok   --limit 7: the first 7"
+else fail "--limit 7 did not write the first 7 examples' scores"; fi
+rm -f rundir.jsonl
+"$TOOL" run e.bin --device cpu --precision fp64 --out rundir.jsonl > rundir.log 2>&1 &&
+  grep -q "run/step_00000000" rundir.log && cmp -s rundir.jsonl batch64.jsonl &&
+  echo "ok   a run directory evaluates its latest checkpoint" || fail "the run directory 'run'"
+
+echo "== bad input"
+while IFS='|' read -r kind needle; do
+  "${REF[@]}" corrupt e.bin "$kind.bin" "$kind"
+  refused "$kind" "$needle" "$TOOL" run "$kind.bin" --device cpu
+done <<'KINDS'
+magic|'magic.bin': bad magic 20240520 (expected 20240522): not an eval file (it is a token shard)
+version|'version.bin': unsupported version 2
+count|the header declares 1000 examples, the file holds 40
+longest|the header says the longest example is 2 bytes
+start|'start.bin', example 0 (at byte 1024): starts with 7, not 65535
+size|example 0 (at byte 1024): its size field says 4 bytes
+truncated|the file ends inside it
+trailing|examples the header declares, and more follow
+label|is not below its
+vocab|context token 0 (byte 1036) is 60000, not below vocab_size 200
+no_context|no context tokens
+one_completion|1 completion; a choice needs two at least
+empty_completion|completion 0 is empty
+long_completion|'long_completion.bin', example 0 (index 0): completion 0 has 100 tokens, more than the model's max_seq_len 32
+KINDS
+refused small_batch "more than the 3 rows of a batch" "$TOOL" run e.bin --device cpu --batch 3
+refused batch_zero "--batch: '0' is not a positive integer" "$TOOL" run e.bin --batch 0
+refused limit_word "--limit: 'all' is not a positive integer" "$TOOL" run e.bin --limit all
+refused option "unknown option '--bacth'" "$TOOL" run e.bin --bacth 4
+refused operands "give CHECKPOINT and EVAL.bin" "$TOOL" run
+refused no_checkpoint "nowhere" "$TOOL" nowhere e.bin --device cpu
+refused no_file "eval file 'missing.bin': no such file" "$TOOL" run missing.bin --device cpu
+refused precision "precision: 'fp16' is not a precision" "$TOOL" run e.bin --precision fp16
+cp want.jsonl kept.jsonl
+refused out_exists "--out 'kept.jsonl' exists" "$TOOL" run e.bin --device cpu --out kept.jsonl
+cmp -s want.jsonl kept.jsonl || fail "the refused --out changed kept.jsonl"
+
+if [ $failures -gt 0 ]; then echo "$failures failure(s)"; exit 1; fi
+echo "eval_choices scores multiple-choice evals as the reference does"
