@@ -1,9 +1,11 @@
-// Room on the host for one more allocation: /proc/meminfo read and compared with the
-// request, so that a run too large for the machine stops with a message rather than
-// being killed by the kernel.
+// Room on the host for one more allocation: /proc/meminfo and the memory cgroup read
+// and compared with the request, so that a run too large for the machine (or for its
+// container) stops with a message rather than being killed by the kernel.
 #include "common/host_memory.h"
 
+#include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -27,16 +29,123 @@ std::optional<uint64_t> available_host_bytes(const std::string& meminfo) {
   return *mem_available + swap_free;
 }
 
-void require_host_room(size_t bytes, uint64_t available) {
+namespace {
+
+std::optional<std::string> read_text(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) return std::nullopt;
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+std::optional<uint64_t> read_number(const std::string& path) {
+  const std::optional<std::string> text = read_text(path);
+  if (!text) return std::nullopt;
+  std::istringstream in(*text);
+  uint64_t value = 0;
+  if (!(in >> value)) return std::nullopt;  // v2's "max": no limit
+  return value;
+}
+
+// A "key value" line of a memory.stat file.
+std::optional<uint64_t> stat_field(const std::string& stat_file, const std::string& key) {
+  const std::optional<std::string> text = read_text(stat_file);
+  if (!text) return std::nullopt;
+  std::istringstream lines(*text);
+  std::string name;
+  uint64_t value = 0;
+  while (lines >> name >> value)
+    if (name == key) return value;
+  return std::nullopt;
+}
+
+// Limits this high are "no limit" (v1 writes the largest page-aligned int64).
+constexpr uint64_t kNoLimit = uint64_t(1) << 60;
+
+uint64_t room_under(uint64_t limit, uint64_t usage, uint64_t inactive_file) {
+  const uint64_t held = usage > inactive_file ? usage - inactive_file : 0;
+  return limit > held ? limit - held : 0;
+}
+
+// The directory of cgroup `path` (from /proc/self/cgroup) in the hierarchy mounted at
+// `mount`: there if it exists, else the mount itself (a cgroup namespace shows a
+// container its own cgroup as the root).
+std::string cgroup_dir(const std::string& mount, const std::string& path) {
+  std::error_code ec;
+  if (!path.empty() && path != "/" && std::filesystem::is_directory(mount + path, ec)) return mount + path;
+  return mount;
+}
+
+std::optional<uint64_t> v1_room(const std::string& dir) {
+  const std::optional<uint64_t> limit = stat_field(dir + "/memory.stat", "hierarchical_memory_limit");
+  const std::optional<uint64_t> usage = read_number(dir + "/memory.usage_in_bytes");
+  if (!limit || !usage || *limit >= kNoLimit) return std::nullopt;
+  return room_under(*limit, *usage, stat_field(dir + "/memory.stat", "total_inactive_file").value_or(0));
+}
+
+// The least room over the cgroup and its parents up to the mount, each with a limit.
+std::optional<uint64_t> v2_room(const std::string& mount, const std::string& dir) {
+  std::optional<uint64_t> least;
+  for (std::filesystem::path d = dir;; d = d.parent_path()) {
+    const std::optional<uint64_t> limit = read_number((d / "memory.max").string());
+    const std::optional<uint64_t> usage = read_number((d / "memory.current").string());
+    if (limit && usage && *limit < kNoLimit) {
+      const uint64_t room = room_under(*limit, *usage, stat_field((d / "memory.stat").string(), "inactive_file").value_or(0));
+      least = least ? std::min(*least, room) : room;
+    }
+    if (d.string().size() <= mount.size() || !d.has_parent_path()) break;
+  }
+  return least;
+}
+
+}  // namespace
+
+std::optional<uint64_t> cgroup_room_bytes(const std::string& proc_self_cgroup, const std::string& cgroup_root) {
+  // Lines "id:controllers:path": v1's memory controller by name, v2's single "0::path".
+  std::istringstream lines(proc_self_cgroup);
+  std::string line;
+  std::optional<std::string> v1_path, v2_path;
+  while (std::getline(lines, line)) {
+    const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (line.compare(0, a, "0") == 0 && controllers.empty()) v2_path = path;
+    std::istringstream names(controllers);
+    for (std::string name; std::getline(names, name, ',');)
+      if (name == "memory") v1_path = path;
+  }
+  std::error_code ec;
+  if (v1_path && std::filesystem::is_directory(cgroup_root + "/memory", ec))
+    return v1_room(cgroup_dir(cgroup_root + "/memory", *v1_path));
+  if (!v2_path) return std::nullopt;
+  for (const std::string& mount : {cgroup_root, cgroup_root + "/unified"})
+    if (std::filesystem::exists(mount + "/cgroup.controllers", ec))
+      return v2_room(mount, cgroup_dir(mount, *v2_path));
+  return std::nullopt;
+}
+
+std::optional<HostRoom> host_room() {
+  std::optional<HostRoom> room;
+  if (const std::optional<std::string> meminfo = read_text("/proc/meminfo"))
+    if (const std::optional<uint64_t> bytes = available_host_bytes(*meminfo))
+      room = HostRoom{*bytes, "MemAvailable + SwapFree in /proc/meminfo"};
+  if (const std::optional<std::string> self = read_text("/proc/self/cgroup"))
+    if (const std::optional<uint64_t> bytes = cgroup_room_bytes(*self, "/sys/fs/cgroup"))
+      if (!room || *bytes < room->bytes)
+        room = HostRoom{*bytes, "under this process's memory cgroup limit, its inactive file pages counted free"};
+  return room;
+}
+
+void require_host_room(size_t bytes, uint64_t available, const std::string& source) {
   if (uint64_t(bytes) + kHostCheckBytes <= available) return;
   const MemoryTracker& tracker = MemoryTracker::global();
   std::string held;
   for (size_t k = 0; k < kMemKindNames.size(); ++k)
     held += std::string(k ? ", " : "") + kMemKindNames[k] + " " + format_bytes(double(tracker.current(MemKind(k))));
   fail("out of host memory: allocating " + format_bytes(double(bytes)) + " more for " +
-       kMemKindNames[size_t(MemScope::current())] + ", but the machine has " + format_bytes(double(available)) +
-       " left (MemAvailable + SwapFree in /proc/meminfo), less " + format_bytes(double(kHostCheckBytes)) +
-       " kept free; this process holds " + held +
+       kMemKindNames[size_t(MemScope::current())] + ", but " + format_bytes(double(available)) + " is left (" +
+       source + "), less " + format_bytes(double(kHostCheckBytes)) + " kept free; this process holds " + held +
        ". Shrink the run (micro_batch_size, seq_len, n_layer, n_embd) or spread it over more ranks");
 }
 
@@ -46,11 +155,7 @@ void check_host_allocation(size_t bytes) {
   const uint64_t since = unchecked.fetch_add(bytes) + bytes;
   if (since < kHostCheckBytes) return;
   unchecked.store(0);
-  std::ifstream file("/proc/meminfo");
-  if (!file) return;
-  std::stringstream text;
-  text << file.rdbuf();
-  if (const std::optional<uint64_t> available = available_host_bytes(text.str())) require_host_room(bytes, *available);
+  if (const std::optional<HostRoom> room = host_room()) require_host_room(bytes, room->bytes, room->source);
 }
 
 }  // namespace gpt

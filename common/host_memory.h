@@ -6,9 +6,18 @@
 /// machine (a deep model, a large micro-batch) would die that way; instead it stops
 /// with an error that names what it was allocating and what it already holds.
 ///
-/// The room is what the kernel reports it can still give: MemAvailable (free memory
-/// plus the page cache it can drop) plus SwapFree, from /proc/meminfo. A container's
-/// own memory limit (cgroup) is not read: there the kernel's killer may still come first.
+/// The room is the least of what the kernel reports it can still give, MemAvailable (free
+/// memory plus the page cache it can drop) plus SwapFree from /proc/meminfo, and what the
+/// process's memory cgroup leaves under its limit (a container's `--memory`, a batch job's
+/// allocation), where one is set:
+/// ```
+///   room = min over the cgroup and its parents of  limit - (usage - inactive file pages)
+///   cgroup v2: memory.max, memory.current, memory.stat inactive_file
+///   cgroup v1: memory.stat hierarchical_memory_limit (the parents' included),
+///              memory.usage_in_bytes, memory.stat total_inactive_file
+/// ```
+/// Inactive file pages are page cache the kernel drops before it kills. Swap a cgroup may
+/// use is not counted: the room may be larger than the figure, never smaller.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +30,23 @@ namespace gpt {
 /// text lacks MemAvailable (a kernel older than 3.14, another system).
 std::optional<uint64_t> available_host_bytes(const std::string& meminfo);
 
+/// What the memory cgroup named in `proc_self_cgroup` (the text of /proc/self/cgroup)
+/// leaves, as above, with the cgroup file systems under `cgroup_root` (/sys/fs/cgroup:
+/// v2 there or in its unified/, v1 in its memory/). A cgroup path that is not there (a
+/// container sees its own cgroup at the root) is looked up at the root. nullopt when no
+/// limit is set or nothing can be read.
+std::optional<uint64_t> cgroup_room_bytes(const std::string& proc_self_cgroup, const std::string& cgroup_root);
+
+/// How much this process may still allocate, and where that figure comes from.
+struct HostRoom {
+  uint64_t bytes = 0;   ///< what may still be allocated
+  std::string source;   ///< "MemAvailable + SwapFree in /proc/meminfo", or the cgroup
+};
+/// The room for this process: the smaller of available_host_bytes (of /proc/meminfo) and
+/// cgroup_room_bytes (of /proc/self/cgroup and /sys/fs/cgroup); nullopt when neither can
+/// be read.
+std::optional<HostRoom> host_room();
+
 /// Bytes kept free on every check: host allocations are counted, and the room looked
 /// up again, once per kHostCheckBytes allocated (a deep model makes many small
 /// arrays), so up to this much may be taken between two looks.
@@ -29,11 +55,12 @@ constexpr uint64_t kHostCheckBytes = uint64_t(64) << 20;
 /// Throws a UserError when `bytes` more, plus kHostCheckBytes, do not fit in
 /// `available`: the message names the MemKind being allocated (the thread's MemScope),
 /// the bytes of each kind this process holds, and the keys that shrink a run.
-void require_host_room(size_t bytes, uint64_t available);
+void require_host_room(size_t bytes, uint64_t available,
+                       const std::string& source = "MemAvailable + SwapFree in /proc/meminfo");
 
-/// Called by device_alloc before each host allocation: looks /proc/meminfo up once per
+/// Called by device_alloc before each host allocation: looks host_room() up once per
 /// kHostCheckBytes allocated (or for any allocation that large) and calls
-/// require_host_room. Does nothing where /proc/meminfo cannot be read.
+/// require_host_room. Does nothing where the room cannot be read.
 void check_host_allocation(size_t bytes);
 
 }  // namespace gpt

@@ -3,10 +3,13 @@
 // And the room check before host allocations (common/host_memory.h).
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 #include <utility>
+
+#include <unistd.h>
 
 #include "common/device_array.h"
 #include "common/error.h"
@@ -59,6 +62,79 @@ TEST_CASE("host memory: the room is MemAvailable + SwapFree, in bytes", "[memory
   CHECK_FALSE(available_host_bytes("").has_value());
 }
 
+namespace {
+
+// A cgroup file tree in a temporary directory, removed at the end of the test.
+struct FakeCgroups {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("gpt_test_cgroup_" + std::to_string(getpid()));
+  FakeCgroups() { std::filesystem::remove_all(root); }
+  ~FakeCgroups() {
+    std::error_code ignored;
+    std::filesystem::remove_all(root, ignored);
+  }
+  void write(const std::string& relative, const std::string& text) const {
+    const std::filesystem::path path = root / relative;
+    std::filesystem::create_directories(path.parent_path());
+    std::ofstream(path) << text;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("host memory: a cgroup v2 limit leaves its limit less what it holds, least over its parents",
+          "[memory]") {
+  const FakeCgroups fake;
+  const std::string root = fake.root.string();
+  fake.write("cgroup.controllers", "cpu memory\n");
+  fake.write("job/run/memory.max", "1000000\n");
+  fake.write("job/run/memory.current", "600000\n");
+  fake.write("job/run/memory.stat", "anon 400000\nfile 200000\ninactive_file 100000\n");
+  fake.write("job/memory.max", "max\n");  // no limit at the parent
+  fake.write("job/memory.current", "900000\n");
+  const std::string self = "0::/job/run\n";
+  // 1000000 - (600000 - 100000): the inactive page cache is the kernel's to drop first.
+  CHECK(cgroup_room_bytes(self, root) == uint64_t(500000));
+  // A parent's tighter limit wins.
+  fake.write("job/memory.max", "1200000\n");
+  CHECK(cgroup_room_bytes(self, root) == uint64_t(300000));
+  // Usage above the limit leaves nothing; no limit anywhere is no answer.
+  fake.write("job/memory.current", "1300000\n");
+  CHECK(cgroup_room_bytes(self, root) == uint64_t(0));
+  fake.write("job/memory.max", "max\n");
+  fake.write("job/run/memory.max", "max\n");
+  CHECK_FALSE(cgroup_room_bytes(self, root).has_value());
+  // A container (cgroup namespace) sees its own cgroup at the root of the mount.
+  fake.write("memory.max", "2000000\n");
+  fake.write("memory.current", "500000\n");
+  CHECK(cgroup_room_bytes("0::/docker/abc\n", root) == uint64_t(1500000));
+}
+
+TEST_CASE("host memory: cgroup v2 mounted under unified/ (hybrid), or not mounted", "[memory]") {
+  const FakeCgroups fake;
+  fake.write("unified/cgroup.controllers", "memory\n");
+  fake.write("unified/job/memory.max", "4096\n");
+  fake.write("unified/job/memory.current", "1024\n");
+  CHECK(cgroup_room_bytes("1:name=systemd:/job\n0::/job\n", fake.root.string()) == uint64_t(3072));
+  std::filesystem::remove(fake.root / "unified/cgroup.controllers");
+  CHECK_FALSE(cgroup_room_bytes("0::/job\n", fake.root.string()).has_value());
+}
+
+TEST_CASE("host memory: a cgroup v1 limit is memory.stat's hierarchical limit less the usage", "[memory]") {
+  const FakeCgroups fake;
+  const std::string root = fake.root.string();
+  fake.write("memory/batch/7/memory.usage_in_bytes", "3000000\n");
+  fake.write("memory/batch/7/memory.stat",
+             "cache 1000\ninactive_file 5\nhierarchical_memory_limit 8000000\ntotal_inactive_file 1000000\n");
+  const std::string self = "9:cpu,cpuacct:/batch/7\n4:memory:/batch/7\n0::/\n";
+  CHECK(cgroup_room_bytes(self, root) == uint64_t(8000000 - (3000000 - 1000000)));
+  // v1's "no limit" is the largest page-aligned int64.
+  fake.write("memory/batch/7/memory.stat", "hierarchical_memory_limit 9223372036854771712\ntotal_inactive_file 0\n");
+  CHECK_FALSE(cgroup_room_bytes(self, root).has_value());
+  // No memory line: nothing to read.
+  CHECK_FALSE(cgroup_room_bytes("9:cpu:/batch/7\n", root).has_value());
+}
+
 TEST_CASE("host memory: an allocation that leaves less than the reserve free is refused, naming its kind",
           "[memory]") {
   const uint64_t available = uint64_t(1) << 30;
@@ -67,7 +143,7 @@ TEST_CASE("host memory: an allocation that leaves less than the reserve free is 
   REQUIRE_THROWS_AS(require_host_room(size_t(available - kHostCheckBytes + 1), available), UserError);
   REQUIRE_THROWS_WITH(require_host_room(size_t(available), available),
                       Catch::Contains("out of host memory: allocating 1.00 GiB more for activations") &&
-                          Catch::Contains("the machine has 1.00 GiB left") &&
+                          Catch::Contains("but 1.00 GiB is left (MemAvailable + SwapFree in /proc/meminfo)") &&
                           Catch::Contains("this process holds params ") && Catch::Contains("micro_batch_size"));
 }
 
@@ -85,6 +161,6 @@ TEST_CASE("host memory: a DeviceArray larger than the machine fails before a pag
   const MemScope scope(MemKind::Activations);
   const size_t before = MemoryTracker::global().current(MemKind::Activations);
   const size_t n = size_t(*available / sizeof(float)) + 1;
-  REQUIRE_THROWS_WITH(DeviceArray<float>(Device::CPU, n), Catch::Contains("more for activations, but the machine has"));
+  REQUIRE_THROWS_WITH(DeviceArray<float>(Device::CPU, n), Catch::Contains("more for activations, but "));
   CHECK(MemoryTracker::global().current(MemKind::Activations) == before);  // nothing was counted
 }

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# A run larger than its memory cgroup's limit (a container's --memory, a batch job's
+# allocation) but smaller than the machine stops with exit 2 and a message naming the
+# cgroup, instead of being killed by the kernel's OOM killer inside the cgroup (exit 137,
+# no word): the room check before host allocations reads the cgroup (common/host_memory.h).
+#
+# The trainer runs in a child memory cgroup made for the test, limited to 1 GiB, with
+# weights, gradients and AdamW state of about 3 GB (tiny.json at n_layer 16000): below the
+# machine's memory, so only the cgroup can refuse it. Skipped (77) where no memory cgroup
+# can be made (not root, a read-only cgroup file system, no memory controller).
+# Negative control: the same run with the limit lifted gets past the allocation the limit
+# refuses (it is stopped by steps=0 before it trains), so the refusal is the limit's.
+# Usage: cgroup_limit.sh TRAIN PREPARE WORKDIR ROOT
+set -euo pipefail
+TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4
+source "$(dirname "$0")/common.sh"
+rm -rf "$WORK" && mkdir -p "$WORK"
+
+# The memory cgroup of this shell: v1's memory controller, else v2's unified hierarchy.
+self=$(cat /proc/self/cgroup)
+if [ -d /sys/fs/cgroup/memory ] && grep -q '^[0-9]*:[^:]*memory[^:]*:' <<< "$self"; then
+  path=$(grep '^[0-9]*:[^:]*memory[^:]*:' <<< "$self" | head -1 | cut -d: -f3-)
+  base=/sys/fs/cgroup/memory$path; [ -d "$base" ] || base=/sys/fs/cgroup/memory
+  limit_file=memory.limit_in_bytes
+elif [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+  path=$(grep '^0::' <<< "$self" | cut -d: -f3-)
+  base=/sys/fs/cgroup$path; [ -d "$base" ] || base=/sys/fs/cgroup
+  limit_file=memory.max
+else
+  echo "skipped: no memory cgroup file system"; exit 77
+fi
+group="$base/gpt_test_cgroup_$$"
+if ! mkdir "$group" 2> /dev/null || ! echo $((1 << 30)) > "$group/$limit_file" 2> /dev/null; then
+  rmdir "$group" 2> /dev/null || true
+  echo "skipped: cannot make a memory cgroup under $base (not root, or not delegated)"; exit 77
+fi
+cleanup() { rmdir "$group" 2> /dev/null || true; }
+trap cleanup EXIT
+
+make_corpus "$WORK" "$PREPARE"
+args=($(tiny_args "$WORK/data" "$WORK/run") --set n_layer=16000 --set steps=0 --set val_batches=0
+      --set sample_tokens=0 --set checkpoint_at_end=false)
+# in_group CMD...: CMD run inside the test's cgroup (a child shell moves itself there first).
+in_group() { bash -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$group" "$@"; }
+
+failures=0
+status=0
+in_group "$TRAIN" "${args[@]}" > "$WORK/limited.log" 2>&1 || status=$?
+if [ "$status" = 2 ] && grep -q "out of host memory: .*(under this process's memory cgroup limit" "$WORK/limited.log"
+then echo "ok   under a 1 GiB cgroup: $(grep -o 'out of host memory: [^;]*' "$WORK/limited.log" | head -1)"
+else
+  echo "FAIL: under a 1 GiB cgroup the run exited $status (137: killed by the OOM killer), expected 2 naming the cgroup:"
+  tail -5 "$WORK/limited.log" | sed 's/^/    /'
+  failures=$((failures + 1))
+fi
+
+echo max > "$group/$limit_file" 2> /dev/null || echo -1 > "$group/$limit_file"
+status=0
+in_group "$TRAIN" "${args[@]}" > "$WORK/unlimited.log" 2>&1 || status=$?
+if [ "$status" = 0 ]; then echo "ok   control: without the limit the same run builds its 3 GB model and stops at steps=0"
+else echo "FAIL: control: without the limit the run exited $status:"; tail -5 "$WORK/unlimited.log"; failures=$((failures + 1)); fi
+
+[ $failures = 0 ] || exit 1
+echo "the cgroup's limit stops the run with a message, not the OOM killer"
