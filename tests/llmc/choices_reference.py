@@ -23,8 +23,8 @@ model is GPT-2 in float64 from an llm.c model file (llmc_reference.py's logits_o
       prints WANT's acc and acc_norm. Exit 1 otherwise. With --baseline, B is the oracle's
       fp32 bound (tests/oracle/README.md): 4 x the largest relative error of B32's losses
       against WANT's, plus 8 eps32.
-  choices_reference.py corrupt IN OUT KIND
-      IN made wrong in one way (KINDS below), for the bad-input checks.
+  choices_reference.py corrupt IN DIR
+      DIR/KIND.bin for each KIND below: IN made wrong in that one way, for the bad-input checks.
 """
 import argparse
 import json
@@ -203,7 +203,9 @@ KINDS = {
 
 
 def corrupt(args):
-    Path(args.out).write_bytes(KINDS[args.kind](Path(args.src).read_bytes()))
+    raw = Path(args.src).read_bytes()
+    for kind, edit in KINDS.items():
+        (Path(args.dir) / f"{kind}.bin").write_bytes(edit(raw))
 
 
 def main():
@@ -226,8 +228,7 @@ def main():
     bound.add_argument("--baseline")
     k = sub.add_parser("corrupt")
     k.add_argument("src")
-    k.add_argument("out")
-    k.add_argument("kind", choices=sorted(KINDS))
+    k.add_argument("dir")
     args = ap.parse_args()
     {"write": write, "score": score, "compare": compare, "corrupt": corrupt}[args.cmd](args)
 

@@ -86,8 +86,8 @@ rm -f rundir.jsonl
   echo "ok   a run directory evaluates its latest checkpoint" || fail "the run directory 'run'"
 
 echo "== bad input"
+"${REF[@]}" corrupt e.bin .  # magic.bin, version.bin, ...: e.bin made wrong in one way each
 while IFS='|' read -r kind needle; do
-  "${REF[@]}" corrupt e.bin "$kind.bin" "$kind"
   refused "$kind" "$needle" "$TOOL" run "$kind.bin" --device cpu
 done <<'KINDS'
 magic|'magic.bin': bad magic 20240520 (expected 20240522): not an eval file (it is a token shard)
