@@ -268,11 +268,12 @@ void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsL
     if (run.lead()) std::printf("checkpoint: %s\n", path.c_str());
   }
   if (cfg.sample_tokens > 0 && run.lead()) {
-    GPT2<A> sampler(cfg.model, 1, sample_window(cfg, sample_len), run.device, run.precision);
+    CachedDecoder<A> sampler(cfg.model, sample_window(cfg, sample_len), run.device, run.precision);
+    GPT2<A>& model = sampler.model();
     if constexpr (std::is_same_v<A, bf16>)  // compute weights already: copied as they are
-      device_copy(run.device, sampler.params().data(), run.device, weights, sampler.params().bytes());
+      device_copy(run.device, model.params().data(), run.device, weights, model.params().bytes());
     else
-      sampler.set_params(weights);
+      model.set_params(weights);
     const std::string text = sample_text(sampler, cfg, state.sample_counter);
     std::printf("---- sample (temperature %.2f, top-k %d) ----\n%s\n----\n", cfg.temperature, cfg.top_k, text.c_str());
     log.sample(state.step, text);

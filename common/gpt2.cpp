@@ -84,18 +84,7 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
   invariant(slice.in_flight >= 1, "GPT2: at least one micro-batch in flight");
   invariant(!(slice.recompute == Recompute::Full && slice.split_backward),
             "GPT2: full recompute with split_backward (the weight half would need the activations again)");
-  if (slice.positions.empty()) {
-    position_runs_.push_back({0, T_, 0});
-  } else {
-    invariant(int(slice.positions.size()) == T_, "GPT2: one position per local token");
-    for (int t = 0; t < T_; ++t) {
-      const int p = slice.positions[size_t(t)];
-      require(p >= 0 && p < model.block_size, "position " + std::to_string(p) + " is outside block_size " +
-                                                  std::to_string(model.block_size));
-      if (t > 0 && p == position_runs_.back().pos0 + position_runs_.back().length) ++position_runs_.back().length;
-      else position_runs_.push_back({t, 1, p});
-    }
-  }
+  set_positions(slice.positions);
   if constexpr (std::is_same_v<A, double>)
     invariant(device == Device::CPU, "the double-precision model runs on the CPU only");
   const int N = B_ * T_, R = rows_, C = model.n_embd;
@@ -186,6 +175,23 @@ void GPT2<A>::logits_row(int position, float* out) const {
       if constexpr (std::is_same_v<A, bf16>) out[i] = cpu::bf16_to_float(row[i].bits);
       else out[i] = float(row[i]);
     }
+  }
+}
+
+template <class A>
+void GPT2<A>::set_positions(const std::vector<int>& positions) {
+  position_runs_.clear();
+  if (positions.empty()) {
+    position_runs_.push_back({0, T_, 0});
+    return;
+  }
+  invariant(int(positions.size()) == T_, "GPT2: one position per local token");
+  for (int t = 0; t < T_; ++t) {
+    const int p = positions[size_t(t)];
+    require(p >= 0 && p < model_.block_size, "position " + std::to_string(p) + " is outside block_size " +
+                                                 std::to_string(model_.block_size));
+    if (t > 0 && p == position_runs_.back().pos0 + position_runs_.back().length) ++position_runs_.back().length;
+    else position_runs_.push_back({t, 1, p});
   }
 }
 

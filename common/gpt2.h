@@ -209,6 +209,11 @@ class GPT2 {
   /// but the last stage), of its input after it (rows() x C, device memory).
   A* output_grad(int slot) { return slots_[size_t(slot)].d_resid.data(); }
 
+  /// The position in the whole sequence of each of the seq_len() local tokens (empty: 0,
+  /// 1, ...): context parallelism sets it once (ModelSlice::positions); the cached decoder
+  /// (common/decoder.h) moves its one token along the sequence, a position per step.
+  void set_positions(const std::vector<int>& positions);
+
   /// Zeroes the model's own gradient buffer, grads(); a store's gradients are its own to clear.
   void zero_grads();
 

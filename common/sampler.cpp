@@ -53,11 +53,31 @@ std::vector<int> generate(GPT2<A>& model, std::vector<int> context, const Sample
 }
 
 template <class A>
-std::string sample_text(GPT2<A>& model, const Config& cfg, uint64_t& counter) {
+std::vector<int> generate(CachedDecoder<A>& decoder, std::vector<int> context, const SampleOptions& opt,
+                          uint64_t& counter) {
+  const int window = decoder.capacity(), V = decoder.model().model().vocab_size;
+  invariant(!context.empty(), "generate: the context needs at least one token");
+  std::vector<float> row(size_t(decoder.model().model().padded_vocab()));
+  const uint64_t stream = stream_id("sample");
+  decoder.reset();  // the cache holds context[0, decoder.length())
+  for (int n = 0; n < opt.tokens; ++n) {
+    if (context.size() <= size_t(window)) {
+      while (size_t(decoder.length()) < context.size()) decoder.step(context[size_t(decoder.length())], row.data());
+    } else {  // the window has slid on: its last `window` tokens, whole
+      decoder.window_step(context.data() + (context.size() - size_t(window)), row.data());
+    }
+    context.push_back(sample_token(row.data(), V, opt.temperature, opt.top_k,
+                                   uniform_at(opt.seed, stream, counter++)));
+  }
+  return context;
+}
+
+template <class A>
+std::string sample_text(CachedDecoder<A>& decoder, const Config& cfg, uint64_t& counter) {
   const Tokenizer tokenizer = Tokenizer::named(cfg.tokenizer);
   const std::vector<int> context = tokenizer.encode_prompt(cfg.prompt);
   const SampleOptions opt{cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed};
-  return tokenizer.decode(generate(model, context, opt, counter));
+  return tokenizer.decode(generate(decoder, context, opt, counter));
 }
 
 int sample_window(const Config& cfg, int seq_len) {
@@ -67,9 +87,12 @@ int sample_window(const Config& cfg, int seq_len) {
   return int(std::min<int64_t>(seq_len, prompt_tokens + cfg.sample_tokens));
 }
 
-template std::string sample_text(GPT2<float>&, const Config&, uint64_t&);
-template std::string sample_text(GPT2<double>&, const Config&, uint64_t&);
-template std::string sample_text(GPT2<bf16>&, const Config&, uint64_t&);
+template std::string sample_text(CachedDecoder<float>&, const Config&, uint64_t&);
+template std::string sample_text(CachedDecoder<double>&, const Config&, uint64_t&);
+template std::string sample_text(CachedDecoder<bf16>&, const Config&, uint64_t&);
+template std::vector<int> generate(CachedDecoder<float>&, std::vector<int>, const SampleOptions&, uint64_t&);
+template std::vector<int> generate(CachedDecoder<double>&, std::vector<int>, const SampleOptions&, uint64_t&);
+template std::vector<int> generate(CachedDecoder<bf16>&, std::vector<int>, const SampleOptions&, uint64_t&);
 template std::vector<int> generate(GPT2<float>&, std::vector<int>, const SampleOptions&, uint64_t&);
 template std::vector<int> generate(GPT2<double>&, std::vector<int>, const SampleOptions&, uint64_t&);
 template std::vector<int> generate(GPT2<bf16>&, std::vector<int>, const SampleOptions&, uint64_t&);

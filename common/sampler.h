@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/decoder.h"
 #include "common/gpt2.h"
 
 namespace gpt {
@@ -24,23 +25,32 @@ struct SampleOptions {
 };
 
 /// Extends `context` (at least one token) by opt.tokens tokens with a model of batch 1
-/// (its seq_len is the window: only the last seq_len tokens are seen). `counter`
-/// advances by one per token.
+/// (its seq_len is the window: only the last seq_len tokens are seen), running the whole
+/// window for every token: the plain form, which the tests hold the cached one to.
+/// `counter` advances by one per token.
 template <class A>
 std::vector<int> generate(GPT2<A>& model, std::vector<int> context, const SampleOptions& opt,
                           uint64_t& counter);
 
+/// The same with a key/value cache (common/decoder.h): the window is decoder.capacity();
+/// each token costs one step while the context fits the window; once it outgrows it, the
+/// window slides and each token runs the window's last capacity() tokens whole
+/// (CachedDecoder::window_step), as the plain form does. The tokens are the plain form's.
+template <class A>
+std::vector<int> generate(CachedDecoder<A>& decoder, std::vector<int> context, const SampleOptions& opt,
+                          uint64_t& counter);
+
 /// The end-of-run sample every stage prints: cfg.sample_tokens tokens after cfg.prompt
 /// (encoded by cfg.tokenizer; an empty prompt starts from the tokenizer's start token)
-/// from a batch-1 model, decoded to text; `counter` as for generate.
+/// from a cached decoder, decoded to text; `counter` as for generate.
 template <class A>
-std::string sample_text(GPT2<A>& model, const Config& cfg, uint64_t& counter);
+std::string sample_text(CachedDecoder<A>& decoder, const Config& cfg, uint64_t& counter);
 
-/// The window of the model sample_text needs: at most seq_len, and otherwise room for the
+/// The window sample_text's decoder needs: at most seq_len, and otherwise room for the
 /// prompt (its bytes, as many as its tokens at least; 1 for the empty prompt's start token)
 /// and cfg.sample_tokens. Attention is causal, so the positions after the last token never
-/// change the logits the sampler reads: a model of this window samples the same tokens as
-/// one of seq_len, with less work per token (GPT-2 124M's 200 tokens: 201 positions, not 1024).
+/// change the logits the sampler reads: a window this long samples the same tokens as one
+/// of seq_len, and its cache is no larger than the sample needs.
 int sample_window(const Config& cfg, int seq_len);
 
 /// Picks a token from one row of logits (first V columns).

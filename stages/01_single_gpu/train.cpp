@@ -172,8 +172,8 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     std::printf("checkpoint: %s\n", path.c_str());
   }
   if (cfg.sample_tokens > 0) {
-    GPT2<A> sampler(cfg.model, 1, sample_window(cfg, T), device, precision);
-    sampler.set_params(master->data());
+    CachedDecoder<A> sampler(cfg.model, sample_window(cfg, T), device, precision);
+    sampler.model().set_params(master->data());
     const std::string text = sample_text(sampler, cfg, state.sample_counter);
     std::printf("---- sample (temperature %.2f, top-k %d) ----\n%s\n----\n", cfg.temperature, cfg.top_k, text.c_str());
     log.sample(state.step, text);

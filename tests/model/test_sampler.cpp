@@ -4,13 +4,21 @@
 // bit, and so the tokens, of a model of the whole seq_len, in fp32 and in bf16 storage.
 // Negative controls: other weights sample other tokens, and a window shorter than the
 // context (which then slides) gives other logits.
+//
+// The cached decoder (common/decoder.h) computes the same logits one token at a time:
+// step t equals row t of the window's forward bit for bit on the CPU, in fp64, fp32 and
+// bf16 storage (the same ops on the same row). The tokens it samples, its window sliding
+// included, are the plain generate's. Controls: row t + 1 differs; a cache one position
+// short samples other tokens once the context outgrows it.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "common/config.h"
+#include "common/decoder.h"
 #include "common/gpt2.h"
 #include "common/gpt2_layout.h"
 #include "common/sampler.h"
@@ -90,7 +98,101 @@ void check_short_window(Precision precision) {
   CHECK_FALSE(test::same_bits(a.data(), c.data(), a.size()));
 }
 
+// The initial weights of `seed`, in the master type of A's model.
+template <class A>
+std::vector<GradOf<A>> initial_weights(uint64_t seed) {
+  const ParamLayout layout(sampler_model());
+  std::vector<GradOf<A>> weights(size_t(layout.total()));
+  layout.init_range(seed, 0, layout.total(), weights.data());
+  return weights;
+}
+
+// Every position's logits (real vocabulary columns) of `tokens`, from the window's forward.
+template <class A>
+std::vector<std::vector<double>> window_logits(const std::vector<int>& tokens, Precision precision) {
+  Sampler<A> s(int(tokens.size()), 1, precision);
+  std::vector<int32_t> input(tokens.begin(), tokens.end());
+  s.model.forward(input.data(), nullptr);
+  std::vector<std::vector<double>> rows;
+  std::vector<float> row(size_t(sampler_model().padded_vocab()));
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    s.model.logits_row(int(t), row.data());
+    rows.emplace_back(row.begin(), row.begin() + sampler_model().vocab_size);
+  }
+  return rows;
+}
+
+// The same from the cached decoder, one step per token.
+template <class A>
+std::vector<std::vector<double>> decoder_logits(const std::vector<int>& tokens, Precision precision) {
+  CachedDecoder<A> decoder(sampler_model(), int(tokens.size()), Device::CPU, precision);
+  const std::vector<GradOf<A>> weights = initial_weights<A>(1);
+  decoder.model().set_params(weights.data());
+  std::vector<std::vector<double>> rows;
+  std::vector<float> row(size_t(sampler_model().padded_vocab()));
+  for (const int token : tokens) {
+    decoder.step(token, row.data());
+    rows.emplace_back(row.begin(), row.begin() + sampler_model().vocab_size);
+  }
+  CHECK(decoder.length() == int(tokens.size()));
+  return rows;
+}
+
+// max |a - b| over max |b|, row t of a against row t + shift of b.
+double relative_error(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b,
+                      size_t shift = 0) {
+  double diff = 0, scale = 0;
+  for (size_t t = 0; t + shift < b.size(); ++t)
+    for (size_t v = 0; v < a[t].size(); ++v) {
+      diff = std::max(diff, std::abs(a[t][v] - b[t + shift][v]));
+      scale = std::max(scale, std::abs(b[t + shift][v]));
+    }
+  return diff / scale;
+}
+
+const std::vector<int> kTokens = {72, 105, 33, 7, 200, 13, 13, 90, 4, 250, 65, 66, 32, 101, 118, 101, 114};
+
 }  // namespace
+
+// Bit for bit: every op runs on the step's one row as on that row of the window, and the
+// key-block attention tiles the keys from position 0 as the window's flash attention does.
+template <class A>
+void check_steps_are_window_rows(Precision precision) {
+  const auto window = window_logits<A>(kTokens, precision);
+  const auto cached = decoder_logits<A>(kTokens, precision);
+  CHECK(relative_error(cached, window) == 0.0);
+  CHECK(relative_error(cached, window, 1) > 0.0);  // control: the next row
+}
+
+TEST_CASE("decoder: each step's logits are the window forward's row, bit for bit on the CPU", "[sampler]") {
+  SECTION("fp64") { check_steps_are_window_rows<double>(Precision::FP64); }
+  SECTION("fp32") { check_steps_are_window_rows<float>(Precision::FP32); }
+  SECTION("bf16 storage") { check_steps_are_window_rows<bf16>(Precision::BF16); }
+}
+
+TEST_CASE("decoder: generate with the cache samples the plain generate's tokens, its window sliding",
+          "[sampler]") {
+  // A window of 12 and 30 tokens after a 5-token prompt: the context outgrows the window
+  // after 7 tokens, and the cache starts again for every token after that.
+  const int window = 12;
+  const std::vector<int> prompt = {72, 105, 33, 7, 200};
+  const SampleOptions opt{30, 1.0, 0, 11};
+  Sampler<double> plain(window, 1, Precision::FP64);
+  uint64_t plain_counter = 0;
+  const std::vector<int> want = generate(plain.model, prompt, opt, plain_counter);
+
+  const std::vector<double> weights = initial_weights<double>(1);
+  CachedDecoder<double> decoder(sampler_model(), window, Device::CPU, Precision::FP64);
+  decoder.model().set_params(weights.data());
+  uint64_t counter = 0;
+  CHECK(generate(decoder, prompt, opt, counter) == want);
+  CHECK(counter == plain_counter);
+  // Control: a cache one position short sees one token less once the context outgrows it.
+  CachedDecoder<double> short_cache(sampler_model(), window - 1, Device::CPU, Precision::FP64);
+  short_cache.model().set_params(weights.data());
+  counter = 0;
+  CHECK(generate(short_cache, prompt, opt, counter) != want);
+}
 
 TEST_CASE("sampler: a window of the prompt plus the sampled tokens samples what the whole seq_len does",
           "[sampler]") {
