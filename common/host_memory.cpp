@@ -77,21 +77,26 @@ std::string cgroup_dir(const std::string& mount, const std::string& path) {
   return mount;
 }
 
-std::optional<uint64_t> v1_room(const std::string& dir) {
-  const std::optional<uint64_t> limit = stat_field(dir + "/memory.stat", "hierarchical_memory_limit");
-  const std::optional<uint64_t> usage = read_number(dir + "/memory.usage_in_bytes");
-  if (!limit || !usage || *limit >= kNoLimit) return std::nullopt;
-  return room_under(*limit, *usage, stat_field(dir + "/memory.stat", "total_inactive_file").value_or(0));
-}
+// Where a cgroup version keeps its limit, its usage (the cgroup's and its children's)
+// and, in memory.stat, its inactive file pages.
+struct CgroupFiles {
+  const char* limit;
+  const char* usage;
+  const char* inactive_file;
+};
+constexpr CgroupFiles kCgroupV1{"memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"};
+constexpr CgroupFiles kCgroupV2{"memory.max", "memory.current", "inactive_file"};
 
-// The least room over the cgroup and its parents up to the mount, each with a limit.
-std::optional<uint64_t> v2_room(const std::string& mount, const std::string& dir) {
+// The least room over the cgroup at `dir` and its parents up to the mount, each with a
+// limit: a parent's limit binds its children's usage together.
+std::optional<uint64_t> least_room(const CgroupFiles& files, const std::string& mount, const std::string& dir) {
   std::optional<uint64_t> least;
   for (std::filesystem::path d = dir;; d = d.parent_path()) {
-    const std::optional<uint64_t> limit = read_number((d / "memory.max").string());
-    const std::optional<uint64_t> usage = read_number((d / "memory.current").string());
+    const std::optional<uint64_t> limit = read_number((d / files.limit).string());
+    const std::optional<uint64_t> usage = read_number((d / files.usage).string());
     if (limit && usage && *limit < kNoLimit) {
-      const uint64_t room = room_under(*limit, *usage, stat_field((d / "memory.stat").string(), "inactive_file").value_or(0));
+      const uint64_t inactive = stat_field((d / "memory.stat").string(), files.inactive_file).value_or(0);
+      const uint64_t room = room_under(*limit, *usage, inactive);
       least = least ? std::min(*least, room) : room;
     }
     if (d.string().size() <= mount.size() || !d.has_parent_path()) break;
@@ -116,12 +121,13 @@ std::optional<uint64_t> cgroup_room_bytes(const std::string& proc_self_cgroup, c
       if (name == "memory") v1_path = path;
   }
   std::error_code ec;
-  if (v1_path && std::filesystem::is_directory(cgroup_root + "/memory", ec))
-    return v1_room(cgroup_dir(cgroup_root + "/memory", *v1_path));
+  const std::string v1_mount = cgroup_root + "/memory";
+  if (v1_path && std::filesystem::is_directory(v1_mount, ec))
+    return least_room(kCgroupV1, v1_mount, cgroup_dir(v1_mount, *v1_path));
   if (!v2_path) return std::nullopt;
   for (const std::string& mount : {cgroup_root, cgroup_root + "/unified"})
     if (std::filesystem::exists(mount + "/cgroup.controllers", ec))
-      return v2_room(mount, cgroup_dir(mount, *v2_path));
+      return least_room(kCgroupV2, mount, cgroup_dir(mount, *v2_path));
   return std::nullopt;
 }
 

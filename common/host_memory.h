@@ -13,8 +13,7 @@
 /// ```
 ///   room = min over the cgroup and its parents of  limit - (usage - inactive file pages)
 ///   cgroup v2: memory.max, memory.current, memory.stat inactive_file
-///   cgroup v1: memory.stat hierarchical_memory_limit (the parents' included),
-///              memory.usage_in_bytes, memory.stat total_inactive_file
+///   cgroup v1: memory.limit_in_bytes, memory.usage_in_bytes, memory.stat total_inactive_file
 /// ```
 /// Inactive file pages are page cache the kernel drops before it kills. Swap a cgroup may
 /// use is not counted: the room may be larger than the figure, never smaller.

@@ -120,18 +120,24 @@ TEST_CASE("host memory: cgroup v2 mounted under unified/ (hybrid), or not mounte
   CHECK_FALSE(cgroup_room_bytes("0::/job\n", fake.root.string()).has_value());
 }
 
-TEST_CASE("host memory: a cgroup v1 limit is memory.stat's hierarchical limit less the usage", "[memory]") {
+TEST_CASE("host memory: a cgroup v1 limit leaves the same, least over its parents", "[memory]") {
   const FakeCgroups fake;
   const std::string root = fake.root.string();
+  fake.write("unified/cgroup.controllers", "\n");  // a hybrid system: v1's memory controller wins
+  fake.write("memory/batch/7/memory.limit_in_bytes", "8000000\n");
   fake.write("memory/batch/7/memory.usage_in_bytes", "3000000\n");
-  fake.write("memory/batch/7/memory.stat",
-             "cache 1000\ninactive_file 5\nhierarchical_memory_limit 8000000\ntotal_inactive_file 1000000\n");
-  const std::string self = "9:cpu,cpuacct:/batch/7\n4:memory:/batch/7\n0::/\n";
+  fake.write("memory/batch/7/memory.stat", "cache 1000\ninactive_file 5\ntotal_inactive_file 1000000\n");
+  fake.write("memory/batch/memory.limit_in_bytes", "9223372036854771712\n");  // v1's "no limit"
+  fake.write("memory/batch/memory.usage_in_bytes", "7000000\n");
+  const std::string self = "9:cpu,cpuacct:/batch/7\n4:memory:/batch/7\n0::/batch/7\n";
   CHECK(cgroup_room_bytes(self, root) == uint64_t(8000000 - (3000000 - 1000000)));
-  // v1's "no limit" is the largest page-aligned int64.
-  fake.write("memory/batch/7/memory.stat", "hierarchical_memory_limit 9223372036854771712\ntotal_inactive_file 0\n");
+  // A parent's limit binds its usage, which counts its other children's too.
+  fake.write("memory/batch/memory.limit_in_bytes", "7500000\n");
+  CHECK(cgroup_room_bytes(self, root) == uint64_t(500000));
+  fake.write("memory/batch/memory.limit_in_bytes", "9223372036854771712\n");
+  fake.write("memory/batch/7/memory.limit_in_bytes", "9223372036854771712\n");
   CHECK_FALSE(cgroup_room_bytes(self, root).has_value());
-  // No memory line: nothing to read.
+  // No memory line and no v2 line: nothing to read.
   CHECK_FALSE(cgroup_room_bytes("9:cpu:/batch/7\n", root).has_value());
 }
 
