@@ -11,22 +11,21 @@ namespace gpt {
 
 namespace {
 
-// Where one completion's row sits in a batch: its first context token kept, and the
+// Where one completion's row sits in a batch: the context tokens it leaves out, and the
 // model-input positions whose losses are the completion's.
 struct RowPlan {
-  int cut;            // context tokens left out at the start
+  int cut;            // context tokens left out at the start (the same for every row of the example)
   int first, count;  // positions first .. first+count-1 predict the completion's tokens
 };
 
-RowPlan plan_row(const ChoiceExample& ex, int c, int window, int example_number) {
-  const int ctx = int(ex.context.size()), m = int(ex.completions[size_t(c)].size());
-  if (m > window)
-    fail("example " + std::to_string(example_number) + " (index " + std::to_string(ex.index) + "): completion " +
-         std::to_string(c) + " has " + std::to_string(m) + " tokens, more than the window of " +
-         std::to_string(window) + " (the model's max_seq_len): it cannot be scored whole");
-  const int row = ctx + m;  // tokens; the model reads row - 1 of them
-  const int cut = std::max(0, row - 1 - window);
-  return {cut, ctx - 1 - cut, m};
+// The context tokens an example leaves out: as many as its longest row needs to fit the
+// window (choices_window has checked that every completion fits after one context token).
+int example_cut(const ChoiceExample& ex, int window) {
+  int cut = 0;
+  for (const std::vector<int>& completion : ex.completions)
+    cut = std::max(cut, int(ex.context.size() + completion.size()) - 1 - window);
+  invariant(cut < int(ex.context.size()), "score_choices: a completion longer than the window");
+  return cut;
 }
 
 int argmin(const std::vector<double>& v) { return int(std::min_element(v.begin(), v.end()) - v.begin()); }
@@ -66,9 +65,7 @@ std::vector<ChoiceScore> score_choices(GPT2<A>& model, const std::vector<ChoiceE
     int rows = 0;
     while (end < examples.size() && rows + int(examples[end].completions.size()) <= B)
       rows += int(examples[end++].completions.size());
-    if (end == next)
-      fail("example " + std::to_string(next) + " has " + std::to_string(examples[next].completions.size()) +
-           " completions, more than the " + std::to_string(B) + " rows of a batch: give a larger batch");
+    invariant(end > next, "score_choices: an example with more completions than the batch has rows");
 
     std::fill(inputs.begin(), inputs.end(), 0);
     std::fill(targets.begin(), targets.end(), 0);
@@ -76,9 +73,11 @@ std::vector<ChoiceScore> score_choices(GPT2<A>& model, const std::vector<ChoiceE
     int r = 0;
     for (size_t e = next; e < end; ++e) {
       const ChoiceExample& ex = examples[e];
+      const int cut = example_cut(ex, T);
       for (size_t c = 0; c < ex.completions.size(); ++c, ++r) {
-        const RowPlan plan = plan_row(ex, int(c), T, int(e));
-        std::vector<int> row(ex.context.begin() + plan.cut, ex.context.end());
+        const int ctx = int(ex.context.size()) - cut, m = int(ex.completions[c].size());
+        const RowPlan plan{cut, ctx - 1, m};
+        std::vector<int> row(ex.context.begin() + cut, ex.context.end());
         row.insert(row.end(), ex.completions[c].begin(), ex.completions[c].end());
         for (size_t t = 0; t + 1 < row.size(); ++t) {
           inputs[size_t(r) * T + t] = row[t];

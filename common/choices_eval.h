@@ -10,10 +10,11 @@
 /// ```
 /// The token before position j predicts it, so the losses that count are those of
 /// positions ctx-1 .. ctx+m-2 of the model's input (ctx context tokens, m completion
-/// tokens). A row longer than the window plus one loses its first context tokens (the
-/// window slides to the row's end): the completion is always scored whole, after as much
-/// of its context as fits. Rows of several examples share one forward (whole examples
-/// only); positions past a row's end are padding whose losses nobody reads.
+/// tokens). An example whose longest row is longer than the window plus one loses its
+/// first context tokens, the same number in every row: each completion is scored whole,
+/// after the same context as the others, as much of it as the longest one leaves room for.
+/// Rows of several examples share one forward (whole examples only); positions past a
+/// row's end are padding whose losses nobody reads.
 #pragma once
 #include <functional>
 #include <string>
@@ -32,7 +33,7 @@ struct ChoiceScore {
   std::vector<int> tokens;       ///< |completion_c|
   int pred = 0;                  ///< argmin of loss_sum (the first of equal ones)
   int pred_norm = 0;             ///< argmin of loss_sum / tokens
-  int context_cut = 0;           ///< context tokens left out of its longest row to fit the window
+  int context_cut = 0;           ///< context tokens left out of every row, for its longest to fit the window
 };
 
 /// The window a model needs to score every example whole: the longest row minus its last
@@ -42,9 +43,9 @@ struct ChoiceScore {
 int choices_window(const std::vector<ChoiceExample>& examples, int max_window, const std::string& source);
 
 /// Scores `examples` with `model`: model.batch() rows per forward (at least the most
-/// completions of an example), its seq_len() the window. A completion longer than the
-/// window cannot be scored whole: a UserError naming the example. `after_batch` (if set)
-/// is called with the number of examples scored so far after each forward.
+/// completions of an example), its seq_len() the window, which must hold every completion
+/// after one context token (choices_window's check). `after_batch` (if set) is called with
+/// the number of examples scored so far after each forward.
 template <class A>
 std::vector<ChoiceScore> score_choices(GPT2<A>& model, const std::vector<ChoiceExample>& examples,
                                        const std::function<void(size_t)>& after_batch = {});

@@ -120,7 +120,9 @@ std::vector<ChoiceExample> read_choices_file(const std::string& path, int vocab_
   if (r.header_word(1) != kChoicesVersion)
     fail(file + ": unsupported version " + std::to_string(r.header_word(1)) + " (expected 1)");
   const int32_t declared = r.header_word(2), declared_longest = r.header_word(3);
-  if (declared <= 0) fail(file + ": the header declares " + std::to_string(declared) + " examples");
+  if (declared <= 0 || declared > 65535)
+    fail(file + ": the header declares " + std::to_string(declared) +
+         " examples; the format numbers them in 16 bits, from 1 to 65,535 of them");
 
   r.skip_header();
   std::vector<ChoiceExample> examples;

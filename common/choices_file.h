@@ -35,7 +35,8 @@ struct ChoiceExample {
 
 /// Reads and checks eval file `path`. Every way a file can be wrong is a UserError naming
 /// the file, the example (its position in the file) and the byte offset: a missing or
-/// short file, a wrong magic or version, an example that does not start with 65535, whose
+/// short file, a wrong magic or version, no examples or more than the 65,535 its 16-bit
+/// index numbers, an example that does not start with 65535, whose
 /// size field disagrees with its fields, that has no context, fewer than two completions,
 /// an empty completion, a label not below its count of completions, or a token not below
 /// vocab_size; an example count or longest size other than the header's; bytes after the

@@ -582,6 +582,16 @@ bool parse_args(int argc, char** argv, Config& cfg, const char* program) {
 // Validation: each rule names the key, its value and the reason.
 // -------------------------------------------------------------------------------------------
 
+void require_thread_count(int threads, const std::string& key) {
+  if (threads < 0) fail(key + "=" + std::to_string(threads) + ": must be >= 0 (0: all cores)");
+  // More threads than a few per core only slow a run down, and tens of thousands fail to
+  // start (the system's limit on threads) or crash OpenMP.
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads > kThreadsPerCoreLimit * cores)
+    fail(key + "=" + std::to_string(threads) + ": must be at most " + std::to_string(kThreadsPerCoreLimit) +
+         " per core of this machine (" + std::to_string(cores) + " cores)");
+}
+
 void validate(const Config& cfg, int dp) {
   const ModelConfig& m = cfg.model;
 
@@ -652,13 +662,7 @@ void validate(const Config& cfg, int dp) {
   check(cfg.gemm == "hand" || cfg.gemm == "cublas" ||
             (cfg.gemm.size() == 2 && cfg.gemm[0] == 'v' && cfg.gemm[1] >= '1' && cfg.gemm[1] <= '5'),
         "gemm", show(Json(cfg.gemm)), "must be hand, cublas or v1..v5");
-  check_int(cfg.threads >= 0, "threads", cfg.threads, "must be >= 0 (0: all cores)");
-  // More threads than a few per core only slow a run down, and tens of thousands fail to
-  // start (the system's limit on threads) or crash OpenMP.
-  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
-  check_int(cfg.threads <= kThreadsPerCoreLimit * cores, "threads", cfg.threads,
-            "must be at most " + std::to_string(kThreadsPerCoreLimit) + " per core of this machine (" +
-                std::to_string(cores) + " cores)");
+  require_thread_count(cfg.threads, "threads");
   check_text_keys(cfg);
   check(!cfg.run_dir.empty(), "run_dir", "\"\"", "must not be empty");
 

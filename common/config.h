@@ -134,6 +134,11 @@ void apply_override(Config& cfg, const std::string& key_equals_value);
 /// data-parallel ranks; the first violation is a UserError naming key, value and reason.
 void validate(const Config& cfg, int dp = 1);
 
+/// Refuses (UserError naming `key`) a thread count below 0 or above 8 per core of this
+/// machine: more only slow a run down, and tens of thousands fail to start or crash OpenMP.
+/// 0 means OpenMP's default. validate() checks the `threads` key with it; tools their flag.
+void require_thread_count(int threads, const std::string& key);
+
 /// JSON of every key (what the checkpoint manifest stores).
 std::string config_to_json(const Config& cfg);
 /// apply_json_file's work on text already read: `origin` (a file's name, a manifest)

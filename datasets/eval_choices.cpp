@@ -9,8 +9,11 @@
 // dev/data/hellaswag.py writes hellaswag_val.bin (10,042 examples, GPT-2 tokens).
 #include <omp.h>
 
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -20,9 +23,11 @@
 #include "common/checkpoint.h"
 #include "common/choices_eval.h"
 #include "common/choices_file.h"
+#include "common/config.h"
 #include "common/device.h"
 #include "common/device_array.h"
 #include "common/error.h"
+#include "common/files.h"
 #include "common/gpt2.h"
 #include "common/precision.h"
 
@@ -116,22 +121,35 @@ void write_scores(const std::string& path, const std::vector<gpt::ChoiceScore>& 
   gpt::require(bool(out), "--out '" + path + "': write failed (disk full?)");
 }
 
+// The checkpoint's fp32 weights into the model: widened for fp64, staged on a GPU, rounded
+// to bf16 in bf16 mode (set_params). Returns the checkpoint's state.
 template <class A>
-int evaluate(const Options& o, const std::string& checkpoint, const std::vector<gpt::ChoiceExample>& examples,
-             gpt::Device device, gpt::Precision precision) {
+gpt::CheckpointState load_weights(gpt::GPT2<A>& model, const std::string& checkpoint) {
   using G = gpt::GradOf<A>;
-  const gpt::ModelConfig shape = gpt::checkpoint_model(checkpoint);
-  const int window = gpt::choices_window(examples, shape.block_size, "eval file '" + o.eval_file + "'");
-  gpt::GPT2<A> model(shape, o.batch, window, device, precision);
-  // Checkpoints hold fp32 weights: read on the host, widened for fp64, set on the device
-  // (rounded to bf16 in bf16 mode).
   const gpt::ParamLayout& layout = model.layout();
   std::vector<float> host(size_t(layout.total()));
   const gpt::CheckpointState state = gpt::load_checkpoint(checkpoint, layout, {{"param", host.data(), 0, layout.total()}});
-  gpt::DeviceArray<G> weights(device, host.size());
-  const std::vector<G> values(host.begin(), host.end());
-  weights.copy_from_host(values.data(), values.size());
-  model.set_params(weights.data());
+  if constexpr (std::is_same_v<G, float>) {
+    if (model.device() == gpt::Device::CPU) {
+      model.set_params(host.data());
+      return state;
+    }
+    model.set_params(gpt::on_device(model.device(), host).data());
+  } else {
+    model.set_params(std::vector<G>(host.begin(), host.end()).data());  // fp64: the CPU only
+  }
+  return state;
+}
+
+template <class A>
+int evaluate(const Options& o, const std::string& checkpoint, const gpt::ModelConfig& shape,
+             const std::vector<gpt::ChoiceExample>& examples, gpt::Device device, gpt::Precision precision) {
+  const int window = gpt::choices_window(examples, shape.block_size, "eval file '" + o.eval_file + "'");
+  gpt::require(int64_t(o.batch) * window <= INT_MAX,
+               "--batch " + std::to_string(o.batch) + ": " + std::to_string(o.batch) + " rows of the " +
+                   std::to_string(window) + "-token window are more positions than an int counts");
+  gpt::GPT2<A> model(shape, o.batch, window, device, precision);
+  const gpt::CheckpointState state = load_weights(model, checkpoint);
 
   std::printf("eval_choices: %s (step %lld, %d layers, width %d, vocab %d) | %s, %zu examples | window %d | %s, %s\n",
               checkpoint.c_str(), static_cast<long long>(state.step), shape.n_layer, shape.n_embd, shape.vocab_size,
@@ -178,18 +196,30 @@ int run(int argc, char** argv) {
   gpt::require(!(precision == gpt::Precision::FP64 && device == gpt::Device::CUDA),
                "--precision fp64 runs on the CPU only (give --device cpu)");
   std::error_code ec;
-  if (!o.out.empty() && std::filesystem::exists(o.out, ec))
-    gpt::fail("--out '" + o.out + "' exists; name a new file (nothing is overwritten)");
+  if (!o.out.empty()) {  // found now, not after the whole eval
+    if (std::filesystem::exists(o.out, ec))
+      gpt::fail("--out '" + o.out + "' exists; name a new file (nothing is overwritten)");
+    gpt::create_parent_directories(o.out, "--out");
+    if (!std::ofstream(o.out)) gpt::fail("--out '" + o.out + "': cannot create it: " + std::strerror(errno));
+    std::filesystem::remove(o.out, ec);
+  }
+  gpt::require_thread_count(o.threads, "--threads");
   if (o.threads > 0) omp_set_num_threads(o.threads);
 
   const std::string checkpoint = checkpoint_path(o.checkpoint);
   const gpt::ModelConfig shape = gpt::checkpoint_model(checkpoint);
   std::vector<gpt::ChoiceExample> examples = gpt::read_choices_file(o.eval_file, shape.vocab_size);
   if (o.limit > 0 && size_t(o.limit) < examples.size()) examples.resize(size_t(o.limit));
+  for (size_t e = 0; e < examples.size(); ++e)
+    gpt::require(int(examples[e].completions.size()) <= o.batch,
+                 "--batch " + std::to_string(o.batch) + ": eval file '" + o.eval_file + "', example " +
+                     std::to_string(e) + " has " + std::to_string(examples[e].completions.size()) +
+                     " completions, and a batch holds an example's rows together: give --batch " +
+                     std::to_string(examples[e].completions.size()) + " at least");
 
-  if (precision == gpt::Precision::FP64) return evaluate<double>(o, checkpoint, examples, device, precision);
-  if (precision == gpt::Precision::BF16) return evaluate<gpt::bf16>(o, checkpoint, examples, device, precision);
-  return evaluate<float>(o, checkpoint, examples, device, precision);
+  if (precision == gpt::Precision::FP64) return evaluate<double>(o, checkpoint, shape, examples, device, precision);
+  if (precision == gpt::Precision::BF16) return evaluate<gpt::bf16>(o, checkpoint, shape, examples, device, precision);
+  return evaluate<float>(o, checkpoint, shape, examples, device, precision);
 }
 
 }  // namespace

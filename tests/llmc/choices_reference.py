@@ -11,7 +11,8 @@ model is GPT-2 in float64 from an llm.c model file (llmc_reference.py's logits_o
   choices_reference.py write OUT --vocab V --seed S --examples N --window T
       random examples of 2 to 5 completions: contexts of 1 to T-8 tokens, completions of 1
       to 12, some rows longer than T + 1 (their context must be cut), one completion of
-      exactly T tokens (the longest that can be scored whole).
+      exactly T tokens (the longest that can be scored whole), and one example whose first
+      two completions are the same tokens (an exact tie: the first of them is the pick).
   choices_reference.py score MODEL EVAL [--float32] [--unshifted]
       one JSON line per example, as eval_choices --out writes them, in float64 (with
       --float32: PyTorch's float32, the baseline the fp32 bound is derived from).
@@ -87,6 +88,8 @@ def write(args):
         completions = [tokens(int(rng.integers(1, 13))) for _ in range(k)]
         if i == 1:
             completions[0] = tokens(T)  # scored whole after one context token
+        if i == 2:
+            completions[1] = list(completions[0])  # an exact tie
         examples.append((i, int(rng.integers(0, k)), tokens(int(rng.integers(1, T - 7))), completions))
     Path(args.out).write_bytes(encode(examples))
 
@@ -96,11 +99,11 @@ def score(args):
     examples = decode(Path(args.eval).read_bytes())
     window = min(h["maxT"], max(len(ctx) + len(c) - 1 for _, _, ctx, cs in examples for c in cs))
     for index, label, context, completions in examples:
-        sums, counts, cut_most = [], [], 0
+        # Every row leaves out the same context tokens, as many as the longest row needs.
+        cut = max(0, max(len(context) + len(c) - 1 - window for c in completions))
+        sums, counts = [], []
         for c in completions:
-            row = (context + c)[-(window + 1):]  # the window slides to the row's end
-            cut_most = max(cut_most, len(context) + len(c) - len(row))
-            row = torch.tensor(row, dtype=torch.int64)
+            row = torch.tensor(context[cut:] + c, dtype=torch.int64)
             logits = llmc_reference.logits_of(h, a, row[:-1], torch.float32 if args.float32 else torch.float64)
             losses = F.cross_entropy(logits, row[1:], reduction="none")
             mask = torch.zeros(len(row), dtype=torch.bool)
@@ -110,7 +113,7 @@ def score(args):
             counts.append(len(c))
         means = [s / n for s, n in zip(sums, counts)]
         print(json.dumps({"index": index, "label": label, "pred": int(np.argmin(sums)),
-                          "pred_norm": int(np.argmin(means)), "context_cut": cut_most, "tokens": counts,
+                          "pred_norm": int(np.argmin(means)), "context_cut": cut, "tokens": counts,
                           "loss_sum": sums}))
 
 
@@ -145,8 +148,8 @@ def compare(args):
             bad.append(f"{where}: loss_sum {g['loss_sum']}, the reference {w['loss_sum']} (relative error {err:.3e})")
         for key, values in (("pred", w["loss_sum"]), ("pred_norm", [s / n for s, n in zip(w["loss_sum"], w["tokens"])])):
             best, second = sorted(values)[:2]
-            if second - best <= args.bound * abs(best):
-                ties += 1  # a near tie: the bound cannot order the two
+            if best != second and second - best <= args.bound * abs(best):
+                ties += 1  # a near tie: the bound cannot order the two (an exact one goes to the first)
             elif g[key] != w[key]:
                 bad.append(f"{where}: {key} {g[key]}, the reference {w[key]}")
     n = len(want)
@@ -188,6 +191,7 @@ KINDS = {
     "magic": _header_edit(0, 20240520),
     "version": _header_edit(1, 2),
     "count": _header_edit(2, 1000),
+    "too_many": _header_edit(2, 70000),
     "longest": _header_edit(3, 2),
     "start": _words_edit(0, 7),
     "size": _words_edit(1, 4),

@@ -80,10 +80,16 @@ done
 scores limit --precision fp64 --limit 7
 if [ "$(wc -l < limit.jsonl)" = 7 ] && head -7 fp64.jsonl | cmp -s - limit.jsonl; then echo "ok   --limit 7: the first 7"
 else fail "--limit 7 did not write the first 7 examples' scores"; fi
+# Another model's weights as a later checkpoint of the same run: the run directory must
+# evaluate that one, not step 0.
+"${MODEL_REF[@]}" write m2.bin --version 3 --seed 2 --layers 2 --embd 32 --heads 4 --vocab 200 --max-seq 32
+"$LLMC" import m2.bin later > /dev/null && mkdir -p run2 && cp -r run/step_00000000 run2/ &&
+  mv later/step_00000000 run2/step_00000007
+"${REF[@]}" score m2.bin e.bin > want_later.jsonl
 rm -f rundir.jsonl
-"$TOOL" run e.bin --device cpu --precision fp64 --out rundir.jsonl > rundir.log 2>&1 &&
-  grep -q "run/step_00000000" rundir.log && cmp -s rundir.jsonl batch64.jsonl &&
-  echo "ok   a run directory evaluates its latest checkpoint" || fail "the run directory 'run'"
+"$TOOL" run2 e.bin --device cpu --precision fp64 --out rundir.jsonl > rundir.log 2>&1 &&
+  grep -q "run2/step_00000007" rundir.log && "${REF[@]}" compare rundir.jsonl want_later.jsonl --bound 1e-9 > /dev/null &&
+  echo "ok   a run directory evaluates its latest checkpoint" || fail "the run directory 'run2'"
 
 echo "== bad input"
 "${REF[@]}" corrupt e.bin .  # magic.bin, version.bin, ...: e.bin made wrong in one way each
@@ -93,6 +99,7 @@ done <<'KINDS'
 magic|'magic.bin': bad magic 20240520 (expected 20240522): not an eval file (it is a token shard)
 version|'version.bin': unsupported version 2
 count|the header declares 1000 examples, the file holds 40
+too_many|the header declares 70000 examples; the format numbers them in 16 bits
 longest|the header says the longest example is 2 bytes
 start|'start.bin', example 0 (at byte 1024): starts with 7, not 65535
 size|example 0 (at byte 1024): its size field says 4 bytes
@@ -105,7 +112,12 @@ one_completion|1 completion; a choice needs two at least
 empty_completion|completion 0 is empty
 long_completion|'long_completion.bin', example 0 (index 0): completion 0 has 100 tokens, more than the model's max_seq_len 32
 KINDS
-refused small_batch "more than the 3 rows of a batch" "$TOOL" run e.bin --device cpu --batch 3
+refused small_batch "--batch 3: eval file 'e.bin', example 0 has 5 completions" "$TOOL" run e.bin --device cpu --batch 3
+refused huge_batch "--batch 134217729: 134217729 rows of the 32-token window are more positions than an int counts" \
+  "$TOOL" run e.bin --device cpu --batch 134217729
+refused threads "--threads=100000: must be at most 8 per core" "$TOOL" run e.bin --device cpu --threads 100000
+: > not_a_dir
+refused out_dir "--out: cannot create directory 'not_a_dir'" "$TOOL" run e.bin --device cpu --out not_a_dir/x.jsonl
 refused batch_zero "--batch: '0' is not a positive integer" "$TOOL" run e.bin --batch 0
 refused limit_word "--limit: 'all' is not a positive integer" "$TOOL" run e.bin --limit all
 refused option "unknown option '--bacth'" "$TOOL" run e.bin --bacth 4
