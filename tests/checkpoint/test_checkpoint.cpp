@@ -19,34 +19,16 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/gpt2_layout.h"
+#include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed with everything in it at the
-// end of the test (also when the test fails).
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    std::random_device rd;
-    path_ = fs::temp_directory_path() /
-            ("gpt_ckpt_test_" + std::to_string(rd()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string str() const { return path_.string(); }
-  fs::path path() const { return path_; }
-
- private:
-  fs::path path_;
+// A fresh directory, removed with everything in it at the end of the test.
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("gpt_ckpt_test") {}
 };
 
 // A model small enough that a checkpoint is a few hundred KB.

@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "common/host_memory.h"
 #include "common/memory.h"
+#include "tests/temp_dir.h"
 
 using namespace gpt;
 
@@ -66,13 +67,8 @@ namespace {
 
 // A cgroup file tree in a temporary directory, removed at the end of the test.
 struct FakeCgroups {
-  const std::filesystem::path root =
-      std::filesystem::temp_directory_path() / ("gpt_test_cgroup_" + std::to_string(getpid()));
-  FakeCgroups() { std::filesystem::remove_all(root); }
-  ~FakeCgroups() {
-    std::error_code ignored;
-    std::filesystem::remove_all(root, ignored);
-  }
+  const test::TempDir dir{"gpt_test_cgroup"};
+  const std::filesystem::path& root = dir.path();
   void write(const std::string& relative, const std::string& text) const {
     const std::filesystem::path path = root / relative;
     std::filesystem::create_directories(path.parent_path());

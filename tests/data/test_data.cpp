@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/data.h"
+#include "tests/temp_dir.h"
 #include "common/error.h"
 
 namespace fs = std::filesystem;
@@ -21,20 +22,8 @@ using Catch::Contains;
 namespace {
 
 // A fresh directory per test case, removed at the end.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("gpt_test_data_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("gpt_test_data") {}
 };
 
 // Writes a shard byte by byte, so the tests can build files write_shard never would.

@@ -16,6 +16,7 @@
 #include "common/pretokenize.h"
 #include "common/tokenizer.h"
 #include "common/unicode.h"
+#include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
 using Catch::Contains;
@@ -23,20 +24,10 @@ using gpt::Tokenizer;
 
 namespace {
 
-// One directory for this process's files, removed when the tests end.
-struct TempDir {
-  const fs::path path = fs::temp_directory_path() / ("gpt_test_tokenizer_" + std::to_string(getpid()));
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-};
-
 std::string temp_file(const std::string& name) {
   static int counter = 0;
-  static const TempDir dir;
-  return (dir.path / (std::to_string(counter++) + "_" + name)).string();
+  static const test::TempDir dir("gpt_test_tokenizer");  // removed when the tests end
+  return dir.file(std::to_string(counter++) + "_" + name);
 }
 
 // A tokenizer file as llm.c writes it; the fields are arguments so that the tests can
