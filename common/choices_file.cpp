@@ -16,7 +16,9 @@ constexpr int64_t kHeaderBytes = 256 * 4;
 constexpr uint16_t kStartOfExample = 65535;
 
 // The file's words after the header, read one at a time with the position kept for the
-// messages: every read past the end is a UserError naming the example being read.
+// messages: every read past the end is a UserError naming the example being read. Words
+// are assembled from their little-endian bytes: a variable-length record is checked field
+// by field as it is read, not cast from memory in one piece as a shard's tokens are.
 class WordReader {
  public:
   WordReader(std::string path, std::vector<unsigned char> bytes) : path_(std::move(path)), bytes_(std::move(bytes)) {}
