@@ -1,16 +1,20 @@
 #include "common/decoder.h"
 
+#include <algorithm>
 #include <string>
 #include <type_traits>
 
 #include "common/error.h"
 #include "common/memory.h"
+#include "kernels/attention_view.h"
 #include "kernels/ops.h"
 
 namespace gpt {
 
 template <class A>
 CachedDecoder<A>::CacheHooks::CacheHooks(const ModelConfig& model, int capacity, Device device) {
+  invariant(capacity >= 1 && capacity <= model.block_size,
+            "CachedDecoder: capacity " + std::to_string(capacity) + " outside 1..block_size");
   const MemScope scope(MemKind::Activations);
   for (int l = 0; l < model.n_layer; ++l) cache_.emplace_back(device, size_t(capacity) * 2 * model.n_embd);
   if constexpr (!std::is_same_v<A, G>) {
@@ -62,7 +66,8 @@ template <class A>
 CachedDecoder<A>::CachedDecoder(const ModelConfig& model, int capacity, Device device, Precision precision)
     : capacity_(capacity),
       precision_(precision),
-      hooks_(model, capacity, device),
+      uses_cache_(device == Device::CPU || model.n_embd / model.n_head <= kGpuBlockMaxHeadSize),
+      hooks_(model, uses_cache_ ? capacity : 1, device),
       model_(model, 1, 1, device, precision, /*own_weights=*/true, [this] {
         ModelSlice<A> slice;
         slice.hooks = &hooks_;
@@ -75,6 +80,7 @@ CachedDecoder<A>::CachedDecoder(const ModelConfig& model, int capacity, Device d
 
 template <class A>
 void CachedDecoder<A>::step(int token, float* logits) {
+  invariant(uses_cache_, "CachedDecoder: step() on a model whose heads the GPU's key blocks cannot take");
   invariant(length_ < capacity_, "CachedDecoder: the cache is full (reset it)");
   model_.set_positions({length_});
   hooks_.position = length_;
@@ -87,7 +93,8 @@ void CachedDecoder<A>::step(int token, float* logits) {
 }
 
 template <class A>
-void CachedDecoder<A>::window_step(const int* tokens, float* logits) {
+void CachedDecoder<A>::window_step(const int* tokens, int count, float* logits) {
+  invariant(count >= 1 && count <= capacity_, "CachedDecoder: window_step of " + std::to_string(count) + " tokens");
   if (!window_) {
     const ModelConfig& shape = model_.model();
     window_store_ = std::make_unique<FlatStore<A>>(model_.layout(), model_.params().data(), nullptr);
@@ -95,9 +102,11 @@ void CachedDecoder<A>::window_step(const int* tokens, float* logits) {
                                         /*own_weights=*/false);
     window_->set_store(window_store_.get());
   }
-  const std::vector<int32_t> input(tokens, tokens + capacity_);
+  // Left-aligned, as the plain sampler places them: causal attention ignores what follows.
+  std::vector<int32_t> input(size_t(capacity_), 0);
+  std::copy(tokens, tokens + count, input.begin());
   window_->forward(input.data(), nullptr);
-  window_->logits_row(capacity_ - 1, logits);
+  window_->logits_row(count - 1, logits);
 }
 
 template class CachedDecoder<float>;

@@ -12,14 +12,18 @@
 /// token whose position moves along the sequence (GPT2::set_positions), and whose
 /// attention hook attends to the cache through the key-block op the ring attention uses
 /// (ops::attention_block_forward). Attention is causal, so step t's logits are those of
-/// row t of the whole window's forward, up to rounding (the sums are grouped otherwise):
-/// on the CPU they are the same bits. A step costs one row's work where the window's forward
-/// costs t + 1 rows: sampling 200 tokens of GPT-2 124M is 200 rows, not 20,100.
+/// row t of the whole window's forward, up to rounding. On the CPU they are the same bits:
+/// every op computes a row on its own, in an order that does not depend on the other rows
+/// (the GEMM sums over k in fixed blocks, the flash attention tiles a row's keys from
+/// position 0 either way). A step costs one row's work where the window's forward costs
+/// t + 1 rows: sampling 200 tokens of GPT-2 124M is 200 rows, not 20,100.
 ///
 /// A context longer than the window slides it: the model sees the last capacity() tokens,
 /// each now at another position, so no cached key stays valid. Those tokens run through a
 /// second model of the whole window (window_step), which reads the first model's weights:
-/// the plain sampler's work, and only once the context has outgrown the window.
+/// the plain sampler's work, and only once the context has outgrown the window. So does
+/// every token of a model whose heads are wider than the GPU's key-block kernels take
+/// (uses_cache() false: kGpuBlockMaxHeadSize).
 /// The cache is kept in GradOf<A> (fp32 in bf16 mode: the key-block op's type there).
 #pragma once
 #include <memory>
@@ -42,8 +46,12 @@ class CachedDecoder {
   CachedDecoder& operator=(const CachedDecoder&) = delete;
 
   /// The model whose weights the steps use: set them with model().set_params() (or copy
-  /// compute weights into model().params()).
+  /// compute weights into model().params()). Run it through step() only: its own forward
+  /// would attend with the hook's last position.
   GPT2<A>& model() { return model_; }
+  /// Whether step() can run: false on the GPU for heads wider than kGpuBlockMaxHeadSize,
+  /// where every token takes window_step.
+  bool uses_cache() const { return uses_cache_; }
   int capacity() const { return capacity_; }  ///< positions the cache holds at most
   int length() const { return length_; }      ///< positions in the cache now: the next step's position
 
@@ -52,9 +60,9 @@ class CachedDecoder {
   /// Runs `token` at position length(), appending its keys and values, and writes its
   /// logits (the whole model's Vp values, as float) to host memory at `logits`.
   void step(int token, float* logits);
-  /// Runs the capacity() tokens at `tokens` (host memory) as one window at positions 0..,
-  /// without the cache, and writes the last one's logits as step() does.
-  void window_step(const int* tokens, float* logits);
+  /// Runs the `count` (1..capacity()) tokens at `tokens` (host memory) as one window at
+  /// positions 0.., without the cache, and writes the last one's logits as step() does.
+  void window_step(const int* tokens, int count, float* logits);
 
  private:
   /// The attention of the one running token to the cache of the layer being run.
@@ -74,6 +82,7 @@ class CachedDecoder {
   };
   int capacity_;
   Precision precision_;
+  bool uses_cache_;
   int length_ = 0;
   CacheHooks hooks_;  ///< before model_: the model's slice points at it
   GPT2<A> model_;

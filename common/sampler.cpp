@@ -61,10 +61,11 @@ std::vector<int> generate(CachedDecoder<A>& decoder, std::vector<int> context, c
   const uint64_t stream = stream_id("sample");
   decoder.reset();  // the cache holds context[0, decoder.length())
   for (int n = 0; n < opt.tokens; ++n) {
-    if (context.size() <= size_t(window)) {
+    if (decoder.uses_cache() && context.size() <= size_t(window)) {
       while (size_t(decoder.length()) < context.size()) decoder.step(context[size_t(decoder.length())], row.data());
-    } else {  // the window has slid on: its last `window` tokens, whole
-      decoder.window_step(context.data() + (context.size() - size_t(window)), row.data());
+    } else {  // the window has slid on (or the cache cannot run): its last tokens, whole
+      const size_t count = std::min(context.size(), size_t(window));
+      decoder.window_step(context.data() + (context.size() - count), int(count), row.data());
     }
     context.push_back(sample_token(row.data(), V, opt.temperature, opt.top_k,
                                    uniform_at(opt.seed, stream, counter++)));

@@ -5,6 +5,11 @@
 
 namespace gpt {
 
+/// The largest head size the GPU's key-block kernels take (kernels/cuda/attention/
+/// block_attention.cu: a warp holds a head's row in registers, 4 values a lane). The
+/// whole-sequence attention kernels have no such limit.
+constexpr int kGpuBlockMaxHeadSize = 128;
+
 /// One attention problem in its general form: for every sequence b and head h, queries
 /// at positions q_pos0 + t (t < Tq) attend to keys and values at positions k_pos0 + u
 /// (u < Tk); a query sees the keys at or before its own position (the causal mask, by

@@ -30,7 +30,7 @@ namespace {
 
 ModelConfig sampler_model() {
   ModelConfig m;
-  m.n_layer = 2, m.n_embd = 32, m.n_head = 4, m.block_size = 64, m.vocab_size = 256;
+  m.n_layer = 2, m.n_embd = 32, m.n_head = 4, m.block_size = 128, m.vocab_size = 256;
   return m;
 }
 
@@ -150,12 +150,20 @@ double relative_error(const std::vector<std::vector<double>>& a, const std::vect
   return diff / scale;
 }
 
-const std::vector<int> kTokens = {72, 105, 33, 7, 200, 13, 13, 90, 4, 250, 65, 66, 32, 101, 118, 101, 114};
+// 90 tokens: more than one tile of the CPU's flash attention (kCpuFlashTile keys), so the
+// rescaling between key tiles is compared too.
+std::vector<int> decoder_tokens() {
+  std::vector<int> tokens;
+  for (int i = 0; i < 90; ++i) tokens.push_back((i * 37 + 11) % 256);
+  return tokens;
+}
+const std::vector<int> kTokens = decoder_tokens();
 
 }  // namespace
 
 // Bit for bit: every op runs on the step's one row as on that row of the window, and the
-// key-block attention tiles the keys from position 0 as the window's flash attention does.
+// key-block attention tiles the keys from position 0 as the window's flash attention does
+// (common/decoder.h says why).
 template <class A>
 void check_steps_are_window_rows(Precision precision) {
   const auto window = window_logits<A>(kTokens, precision);
@@ -168,6 +176,24 @@ TEST_CASE("decoder: each step's logits are the window forward's row, bit for bit
   SECTION("fp64") { check_steps_are_window_rows<double>(Precision::FP64); }
   SECTION("fp32") { check_steps_are_window_rows<float>(Precision::FP32); }
   SECTION("bf16 storage") { check_steps_are_window_rows<bf16>(Precision::BF16); }
+}
+
+TEST_CASE("decoder: window_step runs a short context whole, left-aligned, as the plain sampler does",
+          "[sampler]") {
+  // What every token takes once the window slides, and on a GPU whose key-block kernels
+  // cannot take the model's heads: row count - 1 of the window's forward.
+  const auto window = window_logits<float>(kTokens, Precision::FP32);
+  CachedDecoder<float> decoder(sampler_model(), int(kTokens.size()), Device::CPU, Precision::FP32);
+  const std::vector<float> weights = initial_weights<float>(1);
+  decoder.model().set_params(weights.data());
+  std::vector<float> row(size_t(sampler_model().padded_vocab()));
+  for (const int count : {1, 5, 70, int(kTokens.size())}) {
+    decoder.window_step(kTokens.data(), count, row.data());
+    const std::vector<double> got(row.begin(), row.begin() + sampler_model().vocab_size);
+    INFO(count << " tokens");
+    CHECK(got == window[size_t(count) - 1]);
+    CHECK(got != window[size_t(count) % kTokens.size()]);  // control: another row
+  }
 }
 
 TEST_CASE("decoder: generate with the cache samples the plain generate's tokens, its window sliding",

@@ -2,8 +2,8 @@
 # The sample at the end of a run goes through the stage's own path to it (stages 02-04:
 # the model's compute weights; stage 05: the shards gathered with gather_all; stages
 # 06-11: the local buffers gathered with gather_whole_model, or gather_chunks), into a
-# sampler of the stage's storage type (GPT2<bf16> in bf16 mode, as stage 01's; stages 10
-# and 11 keep fp32 buffers of bf16 values). On one rank every stage computes stage 01's
+# sampler of the stage's storage type (CachedDecoder<bf16> in bf16 mode, as stage 01's;
+# stages 10 and 11 keep fp32 buffers of bf16 values). On one rank every stage computes stage 01's
 # bits, so its sample must be stage 01's, text for text, in fp32 and in bf16.
 # Negative control: stage 01 with the learning rate 2x samples another text, so the
 # comparison sees the weights the sampler is given.

@@ -34,7 +34,7 @@
 namespace gpt::cuda {
 namespace {
 
-constexpr int kMaxPerLane = 4;  // hs <= 32 * 4
+constexpr int kMaxPerLane = kGpuBlockMaxHeadSize / 32;  // values of a head's row per lane
 constexpr int kWarpsPerBlock = 4;
 
 // Element i of head h of row t of batch b in a view's matrix with `stride` per row.
