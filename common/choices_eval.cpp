@@ -11,13 +11,6 @@ namespace gpt {
 
 namespace {
 
-// Where one completion's row sits in a batch: the context tokens it leaves out, and the
-// model-input positions whose losses are the completion's.
-struct RowPlan {
-  int cut;            // context tokens left out at the start (the same for every row of the example)
-  int first, count;  // positions first .. first+count-1 predict the completion's tokens
-};
-
 // The context tokens an example leaves out: as many as its longest row needs to fit the
 // window (choices_window has checked that every completion fits after one context token).
 int example_cut(const ChoiceExample& ex, int window) {
@@ -69,21 +62,19 @@ std::vector<ChoiceScore> score_choices(GPT2<A>& model, const std::vector<ChoiceE
 
     std::fill(inputs.begin(), inputs.end(), 0);
     std::fill(targets.begin(), targets.end(), 0);
-    std::vector<RowPlan> plans;
+    // Row r of the batch: the example's context after its cut, then completion c.
+    std::vector<int> cuts;  // per example of the batch
     int r = 0;
     for (size_t e = next; e < end; ++e) {
       const ChoiceExample& ex = examples[e];
-      const int cut = example_cut(ex, T);
+      cuts.push_back(example_cut(ex, T));
       for (size_t c = 0; c < ex.completions.size(); ++c, ++r) {
-        const int ctx = int(ex.context.size()) - cut, m = int(ex.completions[c].size());
-        const RowPlan plan{cut, ctx - 1, m};
-        std::vector<int> row(ex.context.begin() + cut, ex.context.end());
+        std::vector<int> row(ex.context.begin() + cuts.back(), ex.context.end());
         row.insert(row.end(), ex.completions[c].begin(), ex.completions[c].end());
         for (size_t t = 0; t + 1 < row.size(); ++t) {
           inputs[size_t(r) * T + t] = row[t];
           targets[size_t(r) * T + t] = row[t + 1];
         }
-        plans.push_back(plan);
       }
     }
     model.evaluate(inputs.data(), targets.data());
@@ -95,15 +86,17 @@ std::vector<ChoiceScore> score_choices(GPT2<A>& model, const std::vector<ChoiceE
       ChoiceScore s;
       s.index = ex.index;
       s.label = ex.label;
+      s.context_cut = cuts[e - next];
+      // The last kept context token, at position first, predicts the completion's first.
+      const int first = int(ex.context.size()) - s.context_cut - 1;
       std::vector<double> mean;
       for (size_t c = 0; c < ex.completions.size(); ++c, ++r) {
-        const RowPlan& plan = plans[size_t(r)];
+        const int count = int(ex.completions[c].size());
         double sum = 0;
-        for (int j = 0; j < plan.count; ++j) sum += double(losses[size_t(r) * T + size_t(plan.first + j)]);
+        for (int j = 0; j < count; ++j) sum += double(losses[size_t(r) * T + size_t(first + j)]);
         s.loss_sum.push_back(sum);
-        s.tokens.push_back(plan.count);
-        mean.push_back(sum / plan.count);
-        s.context_cut = std::max(s.context_cut, plan.cut);
+        s.tokens.push_back(count);
+        mean.push_back(sum / count);
       }
       s.pred = argmin(s.loss_sum);
       s.pred_norm = argmin(mean);
