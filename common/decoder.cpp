@@ -72,6 +72,7 @@ CachedDecoder<A>::CachedDecoder(const ModelConfig& model, int capacity, Device d
         ModelSlice<A> slice;
         slice.hooks = &hooks_;
         slice.positions = {0};
+        slice.inference_only = true;
         return slice;
       }()) {
   invariant(capacity >= 1 && capacity <= model.block_size,
@@ -98,8 +99,10 @@ void CachedDecoder<A>::window_step(const int* tokens, int count, float* logits) 
   if (!window_) {
     const ModelConfig& shape = model_.model();
     window_store_ = std::make_unique<FlatStore<A>>(model_.layout(), model_.params().data(), nullptr);
+    ModelSlice<A> slice;
+    slice.inference_only = true;
     window_ = std::make_unique<GPT2<A>>(shape, 1, capacity_, model_.device(), precision_,
-                                        /*own_weights=*/false);
+                                        /*own_weights=*/false, slice);
     window_->set_store(window_store_.get());
   }
   // Left-aligned, as the plain sampler places them: causal attention ignores what follows.

@@ -95,7 +95,7 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
       params_ = DeviceArray<A>(d, layout_.total());
     }
     const MemScope scope(MemKind::Grads);
-    grads_ = DeviceArray<G>(d, layout_.total());
+    if (!slice.inference_only) grads_ = DeviceArray<G>(d, layout_.total());
   }
   flat_ = FlatStore<A>(layout_, params_.data(), grads_.data());
   const MemScope scope(MemKind::Activations);  // everything below: activations and their gradients
@@ -110,8 +110,8 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
       else if (slice.recompute == Recompute::Selective) mb.blocks.emplace_back(d, dims_, B_, T_, R, BlockBuffers::AllButCheap);
       else mb.blocks.emplace_back(d, dims_, B_, T_, R);
     }
-    if (last_stage()) mb.head = HeadActivations<A>(d, C, R, N, vocab_, /*train=*/true);
-    mb.d_resid = DeviceArray<A>(d, size_t(R) * C);
+    if (last_stage()) mb.head = HeadActivations<A>(d, C, R, N, vocab_, /*train=*/!slice.inference_only);
+    if (!slice.inference_only) mb.d_resid = DeviceArray<A>(d, size_t(R) * C);
     if (first_stage()) mb.inputs = DeviceArray<int32_t>(d, size_t(N));
     if (last_stage()) mb.targets = DeviceArray<int32_t>(d, size_t(N));
     if (slice.split_backward) {
@@ -251,7 +251,7 @@ GradOf<A> GPT2<A>::forward_micro(int slot, const int32_t* inputs, const int32_t*
     check_tokens(targets, "target");
     mb.targets.copy_from_host(targets, size_t(N));
   }
-  mb.have_targets = for_backward && (with_loss || !last_stage());
+  mb.have_targets = for_backward && !slice_.inference_only && (with_loss || !last_stage());
   const VocabRange vocab = vocab_;
   // Only one rank of a tensor-parallel group adds what every rank holds whole (wpe, the
   // row-parallel biases): the reductions after them must count it once.
@@ -304,6 +304,7 @@ GradOf<A> GPT2<A>::forward_micro(int slot, const int32_t* inputs, const int32_t*
 template <class A>
 void GPT2<A>::backward_micro(int slot, G loss_scale) {
   Span span("backward");
+  invariant(!slice_.inference_only, "backward: this model was made for inference only (ModelSlice::inference_only)");
   MicroBatch& mb = slot_at(slot, "backward_micro");
   invariant(mb.have_targets, "backward() needs a forward() with targets");
   const int l0 = layout_.layer_begin(), l1 = layout_.layer_end();
@@ -372,6 +373,7 @@ template <class A>
 void GPT2<A>::backward_input_micro(int slot, G loss_scale) {
   Span span("backward_input");
   invariant(slice_.split_backward, "backward_input_micro: the model was made without split_backward");
+  invariant(!slice_.inference_only, "backward_input_micro: this model was made for inference only");
   MicroBatch& mb = slot_at(slot, "backward_input_micro");
   invariant(mb.have_targets && !mb.input_done, "backward_input_micro needs a forward() with targets");
   const int l0 = layout_.layer_begin(), l1 = layout_.layer_end();

@@ -124,6 +124,10 @@ struct ModelSlice {
   /// pipeline chunks can share one, since one block runs at a time on a rank
   /// (GPT2::working_block_for makes it; the caller owns and counts it).
   BlockActivations<A>* working_block = nullptr;
+  /// Sampling and evaluation: no gradient buffers (grads(), the logits' and the residual
+  /// stream's gradients), a third less memory for a whole model's weights; forward()
+  /// evaluates only and backward() is refused.
+  bool inference_only = false;
 };
 
 /// GPT-2 on one rank, with storage type A (see the top of this file): float or bf16 on either

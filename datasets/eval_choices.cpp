@@ -148,7 +148,9 @@ int evaluate(const Options& o, const std::string& checkpoint, const gpt::ModelCo
   gpt::require(int64_t(o.batch) * window <= INT_MAX,
                "--batch " + std::to_string(o.batch) + ": " + std::to_string(o.batch) + " rows of the " +
                    std::to_string(window) + "-token window are more positions than an int counts");
-  gpt::GPT2<A> model(shape, o.batch, window, device, precision);
+  gpt::ModelSlice<A> scoring;
+  scoring.inference_only = true;  // no gradient buffers: the d_logits alone would be rows x window x vocabulary
+  gpt::GPT2<A> model(shape, o.batch, window, device, precision, /*own_weights=*/true, scoring);
   const gpt::CheckpointState state = load_weights(model, checkpoint);
 
   std::printf("eval_choices: %s (step %lld, %d layers, width %d, vocab %d) | %s, %zu examples | window %d | %s, %s\n",

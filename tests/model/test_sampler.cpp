@@ -19,6 +19,7 @@
 
 #include "common/config.h"
 #include "common/decoder.h"
+#include "common/error.h"
 #include "common/gpt2.h"
 #include "common/gpt2_layout.h"
 #include "common/sampler.h"
@@ -251,4 +252,49 @@ TEST_CASE("sampler: top-k and temperature", "[sampler]") {
   CHECK(sample_token(logits.data(), 4, 1.0, 2, 0.73) == 1);
   CHECK(sample_token(logits.data(), 4, 1.0, 2, 0.74) == 3);
   CHECK(sample_token(logits.data(), 4, 1.0, 2, 0.999) == 3);
+}
+
+// Sampling and evaluation build their models inference_only: no gradient buffers (the
+// weights' gradients, the logits' and the residual stream's), and the same arithmetic, so
+// the same loss and logits bit for bit as a model that trains. Controls: backward is
+// refused, and the memory saved is exactly those three buffers.
+template <class A>
+void check_inference_only(Precision precision) {
+  const ModelConfig m = sampler_model();
+  const int B = 2, T = 24;
+  ModelSlice<A> inference;
+  inference.inference_only = true;
+  GPT2<A> trains(m, B, T, Device::CPU, precision), infers(m, B, T, Device::CPU, precision, true, inference);
+  const std::vector<GradOf<A>> weights = initial_weights<A>(4);
+  trains.set_params(weights.data());
+  infers.set_params(weights.data());
+  std::vector<int32_t> inputs(size_t(B) * T), targets(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    inputs[i] = int32_t((i * 53 + 7) % 256);
+    targets[i] = int32_t((i * 29 + 3) % 256);
+  }
+  const double trained_loss = double(trains.forward(inputs.data(), targets.data()));
+  CHECK(double(infers.forward(inputs.data(), targets.data())) == trained_loss);
+  CHECK(double(infers.evaluate(inputs.data(), targets.data())) == trained_loss);
+  CHECK(test::same_bits(trains.logits(), infers.logits(), size_t(B) * T * m.padded_vocab()));
+  CHECK(trains.grads().size() == size_t(trains.layout().total()));
+  CHECK(infers.grads().empty());
+  CHECK(infers.grad_bytes() == 0);
+  const size_t d_logits = size_t(B) * T * m.padded_vocab() * sizeof(A), d_resid = size_t(B) * T * m.n_embd * sizeof(A);
+  CHECK(trains.activation_bytes() - infers.activation_bytes() == d_logits + d_resid);
+  CHECK_THROWS_AS(infers.backward(GradOf<A>(1)), InternalError);
+  trains.backward(GradOf<A>(1));  // control: the training model's backward runs
+}
+
+TEST_CASE("inference-only model: the training model's loss and logits, bit for bit, without gradient buffers",
+          "[sampler]") {
+  SECTION("fp64") { check_inference_only<double>(Precision::FP64); }
+  SECTION("fp32") { check_inference_only<float>(Precision::FP32); }
+  SECTION("bf16 storage") { check_inference_only<bf16>(Precision::BF16); }
+}
+
+TEST_CASE("decoder: its one-token model holds no gradients", "[sampler]") {
+  CachedDecoder<float> decoder(sampler_model(), 8, Device::CPU, Precision::FP32);
+  CHECK(decoder.model().grads().empty());
+  CHECK(decoder.model().grad_bytes() == 0);
 }
