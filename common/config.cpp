@@ -34,6 +34,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/host_memory.h"
 #include "common/launcher.h"
 #include "common/precision.h"
 #include "common/recompute.h"
@@ -338,17 +339,15 @@ void check_double(bool ok, const char* key, double value, const std::string& rea
   check(ok, key, show(value), reason);
 }
 
-// The machine's memory in bytes (0 where the system does not say).
-double machine_memory_bytes() {
-  return std::max(0.0, double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)));
-}
+// The most this process could hold: the machine's memory or its cgroup's limit (host_memory.h).
+HostRoom memory_capacity() { return host_capacity().value_or(HostRoom{0, ""}); }
 
-// A model too large for this machine fails here, before its layout (a name and a shape
+// A model too large for this machine (or its container) fails here, before its layout (a name and a shape
 // for each of its 12 n_layer + 5 tensors) and its buffers are built. Every rank holds
 // its share of the weights, their gradients and the optimizer's state, in fp32: 16 bytes
 // a parameter with AdamW's two moments, 8 with SGD. The least share of any stage is
 // 1/(tp pp dp) (ZeRO-3's; stage 05 is ZeRO-3 without the zero key), so a rank whose
-// share exceeds the memory of the machine it runs on cannot run, whatever the stage.
+// share exceeds the memory it may hold (host_capacity) cannot run, whatever the stage.
 void require_memory_for_weights(const Config& cfg, int dp) {
   const ModelConfig& m = cfg.model;
   const double C = m.n_embd;
@@ -357,14 +356,13 @@ void require_memory_for_weights(const Config& cfg, int dp) {
   const double share = double(std::max(cfg.tp, 1)) * std::max(cfg.pp, 1) * std::max(dp, 1);
   const double bytes_each = cfg.optimizer == "sgd" ? 8 : 16;
   const double bytes = bytes_each * params / share;
-  const double memory = machine_memory_bytes();
-  if (memory > 0 && bytes > memory) {
+  const HostRoom memory = memory_capacity();
+  if (memory.bytes > 0 && bytes > double(memory.bytes)) {
     char text[320];
     std::snprintf(text, sizeof text,
                   "%.3g parameters; this rank's share of them (1/%.0f) needs %.3g GB for the weights, their "
-                  "gradients and the optimizer's state (%.0f bytes each, fp32), more than this machine's %.3g GB of "
-                  "memory",
-                  params, share, bytes / 1e9, bytes_each, memory / 1e9);
+                  "gradients and the optimizer's state (%.0f bytes each, fp32), more than the %.3g GB of %s",
+                  params, share, bytes / 1e9, bytes_each, double(memory.bytes) / 1e9, memory.source.c_str());
     fail("n_layer=" + std::to_string(m.n_layer) + ", n_embd=" + std::to_string(m.n_embd) +
          ", vocab_size=" + std::to_string(m.vocab_size) + ": " + text);
   }
@@ -372,18 +370,18 @@ void require_memory_for_weights(const Config& cfg, int dp) {
 
 // The head's logits and their gradient: a micro-batch's rows x the padded vocabulary in
 // fp32 (its tp share of the vocabulary, its cp share of the tokens), on the rank that
-// computes the loss. Larger than the machine, the run would be killed for memory without
+// computes the loss. Larger than the machine (or its container), the run would be killed for memory without
 // a word, so it fails here.
 void require_memory_for_logits(const Config& cfg) {
   const double rows = double(cfg.micro_batch_size) * cfg.seq_len / std::max(cfg.cp, 1);
   const double bytes = 2 * 4 * rows * double(cfg.model.padded_vocab()) / std::max(cfg.tp, 1);
-  const double memory = machine_memory_bytes();
-  if (memory > 0 && bytes > memory) {
+  const HostRoom memory = memory_capacity();
+  if (memory.bytes > 0 && bytes > double(memory.bytes)) {
     char text[256];
     std::snprintf(text, sizeof text,
-                  ": the logits of a micro-batch and their gradient need %.3g GB, more than this machine's %.3g GB "
-                  "of memory (a smaller micro_batch_size accumulates more micro-batches instead)",
-                  bytes / 1e9, memory / 1e9);
+                  ": the logits of a micro-batch and their gradient need %.3g GB, more than the %.3g GB of %s "
+                  "(a smaller micro_batch_size accumulates more micro-batches instead)",
+                  bytes / 1e9, double(memory.bytes) / 1e9, memory.source.c_str());
     fail("micro_batch_size=" + std::to_string(cfg.micro_batch_size) + " x seq_len=" + std::to_string(cfg.seq_len) +
          " x padded vocabulary " + std::to_string(cfg.model.padded_vocab()) + text);
   }

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "common/error.h"
 #include "common/memory.h"
 
@@ -87,17 +89,20 @@ struct CgroupFiles {
 constexpr CgroupFiles kCgroupV1{"memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"};
 constexpr CgroupFiles kCgroupV2{"memory.max", "memory.current", "inactive_file"};
 
-// The least room over the cgroup at `dir` and its parents up to the mount, each with a
-// limit: a parent's limit binds its children's usage together.
-std::optional<uint64_t> least_room(const CgroupFiles& files, const std::string& mount, const std::string& dir) {
-  std::optional<uint64_t> least;
+// The least room and the least limit over the cgroup at `dir` and its parents up to the
+// mount, each with a limit: a parent's limit binds its children's usage together.
+std::optional<CgroupMemory> least_over_parents(const CgroupFiles& files, const std::string& mount,
+                                               const std::string& dir) {
+  std::optional<CgroupMemory> least;
   for (std::filesystem::path d = dir;; d = d.parent_path()) {
     const std::optional<uint64_t> limit = read_number((d / files.limit).string());
     const std::optional<uint64_t> usage = read_number((d / files.usage).string());
     if (limit && usage && *limit < kNoLimit) {
       const uint64_t inactive = stat_field((d / "memory.stat").string(), files.inactive_file).value_or(0);
       const uint64_t room = room_under(*limit, *usage, inactive);
-      least = least ? std::min(*least, room) : room;
+      if (!least) least = CgroupMemory{room, *limit};
+      least->room = std::min(least->room, room);
+      least->limit = std::min(least->limit, *limit);
     }
     if (d.string().size() <= mount.size() || !d.has_parent_path()) break;
   }
@@ -106,7 +111,7 @@ std::optional<uint64_t> least_room(const CgroupFiles& files, const std::string& 
 
 }  // namespace
 
-std::optional<uint64_t> cgroup_room_bytes(const std::string& proc_self_cgroup, const std::string& cgroup_root) {
+std::optional<CgroupMemory> cgroup_memory(const std::string& proc_self_cgroup, const std::string& cgroup_root) {
   // Lines "id:controllers:path": v1's memory controller by name, v2's single "0::path".
   std::istringstream lines(proc_self_cgroup);
   std::string line;
@@ -123,12 +128,36 @@ std::optional<uint64_t> cgroup_room_bytes(const std::string& proc_self_cgroup, c
   std::error_code ec;
   const std::string v1_mount = cgroup_root + "/memory";
   if (v1_path && std::filesystem::is_directory(v1_mount, ec))
-    return least_room(kCgroupV1, v1_mount, cgroup_dir(v1_mount, *v1_path));
+    return least_over_parents(kCgroupV1, v1_mount, cgroup_dir(v1_mount, *v1_path));
   if (!v2_path) return std::nullopt;
   for (const std::string& mount : {cgroup_root, cgroup_root + "/unified"})
     if (std::filesystem::exists(mount + "/cgroup.controllers", ec))
-      return least_room(kCgroupV2, mount, cgroup_dir(mount, *v2_path));
+      return least_over_parents(kCgroupV2, mount, cgroup_dir(mount, *v2_path));
   return std::nullopt;
+}
+
+std::optional<uint64_t> cgroup_room_bytes(const std::string& proc_self_cgroup, const std::string& cgroup_root) {
+  const std::optional<CgroupMemory> memory = cgroup_memory(proc_self_cgroup, cgroup_root);
+  return memory ? std::optional<uint64_t>(memory->room) : std::nullopt;
+}
+
+namespace {
+
+std::optional<CgroupMemory> own_cgroup_memory() {
+  const std::optional<std::string> self = read_text("/proc/self/cgroup");
+  return self ? cgroup_memory(*self, "/sys/fs/cgroup") : std::nullopt;
+}
+
+}  // namespace
+
+std::optional<HostRoom> host_capacity() {
+  std::optional<HostRoom> capacity;
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page_size > 0) capacity = HostRoom{uint64_t(pages) * uint64_t(page_size), "this machine's memory"};
+  if (const std::optional<CgroupMemory> cgroup = own_cgroup_memory())
+    if (!capacity || cgroup->limit < capacity->bytes)
+      capacity = HostRoom{cgroup->limit, "this process's memory cgroup limit"};
+  return capacity;
 }
 
 std::optional<HostRoom> host_room() {
@@ -136,10 +165,9 @@ std::optional<HostRoom> host_room() {
   if (const std::optional<std::string> meminfo = read_text("/proc/meminfo"))
     if (const std::optional<uint64_t> bytes = available_host_bytes(*meminfo))
       room = HostRoom{*bytes, "MemAvailable + SwapFree in /proc/meminfo"};
-  if (const std::optional<std::string> self = read_text("/proc/self/cgroup"))
-    if (const std::optional<uint64_t> bytes = cgroup_room_bytes(*self, "/sys/fs/cgroup"))
-      if (!room || *bytes < room->bytes)
-        room = HostRoom{*bytes, "under this process's memory cgroup limit, its inactive file pages counted free"};
+  if (const std::optional<CgroupMemory> cgroup = own_cgroup_memory())
+    if (!room || cgroup->room < room->bytes)
+      room = HostRoom{cgroup->room, "under this process's memory cgroup limit, its inactive file pages counted free"};
   return room;
 }
 

@@ -29,20 +29,35 @@ namespace gpt {
 /// text lacks MemAvailable (a kernel older than 3.14, another system).
 std::optional<uint64_t> available_host_bytes(const std::string& meminfo);
 
-/// What the memory cgroup named in `proc_self_cgroup` (the text of /proc/self/cgroup)
-/// leaves, as above, with the cgroup file systems under `cgroup_root` (/sys/fs/cgroup:
-/// v2 there or in its unified/, v1 in its memory/). A cgroup path that is not there (a
-/// container sees its own cgroup at the root) is looked up at the root. nullopt when no
-/// limit is set or nothing can be read.
+/// A memory cgroup's figures, each the least over the cgroup and its parents with a limit.
+struct CgroupMemory {
+  uint64_t room = 0;   ///< what the limit leaves: limit - (usage - inactive file pages)
+  uint64_t limit = 0;  ///< the limit itself: the most the cgroup's processes may ever hold
+};
+
+/// The memory cgroup named in `proc_self_cgroup` (the text of /proc/self/cgroup), with
+/// the cgroup file systems under `cgroup_root` (/sys/fs/cgroup: v2 there or in its
+/// unified/, v1 in its memory/). A cgroup path that is not there (a container sees its own
+/// cgroup at the root) is looked up at the root. nullopt when no limit is set or nothing
+/// can be read.
+std::optional<CgroupMemory> cgroup_memory(const std::string& proc_self_cgroup, const std::string& cgroup_root);
+
+/// cgroup_memory's room alone.
 std::optional<uint64_t> cgroup_room_bytes(const std::string& proc_self_cgroup, const std::string& cgroup_root);
 
-/// How much this process may still allocate, and where that figure comes from.
+/// How much this process may allocate, and where that figure comes from.
 struct HostRoom {
-  uint64_t bytes = 0;   ///< what may still be allocated
-  std::string source;   ///< "MemAvailable + SwapFree in /proc/meminfo", or the cgroup
+  uint64_t bytes = 0;   ///< what may be allocated
+  std::string source;   ///< "MemAvailable + SwapFree in /proc/meminfo", the machine, or the cgroup
 };
+/// The most this process could ever hold, whatever else runs: the smaller of the
+/// machine's physical memory and its memory cgroup's limit (cgroup_memory's `limit`). A
+/// run needing more cannot run here, which the configuration checks tell before building
+/// anything. nullopt when neither can be read.
+std::optional<HostRoom> host_capacity();
+
 /// The room for this process: the smaller of available_host_bytes (of /proc/meminfo) and
-/// cgroup_room_bytes (of /proc/self/cgroup and /sys/fs/cgroup); nullopt when neither can
+/// cgroup_memory's room (of /proc/self/cgroup and /sys/fs/cgroup); nullopt when neither can
 /// be read.
 std::optional<HostRoom> host_room();
 

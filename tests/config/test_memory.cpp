@@ -1,6 +1,7 @@
 // The memory tracker (common/memory.h): every DeviceArray reports its bytes under the
 // kind of the MemScope in force where it was made; current and peak bytes are exact.
-// And the room check before host allocations (common/host_memory.h).
+// And the room check before host allocations, and the cgroup limit the configuration
+// checks compare with (common/host_memory.h).
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -91,9 +92,14 @@ TEST_CASE("host memory: a cgroup v2 limit leaves its limit less what it holds, l
   const std::string self = "0::/job/run\n";
   // 1000000 - (600000 - 100000): the inactive page cache is the kernel's to drop first.
   CHECK(cgroup_room_bytes(self, root) == uint64_t(500000));
+  CHECK(cgroup_memory(self, root)->limit == uint64_t(1000000));
   // A parent's tighter limit wins.
   fake.write("job/memory.max", "1200000\n");
   CHECK(cgroup_room_bytes(self, root) == uint64_t(300000));
+  CHECK(cgroup_memory(self, root)->limit == uint64_t(1000000));  // the child's limit is still the lesser
+  fake.write("job/memory.max", "800000\n");
+  CHECK(cgroup_memory(self, root)->limit == uint64_t(800000));
+  fake.write("job/memory.max", "1200000\n");
   // Usage above the limit leaves nothing; no limit anywhere is no answer.
   fake.write("job/memory.current", "1300000\n");
   CHECK(cgroup_room_bytes(self, root) == uint64_t(0));
@@ -127,9 +133,11 @@ TEST_CASE("host memory: a cgroup v1 limit leaves the same, least over its parent
   fake.write("memory/batch/memory.usage_in_bytes", "7000000\n");
   const std::string self = "9:cpu,cpuacct:/batch/7\n4:memory:/batch/7\n0::/batch/7\n";
   CHECK(cgroup_room_bytes(self, root) == uint64_t(8000000 - (3000000 - 1000000)));
+  CHECK(cgroup_memory(self, root)->limit == uint64_t(8000000));
   // A parent's limit binds its usage, which counts its other children's too.
   fake.write("memory/batch/memory.limit_in_bytes", "7500000\n");
   CHECK(cgroup_room_bytes(self, root) == uint64_t(500000));
+  CHECK(cgroup_memory(self, root)->limit == uint64_t(7500000));
   fake.write("memory/batch/memory.limit_in_bytes", "9223372036854771712\n");
   fake.write("memory/batch/7/memory.limit_in_bytes", "9223372036854771712\n");
   CHECK_FALSE(cgroup_room_bytes(self, root).has_value());

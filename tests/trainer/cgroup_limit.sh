@@ -2,14 +2,17 @@
 # A run larger than its memory cgroup's limit (a container's --memory, a batch job's
 # allocation) but smaller than the machine stops with exit 2 and a message naming the
 # cgroup, instead of being killed by the kernel's OOM killer inside the cgroup (exit 137,
-# no word): the room check before host allocations reads the cgroup (common/host_memory.h).
-#
-# The trainer runs in a child memory cgroup made for the test, limited to 1 GiB, with
-# weights, gradients and AdamW state of about 3 GB (tiny.json at n_layer 16000): below the
-# machine's memory, so only the cgroup can refuse it. Skipped (77) where no memory cgroup
-# can be made (not root, a read-only cgroup file system, no memory controller).
-# Negative control: the same run with the limit lifted gets past the allocation the limit
-# refuses (it is stopped by steps=0 before it trains), so the refusal is the limit's.
+# no word). Two checks read the cgroup (common/host_memory.h):
+#   - before anything is built, the weights, gradients and AdamW state a rank must hold
+#     against the cgroup's limit (config.cpp): tiny.json at n_layer 16000, about 3.3 GB;
+#   - before each host allocation, the room the limit leaves: tiny.json at n_layer 3000
+#     and micro-batches of 4 sequences, whose 0.6 GB of weights pass the first check and
+#     whose activations (about 0.8 GB more) do not fit.
+# The trainer runs in a child memory cgroup made for the test, limited to 1 GiB: both runs
+# are below the machine's memory, so only the cgroup can refuse them. Skipped (77) where no
+# memory cgroup can be made (not root, a read-only cgroup file system, no memory controller).
+# Negative control: the same runs with the limit lifted get past what the limit refuses
+# (they are stopped by steps=0 before they train), so each refusal is the limit's.
 # Usage: cgroup_limit.sh TRAIN PREPARE WORKDIR ROOT
 set -euo pipefail
 TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4
@@ -38,27 +41,42 @@ cleanup() { rmdir "$group" 2> /dev/null || true; }
 trap cleanup EXIT
 
 make_corpus "$WORK" "$PREPARE"
-args=($(tiny_args "$WORK/data" "$WORK/run") --set n_layer=16000 --set steps=0 --set val_batches=0
-      --set sample_tokens=0 --set checkpoint_at_end=false)
+common=($(tiny_args "$WORK/data" "$WORK/run") --set steps=0 --set val_batches=0 --set sample_tokens=0
+        --set checkpoint_at_end=false)
+weights_args=("${common[@]}" --set n_layer=16000)
+activations_args=("${common[@]}" --set n_layer=3000 --set micro_batch_size=4 --set batch_size=4)
 # in_group CMD...: CMD run inside the test's cgroup (a child shell moves itself there first).
 in_group() { bash -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$group" "$@"; }
 
 failures=0
-status=0
-in_group "$TRAIN" "${args[@]}" > "$WORK/limited.log" 2>&1 || status=$?
-if [ "$status" = 2 ] && grep -q "out of host memory: .*(under this process's memory cgroup limit" "$WORK/limited.log"
-then echo "ok   under a 1 GiB cgroup: $(grep -o 'out of host memory: [^;]*' "$WORK/limited.log" | head -1)"
-else
-  echo "FAIL: under a 1 GiB cgroup the run exited $status (137: killed by the OOM killer), expected 2 naming the cgroup:"
-  tail -5 "$WORK/limited.log" | sed 's/^/    /'
-  failures=$((failures + 1))
-fi
+# refused NAME PATTERN ARGS...: under the limit the run must exit 2 with PATTERN in its output.
+refused() {
+  local name=$1 pattern=$2 status=0
+  shift 2
+  in_group "$TRAIN" "$@" > "$WORK/limited.log" 2>&1 || status=$?
+  if [ "$status" = 2 ] && grep -qE "$pattern" "$WORK/limited.log"
+  then echo "ok   $name under a 1 GiB cgroup: $(grep -oE "$pattern[^;]*" "$WORK/limited.log" | head -1)"
+  else
+    echo "FAIL: $name under a 1 GiB cgroup: the run exited $status (137: killed by the OOM killer), expected 2"
+    echo "      with /$pattern/:"; tail -5 "$WORK/limited.log" | sed 's/^/    /'
+    failures=$((failures + 1))
+  fi
+}
+refused "weights" "GB for the weights.*more than the 1.07 GB of this process's memory cgroup limit" \
+  "${weights_args[@]}"
+refused "activations" "out of host memory: .*\(under this process's memory cgroup limit" "${activations_args[@]}"
 
 echo max > "$group/$limit_file" 2> /dev/null || echo -1 > "$group/$limit_file"
-status=0
-in_group "$TRAIN" "${args[@]}" > "$WORK/unlimited.log" 2>&1 || status=$?
-if [ "$status" = 0 ]; then echo "ok   control: without the limit the same run builds its 3 GB model and stops at steps=0"
-else echo "FAIL: control: without the limit the run exited $status:"; tail -5 "$WORK/unlimited.log"; failures=$((failures + 1)); fi
+for name in weights activations; do
+  declare -n run_args="${name}_args"
+  status=0
+  in_group "$TRAIN" "${run_args[@]}" > "$WORK/unlimited.log" 2>&1 || status=$?
+  if [ "$status" = 0 ]; then echo "ok   control: without the limit the $name run builds its model and stops at steps=0"
+  else
+    echo "FAIL: control: without the limit the $name run exited $status:"; tail -5 "$WORK/unlimited.log"
+    failures=$((failures + 1))
+  fi
+done
 
 [ $failures = 0 ] || exit 1
 echo "the cgroup's limit stops the run with a message, not the OOM killer"
