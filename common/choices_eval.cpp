@@ -33,8 +33,9 @@ int choices_window(const std::vector<ChoiceExample>& examples, int max_window, c
       const int m = int(ex.completions[c].size());
       if (m > max_window)
         fail(source + ", example " + std::to_string(e) + " (index " + std::to_string(ex.index) + "): completion " +
-             std::to_string(c) + " has " + std::to_string(m) + " tokens, more than the model's max_seq_len " +
-             std::to_string(max_window) + ": it cannot be scored whole");
+             std::to_string(c) + " has " + std::to_string(m) +
+             " tokens, more than the model's max_seq_len (block_size) " + std::to_string(max_window) +
+             ": it cannot be scored whole");
       longest = std::max(longest, int(ex.context.size()) + m - 1);
     }
   }

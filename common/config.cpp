@@ -33,6 +33,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/choices_eval.h"
+#include "common/choices_file.h"
 #include "common/error.h"
 #include "common/host_memory.h"
 #include "common/launcher.h"
@@ -104,6 +106,8 @@ constexpr Key kKeys[] = {
     {"val_data", FIELD(val_data), "validation token shard, or a glob of shards; may be empty when val_batches is 0"},
     {"val_every", FIELD(val_every), "steps between validations (0: only at the end)"},
     {"val_batches", FIELD(val_batches), "micro-batches (micro_batch_size sequences each) per validation; the same fixed windows on every run, each at most once (val_batches x micro_batch_size <= the windows of val_data)"},
+    {"eval_choices", FIELD(eval_choices), "a multiple-choice eval file in llm.c's format (HellaSwag: hellaswag_val.bin) scored at every validation and at the end, acc and acc_norm logged (empty: none)"},
+    {"eval_choices_limit", FIELD(eval_choices_limit), "score only the first N examples of eval_choices (0: all)"},
     // runtime
     {"device", FIELD(device), "auto, cpu or cuda (auto: cuda when a GPU is present)"},
     {"precision", FIELD(precision), "fp32, bf16 (bf16 activations, fp32 master weights) or fp64 (stage 01 on the CPU: the ground truth)"},
@@ -681,6 +685,19 @@ void validate(const Config& cfg, int dp) {
             "must be >= 0 (0: only at the end)");
   check_int(cfg.keep_checkpoints >= 0, "keep_checkpoints", cfg.keep_checkpoints,
             "must be >= 0 (0: keep all)");
+
+  // The multiple-choice eval: its file read and checked now, not at the first validation.
+  check_int(cfg.eval_choices_limit >= 0, "eval_choices_limit", cfg.eval_choices_limit, "must be >= 0 (0: all examples)");
+  if (!cfg.eval_choices.empty()) {
+    try {
+      choices_window(read_choices_file(cfg.eval_choices, m.vocab_size), m.block_size,
+                     "eval file '" + cfg.eval_choices + "'");
+    } catch (const UserError& e) {
+      fail(std::string("eval_choices: ") + e.what());
+    }
+  } else if (cfg.eval_choices_limit > 0)
+    fail("eval_choices_limit=" + std::to_string(cfg.eval_choices_limit) +
+         ": eval_choices is empty, so there is nothing to limit; name an eval file or leave it 0");
 
   // Sampling.
   check_int(cfg.sample_tokens >= 0, "sample_tokens", cfg.sample_tokens, "must be >= 0");

@@ -65,6 +65,10 @@ struct Config {
   /// Micro-batches (of micro_batch_size sequences) per validation: the same fixed windows
   /// on every run.
   int val_batches = 8;
+  /// A multiple-choice eval file in llm.c's format (HellaSwag; common/choices_file.h),
+  /// scored at every validation; "" = none.
+  std::string eval_choices = "";
+  int eval_choices_limit = 0;  ///< score the first N examples of eval_choices only; 0 = all
 
   // runtime
   std::string device = "auto";  ///< auto | cpu | cuda

@@ -142,6 +142,7 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
       require_rank0_config(*world, cfg);
       const MeshShape shape = mesh_shape_for(cfg, world->size());
       validate(cfg, shape.dp);
+      const ChoicesInTraining choices(cfg, world->rank(), world->size());
       // One job per run_dir; another run's later checkpoints set aside (rank 0, lock held).
       const std::unique_ptr<RunDirLock> lock = lock_run_dir(*world, cfg.run_dir, [&] {
         for (const std::string& line : {fresh_start_note(cfg), set_aside_later_checkpoints(cfg)})
@@ -155,7 +156,8 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
               precision,
               /*part=*/nullptr,
               world_peak_flops(*world, device, precision),
-              training_flops_per_token(ParamLayout(cfg.model).total(), cfg.model, cfg.seq_len)};
+              training_flops_per_token(ParamLayout(cfg.model).total(), cfg.model, cfg.seq_len),
+              &choices};
       if (run.lead() && run.peak_flops)
         std::printf("device peak %.1f TFLOP/s over the job's GPUs (%s): mfu is reported against it\n",
                     *run.peak_flops / 1e12, precision_name(precision));
@@ -235,45 +237,59 @@ std::string write_checkpoint(Run& run, Communicator& dp, const RunCheckpoints& c
   return path;
 }
 
+// The multiple-choice eval of the whole model, which every rank has received.
+template <class A>
+void log_choices(Run& run, MetricsLog& log, int64_t step, const WholeWeights<A>& whole) {
+  const ChoicesTally tally = run.choices->score(whole.data(), run.cfg.model, run.device, run.precision, &run.world);
+  if (run.lead()) log.choices(step, tally, run.choices->file());
+}
+
+bool scores_choices(const Run& run) { return run.choices && run.choices->enabled(); }
+
 }  // namespace
 
+template <class A>
 void after_step(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,
-                const CheckpointState& state) {
+                const CheckpointState& state, const GatherWhole<A>& whole) {
   const Config& cfg = run.cfg;
   if (state.step >= cfg.steps) return;  // the end of the run has its own
-  if (cfg.val_every > 0 && cfg.val_batches > 0 && state.step % cfg.val_every == 0) {
-    const double val_loss = validate();
-    if (run.lead()) log.validation(state.step, val_loss);
+  if (cfg.val_every > 0 && state.step % cfg.val_every == 0) {
+    if (cfg.val_batches > 0) {
+      const double val_loss = validate();
+      if (run.lead()) log.validation(state.step, val_loss);
+    }
+    if (scores_choices(run)) log_choices(run, log, state.step, whole(WholeOn::EveryRank));
   }
   if (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0) write_checkpoint(run, dp, ckpt, state);
 }
 
 template <class A>
 void after_step(Run& run, GPT2<A>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
-                const RunCheckpoints& ckpt, const CheckpointState& state) {
+                const RunCheckpoints& ckpt, const CheckpointState& state, const GatherWhole<A>& whole) {
   const Validation validate = [&] { return validation_loss(model, val, run.cfg.val_batches, dp, run.part); };
-  after_step(run, validate, dp, log, ckpt, state);
+  after_step(run, validate, dp, log, ckpt, state, whole);
 }
 
 template <class A>
 void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,
-                CheckpointState& state, const A* weights, int sample_len) {
+                CheckpointState& state, const GatherWhole<A>& whole, int sample_len) {
   const Config& cfg = run.cfg;
   if (cfg.val_batches > 0) {
     const double val_loss = validate();
     if (run.lead()) log.validation(state.step, val_loss);
   }
+  // One gather serves the eval (every rank) and the sample (the lead).
+  WholeWeights<A> weights;
+  if (scores_choices(run) || cfg.sample_tokens > 0)
+    weights = whole(scores_choices(run) ? WholeOn::EveryRank : WholeOn::Lead);
+  if (scores_choices(run)) log_choices(run, log, state.step, weights);
   if (cfg.checkpoint_at_end && !rewrites_resumed_checkpoint(cfg.run_dir, state)) {
     const std::string path = write_checkpoint(run, dp, ckpt, state);
     if (run.lead()) std::printf("checkpoint: %s\n", path.c_str());
   }
   if (cfg.sample_tokens > 0 && run.lead()) {
     CachedDecoder<A> sampler(cfg.model, sample_window(cfg, sample_len), run.device, run.precision);
-    GPT2<A>& model = sampler.model();
-    if constexpr (std::is_same_v<A, bf16>)  // compute weights already: copied as they are
-      device_copy(run.device, model.params().data(), run.device, weights, model.params().bytes());
-    else
-      model.set_params(weights);
+    sampler.model().copy_params(weights.data());  // compute weights already: copied as they are
     const std::string text = sample_text(sampler, cfg, state.sample_counter);
     std::printf("---- sample (temperature %.2f, top-k %d) ----\n%s\n----\n", cfg.temperature, cfg.top_k, text.c_str());
     log.sample(state.step, text);
@@ -283,22 +299,24 @@ void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsL
 
 template <class A>
 void end_of_run(Run& run, GPT2<A>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
-                const RunCheckpoints& ckpt, CheckpointState& state, const A* weights) {
+                const RunCheckpoints& ckpt, CheckpointState& state, const GatherWhole<A>& whole) {
   const Validation validate = [&] { return validation_loss(model, val, run.cfg.val_batches, dp, run.part); };
   // Under a context split the model holds part of each sequence; the sampler's window
   // is the whole sequence.
-  end_of_run(run, validate, dp, log, ckpt, state, weights, run.part ? val.seq_len() : model.seq_len());
+  end_of_run(run, validate, dp, log, ckpt, state, whole, run.part ? val.seq_len() : model.seq_len());
 }
 
 // The model overloads for the storage types the stages train with.
 #define GPT_DRIVER_INSTANTIATE(A)                                                                              \
   template double validation_loss<A>(GPT2<A>&, const DataLoader&, int, Communicator&, const SequencePart*);   \
+  template void after_step<A>(Run&, const Validation&, Communicator&, MetricsLog&, const RunCheckpoints&,       \
+                              const CheckpointState&, const GatherWhole<A>&);                                   \
   template void after_step<A>(Run&, GPT2<A>&, const DataLoader&, Communicator&, MetricsLog&,                   \
-                              const RunCheckpoints&, const CheckpointState&);                                   \
+                              const RunCheckpoints&, const CheckpointState&, const GatherWhole<A>&);           \
   template void end_of_run<A>(Run&, GPT2<A>&, const DataLoader&, Communicator&, MetricsLog&,                   \
-                              const RunCheckpoints&, CheckpointState&, const A*);                              \
+                              const RunCheckpoints&, CheckpointState&, const GatherWhole<A>&);                 \
   template void end_of_run<A>(Run&, const Validation&, Communicator&, MetricsLog&, const RunCheckpoints&,       \
-                              CheckpointState&, const A*, int);
+                              CheckpointState&, const GatherWhole<A>&, int);
 GPT_DRIVER_INSTANTIATE(float)
 GPT_DRIVER_INSTANTIATE(bf16)
 

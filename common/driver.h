@@ -9,21 +9,25 @@
 ///     build the process mesh dp x pp x cp x tp from the config keys, refuse by name an
 ///     axis the stage does not implement, then run train(run) on every rank: an error
 ///     on one rank ends them all (bad input: exit 2; a bug: exit 1).
-///   after_step(...)     the validation loss and the checkpoint every N steps
-///   end_of_run(...)     the last validation loss, the final checkpoint, the sample
+///   after_step(...)     the validation loss (and the multiple-choice eval) and the
+///                       checkpoint every N steps
+///   end_of_run(...)     the last validation loss and eval, the final checkpoint, the sample
 /// ```
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/checkpoint.h"
+#include "common/choices_in_training.h"
 #include "common/comm.h"
 #include "common/config.h"
 #include "common/data.h"
 #include "common/device.h"
+#include "common/device_array.h"
 #include "common/gpt2.h"
 #include "common/mesh.h"
 #include "common/metrics.h"
@@ -88,6 +92,8 @@ struct Run {
   /// empty on the CPU.
   std::optional<double> peak_flops;
   double flops_per_token = 0;  ///< training FLOPs per token of the whole model (common/mfu.h)
+  /// The multiple-choice eval of cfg.eval_choices, this rank's share (common/choices_in_training.h).
+  const ChoicesInTraining* choices = nullptr;
   /// The model FLOPs utilisation of a step at tokens_per_s; empty without a peak.
   std::optional<double> mfu(double tokens_per_s) const {
     return model_flops_utilisation(tokens_per_s, flops_per_token, peak_flops);
@@ -143,32 +149,65 @@ struct RunCheckpoints {
   std::function<void()> before_write = {};
 };
 
+/// Where a gather of the whole model delivers it: to the lead rank (the sample) or to
+/// every rank (the multiple-choice eval, which every rank scores a share of).
+enum class WholeOn { Lead, EveryRank };
+
+/// The whole model's compute weights (stored as A, in the run's device memory) on a rank
+/// that receives them: weights the rank holds whole already, or a copy gathered for it.
+template <class A>
+struct WholeWeights {
+  const A* view = nullptr;  ///< weights this rank holds whole already (data parallelism, ZeRO-1 and -2)
+  DeviceArray<A> gathered;  ///< else a gathered copy; both empty on a rank that receives nothing
+  const A* data() const { return view ? view : gathered.empty() ? nullptr : gathered.data(); }  ///< the weights
+  /// Weights the rank holds whole already, read in place.
+  static WholeWeights held(const A* weights) {
+    WholeWeights w;
+    w.view = weights;
+    return w;
+  }
+  /// A gathered copy (empty on a rank that receives nothing).
+  static WholeWeights copy(DeviceArray<A> weights) {
+    WholeWeights w;
+    w.gathered = std::move(weights);
+    return w;
+  }
+};
+
+/// How a stage assembles its whole model, called on every rank (it may communicate): the
+/// lead rank, and with WholeOn::EveryRank every rank, receives the weights.
+template <class A>
+using GatherWhole = std::function<WholeWeights<A>(WholeOn on)>;
+
 /// How a stage computes its validation loss over cfg.val_batches batches, called on every
 /// rank (it may communicate); the lead rank's result is logged. The model-taking
 /// overloads below use validation_loss; a pipeline runs its own through its stages.
 using Validation = std::function<double()>;
 
-/// After step `state.step` finished: the validation loss every val_every steps and a
-/// checkpoint every checkpoint_every steps (not after the last step: end_of_run does).
+/// After step `state.step` finished: every val_every steps the validation loss and the
+/// multiple-choice eval (run.choices, with the whole model from `whole` on every rank),
+/// and a checkpoint every checkpoint_every steps (not after the last step: end_of_run
+/// does).
+template <class A>
 void after_step(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,
-                const CheckpointState& state);
+                const CheckpointState& state, const GatherWhole<A>& whole);
 /// The same, with validation_loss of `model` over cfg.val_batches batches of `val`,
 /// shared by the ranks of dp, each evaluating its run.part of the sequences if set.
 template <class A>
 void after_step(Run& run, GPT2<A>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
-                const RunCheckpoints& ckpt, const CheckpointState& state);
+                const RunCheckpoints& ckpt, const CheckpointState& state, const GatherWhole<A>& whole);
 
-/// After the last step: the validation loss, the final checkpoint and, on the lead rank,
-/// a sample from `weights` (the whole model's compute weights on the lead rank, in the
-/// device's memory, stored as A: float, or bf16 for a stage with bf16 storage, whose
-/// sampler is then a GPT2<bf16> as stage 01's) with a context of `sample_len` tokens.
+/// After the last step: the validation loss, the multiple-choice eval, the final
+/// checkpoint and, on the lead rank, a sample from the whole model `whole` assembles
+/// (stored as A: float, or bf16 for a stage with bf16 storage, whose sampler is then a
+/// GPT2<bf16> as stage 01's) with a context of `sample_len` tokens.
 template <class A>
 void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,
-                CheckpointState& state, const A* weights, int sample_len);
+                CheckpointState& state, const GatherWhole<A>& whole, int sample_len);
 /// The same, validating as after_step's model overload does and sampling with a context
 /// of model.seq_len() tokens.
 template <class A>
 void end_of_run(Run& run, GPT2<A>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
-                const RunCheckpoints& ckpt, CheckpointState& state, const A* weights);
+                const RunCheckpoints& ckpt, CheckpointState& state, const GatherWhole<A>& whole);
 
 }  // namespace gpt

@@ -158,6 +158,12 @@ void GPT2<A>::set_params(const G* values) {
 }
 
 template <class A>
+void GPT2<A>::copy_params(const A* values) {
+  invariant(!params_.empty(), "copy_params: this model has no weight buffers of its own (own_weights=false)");
+  if (values != params_.data()) device_copy(device_, params_.data(), device_, values, params_.bytes());
+}
+
+template <class A>
 void GPT2<A>::zero_grads() {
   grads_.zero();
 }

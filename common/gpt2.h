@@ -169,6 +169,9 @@ class GPT2 {
   /// Sets the weights from (master) values in the model's device memory, rounding to
   /// bf16 in bf16 mode.
   void set_params(const G* values);
+  /// Sets the weights to compute weights of another model of this shape (its params(),
+  /// already rounded in bf16 mode), in the model's device memory: copied as they are.
+  void copy_params(const A* values);
 
   /// Forward over inputs (B*T token ids, host memory). With targets, returns the mean
   /// loss over the B*T positions; without, returns 0 and only the logits are valid.

@@ -56,6 +56,16 @@ void MetricsLog::validation(int64_t step, double val_loss) {
   std::fflush(stdout);
 }
 
+void MetricsLog::choices(int64_t step, const ChoicesTally& t, const std::string& file) {
+  write_line(nlohmann::json{{"kind", "choices"}, {"step", step}, {"file", file}, {"examples", t.examples},
+                            {"correct", t.correct}, {"correct_norm", t.correct_norm}, {"acc", t.acc()},
+                            {"acc_norm", t.acc_norm()}, {"loss", t.mean_loss()}}
+                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  std::printf("step %5lld | choices acc %.4f | acc_norm %.4f | loss %.4f (%lld examples)\n",
+              static_cast<long long>(step), t.acc(), t.acc_norm(), t.mean_loss(), static_cast<long long>(t.examples));
+  std::fflush(stdout);
+}
+
 void MetricsLog::sample(int64_t step, const std::string& text) {
   // Bytes that are not valid UTF-8 would make dump() throw; replace them.
   write_line(nlohmann::json{{"kind", "sample"}, {"step", step}, {"text", text}}.dump(

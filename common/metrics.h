@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "common/choices_in_training.h"
 #include "common/memory.h"
 
 namespace gpt {
@@ -42,6 +43,8 @@ class MetricsLog {
   /// Writes a "train" line (m, and the memory peaks mem); with print also the progress line.
   void train_step(const StepMetrics& m, const MemoryLedger& mem, bool print);
   void validation(int64_t step, double val_loss);  ///< writes a "val" line and prints the loss
+  /// Writes a "choices" line (the multiple-choice eval of `file`) and prints acc and acc_norm.
+  void choices(int64_t step, const ChoicesTally& tally, const std::string& file);
   /// Writes a "sample" line with the generated text (bytes that are not UTF-8 replaced).
   void sample(int64_t step, const std::string& text);
 

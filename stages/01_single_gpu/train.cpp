@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/checkpoint.h"
+#include "common/choices_in_training.h"
 #include "common/config.h"
 #include "common/data.h"
 #include "common/device.h"
@@ -117,6 +118,13 @@ int train_on(const Config& cfg, Device device, Precision precision) {
   }
 
   MetricsLog log(cfg.metrics_path());
+  // The multiple-choice eval (eval_choices), scored with the model's compute weights at
+  // every validation: one rank, every example.
+  const ChoicesInTraining choices(cfg, /*rank=*/0, /*ranks=*/1);
+  auto log_choices = [&] {
+    log.choices(state.step, choices.score(model.params().data(), cfg.model, device, precision, nullptr),
+                choices.file());
+  };
   std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -155,8 +163,10 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     log.train_step(m, mem, state.step % cfg.log_every == 0 || state.step == cfg.steps);
     if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(state.step) + " (lower lr?)");
 
-    if (cfg.val_every > 0 && state.step % cfg.val_every == 0 && state.step < cfg.steps)
-      log.validation(state.step, validation_loss(model, val_data, cfg.val_batches));
+    if (cfg.val_every > 0 && state.step % cfg.val_every == 0 && state.step < cfg.steps) {
+      if (cfg.val_batches > 0) log.validation(state.step, validation_loss(model, val_data, cfg.val_batches));
+      if (choices.enabled()) log_choices();
+    }
     if (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0 && state.step < cfg.steps) {
       mirror.to_host();
       save_checkpoint(cfg.run_dir, cfg, layout, state, mirror.buffers());
@@ -165,6 +175,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
   }
 
   if (cfg.val_batches > 0) log.validation(state.step, validation_loss(model, val_data, cfg.val_batches));
+  if (choices.enabled()) log_choices();
   if (cfg.checkpoint_at_end && !rewrites_resumed_checkpoint(cfg.run_dir, state)) {
     mirror.to_host();
     const std::string path = save_checkpoint(cfg.run_dir, cfg, layout, state, mirror.buffers());

@@ -105,6 +105,8 @@ int train_on(Run& run) {
   }
 
   MetricsLog log(lead ? cfg.metrics_path() : "");
+  // Every rank holds the whole model: the sample and the multiple-choice eval read it in place.
+  const GatherWhole<A> whole = [&](WholeOn) { return WholeWeights<A>::held(model.params().data()); };
   std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
   state.layout_json = mesh_json({dp.size(), 1, 1, 1});  // checkpoints record the layout that wrote them
   for (int64_t step = state.step; step < cfg.steps; ++step) {
@@ -149,10 +151,10 @@ int train_on(Run& run) {
     if (lead) log.train_step(m, mem, state.step % cfg.log_every == 0 || state.step == cfg.steps);
     if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(state.step) + " (lower lr?)");
 
-    after_step(run, model, val_data, dp, log, ckpt, state);
+    after_step(run, model, val_data, dp, log, ckpt, state, whole);
   }
 
-  end_of_run(run, model, val_data, dp, log, ckpt, state, model.params().data());
+  end_of_run(run, model, val_data, dp, log, ckpt, state, whole);
   return 0;
 }
 

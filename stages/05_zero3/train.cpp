@@ -101,6 +101,13 @@ int train_on(Run& run) {
   }
 
   MetricsLog log(lead ? cfg.metrics_path() : "");
+  // The whole model, for the sample and the multiple-choice eval: an all-gather of the
+  // shards, so every rank receives it whichever asked.
+  const GatherWhole<A> whole = [&](WholeOn) {
+    std::vector<A> gathered(static_cast<size_t>(n_params));
+    store.gather_all(gathered.data());  // collective: every rank takes part
+    return WholeWeights<A>::copy(on_device(device, gathered));
+  };
   std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
   state.layout_json = mesh_json({dp.size(), 1, 1, 1});  // checkpoints record the layout that wrote them
   for (int64_t step = state.step; step < cfg.steps; ++step) {
@@ -142,16 +149,10 @@ int train_on(Run& run) {
     if (lead) log.train_step(m, mem, state.step % cfg.log_every == 0 || state.step == cfg.steps);
     if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(state.step) + " (lower lr?)");
 
-    after_step(run, model, val_data, dp, log, ckpt, state);
+    after_step(run, model, val_data, dp, log, ckpt, state, whole);
   }
 
-  DeviceArray<A> whole;  // the gathered weights the lead rank samples from (on the device)
-  if (cfg.sample_tokens > 0) {
-    std::vector<A> gathered(static_cast<size_t>(n_params));
-    store.gather_all(gathered.data());  // collective: every rank takes part
-    whole = on_device(device, gathered);
-  }
-  end_of_run(run, model, val_data, dp, log, ckpt, state, whole.data());
+  end_of_run(run, model, val_data, dp, log, ckpt, state, whole);
   return 0;
 }
 

@@ -145,23 +145,25 @@ std::vector<A> LocalZero<A>::local_weights() {
 
 template <class A>
 std::vector<A> gather_whole_model(Communicator& world, const std::vector<LocalPart<A>>& parts, bool counted,
-                                  int64_t window) {
+                                  WholeOn on, int64_t window) {
   invariant(!parts.empty(), "gather_whole_model: no local buffer");
   const int64_t total = parts.front().slices->global().total();
-  const bool lead = world.rank() == 0;
-  std::vector<A> whole(lead ? size_t(total) : 0);
+  const bool receives = world.rank() == 0 || on == WholeOn::EveryRank;
+  std::vector<A> whole(receives ? size_t(total) : 0);
   // The counted runs of this rank's buffers, in global order, so each window takes the
   // ones that reach into it from where the last window stopped.
-  struct Run {
+  struct BufferRun {
     LayoutRun run;
     const A* local;  // the buffer it is in
   };
-  std::vector<Run> runs;
+  std::vector<BufferRun> runs;
   if (counted)
     for (const LocalPart<A>& part : parts)
       for (const LayoutRun& r : part.slices->runs())
         if (r.counted) runs.push_back({r, part.local->data()});
-  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.run.global < b.run.global; });
+  std::sort(runs.begin(), runs.end(), [](const BufferRun& a, const BufferRun& b) {
+    return a.run.global < b.run.global;
+  });
   // A window of the global buffer at a time: the other ranks hold one window, not a
   // whole model, and no all-reduce counts more elements than it.
   window = std::clamp<int64_t>(window, 1, total);
@@ -178,14 +180,16 @@ std::vector<A> gather_whole_model(Communicator& world, const std::vector<LocalPa
                 buffer.begin() + (lo - g0));
     }
     world.all_reduce(buffer.data(), size_t(g1 - g0), dtype_of<A>());
-    if (lead) std::copy(buffer.begin(), buffer.begin() + (g1 - g0), whole.begin() + g0);
+    if (receives) std::copy(buffer.begin(), buffer.begin() + (g1 - g0), whole.begin() + g0);
   }
   return whole;
 }
 
 template class LocalZero<float>;
 template class LocalZero<bf16>;
-template std::vector<float> gather_whole_model(Communicator&, const std::vector<LocalPart<float>>&, bool, int64_t);
-template std::vector<bf16> gather_whole_model(Communicator&, const std::vector<LocalPart<bf16>>&, bool, int64_t);
+template std::vector<float> gather_whole_model(Communicator&, const std::vector<LocalPart<float>>&, bool, WholeOn,
+                                               int64_t);
+template std::vector<bf16> gather_whole_model(Communicator&, const std::vector<LocalPart<bf16>>&, bool, WholeOn,
+                                              int64_t);
 
 }  // namespace gpt

@@ -105,6 +105,12 @@ int train_on(Run& run) {
   }
 
   MetricsLog log(lead ? cfg.metrics_path() : "");
+  // The whole model, for the lead rank's sample and every rank's share of the
+  // multiple-choice eval.
+  const GatherWhole<A> whole = [&](WholeOn on) {
+    return WholeWeights<A>::copy(
+        on_device(device, gather_whole_model(run.world, slices, zero.local_weights(), dp.rank() == 0, on)));
+  };
   std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
   state.layout_json = mesh_json(run.mesh.shape());  // checkpoints record the layout that wrote them
   const int64_t first_step = state.step;
@@ -148,12 +154,10 @@ int train_on(Run& run) {
     if (lead) log.train_step(m, mem, state.step % cfg.log_every == 0 || state.step == cfg.steps);
     if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(state.step) + " (lower lr?)");
 
-    after_step(run, model, val_data, dp, log, ckpt, state);
+    after_step(run, model, val_data, dp, log, ckpt, state, whole);
   }
 
-  DeviceArray<A> whole;  // the whole model, for the lead rank's sample (on the device)
-  if (cfg.sample_tokens > 0) whole = on_device(device, gather_whole_model(run.world, slices, zero.local_weights(), dp.rank() == 0));
-  end_of_run(run, model, val_data, dp, log, ckpt, state, whole.data());
+  end_of_run(run, model, val_data, dp, log, ckpt, state, whole);
   return 0;
 }
 

@@ -120,6 +120,12 @@ int train_on(Run& run) {
   }
 
   MetricsLog log(lead ? cfg.metrics_path() : "");
+  // The whole model, for the lead rank's sample and every rank's share of the
+  // multiple-choice eval.
+  const GatherWhole<A> whole = [&](WholeOn on) {
+    return WholeWeights<A>::copy(
+        on_device(device, gather_whole_model(run.world, slices, zero.local_weights(), dp.rank() == 0, on)));
+  };
   BubbleMeter bubble(pp);
   state.layout_json = mesh_json(run.mesh.shape());  // checkpoints record the layout that wrote them
   const int64_t first_step = state.step;
@@ -169,17 +175,14 @@ int train_on(Run& run) {
     if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(state.step) + " (lower lr?)");
 
     const Validation validate = [&] { return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, dp); };
-    after_step(run, validate, dp, log, ckpt, state);
+    after_step(run, validate, dp, log, ckpt, state, whole);
   }
   const std::string bubbles =  // the theory does not depend on the costs
       bubble.report([&](const PipeCosts&) { return pipeline_bubble(pp.size(), accum); }, pipeline.measured_costs());
   if (lead) std::printf("%s", bubbles.c_str());
 
-  DeviceArray<A> whole;  // the whole model, for the lead rank's sample (on the device)
-  if (cfg.sample_tokens > 0)
-    whole = on_device(device, gather_whole_model(run.world, slices, zero.local_weights(), dp.rank() == 0));
   const Validation validate = [&] { return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, dp); };
-  end_of_run(run, validate, dp, log, ckpt, state, whole.data(), T);
+  end_of_run(run, validate, dp, log, ckpt, state, whole, T);
   return 0;
 }
 

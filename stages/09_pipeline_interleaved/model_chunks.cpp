@@ -43,12 +43,12 @@ std::vector<ModelChunk<A>> make_model_chunks(const Config& cfg, const ParamLayou
 }
 
 template <class A>
-std::vector<A> gather_chunks(Communicator& world, std::vector<ModelChunk<A>>& chunks, bool counted) {
+std::vector<A> gather_chunks(Communicator& world, std::vector<ModelChunk<A>>& chunks, bool counted, WholeOn on) {
   std::vector<std::vector<A>> locals;  // each chunk's weights, in host memory
   for (ModelChunk<A>& c : chunks) locals.push_back(c.zero->local_weights());
   std::vector<LocalPart<A>> parts;
   for (size_t i = 0; i < chunks.size(); ++i) parts.push_back({chunks[i].slices.get(), &locals[i]});
-  return gather_whole_model(world, parts, counted);
+  return gather_whole_model(world, parts, counted, on);
 }
 
 template <class A>
@@ -99,8 +99,8 @@ template std::vector<ModelChunk<float>> make_model_chunks(const Config&, const P
 template std::vector<ModelChunk<bf16>> make_model_chunks(const Config&, const ParamLayout&, const PipeSchedule&,
                                                          Communicator&, Communicator&, Communicator&, Communicator*,
                                                          const ModelSlice<bf16>&, int, Device, Precision);
-template std::vector<float> gather_chunks(Communicator&, std::vector<ModelChunk<float>>&, bool);
-template std::vector<bf16> gather_chunks(Communicator&, std::vector<ModelChunk<bf16>>&, bool);
+template std::vector<float> gather_chunks(Communicator&, std::vector<ModelChunk<float>>&, bool, WholeOn);
+template std::vector<bf16> gather_chunks(Communicator&, std::vector<ModelChunk<bf16>>&, bool, WholeOn);
 template class ChunkCheckpoint<float>;
 template class ChunkCheckpoint<bf16>;
 

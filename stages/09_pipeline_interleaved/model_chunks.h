@@ -57,11 +57,12 @@ std::vector<ModelChunk<A>> make_model_chunks(const Config& cfg, const ParamLayou
                                              Communicator& dp, Communicator* ends, const ModelSlice<A>& slice,
                                              int seq_len, Device device, Precision precision);
 
-// The whole model's weights on world rank 0 (empty elsewhere), for the sample: every
-// chunk's local weights, gathered at once (gather_whole_model). Collective over the
+// The whole model's weights on world rank 0 (empty elsewhere), or on every rank (`on`):
+// every chunk's local weights, gathered at once (gather_whole_model). Collective over the
 // world, and over each chunk's dp group with zero = 3. counted: as gather_whole_model's.
 template <class A>
-std::vector<A> gather_chunks(Communicator& world, std::vector<ModelChunk<A>>& chunks, bool counted);
+std::vector<A> gather_chunks(Communicator& world, std::vector<ModelChunk<A>>& chunks, bool counted,
+                             WholeOn on = WholeOn::Lead);
 
 // A rank's chunks as one checkpoint: the tensors of every chunk's ZeRO range in the
 // model's order (a RankLayout must list them so; wte, the last chunk's on rank p - 1,

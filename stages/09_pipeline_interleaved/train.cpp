@@ -127,6 +127,11 @@ int train_on(Run& run) {
   }
 
   MetricsLog log(lead ? cfg.metrics_path() : "");
+  // The whole model (every chunk's part), for the lead rank's sample and every rank's share
+  // of the multiple-choice eval.
+  const GatherWhole<A> whole = [&](WholeOn on) {
+    return WholeWeights<A>::copy(on_device(device, gather_chunks(run.world, chunks, dp.rank() == 0, on)));
+  };
   BubbleMeter bubble(pp);
   state.layout_json = mesh_json(run.mesh.shape());  // checkpoints record the layout that wrote them
   const int64_t first_step = state.step;
@@ -176,17 +181,15 @@ int train_on(Run& run) {
     if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(state.step) + " (lower lr?)");
 
     const Validation validate = [&] { return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, dp); };
-    after_step(run, validate, dp, log, ckpt, state);
+    after_step(run, validate, dp, log, ckpt, state, whole);
   }
   const std::string bubbles = bubble.report(  // the theory for the measured forward, backward and weight times
       [&](const PipeCosts& c) { return pipeline_theory_bubble(schedule_name, pp.size(), accum, v, c); },
       pipeline.measured_costs());
   if (lead) std::printf("%s", bubbles.c_str());
 
-  std::vector<A> whole;  // the whole model, for the lead rank's sample: every chunk's part
-  if (cfg.sample_tokens > 0) whole = gather_chunks(run.world, chunks, dp.rank() == 0);
   const Validation validate = [&] { return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, dp); };
-  end_of_run(run, validate, dp, log, ckpt, state, on_device(device, whole).data(), T);
+  end_of_run(run, validate, dp, log, ckpt, state, whole, T);
   return 0;
 }
 

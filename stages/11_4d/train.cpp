@@ -169,6 +169,11 @@ int train_on(Run& run) {
   }
 
   MetricsLog log(lead ? cfg.metrics_path() : "");
+  // The whole model (every chunk's part), for the lead rank's sample and every rank's share
+  // of the multiple-choice eval.
+  const GatherWhole<A> whole = [&](WholeOn on) {
+    return WholeWeights<A>::copy(on_device(device, gather_chunks(run.world, chunks, dp.rank() == 0, on)));
+  };
   BubbleMeter bubble(pp);
   std::vector<int32_t> whole_in(size_t(B) * T), whole_tg(size_t(B) * T);
   state.layout_json = mesh_json(shape);  // checkpoints record the layout that wrote them
@@ -226,19 +231,17 @@ int train_on(Run& run) {
     const Validation validate = [&] {
       return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, data_group, &split);
     };
-    after_step(run, validate, data_group, log, ckpt, state);
+    after_step(run, validate, data_group, log, ckpt, state, whole);
   }
   const std::string bubbles = bubble.report(  // the theory for the measured forward, backward and weight times
       [&](const PipeCosts& c) { return pipeline_theory_bubble(schedule_name, pp.size(), accum, v, c); },
       pipeline.measured_costs());
   if (lead) std::printf("%s", bubbles.c_str());
 
-  std::vector<A> whole;  // the whole model, for the lead rank's sample: every chunk's part
-  if (cfg.sample_tokens > 0) whole = gather_chunks(run.world, chunks, dp.rank() == 0);
   const Validation validate = [&] {
     return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, data_group, &split);
   };
-  end_of_run(run, validate, data_group, log, ckpt, state, on_device(device, whole).data(), T);
+  end_of_run(run, validate, data_group, log, ckpt, state, whole, T);
   return 0;
 }
 

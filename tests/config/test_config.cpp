@@ -65,6 +65,8 @@ void require_same(const Config& a, const Config& b) {
   CHECK(a.val_data == b.val_data);
   CHECK(a.val_every == b.val_every);
   CHECK(a.val_batches == b.val_batches);
+  CHECK(a.eval_choices == b.eval_choices);
+  CHECK(a.eval_choices_limit == b.eval_choices_limit);
   CHECK(a.device == b.device);
   CHECK(a.precision == b.precision);
   CHECK(a.threads == b.threads);
@@ -307,6 +309,8 @@ TEST_CASE("impossible values are errors naming the key and the reason") {
         {"top_k=-1", "top_k"},            {"run_dir=", "run_dir"},
         {"comm_timeout_s=0.5", "comm_timeout_s"}, {"comm_timeout_s=1.1e9", "comm_timeout_s"},
         {"threads=100000", "threads"},
+        {"eval_choices_limit=-1", "eval_choices_limit"}, {"eval_choices_limit=2", "eval_choices_limit"},
+        {"eval_choices=no_such_eval.bin", "eval_choices"},
     };
     for (const auto& [override_text, key] : cases) {
       INFO("--set " << override_text);
@@ -373,7 +377,7 @@ TEST_CASE("config_to_json round-trips through apply_json_text to an equal config
                           "warmup_steps=7", "weight_decay=0.01", "beta1=0.85", "beta2=0.999",
                           "adam_eps=1.5e-9", "grad_clip=0.5", "seed=18446744073709551615",
                           "train_data=a/*.bin", "val_data=b.bin", "val_every=3",
-                          "val_batches=2", "device=cpu", "precision=bf16", "threads=3",
+                          "val_batches=2", "eval_choices=h.bin", "eval_choices_limit=9", "device=cpu", "precision=bf16", "threads=3",
                           "run_dir=runs/rt", "metrics_file=m.jsonl", "trace_file=t.json",
                           "log_every=5", "checkpoint_every=9", "checkpoint_at_end=false",
                           "keep_checkpoints=4", "resume=latest", "dp=3", "comm=mpi", "allreduce=backend",
@@ -392,7 +396,7 @@ TEST_CASE("config_to_json round-trips through apply_json_text to an equal config
 
 TEST_CASE("every key can be set from the text it prints as, and is documented") {
   nlohmann::json keys = nlohmann::json::parse(gpt::config_to_json(Config{}));
-  REQUIRE(keys.size() == 56);  // one per Config field (ModelConfig has five)
+  REQUIRE(keys.size() == 58);  // one per Config field (ModelConfig has five)
   std::string help = gpt::config_help_text();
   std::string markdown = gpt::config_reference_markdown();
   CHECK(help.starts_with("usage: train [--config FILE] [--set key=value]..."));

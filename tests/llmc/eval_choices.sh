@@ -110,7 +110,7 @@ vocab|context token 0 (byte 1036) is 60000, not below vocab_size 200
 no_context|no context tokens
 one_completion|1 completion; a choice needs two at least
 empty_completion|completion 0 is empty
-long_completion|'long_completion.bin', example 0 (index 0): completion 0 has 100 tokens, more than the model's max_seq_len 32
+long_completion|'long_completion.bin', example 0 (index 0): completion 0 has 100 tokens, more than the model's max_seq_len (block_size) 32
 KINDS
 refused small_batch "--batch 3: eval file 'e.bin', example 0 has 5 completions" "$TOOL" run e.bin --device cpu --batch 3
 refused huge_batch "--batch 134217729: 134217729 rows of the 32-token window are more positions than an int counts" \

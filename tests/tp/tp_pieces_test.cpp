@@ -316,8 +316,9 @@ void test_model_slices(Communicator& tp, bool sp) {
 
 // gather_whole_model: world rank 0 gets the whole model, bit for bit, from the ranks'
 // tensor-parallel slices, whatever the window (a prime number of elements that cuts
-// runs, a whole model at once, the default); the other ranks get nothing. Control: with no rank counting its slices, rank 0
-// gets zeros, which must differ.
+// runs, a whole model at once, the default); the other ranks get nothing, or, asked for
+// WholeOn::EveryRank, the same whole model. Control: with no rank counting its slices,
+// rank 0 gets zeros, which must differ.
 void test_gather_whole_model(Communicator& tp) {
   const ParamLayout global(test_model(1));
   std::vector<float> want(size_t(global.total()));
@@ -326,12 +327,14 @@ void test_gather_whole_model(Communicator& tp) {
   std::vector<float> local(size_t(slices.total()));
   slices.scatter(want.data(), local.data());
   for (int64_t window : {int64_t(4099), global.total(), kGatherWindow}) {
-    const std::vector<float> got = gather_whole_model(tp, slices, local, true, window);
+    const std::vector<float> got = gather_whole_model(tp, slices, local, true, WholeOn::Lead, window);
     const std::string what = "gather_whole_model (window " + std::to_string(window) + ")";
     if (tp.rank() == 0) expect(got == want, what + ": rank 0's model differs from the global one");
     else expect(got.empty(), what + ": a rank other than 0 received a model");
+    const std::vector<float> everywhere = gather_whole_model(tp, slices, local, true, WholeOn::EveryRank, window);
+    expect(everywhere == want, what + ", every rank: rank " + std::to_string(tp.rank()) + "'s model differs");
   }
-  const std::vector<float> none = gather_whole_model(tp, slices, local, false, 4099);
+  const std::vector<float> none = gather_whole_model(tp, slices, local, false, WholeOn::Lead, 4099);
   if (tp.rank() == 0) expect(none != want, "gather_whole_model negative control (nothing counted) accepted");
 }
 
@@ -349,15 +352,16 @@ void test_gather_chunks(Communicator& tp) {
   std::vector<float> a(size_t(first.total())), b(size_t(second.total()));
   first.scatter(want.data(), a.data());
   second.scatter(want.data(), b.data());
-  const std::vector<float> got = gather_whole_model<float>(tp, {{&first, &a}, {&second, &b}}, true, 4099);
+  const WholeOn lead = WholeOn::Lead;
+  const std::vector<float> got = gather_whole_model<float>(tp, {{&first, &a}, {&second, &b}}, true, lead, 4099);
   const auto narrow = [](const std::vector<float>& v) {
     std::vector<bf16> out(v.size());
     for (size_t i = 0; i < v.size(); ++i) out[i].bits = cpu::bf16_bits(v[i]);
     return out;
   };
   const std::vector<bf16> a16 = narrow(a), b16 = narrow(b), want16 = narrow(want);
-  const std::vector<bf16> got16 = gather_whole_model<bf16>(tp, {{&first, &a16}, {&second, &b16}}, true, 4099);
-  const std::vector<float> half = gather_whole_model<float>(tp, {{&first, &a}}, true, 4099);
+  const std::vector<bf16> got16 = gather_whole_model<bf16>(tp, {{&first, &a16}, {&second, &b16}}, true, lead, 4099);
+  const std::vector<float> half = gather_whole_model<float>(tp, {{&first, &a}}, true, lead, 4099);
   if (tp.rank() != 0) {
     expect(got.empty() && got16.empty(), "gather_whole_model (two chunks): a rank other than 0 received a model");
     return;

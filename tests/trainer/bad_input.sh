@@ -70,6 +70,30 @@ expect "tokenizer file short"    "short_tok.bin': 500 bytes, shorter than the 10
 expect "tokenizer of 257 tokens" "has 257 tokens, but vocab_size=256" train --set sample_tokens=4 --set "tokenizer=$WORK/identity_eot.bin"
 expect "empty prompt, tiny vocab" "prompt is empty, so the sample would start from the tokenizer's start token 10 (the newline)" train --set vocab_size=8 --set sample_tokens=4 --set prompt=
 expect "prompt not UTF-8"        "prompt is not valid UTF-8: byte 0xFE at offset 1" train --set sample_tokens=4 --set "tokenizer=$WORK/identity.bin" --set $'prompt=a\xfe'
+# The multiple-choice eval's file is read and checked before any training (common/choices_file.h
+# names every way it can be wrong; here one of each kind the trainer adds to the tool's).
+write_eval() {  # write_eval FILE CONTEXT COMPLETION...: one example in llm.c's eval format (tokens comma-separated)
+  python3 - "$@" << 'PY'
+import struct, sys
+path, context, completions = sys.argv[1], sys.argv[2], sys.argv[3:]
+tokens = lambda text: [int(t) for t in text.split(",")]
+words = [65535, 0, 0, 0, len(completions), len(tokens(context))] + tokens(context)
+for c in completions:
+    words += [len(tokens(c))] + tokens(c)
+words[1] = 2 * len(words)
+header = [20240522, 1, 1, 2 * len(words)] + [0] * 252
+open(path, "wb").write(struct.pack("<256i", *header) + struct.pack(f"<{len(words)}H", *words))
+PY
+}
+write_eval "$WORK/eval_ok.bin" 1,2 3 4
+write_eval "$WORK/eval_vocab.bin" 300 3 4
+write_eval "$WORK/eval_long.bin" 1 "$(seq -s, 1 40)" 4
+expect "eval file missing"       "eval_choices: eval file '$WORK/no_eval.bin': no such file" train --set "eval_choices=$WORK/no_eval.bin"
+expect "eval file not llm.c's"   "eval_choices: eval file '$D/val.bin'" train --set "eval_choices=$D/val.bin"
+expect "eval token beyond vocab" "context token 0 (byte 1036) is 300, not below vocab_size 256" train --set "eval_choices=$WORK/eval_vocab.bin"
+expect "eval row beyond window"  "completion 0 has 40 tokens, more than the model's max_seq_len (block_size) 32" train --set "eval_choices=$WORK/eval_long.bin"
+expect "eval limit negative"     "eval_choices_limit=-1: must be >= 0" train --set "eval_choices=$WORK/eval_ok.bin" --set eval_choices_limit=-1
+expect "eval limit without file" "eval_choices_limit=3: eval_choices is empty" train --set eval_choices_limit=3
 # Output files that cannot be written: refused before the training, naming the key.
 printf 'x' > "$WORK/a_file"
 expect "trace under a file"      "trace_file: cannot create directory" train --set "trace_file=$WORK/a_file/t.json"

@@ -1,0 +1,65 @@
+// The multiple-choice eval during training; see choices_in_training.h.
+#include "common/choices_in_training.h"
+
+#include <algorithm>
+
+#include "common/choices_eval.h"
+#include "common/error.h"
+#include "common/gpt2.h"
+
+namespace gpt {
+
+ChoicesInTraining::ChoicesInTraining(const Config& cfg, int rank, int ranks) {
+  if (cfg.eval_choices.empty()) return;
+  file_ = cfg.eval_choices;
+  std::vector<ChoiceExample> all = read_choices_file(file_, cfg.model.vocab_size);
+  if (cfg.eval_choices_limit > 0 && size_t(cfg.eval_choices_limit) < all.size())
+    all.resize(size_t(cfg.eval_choices_limit));
+  window_ = choices_window(all, cfg.model.block_size, "eval_choices '" + file_ + "'");
+  // Rows per forward: no more tokens than a training micro-batch holds and at most
+  // kMaxRows (eval_choices' default batch), so the scoring model's logits stay below the
+  // training model's; but an example's rows together, however many.
+  constexpr int64_t kMaxRows = 32;
+  size_t most = 0;
+  for (const ChoiceExample& ex : all) most = std::max(most, ex.completions.size());
+  const int64_t fit = std::min(kMaxRows, int64_t(cfg.micro_batch_size) * cfg.seq_len / window_);
+  rows_ = std::max(int(most), int(fit));
+  for (size_t e = size_t(rank); e < all.size(); e += size_t(ranks)) mine_.push_back(std::move(all[e]));
+}
+
+template <class A>
+ChoicesTally ChoicesInTraining::score(const A* weights, const ModelConfig& model, Device device, Precision precision,
+                                      Communicator* world) const {
+  invariant(enabled(), "ChoicesInTraining::score without an eval file");
+  ChoicesTally tally;
+  if (!mine_.empty()) {
+    invariant(weights != nullptr, "ChoicesInTraining::score: this rank has examples but received no weights");
+    ModelSlice<A> scoring;
+    scoring.inference_only = true;
+    GPT2<A> scorer(model, rows_, window_, device, precision, /*own_weights=*/true, scoring);
+    scorer.copy_params(weights);
+    for (const ChoiceScore& s : score_choices(scorer, mine_)) {
+      ++tally.examples;
+      tally.correct += s.pred == s.label;
+      tally.correct_norm += s.pred_norm == s.label;
+      for (size_t c = 0; c < s.loss_sum.size(); ++c) tally.loss_sum += s.loss_sum[c], tally.tokens += s.tokens[c];
+    }
+  }
+  if (world && world->size() > 1) {
+    // Counts in doubles: exact up to 2^53.
+    double sums[5] = {double(tally.examples), double(tally.correct), double(tally.correct_norm), tally.loss_sum,
+                      double(tally.tokens)};
+    world->all_reduce(sums, 5, DType::F64);
+    tally = {int64_t(sums[0]), int64_t(sums[1]), int64_t(sums[2]), sums[3], int64_t(sums[4])};
+  }
+  return tally;
+}
+
+template ChoicesTally ChoicesInTraining::score(const float*, const ModelConfig&, Device, Precision,
+                                               Communicator*) const;
+template ChoicesTally ChoicesInTraining::score(const double*, const ModelConfig&, Device, Precision,
+                                               Communicator*) const;
+template ChoicesTally ChoicesInTraining::score(const bf16*, const ModelConfig&, Device, Precision,
+                                               Communicator*) const;
+
+}  // namespace gpt
