@@ -148,4 +148,83 @@ std::vector<ChoiceExample> read_choices_file(const std::string& path, int vocab_
   return examples;
 }
 
+namespace {
+
+// One example as words, each field checked against what 16 bits and the reader allow.
+void append_example(std::vector<uint16_t>& words, const ChoiceExample& ex, const std::string& where) {
+  auto word = [&](int64_t value, const std::string& what) {
+    if (value < 0 || value > 65535)
+      fail(where + ": " + what + " is " + std::to_string(value) + ", outside the format's 16 bits (0 to 65,535)");
+    words.push_back(uint16_t(value));
+  };
+  auto tokens = [&](const std::vector<int>& ids, const std::string& what) {
+    word(int64_t(ids.size()), "the length of " + what);
+    for (size_t i = 0; i < ids.size(); ++i) word(ids[i], what + " token " + std::to_string(i));
+  };
+  const int64_t k = int64_t(ex.completions.size());
+  if (k < 2) fail(where + ": " + std::to_string(k) + " completions; a choice needs two at least");
+  if (ex.label < 0 || ex.label >= k)
+    fail(where + ": label " + std::to_string(ex.label) + " is not one of its " + std::to_string(k) + " completions");
+  if (ex.context.empty()) fail(where + ": no context tokens (the first completion token would have nothing to follow)");
+  const size_t first = words.size();
+  words.push_back(kStartOfExample);
+  words.push_back(0);  // its size, once known
+  word(ex.index, "its index");
+  word(ex.label, "its label");
+  word(k, "its number of completions");
+  tokens(ex.context, "the context");
+  for (size_t c = 0; c < ex.completions.size(); ++c) {
+    if (ex.completions[c].empty()) fail(where + ": completion " + std::to_string(c) + " is empty");
+    tokens(ex.completions[c], "completion " + std::to_string(c));
+  }
+  const int64_t bytes = 2 * int64_t(words.size() - first);
+  if (bytes > 65535)
+    fail(where + ": its fields take " + std::to_string(bytes) +
+         " bytes, more than the 65,535 its 16-bit size field counts");
+  words[first + 1] = uint16_t(bytes);
+}
+
+void put_le(std::vector<unsigned char>& out, uint32_t value, int bytes) {
+  for (int b = 0; b < bytes; ++b) out.push_back(static_cast<unsigned char>(value >> (8 * b)));
+}
+
+}  // namespace
+
+void write_choices_file(const std::string& path, const std::vector<ChoiceExample>& examples) {
+  const std::string file = "eval file '" + path + "'";
+  if (examples.empty() || examples.size() > 65535)
+    fail(file + ": " + std::to_string(examples.size()) +
+         " examples; the format numbers them in 16 bits, from 1 to 65,535 of them");
+  std::vector<uint16_t> words;
+  int64_t longest = 0;
+  for (size_t e = 0; e < examples.size(); ++e) {
+    const size_t first = words.size();
+    append_example(words, examples[e], file + ", example " + std::to_string(e));
+    longest = std::max(longest, 2 * int64_t(words.size() - first));
+  }
+  std::vector<unsigned char> bytes;
+  bytes.reserve(size_t(kHeaderBytes) + 2 * words.size());
+  const int32_t header[4] = {kChoicesMagic, kChoicesVersion, int32_t(examples.size()), int32_t(longest)};
+  for (int i = 0; i < 256; ++i) put_le(bytes, uint32_t(i < 4 ? header[i] : 0), 4);
+  for (const uint16_t w : words) put_le(bytes, w, 2);
+
+  const std::string tmp = path + ".tmp";
+  std::error_code ec;
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) fail(file + ": cannot create '" + tmp + "'");
+    out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    out.close();
+    if (!out) {
+      std::filesystem::remove(tmp, ec);
+      fail(file + ": write failed (disk full?)");
+    }
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    fail(file + ": cannot rename '" + tmp + "' to it");
+  }
+}
+
 }  // namespace gpt

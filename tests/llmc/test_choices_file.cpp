@@ -1,0 +1,78 @@
+// The eval file's writer (common/choices_file.h): what it writes, the reader gives back
+// field for field; what the format cannot hold it refuses, naming the example, and
+// leaves no file. The format itself is checked against llm.c's documentation by the
+// eval_choices and prepare_choices tests' independent readers and writers.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/choices_file.h"
+#include "common/error.h"
+#include "tests/temp_dir.h"
+
+using namespace gpt;
+
+namespace {
+
+ChoiceExample example(int index, int label, std::vector<int> context, std::vector<std::vector<int>> completions) {
+  ChoiceExample ex;
+  ex.index = index, ex.label = label, ex.context = std::move(context), ex.completions = std::move(completions);
+  return ex;
+}
+
+bool same(const std::vector<ChoiceExample>& a, const std::vector<ChoiceExample>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].index != b[i].index || a[i].label != b[i].label || a[i].context != b[i].context ||
+        a[i].completions != b[i].completions)
+      return false;
+  return true;
+}
+
+// A UserError whose message holds `needle`, and no file at `path` afterwards.
+void refused(const std::string& path, const std::vector<ChoiceExample>& examples, const std::string& needle) {
+  INFO("expected a refusal naming: " << needle);
+  try {
+    write_choices_file(path, examples);
+    FAIL("written");
+  } catch (const UserError& e) {
+    CHECK_THAT(e.what(), Catch::Matchers::Contains(needle));
+  }
+  CHECK_FALSE(std::filesystem::exists(path));
+  CHECK_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
+}  // namespace
+
+TEST_CASE("choices file: the writer's examples read back field for field", "[choices]") {
+  const test::TempDir dir("choices_file");
+  const std::string path = (dir.path() / "e.bin").string();
+  std::vector<ChoiceExample> examples = {
+      example(0, 1, {5, 6, 7}, {{1}, {2, 3}}),
+      example(1, 0, {65535}, {{0, 65535}, {9}, {4, 4, 4}}),  // the 16-bit extremes as tokens
+      example(65535, 4, {1, 2}, {{1}, {2}, {3}, {4}, {5}}),   // and as an index
+  };
+  write_choices_file(path, examples);
+  CHECK(same(read_choices_file(path, 65536), examples));
+  CHECK_FALSE(std::filesystem::exists(path + ".tmp"));
+  // Control: the reader sees a changed field.
+  examples[1].completions[2].back() = 5;
+  CHECK_FALSE(same(read_choices_file(path, 65536), examples));
+}
+
+TEST_CASE("choices file: what the format cannot hold is refused by example, and no file is left", "[choices]") {
+  const test::TempDir dir("choices_file_bad");
+  const std::string path = (dir.path() / "e.bin").string();
+  const ChoiceExample good = example(0, 0, {1}, {{2}, {3}});
+  refused(path, {}, "0 examples");
+  refused(path, std::vector<ChoiceExample>(65536, good), "65536 examples");
+  refused(path, {good, example(1, 0, {1}, {{2}})}, "example 1: 1 completions");
+  refused(path, {example(0, 2, {1}, {{2}, {3}})}, "example 0: label 2 is not one of its 2 completions");
+  refused(path, {example(0, 0, {}, {{2}, {3}})}, "example 0: no context tokens");
+  refused(path, {example(0, 0, {1}, {{2}, {}})}, "example 0: completion 1 is empty");
+  refused(path, {example(0, 0, {1, 65536}, {{2}, {3}})}, "the context token 1 is 65536, outside the format's 16 bits");
+  refused(path, {example(70000, 0, {1}, {{2}, {3}})}, "its index is 70000");
+  refused(path, {example(0, 0, std::vector<int>(40000, 1), {{2}, {3}})}, "bytes, more than the 65,535");
+}
