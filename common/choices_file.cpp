@@ -157,9 +157,14 @@ void append_example(std::vector<uint16_t>& words, const ChoiceExample& ex, const
       fail(where + ": " + what + " is " + std::to_string(value) + ", outside the format's 16 bits (0 to 65,535)");
     words.push_back(uint16_t(value));
   };
+  // Tokens below 65535: llm.c's writer keeps that value for the start of an example.
   auto tokens = [&](const std::vector<int>& ids, const std::string& what) {
     word(int64_t(ids.size()), "the length of " + what);
-    for (size_t i = 0; i < ids.size(); ++i) word(ids[i], what + " token " + std::to_string(i));
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] == 65535)
+        fail(where + ": " + what + " token " + std::to_string(i) + " is 65535, the start-of-example marker");
+      word(ids[i], what + " token " + std::to_string(i));
+    }
   };
   const int64_t k = int64_t(ex.completions.size());
   if (k < 2) fail(where + ": " + std::to_string(k) + " completions; a choice needs two at least");

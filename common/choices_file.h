@@ -45,7 +45,8 @@ std::vector<ChoiceExample> read_choices_file(const std::string& path, int vocab_
 
 /// Writes `examples` to `path` in the format above, so that read_choices_file gives them
 /// back. What the format cannot hold is a UserError naming the example: none, or more
-/// than 65,535; an index, label, count or token outside 16 bits; no context, fewer than
+/// than 65,535; an index, label, count or token outside 16 bits, a token 65535 (llm.c
+/// keeps it for the start of an example); no context, fewer than
 /// two completions, an empty one, a label not below the count; an example over the
 /// 65,535 bytes its size field counts. Written to `path`.tmp and renamed, so `path` is
 /// whole or absent; a write error (a full disk) is a UserError and leaves no file.

@@ -2,10 +2,13 @@
 #include "common/choices_in_training.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 
 #include "common/choices_eval.h"
 #include "common/error.h"
 #include "common/gpt2.h"
+#include "common/memory.h"
 
 namespace gpt {
 
@@ -16,14 +19,22 @@ ChoicesInTraining::ChoicesInTraining(const Config& cfg, int rank, int ranks) {
   if (cfg.eval_choices_limit > 0 && size_t(cfg.eval_choices_limit) < all.size())
     all.resize(size_t(cfg.eval_choices_limit));
   window_ = choices_window(all, cfg.model.block_size, "eval_choices '" + file_ + "'");
-  // Rows per forward: no more tokens than a training micro-batch holds and at most
-  // kMaxRows (eval_choices' default batch), so the scoring model's logits stay below the
-  // training model's; but an example's rows together, however many.
+  // Rows per forward: at most kMaxRows (eval_choices' default batch) and no more tokens
+  // than a training micro-batch, which bounds the scoring model's activations and logits
+  // (rows x window x the padded vocabulary), but an example's rows together, however many.
   constexpr int64_t kMaxRows = 32;
   size_t most = 0;
   for (const ChoiceExample& ex : all) most = std::max(most, ex.completions.size());
   const int64_t fit = std::min(kMaxRows, int64_t(cfg.micro_batch_size) * cfg.seq_len / window_);
   rows_ = std::max(int(most), int(fit));
+  if (rank == 0) {
+    std::printf("eval_choices: %zu examples of %s at every validation, %d-token window, %d rows a forward, "
+                "%zu per rank\n", all.size(), file_.c_str(), window_, rows_, (all.size() + size_t(ranks) - 1) / size_t(ranks));
+    // Positions past seq_len are never trained: what the model makes of them is noise.
+    if (window_ > cfg.seq_len)
+      std::printf("note: the longest eval example needs %d positions, more than the seq_len=%d this run trains "
+                  "at: its positions %d.. are untrained\n", window_, cfg.seq_len, cfg.seq_len);
+  }
   for (size_t e = size_t(rank); e < all.size(); e += size_t(ranks)) mine_.push_back(std::move(all[e]));
 }
 
@@ -31,13 +42,17 @@ template <class A>
 ChoicesTally ChoicesInTraining::score(const A* weights, const ModelConfig& model, Device device, Precision precision,
                                       Communicator* world) const {
   invariant(enabled(), "ChoicesInTraining::score without an eval file");
+  const auto start = std::chrono::steady_clock::now();
+  const MemScope scope(MemKind::Eval);
   ChoicesTally tally;
   if (!mine_.empty()) {
     invariant(weights != nullptr, "ChoicesInTraining::score: this rank has examples but received no weights");
+    // A model of no weights of its own: it reads the given ones in place.
     ModelSlice<A> scoring;
     scoring.inference_only = true;
-    GPT2<A> scorer(model, rows_, window_, device, precision, /*own_weights=*/true, scoring);
-    scorer.copy_params(weights);
+    GPT2<A> scorer(model, rows_, window_, device, precision, /*own_weights=*/false, scoring);
+    FlatStore<A> store(scorer.layout(), const_cast<A*>(weights), nullptr);  // read only: no backward runs
+    scorer.set_store(&store);
     for (const ChoiceScore& s : score_choices(scorer, mine_)) {
       ++tally.examples;
       tally.correct += s.pred == s.label;
@@ -52,6 +67,7 @@ ChoicesTally ChoicesInTraining::score(const A* weights, const ModelConfig& model
     world->all_reduce(sums, 5, DType::F64);
     tally = {int64_t(sums[0]), int64_t(sums[1]), int64_t(sums[2]), sums[3], int64_t(sums[4])};
   }
+  tally.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return tally;
 }
 

@@ -14,8 +14,10 @@
 /// checkpoint of the same step, whatever the layout and the number of ranks; the loss
 /// is a sum, added in another order on other rank counts.
 ///
-/// The scoring model and its weights are made for each evaluation and freed after it:
-/// training holds none of it between evaluations.
+/// The whole weights a rank receives and the scoring model (which reads them in place,
+/// at most 32 rows of the window a forward) are made for each evaluation and freed after
+/// it, counted as MemKind::Eval: training holds none of it between evaluations. Every
+/// rank holds a whole model's compute weights meanwhile, on top of its own share.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -36,6 +38,7 @@ struct ChoicesTally {
   int64_t correct_norm = 0;  ///< picked right by the lowest mean loss per token (acc_norm)
   double loss_sum = 0;       ///< the loss summed over every completion token of every example
   int64_t tokens = 0;        ///< the completion tokens loss_sum counts
+  double seconds = 0;        ///< the evaluation's wall time, until the last rank's share was added
   double acc() const { return examples ? double(correct) / double(examples) : 0.0; }  ///< correct / examples
   double acc_norm() const { return examples ? double(correct_norm) / double(examples) : 0.0; }  ///< the same, normed
   double mean_loss() const { return tokens ? loss_sum / double(tokens) : 0.0; }  ///< loss_sum / tokens

@@ -258,7 +258,10 @@ void after_step(Run& run, const Validation& validate, Communicator& dp, MetricsL
       const double val_loss = validate();
       if (run.lead()) log.validation(state.step, val_loss);
     }
-    if (scores_choices(run)) log_choices(run, log, state.step, whole(WholeOn::EveryRank));
+    if (scores_choices(run)) {
+      const MemScope eval(MemKind::Eval);  // the gathered copy and the scorer: freed after it
+      log_choices(run, log, state.step, whole(WholeOn::EveryRank));
+    }
   }
   if (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0) write_checkpoint(run, dp, ckpt, state);
 }
@@ -278,16 +281,21 @@ void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsL
     const double val_loss = validate();
     if (run.lead()) log.validation(state.step, val_loss);
   }
-  // One gather serves the eval (every rank) and the sample (the lead).
+  // One gather serves the eval (every rank) and the sample (the lead, which keeps it).
   WholeWeights<A> weights;
-  if (scores_choices(run) || cfg.sample_tokens > 0)
-    weights = whole(scores_choices(run) ? WholeOn::EveryRank : WholeOn::Lead);
-  if (scores_choices(run)) log_choices(run, log, state.step, weights);
+  {
+    const MemScope eval(MemKind::Eval);  // counted apart from the training's memory
+    if (scores_choices(run) || cfg.sample_tokens > 0)
+      weights = whole(scores_choices(run) ? WholeOn::EveryRank : WholeOn::Lead);
+    if (scores_choices(run)) log_choices(run, log, state.step, weights);
+  }
+  if (!run.lead()) weights = WholeWeights<A>();
   if (cfg.checkpoint_at_end && !rewrites_resumed_checkpoint(cfg.run_dir, state)) {
     const std::string path = write_checkpoint(run, dp, ckpt, state);
     if (run.lead()) std::printf("checkpoint: %s\n", path.c_str());
   }
   if (cfg.sample_tokens > 0 && run.lead()) {
+    const MemScope eval(MemKind::Eval);
     CachedDecoder<A> sampler(cfg.model, sample_window(cfg, sample_len), run.device, run.precision);
     sampler.model().copy_params(weights.data());  // compute weights already: copied as they are
     const std::string text = sample_text(sampler, cfg, state.sample_counter);

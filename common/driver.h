@@ -18,7 +18,6 @@
 #include <functional>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "common/checkpoint.h"
@@ -27,13 +26,13 @@
 #include "common/config.h"
 #include "common/data.h"
 #include "common/device.h"
-#include "common/device_array.h"
 #include "common/gpt2.h"
 #include "common/mesh.h"
 #include "common/metrics.h"
 #include "common/mfu.h"
 #include "common/precision.h"
 #include "common/rank_layout.h"
+#include "common/whole_model.h"
 
 namespace gpt {
 
@@ -148,36 +147,6 @@ struct RunCheckpoints {
   /// chunks packs them into `buffers` there).
   std::function<void()> before_write = {};
 };
-
-/// Where a gather of the whole model delivers it: to the lead rank (the sample) or to
-/// every rank (the multiple-choice eval, which every rank scores a share of).
-enum class WholeOn { Lead, EveryRank };
-
-/// The whole model's compute weights (stored as A, in the run's device memory) on a rank
-/// that receives them: weights the rank holds whole already, or a copy gathered for it.
-template <class A>
-struct WholeWeights {
-  const A* view = nullptr;  ///< weights this rank holds whole already (data parallelism, ZeRO-1 and -2)
-  DeviceArray<A> gathered;  ///< else a gathered copy; both empty on a rank that receives nothing
-  const A* data() const { return view ? view : gathered.empty() ? nullptr : gathered.data(); }  ///< the weights
-  /// Weights the rank holds whole already, read in place.
-  static WholeWeights held(const A* weights) {
-    WholeWeights w;
-    w.view = weights;
-    return w;
-  }
-  /// A gathered copy (empty on a rank that receives nothing).
-  static WholeWeights copy(DeviceArray<A> weights) {
-    WholeWeights w;
-    w.gathered = std::move(weights);
-    return w;
-  }
-};
-
-/// How a stage assembles its whole model, called on every rank (it may communicate): the
-/// lead rank, and with WholeOn::EveryRank every rank, receives the weights.
-template <class A>
-using GatherWhole = std::function<WholeWeights<A>(WholeOn on)>;
 
 /// How a stage computes its validation loss over cfg.val_batches batches, called on every
 /// rank (it may communicate); the lead rank's result is logged. The model-taking

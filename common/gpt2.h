@@ -124,9 +124,9 @@ struct ModelSlice {
   /// pipeline chunks can share one, since one block runs at a time on a rank
   /// (GPT2::working_block_for makes it; the caller owns and counts it).
   BlockActivations<A>* working_block = nullptr;
-  /// Sampling and evaluation: no gradient buffers (grads(), the logits' and the residual
-  /// stream's gradients), a third less memory for a whole model's weights; forward()
-  /// evaluates only and backward() is refused.
+  /// Sampling and evaluation: no gradient buffers (grads(), as many values as the weights;
+  /// the logits' and the residual stream's gradients); forward() evaluates only and
+  /// backward() is refused.
   bool inference_only = false;
 };
 

@@ -23,6 +23,7 @@ std::string MemoryLedger::table() const {
   std::string out;
   char line[96];
   for (size_t k = 0; k < bytes_.size(); ++k) {
+    if (MemKind(k) == MemKind::Eval && bytes_[k] == 0) continue;  // a run that has not sampled or evaluated yet
     std::snprintf(line, sizeof(line), "  %-12s %12s\n", kMemKindNames[k],
                   format_bytes(double(bytes_[k])).c_str());
     out += line;
@@ -66,7 +67,9 @@ namespace {
 thread_local MemKind t_kind = MemKind::Buffers;
 }
 
-MemScope::MemScope(MemKind kind) : previous_(t_kind) { t_kind = kind; }
+MemScope::MemScope(MemKind kind) : previous_(t_kind) {
+  if (t_kind != MemKind::Eval) t_kind = kind;
+}
 MemScope::~MemScope() { t_kind = previous_; }
 MemKind MemScope::current() { return t_kind; }
 

@@ -18,11 +18,13 @@ namespace gpt {
 /// What a block of memory is for, the kinds the ledger reports; also the index into
 /// kMemKindNames. Params: the weights. Grads: their gradients. Optimizer: AdamW's moments
 /// m and v and any master copy. Activations: activations and their gradients. Buffers:
-/// communication scratch and anything no MemScope claimed.
-enum class MemKind { Params, Grads, Optimizer, Activations, Buffers };
+/// communication scratch and anything no MemScope claimed. Eval: what a sample or an
+/// evaluation makes and frees around itself (the whole model gathered, the model that
+/// scores it), counted apart so that the training kinds stay the training's.
+enum class MemKind { Params, Grads, Optimizer, Activations, Buffers, Eval };
 /// The name of each MemKind, in its order, as the table and JSON print it.
-constexpr std::array<const char*, 5> kMemKindNames = {"params", "grads", "optimizer", "activations",
-                                                      "buffers"};
+constexpr std::array<const char*, 6> kMemKindNames = {"params", "grads", "optimizer", "activations",
+                                                      "buffers", "eval"};
 
 /// Bytes by MemKind: a snapshot to print or to compare with a formula, not live counts.
 class MemoryLedger {
@@ -35,7 +37,7 @@ class MemoryLedger {
   std::string json() const;   ///< {"params": bytes, ...}
 
  private:
-  std::array<size_t, 5> bytes_{};
+  std::array<size_t, kMemKindNames.size()> bytes_{};
 };
 
 /// `bytes` as text in the largest of B, KiB, MiB, GiB, TiB that keeps the number at least 1,
@@ -55,13 +57,15 @@ class MemoryTracker {
   void reset_peaks();          ///< peaks := current (tests)
 
  private:
-  std::array<std::atomic<size_t>, 5> current_{}, peak_{};
+  std::array<std::atomic<size_t>, kMemKindNames.size()> current_{}, peak_{};
 };
 
 /// The kind under which this thread's allocations are counted while the scope lives.
 class MemScope {
  public:
-  explicit MemScope(MemKind kind);  ///< counts this thread's allocations under kind until destroyed
+  /// Counts this thread's allocations under kind until destroyed; inside an Eval scope
+  /// everything stays Eval (a model made to evaluate names its own buffers' kinds).
+  explicit MemScope(MemKind kind);
   ~MemScope();  ///< restores the kind in force before this scope (scopes nest)
   MemScope(const MemScope&) = delete;
   MemScope& operator=(const MemScope&) = delete;

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "common/choices_in_training.h"
 #include "common/error.h"
 #include "common/files.h"
 
@@ -59,10 +60,11 @@ void MetricsLog::validation(int64_t step, double val_loss) {
 void MetricsLog::choices(int64_t step, const ChoicesTally& t, const std::string& file) {
   write_line(nlohmann::json{{"kind", "choices"}, {"step", step}, {"file", file}, {"examples", t.examples},
                             {"correct", t.correct}, {"correct_norm", t.correct_norm}, {"acc", t.acc()},
-                            {"acc_norm", t.acc_norm()}, {"loss", t.mean_loss()}}
+                            {"acc_norm", t.acc_norm()}, {"loss", t.mean_loss()}, {"seconds", t.seconds}}
                  .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-  std::printf("step %5lld | choices acc %.4f | acc_norm %.4f | loss %.4f (%lld examples)\n",
-              static_cast<long long>(step), t.acc(), t.acc_norm(), t.mean_loss(), static_cast<long long>(t.examples));
+  std::printf("step %5lld | choices acc %.4f | acc_norm %.4f | loss %.4f (%lld examples, %.1f s)\n",
+              static_cast<long long>(step), t.acc(), t.acc_norm(), t.mean_loss(), static_cast<long long>(t.examples),
+              t.seconds);
   std::fflush(stdout);
 }
 

@@ -7,10 +7,11 @@
 #include <optional>
 #include <string>
 
-#include "common/choices_in_training.h"
 #include "common/memory.h"
 
 namespace gpt {
+
+struct ChoicesTally;  // common/choices_in_training.h
 
 /// What one training step reports: a "train" line of the metrics file.
 struct StepMetrics {

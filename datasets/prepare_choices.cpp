@@ -26,20 +26,20 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: prepare_choices EXAMPLES.jsonl OUT.bin [--tokenizer FILE] [--limit N]\n"
+    "usage: prepare_choices EXAMPLES.jsonl OUT.bin --tokenizer FILE|bytes [--limit N]\n"
     "\n"
     "Writes multiple-choice examples (HellaSwag's JSON lines: \"ctx\", \"endings\", \"label\"\n"
     "per line) in llm.c's eval file format, for build/bin/eval_choices and the trainer's\n"
     "eval_choices key: the context tokenized as it is, each ending after a space.\n"
     "\n"
-    "  --tokenizer FILE   a tokenizer file in llm.c's format (gpt2_tokenizer.bin for GPT-2;\n"
-    "                     default: bytes, a token per byte)\n"
+    "  --tokenizer FILE   the model's tokenizer, a file in llm.c's format (gpt2_tokenizer.bin\n"
+    "                     for GPT-2), or bytes (a token per byte); required\n"
     "  --limit N          the first N examples only (default all)\n"
     "  --help             print this message\n"
     "OUT.bin must not exist (nothing is overwritten).\n";
 
 struct Options {
-  std::string input, output, tokenizer = "bytes";
+  std::string input, output, tokenizer;
   int limit = 0;
 };
 
@@ -71,6 +71,10 @@ Options parse(const std::vector<std::string>& args) {
   if (files.size() != 2)
     gpt::fail("expected EXAMPLES.jsonl and OUT.bin, got " + std::to_string(files.size()) + " file names (see --help)");
   o.input = files[0], o.output = files[1];
+  // No default: a file tokenized as bytes passes every check against GPT-2's vocabulary
+  // (its ids are all below 256) and scores nonsense, so the vocabulary is named.
+  if (o.tokenizer.empty())
+    gpt::fail("--tokenizer is required: the model's tokenizer file (gpt2_tokenizer.bin for GPT-2), or bytes");
   return o;
 }
 
@@ -79,10 +83,22 @@ const nlohmann::json& field(const nlohmann::json& object, const char* key, const
                             bool (nlohmann::json::*is)() const noexcept, const char* type) {
   const auto it = object.find(key);
   if (it == object.end()) gpt::fail(where + ": no \"" + std::string(key) + "\" field");
-  if (!((*it).*is)())
-    gpt::fail(where + ": \"" + std::string(key) + "\" is " + it->dump() + ", not " + type +
-              (std::string(key) == "label" ? " (HellaSwag's test split has no labels)" : ""));
+  if (!((*it).*is)()) gpt::fail(where + ": \"" + std::string(key) + "\" is " + it->dump() + ", not " + type);
   return *it;
+}
+
+// "label": an integer, or its digits as a string (the Hugging Face copy of HellaSwag
+// writes "3"); the test split's empty label is named as such.
+int64_t label_of(const nlohmann::json& object, const std::string& where) {
+  const auto it = object.find("label");
+  if (it == object.end()) gpt::fail(where + ": no \"label\" field");
+  if (it->is_number_integer()) return it->get<int64_t>();
+  if (it->is_string()) {
+    const std::string& text = it->get_ref<const std::string&>();
+    if (text.empty()) gpt::fail(where + ": \"label\" is empty (HellaSwag's test split has no labels)");
+    if (text.size() <= 9 && text.find_first_not_of("0123456789") == std::string::npos) return std::stoll(text);
+  }
+  gpt::fail(where + ": \"label\" is " + it->dump() + ", not an integer (or its digits as a string)");
 }
 
 gpt::ChoiceExample example_from(const nlohmann::json& object, int index, const gpt::Tokenizer& tokenizer,
@@ -93,7 +109,7 @@ gpt::ChoiceExample example_from(const nlohmann::json& object, int index, const g
   ex.index = index;
   const std::string ctx = field(object, "ctx", where, &J::is_string, "a string").get<std::string>();
   const J& endings = field(object, "endings", where, &J::is_array, "an array");
-  const J& label = field(object, "label", where, &J::is_number_integer, "an integer");
+  const int64_t label = label_of(object, where);
   ex.context = tokenizer.encode(ctx, where + ", \"ctx\"");
   if (ex.context.empty()) gpt::fail(where + ": \"ctx\" is empty (the first ending would have nothing to follow)");
   if (endings.size() < 2)
@@ -104,11 +120,10 @@ gpt::ChoiceExample example_from(const nlohmann::json& object, int index, const g
     const std::string ending = " " + endings[c].get_ref<const std::string&>();  // the text after the context
     ex.completions.push_back(tokenizer.encode(ending, what));
   }
-  const int64_t l = label.get<int64_t>();
-  if (l < 0 || l >= int64_t(endings.size()))
-    gpt::fail(where + ": \"label\" is " + std::to_string(l) + ", not one of its " + std::to_string(endings.size()) +
-              " endings");
-  ex.label = int(l);
+  if (label < 0 || label >= int64_t(endings.size()))
+    gpt::fail(where + ": \"label\" is " + std::to_string(label) + ", not one of its " +
+              std::to_string(endings.size()) + " endings");
+  ex.label = int(label);
   return ex;
 }
 

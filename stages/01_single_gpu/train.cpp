@@ -183,6 +183,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     std::printf("checkpoint: %s\n", path.c_str());
   }
   if (cfg.sample_tokens > 0) {
+    const MemScope eval(MemKind::Eval);  // the sampler's model, counted apart from the training's
     CachedDecoder<A> sampler(cfg.model, sample_window(cfg, T), device, precision);
     sampler.model().set_params(master->data());
     const std::string text = sample_text(sampler, cfg, state.sample_counter);

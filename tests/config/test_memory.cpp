@@ -53,6 +53,24 @@ TEST_CASE("memory: arrays report their bytes under their scope's kind, exactly",
   CHECK(t.peaks().get(MemKind::Grads) == grads0 + 4000);
 }
 
+TEST_CASE("memory: inside an Eval scope a model's own scopes count as eval", "[memory]") {
+  MemoryTracker& t = MemoryTracker::global();
+  const size_t params0 = t.current(MemKind::Params), eval0 = t.current(MemKind::Eval);
+  {
+    const MemScope eval(MemKind::Eval);
+    const MemScope model(MemKind::Params);  // what a GPT2 made to evaluate says of its weights
+    const DeviceArray<float> weights(Device::CPU, 100);
+    CHECK(t.current(MemKind::Eval) == eval0 + 400);
+    CHECK(t.current(MemKind::Params) == params0);
+  }
+  {
+    const MemScope model(MemKind::Params);  // control: outside an Eval scope, params
+    const DeviceArray<float> weights(Device::CPU, 100);
+    CHECK(t.current(MemKind::Params) == params0 + 400);
+  }
+  CHECK(t.current(MemKind::Eval) == eval0);
+}
+
 TEST_CASE("host memory: the room is MemAvailable + SwapFree, in bytes", "[memory]") {
   const std::string meminfo =
       "MemTotal:       24684096 kB\nMemFree:        19517612 kB\nMemAvailable:   23783456 kB\n"

@@ -4,7 +4,8 @@
 # tokenizer's Python reference, the format as llm.c documents it), byte for byte:
 #   1. 14 examples of random text in many scripts (2 to 5 endings, HellaSwag's other fields
 #      present and ignored, a blank line skipped) with a BPE vocabulary trained on the text;
-#   2. the same with the byte tokenizer (the default), and with --limit 5;
+#   2. the same with the byte tokenizer, and with --limit 5 (a third of the labels are
+#      strings of digits, as the Hugging Face copy of HellaSwag writes them);
 #   3. the records chain by their size fields and agree with the header (the reader's
 #      round trip of the writer is test_choices_file's);
 #   4. bad input: each way a line can be wrong, named by its line number; an output that
@@ -39,6 +40,8 @@ with open("examples.jsonl", "w", encoding="utf-8") as f:
         item = {"ind": 1000 + i, "activity_label": snippet(3, 12), "ctx_a": "a", "ctx_b": "b",
                 "ctx": snippet(5, 120), "split": "val", "split_type": "indomain",
                 "label": rng.randrange(len(endings)), "endings": endings, "source_id": f"s~{i}"}
+        if i % 3 == 0:
+            item["label"] = str(item["label"])  # as the Hugging Face copy writes it
         f.write(json.dumps(item, ensure_ascii=(i % 2 == 0)) + "\n")
         if i == 6:
             f.write("\n")
@@ -58,7 +61,7 @@ same() {
   else fail "$name: the file differs from the reference's"; cmp "$name.bin" "$name.want.bin" | head -2; fi
 }
 same bpe --tokenizer vocab.bin -- vocab.bin
-same bytes -- bytes
+same bytes --tokenizer bytes -- bytes
 same limit --tokenizer vocab.bin --limit 5 -- vocab.bin --limit 5
 "${REF[@]}" examples.jsonl vocab.bin no_space.bin --no-space
 if cmp -s bpe.bin no_space.bin; then fail "control: the endings without their space give the same file"
@@ -83,27 +86,30 @@ PY
 done
 
 echo "== bad input"
-jsonl() { printf '%s\n' "$@" > bad.jsonl; }
+jsonl() { printf '%s\n' "$@" > bad.jsonl; }  # the lines of bad.jsonl
+bad() { refused "$1" "$2" "$TOOL" bad.jsonl o.bin --tokenizer bytes; }  # bad NAME NEEDLE
 good='{"ctx": "A man", "endings": [" sits", " runs"], "label": 1}'
-jsonl "$good" '{"ctx": "x", "endings": ["a", "b"], "label": 0' ; refused "not JSON" "'bad.jsonl', line 2: not JSON" "$TOOL" bad.jsonl o.bin
-jsonl '["ctx"]';                                       refused "not an object" "line 1: not a JSON object" "$TOOL" bad.jsonl o.bin
-jsonl '{"endings": ["a", "b"], "label": 0}';            refused "no ctx"        'line 1: no "ctx" field' "$TOOL" bad.jsonl o.bin
-jsonl '{"ctx": 5, "endings": ["a", "b"], "label": 0}';  refused "ctx a number"  '"ctx" is 5, not a string' "$TOOL" bad.jsonl o.bin
-jsonl '{"ctx": "", "endings": ["a", "b"], "label": 0}'; refused "empty ctx"     '"ctx" is empty' "$TOOL" bad.jsonl o.bin
-jsonl '{"ctx": "x", "endings": "a", "label": 0}';       refused "endings text"  '"endings" is "a", not an array' "$TOOL" bad.jsonl o.bin
-jsonl '{"ctx": "x", "endings": ["a", 3], "label": 0}';  refused "ending number" 'line 1, ending 1 is 3, not a string' "$TOOL" bad.jsonl o.bin
-jsonl '{"ctx": "x", "endings": ["a"], "label": 0}';     refused "one ending"    'line 1: 1 endings; a choice needs two' "$TOOL" bad.jsonl o.bin
-jsonl '{"ctx": "x", "endings": ["a", "b"]}';            refused "no label"      'line 1: no "label" field' "$TOOL" bad.jsonl o.bin
-jsonl '{"ctx": "x", "endings": ["a", "b"], "label": ""}'; refused "test split" "(HellaSwag's test split has no labels)" "$TOOL" bad.jsonl o.bin
-jsonl '{"ctx": "x", "endings": ["a", "b"], "label": 2}'; refused "label range"  '"label" is 2, not one of its 2 endings' "$TOOL" bad.jsonl o.bin
-jsonl '' '  ';                                           refused "blank"         "no examples (every line is blank)" "$TOOL" bad.jsonl o.bin
-refused "missing input"  "'nope.jsonl': no such file" "$TOOL" nope.jsonl o.bin
+jsonl "$good" '{"ctx": "x", "endings": ["a", "b"], "label": 0' ; bad "not JSON" "'bad.jsonl', line 2: not JSON"
+jsonl '["ctx"]';                                       bad "not an object" "line 1: not a JSON object"
+jsonl '{"endings": ["a", "b"], "label": 0}';            bad "no ctx"        'line 1: no "ctx" field'
+jsonl '{"ctx": 5, "endings": ["a", "b"], "label": 0}';  bad "ctx a number"  '"ctx" is 5, not a string'
+jsonl '{"ctx": "", "endings": ["a", "b"], "label": 0}'; bad "empty ctx"     '"ctx" is empty'
+jsonl '{"ctx": "x", "endings": "a", "label": 0}';       bad "endings text"  '"endings" is "a", not an array'
+jsonl '{"ctx": "x", "endings": ["a", 3], "label": 0}';  bad "ending number" 'line 1, ending 1 is 3, not a string'
+jsonl '{"ctx": "x", "endings": ["a"], "label": 0}';     bad "one ending"    'line 1: 1 endings; a choice needs two'
+jsonl '{"ctx": "x", "endings": ["a", "b"]}';            bad "no label"      'line 1: no "label" field'
+jsonl '{"ctx": "x", "endings": ["a", "b"], "label": ""}'; bad "test split" "(HellaSwag's test split has no labels)"
+jsonl '{"ctx": "x", "endings": ["a", "b"], "label": "b"}'; bad "label text" '"label" is "b", not an integer'
+jsonl '{"ctx": "x", "endings": ["a", "b"], "label": 2}'; bad "label range"  '"label" is 2, not one of its 2 endings'
+jsonl '' '  ';                                           bad "blank"         "no examples (every line is blank)"
+refused "missing input"  "'nope.jsonl': no such file" "$TOOL" nope.jsonl o.bin --tokenizer bytes
 refused "missing tokenizer" "no_tok.bin" "$TOOL" examples.jsonl o.bin --tokenizer no_tok.bin
 refused "one file"       "expected EXAMPLES.jsonl and OUT.bin, got 1" "$TOOL" examples.jsonl
-refused "unknown option" "unknown option '--frobnicate'" "$TOOL" examples.jsonl o.bin --frobnicate
-refused "limit zero"     "--limit '0': not a positive integer" "$TOOL" examples.jsonl o.bin --limit 0
+refused "no tokenizer"   "--tokenizer is required" "$TOOL" examples.jsonl o.bin
+refused "unknown option" "unknown option '--frobnicate'" "$TOOL" examples.jsonl o.bin --frobnicate --tokenizer bytes
+refused "limit zero"     "--limit '0': not a positive integer" "$TOOL" examples.jsonl o.bin --limit 0 --tokenizer bytes
 cp bpe.bin kept.bin
-refused "output exists"  "'kept.bin' exists" "$TOOL" examples.jsonl kept.bin
+refused "output exists"  "'kept.bin' exists" "$TOOL" examples.jsonl kept.bin --tokenizer bytes
 cmp -s bpe.bin kept.bin && echo "ok   the existing output is unchanged" || fail "the existing output changed"
 [ ! -e o.bin ] && [ ! -e o.bin.tmp ] && echo "ok   no refused run left a file" || fail "a refused run left o.bin"
 

@@ -47,7 +47,7 @@ def main():
         item = json.loads(line)
         context = encode(item["ctx"])
         endings = [encode(e if no_space else " " + e) for e in item["endings"]]
-        words = [65535, 0, len(records), item["label"], len(endings), len(context)] + context
+        words = [65535, 0, len(records), int(item["label"]), len(endings), len(context)] + context
         for e in endings:
             words += [len(e)] + e
         words[1] = 2 * len(words)

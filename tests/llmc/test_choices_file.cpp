@@ -51,7 +51,7 @@ TEST_CASE("choices file: the writer's examples read back field for field", "[cho
   const std::string path = (dir.path() / "e.bin").string();
   std::vector<ChoiceExample> examples = {
       example(0, 1, {5, 6, 7}, {{1}, {2, 3}}),
-      example(1, 0, {65535}, {{0, 65535}, {9}, {4, 4, 4}}),  // the 16-bit extremes as tokens
+      example(1, 0, {65534}, {{0, 65534}, {9}, {4, 4, 4}}),  // the extreme tokens (65535 marks an example)
       example(65535, 4, {1, 2}, {{1}, {2}, {3}, {4}, {5}}),   // and as an index
   };
   write_choices_file(path, examples);
@@ -73,6 +73,7 @@ TEST_CASE("choices file: what the format cannot hold is refused by example, and 
   refused(path, {example(0, 0, {}, {{2}, {3}})}, "example 0: no context tokens");
   refused(path, {example(0, 0, {1}, {{2}, {}})}, "example 0: completion 1 is empty");
   refused(path, {example(0, 0, {1, 65536}, {{2}, {3}})}, "the context token 1 is 65536, outside the format's 16 bits");
+  refused(path, {example(0, 0, {1}, {{2}, {65535}})}, "completion 1 token 0 is 65535, the start-of-example marker");
   refused(path, {example(70000, 0, {1}, {{2}, {3}})}, "its index is 70000");
   refused(path, {example(0, 0, std::vector<int>(40000, 1), {{2}, {3}})}, "bytes, more than the 65,535");
 }

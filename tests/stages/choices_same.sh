@@ -7,9 +7,11 @@
 # nothing else in its forward, so the counts logged at steps 5 and 10 must equal the
 # tool's, exactly, in every layout: the examples scored, the right picks by summed loss
 # (acc) and by mean loss per token (acc_norm). The logged loss per completion token is a
-# sum over the ranks' shares, added in another order than the tool's file order: within
-# n_terms x 2^-53 of it (the bound on reordering a sum of n positive terms); exact on one
-# rank. Precision: fp32, and bf16 (the tool rounds the checkpoint's fp32 master weights
+# sum over the ranks' shares, added in another order than the tool's file order: each
+# order's sum of n positive terms is within n x 2^-53 (relative) of the exact sum, so the
+# two within 2n x 2^-53 of each other, plus 2^-53 for each one's division by the tokens.
+# A run with eval_choices_limit=1 on 2 ranks leaves one rank without examples (it scores
+# nothing and still adds its zeros); the tool with --limit 1 is its reference. Precision: fp32, and bf16 (the tool rounds the checkpoint's fp32 master weights
 # to bf16, which are the trainer's compute weights).
 # Negative control: the line logged at step 5 against the step-10 checkpoint must differ
 # beyond the bound (the comparison sees which weights were scored).
@@ -41,7 +43,7 @@ for r in rows:
     for loss, n in zip(r["loss_sum"], r["tokens"]):
         loss_sum, tokens, terms = loss_sum + loss, tokens + n, terms + 1
 loss = loss_sum / tokens
-bound = terms * 2.0 ** -53
+bound = (2 * terms + 2) * 2.0 ** -53
 error = abs(got["loss"] - loss) / loss
 bad = [f"{k} {got[k]} (tool {v})" for k, v in want.items() if got[k] != v]
 if bad or error > bound:
@@ -69,8 +71,10 @@ for spec in "$@"; do
       "${extra[@]}" > "$dir.log" 2>&1; then
     echo "FAIL $name: the run failed"; tail -5 "$dir.log" | sed 's/^/    /'; failures=$((failures + 1)); continue
   fi
+  limit=()
+  for kv in ${sets//,/ }; do [ "${kv%%=*}" = eval_choices_limit ] && limit=(--limit "${kv#*=}"); done
   for step in 5 10; do
-    "$TOOL" "$dir/step_$(printf %08d $step)" "$WORK/e.bin" --device cpu --precision "$precision" \
+    "$TOOL" "$dir/step_$(printf %08d $step)" "$WORK/e.bin" --device cpu --precision "$precision" "${limit[@]}" \
       --out "$dir/scores_$step.jsonl" > "$dir/eval_$step.log" 2>&1 || { echo "FAIL $name: eval_choices"; exit 1; }
     if result=$(compare "$dir/metrics.jsonl" $step "$dir/scores_$step.jsonl"); then
       echo "ok   $name step $step: $result"
