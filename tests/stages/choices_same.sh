@@ -15,17 +15,43 @@
 # to bf16, which are the trainer's compute weights).
 # Negative control: the line logged at step 5 against the step-10 checkpoint must differ
 # beyond the bound (the comparison sees which weights were scored).
+# The tool scores as many rows a forward as the run did (its --batch from the run's
+# "eval_choices:" line), so on a GPU (CHOICES_DEVICE=cuda; skipped, 77, without one) the
+# same GEMM shapes run and the same equalities are asked.
 # Usage: choices_same.sh BIN01 PREPARE EVAL_CHOICES WORK ROOT MPIEXEC RUN...
-#   RUN: NP:BIN[:key=value,...]  (NP 0: BIN is stage 01, run without mpiexec)
+#   RUN: NP:BIN[:key=value,...]  (NP 0: BIN runs as one process, without mpiexec)
 set -euo pipefail
 BIN01=$1 PREPARE=$2 TOOL=$3 WORK=$4 ROOT=$5 MPIEXEC=$6
 shift 6
+DEVICE=${CHOICES_DEVICE:-cpu}
+if [ "$DEVICE" = cuda ] && { ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L > /dev/null 2>&1; }; then
+  echo "skipped: no GPU visible (nvidia-smi -L)"
+  exit 77
+fi
 source "$ROOT/tests/trainer/common.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 rm -rf "$WORK" && mkdir -p "$WORK"
 make_corpus "$WORK" "$PREPARE"
-/usr/bin/python3 "$ROOT/tests/llmc/choices_reference.py" write "$WORK/e.bin" --vocab 256 --seed 5 --examples 30 \
-  --window 32 || { [ $? = 77 ] && exit 77; exit 1; }
+# 30 random examples of 2 to 5 completions in llm.c's eval format, some longer than the
+# 32-token window (their context is cut); the standard library only (the GPU machine's
+# Python may lack numpy).
+/usr/bin/python3 - "$WORK/e.bin" << 'PY'
+import random, struct, sys
+rng = random.Random(5)
+tokens = lambda n: [rng.randrange(256) for _ in range(n)]
+records = []
+for i in range(30):
+    k = rng.randint(2, 5)
+    completions = [tokens(rng.randint(1, 12)) for _ in range(k)]
+    context = tokens(rng.randint(1, 30))
+    words = [65535, 0, i, rng.randrange(k), k, len(context)] + context
+    for c in completions:
+        words += [len(c)] + c
+    words[1] = 2 * len(words)
+    records.append(words)
+header = struct.pack("<256i", 20240522, 1, len(records), max(2 * len(w) for w in records), *([0] * 252))
+open(sys.argv[1], "wb").write(header + b"".join(struct.pack(f"<{len(w)}H", *w) for w in records))
+PY
 
 # compare METRICS STEP SCORES.jsonl: the "choices" line of STEP against the tool's scores.
 compare() {
@@ -66,15 +92,18 @@ for spec in "$@"; do
   for kv in ${sets//,/ }; do [ "${kv%%=*}" = precision ] && precision=${kv#*=}; done
   launch=("$bin")
   [ "$np" = 0 ] || launch=("$MPIEXEC" -np "$np" --oversubscribe "$bin")
-  if ! "${launch[@]}" $(tiny_args "$WORK/data" "$dir") --set steps=10 --set val_every=5 --set val_batches=0 \
-      --set checkpoint_every=5 --set keep_checkpoints=0 --set sample_tokens=0 --set "eval_choices=$WORK/e.bin" \
-      "${extra[@]}" > "$dir.log" 2>&1; then
+  if ! "${launch[@]}" $(tiny_args "$WORK/data" "$dir") --set device="$DEVICE" --set steps=10 --set val_every=5 \
+      --set val_batches=0 --set checkpoint_every=5 --set keep_checkpoints=0 --set sample_tokens=0 \
+      --set "eval_choices=$WORK/e.bin" "${extra[@]}" > "$dir.log" 2>&1; then
     echo "FAIL $name: the run failed"; tail -5 "$dir.log" | sed 's/^/    /'; failures=$((failures + 1)); continue
   fi
   limit=()
   for kv in ${sets//,/ }; do [ "${kv%%=*}" = eval_choices_limit ] && limit=(--limit "${kv#*=}"); done
+  rows=$(sed -nE 's/^eval_choices: .* ([0-9]+) rows a forward.*/\1/p' "$dir.log" | head -1)
+  [ -n "$rows" ] || { echo "FAIL $name: the run printed no eval_choices line"; failures=$((failures + 1)); continue; }
   for step in 5 10; do
-    "$TOOL" "$dir/step_$(printf %08d $step)" "$WORK/e.bin" --device cpu --precision "$precision" "${limit[@]}" \
+    "$TOOL" "$dir/step_$(printf %08d $step)" "$WORK/e.bin" --device "$DEVICE" --precision "$precision" "${limit[@]}" \
+      --batch "$rows" \
       --out "$dir/scores_$step.jsonl" > "$dir/eval_$step.log" 2>&1 || { echo "FAIL $name: eval_choices"; exit 1; }
     if result=$(compare "$dir/metrics.jsonl" $step "$dir/scores_$step.jsonl"); then
       echo "ok   $name step $step: $result"
