@@ -352,6 +352,9 @@ HostRoom memory_capacity() { return host_capacity().value_or(HostRoom{0, ""}); }
 // a parameter with AdamW's two moments, 8 with SGD. The least share of any stage is
 // 1/(tp pp dp) (ZeRO-3's; stage 05 is ZeRO-3 without the zero key), so a rank whose
 // share exceeds the memory it may hold (host_capacity) cannot run, whatever the stage.
+// With eval_choices every rank also holds, while the eval runs, a whole copy of the
+// compute weights (4 bytes a parameter, 2 in bf16, 8 in fp64): a run whose share fits but
+// whose eval does not would otherwise stop at its first validation.
 void require_memory_for_weights(const Config& cfg, int dp) {
   const ModelConfig& m = cfg.model;
   const double C = m.n_embd;
@@ -361,6 +364,16 @@ void require_memory_for_weights(const Config& cfg, int dp) {
   const double bytes_each = cfg.optimizer == "sgd" ? 8 : 16;
   const double bytes = bytes_each * params / share;
   const HostRoom memory = memory_capacity();
+  const double eval_each = cfg.precision == "bf16" ? 2 : cfg.precision == "fp64" ? 8 : 4;
+  const double eval_bytes = cfg.eval_choices.empty() ? 0.0 : eval_each * params;
+  if (memory.bytes > 0 && bytes <= double(memory.bytes) && bytes + eval_bytes > double(memory.bytes)) {
+    char text[320];
+    std::snprintf(text, sizeof text,
+                  ": every rank holds a whole copy of the model's %.3g parameters while it scores (%.3g GB), and "
+                  "with this rank's %.3g GB of training state that is more than the %.3g GB of %s",
+                  params, eval_bytes / 1e9, bytes / 1e9, double(memory.bytes) / 1e9, memory.source.c_str());
+    fail("eval_choices=" + cfg.eval_choices + text + "; evaluate the checkpoints afterwards with eval_choices");
+  }
   if (memory.bytes > 0 && bytes > double(memory.bytes)) {
     char text[320];
     std::snprintf(text, sizeof text,

@@ -5,6 +5,9 @@
 # no word). Two checks read the cgroup (common/host_memory.h):
 #   - before anything is built, the weights, gradients and AdamW state a rank must hold
 #     against the cgroup's limit (config.cpp): tiny.json at n_layer 16000, about 3.3 GB;
+#   - the same check with eval_choices, whose whole copy of the weights every rank holds
+#     while it scores: tiny.json at n_layer 4700, 0.96 GB of training state (which fits)
+#     plus 0.24 GB for the copy (which does not);
 #   - before each host allocation, the room the limit leaves: tiny.json at n_layer 3000
 #     and micro-batches of 4 sequences, whose 0.6 GB of weights pass the first check and
 #     whose activations (about 0.8 GB more) do not fit.
@@ -44,6 +47,15 @@ make_corpus "$WORK" "$PREPARE"
 common=($(tiny_args "$WORK/data" "$WORK/run") --set steps=0 --set val_batches=0 --set sample_tokens=0
         --set checkpoint_at_end=false)
 weights_args=("${common[@]}" --set n_layer=16000)
+# One example in llm.c's eval format (ids below tiny.json's 256), for the eval case.
+/usr/bin/python3 - "$WORK/eval.bin" << 'PY'
+import struct, sys
+words = [65535, 0, 0, 1, 2, 2, 10, 11, 1, 12, 1, 13]
+words[1] = 2 * len(words)
+header = struct.pack("<256i", 20240522, 1, 1, 2 * len(words), *([0] * 252))
+open(sys.argv[1], "wb").write(header + struct.pack(f"<{len(words)}H", *words))
+PY
+eval_args=("${common[@]}" --set n_layer=4700 --set "eval_choices=$WORK/eval.bin")
 activations_args=("${common[@]}" --set n_layer=3000 --set micro_batch_size=4 --set batch_size=4)
 # in_group CMD...: CMD run inside the test's cgroup (a child shell moves itself there first).
 in_group() { bash -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$group" "$@"; }
@@ -64,10 +76,12 @@ refused() {
 }
 refused "weights" "GB for the weights.*more than the 1.07 GB of this process's memory cgroup limit" \
   "${weights_args[@]}"
+refused "eval copy" "eval_choices=.*whole copy of the model's .* more than the 1.07 GB of this process's memory cgroup limit" \
+  "${eval_args[@]}"
 refused "activations" "out of host memory: .*\(under this process's memory cgroup limit" "${activations_args[@]}"
 
 echo max > "$group/$limit_file" 2> /dev/null || echo -1 > "$group/$limit_file"
-for name in weights activations; do
+for name in weights eval activations; do
   declare -n run_args="${name}_args"
   status=0
   in_group "$TRAIN" "${run_args[@]}" > "$WORK/unlimited.log" 2>&1 || status=$?
