@@ -113,7 +113,7 @@ ChoiceExample read_example(WordReader& r, int vocab_size, int64_t& bytes) {
 
 }  // namespace
 
-std::vector<ChoiceExample> read_choices_file(const std::string& path, int vocab_size) {
+std::vector<ChoiceExample> read_choices_file(const std::string& path, int vocab_size, int limit) {
   WordReader r(path, read_whole_file(path));
   const std::string file = "eval file '" + path + "'";
   if (r.header_word(0) != kChoicesMagic)
@@ -145,6 +145,7 @@ std::vector<ChoiceExample> read_choices_file(const std::string& path, int vocab_
   if (longest != declared_longest)
     fail(file + ": the header says the longest example is " + std::to_string(declared_longest) +
          " bytes, the longest is " + std::to_string(longest));
+  if (limit > 0 && size_t(limit) < examples.size()) examples.resize(size_t(limit));
   return examples;
 }
 

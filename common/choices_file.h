@@ -41,7 +41,8 @@ struct ChoiceExample {
 /// an empty completion, a label not below its count of completions, or a token not below
 /// vocab_size; an example count or longest size other than the header's; bytes after the
 /// last example.
-std::vector<ChoiceExample> read_choices_file(const std::string& path, int vocab_size);
+/// With `limit` > 0 only the first `limit` examples are kept (the whole file is checked).
+std::vector<ChoiceExample> read_choices_file(const std::string& path, int vocab_size, int limit = 0);
 
 /// Writes `examples` to `path` in the format above, so that read_choices_file gives them
 /// back. What the format cannot hold is a UserError naming the example: none, or more

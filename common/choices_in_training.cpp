@@ -15,9 +15,7 @@ namespace gpt {
 ChoicesInTraining::ChoicesInTraining(const Config& cfg, int rank, int ranks) {
   if (cfg.eval_choices.empty()) return;
   file_ = cfg.eval_choices;
-  std::vector<ChoiceExample> all = read_choices_file(file_, cfg.model.vocab_size);
-  if (cfg.eval_choices_limit > 0 && size_t(cfg.eval_choices_limit) < all.size())
-    all.resize(size_t(cfg.eval_choices_limit));
+  std::vector<ChoiceExample> all = read_choices_file(file_, cfg.model.vocab_size, cfg.eval_choices_limit);
   window_ = choices_window(all, cfg.model.block_size, "eval_choices '" + file_ + "'");
   // Rows per forward: at most kMaxRows (eval_choices' default batch) and no more tokens
   // than a training micro-batch, which bounds the scoring model's activations and logits

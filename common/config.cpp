@@ -703,10 +703,9 @@ void validate(const Config& cfg, int dp) {
   check_int(cfg.eval_choices_limit >= 0, "eval_choices_limit", cfg.eval_choices_limit, "must be >= 0 (0: all examples)");
   if (!cfg.eval_choices.empty()) {
     try {
-      std::vector<ChoiceExample> examples = read_choices_file(cfg.eval_choices, m.vocab_size);
-      if (cfg.eval_choices_limit > 0 && size_t(cfg.eval_choices_limit) < examples.size())
-        examples.resize(size_t(cfg.eval_choices_limit));  // the ones the run scores
-      choices_window(examples, m.block_size, "eval file '" + cfg.eval_choices + "'");
+      // The examples the run scores (the first eval_choices_limit) must fit block_size.
+      choices_window(read_choices_file(cfg.eval_choices, m.vocab_size, cfg.eval_choices_limit), m.block_size,
+                     "eval file '" + cfg.eval_choices + "'");
     } catch (const UserError& e) {
       fail(std::string("eval_choices: ") + e.what());
     }

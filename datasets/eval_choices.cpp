@@ -210,8 +210,7 @@ int run(int argc, char** argv) {
 
   const std::string checkpoint = checkpoint_path(o.checkpoint);
   const gpt::ModelConfig shape = gpt::checkpoint_model(checkpoint);
-  std::vector<gpt::ChoiceExample> examples = gpt::read_choices_file(o.eval_file, shape.vocab_size);
-  if (o.limit > 0 && size_t(o.limit) < examples.size()) examples.resize(size_t(o.limit));
+  const std::vector<gpt::ChoiceExample> examples = gpt::read_choices_file(o.eval_file, shape.vocab_size, o.limit);
   for (size_t e = 0; e < examples.size(); ++e)
     gpt::require(int(examples[e].completions.size()) <= o.batch,
                  "--batch " + std::to_string(o.batch) + ": eval file '" + o.eval_file + "', example " +

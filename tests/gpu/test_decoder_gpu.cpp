@@ -17,6 +17,7 @@
 #include "common/decoder.h"
 #include "common/gpt2.h"
 #include "common/gpt2_layout.h"
+#include "tests/model/model_fixture.h"
 
 using namespace gpt;
 
@@ -33,13 +34,6 @@ const std::vector<int> kTokens = {72, 105, 33, 7, 200, 13, 13, 90, 4, 250, 65, 6
 
 using Rows = std::vector<std::vector<double>>;
 
-template <class M>
-std::vector<M> initial_weights() {
-  const ParamLayout layout(decoder_model());
-  std::vector<M> w(size_t(layout.total()));
-  layout.init_range(1, 0, layout.total(), w.data());
-  return w;
-}
 
 // Copies the real vocabulary columns of a logits row.
 void keep_row(Rows& rows, const std::vector<float>& row) {
@@ -49,7 +43,7 @@ void keep_row(Rows& rows, const std::vector<float>& row) {
 template <class A>
 Rows window_rows(Device d, Precision p, const std::vector<int>& tokens = kTokens) {
   GPT2<A> model(decoder_model(), 1, int(tokens.size()), d, p);
-  const std::vector<GradOf<A>> w = initial_weights<GradOf<A>>();
+  const std::vector<GradOf<A>> w = test::initial_weights<A>(decoder_model(), 1);
   model.set_params(on_device(d, w).data());
   const std::vector<int32_t> input(tokens.begin(), tokens.end());
   model.forward(input.data(), nullptr);
@@ -65,7 +59,7 @@ Rows window_rows(Device d, Precision p, const std::vector<int>& tokens = kTokens
 template <class A>
 Rows decoder_rows(Precision p) {
   CachedDecoder<A> decoder(decoder_model(), int(kTokens.size()), Device::CUDA, p);
-  const std::vector<GradOf<A>> w = initial_weights<GradOf<A>>();
+  const std::vector<GradOf<A>> w = test::initial_weights<A>(decoder_model(), 1);
   decoder.model().set_params(on_device(Device::CUDA, w).data());
   Rows rows;
   std::vector<float> row(size_t(decoder_model().padded_vocab()));

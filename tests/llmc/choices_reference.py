@@ -42,23 +42,9 @@ except ImportError as missing:
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import llmc_reference  # noqa: E402  (the model file reader and the float64 GPT-2)
+from eval_file import encode  # noqa: E402  (the file's bytes for (index, label, context, completions))
 
 MAGIC, START = 20240522, 65535
-
-
-def encode(examples):
-    """The file's bytes for a list of (index, label, context, [completions])."""
-    stream, longest = [], 0
-    for index, label, context, completions in examples:
-        words = [START, 0, index, label, len(completions), len(context), *context]
-        for c in completions:
-            words += [len(c), *c]
-        words[1] = 2 * len(words)
-        longest = max(longest, words[1])
-        stream += words
-    header = np.zeros(256, dtype="<i4")
-    header[:4] = [MAGIC, 1, len(examples), longest]
-    return header.tobytes() + np.array(stream, dtype="<u2").tobytes()
 
 
 def decode(raw):

@@ -2,11 +2,7 @@
 """prepare_choices' reference, written apart from datasets/prepare_choices.cpp: HellaSwag's
 JSON lines rendered as llm.c's dev/data/hellaswag.py renders them (the context as it is,
 each ending after a space), tokenized by tests/tokenizer/reference_bpe.py, and written in
-llm.c's eval file format as its documentation gives it (common/choices_file.h):
-
-  header: 256 little-endian int32: magic 20240522, version 1, examples, longest example's bytes
-  each example, uint16: 65535, its bytes, index, label, K, n, n context tokens,
-                        then K times: m, m completion tokens
+llm.c's eval file format as its documentation gives it (eval_file.py):
 
   prepare_choices_reference.py EXAMPLES.jsonl VOCAB|bytes OUT [--limit N] [--no-space]
 
@@ -14,11 +10,12 @@ llm.c's eval file format as its documentation gives it (common/choices_file.h):
 must reject. Run with /usr/bin/python3 (reference_bpe.py's pieces need python3-regex).
 """
 import json
-import struct
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tokenizer"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import eval_file  # noqa: E402  (the format, written with the standard library)
 import reference_bpe  # noqa: E402
 
 
@@ -47,15 +44,8 @@ def main():
         item = json.loads(line)
         context = encode(item["ctx"])
         endings = [encode(e if no_space else " " + e) for e in item["endings"]]
-        words = [65535, 0, len(records), int(item["label"]), len(endings), len(context)] + context
-        for e in endings:
-            words += [len(e)] + e
-        words[1] = 2 * len(words)
-        records.append(words)
-    longest = max(2 * len(w) for w in records)
-    header = struct.pack("<256i", 20240522, 1, len(records), longest, *([0] * 252))
-    body = b"".join(struct.pack(f"<{len(w)}H", *w) for w in records)
-    Path(out).write_bytes(header + body)
+        records.append((len(records), int(item["label"]), context, endings))
+    Path(out).write_bytes(eval_file.encode(records))
 
 
 if __name__ == "__main__":

@@ -4,10 +4,13 @@
 #pragma once
 #include <cstddef>
 #include <cstring>
+#include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "common/config.h"
 #include "common/gpt2.h"
+#include "common/gpt2_layout.h"
 #include "kernels/cpu/bf16.h"
 
 namespace gpt::test {
@@ -29,6 +32,16 @@ GPT2<A> make_stage(const ModelConfig& m, LayerRange layers, Precision precision,
   ModelSlice<A> slice{1, 0, false, nullptr, {}, layers, kInFlight, split_backward};
   slice.recompute = recompute;
   return GPT2<A>(m, kBatch, kSeqLen, Device::CPU, precision, true, slice);
+}
+
+// The initial weights of `seed` for model m, in the master type of A's model (float, or
+// double for the fp64 model), for set_params().
+template <class A>
+std::vector<GradOf<A>> initial_weights(const ModelConfig& m, uint64_t seed) {
+  const ParamLayout layout(m);
+  std::vector<GradOf<A>> weights(size_t(layout.total()));
+  layout.init_range(seed, 0, layout.total(), weights.data());
+  return weights;
 }
 
 // Whether a[0..n) and b[0..n) hold the same bits.

@@ -41,11 +41,7 @@ struct Sampler {
   GPT2<A> model;
   Sampler(int window, uint64_t seed, Precision precision)
       : model(sampler_model(), 1, window, Device::CPU, precision) {
-    const ParamLayout layout(sampler_model());
-    using G = std::conditional_t<std::is_same_v<A, double>, double, float>;
-    std::vector<G> weights(size_t(layout.total()));
-    layout.init_range(seed, 0, layout.total(), weights.data());
-    model.set_params(weights.data());
+    model.set_params(test::initial_weights<A>(sampler_model(), seed).data());
   }
   // The logits after the last token of `context` (left-aligned in the window, as generate does).
   std::vector<float> last_logits(const std::vector<int>& context) {
@@ -99,13 +95,10 @@ void check_short_window(Precision precision) {
   CHECK_FALSE(test::same_bits(a.data(), c.data(), a.size()));
 }
 
-// The initial weights of `seed`, in the master type of A's model.
+// The initial weights of `seed` for sampler_model(), in the master type of A's model.
 template <class A>
 std::vector<GradOf<A>> initial_weights(uint64_t seed) {
-  const ParamLayout layout(sampler_model());
-  std::vector<GradOf<A>> weights(size_t(layout.total()));
-  layout.init_range(seed, 0, layout.total(), weights.data());
-  return weights;
+  return test::initial_weights<A>(sampler_model(), seed);
 }
 
 // Every position's logits (real vocabulary columns) of `tokens`, from the window's forward.

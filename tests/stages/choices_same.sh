@@ -32,26 +32,9 @@ source "$ROOT/tests/trainer/common.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 rm -rf "$WORK" && mkdir -p "$WORK"
 make_corpus "$WORK" "$PREPARE"
-# 30 random examples of 2 to 5 completions in llm.c's eval format, some longer than the
-# 32-token window (their context is cut); the standard library only (the GPU machine's
-# Python may lack numpy).
-/usr/bin/python3 - "$WORK/e.bin" << 'PY'
-import random, struct, sys
-rng = random.Random(5)
-tokens = lambda n: [rng.randrange(256) for _ in range(n)]
-records = []
-for i in range(30):
-    k = rng.randint(2, 5)
-    completions = [tokens(rng.randint(1, 12)) for _ in range(k)]
-    context = tokens(rng.randint(1, 30))
-    words = [65535, 0, i, rng.randrange(k), k, len(context)] + context
-    for c in completions:
-        words += [len(c)] + c
-    words[1] = 2 * len(words)
-    records.append(words)
-header = struct.pack("<256i", 20240522, 1, len(records), max(2 * len(w) for w in records), *([0] * 252))
-open(sys.argv[1], "wb").write(header + b"".join(struct.pack(f"<{len(w)}H", *w) for w in records))
-PY
+# 30 random examples of 2 to 5 completions, some longer than the 32-token window (their
+# context is cut); the standard library only (the GPU machine's Python may lack numpy).
+/usr/bin/python3 "$ROOT/tests/llmc/eval_file.py" random "$WORK/e.bin" --vocab 256 --seed 5 --examples 30
 
 # compare METRICS STEP SCORES.jsonl: the "choices" line of STEP against the tool's scores.
 compare() {

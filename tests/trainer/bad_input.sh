@@ -72,19 +72,7 @@ expect "empty prompt, tiny vocab" "prompt is empty, so the sample would start fr
 expect "prompt not UTF-8"        "prompt is not valid UTF-8: byte 0xFE at offset 1" train --set sample_tokens=4 --set "tokenizer=$WORK/identity.bin" --set $'prompt=a\xfe'
 # The multiple-choice eval's file is read and checked before any training (common/choices_file.h
 # names every way it can be wrong; here one of each kind the trainer adds to the tool's).
-write_eval() {  # write_eval FILE CONTEXT COMPLETION...: one example in llm.c's eval format (tokens comma-separated)
-  python3 - "$@" << 'PY'
-import struct, sys
-path, context, completions = sys.argv[1], sys.argv[2], sys.argv[3:]
-tokens = lambda text: [int(t) for t in text.split(",")]
-words = [65535, 0, 0, 0, len(completions), len(tokens(context))] + tokens(context)
-for c in completions:
-    words += [len(tokens(c))] + tokens(c)
-words[1] = 2 * len(words)
-header = [20240522, 1, 1, 2 * len(words)] + [0] * 252
-open(path, "wb").write(struct.pack("<256i", *header) + struct.pack(f"<{len(words)}H", *words))
-PY
-}
+write_eval() { python3 "$ROOT/tests/llmc/eval_file.py" one "$@"; }  # write_eval FILE CONTEXT COMPLETION...
 write_eval "$WORK/eval_ok.bin" 1,2 3 4
 write_eval "$WORK/eval_vocab.bin" 300 3 4
 write_eval "$WORK/eval_long.bin" 1 "$(seq -s, 1 40)" 4

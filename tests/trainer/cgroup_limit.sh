@@ -48,13 +48,7 @@ common=($(tiny_args "$WORK/data" "$WORK/run") --set steps=0 --set val_batches=0 
         --set checkpoint_at_end=false)
 weights_args=("${common[@]}" --set n_layer=16000)
 # One example in llm.c's eval format (ids below tiny.json's 256), for the eval case.
-/usr/bin/python3 - "$WORK/eval.bin" << 'PY'
-import struct, sys
-words = [65535, 0, 0, 1, 2, 2, 10, 11, 1, 12, 1, 13]
-words[1] = 2 * len(words)
-header = struct.pack("<256i", 20240522, 1, 1, 2 * len(words), *([0] * 252))
-open(sys.argv[1], "wb").write(header + struct.pack(f"<{len(words)}H", *words))
-PY
+/usr/bin/python3 "$ROOT/tests/llmc/eval_file.py" one "$WORK/eval.bin" 10,11 12 13 --label 1
 eval_args=("${common[@]}" --set n_layer=4700 --set "eval_choices=$WORK/eval.bin")
 activations_args=("${common[@]}" --set n_layer=3000 --set micro_batch_size=4 --set batch_size=4)
 # in_group CMD...: CMD run inside the test's cgroup (a child shell moves itself there first).
