@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <string>
 
 #include "common/device_array.h"
 #include "common/error.h"
+#include "common/model_reader.h"
 
 namespace gpt {
 
@@ -43,34 +45,48 @@ int choices_window(const std::vector<ChoiceExample>& examples, int max_window, c
 }
 
 template <class A>
-std::vector<ChoiceScore> score_choices(GPT2<A>& model, const std::vector<ChoiceExample>& examples,
+std::vector<ChoiceScore> score_choices(const ModelConfig& model, const A* weights, Device device, Precision precision,
+                                       int rows, int window, const std::vector<ChoiceExample>& examples,
                                        const std::function<void(size_t)>& after_batch) {
   using G = GradOf<A>;
-  const int B = model.batch(), T = model.seq_len();
-  std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
-  std::vector<G> losses(size_t(B) * T);
-  std::vector<ChoiceScore> scores;
-  scores.reserve(examples.size());
+  // Each example's cut and the positions its longest row needs (its last token is only a
+  // target); the examples in order of that length, so that a forward's rows are alike.
+  std::vector<int> cut(examples.size()), needs(examples.size());
+  for (size_t e = 0; e < examples.size(); ++e) {
+    cut[e] = example_cut(examples[e], window);
+    for (const std::vector<int>& completion : examples[e].completions)
+      needs[e] = std::max(needs[e], int(examples[e].context.size() + completion.size()) - cut[e] - 1);
+  }
+  std::vector<size_t> order(examples.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return needs[a] < needs[b]; });
 
+  // One model, made for the whole window; each forward runs only as many positions as
+  // its longest row needs (GPT2::set_seq_len), in the first part of the same buffers.
+  ModelReader<A> reader(model, weights, rows, window, device, precision);
+  GPT2<A>& scorer = reader.model();
+  std::vector<int32_t> inputs, targets;
+  std::vector<G> losses;
+  std::vector<ChoiceScore> scores(examples.size());
   size_t next = 0;
-  while (next < examples.size()) {
+  while (next < order.size()) {
     // As many whole examples as the batch's rows hold; the rows left over stay padding.
     size_t end = next;
-    int rows = 0;
-    while (end < examples.size() && rows + int(examples[end].completions.size()) <= B)
-      rows += int(examples[end++].completions.size());
+    int used = 0;
+    while (end < order.size() && used + int(examples[order[end]].completions.size()) <= rows)
+      used += int(examples[order[end++]].completions.size());
     invariant(end > next, "score_choices: an example with more completions than the batch has rows");
-
-    std::fill(inputs.begin(), inputs.end(), 0);
-    std::fill(targets.begin(), targets.end(), 0);
+    const int T = needs[order[end - 1]];  // the longest of the forward (the order is by length)
+    scorer.set_seq_len(T);
+    inputs.assign(size_t(rows) * T, 0);
+    targets.assign(size_t(rows) * T, 0);
+    losses.resize(size_t(rows) * T);
     // Row r of the batch: the example's context after its cut, then completion c.
-    std::vector<int> cuts;  // per example of the batch
     int r = 0;
-    for (size_t e = next; e < end; ++e) {
-      const ChoiceExample& ex = examples[e];
-      cuts.push_back(example_cut(ex, T));
+    for (size_t i = next; i < end; ++i) {
+      const ChoiceExample& ex = examples[order[i]];
       for (size_t c = 0; c < ex.completions.size(); ++c, ++r) {
-        std::vector<int> row(ex.context.begin() + cuts.back(), ex.context.end());
+        std::vector<int> row(ex.context.begin() + cut[order[i]], ex.context.end());
         row.insert(row.end(), ex.completions[c].begin(), ex.completions[c].end());
         for (size_t t = 0; t + 1 < row.size(); ++t) {
           inputs[size_t(r) * T + t] = row[t];
@@ -78,16 +94,16 @@ std::vector<ChoiceScore> score_choices(GPT2<A>& model, const std::vector<ChoiceE
         }
       }
     }
-    model.evaluate(inputs.data(), targets.data());
-    device_copy(Device::CPU, losses.data(), model.device(), model.losses(), losses.size() * sizeof(G));
+    scorer.evaluate(inputs.data(), targets.data());
+    device_copy(Device::CPU, losses.data(), scorer.device(), scorer.losses(), losses.size() * sizeof(G));
 
     r = 0;
-    for (size_t e = next; e < end; ++e) {
-      const ChoiceExample& ex = examples[e];
-      ChoiceScore s;
+    for (size_t i = next; i < end; ++i) {
+      const ChoiceExample& ex = examples[order[i]];
+      ChoiceScore& s = scores[order[i]];
       s.index = ex.index;
       s.label = ex.label;
-      s.context_cut = cuts[e - next];
+      s.context_cut = cut[order[i]];
       // The last kept context token, at position first, predicts the completion's first.
       const int first = int(ex.context.size()) - s.context_cut - 1;
       std::vector<double> mean;
@@ -101,7 +117,6 @@ std::vector<ChoiceScore> score_choices(GPT2<A>& model, const std::vector<ChoiceE
       }
       s.pred = argmin(s.loss_sum);
       s.pred_norm = argmin(mean);
-      scores.push_back(std::move(s));
     }
     next = end;
     if (after_batch) after_batch(next);
@@ -109,11 +124,14 @@ std::vector<ChoiceScore> score_choices(GPT2<A>& model, const std::vector<ChoiceE
   return scores;
 }
 
-template std::vector<ChoiceScore> score_choices(GPT2<float>&, const std::vector<ChoiceExample>&,
+template std::vector<ChoiceScore> score_choices(const ModelConfig&, const float*, Device, Precision, int, int,
+                                                const std::vector<ChoiceExample>&,
                                                 const std::function<void(size_t)>&);
-template std::vector<ChoiceScore> score_choices(GPT2<double>&, const std::vector<ChoiceExample>&,
+template std::vector<ChoiceScore> score_choices(const ModelConfig&, const double*, Device, Precision, int, int,
+                                                const std::vector<ChoiceExample>&,
                                                 const std::function<void(size_t)>&);
-template std::vector<ChoiceScore> score_choices(GPT2<bf16>&, const std::vector<ChoiceExample>&,
+template std::vector<ChoiceScore> score_choices(const ModelConfig&, const bf16*, Device, Precision, int, int,
+                                                const std::vector<ChoiceExample>&,
                                                 const std::function<void(size_t)>&);
 
 }  // namespace gpt

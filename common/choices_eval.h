@@ -42,12 +42,18 @@ struct ChoiceScore {
 /// and the example.
 int choices_window(const std::vector<ChoiceExample>& examples, int max_window, const std::string& source);
 
-/// Scores `examples` with `model`: model.batch() rows per forward (at least the most
-/// completions of an example), its seq_len() the window, which must hold every completion
-/// after one context token (choices_window's check). `after_batch` (if set) is called with
-/// the number of examples scored so far after each forward.
+/// Scores `examples` with the model of shape `model` whose compute weights are `weights`
+/// (the whole model, in `device`'s memory), `rows` rows per forward (at least the most
+/// completions of an example) in windows of at most `window` tokens (choices_window's:
+/// every completion fits after one context token). The examples run in order of length,
+/// each forward only as long as its longest row needs: the padding of short rows to the
+/// longest of the file is not computed. On the CPU an example's scores do not depend on
+/// the forward it shares or its length (every op computes a row on its own: see
+/// common/decoder.h). Returns the scores in the examples' order; `after_batch` (if set) is
+/// called with the number of examples scored so far after each forward.
 template <class A>
-std::vector<ChoiceScore> score_choices(GPT2<A>& model, const std::vector<ChoiceExample>& examples,
+std::vector<ChoiceScore> score_choices(const ModelConfig& model, const A* weights, Device device, Precision precision,
+                                       int rows, int window, const std::vector<ChoiceExample>& examples,
                                        const std::function<void(size_t)>& after_batch = {});
 
 }  // namespace gpt

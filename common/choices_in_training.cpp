@@ -7,7 +7,6 @@
 
 #include "common/choices_eval.h"
 #include "common/error.h"
-#include "common/gpt2.h"
 #include "common/memory.h"
 
 namespace gpt {
@@ -45,13 +44,7 @@ ChoicesTally ChoicesInTraining::score(const A* weights, const ModelConfig& model
   ChoicesTally tally;
   if (!mine_.empty()) {
     invariant(weights != nullptr, "ChoicesInTraining::score: this rank has examples but received no weights");
-    // A model of no weights of its own: it reads the given ones in place.
-    ModelSlice<A> scoring;
-    scoring.inference_only = true;
-    GPT2<A> scorer(model, rows_, window_, device, precision, /*own_weights=*/false, scoring);
-    FlatStore<A> store(scorer.layout(), const_cast<A*>(weights), nullptr);  // read only: no backward runs
-    scorer.set_store(&store);
-    for (const ChoiceScore& s : score_choices(scorer, mine_)) {
+    for (const ChoiceScore& s : score_choices(model, weights, device, precision, rows_, window_, mine_)) {
       ++tally.examples;
       tally.correct += s.pred == s.label;
       tally.correct_norm += s.pred_norm == s.label;

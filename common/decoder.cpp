@@ -96,20 +96,14 @@ void CachedDecoder<A>::step(int token, float* logits) {
 template <class A>
 void CachedDecoder<A>::window_step(const int* tokens, int count, float* logits) {
   invariant(count >= 1 && count <= capacity_, "CachedDecoder: window_step of " + std::to_string(count) + " tokens");
-  if (!window_) {
-    const ModelConfig& shape = model_.model();
-    window_store_ = std::make_unique<FlatStore<A>>(model_.layout(), model_.params().data(), nullptr);
-    ModelSlice<A> slice;
-    slice.inference_only = true;
-    window_ = std::make_unique<GPT2<A>>(shape, 1, capacity_, model_.device(), precision_,
-                                        /*own_weights=*/false, slice);
-    window_->set_store(window_store_.get());
-  }
+  if (!window_)
+    window_ = std::make_unique<ModelReader<A>>(model_.model(), model_.params().data(), 1, capacity_, model_.device(),
+                                               precision_);
   // Left-aligned, as the plain sampler places them: causal attention ignores what follows.
   std::vector<int32_t> input(size_t(capacity_), 0);
   std::copy(tokens, tokens + count, input.begin());
-  window_->forward(input.data(), nullptr);
-  window_->logits_row(count - 1, logits);
+  window_->model().forward(input.data(), nullptr);
+  window_->model().logits_row(count - 1, logits);
 }
 
 template class CachedDecoder<float>;

@@ -31,6 +31,7 @@
 
 #include "common/device_array.h"
 #include "common/gpt2.h"
+#include "common/model_reader.h"
 
 namespace gpt {
 
@@ -86,10 +87,9 @@ class CachedDecoder {
   int length_ = 0;
   CacheHooks hooks_;  ///< before model_: the model's slice points at it
   GPT2<A> model_;
-  /// window_step's model, made when first needed: batch 1, capacity() tokens, its weights
-  /// model_'s through a store.
-  std::unique_ptr<FlatStore<A>> window_store_;
-  std::unique_ptr<GPT2<A>> window_;
+  /// window_step's model, made when first needed: batch 1, capacity() tokens, reading
+  /// model_'s weights.
+  std::unique_ptr<ModelReader<A>> window_;
 };
 
 }  // namespace gpt

@@ -69,6 +69,7 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
       B_(batch),
       T_(seq_len),
       rows_(rows_for(batch, seq_len, slice)),
+      max_T_(seq_len),
       vocab_(vocab_range(model, slice.tp, slice.rank)),
       device_(device),
       precision_(precision),
@@ -199,6 +200,19 @@ void GPT2<A>::set_positions(const std::vector<int>& positions) {
     if (t > 0 && p == position_runs_.back().pos0 + position_runs_.back().length) ++position_runs_.back().length;
     else position_runs_.push_back({t, 1, p});
   }
+}
+
+template <class A>
+void GPT2<A>::set_seq_len(int seq_len) {
+  invariant(slice_.inference_only && slice_.tp == 1 && slice_.positions.empty() && first_stage() && last_stage(),
+            "GPT2::set_seq_len: only an inference-only model of the whole model without context parallelism");
+  invariant(seq_len >= 1 && seq_len <= max_T_, "GPT2::set_seq_len: " + std::to_string(seq_len) +
+                                                   " tokens, outside 1.." + std::to_string(max_T_));
+  // Every buffer is laid out (B, T, ...) or (B*T, ...) and every op takes B and T: with
+  // a smaller T the same layout fills the buffers' first B*T rows.
+  T_ = seq_len;
+  rows_ = B_ * seq_len;
+  set_positions({});
 }
 
 template <class A>

@@ -221,6 +221,14 @@ class GPT2 {
   /// (common/decoder.h) moves its one token along the sequence, a position per step.
   void set_positions(const std::vector<int>& positions);
 
+  /// Runs the next forwards over B sequences of seq_len tokens, seq_len at most the one
+  /// the model was made with (max_seq_len()): the same buffers, each used up to the size
+  /// the shorter sequences need. Only for an inference-only model of the whole model
+  /// without context parallelism (the multiple-choice scorer makes each forward only as
+  /// long as its longest row).
+  void set_seq_len(int seq_len);
+  int max_seq_len() const { return max_T_; }  ///< the seq_len the model was made with
+
   /// Zeroes the model's own gradient buffer, grads(); a store's gradients are its own to clear.
   void zero_grads();
 
@@ -253,6 +261,7 @@ class GPT2 {
   ModelSlice<A> slice_;
   ParamLayout layout_;
   int B_, T_, rows_;
+  int max_T_;  ///< the seq_len the buffers are made for (set_seq_len may run fewer)
   VocabRange vocab_;
   Device device_;
   Precision precision_;

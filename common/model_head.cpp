@@ -31,7 +31,7 @@ void head_forward(const PieceContext& ctx, const A* x, const A* lnf_w, const A* 
   A* gathered = act.lnf_full.empty() ? act.lnf.data() : act.lnf_full.data();
   const A* lnf = hooks.gather_input(Site::Head, act.lnf.data(), gathered, rows, C);
   ops::matmul_forward(d, act.logits.data(), lnf, wte_rows, static_cast<const A*>(nullptr), full, C, vocab.size());
-  ctx.round(act.logits.data(), act.logits.size());
+  ctx.round(act.logits.data(), size_t(full) * vocab.size());
 }
 
 template <class A>

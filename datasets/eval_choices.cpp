@@ -148,10 +148,12 @@ int evaluate(const Options& o, const std::string& checkpoint, const gpt::ModelCo
   gpt::require(int64_t(o.batch) * window <= INT_MAX,
                "--batch " + std::to_string(o.batch) + ": " + std::to_string(o.batch) + " rows of the " +
                    std::to_string(window) + "-token window are more positions than an int counts");
-  gpt::ModelSlice<A> scoring;
-  scoring.inference_only = true;  // no gradient buffers: the d_logits alone would be rows x window x vocabulary
-  gpt::GPT2<A> model(shape, o.batch, window, device, precision, /*own_weights=*/true, scoring);
-  const gpt::CheckpointState state = load_weights(model, checkpoint);
+  // The model that holds the weights runs no forward: one token, no gradient buffers; the
+  // scorer's models read its weights (common/model_reader.h).
+  gpt::ModelSlice<A> holding;
+  holding.inference_only = true;
+  gpt::GPT2<A> holder(shape, 1, 1, device, precision, /*own_weights=*/true, holding);
+  const gpt::CheckpointState state = load_weights(holder, checkpoint);
 
   std::printf("eval_choices: %s (step %lld, %d layers, width %d, vocab %d) | %s, %zu examples | window %d | %s, %s\n",
               checkpoint.c_str(), static_cast<long long>(state.step), shape.n_layer, shape.n_embd, shape.vocab_size,
@@ -159,13 +161,15 @@ int evaluate(const Options& o, const std::string& checkpoint, const gpt::ModelCo
               gpt::precision_name(precision));
   const auto start = std::chrono::steady_clock::now();
   double last_report = 0;
-  const std::vector<gpt::ChoiceScore> scores = gpt::score_choices(model, examples, [&](size_t done) {
+  auto progress = [&](size_t done) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (s - last_report < 10 || done == examples.size()) return;
     last_report = s;
     std::printf("  %zu/%zu examples, %.0f s\n", done, examples.size(), s);
     std::fflush(stdout);
-  });
+  };
+  const std::vector<gpt::ChoiceScore> scores =
+      gpt::score_choices(shape, holder.params().data(), device, precision, o.batch, window, examples, progress);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   int correct = 0, correct_norm = 0, cut = 0;

@@ -10,6 +10,9 @@
 // bf16 storage (the same ops on the same row). The tokens it samples, its window sliding
 // included, are the plain generate's. Controls: row t + 1 differs; a cache one position
 // short samples other tokens once the context outgrows it.
+//
+// Inference-only models (sampling, the multiple-choice eval): the training model's numbers
+// without gradient buffers, and shorter sequences in the buffers of a longer one.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -290,4 +293,57 @@ TEST_CASE("decoder: its one-token model holds no gradients", "[sampler]") {
   CachedDecoder<float> decoder(sampler_model(), 8, Device::CPU, Precision::FP32);
   CHECK(decoder.model().grads().empty());
   CHECK(decoder.model().grad_bytes() == 0);
+}
+
+// The multiple-choice scorer makes one model for its longest window and runs each forward
+// only as long as its rows need (set_seq_len): a shorter sequence uses the first part of
+// the same buffers, so its losses and logits are those of a model made that short, bit
+// for bit, after a longer forward has filled the buffers and before the next one.
+// Controls: the losses read with the longer stride differ; a length past the model's and
+// a model that trains are refused.
+template <class A>
+void check_shorter_sequences(Precision precision) {
+  const ModelConfig m = sampler_model();
+  const int B = 3, T = 40, t = 17;
+  ModelSlice<A> inference;
+  inference.inference_only = true;
+  GPT2<A> longest(m, B, T, Device::CPU, precision, true, inference), made_short(m, B, t, Device::CPU, precision, true, inference);
+  const std::vector<GradOf<A>> weights = initial_weights<A>(5);
+  longest.set_params(weights.data());
+  made_short.set_params(weights.data());
+  auto tokens = [](int count, int mul, int add) {
+    std::vector<int32_t> v(static_cast<size_t>(count));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = int32_t((i * size_t(mul) + size_t(add)) % 256);
+    return v;
+  };
+  const std::vector<int32_t> long_in = tokens(B * T, 53, 7), long_tg = tokens(B * T, 29, 3);
+  const std::vector<int32_t> short_in = tokens(B * t, 31, 5), short_tg = tokens(B * t, 17, 9);
+  const double long_loss = double(longest.evaluate(long_in.data(), long_tg.data()));
+  const std::vector<GradOf<A>> long_losses(longest.losses(), longest.losses() + size_t(B) * T);
+
+  longest.set_seq_len(t);
+  CHECK(longest.seq_len() == t);
+  CHECK(longest.max_seq_len() == T);
+  CHECK(double(longest.evaluate(short_in.data(), short_tg.data())) ==
+        double(made_short.evaluate(short_in.data(), short_tg.data())));
+  CHECK(test::same_bits(longest.losses(), made_short.losses(), size_t(B) * t));
+  CHECK(test::same_bits(longest.logits(), made_short.logits(), size_t(B) * t * m.padded_vocab()));
+  // Control: row 1 of the short forward read at the long stride is not row 1.
+  CHECK(!test::same_bits(longest.losses() + T, made_short.losses() + t, size_t(t)));
+
+  longest.set_seq_len(T);  // back to the whole length: the first forward's losses again
+  CHECK(double(longest.evaluate(long_in.data(), long_tg.data())) == long_loss);
+  CHECK(test::same_bits(longest.losses(), long_losses.data(), size_t(B) * T));
+
+  CHECK_THROWS_AS(longest.set_seq_len(T + 1), InternalError);
+  CHECK_THROWS_AS(longest.set_seq_len(0), InternalError);
+  GPT2<A> trains(m, B, T, Device::CPU, precision);
+  CHECK_THROWS_AS(trains.set_seq_len(t), InternalError);
+}
+
+TEST_CASE("inference-only model: set_seq_len runs shorter sequences in the same buffers, bit for bit", "[sampler]") {
+  SECTION("fp64") { check_shorter_sequences<double>(Precision::FP64); }
+  SECTION("fp32") { check_shorter_sequences<float>(Precision::FP32); }
+  SECTION("bf16 storage") { check_shorter_sequences<bf16>(Precision::BF16); }
+  SECTION("fp32 emulating bf16") { check_shorter_sequences<float>(Precision::BF16); }
 }
