@@ -15,6 +15,7 @@ namespace gpt {
 template <class A>
 class ModelReader {
  public:
+  /// Makes the model (no weights, no gradients) and points its store at `weights`.
   ModelReader(const ModelConfig& model, const A* weights, int batch, int seq_len, Device device, Precision precision)
       : model_(model, batch, seq_len, device, precision, /*own_weights=*/false, inference_slice()),
         // An inference-only model runs no backward, so nothing writes through the pointer.
