@@ -164,9 +164,18 @@ std::string resolve_resume(const Config& cfg);
 /// into run_dir/set_aside_YYYYmmdd-HHMMSS/, the time in UTC, unless this run writes no
 /// checkpoint (checkpoint_every and checkpoint_at_end off, or one that trains no step
 /// from a checkpoint of its own run_dir: rewrites_resumed_checkpoint). Returns a line
-/// saying what moved ("" when nothing did). Call it on one
-/// process (the one holding the run directory's lock), before anything is written there.
+/// saying what moved ("" when nothing did). Call it on one process (the one holding the
+/// run directory's lock), before the run's first checkpoint: set_aside_before_first_save.
 std::string set_aside_later_checkpoints(const Config& cfg);
+
+/// Call before every checkpoint a run writes, on every process of the run: the first
+/// time (`done` false; it becomes true), the process holding the run directory's lock
+/// (`lead`) sets the later checkpoints aside and prints what moved. Not at the start:
+/// a run refused at start (a missing shard, a corrupt resume checkpoint) or stopped
+/// before its first save leaves run_dir as it found it, and resume=latest still
+/// continues the other run. Returns whether this was the first call, after which the
+/// processes of a multi-rank run must wait for the lead (a barrier) before writing.
+bool set_aside_before_first_save(const Config& cfg, bool lead, bool& done);
 
 /// A line saying that resume=latest found no checkpoint in run_dir, so the run starts
 /// at step 0 (a mistyped run_dir shows here, not after a whole run); "" otherwise.

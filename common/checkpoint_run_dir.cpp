@@ -1,5 +1,6 @@
 // The checkpoints of a run directory: the newest complete one, pruning the oldest,
 // what `resume` names, and setting aside another run's later checkpoints.
+#include <cstdio>
 #include <ctime>
 #include <map>
 #include <system_error>
@@ -142,6 +143,16 @@ std::string set_aside_later_checkpoints(const Config& cfg) {
   line += " (up to " + later.back().filename().string() + "), another run's: moved to ";
   line += aside.string() + " so that the two runs' checkpoints do not mix";
   return line;
+}
+
+bool set_aside_before_first_save(const Config& cfg, bool lead, bool& done) {
+  if (done) return false;
+  done = true;
+  if (lead) {
+    const std::string line = set_aside_later_checkpoints(cfg);
+    if (!line.empty()) std::printf("%s\n", line.c_str());
+  }
+  return true;
 }
 
 }  // namespace gpt

@@ -143,10 +143,10 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
       const MeshShape shape = mesh_shape_for(cfg, world->size());
       validate(cfg, shape.dp);
       const ChoicesInTraining choices(cfg, world->rank(), world->size());
-      // One job per run_dir; another run's later checkpoints set aside (rank 0, lock held).
+      // One job per run_dir (rank 0 holds the lock); another run's later checkpoints are
+      // set aside before the first save (write_checkpoint).
       const std::unique_ptr<RunDirLock> lock = lock_run_dir(*world, cfg.run_dir, [&] {
-        for (const std::string& line : {fresh_start_note(cfg), set_aside_later_checkpoints(cfg)})
-          if (!line.empty()) std::printf("%s\n", line.c_str());
+        if (const std::string note = fresh_start_note(cfg); !note.empty()) std::printf("%s\n", note.c_str());
       });
       Mesh mesh(*world, shape);
       Run run{cfg,
@@ -225,6 +225,7 @@ namespace {
 // Writes a checkpoint of `state`: together (each rank its shard) or by the lead alone.
 std::string write_checkpoint(Run& run, Communicator& dp, const RunCheckpoints& ckpt, const CheckpointState& state) {
   std::string path;
+  if (set_aside_before_first_save(run.cfg, run.lead(), run.later_checkpoints_set_aside)) run.world.barrier();
   if (ckpt.before_write) ckpt.before_write();
   if (ckpt.local) {
     std::vector<LocalBuffer> local;

@@ -93,6 +93,8 @@ struct Run {
   double flops_per_token = 0;  ///< training FLOPs per token of the whole model (common/mfu.h)
   /// The multiple-choice eval of cfg.eval_choices, this rank's share (common/choices_in_training.h).
   const ChoicesInTraining* choices = nullptr;
+  /// Whether the first checkpoint has set another run's later ones aside (set_aside_before_first_save).
+  bool later_checkpoints_set_aside = false;
   /// The model FLOPs utilisation of a step at tokens_per_s; empty without a peak.
   std::optional<double> mfu(double tokens_per_s) const {
     return model_flops_utilisation(tokens_per_s, flops_per_token, peak_flops);

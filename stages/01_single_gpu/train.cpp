@@ -85,6 +85,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
   }();
 
   CheckpointState state;
+  bool set_aside = false;  // whether the first save has set another run's later checkpoints aside
   const std::string resume = resolve_resume(cfg);
   if (resume.empty()) {
     layout.init_range(cfg.seed, 0, n_params, mirror.host("param"));  // fp32 values (fp64: widened)
@@ -169,6 +170,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     }
     if (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0 && state.step < cfg.steps) {
       mirror.to_host();
+      set_aside_before_first_save(cfg, /*lead=*/true, set_aside);
       save_checkpoint(cfg.run_dir, cfg, layout, state, mirror.buffers());
       prune_checkpoints(cfg.run_dir, cfg.keep_checkpoints);
     }
@@ -178,6 +180,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
   if (choices.enabled()) log_choices();
   if (cfg.checkpoint_at_end && !rewrites_resumed_checkpoint(cfg.run_dir, state)) {
     mirror.to_host();
+    set_aside_before_first_save(cfg, /*lead=*/true, set_aside);
     const std::string path = save_checkpoint(cfg.run_dir, cfg, layout, state, mirror.buffers());
     prune_checkpoints(cfg.run_dir, cfg.keep_checkpoints);
     std::printf("checkpoint: %s\n", path.c_str());
@@ -208,8 +211,7 @@ int train(int argc, char** argv) {
   const Precision precision = parse_precision(cfg.precision);
   ops::set_gemm(device, cfg.gemm);
   const RunDirLock lock(cfg.run_dir);  // one job per run directory, taken before anything is written
-  for (const std::string& line : {fresh_start_note(cfg), set_aside_later_checkpoints(cfg)})  // another run's
-    if (!line.empty()) std::printf("%s\n", line.c_str());  // later checkpoints set aside, so the two do not mix
+  if (const std::string note = fresh_start_note(cfg); !note.empty()) std::printf("%s\n", note.c_str());
   Trace::global().enable(cfg.trace_file);
   if (precision == Precision::BF16) return train_on<gpt::bf16>(cfg, device, precision);
   if (precision == Precision::FP64) {

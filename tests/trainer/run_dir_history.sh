@@ -8,12 +8,16 @@
 # writes no checkpoint (steps=0, checkpoint_at_end=false) and resume=latest move nothing;
 # a run that trains no step (steps=0, or a finished run resumed with its own steps)
 # writes, moves and prunes nothing even with checkpoint_at_end and keep_checkpoints=1.
+# The moving waits for the run's first save: a run refused at start (a missing shard, a
+# corrupt checkpoint to resume) moves nothing, on one rank and on two (TRAIN02, which
+# also sets aside at its first save, as stage 01 does).
 # Also: a save killed between publish's two renames leaves step_N.old as the only copy
 # of step N; resume=latest finds it, and pruning removes it later like any checkpoint.
-# Usage: run_dir_history.sh TRAIN01 PREPARE WORKDIR ROOT
+# Usage: run_dir_history.sh TRAIN01 PREPARE WORKDIR ROOT [TRAIN02 MPIEXEC]
 set -euo pipefail
-TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4
+TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4 TRAIN02=${5:-} MPIEXEC=${6:-}
 source "$(dirname "$0")/common.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 rm -rf "$WORK" && mkdir -p "$WORK"
 make_corpus "$WORK" "$PREPARE"
 D="$WORK/data" RUN="$WORK/run"
@@ -32,6 +36,27 @@ rm -rf "$RUN"
 train --set steps=4 --set checkpoint_every=2 --set keep_checkpoints=0 > "$WORK/first.log"
 [ "$(steps_here)" = "step_00000002 step_00000004 " ] || { echo "FAIL: the first run left $(steps_here)"; exit 1; }
 hashes "$RUN" > "$WORK/first.sha"
+
+# A run refused at start moves nothing (it would have set both aside): resume=latest
+# still continues the earlier run.
+refused() {  # refused NAME COMMAND...: exit status 2, and run_dir as the first run left it
+  local name=$1 status=0
+  shift
+  "$@" > "$WORK/refused.log" 2>&1 || status=$?
+  [ "$status" = 2 ] || { echo "FAIL: $name: exit status $status, expected 2"; cat "$WORK/refused.log"; exit 1; }
+  [ "$(steps_here)" = "step_00000002 step_00000004 " ] && ! ls -d "$RUN"/set_aside_* > /dev/null 2>&1 ||
+    { echo "FAIL: $name (refused) moved checkpoints: $(steps_here)"; cat "$WORK/refused.log"; exit 1; }
+  hashes "$RUN" | diff - "$WORK/first.sha" || { echo "FAIL: $name (refused) changed a checkpoint"; exit 1; }
+}
+cp -r "$RUN/step_00000002" "$WORK/corrupt_step" && truncate -s 100 "$WORK/corrupt_step/param.bin"
+refused "a missing shard" train --set steps=3 --set "train_data=$WORK/missing.bin"
+refused "a corrupt checkpoint to resume" train --set steps=3 --set "resume=$WORK/corrupt_step"
+if [ -n "$TRAIN02" ]; then
+  mpi=("$MPIEXEC" -np 2 --oversubscribe "$TRAIN02")
+  refused "a missing shard, 2 ranks" "${mpi[@]}" $(tiny_args "$D" "$RUN") "${quiet[@]}" --set steps=3 \
+    --set "train_data=$WORK/missing.bin"
+fi
+echo "ok: runs refused at start moved nothing"
 
 # A run that writes no checkpoint moves nothing: evaluating step 2 beside step 4.
 train --set steps=0 --set "resume=$RUN/step_00000002" --set checkpoint_at_end=false > "$WORK/eval.log"
@@ -79,4 +104,17 @@ grep -q "resumed from $RUN/step_00000006.old at step 6" "$WORK/old.log" ||
 [ "$(steps_here)" = "step_00000006.old step_00000007 " ] || { echo "FAIL: after pruning to 2 the directory holds: $(steps_here)"; exit 1; }
 train --set steps=8 --set resume=latest --set keep_checkpoints=1 > "$WORK/prune_old.log"
 [ "$(steps_here)" = "step_00000008 " ] || { echo "FAIL: after pruning to 1 the directory holds: $(steps_here)"; exit 1; }
+# Two ranks set the earlier run's checkpoints aside at their first save (a copy of the
+# directory's one checkpoint now, step 8).
+if [ -n "$TRAIN02" ]; then
+  mkdir "$WORK/run02" && cp -r "$RUN/step_00000008" "$WORK/run02/"
+  "${mpi[@]}" $(tiny_args "$D" "$WORK/run02") "${quiet[@]}" --set steps=1 > "$WORK/fresh02.log" 2>&1 ||
+    { echo "FAIL: the 2-rank fresh run failed"; cat "$WORK/fresh02.log"; exit 1; }
+  grep -q "moved to $WORK/run02/set_aside_" "$WORK/fresh02.log" ||
+    { echo "FAIL: the 2-rank run did not say it moved step 8"; cat "$WORK/fresh02.log"; exit 1; }
+  left=$(cd "$WORK/run02" && ls -d step_* | tr '\n' ' ') moved=$(cd "$WORK/run02" && ls -d set_aside_*/step_*)
+  [ "$left" = "step_00000001 " ] && [ "${moved#*/}" = step_00000008 ] ||
+    { echo "FAIL: after the 2-rank run run_dir holds $left and $moved"; exit 1; }
+  echo "ok: two ranks set step 8 aside at their first save"
+fi
 echo "PASS"
