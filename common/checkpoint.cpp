@@ -44,6 +44,7 @@
 
 #include "common/checkpoint_internal.h"
 #include "common/comm.h"
+#include "common/finite.h"
 
 namespace gpt {
 using namespace checkpoint_detail;
@@ -401,6 +402,11 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
       if (got != e->checksum)
         fail("tensor " + full + " in " + fpath.string() + " fails its checksum (manifest " +
              e->checksum + ", data " + got + "): the file is corrupt");
+      // A checksum proves the bytes are the ones written, not that they are numbers: a
+      // converted model or a hand-made checkpoint can hold NaN.
+      require_finite(dest, t->numel, "tensor " + full + " in " + fpath.string(),
+                     "a model converted or written by hand, or a run that diverged");
+      if (b.kind == "adam_v") require_not_negative(dest, t->numel, "tensor " + full + " in " + fpath.string());
       if (!inside)
         std::copy(whole.begin() + (lo - t->offset), whole.begin() + (hi - t->offset),
                   b.data + (lo - b.begin));

@@ -17,6 +17,7 @@
 #include <system_error>
 
 #include "common/error.h"
+#include "common/finite.h"
 #include "kernels/cpu/bf16.h"
 
 namespace gpt {
@@ -150,6 +151,7 @@ std::vector<float> read_llmc_model(const std::string& path, const ParamLayout& l
       for (int64_t i = 0; i < p.count; ++i) dst[i] = cpu::bf16_to_float(halves[size_t(i)]);
     }
     if (!f) fail(path + ": cannot read " + p.tensor->name + " (the file changed while it was read?)");
+    require_finite(dst, p.count, path + ": tensor " + p.tensor->name, "a model that diverged or a broken converter");
   }
   return params;
 }

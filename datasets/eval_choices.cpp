@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -113,7 +114,7 @@ void write_scores(const std::string& path, const std::vector<gpt::ChoiceScore>& 
     char number[32];
     for (size_t c = 0; c < s.loss_sum.size(); ++c) {
       std::snprintf(number, sizeof number, "%.17g", s.loss_sum[c]);
-      out << (c ? "," : "") << number;
+      out << (c ? "," : "") << (std::isfinite(s.loss_sum[c]) ? number : "null");  // JSON has no NaN or inf
     }
     out << "]}\n";
   }

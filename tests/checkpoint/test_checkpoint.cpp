@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -434,5 +435,49 @@ TEST_CASE("a damaged or foreign checkpoint is a UserError naming the problem", "
     const std::string msg = user_error_of(load);
     CHECK_THAT(msg, Catch::Contains("param/wpe"));
     CHECK_THAT(msg, Catch::Contains("shape"));
+  }
+}
+
+// A checksum proves the bytes are the ones written, not that they are numbers: a
+// checkpoint written with a NaN weight, an infinite first moment or a negative second
+// moment (all with correct checksums) is refused at load, naming the tensor, its file and
+// the element. Control: the same checkpoint with those values finite loads.
+TEST_CASE("a checkpoint holding values that are not numbers is a UserError naming the tensor", "[checkpoint]") {
+  TempDir dir;
+  const gpt::Config cfg = tiny_config();
+  const gpt::ParamLayout layout(cfg.model);
+  const int64_t n = layout.total();
+  const gpt::ParamTensor& t = layout.find("h.1.attn.c_proj.weight");
+  const int64_t at = t.offset + 5;
+  auto load_with = [&](const char* kind, float value) {
+    State saved = State::filled(n);
+    std::vector<float>& values = std::string(kind) == "param" ? saved.param
+                                 : std::string(kind) == "adam_m" ? saved.adam_m
+                                                                 : saved.adam_v;
+    values[size_t(at)] = value;
+    const fs::path path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(7), saved.buffers(0, n));
+    State loaded(n);
+    return user_error_of([&] { gpt::load_checkpoint(path.string(), layout, loaded.buffers(0, n)); });
+  };
+  SECTION("NaN in a weight") {
+    const std::string msg = load_with("param", std::nanf(""));
+    CHECK_THAT(msg, Catch::Contains("param/h.1.attn.c_proj.weight") && Catch::Contains("param.bin"));
+    CHECK_THAT(msg, Catch::Contains("NaN at element 5 of"));
+  }
+  SECTION("an infinite first moment") {
+    const std::string msg = load_with("adam_m", -INFINITY);
+    CHECK_THAT(msg, Catch::Contains("adam_m/h.1.attn.c_proj.weight") && Catch::Contains("an infinity"));
+  }
+  SECTION("a negative second moment") {
+    const std::string msg = load_with("adam_v", -1e-6f);
+    CHECK_THAT(msg, Catch::Contains("adam_v/h.1.attn.c_proj.weight") && Catch::Contains("never negative"));
+  }
+  SECTION("control: the same values finite, a negative first moment") {
+    State saved = State::filled(n);
+    saved.adam_m[size_t(at)] = -1e-6f;  // moments of the first order take either sign
+    const fs::path path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(7), saved.buffers(0, n));
+    State loaded(n);
+    gpt::load_checkpoint(path.string(), layout, loaded.buffers(0, n));
+    CHECK(same_bits(loaded.adam_m, saved.adam_m));
   }
 }

@@ -16,8 +16,9 @@
 #      version 3's weights exported with --bf16 give version 5's file (the rounding);
 #      version 1's export, imported again, gives the same checkpoint tensors;
 #   5. bad input: a truncated file, an unknown version, n_head not dividing n_embd, a
-#      token shard given as a model, a RUN_DIR that holds a step-0 checkpoint, an export
-#      over an existing file or its temporary name, a resume with another model shape:
+#      token shard given as a model, a weight that is NaN, a RUN_DIR that holds a step-0
+#      checkpoint, an export over an existing file or its temporary name, a resume with
+#      another model shape:
 #      each exit 2, named; the refused imports and exports write nothing.
 # Negative control: a file whose attention projections are stored transposed (what an
 # importer that transposed them would make of the right file) must fail both the tensor
@@ -120,6 +121,8 @@ refused version "version 4" "$TOOL" import version4.bin bad2
 patch heads5.bin 5 5
 refused heads "does not divide n_embd" "$TOOL" import heads5.bin bad3
 refused shard "a token shard" "$TOOL" import data/train.bin bad4
+patch nan.bin 256 2143289344  # the first weight (wte's first value, after the header) a quiet NaN
+refused nan "tensor wte holds NaN at element 0" "$TOOL" import nan.bin bad6
 refused run_dir "already holds" "$TOOL" import m3.bin run3
 cp m3.bin m3.copy
 refused export_over "exists" "$TOOL" export run3/step_00000000 m3.bin
@@ -131,7 +134,7 @@ refused shape "n_layer is 2" "$TRAIN01" --config "$ROOT/configs/tiny.json" --set
   --set n_layer=3 --set steps=0 --set sample_tokens=0 --set train_data=data/train.bin \
   --set val_data=data/val.bin --set run_dir=bad5 --set resume=run3/step_00000000 --set micro_batch_size=1 \
   --set batch_size=1 --set val_batches=1
-for d in bad1 bad2 bad3 bad4; do [ ! -e "$d" ] || fail "the refused import into $d wrote it"; done
+for d in bad1 bad2 bad3 bad4 bad6; do [ ! -e "$d" ] || fail "the refused import into $d wrote it"; done
 
 if [ $failures -gt 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "llm.c model files import, evaluate and export as they must"

@@ -1,0 +1,36 @@
+/// @file
+/// Weights that are not numbers. One NaN or infinity among a model's weights or an
+/// optimizer's moments makes every later loss NaN, and an evaluation of it meaningless
+/// (a NaN loss compares false with everything: the "likeliest" completion is then the
+/// first). So files are checked where they are read: a checkpoint's tensors, an llm.c
+/// model file's.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "common/error.h"
+
+namespace gpt {
+
+/// A UserError naming `what` (a tensor and its file), the first of values[0..n) that
+/// is NaN or infinite, its index and `why_here` (what the file may come from), unless all are finite.
+inline void require_finite(const float* values, int64_t n, const std::string& what, const std::string& why_here) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(values[i]))
+      fail(what + " holds " + (std::isnan(values[i]) ? "NaN" : "an infinity") + " at element " + std::to_string(i) +
+           " of " + std::to_string(n) + ": no model trains or evaluates from values that are not numbers (" +
+           why_here + ")");
+}
+
+/// A UserError naming `what` (an adam_v tensor and its file) and the first negative
+/// value: second moments are running means of squares, and the update divides by their
+/// square root.
+inline void require_not_negative(const float* values, int64_t n, const std::string& what) {
+  for (int64_t i = 0; i < n; ++i)
+    if (values[i] < 0)
+      fail(what + " holds " + std::to_string(values[i]) + " at element " + std::to_string(i) + " of " +
+           std::to_string(n) + ": second moments are means of squares, never negative (the update takes their root)");
+}
+
+}  // namespace gpt
