@@ -49,9 +49,11 @@ namespace {
 // ordered_json keeps keys in insertion order, so config_to_json lists them in table
 // order (model first, then batch, ...) rather than alphabetically.
 using Json = nlohmann::ordered_json;
+namespace fs = std::filesystem;
 
 constexpr int kThreadsPerCoreLimit = 8;      // `threads` above this many per core is refused
 constexpr double kCommTimeoutLimitS = 1e9;   // `comm_timeout_s` at most (31 years)
+constexpr double kBucketLimitMb = 1 << 20;   // `bucket_mb` at most (1 TiB: its element count fits any integer)
 
 // ---------------------------------------------------------------------------------
 // The key table
@@ -461,6 +463,23 @@ void check_text_keys(const Config& cfg) {
   }
 }
 
+// A file the run writes (metrics_file, trace_file) must not lie inside one of run_dir's
+// checkpoint directories (step_N/, and its .tmp and .old forms): a save of that step
+// replaces the directory whole, pruning deletes it, and either takes the file along.
+void require_outside_checkpoints(const std::string& path, const char* key, const std::string& run_dir) {
+  if (path.empty()) return;
+  std::error_code ec;
+  const fs::path file = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  const fs::path dir = fs::weakly_canonical(fs::absolute(run_dir, ec), ec);
+  const fs::path inside = file.lexically_relative(dir);
+  if (inside.empty() || std::distance(inside.begin(), inside.end()) < 2) return;  // elsewhere, or run_dir itself
+  const std::string first = inside.begin()->string();
+  if (first.starts_with("step_"))
+    fail(std::string(key) + "='" + path + "' lies inside " + (dir / first).string() +
+         ", a checkpoint directory of run_dir: a save replaces it whole and pruning deletes it, with the file in "
+         "it; put the file in run_dir itself or elsewhere");
+}
+
 }  // namespace
 
 // -------------------------------------------------------------------------------------------
@@ -680,6 +699,8 @@ void validate(const Config& cfg, int dp) {
   require_thread_count(cfg.threads, "threads");
   check_text_keys(cfg);
   check(!cfg.run_dir.empty(), "run_dir", "\"\"", "must not be empty");
+  require_outside_checkpoints(cfg.metrics_file, "metrics_file", cfg.run_dir);
+  require_outside_checkpoints(cfg.trace_file, "trace_file", cfg.run_dir);
 
   // Distributed.
   check(cfg.comm == "auto" || cfg.comm == "mpi" || cfg.comm == "nccl", "comm",
@@ -687,6 +708,9 @@ void validate(const Config& cfg, int dp) {
   check(cfg.allreduce == "ring" || cfg.allreduce == "backend", "allreduce",
         show(Json(cfg.allreduce)), "must be ring or backend");
   check_double(cfg.bucket_mb > 0, "bucket_mb", cfg.bucket_mb, "must be positive");
+  check_double(cfg.bucket_mb <= kBucketLimitMb, "bucket_mb", cfg.bucket_mb,
+               "must be at most " + std::to_string(int64_t(kBucketLimitMb)) + " MiB (1 TiB; a bucket as large as the model's "
+               "gradients is already one all-reduce)");
   check_double(cfg.comm_timeout_s >= 1, "comm_timeout_s", cfg.comm_timeout_s,
                "must be at least 1 second (healthy ranks reach a collective up to seconds apart: a shorter "
                "wait would report them lost)");

@@ -308,7 +308,7 @@ TEST_CASE("impossible values are errors naming the key and the reason") {
         {"sample_tokens=-1", "sample_tokens"},       {"temperature=0", "temperature"},
         {"top_k=-1", "top_k"},            {"run_dir=", "run_dir"},
         {"comm_timeout_s=0.5", "comm_timeout_s"}, {"comm_timeout_s=1.1e9", "comm_timeout_s"},
-        {"threads=100000", "threads"},
+        {"threads=100000", "threads"},    {"bucket_mb=1e300", "bucket_mb"},
         {"eval_choices_limit=-1", "eval_choices_limit"}, {"eval_choices_limit=2", "eval_choices_limit"},
         {"eval_choices=no_such_eval.bin", "eval_choices"},
     };
@@ -324,6 +324,7 @@ TEST_CASE("impossible values are errors naming the key and the reason") {
                                         "val_every=0", "keep_checkpoints=0", "sample_tokens=0"})));
     REQUIRE_NOTHROW(gpt::validate(with({"min_lr_ratio=1"})));
     REQUIRE_NOTHROW(gpt::validate(with({"comm_timeout_s=1e9", "threads=8"})));  // 8 per core, one core at least
+    REQUIRE_NOTHROW(gpt::validate(with({"bucket_mb=1048576"})));
   }
   SECTION("text keys are UTF-8 without NUL (the checkpoint manifest stores them as JSON)") {
     // A Latin-1 path, a stray byte, a character cut off: each names its key.

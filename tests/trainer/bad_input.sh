@@ -88,6 +88,10 @@ expect "trace under a file"      "trace_file: cannot create directory" train --s
 if grep -q "^step" "$WORK/out.txt"; then echo "FAIL [trace under a file]: it trained before refusing"; failures=$((failures + 1)); fi
 expect "metrics under a file"    "metrics_file: cannot create directory" train --set "metrics_file=$WORK/a_file/m.jsonl"
 expect "metrics unwritable"      "metrics_file: cannot write" train --set metrics_file=/dev/full
+# Output files inside a checkpoint directory of run_dir, which a save replaces whole and
+# pruning deletes: refused (a step directory not there yet, and one reached through '..').
+expect "metrics in a checkpoint" "metrics_file='$WORK/run/step_00000002/m.jsonl' lies inside $WORK/run/step_00000002" train --set "metrics_file=$WORK/run/step_00000002/m.jsonl"
+expect "trace in a checkpoint"   "lies inside $WORK/run/step_00000001.tmp, a checkpoint directory" train --set "trace_file=$WORK/run/../run/step_00000001.tmp/t.json"
 # Output files that name an input by mistake: refused, and the input left as it was.
 cp "$D/val.bin" "$WORK/shard.bin"
 expect "trace over a data shard" "trace_file: '$WORK/shard.bin' exists and is not a trace" train --set "trace_file=$WORK/shard.bin"
