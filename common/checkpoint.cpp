@@ -319,13 +319,21 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
     if (manifest.value("format", std::string()) != kFormat)
       fail(manifest_path + " is not a gpt-stages checkpoint manifest (format is not \"" +
            std::string(kFormat) + "\")");
-    const int version = manifest.value("version", 0);
-    if (version != kVersion)
-      fail(manifest_path + " has version " + std::to_string(version) + "; this build reads version " +
+    // Integers are read as integers: nlohmann would truncate 1.9 to 1 without a word.
+    const json version = manifest.value("version", json());
+    if (!version.is_number_integer() || version.get<int64_t>() != kVersion)
+      fail(manifest_path + " has version " + version.dump() + "; this build reads version " +
            std::to_string(kVersion));
     check_model(manifest, layout.model(), manifest_path);
+    if (!manifest.at("step").is_number_integer())
+      fail(manifest_path + " has step " + manifest.at("step").dump() + ": a step count is an integer");
     state.step = manifest.at("step").get<int64_t>();
     if (state.step < 0) fail(manifest_path + " has step " + std::to_string(state.step) + ": a step count is >= 0");
+    // The data stream's position is the step (every layout reads the same sequences for a
+    // step): another value means the manifest was edited or assembled from two.
+    if (manifest.at("data_position").at("step") != manifest.at("step"))
+      fail(manifest_path + " has data_position.step " + manifest.at("data_position").at("step").dump() +
+           " but step " + std::to_string(state.step) + ": they are the same position");
     state.resumed_from = path;
     state.resumed_step = state.step;
     if (!manifest.at("sample_counter").is_number_unsigned())

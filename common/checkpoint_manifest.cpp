@@ -122,10 +122,20 @@ std::map<std::string, TableEntry> read_table(const json& manifest, const std::st
   for (const json& row : manifest["tensors"]) {
     const std::string name = row.value("name", std::string());
     if (name.empty()) fail(manifest_path + ": a tensor row has no name");
+    const std::string kind = name.substr(0, name.find('/'));
+    if (name.find('/') == std::string::npos || (kind != "param" && kind != "adam_m" && kind != "adam_v"))
+      fail(manifest_path + ": tensor " + name + " is not of a kind a checkpoint holds (param/, adam_m/ or adam_v/)");
+    // Integers are read as integers: nlohmann would truncate 0.5 to 0 without a word.
+    const json& offset = row.at("offset");
+    bool integers = offset.is_number_integer() && row.at("shape").is_array();
+    for (const json& d : row.at("shape")) integers = integers && d.is_number_integer();
+    if (!integers)
+      fail(manifest_path + ": tensor " + name + " has offset " + offset.dump() + " and shape " +
+           row.at("shape").dump() + ": both must be integers");
     TableEntry e;
     e.shape = row.at("shape").get<std::vector<int64_t>>();
     e.file = row.at("file").get<std::string>();
-    e.offset = row.at("offset").get<int64_t>();
+    e.offset = offset.get<int64_t>();
     if (row.contains("checksum") && row["checksum"].is_string())
       e.checksum = row["checksum"].get<std::string>();
     const std::string dtype = row.at("dtype").get<std::string>();

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -435,6 +436,46 @@ TEST_CASE("a damaged or foreign checkpoint is a UserError naming the problem", "
     const std::string msg = user_error_of(load);
     CHECK_THAT(msg, Catch::Contains("param/wpe"));
     CHECK_THAT(msg, Catch::Contains("shape"));
+  }
+
+  // Numbers where integers belong, which a reader that converts would truncate (1.9 to
+  // version 1, offset 16384.5 to 16384), a row of no kind a checkpoint holds, and a data
+  // position other than the step: each refused, naming the field.
+  auto edited = [&](const std::function<void(json&)>& edit) {
+    json m = read_json(path / "manifest.json");
+    edit(m);
+    std::ofstream(path / "manifest.json", std::ios::trunc) << m.dump();
+    return user_error_of(load);
+  };
+  SECTION("a fractional version") {
+    CHECK_THAT(edited([](json& m) { m["version"] = 1.9; }), Catch::Contains("has version 1.9"));
+  }
+  SECTION("a fractional step") {
+    CHECK_THAT(edited([](json& m) { m["step"] = 42.5; }), Catch::Contains("has step 42.5"));
+  }
+  SECTION("a fractional offset") {
+    const std::string msg = edited([](json& m) {
+      for (auto& row : m["tensors"])
+        if (row["name"] == "param/wpe") row["offset"] = row["offset"].get<double>() + 0.5;
+    });
+    CHECK_THAT(msg, Catch::Contains("param/wpe") && Catch::Contains("must be integers"));
+  }
+  SECTION("a row of another kind") {
+    const std::string msg = edited([](json& m) {
+      json row = m["tensors"][0];
+      row["name"] = "adam_x/wte";
+      m["tensors"].push_back(row);
+    });
+    CHECK_THAT(msg, Catch::Contains("adam_x/wte") && Catch::Contains("not of a kind"));
+  }
+  SECTION("a data position other than the step") {
+    CHECK_THAT(edited([](json& m) { m["data_position"]["step"] = 41; }),
+               Catch::Contains("data_position.step 41 but step 42"));
+  }
+  SECTION("control: the manifest rewritten unchanged loads") {
+    json m = read_json(path / "manifest.json");
+    std::ofstream(path / "manifest.json", std::ios::trunc) << m.dump();
+    CHECK_NOTHROW(load());
   }
 }
 
