@@ -10,6 +10,7 @@
 #include "common/data.h"
 
 #include <glob.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <bit>
@@ -19,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <system_error>
 #include <utility>
@@ -210,6 +212,17 @@ std::vector<std::string> expand_shards(const std::string& pattern) {
   // glob() sorts by the locale's collation; sort again by bytes so that the order of
   // the shards, hence of the whole token stream, is the same on every machine.
   std::sort(files.begin(), files.end());
+  // Two names of one file (a link among the shards) would read its tokens twice: an
+  // epoch that repeats a shard, which no flag would show. A file is its device and inode.
+  std::map<std::pair<dev_t, ino_t>, const std::string*> seen;
+  for (const std::string& file : files) {
+    struct stat st {};
+    if (::stat(file.c_str(), &st) != 0) continue;  // a file that vanished in between is read, and reported, later
+    const auto [at, fresh] = seen.emplace(std::make_pair(st.st_dev, st.st_ino), &file);
+    if (!fresh)
+      fail(quoted(pattern) + " matches one file twice, as " + quoted(*at->second) + " and " + quoted(file) +
+           " (a link): its tokens would be read twice; match each shard once");
+  }
   return files;
 }
 

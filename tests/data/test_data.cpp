@@ -227,6 +227,17 @@ TEST_CASE("expand_shards sorts glob matches and names what is missing", "[data]"
                       Contains("absent.bin") && Contains("does not exist"));
 }
 
+TEST_CASE("expand_shards refuses a pattern that matches one file under two names", "[data]") {
+  TempDir dir;
+  gpt::write_shard(dir.file("a.bin"), {1, 2, 3});
+  gpt::write_shard(dir.file("b.bin"), {1, 2, 3});  // the same tokens, another file
+  CHECK(gpt::expand_shards(dir.file("*.bin")).size() == 2);  // control: two files, two shards
+  std::filesystem::remove(dir.file("b.bin"));
+  std::filesystem::create_symlink(dir.file("a.bin"), dir.file("b.bin"));
+  REQUIRE_THROWS_WITH(gpt::expand_shards(dir.file("*.bin")),
+                      Contains("matches one file twice") && Contains("a.bin") && Contains("b.bin"));
+}
+
 // ---- the loader -----------------------------------------------------------------
 
 TEST_CASE("loader concatenates shards in sorted order and cuts windows at stride T", "[data]") {
