@@ -378,6 +378,7 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
       if (fd->get() < 0) fail("checkpoint file " + fpath.string() + " is missing: " + errno_text());
       struct stat st {};
       if (::fstat(fd->get(), &st) != 0) fail("cannot stat " + fpath.string() + ": " + errno_text());
+      if (!S_ISREG(st.st_mode)) fail("checkpoint file " + fpath.string() + " is not a regular file (a directory?)");
       if (int64_t(st.st_size) != file_size[file])
         fail("checkpoint file " + fpath.string() + " is " + std::to_string(st.st_size) +
              " bytes but the manifest needs " + std::to_string(file_size[file]) +

@@ -75,9 +75,14 @@ ordered_json model_json(const ModelConfig& m) {
 json read_manifest(const fs::path& dir) {
   const fs::path path = dir / "manifest.json";
   std::error_code ec;
+  if (!fs::exists(dir, ec)) fail("checkpoint " + dir.string() + " does not exist");
   if (!fs::is_directory(dir, ec)) fail("checkpoint " + dir.string() + " is not a directory");
   if (!fs::is_regular_file(path, ec)) {
     const bool exists = fs::exists(fs::symlink_status(path, ec));
+    // A run directory named in the place of one of its checkpoints: say which to give.
+    if (const std::string latest = latest_checkpoint(dir.string()); !exists && !latest.empty())
+      fail(dir.string() + " is a run directory, not a checkpoint: give one of its step_ directories (the "
+           "latest is " + latest + "), or resume=latest with run_dir=" + dir.string());
     fail("checkpoint " + dir.string() + " is incomplete or not a checkpoint: " + path.string() +
          (exists ? " is not a regular file" : " is missing"));
   }

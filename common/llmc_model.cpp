@@ -159,6 +159,7 @@ std::vector<float> read_llmc_model(const std::string& path, const ParamLayout& l
 void write_llmc_model(const std::string& path, const ParamLayout& layout, const float* params, int version) {
   require(version == 3 || version == 5, "llm.c model file version " + std::to_string(version) +
                                             ": this writes 3 (fp32) or 5 (bf16)");
+  require(!path.empty() && path.back() != '/', "llm.c model file '" + path + "': name a file to write");
   const ModelConfig& m = layout.model();
   // Everything that allocates comes before the file exists, so that the only way out
   // after it is give_up(), which removes it.

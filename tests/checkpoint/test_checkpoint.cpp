@@ -390,6 +390,24 @@ TEST_CASE("a damaged or foreign checkpoint is a UserError naming the problem", "
     CHECK_THAT(msg, Catch::Contains("32"));
   }
 
+  SECTION("a param.bin that is a directory") {
+    fs::remove(path / "param.bin");
+    fs::create_directory(path / "param.bin");
+    CHECK_THAT(user_error_of(load), Catch::Contains("param.bin is not a regular file"));
+  }
+
+  SECTION("a run directory in the place of its checkpoint names the latest") {
+    const std::string msg =
+        user_error_of([&] { gpt::load_checkpoint(dir.str(), layout, loaded.buffers(0, n)); });
+    CHECK_THAT(msg, Catch::Contains("is a run directory") && Catch::Contains(path.filename().string()));
+  }
+
+  SECTION("a checkpoint that does not exist") {
+    const std::string msg = user_error_of(
+        [&] { gpt::load_checkpoint((dir.path() / "step_00000043").string(), layout, loaded.buffers(0, n)); });
+    CHECK_THAT(msg, Catch::Contains("step_00000043 does not exist"));
+  }
+
   SECTION("a missing manifest") {
     fs::remove(path / "manifest.json");
     CHECK_THAT(user_error_of(load), Catch::Contains("manifest.json"));

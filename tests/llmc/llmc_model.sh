@@ -126,6 +126,7 @@ refused nan "tensor wte holds NaN at element 0" "$TOOL" import nan.bin bad6
 refused run_dir "already holds" "$TOOL" import m3.bin run3
 cp m3.bin m3.copy
 refused export_over "exists" "$TOOL" export run3/step_00000000 m3.bin
+refused export_nameless "name a file to write" "$TOOL" export run3/step_00000000 ""
 cmp -s m3.bin m3.copy && [ ! -e m3.bin.tmp ] || fail "the refused export touched m3.bin or left m3.bin.tmp"
 : > kept.bin.tmp
 refused export_tmp "kept.bin.tmp: File exists" "$TOOL" export run3/step_00000000 kept.bin
