@@ -61,6 +61,9 @@ int main(int argc, char** argv) {
         std::printf("%s", kUsage);
         return 0;
       }
+      const bool known = a == "--schedule" || a == "--pp" || a == "--micro" || a == "--virtual" || a == "--tf" ||
+                         a == "--tb" || a == "--tw";
+      if (!known) fail("unknown option " + a + " (--schedule, --pp, --micro, --virtual, --tf, --tb, --tw, --help)");
       require(i + 1 < argc, "option " + a + " needs a value");
       const std::string value = argv[++i];
       if (a == "--schedule") name = value;
@@ -69,11 +72,13 @@ int main(int argc, char** argv) {
       else if (a == "--virtual") v = parse_int(a, value, 1, 16);
       else if (a == "--tf") costs.forward = parse_real(a, value);
       else if (a == "--tb") costs.backward_input = parse_real(a, value);
-      else if (a == "--tw") costs.backward_weight = parse_real(a, value);
-      else fail("unknown option " + a + " (--schedule, --pp, --micro, --virtual, --tf, --tb, --tw, --help)");
+      else costs.backward_weight = parse_real(a, value);  // --tw
     }
     require(costs.forward > 0 && costs.backward_input > 0 && costs.backward_weight >= 0,
             "--tf and --tb must be positive, --tw not negative");
+    // Only the costs' ratios matter; a bound keeps a schedule's sums of them finite.
+    require(costs.forward <= 1e12 && costs.backward_input <= 1e12 && costs.backward_weight <= 1e12,
+            "--tf, --tb and --tw must be at most 1e12 (relative costs: only their ratios matter)");
     std::vector<PipeSchedule> ranks;
     for (int r = 0; r < p; ++r) ranks.push_back(pipeline_schedule(name, p, r, m, v));
     const PipeSimulation sim = simulate_pipeline(ranks, costs, v);

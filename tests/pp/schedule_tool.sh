@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The pipeline_schedule tool: --help exits 0 with the usage; a bad value (not a whole
-# number, trailing text, out of range, not a number) exits 2 naming the option and the
-# value; a good call prints one timeline row and one bubble line per rank.
+# number, trailing text, out of range, not a number, a cost so large its sums overflow)
+# exits 2 naming the option and the value, an unknown option last as unknown; a good
+# call prints one timeline row and one bubble line per rank.
 # Usage: schedule_tool.sh PIPELINE_SCHEDULE
 set -uo pipefail
 TOOL=$1 failures=0
@@ -21,6 +22,8 @@ expect_refused "--virtual -1"     --virtual -1
 expect_refused "--tf fast"        --tf fast
 expect_refused "needs a value"    --pp
 expect_refused "unknown option"   --stages 3
+expect_refused "unknown option --bogus" --pp 2 --bogus
+expect_refused "at most 1e12"     --tf 1e308 --tb 1e308
 "$TOOL" --help | grep -q "usage: pipeline_schedule" || { echo "FAIL: --help prints no usage"; failures=$((failures + 1)); }
 out=$("$TOOL" --schedule interleaved --pp 3 --micro 5 --virtual 2) || { echo "FAIL: a good call failed"; failures=$((failures + 1)); }
 rows=$(grep -c '^rank [0-9] |' <<< "$out"); bubbles=$(grep -c '^rank [0-9]: bubble' <<< "$out")
