@@ -326,8 +326,25 @@ std::string suggestion(std::string_view unknown) {
   return best ? std::string(" (did you mean '") + best->name + "'?)" : "";
 }
 
+// A key as a message can show it: control characters (a NUL would end the message where
+// it is printed) written as \xNN.
+std::string printable(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    const unsigned char byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f) {
+      out += c;
+      continue;
+    }
+    char escaped[8];
+    std::snprintf(escaped, sizeof escaped, "\\x%02X", byte);
+    out += escaped;
+  }
+  return out;
+}
+
 [[noreturn]] void unknown_key(const std::string& where, std::string_view key) {
-  fail(where + ": unknown key '" + std::string(key) + "'" + suggestion(key) +
+  fail(where + ": unknown key '" + printable(key) + "'" + suggestion(key) +
        "; run with --help for the list of keys");
 }
 
@@ -516,7 +533,7 @@ void apply_json_text(Config& cfg, const std::string& json_text, const std::strin
     const Key* key = find_key(name);
     if (!key) {
       if (value.is_object())  // e.g. "model": {"n_layer": 4}
-        fail(origin + ": unknown key '" + name + "': keys are flat (write \"n_layer\": 4, not " +
+        fail(origin + ": unknown key '" + printable(name) + "': keys are flat (write \"n_layer\": 4, not " +
              "\"model\": {\"n_layer\": 4}); run with --help for the list of keys");
       unknown_key(origin, name);
     }

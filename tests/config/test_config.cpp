@@ -196,6 +196,12 @@ TEST_CASE("unknown keys are errors that name the key") {
     REQUIRE_THROWS_WITH(gpt::apply_override(cfg, "n_embed=32"), Contains("did you mean 'n_embd'"));
     REQUIRE_THROWS_WITH(parse(cfg, {"--set", "warmup=5"}), Contains("warmup"));
   }
+  SECTION("a key holding control characters is shown escaped, whole") {
+    Config cfg;
+    // A NUL would end the message where it is printed: 'a' instead of the key.
+    REQUIRE_THROWS_WITH(gpt::apply_json_text(cfg, R"({"a\u0000b\tc": 1})", "test"),
+                        Contains("unknown key 'a\\x00b\\x09c'"));
+  }
   SECTION("nested or prefixed model keys: the keys are flat") {
     Config cfg;
     REQUIRE_THROWS_WITH(gpt::apply_json_text(cfg, R"({"model": {"n_layer": 4}})", "test"),
