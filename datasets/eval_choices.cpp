@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -71,6 +72,7 @@ int positive_int(const std::string& flag, const std::string& value) {
 Options parse(const std::vector<std::string>& args) {
   Options o;
   std::vector<std::string> positional;
+  std::set<std::string> given;  // the options seen: one given twice is a mistake whichever was meant
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.rfind("--", 0) != 0) {
@@ -78,12 +80,14 @@ Options parse(const std::vector<std::string>& args) {
       continue;
     }
     if (i + 1 == args.size()) gpt::fail(a + " needs a value\n" + std::string(kUsage));
+    if (!given.insert(a).second) gpt::fail(a + " is given twice; give each option once");
     const std::string& v = args[++i];
     if (a == "--device") o.device = v;
     else if (a == "--precision") o.precision = v;
     else if (a == "--batch") o.batch = positive_int(a, v);
     else if (a == "--limit") o.limit = positive_int(a, v);
     else if (a == "--threads") o.threads = positive_int(a, v);
+    else if (a == "--out" && v.empty()) gpt::fail("--out needs a file name (it was empty)");
     else if (a == "--out") o.out = v;
     else gpt::fail("unknown option '" + a + "'\n" + std::string(kUsage));
   }

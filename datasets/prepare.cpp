@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -74,8 +75,10 @@ double parse_fraction(const std::string& text) {
 Options parse_args(int argc, char** argv) {
   Options options;
   // Returns the value after a flag, or fails naming the flag.
+  std::set<std::string> given;  // flags with a value, seen: one given twice is a mistake whichever was meant
   auto value_of = [&](int& i, const std::string& flag) -> std::string {
     if (i + 1 >= argc) gpt::fail("flag " + flag + " needs a value");
+    if (!given.insert(flag).second) gpt::fail("flag " + flag + " is given twice; give it once");
     return argv[++i];
   };
   bool only_files = false;  // after "--", every argument is a file name

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -46,10 +47,12 @@ struct Options {
 Options parse(const std::vector<std::string>& args) {
   Options o;
   std::vector<std::string> files;
+  int tokenizer_given = 0, limit_given = 0;  // an option given twice is a mistake whichever was meant
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--tokenizer" || a == "--limit") {
       if (i + 1 == args.size()) gpt::fail(a + " needs a value");
+      if ((a == "--tokenizer" ? tokenizer_given : limit_given)++) gpt::fail(a + " is given twice; give it once");
       const std::string& v = args[++i];
       if (a == "--tokenizer") {
         o.tokenizer = v;
@@ -153,8 +156,16 @@ int run(int argc, char** argv) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // a blank line
     const std::string where = "'" + o.input + "', line " + std::to_string(number);
     nlohmann::json object;
+    // nlohmann keeps the last of two equal keys without a word; a line with "ctx" twice
+    // is not HellaSwag's, whichever was meant.
+    std::set<std::string> keys;
+    const auto note_keys = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+      if (event == nlohmann::json::parse_event_t::key && depth == 1 && !keys.insert(parsed.get<std::string>()).second)
+        gpt::fail(where + ": key \"" + parsed.get<std::string>() + "\" is given twice");
+      return true;
+    };
     try {
-      object = nlohmann::json::parse(line);
+      object = nlohmann::json::parse(line, note_keys);
     } catch (const nlohmann::json::parse_error& e) {
       gpt::fail(where + ": not JSON: " + e.what());
     }

@@ -45,6 +45,7 @@ case $case_name in
   fraction_text)     expect_error "0.1x" --out out --val-fraction 0.1x good.txt ;;
   fraction_no_value) expect_error "--val-fraction" --out out good.txt --val-fraction ;;
   same_file_twice)   expect_error "is given twice" --out out good.txt ./good.txt ;;
+  flag_twice)        expect_error "flag --out is given twice" --out out --out out2 good.txt ;;
   existing)
     # Shards already in --out are a dataset: kept unless --force; with it, replaced.
     "$prepare" --out out good.txt >/dev/null || fail "the first prepare failed"

@@ -121,6 +121,8 @@ refused out_dir "--out: cannot create directory 'not_a_dir'" "$TOOL" run e.bin -
 refused batch_zero "--batch: '0' is not a positive integer" "$TOOL" run e.bin --batch 0
 refused limit_word "--limit: 'all' is not a positive integer" "$TOOL" run e.bin --limit all
 refused option "unknown option '--bacth'" "$TOOL" run e.bin --bacth 4
+refused out_empty "--out needs a file name (it was empty)" "$TOOL" run e.bin --device cpu --out ""
+refused twice "--batch is given twice" "$TOOL" run e.bin --device cpu --batch 8 --batch 16
 refused operands "give CHECKPOINT and EVAL.bin" "$TOOL" run
 refused no_checkpoint "nowhere" "$TOOL" nowhere e.bin --device cpu
 refused no_file "eval file 'missing.bin': no such file" "$TOOL" run missing.bin --device cpu

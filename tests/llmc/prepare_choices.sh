@@ -102,12 +102,14 @@ jsonl '{"ctx": "x", "endings": ["a", "b"], "label": ""}'; bad "test split" "(Hel
 jsonl '{"ctx": "x", "endings": ["a", "b"], "label": "b"}'; bad "label text" '"label" is "b", not an integer'
 jsonl '{"ctx": "x", "endings": ["a", "b"], "label": 2}'; bad "label range"  '"label" is 2, not one of its 2 endings'
 jsonl '' '  ';                                           bad "blank"         "no examples (every line is blank)"
+jsonl '{"ctx": "x", "ctx": "y", "endings": ["a", "b"], "label": 0}'; bad "ctx twice" 'line 1: key "ctx" is given twice'
 refused "missing input"  "'nope.jsonl': no such file" "$TOOL" nope.jsonl o.bin --tokenizer bytes
 refused "missing tokenizer" "no_tok.bin" "$TOOL" examples.jsonl o.bin --tokenizer no_tok.bin
 refused "one file"       "expected EXAMPLES.jsonl and OUT.bin, got 1" "$TOOL" examples.jsonl
 refused "no tokenizer"   "--tokenizer is required" "$TOOL" examples.jsonl o.bin
 refused "unknown option" "unknown option '--frobnicate'" "$TOOL" examples.jsonl o.bin --frobnicate --tokenizer bytes
 refused "limit zero"     "--limit '0': not a positive integer" "$TOOL" examples.jsonl o.bin --limit 0 --tokenizer bytes
+refused "limit twice"    "--limit is given twice" "$TOOL" examples.jsonl o.bin --limit 1 --limit 2 --tokenizer bytes
 cp bpe.bin kept.bin
 refused "output exists"  "'kept.bin' exists" "$TOOL" examples.jsonl kept.bin --tokenizer bytes
 cmp -s bpe.bin kept.bin && echo "ok   the existing output is unchanged" || fail "the existing output changed"
