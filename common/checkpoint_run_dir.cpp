@@ -1,5 +1,6 @@
 // The checkpoints of a run directory: the newest complete one, pruning the oldest,
 // what `resume` names, and setting aside another run's later checkpoints.
+#include <cctype>
 #include <cstdio>
 #include <ctime>
 #include <map>
@@ -90,6 +91,12 @@ struct ResumeSource {
   int64_t start = 0;
 };
 ResumeSource resume_source(const Config& cfg) {
+  // "Latest" or "LATEST" is a path that is not there: name the word that was meant.
+  std::string lower = cfg.resume;
+  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+  std::error_code ec;
+  if (lower == "latest" && cfg.resume != "latest" && !fs::exists(cfg.resume, ec))
+    fail("resume=" + cfg.resume + ": no such checkpoint; for the newest checkpoint in run_dir write resume=latest");
   ResumeSource r{cfg.resume == "latest" ? latest_checkpoint(cfg.run_dir) : cfg.resume};
   if (!r.path.empty()) r.start = checkpoint_step(r.path);
   return r;
