@@ -81,10 +81,15 @@ std::vector<ChoiceScore> score_choices(const ModelConfig& model, const A* weight
     inputs.assign(size_t(rows) * T, 0);
     targets.assign(size_t(rows) * T, 0);
     losses.resize(size_t(rows) * T);
-    // Row r of the batch: the example's context after its cut, then completion c.
+    // Row r of the batch: the example's context after its cut, then completion c. The
+    // last kept context token, at position first, predicts the completion's first: the
+    // losses that count are the span [first, first + m) of the row; the head computes
+    // only those (GPT2::evaluate_spans), one span after another.
+    std::vector<ScoredSpan> spans;
     int r = 0;
     for (size_t i = next; i < end; ++i) {
       const ChoiceExample& ex = examples[order[i]];
+      const int first = int(ex.context.size()) - cut[order[i]] - 1;
       for (size_t c = 0; c < ex.completions.size(); ++c, ++r) {
         std::vector<int> row(ex.context.begin() + cut[order[i]], ex.context.end());
         row.insert(row.end(), ex.completions[c].begin(), ex.completions[c].end());
@@ -92,25 +97,26 @@ std::vector<ChoiceScore> score_choices(const ModelConfig& model, const A* weight
           inputs[size_t(r) * T + t] = row[t];
           targets[size_t(r) * T + t] = row[t + 1];
         }
+        spans.push_back({r * T + first, int(ex.completions[c].size())});
       }
     }
-    scorer.evaluate(inputs.data(), targets.data());
-    device_copy(Device::CPU, losses.data(), scorer.device(), scorer.losses(), losses.size() * sizeof(G));
+    scorer.evaluate_spans(inputs.data(), targets.data(), spans);
+    size_t scored = 0;
+    for (const ScoredSpan& span : spans) scored += size_t(span.count);
+    device_copy(Device::CPU, losses.data(), scorer.device(), scorer.losses(), scored * sizeof(G));
 
-    r = 0;
+    size_t at = 0;  // the next completion's first loss, in the spans' order
     for (size_t i = next; i < end; ++i) {
       const ChoiceExample& ex = examples[order[i]];
       ChoiceScore& s = scores[order[i]];
       s.index = ex.index;
       s.label = ex.label;
       s.context_cut = cut[order[i]];
-      // The last kept context token, at position first, predicts the completion's first.
-      const int first = int(ex.context.size()) - s.context_cut - 1;
       std::vector<double> mean;
-      for (size_t c = 0; c < ex.completions.size(); ++c, ++r) {
+      for (size_t c = 0; c < ex.completions.size(); ++c) {
         const int count = int(ex.completions[c].size());
         double sum = 0;
-        for (int j = 0; j < count; ++j) sum += double(losses[size_t(r) * T + size_t(first + j)]);
+        for (int j = 0; j < count; ++j) sum += double(losses[at++]);
         s.loss_sum.push_back(sum);
         s.tokens.push_back(count);
         mean.push_back(sum / count);

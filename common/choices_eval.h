@@ -14,7 +14,9 @@
 /// first context tokens, the same number in every row: each completion is scored whole,
 /// after the same context as the others, as much of it as the longest one leaves room for.
 /// Rows of several examples share one forward (whole examples only); positions past a
-/// row's end are padding whose losses nobody reads.
+/// row's end are padding. Only the completions' losses are read, so the head (ln_f, the
+/// logits over the vocabulary, the loss) runs over those positions alone
+/// (GPT2::evaluate_spans); the blocks run over every position, as attention needs them.
 #pragma once
 #include <functional>
 #include <string>

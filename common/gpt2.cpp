@@ -250,7 +250,35 @@ typename GPT2<A>::MicroBatch& GPT2<A>::slot_at(int slot, const char* caller) {
 }
 
 template <class A>
+GradOf<A> GPT2<A>::evaluate_spans(const int32_t* inputs, const int32_t* targets, const std::vector<ScoredSpan>& spans) {
+  invariant(slice_.inference_only && slice_.tp == 1 && first_stage() && last_stage(),
+            "GPT2::evaluate_spans: only an inference-only model of the whole model");
+  invariant(targets != nullptr && !spans.empty(), "GPT2::evaluate_spans: targets and at least one span");
+  const int N = B_ * T_;
+  // The head's targets, span by span, then zeros (valid tokens) up to the N the forward checks.
+  std::vector<int32_t> scored_targets(size_t(N), 0);
+  int scored = 0;
+  for (const ScoredSpan& s : spans) {
+    invariant(s.first >= 0 && s.count >= 1 && s.count <= N - s.first && s.count <= N - scored,
+              "GPT2::evaluate_spans: a span outside the B*T positions, or more positions than they hold");
+    std::copy(targets + s.first, targets + s.first + s.count, scored_targets.begin() + scored);
+    scored += s.count;
+  }
+  if (span_rows_.empty()) {
+    const MemScope scope(MemKind::Activations);
+    span_rows_ = DeviceArray<A>(device_, size_t(B_) * max_T_ * model_.n_embd);
+  }
+  return run_forward(0, inputs, scored_targets.data(), false, &spans);
+}
+
+template <class A>
 GradOf<A> GPT2<A>::forward_micro(int slot, const int32_t* inputs, const int32_t* targets, bool for_backward) {
+  return run_forward(slot, inputs, targets, for_backward, nullptr);
+}
+
+template <class A>
+GradOf<A> GPT2<A>::run_forward(int slot, const int32_t* inputs, const int32_t* targets, bool for_backward,
+                               const std::vector<ScoredSpan>* spans) {
   Span span("forward");
   MicroBatch& mb = slot_at(slot, "forward_micro");
   const int l0 = layout_.layer_begin(), l1 = layout_.layer_end();
@@ -308,17 +336,30 @@ GradOf<A> GPT2<A>::forward_micro(int slot, const int32_t* inputs, const int32_t*
     store_->release(unit, Pass::Forward);
   }
   const auto PF = unit_view(store_->acquire(final, Pass::Forward), layout_, final);
+  // The head's rows: the stage's rows, or the spans' gathered one after another.
+  const A* head_input = block_input(mb, l1);
+  int head_rows = R;
+  if (spans) {
+    head_rows = 0;
+    for (const ScoredSpan& s : *spans) {
+      device_copy(device_, span_rows_.data() + size_t(head_rows) * C, device_, head_input + size_t(s.first) * C,
+                  size_t(s.count) * C * sizeof(A));
+      head_rows += s.count;
+    }
+    head_input = span_rows_.data();
+  }
   if (last_stage())
-    head_forward(ctx_, block_input(mb, l1), PF(layout_.lnf_w()), PF(layout_.lnf_b()), PE(layout_.wte()), vocab,
-                 mb.head, *hooks_, R, C);
+    head_forward(ctx_, head_input, PF(layout_.lnf_w()), PF(layout_.lnf_b()), PE(layout_.wte()), vocab, mb.head,
+                 *hooks_, head_rows, C);
   store_->release(final, Pass::Forward);
   store_->release(embed, Pass::Forward);
   if (!with_loss) return G(0);
-  head_loss(ctx_, mb.head, mb.targets.data(), vocab, V, *hooks_, R);
-  mb.head.losses.copy_to_host(host_losses_.data(), size_t(N));
+  head_loss(ctx_, mb.head, mb.targets.data(), vocab, V, *hooks_, head_rows);
+  const int losses = hooks_->full_rows(head_rows);  // N, or the spans' positions
+  mb.head.losses.copy_to_host(host_losses_.data(), size_t(losses));
   G sum = 0;
-  for (int i = 0; i < N; ++i) sum += host_losses_[size_t(i)];
-  return sum / G(N);
+  for (int i = 0; i < losses; ++i) sum += host_losses_[size_t(i)];
+  return sum / G(losses);
 }
 
 template <class A>
@@ -479,7 +520,7 @@ size_t GPT2<A>::grad_bytes() const {
 }
 template <class A>
 size_t GPT2<A>::activation_bytes() const {
-  size_t n = embedded_.bytes() + scratch_.bytes();
+  size_t n = embedded_.bytes() + scratch_.bytes() + span_rows_.bytes();
   for (const MicroBatch& mb : slots_) {
     n += mb.input.bytes() + mb.head.bytes() + mb.d_resid.bytes() + mb.keep_d_lnf.bytes();
     for (const BlockGradInputs<A>& k : mb.keep) n += k.bytes();

@@ -130,6 +130,13 @@ struct ModelSlice {
   bool inference_only = false;
 };
 
+/// A run of consecutive positions among a forward's B*T tokens (sequence b, position t
+/// is b*T + t) whose losses GPT2::evaluate_spans computes.
+struct ScoredSpan {
+  int first = 0;  ///< the run's first position
+  int count = 0;  ///< the positions in the run
+};
+
 /// GPT-2 on one rank, with storage type A (see the top of this file): float or bf16 on either
 /// device, double on the CPU (the ground truth). Holds the whole model or the ModelSlice it was made
 /// with; runs forward and backward passes and accumulates parameter gradients.
@@ -180,6 +187,16 @@ class GPT2 {
   /// the logits' gradient (no backward() may follow). On a GPU that saves a write of
   /// B*T*Vp values per batch.
   G evaluate(const int32_t* inputs, const int32_t* targets);
+
+  /// evaluate() for the losses of some positions only, in an inference-only model of the
+  /// whole model: the blocks run over all B*T positions (attention needs every earlier
+  /// one), the head (ln_f, the logits, the loss) over the spans' positions alone, whose
+  /// losses fill losses() in the spans' order. Returns their mean. The multiple-choice
+  /// scorer reads only the completions' losses: the head over the contexts was work
+  /// thrown away (a third of a GPT-2 124M forward is its head). On the CPU each loss is
+  /// the one evaluate() computes at that position, bit for bit (the head's ops compute a
+  /// row on its own).
+  G evaluate_spans(const int32_t* inputs, const int32_t* targets, const std::vector<ScoredSpan>& spans);
 
   /// Backward of the last forward (which must have had targets), accumulating into
   /// grads(): the gradient of  loss_scale * mean loss.  With gradient accumulation over
@@ -311,6 +328,13 @@ class GPT2 {
   /// slots_[slot], after checking that slot is in [0, in_flight()) (`caller` names the
   /// method in the error).
   MicroBatch& slot_at(int slot, const char* caller);
+  /// forward_micro, with the head over the spans' positions alone when `spans` is set
+  /// (evaluate_spans: the targets then hold the spans' targets first, in order).
+  G run_forward(int slot, const int32_t* inputs, const int32_t* targets, bool for_backward,
+                const std::vector<ScoredSpan>* spans);
+  /// evaluate_spans: the spans' rows of the last block's output, gathered for the head
+  /// (made at its first call, B x max_seq_len() rows).
+  DeviceArray<A> span_rows_;
   /// The embedding's backward from the gradient of the stage input (first stage).
   void embedding_backward(MicroBatch& mb, G* dwte, G* dwpe);
   DeviceArray<A> embedded_;  ///< sequence parallelism: the embedding's partial sums over all rows

@@ -12,7 +12,8 @@
 // short samples other tokens once the context outgrows it.
 //
 // Inference-only models (sampling, the multiple-choice eval): the training model's numbers
-// without gradient buffers, and shorter sequences in the buffers of a longer one.
+// without gradient buffers, shorter sequences in the buffers of a longer one, and the head
+// over some positions only.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -346,4 +347,50 @@ TEST_CASE("inference-only model: set_seq_len runs shorter sequences in the same 
   SECTION("fp32") { check_shorter_sequences<float>(Precision::FP32); }
   SECTION("bf16 storage") { check_shorter_sequences<bf16>(Precision::BF16); }
   SECTION("fp32 emulating bf16") { check_shorter_sequences<float>(Precision::BF16); }
+}
+
+// The scorer's head runs over the completions' positions only (evaluate_spans): each loss
+// is the one the whole head computes at that position, bit for bit on the CPU (the head's
+// ops compute a row on its own), in the spans' order, spans crossing from one sequence
+// into the next included; the returned mean is theirs. Controls: the spans one position
+// later give other losses; a span past the tokens and a model that trains are refused.
+template <class A>
+void check_spans(Precision precision) {
+  const ModelConfig m = sampler_model();
+  const int B = 3, T = 20;
+  ModelSlice<A> inference;
+  inference.inference_only = true;
+  GPT2<A> model(m, B, T, Device::CPU, precision, true, inference);
+  model.set_params(initial_weights<A>(6).data());
+  std::vector<int32_t> inputs(size_t(B) * T), targets(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    inputs[i] = int32_t((i * 41 + 3) % 256);
+    targets[i] = int32_t((i * 23 + 8) % 256);
+  }
+  model.evaluate(inputs.data(), targets.data());
+  const std::vector<GradOf<A>> whole(model.losses(), model.losses() + size_t(B) * T);
+  const std::vector<ScoredSpan> spans = {{T + 4, 6}, {2, 1}, {2 * T - 3, 5}, {2 * T + 10, 9}};
+  std::vector<GradOf<A>> want;
+  for (const ScoredSpan& s : spans) want.insert(want.end(), whole.begin() + s.first, whole.begin() + s.first + s.count);
+  GradOf<A> want_sum = 0;
+  for (const GradOf<A> x : want) want_sum += x;
+
+  const GradOf<A> mean = model.evaluate_spans(inputs.data(), targets.data(), spans);
+  CHECK(test::same_bits(model.losses(), want.data(), want.size()));
+  CHECK(double(mean) == double(want_sum / GradOf<A>(want.size())));
+  std::vector<ScoredSpan> later = spans;
+  for (ScoredSpan& s : later) ++s.first;
+  model.evaluate_spans(inputs.data(), targets.data(), later);
+  CHECK(!test::same_bits(model.losses(), want.data(), want.size()));  // control
+
+  CHECK_THROWS_AS(model.evaluate_spans(inputs.data(), targets.data(), {{B * T - 2, 3}}), InternalError);
+  GPT2<A> trains(m, B, T, Device::CPU, precision);
+  CHECK_THROWS_AS(trains.evaluate_spans(inputs.data(), targets.data(), spans), InternalError);
+}
+
+TEST_CASE("inference-only model: evaluate_spans computes the head over the spans alone, bit for bit", "[sampler]") {
+  SECTION("fp64") { check_spans<double>(Precision::FP64); }
+  SECTION("fp32") { check_spans<float>(Precision::FP32); }
+  SECTION("bf16 storage") { check_spans<bf16>(Precision::BF16); }
+  SECTION("fp32 emulating bf16") { check_spans<float>(Precision::BF16); }
 }
