@@ -480,6 +480,20 @@ void check_text_keys(const Config& cfg) {
   }
 }
 
+// The metrics log and the trace must be two files: a trace written at the end would
+// replace the log (stage 01 writes trace_file itself, stages 02+ trace_file.rankN.json).
+void require_distinct_outputs(const Config& cfg) {
+  if (cfg.trace_file.empty()) return;
+  std::error_code ec;
+  const fs::path metrics = cfg.metrics_file.empty() ? fs::path(cfg.run_dir) / "metrics.jsonl" : fs::path(cfg.metrics_file);
+  const std::string log = fs::weakly_canonical(fs::absolute(metrics, ec), ec).string();
+  const std::string trace = fs::weakly_canonical(fs::absolute(cfg.trace_file, ec), ec).string();
+  const bool rank_trace = log.starts_with(trace + ".rank") && log.ends_with(".json");
+  if (log == trace || rank_trace)
+    fail("metrics_file '" + metrics.string() + "' is " + (rank_trace ? "a rank's trace of" : "the same file as") +
+         " trace_file '" + cfg.trace_file + "': the trace would replace the metrics log; name two files");
+}
+
 // A file the run writes (metrics_file, trace_file) must not lie inside one of run_dir's
 // checkpoint directories (step_N/, and its .tmp and .old forms): a save of that step
 // replaces the directory whole, pruning deletes it, and either takes the file along.
@@ -638,9 +652,20 @@ void require_thread_count(int threads, const std::string& key) {
   // More threads than a few per core only slow a run down, and tens of thousands fail to
   // start (the system's limit on threads) or crash OpenMP.
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
-  if (threads > kThreadsPerCoreLimit * cores)
-    fail(key + "=" + std::to_string(threads) + ": must be at most " + std::to_string(kThreadsPerCoreLimit) +
-         " per core of this machine (" + std::to_string(cores) + " cores)");
+  const auto at_most = [&](const std::string& what) {
+    fail(what + ": must be at most " + std::to_string(kThreadsPerCoreLimit) + " per core of this machine (" +
+         std::to_string(cores) + " cores)");
+  };
+  if (threads > kThreadsPerCoreLimit * cores) at_most(key + "=" + std::to_string(threads));
+  // 0 leaves the count to OpenMP, which reads OMP_NUM_THREADS (its first number: the
+  // outermost level's): the same limit holds there.
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  if (threads != 0 || env == nullptr) return;
+  const std::string text(env);
+  int64_t first = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), first);
+  if (ec == std::errc::result_out_of_range || (ec == std::errc() && first > kThreadsPerCoreLimit * cores))
+    at_most("OMP_NUM_THREADS=" + text + " (the threads taken when " + key + "=0)");
 }
 
 void validate(const Config& cfg, int dp) {
@@ -718,6 +743,7 @@ void validate(const Config& cfg, int dp) {
   check(!cfg.run_dir.empty(), "run_dir", "\"\"", "must not be empty");
   require_outside_checkpoints(cfg.metrics_file, "metrics_file", cfg.run_dir);
   require_outside_checkpoints(cfg.trace_file, "trace_file", cfg.run_dir);
+  require_distinct_outputs(cfg);
 
   // Distributed.
   check(cfg.comm == "auto" || cfg.comm == "mpi" || cfg.comm == "nccl", "comm",

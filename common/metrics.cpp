@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "common/choices_in_training.h"
@@ -9,6 +10,20 @@
 #include "common/files.h"
 
 namespace gpt {
+
+namespace {
+
+// Whether the file is empty or ends with '\n' (a missing file counts as empty).
+bool ends_with_newline(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in || in.tellg() <= 0) return true;
+  in.seekg(-1, std::ios::end);
+  char last = '\n';
+  in.get(last);
+  return last == '\n';
+}
+
+}  // namespace
 
 MetricsLog::MetricsLog(const std::string& path) : path_(path) {
   if (path.empty()) return;
@@ -22,6 +37,10 @@ MetricsLog::MetricsLog(const std::string& path) : path_(path) {
                      "a metrics log (its first line is not a JSON object with a \"kind\")");
   file_ = std::fopen(path.c_str(), "a");
   require(file_ != nullptr, "metrics_file: cannot open '" + path + "' for appending: " + std::strerror(errno));
+  // A run killed mid-line (or stopped by a full disk) leaves its last line torn: end it,
+  // so that this run's first line is a line of its own, readable, and the torn one stays
+  // as it was.
+  if (!ends_with_newline(path)) write_line("");
 }
 
 MetricsLog::~MetricsLog() {

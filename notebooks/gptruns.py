@@ -15,6 +15,7 @@ import glob
 import json
 import os
 import re
+import warnings
 
 
 def repo_root(start=None):
@@ -60,8 +61,15 @@ class Run:
     def __init__(self, *parts):
         self.dir = path(*parts)
         self.name = "/".join(parts)
+        lines = []
         with open(os.path.join(self.dir, "metrics.jsonl")) as f:
-            lines = [json.loads(line) for line in f if line.strip()]
+            for number, text in enumerate(f, 1):
+                if not text.strip():
+                    continue
+                try:
+                    lines.append(json.loads(text))
+                except json.JSONDecodeError:  # a run killed mid-line leaves it torn
+                    warnings.warn(f"{self.dir}/metrics.jsonl line {number} is not JSON (torn by a stopped run): skipped")
         last_start, previous = 0, None
         for i, line in enumerate(lines):
             if line.get("kind") == "train":

@@ -36,6 +36,10 @@ for arg in "$@"; do
   esac
 done
 out="$(abs_dir "${out:-$GPT_BUILD_DIR/notebooks}")"
+# The executed copies, with outputs, must not land beside the notebooks they come from
+# (the committed ones must carry none) or replace them.
+[[ "$(realpath -m -- "$out")" != "$(realpath -m -- "$GPT_ROOT/notebooks")" ]] ||
+  bad_input "OUT '$out' is notebooks/ itself: the executed copies would mix with the committed notebooks; give another directory"
 python=/usr/bin/python3
 cd "$GPT_ROOT"
 

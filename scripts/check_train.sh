@@ -39,6 +39,9 @@ expect_refused "a setting without =" "argument 'steps'" steps
 expect_refused "--set without a value" "--set needs key=value" --set
 expect_refused "missing config" "config file 'configs/nope.json' not found" --config configs/nope.json
 expect_refused "config a directory" "config file 'configs' is a directory" --config configs
+expect_refused "config twice" "--config given twice ('configs/tiny.json' and 'configs/small.json')" \
+  --config configs/tiny.json --config=configs/small.json
+expect_refused "config empty" "--config needs a file name (it was empty)" --config=
 
 # The three forms of a setting, accepted and applied: 3 steps, a 24-token sample.
 status=0

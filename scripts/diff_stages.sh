@@ -33,7 +33,10 @@ stage_dir() {  # the stage directory a name or number means
     bad_input "'$1' names ${#matches[@]} stages (stages: $(cd "$GPT_ROOT/stages" && ls -d [0-9][0-9]_* | tr '\n' ' '))"
   printf '%s\n' "${matches[0]}"
 }
-a="$(stage_dir "$1")" b="$(stage_dir "$2")"
+# One assignment each: `a=$(..) b=$(..)` on one line takes its status from the last only,
+# and a bad A would go on as an empty name.
+a="$(stage_dir "$1")"
+b="$(stage_dir "$2")"
 cd "$GPT_ROOT/stages"
 if ((count_only)); then
   diff -u "$a/train.cpp" "$b/train.cpp" | grep -c '^[-+][^-+]' || true

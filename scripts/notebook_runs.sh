@@ -45,6 +45,8 @@ esac
 (($# <= 1)) || bad_input "one output directory at most, not $# arguments (extra: '$2'; --help)"
 
 out="$(abs_dir "${1:-${GPT_NOTEBOOK_RUNS:-runs/notebooks}}")"
+# OUT is emptied below: anything but a directory (or nothing yet) is someone's file.
+[[ ! -e "$out" && ! -L "$out" || -d "$out" ]] || bad_input "$out exists and is not a directory: give a directory"
 build="$(abs_dir "$GPT_BUILD_DIR")"
 cd "$GPT_ROOT"
 

@@ -13,7 +13,9 @@
 # (more ranks than cores is fine for learning, just slower) and --bind-to none. As root,
 # Open MPI also needs OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1,
 # which are set then only. Extra mpirun options go in GPT_MPIRUN_ARGS. The trainer runs
-# in the repository root, like scripts/train.sh. Across nodes or under Slurm, call
+# in the repository root, like scripts/train.sh, and as there a relative --config FILE
+# is taken from the caller's directory when it is there (else from the root); the
+# config's and the --set paths are the root's. Across nodes or under Slurm, call
 # mpirun or srun directly: see docs/distributed.md.
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
@@ -68,7 +70,8 @@ train="$(abs_dir "$GPT_BUILD_DIR")/stages/$name/train"
 [[ -x "$train" ]] || die "$train is not built: build first ($(build_hint))"
 command -v mpirun >/dev/null || die "mpirun not found: install Open MPI (scripts/setup.sh installs openmpi-bin)"
 
-cores="$(nproc 2>/dev/null || echo 1)"
+# nproc honours OMP_NUM_THREADS and OMP_THREAD_LIMIT: the machine's cores without them.
+cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1)"
 if [[ -z "${OMP_NUM_THREADS:-}" ]]; then
   threads=$((cores / ranks))
   ((threads >= 1)) || threads=1
@@ -81,8 +84,23 @@ if ((EUID == 0)); then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 
+# A relative --config found from the caller's directory, made absolute for the trainer,
+# which runs in the repository root.
+trainer_args=()
+while (($# > 0)); do
+  arg="$1" file=""
+  shift
+  case "$arg" in
+    --config) (($# == 0)) || { file="$1"; shift; } ;;
+    --config=*) file="${arg#--config=}" arg=--config ;;
+  esac
+  [[ -n "$file" && "$file" != /* && -f "$file" ]] && file="$(pwd)/$file"
+  trainer_args+=("$arg")
+  [[ "$arg" != --config || -z "$file" ]] || trainer_args+=("$file")
+done
+
 # shellcheck disable=SC2206  # GPT_MPIRUN_ARGS is split into words on purpose
-cmd=(mpirun -np "$ranks" --oversubscribe --bind-to none ${GPT_MPIRUN_ARGS:-} "$train" "$@")
+cmd=(mpirun -np "$ranks" --oversubscribe --bind-to none ${GPT_MPIRUN_ARGS:-} "$train" "${trainer_args[@]}")
 log "stage $name on $ranks rank(s) of $cores core(s), OMP_NUM_THREADS=$OMP_NUM_THREADS${OMP_WAIT_POLICY:+, OMP_WAIT_POLICY=$OMP_WAIT_POLICY}"
 {
   printf '+'

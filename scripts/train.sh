@@ -36,17 +36,23 @@ check_setting() {
 }
 
 config="configs/small.json"
+config_given=""  # the --config seen, if any: a second one is refused, as the trainer does
 args=()
 device_set=0
+take_config() {
+  [[ -z "$config_given" ]] || bad_input "--config given twice ('$config_given' and '$1'); use one file and --set for changes"
+  [[ -n "$1" ]] || bad_input "--config needs a file name (it was empty)"
+  config="$1" config_given="$1"
+}
 while (($# > 0)); do
   case "$1" in
     --config)
       (($# >= 2)) || bad_input "--config needs a file"
-      config="$2"
+      take_config "$2"
       shift 2
       ;;
     --config=*)
-      config="${1#--config=}"
+      take_config "${1#--config=}"
       shift
       ;;
     -h | --help)
@@ -76,7 +82,7 @@ done
 # A config path is taken relative to the caller's directory, else to the repository
 # root (where the trainer runs, so that the configs' data paths resolve).
 if [[ -f "$config" ]]; then
-  config="$(cd "$(dirname "$config")" && pwd)/$(basename "$config")"
+  config="$(cd -- "$(dirname -- "$config")" && pwd)/$(basename -- "$config")"
   config="${config#"$GPT_ROOT"/}"
 elif [[ -d "$config" || -d "$GPT_ROOT/$config" ]]; then
   bad_input "config file '$config' is a directory"

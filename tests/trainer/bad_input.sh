@@ -92,6 +92,14 @@ expect "metrics unwritable"      "metrics_file: cannot write" train --set metric
 # pruning deletes: refused (a step directory not there yet, and one reached through '..').
 expect "metrics in a checkpoint" "metrics_file='$WORK/run/step_00000002/m.jsonl' lies inside $WORK/run/step_00000002" train --set "metrics_file=$WORK/run/step_00000002/m.jsonl"
 expect "trace in a checkpoint"   "lies inside $WORK/run/step_00000001.tmp, a checkpoint directory" train --set "trace_file=$WORK/run/../run/step_00000001.tmp/t.json"
+# The metrics log and the trace as one file (stage 01's trace, or a rank's of stages 02+):
+# the trace written at the end would replace the log.
+expect "metrics is the trace"    "is the same file as trace_file" train --set "trace_file=$WORK/same.json" --set "metrics_file=$WORK/same.json"
+expect "metrics a rank's trace"  "is a rank's trace of trace_file" train --set "trace_file=$WORK/t" --set "metrics_file=$WORK/t.rank0.json"
+# threads=0 takes OpenMP's count, OMP_NUM_THREADS: the limit of `threads` holds there too
+# (100000 threads crashed OpenMP).
+expect "OMP_NUM_THREADS huge"    "OMP_NUM_THREADS=100000 (the threads taken when threads=0): must be at most 8 per core" \
+  env OMP_NUM_THREADS=100000 "$TRAIN" $(tiny_args "$D" "$WORK/run") --set steps=2 --set threads=0
 # Output files that name an input by mistake: refused, and the input left as it was.
 cp "$D/val.bin" "$WORK/shard.bin"
 expect "trace over a data shard" "trace_file: '$WORK/shard.bin' exists and is not a trace" train --set "trace_file=$WORK/shard.bin"

@@ -104,6 +104,26 @@ grep -q "resumed from $RUN/step_00000006.old at step 6" "$WORK/old.log" ||
 [ "$(steps_here)" = "step_00000006.old step_00000007 " ] || { echo "FAIL: after pruning to 2 the directory holds: $(steps_here)"; exit 1; }
 train --set steps=8 --set resume=latest --set keep_checkpoints=1 > "$WORK/prune_old.log"
 [ "$(steps_here)" = "step_00000008 " ] || { echo "FAIL: after pruning to 1 the directory holds: $(steps_here)"; exit 1; }
+# A metrics log whose last line a stopped run tore (killed mid-write, a full disk): the
+# next run ends that line and writes its own on lines of their own, the torn bytes kept.
+truncate -s -20 "$RUN/metrics.jsonl"
+torn=$(tail -c 80 "$RUN/metrics.jsonl")  # the torn line's last bytes (lines are longer)
+train --set steps=9 --set resume=latest > "$WORK/torn.log"
+/usr/bin/python3 - "$RUN/metrics.jsonl" "$torn" <<'PY' || { echo "FAIL: the log after a torn line"; exit 1; }
+import json, sys
+lines = open(sys.argv[1]).read().split("\n")
+def ok(line):
+    try:
+        json.loads(line)
+        return True
+    except ValueError:
+        return False
+bad = [line for line in lines if line.strip() and not ok(line)]
+assert len(bad) == 1 and bad[0].endswith(sys.argv[2]), f"torn lines: {bad}"
+assert any(ok(l) and json.loads(l).get("step") == 9 for l in lines), "no line of step 9"
+PY
+echo "ok: a torn last line stays as it was, ended; the next run's lines parse"
+
 # Two ranks set the earlier run's checkpoints aside at their first save (a copy of the
 # directory's one checkpoint now, step 8).
 if [ -n "$TRAIN02" ]; then

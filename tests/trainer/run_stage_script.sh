@@ -2,7 +2,8 @@
 # scripts/run_stage.sh, the launcher the docs tell users to run a stage with: bad
 # arguments exit 2 with a message naming them, before mpirun starts; a stage named by
 # number, directory or prefix runs on N ranks; the trainer's own exit status comes back
-# through mpirun (bad input: 2).
+# through mpirun (bad input: 2); the cores it reports are the machine's; a relative
+# --config is found from the caller's directory.
 # Usage: run_stage_script.sh BUILD_DIR PREPARE WORKDIR ROOT
 set -euo pipefail
 BUILD=$1 PREPARE=$2 WORK=$3 ROOT=$4
@@ -45,4 +46,16 @@ expect "by number"            0 "stage 11 |"                          4 11 $(tin
 expect "by directory"         0 "step     1/1"                        2 02_ddp $(tiny dir)
 expect "by prefix"            0 "step     1/1"                        2 05_zero $(tiny prefix)
 expect "stage 01 alone"       0 "step     1/1"                        1 1 $(tiny one)
+# The machine's cores, whatever OMP_NUM_THREADS says (nproc honours it; this test sets 1).
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+expect "cores, not OMP's"     0 "2 rank(s) of $cores core(s)"        2 02 $(tiny cores)
+# A relative --config from the caller's directory, which is not the root the trainer
+# runs in (--config=FILE as well).
+cp "$ROOT/configs/tiny.json" "$WORK/mine.json"
+mine() { echo --set device=cpu --set "train_data=$WORK/data/train.bin" --set "val_data=$WORK/data/val.bin" \
+  --set "run_dir=$WORK/run_$1" --set threads=1 --set steps=1 --set sample_tokens=0 --set val_batches=0; }
+cd "$WORK"
+expect "config from here"     0 "step     1/1"                        2 02 --config mine.json $(mine here)
+expect "config= from here"    0 "step     1/1"                        2 02 --config=mine.json $(mine here2)
+cd - > /dev/null
 [ "$failures" -eq 0 ] && echo "run_stage.sh refuses bad arguments and runs every stage it names" || exit 1

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The helper scripts refuse what would lose a file or print a wrong answer, with exit 2
+# and a message naming it, before doing anything:
+#   notebook_runs.sh OUT, OUT a file (it empties OUT: the file would be deleted);
+#   check_notebooks.sh OUT, OUT notebooks/ itself (executed copies beside the clean ones);
+#   diff_stages.sh with a first stage that names none (it went on as an empty name and
+#   exited 0 with a diff of nothing, or --count 0).
+# Controls: diff_stages.sh --count of two real stages prints a count and exits 0.
+# Usage: scripts_refusals.sh WORKDIR ROOT
+set -uo pipefail
+WORK=$1 ROOT=$2
+rm -rf "$WORK" && mkdir -p "$WORK"
+failures=0
+# expect NAME NEEDLE COMMAND...: exit status 2 and NEEDLE in its output.
+expect() {
+  local name=$1 needle=$2 status=0
+  shift 2
+  "$@" > "$WORK/out.txt" 2>&1 || status=$?
+  if [ "$status" -ne 2 ] || ! grep -qF -- "$needle" "$WORK/out.txt"; then
+    echo "FAIL [$name]: exit $status, expected 2 naming '$needle':"; sed 's/^/    /' "$WORK/out.txt" | head -5
+    failures=$((failures + 1))
+  else echo "ok   [$name]: $(grep -F -m1 -- "$needle" "$WORK/out.txt")"; fi
+}
+echo "keep me" > "$WORK/precious.txt"
+expect "notebook_runs OUT a file" "exists and is not a directory" "$ROOT/scripts/notebook_runs.sh" "$WORK/precious.txt"
+[ "$(cat "$WORK/precious.txt")" = "keep me" ] || { echo "FAIL: notebook_runs.sh changed the file"; failures=$((failures + 1)); }
+expect "check_notebooks OUT notebooks/" "is notebooks/ itself" "$ROOT/scripts/check_notebooks.sh" --no-runs "$ROOT/notebooks/"
+expect "diff_stages bad first stage" "'99' names 0 stages" "$ROOT/scripts/diff_stages.sh" 99 05
+expect "diff_stages --count bad first" "'' names 11 stages" "$ROOT/scripts/diff_stages.sh" --count "" 05
+count=$("$ROOT/scripts/diff_stages.sh" --count 04 05) && [[ "$count" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "FAIL: diff_stages.sh --count 04 05 printed '$count'"; failures=$((failures + 1)); }
+[ "$failures" -eq 0 ] && echo PASS || exit 1
