@@ -99,11 +99,14 @@ void CachedDecoder<A>::window_step(const int* tokens, int count, float* logits) 
   if (!window_)
     window_ = std::make_unique<ModelReader<A>>(model_.model(), model_.params().data(), 1, capacity_, model_.device(),
                                                precision_);
-  // Left-aligned, as the plain sampler places them: causal attention ignores what follows.
-  std::vector<int32_t> input(size_t(capacity_), 0);
-  std::copy(tokens, tokens + count, input.begin());
-  window_->model().forward(input.data(), nullptr);
-  window_->model().logits_row(count - 1, logits);
+  // Causal attention ignores what follows the context, so the forward runs only its
+  // `count` positions (GPT2::set_seq_len): on the CPU the same logits, bit for bit, as
+  // the whole window's row count - 1.
+  GPT2<A>& window = window_->model();
+  window.set_seq_len(count);
+  const std::vector<int32_t> input(tokens, tokens + count);
+  window.forward(input.data(), nullptr);
+  window.logits_row(count - 1, logits);
 }
 
 template class CachedDecoder<float>;

@@ -203,9 +203,14 @@ void GPT2<A>::set_positions(const std::vector<int>& positions) {
 }
 
 template <class A>
-void GPT2<A>::set_seq_len(int seq_len) {
+void GPT2<A>::require_whole_inference_model(const char* caller) const {
   invariant(slice_.inference_only && slice_.tp == 1 && slice_.positions.empty() && first_stage() && last_stage(),
-            "GPT2::set_seq_len: only an inference-only model of the whole model without context parallelism");
+            std::string(caller) + ": only an inference-only model of the whole model without context parallelism");
+}
+
+template <class A>
+void GPT2<A>::set_seq_len(int seq_len) {
+  require_whole_inference_model("GPT2::set_seq_len");
   invariant(seq_len >= 1 && seq_len <= max_T_, "GPT2::set_seq_len: " + std::to_string(seq_len) +
                                                    " tokens, outside 1.." + std::to_string(max_T_));
   // Every buffer is laid out (B, T, ...) or (B*T, ...) and every op takes B and T: with
@@ -251,8 +256,7 @@ typename GPT2<A>::MicroBatch& GPT2<A>::slot_at(int slot, const char* caller) {
 
 template <class A>
 GradOf<A> GPT2<A>::evaluate_spans(const int32_t* inputs, const int32_t* targets, const std::vector<ScoredSpan>& spans) {
-  invariant(slice_.inference_only && slice_.tp == 1 && first_stage() && last_stage(),
-            "GPT2::evaluate_spans: only an inference-only model of the whole model");
+  require_whole_inference_model("GPT2::evaluate_spans");
   invariant(targets != nullptr && !spans.empty(), "GPT2::evaluate_spans: targets and at least one span");
   const int N = B_ * T_;
   // The head's targets, span by span, then zeros (valid tokens) up to the N the forward checks.

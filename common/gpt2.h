@@ -328,6 +328,9 @@ class GPT2 {
   /// slots_[slot], after checking that slot is in [0, in_flight()) (`caller` names the
   /// method in the error).
   MicroBatch& slot_at(int slot, const char* caller);
+  /// An InternalError naming `caller` unless the model is inference-only, of the whole
+  /// model, without context parallelism (set_seq_len, evaluate_spans).
+  void require_whole_inference_model(const char* caller) const;
   /// forward_micro, with the head over the spans' positions alone when `spans` is set
   /// (evaluate_spans: the targets then hold the spans' targets first, in order).
   G run_forward(int slot, const int32_t* inputs, const int32_t* targets, bool for_backward,
