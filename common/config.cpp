@@ -485,7 +485,8 @@ void check_text_keys(const Config& cfg) {
 void require_distinct_outputs(const Config& cfg) {
   if (cfg.trace_file.empty()) return;
   std::error_code ec;
-  const fs::path metrics = cfg.metrics_file.empty() ? fs::path(cfg.run_dir) / "metrics.jsonl" : fs::path(cfg.metrics_file);
+  const fs::path metrics =
+      cfg.metrics_file.empty() ? fs::path(cfg.run_dir) / "metrics.jsonl" : fs::path(cfg.metrics_file);
   const std::string log = fs::weakly_canonical(fs::absolute(metrics, ec), ec).string();
   const std::string trace = fs::weakly_canonical(fs::absolute(cfg.trace_file, ec), ec).string();
   const bool rank_trace = log.starts_with(trace + ".rank") && log.ends_with(".json");
@@ -752,8 +753,8 @@ void validate(const Config& cfg, int dp) {
         show(Json(cfg.allreduce)), "must be ring or backend");
   check_double(cfg.bucket_mb > 0, "bucket_mb", cfg.bucket_mb, "must be positive");
   check_double(cfg.bucket_mb <= kBucketLimitMb, "bucket_mb", cfg.bucket_mb,
-               "must be at most " + std::to_string(int64_t(kBucketLimitMb)) + " MiB (1 TiB; a bucket as large as the model's "
-               "gradients is already one all-reduce)");
+               "must be at most " + std::to_string(int64_t(kBucketLimitMb)) +
+                   " MiB (1 TiB; a bucket as large as the model's gradients is already one all-reduce)");
   check_double(cfg.comm_timeout_s >= 1, "comm_timeout_s", cfg.comm_timeout_s,
                "must be at least 1 second (healthy ranks reach a collective up to seconds apart: a shorter "
                "wait would report them lost)");

@@ -308,7 +308,8 @@ void check_shorter_sequences(Precision precision) {
   const int B = 3, T = 40, t = 17;
   ModelSlice<A> inference;
   inference.inference_only = true;
-  GPT2<A> longest(m, B, T, Device::CPU, precision, true, inference), made_short(m, B, t, Device::CPU, precision, true, inference);
+  GPT2<A> longest(m, B, T, Device::CPU, precision, true, inference);
+  GPT2<A> made_short(m, B, t, Device::CPU, precision, true, inference);
   const std::vector<GradOf<A>> weights = initial_weights<A>(5);
   longest.set_params(weights.data());
   made_short.set_params(weights.data());
