@@ -161,13 +161,8 @@ std::string resolve_resume(const Config& cfg);
 /// resumes) belong to another run: left there, pruning (which keeps the newest steps)
 /// would delete this run's saves first and a later resume=latest would continue the
 /// other run. So they move, whole and unchanged (a rename: nothing is lost or copied),
-/// into run_dir/set_aside_YYYYmmdd-HHMMSS/, the time in UTC, unless this run writes no
-/// checkpoint (checkpoint_every and checkpoint_at_end off, or one that trains no step
-/// from a checkpoint of its own run_dir: rewrites_resumed_checkpoint). Returns a line
-/// saying what moved ("" when nothing did). Call it on one process (the one holding the
-/// run directory's lock), before the run's first checkpoint: set_aside_before_first_save.
-std::string set_aside_later_checkpoints(const Config& cfg);
-
+/// into run_dir/set_aside_YYYYmmdd-HHMMSS/, the time in UTC.
+///
 /// Call before every checkpoint a run writes, on every process of the run: the first
 /// time (`done` false; it becomes true), the process holding the run directory's lock
 /// (`lead`) sets the later checkpoints aside and prints what moved. Not at the start:

@@ -121,10 +121,14 @@ std::string fresh_start_note(const Config& cfg) {
   return "resume=latest: no checkpoint in " + cfg.run_dir + " yet, so training starts at step 0";
 }
 
+namespace {
+
+// Moves the checkpoints past the run's start into a set_aside_ directory (checkpoint.h);
+// a line saying what moved, "" when nothing did. Called before the run's first save
+// only, so the run writes a checkpoint: one that trains no step from its own run_dir
+// (rewrites_resumed_checkpoint) never gets here.
 std::string set_aside_later_checkpoints(const Config& cfg) {
-  if (!cfg.checkpoint_at_end && cfg.checkpoint_every == 0) return "";  // this run writes none
-  const auto [resumed, start] = resume_source(cfg);
-  if (cfg.steps <= start && in_directory(resumed, cfg.run_dir)) return "";  // rewrites_resumed_checkpoint
+  const int64_t start = resume_source(cfg).start;
   std::vector<fs::path> later;
   for (const auto& [step, dir] : complete_checkpoints(cfg.run_dir))
     if (step > start) later.push_back(dir);
@@ -151,6 +155,8 @@ std::string set_aside_later_checkpoints(const Config& cfg) {
   line += aside.string() + " so that the two runs' checkpoints do not mix";
   return line;
 }
+
+}  // namespace
 
 bool set_aside_before_first_save(const Config& cfg, bool lead, bool& done) {
   if (done) return false;

@@ -80,7 +80,6 @@ std::vector<ChoiceScore> score_choices(const ModelConfig& model, const A* weight
     scorer.set_seq_len(T);
     inputs.assign(size_t(rows) * T, 0);
     targets.assign(size_t(rows) * T, 0);
-    losses.resize(size_t(rows) * T);
     // Row r of the batch: the example's context after its cut, then completion c. The
     // last kept context token, at position first, predicts the completion's first: the
     // losses that count are the span [first, first + m) of the row; the head computes
@@ -103,6 +102,7 @@ std::vector<ChoiceScore> score_choices(const ModelConfig& model, const A* weight
     scorer.evaluate_spans(inputs.data(), targets.data(), spans);
     size_t scored = 0;
     for (const ScoredSpan& span : spans) scored += size_t(span.count);
+    losses.resize(scored);
     device_copy(Device::CPU, losses.data(), scorer.device(), scorer.losses(), scored * sizeof(G));
 
     size_t at = 0;  // the next completion's first loss, in the spans' order

@@ -480,15 +480,20 @@ void check_text_keys(const Config& cfg) {
   }
 }
 
+// A path as the file system resolves it (absolute, links followed as far as they exist),
+// so that two spellings of one file compare equal.
+fs::path resolved(const fs::path& path) {
+  std::error_code ec;
+  return fs::weakly_canonical(fs::absolute(path, ec), ec);
+}
+
 // The metrics log and the trace must be two files: a trace written at the end would
 // replace the log (stage 01 writes trace_file itself, stages 02+ trace_file.rankN.json).
 void require_distinct_outputs(const Config& cfg) {
   if (cfg.trace_file.empty()) return;
-  std::error_code ec;
   const fs::path metrics =
       cfg.metrics_file.empty() ? fs::path(cfg.run_dir) / "metrics.jsonl" : fs::path(cfg.metrics_file);
-  const std::string log = fs::weakly_canonical(fs::absolute(metrics, ec), ec).string();
-  const std::string trace = fs::weakly_canonical(fs::absolute(cfg.trace_file, ec), ec).string();
+  const std::string log = resolved(metrics).string(), trace = resolved(cfg.trace_file).string();
   const bool rank_trace = log.starts_with(trace + ".rank") && log.ends_with(".json");
   if (log == trace || rank_trace)
     fail("metrics_file '" + metrics.string() + "' is " + (rank_trace ? "a rank's trace of" : "the same file as") +
@@ -500,10 +505,8 @@ void require_distinct_outputs(const Config& cfg) {
 // replaces the directory whole, pruning deletes it, and either takes the file along.
 void require_outside_checkpoints(const std::string& path, const char* key, const std::string& run_dir) {
   if (path.empty()) return;
-  std::error_code ec;
-  const fs::path file = fs::weakly_canonical(fs::absolute(path, ec), ec);
-  const fs::path dir = fs::weakly_canonical(fs::absolute(run_dir, ec), ec);
-  const fs::path inside = file.lexically_relative(dir);
+  const fs::path dir = resolved(run_dir);
+  const fs::path inside = resolved(path).lexically_relative(dir);
   if (inside.empty() || std::distance(inside.begin(), inside.end()) < 2) return;  // elsewhere, or run_dir itself
   const std::string first = inside.begin()->string();
   if (first.starts_with("step_"))

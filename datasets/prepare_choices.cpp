@@ -47,12 +47,12 @@ struct Options {
 Options parse(const std::vector<std::string>& args) {
   Options o;
   std::vector<std::string> files;
-  int tokenizer_given = 0, limit_given = 0;  // an option given twice is a mistake whichever was meant
+  std::set<std::string> given;  // the options seen: one given twice is a mistake whichever was meant
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--tokenizer" || a == "--limit") {
       if (i + 1 == args.size()) gpt::fail(a + " needs a value");
-      if ((a == "--tokenizer" ? tokenizer_given : limit_given)++) gpt::fail(a + " is given twice; give it once");
+      if (!given.insert(a).second) gpt::fail(a + " is given twice; give it once");
       const std::string& v = args[++i];
       if (a == "--tokenizer") {
         o.tokenizer = v;
