@@ -4,8 +4,9 @@
 //
 //   <run_dir>/step_00000100/
 //     param.bin  adam_m.bin  adam_v.bin   one file per kind of buffer; each file is
-//                                         the whole flat layout buffer, fp32 little-
-//                                         endian, layout.total() * 4 bytes
+//                                         the whole flat layout buffer, little-endian
+//                                         fp32 (layout.total() * 4 bytes), or fp64
+//                                         in the fp64 runs (* 8 bytes)
 //     manifest.json                       written last: format, version, step, config,
 //                                         model shape, layout, data position, RNG
 //                                         counter and the tensor table (name, shape,
@@ -13,7 +14,7 @@
 //
 // Every tensor is stored whole, by name, so the way the run was split over ranks
 // does not leak into the files. A rank that owns elements [begin, end) of the flat
-// buffer writes (or reads) bytes [begin*4, end*4) of each file, at their offset;
+// buffer writes (or reads) bytes [begin*4, end*4) of each fp32 file, at their offset;
 // whether that slice is the whole buffer (stage 01) or a ZeRO shard (stage 03 on)
 // makes no difference to the files, which is what lets any layout resume any
 // checkpoint.
@@ -35,6 +36,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <optional>
@@ -124,25 +127,26 @@ void write_slice(const fs::path& path, const CheckpointBuffer& b) {
     fail("cannot open " + path.string() + " to write a checkpoint slice: " + errno_text() +
          (missing ? " (is run_dir on a file system that every rank sees?)" : ""));
   }
-  pwrite_all(fd.get(), b.data, (b.end - b.begin) * kBytesPerElement, b.begin * kBytesPerElement,
+  pwrite_all(fd.get(), b.bytes_at(b.begin), (b.end - b.begin) * b.element_bytes(), b.begin * b.element_bytes(),
              path.string());
   if (::fsync(fd.get()) != 0) fail("cannot fsync " + path.string() + ": " + errno_text());
   fd.close_or_fail(path.string());
 }
 
-// Step 3a: the tensor table's rows for one kind, in the layout's order. checksum(t)
-// gives a row's checksum: its hex string, or null where the writer cannot compute it.
+// Step 3a: the tensor table's rows for buffer b's kind, in the layout's order, in b's
+// type. checksum(t) gives a row's checksum: its hex string, or null where the writer
+// cannot compute it.
 template <class ChecksumOf>
-void append_tensor_rows(ordered_json& tensors, const std::string& kind, const ParamLayout& layout,
+void append_tensor_rows(ordered_json& tensors, const CheckpointBuffer& b, const ParamLayout& layout,
                         ChecksumOf&& checksum) {
-  const std::string file = file_for_kind(kind);
+  const std::string file = file_for_kind(b.kind);
   for (const ParamTensor& t : layout.tensors()) {
-    ordered_json row = {{"name", kind + "/" + t.name},
-                        {"kind", kind},
+    ordered_json row = {{"name", b.kind + "/" + t.name},
+                        {"kind", b.kind},
                         {"shape", t.shape},
-                        {"dtype", "fp32"},
+                        {"dtype", b.dtype()},
                         {"file", file},
-                        {"offset", t.offset * kBytesPerElement}};
+                        {"offset", t.offset * b.element_bytes()}};
     row["checksum"] = checksum(t);
     tensors.push_back(std::move(row));
   }
@@ -204,6 +208,39 @@ void publish(const CheckpointPaths& p) {
   fsync_directory(p.root);
 }
 
+// ---------------------------------------------------------------------------------
+// Reading: a tensor's values, checked, then stored in the buffer's type.
+
+// A checksum proves the bytes are the ones written, not that they are numbers: a
+// converted model or a hand-made checkpoint can hold NaN.
+template <class T>
+void check_values(const T* values, int64_t n, const std::string& kind, const std::string& what) {
+  require_finite(values, n, what, "a model converted or written by hand, or a run that diverged");
+  if (kind == "adam_v") require_not_negative(values, n, what);
+}
+
+// n values of a tensor (from its element `first` on) into buffer b at flat element `at`,
+// in b's type: fp32 into doubles is exact; fp64 into floats rounds to nearest, and a
+// value beyond fp32's range (it would become an infinity) is refused.
+template <class From>
+void store(const From* from, int64_t n, const CheckpointBuffer& b, int64_t at, const std::string& what,
+           int64_t first) {
+  if (b.fp64()) {
+    std::copy(from, from + n, b.data64 + (at - b.begin));
+    return;
+  }
+  float* to = b.data + (at - b.begin);
+  for (int64_t i = 0; i < n; ++i) {
+    to[i] = float(from[i]);
+    if (std::isinf(to[i])) {
+      char value[32];
+      std::snprintf(value, sizeof value, "%.17g", double(from[i]));
+      fail(what + " holds " + value + " at element " + std::to_string(first + i) +
+           ", beyond fp32's range: it cannot be loaded into fp32 weights");
+    }
+  }
+}
+
 }  // namespace
 
 std::string save_checkpoint(const std::string& run_dir, const Config& cfg,
@@ -215,18 +252,17 @@ std::string save_checkpoint(const std::string& run_dir, const Config& cfg,
   TmpDirCleanup cleanup(p);
 
   ordered_json tensors = ordered_json::array();
-  const int64_t file_bytes = layout.total() * kBytesPerElement;
   for (const CheckpointBuffer& b : buffers) {
     // The file always has the whole buffer's size, whichever slice this writer holds.
     const fs::path path = p.tmp_dir / file_for_kind(b.kind);
-    create_kind_file(path, file_bytes);
+    create_kind_file(path, layout.total() * b.element_bytes());
     write_slice(path, b);
     // We can only checksum what we hold: a tensor cut by this slice's edge (or outside
     // it) gets null. Stage 01 holds the whole buffer, so every row has its checksum;
     // sharded runs use save_checkpoint_sharded, which checksums the assembled files.
-    append_tensor_rows(tensors, b.kind, layout, [&](const ParamTensor& t) -> ordered_json {
+    append_tensor_rows(tensors, b, layout, [&](const ParamTensor& t) -> ordered_json {
       if (t.offset >= b.begin && t.offset + t.numel <= b.end)
-        return checksum_hex(b.data + (t.offset - b.begin), t.numel);
+        return checksum_hex(b.bytes_at(t.offset), t.numel * b.element_bytes());
       return nullptr;
     });
   }
@@ -243,7 +279,7 @@ std::string save_checkpoint_sharded(Communicator& comm, const std::string& run_d
                                     const std::vector<CheckpointBuffer>& buffers) {
   const bool writer = comm.rank() == 0;  // rank 0 creates, checksums and publishes
   const CheckpointPaths p = checkpoint_paths(run_dir, state.step);
-  const int64_t file_bytes = layout.total() * kBytesPerElement;
+  auto file_bytes = [&](const CheckpointBuffer& b) { return layout.total() * b.element_bytes(); };
 
   // 0. The arguments, checked on every rank before anything touches the disk.
   ordered_json layout_json;
@@ -265,7 +301,7 @@ std::string save_checkpoint_sharded(Communicator& comm, const std::string& run_d
   agree(comm, attempt([&] {
     if (!writer) return;
     make_fresh_tmp_dir(p);
-    for (const CheckpointBuffer& b : buffers) create_kind_file(p.tmp_dir / file_for_kind(b.kind), file_bytes);
+    for (const CheckpointBuffer& b : buffers) create_kind_file(p.tmp_dir / file_for_kind(b.kind), file_bytes(b));
   }));
 
   // 2. Every rank writes its slices, in parallel, each at its own offset, and fsyncs
@@ -289,11 +325,12 @@ std::string save_checkpoint_sharded(Communicator& comm, const std::string& run_d
       // size means something else wrote there, and the checkpoint must not be published.
       struct stat st {};
       if (::fstat(fd.get(), &st) != 0) fail("cannot stat " + path.string() + ": " + errno_text());
-      if (int64_t(st.st_size) != file_bytes)
+      if (int64_t(st.st_size) != file_bytes(b))
         fail(path.string() + " is " + std::to_string(st.st_size) + " bytes after the ranks wrote it, not " +
-             std::to_string(file_bytes));
-      append_tensor_rows(tensors, b.kind, layout, [&](const ParamTensor& t) -> ordered_json {
-        return checksum_hex_in_file(fd.get(), t.offset * kBytesPerElement, t.numel, path.string());
+             std::to_string(file_bytes(b)));
+      append_tensor_rows(tensors, b, layout, [&](const ParamTensor& t) -> ordered_json {
+        return checksum_hex_in_file(fd.get(), t.offset * b.element_bytes(), t.numel * b.element_bytes(),
+                                    path.string());
       });
       fd.close_or_fail(path.string());
     }
@@ -352,7 +389,7 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
   for (const auto& [name, e] : table) {
     int64_t numel = 1;
     for (int64_t d : e.shape) numel *= d;
-    file_size[e.file] = std::max(file_size[e.file], e.offset + numel * kBytesPerElement);
+    file_size[e.file] = std::max(file_size[e.file], e.offset + numel * e.element_bytes);
   }
 
   for (const CheckpointBuffer& b : buffers) {
@@ -386,7 +423,7 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
       return fd->get();
     };
 
-    std::vector<float> whole;  // scratch for a tensor that straddles the slice's edge
+    std::vector<double> whole;  // scratch for a tensor read whole (doubles: aligned for either type)
     for (const auto& [t, e] : rows) {
       const int64_t lo = std::max(b.begin, t->offset);
       const int64_t hi = std::min(b.end, t->offset + t->numel);
@@ -399,26 +436,28 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
              " has no checksum in the manifest (the checkpoint was written incompletely)");
       // Verify the whole tensor even when we keep only part of it: read it whole when
       // it is cut by the slice's edge (at most two tensors per slice), so that every
-      // value a rank loads has been checked.
+      // value a rank loads has been checked. The bytes go straight into the buffer when
+      // it holds the whole tensor in the file's type; otherwise they are converted.
       const bool inside = lo == t->offset && hi == t->offset + t->numel;
-      float* dest = b.data + (lo - b.begin);
-      if (!inside) {
-        whole.resize(size_t(t->numel));
-        dest = whole.data();
-      }
-      pread_all(fd, dest, t->numel * kBytesPerElement, e->offset, fpath.string());
-      const std::string got = checksum_hex(dest, t->numel);
+      const bool direct = inside && e->element_bytes == b.element_bytes();
+      const int64_t bytes = t->numel * e->element_bytes;
+      if (!direct) whole.resize(size_t((bytes + 7) / 8));
+      char* raw = direct ? b.bytes_at(lo) : reinterpret_cast<char*>(whole.data());
+      pread_all(fd, raw, bytes, e->offset, fpath.string());
+      const std::string got = checksum_hex(raw, bytes);
       if (got != e->checksum)
         fail("tensor " + full + " in " + fpath.string() + " fails its checksum (manifest " +
              e->checksum + ", data " + got + "): the file is corrupt");
-      // A checksum proves the bytes are the ones written, not that they are numbers: a
-      // converted model or a hand-made checkpoint can hold NaN.
-      require_finite(dest, t->numel, "tensor " + full + " in " + fpath.string(),
-                     "a model converted or written by hand, or a run that diverged");
-      if (b.kind == "adam_v") require_not_negative(dest, t->numel, "tensor " + full + " in " + fpath.string());
-      if (!inside)
-        std::copy(whole.begin() + (lo - t->offset), whole.begin() + (hi - t->offset),
-                  b.data + (lo - b.begin));
+      const std::string what = "tensor " + full + " in " + fpath.string();
+      if (e->element_bytes == 8) {
+        const auto* values = reinterpret_cast<const double*>(raw);
+        check_values(values, t->numel, b.kind, what);
+        if (!direct) store(values + (lo - t->offset), hi - lo, b, lo, what, lo - t->offset);
+      } else {
+        const auto* values = reinterpret_cast<const float*>(raw);
+        check_values(values, t->numel, b.kind, what);
+        if (!direct) store(values + (lo - t->offset), hi - lo, b, lo, what, lo - t->offset);
+      }
     }
   }
   return state;

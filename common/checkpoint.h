@@ -8,14 +8,17 @@
 ///                  for each tensor its name ("param/h.0.ln_1.weight", "adam_m/...",
 ///                  "adam_v/..."), full shape, dtype, file, byte offset and checksum;
 ///   one .bin file per kind (param.bin, adam_m.bin, adam_v.bin): every tensor stored
-///                  whole, by name, in the layout's order, fp32 little-endian.
+///                  whole, by name, in the layout's order, little-endian, in the type
+///                  the run keeps it: fp32, or fp64 in the fp64 ground-truth runs.
 /// ```
 /// A rank holding elements [begin, end) of the flat parameter buffer writes and reads
 /// only that slice, at its offset; so any layout resumes any checkpoint.
 /// The directory is written under a temporary name (step_00000100.tmp) and renamed
 /// once complete, so a crash never leaves a half checkpoint that looks complete.
 /// Loading verifies the format, the model shape, every file's size and every tensor's
-/// checksum; any mismatch is a UserError naming the file, tensor and reason.
+/// checksum; any mismatch is a UserError naming the file, tensor and reason. A tensor
+/// loads into a buffer of either type: fp32 into doubles is widened exactly, fp64 into
+/// floats is rounded to nearest (a value beyond fp32's range is refused).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -29,19 +32,30 @@ namespace gpt {
 
 class Communicator;
 
-/// One kind of tensor a rank holds: elements [begin, end) of the flat layout buffer.
+/// One kind of tensor a rank holds: elements [begin, end) of the flat layout buffer, as
+/// floats (data) or as doubles (data64): exactly one is set where the slice is not empty.
+/// A save writes the file in the buffer's type; a load converts from the file's.
 struct CheckpointBuffer {
-  std::string kind;  ///< "param" (fp32 master weights), "adam_m", "adam_v"
+  std::string kind;  ///< "param" (the master weights), "adam_m", "adam_v"
   float* data;  ///< host memory holding the slice, data[0] being element begin; not owned
   /// The slice's first element, an index into the flat layout buffer.
   int64_t begin, end;  ///< one past the slice's last element
+  double* data64 = nullptr;  ///< instead of data: the slice as doubles (the fp64 runs), not owned
+
+  bool fp64() const { return data64 != nullptr; }
+  int64_t element_bytes() const { return fp64() ? 8 : 4; }  ///< in memory and in the file
+  const char* dtype() const { return fp64() ? "fp64" : "fp32"; }  ///< the manifest's name of the type
+  /// The bytes of flat element i (begin <= i <= end).
+  char* bytes_at(int64_t i) const {
+    return fp64() ? reinterpret_cast<char*>(data64 + (i - begin)) : reinterpret_cast<char*>(data + (i - begin));
+  }
 };
 
 /// Checkpoints read and write host memory. A CheckpointMirror hands out the buffers of
 /// device arrays: on the CPU the arrays themselves; on the GPU host copies, refreshed by
 /// to_host() before a save and pushed back by to_device() after a load or an init.
-/// Arrays of doubles (the fp64 ground-truth runs) are mirrored as floats, the files'
-/// type: a save rounds them to fp32, a load widens the fp32 values.
+/// Arrays of doubles (the fp64 ground-truth runs) are handed out as doubles: their
+/// checkpoints hold fp64, so that a resumed fp64 run continues bit for bit.
 class CheckpointMirror {
  public:
   /// One array to mirror, under one kind: exactly one of array and array64 is set.
@@ -60,20 +74,21 @@ class CheckpointMirror {
   };
   /// Mirrors `entries`, whose arrays must outlive it. begin is the flat-buffer index of
   /// every entry's first mirrored element: buffers() reports each as [begin, begin + count).
-  /// Host copies are allocated for device arrays and for double arrays (zeros until
-  /// to_host()). An entry with no array, or both, or an offset past its array's end is an
-  /// InternalError.
+  /// Host copies are allocated for device arrays (zeros until to_host()). An entry with
+  /// no array, or both, or an offset past its array's end is an InternalError.
   explicit CheckpointMirror(std::vector<Entry> entries, int64_t begin = 0);
-  /// Host memory holding `kind` (a float array itself on the CPU; the float mirror of a
-  /// device array or of a double array).
-  float* host(const std::string& kind);
+  /// Host memory holding `kind`, whose array holds T (float or double): the array itself
+  /// on the CPU, its host copy for a device array. Another T is an InternalError.
+  template <class T = float>
+  T* host(const std::string& kind);
   std::vector<CheckpointBuffer> buffers();  ///< every entry, elements [begin, begin+size)
-  void to_host();    ///< arrays -> mirrors (a no-op for float arrays on the CPU; doubles are rounded to float)
-  void to_device();  ///< mirrors -> arrays (a no-op for float arrays on the CPU; doubles are widened)
+  void to_host();    ///< arrays -> host copies (a no-op for arrays on the CPU)
+  void to_device();  ///< host copies -> arrays (a no-op for arrays on the CPU)
 
  private:
   std::vector<Entry> entries_;
-  std::vector<std::vector<float>> mirrors_;  ///< empty for host arrays
+  std::vector<std::vector<float>> mirrors_;  ///< host copies of float device arrays; empty otherwise
+  std::vector<std::vector<double>> mirrors64_;  ///< host copies of double device arrays; empty otherwise
   int64_t begin_;
 };
 

@@ -72,19 +72,19 @@ void agree(Communicator& comm, const Outcome& mine) {
   }
 }
 
-// Every rank must pass the same kinds in the same order: the files are created, and
-// the table written, from rank 0's list, and a rank's slice is matched to a file by
-// position in the exchange below.
+// Every rank must pass the same kinds, of the same types, in the same order: the files
+// are created, and the table written, from rank 0's list, and a rank's slice is matched
+// to a file by position in the exchange below.
 void check_same_kinds(Communicator& comm, const std::vector<CheckpointBuffer>& buffers) {
   std::string mine;
-  for (const CheckpointBuffer& b : buffers) mine += (mine.empty() ? "" : ", ") + b.kind;
+  for (const CheckpointBuffer& b : buffers) mine += (mine.empty() ? "" : ", ") + b.kind + " (" + b.dtype() + ")";
   std::string rank0 = mine;
   broadcast_string(comm, rank0, 0);
   agree(comm, attempt([&] {
     if (mine != rank0)
       throw std::invalid_argument("save_checkpoint_sharded: rank " + std::to_string(comm.rank()) +
                                   " passes the kinds [" + mine + "] but rank 0 passes [" + rank0 +
-                                  "]; every rank must pass the same kinds in the same order");
+                                  "]; every rank must pass the same kinds, of the same types, in the same order");
   }));
 }
 

@@ -26,11 +26,12 @@
 
 namespace gpt::checkpoint_detail {
 
-// The files hold fp32 little-endian; we write the host's floats byte for byte, which
-// is only that format on a little-endian host (every machine this course targets).
+// The files hold fp32 or fp64 little-endian; we write the host's floats and doubles byte
+// for byte, which is only that format on a little-endian host (every machine this course
+// targets).
 static_assert(std::endian::native == std::endian::little,
               "checkpoint files are little-endian; a big-endian host would need byte swaps");
-static_assert(sizeof(float) == 4, "checkpoint files store 4-byte IEEE-754 floats");
+static_assert(sizeof(float) == 4 && sizeof(double) == 8, "checkpoint files store 4- and 8-byte IEEE-754 values");
 
 namespace {
 
@@ -55,18 +56,18 @@ std::string hex_text(const Fnv1a64& f) {
 }  // namespace
 
 // The checksum of a tensor in memory.
-std::string checksum_hex(const float* data, int64_t numel) {
+std::string checksum_hex(const void* data, int64_t bytes) {
   Fnv1a64 f;
-  f.update(data, size_t(numel * kBytesPerElement));
+  f.update(data, size_t(bytes));
   return hex_text(f);
 }
 
 // The checksum of a tensor as it lies in a file: the same FNV-1a as checksum_hex, fed
 // in pieces of at most 4 MiB so that a large tensor needs no large buffer.
-std::string checksum_hex_in_file(int fd, int64_t offset, int64_t numel, const std::string& path) {
+std::string checksum_hex_in_file(int fd, int64_t offset, int64_t bytes, const std::string& path) {
   Fnv1a64 f;
-  std::vector<char> piece(size_t(std::min<int64_t>(numel * kBytesPerElement, int64_t(4) << 20)));
-  for (int64_t left = numel * kBytesPerElement; left > 0;) {
+  std::vector<char> piece(size_t(std::min<int64_t>(bytes, int64_t(4) << 20)));
+  for (int64_t left = bytes; left > 0;) {
     const int64_t n = std::min<int64_t>(left, int64_t(piece.size()));
     pread_all(fd, piece.data(), n, offset, path);
     f.update(piece.data(), size_t(n));

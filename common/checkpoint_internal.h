@@ -39,14 +39,13 @@ using ordered_json = nlohmann::ordered_json;
 
 inline constexpr const char* kFormat = "gpt-stages-checkpoint";  ///< the manifest's "format"
 inline constexpr int kVersion = 1;                               ///< the manifest's "version"
-inline constexpr int64_t kBytesPerElement = 4;                   ///< fp32 in every file
 
 // --- checkpoint_files.cpp: the bytes ----------------------------------------------
 
-/// The checksum of a tensor in memory: 64-bit FNV-1a as 16 lowercase hex digits.
-std::string checksum_hex(const float* data, int64_t numel);
-/// The same checksum of a tensor as it lies in a file at byte `offset`.
-std::string checksum_hex_in_file(int fd, int64_t offset, int64_t numel, const std::string& path);
+/// The checksum of a tensor's `bytes` bytes in memory: 64-bit FNV-1a as 16 lowercase hex digits.
+std::string checksum_hex(const void* data, int64_t bytes);
+/// The same checksum of a tensor as it lies in a file: `bytes` bytes from byte `offset`.
+std::string checksum_hex_in_file(int fd, int64_t offset, int64_t bytes, const std::string& path);
 
 /// strerror(errno), for messages.
 std::string errno_text();
@@ -103,6 +102,7 @@ struct TableEntry {
   std::vector<int64_t> shape;  ///< the full tensor's shape
   std::string file;            ///< a plain name in the checkpoint directory (param.bin)
   int64_t offset = 0;          ///< in bytes
+  int64_t element_bytes = 4;   ///< 4 for dtype fp32, 8 for fp64
   std::string checksum;        ///< "" when the writer did not have the whole tensor
 };
 
@@ -148,7 +148,7 @@ Outcome attempt(Step&& step) {
 /// Collective: every rank learns whether any rank's step failed, and then every rank
 /// throws the lowest failing rank's error ("rank R: ..."). Also the barrier between steps.
 void agree(Communicator& comm, const Outcome& mine);
-/// Collective: every rank passes the same kinds in the same order.
+/// Collective: every rank passes the same kinds, of the same types (fp32, fp64), in the same order.
 void check_same_kinds(Communicator& comm, const std::vector<CheckpointBuffer>& buffers);
 /// Collective: for each kind the ranks' slices tile [0, layout.total()) exactly once.
 void check_tiling(Communicator& comm, const ParamLayout& layout, const std::vector<CheckpointBuffer>& buffers);

@@ -60,8 +60,8 @@ void check_buffers(const ParamLayout& layout, const std::vector<CheckpointBuffer
       throw std::invalid_argument("checkpoint buffer '" + b.kind + "' slice [" +
                                   std::to_string(b.begin) + ", " + std::to_string(b.end) +
                                   ") is not inside [0, " + std::to_string(layout.total()) + ")");
-    if (b.end > b.begin && b.data == nullptr)
-      throw std::invalid_argument("checkpoint buffer '" + b.kind + "' has no data");
+    if (b.end > b.begin && (b.data == nullptr) == (b.data64 == nullptr))
+      throw std::invalid_argument("checkpoint buffer '" + b.kind + "' needs exactly one of data and data64");
   }
 }
 
@@ -144,14 +144,15 @@ std::map<std::string, TableEntry> read_table(const json& manifest, const std::st
     if (row.contains("checksum") && row["checksum"].is_string())
       e.checksum = row["checksum"].get<std::string>();
     const std::string dtype = row.at("dtype").get<std::string>();
-    if (dtype != "fp32")
-      fail(manifest_path + ": tensor " + name + " has dtype " + dtype + "; only fp32 is supported");
+    if (dtype != "fp32" && dtype != "fp64")
+      fail(manifest_path + ": tensor " + name + " has dtype " + dtype + "; a checkpoint stores fp32 or fp64");
+    e.element_bytes = dtype == "fp64" ? 8 : 4;
     // The file name comes from the manifest; refuse anything that is not a plain name
     // in the checkpoint directory.
     if (e.file.empty() || e.file.find('/') != std::string::npos || e.file == "." || e.file == "..")
       fail(manifest_path + ": tensor " + name + " names file '" + e.file +
            "', which is not a file of the checkpoint directory");
-    if (e.offset < 0 || e.offset % kBytesPerElement != 0)
+    if (e.offset < 0 || e.offset % e.element_bytes != 0)
       fail(manifest_path + ": tensor " + name + " has an invalid offset " + std::to_string(e.offset));
     if (!table.emplace(name, std::move(e)).second)
       fail(manifest_path + ": tensor " + name + " is listed twice");

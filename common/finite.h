@@ -15,7 +15,8 @@ namespace gpt {
 
 /// A UserError naming `what` (a tensor and its file), the first of values[0..n) that
 /// is NaN or infinite, its index and `why_here` (what the file may come from), unless all are finite.
-inline void require_finite(const float* values, int64_t n, const std::string& what, const std::string& why_here) {
+template <class T>  // float or double
+void require_finite(const T* values, int64_t n, const std::string& what, const std::string& why_here) {
   for (int64_t i = 0; i < n; ++i)
     if (!std::isfinite(values[i]))
       fail(what + " holds " + (std::isnan(values[i]) ? "NaN" : "an infinity") + " at element " + std::to_string(i) +
@@ -26,7 +27,8 @@ inline void require_finite(const float* values, int64_t n, const std::string& wh
 /// A UserError naming `what` (an adam_v tensor and its file) and the first negative
 /// value: second moments are running means of squares, and the update divides by their
 /// square root.
-inline void require_not_negative(const float* values, int64_t n, const std::string& what) {
+template <class T>  // float or double
+void require_not_negative(const T* values, int64_t n, const std::string& what) {
   for (int64_t i = 0; i < n; ++i)
     if (values[i] < 0)
       fail(what + " holds " + std::to_string(values[i]) + " at element " + std::to_string(i) + " of " +

@@ -126,23 +126,21 @@ void write_scores(const std::string& path, const std::vector<gpt::ChoiceScore>& 
   gpt::require(bool(out), "--out '" + path + "': write failed (disk full?)");
 }
 
-// The checkpoint's fp32 weights into the model: widened for fp64, staged on a GPU, rounded
-// to bf16 in bf16 mode (set_params). Returns the checkpoint's state.
+// The checkpoint's weights into the model, read in the model's master type (load_checkpoint
+// converts: fp64 files are rounded for fp32 and bf16, fp32 files widened for fp64), staged
+// on a GPU, rounded to bf16 in bf16 mode (set_params). Returns the checkpoint's state.
 template <class A>
 gpt::CheckpointState load_weights(gpt::GPT2<A>& model, const std::string& checkpoint) {
   using G = gpt::GradOf<A>;
   const gpt::ParamLayout& layout = model.layout();
-  std::vector<float> host(size_t(layout.total()));
-  const gpt::CheckpointState state = gpt::load_checkpoint(checkpoint, layout, {{"param", host.data(), 0, layout.total()}});
-  if constexpr (std::is_same_v<G, float>) {
-    if (model.device() == gpt::Device::CPU) {
-      model.set_params(host.data());
-      return state;
-    }
-    model.set_params(gpt::on_device(model.device(), host).data());
-  } else {
-    model.set_params(std::vector<G>(host.begin(), host.end()).data());  // fp64: the CPU only
-  }
+  std::vector<G> host(size_t(layout.total()));
+  gpt::CheckpointBuffer weights{"param", nullptr, 0, layout.total()};
+  if constexpr (std::is_same_v<G, double>) weights.data64 = host.data();  // fp64: the CPU only
+  else weights.data = host.data();
+  const gpt::CheckpointState state = gpt::load_checkpoint(checkpoint, layout, {weights});
+  if (model.device() == gpt::Device::CPU) model.set_params(host.data());
+  else if constexpr (std::is_same_v<G, float>) model.set_params(gpt::on_device(model.device(), host).data());
+  else gpt::internal_error("eval_choices: fp64 runs on the CPU only");
   return state;
 }
 

@@ -74,8 +74,8 @@ int train_on(const Config& cfg, Device device, Precision precision) {
   DeviceArray<M>* master = &optimizer.master();
   if constexpr (!std::is_same_v<A, gpt::bf16>)
     if (!bf16) master = &model.params();
-  // Checkpoints are read and written from host memory (staged on the GPU; fp64 runs
-  // write fp32 files).
+  // Checkpoints are read and written from host memory (staged on the GPU), in the type
+  // of the arrays: fp64 runs write fp64 files, so that a resumed one continues bit for bit.
   CheckpointMirror mirror = [&] {
     if constexpr (std::is_same_v<M, double>)
       return CheckpointMirror({{"param", nullptr, master}, {"adam_m", nullptr, &optimizer.m()},
@@ -88,7 +88,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
   bool set_aside = false;  // whether the first save has set another run's later checkpoints aside
   const std::string resume = resolve_resume(cfg);
   if (resume.empty()) {
-    layout.init_range(cfg.seed, 0, n_params, mirror.host("param"));  // fp32 values (fp64: widened)
+    layout.init_range(cfg.seed, 0, n_params, mirror.host<M>("param"));  // fp32 values (fp64: widened)
   } else {
     state = load_checkpoint(resume, layout, mirror.buffers());
     std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));

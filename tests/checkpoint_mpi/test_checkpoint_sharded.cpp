@@ -10,6 +10,8 @@
 //       slices) load correctly: a dp=4 checkpoint resumes at dp=2, or on one rank;
 //   (d) the files and manifest are byte for byte those that save_checkpoint writes
 //       from the whole buffers (the requirement for N = 1; checked for every N);
+//   (e) the same with slices of doubles (the fp64 runs' state): fp64 files, loaded back
+//       bit for bit, and a rank passing floats among ranks passing doubles is refused;
 // and the failures: bad slicings and mismatched kinds are refused on every rank, a
 // corrupt tensor in one rank's slice fails load_checkpoint_sharded on every rank,
 // an error on one rank (rank 0 cannot create the run directory) is reported on every
@@ -314,6 +316,58 @@ int run(gpt::Communicator& comm) {
         checks.expect(row["checksum"].is_string(), "(d) " + row["name"].get<std::string>() + " has no checksum");
     });
 
+  // (e) The same slices as doubles, each value a third away from a float (so rounding
+  // anywhere would show): fp64 files, the union loaded back bit for bit on rank 0, and
+  // the bytes and manifest save_checkpoint writes from the whole buffers.
+  {
+    std::vector<double> mine64[3], held64[3];
+    std::vector<gpt::CheckpointBuffer> buffers64;
+    for (int k = 0; k < 3; ++k) {
+      for (float x : mine.data[k]) mine64[k].push_back(double(x) + 1.0 / 3.0);
+      buffers64.push_back({kKinds[k], nullptr, begin, end, mine64[k].data()});
+      held64[k].assign(size_t(total), 0.0);
+      std::copy(mine64[k].begin(), mine64[k].end(), held64[k].begin() + begin);
+      comm.all_reduce(held64[k].data(), held64[k].size(), gpt::DType::F64);
+    }
+    std::string path64;
+    const std::string error = error_of([&] {
+      path64 = gpt::save_checkpoint_sharded(comm, dir + "/run64", cfg, layout, state, buffers64);
+    });
+    checks.expect(error.empty(), "(e) fp64 sharded save failed: " + error);
+    if (rank == 0 && error.empty())
+      checks.run("(e) fp64", [&] {
+        std::vector<double> whole[3];
+        std::vector<gpt::CheckpointBuffer> into;
+        for (int k = 0; k < 3; ++k) {
+          whole[k].assign(size_t(total), std::numeric_limits<double>::quiet_NaN());
+          into.push_back({kKinds[k], nullptr, 0, total, whole[k].data()});
+        }
+        gpt::load_checkpoint(path64, layout, into);
+        for (int k = 0; k < 3; ++k)
+          checks.expect(whole[k].size() == held64[k].size() &&
+                            std::memcmp(whole[k].data(), held64[k].data(), whole[k].size() * sizeof(double)) == 0,
+                        std::string("(e) whole fp64 ") + kKinds[k] + " differs from the union of the slices");
+        for (int k = 0; k < 3; ++k) into[size_t(k)].data64 = held64[k].data();
+        const std::string single = gpt::save_checkpoint(dir + "/single64", cfg, layout, state, into);
+        for (const char* file : {"param.bin", "adam_m.bin", "adam_v.bin", "manifest.json"}) {
+          const std::string a = file_text(fs::path(path64) / file), b = file_text(fs::path(single) / file);
+          checks.expect(a == b, std::string("(e) fp64 ") + file + " differs from save_checkpoint's");
+        }
+        checks.expect(file_text(fs::path(path64) / "param.bin").size() == size_t(total) * 8,
+                      "(e) fp64 param.bin is not 8 bytes an element");
+      });
+    // Floats on the last rank, doubles on the others: one file cannot hold both.
+    if (n > 1) {
+      const std::string mixed = error_of([&] {
+        gpt::save_checkpoint_sharded(comm, dir + "/mixed", cfg, layout, state,
+                                     rank == n - 1 ? mine.buffers() : buffers64);
+      });
+      expect_same_error_everywhere(comm, checks, "mixed types", mixed, "invalid_argument",
+                                   "passes the kinds [param (fp32), adam_m (fp32), adam_v (fp32)] but rank 0 "
+                                   "passes [param (fp64), adam_m (fp64), adam_v (fp64)]");
+    }
+  }
+
   // Saving the same step again (a rerun) replaces the checkpoint.
   checks.run("resave", [&] {
     Slice second = Slice::filled(begin, end, /*salt=*/1000.0f);
@@ -355,7 +409,7 @@ int run(gpt::Communicator& comm) {
     });
     expect_same_error_everywhere(comm, checks, "kinds", kinds_error, "invalid_argument",
                                  "rank " + std::to_string(n - 1) + ": save_checkpoint_sharded: rank " +
-                                     std::to_string(n - 1) + " passes the kinds [param, adam_m]");
+                                     std::to_string(n - 1) + " passes the kinds [param (fp32), adam_m (fp32)]");
   }
   // An error in one rank's slice alone, on load: a copy of the checkpoint whose last
   // tensor (inside the last rank's slice, read by no other rank) has one corrupt value.

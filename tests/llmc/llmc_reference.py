@@ -26,6 +26,9 @@ import math
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "checkpoint"))
+import checkpoint_tensors  # noqa: E402
+
 try:
     import numpy as np
     import torch
@@ -161,7 +164,8 @@ def check(args):
     h, a = read(args.model)
     ckpt = Path(args.checkpoint)
     manifest = json.loads((ckpt / "manifest.json").read_text())
-    flat = np.fromfile(ckpt / "param.bin", dtype="<f4")
+    dtype = np.dtype(checkpoint_tensors.numpy_dtype(str(ckpt), "param"))
+    flat = np.fromfile(ckpt / "param.bin", dtype=dtype)
     want = {}
     for name in NAMES:
         if name in PER_LAYER:
@@ -174,7 +178,8 @@ def check(args):
         if row["kind"] != "param":
             continue
         name, shape = row["name"].split("/", 1)[1], tuple(row["shape"])
-        got = flat[row["offset"] // 4: row["offset"] // 4 + math.prod(shape)].reshape(shape).astype(np.float64)
+        first = row["offset"] // dtype.itemsize
+        got = flat[first:first + math.prod(shape)].reshape(shape).astype(np.float64)
         w = want.pop(name, None)
         if w is None:
             bad.append(f"{name}: not in the file")

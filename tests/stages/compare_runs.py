@@ -5,7 +5,8 @@
                   [--kinds param,adam_m,adam_v] [--weights-only] [--expect-reject]
   compare_runs.py --exact --reference DIR --candidate DIR [DIR...] --step N [--expect-reject]
 
-Each DIR is a run directory holding metrics.jsonl and step_XXXXXXXX/ checkpoints.
+Each DIR is a run directory holding metrics.jsonl and step_XXXXXXXX/ checkpoints (fp32
+files, or fp64 from the float64 runs: tests/checkpoint/checkpoint_tensors.py reads either).
 
 Tolerance mode. The ground truth is stage 01 run in float64 (precision=fp64; rule 8 of
 docs/architecture.md) on the same global batch; the reference is the earlier stage in
@@ -75,11 +76,13 @@ one check fails (the comparison did see the planted error). Uses only the standa
 library.
 """
 import argparse
-import array
 import json
 import math
 import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "checkpoint"))
+import checkpoint_tensors  # noqa: E402
 
 EPS32 = 2.0 ** -23
 K = 8.0
@@ -108,11 +111,12 @@ def references(args):
     return [args.reference] + args.ensemble
 
 
+def checkpoint(run, step):
+    return os.path.join(run, "step_%08d" % step)
+
+
 def tensor(run, step, kind):
-    a = array.array("f")
-    with open(tensor_path(run, step, kind), "rb") as f:
-        a.frombytes(f.read())
-    return a
+    return checkpoint_tensors.values(checkpoint(run, step), kind)
 
 
 def distance(a, b):
@@ -152,8 +156,7 @@ def compare_throughput(args, table):
     two are logged at full precision). The stages compute it each in their own driver."""
     runs = references(args) + args.candidate + ([args.truth] if args.truth else [])
     for run in runs:
-        with open(os.path.join(run, "step_%08d" % args.step, "manifest.json")) as f:
-            cfg = json.load(f)["config"]
+        cfg = checkpoint_tensors.manifest(checkpoint(run, args.step))["config"]
         tokens = cfg["batch_size"] * cfg["seq_len"]
         tps, ms = series(run, "tokens_per_s"), series(run, "ms")
         worst = max(abs(tps[s] * ms[s] / 1000.0 - tokens) / tokens for s in tps)
@@ -233,13 +236,8 @@ def compare_tensors(args, table):
 
 
 def tensor_ranges(run, step, kind, names):
-    """Byte ranges [begin, end) of the named tensors of `kind` in its file (manifest.json)."""
-    with open(os.path.join(run, "step_%08d" % step, "manifest.json")) as f:
-        manifest = json.load(f)
-    out = []
-    for t in manifest["tensors"]:
-        if t["kind"] == kind and t["name"].split("/", 1)[1] in names:
-            out.append((t["offset"], t["offset"] + 4 * math.prod(t["shape"])))
+    """Element ranges [begin, end) of the named tensors of `kind` in its file (manifest.json)."""
+    out = [(b, e) for name, b, e in tensor_pieces(run, step, kind) if name in names]
     if len(out) != len(names):
         sys.exit(f"compare_runs: {run} has no {kind} tensor among {sorted(names)} for some name")
     return out
@@ -247,24 +245,14 @@ def tensor_ranges(run, step, kind, names):
 
 def tensor_pieces(run, step, kind):
     """(name, begin, end) in elements of every tensor of `kind` in its file (manifest.json)."""
-    with open(os.path.join(run, "step_%08d" % step, "manifest.json")) as f:
-        manifest = json.load(f)
-    return [(t["name"].split("/", 1)[1], t["offset"] // 4, t["offset"] // 4 + math.prod(t["shape"]))
-            for t in manifest["tensors"] if t["kind"] == kind]
-
-
-def floats(raw):
-    a = array.array("f")
-    a.frombytes(raw)
-    return a
+    return checkpoint_tensors.pieces(checkpoint(run, step), kind)
 
 
 def compare_regrouped(args, table, kind, ranges):
     """The regrouped tensors of `kind` against the truth, within the tolerance bound."""
     def cut(run):
-        with open(tensor_path(run, args.step, kind), "rb") as f:
-            raw = f.read()
-        return floats(b"".join(raw[b:e] for b, e in ranges))
+        values = tensor(run, args.step, kind)
+        return [x for b, e in ranges for x in values[b:e]]
     t, r = cut(args.truth), cut(args.reference)
     e_ref = distance(r, t)
     rms = norm(t) / math.sqrt(max(1, len(t)))
@@ -320,13 +308,15 @@ def compare_exact(args, table):
         with open(tensor_path(args.reference, args.step, kind), "rb") as f:
             want = f.read()
         ranges = tensor_ranges(args.reference, args.step, kind, regrouped) if regrouped else []
+        size = checkpoint_tensors.ELEMENT_BYTES[checkpoint_tensors.dtype_of(checkpoint(args.reference, args.step), kind)]
+        byte_ranges = [(size * b, size * e) for b, e in ranges]
         if ranges:
             compare_regrouped(args, table, kind, ranges)
-            want = blank(want, ranges)
+            want = blank(want, byte_ranges)
         for c in args.candidate:
             with open(tensor_path(c, args.step, kind), "rb") as f:
-                got = blank(f.read(), ranges)
-            differing = sum(1 for i in range(0, min(len(got), len(want)), 4) if got[i:i + 4] != want[i:i + 4])
+                got = blank(f.read(), byte_ranges)
+            differing = sum(1 for i in range(0, min(len(got), len(want)), size) if got[i:i + size] != want[i:i + size])
             if len(got) != len(want):
                 differing = math.inf
             table.add(f"{kind} (values differing)", os.path.basename(c), float(differing), 0.0, 0.0, got == want)

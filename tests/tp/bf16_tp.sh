@@ -47,9 +47,11 @@ run 2 "$TRAIN06" "$WORK/sgd_bf16_tp2" "${sgd[@]}" precision=bf16 tp=2
 run 2 "$TRAIN06" "$WORK/sgd_bf16_tp2_sp" "${sgd[@]}" precision=bf16 tp=2 sequence_parallel=true
 lr=$(scaled_lr "1.02")
 run 2 "$TRAIN06" "$WORK/sgd_neg" "${sgd[@]}" precision=bf16 tp=2 lr="$lr"
-/usr/bin/python3 - "$WORK" <<'PY'
+/usr/bin/python3 - "$WORK" "$ROOT" <<'PY'
 import json, sys
 work = sys.argv[1]
+sys.path.insert(0, sys.argv[2] + "/tests/checkpoint")
+import checkpoint_tensors
 def losses(run):
     with open(f"{work}/{run}/metrics.jsonl") as f:
         return [r["loss"] for r in map(json.loads, filter(str.strip, f)) if r.get("kind") == "train"]
@@ -73,8 +75,9 @@ tol = max(3 * D, 2.0**-16)
 print(f"stage 01 bf16 vs fp32: D = {D:.3e}; tolerance {tol:.3e} relative")
 judge(dev, tol, (("bf16_tp2", True), ("bf16_tp2_sp", True), ("neg_lr", False)))
 import numpy as np
-def weights(run, step):
-    return np.fromfile(f"{work}/{run}/step_{step:08d}/param.bin", dtype="<f4").astype(np.float64)
+def weights(run, step):  # the fp64 run's file holds doubles
+    ckpt = f"{work}/{run}/step_{step:08d}"
+    return np.fromfile(ckpt + "/param.bin", dtype=checkpoint_tensors.numpy_dtype(ckpt, "param")).astype(np.float64)
 w0 = weights("sgd_init", 0)
 truth = weights("sgd_fp64", 1) - w0
 def update_error(run):

@@ -2,6 +2,9 @@
 # Resume is exact: 10 steps straight, against 5 steps + checkpoint + resume + 5 steps,
 # on CPU fp32, give identical per-step losses and identical parameters and AdamW
 # moments, bit for bit (the checkpoint files are compared byte by byte).
+# KEYS=precision=fp64: the state is kept in fp64 files (every row's dtype is checked),
+# and a second control resumes from a copy of the checkpoint rounded to fp32: it must
+# differ, or the comparison could not see a state that lost its low bits on the way.
 # No one-step SGD variant: it would guard against a gradient off by a constant factor,
 # which AdamW's update hides, but the moments compared bit for bit here would show it.
 # Usage: resume_bitwise.sh TRAIN PREPARE WORKDIR ROOT
@@ -30,6 +33,15 @@ cp -r "$WORK/straight/step_00000005" "$WORK/split/"
 "${TRAIN_CMD[@]}" $(tiny_args "$D" "$WORK/split") "${common[@]}" --set resume=latest --set threads=2 > "$WORK/resumed.log"
 
 grep -q "resumed from" "$WORK/resumed.log" || { echo "FAIL: the second half did not resume"; exit 1; }
+dtype=fp32
+[[ " ${KEYS:-} " == *" precision=fp64 "* ]] && dtype=fp64
+/usr/bin/python3 - "$WORK/straight/step_00000005/manifest.json" "$dtype" <<'PY' || exit 1
+import json, sys
+types = {row["dtype"] for row in json.load(open(sys.argv[1]))["tensors"]}
+if types != {sys.argv[2]}:
+    sys.exit(f"FAIL: the checkpoint's tensors are {sorted(types)}, not all {sys.argv[2]}")
+print(f"ok: every tensor of the checkpoint is {sys.argv[2]}")
+PY
 losses() { grep '"kind":"train"' "$1" | sed -E 's/.*"loss":([^,]*),.*"step":([0-9]+).*/\2 \1/' | sort -n; }
 losses "$WORK/straight/metrics.jsonl" | awk '$1 > 5' > "$WORK/a.txt"
 losses "$WORK/split/metrics.jsonl" > "$WORK/b.txt"
@@ -51,5 +63,22 @@ if diff -q "$WORK/a.txt" "$WORK/c.txt" > /dev/null && cmp -s "$WORK/straight/ste
   echo "FAIL: negative control: a resume with lr 1e-6 larger gives the same losses and weights"; exit 1
 fi
 echo "ok: negative control: a resume with lr 1e-6 larger differs"
+if [ "$dtype" = fp64 ]; then
+  mkdir -p "$WORK/rounded"
+  /usr/bin/python3 - "$ROOT/tests/checkpoint" "$WORK/straight/step_00000005" "$WORK/rounded/step_00000005" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+import checkpoint_tensors
+checkpoint_tensors.write_fp32_copy(sys.argv[2], sys.argv[3])
+PY
+  "${TRAIN_CMD[@]}" $(tiny_args "$D" "$WORK/rounded") "${common[@]}" --set resume=latest > "$WORK/rounded.log"
+  losses "$WORK/rounded/metrics.jsonl" > "$WORK/r.txt"
+  if diff -q "$WORK/a.txt" "$WORK/r.txt" > /dev/null ||
+     cmp -s "$WORK/straight/step_00000010/param.bin" "$WORK/rounded/step_00000010/param.bin"; then
+    echo "FAIL: negative control: a resume from the checkpoint rounded to fp32 gives the same losses or weights"
+    exit 1
+  fi
+  echo "ok: negative control: a resume from the checkpoint rounded to fp32 differs, in the losses and the weights"
+fi
 echo "PASS: steps 6-10 and final parameters and moments are identical after resume"
 cat "$WORK/a.txt"

@@ -41,11 +41,13 @@ lr g. With 16 the floor would be as large as a step 1 % too large.
 Exits 1 with a table when any check fails. Uses only the standard library.
 """
 import argparse
-import array
 import json
 import math
 import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "checkpoint"))
+import checkpoint_tensors  # noqa: E402
 
 EPS32 = 2.0 ** -23
 # No bound above 1e-4 relative, however far apart the baselines are: a baseline that
@@ -64,11 +66,7 @@ def train_lines(run):
 
 
 def tensor(run, step, kind):
-    path = os.path.join(run, "step_%08d" % step, kind + ".bin")
-    a = array.array("f")
-    with open(path, "rb") as f:
-        a.frombytes(f.read())
-    return a
+    return checkpoint_tensors.values(os.path.join(run, "step_%08d" % step), kind)
 
 
 def distance(a, b):

@@ -1,0 +1,242 @@
+// Checkpoints in the two types a run keeps its state in. Buffers of doubles (the fp64
+// ground-truth runs) are saved as fp64 and load back bit for bit; a tensor loads into a
+// buffer of the other type too: fp32 widened exactly, fp64 rounded to nearest, and a
+// value beyond fp32's range refused rather than turned into an infinity.
+#include <catch2/catch.hpp>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/checkpoint.h"
+#include "common/gpt2_layout.h"
+#include "tests/checkpoint/checkpoint_fixture.h"
+
+using namespace checkpoint_test;
+
+namespace {
+
+// A rank's three buffers in T, each element distinct within its buffer and across
+// kinds. As doubles, most values (thirds) lie between two floats, so a save that
+// rounded to fp32 or a load that truncated would change them.
+template <class T>
+struct Buffers {
+  std::vector<T> param, adam_m, adam_v;
+
+  explicit Buffers(int64_t n) : param(size_t(n)), adam_m(size_t(n)), adam_v(size_t(n)) {}
+
+  static Buffers filled(int64_t n) {
+    Buffers s(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = double(i);
+      s.param[size_t(i)] = T((x + 1) / 3.0);
+      s.adam_m[size_t(i)] = T(-(x + 2) / 3.0);
+      s.adam_v[size_t(i)] = T(1e-3 * x + 7.0 / 3.0);
+    }
+    return s;
+  }
+
+  // The buffers of the slice [begin, end) of the flat layout (element 0 is `begin`).
+  std::vector<gpt::CheckpointBuffer> buffers(int64_t begin, int64_t end) {
+    std::vector<gpt::CheckpointBuffer> out;
+    for (auto [kind, values] : {std::pair{"param", &param}, {"adam_m", &adam_m}, {"adam_v", &adam_v}}) {
+      gpt::CheckpointBuffer b{kind, nullptr, begin, end};
+      if constexpr (std::is_same_v<T, double>) b.data64 = values->data();
+      else b.data = values->data();
+      out.push_back(b);
+    }
+    return out;
+  }
+};
+
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// Each of `from` converted to To by the compiler's conversion (widening, or rounding to
+// nearest: the default IEEE-754 mode), as the expected values of a load.
+template <class To, class From>
+std::vector<To> converted(const std::vector<From>& from) {
+  return std::vector<To>(from.begin(), from.end());
+}
+
+}  // namespace
+
+TEST_CASE("an fp64 checkpoint holds doubles and loads back bit for bit", "[checkpoint]") {
+  TempDir dir;
+  const gpt::Config cfg = tiny_config();
+  const gpt::ParamLayout layout(cfg.model);
+  const int64_t n = layout.total();
+  Buffers<double> saved = Buffers<double>::filled(n);
+  // The control of the values: most are not floats, so rounding anywhere would show.
+  int64_t not_floats = 0;
+  for (double x : saved.param) not_floats += double(float(x)) != x;
+  REQUIRE(not_floats > n / 2);
+
+  const fs::path path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(4), saved.buffers(0, n));
+  for (const char* file : {"param.bin", "adam_m.bin", "adam_v.bin"}) CHECK(fs::file_size(path / file) == uintmax_t(n) * 8);
+  // Every row says fp64, at 8 bytes an element, with the documented checksum of its bytes.
+  const json m = read_json(path / "manifest.json");
+  for (const json& row : m.at("tensors")) {
+    const std::string name = row.at("name");
+    const gpt::ParamTensor& t = layout.find(name.substr(name.find('/') + 1));
+    INFO(name);
+    CHECK(row.at("dtype") == "fp64");
+    CHECK(row.at("offset") == t.offset * 8);
+    CHECK(row.at("checksum") == fnv1a64_hex(read_bytes(path / row.at("file").get<std::string>(), row.at("offset"),
+                                                       t.numel * 8)));
+  }
+
+  Buffers<double> loaded(n);
+  gpt::load_checkpoint(path.string(), layout, loaded.buffers(0, n));
+  CHECK(same_bits(loaded.param, saved.param));
+  CHECK(same_bits(loaded.adam_m, saved.adam_m));
+  CHECK(same_bits(loaded.adam_v, saved.adam_v));
+
+  // In two slices cut inside a tensor (a ZeRO shard's edge): the cut tensor is read whole
+  // and converted from scratch, and gives the same bits.
+  const int64_t cut = layout.find("h.0.attn.c_attn.weight").offset + 5;
+  Buffers<double> low(cut), high(n - cut);
+  gpt::load_checkpoint(path.string(), layout, low.buffers(0, cut));
+  gpt::load_checkpoint(path.string(), layout, high.buffers(cut, n));
+  low.adam_v.insert(low.adam_v.end(), high.adam_v.begin(), high.adam_v.end());
+  CHECK(same_bits(low.adam_v, saved.adam_v));
+}
+
+TEST_CASE("a checkpoint loads into the other type: fp32 widened, fp64 rounded to nearest", "[checkpoint]") {
+  TempDir dir;
+  const gpt::Config cfg = tiny_config();
+  const gpt::ParamLayout layout(cfg.model);
+  const int64_t n = layout.total();
+  // Whole, and in two slices (the cut tensor goes through the scratch copy).
+  const int64_t inside_a_tensor = layout.find("h.1.mlp.c_fc.weight").offset + 7;
+  const int64_t cut = GENERATE_COPY(n, inside_a_tensor);
+  INFO("slices [0, " << cut << ") and [" << cut << ", " << n << ")");
+  auto load_in_slices = [&](const std::string& path, auto& into) {
+    using B = std::decay_t<decltype(into)>;
+    B low(cut), high(n - cut);
+    gpt::load_checkpoint(path, layout, low.buffers(0, cut));
+    if (cut < n) gpt::load_checkpoint(path, layout, high.buffers(cut, n));
+    for (auto [whole, a, b] : {std::tuple{&into.param, &low.param, &high.param},
+                               {&into.adam_m, &low.adam_m, &high.adam_m}, {&into.adam_v, &low.adam_v, &high.adam_v}}) {
+      *whole = *a;
+      whole->insert(whole->end(), b->begin(), b->end());
+    }
+  };
+
+  SECTION("fp32 into doubles: every value exactly") {
+    Buffers<float> saved = Buffers<float>::filled(n);
+    const std::string path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(2), saved.buffers(0, n));
+    Buffers<double> loaded(n);
+    load_in_slices(path, loaded);
+    CHECK(same_bits(loaded.param, converted<double>(saved.param)));
+    CHECK(same_bits(loaded.adam_m, converted<double>(saved.adam_m)));
+    CHECK(same_bits(loaded.adam_v, converted<double>(saved.adam_v)));
+  }
+  SECTION("fp64 into floats: each value the float nearest it") {
+    Buffers<double> saved = Buffers<double>::filled(n);
+    // The control of the rounding: a third rounds up in magnitude as often as down, so
+    // a load that truncated toward zero would give other floats.
+    int64_t rounded_up = 0;
+    for (double x : saved.param) rounded_up += std::fabs(double(float(x))) > std::fabs(x);
+    REQUIRE(rounded_up > 0);
+    const std::string path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(2), saved.buffers(0, n));
+    Buffers<float> loaded(n);
+    load_in_slices(path, loaded);
+    CHECK(same_bits(loaded.param, converted<float>(saved.param)));
+    CHECK(same_bits(loaded.adam_m, converted<float>(saved.adam_m)));
+    CHECK(same_bits(loaded.adam_v, converted<float>(saved.adam_v)));
+  }
+}
+
+TEST_CASE("an fp64 value beyond fp32's range is refused by an fp32 load, and loads as fp64", "[checkpoint]") {
+  TempDir dir;
+  const gpt::Config cfg = tiny_config();
+  const gpt::ParamLayout layout(cfg.model);
+  const int64_t n = layout.total();
+  const gpt::ParamTensor& t = layout.find("h.1.attn.c_proj.weight");
+  Buffers<double> saved = Buffers<double>::filled(n);
+  const double huge = GENERATE(1e300, -4e38);
+  saved.param[size_t(t.offset + 5)] = huge;
+  const std::string path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(3), saved.buffers(0, n));
+
+  Buffers<float> as_floats(n);
+  const std::string msg = user_error_of([&] { gpt::load_checkpoint(path, layout, as_floats.buffers(0, n)); });
+  CHECK_THAT(msg, Catch::Contains("param/h.1.attn.c_proj.weight") && Catch::Contains("param.bin"));
+  CHECK_THAT(msg, Catch::Contains("at element 5") && Catch::Contains("beyond fp32's range"));
+  // Control: the largest double that rounds to a finite float (FLT_MAX itself) loads.
+  saved.param[size_t(t.offset + 5)] = std::copysign(double(FLT_MAX), huge);
+  gpt::load_checkpoint(gpt::save_checkpoint(dir.str(), cfg, layout, some_state(3), saved.buffers(0, n)), layout,
+                       as_floats.buffers(0, n));
+  CHECK(as_floats.param[size_t(t.offset + 5)] == std::copysign(FLT_MAX, float(huge)));
+
+  saved.param[size_t(t.offset + 5)] = huge;
+  const std::string again = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(3), saved.buffers(0, n));
+  Buffers<double> as_doubles(n);
+  gpt::load_checkpoint(again, layout, as_doubles.buffers(0, n));
+  CHECK(as_doubles.param[size_t(t.offset + 5)] == huge);
+}
+
+TEST_CASE("an fp64 checkpoint holding NaN or a negative second moment is refused", "[checkpoint]") {
+  TempDir dir;
+  const gpt::Config cfg = tiny_config();
+  const gpt::ParamLayout layout(cfg.model);
+  const int64_t n = layout.total();
+  const int64_t at = layout.find("ln_f.weight").offset + 2;
+  Buffers<double> saved = Buffers<double>::filled(n);
+  SECTION("NaN in a weight, whichever type loads it") {
+    saved.param[size_t(at)] = std::nan("");
+    const std::string path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(1), saved.buffers(0, n));
+    Buffers<double> as_doubles(n);
+    Buffers<float> as_floats(n);
+    for (const std::string& msg : {user_error_of([&] { gpt::load_checkpoint(path, layout, as_doubles.buffers(0, n)); }),
+                                   user_error_of([&] { gpt::load_checkpoint(path, layout, as_floats.buffers(0, n)); })})
+      CHECK_THAT(msg, Catch::Contains("param/ln_f.weight") && Catch::Contains("NaN at element 2"));
+  }
+  SECTION("a second moment below zero") {
+    saved.adam_v[size_t(at)] = -1e-300;  // rounds to -0 in fp32: the fp64 value is the one checked
+    const std::string path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(1), saved.buffers(0, n));
+    Buffers<float> as_floats(n);
+    CHECK_THAT(user_error_of([&] { gpt::load_checkpoint(path, layout, as_floats.buffers(0, n)); }),
+               Catch::Contains("adam_v/ln_f.weight") && Catch::Contains("never negative"));
+  }
+}
+
+TEST_CASE("a dtype other than fp32 and fp64 is refused, naming the tensor", "[checkpoint]") {
+  TempDir dir;
+  const gpt::Config cfg = tiny_config();
+  const gpt::ParamLayout layout(cfg.model);
+  const int64_t n = layout.total();
+  Buffers<double> saved = Buffers<double>::filled(n);
+  const fs::path path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(1), saved.buffers(0, n));
+  json m = read_json(path / "manifest.json");
+  const std::string dtype = GENERATE(as<std::string>{}, "fp16", "fp64 ", "FP64");
+  m["tensors"][3]["dtype"] = dtype;
+  std::ofstream(path / "manifest.json") << m.dump(2);
+  Buffers<double> loaded(n);
+  const std::string msg = user_error_of([&] { gpt::load_checkpoint(path.string(), layout, loaded.buffers(0, n)); });
+  CHECK_THAT(msg, Catch::Contains(m["tensors"][3]["name"].get<std::string>()) &&
+                      Catch::Contains("has dtype " + dtype + "; a checkpoint stores fp32 or fp64"));
+}
+
+TEST_CASE("a buffer with both types, or neither, is the caller's bug", "[checkpoint]") {
+  TempDir dir;
+  const gpt::Config cfg = tiny_config();
+  const gpt::ParamLayout layout(cfg.model);
+  const int64_t n = layout.total();
+  std::vector<float> floats(static_cast<size_t>(n));
+  std::vector<double> doubles(static_cast<size_t>(n));
+  gpt::CheckpointBuffer both{"param", floats.data(), 0, n, doubles.data()};
+  gpt::CheckpointBuffer neither{"param", nullptr, 0, n};
+  CHECK_THROWS_AS(gpt::save_checkpoint(dir.str(), cfg, layout, some_state(1), {both}), std::invalid_argument);
+  CHECK_THROWS_AS(gpt::save_checkpoint(dir.str(), cfg, layout, some_state(1), {neither}), std::invalid_argument);
+  // Control: each alone saves.
+  gpt::CheckpointBuffer only64{"param", nullptr, 0, n, doubles.data()};
+  CHECK_NOTHROW(gpt::save_checkpoint(dir.str(), cfg, layout, some_state(1), {only64}));
+}
