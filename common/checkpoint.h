@@ -33,8 +33,9 @@ namespace gpt {
 class Communicator;
 
 /// One kind of tensor a rank holds: elements [begin, end) of the flat layout buffer, as
-/// floats (data) or as doubles (data64): exactly one is set where the slice is not empty.
-/// A save writes the file in the buffer's type; a load converts from the file's.
+/// floats (data) or as doubles (data64): exactly one is set where the slice is not empty
+/// (an empty slice with neither counts as floats). A save writes the file in the buffer's
+/// type; a load converts from the file's.
 struct CheckpointBuffer {
   std::string kind;  ///< "param" (the master weights), "adam_m", "adam_v"
   float* data;  ///< host memory holding the slice, data[0] being element begin; not owned
@@ -42,7 +43,7 @@ struct CheckpointBuffer {
   int64_t begin, end;  ///< one past the slice's last element
   double* data64 = nullptr;  ///< instead of data: the slice as doubles (the fp64 runs), not owned
 
-  bool fp64() const { return data64 != nullptr; }
+  bool fp64() const { return data64 != nullptr; }  ///< whether the slice is held as doubles
   int64_t element_bytes() const { return fp64() ? 8 : 4; }  ///< in memory and in the file
   const char* dtype() const { return fp64() ? "fp64" : "fp32"; }  ///< the manifest's name of the type
   /// The bytes of flat element i (begin <= i <= end).

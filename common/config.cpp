@@ -37,6 +37,7 @@
 #include "common/choices_file.h"
 #include "common/error.h"
 #include "common/host_memory.h"
+#include "common/json_keys.h"
 #include "common/launcher.h"
 #include "common/precision.h"
 #include "common/recompute.h"
@@ -368,7 +369,7 @@ HostRoom memory_capacity() { return host_capacity().value_or(HostRoom{0, ""}); }
 // A model too large for this machine (or its container) fails here, before its layout (a name and a shape
 // for each of its 12 n_layer + 5 tensors) and its buffers are built. Every rank holds
 // its share of the weights, their gradients and the optimizer's state, in fp32: 16 bytes
-// a parameter with AdamW's two moments, 8 with SGD. The least share of any stage is
+// a parameter with AdamW's two moments, 8 with SGD (twice that in fp64, every buffer a double). The least share of any stage is
 // 1/(tp pp dp) (ZeRO-3's; stage 05 is ZeRO-3 without the zero key), so a rank whose
 // share exceeds the memory it may hold (host_capacity) cannot run, whatever the stage.
 // With eval_choices every rank also holds, while the eval runs, a whole copy of the
@@ -380,7 +381,8 @@ void require_memory_for_weights(const Config& cfg, int dp) {
   const double params = double(m.padded_vocab()) * C + double(m.block_size) * C +
                         double(m.n_layer) * (12 * C * C + 13 * C) + 2 * C;
   const double share = double(std::max(cfg.tp, 1)) * std::max(cfg.pp, 1) * std::max(dp, 1);
-  const double bytes_each = cfg.optimizer == "sgd" ? 8 : 16;
+  const bool fp64 = cfg.precision == "fp64";
+  const double bytes_each = (cfg.optimizer == "sgd" ? 8 : 16) * (fp64 ? 2 : 1);
   const double bytes = bytes_each * params / share;
   const HostRoom memory = memory_capacity();
   const double eval_each = cfg.precision == "bf16" ? 2 : cfg.precision == "fp64" ? 8 : 4;
@@ -397,8 +399,9 @@ void require_memory_for_weights(const Config& cfg, int dp) {
     char text[320];
     std::snprintf(text, sizeof text,
                   "%.3g parameters; this rank's share of them (1/%.0f) needs %.3g GB for the weights, their "
-                  "gradients and the optimizer's state (%.0f bytes each, fp32), more than the %.3g GB of %s",
-                  params, share, bytes / 1e9, bytes_each, double(memory.bytes) / 1e9, memory.source.c_str());
+                  "gradients and the optimizer's state (%.0f bytes each, %s), more than the %.3g GB of %s",
+                  params, share, bytes / 1e9, bytes_each, fp64 ? "fp64" : "fp32", double(memory.bytes) / 1e9,
+                  memory.source.c_str());
     fail("n_layer=" + std::to_string(m.n_layer) + ", n_embd=" + std::to_string(m.n_embd) +
          ", vocab_size=" + std::to_string(m.vocab_size) + ": " + text);
   }
@@ -523,20 +526,10 @@ void require_outside_checkpoints(const std::string& path, const char* key, const
 
 void apply_json_text(Config& cfg, const std::string& json_text, const std::string& origin) {
   Json doc;
-  // nlohmann keeps the last of two equal keys without a word; a config that sets a key
-  // twice is a mistake whichever value was meant, so the parse reports it.
-  std::vector<std::string> top_level_keys;
-  const auto note_keys = [&](int depth, Json::parse_event_t event, Json& parsed) {
-    if (event == Json::parse_event_t::key && depth == 1) {
-      const std::string name = parsed.get<std::string>();
-      if (std::find(top_level_keys.begin(), top_level_keys.end(), name) != top_level_keys.end())
-        fail(origin + ": key '" + name + "' is given twice");
-      top_level_keys.push_back(name);
-    }
-    return true;
-  };
   try {
-    doc = Json::parse(json_text, note_keys);
+    doc = parse_json_keys_once<Json>(json_text, [&](const std::string& name) {
+      fail(origin + ": key '" + name + "' is given twice");
+    });
   } catch (const Json::parse_error& e) {
     fail(origin + ": invalid JSON: " + json_reason(e));
   } catch (const Json::out_of_range& e) {  // a number beyond a double's range, such as 1e400

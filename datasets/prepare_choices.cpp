@@ -22,6 +22,7 @@
 #include "common/choices_file.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/json_keys.h"
 #include "common/tokenizer.h"
 
 namespace {
@@ -156,16 +157,11 @@ int run(int argc, char** argv) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // a blank line
     const std::string where = "'" + o.input + "', line " + std::to_string(number);
     nlohmann::json object;
-    // nlohmann keeps the last of two equal keys without a word; a line with "ctx" twice
-    // is not HellaSwag's, whichever was meant.
-    std::set<std::string> keys;
-    const auto note_keys = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-      if (event == nlohmann::json::parse_event_t::key && depth == 1 && !keys.insert(parsed.get<std::string>()).second)
-        gpt::fail(where + ": key \"" + parsed.get<std::string>() + "\" is given twice");
-      return true;
-    };
     try {
-      object = nlohmann::json::parse(line, note_keys);
+      // A line with "ctx" twice is not HellaSwag's, whichever was meant.
+      object = gpt::parse_json_keys_once<nlohmann::json>(line, [&](const std::string& name) {
+        gpt::fail(where + ": key \"" + name + "\" is given twice");
+      });
     } catch (const nlohmann::json::parse_error& e) {
       gpt::fail(where + ": not JSON: " + e.what());
     }

@@ -16,6 +16,7 @@
 #include "common/checkpoint.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/gpt2_layout.h"
 #include "tests/temp_dir.h"
 
 namespace checkpoint_test {
@@ -39,6 +40,14 @@ inline gpt::Config tiny_config(int n_embd = 16) {
   cfg.seq_len = 8;
   return cfg;
 }
+
+// A test's directory and the tiny model's layout, for TEST_CASE_METHOD.
+struct TinyModel {
+  TempDir dir;
+  const gpt::Config cfg = tiny_config();
+  const gpt::ParamLayout layout{cfg.model};
+  const int64_t n = layout.total();
+};
 
 // The three buffers a rank holds, each filled with values distinct within the buffer
 // and across kinds, so that a tensor read at a wrong offset or from the wrong file

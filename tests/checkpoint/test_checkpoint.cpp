@@ -153,11 +153,7 @@ TEST_CASE("a writer holding a slice checksums only the tensors it holds whole", 
 }
 
 // Two different states of the tiny model's buffers, one to be saved over the other.
-struct TwoStates {
-  TempDir dir;
-  const gpt::Config cfg = tiny_config();
-  const gpt::ParamLayout layout{cfg.model};
-  const int64_t n = layout.total();
+struct TwoStates : TinyModel {
   State first = State::filled(n, 0.0f), second = State::filled(n, 100.0f);
 };
 

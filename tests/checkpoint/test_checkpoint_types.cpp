@@ -68,11 +68,7 @@ std::vector<To> converted(const std::vector<From>& from) {
 
 }  // namespace
 
-TEST_CASE("an fp64 checkpoint holds doubles and loads back bit for bit", "[checkpoint]") {
-  TempDir dir;
-  const gpt::Config cfg = tiny_config();
-  const gpt::ParamLayout layout(cfg.model);
-  const int64_t n = layout.total();
+TEST_CASE_METHOD(TinyModel, "an fp64 checkpoint holds doubles and loads back bit for bit", "[checkpoint]") {
   Buffers<double> saved = Buffers<double>::filled(n);
   // The control of the values: most are not floats, so rounding anywhere would show.
   int64_t not_floats = 0;
@@ -109,11 +105,7 @@ TEST_CASE("an fp64 checkpoint holds doubles and loads back bit for bit", "[check
   CHECK(same_bits(low.adam_v, saved.adam_v));
 }
 
-TEST_CASE("a checkpoint loads into the other type: fp32 widened, fp64 rounded to nearest", "[checkpoint]") {
-  TempDir dir;
-  const gpt::Config cfg = tiny_config();
-  const gpt::ParamLayout layout(cfg.model);
-  const int64_t n = layout.total();
+TEST_CASE_METHOD(TinyModel, "a checkpoint loads into the other type: fp32 widened, fp64 rounded to nearest", "[checkpoint]") {
   // Whole, and in two slices (the cut tensor goes through the scratch copy).
   const int64_t inside_a_tensor = layout.find("h.1.mlp.c_fc.weight").offset + 7;
   const int64_t cut = GENERATE_COPY(n, inside_a_tensor);
@@ -155,11 +147,7 @@ TEST_CASE("a checkpoint loads into the other type: fp32 widened, fp64 rounded to
   }
 }
 
-TEST_CASE("an fp64 value beyond fp32's range is refused by an fp32 load, and loads as fp64", "[checkpoint]") {
-  TempDir dir;
-  const gpt::Config cfg = tiny_config();
-  const gpt::ParamLayout layout(cfg.model);
-  const int64_t n = layout.total();
+TEST_CASE_METHOD(TinyModel, "an fp64 value beyond fp32's range is refused by an fp32 load, and loads as fp64", "[checkpoint]") {
   const gpt::ParamTensor& t = layout.find("h.1.attn.c_proj.weight");
   Buffers<double> saved = Buffers<double>::filled(n);
   const double huge = GENERATE(1e300, -4e38);
@@ -183,11 +171,7 @@ TEST_CASE("an fp64 value beyond fp32's range is refused by an fp32 load, and loa
   CHECK(as_doubles.param[size_t(t.offset + 5)] == huge);
 }
 
-TEST_CASE("an fp64 checkpoint holding NaN or a negative second moment is refused", "[checkpoint]") {
-  TempDir dir;
-  const gpt::Config cfg = tiny_config();
-  const gpt::ParamLayout layout(cfg.model);
-  const int64_t n = layout.total();
+TEST_CASE_METHOD(TinyModel, "an fp64 checkpoint holding NaN or a negative second moment is refused", "[checkpoint]") {
   const int64_t at = layout.find("ln_f.weight").offset + 2;
   Buffers<double> saved = Buffers<double>::filled(n);
   SECTION("NaN in a weight, whichever type loads it") {
@@ -208,11 +192,7 @@ TEST_CASE("an fp64 checkpoint holding NaN or a negative second moment is refused
   }
 }
 
-TEST_CASE("a dtype other than fp32 and fp64 is refused, naming the tensor", "[checkpoint]") {
-  TempDir dir;
-  const gpt::Config cfg = tiny_config();
-  const gpt::ParamLayout layout(cfg.model);
-  const int64_t n = layout.total();
+TEST_CASE_METHOD(TinyModel, "a dtype other than fp32 and fp64 is refused, naming the tensor", "[checkpoint]") {
   Buffers<double> saved = Buffers<double>::filled(n);
   const fs::path path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(1), saved.buffers(0, n));
   json m = read_json(path / "manifest.json");
@@ -225,11 +205,7 @@ TEST_CASE("a dtype other than fp32 and fp64 is refused, naming the tensor", "[ch
                       Catch::Contains("has dtype " + dtype + "; a checkpoint stores fp32 or fp64"));
 }
 
-TEST_CASE("a buffer with both types, or neither, is the caller's bug", "[checkpoint]") {
-  TempDir dir;
-  const gpt::Config cfg = tiny_config();
-  const gpt::ParamLayout layout(cfg.model);
-  const int64_t n = layout.total();
+TEST_CASE_METHOD(TinyModel, "a buffer with both types, or neither, is the caller's bug", "[checkpoint]") {
   std::vector<float> floats(static_cast<size_t>(n));
   std::vector<double> doubles(static_cast<size_t>(n));
   gpt::CheckpointBuffer both{"param", floats.data(), 0, n, doubles.data()};

@@ -5,6 +5,8 @@
 # no word). Two checks read the cgroup (common/host_memory.h):
 #   - before anything is built, the weights, gradients and AdamW state a rank must hold
 #     against the cgroup's limit (config.cpp): tiny.json at n_layer 16000, about 3.3 GB;
+#     and in fp64, whose every buffer is a double: n_layer 4000, 1.6 GB (0.8 GB in fp32,
+#     which would fit);
 #   - the same check with eval_choices, whose whole copy of the weights every rank holds
 #     while it scores: tiny.json at n_layer 4700, 0.96 GB of training state (which fits)
 #     plus 0.24 GB for the copy (which does not);
@@ -47,6 +49,7 @@ make_corpus "$WORK" "$PREPARE"
 common=($(tiny_args "$WORK/data" "$WORK/run") --set steps=0 --set val_batches=0 --set sample_tokens=0
         --set checkpoint_at_end=false)
 weights_args=("${common[@]}" --set n_layer=16000)
+fp64_args=("${common[@]}" --set n_layer=4000 --set precision=fp64)
 # One example in llm.c's eval format (ids below tiny.json's 256), for the eval case.
 /usr/bin/python3 "$ROOT/tests/llmc/eval_file.py" one "$WORK/eval.bin" 10,11 12 13 --label 1
 eval_args=("${common[@]}" --set n_layer=4700 --set "eval_choices=$WORK/eval.bin")
@@ -70,12 +73,14 @@ refused() {
 }
 refused "weights" "GB for the weights.*more than the 1.07 GB of this process's memory cgroup limit" \
   "${weights_args[@]}"
+refused "fp64 weights" "GB for the weights.*32 bytes each, fp64.*more than the 1.07 GB of this process's memory cgroup limit" \
+  "${fp64_args[@]}"
 refused "eval copy" "eval_choices=.*whole copy of the model's .* more than the 1.07 GB of this process's memory cgroup limit" \
   "${eval_args[@]}"
 refused "activations" "out of host memory: .*\(under this process's memory cgroup limit" "${activations_args[@]}"
 
 echo max > "$group/$limit_file" 2> /dev/null || echo -1 > "$group/$limit_file"
-for name in weights eval activations; do
+for name in weights fp64 eval activations; do
   declare -n run_args="${name}_args"
   status=0
   in_group "$TRAIN" "${run_args[@]}" > "$WORK/unlimited.log" 2>&1 || status=$?
