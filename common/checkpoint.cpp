@@ -14,7 +14,7 @@
 //
 // Every tensor is stored whole, by name, so the way the run was split over ranks
 // does not leak into the files. A rank that owns elements [begin, end) of the flat
-// buffer writes (or reads) bytes [begin*4, end*4) of each fp32 file, at their offset;
+// buffer writes (or reads) bytes [begin*4, end*4) of each fp32 file (*8 of an fp64 one);
 // whether that slice is the whole buffer (stage 01) or a ZeRO shard (stage 03 on)
 // makes no difference to the files, which is what lets any layout resume any
 // checkpoint.
@@ -37,7 +37,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <memory>
 #include <optional>
@@ -232,12 +231,9 @@ void store(const From* from, int64_t n, const CheckpointBuffer& b, int64_t at, c
   float* to = b.data + (at - b.begin);
   for (int64_t i = 0; i < n; ++i) {
     to[i] = float(from[i]);
-    if (std::isinf(to[i])) {
-      char value[32];
-      std::snprintf(value, sizeof value, "%.17g", double(from[i]));
-      fail(what + " holds " + value + " at element " + std::to_string(first + i) +
+    if (std::isinf(to[i]))
+      fail(what + " holds " + number_text(double(from[i])) + " at element " + std::to_string(first + i) +
            ", beyond fp32's range: it cannot be loaded into fp32 weights");
-    }
   }
 }
 
@@ -384,12 +380,17 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
   }
 
   // Each file must be exactly as long as the tensors the table puts in it: shorter
-  // is a truncated copy, longer is a file from somewhere else.
+  // is a truncated copy, longer is a file from somewhere else. And it holds one type.
   std::map<std::string, int64_t> file_size;
+  std::map<std::string, std::pair<std::string, int64_t>> file_type;  // a tensor of the file, its element bytes
   for (const auto& [name, e] : table) {
     int64_t numel = 1;
     for (int64_t d : e.shape) numel *= d;
     file_size[e.file] = std::max(file_size[e.file], e.offset + numel * e.element_bytes);
+    const auto [first, fresh] = file_type.emplace(e.file, std::pair{name, e.element_bytes});
+    if (!fresh && first->second.second != e.element_bytes)
+      fail(manifest_path + ": " + e.file + " holds tensors of two dtypes (" + first->second.first + " and " + name +
+           "): a checkpoint file holds one");
   }
 
   for (const CheckpointBuffer& b : buffers) {
@@ -423,7 +424,8 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
       return fd->get();
     };
 
-    std::vector<double> whole;  // scratch for a tensor read whole (doubles: aligned for either type)
+    std::vector<float> whole32;  // scratch for a tensor read whole, in the file's type
+    std::vector<double> whole64;
     for (const auto& [t, e] : rows) {
       const int64_t lo = std::max(b.begin, t->offset);
       const int64_t hi = std::min(b.end, t->offset + t->numel);
@@ -441,8 +443,14 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
       const bool inside = lo == t->offset && hi == t->offset + t->numel;
       const bool direct = inside && e->element_bytes == b.element_bytes();
       const int64_t bytes = t->numel * e->element_bytes;
-      if (!direct) whole.resize(size_t((bytes + 7) / 8));
-      char* raw = direct ? b.bytes_at(lo) : reinterpret_cast<char*>(whole.data());
+      char* raw = b.bytes_at(lo);
+      if (!direct && e->element_bytes == 8) {
+        whole64.resize(size_t(t->numel));
+        raw = reinterpret_cast<char*>(whole64.data());
+      } else if (!direct) {
+        whole32.resize(size_t(t->numel));
+        raw = reinterpret_cast<char*>(whole32.data());
+      }
       pread_all(fd, raw, bytes, e->offset, fpath.string());
       const std::string got = checksum_hex(raw, bytes);
       if (got != e->checksum)

@@ -7,11 +7,19 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "common/error.h"
 
 namespace gpt {
+
+/// x with all its digits (%.17g): -1e-300 must not print as -0.000000.
+inline std::string number_text(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", x);
+  return text;
+}
 
 /// A UserError naming `what` (a tensor and its file), the first of values[0..n) that
 /// is NaN or infinite, its index and `why_here` (what the file may come from), unless all are finite.
@@ -31,7 +39,7 @@ template <class T>  // float or double
 void require_not_negative(const T* values, int64_t n, const std::string& what) {
   for (int64_t i = 0; i < n; ++i)
     if (values[i] < 0)
-      fail(what + " holds " + std::to_string(values[i]) + " at element " + std::to_string(i) + " of " +
+      fail(what + " holds " + number_text(double(values[i])) + " at element " + std::to_string(i) + " of " +
            std::to_string(n) + ": second moments are means of squares, never negative (the update takes their root)");
 }
 

@@ -94,7 +94,7 @@ void ParamLayout::init_range(uint64_t seed, int64_t begin, int64_t end, T* out) 
       if (t.init == Init::Ones) value = 1.0;
       else if (t.init == Init::Normal && i / row < t.init_rows)
         value = t.init_std * normal_at(seed, stream, uint64_t(i));
-      out[g - begin] = T(value);
+      out[g - begin] = T(float(value));  // an fp32 number in every precision (the header says why)
     }
   }
 }

@@ -157,7 +157,10 @@ class ParamLayout {
   const ModelConfig& model() const { return model_; }  ///< the whole model's shape, also for a slice or a stage
 
   /// Writes the initial value of elements [begin, end) of the flat buffer (any range:
-  /// a shard gets exactly the values the whole buffer has there).
+  /// a shard gets exactly the values the whole buffer has there). The values are fp32
+  /// numbers whatever T is: a double buffer gets them widened, so that the fp64 ground
+  /// truth starts where the fp32 runs start, and its distance from one is what their
+  /// arithmetic does, not where they began.
   template <class T>
   void init_range(uint64_t seed, int64_t begin, int64_t end, T* out) const;
 

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/checkpoint.h"
@@ -101,8 +102,11 @@ TEST_CASE_METHOD(TinyModel, "an fp64 checkpoint holds doubles and loads back bit
   Buffers<double> low(cut), high(n - cut);
   gpt::load_checkpoint(path.string(), layout, low.buffers(0, cut));
   gpt::load_checkpoint(path.string(), layout, high.buffers(cut, n));
-  low.adam_v.insert(low.adam_v.end(), high.adam_v.begin(), high.adam_v.end());
-  CHECK(same_bits(low.adam_v, saved.adam_v));
+  for (auto [part, rest, want] : {std::tuple{&low.param, &high.param, &saved.param},
+                                  {&low.adam_m, &high.adam_m, &saved.adam_m}, {&low.adam_v, &high.adam_v, &saved.adam_v}}) {
+    part->insert(part->end(), rest->begin(), rest->end());
+    CHECK(same_bits(*part, *want));
+  }
 }
 
 TEST_CASE_METHOD(TinyModel, "a checkpoint loads into the other type: fp32 widened, fp64 rounded to nearest", "[checkpoint]") {
@@ -150,7 +154,9 @@ TEST_CASE_METHOD(TinyModel, "a checkpoint loads into the other type: fp32 widene
 TEST_CASE_METHOD(TinyModel, "an fp64 value beyond fp32's range is refused by an fp32 load, and loads as fp64", "[checkpoint]") {
   const gpt::ParamTensor& t = layout.find("h.1.attn.c_proj.weight");
   Buffers<double> saved = Buffers<double>::filled(n);
-  const double huge = GENERATE(1e300, -4e38);
+  // The least double that rounds to an infinity is halfway between FLT_MAX and 2^128,
+  // FLT_MAX + 2^103 (a tie, which goes to the even side: the infinity).
+  const double huge = GENERATE(1e300, -4e38, double(FLT_MAX) + std::ldexp(1.0, 103));
   saved.param[size_t(t.offset + 5)] = huge;
   const std::string path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(3), saved.buffers(0, n));
 
@@ -158,11 +164,13 @@ TEST_CASE_METHOD(TinyModel, "an fp64 value beyond fp32's range is refused by an 
   const std::string msg = user_error_of([&] { gpt::load_checkpoint(path, layout, as_floats.buffers(0, n)); });
   CHECK_THAT(msg, Catch::Contains("param/h.1.attn.c_proj.weight") && Catch::Contains("param.bin"));
   CHECK_THAT(msg, Catch::Contains("at element 5") && Catch::Contains("beyond fp32's range"));
-  // Control: the largest double that rounds to a finite float (FLT_MAX itself) loads.
-  saved.param[size_t(t.offset + 5)] = std::copysign(double(FLT_MAX), huge);
-  gpt::load_checkpoint(gpt::save_checkpoint(dir.str(), cfg, layout, some_state(3), saved.buffers(0, n)), layout,
-                       as_floats.buffers(0, n));
-  CHECK(as_floats.param[size_t(t.offset + 5)] == std::copysign(FLT_MAX, float(huge)));
+  // Controls: FLT_MAX, and a double just below the tie (FLT_MAX + 2^102), load as FLT_MAX.
+  for (const double fits : {double(FLT_MAX), double(FLT_MAX) + std::ldexp(1.0, 102)}) {
+    saved.param[size_t(t.offset + 5)] = std::copysign(fits, huge);
+    gpt::load_checkpoint(gpt::save_checkpoint(dir.str(), cfg, layout, some_state(3), saved.buffers(0, n)), layout,
+                         as_floats.buffers(0, n));
+    CHECK(as_floats.param[size_t(t.offset + 5)] == std::copysign(FLT_MAX, float(huge)));
+  }
 
   saved.param[size_t(t.offset + 5)] = huge;
   const std::string again = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(3), saved.buffers(0, n));
@@ -203,6 +211,19 @@ TEST_CASE_METHOD(TinyModel, "a dtype other than fp32 and fp64 is refused, naming
   const std::string msg = user_error_of([&] { gpt::load_checkpoint(path.string(), layout, loaded.buffers(0, n)); });
   CHECK_THAT(msg, Catch::Contains(m["tensors"][3]["name"].get<std::string>()) &&
                       Catch::Contains("has dtype " + dtype + "; a checkpoint stores fp32 or fp64"));
+}
+
+TEST_CASE_METHOD(TinyModel, "a file whose rows name two dtypes is refused, naming both tensors", "[checkpoint]") {
+  Buffers<double> saved = Buffers<double>::filled(n);
+  const fs::path path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(1), saved.buffers(0, n));
+  json m = read_json(path / "manifest.json");
+  // Row 1 (param/wpe) said to be fp32 at its own fp64 offset: a size that would still fit.
+  m["tensors"][1]["dtype"] = "fp32";
+  std::ofstream(path / "manifest.json") << m.dump(2);
+  Buffers<double> loaded(n);
+  const std::string msg = user_error_of([&] { gpt::load_checkpoint(path.string(), layout, loaded.buffers(0, n)); });
+  CHECK_THAT(msg, Catch::Contains("param.bin holds tensors of two dtypes") && Catch::Contains("param/wpe") &&
+                      Catch::Contains("a checkpoint file holds one"));
 }
 
 TEST_CASE_METHOD(TinyModel, "a buffer with both types, or neither, is the caller's bug", "[checkpoint]") {

@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
 # A checkpoint loads into a run that keeps its state in the other type, in any stage.
+# First, the fp64 run starts where the fp32 runs start: stage 01's step-0 checkpoints
+# (steps=0) in fp64 and fp32 hold the same initial weights, the fp64 ones each the fp32
+# value widened (a fp64 truth that began from unrounded normals would sit half an fp32
+# ulp from every run it judges before either has computed anything).
 # Stage 01 in fp64 trains 2 steps with AdamW: its checkpoint holds fp64. Then each of
 #   stage 01 in fp32, stage 05 (ZeRO-3, 2 ranks) and stage 06 (tp = 2, 2 ranks)
 # resumes it with steps=2 into a run directory of its own: nothing is left to train, so
@@ -28,6 +32,8 @@ run() {  # run NP TRAIN RUN_DIR key=value...
     { echo "FAIL: $bin $*"; tail -20 "$dir.log"; exit 1; }
   grep -q "resumed from" "$dir.log" || [[ " $* " != *" resume="* ]] || { echo "FAIL: $dir did not resume"; exit 1; }
 }
+run 1 "$TRAIN01" "$WORK/init64" precision=fp64 steps=0
+run 1 "$TRAIN01" "$WORK/init32" precision=fp32 steps=0
 run 1 "$TRAIN01" "$WORK/fp64" precision=fp64
 run 1 "$TRAIN01" "$WORK/fp32" precision=fp32
 ckpt64="$WORK/fp64/step_00000002" ckpt32="$WORK/fp32/step_00000002"
@@ -51,6 +57,13 @@ def toward_zero(x):
         bits = struct.unpack("<I", struct.pack("<f", f))[0] - 1
         f = struct.unpack("<f", struct.pack("<I", bits))[0]
     return f
+
+init64 = ct.values(work + "/init64/step_00000000", "param")
+init32 = ct.values(work + "/init32/step_00000000", "param")
+same = init64.typecode == "d" and init64.tobytes() == array.array("d", init32).tobytes()
+print(f"  init64      param   {'each value the fp32 initial one widened' if same else 'DIFFERS from the fp32 start'}")
+if not same:
+    bad.append("the fp64 run's initial weights")
 
 for kind in ("param", "adam_m", "adam_v"):
     exact = ct.values(work + "/fp64" + step, kind)

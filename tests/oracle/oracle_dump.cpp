@@ -89,7 +89,7 @@ void run_mode(const Problem& pb, const std::string& mode, Precision precision,
   const ParamLayout& layout = model.layout();
   const int64_t total = layout.total();
 
-  // The initial weights, drawn directly in T (for float: the double value rounded once).
+  // The initial weights: fp32 numbers in every precision (widened for double), as every run starts.
   std::vector<T> init(static_cast<size_t>(total));
   layout.init_range(cfg.seed, 0, total, init.data());
   model.set_params(init.data());  // in bf16 mode the compute copy is rounded here

@@ -87,9 +87,7 @@ tol1 = max(3 * D1, 2.0**-16)
 print(f"one SGD step: stage 01 bf16's update vs fp64: D1 = {D1:.3e}; tolerance {tol1:.3e} normwise")
 judge(update_error, tol1, (("sgd_bf16_tp2", True), ("sgd_bf16_tp2_sp", True), ("sgd_neg", False)))
 # Per tensor, from the manifest's table.
-manifest = json.load(open(f"{work}/sgd_fp64/step_00000001/manifest.json"))
-pieces = [(t["name"].split("/", 1)[1], t["offset"] // 4, t["offset"] // 4 + int(np.prod(t["shape"])))
-          for t in manifest["tensors"] if t["kind"] == "param"]
+pieces = checkpoint_tensors.pieces(f"{work}/sgd_fp64/step_00000001", "param")
 def tensor_errors(update):
     return {name: np.linalg.norm(update[b:e] - truth[b:e]) / max(np.linalg.norm(truth[b:e]), 1e-300)
             for name, b, e in pieces}
