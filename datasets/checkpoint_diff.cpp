@@ -1,0 +1,179 @@
+// checkpoint_diff: two checkpoints of one model compared tensor by tensor.
+//
+//   build/bin/checkpoint_diff A B [--kinds param,adam_m,adam_v]
+//
+// Checkpoints are layout-independent (docs/checkpoints.md), so any two compare, whatever
+// stage and mesh wrote them: a ZeRO-3 run against DDP, a pipeline against stage 01. Every
+// tensor is read from both as a resume reads it (checksums and values checked), into
+// doubles: an fp32 file widens exactly, so an fp64 run's checkpoint and an fp32 run's
+// compare value for value. For each tensor, with a its values in A and b in B:
+//
+//   differ     how many elements a_i != b_i
+//   max |a-b|  the largest difference of one element
+//   rel        ||a - b||_2 / ||b||_2, the difference against B's size (B is the reference)
+//
+// and the same over each kind as a whole. The exit status is cmp's: 0 when every value is
+// equal, 1 when some differ, 2 on an error (a missing or damaged checkpoint, two model
+// shapes, a bad option).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/checkpoint.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "common/gpt2_layout.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: checkpoint_diff A B [--kinds param,adam_m,adam_v]\n"
+    "\n"
+    "Compares checkpoints A and B of one model shape, tensor by tensor: how many elements\n"
+    "differ, the largest difference, and ||A - B|| / ||B|| (2-norms), for each tensor of\n"
+    "each kind and for each kind as a whole. Any two layouts and precisions compare (fp32\n"
+    "files are widened exactly). --kinds: the kinds to compare (default all three).\n"
+    "Exit status: 0 every value equal, 1 some differ, 2 error.\n";
+
+// What one tensor's comparison found.
+struct Difference {
+  int64_t differ = 0;           // elements a_i != b_i
+  double max_abs = 0;           // max |a_i - b_i|
+  double diff_sq = 0, ref_sq = 0;  // sum (a_i - b_i)^2 and sum b_i^2, in double
+  void add(const Difference& o) {
+    differ += o.differ;
+    max_abs = std::max(max_abs, o.max_abs);
+    diff_sq += o.diff_sq;
+    ref_sq += o.ref_sq;
+  }
+  // ||a - b|| / ||b||: 0 where equal, infinite where b is all zero and a is not.
+  double rel() const { return diff_sq == 0 ? 0.0 : ref_sq == 0 ? INFINITY : std::sqrt(diff_sq / ref_sq); }
+};
+
+Difference compare(const std::vector<double>& a, const std::vector<double>& b) {
+  Difference d;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double diff = a[i] - b[i];
+    d.differ += a[i] != b[i];
+    d.max_abs = std::max(d.max_abs, std::fabs(diff));
+    d.diff_sq += diff * diff;
+    d.ref_sq += b[i] * b[i];
+  }
+  return d;
+}
+
+// Tensor t of `kind` from checkpoint `path`, as doubles (a slice load: only its bytes are read).
+std::vector<double> read_tensor(const std::string& path, const gpt::ParamLayout& layout, const std::string& kind,
+                                const gpt::ParamTensor& t) {
+  std::vector<double> values(size_t(t.numel));
+  gpt::load_checkpoint(path, layout, {{kind, nullptr, t.offset, t.offset + t.numel, values.data()}});
+  return values;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// The two checkpoints' model shapes must agree, field by field (a diff of two models
+// would compare unrelated numbers at every offset).
+gpt::ModelConfig common_model(const std::string& a, const std::string& b) {
+  const gpt::ModelConfig ma = gpt::checkpoint_model(a), mb = gpt::checkpoint_model(b);
+  const std::pair<const char*, std::pair<int, int>> fields[] = {
+      {"n_layer", {ma.n_layer, mb.n_layer}},          {"n_embd", {ma.n_embd, mb.n_embd}},
+      {"n_head", {ma.n_head, mb.n_head}},             {"block_size", {ma.block_size, mb.block_size}},
+      {"vocab_size", {ma.vocab_size, mb.vocab_size}}};
+  for (const auto& [name, values] : fields)
+    if (values.first != values.second)
+      gpt::fail("the checkpoints are of two model shapes: " + std::string(name) + " is " +
+                std::to_string(values.first) + " in " + a + " but " + std::to_string(values.second) + " in " + b);
+  return ma;
+}
+
+std::vector<std::string> parse_kinds(const std::string& list) {
+  std::vector<std::string> kinds;
+  std::set<std::string> seen;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = list.find(',', start);
+    const std::string kind = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (kind != "param" && kind != "adam_m" && kind != "adam_v")
+      gpt::fail("--kinds: '" + kind + "' is not a kind a checkpoint holds (param, adam_m, adam_v)");
+    if (!seen.insert(kind).second) gpt::fail("--kinds: '" + kind + "' is given twice");
+    kinds.push_back(kind);
+    if (comma == std::string::npos) return kinds;
+    start = comma + 1;
+  }
+}
+
+int run(int argc, char** argv) {
+  std::vector<std::string> paths;
+  std::string kinds_list = "param,adam_m,adam_v";
+  bool kinds_given = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (arg == "--kinds") {
+      if (kinds_given) gpt::fail("--kinds is given twice; give it once");
+      if (i + 1 == argc) gpt::fail("--kinds needs a value (param,adam_m,adam_v)");
+      kinds_list = argv[++i];
+      kinds_given = true;
+    } else if (arg.size() > 1 && arg[0] == '-') {
+      gpt::fail("unknown option '" + arg + "'\n" + kUsage);
+    } else {
+      paths.push_back(arg);
+    }
+  }
+  if (paths.size() != 2)
+    gpt::fail("two checkpoints are compared, " + std::to_string(paths.size()) + " given\n" + kUsage);
+  const std::vector<std::string> kinds = parse_kinds(kinds_list);
+  const std::string& a = paths[0];
+  const std::string& b = paths[1];
+  const gpt::ParamLayout layout(common_model(a, b));
+
+  std::printf("checkpoint_diff: A = %s\n                 B = %s (the reference of rel)\n", a.c_str(), b.c_str());
+  // The columns as wide as the longest name and shape ("adam_m/h.11.attn.c_attn.weight").
+  int name_width = 0, shape_width = 0;
+  for (const gpt::ParamTensor& t : layout.tensors()) {
+    name_width = std::max(name_width, int(t.name.size()) + 7);
+    shape_width = std::max(shape_width, int(shape_text(t.shape).size()));
+  }
+  bool all_equal = true;
+  for (const std::string& kind : kinds) {
+    Difference whole;
+    int identical = 0;
+    std::vector<std::string> rows;
+    for (const gpt::ParamTensor& t : layout.tensors()) {
+      const Difference d = compare(read_tensor(a, layout, kind, t), read_tensor(b, layout, kind, t));
+      whole.add(d);
+      identical += d.differ == 0;
+      char row[256];
+      std::snprintf(row, sizeof row, "  %-*s %-*s %12lld %12.6g %12.6g\n", name_width, (kind + "/" + t.name).c_str(),
+                    shape_width, shape_text(t.shape).c_str(), static_cast<long long>(d.differ), d.max_abs, d.rel());
+      rows.push_back(row);
+    }
+    all_equal = all_equal && whole.differ == 0;
+    std::printf("\n%s: %d of %zu tensors equal; %lld of %lld elements differ; max |a-b| %.6g; "
+                "||A - B|| / ||B|| = %.6g\n",
+                kind.c_str(), identical, layout.tensors().size(), static_cast<long long>(whole.differ),
+                static_cast<long long>(layout.total()), whole.max_abs, whole.rel());
+    std::printf("  %-*s %-*s %12s %12s %12s\n", name_width, "tensor", shape_width, "shape", "differ", "max |a-b|", "rel");
+    for (const std::string& row : rows) std::fputs(row.c_str(), stdout);
+  }
+  std::printf("\n%s\n", all_equal ? "every value equal" : "the checkpoints differ");
+  return all_equal ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return gpt::run_main("checkpoint_diff", [&] { return run(argc, argv); });
+}
