@@ -369,7 +369,8 @@ HostRoom memory_capacity() { return host_capacity().value_or(HostRoom{0, ""}); }
 // A model too large for this machine (or its container) fails here, before its layout (a name and a shape
 // for each of its 12 n_layer + 5 tensors) and its buffers are built. Every rank holds
 // its share of the weights, their gradients and the optimizer's state, in fp32: 16 bytes
-// a parameter with AdamW's two moments, 8 with SGD (twice that in fp64, every buffer a double). The least share of any stage is
+// a parameter with AdamW's two moments, 8 with SGD (twice that in fp64, every buffer a
+// double). The least share of any stage is
 // 1/(tp pp dp) (ZeRO-3's; stage 05 is ZeRO-3 without the zero key), so a rank whose
 // share exceeds the memory it may hold (host_capacity) cannot run, whatever the stage.
 // With eval_choices every rank also holds, while the eval runs, a whole copy of the

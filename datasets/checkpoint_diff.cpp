@@ -165,7 +165,8 @@ int run(int argc, char** argv) {
                 "||A - B|| / ||B|| = %.6g\n",
                 kind.c_str(), identical, layout.tensors().size(), static_cast<long long>(whole.differ),
                 static_cast<long long>(layout.total()), whole.max_abs, whole.rel());
-    std::printf("  %-*s %-*s %12s %12s %12s\n", name_width, "tensor", shape_width, "shape", "differ", "max |a-b|", "rel");
+    std::printf("  %-*s %-*s %12s %12s %12s\n", name_width, "tensor", shape_width, "shape", "differ", "max |a-b|",
+                "rel");
     for (const std::string& row : rows) std::fputs(row.c_str(), stdout);
   }
   std::printf("\n%s\n", all_equal ? "every value equal" : "the checkpoints differ");

@@ -104,7 +104,8 @@ differing = [r for r in rows if r[-3] != "0"]
 a = ct.values(work + "/planted", "param")
 b = ct.values(work + "/fp32/step_00000002", "param")
 want = max(abs(x - y) for x, y in zip(a, b))
-if [r[0] for r in differing] != ["param/h.1.ln_2.bias"] or differing[0][-3] != "1" or not close6(float(differing[0][-2]), want):
+if ([r[0] for r in differing] != ["param/h.1.ln_2.bias"] or differing[0][-3] != "1"
+        or not close6(float(differing[0][-2]), want)):
     bad.append(f"planted: rows {differing}, Python's max |a-b| {want:.6g}")
 else:
     print(f"ok   planted: only param/h.1.ln_2.bias differs, 1 element, max |a-b| {want:.6g} as Python's")

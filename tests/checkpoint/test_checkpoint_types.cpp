@@ -77,7 +77,8 @@ TEST_CASE_METHOD(TinyModel, "an fp64 checkpoint holds doubles and loads back bit
   REQUIRE(not_floats > n / 2);
 
   const fs::path path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(4), saved.buffers(0, n));
-  for (const char* file : {"param.bin", "adam_m.bin", "adam_v.bin"}) CHECK(fs::file_size(path / file) == uintmax_t(n) * 8);
+  for (const char* file : {"param.bin", "adam_m.bin", "adam_v.bin"})
+    CHECK(fs::file_size(path / file) == uintmax_t(n) * 8);
   // Every row says fp64, at 8 bytes an element, with the documented checksum of its bytes.
   const json m = read_json(path / "manifest.json");
   for (const json& row : m.at("tensors")) {
@@ -103,13 +104,15 @@ TEST_CASE_METHOD(TinyModel, "an fp64 checkpoint holds doubles and loads back bit
   gpt::load_checkpoint(path.string(), layout, low.buffers(0, cut));
   gpt::load_checkpoint(path.string(), layout, high.buffers(cut, n));
   for (auto [part, rest, want] : {std::tuple{&low.param, &high.param, &saved.param},
-                                  {&low.adam_m, &high.adam_m, &saved.adam_m}, {&low.adam_v, &high.adam_v, &saved.adam_v}}) {
+                                  {&low.adam_m, &high.adam_m, &saved.adam_m},
+                                  {&low.adam_v, &high.adam_v, &saved.adam_v}}) {
     part->insert(part->end(), rest->begin(), rest->end());
     CHECK(same_bits(*part, *want));
   }
 }
 
-TEST_CASE_METHOD(TinyModel, "a checkpoint loads into the other type: fp32 widened, fp64 rounded to nearest", "[checkpoint]") {
+TEST_CASE_METHOD(TinyModel, "a checkpoint loads into the other type: fp32 widened, fp64 rounded to nearest",
+                 "[checkpoint]") {
   // Whole, and in two slices (the cut tensor goes through the scratch copy).
   const int64_t inside_a_tensor = layout.find("h.1.mlp.c_fc.weight").offset + 7;
   const int64_t cut = GENERATE_COPY(n, inside_a_tensor);
@@ -151,7 +154,8 @@ TEST_CASE_METHOD(TinyModel, "a checkpoint loads into the other type: fp32 widene
   }
 }
 
-TEST_CASE_METHOD(TinyModel, "an fp64 value beyond fp32's range is refused by an fp32 load, and loads as fp64", "[checkpoint]") {
+TEST_CASE_METHOD(TinyModel, "an fp64 value beyond fp32's range is refused by an fp32 load, and loads as fp64",
+                 "[checkpoint]") {
   const gpt::ParamTensor& t = layout.find("h.1.attn.c_proj.weight");
   Buffers<double> saved = Buffers<double>::filled(n);
   // The least double that rounds to an infinity is halfway between FLT_MAX and 2^128,

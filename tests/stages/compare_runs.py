@@ -308,7 +308,8 @@ def compare_exact(args, table):
         with open(tensor_path(args.reference, args.step, kind), "rb") as f:
             want = f.read()
         ranges = tensor_ranges(args.reference, args.step, kind, regrouped) if regrouped else []
-        size = checkpoint_tensors.ELEMENT_BYTES[checkpoint_tensors.dtype_of(checkpoint(args.reference, args.step), kind)]
+        dtype = checkpoint_tensors.dtype_of(checkpoint(args.reference, args.step), kind)
+        size = checkpoint_tensors.ELEMENT_BYTES[dtype]
         byte_ranges = [(size * b, size * e) for b, e in ranges]
         if ranges:
             compare_regrouped(args, table, kind, ranges)

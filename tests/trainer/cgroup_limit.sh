@@ -73,7 +73,8 @@ refused() {
 }
 refused "weights" "GB for the weights.*more than the 1.07 GB of this process's memory cgroup limit" \
   "${weights_args[@]}"
-refused "fp64 weights" "GB for the weights.*32 bytes each, fp64.*more than the 1.07 GB of this process's memory cgroup limit" \
+refused "fp64 weights" \
+  "GB for the weights.*32 bytes each, fp64.*more than the 1.07 GB of this process's memory cgroup limit" \
   "${fp64_args[@]}"
 refused "eval copy" "eval_choices=.*whole copy of the model's .* more than the 1.07 GB of this process's memory cgroup limit" \
   "${eval_args[@]}"
