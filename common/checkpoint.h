@@ -165,6 +165,11 @@ CheckpointState load_checkpoint_sharded(Communicator& comm, const std::string& p
 /// by a save killed while it replaced step N counts when step_N is missing.
 std::string latest_checkpoint(const std::string& run_dir);
 
+/// What a tool given `path` reads: a checkpoint directory as it is; a run directory (a
+/// directory with no manifest of its own that holds checkpoints) by its latest checkpoint.
+/// Anything else is returned as given, for the load to say what is wrong with it.
+std::string checkpoint_or_latest(const std::string& path);
+
 /// The checkpoint a run resumes, from the config's `resume`: "" (start fresh) stays "",
 /// "latest" becomes the newest checkpoint in run_dir ("" when there is none yet: a first
 /// run starts fresh), anything else is a path, returned as given (loading checks the

@@ -71,6 +71,15 @@ std::string latest_checkpoint(const std::string& run_dir) {
   return found.empty() ? std::string() : found.back().second.string();
 }
 
+std::string checkpoint_or_latest(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec) && !fs::exists(fs::path(path) / "manifest.json", ec)) {
+    const std::string latest = latest_checkpoint(path);
+    if (!latest.empty()) return latest;
+  }
+  return path;
+}
+
 void prune_checkpoints(const std::string& run_dir, int keep) {
   if (keep <= 0) return;
   const auto found = complete_checkpoints(run_dir);

@@ -2,6 +2,8 @@
 //
 //   build/bin/checkpoint_diff A B [--kinds param,adam_m,adam_v]
 //
+// A and B are checkpoints (step_N directories) or run directories (their latest).
+//
 // Checkpoints are layout-independent (docs/checkpoints.md), so any two compare, whatever
 // stage and mesh wrote them: a ZeRO-3 run against DDP, a pipeline against stage 01. Every
 // tensor is read from both as a resume reads it (checksums and values checked), into
@@ -33,10 +35,11 @@ namespace {
 constexpr const char* kUsage =
     "usage: checkpoint_diff A B [--kinds param,adam_m,adam_v]\n"
     "\n"
-    "Compares checkpoints A and B of one model shape, tensor by tensor: how many elements\n"
-    "differ, the largest difference, and ||A - B|| / ||B|| (2-norms), for each tensor of\n"
-    "each kind and for each kind as a whole. Any two layouts and precisions compare (fp32\n"
-    "files are widened exactly). --kinds: the kinds to compare (default all three).\n"
+    "Compares checkpoints A and B of one model shape (step_N directories, or run\n"
+    "directories: their latest), tensor by tensor: how many elements differ, the largest\n"
+    "difference, and ||A - B|| / ||B|| (2-norms), for each tensor of each kind and for each\n"
+    "kind as a whole. Any two layouts and precisions compare (fp32 files are widened\n"
+    "exactly). --kinds: the kinds to compare (default all three).\n"
     "Exit status: 0 every value equal, 1 some differ, 2 error.\n";
 
 // What one tensor's comparison found.
@@ -135,8 +138,8 @@ int run(int argc, char** argv) {
   if (paths.size() != 2)
     gpt::fail("two checkpoints are compared, " + std::to_string(paths.size()) + " given\n" + kUsage);
   const std::vector<std::string> kinds = parse_kinds(kinds_list);
-  const std::string& a = paths[0];
-  const std::string& b = paths[1];
+  const std::string a = gpt::checkpoint_or_latest(paths[0]);
+  const std::string b = gpt::checkpoint_or_latest(paths[1]);
   const gpt::ParamLayout layout(common_model(a, b));
 
   std::printf("checkpoint_diff: A = %s\n                 B = %s (the reference of rel)\n", a.c_str(), b.c_str());

@@ -97,16 +97,6 @@ Options parse(const std::vector<std::string>& args) {
   return o;
 }
 
-// A step_N directory as it is; a run directory (no manifest of its own) by its latest.
-std::string checkpoint_path(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec) && !std::filesystem::exists(path + "/manifest.json", ec)) {
-    const std::string latest = gpt::latest_checkpoint(path);
-    if (!latest.empty()) return latest;
-  }
-  return path;
-}
-
 void write_scores(const std::string& path, const std::vector<gpt::ChoiceScore>& scores) {
   std::ofstream out(path);
   gpt::require(bool(out), "--out '" + path + "': cannot open for writing");
@@ -215,7 +205,7 @@ int run(int argc, char** argv) {
   gpt::require_thread_count(o.threads, "--threads");
   if (o.threads > 0) omp_set_num_threads(o.threads);
 
-  const std::string checkpoint = checkpoint_path(o.checkpoint);
+  const std::string checkpoint = gpt::checkpoint_or_latest(o.checkpoint);
   const gpt::ModelConfig shape = gpt::checkpoint_model(checkpoint);
   const std::vector<gpt::ChoiceExample> examples = gpt::read_choices_file(o.eval_file, shape.vocab_size, o.limit);
   for (size_t e = 0; e < examples.size(); ++e)

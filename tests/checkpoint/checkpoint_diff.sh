@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # build/bin/checkpoint_diff against an independent reading of the same files
 # (tests/checkpoint/checkpoint_tensors.py):
-#   1. a checkpoint against itself: every value equal, exit 0;
+#   1. a checkpoint against itself: every value equal, exit 0; two run directories
+#      compare their latest checkpoints;
 #   2. against a copy with one element of param/h.1.ln_2.bias 10 ulps away (checksum
 #      rewritten, so it loads): exit 1, exactly that tensor with 1 differing element, and
 #      its max |a-b| as Python computes it from the two files; every other tensor equal;
@@ -49,6 +50,8 @@ expect() {
 }
 s0=step_00000000 s2=step_00000002
 expect itself 0 "every value equal" "$WORK/fp32/$s2" "$WORK/fp32/$s2"
+# A run directory stands for its latest checkpoint (step 2, not step 1).
+expect run_dirs 1 "B = $WORK/fp32/$s2 " "$WORK/fp64" "$WORK/fp32"
 expect precisions_step0 0 "param: [0-9]+ of [0-9]+ tensors equal; 0 of" "$WORK/fp64_steps0/$s0" "$WORK/fp32_steps0/$s0"
 expect precisions_step2 1 "the checkpoints differ" "$WORK/fp64/$s2" "$WORK/fp32/$s2"
 expect shapes 2 "two model shapes: n_embd is 48 in" "$WORK/wide/$s2" "$WORK/fp32/$s2"
