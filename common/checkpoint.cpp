@@ -412,11 +412,14 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
       auto& fd = open_files[file];
       if (fd) return fd->get();
       const fs::path fpath = dir / file;
-      fd = std::make_unique<Fd>(::open(fpath.c_str(), O_RDONLY));
+      // O_NONBLOCK: a FIFO in a file's place must not block the open (the check below
+      // refuses it); on a regular file the flag changes nothing.
+      fd = std::make_unique<Fd>(::open(fpath.c_str(), O_RDONLY | O_NONBLOCK));
       if (fd->get() < 0) fail("checkpoint file " + fpath.string() + " is missing: " + errno_text());
       struct stat st {};
       if (::fstat(fd->get(), &st) != 0) fail("cannot stat " + fpath.string() + ": " + errno_text());
-      if (!S_ISREG(st.st_mode)) fail("checkpoint file " + fpath.string() + " is not a regular file (a directory?)");
+      if (!S_ISREG(st.st_mode))
+        fail("checkpoint file " + fpath.string() + " is not a regular file (a directory, a pipe?)");
       if (int64_t(st.st_size) != file_size[file])
         fail("checkpoint file " + fpath.string() + " is " + std::to_string(st.st_size) +
              " bytes but the manifest needs " + std::to_string(file_size[file]) +

@@ -14,15 +14,23 @@
 //   max |a-b|  the largest difference of one element
 //   rel        ||a - b||_2 / ||b||_2, the difference against B's size (B is the reference)
 //
-// and the same over each kind as a whole. The exit status is cmp's: 0 when every value is
-// equal, 1 when some differ, 2 on an error (a missing or damaged checkpoint, two model
-// shapes, a bad option).
+// and the same over each kind as a whole. Values compare as numbers: -0 equals +0, and an
+// fp32 value equals its fp64 widening. rel is infinite where B's tensor is all zero and A's
+// is not (AdamW's moments at step 0). The sums run in long double: an fp64 checkpoint may
+// hold values whose squares overflow or underflow a double. The exit status is cmp's: 0
+// when every value is equal, 1 when some differ, 2 on any error (a missing or damaged
+// checkpoint, two model shapes, a bad option).
+//
+// One tensor is held at a time (two copies in doubles: 0.6 GB for GPT-2's wte), so a
+// checkpoint of any size compares in little memory.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <set>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "common/checkpoint.h"
@@ -40,13 +48,15 @@ constexpr const char* kUsage =
     "difference, and ||A - B|| / ||B|| (2-norms), for each tensor of each kind and for each\n"
     "kind as a whole. Any two layouts and precisions compare (fp32 files are widened\n"
     "exactly). --kinds: the kinds to compare (default all three).\n"
-    "Exit status: 0 every value equal, 1 some differ, 2 error.\n";
+    "Values compare as numbers (-0 equals +0). Exit status: 0 every value equal, 1 some\n"
+    "differ, 2 error. A path starting with '-' is given as ./-path.\n";
 
-// What one tensor's comparison found.
+// What one tensor's comparison found. long double (x87's 64-bit mantissa and 15-bit
+// exponent on x86): (1e200)^2 and (1e-200)^2 stay finite and non-zero.
 struct Difference {
-  int64_t differ = 0;           // elements a_i != b_i
-  double max_abs = 0;           // max |a_i - b_i|
-  double diff_sq = 0, ref_sq = 0;  // sum (a_i - b_i)^2 and sum b_i^2, in double
+  int64_t differ = 0;                   // elements a_i != b_i
+  long double max_abs = 0;              // max |a_i - b_i|
+  long double diff_sq = 0, ref_sq = 0;  // sum (a_i - b_i)^2 and sum b_i^2
   void add(const Difference& o) {
     differ += o.differ;
     max_abs = std::max(max_abs, o.max_abs);
@@ -54,17 +64,17 @@ struct Difference {
     ref_sq += o.ref_sq;
   }
   // ||a - b|| / ||b||: 0 where equal, infinite where b is all zero and a is not.
-  double rel() const { return diff_sq == 0 ? 0.0 : ref_sq == 0 ? INFINITY : std::sqrt(diff_sq / ref_sq); }
+  long double rel() const { return diff_sq == 0 ? 0.0L : ref_sq == 0 ? INFINITY : std::sqrt(diff_sq / ref_sq); }
 };
 
 Difference compare(const std::vector<double>& a, const std::vector<double>& b) {
   Difference d;
   for (size_t i = 0; i < a.size(); ++i) {
-    const double diff = a[i] - b[i];
+    const long double diff = static_cast<long double>(a[i]) - b[i];
     d.differ += a[i] != b[i];
     d.max_abs = std::max(d.max_abs, std::fabs(diff));
     d.diff_sq += diff * diff;
-    d.ref_sq += b[i] * b[i];
+    d.ref_sq += static_cast<long double>(b[i]) * b[i];
   }
   return d;
 }
@@ -98,6 +108,23 @@ gpt::ModelConfig common_model(const std::string& a, const std::string& b) {
   return ma;
 }
 
+// A manifest whose model is larger than its files (one edited by hand) would have the
+// tool allocate the claimed tensors before the load finds the files short: each file
+// must hold at least the model's parameters at 4 bytes (the load checks the exact size).
+// So no tensor read here is larger than twice the bytes on disk.
+void require_files_hold_model(const std::string& checkpoint, const std::vector<std::string>& kinds,
+                              const gpt::ParamLayout& layout) {
+  for (const std::string& kind : kinds) {
+    const std::string file = checkpoint + "/" + kind + ".bin";
+    std::error_code ec;
+    const uintmax_t bytes = std::filesystem::file_size(file, ec);
+    if (!ec && int64_t(bytes) < layout.total() * 4)
+      gpt::fail(file + " holds " + std::to_string(bytes) + " bytes, fewer than the " +
+                std::to_string(layout.total() * 4) + " that the manifest's model (" + std::to_string(layout.total()) +
+                " parameters) needs");
+  }
+}
+
 std::vector<std::string> parse_kinds(const std::string& list) {
   std::vector<std::string> kinds;
   std::set<std::string> seen;
@@ -105,6 +132,7 @@ std::vector<std::string> parse_kinds(const std::string& list) {
   while (true) {
     const size_t comma = list.find(',', start);
     const std::string kind = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (kind.empty()) gpt::fail("--kinds: an empty entry in '" + list + "' (param,adam_m,adam_v)");
     if (kind != "param" && kind != "adam_m" && kind != "adam_v")
       gpt::fail("--kinds: '" + kind + "' is not a kind a checkpoint holds (param, adam_m, adam_v)");
     if (!seen.insert(kind).second) gpt::fail("--kinds: '" + kind + "' is given twice");
@@ -141,6 +169,8 @@ int run(int argc, char** argv) {
   const std::string a = gpt::checkpoint_or_latest(paths[0]);
   const std::string b = gpt::checkpoint_or_latest(paths[1]);
   const gpt::ParamLayout layout(common_model(a, b));
+  require_files_hold_model(a, kinds, layout);
+  require_files_hold_model(b, kinds, layout);
 
   std::printf("checkpoint_diff: A = %s\n                 B = %s (the reference of rel)\n", a.c_str(), b.c_str());
   // The columns as wide as the longest name and shape ("adam_m/h.11.attn.c_attn.weight").
@@ -159,13 +189,13 @@ int run(int argc, char** argv) {
       whole.add(d);
       identical += d.differ == 0;
       char row[256];
-      std::snprintf(row, sizeof row, "  %-*s %-*s %12lld %12.6g %12.6g\n", name_width, (kind + "/" + t.name).c_str(),
+      std::snprintf(row, sizeof row, "  %-*s %-*s %12lld %12.6Lg %12.6Lg\n", name_width, (kind + "/" + t.name).c_str(),
                     shape_width, shape_text(t.shape).c_str(), static_cast<long long>(d.differ), d.max_abs, d.rel());
       rows.push_back(row);
     }
     all_equal = all_equal && whole.differ == 0;
-    std::printf("\n%s: %d of %zu tensors equal; %lld of %lld elements differ; max |a-b| %.6g; "
-                "||A - B|| / ||B|| = %.6g\n",
+    std::printf("\n%s: %d of %zu tensors equal; %lld of %lld elements differ; max |a-b| %.6Lg; "
+                "||A - B|| / ||B|| = %.6Lg\n",
                 kind.c_str(), identical, layout.tensors().size(), static_cast<long long>(whole.differ),
                 static_cast<long long>(layout.total()), whole.max_abs, whole.rel());
     std::printf("  %-*s %-*s %12s %12s %12s\n", name_width, "tensor", shape_width, "shape", "differ", "max |a-b|",
@@ -178,6 +208,12 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
+// Any error exits 2, an internal one too (run_main's 1 would read as "the checkpoints differ").
 int main(int argc, char** argv) {
-  return gpt::run_main("checkpoint_diff", [&] { return run(argc, argv); });
+  int compared = 0;
+  const int status = gpt::run_main("checkpoint_diff", [&] {
+    compared = run(argc, argv);
+    return 0;
+  });
+  return status != 0 ? 2 : compared;
 }

@@ -14,7 +14,9 @@
 #      widens exactly: two precisions compare), and the fp64 run's step 2 against the fp32
 #      run's differs;
 #   5. exit 2, naming the problem: two model shapes, a missing checkpoint, a bad --kinds,
-#      one checkpoint only.
+#      one checkpoint only, a file cut short, a manifest claiming a larger model;
+#   6. --kinds param prints param alone; -0 and +0 are equal (values compare as numbers);
+#      fp64 values of 1e200 and -1e200 give max |a-b| 2e200 and rel 2, not inf or NaN.
 # Usage: checkpoint_diff.sh DIFF TRAIN01 PREPARE WORKDIR ROOT
 set -euo pipefail
 DIFF=$1 TRAIN01=$2 PREPARE=$3 WORK=$4 ROOT=$5
@@ -59,26 +61,69 @@ expect missing 2 "does not exist" "$WORK/fp32/step_00000099" "$WORK/fp32/$s2"
 expect bad_kind 2 "--kinds: 'grads' is not a kind" "$WORK/fp32/$s2" "$WORK/fp32/$s2" --kinds param,grads
 expect one_path 2 "two checkpoints are compared, 1 given" "$WORK/fp32/$s2"
 
-# 2. One planted element, its checksum rewritten.
-cp -r "$WORK/fp32/$s2" "$WORK/planted"
-/usr/bin/python3 - "$ROOT/tests/checkpoint" "$WORK/planted" <<'PY'
+# plant CKPT TENSOR ELEMENT VALUE|+ULPS: one element of param/TENSOR set (or moved by ULPS
+# units in the last place), in the file's own type, and the tensor's checksum rewritten.
+cat > "$WORK/plant.py" <<'PY'
 import json, struct, sys
 sys.path.insert(0, sys.argv[1])
 import checkpoint_tensors as ct
-ckpt = sys.argv[2]
+ckpt, name, element, how = sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 m = ct.manifest(ckpt)
-row = next(r for r in m["tensors"] if r["name"] == "param/h.1.ln_2.bias")
+row = next(r for r in m["tensors"] if r["name"] == "param/" + name)
+size = ct.ELEMENT_BYTES[row["dtype"]]
+value_code, bits_code = ("<f", "<I") if size == 4 else ("<d", "<Q")
 with open(ckpt + "/param.bin", "r+b") as f:
-    at = row["offset"] + 4 * 3  # element 3
+    at = row["offset"] + size * element
     f.seek(at)
-    bits = struct.unpack("<I", f.read(4))[0]
+    raw = f.read(size)
     f.seek(at)
-    f.write(struct.pack("<I", bits + 10))
+    if how.startswith("+"):
+        f.write(struct.pack(bits_code, struct.unpack(bits_code, raw)[0] + int(how[1:])))
+    else:
+        f.write(struct.pack(value_code, float(how)))
     f.seek(row["offset"])
-    row["checksum"] = ct.fnv1a64(f.read(4 * row["shape"][0]))
+    row["checksum"] = ct.fnv1a64(f.read(size * row["shape"][0] * (row["shape"][1] if len(row["shape"]) > 1 else 1)))
 json.dump(m, open(ckpt + "/manifest.json", "w"), indent=2)
 PY
+plant() { /usr/bin/python3 "$WORK/plant.py" "$ROOT/tests/checkpoint" "$@"; }
+
+# 2. One element 10 ulps away.
+cp -r "$WORK/fp32/$s2" "$WORK/planted"
+plant "$WORK/planted" h.1.ln_2.bias 3 +10
 expect planted 1 "param: [0-9]+ of [0-9]+ tensors equal; 1 of [0-9]+ elements differ" "$WORK/planted" "$WORK/fp32/$s2"
+expect kinds_param 1 "param: 27 of" "$WORK/planted" "$WORK/fp32/$s2" --kinds param
+if grep -qE "^adam_(m|v):" "$WORK/kinds_param.out"; then
+  echo "FAIL: --kinds param printed other kinds"; failures=$((failures + 1))
+fi
+
+# Values compare as numbers: a bias of +0 (at step 0) stored as -0 is equal, though the
+# bytes differ.
+cp -r "$WORK/fp32_steps0/$s0" "$WORK/negative_zero"
+plant "$WORK/negative_zero" h.0.ln_1.bias 5 -0.0
+cmp -s "$WORK/negative_zero/param.bin" "$WORK/fp32_steps0/$s0/param.bin" &&
+  { echo "FAIL: the -0 was not planted"; failures=$((failures + 1)); }
+expect negative_zero 0 "every value equal" "$WORK/negative_zero" "$WORK/fp32_steps0/$s0"
+
+# An fp64 checkpoint may hold values whose squares a double cannot: 1e200 against -1e200
+# is a difference of 2e200, and a rel that is a number.
+cp -r "$WORK/fp64/$s2" "$WORK/huge_a" && cp -r "$WORK/fp64/$s2" "$WORK/huge_b"
+plant "$WORK/huge_a" wte 7 1e200
+plant "$WORK/huge_b" wte 7 -1e200
+expect huge 1 "param: 27 of [0-9]+ tensors equal; 1 of [0-9]+ elements differ; max \|a-b\| 2e\+200; \|\|A - B\|\| / \|\|B\|\| = 2$" \
+  "$WORK/huge_a" "$WORK/huge_b"
+
+# Damaged: a file 4 bytes short, and a manifest whose model is larger than its files.
+cp -r "$WORK/fp32/$s2" "$WORK/short" && truncate -s -4 "$WORK/short/adam_v.bin"
+expect short 2 "adam_v.bin holds [0-9]+ bytes, fewer than" "$WORK/short" "$WORK/fp32/$s2"
+cp -r "$WORK/fp32/$s2" "$WORK/claims_more"
+/usr/bin/python3 - "$WORK/claims_more/manifest.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["model"]["n_embd"] = 4096
+json.dump(m, open(sys.argv[1], "w"))
+PY
+expect claims_more 2 "fewer than the [0-9]+ that the manifest's model" "$WORK/claims_more" "$WORK/claims_more"
+expect empty_kind 2 "--kinds: an empty entry" "$WORK/fp32/$s2" "$WORK/fp32/$s2" --kinds param,
 
 # 2 and 3: the printed figures against Python's.
 status=0

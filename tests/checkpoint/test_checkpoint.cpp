@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
+
 #include "common/checkpoint.h"
 #include "common/config.h"
 #include "common/error.h"
@@ -287,6 +289,13 @@ TEST_CASE("a damaged or foreign checkpoint is a UserError naming the problem", "
   SECTION("a param.bin that is a directory") {
     fs::remove(path / "param.bin");
     fs::create_directory(path / "param.bin");
+    CHECK_THAT(user_error_of(load), Catch::Contains("param.bin is not a regular file"));
+  }
+
+  SECTION("a param.bin that is a pipe is refused, not waited on") {
+    // A blocking open of a FIFO waits for a writer that never comes: the load would hang.
+    fs::remove(path / "param.bin");
+    REQUIRE(::mkfifo((path / "param.bin").c_str(), 0644) == 0);
     CHECK_THAT(user_error_of(load), Catch::Contains("param.bin is not a regular file"));
   }
 
