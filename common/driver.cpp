@@ -86,7 +86,12 @@ int on_every_rank(Communicator& world, F&& body) {
   } catch (const std::exception& e) {
     if (world.size() == 1) throw;
     const bool user = dynamic_cast<const UserError*>(&e) != nullptr;
-    std::fprintf(stderr, "train: rank %d: %s: %s\n", world.rank(), user ? "error" : "internal error", e.what());
+    // A collective step's error names the rank it came from ("rank 0: ..."): on that rank
+    // itself the name is said once, in the prefix.
+    std::string message = e.what();
+    const std::string own = "rank " + std::to_string(world.rank()) + ": ";
+    if (message.rfind(own, 0) == 0) message.erase(0, own.size());
+    std::fprintf(stderr, "train: rank %d: %s: %s\n", world.rank(), user ? "error" : "internal error", message.c_str());
     std::fflush(stderr);
     world.abort(user ? 2 : 1);
     return user ? 2 : 1;

@@ -23,5 +23,12 @@ expect_refused "stage 05 refuses sp"          "sequence_parallel=true: stage 05_
 expect_refused "stage 05 refuses tp"          "tp=2: stage 05_zero3"               2 "$TRAIN05" tp=2
 expect_refused "no ZeRO-3 to stop prefetching" "zero3_prefetch=false: stage 06_tensor_parallel at zero=1" 2 "$TRAIN06" \
   tp=2 zero=1 zero3_prefetch=false
+# A checkpoint whose last tensor (ln_f.bias, in rank 1's flat shard alone) fails its
+# checksum: every rank stops with rank 1's error, which rank 1 prints naming itself once.
+"$TRAIN06" $(tiny_args "$WORK/data" "$WORK/ckpt_run") --set steps=1 --set sample_tokens=0 > "$WORK/ckpt_run.log" 2>&1
+cp -r "$WORK/ckpt_run/step_00000001" "$WORK/corrupt"
+size=$(stat -c %s "$WORK/corrupt/param.bin")
+printf '\x7f' | dd of="$WORK/corrupt/param.bin" bs=1 seek=$((size - 2)) conv=notrunc status=none
+expect_refused "one rank's shard corrupt"     "rank 1: tensor param/ln_f.bias in"  2 "$TRAIN06" tp=2 "resume=$WORK/corrupt"
 
 [ "$failures" -eq 0 ] && echo "all bad-input cases of stage 06 refused as they must be" || exit 1

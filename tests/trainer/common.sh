@@ -53,5 +53,12 @@ expect_refused() {
     echo "FAIL [$name]: the message does not name '$needle':"; sed 's/^/    /' "$WORK/out.txt" | head -8
     failures=$((failures + 1)); return
   fi
+  # A rank names itself once: an error from a collective step ("rank 0: ...") printed by
+  # the rank it came from must not read "rank 0: error: rank 0: ...".
+  if grep -qE "rank ([0-9]+): (internal )?error: rank \1: " "$WORK/out.txt"; then
+    echo "FAIL [$name]: a rank names itself twice:"; grep -E "rank ([0-9]+): (internal )?error: rank \1: " \
+      "$WORK/out.txt" | head -2 | sed 's/^/    /'
+    failures=$((failures + 1)); return
+  fi
   echo "ok   [$name]: $(grep -F -m1 -- "$needle" "$WORK/out.txt")"
 }
