@@ -460,15 +460,12 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
         fail("tensor " + full + " in " + fpath.string() + " fails its checksum (manifest " +
              e->checksum + ", data " + got + "): the file is corrupt");
       const std::string what = "tensor " + full + " in " + fpath.string();
-      if (e->element_bytes == 8) {
-        const auto* values = reinterpret_cast<const double*>(raw);
+      const auto check_and_store = [&](const auto* values) {  // the file's values, as floats or doubles
         check_values(values, t->numel, b.kind, what);
         if (!direct) store(values + (lo - t->offset), hi - lo, b, lo, what, lo - t->offset);
-      } else {
-        const auto* values = reinterpret_cast<const float*>(raw);
-        check_values(values, t->numel, b.kind, what);
-        if (!direct) store(values + (lo - t->offset), hi - lo, b, lo, what, lo - t->offset);
-      }
+      };
+      if (e->element_bytes == 8) check_and_store(reinterpret_cast<const double*>(raw));
+      else check_and_store(reinterpret_cast<const float*>(raw));
     }
   }
   return state;

@@ -112,8 +112,6 @@ json read_manifest(const fs::path& dir);
 void check_model(const json& manifest, const ModelConfig& m, const std::string& manifest_path);
 /// The tensor table by name; a row with a bad dtype, file or offset fails, naming it.
 std::map<std::string, TableEntry> read_table(const json& manifest, const std::string& manifest_path);
-/// [768, 3072] as text.
-std::string shape_text(const std::vector<int64_t>& shape);
 
 // --- checkpoint_agree.cpp: the ranks of a collective save agree ------------------------
 

@@ -160,12 +160,6 @@ std::map<std::string, TableEntry> read_table(const json& manifest, const std::st
   return table;
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 }  // namespace gpt::checkpoint_detail
 
 namespace gpt {

@@ -73,6 +73,12 @@ ParamLayout::ParamLayout(const ModelConfig& m, int tp, int tp_rank, LayerRange l
   units_.push_back({final_begin, total_});
 }
 
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 const ParamTensor& ParamLayout::find(const std::string& name) const {
   for (const ParamTensor& t : tensors_)
     if (t.name == name) return t;

@@ -51,6 +51,9 @@ inline VocabRange vocab_range(const ModelConfig& m, int tp, int rank) {
   return {int(Vp * rank / tp), int(Vp * (rank + 1) / tp)};
 }
 
+/// A tensor's shape as text: [768, 3072].
+std::string shape_text(const std::vector<int64_t>& shape);
+
 /// One parameter tensor of a layout: where it lies in the flat buffer and how it starts.
 struct ParamTensor {
   std::string name;  ///< the GPT-2 checkpoint name ("wte", "h.3.attn.c_attn.weight", ...)

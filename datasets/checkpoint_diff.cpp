@@ -21,8 +21,9 @@
 // when every value is equal, 1 when some differ, 2 on any error (a missing or damaged
 // checkpoint, two model shapes, a bad option).
 //
-// One tensor is held at a time (two copies in doubles: 0.6 GB for GPT-2's wte), so a
-// checkpoint of any size compares in little memory.
+// The tensors are read in runs of neighbours, each at most 16M elements or one tensor
+// (two copies in doubles: 0.6 GB for GPT-2's wte), so a checkpoint of any size compares in
+// little memory, with one load (and one reading of the manifest) a run, not a tensor.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -67,9 +68,9 @@ struct Difference {
   long double rel() const { return diff_sq == 0 ? 0.0L : ref_sq == 0 ? INFINITY : std::sqrt(diff_sq / ref_sq); }
 };
 
-Difference compare(const std::vector<double>& a, const std::vector<double>& b) {
+Difference compare(const double* a, const double* b, int64_t n) {
   Difference d;
-  for (size_t i = 0; i < a.size(); ++i) {
+  for (int64_t i = 0; i < n; ++i) {
     const long double diff = static_cast<long double>(a[i]) - b[i];
     d.differ += a[i] != b[i];
     d.max_abs = std::max(d.max_abs, std::fabs(diff));
@@ -79,18 +80,30 @@ Difference compare(const std::vector<double>& a, const std::vector<double>& b) {
   return d;
 }
 
-// Tensor t of `kind` from checkpoint `path`, as doubles (a slice load: only its bytes are read).
-std::vector<double> read_tensor(const std::string& path, const gpt::ParamLayout& layout, const std::string& kind,
-                                const gpt::ParamTensor& t) {
-  std::vector<double> values(size_t(t.numel));
-  gpt::load_checkpoint(path, layout, {{kind, nullptr, t.offset, t.offset + t.numel, values.data()}});
-  return values;
+// The layout's tensors in runs of neighbours, each at most 16M elements or one tensor.
+std::vector<std::vector<const gpt::ParamTensor*>> runs_of_tensors(const gpt::ParamLayout& layout) {
+  int64_t budget = int64_t(1) << 24;
+  for (const gpt::ParamTensor& t : layout.tensors()) budget = std::max(budget, t.numel);
+  std::vector<std::vector<const gpt::ParamTensor*>> runs(1);
+  int64_t size = 0;
+  for (const gpt::ParamTensor& t : layout.tensors()) {
+    if (size + t.numel > budget && !runs.back().empty()) {
+      runs.emplace_back();
+      size = 0;
+    }
+    runs.back().push_back(&t);
+    size += t.numel;
+  }
+  return runs;
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
+// Flat elements [begin, end) of `kind` from checkpoint `path`, as doubles (a slice load:
+// only their bytes are read).
+std::vector<double> read_slice(const std::string& path, const gpt::ParamLayout& layout, const std::string& kind,
+                               int64_t begin, int64_t end) {
+  std::vector<double> values(size_t(end - begin));
+  gpt::load_checkpoint(path, layout, {{kind, nullptr, begin, end, values.data()}});
+  return values;
 }
 
 // The two checkpoints' model shapes must agree, field by field (a diff of two models
@@ -177,21 +190,27 @@ int run(int argc, char** argv) {
   int name_width = 0, shape_width = 0;
   for (const gpt::ParamTensor& t : layout.tensors()) {
     name_width = std::max(name_width, int(t.name.size()) + 7);
-    shape_width = std::max(shape_width, int(shape_text(t.shape).size()));
+    shape_width = std::max(shape_width, int(gpt::shape_text(t.shape).size()));
   }
   bool all_equal = true;
   for (const std::string& kind : kinds) {
     Difference whole;
     int identical = 0;
     std::vector<std::string> rows;
-    for (const gpt::ParamTensor& t : layout.tensors()) {
-      const Difference d = compare(read_tensor(a, layout, kind, t), read_tensor(b, layout, kind, t));
-      whole.add(d);
-      identical += d.differ == 0;
-      char row[256];
-      std::snprintf(row, sizeof row, "  %-*s %-*s %12lld %12.6Lg %12.6Lg\n", name_width, (kind + "/" + t.name).c_str(),
-                    shape_width, shape_text(t.shape).c_str(), static_cast<long long>(d.differ), d.max_abs, d.rel());
-      rows.push_back(row);
+    for (const std::vector<const gpt::ParamTensor*>& run : runs_of_tensors(layout)) {
+      const int64_t begin = run.front()->offset, end = run.back()->offset + run.back()->numel;
+      const std::vector<double> in_a = read_slice(a, layout, kind, begin, end);
+      const std::vector<double> in_b = read_slice(b, layout, kind, begin, end);
+      for (const gpt::ParamTensor* t : run) {
+        const Difference d = compare(in_a.data() + (t->offset - begin), in_b.data() + (t->offset - begin), t->numel);
+        whole.add(d);
+        identical += d.differ == 0;
+        char row[256];
+        std::snprintf(row, sizeof row, "  %-*s %-*s %12lld %12.6Lg %12.6Lg\n", name_width,
+                      (kind + "/" + t->name).c_str(), shape_width, gpt::shape_text(t->shape).c_str(),
+                      static_cast<long long>(d.differ), d.max_abs, d.rel());
+        rows.push_back(row);
+      }
     }
     all_equal = all_equal && whole.differ == 0;
     std::printf("\n%s: %d of %zu tensors equal; %lld of %lld elements differ; max |a-b| %.6Lg; "
