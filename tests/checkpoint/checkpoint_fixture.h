@@ -11,6 +11,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "common/checkpoint.h"
@@ -49,16 +51,17 @@ struct TinyModel {
   const int64_t n = layout.total();
 };
 
-// The three buffers a rank holds, each filled with values distinct within the buffer
-// and across kinds, so that a tensor read at a wrong offset or from the wrong file
-// cannot go unnoticed.
-struct State {
-  std::vector<float> param, adam_m, adam_v;
+// The three buffers a rank holds, as T (float, or double as the fp64 runs hold them),
+// each filled with values distinct within the buffer and across kinds, so that a tensor
+// read at a wrong offset or from the wrong file cannot go unnoticed.
+template <class T>
+struct StateOf {
+  std::vector<T> param, adam_m, adam_v;
 
-  explicit State(int64_t n) : param(size_t(n)), adam_m(size_t(n)), adam_v(size_t(n)) {}
+  explicit StateOf(int64_t n) : param(size_t(n)), adam_m(size_t(n)), adam_v(size_t(n)) {}
 
-  static State filled(int64_t n, float salt = 0.0f) {
-    State s(n);
+  static StateOf filled(int64_t n, float salt = 0.0f) {
+    StateOf s(n);
     for (int64_t i = 0; i < n; ++i) {
       const float x = float(i);
       s.param[size_t(i)] = 0.25f * x + 1.0f + salt;
@@ -68,14 +71,33 @@ struct State {
     return s;
   }
 
+  // Thirds: as doubles most lie between two floats, so a save that rounded to fp32 or a
+  // load that truncated would change them.
+  static StateOf thirds(int64_t n) {
+    StateOf s(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = double(i);
+      s.param[size_t(i)] = T((x + 1) / 3.0);
+      s.adam_m[size_t(i)] = T(-(x + 2) / 3.0);
+      s.adam_v[size_t(i)] = T(1e-3 * x + 7.0 / 3.0);
+    }
+    return s;
+  }
+
   // The buffers for the slice [begin, end) of the flat layout; `this` holds only
   // that slice (element 0 of each vector is flat element `begin`).
   std::vector<gpt::CheckpointBuffer> buffers(int64_t begin, int64_t end) {
-    return {{"param", param.data(), begin, end},
-            {"adam_m", adam_m.data(), begin, end},
-            {"adam_v", adam_v.data(), begin, end}};
+    std::vector<gpt::CheckpointBuffer> out;
+    for (auto [kind, values] : {std::pair{"param", &param}, {"adam_m", &adam_m}, {"adam_v", &adam_v}}) {
+      gpt::CheckpointBuffer b{kind, nullptr, begin, end};
+      if constexpr (std::is_same_v<T, double>) b.data64 = values->data();
+      else b.data = values->data();
+      out.push_back(b);
+    }
+    return out;
   }
 };
+using State = StateOf<float>;
 
 // Runs `body`, expects a gpt::UserError, and returns its message (so the test can
 // check what it names). Any other outcome fails the test.
@@ -90,8 +112,9 @@ std::string user_error_of(F&& body) {
   return "";
 }
 
-inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 inline json read_json(const fs::path& path) {

@@ -22,44 +22,6 @@ using namespace checkpoint_test;
 
 namespace {
 
-// A rank's three buffers in T, each element distinct within its buffer and across
-// kinds. As doubles, most values (thirds) lie between two floats, so a save that
-// rounded to fp32 or a load that truncated would change them.
-template <class T>
-struct Buffers {
-  std::vector<T> param, adam_m, adam_v;
-
-  explicit Buffers(int64_t n) : param(size_t(n)), adam_m(size_t(n)), adam_v(size_t(n)) {}
-
-  static Buffers filled(int64_t n) {
-    Buffers s(n);
-    for (int64_t i = 0; i < n; ++i) {
-      const double x = double(i);
-      s.param[size_t(i)] = T((x + 1) / 3.0);
-      s.adam_m[size_t(i)] = T(-(x + 2) / 3.0);
-      s.adam_v[size_t(i)] = T(1e-3 * x + 7.0 / 3.0);
-    }
-    return s;
-  }
-
-  // The buffers of the slice [begin, end) of the flat layout (element 0 is `begin`).
-  std::vector<gpt::CheckpointBuffer> buffers(int64_t begin, int64_t end) {
-    std::vector<gpt::CheckpointBuffer> out;
-    for (auto [kind, values] : {std::pair{"param", &param}, {"adam_m", &adam_m}, {"adam_v", &adam_v}}) {
-      gpt::CheckpointBuffer b{kind, nullptr, begin, end};
-      if constexpr (std::is_same_v<T, double>) b.data64 = values->data();
-      else b.data = values->data();
-      out.push_back(b);
-    }
-    return out;
-  }
-};
-
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
 // Each of `from` converted to To by the compiler's conversion (widening, or rounding to
 // nearest: the default IEEE-754 mode), as the expected values of a load.
 template <class To, class From>
@@ -70,7 +32,7 @@ std::vector<To> converted(const std::vector<From>& from) {
 }  // namespace
 
 TEST_CASE_METHOD(TinyModel, "an fp64 checkpoint holds doubles and loads back bit for bit", "[checkpoint]") {
-  Buffers<double> saved = Buffers<double>::filled(n);
+  StateOf<double> saved = StateOf<double>::thirds(n);
   // The control of the values: most are not floats, so rounding anywhere would show.
   int64_t not_floats = 0;
   for (double x : saved.param) not_floats += double(float(x)) != x;
@@ -91,7 +53,7 @@ TEST_CASE_METHOD(TinyModel, "an fp64 checkpoint holds doubles and loads back bit
                                                        t.numel * 8)));
   }
 
-  Buffers<double> loaded(n);
+  StateOf<double> loaded(n);
   gpt::load_checkpoint(path.string(), layout, loaded.buffers(0, n));
   CHECK(same_bits(loaded.param, saved.param));
   CHECK(same_bits(loaded.adam_m, saved.adam_m));
@@ -100,7 +62,7 @@ TEST_CASE_METHOD(TinyModel, "an fp64 checkpoint holds doubles and loads back bit
   // In two slices cut inside a tensor (a ZeRO shard's edge): the cut tensor is read whole
   // and converted from scratch, and gives the same bits.
   const int64_t cut = layout.find("h.0.attn.c_attn.weight").offset + 5;
-  Buffers<double> low(cut), high(n - cut);
+  StateOf<double> low(cut), high(n - cut);
   gpt::load_checkpoint(path.string(), layout, low.buffers(0, cut));
   gpt::load_checkpoint(path.string(), layout, high.buffers(cut, n));
   for (auto [part, rest, want] : {std::tuple{&low.param, &high.param, &saved.param},
@@ -129,42 +91,40 @@ TEST_CASE_METHOD(TinyModel, "a checkpoint loads into the other type: fp32 widene
     }
   };
 
-  SECTION("fp32 into doubles: every value exactly") {
-    Buffers<float> saved = Buffers<float>::filled(n);
+  // Saved as From, loaded as To: each value is the compiler's conversion of the saved one.
+  auto check_loads_as = [&](auto from, auto to) {
+    using From = decltype(from);
+    using To = decltype(to);
+    StateOf<From> saved = StateOf<From>::thirds(n);
     const std::string path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(2), saved.buffers(0, n));
-    Buffers<double> loaded(n);
+    StateOf<To> loaded(n);
     load_in_slices(path, loaded);
-    CHECK(same_bits(loaded.param, converted<double>(saved.param)));
-    CHECK(same_bits(loaded.adam_m, converted<double>(saved.adam_m)));
-    CHECK(same_bits(loaded.adam_v, converted<double>(saved.adam_v)));
-  }
+    CHECK(same_bits(loaded.param, converted<To>(saved.param)));
+    CHECK(same_bits(loaded.adam_m, converted<To>(saved.adam_m)));
+    CHECK(same_bits(loaded.adam_v, converted<To>(saved.adam_v)));
+  };
+  SECTION("fp32 into doubles: every value exactly") { check_loads_as(float(), double()); }
   SECTION("fp64 into floats: each value the float nearest it") {
-    Buffers<double> saved = Buffers<double>::filled(n);
     // The control of the rounding: a third rounds up in magnitude as often as down, so
     // a load that truncated toward zero would give other floats.
     int64_t rounded_up = 0;
-    for (double x : saved.param) rounded_up += std::fabs(double(float(x))) > std::fabs(x);
+    for (double x : StateOf<double>::thirds(n).param) rounded_up += std::fabs(double(float(x))) > std::fabs(x);
     REQUIRE(rounded_up > 0);
-    const std::string path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(2), saved.buffers(0, n));
-    Buffers<float> loaded(n);
-    load_in_slices(path, loaded);
-    CHECK(same_bits(loaded.param, converted<float>(saved.param)));
-    CHECK(same_bits(loaded.adam_m, converted<float>(saved.adam_m)));
-    CHECK(same_bits(loaded.adam_v, converted<float>(saved.adam_v)));
+    check_loads_as(double(), float());
   }
 }
 
 TEST_CASE_METHOD(TinyModel, "an fp64 value beyond fp32's range is refused by an fp32 load, and loads as fp64",
                  "[checkpoint]") {
   const gpt::ParamTensor& t = layout.find("h.1.attn.c_proj.weight");
-  Buffers<double> saved = Buffers<double>::filled(n);
+  StateOf<double> saved = StateOf<double>::thirds(n);
   // The least double that rounds to an infinity is halfway between FLT_MAX and 2^128,
   // FLT_MAX + 2^103 (a tie, which goes to the even side: the infinity).
   const double huge = GENERATE(1e300, -4e38, double(FLT_MAX) + std::ldexp(1.0, 103));
   saved.param[size_t(t.offset + 5)] = huge;
   const std::string path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(3), saved.buffers(0, n));
 
-  Buffers<float> as_floats(n);
+  StateOf<float> as_floats(n);
   const std::string msg = user_error_of([&] { gpt::load_checkpoint(path, layout, as_floats.buffers(0, n)); });
   CHECK_THAT(msg, Catch::Contains("param/h.1.attn.c_proj.weight") && Catch::Contains("param.bin"));
   CHECK_THAT(msg, Catch::Contains("at element 5") && Catch::Contains("beyond fp32's range"));
@@ -178,19 +138,19 @@ TEST_CASE_METHOD(TinyModel, "an fp64 value beyond fp32's range is refused by an 
 
   saved.param[size_t(t.offset + 5)] = huge;
   const std::string again = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(3), saved.buffers(0, n));
-  Buffers<double> as_doubles(n);
+  StateOf<double> as_doubles(n);
   gpt::load_checkpoint(again, layout, as_doubles.buffers(0, n));
   CHECK(as_doubles.param[size_t(t.offset + 5)] == huge);
 }
 
 TEST_CASE_METHOD(TinyModel, "an fp64 checkpoint holding NaN or a negative second moment is refused", "[checkpoint]") {
   const int64_t at = layout.find("ln_f.weight").offset + 2;
-  Buffers<double> saved = Buffers<double>::filled(n);
+  StateOf<double> saved = StateOf<double>::thirds(n);
   SECTION("NaN in a weight, whichever type loads it") {
     saved.param[size_t(at)] = std::nan("");
     const std::string path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(1), saved.buffers(0, n));
-    Buffers<double> as_doubles(n);
-    Buffers<float> as_floats(n);
+    StateOf<double> as_doubles(n);
+    StateOf<float> as_floats(n);
     for (const std::string& msg : {user_error_of([&] { gpt::load_checkpoint(path, layout, as_doubles.buffers(0, n)); }),
                                    user_error_of([&] { gpt::load_checkpoint(path, layout, as_floats.buffers(0, n)); })})
       CHECK_THAT(msg, Catch::Contains("param/ln_f.weight") && Catch::Contains("NaN at element 2"));
@@ -198,33 +158,33 @@ TEST_CASE_METHOD(TinyModel, "an fp64 checkpoint holding NaN or a negative second
   SECTION("a second moment below zero") {
     saved.adam_v[size_t(at)] = -1e-300;  // rounds to -0 in fp32: the fp64 value is the one checked
     const std::string path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(1), saved.buffers(0, n));
-    Buffers<float> as_floats(n);
+    StateOf<float> as_floats(n);
     CHECK_THAT(user_error_of([&] { gpt::load_checkpoint(path, layout, as_floats.buffers(0, n)); }),
                Catch::Contains("adam_v/ln_f.weight") && Catch::Contains("never negative"));
   }
 }
 
 TEST_CASE_METHOD(TinyModel, "a dtype other than fp32 and fp64 is refused, naming the tensor", "[checkpoint]") {
-  Buffers<double> saved = Buffers<double>::filled(n);
+  StateOf<double> saved = StateOf<double>::thirds(n);
   const fs::path path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(1), saved.buffers(0, n));
   json m = read_json(path / "manifest.json");
   const std::string dtype = GENERATE(as<std::string>{}, "fp16", "fp64 ", "FP64");
   m["tensors"][3]["dtype"] = dtype;
   std::ofstream(path / "manifest.json") << m.dump(2);
-  Buffers<double> loaded(n);
+  StateOf<double> loaded(n);
   const std::string msg = user_error_of([&] { gpt::load_checkpoint(path.string(), layout, loaded.buffers(0, n)); });
   CHECK_THAT(msg, Catch::Contains(m["tensors"][3]["name"].get<std::string>()) &&
                       Catch::Contains("has dtype " + dtype + "; a checkpoint stores fp32 or fp64"));
 }
 
 TEST_CASE_METHOD(TinyModel, "a file whose rows name two dtypes is refused, naming both tensors", "[checkpoint]") {
-  Buffers<double> saved = Buffers<double>::filled(n);
+  StateOf<double> saved = StateOf<double>::thirds(n);
   const fs::path path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(1), saved.buffers(0, n));
   json m = read_json(path / "manifest.json");
   // Row 1 (param/wpe) said to be fp32 at its own fp64 offset: a size that would still fit.
   m["tensors"][1]["dtype"] = "fp32";
   std::ofstream(path / "manifest.json") << m.dump(2);
-  Buffers<double> loaded(n);
+  StateOf<double> loaded(n);
   const std::string msg = user_error_of([&] { gpt::load_checkpoint(path.string(), layout, loaded.buffers(0, n)); });
   CHECK_THAT(msg, Catch::Contains("param.bin holds tensors of two dtypes") && Catch::Contains("param/wpe") &&
                       Catch::Contains("a checkpoint file holds one"));
