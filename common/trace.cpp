@@ -32,9 +32,15 @@ void Trace::enable(const std::string& path, int rank) {
   require_own_output(
       path, "trace_file", [](const std::string& first) { return first == kFirstLine; },
       "a trace (its first line is not " + std::string(kFirstLine) + ")");
+  // Opened to append, which proves the path writable and changes nothing in an earlier
+  // trace; a file this probe created is removed at once, so that a run stopped before its
+  // end (another rank refusing its own trace_file, say) leaves no empty trace behind.
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(path, ec);
   std::FILE* f = std::fopen(path.c_str(), "a");
   require(f != nullptr, "trace_file: cannot write '" + path + "': " + std::strerror(errno));
   std::fclose(f);
+  if (!existed) std::filesystem::remove(path, ec);
 }
 
 int64_t Trace::now_us() const {

@@ -30,5 +30,12 @@ cp -r "$WORK/ckpt_run/step_00000001" "$WORK/corrupt"
 size=$(stat -c %s "$WORK/corrupt/param.bin")
 printf '\x7f' | dd of="$WORK/corrupt/param.bin" bs=1 seek=$((size - 2)) conv=notrunc status=none
 expect_refused "one rank's shard corrupt"     "rank 1: tensor param/ln_f.bias in"  2 "$TRAIN06" tp=2 "resume=$WORK/corrupt"
+# Rank 1's trace file is something else: every rank stops, rank 1's file is kept as it
+# was, and rank 0 (whose own path was free) leaves no empty trace behind.
+printf 'not a trace\n' > "$WORK/tr.rank1.json"
+expect_refused "rank 1's trace_file not a trace" "tr.rank1.json' exists and is not a trace" 2 "$TRAIN06" tp=2 \
+  "trace_file=$WORK/tr"
+[ "$(cat "$WORK/tr.rank1.json")" = "not a trace" ] || { echo "FAIL: rank 1's file was changed"; failures=$((failures + 1)); }
+[ ! -e "$WORK/tr.rank0.json" ] || { echo "FAIL: rank 0 left an empty $WORK/tr.rank0.json"; failures=$((failures + 1)); }
 
 [ "$failures" -eq 0 ] && echo "all bad-input cases of stage 06 refused as they must be" || exit 1
