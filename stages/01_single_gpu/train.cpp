@@ -96,15 +96,12 @@ int train_on(const Config& cfg, Device device, Precision precision) {
   mirror.to_device();
   model.set_params(master->data());
 
-  // What this rank's arrays hold, by kind: the tracker's peaks (common/memory.h).
-  MemoryLedger mem = MemoryTracker::global().peaks();
   std::printf("stage 01 | device %s | %s | %d threads | %.2fM parameters | layers %d, width %d, heads %d\n",
               device_description(device).c_str(), precision_name(precision), omp_get_max_threads(),
               double(n_params) / 1e6, cfg.model.n_layer, cfg.model.n_embd, cfg.model.n_head);
   std::printf("batch %d sequences x %d tokens = micro-batch %d x grad_accum %d | train %lld tokens, val %lld tokens\n",
               cfg.batch_size, T, B, accum, static_cast<long long>(train_data.num_tokens()),
               static_cast<long long>(val_data.num_tokens()));
-  std::printf("memory by kind:\n%s", mem.table().c_str());
   // Model FLOPs utilisation: 6 N + 12 L C T flops per token (common/mfu.h).
   const double flops_per_token = training_flops_per_token(n_params, cfg.model, T);
   const std::optional<double> peak = device_peak_flops(device, precision);
@@ -127,6 +124,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
                 choices.file());
   };
   std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
+  const int64_t first_step = state.step;
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     {
@@ -156,7 +154,12 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
 
-    mem = MemoryTracker::global().peaks();  // the peaks so far, the first step's buffers included
+    // What the arrays hold, by kind: the tracker's peaks so far (common/memory.h), printed
+    // once the first step has run.
+    const MemoryLedger mem = MemoryTracker::global().peaks();
+    if (step == first_step)
+      std::printf("memory by kind, peaks of step %lld:\n%s", static_cast<long long>(state.step),
+                  mem.table().c_str());
     StepMetrics m;
     m.step = state.step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = norm, m.ms = ms;
     m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);

@@ -93,8 +93,6 @@ int train_on(Run& run) {
                 "reduce_scatter_bucket", cfg.bucket_mb);
   model.set_store(&sync);
 
-  // What this rank's arrays hold, by kind: the tracker's peaks (common/memory.h).
-  MemoryLedger mem = MemoryTracker::global().peaks();
   if (lead) {
     std::printf("stage 03 | dp %d (%s), optimizer state sharded: %lld of %lld elements per rank | device %s | %s | %d threads per rank | %.2fM parameters\n",
                 dp.size(), dp.backend(), static_cast<long long>(shard.size()), static_cast<long long>(n_params),
@@ -102,7 +100,6 @@ int train_on(Run& run) {
     std::printf("batch %d sequences x %d tokens = micro-batch %d x grad_accum %d x dp %d | train %lld tokens, val %lld tokens\n",
                 cfg.batch_size, T, B, accum, dp.size(), static_cast<long long>(train_data.num_tokens()),
                 static_cast<long long>(val_data.num_tokens()));
-    std::printf("memory by kind, per rank:\n%s", mem.table().c_str());
   }
 
   MetricsLog log(lead ? cfg.metrics_path() : "");
@@ -110,6 +107,7 @@ int train_on(Run& run) {
   const GatherWhole<A> whole = [&](WholeOn) { return WholeWeights<A>::held(params); };
   std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
   state.layout_json = mesh_json({dp.size(), 1, 1, 1});  // checkpoints record the layout that wrote them
+  const int64_t first_step = state.step;
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     {
@@ -136,7 +134,12 @@ int train_on(Run& run) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
 
-    mem = MemoryTracker::global().peaks();  // the peaks so far, the first step's buffers included
+    // What this rank's arrays hold, by kind: the tracker's peaks so far (common/memory.h),
+    // printed once the first step has made its buffers (and, in ZeRO-3, its gathers).
+    const MemoryLedger mem = MemoryTracker::global().peaks();
+    if (lead && step == first_step)
+      std::printf("memory by kind, per rank, peaks of step %lld:\n%s", static_cast<long long>(state.step),
+                  mem.table().c_str());
     StepMetrics m;
     m.step = state.step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = norm, m.ms = ms;
     m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);
