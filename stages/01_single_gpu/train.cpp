@@ -155,7 +155,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     state.step = step + 1;
 
     // What the arrays hold, by kind: the tracker's peaks so far (common/memory.h), printed
-    // once the first step has run.
+    // once the first step has run (and made its buffers).
     const MemoryLedger mem = MemoryTracker::global().peaks();
     if (step == first_step)
       std::printf("memory by kind, peaks of step %lld:\n%s", static_cast<long long>(state.step),

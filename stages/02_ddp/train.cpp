@@ -141,8 +141,8 @@ int train_on(Run& run) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
 
-    // What this rank's arrays hold, by kind: the tracker's peaks so far (common/memory.h),
-    // printed once the first step has made its buffers (and, in ZeRO-3, its gathers).
+    // What the arrays hold, by kind: the tracker's peaks so far (common/memory.h), printed
+    // once the first step has run (and made its buffers).
     const MemoryLedger mem = MemoryTracker::global().peaks();
     if (lead && step == first_step)
       std::printf("memory by kind, per rank, peaks of step %lld:\n%s", static_cast<long long>(state.step),
