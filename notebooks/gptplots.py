@@ -2,9 +2,15 @@
 
 Needs matplotlib (Debian: python3-matplotlib) and numpy.
 """
+import pathlib
+import sys
+
 import numpy as np
 
 import gptruns
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "scripts"))
+import trace_overlap  # noqa: E402  (scripts/: the one definition of what overlap is)
 
 # Colours of the spans a timeline draws, by name prefix; the rest are grey.
 SPAN_COLOURS = [
@@ -168,16 +174,17 @@ def pipeline_timeline(ax, traces, step=-1, labels=None, colour_of=None, idle="#E
     return windows, makespan
 
 
-def overlap_ms(events, comm_name, during_name, window, comm_lane=1, during_lane=0):
-    """(communication ms, ms of it inside `during_name` spans) of one rank in a window: the
-    spans named comm_name on comm_lane, against the union of the during_name spans."""
+def overlap_ms(events, comm_name, during_name, window, comm_lane=1):
+    """(communication ms, ms of it under the main thread's ops inside `during_name` spans) of
+    one rank in a window: the spans named comm_name on comm_lane, against what
+    scripts/trace_overlap.py counts as compute (its ops, not the phase spans' gaps)."""
     t0, t1 = window
     comm = [(e["ts"], e["ts"] + e["dur"]) for e in events
             if e.get("tid", 0) == comm_lane and e["name"] == comm_name and t0 <= e["ts"] < t1]
-    during = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
-                    if e.get("tid", 0) == during_lane and e["name"] == during_name and t0 <= e["ts"] < t1)
+    ops = trace_overlap.compute_ops(events, {during_name}, {comm_name})
+    union = trace_overlap.merge((e["ts"], e["ts"] + e["dur"]) for e in ops if t0 <= e["ts"] < t1)
     total = sum(b - a for a, b in comm)
-    inside = sum(max(0, min(b, d1) - max(a, d0)) for a, b in comm for d0, d1 in during)
+    inside = sum(trace_overlap.covered(a, b, union) for a, b in comm)
     return total / 1e3, inside / 1e3
 
 
