@@ -46,12 +46,34 @@ class Trace {
   mutable std::mutex mutex_;  ///< spans come from the compute and the communication threads
 };
 
+/// The row this thread's spans are drawn on when they name none: 0, the main thread's,
+/// unless the thread set its own for a while. A communication thread sets 1, so that the
+/// ops it runs itself (a ring's additions) are drawn on its row and not as the main
+/// thread's compute.
+class TraceLane {
+ public:
+  explicit TraceLane(int lane) : previous_(current()) { slot() = lane; }  ///< this thread's spans go to lane
+  ~TraceLane() { slot() = previous_; }  ///< restores the lane in force before (scopes nest)
+  TraceLane(const TraceLane&) = delete;
+  TraceLane& operator=(const TraceLane&) = delete;
+  static int current() { return slot(); }  ///< this thread's lane: 0 unless a TraceLane is alive
+
+ private:
+  static int& slot() {
+    thread_local int lane = 0;
+    return lane;
+  }
+  int previous_;
+};
+
 /// Records the lifetime of a scope as a span. Names must be string literals (kept by pointer).
 class Span {
  public:
+  /// lane of a Span that names none: the calling thread's (TraceLane).
+  static constexpr int kThreadLane = -1;
   /// Starts the span (when tracing is on); the destructor records it. lane as for Trace::record.
-  Span(const char* name, const char* category = "compute", int lane = 0)
-      : name_(name), category_(category), lane_(lane),
+  Span(const char* name, const char* category = "compute", int lane = kThreadLane)
+      : name_(name), category_(category), lane_(lane == kThreadLane ? TraceLane::current() : lane),
         start_(Trace::global().enabled() ? Trace::global().now_us() : kNotStarted) {}
   ~Span() {
     // A span begun while tracing was off is not recorded, even if tracing is on by now:

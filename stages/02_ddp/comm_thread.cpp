@@ -2,6 +2,7 @@
 #include "stages/02_ddp/comm_thread.h"
 
 #include "common/device.h"
+#include "common/trace.h"
 
 namespace gpt {
 
@@ -45,6 +46,7 @@ void CommThread::wait_for(long ticket) {
 }
 
 void CommThread::run() {
+  const TraceLane lane(1);  // the spans this thread opens, the ring's ops' too, on its own row
   // The GPU is per host thread: this thread's copies and kernels (the ring's additions)
   // go to the rank's GPU, on the legacy default stream, so they run after the kernels
   // the main thread queued before handing over a bucket.

@@ -54,6 +54,7 @@ void Zero3Store<A>::start_prefetch(int unit) {
   prefetch_unit_ = unit;
   prefetched_ = std::async(std::launch::async, [this, unit, gpu = current_gpu(), buf = std::move(buf)]() mutable {
     use_gpu(gpu);  // the GPU is per host thread: this rank's, not GPU 0
+    const TraceLane lane(1);  // the gather's spans on the communication row
     gather_into(*prefetch_comm_, unit, buf.data());
     return std::move(buf);
   });

@@ -40,3 +40,38 @@ TEST_CASE("trace: only spans that began with tracing on are recorded", "[trace]"
   REQUIRE(dur != std::string::npos);
   CHECK(std::stoll(json.substr(dur + 6)) >= 2000);
 }
+
+// The lane ("tid") of the line of the event named `name`, -1 when there is none.
+static int lane_of(const std::string& json, const std::string& name) {
+  const size_t at = json.find("\"name\":\"" + name + "\"");
+  if (at == std::string::npos) return -1;
+  const size_t tid = json.find("\"tid\":", at);
+  return tid == std::string::npos ? -1 : std::stoi(json.substr(tid + 6));
+}
+
+TEST_CASE("trace: a span names its lane, or takes its thread's", "[trace]") {
+  const std::string path = std::string(GPT_TEST_SCRATCH_DIR) + "/trace_lanes.json";
+  Trace& trace = Trace::global();
+  trace.enable(path, 0);
+  { Span main_thread("lane_of_main_thread"); }
+  // A communication thread's own spans, and the ops it runs (they name no lane), go to its
+  // row; a span naming its lane keeps it; the thread's lane ends with its TraceLane.
+  std::thread comm([] {
+    {
+      const gpt::TraceLane lane(1);
+      { Span op("lane_of_op_on_comm_thread"); }
+      { Span explicit_lane("lane_named_explicitly", "comm", 2); }
+    }
+    Span after("lane_after_the_scope");
+  });
+  comm.join();
+  trace.write();
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string json = text.str();
+  CHECK(lane_of(json, "lane_of_main_thread") == 0);
+  CHECK(lane_of(json, "lane_of_op_on_comm_thread") == 1);
+  CHECK(lane_of(json, "lane_named_explicitly") == 2);
+  CHECK(lane_of(json, "lane_after_the_scope") == 0);
+}
