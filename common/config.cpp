@@ -668,6 +668,9 @@ void require_thread_count(int threads, const std::string& key) {
 
 void validate(const Config& cfg, int dp) {
   const ModelConfig& m = cfg.model;
+  // First: the checks below quote string values through JSON, which throws on bytes that
+  // are not UTF-8.
+  check_text_keys(cfg);
 
   // Model shape.
   check_int(m.n_layer > 0, "n_layer", m.n_layer, "must be positive");
@@ -737,7 +740,6 @@ void validate(const Config& cfg, int dp) {
             (cfg.gemm.size() == 2 && cfg.gemm[0] == 'v' && cfg.gemm[1] >= '1' && cfg.gemm[1] <= '5'),
         "gemm", show(Json(cfg.gemm)), "must be hand, cublas or v1..v5");
   require_thread_count(cfg.threads, "threads");
-  check_text_keys(cfg);
   check(!cfg.run_dir.empty(), "run_dir", "\"\"", "must not be empty");
   require_outside_checkpoints(cfg.metrics_file, "metrics_file", cfg.run_dir);
   require_outside_checkpoints(cfg.trace_file, "trace_file", cfg.run_dir);
