@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "common/checkpoint_internal.h"
+#include "common/json_input.h"
 #include "common/comm.h"
 #include "common/finite.h"
 
@@ -376,7 +377,7 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
     state.layout_json = manifest.at("layout").dump();
     table = read_table(manifest, manifest_path);
   } catch (const json::exception& e) {
-    fail(manifest_path + " is malformed: " + e.what());
+    fail(manifest_path + " is malformed: " + json_reason(e));
   }
 
   // Each file must be exactly as long as the tensors the table puts in it: shorter

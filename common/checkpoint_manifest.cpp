@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "common/checkpoint_internal.h"
+#include "common/json_input.h"
 
 namespace gpt::checkpoint_detail {
 namespace {
@@ -94,9 +95,11 @@ json read_manifest(const fs::path& dir) {
   pread_all(fd.get(), text.data(), int64_t(text.size()), 0, path.string());
   json manifest;
   try {
-    manifest = json::parse(text);
-  } catch (const json::parse_error& e) {
-    fail(path.string() + " is not valid JSON (corrupt checkpoint manifest): " + e.what());
+    manifest = parse_json_input<json>(text, [&](const std::string& reason) {
+      fail(path.string() + ": " + reason + " (corrupt checkpoint manifest)");
+    });
+  } catch (const json::exception& e) {
+    fail(path.string() + " is not valid JSON (corrupt checkpoint manifest): " + json_reason(e));
   }
   if (!manifest.is_object()) fail(path.string() + " is not a JSON object (corrupt checkpoint manifest)");
   return manifest;
@@ -130,6 +133,11 @@ std::map<std::string, TableEntry> read_table(const json& manifest, const std::st
     const std::string kind = name.substr(0, name.find('/'));
     if (name.find('/') == std::string::npos || (kind != "param" && kind != "adam_m" && kind != "adam_v"))
       fail(manifest_path + ": tensor " + name + " is not of a kind a checkpoint holds (param/, adam_m/ or adam_v/)");
+    // The row's kind says it again; rows that disagree were edited or assembled from two.
+    const auto row_kind = row.find("kind");
+    if (row_kind == row.end() || !row_kind->is_string() || row_kind->get<std::string>() != kind)
+      fail(manifest_path + ": tensor " + name + " has kind " + (row_kind == row.end() ? "(none)" : row_kind->dump()) +
+           ", not \"" + kind + "\" as its name says");
     // Integers are read as integers: nlohmann would truncate 0.5 to 0 without a word.
     const json& offset = row.at("offset");
     bool integers = offset.is_number_integer() && row.at("shape").is_array();

@@ -37,7 +37,7 @@
 #include "common/choices_file.h"
 #include "common/error.h"
 #include "common/host_memory.h"
-#include "common/json_keys.h"
+#include "common/json_input.h"
 #include "common/launcher.h"
 #include "common/precision.h"
 #include "common/recompute.h"
@@ -453,15 +453,6 @@ void check_tokenizer(const Config& cfg) {
   }
 }
 
-// nlohmann's message without its "[json.exception.parse_error.101] " prefix: the rest
-// (line, column and what was expected) is the part worth showing.
-std::string json_reason(const Json::exception& e) {
-  std::string message = e.what();
-  const size_t bracket = message.find("] ");
-  if (message.starts_with("[json.exception") && bracket != std::string::npos) message = message.substr(bracket + 2);
-  return message;
-}
-
 // Every string key must be UTF-8 without NUL: the checkpoint manifest records the config
 // as JSON, which holds UTF-8 only (a path with other bytes would fail the first save,
 // after the steps before it were trained), and a NUL would cut a path short where the
@@ -528,9 +519,7 @@ void require_outside_checkpoints(const std::string& path, const char* key, const
 void apply_json_text(Config& cfg, const std::string& json_text, const std::string& origin) {
   Json doc;
   try {
-    doc = parse_json_keys_once<Json>(json_text, [&](const std::string& name) {
-      fail(origin + ": key '" + name + "' is given twice");
-    });
+    doc = parse_json_input<Json>(json_text, [&](const std::string& reason) { fail(origin + ": " + reason); });
   } catch (const Json::parse_error& e) {
     fail(origin + ": invalid JSON: " + json_reason(e));
   } catch (const Json::out_of_range& e) {  // a number beyond a double's range, such as 1e400

@@ -22,7 +22,7 @@
 #include "common/choices_file.h"
 #include "common/error.h"
 #include "common/files.h"
-#include "common/json_keys.h"
+#include "common/json_input.h"
 #include "common/tokenizer.h"
 
 namespace {
@@ -159,11 +159,11 @@ int run(int argc, char** argv) {
     nlohmann::json object;
     try {
       // A line with "ctx" twice is not HellaSwag's, whichever was meant.
-      object = gpt::parse_json_keys_once<nlohmann::json>(line, [&](const std::string& name) {
-        gpt::fail(where + ": key \"" + name + "\" is given twice");
+      object = gpt::parse_json_input<nlohmann::json>(line, [&](const std::string& reason) {
+        gpt::fail(where + ": " + reason);
       });
-    } catch (const nlohmann::json::parse_error& e) {
-      gpt::fail(where + ": not JSON: " + e.what());
+    } catch (const nlohmann::json::exception& e) {
+      gpt::fail(where + ": not JSON: " + gpt::json_reason(e));
     }
     examples.push_back(example_from(object, int(examples.size()), tokenizer, where));
     tokens += int64_t(examples.back().context.size());

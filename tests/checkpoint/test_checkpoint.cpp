@@ -389,6 +389,30 @@ TEST_CASE("a damaged or foreign checkpoint is a UserError naming the problem", "
     });
     CHECK_THAT(msg, Catch::Contains("adam_x/wte") && Catch::Contains("not of a kind"));
   }
+  SECTION("a row whose kind is not its name's") {
+    const std::string msg = edited([](json& m) {
+      for (auto& row : m["tensors"])
+        if (row["name"] == "param/wte") row["kind"] = "adam_m";
+    });
+    CHECK_THAT(msg, Catch::Contains("param/wte has kind \"adam_m\", not \"param\""));
+    CHECK_THAT(edited([](json& m) { m["tensors"][0].erase("kind"); }), Catch::Contains("has kind (none)"));
+  }
+  SECTION("a manifest missing a field is malformed, in words, not nlohmann's") {
+    const std::string msg = edited([](json& m) { m.erase("data_position"); });
+    CHECK_THAT(msg, Catch::Contains("is malformed") && Catch::Contains("data_position"));
+    CHECK_THAT(msg, !Catch::Contains("json.exception"));
+  }
+  // Nesting a quoted value would recurse through (nlohmann's dump, once a level: 100,000
+  // levels overflowed the stack), and bytes after a NUL that nlohmann would not read.
+  SECTION("a manifest nested too deep, or with a NUL byte") {
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    std::string text = read_json(path / "manifest.json").dump();
+    std::ofstream(path / "manifest.json", std::ios::trunc) << text.substr(0, text.size() - 1) << ", \"notes\": " << deep
+                                                          << "}";
+    CHECK_THAT(user_error_of(load), Catch::Contains("nested deeper than 64 levels"));
+    std::ofstream(path / "manifest.json", std::ios::trunc | std::ios::binary) << text << '\0' << "{{{ garbage";
+    CHECK_THAT(user_error_of(load), Catch::Contains("a NUL byte at offset " + std::to_string(text.size())));
+  }
   SECTION("a data position other than the step") {
     CHECK_THAT(edited([](json& m) { m["data_position"]["step"] = 41; }),
                Catch::Contains("data_position.step 41 but step 42"));

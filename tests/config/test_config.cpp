@@ -369,6 +369,21 @@ TEST_CASE("files that cannot be read or parsed are errors naming the file") {
     REQUIRE_THROWS_AS(gpt::apply_json_file(cfg, path), UserError);
     REQUIRE_THROWS_WITH(gpt::apply_json_file(cfg, path), Contains("overflow.json") && Contains("1e400"));
   }
+  // A value's nesting, which quoting it would recurse through (nlohmann's dump: 100,000
+  // levels overflowed the stack), and bytes after a NUL, which nlohmann would not read.
+  SECTION("nested deeper than 64 levels, or a NUL byte: the file, not a crash or a silent cut") {
+    const std::string deep = "{\"steps\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+    std::string path = write_file("deep.json", deep);
+    REQUIRE_THROWS_AS(gpt::apply_json_file(cfg, path), UserError);
+    REQUIRE_THROWS_WITH(gpt::apply_json_file(cfg, path), Contains("deep.json") && Contains("nested deeper than 64"));
+    // 64 levels parse (and are then the wrong type for steps); 65 do not.
+    path = write_file("deep64.json", "{\"steps\": " + std::string(63, '[') + std::string(63, ']') + "}");
+    REQUIRE_THROWS_WITH(gpt::apply_json_file(cfg, path), Contains("steps") && !Contains("nested deeper"));
+    path = write_file("deep65.json", "{\"steps\": " + std::string(64, '[') + std::string(64, ']') + "}");
+    REQUIRE_THROWS_WITH(gpt::apply_json_file(cfg, path), Contains("nested deeper than 64"));
+    path = write_file("nul.json", std::string("{\"steps\": 1}\0{\"lr\": \"garbage\", bogus", 36));
+    REQUIRE_THROWS_WITH(gpt::apply_json_file(cfg, path), Contains("nul.json") && Contains("a NUL byte at offset 12"));
+  }
   SECTION("bad command lines") {
     REQUIRE_THROWS_AS(parse(cfg, {"--bogus"}), UserError);
     REQUIRE_THROWS_WITH(parse(cfg, {"--bogus"}), Contains("--bogus"));

@@ -102,7 +102,9 @@ jsonl '{"ctx": "x", "endings": ["a", "b"], "label": ""}'; bad "test split" "(Hel
 jsonl '{"ctx": "x", "endings": ["a", "b"], "label": "b"}'; bad "label text" '"label" is "b", not an integer'
 jsonl '{"ctx": "x", "endings": ["a", "b"], "label": 2}'; bad "label range"  '"label" is 2, not one of its 2 endings'
 jsonl '' '  ';                                           bad "blank"         "no examples (every line is blank)"
-jsonl '{"ctx": "x", "ctx": "y", "endings": ["a", "b"], "label": 0}'; bad "ctx twice" 'line 1: key "ctx" is given twice'
+jsonl '{"ctx": "x", "ctx": "y", "endings": ["a", "b"], "label": 0}'; bad "ctx twice" "line 1: key 'ctx' is given twice"
+# Nesting that quoting a value would recurse through (100,000 levels overflowed the stack).
+jsonl "{\"ctx\": $(printf '[%.0s' $(seq 100000))$(printf ']%.0s' $(seq 100000))}"; bad "deep" "line 1: nested deeper than 64"
 refused "missing input"  "'nope.jsonl': no such file" "$TOOL" nope.jsonl o.bin --tokenizer bytes
 refused "missing tokenizer" "no_tok.bin" "$TOOL" examples.jsonl o.bin --tokenizer no_tok.bin
 refused "one file"       "expected EXAMPLES.jsonl and OUT.bin, got 1" "$TOOL" examples.jsonl
