@@ -6,7 +6,7 @@
 ///   - nesting deeper than kMaxJsonDepth: no file of the project nests past four levels,
 ///     and nlohmann's dump, which an error message uses to quote a value, recurses once a
 ///     level (a file nested 100,000 deep overflowed the stack);
-///   - a NUL byte: JSON text has none (a string holds one as \u0000), and nlohmann reads
+///   - a NUL byte: JSON text has none (a string holds one as the escape `\\u0000`), and nlohmann reads
 ///     no further than one, so whatever followed it went unread.
 #pragma once
 #include <exception>
