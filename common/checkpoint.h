@@ -177,12 +177,13 @@ std::string checkpoint_or_latest(const std::string& path);
 /// counts from the start of the run; steps=0 trains nothing.
 std::string resolve_resume(const Config& cfg);
 
-/// A run directory holds one run's checkpoints. Checkpoints in run_dir past the step
-/// this run starts from (any, when it starts fresh; those newer than the checkpoint it
-/// resumes) belong to another run: left there, pruning (which keeps the newest steps)
-/// would delete this run's saves first and a later resume=latest would continue the
-/// other run. So they move, whole and unchanged (a rename: nothing is lost or copied),
-/// into run_dir/set_aside_YYYYmmdd-HHMMSS/, the time in UTC.
+/// A run directory holds one run's checkpoints. Entries of run_dir named step_N (or
+/// step_N.old) at or past the step this run starts from, checkpoints or not, belong to
+/// another run, except the checkpoint it resumes: left there, a save would replace the
+/// one of its step, pruning (which keeps the newest steps) would delete this run's saves
+/// first and a later resume=latest would continue the other run. So they move, whole and
+/// unchanged (a rename: nothing is lost or copied), into
+/// run_dir/set_aside_YYYYmmdd-HHMMSS/, the time in UTC.
 ///
 /// Call before every checkpoint a run writes, on every process of the run: the first
 /// time (`done` false; it becomes true), the process holding the run directory's lock

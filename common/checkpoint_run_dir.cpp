@@ -132,15 +132,36 @@ std::string fresh_start_note(const Config& cfg) {
 
 namespace {
 
-// Moves the checkpoints past the run's start into a set_aside_ directory (checkpoint.h);
-// a line saying what moved, "" when nothing did. Called before the run's first save
-// only, so the run writes a checkpoint: one that trains no step from its own run_dir
-// (rewrites_resumed_checkpoint) never gets here.
+// Whether two paths name one file (false when either is missing).
+bool same_file(const fs::path& a, const fs::path& b) {
+  std::error_code ec;
+  return fs::equivalent(a, b, ec) && !ec;
+}
+
+// Moves what this run could overwrite or prune as its own into a set_aside_ directory
+// (checkpoint.h): every entry of run_dir named step_N or step_N.old with N at or past
+// the run's start, a complete checkpoint or not (a save publishes step_N over whatever
+// has that name, and a fresh run's step 0 is saved over another run's step 0), except
+// the checkpoint the run resumes, its own past. Returns a line saying what moved, ""
+// when nothing did. Called before the run's first save only, so the run writes a
+// checkpoint: one that trains no step from its own run_dir (rewrites_resumed_checkpoint)
+// never gets here.
 std::string set_aside_later_checkpoints(const Config& cfg) {
-  const int64_t start = resume_source(cfg).start;
-  std::vector<fs::path> later;
-  for (const auto& [step, dir] : complete_checkpoints(cfg.run_dir))
-    if (step > start) later.push_back(dir);
+  const ResumeSource source = resume_source(cfg);
+  std::multimap<int64_t, fs::path> later;
+  std::error_code ec;
+  if (fs::is_directory(cfg.run_dir, ec)) {
+    fs::directory_iterator it(cfg.run_dir, ec);
+    if (ec) fail("cannot list " + cfg.run_dir + ": " + ec.message());
+    for (const fs::directory_entry& entry : it) {
+      std::string name = entry.path().filename().string();
+      if (name.ends_with(".old")) name.resize(name.size() - 4);
+      int64_t step = 0;
+      if (!parse_step_dir_name(name, step) || step < source.start) continue;
+      if (!source.path.empty() && same_file(entry.path(), source.path)) continue;
+      later.emplace(step, entry.path());
+    }
+  }
   if (later.empty()) return "";
   // A directory of its own, named by the time; never a step_ name, so no reader takes it
   // for a checkpoint of this run.
@@ -150,17 +171,16 @@ std::string set_aside_later_checkpoints(const Config& cfg) {
   const std::string base = std::string("set_aside_") + stamp;
   fs::path aside = fs::path(cfg.run_dir) / base;
   for (int n = 2; fs::exists(aside); ++n) aside = fs::path(cfg.run_dir) / (base + "-" + std::to_string(n));
-  std::error_code ec;
   fs::create_directory(aside, ec);
   if (ec) fail("cannot create " + aside.string() + " to set earlier checkpoints aside: " + ec.message());
-  for (const fs::path& dir : later) {
-    fs::rename(dir, aside / dir.filename(), ec);  // same file system: atomic, nothing copied
-    if (ec) fail("cannot move " + dir.string() + " into " + aside.string() + ": " + ec.message());
+  for (const auto& [step, path] : later) {
+    fs::rename(path, aside / path.filename(), ec);  // same file system: atomic, nothing copied
+    if (ec) fail("cannot move " + path.string() + " into " + aside.string() + ": " + ec.message());
   }
   fsync_directory(cfg.run_dir);
   std::string line = "run_dir " + cfg.run_dir + " held " + std::to_string(later.size());
-  line += " checkpoint(s) past step " + std::to_string(start);
-  line += " (up to " + later.back().filename().string() + "), another run's: moved to ";
+  line += " checkpoint(s) or other step_ entries at or past step " + std::to_string(source.start);
+  line += " (up to " + later.rbegin()->second.filename().string() + "), not the checkpoint this run resumes: moved to ";
   line += aside.string() + " so that the two runs' checkpoints do not mix";
   return line;
 }

@@ -124,6 +124,29 @@ assert any(ok(l) and json.loads(l).get("step") == 9 for l in lines), "no line of
 PY
 echo "ok: a torn last line stays as it was, ended; the next run's lines parse"
 
+# What a save would replace or pruning delete at the run's start step itself is another
+# run's too: a fresh run's step 0 over another run's step 0; a resume of run B's step 2
+# into run A, which holds its own step 2; and entries named step_N that are no
+# checkpoint (a directory without a manifest, a file). Each is set aside, bytes unchanged.
+other() { "$TRAIN" $(tiny_args "$D" "$1") "${quiet[@]}" "${@:2}"; }
+aside_hashes() { (cd "$1"/set_aside_* && find step_* -type f | sort | xargs sha256sum); }
+other "$WORK/c" --set steps=0 --set seed=1 > /dev/null
+(cd "$WORK/c" && find step_00000000 -type f | sort | xargs sha256sum) > "$WORK/c0.sha"
+other "$WORK/c" --set steps=0 --set seed=2 --set keep_checkpoints=1 > "$WORK/c.log"
+aside_hashes "$WORK/c" | diff - "$WORK/c0.sha" > /dev/null ||
+  { echo "FAIL: a fresh steps=0 run did not set the other run's step 0 aside, unchanged"; cat "$WORK/c.log"; exit 1; }
+other "$WORK/a" --set steps=2 > /dev/null
+other "$WORK/b" --set steps=2 --set seed=7 > /dev/null
+(cd "$WORK/a" && find step_00000002 -type f | sort | xargs sha256sum) > "$WORK/a2.sha"
+other "$WORK/a" --set steps=3 --set "resume=$WORK/b/step_00000002" > "$WORK/ab.log"
+aside_hashes "$WORK/a" | diff - "$WORK/a2.sha" > /dev/null ||
+  { echo "FAIL: resuming B's step 2 into A did not set A's own step 2 aside"; cat "$WORK/ab.log"; exit 1; }
+mkdir -p "$WORK/d/step_00000001" && echo notes > "$WORK/d/step_00000001/notes.txt" && echo a file > "$WORK/d/step_00000002"
+other "$WORK/d" --set steps=2 --set checkpoint_every=1 > "$WORK/d.log"
+[ "$(cat "$WORK"/d/set_aside_*/step_00000001/notes.txt)" = notes ] && [ "$(cat "$WORK"/d/set_aside_*/step_00000002)" = "a file" ] ||
+  { echo "FAIL: entries named step_N that are no checkpoint were not set aside"; ls -R "$WORK/d"; exit 1; }
+echo "ok: another run's step 0, A's own step 2 under B's, and step_N entries that are no checkpoint were set aside"
+
 # Two ranks set the earlier run's checkpoints aside at their first save (a copy of the
 # directory's one checkpoint now, step 8).
 if [ -n "$TRAIN02" ]; then
