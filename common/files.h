@@ -30,10 +30,15 @@ inline void create_parent_directories(const std::string& path, const std::string
 /// config, a checkpoint's tensors, named by a typo) is refused with a UserError naming
 /// the key, before the run trains, instead of being overwritten. `ours` is given the
 /// file's first line (at most 4 KiB of it) and says whether this program wrote it;
-/// `what` describes that first line for the message.
+/// `what` describes that first line for the message. A FIFO or a socket is refused too:
+/// opening one waits for a reader or a writer, and the run would hang before its first step.
 template <class Ours>
 void require_own_output(const std::string& path, const std::string& key, Ours ours, const std::string& what) {
   std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(path, ec);
+  if (!ec && (std::filesystem::is_fifo(status) || std::filesystem::is_socket(status)))
+    fail(key + ": '" + path + "' is a " + (std::filesystem::is_fifo(status) ? "FIFO" : "socket") +
+         ", not a file: writing to it would wait for a reader (name a regular file)");
   if (!std::filesystem::is_regular_file(path, ec) || std::filesystem::file_size(path, ec) == 0 || ec) return;
   std::ifstream in(path, std::ios::binary);
   std::string first(4096, '\0');

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -44,8 +45,18 @@ RunDirLock::RunDirLock(const std::string& run_dir) {
   std::filesystem::create_directories(run_dir, ec);
   require(!ec, "run_dir: cannot create '" + run_dir + "': " + ec.message());
   const std::string path = lock_path(run_dir);
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Not through a link (the lock's text would overwrite whatever it points at), and not
+  // waiting on a FIFO: the lock is a regular file of run_dir itself.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  if (fd_ < 0 && errno == ELOOP)
+    fail("run_dir: the lock file '" + path + "' is a symbolic link: refusing to write through it (remove the link)");
   require(fd_ >= 0, "run_dir: cannot open the lock file '" + path + "': " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    fail("run_dir: the lock file '" + path + "' is not a regular file: refusing to write into it (remove it)");
+  }
   if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     std::ifstream in(path);

@@ -107,6 +107,19 @@ expect "metrics into a shard"    "metrics_file: '$WORK/shard.bin' exists and is 
 cases=$((cases + 1))
 if cmp -s "$D/val.bin" "$WORK/shard.bin"; then echo "ok   [the shard named as an output]: unchanged"
 else echo "FAIL [the shard named as an output]: it changed"; failures=$((failures + 1)); fi
+# A FIFO as an output would hang the run before its first step, waiting for a reader (the
+# timeout turns a hang into a failure); a lock file that is a link would be written
+# through, its target overwritten.
+mkfifo "$WORK/fifo"
+train_timed() { timeout 60 "$TRAIN" $(tiny_args "$D" "$WORK/run") --set steps=2 --set sample_tokens=0 "$@"; }
+expect "metrics into a FIFO"     "metrics_file: '$WORK/fifo' is a FIFO" train_timed --set "metrics_file=$WORK/fifo"
+expect "trace into a FIFO"       "trace_file: '$WORK/fifo' is a FIFO" train_timed --set "trace_file=$WORK/fifo"
+mkdir -p "$WORK/linked" && echo precious > "$WORK/precious.txt" && ln -s ../precious.txt "$WORK/linked/.lock"
+expect "the lock file a link"    "the lock file '$WORK/linked/.lock' is a symbolic link" \
+  "$TRAIN" $(tiny_args "$D" "$WORK/linked") --set steps=2 --set sample_tokens=0
+cases=$((cases + 1))
+if [ "$(cat "$WORK/precious.txt")" = precious ]; then echo "ok   [the lock link's target]: unchanged"
+else echo "FAIL [the lock link's target]: overwritten"; failures=$((failures + 1)); fi
 # Text keys go into the checkpoint manifest's JSON: UTF-8 only, refused before training.
 expect "run_dir not UTF-8"       "run_dir is not valid UTF-8: byte 0xE9" train --set $'run_dir=/tmp/lat\xe9'
 expect "NUL in a path (JSON)"    "train_data holds a NUL character" "$TRAIN" --config "$(printf '%s' '{"train_data": "a\u0000b"}' > "$WORK/nul.json"; echo "$WORK/nul.json")"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A run directory holds one run's checkpoints. A run that starts below checkpoints
-# already there (a fresh run: any; resume=PATH: those newer than PATH) moves them, bytes
+# already there (a fresh run: any; resume=PATH: those at or past its step but PATH) moves them, bytes
 # unchanged, into run_dir/set_aside_<time>/ and says so, before it writes anything:
 # left in place, pruning (newest steps kept) would delete the new run's saves first,
 # and resume=latest would later continue the other run. Checked: the moved files keep
