@@ -2,7 +2,7 @@
 // eval file format (common/choices_file.h), scored as common/choices_eval.h says.
 //
 //   build/bin/eval_choices CHECKPOINT EVAL.bin [--device D] [--precision P] [--batch ROWS]
-//                          [--limit N] [--threads N] [--out FILE]
+//                          [--limit N] [--threads N] [--out FILE]     (or --name=VALUE)
 //
 // Checkpoints are whole tensors by name, so a checkpoint of any stage in any layout (or
 // GPT-2's weights through `llmc_model import`) evaluates here on one device. llm.c's
@@ -44,7 +44,7 @@ constexpr const char* kUsage =
     "  acc       the completion of lowest summed loss is the right one\n"
     "  acc_norm  the completion of lowest mean loss per token is the right one\n"
     "\n"
-    "options:\n"
+    "options (--name VALUE or --name=VALUE):\n"
     "  --device auto|cpu|cuda       where to run (default auto: a GPU when there is one)\n"
     "  --precision fp32|bf16|fp64   (default fp32; fp64 on the CPU only)\n"
     "  --batch ROWS                 rows per forward, one per completion (default 32)\n"
@@ -73,15 +73,19 @@ Options parse(const std::vector<std::string>& args) {
   Options o;
   std::vector<std::string> positional;
   std::set<std::string> given;  // the options seen: one given twice is a mistake whichever was meant
+  const std::set<std::string> known = {"--device", "--precision", "--batch", "--limit", "--threads", "--out"};
   for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a.rfind("--", 0) != 0) {
-      positional.push_back(a);
+    if (args[i].rfind("--", 0) != 0) {
+      positional.push_back(args[i]);
       continue;
     }
-    if (i + 1 == args.size()) gpt::fail(a + " needs a value\n" + std::string(kUsage));
+    // --name VALUE, or --name=VALUE
+    const size_t equals = args[i].find('=');
+    const std::string a = args[i].substr(0, equals);
+    if (!known.count(a)) gpt::fail("unknown option '" + a + "'\n" + std::string(kUsage));
+    if (equals == std::string::npos && i + 1 == args.size()) gpt::fail(a + " needs a value\n" + std::string(kUsage));
     if (!given.insert(a).second) gpt::fail(a + " is given twice; give each option once");
-    const std::string& v = args[++i];
+    const std::string v = equals == std::string::npos ? args[++i] : args[i].substr(equals + 1);
     if (a == "--device") o.device = v;
     else if (a == "--precision") o.precision = v;
     else if (a == "--batch") o.batch = positive_int(a, v);
@@ -91,7 +95,13 @@ Options parse(const std::vector<std::string>& args) {
     else if (a == "--out") o.out = v;
     else gpt::fail("unknown option '" + a + "'\n" + std::string(kUsage));
   }
-  if (positional.size() != 2) gpt::fail("give CHECKPOINT and EVAL.bin\n" + std::string(kUsage));
+  if (positional.size() != 2) {
+    std::string given_text;
+    for (const std::string& p : positional) given_text += " '" + p + "'";
+    gpt::fail("expected CHECKPOINT and EVAL.bin, got " + std::to_string(positional.size()) + " argument" +
+              (positional.size() == 1 ? "" : "s") + (given_text.empty() ? "" : ":" + given_text) + "\n" +
+              std::string(kUsage));
+  }
   o.checkpoint = positional[0];
   o.eval_file = positional[1];
   return o;
@@ -113,7 +123,11 @@ void write_scores(const std::string& path, const std::vector<gpt::ChoiceScore>& 
     out << "]}\n";
   }
   out.close();
-  gpt::require(bool(out), "--out '" + path + "': write failed (disk full?)");
+  if (!out) {  // the file is this run's (it did not exist): a cut-short one would block the next try
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+    gpt::fail("--out '" + path + "': write failed (disk full?); nothing is left at that path");
+  }
 }
 
 // The checkpoint's weights into the model, read in the model's master type (load_checkpoint

@@ -67,8 +67,8 @@ if "${REF[@]}" compare fp64.jsonl unshifted.jsonl --bound 1e-9 > control.log; th
   fail "the fp64 bound accepts the unshifted mask"
 else echo "ok   rejected: $(head -1 control.log)"; fi
 
-echo "== fp32 against the oracle's fp32 bound"
-scores fp32 --precision fp32 --batch 12
+echo "== fp32 against the oracle's fp32 bound (options in the --name=VALUE form)"
+scores fp32 --precision=fp32 --batch=12
 compared fp32 fp32.jsonl want.jsonl --baseline baseline32.jsonl
 
 echo "== batches, --limit, a run directory"
@@ -123,7 +123,11 @@ refused limit_word "--limit: 'all' is not a positive integer" "$TOOL" run e.bin 
 refused option "unknown option '--bacth'" "$TOOL" run e.bin --bacth 4
 refused out_empty "--out needs a file name (it was empty)" "$TOOL" run e.bin --device cpu --out ""
 refused twice "--batch is given twice" "$TOOL" run e.bin --device cpu --batch 8 --batch 16
-refused operands "give CHECKPOINT and EVAL.bin" "$TOOL" run
+refused operands "expected CHECKPOINT and EVAL.bin, got 1 argument: 'run'" "$TOOL" run
+refused extra_operand "got 3 arguments: 'run' 'e.bin' 'more'" "$TOOL" run e.bin more --device cpu
+refused option_last "unknown option '--bogus'" "$TOOL" run e.bin --bogus
+refused option_equals "unknown option '--bacth'" "$TOOL" run e.bin --bacth=4
+refused value_equals "--batch: '0' is not a positive integer" "$TOOL" run e.bin --batch=0
 refused no_checkpoint "nowhere" "$TOOL" nowhere e.bin --device cpu
 refused no_file "eval file 'missing.bin': no such file" "$TOOL" run missing.bin --device cpu
 refused precision "precision: 'fp16' is not a precision" "$TOOL" run e.bin --precision fp16
