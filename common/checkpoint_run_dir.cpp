@@ -113,8 +113,36 @@ ResumeSource resume_source(const Config& cfg) {
 
 }  // namespace
 
+namespace {
+
+// A resumed run reads its training data from sequence step x batch_size on, in seed's
+// order, in windows of seq_len tokens: the checkpoint keeps its data position as the
+// step alone, so these must be the ones the checkpoint was trained with, or the run
+// would skip or repeat data without a word. At step 0 nothing was read yet, so anything
+// goes (GPT-2's weights, imported, fine-tuned with a batch of one's own). A checkpoint
+// that records no config (written before it did) has nothing to compare.
+void require_same_data_stream(const Config& cfg, const std::string& path, int64_t start) {
+  if (start == 0) return;
+  const json manifest = read_manifest(path);
+  const auto saved = manifest.find("config");
+  if (saved == manifest.end() || !saved->is_object()) return;
+  const std::pair<const char*, json> ours[] = {
+      {"batch_size", cfg.batch_size}, {"seq_len", cfg.seq_len}, {"seed", cfg.seed}};
+  for (const auto& [key, value] : ours) {
+    const auto theirs = saved->find(key);
+    if (theirs == saved->end() || *theirs == value) continue;
+    fail("resume=" + path + ": " + key + "=" + value.dump() + ", but the checkpoint was trained with " + key + "=" +
+         theirs->dump() + ": it keeps its data position as its step, " + std::to_string(start) +
+         " (sequences from step x batch_size on, in seed's order, seq_len tokens each), so this run would skip or "
+         "repeat training data; resume with " + key + "=" + theirs->dump() + ", or start a fresh run");
+  }
+}
+
+}  // namespace
+
 std::string resolve_resume(const Config& cfg) {
   const auto [path, start] = resume_source(cfg);
+  if (!path.empty()) require_same_data_stream(cfg, path, start);
   // `steps` counts from the start of the run, not from the resume. Below the checkpoint's
   // step it is a mistake (the run would train nothing and save the checkpoint again
   // under its step); 0 is the way to train nothing and only evaluate and sample.

@@ -168,6 +168,25 @@ expect "manifest a directory"    "manifest.json is not a regular file" train --s
 cp -r "$ck" "$WORK/negative"; sed -i 's/"step": 2,/"step": -3,/' "$WORK/negative/manifest.json"
 expect "negative step"           "negative/manifest.json has no \"step\" that is an integer >= 0" train --set "resume=$WORK/negative"
 expect "steps below the resume"  "steps=1 is below step 2" train --set "resume=$ck" --set steps=1
+# The data position is the step: step x batch_size sequences read, in seed's order, of
+# seq_len tokens. Any of the three changed would skip or repeat data; at step 0 (nothing
+# read yet, as for imported weights) they may change, and so may micro_batch_size.
+expect "resume, batch changed"   "batch_size=8, but the checkpoint was trained with batch_size=4" \
+  train --set "resume=$ck" --set steps=3 --set batch_size=8
+expect "resume, seq_len changed" "seq_len=16, but the checkpoint was trained with seq_len=32" \
+  train --set "resume=$ck" --set steps=3 --set seq_len=16
+expect "resume, seed changed"    "seed=7, but the checkpoint was trained with seed=1337" \
+  train --set "resume=$ck" --set steps=3 --set seed=7
+"$TRAIN" $(tiny_args "$D" "$WORK/zero") --set steps=0 --set sample_tokens=0 > /dev/null
+cases=$((cases + 1))
+if train --set "resume=$WORK/zero/step_00000000" --set run_dir="$WORK/from_zero" --set batch_size=8 --set seed=7 \
+  --set seq_len=16 > "$WORK/out.txt" 2>&1 && train --set "resume=$ck" --set steps=3 --set micro_batch_size=1 \
+  --set run_dir="$WORK/micro" > "$WORK/out2.txt" 2>&1; then
+  echo "ok   [resume at step 0 with another batch, seed and seq_len; another micro-batch]: trains"
+else
+  echo "FAIL [resume at step 0 with another batch, or another micro-batch]: refused"
+  tail -3 "$WORK/out.txt" "$WORK/out2.txt" | sed 's/^/    /'; failures=$((failures + 1))
+fi
 cp -r "$ck" "$WORK/counter"; sed -i 's/"sample_counter": [0-9]*/"sample_counter": -7/' "$WORK/counter/manifest.json"
 expect "negative sample counter" "has sample_counter -7" train --set "resume=$WORK/counter"
 # Stage 01 is one process: started by mpirun as one of several ranks it says so.
