@@ -8,10 +8,11 @@
 // g micro-batches, then chunk 1 for the same g, ..., then the next group; backwards the
 // same with the chunks in reverse. A group holds at least p micro-batches, so that by
 // the time a rank comes back to a group's first micro-batch on the next chunk, that
-// micro-batch has been round the ring of p ranks (a short group, 4 + 1 at p = 4, v = 3,
-// deadlocks with the warm-up below: the simulator finds it). The m micro-batches are cut
-// into floor(m/p) groups of nearly equal size, the larger first (m = 7, p = 3: 4 + 3),
-// so any m works; with m < p there is one group of m and each chunk waits for the ring.
+// micro-batch has been round the ring of p ranks. The m micro-batches are cut into
+// floor(m/p) groups of nearly equal size, the larger first (m = 7, p = 3: 4 + 3), so any
+// m works; with m < p there is one group of m and each chunk waits for the ring. The
+// warm-up below is sized by the first group, so a first group shorter than the others
+// would start a backward before its forward: the split never makes one.
 //
 // Warm-up: rank r runs
 //
