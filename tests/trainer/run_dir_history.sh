@@ -138,7 +138,7 @@ aside_hashes "$WORK/c" | diff - "$WORK/c0.sha" > /dev/null ||
 other "$WORK/a" --set steps=2 > /dev/null
 other "$WORK/b" --set steps=2 --set seed=7 > /dev/null
 (cd "$WORK/a" && find step_00000002 -type f | sort | xargs sha256sum) > "$WORK/a2.sha"
-other "$WORK/a" --set steps=3 --set "resume=$WORK/b/step_00000002" > "$WORK/ab.log"
+other "$WORK/a" --set steps=3 --set seed=7 --set "resume=$WORK/b/step_00000002" > "$WORK/ab.log"
 aside_hashes "$WORK/a" | diff - "$WORK/a2.sha" > /dev/null ||
   { echo "FAIL: resuming B's step 2 into A did not set A's own step 2 aside"; cat "$WORK/ab.log"; exit 1; }
 mkdir -p "$WORK/d/step_00000001" && echo notes > "$WORK/d/step_00000001/notes.txt" && echo a file > "$WORK/d/step_00000002"
