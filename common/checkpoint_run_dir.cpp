@@ -119,10 +119,12 @@ namespace {
 // order, in windows of seq_len tokens: the checkpoint keeps its data position as the
 // step alone, so these must be the ones the checkpoint was trained with, or the run
 // would skip or repeat data without a word. At step 0 nothing was read yet, so anything
-// goes (GPT-2's weights, imported, fine-tuned with a batch of one's own). A checkpoint
-// that records no config (written before it did) has nothing to compare.
+// goes (GPT-2's weights, imported, fine-tuned with a batch of one's own); a run that
+// trains no step (steps=0, or the checkpoint's own) reads no training data, and may
+// evaluate and sample with another seq_len or seed. A checkpoint that records no config
+// (written before it did) has nothing to compare.
 void require_same_data_stream(const Config& cfg, const std::string& path, int64_t start) {
-  if (start == 0) return;
+  if (start == 0 || cfg.steps <= start) return;
   const json manifest = read_manifest(path);
   const auto saved = manifest.find("config");
   if (saved == manifest.end() || !saved->is_object()) return;

@@ -170,7 +170,8 @@ expect "negative step"           "negative/manifest.json has no \"step\" that is
 expect "steps below the resume"  "steps=1 is below step 2" train --set "resume=$ck" --set steps=1
 # The data position is the step: step x batch_size sequences read, in seed's order, of
 # seq_len tokens. Any of the three changed would skip or repeat data; at step 0 (nothing
-# read yet, as for imported weights) they may change, and so may micro_batch_size.
+# read yet, as for imported weights) they may change, and so may micro_batch_size; so
+# may they in a run that trains no step (cp_sample_window samples with another seq_len).
 expect "resume, batch changed"   "batch_size=8, but the checkpoint was trained with batch_size=4" \
   train --set "resume=$ck" --set steps=3 --set batch_size=8
 expect "resume, seq_len changed" "seq_len=16, but the checkpoint was trained with seq_len=32" \
