@@ -45,9 +45,9 @@
 #include <vector>
 
 #include "common/checkpoint_internal.h"
-#include "common/json_input.h"
 #include "common/comm.h"
 #include "common/finite.h"
+#include "common/json_input.h"
 
 namespace gpt {
 using namespace checkpoint_detail;

@@ -111,10 +111,6 @@ ResumeSource resume_source(const Config& cfg) {
   return r;
 }
 
-}  // namespace
-
-namespace {
-
 // A resumed run reads its training data from sequence step x batch_size on, in seed's
 // order, in windows of seq_len tokens: the checkpoint keeps its data position as the
 // step alone, so these must be the ones the checkpoint was trained with, or the run
