@@ -127,9 +127,23 @@ std::map<std::string, TableEntry> read_table(const json& manifest, const std::st
   if (!manifest.contains("tensors") || !manifest["tensors"].is_array())
     fail(manifest_path + " has no \"tensors\" array");
   std::map<std::string, TableEntry> table;
+  size_t index = 0;
   for (const json& row : manifest["tensors"]) {
-    const std::string name = row.value("name", std::string());
-    if (name.empty()) fail(manifest_path + ": a tensor row has no name");
+    if (!row.is_object())
+      fail(manifest_path + ": tensor row " + std::to_string(index) + " is " + row.dump() + ", not an object");
+    ++index;
+    const auto name_field = row.find("name");
+    if (name_field == row.end() || !name_field->is_string() || name_field->get<std::string>().empty())
+      fail(manifest_path + ": tensor row " + std::to_string(index - 1) + " has no name");
+    const std::string name = name_field->get<std::string>();
+    // A field that must be a string: its text, or a UserError naming the tensor and field.
+    const auto text_field = [&](const char* field) {
+      const auto value = row.find(field);
+      if (value == row.end() || !value->is_string())
+        fail(manifest_path + ": tensor " + name + " has " + field + " " +
+             (value == row.end() ? std::string("(none)") : value->dump()) + ", not a string");
+      return value->get<std::string>();
+    };
     const std::string kind = name.substr(0, name.find('/'));
     if (name.find('/') == std::string::npos || (kind != "param" && kind != "adam_m" && kind != "adam_v"))
       fail(manifest_path + ": tensor " + name + " is not of a kind a checkpoint holds (param/, adam_m/ or adam_v/)");
@@ -147,11 +161,11 @@ std::map<std::string, TableEntry> read_table(const json& manifest, const std::st
            row.at("shape").dump() + ": both must be integers");
     TableEntry e;
     e.shape = row.at("shape").get<std::vector<int64_t>>();
-    e.file = row.at("file").get<std::string>();
+    e.file = text_field("file");
     e.offset = offset.get<int64_t>();
     if (row.contains("checksum") && row["checksum"].is_string())
       e.checksum = row["checksum"].get<std::string>();
-    const std::string dtype = row.at("dtype").get<std::string>();
+    const std::string dtype = text_field("dtype");
     if (dtype != "fp32" && dtype != "fp64")
       fail(manifest_path + ": tensor " + name + " has dtype " + dtype + "; a checkpoint stores fp32 or fp64");
     e.element_bytes = dtype == "fp64" ? 8 : 4;
