@@ -397,13 +397,18 @@ TEST_CASE("a damaged or foreign checkpoint is a UserError naming the problem", "
     CHECK_THAT(msg, Catch::Contains("param/wte has kind \"adam_m\", not \"param\""));
     CHECK_THAT(edited([](json& m) { m["tensors"][0].erase("kind"); }), Catch::Contains("has kind (none)"));
   }
-  SECTION("a tensor row that is no object, or a field of the wrong type, is named") {
+  // A tensor row that is no object, or a field of the wrong type, is named.
+  SECTION("a tensor row that is no object") {
     CHECK_THAT(edited([](json& m) { m["tensors"][0] = 42; }), Catch::Contains("tensor row 0 is 42, not an object"));
+  }
+  SECTION("a tensor's dtype that is no string") {
     CHECK_THAT(edited([](json& m) {
                  for (auto& row : m["tensors"])
                    if (row["name"] == "param/wpe") row["dtype"] = 5;
                }),
                Catch::Contains("tensor param/wpe has dtype 5, not a string"));
+  }
+  SECTION("a tensor's name that is no string") {
     CHECK_THAT(edited([](json& m) { m["tensors"][1]["name"] = 7; }), Catch::Contains("tensor row 1 has no name"));
   }
   SECTION("a manifest missing a field is malformed, in words, not nlohmann's") {
