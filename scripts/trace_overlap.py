@@ -51,8 +51,9 @@ communication threads (CPU ranks on a small machine) slow their ops down while a
 collective runs beside them. There the step time, not the hidden share, says what the
 overlap gained; on a GPU, where a collective runs on the network and the copy engines,
 the two agree.
+
 --buckets also lists every comm span with its start and end relative to the end of the
-step's backward (negative: it started while backward still ran).
+step's last op in the phases (negative: it started while backward still ran).
 
 Exits 0 after printing, 1 when a trace has none of the comm spans asked for, 2 on bad
 arguments. Uses only the standard library.
@@ -105,15 +106,19 @@ def ops_of(lane0, not_compute):
     return ops
 
 
+def own_comm(lane0, not_compute):
+    """The main thread's own communication: its spans of category "comm", its comm and wait spans."""
+    return [e for e in lane0 if e.get("cat") == "comm" or e["name"] in not_compute]
+
+
 def compute_ops(events, during, not_compute):
     """The main thread computing: the ops (ops_of) of lane 0 inside its `during` phase spans,
     but not inside its own communication (the additions of a ring the main thread runs)."""
     lane0 = [e for e in events if e.get("tid", 0) == 0]
     phases = merge((e["ts"], e["ts"] + e["dur"]) for e in lane0 if e["name"] in during)
-    own_comm = merge((e["ts"], e["ts"] + e["dur"]) for e in lane0
-                     if e.get("cat") == "comm" or e["name"] in not_compute)
+    communicating = merge((e["ts"], e["ts"] + e["dur"]) for e in own_comm(lane0, not_compute))
     inside = [e for e in ops_of(lane0, not_compute) if covered(e["ts"], e["ts"] + e["dur"], phases) > 0]
-    return [e for e in inside if covered(e["ts"], e["ts"] + e["dur"], own_comm) == 0]
+    return [e for e in inside if covered(e["ts"], e["ts"] + e["dur"], communicating) == 0]
 
 
 def steps_of(events):
@@ -146,7 +151,7 @@ def analyse(path, comm_name, lane, during, wait_name, show_buckets):
     phases = [e for e in lane0 if e["name"] in during]
     # Communication on the main thread itself (a gather it runs, a wait) lies inside the
     # phases too, but is no compute in either measure.
-    main_comm = [e for e in lane0 if e.get("cat") == "comm" or e["name"] in not_compute]
+    main_comm = own_comm(lane0, not_compute)
     waits = [e for e in lane0 if e["name"] == wait_name]
     starts = steps_of(events)
     if not starts:
