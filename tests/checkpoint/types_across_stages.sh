@@ -19,9 +19,7 @@
 set -euo pipefail
 TRAIN01=$1 TRAIN05=$2 TRAIN06=$3 PREPARE=$4 WORK=$5 ROOT=$6 MPIEXEC=$7
 source "$ROOT/tests/trainer/common.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-rm -rf "$WORK" && mkdir -p "$WORK"
-make_corpus "$WORK" "$PREPARE"
+start_mpi_test "$WORK" "$PREPARE"
 run() {  # run NP TRAIN RUN_DIR key=value...
   local np=$1 bin=$2 dir=$3 sets=()
   shift 3

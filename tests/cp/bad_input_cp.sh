@@ -5,9 +5,7 @@
 set -euo pipefail
 TRAIN10=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5
 source "$ROOT/tests/trainer/common.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-rm -rf "$WORK" && mkdir -p "$WORK"
-make_corpus "$WORK" "$PREPARE"
+start_mpi_test "$WORK" "$PREPARE"
 failures=0
 expect_refused "seq_len not in 2 cp chunks"   "seq_len=32 does not divide into 6 chunks"   3 "$TRAIN10" cp=3
 expect_refused "contiguous: seq_len by cp"    "seq_len=30 does not divide into 4 chunks"   4 "$TRAIN10" cp=4 seq_len=30 cp_split=contiguous

@@ -11,9 +11,7 @@
 set -euo pipefail
 TRAIN01=$1 TRAIN10=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6
 source "$ROOT/tests/trainer/common.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-rm -rf "$WORK" && mkdir -p "$WORK"
-make_corpus "$WORK" "$PREPARE"
+start_mpi_test "$WORK" "$PREPARE"
 D="$WORK/data"
 quiet=(--set val_batches=0 --set val_every=0)
 # 40 steps give a model whose next-token distribution depends on its context.

@@ -6,9 +6,7 @@
 set -euo pipefail
 TRAIN11=$1 TRAIN10=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6
 source "$ROOT/tests/trainer/common.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-rm -rf "$WORK" && mkdir -p "$WORK"
-make_corpus "$WORK" "$PREPARE"
+start_mpi_test "$WORK" "$PREPARE"
 failures=0
 expect_refused "full recompute with zb-h1"   "activation_checkpointing=full with schedule=zb-h1" 2 "$TRAIN11" pp=2 schedule=zb-h1 activation_checkpointing=full
 expect_refused "an unknown recompute mode"   "activation_checkpointing: 'true' is not a mode (expected none, selective or full)" 2 "$TRAIN11" pp=2 activation_checkpointing=true

@@ -14,9 +14,7 @@
 set -euo pipefail
 TRAIN11=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5
 source "$ROOT/tests/trainer/common.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-rm -rf "$WORK" && mkdir -p "$WORK"
-make_corpus "$WORK" "$PREPARE"
+start_mpi_test "$WORK" "$PREPARE"
 # A model whose blocks' activations are MiB, not KiB: n_embd 128, 4 sequences of 64 tokens.
 model=(n_layer=4 n_embd=128 block_size=64 seq_len=64 micro_batch_size=4 batch_size=16 steps=1 val_batches=0
        sample_tokens=0)  # each run keeps its checkpoint: its manifest gives the test the config

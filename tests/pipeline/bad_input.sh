@@ -7,9 +7,7 @@
 set -euo pipefail
 TRAIN=$1 TRAIN06=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6 TRAIN07=${7:-} TRAIN08=${8:-}
 source "$ROOT/tests/trainer/common.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-rm -rf "$WORK" && mkdir -p "$WORK"
-make_corpus "$WORK" "$PREPARE"
+start_mpi_test "$WORK" "$PREPARE"
 failures=0
 
 expect_refused "n_layer below pp"             "n_layer=2 is less than pp=3"          3 "$TRAIN" pp=3

@@ -21,9 +21,7 @@
 set -euo pipefail
 S01=$1 CAND=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6 SPECS=$7
 source "$ROOT/tests/trainer/common.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-rm -rf "$WORK" && mkdir -p "$WORK"
-make_corpus "$WORK" "$PREPARE"
+start_mpi_test "$WORK" "$PREPARE"
 COMPARE=(/usr/bin/python3 "$ROOT/tests/stages/compare_runs.py")
 
 # run BIN NP BATCH MB DIR [key=value...]

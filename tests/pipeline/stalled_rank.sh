@@ -8,9 +8,7 @@
 set -euo pipefail
 TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5
 source "$ROOT/tests/trainer/common.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-rm -rf "$WORK" && mkdir -p "$WORK"
-make_corpus "$WORK" "$PREPARE"
+start_mpi_test "$WORK" "$PREPARE"
 TIMEOUT=3
 args=(--set pp=3 --set n_layer=3 --set steps=2 --set sample_tokens=0 --set val_batches=0 --set comm_timeout_s=$TIMEOUT)
 "$MPIEXEC" -np 3 --oversubscribe "$TRAIN" $(tiny_args "$WORK/data" "$WORK/ok") "${args[@]}" > "$WORK/ok.log" 2>&1 ||

@@ -29,9 +29,7 @@ if [ "$DEVICE" = cuda ] && { ! command -v nvidia-smi > /dev/null || ! nvidia-smi
   exit 77
 fi
 source "$ROOT/tests/trainer/common.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-rm -rf "$WORK" && mkdir -p "$WORK"
-make_corpus "$WORK" "$PREPARE"
+start_mpi_test "$WORK" "$PREPARE"
 # 30 random examples of 2 to 5 completions, some longer than the 32-token window (their
 # context is cut); the standard library only (the GPU machine's Python may lack numpy).
 /usr/bin/python3 "$ROOT/tests/llmc/eval_file.py" random "$WORK/e.bin" --vocab 256 --seed 5 --examples 30

@@ -36,9 +36,7 @@ REF_BIN=$1 CAND_BIN=$2 TRUTH_BIN=$3 PREPARE=$4 WORK=$5 ROOT=$6 MPIEXEC=$7 REF_SP
 EXACT_SPECS=${10:-}
 STEPS=${STEPS:-10}  # training steps compared (the environment may ask for more)
 source "$ROOT/tests/trainer/common.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-rm -rf "$WORK" && mkdir -p "$WORK"
-make_corpus "$WORK" "$PREPARE"
+start_mpi_test "$WORK" "$PREPARE"
 COMPARE=(/usr/bin/python3 "$ROOT/tests/stages/compare_runs.py")
 # The controls scale the learning rate the runs use (scaled_lr, common.sh). Their sizes:
 # lr 1.001x under AdamW, a step 1.01x too large under SGD. In bf16 the reference's own

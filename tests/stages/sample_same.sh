@@ -12,9 +12,7 @@ set -euo pipefail
 BIN01=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5
 shift 5
 source "$ROOT/tests/trainer/common.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-rm -rf "$WORK" && mkdir -p "$WORK"
-make_corpus "$WORK" "$PREPARE"
+start_mpi_test "$WORK" "$PREPARE"
 
 # sample LAUNCH... -- DIR [key=value...]: a 5-step run that samples 32 tokens; prints its text.
 sample() {

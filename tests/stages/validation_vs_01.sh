@@ -17,9 +17,7 @@
 set -euo pipefail
 S01=$1 S02=$2 S05=$3 S06=$4 S08=$5 S10=$6 S11=$7 PREPARE=$8 WORK=$9 ROOT=${10} MPIEXEC=${11}
 source "$ROOT/tests/trainer/common.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-rm -rf "$WORK" && mkdir -p "$WORK"
-make_corpus "$WORK" "$PREPARE"
+start_mpi_test "$WORK" "$PREPARE"
 run() {  # run NAME BIN NP key=value...  (NP 0: one process, no launcher)
   local name=$1 bin=$2 np=$3 sets=() kv launcher=()
   shift 3

@@ -5,9 +5,7 @@
 set -euo pipefail
 TRAIN06=$1 TRAIN05=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6
 source "$ROOT/tests/trainer/common.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-rm -rf "$WORK" && mkdir -p "$WORK"
-make_corpus "$WORK" "$PREPARE"
+start_mpi_test "$WORK" "$PREPARE"
 failures=0
 
 expect_refused "n_head not divisible by tp"   "tp=3 does not divide n_head=4"      3 "$TRAIN06" tp=3

@@ -12,9 +12,7 @@
 set -euo pipefail
 TRAIN06=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5
 source "$ROOT/tests/trainer/common.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-rm -rf "$WORK" && mkdir -p "$WORK"
-make_corpus "$WORK" "$PREPARE"
+start_mpi_test "$WORK" "$PREPARE"
 logs=()
 specs=()  # NP:TP:ZERO:SP:MICRO:BUCKET_MB:PRECISION:LOG for budget_formula.py
 i=0

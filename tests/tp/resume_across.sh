@@ -32,9 +32,7 @@ shift 7
 LAYOUT=("$@")  # the later stage's layout on LATER_NP ranks, e.g. tp=2
 LATER_NP=${LATER_NP:-2}
 source "$ROOT/tests/trainer/common.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-rm -rf "$WORK" && mkdir -p "$WORK"
-make_corpus "$WORK" "$PREPARE"
+start_mpi_test "$WORK" "$PREPARE"
 
 # run NP BIN DIR key=value...: 6 steps of the tiny model (a checkpoint every 3).
 run() {

@@ -15,6 +15,16 @@ make_corpus() {  # make_corpus DIR PREPARE
   "$prepare" --out "$dir/data" --val-fraction 0.1 "$text" > /dev/null
 }
 
+# The start of a multi-rank test script: Open MPI allowed as root (the tests run as
+# root in CI), one OpenMP thread a rank that sleeps when idle (ranks outnumber the
+# cores), WORK emptied, and the corpus made in it.
+start_mpi_test() {  # start_mpi_test WORK PREPARE
+  [ -n "$1" ] || { echo "start_mpi_test: no WORK directory given" >&2; exit 2; }
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+  rm -rf "$1" && mkdir -p "$1"
+  make_corpus "$1" "$2"
+}
+
 # The learning rate of the tiny-model runs times FACTOR, what a negative control runs at:
 # configs/tiny.json's lr, or the caller's COMMON lr= when it sets one (a later --set wins).
 scaled_lr() {  # scaled_lr FACTOR

@@ -10,9 +10,7 @@
 set -euo pipefail
 BIN02=$1 BIN03=$2 BIN04=$3 BIN05=$4 PREPARE=$5 WORK=$6 ROOT=$7 MPIEXEC=$8
 source "$ROOT/tests/trainer/common.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-rm -rf "$WORK" && mkdir -p "$WORK"
-make_corpus "$WORK" "$PREPARE"
+start_mpi_test "$WORK" "$PREPARE"
 
 DP=4 VOCAB=256 BLOCK=32
 # PRECISION:N_LAYER:N_EMBD:N_HEAD:BUCKET_MB. The fp32 shape has the embeddings in a

@@ -19,9 +19,7 @@
 set -euo pipefail
 BIN04=$1 BIN05=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6
 source "$ROOT/tests/trainer/common.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-rm -rf "$WORK" && mkdir -p "$WORK"
-make_corpus "$WORK" "$PREPARE"
+start_mpi_test "$WORK" "$PREPARE"
 
 STEPS=12
 # run BIN DIR MICRO_BATCH [--set k=v...]: 12 fp32 steps of a 3-layer tiny model at dp 2,
