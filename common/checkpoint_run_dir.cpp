@@ -44,8 +44,7 @@ std::vector<std::pair<int64_t, fs::path>> complete_checkpoints(const std::string
 }
 
 // The step a checkpoint directory was written at, from its manifest.
-int64_t checkpoint_step(const std::string& path) {
-  const json manifest = read_manifest(path);
+int64_t checkpoint_step(const json& manifest, const std::string& path) {
   const auto step = manifest.find("step");
   if (step == manifest.end() || !step->is_number_integer() || step->get<int64_t>() < 0)
     fail(path + "/manifest.json has no \"step\" that is an integer >= 0 (corrupt checkpoint manifest)");
@@ -98,6 +97,7 @@ namespace {
 struct ResumeSource {
   std::string path;
   int64_t start = 0;
+  json manifest;  // the checkpoint's manifest, read once (null for a fresh start)
 };
 ResumeSource resume_source(const Config& cfg) {
   // "Latest" or "LATEST" is a path that is not there: name the word that was meant.
@@ -106,8 +106,12 @@ ResumeSource resume_source(const Config& cfg) {
   std::error_code ec;
   if (lower == "latest" && cfg.resume != "latest" && !fs::exists(cfg.resume, ec))
     fail("resume=" + cfg.resume + ": no such checkpoint; for the newest checkpoint in run_dir write resume=latest");
-  ResumeSource r{cfg.resume == "latest" ? latest_checkpoint(cfg.run_dir) : cfg.resume};
-  if (!r.path.empty()) r.start = checkpoint_step(r.path);
+  ResumeSource r;
+  r.path = cfg.resume == "latest" ? latest_checkpoint(cfg.run_dir) : cfg.resume;
+  if (!r.path.empty()) {
+    r.manifest = read_manifest(r.path);
+    r.start = checkpoint_step(r.manifest, r.path);
+  }
   return r;
 }
 
@@ -119,11 +123,12 @@ ResumeSource resume_source(const Config& cfg) {
 // trains no step (steps=0, or the checkpoint's own) reads no training data, and may
 // evaluate and sample with another seq_len or seed. A checkpoint that records no config
 // (written before it did) has nothing to compare.
-void require_same_data_stream(const Config& cfg, const std::string& path, int64_t start) {
+void require_same_data_stream(const Config& cfg, const ResumeSource& source) {
+  const std::string& path = source.path;
+  const int64_t start = source.start;
   if (start == 0 || cfg.steps <= start) return;
-  const json manifest = read_manifest(path);
-  const auto saved = manifest.find("config");
-  if (saved == manifest.end() || !saved->is_object()) return;
+  const auto saved = source.manifest.find("config");
+  if (saved == source.manifest.end() || !saved->is_object()) return;
   const std::pair<const char*, json> ours[] = {
       {"batch_size", cfg.batch_size}, {"seq_len", cfg.seq_len}, {"seed", cfg.seed}};
   for (const auto& [key, value] : ours) {
@@ -139,8 +144,10 @@ void require_same_data_stream(const Config& cfg, const std::string& path, int64_
 }  // namespace
 
 std::string resolve_resume(const Config& cfg) {
-  const auto [path, start] = resume_source(cfg);
-  if (!path.empty()) require_same_data_stream(cfg, path, start);
+  const ResumeSource source = resume_source(cfg);
+  const std::string& path = source.path;
+  const int64_t start = source.start;
+  if (!path.empty()) require_same_data_stream(cfg, source);
   // `steps` counts from the start of the run, not from the resume. Below the checkpoint's
   // step it is a mistake (the run would train nothing and save the checkpoint again
   // under its step); 0 is the way to train nothing and only evaluate and sample.
