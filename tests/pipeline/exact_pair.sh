@@ -35,6 +35,7 @@ run() {
   "$MPIEXEC" -np "$np" --oversubscribe "$bin" $(tiny_args "$WORK/data" "$dir") --set steps="$steps" \
     --set batch_size="$batch" --set micro_batch_size="$mb" --set val_every=0 --set val_batches=0 \
     --set sample_tokens=0 "${extra[@]}" > "$dir.log" 2>&1 || { echo "FAIL: run $bin $spec $*"; tail -20 "$dir.log"; exit 1; }
+  require_layout "$dir" "$np" "${extra[@]#--set}"
 }
 
 failures=0
@@ -84,7 +85,10 @@ with open(sys.argv[1], "r+b") as f:
     f.seek(4 * 1000)
     f.write(struct.pack("<I", bits + 10))
 PY
-"${COMPARE[@]}" --expect-reject --step 10 --reference "$WORK/1-ref" --candidate "$planted" || failures=$((failures + 1))
+# Only the tensors are compared (--weights-only): the rejection must come from the planted
+# weight, not from a resharded gradient norm held to exact bits.
+"${COMPARE[@]}" --expect-reject --weights-only --step 10 --reference "$WORK/1-ref" \
+  --candidate "$planted" || failures=$((failures + 1))
 if [ -n "$resharded" ]; then
   echo "== negative control: a gradient norm 1e-9 off must be rejected by the resharded comparison"
   # 1e-9 relative: far below what a wrong gradient does, far above the bound (P u < 1e-10).

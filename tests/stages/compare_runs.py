@@ -3,7 +3,8 @@
 
   compare_runs.py --truth DIR --reference DIR --candidate DIR [DIR...] --step N
                   [--kinds param,adam_m,adam_v] [--weights-only] [--expect-reject]
-  compare_runs.py --exact --reference DIR --candidate DIR [DIR...] --step N [--expect-reject]
+  compare_runs.py --exact --reference DIR --candidate DIR [DIR...] --step N [--weights-only]
+                  [--expect-reject]
 
 Each DIR is a run directory holding metrics.jsonl and step_XXXXXXXX/ checkpoints (fp32
 files, or fp64 from the float64 runs: tests/checkpoint/checkpoint_tensors.py reads either).
@@ -72,7 +73,8 @@ Every run's logged throughput must also be its global batch over its step time
 A candidate with a different number of steps or a tensor of a different length fails
 (it is not scored on the common part). Exits 1 with a table when any check fails.
 --expect-reject inverts the verdict, for negative controls: exit 0 only when at least
-one check fails (the comparison did see the planted error). Uses only the standard
+one check fails (the comparison did see the planted error). A control that plants its
+error in a tensor adds --weights-only (either mode): then only the tensors can reject it. Uses only the standard
 library.
 """
 import argparse
@@ -288,13 +290,15 @@ def compare_resharded_norm(args, table):
 
 def compare_exact(args, table):
     regrouped = set(args.regrouped.split(",")) if args.regrouped else set()
-    if regrouped:
+    if regrouped and not args.weights_only:
         tolerance = argparse.Namespace(**vars(args))
         tolerance.kinds, tolerance.weights_only = "", False
         compare_series(tolerance, table, ("grad_norm",))
-    if args.norm_resharded and not regrouped:
+    if args.norm_resharded and not regrouped and not args.weights_only:
         compare_resharded_norm(args, table)
     exact_fields = ("loss",) if regrouped or args.norm_resharded else ("loss", "grad_norm")
+    if args.weights_only:
+        exact_fields = ()
     for field in exact_fields:
         ref = series(args.reference, field)
         for c in args.candidate:

@@ -75,6 +75,7 @@ run() {
   else
     "$MPIEXEC" -np "$np" --oversubscribe "$bin" "${args[@]}" > "$dir.log" 2>&1
   fi || { echo "FAIL: run $bin $spec $*"; tail -20 "$dir.log"; exit 1; }
+  require_layout "$dir" "$np" "${extra[@]#--set}"
 }
 
 name() { echo "$1_${2//[:=]/_}"; }
@@ -191,5 +192,5 @@ with open(path, "r+b") as f:
     f.seek(4 * 1000)
     f.write(struct.pack("<I", bits + 10))  # 10 ulps away (same sign and exponent range)
 EOF
-"${COMPARE[@]}" --expect-reject --exact --step "$STEPS" --reference "$WORK/$(name ref "$REF_SPEC")" \
-  --candidate "$planted"
+"${COMPARE[@]}" --expect-reject --exact --weights-only --step "$STEPS" \
+  --reference "$WORK/$(name ref "$REF_SPEC")" --candidate "$planted"

@@ -39,6 +39,32 @@ scaled_lr() {  # scaled_lr FACTOR
 # train and compare every layout but leave out the runs that repeat the same code.
 quick_run() { [ "${GPT_TEST_QUICK:-0}" = 1 ]; }
 
+# require_layout RUN_DIR NP [key=value...]: the newest checkpoint in RUN_DIR was written
+# at the layout NP ranks and the keys ask for (tp, pp, cp: 1 unless given; dp: the rest
+# of NP, unless given), or the test fails. A driver that ignored tp= would compute what
+# the reference computes and pass a comparison; its manifest's layout gives it away.
+require_layout() {
+  /usr/bin/python3 - "$@" << 'PY' || exit 1
+import glob, json, sys
+run_dir, np, *keys = sys.argv[1:]
+want = {"tp": 1, "pp": 1, "cp": 1}
+dp = 0
+for kv in keys:
+    key, _, value = kv.partition("=")
+    if key in want:
+        want[key] = int(value)
+    elif key == "dp":
+        dp = int(value)
+want["dp"] = dp or int(np) // (want["tp"] * want["pp"] * want["cp"])
+manifests = sorted(glob.glob(run_dir + "/step_*/manifest.json"))
+if not manifests:
+    sys.exit(f"FAIL: {run_dir} holds no checkpoint, so the layout it trained at is unknown")
+got = json.load(open(manifests[-1]))["layout"]
+if any(got.get(key) != value for key, value in want.items()):
+    sys.exit(f"FAIL: {manifests[-1]} was written at the layout {got}, not the requested {want}")
+PY
+}
+
 # The tiny model every trainer test uses, on the corpus of make_corpus.
 tiny_args() {  # tiny_args DATA_DIR RUN_DIR
   echo --config "$ROOT/configs/tiny.json" --set device=cpu --set "train_data=$1/train.bin" \
