@@ -119,6 +119,8 @@ def compare(args):
         args.bound = 4 * base + 8 * 2.0 ** -23
         print(f"fp32 bound: 4 x the baseline's error {base:.3e} + 8 eps32 = {args.bound:.3e}")
     bad, worst, ties = [], 0.0, 0
+    if not want:
+        bad.append(f"{args.want} holds no example: nothing would be compared")
     if len(got) != len(want):
         bad.append(f"{len(got)} examples, the reference has {len(want)}")
     for g, w in zip(got, want):
@@ -127,6 +129,7 @@ def compare(args):
             if g[key] != w[key]:
                 bad.append(f"{where}: {key} {g[key]}, the reference {w[key]}")
         if len(g["loss_sum"]) != len(w["loss_sum"]):
+            bad.append(f"{where}: {len(g['loss_sum'])} endings scored, the reference {len(w['loss_sum'])}")
             continue
         err = max(relative_error(x, y) for x, y in zip(g["loss_sum"], w["loss_sum"]))
         worst = max(worst, err)
@@ -139,8 +142,8 @@ def compare(args):
             elif g[key] != w[key]:
                 bad.append(f"{where}: {key} {g[key]}, the reference {w[key]}")
     n = len(want)
-    acc = sum(w["pred"] == w["label"] for w in want) / n
-    acc_norm = sum(w["pred_norm"] == w["label"] for w in want) / n
+    acc = sum(w["pred"] == w["label"] for w in want) / max(n, 1)
+    acc_norm = sum(w["pred_norm"] == w["label"] for w in want) / max(n, 1)
     print(f"{n} examples; largest relative error of a completion's loss {worst:.3e} (bound {args.bound:g}); "
           f"{ties} near ties left unordered; reference acc {acc:.4f} acc_norm {acc_norm:.4f}")
     if bad:
