@@ -13,9 +13,9 @@
 #      (SGD comparison; both 1.1x in bf16, below), one small tensor (h.1.ln_2.bias) of
 #      an SGD candidate 1e-4 off (1e-1 in bf16), under the bound of its whole kind (the
 #      per-tensor comparison must see it), and a
-#      checkpoint with one weight 10 ulps off (exact comparison),
-#      plus the exact comparison's positive case given in EXACT_SPECS (layouts that only
-#      move work, byte-identical to the reference).
+#      checkpoint with one weight 10 ulps off (exact comparison).
+#   4. With EXACT_SPECS, the exact comparison's positive case (layouts that only move
+#      work, byte-identical to the reference), in the default pass.
 # With GPT_TEST_QUICK=1 (the sanitizer pass of scripts/test.sh, which looks for memory
 # errors and undefined behaviour) only part 1 runs: every layout still trains under the
 # sanitizers and is compared; the SGD step and the controls, which run the same code
@@ -143,6 +143,19 @@ if [ "${NEGATIVE_CAND:-0}" = 1 ]; then
     --reference "$WORK/$(name sgd_ref "$REF_SPEC")" "${SGD_ENSEMBLE[@]}" --candidate "$WORK/neg_cand_sgd"
 fi
 
+if [ -n "$EXACT_SPECS" ]; then
+  echo "== exact: layouts that only move work give the reference's bits"
+  # EXACT_NORM=resharded: the candidate sums its gradient norm's squares shard by shard,
+  # so the norm is held to the rounding of that grouping (compare_runs.py --norm-resharded);
+  # every loss, weight and moment stays compared bit for bit.
+  norm=()
+  [ "${EXACT_NORM:-}" = resharded ] && norm=(--norm-resharded)
+  exact=()
+  for spec in $EXACT_SPECS; do d="$WORK/$(name exact "$spec")"; run "$CAND_BIN" "$spec" "$d" "$STEPS"; exact+=("$d"); done
+  "${COMPARE[@]}" --exact "${norm[@]}" --step "$STEPS" --reference "$WORK/$(name ref "$REF_SPEC")" \
+    --candidate "${exact[@]}"
+fi
+
 [ "${NEGATIVE:-0}" = 1 ] || exit 0
 
 # 3. Negative controls (and the exact comparison's positive case).
@@ -156,12 +169,6 @@ run "$TRUTH_BIN" 1:24 "$WORK/neg_grad" 1 "${SGD[@]}" test_grad_scale="$SGD_CONTR
 # (the weights alone: the logged gradient norm would give the scale away by itself)
 "${COMPARE[@]}" --expect-reject --weights-only --step 1 --kinds param --truth "$WORK/sgd_truth" \
   --reference "$WORK/$(name sgd_ref "$REF_SPEC")" "${SGD_ENSEMBLE[@]}" --candidate "$WORK/neg_grad"
-if [ -n "$EXACT_SPECS" ]; then
-  echo "== exact: layouts that only move work give the reference's bits"
-  exact=()
-  for spec in $EXACT_SPECS; do d="$WORK/$(name exact "$spec")"; run "$CAND_BIN" "$spec" "$d" "$STEPS"; exact+=("$d"); done
-  "${COMPARE[@]}" --exact --step "$STEPS" --reference "$WORK/$(name ref "$REF_SPEC")" --candidate "${exact[@]}"
-fi
 echo "== negative control: one small tensor $PLANT off after the SGD step must be rejected"
 # h.1.ln_2.bias of the first SGD candidate scaled by 1 + PLANT: far below the bound of the
 # whole parameter kind, so it is the per-tensor comparison that must see it.
