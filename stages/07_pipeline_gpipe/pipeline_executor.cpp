@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
+
+#include <unistd.h>
 
 #include "common/device_array.h"
 #include "common/error.h"
@@ -44,6 +47,11 @@ PipelineExecutor<A>::PipelineExecutor(std::vector<GPT2<A>*> chunks, Communicator
   invariant(v_ >= 1, "PipelineExecutor: no model chunk");
   for (GPT2<A>* c : chunks_) slot_owner_.emplace_back(size_t(c->in_flight()), -1);
   if (const char* j = std::getenv("GPT_TEST_PIPE_JITTER_MS")) jitter_ms_ = std::atoi(j);
+  // Said, so that a test can tell the delays were applied (a run without them computes
+  // the same bits and would pass the comparison it is meant to stress).
+  if (jitter_ms_ > 0)
+    std::fprintf(stderr, "process %ld, pipeline rank %d: test hook GPT_TEST_PIPE_JITTER_MS: each action waits 0-%d ms "
+                 "at random\n", long(getpid()), rank_, jitter_ms_);
   if (const char* r = std::getenv("GPT_TEST_PIPE_STALL_RANK")) stall_rank_ = std::atoi(r);
   jitter_state_ = 0x9E3779B97F4A7C15ull * uint64_t(rank_ + 1);
 }

@@ -35,7 +35,7 @@
 //
 // Two test hooks, read from the environment once: GPT_TEST_PIPE_JITTER_MS=N sleeps a
 // pseudo-random 0..N ms before each action (the order of arrival changes, the bits must
-// not); GPT_TEST_PIPE_STALL_RANK=r makes pipeline rank r stop answering at its third
+// not), and says so on stderr; GPT_TEST_PIPE_STALL_RANK=r makes pipeline rank r stop answering at its third
 // action (the others must fail within comm_timeout_s, naming the peer).
 #pragma once
 #include <chrono>

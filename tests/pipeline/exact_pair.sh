@@ -69,6 +69,11 @@ if [ -n "$JITTER_SPEC" ]; then
   echo "== $JITTER_SPEC with every rank delayed 0-3 ms at random before each action"
   run ref "$JITTER_SPEC" "$WORK/jitter-ref" 10
   GPT_TEST_PIPE_JITTER_MS=3 run cand "$JITTER_SPEC" "$WORK/jitter-cand" 10
+  # Every process's executor says it applies the delays (else this is a repeat run).
+  delayed=$(grep -o "process [0-9]*, pipeline rank [0-9]*: test hook GPT_TEST_PIPE_JITTER_MS" \
+    "$WORK/jitter-cand.log" | sort -u | wc -l)
+  (( delayed >= ${JITTER_SPEC%%:*} )) || {
+    echo "FAIL: $delayed of ${JITTER_SPEC%%:*} processes delayed their actions"; failures=$((failures + 1)); }
   norm=()
   [[ "$JITTER_SPEC" == *cand.virtual_stages=* ]] && norm=(--norm-resharded)
   "${COMPARE[@]}" "${norm[@]}" --step 10 --reference "$WORK/jitter-ref" --candidate "$WORK/jitter-cand" ||
