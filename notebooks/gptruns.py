@@ -290,7 +290,7 @@ def zero_memory(unit_sizes, zero, ranks, rank, bucket_mb, precision):
     others = [b[0] for b in bk[:-1]]
     live = emb + min(2, len(others)) * max(others, default=0)
     E, B = unit_sizes[0], unit_sizes[1]
-    gathered = E + 2 * B if len(unit_sizes) >= 4 else E + max(B, unit_sizes[-1])
+    gathered = E + 2 * B if len(unit_sizes) >= 4 else E + B + unit_sizes[-1]  # one block: ln_f prefetched beside it
     k = 12 if precision == "bf16" else 8
     w = 2 if precision == "bf16" else 4
     params = w * (S + gathered) if zero == 3 else w * P

@@ -66,7 +66,9 @@ TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank) 
   const int64_t others = int64_t(bk.size()) - 1;
   const int64_t largest = others > 0 ? *std::max_element(bk.begin(), bk.end() - 1) : 0;
   const int64_t live = emb_bucket + std::min<int64_t>(2, others) * largest;
-  const int64_t gathered = L >= 2 ? E + 2 * Bk : E + std::max(Bk, 2 * C);
+  // ZeRO-3's gathered units: the embeddings, the current block and the prefetched next
+  // unit (with one block, the final layernorm, prefetched while the block computes).
+  const int64_t gathered = L >= 2 ? E + 2 * Bk : E + Bk + 2 * C;
   // Bytes of a stored weight or activation (A): 2 in bf16 mode (GPT2<bf16>), else 4.
   // Gradients of weights, master weights, moments and row statistics are fp32 always.
   const bool bf16 = cfg.precision == "bf16";
@@ -79,10 +81,13 @@ TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank) 
   // Activations: elements stored as A (the tensors and their gradients) and 4-byte ones
   // (layernorm means and rstds, attention logsumexps, losses, the loss's row statistics,
   // int32 token ids).
+  // The N x C buffers sequence parallelism adds (the embedding's partial sums, ln_f's
+  // gathered rows, the scratch of a gather) exist only where rows are split: tp > 1.
+  const bool split_rows = R != N;
   const int64_t per_layer = 4 * R * C + 4 * N * W + 2 * N * F, per_layer_stats = 4 * R + B * Hr * T;
-  const int64_t embedding = R * C + (sp ? N * C : 0);
-  const int64_t head = R * C + (sp ? N * C : 0) + 2 * N * Vr, head_stats = 2 * R + N + (tp > 1 ? 3 * N : 0);
-  const int64_t scratch = 2 * N * C + (sp ? R * C + N * C : 0) + 4 * N * W + 2 * N * F;
+  const int64_t embedding = R * C + (split_rows ? N * C : 0);
+  const int64_t head = R * C + (split_rows ? N * C : 0) + 2 * N * Vr, head_stats = 2 * R + N + 3 * N;
+  const int64_t scratch = 2 * N * C + (split_rows ? R * C + N * C : 0) + 4 * N * W + 2 * N * F;
   const int64_t rest = R * C, tokens = 2 * N;  // the residual gradient; inputs and targets
   b.memory.set(MemKind::Activations, size_t(a * (L * per_layer + embedding + head + scratch + rest) +
                                             4 * (L * per_layer_stats + head_stats + tokens)));

@@ -4,7 +4,8 @@
 # collective exact, activations too), for tp 2 with and without sequence
 # parallelism, tp 4 at zero 1 with accumulation 4, tp 2 x dp 2 at zero 2 and 3, and in
 # bf16 (2-byte weights and activations) tp 2 and tp 2 x dp 2 at zero 3 with sequence
-# parallelism; and the
+# parallelism; tp 1 with sequence parallelism on (nothing to split: no extra buffers) and
+# zero 3 with one block (the final layernorm prefetched beside it); and the
 # checker's negative controls (one byte, one call off must be rejected). Then the same
 # measured numbers against budget_formula.py, a derivation written apart from the
 # stage's (the named tensors a rank holds, the walk through f and g), with its controls.
@@ -18,7 +19,8 @@ specs=()  # NP:TP:ZERO:SP:MICRO:BUCKET_MB:PRECISION:LOG for budget_formula.py
 i=0
 for layout in "2 tp=2" "2 tp=2 sequence_parallel=true" "4 tp=4 zero=1 micro_batch_size=1" \
               "4 tp=2 zero=2 sequence_parallel=true" "4 tp=2 zero=3 sequence_parallel=true micro_batch_size=1" \
-              "2 tp=2 precision=bf16" "4 tp=2 zero=3 sequence_parallel=true micro_batch_size=1 precision=bf16"; do
+              "2 tp=2 precision=bf16" "4 tp=2 zero=3 sequence_parallel=true micro_batch_size=1 precision=bf16" \
+              "2 tp=1 sequence_parallel=true" "4 tp=2 zero=3 n_layer=1"; do
   read -r np kvs <<< "$layout"
   i=$((i + 1))
   sets=()
@@ -27,14 +29,15 @@ for layout in "2 tp=2" "2 tp=2 sequence_parallel=true" "4 tp=4 zero=1 micro_batc
     --set val_batches=0 --set sample_tokens=0 --set bucket_mb=0.02 "${sets[@]}" > "$WORK/run$i.log" 2>&1 ||
     { echo "FAIL: run $layout"; tail -20 "$WORK/run$i.log"; exit 1; }
   logs+=("$WORK/run$i.log")
-  tp=1 zero=0 sp=0 precision=fp32 micro=$(sed -n 's/.*"micro_batch_size": *\([0-9]*\).*/\1/p' "$ROOT/configs/tiny.json")
+  tp=1 zero=0 sp=0 precision=fp32 layers=0 micro=$(sed -n 's/.*"micro_batch_size": *\([0-9]*\).*/\1/p' "$ROOT/configs/tiny.json")
   for kv in $kvs; do
     case $kv in
       tp=*) tp=${kv#tp=} ;; zero=*) zero=${kv#zero=} ;; sequence_parallel=true) sp=1 ;;
       micro_batch_size=*) micro=${kv#micro_batch_size=} ;; precision=*) precision=${kv#precision=} ;;
+      n_layer=*) layers=${kv#n_layer=} ;;
     esac
   done
-  specs+=("$np:$tp:$zero:$sp:$micro:0.02:$precision:$WORK/run$i.log")
+  specs+=("$np:$tp:$zero:$sp:$micro:0.02:$precision:$layers:$WORK/run$i.log")
 done
 /usr/bin/python3 "$ROOT/scripts/check_tp_budget.py" "${logs[@]}"
 /usr/bin/python3 "$ROOT/scripts/check_tp_budget.py" --self-test "${logs[0]}"

@@ -5,9 +5,10 @@ named tensors with the rows or columns a tp rank holds, and the collectives as t
 of one micro-batch through the model's f and g operators.
 
   budget_formula.py CONFIG RUN [RUN...]
-  RUN = NP:TP:ZERO:SP:MICRO:BUCKET_MB:PRECISION:LOG     e.g. 4:2:2:1:2:0.02:bf16:/tmp/run4.log
+  RUN = NP:TP:ZERO:SP:MICRO:BUCKET_MB:PRECISION:N_LAYER:LOG   e.g. 4:2:2:1:2:0.02:bf16:2:/tmp/run4.log
 
-CONFIG is the runs' JSON config (the model's shape, seq_len, batch_size).
+CONFIG is the runs' JSON config (the model's shape, seq_len, batch_size); N_LAYER is the
+run's n_layer (0: the config's).
 
 Each LOG is the output of a one-step run of stage 06 on NP ranks (tp = TP, dp = NP/TP,
 zero = ZERO, sequence_parallel = SP in {0, 1}, micro_batch_size = MICRO, precision =
@@ -152,12 +153,13 @@ def main():
         sys.exit(__doc__)
     with open(sys.argv[1]) as f:
         cfg = json.load(f)
-    a = Shape(cfg["vocab_size"], cfg["block_size"], cfg["n_layer"], cfg["n_embd"], cfg["seq_len"],
+    shape = Shape(cfg["vocab_size"], cfg["block_size"], cfg["n_layer"], cfg["n_embd"], cfg["seq_len"],
               cfg["batch_size"])
     failed = False
     for spec in sys.argv[2:]:
-        np_, tp, zero, sp, micro, bucket_mb, precision, path = spec.split(":", 7)
+        np_, tp, zero, sp, micro, bucket_mb, precision, n_layer, path = spec.split(":", 8)
         np_, tp, zero, sp, micro, bucket_mb = int(np_), int(tp), int(zero), sp == "1", int(micro), float(bucket_mb)
+        a = shape._replace(n_layer=int(n_layer) or shape.n_layer)
         if precision not in ("fp32", "bf16"):
             sys.exit(f"budget_formula: {spec}: precision '{precision}' is neither fp32 nor bf16")
         w = 2 if precision == "bf16" else 4
@@ -165,13 +167,16 @@ def main():
         mem, comm = measured(path)
         want_mem = memory(a, tp, dp, zero, bucket_mb, w)
         want_comm = collectives(a, tp, dp, zero, sp, micro, w)
-        name = f"tp {tp} x dp {dp}, zero {zero}, sp {int(sp)}, micro-batch {micro}, {precision}"
+        name = f"tp {tp} x dp {dp}, zero {zero}, sp {int(sp)}, micro-batch {micro}, {precision}, {a.n_layer} layers"
         ok = mem == want_mem and comm == want_comm
         failed |= not ok
         print(f"{'ok  ' if ok else 'FAIL'} {name}: memory {mem} (derived {want_mem}); "
               f"collectives {comm} (derived {want_comm})")
         # Negative controls: plausible wrong derivations the measurements must reject.
-        controls = [("row-parallel biases split", memory(a, tp, dp, zero, bucket_mb, w, True), want_comm)]
+        # (At tp 1 a split bias is the whole bias: there is nothing to tell apart.)
+        controls = []
+        if tp > 1:
+            controls.append(("row-parallel biases split", memory(a, tp, dp, zero, bucket_mb, w, True), want_comm))
         if sp:
             controls.append(("no re-gathers in backward", want_mem,
                              collectives(a, tp, dp, zero, sp, micro, w, regather=False)))

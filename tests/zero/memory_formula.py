@@ -37,7 +37,8 @@ The fixed buffers, on top of the shards:
   gathered units (05): the embeddings stay gathered through each pass; the current
             unit is gathered beside them; and while a block computes, the next block's
             gather is already in flight into a buffer of its own (the prefetch), so the
-            peak is  E + 2 B  (a block plus its prefetched successor; L >= 2).
+            peak is  E + 2 B  (a block plus its prefetched successor; L >= 2; with one
+            block, E + B + the final layernorm, prefetched while the block computes).
             The store allocates the prefetch buffer on the main thread when it starts
             the prefetch, before the current block computes, so the peak is reached in
             every forward whatever the prefetch thread's timing (were the thread to
@@ -106,7 +107,7 @@ def zero_terms(sizes, dp, bucket_mb):
     return {"P": P, "S": shard_size(P, dp, 0), "E": E, "B": B,
             "live buckets": emb_bucket[0] + min(2, len(others)) * max(others, default=0),
             "largest other bucket": max(others, default=0), "other buckets": len(others),
-            "gathered": E + 2 * B if n_layer >= 2 else E + max(B, sizes[-1]),
+            "gathered": E + 2 * B if n_layer >= 2 else E + B + sizes[-1],
             "buckets": [b[0] for b in buckets], "embedding bucket": emb_bucket[0]}
 
 

@@ -16,7 +16,8 @@ DP=4 VOCAB=256 BLOCK=32
 # PRECISION:N_LAYER:N_EMBD:N_HEAD:BUCKET_MB. The fp32 shape has the embeddings in a
 # bucket of their own; the bf16 one has P not divisible by 4 (uneven shards) and a
 # bucket holding both the embeddings and block 0 (buckets: final+4+3, 2+1, 0+embeddings).
-CASES="fp32:4:64:4:0.1 bf16:5:66:6:0.25"
+# The one-block shape: ZeRO-3 prefetches the final layernorm while the block computes.
+CASES="fp32:4:64:4:0.1 bf16:5:66:6:0.25 fp32:1:64:4:0.1"
 declare -A BINS=([02]=$BIN02 [03]=$BIN03 [04]=$BIN04 [05]=$BIN05 [05np]=$BIN05)
 declare -A KEYS=([05np]="--set zero3_prefetch=false")  # stage 05 without its prefetch
 
@@ -24,7 +25,7 @@ specs=()
 for case in $CASES; do
   IFS=: read -r prec layers embd heads bucket <<< "$case"
   for stage in 02 03 04 05 05np; do
-    dir="$WORK/s${stage}_$prec"
+    dir="$WORK/s${stage}_${prec}_L$layers"
     "$MPIEXEC" -np $DP --oversubscribe "${BINS[$stage]}" $(tiny_args "$WORK/data" "$dir") \
       --set n_layer="$layers" --set n_embd="$embd" --set n_head="$heads" --set vocab_size=$VOCAB \
       --set block_size=$BLOCK --set seq_len=$BLOCK --set precision="$prec" --set bucket_mb="$bucket" \
