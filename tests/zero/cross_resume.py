@@ -34,10 +34,13 @@ replays the wrong sequences moves the loss in its second or third digit, far bey
 bound.
 
 One SGD step from the reference's own checkpoint (K = N) takes F = 2: the candidate and
-the reference start from the same bits, so their weights differ by lr |g_c - g_r| (what
-the spread measures) plus at most one rounding of the sum p - lr g per element, and one
-ulp of x is at most eps32 |x|; 2 eps32 ||p|| covers that rounding and the rounding of
-lr g. With 16 the floor would be as large as a step 1 % too large.
+the reference start from the same bits, so their weights differ by lr |g_c - g_r| plus at
+most one rounding of the sum p - lr g per element, and one ulp of x is at most eps32 |x|;
+2 eps32 ||p|| covers that rounding and the rounding of lr g. The floor is what decides
+this bound: the spread comes from the baselines' N uninterrupted steps, so it over-states
+one step's lr |g_c - g_r| (in cross_resume.sh's runs 1.2e-8 against the candidate's
+3.1e-9), and 4 times it is still some 70 times below the floor (3.2e-6); a step 1 % too
+large lies at 1.5e-5, 4.6 times beyond. With 16 the floor would be as large as that step.
 Exits 1 with a table when any check fails. Uses only the standard library.
 """
 import argparse
