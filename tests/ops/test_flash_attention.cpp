@@ -295,6 +295,14 @@ TEST_CASE("ops: flash attention equals the reference attention in double",
       CHECK(err <= 1e-12 * (scale + cancelling));
       // At T = 1 the softmax is the constant 1: dq and dk are exactly 0 in both.
       if (s.T > 1 || std::string(name) == "out" || std::string(name) == "dv") CHECK(scale > 0);
+      // Negative control: flash's result 1e-9 off (far below any wrong tile or rescale)
+      // must be outside the bound, as it is while the cancelling terms stay under 1000
+      // times the result's scale.
+      if (scale > 0) {
+        Vec off = *flash;
+        for (double& x : off) x *= 1 + 1e-9;
+        CHECK_FALSE(max_diff(off, *reference) <= 1e-12 * (scale + cancelling));
+      }
     }
 
     // The logsumexp: L_t = log sum_{u<=t} e^{s_tu}, evaluated in long double, and
@@ -311,6 +319,9 @@ TEST_CASE("ops: flash attention equals the reference attention in double",
           const double L = fl.lse[(size_t(b) * s.NH + h) * s.T + t];
           INFO("lse b " << b << " h " << h << " t " << t << ": " << L << " exact " << double(lse));
           CHECK(std::fabs(LD(L) - lse) <= LD(1e-12) * std::max(LD(1), std::fabs(lse)));
+          // Negative control: L 1e-9 off (relative, or absolute where |L| < 1) is outside.
+          const LD L_off = LD(L) + LD(1e-9) * std::max(LD(1), std::fabs(LD(L)));
+          CHECK_FALSE(std::fabs(L_off - lse) <= LD(1e-12) * std::max(LD(1), std::fabs(lse)));
           const double* p = ref.att.data() + ((size_t(b) * s.NH + h) * s.T + t) * s.T;
           for (int u = 0; u <= t; ++u) {
             const LD prob = std::exp(sc[size_t(u)] - LD(L));
@@ -392,6 +403,10 @@ TEST_CASE("ops: flash attention in float is as accurate as the reference in floa
       INFO("lse: float error flash " << err_flash << ", unblocked " << err_base << ", floor "
                                      << floor);
       CHECK(err_flash <= 4 * err_base + floor);
+      // Negative control: every logsumexp 1e-3 of the largest off must be outside.
+      Vec off = fl.lse;
+      for (double& x : off) x += 1e-3 * max_abs(fl64.lse);
+      CHECK_FALSE(max_diff(off, fl64.lse) <= 4 * err_base + floor);
     }
   }
 }
