@@ -171,8 +171,9 @@ void write_manifest(const CheckpointPaths& p, const Config& cfg, const ParamLayo
       {"sample_counter", state.sample_counter},
       {"layout", layout_json},
       // The data loader hands every layout the same sequences for a step (rule 7 of
-      // docs/architecture.md), so the number of completed steps is the global data position.
-      {"data_position", {{"step", state.step}}},
+      // docs/architecture.md), so the training sequences consumed are the global data
+      // position, whatever the layout; the step is repeated as a check.
+      {"data_position", {{"step", state.step}, {"sequences", state.sequences(cfg.batch_size)}}},
       {"config", ordered_json::parse(config_to_json(cfg))},
       {"model", model_json(layout.model())},
       {"tensors", tensors},
@@ -236,6 +237,27 @@ void store(const From* from, int64_t n, const CheckpointBuffer& b, int64_t at, c
       fail(what + " holds " + number_text(double(from[i])) + " at element " + std::to_string(first + i) +
            ", beyond fp32's range: it cannot be loaded into fp32 weights");
   }
+}
+
+// The data position a manifest records: data_position.sequences; in a checkpoint written
+// before that was recorded, step x its config's batch_size (each step read one batch);
+// -1 where neither is there.
+int64_t recorded_sequences(const json& manifest, const std::string& manifest_path, int64_t step) {
+  const json& position = manifest.at("data_position");
+  if (const auto recorded = position.find("sequences"); recorded != position.end()) {
+    const std::string what = manifest_path + " has data_position.sequences " + recorded->dump();
+    if (!recorded->is_number_integer() || recorded->get<int64_t>() < 0)
+      fail(what + ": a count of sequences is an integer >= 0");
+    const int64_t sequences = recorded->get<int64_t>();
+    if (step == 0 ? sequences != 0 : sequences < step)
+      fail(what + " at step " + std::to_string(step) + ": each step reads at least one sequence, and step 0 none");
+    return sequences;
+  }
+  const auto config = manifest.find("config");
+  if (config == manifest.end() || !config->is_object()) return -1;
+  const auto batch = config->find("batch_size");
+  if (batch == config->end() || !batch->is_number_integer() || batch->get<int64_t>() < 1) return -1;
+  return step * batch->get<int64_t>();
 }
 
 }  // namespace
@@ -370,6 +392,7 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
            " but step " + std::to_string(state.step) + ": they are the same position");
     state.resumed_from = path;
     state.resumed_step = state.step;
+    state.resumed_sequences = recorded_sequences(manifest, manifest_path, state.step);
     if (!manifest.at("sample_counter").is_number_unsigned())
       fail(manifest_path + " has sample_counter " + manifest.at("sample_counter").dump() +
            ": a counter is an integer >= 0");

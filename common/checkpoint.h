@@ -95,7 +95,7 @@ class CheckpointMirror {
 
 /// What a checkpoint records besides its tensors: where the run resumes.
 struct CheckpointState {
-  int64_t step = 0;              ///< optimizer steps completed (also the data position)
+  int64_t step = 0;              ///< optimizer steps completed
   uint64_t sample_counter = 0;   ///< counter of the sampling RNG
   /// The layout that wrote the checkpoint, a JSON object such as the default (the
   /// manifest records it, and a load reads it back; resuming does not depend on it). It
@@ -105,8 +105,21 @@ struct CheckpointState {
   /// (see rewrites_resumed_checkpoint).
   std::string resumed_from;
   int64_t resumed_step = 0;  ///< the step of resumed_from (0 for a fresh run); not saved
+  /// The data position of resumed_from: the training sequences its steps consumed (0 for
+  /// a fresh run; -1 for a checkpoint that records neither it nor its batch_size, whose
+  /// steps are then taken to have read this run's batch_size each). Set by the loads.
+  int64_t resumed_sequences = 0;
   /// Whether this run has trained a step since it started.
   bool trained() const { return step > resumed_step; }
+  /// The data position after `step`: the training sequences steps 1..step consumed,
+  /// those of the resumed checkpoint and then `batch_size` a step. It is what a save
+  /// records, and, during step + 1, the index of that step's first sequence
+  /// (DataLoader::batch), so a resume may change batch_size and read on where the
+  /// checkpoint stopped.
+  int64_t sequences(int batch_size) const {
+    const int64_t at_resume = resumed_sequences >= 0 ? resumed_sequences : resumed_step * batch_size;
+    return at_resume + (step - resumed_step) * batch_size;
+  }
 };
 
 /// Whether the checkpoint a run would write now is the one it resumed, unchanged: it has

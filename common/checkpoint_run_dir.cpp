@@ -115,29 +115,28 @@ ResumeSource resume_source(const Config& cfg) {
   return r;
 }
 
-// A resumed run reads its training data from sequence step x batch_size on, in seed's
-// order, in windows of seq_len tokens: the checkpoint keeps its data position as the
-// step alone, so these must be the ones the checkpoint was trained with, or the run
-// would skip or repeat data without a word. At step 0 nothing was read yet, so anything
-// goes (GPT-2's weights, imported, fine-tuned with a batch of one's own); a run that
-// trains no step (steps=0, or the checkpoint's own) reads no training data, and may
-// evaluate and sample with another seq_len or seed. A checkpoint that records no config
-// (written before it did) has nothing to compare.
+// A resumed run reads its training data on from the checkpoint's data position (the
+// sequences its steps consumed: any batch_size may follow), in seed's order, in windows
+// of seq_len tokens: those two must be the ones the checkpoint was trained with, or the
+// sequences it counts are other windows, and the run would skip or repeat data without
+// a word. At step 0 nothing was read yet, so anything goes (GPT-2's weights, imported,
+// fine-tuned with data of one's own); a run that trains no step (steps=0, or the
+// checkpoint's own) reads no training data, and may evaluate and sample with another
+// seq_len or seed. A checkpoint that records no config (written before it did) has
+// nothing to compare.
 void require_same_data_stream(const Config& cfg, const ResumeSource& source) {
   const std::string& path = source.path;
   const int64_t start = source.start;
   if (start == 0 || cfg.steps <= start) return;
   const auto saved = source.manifest.find("config");
   if (saved == source.manifest.end() || !saved->is_object()) return;
-  const std::pair<const char*, json> ours[] = {
-      {"batch_size", cfg.batch_size}, {"seq_len", cfg.seq_len}, {"seed", cfg.seed}};
+  const std::pair<const char*, json> ours[] = {{"seq_len", cfg.seq_len}, {"seed", cfg.seed}};
   for (const auto& [key, value] : ours) {
     const auto theirs = saved->find(key);
     if (theirs == saved->end() || *theirs == value) continue;
     fail("resume=" + path + ": " + key + "=" + value.dump() + ", but the checkpoint was trained with " + key + "=" +
-         theirs->dump() + ": it keeps its data position as its step, " + std::to_string(start) +
-         " (sequences from step x batch_size on, in seed's order, seq_len tokens each), so this run would skip or "
-         "repeat training data; resume with " + key + "=" + theirs->dump() + ", or start a fresh run");
+         theirs->dump() + ": its data position counts sequences of seq_len tokens in seed's order, so this run "
+         "would skip or repeat training data; resume with " + key + "=" + theirs->dump() + ", or start a fresh run");
   }
 }
 

@@ -318,9 +318,9 @@ void DataLoader::copy_window(int64_t window, int32_t* inputs, int32_t* targets) 
   }
 }
 
-void DataLoader::batch(int64_t step, int micro_step, int dp_rank, int dp, int micro_batch,
+void DataLoader::batch(int64_t first_sequence, int micro_step, int dp_rank, int dp, int micro_batch,
                        int batch_size, int32_t* inputs, int32_t* targets) const {
-  require(step >= 0, "data: negative step " + std::to_string(step));
+  require(first_sequence >= 0, "data: negative first sequence " + std::to_string(first_sequence));
   require(dp >= 1, "data: dp must be at least 1, got " + std::to_string(dp));
   require(dp_rank >= 0 && dp_rank < dp, "data: dp_rank " + std::to_string(dp_rank) +
                                             " out of range [0, " + std::to_string(dp) + ")");
@@ -341,7 +341,7 @@ void DataLoader::batch(int64_t step, int micro_step, int dp_rank, int dp, int mi
   // global batch: the union over all of them is sequences 0..batch_size-1.
   for (int b = 0; b < micro_batch; ++b) {
     const int64_t g = (int64_t(micro_step) * dp + dp_rank) * micro_batch + b;
-    const int64_t j = step * batch_size + g;
+    const int64_t j = first_sequence + g;
     copy_window(window_of(j), inputs + int64_t(b) * seq_len_, targets + int64_t(b) * seq_len_);
   }
 }

@@ -6,16 +6,18 @@
 /// then that many uint16 tokens.
 ///
 /// The loader follows the global-batch rule (docs/architecture.md, rule 7): what a step
-/// trains on depends only on (seed, step), never on the layout. The train stream (all
-/// shards concatenated in sorted file-name order) is cut into
+/// trains on depends only on (seed, data position), never on the layout. The train
+/// stream (all shards concatenated in sorted file-name order) is cut into
 /// W = floor((n_tokens - 1) / T) windows of T+1 tokens (input and shifted target) at
 /// stride T. Epoch e visits the windows in the
 /// order  w(i) = (a_e * i + c_e) mod W  with a_e coprime to W, a permutation drawn from
 /// (seed, e) by the counter-based RNG. Global sequence j of the run is window
-/// w(j mod W) of epoch j / W; step s uses sequences j = s*batch_size .. +batch_size-1,
-/// and the sequence index within the step, g, is split over micro-steps and ranks as
-/// g = (micro_step * dp + dp_rank) * micro_batch + b. So the position to resume from
-/// is the step number alone.
+/// w(j mod W) of epoch j / W. The data position p is the number of sequences the steps
+/// before this one consumed (s * batch_size while the batch never changed); the step
+/// uses sequences j = p .. p + batch_size - 1, and the sequence index within the step,
+/// g, is split over micro-steps and ranks as g = (micro_step * dp + dp_rank) * micro_batch
+/// + b. So the position to resume from is one count, which a checkpoint records
+/// (CheckpointState::sequences), and a resumed run may change its batch_size.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -65,8 +67,10 @@ class DataLoader {
   /// validation set. Asking it for a batch is an internal error.
   static DataLoader none(int seq_len);
 
-  /// Fills inputs and targets (micro_batch x seq_len each) for the given position.
-  void batch(int64_t step, int micro_step, int dp_rank, int dp, int micro_batch,
+  /// Fills inputs and targets (micro_batch x seq_len each) with this rank's part of
+  /// micro-step `micro_step` of the step whose sequences start at global sequence
+  /// `first_sequence` (the data position before the step).
+  void batch(int64_t first_sequence, int micro_step, int dp_rank, int dp, int micro_batch,
              int batch_size, int32_t* inputs, int32_t* targets) const;
 
   /// Validation: fixed, unshuffled windows; batch k of size n takes windows k*n..k*n+n-1

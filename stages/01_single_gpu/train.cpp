@@ -126,6 +126,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
   std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
   const int64_t first_step = state.step;
   for (int64_t step = state.step; step < cfg.steps; ++step) {
+    const int64_t first_sequence = state.sequences(cfg.batch_size);  // the data position: the sequences read so far
     const auto t0 = std::chrono::steady_clock::now();
     {
       Span span("zero_grads");
@@ -134,7 +135,8 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     double loss = 0;
     for (int micro = 0; micro < accum; ++micro) {
       // One rank of one (the data-parallel stages pass their rank and their count).
-      train_data.batch(step, micro, /*dp_rank=*/0, /*dp=*/1, B, cfg.batch_size, inputs.data(), targets.data());
+      train_data.batch(first_sequence, micro, /*dp_rank=*/0, /*dp=*/1, B, cfg.batch_size, inputs.data(),
+                       targets.data());
       loss += double(model.forward(inputs.data(), targets.data())) / accum;
       model.backward(M(cfg.test_grad_scale) / M(accum));  // test_grad_scale: 1 outside tests
     }

@@ -108,6 +108,7 @@ int train_on(Run& run) {
   state.layout_json = mesh_json({dp.size(), 1, 1, 1});  // checkpoints record the layout that wrote them
   const int64_t first_step = state.step;
   for (int64_t step = state.step; step < cfg.steps; ++step) {
+    const int64_t first_sequence = state.sequences(cfg.batch_size);  // the data position: the sequences read so far
     const auto t0 = std::chrono::steady_clock::now();
     {
       Span span("zero_grads");
@@ -115,7 +116,7 @@ int train_on(Run& run) {
     }
     double loss = 0;
     for (int micro = 0; micro < accum; ++micro) {
-      train_data.batch(step, micro, dp.rank(), dp.size(), B, cfg.batch_size, inputs.data(), targets.data());
+      train_data.batch(first_sequence, micro, dp.rank(), dp.size(), B, cfg.batch_size, inputs.data(), targets.data());
       loss += double(model.forward(inputs.data(), targets.data())) / (accum * dp.size());
       sync.set_sync(micro == accum - 1);  // only the last micro-step communicates
       model.backward(1.0f / float(accum * dp.size()));

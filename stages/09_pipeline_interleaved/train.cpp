@@ -136,11 +136,12 @@ int train_on(Run& run) {
   state.layout_json = mesh_json(run.mesh.shape());  // checkpoints record the layout that wrote them
   const int64_t first_step = state.step;
   for (int64_t step = state.step; step < cfg.steps; ++step) {
+    const int64_t first_sequence = state.sequences(cfg.batch_size);  // the data position: the sequences read so far
     const auto t0 = std::chrono::steady_clock::now();
     for (LocalZero<A>* z : zeros) z->zero_grads();
     bubble.start();
     const auto batch = [&](int micro, int32_t* inputs, int32_t* targets) {
-      train_data.batch(step, micro, dp.rank(), dp.size(), B, cfg.batch_size, inputs, targets);
+      train_data.batch(first_sequence, micro, dp.rank(), dp.size(), B, cfg.batch_size, inputs, targets);
     };
     const auto before_backward = [&](int chunk, int micro) {
       const bool last = micro == accum - 1;  // each chunk's backwards run in micro-batch order

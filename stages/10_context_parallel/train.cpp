@@ -130,12 +130,14 @@ int train_on(Run& run) {
   state.layout_json = mesh_json(run.mesh.shape());  // checkpoints record the layout that wrote them
   const int64_t first_step = state.step;
   for (int64_t step = state.step; step < cfg.steps; ++step) {
+    const int64_t first_sequence = state.sequences(cfg.batch_size);  // the data position: the sequences read so far
     const auto t0 = std::chrono::steady_clock::now();
     const CommTally cp_before = cp.tally();
     zero.zero_grads();
     double loss = 0;
     for (int micro = 0; micro < accum; ++micro) {
-      train_data.batch(step, micro, data_rank, data_ranks, B, cfg.batch_size, whole_in.data(), whole_tg.data());
+      train_data.batch(first_sequence, micro, data_rank, data_ranks, B, cfg.batch_size, whole_in.data(),
+                       whole_tg.data());
       split.take(whole_in.data(), inputs.data(), B, T);
       split.take(whole_tg.data(), targets.data(), B, T);
       loss += double(model.forward(inputs.data(), targets.data())) / (accum * dp.size());  // dp: dp x cp ranks

@@ -179,11 +179,12 @@ int train_on(Run& run) {
   state.layout_json = mesh_json(shape);  // checkpoints record the layout that wrote them
   const int64_t first_step = state.step;
   for (int64_t step = state.step; step < cfg.steps; ++step) {
+    const int64_t first_sequence = state.sequences(cfg.batch_size);  // the data position: the sequences read so far
     const auto t0 = std::chrono::steady_clock::now();
     for (LocalZero<A>* z : zeros) z->zero_grads();
     bubble.start();
     const auto batch = [&](int micro, int32_t* inputs, int32_t* targets) {  // this rank's chunks of the sequences
-      train_data.batch(step, micro, data_group.rank(), data_group.size(), B, cfg.batch_size, whole_in.data(),
+      train_data.batch(first_sequence, micro, data_group.rank(), data_group.size(), B, cfg.batch_size, whole_in.data(),
                        whole_tg.data());
       split.take(whole_in.data(), inputs, B, T);
       split.take(whole_tg.data(), targets, B, T);

@@ -66,6 +66,7 @@ TEST_CASE("checkpoint manifest has the documented fields", "[checkpoint]") {
   CHECK(m.at("sample_counter") == 12345 + 7);
   CHECK(m.at("layout").at("dp") == 2);
   CHECK(m.at("data_position").at("step") == 7);
+  CHECK(m.at("data_position").at("sequences") == 7 * cfg.batch_size);  // a fresh run: 7 batches
   CHECK(m.at("config").is_object());
   CHECK(m.at("model").at("n_embd") == 16);
   CHECK(m.at("model").at("padded_vocab") == cfg.model.padded_vocab());
@@ -431,6 +432,14 @@ TEST_CASE("a damaged or foreign checkpoint is a UserError naming the problem", "
     CHECK_THAT(edited([](json& m) { m["data_position"]["step"] = 41; }),
                Catch::Contains("data_position.step 41 but step 42"));
   }
+  SECTION("a count of sequences that is no count, or fewer than the steps") {
+    CHECK_THAT(edited([](json& m) { m["data_position"]["sequences"] = 3.5; }),
+               Catch::Contains("data_position.sequences 3.5: a count of sequences is an integer >= 0"));
+    CHECK_THAT(edited([](json& m) { m["data_position"]["sequences"] = -1; }),
+               Catch::Contains("data_position.sequences -1"));
+    CHECK_THAT(edited([](json& m) { m["data_position"]["sequences"] = 41; }),
+               Catch::Contains("data_position.sequences 41 at step 42: each step reads at least one sequence"));
+  }
   SECTION("control: the manifest rewritten unchanged loads") {
     json m = read_json(path / "manifest.json");
     std::ofstream(path / "manifest.json", std::ios::trunc) << m.dump();
@@ -480,4 +489,42 @@ TEST_CASE("a checkpoint holding values that are not numbers is a UserError namin
     gpt::load_checkpoint(path.string(), layout, loaded.buffers(0, n));
     CHECK(same_bits(loaded.adam_m, saved.adam_m));
   }
+}
+
+// The data position: sequences consumed, so that a resume may change batch_size.
+TEST_CASE("the data position counts sequences across a change of batch_size", "[checkpoint]") {
+  gpt::CheckpointState st;
+  st.step = 5;
+  CHECK(st.sequences(8) == 40);  // a fresh run: 5 batches of 8
+  st.resumed_step = 3, st.resumed_sequences = 24;  // resumed after 3 steps of 8, trained on at 16
+  CHECK(st.sequences(16) == 24 + 2 * 16);
+  st.resumed_sequences = -1;  // a checkpoint that recorded no position: its steps read this run's batch
+  CHECK(st.sequences(16) == 5 * 16);
+
+  // Saved, and read back by a load.
+  TempDir dir;
+  gpt::Config cfg = tiny_config();
+  cfg.batch_size = 16;
+  const gpt::ParamLayout layout(cfg.model);
+  const int64_t n = layout.total();
+  State saved = State::filled(n), loaded(n);
+  st.resumed_sequences = 24;
+  const fs::path path = gpt::save_checkpoint(dir.str(), cfg, layout, st, saved.buffers(0, n));
+  CHECK(read_json(path / "manifest.json").at("data_position").at("sequences") == 56);
+  gpt::CheckpointState back = gpt::load_checkpoint(path.string(), layout, loaded.buffers(0, n));
+  CHECK(back.resumed_step == 5);
+  CHECK(back.resumed_sequences == 56);
+  CHECK(back.sequences(4) == 56);  // the position after the resumed step, whatever batch follows
+  back.step = 6;
+  CHECK(back.sequences(4) == 60);
+
+  // A checkpoint written before the position was recorded: step x its config's
+  // batch_size; with no config either, unknown (-1).
+  json m = read_json(path / "manifest.json");
+  m["data_position"].erase("sequences");
+  std::ofstream(path / "manifest.json", std::ios::trunc) << m.dump();
+  CHECK(gpt::load_checkpoint(path.string(), layout, loaded.buffers(0, n)).resumed_sequences == 5 * 16);
+  m.erase("config");
+  std::ofstream(path / "manifest.json", std::ios::trunc) << m.dump();
+  CHECK(gpt::load_checkpoint(path.string(), layout, loaded.buffers(0, n)).resumed_sequences == -1);
 }

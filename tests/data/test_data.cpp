@@ -76,11 +76,13 @@ struct Batch {
   bool operator==(const Batch&) const = default;
 };
 
+// Step `step` of a run whose batch_size never changed: its first sequence (the data
+// position) is step x batch_size.
 Batch get_batch(const gpt::DataLoader& loader, int seq_len, int64_t step, int micro_step,
                 int dp_rank, int dp, int micro_batch, int batch_size) {
   Batch b{std::vector<int32_t>(size_t(micro_batch * seq_len)),
           std::vector<int32_t>(size_t(micro_batch * seq_len))};
-  loader.batch(step, micro_step, dp_rank, dp, micro_batch, batch_size, b.inputs.data(),
+  loader.batch(step * batch_size, micro_step, dp_rank, dp, micro_batch, batch_size, b.inputs.data(),
                b.targets.data());
   return b;
 }
@@ -338,6 +340,30 @@ TEST_CASE("loader: same (seed, step) gives the same batch, whatever came before"
   CHECK(get_batch(data.loader(T, 100), T, 13, 0, 0, 1, 6, 6) != walked);
 }
 
+TEST_CASE("loader: a larger batch from a data position reads on where the smaller one stopped", "[data]") {
+  // Three steps of 6 sequences read sequences 0..17; a resumed run with batches of 12
+  // starts at position 18, and its step is the smaller batch's steps 3 and 4 together,
+  // across an epoch boundary too (37 windows).
+  const int T = 4;
+  CountingData data(37 * T + 1);
+  const gpt::DataLoader loader = data.loader(T, 99);
+  for (int64_t steps_before : {3, 6}) {
+    INFO("resumed after " << steps_before << " steps of 6");
+    const Batch a = get_batch(loader, T, steps_before, 0, 0, 1, 6, 6);
+    const Batch b = get_batch(loader, T, steps_before + 1, 0, 0, 1, 6, 6);
+    Batch twelve{std::vector<int32_t>(size_t(12 * T)), std::vector<int32_t>(size_t(12 * T))};
+    loader.batch(steps_before * 6, 0, 0, 1, 12, 12, twelve.inputs.data(), twelve.targets.data());
+    Batch joined = a;
+    joined.inputs.insert(joined.inputs.end(), b.inputs.begin(), b.inputs.end());
+    joined.targets.insert(joined.targets.end(), b.targets.begin(), b.targets.end());
+    CHECK(twelve == joined);
+    // Negative control: the position taken as step x the new batch (36, or 72) is
+    // other sequences: the data a resume with a larger batch would skip.
+    loader.batch(steps_before * 12, 0, 0, 1, 12, 12, twelve.inputs.data(), twelve.targets.data());
+    CHECK_FALSE(twelve == joined);
+  }
+}
+
 TEST_CASE("loader: a step's batch is the same for every dp x micro-batch layout", "[data]") {
   const int T = 4, batch_size = 12;
   CountingData data(29 * T + 1);  // 29 windows: steps straddle epoch boundaries
@@ -401,14 +427,14 @@ TEST_CASE("loader: clear errors for too little data and bad positions", "[data]"
   CountingData big(10 * T + 1);
   const gpt::DataLoader loader = big.loader(T, 1);
   std::vector<int32_t> in(size_t(4 * T)), tg(size_t(4 * T));
-  // step, micro_step, dp_rank, dp, micro_batch, batch_size
+  // first_sequence, micro_step, dp_rank, dp, micro_batch, batch_size
   REQUIRE_THROWS_WITH(loader.batch(0, 0, 2, 2, 1, 4, in.data(), tg.data()), Contains("dp_rank 2"));
   REQUIRE_THROWS_WITH(loader.batch(0, 0, -1, 2, 1, 4, in.data(), tg.data()), Contains("dp_rank -1"));
   REQUIRE_THROWS_WITH(loader.batch(0, 0, 0, 0, 1, 4, in.data(), tg.data()), Contains("dp"));
   REQUIRE_THROWS_WITH(loader.batch(0, 0, 0, 1, 0, 4, in.data(), tg.data()), Contains("micro_batch"));
   REQUIRE_THROWS_WITH(loader.batch(0, 0, 0, 2, 2, 6, in.data(), tg.data()), Contains("batch_size 6"));
   REQUIRE_THROWS_WITH(loader.batch(0, 2, 0, 2, 1, 4, in.data(), tg.data()), Contains("micro_step 2"));
-  REQUIRE_THROWS_WITH(loader.batch(-1, 0, 0, 1, 1, 4, in.data(), tg.data()), Contains("step -1"));
+  REQUIRE_THROWS_WITH(loader.batch(-1, 0, 0, 1, 1, 4, in.data(), tg.data()), Contains("first sequence -1"));
   REQUIRE_THROWS_AS(loader.window_of(-1), gpt::UserError);
   REQUIRE_THROWS_AS(loader.sequential_batch(0, 0, in.data(), tg.data()), gpt::UserError);
 }

@@ -168,12 +168,11 @@ expect "manifest a directory"    "manifest.json is not a regular file" train --s
 cp -r "$ck" "$WORK/negative"; sed -i 's/"step": 2,/"step": -3,/' "$WORK/negative/manifest.json"
 expect "negative step"           "negative/manifest.json has no \"step\" that is an integer >= 0" train --set "resume=$WORK/negative"
 expect "steps below the resume"  "steps=1 is below step 2" train --set "resume=$ck" --set steps=1
-# The data position is the step: step x batch_size sequences read, in seed's order, of
-# seq_len tokens. Any of the three changed would skip or repeat data; at step 0 (nothing
-# read yet, as for imported weights) they may change, and so may micro_batch_size; so
-# may they in a run that trains no step (cp_sample_window samples with another seq_len).
-expect "resume, batch changed"   "batch_size=8, but the checkpoint was trained with batch_size=4" \
-  train --set "resume=$ck" --set steps=3 --set batch_size=8
+# The data position counts sequences of seq_len tokens, in seed's order. Either changed
+# would skip or repeat data (another batch_size reads on: trainer_resume_batch_change);
+# at step 0 (nothing read yet, as for imported weights) they may change, and so may
+# micro_batch_size; so may they in a run that trains no step (cp_sample_window samples
+# with another seq_len).
 expect "resume, seq_len changed" "seq_len=16, but the checkpoint was trained with seq_len=32" \
   train --set "resume=$ck" --set steps=3 --set seq_len=16
 expect "resume, seed changed"    "seed=7, but the checkpoint was trained with seed=1337" \

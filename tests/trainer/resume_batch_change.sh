@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# A resume may change batch_size: the checkpoint records its data position as the
+# training sequences its steps consumed (data_position.sequences), and the resumed run
+# reads on from there, whatever its batch.
+#
+# Stage 01 trains 3 steps of 8 sequences (sequences 0..23) and saves. A step's logged loss
+# is its forward's, on the weights before its update: for step 4, the checkpoint's. So:
+#   R8a: batches of 8 from the checkpoint: step 4's loss l_a over sequences 24..31;
+#   R8b: the same from a copy of the checkpoint that says 32 sequences: l_b over 32..39;
+#   R16: batches of 16 (two micro-batches of 8) from the checkpoint: sequences 24..39,
+#        its loss the mean of its micro-batches', l_a / 2 + l_b / 2, bit for bit (the same
+#        micro-batches on the same weights, each computed as in R8a and R8b); its
+#        checkpoint records 24 + 16 = 40 sequences.
+# Negative control: R16 from a copy that says 48 sequences (step x the new batch, the
+# position a step count would give) must not give that loss.
+# Then each later stage given (NP:TRAIN[:key=value...]) resumes the same checkpoint with
+# batches of 16 on its layout: its step-4 loss must be R16's within 1e-5 relative. A
+# layout only regroups fp32 sums (the stage comparisons hold such losses to a few 1e-7 of
+# the float64 run's), while other sequences move this loss by some 1e-2 (the control).
+#
+# Usage: resume_batch_change.sh TRAIN01 PREPARE WORKDIR ROOT MPIEXEC [NP:TRAIN[:key=value...]...]
+set -euo pipefail
+TRAIN01=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5
+shift 5
+source "$ROOT/tests/trainer/common.sh"
+start_mpi_test "$WORK" "$PREPARE"
+
+# run NP BIN DIR key=value...: the tiny model on NP ranks (1: no launcher).
+run() {
+  local np=$1 bin=$2 dir=$3 sets=() kv
+  shift 3
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  local cmd=("$bin" $(tiny_args "$WORK/data" "$dir") --set sample_tokens=0 --set val_batches=0 "${sets[@]}")
+  if [ "$np" = 1 ]; then "${cmd[@]}"; else "$MPIEXEC" -np "$np" --oversubscribe "${cmd[@]}"; fi > "$dir.log" 2>&1 ||
+    { echo "FAIL: $bin $*"; tail -20 "$dir.log"; exit 1; }
+}
+ckpt="$WORK/first/step_00000003"
+run 1 "$TRAIN01" "$WORK/first" steps=3 batch_size=8 micro_batch_size=8
+# said_at SEQUENCES: a copy of the checkpoint whose data position says SEQUENCES.
+said_at() {
+  rm -rf "$WORK/at_$1" && cp -r "$ckpt" "$WORK/at_$1"
+  /usr/bin/python3 -c 'import json, sys
+m = json.load(open(sys.argv[1]))
+m["data_position"]["sequences"] = int(sys.argv[2])
+open(sys.argv[1], "w").write(json.dumps(m))' "$WORK/at_$1/manifest.json" "$1"
+}
+said_at 32
+said_at 48
+run 1 "$TRAIN01" "$WORK/r8a" "resume=$ckpt" steps=4 batch_size=8 micro_batch_size=8
+run 1 "$TRAIN01" "$WORK/r8b" "resume=$WORK/at_32" steps=4 batch_size=8 micro_batch_size=8
+run 1 "$TRAIN01" "$WORK/r16" "resume=$ckpt" steps=4 batch_size=16 micro_batch_size=8
+run 1 "$TRAIN01" "$WORK/neg48" "resume=$WORK/at_48" steps=4 batch_size=16 micro_batch_size=8
+later=()
+for spec in "$@"; do
+  IFS=: read -r np bin rest <<< "$spec"
+  keys=()
+  [ -n "${rest:-}" ] && IFS=: read -r -a keys <<< "$rest"
+  dir="$WORK/later_${#later[@]}_$(basename "$(dirname "$bin")")"
+  run "$np" "$bin" "$dir" "resume=$ckpt" steps=4 batch_size=16 micro_batch_size=8 "${keys[@]}"
+  later+=("$dir")
+done
+
+/usr/bin/python3 - "$WORK" "${later[@]}" <<'PY'
+import json, os, sys
+work, later = sys.argv[1], sys.argv[2:]
+def train(run):
+    with open(f"{run}/metrics.jsonl") as f:
+        return {r["step"]: r["loss"] for r in map(json.loads, filter(str.strip, f)) if r.get("kind") == "train"}
+def sequences(run, step):
+    with open(f"{run}/step_{step:08d}/manifest.json") as f:
+        return json.load(f)["data_position"]["sequences"]
+bad = []
+def expect(what, ok):
+    print(f"{'ok  ' if ok else 'FAIL'} {what}")
+    if not ok:
+        bad.append(what)
+r8a, r8b, r16, neg = (train(f"{work}/{run}") for run in ("r8a", "r8b", "r16", "neg48"))
+expect(f"each resumed run trained step 4 alone: {sorted(r8a)}, {sorted(r8b)}, {sorted(r16)}, {sorted(neg)}",
+       all(sorted(r) == [4] for r in (r8a, r8b, r16, neg)))
+want = r8a[4] / 2 + r8b[4] / 2
+expect(f"R16's loss {r16[4]!r} is l_a / 2 + l_b / 2 = {want!r}, bit for bit", r16[4] == want)
+expect(f"the control, from sequence 48: {neg[4]!r}, not {want!r} ({abs(neg[4] - want) / want:.1e} off)",
+       neg[4] != want)
+recorded = (sequences(f"{work}/first", 3), sequences(f"{work}/r8a", 4), sequences(f"{work}/r8b", 4),
+            sequences(f"{work}/r16", 4))
+expect(f"the checkpoints record 24 sequences at step 3; R8a 32, R8b 40, R16 40 at step 4: {recorded}",
+       recorded == (24, 32, 40, 40))
+for run in later:
+    got = train(run)
+    err = abs(got.get(4, float("nan")) - r16[4]) / r16[4]
+    expect(f"{os.path.basename(run)}: step 4 loss {got.get(4)!r}, {err:.1e} from R16's (bound 1e-5); "
+           f"{sequences(run, 4)} sequences recorded", sorted(got) == [4] and err <= 1e-5 and sequences(run, 4) == 40)
+expect(f"the bound 1e-5 rejects the control ({abs(neg[4] - r16[4]) / r16[4]:.1e})", abs(neg[4] - r16[4]) / r16[4] > 1e-5)
+if bad:
+    sys.exit(f"FAIL: {len(bad)} checks")
+print("a resume with another batch_size reads on where the checkpoint stopped")
+PY
