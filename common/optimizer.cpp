@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
+#include "common/error.h"
 #include "kernels/ops.h"
 
 namespace gpt {
@@ -17,7 +19,11 @@ double learning_rate(const Config& cfg, int64_t step) {
   return cfg.lr * (r + (1.0 - r) * 0.5 * (1.0 + std::cos(M_PI * progress)));
 }
 
-double clip_scale(double norm, double clip) {
+double clip_scale(double norm, double clip, int64_t step) {
+  if (!std::isfinite(norm))
+    fail("step " + std::to_string(step) + ": the gradient norm is " + std::to_string(norm) +
+         ": training stops before this step's update, so the weights and checkpoints stay those of step " +
+         std::to_string(step - 1) + " (lower lr?)");
   if (clip <= 0.0 || !(norm > clip)) return 1.0;
   return clip / norm;
 }

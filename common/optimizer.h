@@ -31,7 +31,11 @@ namespace gpt {
 double learning_rate(const Config& cfg, int64_t step);
 
 /// Clip factor for a gradient of global norm `norm`: min(1, clip / norm); 1 if clip <= 0.
-double clip_scale(double norm, double clip);
+/// A norm that is not finite (a gradient holding inf or nan, which a finite loss does not
+/// rule out) is a UserError naming step `step` (1-based): an update on it would make the
+/// weights nan, and the run's next checkpoint, then pruned to, would hold them; stopping
+/// here keeps the weights and checkpoints of the step before.
+double clip_scale(double norm, double clip, int64_t step);
 
 /// AdamW (or SGD with optimizer=sgd) over a contiguous range of the parameters, its
 /// state in T: float, or double in the fp64 runs.

@@ -134,7 +134,7 @@ int train_on(Run& run) {
     const double lr = learning_rate(cfg, step);
     {
       Span span("adamw");
-      const double scale = clip_scale(norm, cfg.grad_clip);
+      const double scale = clip_scale(norm, cfg.grad_clip, step + 1);
       // bf16: the fp32 master weights, then their bf16 copy; fp32: the weights.
       optimizer.step(device, model.params().data(), model.grads().data(), lr, scale, cfg, int(step + 1));
     }

@@ -22,7 +22,7 @@ void sharded_adamw_step(Communicator& dp, Device d, AdamW<float>& opt, const Sha
                         int step_number) {
   {
     Span span("adamw_shard");
-    opt.step(d, params + shard.begin, shard_grads, lr, clip_scale(norm, cfg.grad_clip), cfg, step_number);
+    opt.step(d, params + shard.begin, shard_grads, lr, clip_scale(norm, cfg.grad_clip, step_number), cfg, step_number);
   }
   Span span("allgather_params", "comm");
   ring_all_gather(dp, params, size_t(total), dtype_of<A>());

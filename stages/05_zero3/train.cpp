@@ -131,7 +131,7 @@ int train_on(Run& run) {
     const double lr = learning_rate(cfg, step);
     {
       Span span("adamw_shard");  // updates the shard in place: the next forward gathers it
-      const double scale = clip_scale(norm, cfg.grad_clip);
+      const double scale = clip_scale(norm, cfg.grad_clip, step + 1);
       // bf16: the fp32 master shard, then its bf16 copy; fp32: the shard's weights.
       optimizer.step(device, shard_params, shard_grads, lr, scale, cfg, int(step + 1));
       store.weights_updated();  // units kept gathered between passes are stale now

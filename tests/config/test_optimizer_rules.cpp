@@ -5,6 +5,7 @@
 // oracle can, but only where PyTorch is installed. Each value below is worked out by
 // hand from the rule in its comment.
 #include <catch2/catch.hpp>
+#include <cmath>
 
 #include <string>
 
@@ -38,10 +39,22 @@ TEST_CASE("optimizer: the learning rate warms up linearly, then follows a cosine
 
 TEST_CASE("optimizer: the clip factor scales a gradient whose global norm passes grad_clip down to it",
           "[optimizer]") {
-  CHECK(clip_scale(4.0, 1.0) == 0.25);  // norm 4 -> 1: exactly clip / norm
-  CHECK(clip_scale(1.0, 1.0) == 1.0);   // at the limit: untouched
-  CHECK(clip_scale(0.5, 1.0) == 1.0);   // below it: untouched, never scaled up
-  CHECK(clip_scale(4.0, 0.0) == 1.0);   // grad_clip 0 turns clipping off
+  CHECK(clip_scale(4.0, 1.0, 1) == 0.25);  // norm 4 -> 1: exactly clip / norm
+  CHECK(clip_scale(1.0, 1.0, 1) == 1.0);   // at the limit: untouched
+  CHECK(clip_scale(0.5, 1.0, 1) == 1.0);   // below it: untouched, never scaled up
+  CHECK(clip_scale(4.0, 0.0, 1) == 1.0);   // grad_clip 0 turns clipping off
+  CHECK(clip_scale(0.0, 1.0, 1) == 1.0);   // a zero gradient: nothing to scale
+}
+
+TEST_CASE("optimizer: a gradient norm that is not finite stops the step, clipping or not", "[optimizer]") {
+  // nan would clip nothing (nan > clip is false), and inf would scale by 0, 0 x inf = nan:
+  // either update would make the weights nan.
+  for (const double clip : {1.0, 0.0}) {
+    CHECK_THROWS_WITH(clip_scale(std::nan(""), clip, 7),
+                      Catch::Contains("step 7: the gradient norm is nan") && Catch::Contains("step 6"));
+    CHECK_THROWS_WITH(clip_scale(INFINITY, clip, 7), Catch::Contains("step 7: the gradient norm is inf"));
+  }
+  CHECK_THROWS_AS(clip_scale(-INFINITY, 1.0, 3), gpt::UserError);
 }
 
 namespace {

@@ -123,7 +123,7 @@ void run_mode(const Problem& pb, const std::string& mode, Precision precision,
     const double norm = std::sqrt(ops::sum_of_squares(Device::CPU, model.grads().data(), size_t(total)));
     const double lr = learning_rate(cfg, s);
     opt.step(Device::CPU, model.params().data(), model.grads().data(), lr,
-             clip_scale(norm, cfg.grad_clip), cfg, /*step_number=*/s + 1,
+             clip_scale(norm, cfg.grad_clip, s + 1), cfg, /*step_number=*/s + 1,
              /*round_copy_to_bf16=*/bf16);
     step_losses.push_back(loss_sum / kAccum);
     grad_norms.push_back(norm);

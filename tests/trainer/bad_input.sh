@@ -187,6 +187,22 @@ else
   echo "FAIL [resume at step 0 with another batch, or another micro-batch]: refused"
   tail -3 "$WORK/out.txt" "$WORK/out2.txt" | sed 's/^/    /'; failures=$((failures + 1))
 fi
+# A gradient that is not finite while the loss is (test_grad_scale 1e39 is inf in fp32:
+# the loss is computed before the backward it scales) stops the step before its update:
+# the weights would turn nan, be saved, and pruning (keep_checkpoints=1) would leave only
+# that checkpoint. The run directory keeps step 2, which resumes.
+"$TRAIN" $(tiny_args "$D" "$WORK/nan_grad") --set steps=2 --set sample_tokens=0 > /dev/null
+expect "a gradient norm that is inf" "step 3: the gradient norm is" "$TRAIN" $(tiny_args "$D" "$WORK/nan_grad") \
+  --set steps=6 --set sample_tokens=0 --set resume=latest --set checkpoint_every=1 --set keep_checkpoints=1 \
+  --set test_grad_scale=1e39
+cases=$((cases + 1))
+if "$TRAIN" $(tiny_args "$D" "$WORK/nan_grad") --set steps=3 --set sample_tokens=0 --set resume=latest \
+  > "$WORK/out.txt" 2>&1 && grep -q "resumed from $WORK/nan_grad/step_00000002" "$WORK/out.txt"; then
+  echo "ok   [after the stopped step]: step 2 is still the newest checkpoint, and resumes"
+else
+  echo "FAIL [after the stopped step]: step 2 did not resume"; tail -3 "$WORK/out.txt" | sed 's/^/    /'
+  failures=$((failures + 1))
+fi
 cp -r "$ck" "$WORK/counter"; sed -i 's/"sample_counter": [0-9]*/"sample_counter": -7/' "$WORK/counter/manifest.json"
 expect "negative sample counter" "has sample_counter -7" train --set "resume=$WORK/counter"
 # Stage 01 is one process: started by mpirun as one of several ranks it says so.
