@@ -52,11 +52,15 @@ int64_t checkpoint_step(const json& manifest, const std::string& path) {
 }
 
 // Whether the checkpoint directory `checkpoint` lies in `dir` (false when either is
-// missing: a run_dir not made yet holds nothing).
+// missing: a run_dir not made yet holds nothing). However the path is spelled: the parent
+// of "run/step_00000002/" or of "run/step_00000002/." is the checkpoint itself until a
+// trailing separator or dot is dropped.
 bool in_directory(const std::string& checkpoint, const std::string& dir) {
   if (checkpoint.empty()) return false;
+  fs::path path = fs::path(checkpoint).lexically_normal();
+  if (!path.has_filename()) path = path.parent_path();
   std::error_code ec;
-  return fs::equivalent(fs::path(checkpoint).parent_path(), dir, ec) && !ec;
+  return fs::equivalent(path.parent_path(), dir, ec) && !ec;
 }
 
 }  // namespace

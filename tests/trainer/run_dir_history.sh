@@ -65,8 +65,10 @@ train --set steps=0 --set "resume=$RUN/step_00000002" --set checkpoint_at_end=fa
 
 # A run that trains no step leaves the directory as it was, with the defaults' end
 # checkpoint on and a pruning that would keep one: an evaluation of step 2, and the
-# finished run resumed with its own steps.
-for run in "steps=0 resume=$RUN/step_00000002" "steps=4 resume=latest"; do
+# finished run resumed with its own steps; the evaluation again with the path spelled
+# with a trailing slash (or a dot segment), as a shell's completion writes it.
+for run in "steps=0 resume=$RUN/step_00000002" "steps=4 resume=latest" "steps=0 resume=$RUN/step_00000002/" \
+           "steps=0 resume=$RUN/./step_00000002/."; do
   read -r steps resume <<< "$run"
   train --set "$steps" --set "$resume" --set keep_checkpoints=1 > "$WORK/no_step.log"
   [ "$(steps_here)" = "step_00000002 step_00000004 " ] ||
