@@ -77,9 +77,18 @@ void write_shard_file(const std::string& path, const std::string& temp, const st
 
 void write_shards(const std::vector<ShardToWrite>& shards) {
   // Every shard goes to a temporary name next to its target first; only when all are
-  // written are they renamed, each rename atomic within its directory. So an error (a
-  // disk full on the second) leaves the old set whole, never a new train shard beside an
-  // old val shard, and a reader never sees a half-written file under a final name.
+  // written are they put in place. So an error (a disk full on the second) leaves the old
+  // set whole, never a new train shard beside an old val shard, and a reader never sees a
+  // half-written file under a final name. Putting them in place is itself all or none:
+  // each old shard is renamed to a backup first, and a failed rename puts every backup
+  // back.
+  namespace fs = std::filesystem;
+  for (const ShardToWrite& s : shards) {
+    std::error_code ec;
+    const fs::file_status status = fs::symlink_status(s.path, ec);
+    if (fs::exists(status) && !fs::is_regular_file(status))
+      fail("shard " + quoted(s.path) + ": exists and is not a regular file; not replaced");
+  }
   std::vector<std::string> temps;
   try {
     for (const ShardToWrite& s : shards) {
@@ -90,13 +99,35 @@ void write_shards(const std::vector<ShardToWrite>& shards) {
     for (const std::string& t : temps) std::remove(t.c_str());
     throw;
   }
-  for (size_t i = 0; i < shards.size(); ++i)
-    if (std::rename(temps[i].c_str(), shards[i].path.c_str()) != 0) {
-      const std::string why = std::strerror(errno);
-      for (size_t k = i; k < temps.size(); ++k) std::remove(temps[k].c_str());
-      const std::string& path = shards[i].path;  // const: std::quoted's overload for a mutable string would win
-      fail("shard " + quoted(path) + ": cannot rename " + quoted(std::as_const(temps[i])) + " to it: " + why);
+  std::vector<std::string> backups(shards.size());  // "" where there was no old shard
+  std::vector<bool> placed(shards.size(), false);
+  // Undoes what was done: new shards removed, old ones back, temporaries gone.
+  const auto roll_back = [&] {
+    for (size_t k = 0; k < shards.size(); ++k) {
+      if (placed[k]) std::remove(shards[k].path.c_str());
+      if (!backups[k].empty()) std::rename(backups[k].c_str(), shards[k].path.c_str());
+      std::remove(temps[k].c_str());
     }
+  };
+  const auto failed = [&](const std::string& path, const std::string& what) {
+    const std::string why = std::strerror(errno);
+    roll_back();
+    fail("shard " + quoted(path) + ": " + what + ": " + why + " (the old shards are left as they were)");
+  };
+  for (size_t i = 0; i < shards.size(); ++i) {
+    std::error_code ec;
+    if (!fs::exists(shards[i].path, ec)) continue;
+    const std::string backup = shards[i].path + ".old";
+    if (std::rename(shards[i].path.c_str(), backup.c_str()) != 0) failed(shards[i].path, "cannot move it aside");
+    backups[i] = backup;
+  }
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (std::rename(temps[i].c_str(), shards[i].path.c_str()) != 0)
+      failed(shards[i].path, "cannot rename " + quoted(std::as_const(temps[i])) + " to it");
+    placed[i] = true;
+  }
+  for (const std::string& b : backups)
+    if (!b.empty()) std::remove(b.c_str());
 }
 
 void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) { write_shards({{path, &tokens}}); }

@@ -38,8 +38,9 @@ struct ShardToWrite {
   const std::vector<uint16_t>* tokens;  ///< what it holds
 };
 /// Writes a set of shards (train and val) all or none: every one to a temporary name
-/// first, then, once all are written, each renamed into place. A failure leaves the
-/// old files as they were. Throws UserError naming the path on I/O failure.
+/// first, then, once all are written, the old ones moved aside and each renamed into
+/// place. A failure leaves the old files as they were. A target that exists and is no
+/// regular file is refused before anything is written. Throws UserError naming the path.
 void write_shards(const std::vector<ShardToWrite>& shards);
 
 /// Reads and validates one shard: missing or empty file, wrong magic or version,

@@ -114,6 +114,41 @@ TEST_CASE("write_shard / read_shard round trip", "[data]") {
   CHECK(gpt::read_shard(path, 256) == std::vector<uint16_t>{7, 8});
 }
 
+TEST_CASE("write_shards puts a set in place all or none", "[data]") {
+  TempDir dir;
+  const std::string train = dir.file("train.bin"), val = dir.file("val.bin");
+  const std::vector<uint16_t> old_train = {1, 2, 3}, old_val = {4, 5}, new_train = {9, 9, 9, 9}, new_val = {8};
+  gpt::write_shards({{train, &old_train}, {val, &old_val}});
+  auto unchanged = [&] {
+    CHECK(gpt::read_shard(train, 256) == old_train);
+    CHECK(gpt::read_shard(val, 256) == old_val);
+    for (const std::string& left : {train + ".tmp", val + ".tmp", train + ".old"}) CHECK_FALSE(fs::exists(left));
+  };
+  SECTION("a target that is a directory is refused before anything is written") {
+    const std::string dir_target = dir.file("dir.bin");
+    fs::create_directory(dir_target);
+    CHECK_THROWS_WITH(gpt::write_shards({{train, &new_train}, {dir_target, &new_val}}),
+                      Contains("dir.bin") && Contains("not a regular file"));
+    CHECK(gpt::read_shard(train, 256) == old_train);
+    CHECK(fs::is_directory(dir_target));
+  }
+  SECTION("a failure after the train shard was moved aside puts it back") {
+    // val.bin cannot be moved aside: its backup's name is taken by a directory that is
+    // not empty. By then train.bin is already moved aside, and must come back.
+    fs::create_directories(val + ".old/inside");
+    CHECK_THROWS_WITH(gpt::write_shards({{train, &new_train}, {val, &new_val}}),
+                      Contains("val.bin") && Contains("old shards are left as they were"));
+    unchanged();
+  }
+  SECTION("control: with nothing in the way the set is replaced, and no backup is left") {
+    gpt::write_shards({{train, &new_train}, {val, &new_val}});
+    CHECK(gpt::read_shard(train, 256) == new_train);
+    CHECK(gpt::read_shard(val, 256) == new_val);
+    CHECK_FALSE(fs::exists(train + ".old"));
+    CHECK_FALSE(fs::exists(val + ".old"));
+  }
+}
+
 TEST_CASE("read_shard accepts a shard that uses the whole vocabulary", "[data]") {
   TempDir dir;
   const std::string path = dir.file("edge.bin");
