@@ -153,8 +153,32 @@ class Communicator {
   /// A sub-group: ranks with the same color, ordered by key (MPI_Comm_split).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
+  /// How long an operation waits for a silent peer before it fails (seconds); a
+  /// sub-group made by split() starts with its parent's.
+  virtual double timeout_s() const = 0;
+  /// Sets that wait (seconds, > 0); see LongerTimeout for a phase that needs more.
+  virtual void set_timeout_s(double seconds) = 0;
+
   /// Ends every rank of the job (used after an unrecoverable error on one rank).
   virtual void abort(int code) = 0;
+};
+
+/// Raises a communicator's timeout to at least `seconds` for as long as it lives, then
+/// restores it: for a phase in which ranks wait on one rank's disk work (a checkpoint
+/// save: rank 0 writes, fsyncs and reads back what others only wait for), which a
+/// timeout sized for compute would report as a lost peer.
+class LongerTimeout {
+ public:
+  LongerTimeout(Communicator& comm, double seconds) : comm_(comm), before_(comm.timeout_s()) {
+    if (seconds > before_) comm_.set_timeout_s(seconds);
+  }
+  ~LongerTimeout() { comm_.set_timeout_s(before_); }
+  LongerTimeout(const LongerTimeout&) = delete;
+  LongerTimeout& operator=(const LongerTimeout&) = delete;
+
+ private:
+  Communicator& comm_;
+  double before_;
 };
 
 /// How make_world builds the world communicator.

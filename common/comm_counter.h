@@ -63,6 +63,8 @@ class CountingCommunicator : public Communicator {
   /// The inner communicator's sub-group, not wrapped: its traffic is not counted here.
   std::unique_ptr<Communicator> split(int color, int key) override { return inner_.split(color, key); }
   void abort(int code) override { inner_.abort(code); }  ///< forwarded to the inner communicator
+  double timeout_s() const override { return inner_.timeout_s(); }  ///< the inner communicator's
+  void set_timeout_s(double seconds) override { inner_.set_timeout_s(seconds); }  ///< forwarded
 
  private:
   void count(CommOp op, size_t elements, DType t);

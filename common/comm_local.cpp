@@ -116,6 +116,9 @@ class LocalComm final : public Communicator {
   }
 
   std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<LocalComm>(device_); }
+  // One process waits for no peer: the timeout is kept only to be read back.
+  double timeout_s() const override { return timeout_s_; }
+  void set_timeout_s(double seconds) override { timeout_s_ = seconds; }
 
   void abort(int code) override {
     std::fflush(nullptr);
@@ -172,6 +175,7 @@ class LocalComm final : public Communicator {
   }
 
   Device device_;
+  double timeout_s_ = 60.0;
   std::mutex mutex_;  // a communication thread may post while the main thread waits
   std::map<int, std::deque<std::vector<std::byte>>> sends_;  // by tag, in order
   std::map<int, std::deque<LocalRequest*>> receives_;       // posted, not yet matched

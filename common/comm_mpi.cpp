@@ -359,6 +359,8 @@ class MpiComm final : public Communicator {
     }
     return std::make_unique<MpiComm>(rt_, sub, true, device_, timeout_s_);
   }
+  double timeout_s() const override { return timeout_s_; }
+  void set_timeout_s(double seconds) override { timeout_s_ = seconds; }
 
   void abort(int code) override {
     std::fflush(nullptr);

@@ -169,6 +169,11 @@ class NcclComm final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override {
     return std::make_unique<NcclComm>(mpi_->split(color, key), device_, timeout_s_);
   }
+  double timeout_s() const override { return timeout_s_; }
+  void set_timeout_s(double seconds) override {  // its own waits, and those of the MPI beside it
+    timeout_s_ = seconds;
+    mpi_->set_timeout_s(seconds);
+  }
 
   void abort(int code) override {
     if (comm_ != nullptr) ncclCommAbort(comm_);

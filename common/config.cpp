@@ -141,6 +141,8 @@ constexpr Key kKeys[] = {
     {"allreduce", FIELD(allreduce), "gradient all-reduce of stage 02: ring (written out) or backend"},
     {"bucket_mb", FIELD(bucket_mb), "gradient bucket size in MiB (one all-reduce per bucket)"},
     {"comm_timeout_s", FIELD(comm_timeout_s), "seconds without an answer before a peer is reported lost (1 to 1e9)"},
+    {"save_timeout_s", FIELD(save_timeout_s),
+     "the same while a checkpoint is saved (rank 0's writes and read-back, waited for by the others; 1 to 1e9)"},
     // checkpoints
     {"checkpoint_every", FIELD(checkpoint_every), "steps between checkpoints (0: only at the end)"},
     {"checkpoint_at_end", FIELD(checkpoint_at_end), "write a checkpoint after the last step (not when it would rewrite, untrained, the checkpoint the run resumed)"},
@@ -748,6 +750,8 @@ void validate(const Config& cfg, int dp) {
                "wait would report them lost)");
   check_double(cfg.comm_timeout_s <= kCommTimeoutLimitS, "comm_timeout_s", cfg.comm_timeout_s,
                "must be at most " + show(kCommTimeoutLimitS) + " seconds (31 years)");
+  check_double(cfg.save_timeout_s >= 1 && cfg.save_timeout_s <= kCommTimeoutLimitS, "save_timeout_s",
+               cfg.save_timeout_s, "must be at least 1 and at most " + show(kCommTimeoutLimitS) + " seconds");
 
   // Checkpoints.
   check_int(cfg.checkpoint_every >= 0, "checkpoint_every", cfg.checkpoint_every,

@@ -96,6 +96,9 @@ struct Config {
   std::string allreduce = "ring";  ///< ring (stage 02's own) | backend (the library's)
   double bucket_mb = 4.0;        ///< gradient bucket size in MiB
   double comm_timeout_s = 60.0;  ///< a peer silent this long is reported lost
+  /// The same during a checkpoint save, when the ranks wait on rank 0's writes, fsyncs
+  /// and read-back, which grow with the model and the disk (comm_timeout_s if larger).
+  double save_timeout_s = 1800.0;
 
   // checkpoints
   int checkpoint_every = 0;  ///< 0 = only at the end

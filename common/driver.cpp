@@ -3,11 +3,14 @@
 
 #include <omp.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <string>
+#include <thread>
 #include <type_traits>
 
 #include <nlohmann/json.hpp>
@@ -229,6 +232,13 @@ namespace {
 
 // Writes a checkpoint of `state`: together (each rank its shard) or by the lead alone.
 std::string write_checkpoint(Run& run, Communicator& dp, const RunCheckpoints& ckpt, const CheckpointState& state) {
+  // The ranks wait here on rank 0's disk work, which grows with the model: their waits
+  // are bounded by save_timeout_s, not by comm_timeout_s, which is sized for compute.
+  const LongerTimeout world_waits(run.world, run.cfg.save_timeout_s), dp_waits(dp, run.cfg.save_timeout_s);
+  // Test hook: GPT_TEST_SAVE_DELAY_S=N holds rank 0 N seconds before it writes, as a slow
+  // disk would (tests/trainer/save_timeout.sh).
+  if (const char* delay = std::getenv("GPT_TEST_SAVE_DELAY_S"); delay && run.lead())
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(delay)));
   std::string path;
   if (set_aside_before_first_save(run.cfg, run.lead(), run.later_checkpoints_set_aside)) run.world.barrier();
   if (ckpt.before_write) ckpt.before_write();

@@ -277,6 +277,19 @@ void test_split(Communicator& world) {
   std::unique_ptr<Communicator> nested = parity->split(0, parity->rank());
   expect(nested->size() == parity->size() && nested->rank() == parity->rank(), "split: nested split");
   nested->barrier();
+
+  // The timeout: a sub-group starts with its parent's; LongerTimeout raises it for a
+  // phase, never lowers it, and puts it back.
+  const double before = world.timeout_s();
+  expect(parity->timeout_s() == before, "timeout: a sub-group starts with its parent's");
+  {
+    const gpt::LongerTimeout longer(world, before + 100);
+    expect(world.timeout_s() == before + 100, "timeout: raised for the phase");
+    const gpt::LongerTimeout shorter(world, 0.5);
+    expect(world.timeout_s() == before + 100, "timeout: never lowered");
+    world.barrier();
+  }
+  expect(world.timeout_s() == before, "timeout: restored after the phase");
 }
 
 // Mesh coordinates and axis groups, for every shape whose world is this job's size.

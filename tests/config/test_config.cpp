@@ -89,6 +89,7 @@ void require_same(const Config& a, const Config& b) {
   CHECK(a.allreduce == b.allreduce);
   CHECK(a.bucket_mb == b.bucket_mb);
   CHECK(a.comm_timeout_s == b.comm_timeout_s);
+  CHECK(a.save_timeout_s == b.save_timeout_s);
   CHECK(a.checkpoint_every == b.checkpoint_every);
   CHECK(a.checkpoint_at_end == b.checkpoint_at_end);
   CHECK(a.keep_checkpoints == b.keep_checkpoints);
@@ -314,6 +315,7 @@ TEST_CASE("impossible values are errors naming the key and the reason") {
         {"sample_tokens=-1", "sample_tokens"},       {"temperature=0", "temperature"},
         {"top_k=-1", "top_k"},            {"run_dir=", "run_dir"},
         {"comm_timeout_s=0.5", "comm_timeout_s"}, {"comm_timeout_s=1.1e9", "comm_timeout_s"},
+        {"save_timeout_s=0.5", "save_timeout_s"}, {"save_timeout_s=1.1e9", "save_timeout_s"},
         {"threads=100000", "threads"},    {"bucket_mb=1e300", "bucket_mb"},
         {"eval_choices_limit=-1", "eval_choices_limit"}, {"eval_choices_limit=2", "eval_choices_limit"},
         {"eval_choices=no_such_eval.bin", "eval_choices"},
@@ -407,7 +409,7 @@ TEST_CASE("config_to_json round-trips through apply_json_text to an equal config
                           "run_dir=runs/rt", "metrics_file=m.jsonl", "trace_file=t.json",
                           "log_every=5", "checkpoint_every=9", "checkpoint_at_end=false",
                           "keep_checkpoints=4", "resume=latest", "dp=3", "comm=mpi", "allreduce=backend",
-                          "bucket_mb=0.5", "comm_timeout_s=5", "sample_tokens=17",
+                          "bucket_mb=0.5", "comm_timeout_s=5", "save_timeout_s=90", "sample_tokens=17",
                           "temperature=1.3", "top_k=0", "schedule=zb-h1", "cp_split=contiguous", "activation_checkpointing=full",
                           "prompt=\"quoted\"\t\\ \xc3\xa9", "tokenizer=data/gpt2_tokenizer.bin"});
   original.lr = 0.1 + 0.2;  // a double with no short decimal form must survive exactly
@@ -422,7 +424,7 @@ TEST_CASE("config_to_json round-trips through apply_json_text to an equal config
 
 TEST_CASE("every key can be set from the text it prints as, and is documented") {
   nlohmann::json keys = nlohmann::json::parse(gpt::config_to_json(Config{}));
-  REQUIRE(keys.size() == 58);  // one per Config field (ModelConfig has five)
+  REQUIRE(keys.size() == 59);  // one per Config field (ModelConfig has five)
   std::string help = gpt::config_help_text();
   std::string markdown = gpt::config_reference_markdown();
   CHECK(help.starts_with("usage: train [--config FILE] [--set key=value]..."));

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# While a checkpoint is saved the ranks wait on rank 0's disk work (its writes, fsyncs
+# and read-back), which grows with the model and the disk: those waits are bounded by
+# save_timeout_s, not by comm_timeout_s, which is sized for compute. Rank 0 is held
+# DELAY seconds before each of its saves (GPT_TEST_SAVE_DELAY_S, as a slow disk would),
+# with comm_timeout_s below DELAY:
+#   stage 02 (rank 0 writes alone, the others wait in a barrier) and stage 03 (every rank
+#   writes its shard, then waits in the agreement while rank 0 checksums) must train and
+#   save both checkpoints;
+#   negative control: stage 02 with save_timeout_s below DELAY must stop (exit 2), the
+#   waiting rank naming the timeout it ran out of.
+# Usage: save_timeout.sh TRAIN02 TRAIN03 PREPARE WORKDIR ROOT MPIEXEC
+set -euo pipefail
+TRAIN02=$1 TRAIN03=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6
+source "$ROOT/tests/trainer/common.sh"
+start_mpi_test "$WORK" "$PREPARE"
+DELAY=5 COMM_TIMEOUT_S=2
+
+# run NAME BIN key=value...: 2 ranks, 2 steps, a checkpoint after each; status in $status.
+run() {
+  local name=$1 bin=$2 sets=() kv
+  shift 2
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  status=0
+  GPT_TEST_SAVE_DELAY_S=$DELAY "$MPIEXEC" -np 2 --oversubscribe "$bin" $(tiny_args "$WORK/data" "$WORK/$name") \
+    --set steps=2 --set checkpoint_every=1 --set keep_checkpoints=0 --set sample_tokens=0 --set val_batches=0 \
+    --set comm_timeout_s=$COMM_TIMEOUT_S "${sets[@]}" > "$WORK/$name.log" 2>&1 || status=$?
+}
+failures=0
+for stage in 02 03; do
+  bin=$TRAIN02
+  [ "$stage" = 03 ] && bin=$TRAIN03
+  run "s$stage" "$bin"
+  if [ "$status" = 0 ] && [ -f "$WORK/s$stage/step_00000001/manifest.json" ] &&
+     [ -f "$WORK/s$stage/step_00000002/manifest.json" ]; then
+    echo "ok   stage $stage: rank 0 held ${DELAY} s in each save, comm_timeout_s ${COMM_TIMEOUT_S}: both saves complete"
+  else
+    echo "FAIL stage $stage: status $status"; tail -5 "$WORK/s$stage.log" | sed 's/^/    /'; failures=$((failures + 1))
+  fi
+done
+run neg "$TRAIN02" save_timeout_s=$COMM_TIMEOUT_S
+if [ "$status" = 2 ] && grep -q "within $COMM_TIMEOUT_S s" "$WORK/neg.log"; then
+  echo "ok   control: save_timeout_s $COMM_TIMEOUT_S: $(grep -m1 "within $COMM_TIMEOUT_S s" "$WORK/neg.log")"
+else
+  echo "FAIL control: save_timeout_s $COMM_TIMEOUT_S gave status $status"; tail -5 "$WORK/neg.log" | sed 's/^/    /'
+  failures=$((failures + 1))
+fi
+[ "$failures" = 0 ]
