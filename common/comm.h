@@ -169,6 +169,7 @@ class Communicator {
 /// timeout sized for compute would report as a lost peer.
 class LongerTimeout {
  public:
+  /// comm's timeout becomes max(its own, seconds) until the destructor puts it back.
   LongerTimeout(Communicator& comm, double seconds) : comm_(comm), before_(comm.timeout_s()) {
     if (seconds > before_) comm_.set_timeout_s(seconds);
   }
