@@ -12,6 +12,14 @@
 namespace gpt {
 
 int sample_token(const float* logits, int V, double temperature, int top_k, double uniform) {
+  // exp((l - top) / T) at T <= 0 is nan for the top logit, and every draw would fall
+  // through to the least likely candidate; a nan logit breaks the ordering below (and
+  // an infinite one gives inf - inf).
+  invariant(temperature > 0, "sample_token: temperature " + std::to_string(temperature) + " is not positive");
+  for (int i = 0; i < V; ++i)
+    if (!std::isfinite(logits[i]))
+      fail("sampling: the model's logit of token " + std::to_string(i) + " is " + std::to_string(logits[i]) +
+           ": its weights hold no finite model");
   std::vector<int> ids(V);
   std::iota(ids.begin(), ids.end(), 0);
   int k = (top_k <= 0 || top_k > V) ? V : top_k;

@@ -53,7 +53,10 @@ std::string sample_text(CachedDecoder<A>& decoder, const Config& cfg, uint64_t& 
 /// of seq_len, and its cache is no larger than the sample needs.
 int sample_window(const Config& cfg, int seq_len);
 
-/// Picks a token from one row of logits (first V columns).
+/// Picks a token from one row of logits (first V columns): among the top_k largest (all
+/// with top_k 0), with probability proportional to exp(logit / temperature), by the draw
+/// `uniform` in [0, 1). temperature must be positive (an internal error otherwise); a
+/// logit that is not finite is a UserError.
 int sample_token(const float* logits, int V, double temperature, int top_k, double uniform);
 
 }  // namespace gpt

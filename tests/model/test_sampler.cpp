@@ -249,6 +249,14 @@ TEST_CASE("sampler: top-k and temperature", "[sampler]") {
   CHECK(sample_token(logits.data(), 4, 1.0, 2, 0.73) == 1);
   CHECK(sample_token(logits.data(), 4, 1.0, 2, 0.74) == 3);
   CHECK(sample_token(logits.data(), 4, 1.0, 2, 0.999) == 3);
+  // A temperature of 0 would pick the least likely candidate (exp(0 / 0) is nan): refused.
+  CHECK_THROWS_AS(sample_token(logits.data(), 4, 0.0, 0, 0.5), gpt::InternalError);
+  // Logits that are not finite (a diverged model): refused, naming the token, not sampled.
+  for (const float bad : {NAN, INFINITY, -INFINITY}) {
+    std::vector<float> broken = logits;
+    broken[2] = bad;
+    CHECK_THROWS_WITH(sample_token(broken.data(), 4, 1.0, 0, 0.5), Catch::Contains("logit of token 2"));
+  }
 }
 
 // Sampling and evaluation build their models inference_only: no gradient buffers (the
