@@ -163,11 +163,15 @@ int oracle_main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: %s OUT_DIR n_layer n_embd n_head seq_len batch vocab_size\n"
                  "Writes our GPT-2's logits, loss, gradients and 5 AdamW steps in f64, f32 and\n"
-                 "bf16 for tests/oracle/torch_gpt2.py to check against PyTorch.\n",
+                 "bf16 for tests/oracle/torch_gpt2.py to check against PyTorch (the files it\n"
+                 "writes in OUT_DIR, made if missing, replace any of the same name).\n",
                  argv[0]);
     return 2;
   }
   const std::filesystem::path dir = argv[1];
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec))
+    fail("OUT_DIR " + dir.string() + " exists and is not a directory");
   Problem pb;
   Config& cfg = pb.cfg;
   cfg.model.n_layer = parse_int(argv[2], "n_layer");
@@ -237,7 +241,9 @@ int oracle_main(int argc, char** argv) {
   for (const ParamTensor& t : layout.tensors())
     table.push_back({{"name", t.name}, {"offset", t.offset}, {"shape", t.shape}});
   meta["params"] = table;
-  std::ofstream(dir / "meta.json") << meta.dump(1) << "\n";
+  std::ofstream meta_file(dir / "meta.json");
+  meta_file << meta.dump(1) << "\n";
+  require(bool(meta_file), "cannot write " + (dir / "meta.json").string());
   return 0;
 }
 
