@@ -58,5 +58,15 @@ else
   [[ -d "$work/run/step_00000003" ]] || fail "no checkpoint of step 3 in run_dir (run_dir not applied?)"
   ((failures > 0)) || echo "ok   a valid run of $stage: 3 steps, validation, sample, checkpoint in run_dir"
 fi
+# A config file that names its device keeps it: train.sh adds device=auto only when
+# neither the command line nor the file chose (a --set would override the file's).
+sed 's/^{/{ "device": "cpu",/' configs/small.json > "$work/cpu.json"
+status=0
+GPT_SKIP_SETUP=1 scripts/train.sh --config "$work/cpu.json" steps=1 sample_tokens=0 "run_dir=$work/cpu_run" \
+  > "$work/out.txt" 2> "$work/err.txt" || status=$?
+if [[ $status != 0 ]]; then fail "a run with the config's device exited $status: $(tail -5 "$work/err.txt")"
+elif grep -q "device=auto" "$work/err.txt" || ! grep -q "device chosen by" "$work/err.txt"; then
+  fail "the config file's device was overridden: $(grep -m1 '^+' "$work/err.txt")"
+else echo "ok   the config file's device is kept: $(grep -m1 "device chosen by" "$work/err.txt")"; fi
 ((failures == 0)) || { echo "$failures failure(s)"; exit 1; }
 echo "train.sh: every check passed"

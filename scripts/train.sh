@@ -99,7 +99,8 @@ prepare_default_data
 train="$(abs_dir "$GPT_BUILD_DIR")/stages/$stage/train"
 
 # Say what the machine offers; the trainer makes the final choice (device=auto)
-# unless the caller named a device.
+# unless the caller or the config file names a device (a --set would override the
+# file's, which the file's author chose: configs/bench-124m-cpu.json's cpu, say).
 if command -v nvidia-smi >/dev/null && gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)" && [[ -n "$gpu" ]]; then
   log "GPU found: $gpu (used when this build has CUDA kernels for every op)"
 else
@@ -107,6 +108,8 @@ else
 fi
 if ((device_set)); then
   log "device chosen on the command line"
+elif grep -q '"device"[[:space:]]*:' "$config"; then
+  log "device chosen by $config"
 else
   args=(--set device=auto "${args[@]}")
 fi
