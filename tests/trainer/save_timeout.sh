@@ -14,7 +14,8 @@ set -euo pipefail
 TRAIN02=$1 TRAIN03=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6
 source "$ROOT/tests/trainer/common.sh"
 start_mpi_test "$WORK" "$PREPARE"
-DELAY=5 COMM_TIMEOUT_S=2
+# comm_timeout_s 4 s: healthy ranks on an oversubscribed machine reach a collective well within it.
+DELAY=8 COMM_TIMEOUT_S=4
 
 # run NAME BIN key=value...: 2 ranks, 2 steps, a checkpoint after each; status in $status.
 run() {
