@@ -2,6 +2,8 @@
 // order at each position as a regex engine would, written as one scan.
 #include "common/pretokenize.h"
 
+#include <algorithm>
+
 #include "common/unicode.h"
 
 namespace gpt {
@@ -58,6 +60,20 @@ std::vector<std::string_view> gpt2_pretokenize(std::string_view text, std::strin
     i = j;
   }
   return pieces;
+}
+
+std::vector<std::string_view> pretokenize_parts(std::string_view text, size_t part_bytes) {
+  const auto printable = [](char c) { return c > ' ' && c < 0x7f; };
+  std::vector<std::string_view> parts;
+  size_t begin = 0;
+  while (text.size() - begin > part_bytes) {
+    size_t cut = begin + std::max<size_t>(part_bytes, 1);
+    while (cut < text.size() && !((text[cut] == ' ' || text[cut] == '\n') && printable(text[cut - 1]))) ++cut;
+    parts.push_back(text.substr(begin, cut - begin));
+    begin = cut;
+  }
+  if (begin < text.size() || parts.empty()) parts.push_back(text.substr(begin));
+  return parts;
 }
 
 }  // namespace gpt

@@ -122,9 +122,15 @@ std::vector<int> Tokenizer::encode_prompt(std::string_view prompt) const {
 
 void Tokenizer::encode_ordinary(std::string_view text, std::string_view what, size_t offset,
                                 std::vector<int>& ids) const {
-  for (const std::string_view piece : gpt2_pretokenize(text, what, offset)) {
-    const std::vector<int> piece_ids = encode_piece(piece, what, offset + size_t(piece.data() - text.data()));
-    ids.insert(ids.end(), piece_ids.begin(), piece_ids.end());
+  // Part by part (pretokenize_parts: the same pieces), so that a text of gigabytes with
+  // no end-of-text marker is not pre-tokenized whole, at some 30 bytes a byte.
+  constexpr size_t kPartBytes = size_t(1) << 20;
+  for (const std::string_view part : pretokenize_parts(text, kPartBytes)) {
+    const size_t part_offset = offset + size_t(part.data() - text.data());
+    for (const std::string_view piece : gpt2_pretokenize(part, what, part_offset)) {
+      const std::vector<int> piece_ids = encode_piece(piece, what, part_offset + size_t(piece.data() - part.data()));
+      ids.insert(ids.end(), piece_ids.begin(), piece_ids.end());
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -245,6 +246,44 @@ TEST_CASE("the Unicode classes of the pre-tokenizer") {
   // Past the last range, and the last code point.
   CHECK_FALSE(gpt::is_letter(U'\U0010FFFF'));
   CHECK_FALSE(gpt::is_number(U'\U0010FFFF'));
+}
+
+TEST_CASE("pre-tokenizing part by part gives the pieces of the whole text") {
+  // Random texts of every class the pattern tells apart, cut into parts of 1, 7 and 64
+  // bytes at least: the parts' pieces, one after the other, are the whole text's.
+  const std::vector<std::string> pool = {"a", "Z", "\u00e9", "\u65e5", "\u05e9", "7", "\u00b2", "\u216b", ".", "!",
+                                         "'", "'s", "'ll", "\u2014", "\U0001F600", " ", " ", " ", "\n", "\n",
+                                         "\t", "\r", "\u00a0", "\u3000", "\u2028", "\x0b", "\u0301"};
+  std::mt19937 rng(42);
+  auto pieces_of = [](const std::vector<std::string_view>& parts) {
+    std::vector<std::string> out;
+    for (const std::string_view part : parts)
+      for (const std::string_view piece : gpt::gpt2_pretokenize(part, "test")) out.emplace_back(piece);
+    return out;
+  };
+  for (int trial = 0; trial < 20; ++trial) {
+    std::string text;
+    while (text.size() < 3000) text += pool[rng() % pool.size()];
+    const std::vector<std::string> whole = pieces_of({text});
+    for (const size_t part_bytes : {size_t(1), size_t(7), size_t(64)}) {
+      INFO("trial " << trial << ", parts of " << part_bytes << " bytes at least");
+      const std::vector<std::string_view> parts = gpt::pretokenize_parts(text, part_bytes);
+      REQUIRE(parts.size() > 1);
+      std::string joined;
+      for (size_t i = 0; i < parts.size(); ++i) {
+        joined += parts[i];
+        if (i + 1 < parts.size()) CHECK(parts[i].size() >= part_bytes);
+      }
+      CHECK(joined == text);
+      CHECK(pieces_of(parts) == whole);
+    }
+  }
+  // A text shorter than a part, or with no place to cut, is one part.
+  CHECK(gpt::pretokenize_parts("ab cd", 64).size() == 1);
+  CHECK(gpt::pretokenize_parts("\u65e5\u65e5 \u65e5\u65e5", 1).size() == 1);
+  // Negative control: cut anywhere else (here inside a word) the pieces differ.
+  CHECK(pieces_of({std::string_view("ab cd").substr(0, 1), std::string_view("ab cd").substr(1)}) !=
+        pieces_of({"ab cd"}));
 }
 
 TEST_CASE("GPT-2's pre-tokenizer: the pieces cover the text in order") {
