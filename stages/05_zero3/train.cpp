@@ -101,9 +101,14 @@ int train_on(Run& run) {
   // The whole model, for the sample and the multiple-choice eval: an all-gather of the
   // shards, so every rank receives it whichever asked.
   const GatherWhole<A> whole = [&](WholeOn) {
-    std::vector<A> gathered(static_cast<size_t>(n_params));
+    // Through host memory (gather_all), in a DeviceArray so that the memory ledger counts
+    // it; on the CPU it is the copy handed on, not copied again.
+    DeviceArray<A> gathered(Device::CPU, static_cast<size_t>(n_params));
     store.gather_all(gathered.data());  // collective: every rank takes part
-    return WholeWeights<A>::copy(on_device(device, gathered));
+    if (device == Device::CPU) return WholeWeights<A>::copy(std::move(gathered));
+    DeviceArray<A> on_gpu(device, gathered.size());
+    on_gpu.copy_from_host(gathered.data(), gathered.size());
+    return WholeWeights<A>::copy(std::move(on_gpu));
   };
   std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
   state.layout_json = mesh_json({dp.size(), 1, 1, 1});  // checkpoints record the layout that wrote them
