@@ -93,8 +93,9 @@ int train_on(Run& run) {
   model.set_store(&sync);
 
   if (lead) {
-    std::printf("stage 02 | dp %d (%s, allreduce=%s, %zu buckets) | device %s | %s | %d threads per rank | %.2fM parameters\n",
-                dp.size(), dp.backend(), cfg.allreduce.c_str(), sync.buckets().size(), device_name(device),
+    std::printf("stage 02 | dp %d (%s, allreduce=%s, %zu bucket%s) | device %s | %s | %d threads per rank | %.2fM parameters\n",
+                dp.size(), dp.backend(), cfg.allreduce.c_str(), sync.buckets().size(),
+                sync.buckets().size() == 1 ? "" : "s", device_name(device),
                 precision_name(precision), omp_get_max_threads(), double(n_params) / 1e6);
     std::printf("batch %d sequences x %d tokens = micro-batch %d x grad_accum %d x dp %d | train %lld tokens, val %lld tokens\n",
                 cfg.batch_size, T, B, accum, dp.size(), static_cast<long long>(train_data.num_tokens()),

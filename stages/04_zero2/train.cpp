@@ -88,9 +88,10 @@ int train_on(Run& run) {
   model.set_store(&store);
 
   if (lead) {
-    std::printf("stage 04 | dp %d (%s), optimizer state and gradients sharded: %lld of %lld elements per rank, %zu buckets | device %s | %s | %d threads per rank | %.2fM parameters\n",
+    std::printf("stage 04 | dp %d (%s), optimizer state and gradients sharded: %lld of %lld elements per rank, %zu bucket%s | device %s | %s | %d threads per rank | %.2fM parameters\n",
                 dp.size(), dp.backend(), static_cast<long long>(shard.size()), static_cast<long long>(n_params),
-                store.buckets().size(), device_name(device), precision_name(precision), omp_get_max_threads(),
+                store.buckets().size(), store.buckets().size() == 1 ? "" : "s", device_name(device),
+                precision_name(precision), omp_get_max_threads(),
                 double(n_params) / 1e6);
     std::printf("batch %d sequences x %d tokens = micro-batch %d x grad_accum %d x dp %d | train %lld tokens, val %lld tokens\n",
                 cfg.batch_size, T, B, accum, dp.size(), static_cast<long long>(train_data.num_tokens()),
