@@ -15,6 +15,15 @@ using namespace checkpoint_detail;
 
 namespace {
 
+// The step an entry of run_dir named step_N or step_N.old stands for (moved_aside: the
+// .old copy publish() makes); false for any other name.
+bool step_of_entry(const fs::path& entry, int64_t& step, bool& moved_aside) {
+  std::string name = entry.filename().string();
+  moved_aside = name.ends_with(".old");
+  if (moved_aside) name.resize(name.size() - 4);
+  return parse_step_dir_name(name, step);
+}
+
 // Complete checkpoints in run_dir, sorted by step (oldest first). A step_N.old (the copy
 // publish() moves aside while it replaces a step saved before) stands for step N only
 // when step_N itself is missing: a job killed between publish()'s two renames leaves it
@@ -26,11 +35,9 @@ std::vector<std::pair<int64_t, fs::path>> complete_checkpoints(const std::string
   fs::directory_iterator it(run_dir, ec);
   if (ec) fail("cannot list " + run_dir + ": " + ec.message());
   for (const fs::directory_entry& entry : it) {
-    std::string name = entry.path().filename().string();
-    const bool moved_aside = name.size() > 4 && name.compare(name.size() - 4, 4, ".old") == 0;
-    if (moved_aside) name.resize(name.size() - 4);
     int64_t step = 0;
-    if (!parse_step_dir_name(name, step)) continue;
+    bool moved_aside = false;
+    if (!step_of_entry(entry.path(), step, moved_aside)) continue;
     // No manifest means the directory is not a complete checkpoint (the manifest is
     // written last); skip it rather than resume from it.
     std::error_code entry_ec;
@@ -190,10 +197,9 @@ std::string set_aside_later_checkpoints(const Config& cfg) {
     fs::directory_iterator it(cfg.run_dir, ec);
     if (ec) fail("cannot list " + cfg.run_dir + ": " + ec.message());
     for (const fs::directory_entry& entry : it) {
-      std::string name = entry.path().filename().string();
-      if (name.ends_with(".old")) name.resize(name.size() - 4);
       int64_t step = 0;
-      if (!parse_step_dir_name(name, step) || step < source.start) continue;
+      bool moved_aside = false;  // step_N and step_N.old alike
+      if (!step_of_entry(entry.path(), step, moved_aside) || step < source.start) continue;
       if (!source.path.empty() && same_file(entry.path(), source.path)) continue;
       later.emplace(step, entry.path());
     }
