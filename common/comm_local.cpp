@@ -33,7 +33,7 @@ using comm_detail::check_tag;
 
 class LocalComm final : public Communicator {
  public:
-  explicit LocalComm(Device device) : device_(device) {}
+  LocalComm(Device device, double timeout_s) : device_(device), timeout_s_(timeout_s) {}
 
   int rank() const override { return 0; }
   int size() const override { return 1; }
@@ -115,7 +115,9 @@ class LocalComm final : public Communicator {
     if (!req->error.empty()) fail(req->error);
   }
 
-  std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<LocalComm>(device_); }
+  std::unique_ptr<Communicator> split(int, int) override {
+    return std::make_unique<LocalComm>(device_, timeout_s_);
+  }
   // One process waits for no peer: the timeout is kept only to be read back.
   double timeout_s() const override { return timeout_s_; }
   void set_timeout_s(double seconds) override { timeout_s_ = seconds; }
@@ -175,7 +177,7 @@ class LocalComm final : public Communicator {
   }
 
   Device device_;
-  double timeout_s_ = 60.0;
+  double timeout_s_;
   std::mutex mutex_;  // a communication thread may post while the main thread waits
   std::map<int, std::deque<std::vector<std::byte>>> sends_;  // by tag, in order
   std::map<int, std::deque<LocalRequest*>> receives_;       // posted, not yet matched
@@ -184,7 +186,7 @@ class LocalComm final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> comm_detail::make_local_world(const CommOptions& options) {
-  return std::make_unique<LocalComm>(options.device);
+  return std::make_unique<LocalComm>(options.device, options.timeout_s);
 }
 
 }  // namespace gpt

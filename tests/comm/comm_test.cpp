@@ -282,6 +282,9 @@ void test_split(Communicator& world) {
   // phase, never lowers it, and puts it back.
   const double before = world.timeout_s();
   expect(parity->timeout_s() == before, "timeout: a sub-group starts with its parent's");
+  world.set_timeout_s(before + 7);  // a value no backend starts with
+  expect(world.split(0, r)->timeout_s() == before + 7, "timeout: a sub-group starts with its parent's, as set");
+  world.set_timeout_s(before);
   {
     const gpt::LongerTimeout longer(world, before + 100);
     expect(world.timeout_s() == before + 100, "timeout: raised for the phase");
