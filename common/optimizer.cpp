@@ -22,8 +22,8 @@ double learning_rate(const Config& cfg, int64_t step) {
 double clip_scale(double norm, double clip, int64_t step) {
   if (!std::isfinite(norm))
     fail("step " + std::to_string(step) + ": the gradient norm is " + std::to_string(norm) +
-         ": training stops before this step's update, so the weights and checkpoints stay those of step " +
-         std::to_string(step - 1) + " (lower lr?)");
+         ": training stops before this step's update, its weights those of step " + std::to_string(step - 1) +
+         ", no checkpoint written of them (lower lr?)");
   if (clip <= 0.0 || !(norm > clip)) return 1.0;
   return clip / norm;
 }

@@ -34,7 +34,7 @@ double learning_rate(const Config& cfg, int64_t step);
 /// A norm that is not finite (a gradient holding inf or nan, which a finite loss does not
 /// rule out) is a UserError naming step `step` (1-based): an update on it would make the
 /// weights nan, and the run's next checkpoint, then pruned to, would hold them; stopping
-/// here keeps the weights and checkpoints of the step before.
+/// here leaves the run directory's checkpoints as they were.
 double clip_scale(double norm, double clip, int64_t step);
 
 /// AdamW (or SGD with optimizer=sgd) over a contiguous range of the parameters, its

@@ -3,8 +3,8 @@
 /// offset of each code point, and three character classes as regular expressions name
 /// them: letters `\p{L}` (general categories Lu Ll Lt Lm Lo), numbers `\p{N}` (Nd Nl
 /// No) and white space `\s` (the White_Space property, as in tiktoken's and Python's
-/// `regex` patterns). The letter and number ranges are generated from Unicode's database by
-/// scripts/gen_unicode_table.py (common/unicode_table.inc names the version).
+/// `regex` patterns). The letter and number ranges are read off tiktoken's own classes by
+/// scripts/gen_unicode_table.py (common/unicode_table.inc names tiktoken's version).
 #pragma once
 #include <cstdint>
 #include <string_view>

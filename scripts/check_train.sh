@@ -6,7 +6,8 @@
 #      directory it is given is never created and no step is logged;
 #   2. valid arguments in each form (--set key=value, --set=key=value, key=value) reach
 #      the trainer: a short run of the latest stage trains the steps asked for,
-#      validates and prints a sample.
+#      validates and prints a sample;
+#   3. a config file that names its device keeps it (no device=auto added).
 # Uses the build in GPT_BUILD_DIR (test.sh's `default` preset; GPT_TRAIN_PRESET names
 # another) and does not install packages (GPT_SKIP_SETUP=1).
 #

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fetches, from PyPI, what the comparison of this project's GPT-2 tokenizer with
-# tiktoken needs (tests/tokenizer/vs_tiktoken.sh), into third_party_local/pypi/ (ignored
+# tiktoken needs (tests/tokenizer/vs_tiktoken.sh, and tokenizer_unicode_table, which
+# reads tiktoken's letter and number classes), into third_party_local/pypi/ (ignored
 # by git): a virtual environment with tiktoken, and GPT-2's ranks, r50k_base.tiktoken,
 # as the openai-whisper package ships them (whisper/assets/gpt2.tiktoken; tiktoken
 # itself downloads them from a host that is not a package registry). Only the file is
@@ -9,7 +10,7 @@
 #   scripts/setup_tiktoken.sh            logs the directory; a no-op when present
 #
 # Needs python3-venv (scripts/setup.sh installs it with the test packages) and PyPI.
-# Without them it warns and exits 0: the comparison then reports "skipped".
+# Without them it warns and exits 0: the two tests then report "skipped".
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

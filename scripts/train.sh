@@ -8,7 +8,8 @@
 # prepares the default dataset (datasets/prepare_fortunes.sh -> data/fortunes/),
 # then builds and trains the highest-numbered stage in stages/ with configs/small.json
 # (or --config FILE) on the best device: `device=auto` lets the trainer choose CUDA when
-# a GPU and the CUDA kernels are both present, else the CPU. The other arguments go to
+# a GPU and the CUDA kernels are both present, else the CPU (unless the config file or
+# the command line names a device, which is kept). The other arguments go to
 # the trainer, e.g. `--set steps=50` or `--set device=cpu`. Settings of scripts/lib.sh
 # apply: GPT_SKIP_SETUP=1 (no package check), GPT_BUILD_DIR, GPT_JOBS.
 # The trainer runs in the repository root: relative paths in --set values (data,

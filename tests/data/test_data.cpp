@@ -1,6 +1,6 @@
 // Shards and the data loader: the shard format round-trips and every malformed file
 // is rejected by name; the loader's order is a permutation per epoch, depends only on
-// (seed, step) and is the same for every data-parallel / micro-batch layout.
+// (seed, data position) and is the same for every data-parallel / micro-batch layout.
 #include <catch2/catch.hpp>
 
 #include <cstdint>

@@ -60,7 +60,9 @@ difference: each kind as a whole, and each tensor on its own with its own e_ref 
 floor and no CAP (a factor wrong in one small tensor, a bias or a layernorm, is lost in
 the norm of the whole kind; over every tensor of every layout of this suite err/e_ref
 stays below 3.1, so K = 8 holds there too). The table shows a kind's worst tensor. Exact mode (--exact) asks for the same bits: every logged loss and gradient
-norm equal, every checkpoint file byte-identical; for layouts that only move work.
+norm equal, every checkpoint file byte-identical; for layouts that only move work (with
+--norm-resharded the norm within the rounding of another grouping of its sum; with
+--weights-only the files alone).
 --regrouped NAME[,NAME...] (exact mode, with --truth) names tensors whose sum the
 candidate must regroup (a pipeline adds the tied wte's embedding and head gradients per
 stage, then the two): those tensors, in every kind, and the gradient norm (which

@@ -158,7 +158,7 @@ fi
 
 [ "${NEGATIVE:-0}" = 1 ] || exit 0
 
-# 3. Negative controls (and the exact comparison's positive case).
+# 3. Negative controls.
 echo "== negative control: AdamW with lr ${ADAMW_CONTROL}x must be rejected"
 lr=$(scaled_lr "$ADAMW_CONTROL")
 run "$TRUTH_BIN" 1:24 "$WORK/neg_lr" "$STEPS" lr="$lr"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bf16 mode (bf16 weights and activations, fp32 master weights) of stage 06 at tp = 2,
-# with and without sequence parallelism, against stage 01 in fp32.
+# with and without sequence parallelism, against stage 01 in float64.
 #
 # Tolerance: stage 01's own bf16 run differs from the float64 run (the ground truth) by
 # D = the largest relative loss difference over the 10 AdamW steps, and by D_kind normwise

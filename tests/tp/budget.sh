@@ -15,7 +15,7 @@ TRAIN06=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5
 source "$ROOT/tests/trainer/common.sh"
 start_mpi_test "$WORK" "$PREPARE"
 logs=()
-specs=()  # NP:TP:ZERO:SP:MICRO:BUCKET_MB:PRECISION:LOG for budget_formula.py
+specs=()  # NP:TP:ZERO:SP:MICRO:BUCKET_MB:PRECISION:N_LAYER:LOG for budget_formula.py
 i=0
 for layout in "2 tp=2" "2 tp=2 sequence_parallel=true" "4 tp=4 zero=1 micro_batch_size=1" \
               "4 tp=2 zero=2 sequence_parallel=true" "4 tp=2 zero=3 sequence_parallel=true micro_batch_size=1" \
