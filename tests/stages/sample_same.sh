@@ -6,7 +6,8 @@
 # stages 10 and 11 keep fp32 buffers of bf16 values). On one rank every stage computes stage 01's
 # bits, so its sample must be stage 01's, text for text, in fp32 and in bf16.
 # Negative control: stage 01 with the learning rate 2x samples another text, so the
-# comparison sees the weights the sampler is given.
+# comparison sees the weights the sampler is given. On two ranks, stage 05 must sample
+# stage 02's text (the same bits at dp 2), through every rank's gather of the shards.
 # Usage: sample_same.sh BIN01 PREPARE WORK ROOT MPIEXEC STAGE_BIN...
 set -euo pipefail
 BIN01=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5
@@ -31,6 +32,10 @@ assert len(texts) == 1, texts
 print(texts[0])" "$dir/metrics.jsonl"
 }
 
+BIN02="" BIN05=""
+for bin in "$@"; do
+  case "$(basename "$(dirname "$bin")")" in 02_ddp) BIN02=$bin ;; 05_zero3) BIN05=$bin ;; esac
+done
 failures=0
 for precision in fp32 bf16; do
   want=$(sample "$BIN01" -- "$WORK/s01_$precision" precision=$precision)
@@ -40,6 +45,15 @@ for precision in fp32 bf16; do
     if [ "$got" = "$want" ]; then echo "ok   $name $precision: stage 01's sample"
     else echo "FAIL $name $precision: sampled '$got', stage 01 '$want'"; failures=$((failures + 1)); fi
   done
+  # Several ranks: stage 05 at dp 2 trains stage 02's bits at dp 2 (ZeRO only moves work
+  # at that layout: stage05_vs_04 and the others compare them bit for bit), so its
+  # sample, from the shards gathered on every rank, must be stage 02's.
+  if [ -n "$BIN02" ] && [ -n "$BIN05" ]; then
+    want2=$(sample "$MPIEXEC" -np 2 --oversubscribe "$BIN02" -- "$WORK/dp2_02_$precision" precision=$precision)
+    got2=$(sample "$MPIEXEC" -np 2 --oversubscribe "$BIN05" -- "$WORK/dp2_05_$precision" precision=$precision)
+    if [ "$got2" = "$want2" ]; then echo "ok   05_zero3 at dp 2 $precision: stage 02's sample at dp 2"
+    else echo "FAIL 05_zero3 at dp 2 $precision: sampled '$got2', stage 02 '$want2'"; failures=$((failures + 1)); fi
+  fi
   other=$(sample "$BIN01" -- "$WORK/s01_${precision}_lr2" precision=$precision lr="$(scaled_lr 2)")
   if [ "$other" != "$want" ]; then echo "ok   control $precision: lr 2x samples another text"
   else echo "FAIL control $precision: lr 2x samples the same text: the comparison cannot see the weights"
