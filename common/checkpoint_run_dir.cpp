@@ -59,14 +59,16 @@ int64_t checkpoint_step(const json& manifest, const std::string& path) {
 }
 
 // Whether the checkpoint directory `checkpoint` lies in `dir` (false when either is
-// missing: a run_dir not made yet holds nothing). However the path is spelled: the parent
-// of "run/step_00000002/" or of "run/step_00000002/." is the checkpoint itself until a
-// trailing separator or dot is dropped.
+// missing: a run_dir not made yet holds nothing). However the path is spelled: made
+// absolute first (the parent of "step_00000002" or "./step_00000002" is the current
+// directory, not ""), and the parent of "run/step_00000002/" or "run/step_00000002/." is
+// the checkpoint itself until a trailing separator or dot is dropped.
 bool in_directory(const std::string& checkpoint, const std::string& dir) {
   if (checkpoint.empty()) return false;
-  fs::path path = fs::path(checkpoint).lexically_normal();
-  if (!path.has_filename()) path = path.parent_path();
   std::error_code ec;
+  fs::path path = fs::absolute(checkpoint, ec).lexically_normal();
+  if (ec) return false;
+  if (!path.has_filename()) path = path.parent_path();
   return fs::equivalent(path.parent_path(), dir, ec) && !ec;
 }
 

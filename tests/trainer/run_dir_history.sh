@@ -77,6 +77,12 @@ for run in "steps=0 resume=$RUN/step_00000002" "steps=4 resume=latest" "steps=0 
   ! grep -q "set_aside\|^checkpoint:" "$WORK/no_step.log" ||
     { echo "FAIL: $run (no step trained) moved or wrote a checkpoint"; cat "$WORK/no_step.log"; exit 1; }
 done
+# The same evaluation run inside the run directory, spelled relative to it (run_dir=.).
+(cd "$RUN" && train --set run_dir=. --set steps=0 --set resume=./step_00000002 --set keep_checkpoints=1 \
+  > "$WORK/no_step.log")
+[ "$(steps_here)" = "step_00000002 step_00000004 " ] ||
+  { echo "FAIL: resume=./step_00000002 in run_dir=. left $(steps_here)"; cat "$WORK/no_step.log"; exit 1; }
+hashes "$RUN" | diff - "$WORK/first.sha" || { echo "FAIL: resume=./step_00000002 rewrote a checkpoint"; exit 1; }
 echo "ok: runs that train no step write, move and prune nothing"
 
 # A fresh run: both earlier checkpoints are set aside, unchanged; the new run's 3 is left.
