@@ -241,13 +241,16 @@ void store(const From* from, int64_t n, const CheckpointBuffer& b, int64_t at, c
 
 // The data position a manifest records: data_position.sequences; in a checkpoint written
 // before that was recorded, step x its config's batch_size (each step read one batch);
-// -1 where neither is there.
+// -1 where neither is there. A count is at most 2^62: far past any run (a billion
+// sequences a second for a century is 2^62), and far enough below int64's end that the
+// steps after it cannot overflow it.
 int64_t recorded_sequences(const json& manifest, const std::string& manifest_path, int64_t step) {
+  constexpr int64_t kMostSequences = int64_t(1) << 62;
   const json& position = manifest.at("data_position");
   if (const auto recorded = position.find("sequences"); recorded != position.end()) {
     const std::string what = manifest_path + " has data_position.sequences " + recorded->dump();
-    if (!recorded->is_number_integer() || recorded->get<int64_t>() < 0)
-      fail(what + ": a count of sequences is an integer >= 0");
+    if (!recorded->is_number_integer() || recorded->get<int64_t>() < 0 || recorded->get<int64_t>() > kMostSequences)
+      fail(what + ": a count of sequences is an integer in [0, 2^62]");
     const int64_t sequences = recorded->get<int64_t>();
     if (step == 0 ? sequences != 0 : sequences < step)
       fail(what + " at step " + std::to_string(step) + ": each step reads at least one sequence, and step 0 none");
@@ -257,6 +260,9 @@ int64_t recorded_sequences(const json& manifest, const std::string& manifest_pat
   if (config == manifest.end() || !config->is_object()) return -1;
   const auto batch = config->find("batch_size");
   if (batch == config->end() || !batch->is_number_integer() || batch->get<int64_t>() < 1) return -1;
+  if (step > kMostSequences / batch->get<int64_t>())
+    fail(manifest_path + " has step " + std::to_string(step) + " and batch_size " + batch->dump() +
+         ": more than 2^62 sequences read");
   return step * batch->get<int64_t>();
 }
 

@@ -434,7 +434,13 @@ TEST_CASE("a damaged or foreign checkpoint is a UserError naming the problem", "
   }
   SECTION("a count of sequences that is no count, or fewer than the steps") {
     CHECK_THAT(edited([](json& m) { m["data_position"]["sequences"] = 3.5; }),
-               Catch::Contains("data_position.sequences 3.5: a count of sequences is an integer >= 0"));
+               Catch::Contains("data_position.sequences 3.5: a count of sequences is an integer in [0, 2^62]"));
+    CHECK_THAT(edited([](json& m) { m["data_position"]["sequences"] = (int64_t(1) << 62) + 1; }),
+               Catch::Contains("integer in [0, 2^62]"));  // the steps after it would overflow int64
+    json m = read_json(path / "manifest.json");
+    m["data_position"]["sequences"] = int64_t(1) << 62;  // control: the largest count loads
+    std::ofstream(path / "manifest.json", std::ios::trunc) << m.dump();
+    CHECK_NOTHROW(load());
     CHECK_THAT(edited([](json& m) { m["data_position"]["sequences"] = -1; }),
                Catch::Contains("data_position.sequences -1"));
     CHECK_THAT(edited([](json& m) { m["data_position"]["sequences"] = 41; }),
