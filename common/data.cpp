@@ -75,12 +75,30 @@ void write_shard_file(const std::string& path, const std::string& temp, const st
 
 }  // namespace
 
+namespace {
+
+// An unused name beside `path` for a second link to its file: path.old, else path.old.1,
+// path.old.2, ... (a file of the user's under such a name is left alone).
+std::string unused_backup_name(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::string name = path + ".old";
+  for (int n = 1;; ++n) {
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(name, ec))) return name;
+    name = path + ".old." + std::to_string(n);
+  }
+}
+
+}  // namespace
+
 void write_shards(const std::vector<ShardToWrite>& shards) {
   // Every shard goes to a temporary name next to its target first; only when all are
   // written are they put in place. So an error (a disk full on the second) leaves the old
   // set whole, never a new train shard beside an old val shard, and a reader never sees a
   // half-written file under a final name. Putting them in place is itself all or none:
-  // each old shard is renamed to a backup first, and a failed rename puts every backup
+  // each old shard first gets a second name (a hard link: the file stays under its own
+  // name, so a reader finds the old or the new shard there, never none), then each new
+  // shard replaces its old one by an atomic rename, and a failure renames the old ones
   // back.
   namespace fs = std::filesystem;
   for (const ShardToWrite& s : shards) {
@@ -101,29 +119,31 @@ void write_shards(const std::vector<ShardToWrite>& shards) {
   }
   std::vector<std::string> backups(shards.size());  // "" where there was no old shard
   std::vector<bool> placed(shards.size(), false);
-  // Undoes what was done: new shards removed, old ones back, temporaries gone.
+  // Undoes what was done: old shards back under their names, new ones and temporaries gone.
   const auto roll_back = [&] {
     for (size_t k = 0; k < shards.size(); ++k) {
-      if (placed[k]) std::remove(shards[k].path.c_str());
-      if (!backups[k].empty()) std::rename(backups[k].c_str(), shards[k].path.c_str());
+      const char* target = shards[k].path.c_str();
+      if (placed[k] && !backups[k].empty()) std::rename(backups[k].c_str(), target);
+      else if (placed[k]) std::remove(target);
+      else if (!backups[k].empty()) std::remove(backups[k].c_str());  // the old file is still in place
       std::remove(temps[k].c_str());
     }
   };
-  const auto failed = [&](const std::string& path, const std::string& what) {
-    const std::string why = std::strerror(errno);
+  const auto failed = [&](const std::string& path, const std::string& what, const std::string& why) {
     roll_back();
     fail("shard " + quoted(path) + ": " + what + ": " + why + " (the old shards are left as they were)");
   };
   for (size_t i = 0; i < shards.size(); ++i) {
     std::error_code ec;
     if (!fs::exists(shards[i].path, ec)) continue;
-    const std::string backup = shards[i].path + ".old";
-    if (std::rename(shards[i].path.c_str(), backup.c_str()) != 0) failed(shards[i].path, "cannot move it aside");
+    const std::string backup = unused_backup_name(shards[i].path);
+    fs::create_hard_link(shards[i].path, backup, ec);
+    if (ec) failed(shards[i].path, "cannot keep the old shard as " + quoted(backup), ec.message());
     backups[i] = backup;
   }
   for (size_t i = 0; i < shards.size(); ++i) {
     if (std::rename(temps[i].c_str(), shards[i].path.c_str()) != 0)
-      failed(shards[i].path, "cannot rename " + quoted(std::as_const(temps[i])) + " to it");
+      failed(shards[i].path, "cannot rename " + quoted(std::as_const(temps[i])) + " to it", std::strerror(errno));
     placed[i] = true;
   }
   for (const std::string& b : backups)
