@@ -130,7 +130,8 @@ void LocalZero<A>::step(double lr, double norm, int step_number) {
     sharded_adamw_step(dp_, device_, optimizer_, shard_, params_, grads, n_local_, norm, lr, cfg_, step_number);
   } else {
     Span span("adamw_shard");  // updates the shard in place: the next forward gathers it
-    optimizer_.step(device_, shard_params_, grads, lr, clip_scale(norm, cfg_.grad_clip, step_number), cfg_, step_number);
+    optimizer_.step(device_, shard_params_, grads, lr, clip_scale(norm, cfg_.grad_clip, step_number), cfg_,
+                    step_number);
     static_cast<Zero3Store<A>&>(*sharded_).weights_updated();
   }
 }

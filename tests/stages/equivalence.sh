@@ -151,7 +151,9 @@ if [ -n "$EXACT_SPECS" ]; then
   norm=()
   [ "${EXACT_NORM:-}" = resharded ] && norm=(--norm-resharded)
   exact=()
-  for spec in $EXACT_SPECS; do d="$WORK/$(name exact "$spec")"; run "$CAND_BIN" "$spec" "$d" "$STEPS"; exact+=("$d"); done
+  for spec in $EXACT_SPECS; do
+    d="$WORK/$(name exact "$spec")"; run "$CAND_BIN" "$spec" "$d" "$STEPS"; exact+=("$d")
+  done
   "${COMPARE[@]}" --exact "${norm[@]}" --step "$STEPS" --reference "$WORK/$(name ref "$REF_SPEC")" \
     --candidate "${exact[@]}"
 fi

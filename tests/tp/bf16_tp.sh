@@ -89,7 +89,8 @@ for kind in ("param", "adam_m", "adam_v"):
         return np.linalg.norm(got - want) / np.linalg.norm(want)
     D_kind = kind_error(weights("bf16_01", 10, kind))
     tol_kind = max(3 * D_kind, 2.0**-16)
-    print(f"AdamW, 10 steps: stage 01 bf16's {kind} vs fp64: D_{kind} = {D_kind:.3e}; tolerance {tol_kind:.3e} normwise")
+    print(f"AdamW, 10 steps: stage 01 bf16's {kind} vs fp64: D_{kind} = {D_kind:.3e}; "
+          f"tolerance {tol_kind:.3e} normwise")
     runs = {run: weights(run, 10, kind) for run in ("bf16_tp2", "bf16_tp2_sp")}
     runs[f"bf16_tp2 {kind} 1.1x"] = 1.1 * runs["bf16_tp2"]
     judge(lambda run: kind_error(runs[run]), tol_kind,
