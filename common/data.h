@@ -38,8 +38,9 @@ struct ShardToWrite {
   const std::vector<uint16_t>* tokens;  ///< what it holds
 };
 /// Writes a set of shards (train and val) all or none: every one to a temporary name
-/// first, then, once all are written, the old ones moved aside and each renamed into
-/// place. A failure leaves the old files as they were. A target that exists and is no
+/// first, then, once all are written, each old one kept under a second name (a hard
+/// link) while the new one replaces it by a rename. A failure leaves the old files as
+/// they were. A target that exists and is no
 /// regular file is refused before anything is written. Throws UserError naming the path.
 void write_shards(const std::vector<ShardToWrite>& shards);
 
