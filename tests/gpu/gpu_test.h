@@ -1,13 +1,12 @@
 // What every GPU test program shares: CUDA error checks, the host-side conversions
-// between float and the two bf16 types, a device buffer filled from floats, and the
-// main() that reports "skipped" (exit 77, CTest's SKIP_RETURN_CODE) on a machine
-// without a CUDA device.
+// between float and the two bf16 types, and a device buffer filled from floats. Their
+// main() is gpu_main.cpp's (the library gpt_gpu_catch_main): Catch2's runner, or
+// "skipped" (exit 77) on a machine without a CUDA device.
 //
 // bf16 rounding on the host is the CPU reference's own (kernels/cpu/bf16.h, to nearest
 // even), so inputs rounded here are bit for bit what the reference sees. Two bf16 types
 // carry the same 16 bits: the kernels' __nv_bfloat16 and the ops API's gpt::bf16.
 #pragma once
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -72,20 +71,5 @@ struct DeviceBuffer {
   E* p;
   size_t n;
 };
-
-// The test program's main: Catch2's, unless no CUDA device is visible.
-inline int run_tests_or_skip(int argc, char** argv) {
-  int devices = 0;
-  const cudaError_t err = cudaGetDeviceCount(&devices);
-  if (err != cudaSuccess || devices == 0) {
-    std::printf("no CUDA device (%s): skipped\n",
-                err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount reports 0");
-    return 77;  // CTest: SKIP_RETURN_CODE
-  }
-  const int failed = Catch::Session().run(argc, argv);
-  // Every allocation returned, so that compute-sanitizer's leak check reports only real leaks.
-  gpt::cuda::release_kernel_memory();
-  return failed;
-}
 
 }  // namespace gpt::gpu_test

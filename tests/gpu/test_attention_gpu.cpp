@@ -17,7 +17,7 @@
 //
 // Without a GPU (cudaGetDeviceCount fails or reports 0) the program exits 77, which
 // CTest reports as skipped.
-#include "tests/gpu/gpu_test.h"  // Catch2 (own main), cuda_ok, bf16 conversions
+#include "tests/gpu/gpu_test.h"  // Catch2, cuda_ok, bf16 conversions
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -224,5 +224,3 @@ TEST_CASE("gpu attention rejects shapes it was not built for", "[gpu][attention]
                   std::invalid_argument);
   CHECK_THROWS_AS(gpt::cuda::attention_forward_v1(none, none, none, 2, 0, 192, 3), std::invalid_argument);
 }
-
-int main(int argc, char** argv) { return gpt::gpu_test::run_tests_or_skip(argc, argv); }

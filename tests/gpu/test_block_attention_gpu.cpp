@@ -23,7 +23,7 @@
 //   dq: S scale kmax eG    dk: S scale qmax colP eG
 // plus the start value's rounding, S eps |start| (one addition onto it). A merge adds a few
 // roundings of values of size vmax and |L|: S eps (vmax + |L|max) more.
-#include "tests/gpu/gpu_test.h"  // Catch2 (own main), cuda_ok
+#include "tests/gpu/gpu_test.h"  // Catch2, cuda_ok
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -279,5 +279,3 @@ TEST_CASE("gpu attention as two merged key blocks equals the whole attention", "
   check_merged(64, 800);
   check_merged(40, 801);
 }
-
-int main(int argc, char** argv) { return gpt::gpu_test::run_tests_or_skip(argc, argv); }

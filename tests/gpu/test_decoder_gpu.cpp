@@ -101,5 +101,3 @@ TEST_CASE("decoder on the GPU: each step's logits as close to float64 as the win
   SECTION("fp32") { check_decoder<float>(Precision::FP32); }
   SECTION("bf16 storage") { check_decoder<bf16>(Precision::BF16); }
 }
-
-int main(int argc, char** argv) { return gpt::gpu_test::run_tests_or_skip(argc, argv); }

@@ -29,7 +29,7 @@
 // Without a GPU (cudaGetDeviceCount fails or reports 0) the program exits 77, which
 // CTest reports as skipped. The problems and the tolerances, derived, are in
 // gemm_reference.h.
-#include "tests/gpu/gpu_test.h"  // Catch2 (own main), cuda_ok, bf16 conversions
+#include "tests/gpu/gpu_test.h"  // Catch2, cuda_ok, bf16 conversions
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -577,5 +577,3 @@ TEST_CASE("set_gemm: the choice, the descent down the ladder, and bad names", "[
   CHECK_THROWS_AS(gpt::cuda::set_gemm(nullptr), std::invalid_argument);
   gpt::cuda::set_gemm("hand");
 }
-
-int main(int argc, char** argv) { return gpt::gpu_test::run_tests_or_skip(argc, argv); }

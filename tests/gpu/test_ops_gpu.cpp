@@ -87,7 +87,7 @@
 // Exact (bit for bit, NaN only as NaN): round_to_bf16 and convert (one correctly rounded
 // or exact conversion, the same as the CPU's kernels/cpu/bf16.h), AdamW's compute copy
 // against the GPU's own updated fp32 weights, and the repeated backward runs.
-#include "tests/gpu/gpu_test.h"  // Catch2 (own main), cuda_ok, bf16 conversions
+#include "tests/gpu/gpu_test.h"  // Catch2, cuda_ok, bf16 conversions
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -1274,5 +1274,3 @@ TEMPLATE_TEST_CASE("gpu ops reject null pointers and impossible shapes", "[gpu][
   sync("rejected calls");  // nothing was launched, so nothing failed
   check_guards(a, b, c, d, e, f, g, h, k, bf16_side, idx);
 }
-
-int main(int argc, char** argv) { return gpt::gpu_test::run_tests_or_skip(argc, argv); }

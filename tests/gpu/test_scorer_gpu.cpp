@@ -108,5 +108,3 @@ TEST_CASE("scorer on the GPU: a shorter window and the head over spans, as close
   SECTION("fp32") { check_scorer<float>(Precision::FP32); }
   SECTION("bf16 storage") { check_scorer<bf16>(Precision::BF16); }
 }
-
-int main(int argc, char** argv) { return gpt::gpu_test::run_tests_or_skip(argc, argv); }
