@@ -719,7 +719,8 @@ void validate(const Config& cfg, int dp) {
   check_int(cfg.tp >= 1, "tp", cfg.tp, "must be >= 1");
   check_int(cfg.pp >= 1, "pp", cfg.pp, "must be >= 1");
   check_int(cfg.cp >= 1, "cp", cfg.cp, "must be >= 1");
-  check_int(cfg.virtual_stages >= 1, "virtual_stages", cfg.virtual_stages, "must be >= 1");
+  check_int(cfg.virtual_stages >= 1 && cfg.virtual_stages <= m.n_layer, "virtual_stages", cfg.virtual_stages,
+            "must be between 1 and n_layer=" + std::to_string(m.n_layer) + " (each chunk holds at least one layer)");
   check_int(cfg.zero >= 0 && cfg.zero <= 3, "zero", cfg.zero, "must be 0, 1, 2 or 3");
   parse_recompute(cfg.activation_checkpointing);  // the accepted names live there
   check_int(cfg.log_every >= 1, "log_every", cfg.log_every, "must be >= 1");

@@ -9,7 +9,10 @@ namespace gpt {
 
 void check_pipeline(const Config& cfg, int pp, int micro_batches) {
   const int v = cfg.virtual_stages;
-  require(cfg.model.n_layer >= pp * v,
+  // First: the other checks' remedies (more layers, fewer micro-batches) would not help.
+  require(v == 1 || pp > 1, "virtual_stages=" + std::to_string(v) +
+                                ": model chunks interleave across pipeline ranks; with pp=1 use virtual_stages=1");
+  require(cfg.model.n_layer >= int64_t(pp) * v,
           "n_layer=" + std::to_string(cfg.model.n_layer) + " is less than pp=" + std::to_string(pp) +
               (v > 1 ? " x virtual_stages=" + std::to_string(v) : "") +
               ": every pipeline stage needs at least one layer");

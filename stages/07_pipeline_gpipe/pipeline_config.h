@@ -7,9 +7,10 @@
 
 namespace gpt {
 
-// UserErrors naming the key: n_layer below pp x virtual_stages (every virtual stage runs
-// at least one layer), no micro-batch at all (m < 1), or more micro-batches than the
-// message tags can name (2 m v - 1 <= kMaxTag).
+// UserErrors naming the key: chunks without a pipeline (virtual_stages > 1 at pp = 1),
+// n_layer below pp x virtual_stages (every virtual stage runs at least one layer), no
+// micro-batch at all (m < 1), or more micro-batches than the message tags can name
+// (2 m v - 1 <= kMaxTag).
 void check_pipeline(const Config& cfg, int pp, int micro_batches);
 
 // One line per pipeline stage: its layers, and what else it holds.

@@ -69,8 +69,6 @@ int train_on(Run& run) {
   const int v = cfg.virtual_stages;
   check_pipeline(cfg, pp.size(), accum);
   const std::string schedule_name = cfg.schedule.empty() ? "interleaved" : cfg.schedule;
-  require(v == 1 || pp.size() > 1, "virtual_stages=" + std::to_string(v) +
-                                       ": model chunks interleave across pipeline ranks; with pp=1 use virtual_stages=1");
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
   Trace::global().enable(cfg.trace_file.empty() ? "" : cfg.trace_file + ".rank" + std::to_string(run.world.rank()) + ".json",
                          run.world.rank());
