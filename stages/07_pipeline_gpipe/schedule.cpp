@@ -146,6 +146,8 @@ double cost_of(PipeOp op, const PipeCosts& c, int v) {
   }
 }
 
+constexpr int kMaxTimelineCells = 4096;  // the widest timeline row drawn, in cells
+
 struct Slot {
   double start, end;
   PipeAction a;
@@ -165,7 +167,14 @@ std::string draw_timeline(const std::vector<std::vector<Slot>>& compute, double 
   for (const auto& row : compute)
     for (const Slot& s : row)
       width = std::max(width, int(std::to_string(s.a.micro).size()) + (v > 1 ? 3 : 2));
-  const int cells = int(std::lround(makespan / unit));
+  // A row as wide as the makespan in the smallest action's time: a cost far below the
+  // others (tW near 0) would make it millions of cells wide, so such a timeline is not drawn.
+  const double width_in_cells = makespan / unit;
+  if (width_in_cells > kMaxTimelineCells)
+    return "(timeline not drawn: " + std::to_string(std::llround(width_in_cells)) +
+           " cells wide at one cell per the smallest action's time, more than " + std::to_string(kMaxTimelineCells) +
+           ")\n";
+  const int cells = int(std::lround(width_in_cells));
   std::string out;
   for (size_t r = 0; r < compute.size(); ++r) {
     std::string idle(size_t(width), ' ');

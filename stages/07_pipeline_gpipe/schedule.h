@@ -106,7 +106,8 @@ struct PipeSimulation {
   double makespan = 0;             // time from the first action to the last
   std::vector<double> bubble;      // per rank: idle share of the makespan
   std::vector<int> max_in_flight;  // per rank: most (micro, chunk) forwarded, backward not complete
-  std::string timeline;            // one row per rank: F3, B3, W3 (F3a, F3b: chunks) in time slots
+  std::string timeline;            // one row per rank: F3, B3, W3 (F3a, F3b: chunks) in time slots;
+                                   // a one-line note instead where a row would be over 4096 slots
 };
 PipeSimulation simulate_pipeline(const std::vector<PipeSchedule>& ranks, const PipeCosts& costs, int v = 1);
 // v = 1 and an unsplit backward: costs {tF, tB, 0}.

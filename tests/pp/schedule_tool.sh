@@ -2,7 +2,8 @@
 # The pipeline_schedule tool: --help exits 0 with the usage; a bad value (not a whole
 # number, trailing text, out of range, not a number, a cost so large its sums overflow)
 # exits 2 naming the option and the value, an unknown option last as unknown; a good
-# call prints one timeline row and one bubble line per rank.
+# call prints one timeline row and one bubble line per rank, and a call whose timeline
+# would be millions of cells wide prints a note in its place.
 # Usage: schedule_tool.sh PIPELINE_SCHEDULE
 set -uo pipefail
 TOOL=$1 failures=0
@@ -28,4 +29,11 @@ expect_refused "at most 1e12"     --tf 1e308 --tb 1e308
 out=$("$TOOL" --schedule interleaved --pp 3 --micro 5 --virtual 2) || { echo "FAIL: a good call failed"; failures=$((failures + 1)); }
 rows=$(grep -c '^rank [0-9] |' <<< "$out"); bubbles=$(grep -c '^rank [0-9]: bubble' <<< "$out")
 [ "$rows" -eq 3 ] && [ "$bubbles" -eq 3 ] || { echo "FAIL: expected 3 timeline rows and 3 bubble lines, got $rows and $bubbles"; failures=$((failures + 1)); }
+# A cost far below the others (W nearly free) would make each row millions of cells
+# wide: the timeline is left out, the bubble lines are printed.
+out=$("$TOOL" --pp 4 --micro 8 --tw 1e-9 --schedule zb-h1) || { echo "FAIL: --tw 1e-9 failed"; failures=$((failures + 1)); }
+bubbles=$(grep -c '^rank [0-9]: bubble' <<< "$out")
+grep -q "timeline not drawn: .* cells wide" <<< "$out" && [ "$bubbles" -eq 4 ] && [ ${#out} -lt 4000 ] &&
+  echo "ok: --tw 1e-9 -> $(grep "timeline not drawn" <<< "$out")" ||
+  { echo "FAIL: --tw 1e-9: expected a note for the timeline and 4 bubble lines, got ${#out} characters"; failures=$((failures + 1)); }
 [ "$failures" -eq 0 ] && echo PASS
