@@ -27,6 +27,9 @@ void BubbleMeter::stop(double busy_s) {
 }
 
 std::string BubbleMeter::report(const Theory& theory_of, const PipeCosts& my_costs) {
+  // No step ran (steps=0, or a resume of a finished run): nothing was measured, and a
+  // theory of zero costs is 0/0. Every rank ran the same steps, so all return here.
+  if (busy_s_.empty()) return "";
   double costs[3] = {my_costs.forward, my_costs.backward_input, my_costs.backward_weight};
   pp_.all_reduce(costs, 3, DType::F64);
   const double p = double(pp_.size());

@@ -27,7 +27,7 @@ class BubbleMeter {
   // several: it pays for first touches), and the theory for the pipeline's mean costs
   // (each rank's `mine`, averaged over pp), as a line; collective over pp.
   using Theory = std::function<double(const PipeCosts&)>;
-  std::string report(const Theory& theory, const PipeCosts& mine);
+  std::string report(const Theory& theory, const PipeCosts& mine);  // "" when no step ran
 
  private:
   Communicator& pp_;

@@ -10,8 +10,11 @@
 # bounds differ on some rank (a counter that printed the bound it was given would pass
 # both).
 # Usage: in_flight.sh TRAIN SCHEDULE PREPARE WORKDIR ROOT MPIEXEC "P:M[:V] ..." [CONTROL]
-#   SCHEDULE: gpipe or 1f1b, the bound to expect; CONTROL: another schedule's bound that
-#   must be rejected on some rank.
+#   SCHEDULE: gpipe, 1f1b, interleaved or zb-h1, the bound to expect; CONTROL: another
+#   schedule's bound that must be rejected on some rank.
+# Then the bubble report: each run above prints its measured bubble and the theory as
+# numbers; a run of 0 steps, which measures nothing, prints no bubble line (a theory of
+# zero costs would be 0/0: nan).
 set -euo pipefail
 TRAIN=$1 SCHEDULE=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6 SHAPES=$7 CONTROL=${8:-}
 source "$ROOT/tests/trainer/common.sh"
@@ -66,4 +69,20 @@ for shape in $SHAPES; do
     else echo "ok   negative control p=$p m=$m: $CONTROL's bound rejected"; fi
   fi
 done
+
+IFS=: read -r p m v <<< "${SHAPES%% *}"  # the first shape again
+v=${v:-1}
+chunks=()
+((v > 1)) && chunks=(--set virtual_stages="$v")
+[ "$SCHEDULE" = zb-h1 ] && chunks+=(--set schedule=zb-h1)
+number='[0-9]+\.[0-9]%'
+if grep -qE "^pipeline bubble .*\| mean $number \| theory $number" "$WORK/run_${p}_${m}_${v}.log"; then
+  echo "ok   p=$p m=$m v=$v, 1 step: the bubble and its theory are numbers"
+else echo "FAIL p=$p m=$m v=$v: no bubble line with numbers"; grep "bubble" "$WORK/run_${p}_${m}_${v}.log"; failures=$((failures + 1)); fi
+"$MPIEXEC" -np "$p" --oversubscribe "$TRAIN" $(tiny_args "$WORK/data" "$WORK/run_0_steps") --set steps=0 \
+  --set n_layer=$((p * v)) --set pp="$p" "${chunks[@]}" --set micro_batch_size=1 --set batch_size="$m" \
+  --set sample_tokens=0 --set val_batches=0 > "$WORK/run_0_steps.log" 2>&1 || { echo "FAIL: the run of 0 steps"; tail -5 "$WORK/run_0_steps.log"; exit 1; }
+if grep -qiE "bubble|nan" "$WORK/run_0_steps.log"; then
+  echo "FAIL 0 steps: $(grep -iE "bubble|nan" "$WORK/run_0_steps.log" | head -2)"; failures=$((failures + 1))
+else echo "ok   p=$p m=$m v=$v, 0 steps: no bubble line, no nan"; fi
 [ "$failures" = 0 ] || exit 1
