@@ -38,6 +38,24 @@ run() {
   require_layout "$dir" "$np" "${extra[@]#--set}"
 }
 
+# reshards SPEC: whether the candidate's chunks are sharded over data-parallel ranks
+# (virtual stages under ZeRO 1-3 with dp > 1), the one case where a tensor's shard
+# boundary can fall elsewhere than in the reference's.
+reshards() {
+  local spec=$1 np pp=1 tp=1 zero=0 kv
+  [[ "$spec" == *cand.virtual_stages=* ]] || return 1
+  np=${spec%%:*}
+  for kv in ${COMMON:-} ${spec//:/ }; do
+    kv=${kv#cand.}
+    case $kv in
+      pp=*) pp=${kv#pp=} ;;
+      tp=*) tp=${kv#tp=} ;;
+      zero=*) ((${kv#zero=} > zero)) && zero=${kv#zero=} ;;
+    esac
+  done
+  ((np / (pp * tp) > 1 && zero >= 1))
+}
+
 failures=0
 i=0
 sgd=1  # the one-step SGD comparison, left out of quick runs
@@ -51,12 +69,13 @@ for spec in $SPECS; do
     run ref "$spec" "$WORK/$i-sgd-ref" 1 optimizer=sgd grad_clip=0
     run cand "$spec" "$WORK/$i-sgd-cand" 1 optimizer=sgd grad_clip=0
   fi
-  # Interleaved chunks are sharded over the data-parallel ranks one chunk at a time, so a
-  # tensor's shard boundary can fall elsewhere than in the reference: its sum of squares
-  # is then grouped otherwise, and the norm is held to that rounding (compare_runs.py
-  # --norm-resharded); every weight and moment stays compared bit for bit.
+  # Under ZeRO, interleaved chunks are sharded over the data-parallel ranks one chunk at a
+  # time, so a tensor's shard boundary can fall elsewhere than in the reference: its sum of
+  # squares is then grouped otherwise, and the norm is held to that rounding
+  # (compare_runs.py --norm-resharded); every weight and moment stays compared bit for
+  # bit, and so does the norm of every other shape.
   norm=()
-  if [[ "$spec" == *cand.virtual_stages=* ]]; then norm=(--norm-resharded); resharded=${resharded:-$i}; fi
+  if reshards "$spec"; then norm=(--norm-resharded); resharded=${resharded:-$i}; fi
   echo "== $spec: 10 AdamW steps$( ((sgd)) && echo ", then one SGD step")"
   "${COMPARE[@]}" "${norm[@]}" --step 10 --reference "$WORK/$i-ref" --candidate "$WORK/$i-cand" ||
     failures=$((failures + 1))
@@ -75,7 +94,7 @@ if [ -n "$JITTER_SPEC" ]; then
   (( delayed >= ${JITTER_SPEC%%:*} )) || {
     echo "FAIL: $delayed of ${JITTER_SPEC%%:*} processes delayed their actions"; failures=$((failures + 1)); }
   norm=()
-  [[ "$JITTER_SPEC" == *cand.virtual_stages=* ]] && norm=(--norm-resharded)
+  if reshards "$JITTER_SPEC"; then norm=(--norm-resharded); fi
   "${COMPARE[@]}" "${norm[@]}" --step 10 --reference "$WORK/jitter-ref" --candidate "$WORK/jitter-cand" ||
     failures=$((failures + 1))
 fi
