@@ -30,7 +30,10 @@
 // one slot; the simulator then measures (p-1) max(tF, tB) of idle for m >= p.)
 //
 // Memory: rank r holds min(p - r, m) micro-batches awaiting B, as 1F1B, but keeps what
-// W needs of r more, so min(p, m) on every rank (1F1B's peak, on rank 0, everywhere).
+// W needs of r more, so min(p, m) on every rank (1F1B's count, on rank 0, everywhere).
+// A micro-batch awaiting its W also keeps the input gradients W reads (BlockGradInputs:
+// about 11 C values per token and block at tp 1, beside the activations' 16 C), so each
+// costs about 1.7 times a 1F1B micro-batch.
 #pragma once
 #include "stages/07_pipeline_gpipe/schedule.h"
 
