@@ -19,7 +19,8 @@ expect_refused "stage 06 refuses pp"          "pp=2: stage 06_tensor_parallel"  
 if [ -n "$TRAIN07" ]; then
   expect_refused "n_layer below pp x v"      "n_layer=2 is less than pp=2 x virtual_stages=2" 2 "$TRAIN" pp=2 virtual_stages=2
   expect_refused "chunks without a pipeline" "virtual_stages=2: model chunks interleave"      1 "$TRAIN" virtual_stages=2
-  expect_refused "more chunks than layers"   "virtual_stages=3: must be between 1 and n_layer=2" 1 "$TRAIN" virtual_stages=3
+  expect_refused "more chunks than layers"   "virtual_stages=3: must be between 1 and n_layer=2" 1 "$TRAIN" \
+    virtual_stages=3
   expect_refused "pp x v beyond an int"      "virtual_stages=1073741824: must be between 1 and n_layer=2" 2 "$TRAIN" \
     pp=2 virtual_stages=1073741824
   expect_refused "unknown schedule"          "schedule=zigzag"                                2 "$TRAIN" pp=2 schedule=zigzag

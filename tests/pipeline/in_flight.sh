@@ -78,10 +78,14 @@ chunks=()
 number='[0-9]+\.[0-9]%'
 if grep -qE "^pipeline bubble .*\| mean $number \| theory $number" "$WORK/run_${p}_${m}_${v}.log"; then
   echo "ok   p=$p m=$m v=$v, 1 step: the bubble and its theory are numbers"
-else echo "FAIL p=$p m=$m v=$v: no bubble line with numbers"; grep "bubble" "$WORK/run_${p}_${m}_${v}.log"; failures=$((failures + 1)); fi
+else
+  echo "FAIL p=$p m=$m v=$v: no bubble line with numbers"; grep "bubble" "$WORK/run_${p}_${m}_${v}.log"
+  failures=$((failures + 1))
+fi
 "$MPIEXEC" -np "$p" --oversubscribe "$TRAIN" $(tiny_args "$WORK/data" "$WORK/run_0_steps") --set steps=0 \
   --set n_layer=$((p * v)) --set pp="$p" "${chunks[@]}" --set micro_batch_size=1 --set batch_size="$m" \
-  --set sample_tokens=0 --set val_batches=0 > "$WORK/run_0_steps.log" 2>&1 || { echo "FAIL: the run of 0 steps"; tail -5 "$WORK/run_0_steps.log"; exit 1; }
+  --set sample_tokens=0 --set val_batches=0 > "$WORK/run_0_steps.log" 2>&1 ||
+  { echo "FAIL: the run of 0 steps"; tail -5 "$WORK/run_0_steps.log"; exit 1; }
 if grep -qiE "bubble|nan" "$WORK/run_0_steps.log"; then
   echo "FAIL 0 steps: $(grep -iE "bubble|nan" "$WORK/run_0_steps.log" | head -2)"; failures=$((failures + 1))
 else echo "ok   p=$p m=$m v=$v, 0 steps: no bubble line, no nan"; fi
