@@ -136,14 +136,14 @@ def pipeline_report(run):
     with open(os.path.join(run.dir, "stdout.txt")) as f:
         text = f.read()
     ranks = {}
-    for m in re.finditer(r"^rank (\d+) \(stage (\d+) of \d+\): micro-batches in flight (\d+) \(schedule's bound "
+    for m in re.finditer(r"^rank (\d+) \(pipeline rank (\d+) of \d+\): micro-batches in flight (\d+) \(schedule's bound "
                          r"(\d+)\), activations ([\d.]+) MiB \((\d+) slots\), peak memory ([\d.]+) MiB", text, re.M):
         ranks[int(m[1])] = {"stage": int(m[2]), "in_flight": int(m[3]), "bound": int(m[4]),
                             "activations_mib": float(m[5]), "slots": int(m[6]), "peak_mib": float(m[7])}
     if not ranks:
         raise ValueError(f"{run.dir}/stdout.txt has no 'micro-batches in flight' line: not a pipeline run?")
     out = {"ranks": dict(sorted(ranks.items()))}
-    m = re.search(r"^pipeline bubble .*?:(?P<ranks>( rank \d+ [\d.]+%)+) \| mean (?P<mean>[\d.]+)% \| "
+    m = re.search(r"^pipeline bubble .*?:(?P<ranks>( pp rank \d+ [\d.]+%)+) \| mean (?P<mean>[\d.]+)% \| "
                   r"theory (?P<theory>[\d.]+)%", text, re.M)
     if m:
         out["bubble"] = {int(r): float(v) / 100 for r, v in re.findall(r"rank (\d+) ([\d.]+)%", m["ranks"])}

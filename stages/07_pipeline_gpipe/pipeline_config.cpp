@@ -35,8 +35,11 @@ std::string stage_table(const ModelConfig& model, int pp, int virtual_stages) {
                     (virtual_stages > 1 ? " virtual stages):\n" : " stages):\n");
   for (int s = 0; s < stages; ++s) {
     const LayerRange r = stage_layers(model.n_layer, stages, s);
-    out += "  stage " + std::to_string(s) + " (rank " + std::to_string(s % pp) + "): layers " +
-           std::to_string(r.begin) + ".." + std::to_string(r.end - 1);
+    // The pipeline rank (the position along pp), not the job's rank: with tp or dp > 1
+    // several ranks hold each stage (the mesh, common/mesh.h).
+    out += "  stage " + std::to_string(s) + " (pipeline rank " + std::to_string(s % pp) +
+           (virtual_stages > 1 ? ", chunk " + std::to_string(s / pp) : "") + "): layers " + std::to_string(r.begin) +
+           ".." + std::to_string(r.end - 1);
     if (s == 0) out += " + embeddings (wte, wpe)";
     if (s == stages - 1) out += " + ln_f and the tied head (wte)";
     out += "\n";

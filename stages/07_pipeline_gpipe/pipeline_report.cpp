@@ -46,7 +46,7 @@ std::string BubbleMeter::report(const Theory& theory_of, const PipeCosts& my_cos
   double mean = 0;
   for (size_t r = 0; r < all.size(); ++r) {
     char cell[48];
-    std::snprintf(cell, sizeof cell, " rank %zu %.1f%%", r, 100.0 * all[r]);
+    std::snprintf(cell, sizeof cell, " pp rank %zu %.1f%%", r, 100.0 * all[r]);  // the pipeline rank
     out += cell;
     mean += all[r] / double(all.size());
   }
@@ -70,7 +70,7 @@ std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, in
   for (const GPT2<A>* c : chunks) bytes += c->activation_bytes(), slots += c->in_flight();
   char line[256];
   std::snprintf(line, sizeof line,
-                "rank %d (stage %d of %d): micro-batches in flight %d (schedule's bound %d), activations %.2f MiB "
+                "rank %d (pipeline rank %d of %d): micro-batches in flight %d (schedule's bound %d), activations %.2f MiB "
                 "(%d slots), peak memory %.2f MiB\n",
                 world_rank, pp_rank, pp, measured, expected, double(bytes) / (1 << 20), slots,
                 double(mem.total()) / (1 << 20));
