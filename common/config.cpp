@@ -138,9 +138,10 @@ constexpr Key kKeys[] = {
     {"zero", FIELD(zero), "ZeRO stage over the data-parallel group, 0..3 (stages 06+; stages 03-05 are ZeRO-1, -2, -3 by construction)"},
     {"zero3_prefetch", FIELD(zero3_prefetch),
      "ZeRO-3 (stage 05, and zero=3 in stages 06+): gather the next unit on a thread while this one computes; false gathers each unit on the main thread when a pass needs it (the same bits; one unit fewer in memory, every gather exposed in the trace)"},
-    {"comm", FIELD(comm), "communication backend: auto, mpi or nccl"},
+    {"comm", FIELD(comm), "communication backend of stages 02+: auto, mpi or nccl (stage 01 has no peers)"},
     {"allreduce", FIELD(allreduce), "gradient all-reduce of stage 02: ring (written out) or backend"},
-    {"bucket_mb", FIELD(bucket_mb), "gradient bucket size in MiB (one all-reduce per bucket)"},
+    {"bucket_mb", FIELD(bucket_mb),
+     "gradient bucket size in MiB (one all-reduce or reduce-scatter per bucket; stages 02+, stage 01 has no peers)"},
     {"comm_timeout_s", FIELD(comm_timeout_s), "seconds without an answer before a peer is reported lost (1 to 1e9)"},
     {"save_timeout_s", FIELD(save_timeout_s),
      "the same while a checkpoint is saved (rank 0's writes and read-back, waited for by the others; "
