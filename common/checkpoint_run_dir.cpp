@@ -122,8 +122,12 @@ ResumeSource resume_source(const Config& cfg) {
   ResumeSource r;
   r.path = cfg.resume == "latest" ? latest_checkpoint(cfg.run_dir) : cfg.resume;
   if (!r.path.empty()) {
-    r.manifest = read_manifest(r.path);
-    r.start = checkpoint_step(r.manifest, r.path);
+    try {  // each way the checkpoint is not one, said of the key that named it
+      r.manifest = read_manifest(r.path);
+      r.start = checkpoint_step(r.manifest, r.path);
+    } catch (const UserError& e) {
+      fail("resume=" + cfg.resume + ": " + e.what());
+    }
   }
   return r;
 }

@@ -153,7 +153,8 @@ expect "prepare: missing text"   no_such.txt   "$PREPARE" --out "$WORK/p" "$WORK
 # --- checkpoints
 "$TRAIN" $(tiny_args "$D" "$WORK/good") --set steps=2 --set sample_tokens=0 > /dev/null
 ck="$WORK/good/step_00000002"
-expect "resume path missing"     "checkpoint $WORK/no_ckpt does not exist" train --set "resume=$WORK/no_ckpt"
+expect "resume path missing"     "resume=$WORK/no_ckpt: checkpoint $WORK/no_ckpt does not exist" train \
+  --set "resume=$WORK/no_ckpt"
 expect "resume=LATEST"           "resume=LATEST: no such checkpoint; for the newest checkpoint in run_dir write resume=latest" train --set resume=LATEST
 cp -r "$ck" "$WORK/flipped"
 printf '\x7f' | dd of="$WORK/flipped/param.bin" bs=1 seek=100 conv=notrunc status=none
