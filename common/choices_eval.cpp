@@ -44,6 +44,12 @@ int choices_window(const std::vector<ChoiceExample>& examples, int max_window, c
   return std::min(longest, max_window);
 }
 
+int examples_cut(const std::vector<ChoiceExample>& examples, int window) {
+  int cut = 0;
+  for (const ChoiceExample& ex : examples) cut += example_cut(ex, window) > 0;
+  return cut;
+}
+
 template <class A>
 std::vector<ChoiceScore> score_choices(const ModelConfig& model, const A* weights, Device device, Precision precision,
                                        int rows, int window, const std::vector<ChoiceExample>& examples,

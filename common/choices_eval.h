@@ -44,6 +44,10 @@ struct ChoiceScore {
 /// and the example.
 int choices_window(const std::vector<ChoiceExample>& examples, int max_window, const std::string& source);
 
+/// How many examples have context tokens left out to fit `window` (their longest row
+/// is longer): score_choices scores those from the end of their context.
+int examples_cut(const std::vector<ChoiceExample>& examples, int window);
+
 /// Scores `examples` with the model of shape `model` whose compute weights are `weights`
 /// (the whole model, in `device`'s memory), `rows` rows per forward (at least the most
 /// completions of an example) in windows of at most `window` tokens (choices_window's:

@@ -27,6 +27,9 @@ ChoicesInTraining::ChoicesInTraining(const Config& cfg, int rank, int ranks) {
   if (rank == 0) {
     std::printf("eval_choices: %zu examples of %s at every validation, %d-token window, %d rows a forward, "
                 "%zu per rank\n", all.size(), file_.c_str(), window_, rows_, (all.size() + size_t(ranks) - 1) / size_t(ranks));
+    if (const int cut = examples_cut(all, window_); cut > 0)
+      std::printf("eval_choices: %d examples have context tokens left out to fit the window of %d (block_size)\n",
+                  cut, window_);
     // Positions past seq_len are never trained: what the model makes of them is noise.
     if (window_ > cfg.seq_len)
       std::printf("note: the longest eval example needs %d positions, more than the seq_len=%d this run trains "

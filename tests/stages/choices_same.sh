@@ -13,6 +13,7 @@
 # A run with eval_choices_limit=1 on 2 ranks leaves one rank without examples (it scores
 # nothing and still adds its zeros); the tool with --limit 1 is its reference. Precision: fp32, and bf16 (the tool rounds the checkpoint's fp32 master weights
 # to bf16, which are the trainer's compute weights).
+# The run names the examples whose context is cut to fit the window, as the tool does.
 # Negative control: the line logged at step 5 against the step-10 checkpoint must differ
 # beyond the bound (the comparison sees which weights were scored).
 # The tool scores as many rows a forward as the run did (its --batch from the run's
@@ -80,12 +81,18 @@ for spec in "$@"; do
   fi
   limit=()
   for kv in ${sets//,/ }; do [ "${kv%%=*}" = eval_choices_limit ] && limit=(--limit "${kv#*=}"); done
+  cut_run=$(sed -nE 's/^eval_choices: ([0-9]+) examples have context tokens left out.*/\1/p' "$dir.log")
   rows=$(sed -nE 's/^eval_choices: .* ([0-9]+) rows a forward.*/\1/p' "$dir.log" | head -1)
   [ -n "$rows" ] || { echo "FAIL $name: the run printed no eval_choices line"; failures=$((failures + 1)); continue; }
   for step in 5 10; do
     "$TOOL" "$dir/step_$(printf %08d $step)" "$WORK/e.bin" --device "$DEVICE" --precision "$precision" "${limit[@]}" \
       --batch "$rows" \
       --out "$dir/scores_$step.jsonl" > "$dir/eval_$step.log" 2>&1 || { echo "FAIL $name: eval_choices"; exit 1; }
+    # The examples whose context is cut to fit the window: the run says so as the tool does.
+    cut_tool=$(sed -nE 's/^([0-9]+) examples had context tokens left out.*/\1/p' "$dir/eval_$step.log")
+    [ "$cut_run" = "$cut_tool" ] ||
+      { echo "FAIL $name: the run says ${cut_run:-no} examples are cut, the tool ${cut_tool:-none}"
+        failures=$((failures + 1)); }
     if result=$(compare "$dir/metrics.jsonl" $step "$dir/scores_$step.jsonl"); then
       echo "ok   $name step $step: $result"
     else echo "FAIL $name step $step: $result"; failures=$((failures + 1)); fi
