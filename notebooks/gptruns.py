@@ -13,6 +13,7 @@ Uses the standard library only; the notebooks bring numpy and matplotlib.
 """
 import glob
 import json
+import math
 import os
 import re
 import warnings
@@ -142,12 +143,17 @@ def pipeline_report(run):
                             "activations_mib": float(m[5]), "slots": int(m[6]), "peak_mib": float(m[7])}
     if not ranks:
         raise ValueError(f"{run.dir}/stdout.txt has no 'micro-batches in flight' line: not a pipeline run?")
+    world = math.prod(run.layout.values()) if run.layout else len(ranks)
+    if sorted(ranks) != list(range(world)):  # a line that stopped matching must not drop its rank
+        raise ValueError(f"{run.dir}/stdout.txt: 'micro-batches in flight' lines of ranks {sorted(ranks)}, "
+                         f"not of each of the {world} ranks")
     out = {"ranks": dict(sorted(ranks.items()))}
     m = re.search(r"^pipeline bubble .*?:(?P<ranks>( pp rank \d+ [\d.]+%)+) \| mean (?P<mean>[\d.]+)% \| "
                   r"theory (?P<theory>[\d.]+)%", text, re.M)
-    if m:
-        out["bubble"] = {int(r): float(v) / 100 for r, v in re.findall(r"rank (\d+) ([\d.]+)%", m["ranks"])}
-        out["bubble_mean"], out["theory"] = float(m["mean"]) / 100, float(m["theory"]) / 100
+    if not m:
+        raise ValueError(f"{run.dir}/stdout.txt has no 'pipeline bubble' line (the run trained no step?)")
+    out["bubble"] = {int(r): float(v) / 100 for r, v in re.findall(r"rank (\d+) ([\d.]+)%", m["ranks"])}
+    out["bubble_mean"], out["theory"] = float(m["mean"]) / 100, float(m["theory"]) / 100
     return out
 
 

@@ -17,7 +17,7 @@
 #                      06 at tp 2, 07-09 at pp 2 (09: schedule zb-h1), 10 at cp 2, 11 at
 #                      pp 2 x cp 2 with full activation checkpointing; s01_bf16: stage 01 in bf16
 #   memory/sNN_dpK     one step of stages 01-06 and 10 at dp K = 1, 2, 4 (01: one rank; 06 at
-#                      tp 2 and 10 at cp 2, both zero=3, so 2K ranks)
+#                      tp 2 and 10 at cp 2, both zero=3, so 2K ranks), tiny at 8 layers
 #   memory/s06_tpT[_sp], memory/s10_cpC: one step at tp T (sequence parallel or not),
 #                      at cp C
 #   comm/s02_trace     stage 02 at dp 2 on configs/small.json, 4 steps, traced
@@ -117,8 +117,9 @@ run agree/s11 4 11 "${agree[@]}" pp=2 cp=2 activation_checkpointing=full
 log "memory: one step of each stage at dp 1, 2, 4"
 # Batch 8, so that dp 4 still has a micro-batch of 2; buckets of at least 7,864 floats
 # (0.03 MiB), less than a block of the tiny model (12,704), so that each block is a
-# bucket of its own and the live buckets of ZeRO-2 and -3 are more than the whole model.
-mem=(steps=1 batch_size=8 micro_batch_size=2 val_batches=0 bucket_mb=0.03)
+# bucket of its own; 8 layers, so that the floors of ZeRO-2 and -3 (the embeddings and two
+# blocks: gathered, or live buckets) are a third of the model, not all of it at tiny's 2.
+mem=(steps=1 batch_size=8 micro_batch_size=2 val_batches=0 bucket_mb=0.03 n_layer=8)
 run memory/s01_dp1 1 01 "${mem[@]}"
 for dp in 1 2 4; do
   for s in 02 03 04 05; do run "memory/s${s}_dp$dp" "$dp" "$s" "${mem[@]}"; done
