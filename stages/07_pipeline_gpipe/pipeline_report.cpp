@@ -70,8 +70,8 @@ std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, in
   for (const GPT2<A>* c : chunks) bytes += c->activation_bytes(), slots += c->in_flight();
   char line[256];
   std::snprintf(line, sizeof line,
-                "rank %d (pipeline rank %d of %d): micro-batches in flight %d (schedule's bound %d), activations %.2f MiB "
-                "(%d slots), peak memory %.2f MiB\n",
+                "rank %d (pipeline rank %d of %d): micro-batches in flight %d (schedule's bound %d), "
+                "activations %.2f MiB (%d slots), peak memory %.2f MiB\n",
                 world_rank, pp_rank, pp, measured, expected, double(bytes) / (1 << 20), slots,
                 double(mem.total()) / (1 << 20));
   return line;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <tuple>
 
@@ -153,27 +154,30 @@ struct Slot {
   PipeAction a;
 };
 
-// One row per rank, one cell per `unit` of time: "F3" starts micro-batch 3's forward,
-// dashes continue it, " . " is idle; with v > 1 the chunk is a letter (F3a, F3b).
-std::string draw_timeline(const std::vector<std::vector<Slot>>& compute, double makespan, const PipeCosts& costs,
-                          int v) {
+// One row per rank, one cell per `unit` of time (the shortest action drawn): "F3" starts
+// micro-batch 3's forward, dashes continue it, " . " is idle; with v > 1 the chunk is a
+// letter (F3a, F3b).
+std::string draw_timeline(const std::vector<std::vector<Slot>>& compute, double makespan, int v) {
   double unit = 0;
-  for (PipeOp op : {PipeOp::Forward, PipeOp::BackwardInput, PipeOp::BackwardWeight, PipeOp::Backward}) {
-    const double c = cost_of(op, costs, v);
-    if (c > 0 && (unit == 0 || c < unit)) unit = c;
-  }
+  for (const auto& row : compute)
+    for (const Slot& s : row)
+      if (const double d = s.end - s.start; d > 0 && (unit == 0 || d < unit)) unit = d;
   if (unit <= 0) return "";
   int width = 3;
   for (const auto& row : compute)
     for (const Slot& s : row)
       width = std::max(width, int(std::to_string(s.a.micro).size()) + (v > 1 ? 3 : 2));
-  // A row as wide as the makespan in the smallest action's time: a cost far below the
-  // others (tW near 0) would make it millions of cells wide, so such a timeline is not drawn.
+  // A row as wide as the makespan in the shortest action's time: an action far shorter
+  // than the others (tW near 0) would make it millions of cells wide, so such a timeline
+  // is not drawn.
   const double width_in_cells = makespan / unit;
-  if (width_in_cells > kMaxTimelineCells)
-    return "(timeline not drawn: " + std::to_string(std::llround(width_in_cells)) +
-           " cells wide at one cell per the smallest action's time, more than " + std::to_string(kMaxTimelineCells) +
-           ")\n";
+  if (!(width_in_cells <= kMaxTimelineCells)) {
+    char note[160];
+    std::snprintf(note, sizeof note,
+                  "(timeline not drawn: %.3g cells wide at one cell per the shortest action's time, more than %d)\n",
+                  width_in_cells, kMaxTimelineCells);
+    return note;
+  }
   const int cells = int(std::lround(width_in_cells));
   std::string out;
   for (size_t r = 0; r < compute.size(); ++r) {
@@ -277,7 +281,7 @@ PipeSimulation simulate_pipeline(const std::vector<PipeSchedule>& ranks, const P
   }
   sim.makespan = *std::max_element(clock.begin(), clock.end());
   for (int r = 0; r < p; ++r) sim.bubble.push_back(sim.makespan > 0 ? 1.0 - busy[size_t(r)] / sim.makespan : 0.0);
-  sim.timeline = draw_timeline(compute, sim.makespan, costs, v);
+  sim.timeline = draw_timeline(compute, sim.makespan, v);
   return sim;
 }
 

@@ -21,7 +21,7 @@ if [ -n "$TRAIN07" ]; then
   expect_refused "chunks without a pipeline" "virtual_stages=2: model chunks interleave"      1 "$TRAIN" virtual_stages=2
   expect_refused "more chunks than layers"   "virtual_stages=3: must be between 1 and n_layer=2" 1 "$TRAIN" \
     virtual_stages=3
-  expect_refused "pp x v beyond an int"      "virtual_stages=1073741824: must be between 1 and n_layer=2" 2 "$TRAIN" \
+  expect_refused "a huge virtual_stages"     "virtual_stages=1073741824: must be between 1 and n_layer=2" 2 "$TRAIN" \
     pp=2 virtual_stages=1073741824
   expect_refused "unknown schedule"          "schedule=zigzag"                                2 "$TRAIN" pp=2 schedule=zigzag
   expect_refused "chunks under 1F1B"         "schedule=1f1b runs one model chunk per rank"   2 "$TRAIN" pp=2 n_layer=4 virtual_stages=2 schedule=1f1b

@@ -86,7 +86,8 @@ fi
   --set n_layer=$((p * v)) --set pp="$p" "${chunks[@]}" --set micro_batch_size=1 --set batch_size="$m" \
   --set sample_tokens=0 --set val_batches=0 > "$WORK/run_0_steps.log" 2>&1 ||
   { echo "FAIL: the run of 0 steps"; tail -5 "$WORK/run_0_steps.log"; exit 1; }
-if grep -qiE "bubble|nan" "$WORK/run_0_steps.log"; then
-  echo "FAIL 0 steps: $(grep -iE "bubble|nan" "$WORK/run_0_steps.log" | head -2)"; failures=$((failures + 1))
+if grep -qiE "^pipeline bubble|\bnan\b" "$WORK/run_0_steps.log"; then
+  echo "FAIL 0 steps: $(grep -iE "^pipeline bubble|\bnan\b" "$WORK/run_0_steps.log" | head -2)"
+  failures=$((failures + 1))
 else echo "ok   p=$p m=$m v=$v, 0 steps: no bubble line, no nan"; fi
 [ "$failures" = 0 ] || exit 1

@@ -37,4 +37,10 @@ bubbles=$(grep -c '^rank [0-9]: bubble' <<< "$out")
 grep -q "timeline not drawn: .* cells wide" <<< "$out" && [ "$bubbles" -eq 4 ] && [ ${#out} -lt 4000 ] &&
   echo "ok: --tw 1e-9 -> $(grep "timeline not drawn" <<< "$out")" ||
   { echo "FAIL: --tw 1e-9: expected a note and 4 bubble lines, got ${#out} characters"; failures=$((failures + 1)); }
+# GPipe runs no W action: a tiny --tw leaves its timeline as it is.
+out=$("$TOOL" --pp 4 --micro 8 --tw 1e-9 --schedule gpipe) ||
+  { echo "FAIL: gpipe --tw 1e-9 failed"; failures=$((failures + 1)); }
+rows=$(grep -c '^rank [0-9] |' <<< "$out")
+[ "$rows" -eq 4 ] && echo "ok: gpipe --tw 1e-9 -> 4 timeline rows" ||
+  { echo "FAIL: gpipe --tw 1e-9: $rows timeline rows, expected 4"; failures=$((failures + 1)); }
 [ "$failures" -eq 0 ] && echo PASS
