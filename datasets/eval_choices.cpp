@@ -179,12 +179,12 @@ int evaluate(const Options& o, const std::string& checkpoint, const gpt::ModelCo
       gpt::score_choices(shape, holder.params().data(), device, precision, o.batch, window, examples, progress);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  int correct = 0, correct_norm = 0, cut = 0;
+  int correct = 0, correct_norm = 0;
   for (const gpt::ChoiceScore& s : scores) {
     correct += s.pred == s.label;
     correct_norm += s.pred_norm == s.label;
-    cut += s.context_cut > 0;
   }
+  const int cut = gpt::examples_cut(examples, window);
   const double n = double(scores.size());
   std::printf("%zu examples in %.1f s: acc %.4f (lowest summed loss)  acc_norm %.4f (lowest mean loss per token)\n",
               scores.size(), seconds, correct / n, correct_norm / n);

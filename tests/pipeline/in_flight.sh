@@ -44,17 +44,24 @@ check() {
   return $bad
 }
 
+# run_shape NAME P M V STEPS: SCHEDULE's run of m micro-batches on p ranks of v chunks
+# each (one layer per chunk), its output in $WORK/NAME.log; a failed run ends the test.
+run_shape() {
+  local name=$1 p=$2 m=$3 v=$4 steps=$5 chunks=()
+  ((v > 1)) && chunks=(--set virtual_stages="$v")
+  [ "$SCHEDULE" = zb-h1 ] && chunks+=(--set schedule=zb-h1)
+  "$MPIEXEC" -np "$p" --oversubscribe "$TRAIN" $(tiny_args "$WORK/data" "$WORK/$name") --set steps="$steps" \
+    --set n_layer=$((p * v)) --set pp="$p" "${chunks[@]}" --set micro_batch_size=1 --set batch_size="$m" \
+    --set sample_tokens=0 --set val_batches=0 > "$WORK/$name.log" 2>&1 ||
+    { echo "FAIL: the run $name"; tail -5 "$WORK/$name.log"; exit 1; }
+}
+
 failures=0
 for shape in $SHAPES; do
   IFS=: read -r p m v <<< "$shape"
   v=${v:-1}
   log="$WORK/run_${p}_${m}_${v}.log"
-  chunks=()
-  ((v > 1)) && chunks=(--set virtual_stages="$v")
-  [ "$SCHEDULE" = zb-h1 ] && chunks+=(--set schedule=zb-h1)
-  "$MPIEXEC" -np "$p" --oversubscribe "$TRAIN" $(tiny_args "$WORK/data" "$WORK/run_${p}_${m}_${v}") --set steps=1 \
-    --set n_layer=$((p * v)) --set pp="$p" "${chunks[@]}" --set micro_batch_size=1 --set batch_size="$m" \
-    --set sample_tokens=0 --set val_batches=0 > "$log" 2>&1 || { echo "FAIL: the run p=$p m=$m v=$v"; tail -5 "$log"; exit 1; }
+  run_shape "run_${p}_${m}_${v}" "$p" "$m" "$v" 1
   if check "$SCHEDULE" "$log" "$p" "$m" "$v"; then echo "ok   p=$p m=$m v=$v: every rank holds its $SCHEDULE bound"
   else echo "FAIL p=$p m=$m v=$v"; failures=$((failures + 1)); fi
   differs=0  # the control can only be told apart where its bound differs on some rank
@@ -72,9 +79,6 @@ done
 
 IFS=: read -r p m v <<< "${SHAPES%% *}"  # the first shape again
 v=${v:-1}
-chunks=()
-((v > 1)) && chunks=(--set virtual_stages="$v")
-[ "$SCHEDULE" = zb-h1 ] && chunks+=(--set schedule=zb-h1)
 number='[0-9]+\.[0-9]%'
 if grep -qE "^pipeline bubble .*\| mean $number \| theory $number" "$WORK/run_${p}_${m}_${v}.log"; then
   echo "ok   p=$p m=$m v=$v, 1 step: the bubble and its theory are numbers"
@@ -82,10 +86,7 @@ else
   echo "FAIL p=$p m=$m v=$v: no bubble line with numbers"; grep "bubble" "$WORK/run_${p}_${m}_${v}.log"
   failures=$((failures + 1))
 fi
-"$MPIEXEC" -np "$p" --oversubscribe "$TRAIN" $(tiny_args "$WORK/data" "$WORK/run_0_steps") --set steps=0 \
-  --set n_layer=$((p * v)) --set pp="$p" "${chunks[@]}" --set micro_batch_size=1 --set batch_size="$m" \
-  --set sample_tokens=0 --set val_batches=0 > "$WORK/run_0_steps.log" 2>&1 ||
-  { echo "FAIL: the run of 0 steps"; tail -5 "$WORK/run_0_steps.log"; exit 1; }
+run_shape run_0_steps "$p" "$m" "$v" 0
 if grep -qiE "^pipeline bubble|\bnan\b" "$WORK/run_0_steps.log"; then
   echo "FAIL 0 steps: $(grep -iE "^pipeline bubble|\bnan\b" "$WORK/run_0_steps.log" | head -2)"
   failures=$((failures + 1))

@@ -14,11 +14,9 @@ REF="$(dirname "$0")/reference_bpe.py"
 "$PY" -c 'import regex' 2> /dev/null || { echo "skipped: $PY has no regex module (Debian's python3-regex)"; exit 77; }
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK"
 failures=0
+source "$ROOT/tests/trainer/common.sh"  # quick_run
 controls=1
-if [[ "${GPT_TEST_QUICK:-0}" == 1 ]]; then
-  controls=0
-  echo "quick run (GPT_TEST_QUICK=1): the controls are left to the default pass"
-fi
+quick_run && { controls=0; echo "quick run (GPT_TEST_QUICK=1): the controls are left to the default pass"; }
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 # Texts (texts.sh): prose, documents joined by end-of-text, six random texts.
