@@ -27,11 +27,15 @@ if [[ "${1:-}" == --prepare ]]; then
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPT_CUDA=ON -DGPT_MPI=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90a > /dev/null
   cmake --build build-gpu -j "$GPT_JOBS"
-  # What runs: the programs (stripped of their symbols), CTest's files and the cache
-  # (its paths), not what only the compile needs or what tests left here; xz: about 18 MB.
+  # What runs there: the stages' trainers, the gpu tests' and benchmarks' programs and
+  # the tools they call (stripped of their symbols), CTest's files and the cache (its
+  # paths). Not the CPU tests: every program carries the kernels' machine code (about 10 MB
+  # each), and the working tree that travels is limited to 64 MiB. xz: about 35 MB.
   rm -rf build-gpu-pack build-gpu-slim && mkdir build-gpu-pack build-gpu-slim
-  (cd build-gpu && find . -name CTestTestfile.cmake; find ./bin -type f; echo ./CMakeCache.txt) |
-    sort -u > build-gpu-pack/files.txt
+  (cd build-gpu && find . -name CTestTestfile.cmake
+   find ./bin -type f \( -name 'gpu_*' -o -name 'bench_*' -o -name comm_test -o -name prepare \
+     -o -name eval_choices -o -name cuda_host \)
+   echo ./CMakeCache.txt) | sort -u > build-gpu-pack/files.txt
   find build-gpu/stages -path '*/train' -type f | sed 's|^build-gpu|.|' >> build-gpu-pack/files.txt
   tar -C build-gpu -cf - -T build-gpu-pack/files.txt | tar -C build-gpu-slim -xf -
   find build-gpu-slim -type f -perm -u+x -exec sh -c 'file "$1" | grep -q ELF && strip "$1"' _ {} \;
