@@ -7,10 +7,12 @@
 # date and the commit, ready to be committed under docs/benchmarks/.
 #
 #   scripts/gpu_check.sh PART... [-o OUT_DIR]
-#   PART: env | build | test | sanitize | bench | step | profile | pipeline | all
-#   (all = the last seven in order)
+#   PART: env | build | test | sanitize | bench | step | profile | pipeline | stepkernels | all
+#   (all = build to pipeline, in order)
 #   profile: Nsight Compute on the kernels furthest from their targets (GEMM v5, the
 #   attention backward): where their time goes.
+#   stepkernels: every kernel of one training step timed by Nsight Compute, summed by
+#   name (scripts/step_kernels.sh): where the step's time goes.
 #   env: what the machine has (GPU, driver, tools, PyTorch) and where the build's
 #   libraries resolve; cheap, and a good first part on a fresh machine.
 #   pipeline: not the GPU: the pipeline bubble on 4 CPU ranks (scripts/bench_pipeline.sh 4,
@@ -47,11 +49,11 @@ while (($#)); do
     -o) (($# >= 2)) || bad_input "-o needs a directory"; out="$2"; shift 2 ;;
     -h | --help) sed -n '2,34s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
     all) parts+=(build test sanitize bench step profile pipeline); shift ;;
-    env | build | test | sanitize | bench | step | profile | pipeline) parts+=("$1"); shift ;;
-    *) die "unknown part '$1' (env, build, test, sanitize, bench, step, profile, pipeline, all)" ;;
+    env | build | test | sanitize | bench | step | profile | pipeline | stepkernels) parts+=("$1"); shift ;;
+    *) die "unknown part '$1' (env, build, test, sanitize, bench, step, profile, pipeline, stepkernels, all)" ;;
   esac
 done
-((${#parts[@]})) || die "name a part: env, build, test, sanitize, bench, step, profile, pipeline or all"
+((${#parts[@]})) || die "name a part: env, build, test, sanitize, bench, step, profile, pipeline, stepkernels or all"
 mkdir -p "$out"
 build="$(abs_dir "$gpu_build_dir")"
 command -v nvidia-smi > /dev/null || die "no nvidia-smi: this machine has no NVIDIA GPU"
@@ -259,6 +261,8 @@ for part in "${parts[@]}"; do
     bench) run_part "kernel benchmarks" "gpu-kernels-$date.txt" scripts/bench_kernels.sh "$build" ;;
     step) run_part "whole-step benchmark" "gpu-step-$date.txt" scripts/bench_gpu_step.sh "$build" "${STEP_BATCH:-32}" ;;
     profile) run_part "Nsight Compute" "gpu-profile-$date.txt" profile ;;
+    stepkernels) run_part "kernels of one step" "gpu-step-kernels-$date.txt" scripts/step_kernels.sh "$build" \
+                   "${STEP_BATCH:-32}" ;;
     pipeline) run_part "pipeline bubble, 4 CPU ranks" "cpu-pipeline-bubble-p4-$date.txt" pipeline_bench ;;
   esac
 done

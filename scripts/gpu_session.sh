@@ -12,8 +12,8 @@
 #           build-gpu-pack, runs scripts/gpu_carry.sh; carry build-gpu-pack and
 #           third_party_local/debs)
 #   there:  scripts/gpu_session.sh [PART=SECONDS ...] [-o OUT_DIR]
-#           PART: test, sanitize, bench, step, profile (default: all five, with the
-#           limits below)
+#           PART: test, sanitize, bench, step, profile (default: these five, with the
+#           limits below), stepkernels (scripts/step_kernels.sh, only when named)
 #
 # Environment: GPT_COMMIT (the commit, when the tree has no .git), and gpu_check.sh's
 # (GPU_TEST_REGEX, SANITIZE_RUNS: a subset of the tests or of the sanitizer runs).
@@ -56,18 +56,18 @@ fi
 # The tests run beside the sanitizers, which slow them: their limit is the sanitizers'.
 # The defaults add up to 560 s (tests and sanitizers side by side), so that one call of
 # the device tool (at most 600 s) runs every part, with time left for the unpacking.
-declare -A limit=([test]=250 [sanitize]=250 [bench]=110 [step]=140 [profile]=60)
+declare -A limit=([test]=250 [sanitize]=250 [bench]=110 [step]=140 [profile]=60 [stepkernels]=90)
 chosen=()
 out="${OUT:-gpu-check-out}"
 while (($#)); do
   case "$1" in
     -o) (($# >= 2)) || bad_input "-o needs a directory"; out="$2"; shift 2 ;;
-    test=* | sanitize=* | bench=* | step=* | profile=*)
+    test=* | sanitize=* | bench=* | step=* | profile=* | stepkernels=*)
       [[ "${1#*=}" =~ ^[1-9][0-9]*$ ]] || die "'$1': the limit must be a whole number of seconds"
       limit[${1%%=*}]="${1#*=}"; chosen+=("${1%%=*}"); shift ;;
-    test | sanitize | bench | step | profile) chosen+=("$1"); shift ;;
+    test | sanitize | bench | step | profile | stepkernels) chosen+=("$1"); shift ;;
     *) die "unknown argument '$1' (PART or PART=SECONDS, PART one of test, sanitize, bench, step," \
-         "profile; or --prepare)" ;;
+         "profile, stepkernels; or --prepare)" ;;
   esac
 done
 ((${#chosen[@]})) || chosen=(test sanitize bench step profile)
@@ -108,4 +108,6 @@ wants bench && { timeout "${limit[bench]}" "${check[@]}" bench || warn "bench: f
 wants step && { BENCH_STEPS="${BENCH_STEPS:-14}" BENCH_WARMUP="${BENCH_WARMUP:-4}" \
   timeout "${limit[step]}" "${check[@]}" step || warn "step: failed or cut off"; }
 wants profile && { timeout "${limit[profile]}" "${check[@]}" profile || warn "profile: failed or cut off"; }
+wants stepkernels && { timeout "${limit[stepkernels]}" "${check[@]}" stepkernels ||
+  warn "stepkernels: failed or cut off"; }
 log "session done; output in $out"
