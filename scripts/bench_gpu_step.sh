@@ -11,7 +11,9 @@
 # The corpus is the project's own text files (no download is possible on the GPU
 # machine); the token contents do not change the time of a step.
 # Environment: BENCH_STEPS (default 30), BENCH_WARMUP (steps left out, default 10),
-#              PYTHON (an interpreter with torch and CUDA; default python3).
+#              BENCH_GEMMS (the gemm= runs, default "hand cublas"), BENCH_TORCH (0: no
+#              PyTorch run; default 1), PYTHON (an interpreter with torch and CUDA;
+#              default python3). A run left out prints nan, and so do its ratios.
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -38,8 +40,9 @@ print(f"{statistics.median(vals):.4f}" if vals else "nan")
 PY
 }
 
-declare -A tok mfu
-for gemm in hand cublas; do
+declare -A tok=([hand]=nan [cublas]=nan) mfu=([hand]=nan [cublas]=nan)
+for gemm in ${BENCH_GEMMS:-hand cublas}; do
+  [[ "$gemm" == hand || "$gemm" == cublas ]] || die "BENCH_GEMMS: '$gemm' is neither hand nor cublas"
   run="$work/run_$gemm"
   log "stage 01, gemm=$gemm, micro-batch $micro x 1024"
   "$train" --config configs/gpt2-124m.json --set device=cuda --set precision=bf16 \
@@ -54,7 +57,9 @@ done
 
 log "PyTorch, same model and batch"
 torch_tok=nan
-if "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2> /dev/null; then
+if [[ "${BENCH_TORCH:-1}" == 0 ]]; then
+  log "BENCH_TORCH=0: no PyTorch run"
+elif "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2> /dev/null; then
   "$python" scripts/train_gpt2_torch.py --batch "$micro" --seq 1024 --steps "$steps" --warmup "$warmup" |
     tee "$work/torch.log"
   torch_tok=$(awk '/^tokens\/s/ {print $2}' "$work/torch.log")

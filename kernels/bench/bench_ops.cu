@@ -81,7 +81,7 @@ constexpr size_t kParams = 124475904;   // n: wte Vp C + wpe T C + 12 layers + f
 // The names --ops takes, in the order the table lists them.
 const std::vector<std::string> kOpNames = {
     "copy", "embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward",
-    "gelu_forward", "gelu_backward", "residual_forward", "residual_backward", "scale",
+    "gelu_forward", "gelu_backward", "bias_backward", "residual_forward", "residual_backward", "scale",
     "crossentropy", "crossentropy_loss_only", "sum_of_squares", "adamw", "round_to_bf16", "convert"};
 
 template <class A>
@@ -297,6 +297,24 @@ void bench_gelu(Context& ctx) {
   }
 }
 
+// The column sums of dout into an fp32 bias gradient, at the widths of GPT-2's biases:
+// C (attn, attproj, fcproj; qkv's 3C lies between) and 4C (fc).
+template <class A>
+void bench_bias_backward(Context& ctx) {
+  if (!ctx.wanted("bias_backward")) return;
+  for (const size_t OC : {size_t(kChannels), size_t(kHidden)}) {
+    const size_t N = kTokens, b = sizeof(A);
+    DeviceBuffer<A> dout(N * OC);
+    DeviceBuffer<float> dbias(OC);
+    fill_uniform(dout.data(), dout.size(), 41);
+    fill_uniform(dbias.data(), OC, 42);
+    measure(
+        ctx, {"bias_backward", dtype_name<A>(), shape2(long(N), long(OC)), "NCb + 8C", double(N * OC * b + 8 * OC)},
+        [&] { gpt::cuda::bias_backward(dbias.data(), dout.data(), kTokens, int(OC)); },
+        [&] { return all_finite(dbias.data(), OC); });
+  }
+}
+
 template <class A>
 void bench_residual(Context& ctx) {
   if (!ctx.wanted("residual_forward") && !ctx.wanted("residual_backward")) return;
@@ -441,6 +459,7 @@ void bench_activations(Context& ctx) {
   bench_embedding<A>(ctx);
   bench_layernorm<A>(ctx);
   bench_gelu<A>(ctx);
+  bench_bias_backward<A>(ctx);
   bench_residual<A>(ctx);
   bench_scale<A>(ctx, size_t(kTokens) * kChannels, shape2(kTokens, kChannels));
   bench_crossentropy<A>(ctx);

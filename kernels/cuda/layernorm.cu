@@ -17,12 +17,12 @@
 // dw and db are column sums over all N rows: every row adds into every column. Float
 // atomics would add the rows in whatever order the hardware picked, so the bits would
 // change from run to run. Instead the rows are split into fixed chunks and the sums
-// are taken in two fixed-order steps:
+// are taken in two fixed-order steps (kernels/cuda/column_sums.h):
 //
 //   rows  0..63    block (chunk 0)  -> partial_dw[0, :], partial_db[0, :]
 //   rows 64..127   block (chunk 1)  -> partial_dw[1, :], partial_db[1, :]
 //   ...
-//   finish: dw[c] += partial_dw[0, c] + partial_dw[1, c] + ...   (chunk order)
+//   finish_column_sums: dw[c] += the partials of column c, in a fixed order
 //
 // Inside a chunk, a thread owns one pack of K columns and walks every 8th row of the
 // chunk, then the 8 threads of a column add their sums through shared memory in thread
@@ -37,6 +37,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/column_sums.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/scratch.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -50,9 +51,8 @@ constexpr float kLayerNormEps = 1e-5f;  // as kernels/cpu/layernorm.cpp
 constexpr int kRowWarps = 8;  // rows per block in the row kernels: one warp each
 constexpr int kRowThreads = 32 * kRowWarps;
 
-constexpr int kRowsPerChunk = 64;  // rows one block of the dw/db kernel sums
-constexpr int kChunkWarps = 8;     // threads per column in that block: each takes every 8th row
-constexpr int kFinishThreads = 256;
+constexpr int kRowsPerChunk = 64;       // rows one block of the dw/db kernel sums
+constexpr int kChunkWarps = kSumLanes;  // threads per column in that block: each takes every 8th row
 
 // ---- forward: one warp per row --------------------------------------------------------
 // No __restrict__: out may be inp (in place); each lane reads its packs before it writes
@@ -211,22 +211,6 @@ __global__ void __launch_bounds__(32 * kChunkWarps)
   store_floats(partial_db + size_t(chunk) * C, db, c0, C, vec);
 }
 
-// grad[c] += partials[0, c] + partials[1, c] + ... (chunk order). blockIdx.y picks the
-// tensor: 0 -> dw, 1 -> db. Consecutive threads read consecutive columns (coalesced).
-__global__ void __launch_bounds__(kFinishThreads)
-    layernorm_param_finish_kernel(float* __restrict__ dw, float* __restrict__ db,
-                                  const float* __restrict__ partial_dw, const float* __restrict__ partial_db,
-                                  int chunks, int C) {
-  const int c = blockIdx.x * kFinishThreads + threadIdx.x;
-  if (c >= C) return;
-  float* grad = blockIdx.y == 0 ? dw : db;
-  const float* partials = blockIdx.y == 0 ? partial_dw : partial_db;
-  float sum = 0.0f;
-#pragma unroll 8
-  for (int j = 0; j < chunks; ++j) sum += partials[size_t(j) * C + c];
-  grad[c] += sum;
-}
-
 // ---- host side ----------------------------------------------------------------------
 
 void check_shape(const char* fn, int N, int C) {
@@ -298,9 +282,7 @@ void layernorm_backward(A* dinp, float* dw, float* db, const A* dout, const A* i
   layernorm_param_partials_kernel<T><<<dim3(unsigned(chunks), column_tiles), dim3(32, kChunkWarps)>>>(
       partial_dw, partial_db, device_ptr(dout), device_ptr(inp), mean, rstd, N, C, vec_partials);
   GPT_CUDA_CHECK_LAUNCH();
-  layernorm_param_finish_kernel<<<dim3(ceil_div(C, kFinishThreads), 2), kFinishThreads>>>(
-      dw, db, partial_dw, partial_db, chunks, C);
-  GPT_CUDA_CHECK_LAUNCH();
+  finish_column_sums(ColumnSums{.sum = {dw, db}, .partials = {partial_dw, partial_db}, .count = 2}, chunks, C);
 }
 
 template void layernorm_forward<float>(float*, float*, float*, const float*, const float*, const float*,
