@@ -40,11 +40,46 @@ print(f"{statistics.median(vals):.4f}" if vals else "nan")
 PY
 }
 
-declare -A tok=([hand]=nan [cublas]=nan) mfu=([hand]=nan [cublas]=nan)
+# clocks_during FILE COMMAND...: runs COMMAND while nvidia-smi writes the SM clock (MHz)
+# and the board's power (W) every 100 ms into FILE. A step's time depends on the clock
+# the GPU holds under load, which a kernel timed alone (scripts/step_kernels.sh) need
+# not see.
+clocks_during() {
+  local file="$1" smi="" rc=0
+  shift
+  if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 100 > "$file" 2> /dev/null &
+    smi=$!
+  fi
+  "$@" || rc=$?
+  [[ -z "$smi" ]] || kill "$smi" 2> /dev/null || true
+  return "$rc"
+}
+# clock_summary FILE: the median SM clock and power over the run's last half (the
+# first half holds the start-up and the warm-up steps).
+clock_summary() {
+  "$python" - "$1" <<'PY'
+import os, statistics, sys
+rows = []
+for line in open(sys.argv[1]) if os.path.exists(sys.argv[1]) else []:
+    try:
+        rows.append(tuple(float(x) for x in line.split(",")))
+    except ValueError:
+        pass
+rows = rows[len(rows) // 2:]
+if rows:
+    print(f"{statistics.median(r[0] for r in rows):.0f} MHz, {statistics.median(r[1] for r in rows):.0f} W")
+else:
+    print("not sampled")
+PY
+}
+
+declare -A tok=([hand]=nan [cublas]=nan) mfu=([hand]=nan [cublas]=nan) clocks=([hand]="not run" [cublas]="not run")
 for gemm in ${BENCH_GEMMS:-hand cublas}; do
   [[ "$gemm" == hand || "$gemm" == cublas ]] || die "BENCH_GEMMS: '$gemm' is neither hand nor cublas"
   run="$work/run_$gemm"
   log "stage 01, gemm=$gemm, micro-batch $micro x 1024"
+  clocks_during "$work/clocks_$gemm.csv" \
   "$train" --config configs/gpt2-124m.json --set device=cuda --set precision=bf16 \
     --set "train_data=$work/data/train.bin" --set "val_data=$work/data/val.bin" \
     --set "run_dir=$run" --set "steps=$steps" --set "batch_size=$micro" \
@@ -53,6 +88,7 @@ for gemm in ${BENCH_GEMMS:-hand cublas}; do
     --set log_every=5 --set "gemm=$gemm" | tee "$work/$gemm.log"
   tok[$gemm]=$(median_rate "$run" tokens_per_s)
   mfu[$gemm]=$(median_rate "$run" mfu)
+  clocks[$gemm]=$(clock_summary "$work/clocks_$gemm.csv")
 done
 
 log "PyTorch, same model and batch"
@@ -67,9 +103,11 @@ else
   warn "$python has no torch with CUDA: PyTorch comparison skipped"
 fi
 
-"$python" - "${tok[hand]}" "${tok[cublas]}" "$torch_tok" "${mfu[hand]}" "${mfu[cublas]}" <<'PY'
+"$python" - "${tok[hand]}" "${tok[cublas]}" "$torch_tok" "${mfu[hand]}" "${mfu[cublas]}" \
+  "${clocks[hand]}" "${clocks[cublas]}" <<'PY'
 import sys
-hand, cublas, torch_tok, mfu_hand, mfu_cublas = map(float, sys.argv[1:])
+hand, cublas, torch_tok, mfu_hand, mfu_cublas = map(float, sys.argv[1:6])
+clocks_hand, clocks_cublas = sys.argv[6:8]
 print("\nwhole step, GPT-2 124M, T=1024, bf16 (median tokens/s after warm-up)")
 print(f"  stage 01 gemm=hand    {hand:12.0f} tok/s   MFU {100 * mfu_hand:5.1f} %")
 print(f"  stage 01 gemm=cublas  {cublas:12.0f} tok/s   MFU {100 * mfu_cublas:5.1f} %")
@@ -77,5 +115,6 @@ print(f"  PyTorch (compiled)    {torch_tok:12.0f} tok/s")
 print(f"  hand / cublas  {hand / cublas:6.3f}   (target >= 0.95)")
 print(f"  hand / PyTorch {hand / torch_tok:6.3f}   (target > 1)")
 print(f"  MFU hand       {100 * mfu_hand:5.1f} % (target >= 45 %)")
+print(f"  SM clock and power, median of the run's last half: hand {clocks_hand}; cublas {clocks_cublas}")
 PY
 rm -rf "$work"
