@@ -134,7 +134,10 @@ def main():
         # A killed rank may be named by mpirun itself; a stopped one only by a peer's
         # timeout (mpirun's own line about signal 9 can follow the abort that kills it,
         # so it must not count there).
-        ours = rf"no message from rank {v} within[^\n]*|rank {v} did not take our message within[^\n]*"
+        # A point-to-point message (the pipeline's, the ring attention's) names its tag.
+        ours = (rf"no message from rank {v} within[^\n]*|rank {v} did not take our message within[^\n]*|"
+                rf"\w+ from rank {v} \(tag \d+\): no message within[^\n]*|"
+                rf"\w+ to rank {v} \(tag \d+\): not received within[^\n]*")
         mpiruns = rf"process rank {v} with PID \d+ on node \S+ exited on signal 9[^\n]*"
         named = [m.group(0) for m in re.finditer(f"{mpiruns}|{ours}" if args.mode == "kill" else ours, out)]
 

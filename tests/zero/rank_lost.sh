@@ -15,9 +15,21 @@
 #         (a quarter of the timeout, 3 s here) must name rank 2. The limit keeps its 10 s
 #         of slack beyond timeout + roll call.
 #
-# Usage: rank_lost.sh MODE BIN02 PREPARE WORKDIR ROOT MPIEXEC
+# Another stage or mesh: the optional arguments NP VICTIM KEY=VALUE... (default: 3 2
+# batch_size=6 micro_batch_size=2, stage 02's dp = 3). Under a pipeline or context
+# parallelism the peers may wait in a point-to-point exchange, whose message names the
+# tag too.
+#
+# Usage: rank_lost.sh MODE TRAIN PREPARE WORKDIR ROOT MPIEXEC [NP VICTIM KEY=VALUE...]
 set -euo pipefail
-MODE=$1 BIN02=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6
+MODE=$1 TRAIN=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6
+shift 6
+NP=${1:-3} VICTIM=${2:-2}
+shift $(($# >= 2 ? 2 : $#))
+SHAPE=()
+for kv in "${@:-batch_size=6 micro_batch_size=2}"; do
+  for word in $kv; do SHAPE+=(--set "$word"); done
+done
 source "$ROOT/tests/trainer/common.sh"
 start_mpi_test "$WORK" "$PREPARE"
 
@@ -30,9 +42,9 @@ case "$MODE" in
   *) echo "rank_lost.sh: MODE is kill, stop or stop-collective, not '$MODE'"; exit 2 ;;
 esac
 RUN="$WORK/run"
-/usr/bin/python3 "$ROOT/tests/zero/rank_lost.py" --mode "$MODE" --np 3 --victim 2 --limit $LIMIT \
+/usr/bin/python3 "$ROOT/tests/zero/rank_lost.py" --mode "$MODE" --np "$NP" --victim "$VICTIM" --limit $LIMIT \
   --metrics "$RUN/metrics.jsonl" --log "$WORK/job.log" -- \
-  "$MPIEXEC" -np 3 --oversubscribe "$BIN02" $(tiny_args "$WORK/data" "$RUN") \
-  --set steps=10000000 --set batch_size=6 --set micro_batch_size=2 --set val_every=0 \
+  "$MPIEXEC" -np "$NP" --oversubscribe "$TRAIN" $(tiny_args "$WORK/data" "$RUN") \
+  --set steps=10000000 "${SHAPE[@]}" --set val_every=0 \
   --set val_batches=0 --set sample_tokens=0 --set checkpoint_at_end=false --set log_every=1000 \
   --set bucket_mb=0.02 --set comm_timeout_s=$COMM_TIMEOUT_S --set allreduce=$ALLREDUCE
