@@ -42,16 +42,13 @@ void block_backward_input(const PieceContext& ctx, const BlockDims& dims, const 
   // MLP.
   const A* d_out = hooks.gather_output_grad(Site::Mlp, d_resid, s.d_full.data(), rows, C);
   keep_copy(d, keep.d_mlp_out, d_out);
-  s.d_fch_gelu.zero();
   // No weight gradient, so no input: fch_gelu is the weight half's (under selective
   // recompute it is not even there in this half).
   ops::matmul_backward(d, s.d_fch_gelu.data(), none, none, d_out, static_cast<const A*>(nullptr), w.fcproj_w, N, F, C);
   ctx.round(s.d_fch_gelu.data(), size_t(N) * F);
-  s.d_fch.zero();
   ops::gelu_backward(d, s.d_fch.data(), act.fch.data(), s.d_fch_gelu.data(), size_t(N) * F);
   ctx.round(s.d_fch.data(), size_t(N) * F);
   keep_copy(d, keep.d_fc, s.d_fch.data());
-  s.d_full.zero();
   ops::matmul_backward(d, s.d_full.data(), none, none, s.d_fch.data(), static_cast<const A*>(nullptr), w.fc_w, N,
                        C, F);
   ctx.round(s.d_full.data(), NC);
@@ -65,7 +62,6 @@ void block_backward_input(const PieceContext& ctx, const BlockDims& dims, const 
   // Attention.
   d_out = hooks.gather_output_grad(Site::Attention, d_resid, s.d_full.data(), rows, C);
   keep_copy(d, keep.d_att_out, d_out);
-  s.d_att.zero();
   ops::matmul_backward(d, s.d_att.data(), none, none, d_out, act.atty.data(), w.attproj_w, N, W, C);
   ctx.round(s.d_att.data(), size_t(N) * W);
   s.d_qkv.zero();
@@ -73,7 +69,6 @@ void block_backward_input(const PieceContext& ctx, const BlockDims& dims, const 
                            act.att_lse.data(), B, T, W, dims.heads);
   ctx.round(s.d_qkv.data(), size_t(N) * 3 * W);
   keep_copy(d, keep.d_qkv, s.d_qkv.data());
-  s.d_full.zero();
   ops::matmul_backward(d, s.d_full.data(), none, none, s.d_qkv.data(), static_cast<const A*>(nullptr), w.qkv_w, N,
                        C, 3 * W);
   ctx.round(s.d_full.data(), NC);
@@ -117,7 +112,6 @@ void head_backward_input(const PieceContext& ctx, const A* x, const A* lnf_w, co
   G* const none = nullptr;
   const Device d = ctx.device;
   const int full = hooks.full_rows(rows);
-  s.d_full.zero();
   ops::matmul_backward(d, s.d_full.data(), none, none, act.d_logits.data(), static_cast<const A*>(nullptr), wte_rows,
                        full, C, vocab.size());
   ctx.round(s.d_full.data(), size_t(full) * C);

@@ -118,17 +118,14 @@ void block_backward(const PieceContext& ctx, const BlockDims& dims, const BlockW
   // MLP: d_resid holds d resid3; the residual passes it to resid2 unchanged, and the
   // branch adds its part through ln_2.
   const A* d_out = hooks.gather_output_grad(Site::Mlp, d_resid, s.d_full.data(), rows, C);
-  s.d_fch_gelu.zero();
   ops::matmul_backward(d, s.d_fch_gelu.data(), g.fcproj_w, g.fcproj_b, d_out, act.fch_gelu.data(), w.fcproj_w,
                        N, F, C);
   ctx.round(s.d_fch_gelu.data(), size_t(N) * F);
-  s.d_fch.zero();
   ops::gelu_backward(d, s.d_fch.data(), act.fch.data(), s.d_fch_gelu.data(), size_t(N) * F);
   ctx.round(s.d_fch.data(), size_t(N) * F);
   // c_fc's weight gradient needs its input on all rows: under sequence parallelism the
   // gathered copy was not kept (it would cost N x C per layer), so it is gathered again.
   const A* ln2 = hooks.gather_input(Site::Mlp, act.ln2.data(), full_or(s.gathered, act.ln2), rows, C);
-  s.d_full.zero();
   ops::matmul_backward(d, s.d_full.data(), g.fc_w, g.fc_b, s.d_fch.data(), ln2, w.fc_w, N, C, F);
   ctx.round(s.d_full.data(), NC);
   A* d_ln2 = hooks.reduce_input_grad(Site::Mlp, s.d_full.data(), full_or(s.local, s.d_full), rows, C);
@@ -139,7 +136,6 @@ void block_backward(const PieceContext& ctx, const BlockDims& dims, const BlockW
 
   // Attention: d_resid now holds d resid2.
   d_out = hooks.gather_output_grad(Site::Attention, d_resid, s.d_full.data(), rows, C);
-  s.d_att.zero();
   ops::matmul_backward(d, s.d_att.data(), g.attproj_w, g.attproj_b, d_out, act.atty.data(), w.attproj_w, N, W,
                        C);
   ctx.round(s.d_att.data(), size_t(N) * W);
@@ -148,7 +144,6 @@ void block_backward(const PieceContext& ctx, const BlockDims& dims, const BlockW
                            act.att_lse.data(), B, T, W, dims.heads);
   ctx.round(s.d_qkv.data(), size_t(N) * 3 * W);
   const A* ln1 = hooks.gather_input(Site::Attention, act.ln1.data(), full_or(s.gathered, act.ln1), rows, C);
-  s.d_full.zero();
   ops::matmul_backward(d, s.d_full.data(), g.qkv_w, g.qkv_b, s.d_qkv.data(), ln1, w.qkv_w, N, C, 3 * W);
   ctx.round(s.d_full.data(), NC);
   A* d_ln1 = hooks.reduce_input_grad(Site::Attention, s.d_full.data(), full_or(s.local, s.d_full), rows, C);

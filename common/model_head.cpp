@@ -71,7 +71,6 @@ void head_backward(const PieceContext& ctx, const A* x, const A* lnf_w, const A*
   const Device d = ctx.device;
   const int full = hooks.full_rows(rows);
   const A* lnf = act.lnf_full.empty() ? act.lnf.data() : act.lnf_full.data();
-  s.d_full.zero();
   ops::matmul_backward(d, s.d_full.data(), dwte_rows, static_cast<GradOf<A>*>(nullptr), act.d_logits.data(), lnf,
                        wte_rows, full, C, vocab.size());
   ctx.round(s.d_full.data(), size_t(full) * C);

@@ -130,9 +130,11 @@ void matmul_forward(Device d, A* out, const A* inp, const A* w, const A* bias, i
                cpu::matmul_forward(out, inp, w, bias, N, C, OC, gelu_out),
                cuda::matmul_forward(out, inp, w, bias, N, C, OC, gelu_out));
 }
-/// dinp += dout . w;  dw += dout^T . inp;  dbias += column sums of dout. Any of dinp, dw
+/// dinp = dout . w;  dw += dout^T . inp;  dbias += column sums of dout. Any of dinp, dw
 /// and dbias may be null and is skipped (a zero-bubble schedule computes dinp and the
-/// weight gradients apart).
+/// weight gradients apart). The input's gradient is written: it is the scratch of one
+/// pass, and a += would need it zeroed first (a pass over memory) and read again by the
+/// product. The parameters' gradients are accumulated, over the micro-batches of a step.
 template <class A>
 void matmul_backward(Device d, A* dinp, GradOf<A>* dw, GradOf<A>* dbias, const A* dout, const A* inp,
                      const A* w, int N, int C, int OC) {
@@ -228,7 +230,7 @@ template <class A>
 void gelu_forward(Device d, A* out, const A* inp, size_t n) {
   GPT_DISPATCH("gelu_forward", A, cpu::gelu_forward(out, inp, n), cuda::gelu_forward(out, inp, n));
 }
-/// dinp += gelu'(inp) * dout
+/// dinp = gelu'(inp) * dout (written, as matmul_backward's dinp)
 template <class A>
 void gelu_backward(Device d, A* dinp, const A* inp, const A* dout, size_t n) {
   GPT_DISPATCH("gelu_backward", A, cpu::gelu_backward(dinp, inp, dout, n),

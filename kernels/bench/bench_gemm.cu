@@ -4,7 +4,7 @@
 // GPT-2 124M at B*T = 16384 tokens (C = 768, padded vocabulary Vp = 50304) has five
 // linear layers; each one is three products per step (W stored (OC, C) as in PyTorch):
 //   forward  out  = inp . W^T + bias   M = 16384, N = OC, K = C      "NT", bf16 -> bf16
-//   dinp     dinp += dout . W          M = 16384, N = C,  K = OC     "NN", bf16 -> bf16
+//   dinp     dinp  = dout . W          M = 16384, N = C,  K = OC     "NN", bf16 -> bf16
 //   dW       dW  += dout^T . inp       M = OC,    N = C,  K = 16384  "TN", bf16 -> fp32
 // for qkv (C -> 3C = 2304), the attention projection (768 -> 768), fc (768 -> 3072, with
 // the GELU in the forward's epilogue), the fc projection (3072 -> 768) and the LM head
@@ -88,7 +88,7 @@ struct Shape {
 // The three products of a linear layer inp (16384, c_in) -> out (16384, oc).
 void add_linear(std::vector<Shape>& shapes, const std::string& layer, int c_in, int oc, bool bias, bool gelu) {
   shapes.push_back({layer + ".fwd", layer, kTokens, oc, c_in, false, true, false, bias, gelu, false});
-  shapes.push_back({layer + ".dinp", layer, kTokens, c_in, oc, false, false, false, false, false, true});
+  shapes.push_back({layer + ".dinp", layer, kTokens, c_in, oc, false, false, false, false, false, false});
   shapes.push_back({layer + ".dW", layer, oc, c_in, kTokens, true, false, true, false, false, true});
 }
 

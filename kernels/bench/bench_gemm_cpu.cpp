@@ -4,7 +4,7 @@
 //
 // Each of the five linear layers (W stored (OC, C), as in PyTorch) is three products:
 //   forward  out  = inp . W^T    M = tokens, N = OC, K = C     "NT"
-//   dinp     dinp += dout . W    M = tokens, N = C,  K = OC    "NN"
+//   dinp     dinp  = dout . W    M = tokens, N = C,  K = OC    "NN"
 //   dW       dW  += dout^T . inp M = OC,     N = C,  K = tokens "TN"
 // for qkv (768 -> 2304), the attention projection (768 -> 768), fc (768 -> 3072), the
 // fc projection (3072 -> 768) and the LM head (768 -> 50304). A product costs 2 M N K

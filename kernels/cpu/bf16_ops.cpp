@@ -164,9 +164,9 @@ void matmul_forward(bf16* out, const bf16* inp, const bf16* w, const bf16* bias,
 
 void matmul_backward(bf16* dinp, float* dw, float* dbias, const bf16* dout, const bf16* inp, const bf16* w, int N,
                      int C, int OC) {
-  // The GEMM widens dout, inp and w as it packs them; only dinp, which the op
-  // accumulates into, is widened whole (N x C, an activation's size).
-  const Narrowed dx(dinp, size_t(N) * C, kAccumulates);
+  // The GEMM widens dout, inp and w as it packs them; dinp is written in fp32 and
+  // rounded once (N x C, an activation's size).
+  const Narrowed dx(dinp, size_t(N) * C, kOverwrites);
   matmul_backward(dx.get(), dw, dbias, dout, inp, w, N, C, OC);
 }
 
@@ -197,7 +197,7 @@ void gelu_forward(bf16* out, const bf16* inp, size_t n) {
 
 void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, size_t n) {
   const Wide x(inp, n), g(dout, n);
-  const Narrowed dx(dinp, n, kAccumulates);
+  const Narrowed dx(dinp, n, kOverwrites);
   gelu_backward(dx.get(), x.get(), g.get(), n);
 }
 

@@ -62,7 +62,7 @@ void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, cons
 /// of the fp32 product (as the GPU's fused epilogue computes it).
 void matmul_forward(bf16* out, const bf16* inp, const bf16* w, const bf16* bias, int N, int C, int OC,
                     bf16* gelu_out);
-/// dinp += dout . w (bf16); dw += dout^T . inp and dbias += its column sums (fp32); any may be null.
+/// dinp = dout . w (bf16); dw += dout^T . inp and dbias += its column sums (fp32); any may be null.
 void matmul_backward(bf16* dinp, float* dw, float* dbias, const bf16* dout, const bf16* inp, const bf16* w, int N,
                      int C, int OC);
 
@@ -74,7 +74,7 @@ void flash_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, con
 
 /// out = gelu(inp).
 void gelu_forward(bf16* out, const bf16* inp, size_t n);
-/// dinp += gelu'(inp) * dout.
+/// dinp = gelu'(inp) * dout.
 void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, size_t n);
 /// out = a + b.
 void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n);

@@ -46,8 +46,8 @@ void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int 
 /// The same, then gelu_out = gelu(out) when gelu_out is non-null (the GPU fuses the two).
 template <class T>
 void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC, T* gelu_out);
-/// dinp += dout . w, dw += dout^T . inp, dbias += column sums of dout; any of the three
-/// may be null and is then skipped. Deterministic.
+/// dinp = dout . w (written), dw += dout^T . inp, dbias += column sums of dout
+/// (accumulated); any of the three may be null and is then skipped. Deterministic.
 template <class T>
 void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N,
                      int C, int OC);
@@ -55,7 +55,7 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
 /// the operands are widened as the GEMM packs them, so the results are, bit for bit, the
 /// fp32 ops' on widened copies.
 void matmul_forward(float* out, const bf16* inp, const bf16* w, const float* bias, int N, int C, int OC);
-/// As above: dinp, dw and dbias (fp32) += from bf16 dout, inp and w.
+/// As above: dinp (fp32) = and dw, dbias (fp32) += from bf16 dout, inp and w.
 void matmul_backward(float* dinp, float* dw, float* dbias, const bf16* dout, const bf16* inp, const bf16* w,
                      int N, int C, int OC);
 
@@ -73,7 +73,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
 /// out = gelu(inp), tanh form, over n elements (computed as x sigmoid(2u)).
 template <class T>
 void gelu_forward(T* out, const T* inp, size_t n);
-/// dinp += gelu'(inp) * dout over n elements.
+/// dinp = gelu'(inp) * dout over n elements (written, as matmul_backward's dinp).
 template <class T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n);
 

@@ -37,7 +37,7 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
     const T x = inp[i];
     const T s = gelu_sigmoid(x);
     const T du = T(kSqrt2OverPi) * (T(1) + T(3 * kGeluCubic) * x * x);
-    dinp[i] += dout[i] * (s + T(2) * x * s * (T(1) - s) * du);
+    dinp[i] = dout[i] * (s + T(2) * x * s * (T(1) - s) * du);
   }
 }
 

@@ -13,7 +13,7 @@
 /// ```
 /// The three products of a linear layer out = inp . w^T map onto it as
 ///   forward   out  = inp . w^T     gemm(false, true,  N, OC, C, ...)
-///   backward  dinp += dout . w     gemm(false, false, N, C, OC, ..., true)
+///   backward  dinp  = dout . w     gemm(false, false, N, C, OC, ..., false)
 ///             dw   += dout^T . inp gemm(true,  false, OC, C, N, ..., true)
 /// ```
 #pragma once

@@ -1,5 +1,6 @@
 // Linear layer on the GEMM of gemm.h.  out = inp . w^T + bias
-//   dinp += dout . w,   dw += dout^T . inp,   dbias += sum over rows of dout
+//   dinp = dout . w,   dw += dout^T . inp,   dbias += sum over rows of dout
+// (an input's gradient is written, the parameters' are accumulated: kernels/ops.h)
 // The inputs are stored as T or, for bf16 storage, as bf16 (S), widened where they are
 // read: by the GEMM as it packs them, by the bias sum as it adds them.
 #include <cstddef>
@@ -22,7 +23,7 @@ void linear_forward(T* out, const S* inp, const S* w, const T* bias, int N, int 
 
 template <class T, class S>
 void linear_backward(T* dinp, T* dw, T* dbias, const S* dout, const S* inp, const S* w, int N, int C, int OC) {
-  if (dinp) gemm(false, false, N, C, OC, dout, OC, w, C, dinp, C, true);
+  if (dinp) gemm(false, false, N, C, OC, dout, OC, w, C, dinp, C, false);
   if (dw) gemm(true, false, OC, C, N, dout, OC, inp, C, dw, C, true);
   if (!dbias) return;
   // Threads split the output channels; each sums its rows in order (deterministic).

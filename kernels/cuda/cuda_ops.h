@@ -65,7 +65,7 @@ void layernorm_backward(A* dinp, float* dw, float* db, const A* dout, const A* i
 template <class A>
 void matmul_forward(A* out, const A* inp, const A* w, const A* bias, int N, int C, int OC,
                     A* gelu_out = nullptr);
-/// dinp += dout . w;  dw += dout^T . inp;  dbias += column sums of dout (may be null).
+/// dinp = dout . w;  dw += dout^T . inp;  dbias += column sums of dout (may be null).
 template <class A>
 void matmul_backward(A* dinp, float* dw, float* dbias, const A* dout, const A* inp, const A* w,
                      int N, int C, int OC);
@@ -93,7 +93,7 @@ void attention_backward(A* dqkv, const A* dout, const A* qkv, const A* out, cons
 template <class A>
 void gelu_forward(A* out, const A* inp, size_t n);
 template <class A>
-void gelu_backward(A* dinp, const A* inp, const A* dout, size_t n);  ///< dinp += gelu'(inp) dout
+void gelu_backward(A* dinp, const A* inp, const A* dout, size_t n);  ///< dinp = gelu'(inp) dout
 /// out = a + b over n elements.
 template <class A>
 void residual_forward(A* out, const A* a, const A* b, size_t n);

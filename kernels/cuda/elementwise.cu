@@ -2,7 +2,7 @@
 // backward, scaling, bf16 rounding and the fp32 <-> bf16 conversions. They compute
 // what kernels/cpu/elementwise.cpp and kernels/cpu/adamw.cpp (round_to_bf16) compute:
 //   gelu(x)  = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
-//   dinp    += gelu'(x) dout;   out = a + b;   da += dout, db += dout;   x *= s
+//   dinp     = gelu'(x) dout;   out = a + b;   da += dout, db += dout;   x *= s
 //
 // Each of them reads and writes a few numbers per element and does little arithmetic,
 // so its speed is the memory bandwidth. Every thread owns one 16-byte pack per array
@@ -55,9 +55,8 @@ __global__ void __launch_bounds__(kThreads)
   float x[K], dy[K], dx[K];
   load_floats(x, inp, i0, n, vec);
   load_floats(dy, dout, i0, n, vec);
-  load_floats(dx, dinp, i0, n, vec);
 #pragma unroll
-  for (int k = 0; k < K; ++k) dx[k] += gelu_grad(x[k]) * dy[k];
+  for (int k = 0; k < K; ++k) dx[k] = gelu_grad(x[k]) * dy[k];
   store_floats(dinp, dx, i0, n, vec);
 }
 

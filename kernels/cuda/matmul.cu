@@ -8,9 +8,9 @@
 //   forward  out   = inp . W^T + bias   trans_a = false, trans_b = true     M = N,  N = OC, K = C
 //                                        A = inp (N x C, lda = C), B = W (OC x C, ldb = C),
 //                                        C = out (ldc = OC), bias, gelu_out; overwrites
-//   dinp     dinp += dout . W            trans_a = false, trans_b = false    M = N,  N = C,  K = OC
+//   dinp     dinp  = dout . W            trans_a = false, trans_b = false    M = N,  N = C,  K = OC
 //                                        A = dout (N x OC, lda = OC), B = W (OC x C, ldb = C),
-//                                        C = dinp (ldc = C), accumulate, Tout = A
+//                                        C = dinp (ldc = C), overwrites, Tout = A
 //   dW       dW   += dout^T . inp        trans_a = true,  trans_b = false    M = OC, N = C,  K = N
 //                                        A = dout stored N x OC (lda = OC), B = inp (N x C,
 //                                        ldb = C), C = dW (ldc = C), accumulate, Tout = float
@@ -203,18 +203,21 @@ template <class A>
 void matmul_backward(A* dinp, float* dw, float* dbias, const A* dout, const A* inp, const A* w, int N, int C,
                      int OC) {
   if (!check_sizes("matmul_backward", N, C, OC)) {
-    // An empty dimension leaves the products nothing to add; with C = 0 the bias still
-    // has a gradient (bias_backward itself returns when N or OC is 0).
+    // An empty dimension leaves the accumulated products nothing to add; with C = 0 the
+    // bias still has a gradient (bias_backward itself returns when N or OC is 0). The
+    // written dinp of an empty sum (OC = 0) is zero, as on the CPU.
+    if (dinp && N > 0 && C > 0)
+      GPT_CUDA_CHECK(cudaMemsetAsync(device_ptr(dinp), 0, size_t(N) * C * sizeof(DeviceType<A>)));
     if (dbias) bias_backward(dbias, dout, N, OC);
     return;
   }
   require_pointer(dout, "matmul_backward", "dout");
   using T = DeviceType<A>;
-  if (dinp) {  // dinp += dout . W
+  if (dinp) {  // dinp = dout . W (written: kernels/ops.h)
     require_pointer(w, "matmul_backward", "w");
     run_gemm(GemmArgs<T, T>{.trans_a = false, .trans_b = false, .M = N, .N = C, .K = OC,
                             .A = device_ptr(dout), .lda = OC, .B = device_ptr(w), .ldb = C,
-                            .C = device_ptr(dinp), .ldc = C, .accumulate = true});
+                            .C = device_ptr(dinp), .ldc = C, .accumulate = false});
   }
   if (dw) {  // dW += dout^T . inp, summed over the N rows in fp32
     require_pointer(inp, "matmul_backward", "inp");

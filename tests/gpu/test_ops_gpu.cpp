@@ -59,7 +59,7 @@
 //     both:                                fp32(|x| + |y|, 1)
 //   gelu' = 0.5 (1 + th) + 0.5 x (1 - th^2) k (1 + 3c x^2): the same absolute errors in
 //     th and 1 - th^2, scaled by D(x) = 1 + |x| k (1 + 3c x^2):
-//     dinp += gelu'(x) dout:               fp32(D(x) |dout| + |dinp| + |delta|, 1)
+//     dinp = gelu'(x) dout (written):      fp32(D(x) |dout|, 1)
 //   residual out = a + b:                  fp32(|a| + |b|, 1);  da, db += dout: fp32(|da| + |dout|, 1)
 //   scale x *= s:                          fp32(|x s|, 1)
 //   cross-entropy, per row, R = max z - min z (the logit range), L = log sum exp(z - max):
@@ -597,7 +597,8 @@ void check_gelu(size_t n, const Offsets& off, unsigned seed) {
   check_close("gelu out", d_out.values(), y,
               [&](size_t i) { return stored_bound<A>(fp32_bound(std::fabs(xd[i]) + std::fabs(y[i])), y[i]); });
 
-  // gelu_backward(dinp, inp, dout): dinp, inp, dout at offsets 0, 1, 2.
+  // gelu_backward(dinp, inp, dout): dinp, inp, dout at offsets 0, 1, 2; dinp holds dinp0,
+  // which the op writes over (kernels/ops.h).
   DeviceArray<A> d_dinp(n, off[0]), d_inp(n, off[1]), d_dout(n, off[2]);
   d_inp.set(x);
   d_dout.set(dout);
@@ -609,9 +610,7 @@ void check_gelu(size_t n, const Offsets& off, unsigned seed) {
   check_close("gelu dinp", d_dinp.values(), dinp, [&](size_t i) {
     const double ax = std::fabs(xd[i]);
     const double D = 1 + ax * kSqrt2OverPi * (1 + 3 * kGeluCubic * ax * ax);
-    const double delta = dinp[i] - double(dinp0[i]);
-    return stored_bound<A>(
-        fp32_bound(D * std::fabs(double(dout[i])) + std::fabs(double(dinp0[i])) + std::fabs(delta)), dinp[i]);
+    return stored_bound<A>(fp32_bound(D * std::fabs(double(dout[i]))), dinp[i]);
   });
   check_guards(d_out, d_x, d_dinp, d_inp, d_dout);
 }

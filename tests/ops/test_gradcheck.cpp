@@ -5,9 +5,11 @@
 // the outputs that input j feeds (eps |L_affected| / h). Each op is called through
 // gpt::ops with Device::CPU, the dispatch every stage uses.
 //
-// Backward ops accumulate (+=) into their gradient buffers (kernels/ops.h), so the
-// analytic gradient is taken from zeroed buffers, and a second test per op checks the
-// accumulation itself: two calls from zero give 2g, one call onto G0 gives G0 + g.
+// Backward ops accumulate (+=) into their gradient buffers (kernels/ops.h), except the
+// input gradients of matmul and GELU, which they write. So the analytic gradient is taken
+// from zeroed buffers, and a second test per op checks the contract itself: for an
+// accumulated buffer two calls from zero give 2g and one call onto G0 gives G0 + g; for a
+// written one a call onto random values gives the same bits as a call onto zeros.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -76,6 +78,24 @@ void check_accumulates(std::vector<Vec*> grads, Backward&& backward, Rng& rng) {
     INFO("gradient buffer " << k << ": one call onto G0 vs G0 + g, max |diff| " << worst
                             << " tol " << tol);
     CHECK(worst <= tol);
+  }
+}
+
+// Overwrite contract of an input's gradient (kernels/ops.h: matmul's dinp and GELU's are
+// written, not added): one call onto zeros and one onto random G0 must give the same g,
+// bit for bit, and g must not be all zero. A kernel that accumulates is off by |G0|.
+template <class Backward>
+void check_overwrites(std::vector<Vec*> grads, Backward&& backward, Rng& rng) {
+  std::vector<Vec> g;
+  for (Vec* b : grads) std::fill(b->begin(), b->end(), 0.0);
+  backward();
+  for (Vec* b : grads) g.push_back(*b);
+  for (Vec* b : grads) *b = normal_vec(b->size(), rng);
+  backward();
+  for (size_t k = 0; k < grads.size(); ++k) {
+    INFO("gradient buffer " << k << ": one call onto random values vs one onto zeros");
+    CHECK(max_abs(g[k]) > 0);
+    CHECK(*grads[k] == g[k]);
   }
 }
 
@@ -166,12 +186,13 @@ TEST_CASE("ops: matmul backward matches finite differences", "[ops][gradcheck]")
     check_gradient("matmul dw", w, dw, R, forward);
     if (with_bias) check_gradient("matmul dbias", bias, dbias, R, forward);
   }
-  SECTION("backward accumulates") {
+  SECTION("backward accumulates dw and dbias") {
     if (with_bias)
-      check_accumulates({&dinp, &dw, &dbias}, backward, rng);
+      check_accumulates({&dw, &dbias}, backward, rng);
     else
-      check_accumulates({&dinp, &dw}, backward, rng);
+      check_accumulates({&dw}, backward, rng);
   }
+  SECTION("backward writes dinp") { check_overwrites({&dinp}, backward, rng); }
 }
 
 TEST_CASE("ops: attention backward matches finite differences", "[ops][gradcheck]") {
@@ -213,7 +234,7 @@ TEST_CASE("ops: gelu backward matches finite differences", "[ops][gradcheck]") {
     backward();
     check_gradient("gelu dinp", x, dx, R, forward);
   }
-  SECTION("backward accumulates") { check_accumulates({&dx}, backward, rng); }
+  SECTION("backward writes dinp") { check_overwrites({&dx}, backward, rng); }
 }
 
 TEST_CASE("ops: residual backward matches finite differences", "[ops][gradcheck]") {

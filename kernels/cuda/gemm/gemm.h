@@ -26,7 +26,7 @@
 /// Training uses three layouts (linear weights W stored (OC, C), as PyTorch):
 /// ```
 ///   forward   out  = inp . W^T + bias     trans_a = false, trans_b = true   (M=N_rows, N=OC, K=C)
-///   dinp      dinp += dout . W            trans_a = false, trans_b = false  (M=N_rows, N=C, K=OC)
+///   dinp      dinp  = dout . W            trans_a = false, trans_b = false  (M=N_rows, N=C, K=OC)
 ///   dW        dW  += dout^T . inp         trans_a = true,  trans_b = false  (M=OC, N=C, K=N_rows)
 /// ```
 /// Every version takes every layout, any M, N, K >= 1 (tails are predicated), fp32
