@@ -26,6 +26,7 @@ train="$build/stages/01_single_gpu/train"
 [[ -x "$train" && -x "$build/bin/prepare" ]] || die "build $build first (stage 01 and prepare)"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/gpt-step.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
 git ls-files '*.md' '*.cpp' '*.h' '*.cu' '*.py' | xargs cat > "$work/corpus.txt"
 "$build/bin/prepare" --out "$work/data" --val-fraction 0.05 "$work/corpus.txt" > /dev/null
 
@@ -52,11 +53,15 @@ clocks_during() {
     smi=$!
   fi
   "$@" || rc=$?
-  [[ -z "$smi" ]] || kill "$smi" 2> /dev/null || true
+  if [[ -n "$smi" ]]; then
+    kill "$smi" 2> /dev/null || true
+    wait "$smi" 2> /dev/null || true
+  fi
   return "$rc"
 }
-# clock_summary FILE: the median SM clock and power over the run's last half (the
-# first half holds the start-up and the warm-up steps).
+# clock_summary FILE: the median SM clock and power over the samples of the steps: those
+# drawing at least half the run's highest power (the start-up, which loads the data and
+# builds the model, draws little).
 clock_summary() {
   "$python" - "$1" <<'PY'
 import os, statistics, sys
@@ -66,7 +71,8 @@ for line in open(sys.argv[1]) if os.path.exists(sys.argv[1]) else []:
         rows.append(tuple(float(x) for x in line.split(",")))
     except ValueError:
         pass
-rows = rows[len(rows) // 2:]
+busy = max((r[1] for r in rows), default=0) / 2
+rows = [r for r in rows if r[1] >= busy]
 if rows:
     print(f"{statistics.median(r[0] for r in rows):.0f} MHz, {statistics.median(r[1] for r in rows):.0f} W")
 else:
@@ -75,7 +81,8 @@ PY
 }
 
 declare -A tok=([hand]=nan [cublas]=nan) mfu=([hand]=nan [cublas]=nan) clocks=([hand]="not run" [cublas]="not run")
-for gemm in ${BENCH_GEMMS:-hand cublas}; do
+read -ra gemms <<< "${BENCH_GEMMS:-hand cublas}"
+for gemm in "${gemms[@]}"; do
   [[ "$gemm" == hand || "$gemm" == cublas ]] || die "BENCH_GEMMS: '$gemm' is neither hand nor cublas"
   run="$work/run_$gemm"
   log "stage 01, gemm=$gemm, micro-batch $micro x 1024"
@@ -91,11 +98,10 @@ for gemm in ${BENCH_GEMMS:-hand cublas}; do
   clocks[$gemm]=$(clock_summary "$work/clocks_$gemm.csv")
 done
 
-log "PyTorch, same model and batch"
 torch_tok=nan
 if [[ "${BENCH_TORCH:-1}" == 0 ]]; then
   log "BENCH_TORCH=0: no PyTorch run"
-elif "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2> /dev/null; then
+elif log "PyTorch, same model and batch" && "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2> /dev/null; then
   "$python" scripts/train_gpt2_torch.py --batch "$micro" --seq 1024 --steps "$steps" --warmup "$warmup" |
     tee "$work/torch.log"
   torch_tok=$(awk '/^tokens\/s/ {print $2}' "$work/torch.log")
@@ -115,6 +121,6 @@ print(f"  PyTorch (compiled)    {torch_tok:12.0f} tok/s")
 print(f"  hand / cublas  {hand / cublas:6.3f}   (target >= 0.95)")
 print(f"  hand / PyTorch {hand / torch_tok:6.3f}   (target > 1)")
 print(f"  MFU hand       {100 * mfu_hand:5.1f} % (target >= 45 %)")
-print(f"  SM clock and power, median of the run's last half: hand {clocks_hand}; cublas {clocks_cublas}")
+print(f"  SM clock and power, median over the steps: hand {clocks_hand}; cublas {clocks_cublas}")
 PY
 rm -rf "$work"

@@ -47,7 +47,7 @@ out="${OUT:-gpu-check-out}"
 while (($#)); do
   case "$1" in
     -o) (($# >= 2)) || bad_input "-o needs a directory"; out="$2"; shift 2 ;;
-    -h | --help) sed -n '2,34s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"; exit 0 ;;
     all) parts+=(build test sanitize bench step profile pipeline); shift ;;
     env | build | test | sanitize | bench | step | profile | pipeline | stepkernels) parts+=("$1"); shift ;;
     *) die "unknown part '$1' (env, build, test, sanitize, bench, step, profile, pipeline, stepkernels, all)" ;;

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Where one training step's GPU time goes, kernel by kernel: Nsight Compute times every
-# launch of one step of stage 01 (GPT-2 124M, bf16, T = 1024, the kernels named by GEMM=)
-# and the times are summed by kernel name, largest first. Nsight Systems does not run on
-# the lease's machines; ncu with the one metric gpu__time_duration needs one pass per
-# launch, with the clocks and the caches left as they are (--clock-control none
-# --cache-control none), so each launch is timed as it runs in training, one at a time.
-# The sum is the GPU's busy time; the step's wall time (bench_gpu_step.sh) less this
-# sum is what launches and host work leave idle.
+# kernel launch of the second of two steps of stage 01 (GPT-2 124M, bf16, T = 1024, the
+# GEMMs named by GEMM=; a step starts at its embedding's forward, so the start-up's
+# kernels are left out) and the times are summed by kernel name, largest first. Nsight
+# Systems does not run on the lease's machines; ncu with the one metric
+# gpu__time_duration needs one pass per launch, with the clocks and the caches left as
+# they are (--clock-control none --cache-control none), so each launch is timed as it
+# runs in training, but one at a time. The sum is the kernels' time: not the memsets and
+# copies (no kernels), not the gaps between launches, and at the clock an idle GPU
+# holds, which may be higher than under a step's sustained load (bench_gpu_step.sh
+# prints that one).
 #
 #   scripts/step_kernels.sh [BUILD_DIR] [MICRO_BATCH]     (defaults: build-gpu, 32)
 #
@@ -27,12 +30,12 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/gpt-step-kernels.XXXXXX")"
 git ls-files '*.md' '*.cpp' '*.h' '*.cu' '*.py' | xargs cat > "$work/corpus.txt"
 "$build/bin/prepare" --out "$work/data" --val-fraction 0.05 "$work/corpus.txt" > /dev/null
 
-log "ncu: every kernel of one step, stage 01, gemm=$gemm, micro-batch $micro x 1024"
+log "ncu: every kernel of the second of two steps, stage 01, gemm=$gemm, micro-batch $micro x 1024"
 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
   --kernel-name-base demangled \
   "$train" --config configs/gpt2-124m.json --set device=cuda --set precision=bf16 \
   --set "train_data=$work/data/train.bin" --set "val_data=$work/data/val.bin" \
-  --set "run_dir=$work/run" --set steps=1 --set "batch_size=$micro" \
+  --set "run_dir=$work/run" --set steps=2 --set "batch_size=$micro" \
   --set "micro_batch_size=$micro" --set val_every=0 --set val_batches=0 \
   --set checkpoint_every=0 --set checkpoint_at_end=false --set sample_tokens=0 \
   --set "gemm=$gemm" > "$work/ncu.csv"
@@ -60,8 +63,7 @@ def short(name):
                 return name[:i]
     return name
 
-total = collections.defaultdict(float)
-count = collections.Counter()
+launches = []  # (launch id, kernel, microseconds), in launch order
 for row in rows:
     if row.get("Metric Name") != "gpu__time_duration.sum":
         continue
@@ -69,10 +71,20 @@ for row in rows:
     if unit not in scale:
         sys.exit(f"step_kernels: unknown unit '{unit}' of gpu__time_duration")
     name = short(row.get("Kernel Name") or row.get("Function Name") or "?")
-    total[name] += float(row["Metric Value"].replace(",", "")) * scale[unit]
+    launches.append((int(row["ID"]), name, float(row["Metric Value"].replace(",", "")) * scale[unit]))
+launches.sort()
+# The second step: from the second launch of the embedding's forward to the end (the run
+# does nothing after its last step's optimizer).
+starts = [i for i, (_, name, _) in enumerate(launches) if "embedding_forward" in name]
+if len(starts) != 2:
+    sys.exit(f"step_kernels: {len(starts)} launches of the embedding's forward, not 2: cannot find the second step")
+total = collections.defaultdict(float)
+count = collections.Counter()
+for _, name, us in launches[starts[1]:]:
+    total[name] += us
     count[name] += 1
 busy = sum(total.values())
-print(f"one step: {sum(count.values())} launches, {busy / 1e3:.2f} ms of GPU time")
+print(f"one step (the second): {sum(count.values())} launches, {busy / 1e3:.2f} ms of kernel time")
 print(f"{'ms':>9} {'%':>6} {'launches':>8}  kernel")
 for name, us in sorted(total.items(), key=lambda kv: -kv[1]):
     print(f"{us / 1e3:9.3f} {100 * us / busy:6.1f} {count[name]:8d}  {name}")

@@ -38,8 +38,9 @@
 // Timing (kernels/bench/bench_common.h): warm-up calls first, then the median of up to
 // --reps repetitions, each bracketed by CUDA events, with the L2 flushed before each (a
 // memset of a buffer larger than the L2), so every repetition reads its inputs from DRAM
-// as training does. Backward ops accumulate, so their gradients keep growing across
-// repetitions; the values stay finite and the traffic is the same.
+// as training does. Backward ops accumulate (but gelu_backward, which writes its dinp),
+// so their gradients keep growing across repetitions; the values stay finite and the
+// traffic is the same.
 //
 // Correctness is the job of tests/gpu/test_ops_gpu.cpp. Here, only a guard against
 // timing a kernel that does nothing: outputs are poisoned with NaN before one untimed
@@ -281,7 +282,6 @@ void bench_gelu(Context& ctx) {
   DeviceBuffer<A> inp(n), out(n), dout(n), dinp(n);
   fill_uniform(inp.data(), n, 21, -4.0f, 4.0f);
   fill_uniform(dout.data(), n, 22);
-  fill_uniform(dinp.data(), n, 23);
   const std::string shape = shape2(kTokens, kHidden);
   if (ctx.wanted("gelu_forward")) {
     poison(out.data(), out.bytes());
@@ -290,15 +290,16 @@ void bench_gelu(Context& ctx) {
         [&] { gpt::cuda::gelu_forward(out.data(), inp.data(), n); }, [&] { return all_finite(out.data(), n); });
   }
   if (ctx.wanted("gelu_backward")) {
+    poison(dinp.data(), dinp.bytes());  // written, not added: an element left unwritten stays NaN
     measure(
-        ctx, {"gelu_backward", dtype_name<A>(), shape, "4nb", double(4 * n * b)},
+        ctx, {"gelu_backward", dtype_name<A>(), shape, "3nb", double(3 * n * b)},
         [&] { gpt::cuda::gelu_backward(dinp.data(), inp.data(), dout.data(), n); },
         [&] { return all_finite(dinp.data(), n); });
   }
 }
 
 // The column sums of dout into an fp32 bias gradient, at the widths of GPT-2's biases:
-// C (attn, attproj, fcproj; qkv's 3C lies between) and 4C (fc).
+// C (attproj, fcproj; qkv's 3C lies between) and 4C (fc).
 template <class A>
 void bench_bias_backward(Context& ctx) {
   if (!ctx.wanted("bias_backward")) return;

@@ -5,9 +5,9 @@
 /// fixed chunks and summed in two steps, each in a fixed order:
 ///
 ///   step 1, the caller's kernel:  partials[j, c] = the sum of column c over chunk j's rows
-///   step 2, finish_column_sums:   sum[c] += the partials of column c, j = 0, 1, ..., chunks-1,
-///                                 as kSumLanes lane sums (lane y adds j = y, y + 8, ...)
-///                                 then added in lane order
+///   step 2, finish_column_sums:   sum[c] += the chunks' partials of column c, as kSumLanes
+///                                 lane sums (lane y adds chunks y, y + kSumLanes, ... in
+///                                 order), then the lane sums added in lane order
 ///
 /// Step 1 fills the GPU with (chunks x column tiles) blocks however few columns there
 /// are; step 2 reads only chunks x C floats. Both orders depend on the shape alone, never
@@ -23,9 +23,9 @@ inline constexpr int kSumLanes = 8;
 /// Up to two column sums finished by one launch, each sum[c] += the chunks x C partials
 /// (row-major, chunk j's row at partials + j C). count is 1 or 2.
 struct ColumnSums {
-  float* sum[2] = {nullptr, nullptr};
-  const float* partials[2] = {nullptr, nullptr};
-  int count = 1;
+  float* sum[2] = {nullptr, nullptr};             ///< the sums added into: C floats each
+  const float* partials[2] = {nullptr, nullptr};  ///< their partials: chunks x C floats each
+  int count = 1;                                  ///< how many of the two are given: 1 or 2
 };
 
 /// Step 2 above, on the default stream: sums.sum[i][c] += the partials of column c, for

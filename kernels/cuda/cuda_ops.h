@@ -8,7 +8,8 @@
 /// operands of their next product: kernels/cuda/attention/attention.h).
 ///
 /// Conventions, as kernels/ops.h: forward ops overwrite their outputs; backward ops
-/// ACCUMULATE (+=) into parameter gradients and input gradients. All pointers are
+/// ACCUMULATE (+=) into parameter gradients and input gradients, except the input
+/// gradients of matmul_backward and gelu_backward, which they write. All pointers are
 /// device memory. Every call is queued on the default stream (asynchronous to the
 /// host); functions that return a value to the host (sum_of_squares) synchronise.
 /// Reductions are deterministic: a fixed split and a fixed order, no float atomics,

@@ -433,8 +433,8 @@ void test_matmul_ops_all() {
 
 // bias_backward accumulates the right column sums and gives the same bits twice. N is
 // not a multiple of the kernel's row chunk; OC = 771 is not a whole number of 16-byte
-// packs (the element-by-element path), 768 is (the vector loads), and 8200 makes more
-// than one column tile.
+// packs (the element-by-element path), 768 is (the vector loads), and 8200 ends in a
+// part-filled column tile on the vector path.
 template <class A>
 void test_bias_backward(int N, int OC) {
   constexpr bool bf16 = kIsBf16<A>;
@@ -538,6 +538,28 @@ TEST_CASE("bias_backward: column sums, the same bits every run", "[gpu][gemm][ma
     test_bias_backward<float>(N, OC);
     test_bias_backward<gpt::bf16>(N, OC);
   }
+}
+
+// An empty dimension, as tests/ops/test_gemm.cpp checks on the CPU: OC = 0 writes dinp
+// (the empty sum) as zeros over what it held and leaves dw; N = 0 changes nothing.
+TEST_CASE("matmul_backward with an empty dimension", "[gpu][gemm][matmul]") {
+  const int N = 3, C = 4;
+  DeviceBuffer<float> d_inp(size_t(N) * C), d_dinp(size_t(N) * C), d_dw(size_t(2) * C), d_dbias(2);
+  d_inp.upload(std::vector<float>(size_t(N) * C, 0.5f));
+  d_dinp.upload(std::vector<float>(size_t(N) * C, 7.0f));
+  d_dw.upload(std::vector<float>(size_t(2) * C, 9.0f));
+  d_dbias.upload(std::vector<float>(2, 5.0f));
+  gpt::cuda::matmul_backward<float>(d_dinp.p, d_dw.p, nullptr, nullptr, d_inp.p, nullptr, N, C, /*OC=*/0);
+  cuda_ok(cudaDeviceSynchronize(), "matmul_backward, OC = 0");
+  CHECK(d_dinp.download() == std::vector<float>(size_t(N) * C, 0.0f));
+  CHECK(d_dw.download() == std::vector<float>(size_t(2) * C, 9.0f));
+
+  d_dinp.upload(std::vector<float>(size_t(N) * C, 7.0f));
+  gpt::cuda::matmul_backward<float>(d_dinp.p, d_dw.p, d_dbias.p, nullptr, d_inp.p, nullptr, /*N=*/0, C, 2);
+  cuda_ok(cudaDeviceSynchronize(), "matmul_backward, N = 0");
+  CHECK(d_dinp.download() == std::vector<float>(size_t(N) * C, 7.0f));
+  CHECK(d_dw.download() == std::vector<float>(size_t(2) * C, 9.0f));
+  CHECK(d_dbias.download() == std::vector<float>(2, 5.0f));
 }
 
 TEST_CASE("set_gemm: the choice, the descent down the ladder, and bad names", "[gpu][gemm]") {

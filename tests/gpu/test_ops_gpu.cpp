@@ -18,7 +18,9 @@
 //
 // Checks besides the values:
 //  - backward ops accumulate (+=): gradients start from random nonzero values, and the
-//    reference adds to the same values, so an op that overwrites is off by the start value;
+//    reference adds to the same values, so an op that overwrites is off by the start value
+//    (gelu_backward writes its dinp: there the reference ignores the start value, so an op
+//    that adds to it is off by it);
 //  - forward outputs are poisoned (all bits set: NaN in fp32 and bf16) before the call,
 //    so an element nobody wrote is NaN, and NaN fails every comparison;
 //  - every device array has guard elements after its end (and before it, for shifted

@@ -88,7 +88,7 @@ TEST_CASE("ops: bf16 storage -- matmul, with the GELU of the fp32 product", "[op
   ops::gelu_forward(kCpu, gelu_of_rounded.data(), rounded_out.data(), rounded_out.size());
   CHECK_FALSE(rounded_from(gelu.h, gelu_of_rounded));
 
-  // Backward: dinp accumulates (bf16), dw and dbias accumulate (fp32); each alone too.
+  // Backward: dinp is written (bf16), dw and dbias accumulate (fp32); each alone too.
   Pair dout = random(rng, size_t(N) * OC, 0.1);
   for (const int which : {0, 1, 2, 3}) {  // all three, then dinp, dw, dbias alone
     INFO("gradients " << which);

@@ -288,3 +288,26 @@ TEST_CASE("ops: matmul float vs double within the dot-product bound", "[ops][gem
       return s;
     });
 }
+
+// An empty dimension. OC = 0: dinp, the empty sum dout . w, is written as zeros over
+// whatever it held (kernels/ops.h: written, not added), dw is left as it was, and dbias
+// (no columns) is nothing. N = 0 or C = 0: nothing to write or add; every buffer keeps its
+// values. The GPU's twin is in tests/gpu/test_gemm_gpu.cpp.
+TEST_CASE("ops: matmul backward with an empty dimension", "[ops][gemm]") {
+  const int N = 3, C = 4;
+  const std::vector<float> inp(size_t(N) * C, 0.5f);
+  std::vector<float> dinp(size_t(N) * C, 7.0f), dw(1, 9.0f);
+  gpt::ops::matmul_backward(gpt::Device::CPU, dinp.data(), dw.data(), static_cast<float*>(nullptr),
+                            static_cast<const float*>(nullptr), inp.data(), static_cast<const float*>(nullptr),
+                            N, C, /*OC=*/0);
+  CHECK(dinp == std::vector<float>(dinp.size(), 0.0f));
+  CHECK(dw[0] == 9.0f);
+
+  std::vector<float> dinp_kept(size_t(N) * C, 7.0f), dw_kept(size_t(2) * C, 9.0f), dbias_kept(2, 5.0f);
+  gpt::ops::matmul_backward(gpt::Device::CPU, dinp_kept.data(), dw_kept.data(), dbias_kept.data(),
+                            static_cast<const float*>(nullptr), inp.data(), static_cast<const float*>(nullptr),
+                            /*N=*/0, C, 2);
+  CHECK(dinp_kept == std::vector<float>(dinp_kept.size(), 7.0f));
+  CHECK(dw_kept == std::vector<float>(dw_kept.size(), 9.0f));
+  CHECK(dbias_kept == std::vector<float>(2, 5.0f));
+}

@@ -153,8 +153,8 @@ def main():
         if named:
             print(f"the output names the lost rank: {named[0].strip()}")
         else:
-            failures.append(f"no message naming rank {v} as lost ('process rank {v} ... exited on signal 9' "
-                            f"or 'no message from rank {v}')")
+            failures.append(f"no message naming rank {v} as lost ('process rank {v} ... exited on signal 9', "
+                            f"'no message from rank {v}', or a send or receive with rank {v} that timed out)")
     finally:
         # No orphans: mpirun's session, then every rank by pid (each has its own group).
         if job.poll() is None:  # once reaped, its group id could be someone else's

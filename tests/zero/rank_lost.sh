@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
 # A rank lost mid-run makes the others exit within 60 s with an error naming the lost
-# peer, not hang. Stage 02 at dp = 3 trains the tiny model for far more steps than the
-# test lasts; once it has logged a few, rank 2 is taken away (rank_lost.py):
+# peer, not hang. A trainer (stage 02 at dp = 3 unless told otherwise, below) trains the
+# tiny model for far more steps than the test lasts; once it has logged a few, the victim
+# (rank 2 by default) is taken away (rank_lost.py):
 #   kill  SIGKILL: mpirun notices the death and ends the job, naming the rank; the job
 #         must end within 60 s, the bound this test sets for a lost rank;
 #   stop  SIGSTOP: a hung rank; the peers' comm_timeout_s (12 s here) runs out, one of
-#         them reports "no message from rank 2" and aborts the job; the job must end
-#         within comm_timeout_s + 10 s: one timeout, then the abort (docs/distributed.md,
-#         "No operation waits forever"). The slack is under one more timeout, so a rank
-#         that waits out a second operation after the first timed out (one per bucket
-#         still queued, say) fails the test.
+#         them reports "no message from rank 2" (or, waiting in a point-to-point
+#         exchange, "recv from rank 2 (tag N): no message within ...") and aborts the job;
+#         the job must end within comm_timeout_s + 10 s: one timeout, then the abort
+#         (docs/distributed.md, "No operation waits forever"). The slack is under one more
+#         timeout, so a rank that waits out a second operation after the first timed out
+#         (one per bucket still queued, say) fails the test.
 #   stop-collective  the same hang with allreduce=backend: the peers now time out inside
 #         MPI's own all-reduce, which cannot say whom it waited for; their roll call
 #         (a quarter of the timeout, 3 s here) must name rank 2. The limit keeps its 10 s
 #         of slack beyond timeout + roll call.
 #
 # Another stage or mesh: the optional arguments NP VICTIM KEY=VALUE... (default: 3 2
-# batch_size=6 micro_batch_size=2, stage 02's dp = 3). Under a pipeline or context
-# parallelism the peers may wait in a point-to-point exchange, whose message names the
-# tag too.
+# batch_size=6 micro_batch_size=2, stage 02's dp = 3; an argument may hold several
+# KEY=VALUE separated by spaces).
 #
 # Usage: rank_lost.sh MODE TRAIN PREPARE WORKDIR ROOT MPIEXEC [NP VICTIM KEY=VALUE...]
 set -euo pipefail
@@ -28,7 +29,8 @@ NP=${1:-3} VICTIM=${2:-2}
 shift $(($# >= 2 ? 2 : $#))
 SHAPE=()
 for kv in "${@:-batch_size=6 micro_batch_size=2}"; do
-  for word in $kv; do SHAPE+=(--set "$word"); done
+  read -ra words <<< "$kv"
+  for word in "${words[@]}"; do SHAPE+=(--set "$word"); done
 done
 source "$ROOT/tests/trainer/common.sh"
 start_mpi_test "$WORK" "$PREPARE"
