@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/host_memory.h"
+#include "common/memory.h"
 
 #ifdef GPT_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -49,7 +50,23 @@ void* device_alloc(Device d, size_t bytes) {
   // every stream would wait for a collective of another thread that waits for a peer,
   // which may be waiting for this thread: a hang across ranks.
   void* p = nullptr;
-  cuda_ok(cudaMallocAsync(&p, bytes, cudaStreamLegacy), "cudaMallocAsync", bytes);
+  const cudaError_t err = cudaMallocAsync(&p, bytes, cudaStreamLegacy);
+  if (err == cudaErrorMemoryAllocation) {
+    // As the host's check says it (host_memory.h): what was asked for, what is left, what
+    // this process holds by kind, and what to change.
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaGetLastError();  // clear it, so that the query below can answer
+    const bool known = cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess;
+    fail("out of GPU memory: allocating " + format_bytes(double(bytes)) + " more for " +
+         kMemKindNames[size_t(MemScope::current())] + ", but " +
+         (known ? format_bytes(double(free_bytes)) + " of the GPU's " + format_bytes(double(total_bytes)) +
+                      " is free (other processes, ranks sharing the GPU included)"
+                : std::string("the GPU has no more")) +
+         "; this process holds " + MemoryTracker::global().held_now() +
+         ". Shrink the run (micro_batch_size, seq_len, n_layer, n_embd), recompute activations "
+         "(activation_checkpointing, stage 11), or spread it over more GPUs");
+  }
+  cuda_ok(err, "cudaMallocAsync", bytes);
   cuda_ok(cudaMemsetAsync(p, 0, bytes, cudaStreamLegacy), "cudaMemsetAsync", bytes);
   return p;
 #else

@@ -173,10 +173,7 @@ std::optional<HostRoom> host_room() {
 
 void require_host_room(size_t bytes, uint64_t available, const std::string& source) {
   if (uint64_t(bytes) + kHostCheckBytes <= available) return;
-  const MemoryTracker& tracker = MemoryTracker::global();
-  std::string held;
-  for (size_t k = 0; k < kMemKindNames.size(); ++k)
-    held += std::string(k ? ", " : "") + kMemKindNames[k] + " " + format_bytes(double(tracker.current(MemKind(k))));
+  const std::string held = MemoryTracker::global().held_now();
   fail("out of host memory: allocating " + format_bytes(double(bytes)) + " more for " +
        kMemKindNames[size_t(MemScope::current())] + ", but " + format_bytes(double(available)) + " is left (" +
        source + "), less " + format_bytes(double(kHostCheckBytes)) + " kept free; this process holds " + held +

@@ -59,6 +59,13 @@ MemoryLedger MemoryTracker::peaks() const {
   return ledger;
 }
 
+std::string MemoryTracker::held_now() const {
+  std::string held;
+  for (size_t k = 0; k < kMemKindNames.size(); ++k)
+    held += std::string(k ? ", " : "") + kMemKindNames[k] + " " + format_bytes(double(current(MemKind(k))));
+  return held;
+}
+
 void MemoryTracker::reset_peaks() {
   for (size_t k = 0; k < kMemKindNames.size(); ++k) peak_[k].store(current_[k].load());
 }

@@ -55,6 +55,8 @@ class MemoryTracker {
   size_t peak(MemKind kind) const { return peak_[size_t(kind)].load(); }
   MemoryLedger peaks() const;  ///< the peak of each kind
   void reset_peaks();          ///< peaks := current (tests)
+  /// What is held now, as text for an error: "params 237.42 MiB, grads 474.84 MiB, ...".
+  std::string held_now() const;
 
  private:
   std::array<std::atomic<size_t>, kMemKindNames.size()> current_{}, peak_{};

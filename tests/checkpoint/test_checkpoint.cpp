@@ -441,9 +441,9 @@ TEST_CASE("a damaged or foreign checkpoint is a UserError naming the problem", "
     m["data_position"]["sequences"] = int64_t(1) << 62;  // control: the largest count loads
     std::ofstream(path / "manifest.json", std::ios::trunc) << m.dump();
     CHECK_NOTHROW(load());
-    CHECK_THAT(edited([](json& m) { m["data_position"]["sequences"] = -1; }),
+    CHECK_THAT(edited([](json& edit) { edit["data_position"]["sequences"] = -1; }),
                Catch::Contains("data_position.sequences -1"));
-    CHECK_THAT(edited([](json& m) { m["data_position"]["sequences"] = 41; }),
+    CHECK_THAT(edited([](json& edit) { edit["data_position"]["sequences"] = 41; }),
                Catch::Contains("data_position.sequences 41 at step 42: each step reads at least one sequence"));
   }
   SECTION("control: the manifest rewritten unchanged loads") {
