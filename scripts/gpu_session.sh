@@ -2,18 +2,19 @@
 # One short lease of a GPU machine, planned to its minutes: what scripts/gpu_check.sh
 # does, without the compile. The CUDA build is made beforehand on a CPU machine with the
 # same nvcc (13.0 on both here), slimmed to what runs (no object files), and carried with
-# Open MPI's packages. There the correctness parts run side by side (the gpu tests and
-# the sanitizers share the GPU; neither is timed), then the benchmarks alone. Every part
-# has its own time limit, so one that hangs cannot eat the lease; what a part printed
-# before its limit stays in OUT_DIR, one file per part, headed by device, date, commit.
+# Open MPI's packages. There the parts run one after the other: the gpu tests, the
+# sanitizers, then the benchmarks. Every part has its own time limit, so one that hangs
+# cannot eat the lease; what a part printed before its limit stays in OUT_DIR, one file
+# per part, headed by device, date, commit.
 #
 #   here:   scripts/gpu_session.sh --prepare
 #           (builds build-gpu for sm_90a with MPI, packs what runs into
 #           build-gpu-pack, runs scripts/gpu_carry.sh; carry build-gpu-pack and
 #           third_party_local/debs)
 #   there:  scripts/gpu_session.sh [PART=SECONDS ...] [-o OUT_DIR]
-#           PART: test, sanitize, bench, step, profile (default: these five, with the
-#           limits below), stepkernels (scripts/step_kernels.sh, only when named)
+#           PART: test, sanitize, bench, step, profile, stepkernels (default: all six,
+#           with the limits below: more than one call of the device tool holds, so name
+#           `test sanitize` in one call and `bench step profile stepkernels` in the next)
 #
 # Environment: GPT_COMMIT (the commit, when the tree has no .git), and gpu_check.sh's
 # (GPU_TEST_REGEX, SANITIZE_RUNS: a subset of the tests or of the sanitizer runs).
@@ -47,16 +48,17 @@ if [[ "${1:-}" == --prepare ]]; then
   exit 0
 fi
 
-# The limits, in seconds, of each part (tests and sanitizers run at once).
-# Measured on an H200 (docs/benchmarks/README.md): the 41 gpu tests took 124 s with 8 at
-# once beside four sanitizer runs (2026-11-28), before the fp32 stage tests gained four more
-# CPU reference runs each (those 21 alone then took 109 s); a sanitizer run of the GEMM
-# ladder needs more than 165 s beside the others; the kernel benchmarks about 100 s; the
-# whole step about 140 s, PyTorch's compile included; the profile about 60 s.
-# The tests run beside the sanitizers, which slow them: their limit is the sanitizers'.
-# The defaults add up to 560 s (tests and sanitizers side by side), so that one call of
-# the device tool (at most 600 s) runs every part, with time left for the unpacking.
-declare -A limit=([test]=250 [sanitize]=250 [bench]=110 [step]=140 [profile]=60 [stepkernels]=90)
+# The limits, in seconds, of each part. Measured on an H200 (docs/benchmarks/README.md,
+# 2026-11-29): beside ten sanitizer runs, 8 tests at once finished 24 of 44 in 250 s; the
+# other 20 alone, 12 at once, took 106 s (the stage tests' CPU reference runs dominate);
+# the sanitizer runs below end within about 150 s (the whole GEMM ladder under racecheck
+# or memcheck does not end in 245 s: SANITIZE_RUNS can still ask for it); the kernel
+# benchmarks take about 100 s, the whole step about 140 s (PyTorch's compile included),
+# the profile about 60 s, stepkernels about 20 s. The tests now run first and alone, then
+# the sanitizers. All six parts add up to about 750 s, more than one call of the device
+# tool (600 s): run `test sanitize` in one call, then, at once while the machine is warm,
+# `bench step profile stepkernels` in a second (about 820 s of device time with the start).
+declare -A limit=([test]=240 [sanitize]=150 [bench]=110 [step]=140 [profile]=60 [stepkernels]=40)
 chosen=()
 out="${OUT:-gpu-check-out}"
 while (($#)); do
@@ -70,7 +72,7 @@ while (($#)); do
          "profile, stepkernels; or --prepare)" ;;
   esac
 done
-((${#chosen[@]})) || chosen=(test sanitize bench step profile)
+((${#chosen[@]})) || chosen=(test sanitize bench step profile stepkernels)
 wants() { [[ " ${chosen[*]} " == *" $1 "* ]]; }
 
 if [[ ! -d build-gpu && -f build-gpu-pack/build-gpu.tar.xz ]]; then
@@ -80,20 +82,18 @@ fi
   die "no build in build-gpu (run scripts/gpu_session.sh --prepare here, and carry build-gpu-pack)"
 # The tests' comparison scripts run /usr/bin/python3; an image may have python3 elsewhere.
 [[ -x /usr/bin/python3 ]] || ln -s "$(command -v python3)" /usr/bin/python3
-export GPT_BUILD_DIR=build-gpu GPU_TEST_JOBS="${GPU_TEST_JOBS:-8}"
+export GPT_BUILD_DIR=build-gpu GPU_TEST_JOBS="${GPU_TEST_JOBS:-12}"
 check=(scripts/gpu_check.sh -o "$out")
 
 # First, alone: unpacks Open MPI, links the build's paths, finds the libraries, and
 # records the machine.
 "${check[@]}" env
-pids=()
-wants test && { timeout "${limit[test]}" "${check[@]}" test & pids+=($!); }
+wants test && { timeout "${limit[test]}" "${check[@]}" test || warn "test: failed or cut off"; }
 # The sanitizer runs go side by side, each under the part's limit.
 if wants sanitize; then
-  SANITIZE_TIMEOUT=$((limit[sanitize] - 5)) timeout "${limit[sanitize]}" "${check[@]}" sanitize &
-  pids+=($!)
+  SANITIZE_TIMEOUT=$((limit[sanitize] - 5)) timeout "${limit[sanitize]}" "${check[@]}" sanitize ||
+    warn "sanitize: failed or cut off"
 fi
-for pid in "${pids[@]}"; do wait "$pid" || true; done
 # The run folders of the stage tests that failed: their logs and metrics, to study offline
 # (not the token shards and checkpoints, tens of MB: more than the lease can bring back).
 failed_dirs=()
