@@ -27,8 +27,7 @@ train="$build/stages/01_single_gpu/train"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/gpt-step.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
-git ls-files '*.md' '*.cpp' '*.h' '*.cu' '*.py' | xargs cat > "$work/corpus.txt"
-"$build/bin/prepare" --out "$work/data" --val-fraction 0.05 "$work/corpus.txt" > /dev/null
+gpu_step_data "$build" "$work"
 
 # median_rate RUN_DIR FIELD: the median of FIELD over the steps after the warm-up.
 median_rate() {
@@ -86,13 +85,8 @@ for gemm in "${gemms[@]}"; do
   [[ "$gemm" == hand || "$gemm" == cublas ]] || die "BENCH_GEMMS: '$gemm' is neither hand nor cublas"
   run="$work/run_$gemm"
   log "stage 01, gemm=$gemm, micro-batch $micro x 1024"
-  clocks_during "$work/clocks_$gemm.csv" \
-  "$train" --config configs/gpt2-124m.json --set device=cuda --set precision=bf16 \
-    --set "train_data=$work/data/train.bin" --set "val_data=$work/data/val.bin" \
-    --set "run_dir=$run" --set "steps=$steps" --set "batch_size=$micro" \
-    --set "micro_batch_size=$micro" --set val_every=0 --set val_batches=0 \
-    --set checkpoint_every=0 --set checkpoint_at_end=false --set sample_tokens=0 \
-    --set log_every=5 --set "gemm=$gemm" | tee "$work/$gemm.log"
+  mapfile -t args < <(gpu_step_args "$work" "$run" "$micro" "$steps" "$gemm")
+  clocks_during "$work/clocks_$gemm.csv" "$train" "${args[@]}" --set log_every=5 | tee "$work/$gemm.log"
   tok[$gemm]=$(median_rate "$run" tokens_per_s)
   mfu[$gemm]=$(median_rate "$run" mfu)
   clocks[$gemm]=$(clock_summary "$work/clocks_$gemm.csv")

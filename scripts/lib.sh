@@ -117,6 +117,25 @@ prepare_default_data() {
     die "datasets/prepare_fortunes.sh failed"
 }
 
+# The GPU step's data and run, shared by bench_gpu_step.sh and step_kernels.sh.
+# gpu_step_data BUILD DIR: the project's own text files as the corpus (no download is
+# possible on the GPU machine; the token contents do not change the time of a step),
+# prepared into DIR/data by BUILD's prepare tool.
+gpu_step_data() {
+  (cd "$GPT_ROOT" && git ls-files '*.md' '*.cpp' '*.h' '*.cu' '*.py' | xargs cat) > "$2/corpus.txt"
+  "$1/bin/prepare" --out "$2/data" --val-fraction 0.05 "$2/corpus.txt" > /dev/null
+}
+# gpu_step_args DIR RUN_DIR MICRO STEPS GEMM: stage 01's arguments, one per line, for
+# GPT-2 124M in bf16 on the GPU at MICRO x 1024 tokens a step (one micro-batch), on
+# DIR/data, training only: no validation, checkpoint or sample.
+gpu_step_args() {
+  printf '%s\n' --config configs/gpt2-124m.json --set device=cuda --set precision=bf16 \
+    --set "train_data=$1/data/train.bin" --set "val_data=$1/data/val.bin" --set "run_dir=$2" \
+    --set "steps=$4" --set "batch_size=$3" --set "micro_batch_size=$3" --set val_every=0 \
+    --set val_batches=0 --set checkpoint_every=0 --set checkpoint_at_end=false \
+    --set sample_tokens=0 --set "gemm=$5"
+}
+
 # Prints the directory name (e.g. 05_zero3) of the highest-numbered stage in the
 # source tree (a stages/NN_name/ with a train.cpp), or fails.
 latest_stage() {

@@ -27,18 +27,12 @@ train="$build/stages/01_single_gpu/train"
 command -v ncu > /dev/null || die "no ncu on this machine"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/gpt-step-kernels.XXXXXX")"
-git ls-files '*.md' '*.cpp' '*.h' '*.cu' '*.py' | xargs cat > "$work/corpus.txt"
-"$build/bin/prepare" --out "$work/data" --val-fraction 0.05 "$work/corpus.txt" > /dev/null
+gpu_step_data "$build" "$work"
+mapfile -t args < <(gpu_step_args "$work" "$work/run" "$micro" 2 "$gemm")
 
 log "ncu: every kernel of the second of two steps, stage 01, gemm=$gemm, micro-batch $micro x 1024"
 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
-  --kernel-name-base demangled \
-  "$train" --config configs/gpt2-124m.json --set device=cuda --set precision=bf16 \
-  --set "train_data=$work/data/train.bin" --set "val_data=$work/data/val.bin" \
-  --set "run_dir=$work/run" --set steps=2 --set "batch_size=$micro" \
-  --set "micro_batch_size=$micro" --set val_every=0 --set val_batches=0 \
-  --set checkpoint_every=0 --set checkpoint_at_end=false --set sample_tokens=0 \
-  --set "gemm=$gemm" > "$work/ncu.csv"
+  --kernel-name-base demangled "$train" "${args[@]}" > "$work/ncu.csv"
 
 "$python" - "$work/ncu.csv" <<'PY'
 import collections, csv, sys
