@@ -57,6 +57,7 @@ void* device_alloc(Device d, size_t bytes) {
     size_t free_bytes = 0, total_bytes = 0;
     cudaGetLastError();  // clear it, so that the query below can answer
     const bool known = cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess;
+    if (!known) cudaGetLastError();  // nor may its failure linger for the next launch's check
     fail("out of GPU memory: allocating " + format_bytes(double(bytes)) + " more for " +
          kMemKindNames[size_t(MemScope::current())] + ", but " +
          (known ? format_bytes(double(free_bytes)) + " of the GPU's " + format_bytes(double(total_bytes)) +
