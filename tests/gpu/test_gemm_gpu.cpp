@@ -38,6 +38,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -356,7 +357,7 @@ void test_matmul_ops(const char* gemm_name, int N, int C, int OC, unsigned seed)
   std::mt19937 rng(seed);
   const std::vector<float> inp = uniform(size_t(N) * C, rng, bf16), w = uniform(size_t(OC) * C, rng, bf16),
                            bias = uniform(size_t(OC), rng, bf16), dout = uniform(size_t(N) * OC, rng, bf16),
-                           dinp0 = uniform(size_t(N) * C, rng, bf16),  // stored as A, overwritten
+                           dinp0 = uniform(size_t(N) * C, rng, bf16),  // the reference's start, overwritten
       dw0 = uniform(size_t(OC) * C, rng, false), dbias0 = uniform(size_t(OC), rng, false);  // fp32 gradients
 
   // The reference in double, and the same ops on absolute values for S.
@@ -381,7 +382,9 @@ void test_matmul_ops(const char* gemm_name, int N, int C, int OC, unsigned seed)
   d_w.upload(w);
   d_bias.upload(bias);
   d_dout.upload(dout);
-  d_dinp.upload(dinp0);
+  // dinp starts as NaN on the GPU: a path that read it (accumulated onto it, or scaled it
+  // by a beta of 0) would give NaN where the reference, which writes over dinp0, does not.
+  d_dinp.upload(std::vector<float>(dinp0.size(), std::numeric_limits<float>::quiet_NaN()));
   d_dw.upload(dw0);
   d_dbias.upload(dbias0);
   gpt::cuda::matmul_forward<A>(d_out.p, d_inp.p, d_w.p, d_bias.p, N, C, OC, d_gelu.p);

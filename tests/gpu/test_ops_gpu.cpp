@@ -599,12 +599,12 @@ void check_gelu(size_t n, const Offsets& off, unsigned seed) {
   check_close("gelu out", d_out.values(), y,
               [&](size_t i) { return stored_bound<A>(fp32_bound(std::fabs(xd[i]) + std::fabs(y[i])), y[i]); });
 
-  // gelu_backward(dinp, inp, dout): dinp, inp, dout at offsets 0, 1, 2; dinp holds dinp0,
-  // which the op writes over (kernels/ops.h).
+  // gelu_backward(dinp, inp, dout): dinp, inp, dout at offsets 0, 1, 2. The op writes over
+  // dinp (kernels/ops.h), so it starts as NaN: a kernel that read it would give NaN.
   DeviceArray<A> d_dinp(n, off[0]), d_inp(n, off[1]), d_dout(n, off[2]);
   d_inp.set(x);
   d_dout.set(dout);
-  d_dinp.set(dinp0);
+  d_dinp.poison();
   gpt::cuda::gelu_backward(d_dinp.get(), d_inp.get(), d_dout.get(), n);
   sync("gelu_backward");
   std::vector<double> dinp = widen(dinp0);
