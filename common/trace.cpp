@@ -36,7 +36,7 @@ void Trace::enable(const std::string& path, int rank) {
   // trace; a file this probe created is removed at once, so that a run stopped before its
   // end (another rank refusing its own trace_file, say) leaves no empty trace behind.
   std::error_code ec;
-  const bool existed = std::filesystem::exists(path, ec);
+  const bool existed = std::filesystem::exists(std::filesystem::symlink_status(path, ec));  // a link counts
   std::FILE* f = std::fopen(path.c_str(), "a");
   require(f != nullptr, "trace_file: cannot write '" + path + "': " + std::strerror(errno));
   std::fclose(f);
@@ -57,8 +57,19 @@ void Trace::write() const {
   if (!enabled_) return;
   std::lock_guard<std::mutex> lock(mutex_);
   create_parent_directories(path_, "trace_file");
-  std::FILE* f = std::fopen(path_.c_str(), "w");
-  require(f != nullptr, "trace_file: cannot write '" + path_ + "': " + std::strerror(errno));
+  // A regular file (or a new one) is replaced whole: the trace goes to a temporary file
+  // beside it, renamed over it once complete, so a failed write (a full disk) leaves the
+  // earlier trace as it was. Anything else (/dev/null, a terminal) is written in place:
+  // a rename would replace the device itself.
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool exists = fs::exists(path_, ec);
+  const std::string target = exists ? fs::canonical(path_, ec).string() : path_;  // through a symlink
+  const bool replace = !exists || (!ec && fs::is_regular_file(target, ec));
+  const std::string written = replace ? target + ".tmp" : path_;
+  const std::string kept = replace ? " (the earlier file, if any, is unchanged)" : "";
+  std::FILE* f = std::fopen(written.c_str(), "w");
+  require(f != nullptr, "trace_file: cannot write '" + written + "': " + std::strerror(errno) + kept);
   std::fprintf(f, "%s\n", kFirstLine);
   for (size_t i = 0; i < events_.size(); ++i) {
     const Event& e = events_[i];
@@ -68,9 +79,18 @@ void Trace::write() const {
   }
   std::fprintf(f, "]}\n");
   const bool flushed = std::fflush(f) == 0 && !std::ferror(f);
-  const int error = errno;
-  std::fclose(f);
-  require(flushed, "trace_file: cannot write '" + path_ + "': " + std::strerror(error));
+  int error = errno;
+  const bool closed = std::fclose(f) == 0;
+  if (flushed && !closed) error = errno;
+  if (!flushed || !closed) {
+    if (replace) fs::remove(written, ec);
+    fail("trace_file: cannot write '" + path_ + "': " + std::strerror(error) + kept);
+  }
+  if (replace && std::rename(written.c_str(), target.c_str()) != 0) {
+    const int rename_error = errno;
+    fs::remove(written, ec);
+    fail("trace_file: cannot replace '" + target + "' with '" + written + "': " + std::strerror(rename_error));
+  }
 }
 
 }  // namespace gpt

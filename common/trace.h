@@ -28,7 +28,8 @@ class Trace {
   /// Adds a span that started at start_us (a now_us() value) and lasted dur_us, drawn on
   /// row `lane` (the event's thread id). name and category are kept by pointer.
   void record(const char* name, const char* category, int64_t start_us, int64_t dur_us, int lane = 0);
-  /// Writes the events recorded so far (called at exit; safe to call more than once).
+  /// Writes the events recorded so far (called at exit; safe to call more than once). A
+  /// regular file is replaced only once the new trace is complete (a failed write keeps it).
   void write() const;
 
  private:

@@ -3,6 +3,7 @@
 // was never read: recording it would draw a span from the trace's origin to now).
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -74,4 +75,33 @@ TEST_CASE("trace: a span names its lane, or takes its thread's", "[trace]") {
   CHECK(lane_of(json, "lane_of_op_on_comm_thread") == 1);
   CHECK(lane_of(json, "lane_named_explicitly") == 2);
   CHECK(lane_of(json, "lane_after_the_scope") == 0);
+}
+
+// A regular file is replaced only once the new trace is whole: a write that fails (here
+// the temporary file beside it cannot be made, as on a full disk) leaves the earlier
+// trace as it was, and says so.
+TEST_CASE("trace: a failed write keeps the earlier trace", "[trace]") {
+  namespace fs = std::filesystem;
+  const std::string path = std::string(GPT_TEST_SCRATCH_DIR) + "/trace_kept.json";
+  fs::remove_all(path + ".tmp");
+  Trace& trace = Trace::global();
+  trace.enable(path, 0);
+  { Span first("span_of_the_first_write"); }
+  trace.write();
+  const auto read = [&] {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  const std::string earlier = read();
+  REQUIRE(earlier.find("span_of_the_first_write") != std::string::npos);
+  fs::create_directory(path + ".tmp");  // where the new trace would be written first
+  { Span second("span_of_the_failed_write"); }
+  REQUIRE_THROWS_WITH(trace.write(), Catch::Contains("trace_file: cannot write") &&
+                                         Catch::Contains("the earlier file, if any, is unchanged"));
+  CHECK(read() == earlier);
+  fs::remove(path + ".tmp");
+  trace.write();  // the control: with the way clear the new trace replaces it
+  CHECK(read().find("span_of_the_failed_write") != std::string::npos);
 }
