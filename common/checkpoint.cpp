@@ -46,6 +46,7 @@
 
 #include "common/checkpoint_internal.h"
 #include "common/comm.h"
+#include "common/data.h"
 #include "common/finite.h"
 #include "common/json_input.h"
 
@@ -160,6 +161,19 @@ ordered_json parse_layout_json(const std::string& text) {
   return parsed;
 }
 
+// The data position: the step, the training sequences consumed, and the tokens of the
+// training data they were cut from (the order of the sequences depends on that count,
+// data.h; a resume on other data is told so, start_notes). Where train_data cannot be
+// read (a checkpoint written outside a training run) the count is left out.
+ordered_json data_position(const Config& cfg, const CheckpointState& state) {
+  ordered_json position = {{"step", state.step}, {"sequences", state.sequences(cfg.batch_size)}};
+  try {
+    position["train_tokens"] = stream_tokens(cfg.train_data);
+  } catch (const UserError&) {
+  }
+  return position;
+}
+
 // Step 3b: the manifest, fsync'ed, and the directory entries of the .tmp directory.
 void write_manifest(const CheckpointPaths& p, const Config& cfg, const ParamLayout& layout,
                     const CheckpointState& state, const ordered_json& layout_json,
@@ -173,7 +187,7 @@ void write_manifest(const CheckpointPaths& p, const Config& cfg, const ParamLayo
       // The data loader hands every layout the same sequences for a step (rule 7 of
       // docs/architecture.md), so the training sequences consumed are the global data
       // position, whatever the layout; the step is repeated as a check.
-      {"data_position", {{"step", state.step}, {"sequences", state.sequences(cfg.batch_size)}}},
+      {"data_position", data_position(cfg, state)},
       {"config", ordered_json::parse(config_to_json(cfg))},
       {"model", model_json(layout.model())},
       {"tensors", tensors},

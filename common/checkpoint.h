@@ -207,9 +207,12 @@ std::string resolve_resume(const Config& cfg);
 /// processes of a multi-rank run must wait for the lead (a barrier) before writing.
 bool set_aside_before_first_save(const Config& cfg, bool lead, bool& done);
 
-/// A line saying that resume=latest found no checkpoint in run_dir, so the run starts
-/// at step 0 (a mistyped run_dir shows here, not after a whole run); "" otherwise.
-std::string fresh_start_note(const Config& cfg);
+/// What the lead says of the resume as the run starts; "" when nothing needs saying:
+/// that resume=latest found no checkpoint in run_dir, so the run starts at step 0 (a
+/// mistyped run_dir shows here, not after a whole run); or that train_data now holds
+/// another number of tokens than the checkpoint was trained on, so the training
+/// sequences from here on come in another order than an unbroken run's.
+std::string start_notes(const Config& cfg);
 
 /// Deletes all but the newest `keep` complete checkpoints (keep <= 0 keeps all).
 /// In a multi-rank run call it on rank 0 only (after the save has returned): ranks

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/checkpoint_internal.h"
+#include "common/data.h"
 
 namespace gpt {
 using namespace checkpoint_detail;
@@ -24,10 +25,21 @@ bool step_of_entry(const fs::path& entry, int64_t& step, bool& moved_aside) {
   return parse_step_dir_name(name, step);
 }
 
+// The step a checkpoint directory was written at, from its manifest.
+int64_t checkpoint_step(const json& manifest, const std::string& path) {
+  const auto step = manifest.find("step");
+  if (step == manifest.end() || !step->is_number_integer() || step->get<int64_t>() < 0)
+    fail(path + "/manifest.json has no \"step\" that is an integer >= 0 (corrupt checkpoint manifest)");
+  return step->get<int64_t>();
+}
+
 // Complete checkpoints in run_dir, sorted by step (oldest first). A step_N.old (the copy
 // publish() moves aside while it replaces a step saved before) stands for step N only
 // when step_N itself is missing: a job killed between publish()'s two renames leaves it
-// as the only complete copy of that step.
+// as the only complete copy of that step. The name is what ranks them (for resume=latest
+// and for pruning), so a checkpoint whose manifest says another step (a directory copied
+// or renamed by hand) is an error: ranked by its name it would be resumed in the place of
+// a later step, or prune the run's own newer checkpoints.
 std::vector<std::pair<int64_t, fs::path>> complete_checkpoints(const std::string& run_dir) {
   std::map<int64_t, fs::path> by_step;
   std::error_code ec;
@@ -44,18 +56,21 @@ std::vector<std::pair<int64_t, fs::path>> complete_checkpoints(const std::string
     if (!entry.is_directory(entry_ec) ||
         !fs::is_regular_file(entry.path() / "manifest.json", entry_ec))
       continue;
+    int64_t saved = step;
+    try {
+      saved = checkpoint_step(read_manifest(entry.path()), entry.path().string());
+    } catch (const UserError&) {
+      // A corrupt manifest: ranked by its name; loading it says what is wrong with it.
+    }
+    if (saved != step)
+      fail(entry.path().string() + " holds the checkpoint of step " + std::to_string(saved) +
+           " (its manifest.json says so), not of step " + std::to_string(step) +
+           ": checkpoints in run_dir are ranked by their directory's name, for resume=latest and for pruning; "
+           "move it out of " + run_dir + " (and resume it by its path), or rename it after its step");
     if (moved_aside) by_step.emplace(step, entry.path());  // never displaces step_N
     else by_step[step] = entry.path();
   }
   return {by_step.begin(), by_step.end()};
-}
-
-// The step a checkpoint directory was written at, from its manifest.
-int64_t checkpoint_step(const json& manifest, const std::string& path) {
-  const auto step = manifest.find("step");
-  if (step == manifest.end() || !step->is_number_integer() || step->get<int64_t>() < 0)
-    fail(path + "/manifest.json has no \"step\" that is an integer >= 0 (corrupt checkpoint manifest)");
-  return step->get<int64_t>();
 }
 
 // Whether the checkpoint directory `checkpoint` lies in `dir` (false when either is
@@ -125,6 +140,14 @@ ResumeSource resume_source(const Config& cfg) {
     try {  // each way the checkpoint is not one, said of the key that named it
       r.manifest = read_manifest(r.path);
       r.start = checkpoint_step(r.manifest, r.path);
+      int64_t named = 0;
+      bool moved_aside = false;
+      fs::path dir = fs::path(r.path).lexically_normal();
+      if (!dir.has_filename()) dir = dir.parent_path();  // "run/step_00000002/"
+      if (step_of_entry(dir, named, moved_aside) && named != r.start)
+        fail(r.path + " is named after step " + std::to_string(named) + " but holds the checkpoint of step " +
+             std::to_string(r.start) + " (its manifest.json says so): rename it after its step, so that no "
+             "run ranks it in the place of another");
     } catch (const UserError& e) {
       fail("resume=" + cfg.resume + ": " + e.what());
     }
@@ -157,13 +180,34 @@ void require_same_data_stream(const Config& cfg, const ResumeSource& source) {
   }
 }
 
+// AdamW's moments are part of the optimizer's state; plain SGD keeps none and saves zeros
+// in their place. Past step 0 a checkpoint resumed with the other optimizer would either
+// start AdamW from zero moments with a bias correction for the steps before (a first
+// update of about lr, whatever the gradient's size), or drop the moments it holds.
+void require_same_optimizer(const Config& cfg, const ResumeSource& source) {
+  if (source.start == 0 || cfg.steps <= source.start) return;
+  const auto saved = source.manifest.find("config");
+  if (saved == source.manifest.end() || !saved->is_object()) return;
+  const auto theirs = saved->find("optimizer");
+  if (theirs == saved->end() || !theirs->is_string() || *theirs == cfg.optimizer) return;
+  fail("resume=" + source.path + ": optimizer=" + cfg.optimizer + ", but the checkpoint was trained with optimizer=" +
+       theirs->get<std::string>() + ": " +
+       (cfg.optimizer == "adamw" ? "its AdamW moments are zeros (SGD keeps none), and AdamW's bias correction "
+                                   "would treat them as " + std::to_string(source.start) + " steps of history"
+                                 : std::string("SGD would drop the AdamW moments it holds")) +
+       "; resume with optimizer=" + theirs->get<std::string>() + ", or start a fresh run");
+}
+
 }  // namespace
 
 std::string resolve_resume(const Config& cfg) {
   const ResumeSource source = resume_source(cfg);
   const std::string& path = source.path;
   const int64_t start = source.start;
-  if (!path.empty()) require_same_data_stream(cfg, source);
+  if (!path.empty()) {
+    require_same_data_stream(cfg, source);
+    require_same_optimizer(cfg, source);
+  }
   // `steps` counts from the start of the run, not from the resume. Below the checkpoint's
   // step it is a mistake (the run would train nothing and save the checkpoint again
   // under its step); 0 is the way to train nothing and only evaluate and sample.
@@ -174,9 +218,26 @@ std::string resolve_resume(const Config& cfg) {
   return path;
 }
 
-std::string fresh_start_note(const Config& cfg) {
-  if (cfg.resume != "latest" || !latest_checkpoint(cfg.run_dir).empty()) return "";
-  return "resume=latest: no checkpoint in " + cfg.run_dir + " yet, so training starts at step 0";
+std::string start_notes(const Config& cfg) {
+  if (cfg.resume.empty()) return "";
+  if (cfg.resume == "latest" && latest_checkpoint(cfg.run_dir).empty())
+    return "resume=latest: no checkpoint in " + cfg.run_dir + " yet, so training starts at step 0";
+  // Training data of another size: the same data position now counts sequences of
+  // another order (data.h), neither the ones the checkpoint's steps read nor the rest of
+  // their epoch. Said, not refused: training on from a checkpoint with more (or other)
+  // data may be what is meant.
+  const ResumeSource source = resume_source(cfg);
+  if (source.start == 0 || cfg.steps <= source.start) return "";
+  const auto position = source.manifest.find("data_position");
+  if (position == source.manifest.end() || !position->is_object()) return "";
+  const auto then = position->find("train_tokens");
+  if (then == position->end() || !then->is_number_integer()) return "";
+  const int64_t now = stream_tokens(cfg.train_data);
+  if (now == then->get<int64_t>()) return "";
+  return "resume=" + cfg.resume + ": train_data '" + cfg.train_data + "' holds " + std::to_string(now) +
+         " tokens, but the checkpoint was trained on " + then->dump() + ": the sequences are shuffled by their "
+         "count, so from here on they come in another order than the checkpoint's run would have read them (in "
+         "this epoch some it trained on come again, and some it has not read are skipped)";
 }
 
 namespace {

@@ -22,7 +22,6 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <sstream>
 #include <string_view>
 #include <system_error>
 #include <thread>
@@ -515,6 +514,24 @@ void require_outside_checkpoints(const std::string& path, const char* key, const
          "it; put the file in run_dir itself or elsewhere");
 }
 
+// run_dir itself must not lie inside another run's checkpoint directory: that run's next
+// save of the step, or its pruning, would take this whole run with it. A checkpoint is
+// a directory holding manifest.json; one being written or set aside is a step_ entry of
+// a directory that holds a run's lock file (common/run_lock.h).
+void require_run_dir_outside_checkpoints(const std::string& run_dir) {
+  std::error_code ec;
+  for (fs::path dir = resolved(run_dir); dir.has_relative_path(); dir = dir.parent_path()) {
+    const bool checkpoint = fs::is_regular_file(dir / "manifest.json", ec);
+    const bool step_entry =
+        dir.filename().string().starts_with("step_") && fs::exists(dir.parent_path() / ".lock", ec);
+    if (checkpoint || step_entry)
+      fail("run_dir='" + run_dir + "' lies inside " + dir.string() + ", " +
+           (checkpoint ? "a checkpoint" : "a checkpoint directory of another run") +
+           ": that run's saves replace the directory whole and its pruning deletes it, with this run's "
+           "checkpoints and metrics in it; choose a run_dir outside it");
+  }
+}
+
 }  // namespace
 
 // -------------------------------------------------------------------------------------------
@@ -556,10 +573,17 @@ void apply_json_file(Config& cfg, const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   // A failed open leaves the reason in errno (on POSIX systems, where this runs).
   if (!in) fail("cannot read config file '" + path + "': " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
+  // Read up to a bound: a config holds some tens of keys, and a path such as /dev/zero
+  // would otherwise be read until memory runs out.
+  constexpr size_t kConfigLimit = size_t(1) << 20;
+  std::string text(kConfigLimit + 1, '\0');
+  in.read(text.data(), std::streamsize(text.size()));
   if (in.bad()) fail("cannot read config file '" + path + "': read error");
-  apply_json_text(cfg, text.str(), "config file '" + path + "'");
+  if (size_t(in.gcount()) > kConfigLimit)
+    fail("config file '" + path + "' is over 1 MiB long: a config is a small JSON object of keys; is it the "
+         "right file?");
+  text.resize(size_t(in.gcount()));
+  apply_json_text(cfg, text, "config file '" + path + "'");
 }
 
 void apply_override(Config& cfg, const std::string& key_equals_value) {
@@ -736,6 +760,7 @@ void validate(const Config& cfg, int dp) {
         "gemm", show(Json(cfg.gemm)), "must be hand, cublas or v1..v5");
   require_thread_count(cfg.threads, "threads");
   check(!cfg.run_dir.empty(), "run_dir", "\"\"", "must not be empty");
+  require_run_dir_outside_checkpoints(cfg.run_dir);
   require_outside_checkpoints(cfg.metrics_file, "metrics_file", cfg.run_dir);
   require_outside_checkpoints(cfg.trace_file, "trace_file", cfg.run_dir);
   require_distinct_outputs(cfg);

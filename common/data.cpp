@@ -211,12 +211,13 @@ void check_token_ids(const std::string& path, const std::vector<uint16_t>& token
 
 }  // namespace
 
-std::vector<uint16_t> read_shard(const std::string& path, int vocab_size) {
-  require(vocab_size > 0, "shard " + quoted(path) + ": vocab_size must be positive, got " +
-                              std::to_string(vocab_size));
-  const int64_t file_bytes = shard_file_size(path);
+namespace {
 
-  std::ifstream in(path, std::ios::binary);
+// Opens a shard and reads its header: the token count, once the file's size, magic,
+// version and payload agree with it. `in` is left at the first token.
+int64_t open_shard(const std::string& path, std::ifstream& in) {
+  const int64_t file_bytes = shard_file_size(path);
+  in.open(path, std::ios::binary);
   require(bool(in), "shard " + quoted(path) + ": cannot open for reading");
   int32_t header[kHeaderInts];
   read_bytes(in, path, header, kHeaderBytes);
@@ -235,11 +236,29 @@ std::vector<uint16_t> read_shard(const std::string& path, int vocab_size) {
          " in the header");
   }
   check_payload_size(path, count, file_bytes);
+  return count;
+}
 
+}  // namespace
+
+std::vector<uint16_t> read_shard(const std::string& path, int vocab_size) {
+  require(vocab_size > 0, "shard " + quoted(path) + ": vocab_size must be positive, got " +
+                              std::to_string(vocab_size));
+  std::ifstream in;
+  const int64_t count = open_shard(path, in);
   std::vector<uint16_t> tokens(static_cast<size_t>(count));
   read_bytes(in, path, tokens.data(), count * kTokenBytes);
   check_token_ids(path, tokens, vocab_size);
   return tokens;
+}
+
+int64_t stream_tokens(const std::string& pattern) {
+  int64_t total = 0;
+  for (const std::string& path : expand_shards(pattern)) {
+    std::ifstream in;
+    total += open_shard(path, in);
+  }
+  return total;
 }
 
 // ---- file lists -----------------------------------------------------------------

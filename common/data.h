@@ -49,6 +49,11 @@ void write_shards(const std::vector<ShardToWrite>& shards);
 /// file (and the offset or value).
 std::vector<uint16_t> read_shard(const std::string& path, int vocab_size);
 
+/// The tokens of every shard `pattern` names (expand_shards), added, read from their
+/// headers alone (each checked as read_shard checks it, the token ids aside): what a
+/// DataLoader of the pattern would hold, without reading the tokens.
+int64_t stream_tokens(const std::string& pattern);
+
 /// Expands a path that may contain a glob (*, ?, [...]) into the sorted list of matching
 /// files; no match is a UserError naming the pattern.
 std::vector<std::string> expand_shards(const std::string& pattern);

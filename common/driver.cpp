@@ -154,7 +154,7 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
       // One job per run_dir (rank 0 holds the lock); another run's later checkpoints are
       // set aside before the first save (write_checkpoint).
       const std::unique_ptr<RunDirLock> lock = lock_run_dir(*world, cfg.run_dir, [&] {
-        if (const std::string note = fresh_start_note(cfg); !note.empty()) std::printf("%s\n", note.c_str());
+        if (const std::string note = start_notes(cfg); !note.empty()) std::printf("%s\n", note.c_str());
       });
       Mesh mesh(*world, shape);
       Run run{cfg,

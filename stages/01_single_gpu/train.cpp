@@ -216,7 +216,7 @@ int train(int argc, char** argv) {
   const Precision precision = parse_precision(cfg.precision);
   ops::set_gemm(device, cfg.gemm);
   const RunDirLock lock(cfg.run_dir);  // one job per run directory, taken before anything is written
-  if (const std::string note = fresh_start_note(cfg); !note.empty()) std::printf("%s\n", note.c_str());
+  if (const std::string note = start_notes(cfg); !note.empty()) std::printf("%s\n", note.c_str());
   Trace::global().enable(cfg.trace_file);
   if (precision == Precision::BF16) return train_on<gpt::bf16>(cfg, device, precision);
   if (precision == Precision::FP64) {

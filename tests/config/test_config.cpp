@@ -386,6 +386,15 @@ TEST_CASE("files that cannot be read or parsed are errors naming the file") {
     path = write_file("nul.json", std::string("{\"steps\": 1}\0{\"lr\": \"garbage\", bogus", 36));
     REQUIRE_THROWS_WITH(gpt::apply_json_file(cfg, path), Contains("nul.json") && Contains("a NUL byte at offset 12"));
   }
+  // Read up to 1 MiB: /dev/zero (or a data shard named by mistake) was read until memory
+  // ran out. A file of exactly 1 MiB still parses.
+  SECTION("over 1 MiB, or endless: the file and its size, not the memory of the machine") {
+    REQUIRE_THROWS_WITH(gpt::apply_json_file(cfg, "/dev/zero"), Contains("'/dev/zero' is over 1 MiB long"));
+    std::string path = write_file("mebibyte.json", std::string((1 << 20) - 2, ' ') + "{}");
+    REQUIRE_NOTHROW(gpt::apply_json_file(cfg, path));
+    path = write_file("over.json", std::string((1 << 20) - 1, ' ') + "{}");
+    REQUIRE_THROWS_WITH(gpt::apply_json_file(cfg, path), Contains("over.json' is over 1 MiB long"));
+  }
   SECTION("bad command lines") {
     REQUIRE_THROWS_AS(parse(cfg, {"--bogus"}), UserError);
     REQUIRE_THROWS_WITH(parse(cfg, {"--bogus"}), Contains("--bogus"));

@@ -53,6 +53,9 @@ printf '{"n_layer": 2, "n_embd": 32, "n_layer": 3}' > "$WORK/twice.json"
 expect "key twice in file"       "'n_layer' is given twice" "$TRAIN" --config "$WORK/twice.json"
 mkdir -p "$WORK/config_dir"
 expect "config is a directory"   "is a directory" "$TRAIN" --config "$WORK/config_dir"
+# Read up to 1 MiB: a path such as /dev/zero would be read until memory ran out.
+head -c 1100000 /dev/zero | tr '\0' ' ' > "$WORK/huge.json"
+expect "config over 1 MiB"       "config file '$WORK/huge.json' is over 1 MiB long" "$TRAIN" --config "$WORK/huge.json"
 # Sizes refused before anything is allocated: weights larger than the machine, a
 # micro-batch whose logits are (1.1 TB), and an activation with more rows than an int counts.
 expect "model beyond memory"     "n_layer=100000000" train --set n_layer=100000000
@@ -169,10 +172,25 @@ expect "manifest a directory"    "manifest.json is not a regular file" train --s
 cp -r "$ck" "$WORK/negative"; sed -i 's/"step": 2,/"step": -3,/' "$WORK/negative/manifest.json"
 expect "negative step"           "negative/manifest.json has no \"step\" that is an integer >= 0" train --set "resume=$WORK/negative"
 expect "steps below the resume"  "steps=1 is below step 2" train --set "resume=$ck" --set steps=1
+# A run directory inside a checkpoint, or inside a step_ entry of another run: that
+# run's saves and pruning would delete it.
+expect "run_dir in a checkpoint" "run_dir='$ck/inner' lies inside $ck, a checkpoint:" train --set "run_dir=$ck/inner"
+expect "run_dir in a step entry" "lies inside $WORK/good/step_00000009.tmp, a checkpoint directory of another run" \
+  train --set "run_dir=$WORK/good/step_00000009.tmp/inner"
+# A checkpoint directory named after another step than its manifest's: ranked by its
+# name, it would be resumed in the place of a later step, or prune newer checkpoints.
+mkdir -p "$WORK/misnamed" && cp -r "$ck" "$WORK/misnamed/step_00000009"
+expect "misnamed, resume=latest" "$WORK/misnamed/step_00000009 holds the checkpoint of step 2" \
+  train --set "run_dir=$WORK/misnamed" --set resume=latest --set steps=12
+expect "misnamed, by its path"   "is named after step 9 but holds the checkpoint of step 2" \
+  train --set "resume=$WORK/misnamed/step_00000009/" --set steps=12
+# SGD keeps no moments: AdamW resumed from its checkpoint would start from zeros.
+expect "resume, optimizer changed" "optimizer=sgd, but the checkpoint was trained with optimizer=adamw" \
+  train --set "resume=$ck" --set steps=3 --set optimizer=sgd
 # The data position counts sequences of seq_len tokens, in seed's order. Either changed
 # would skip or repeat data (another batch_size reads on: trainer_resume_batch_change);
 # at step 0 (nothing read yet, as for imported weights) they may change, and so may
-# micro_batch_size; so may they in a run that trains no step (cp_sample_window samples
+# micro_batch_size and the optimizer; so may they in a run that trains no step (cp_sample_window samples
 # with another seq_len).
 expect "resume, seq_len changed" "seq_len=16, but the checkpoint was trained with seq_len=32" \
   train --set "resume=$ck" --set steps=3 --set seq_len=16
@@ -181,11 +199,11 @@ expect "resume, seed changed"    "seed=7, but the checkpoint was trained with se
 "$TRAIN" $(tiny_args "$D" "$WORK/zero") --set steps=0 --set sample_tokens=0 > /dev/null
 cases=$((cases + 1))
 if train --set "resume=$WORK/zero/step_00000000" --set run_dir="$WORK/from_zero" --set batch_size=8 --set seed=7 \
-  --set seq_len=16 > "$WORK/out.txt" 2>&1 && train --set "resume=$ck" --set steps=3 --set micro_batch_size=1 \
+  --set seq_len=16 --set optimizer=sgd > "$WORK/out.txt" 2>&1 && train --set "resume=$ck" --set steps=3 --set micro_batch_size=1 \
   --set run_dir="$WORK/micro" > "$WORK/out2.txt" 2>&1; then
-  echo "ok   [resume at step 0 with another batch, seed and seq_len; another micro-batch]: trains"
+  echo "ok   [resume at step 0 with another batch, seed, seq_len and optimizer; another micro-batch]: trains"
 else
-  echo "FAIL [resume at step 0 with another batch, or another micro-batch]: refused"
+  echo "FAIL [resume at step 0 with another batch, seed, seq_len or optimizer, or another micro-batch]: refused"
   tail -3 "$WORK/out.txt" "$WORK/out2.txt" | sed 's/^/    /'; failures=$((failures + 1))
 fi
 # A gradient that is not finite while the loss is (test_grad_scale 1e39 is inf in fp32:

@@ -13,6 +13,8 @@
 #        checkpoint records 24 + 16 = 40 sequences.
 # Negative control: R16 from a copy that says 48 sequences (step x the new batch, the
 # position a step count would give) must not give that loss.
+# The checkpoints record the training tokens; a resume on fewer of them says so (the
+# sequences come in another order), the resumes on the same data do not.
 # Then each later stage given (NP:TRAIN[:key=value...]) resumes the same checkpoint with
 # batches of 16 on its layout: its step-4 loss must be R16's within 1e-5 relative. A
 # layout only regroups fp32 sums (the stage comparisons hold such losses to a few 1e-7 of
@@ -50,6 +52,15 @@ run 1 "$TRAIN01" "$WORK/r8a" "resume=$ckpt" steps=4 batch_size=8 micro_batch_siz
 run 1 "$TRAIN01" "$WORK/r8b" "resume=$WORK/at_32" steps=4 batch_size=8 micro_batch_size=8
 run 1 "$TRAIN01" "$WORK/r16" "resume=$ckpt" steps=4 batch_size=16 micro_batch_size=8
 run 1 "$TRAIN01" "$WORK/neg48" "resume=$WORK/at_48" steps=4 batch_size=16 micro_batch_size=8
+# Other training data (the same shard less its last 100 tokens): the shuffled order of
+# the sequences depends on their count, so the resumed run says it reads another order.
+/usr/bin/python3 -c 'import struct, sys
+data = open(sys.argv[1], "rb").read()
+header = list(struct.unpack("<256i", data[:1024]))
+header[2] -= 100
+open(sys.argv[2], "wb").write(struct.pack("<256i", *header) + data[1024:1024 + 2 * header[2]])' \
+  "$WORK/data/train.bin" "$WORK/fewer.bin"
+run 1 "$TRAIN01" "$WORK/fewer" "resume=$ckpt" steps=4 batch_size=8 micro_batch_size=8 "train_data=$WORK/fewer.bin"
 later=()
 for spec in "$@"; do
   IFS=: read -r np bin rest <<< "$spec"
@@ -66,9 +77,11 @@ work, later = sys.argv[1], sys.argv[2:]
 def train(run):
     with open(f"{run}/metrics.jsonl") as f:
         return {r["step"]: r["loss"] for r in map(json.loads, filter(str.strip, f)) if r.get("kind") == "train"}
-def sequences(run, step):
+def position(run, step):
     with open(f"{run}/step_{step:08d}/manifest.json") as f:
-        return json.load(f)["data_position"]["sequences"]
+        return json.load(f)["data_position"]
+def sequences(run, step):
+    return position(run, step)["sequences"]
 bad = []
 def expect(what, ok):
     print(f"{'ok  ' if ok else 'FAIL'} {what}")
@@ -85,6 +98,16 @@ recorded = (sequences(f"{work}/first", 3), sequences(f"{work}/r8a", 4), sequence
             sequences(f"{work}/r16", 4))
 expect(f"the checkpoints record 24 sequences at step 3; R8a 32, R8b 40, R16 40 at step 4: {recorded}",
        recorded == (24, 32, 40, 40))
+with open(f"{work}/data/train.bin", "rb") as f:
+    tokens = int.from_bytes(f.read(12)[8:], "little")  # the header's count
+recorded = (position(f"{work}/first", 3).get("train_tokens"), position(f"{work}/fewer", 4).get("train_tokens"))
+expect(f"the checkpoints record the training tokens they were cut from: {recorded}, want {(tokens, tokens - 100)}",
+       recorded == (tokens, tokens - 100))
+note = f"train_data '{work}/fewer.bin' holds {tokens - 100} tokens, but the checkpoint was trained on {tokens}"
+said = [run for run in ("fewer", "r8a", "r16")
+        if "tokens, but the checkpoint was trained on" in open(f"{work}/{run}.log").read()]
+expect(f"only the resume on other data says it reads another order: {said}", said == ["fewer"] and
+       note in open(f"{work}/fewer.log").read())
 for run in later:
     got = train(run)
     err = abs(got.get(4, float("nan")) - r16[4]) / r16[4]
