@@ -40,6 +40,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -421,6 +422,17 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
     table = read_table(manifest, manifest_path);
   } catch (const json::exception& e) {
     fail(manifest_path + " is malformed: " + json_reason(e));
+  }
+
+  // Every row must be a tensor of this model: an extra one (a table assembled by hand, or
+  // from another model) would be read by nothing, and the checkpoint taken for whole.
+  std::set<std::string> model_tensors;
+  for (const ParamTensor& t : layout.tensors()) model_tensors.insert(t.name);
+  for (const auto& [name, e] : table) {
+    const size_t slash = name.find('/');
+    if (slash == std::string::npos || !model_tensors.count(name.substr(slash + 1)))
+      fail(manifest_path + ": tensor " + name + " is not a tensor of the model (" + layout.tensors().front().name +
+           ", ...): the checkpoint is of another model, or its table was edited");
   }
 
   // Each file must be exactly as long as the tensors the table puts in it: shorter

@@ -390,6 +390,14 @@ TEST_CASE("a damaged or foreign checkpoint is a UserError naming the problem", "
     });
     CHECK_THAT(msg, Catch::Contains("adam_x/wte") && Catch::Contains("not of a kind"));
   }
+  SECTION("a row of a tensor the model does not have") {
+    const std::string msg = edited([](json& m) {
+      json row = m["tensors"][0];
+      row["name"] = "param/h.9.mlp.c_fc.weight";
+      m["tensors"].push_back(row);
+    });
+    CHECK_THAT(msg, Catch::Contains("tensor param/h.9.mlp.c_fc.weight is not a tensor of the model"));
+  }
   SECTION("a row whose kind is not its name's") {
     const std::string msg = edited([](json& m) {
       for (auto& row : m["tensors"])
