@@ -209,10 +209,6 @@ void check_token_ids(const std::string& path, const std::vector<uint16_t>& token
   }
 }
 
-}  // namespace
-
-namespace {
-
 // Opens a shard and reads its header: the token count, once the file's size, magic,
 // version and payload agree with it. `in` is left at the first token.
 int64_t open_shard(const std::string& path, std::ifstream& in) {
