@@ -16,9 +16,14 @@
 # The checkpoints record the training tokens; a resume on fewer of them says so (the
 # sequences come in another order), the resumes on the same data do not.
 # Then each later stage given (NP:TRAIN[:key=value...]) resumes the same checkpoint with
-# batches of 16 on its layout: its step-4 loss must be R16's within 1e-5 relative. A
-# layout only regroups fp32 sums (the stage comparisons hold such losses to a few 1e-7 of
-# the float64 run's), while other sequences move this loss by some 1e-2 (the control).
+# batches of 16 on its layout and trains steps 4 and 5 (R16 does too): its two losses must
+# be R16's within 1e-5 relative. Step 4's is the checkpoint's weights on the sequences the
+# position names; step 5's follows step 4's update, so it sees the optimizer state the
+# stage resumed (moments and step count: a step count restarted at the resume makes that
+# update about a third larger). A layout only regroups fp32 sums (the stage comparisons
+# hold such losses to a few 1e-7 of the float64 run's), while other sequences move the
+# step-4 loss by some 1e-2 and an update 10 % larger (lr 0.0033 for 0.003) the step-5
+# loss by more than the bound (the two controls).
 #
 # Usage: resume_batch_change.sh TRAIN01 PREPARE WORKDIR ROOT MPIEXEC [NP:TRAIN[:key=value...]...]
 set -euo pipefail
@@ -50,7 +55,8 @@ said_at 32
 said_at 48
 run 1 "$TRAIN01" "$WORK/r8a" "resume=$ckpt" steps=4 batch_size=8 micro_batch_size=8
 run 1 "$TRAIN01" "$WORK/r8b" "resume=$WORK/at_32" steps=4 batch_size=8 micro_batch_size=8
-run 1 "$TRAIN01" "$WORK/r16" "resume=$ckpt" steps=4 batch_size=16 micro_batch_size=8
+run 1 "$TRAIN01" "$WORK/r16" "resume=$ckpt" steps=5 batch_size=16 micro_batch_size=8
+run 1 "$TRAIN01" "$WORK/r16_lr" "resume=$ckpt" steps=5 batch_size=16 micro_batch_size=8 lr=0.0033
 run 1 "$TRAIN01" "$WORK/neg48" "resume=$WORK/at_48" steps=4 batch_size=16 micro_batch_size=8
 # Other training data (the same shard less its last 100 tokens): the shuffled order of
 # the sequences depends on their count, so the resumed run says it reads another order.
@@ -67,7 +73,7 @@ for spec in "$@"; do
   keys=()
   [ -n "${rest:-}" ] && IFS=: read -r -a keys <<< "$rest"
   dir="$WORK/later_${#later[@]}_$(basename "$(dirname "$bin")")"
-  run "$np" "$bin" "$dir" "resume=$ckpt" steps=4 batch_size=16 micro_batch_size=8 "${keys[@]}"
+  run "$np" "$bin" "$dir" "resume=$ckpt" steps=5 batch_size=16 micro_batch_size=8 "${keys[@]}"
   later+=("$dir")
 done
 
@@ -87,17 +93,17 @@ def expect(what, ok):
     print(f"{'ok  ' if ok else 'FAIL'} {what}")
     if not ok:
         bad.append(what)
-r8a, r8b, r16, neg = (train(f"{work}/{run}") for run in ("r8a", "r8b", "r16", "neg48"))
-expect(f"each resumed run trained step 4 alone: {sorted(r8a)}, {sorted(r8b)}, {sorted(r16)}, {sorted(neg)}",
-       all(sorted(r) == [4] for r in (r8a, r8b, r16, neg)))
+r8a, r8b, r16, neg, r16_lr = (train(f"{work}/{run}") for run in ("r8a", "r8b", "r16", "neg48", "r16_lr"))
+expect(f"each resumed run trained step 4 alone, R16 steps 4 and 5: {sorted(r8a)}, {sorted(r8b)}, {sorted(neg)}, "
+       f"{sorted(r16)}", all(sorted(r) == [4] for r in (r8a, r8b, neg)) and sorted(r16) == [4, 5])
 want = r8a[4] / 2 + r8b[4] / 2
 expect(f"R16's loss {r16[4]!r} is l_a / 2 + l_b / 2 = {want!r}, bit for bit", r16[4] == want)
 expect(f"the control, from sequence 48: {neg[4]!r}, not {want!r} ({abs(neg[4] - want) / want:.1e} off)",
        neg[4] != want)
 recorded = (sequences(f"{work}/first", 3), sequences(f"{work}/r8a", 4), sequences(f"{work}/r8b", 4),
-            sequences(f"{work}/r16", 4))
-expect(f"the checkpoints record 24 sequences at step 3; R8a 32, R8b 40, R16 40 at step 4: {recorded}",
-       recorded == (24, 32, 40, 40))
+            sequences(f"{work}/r16", 5))
+expect(f"the checkpoints record 24 sequences at step 3; R8a 32, R8b 40 at step 4; R16 56 at step 5: {recorded}",
+       recorded == (24, 32, 40, 56))
 with open(f"{work}/data/train.bin", "rb") as f:
     tokens = int.from_bytes(f.read(12)[8:], "little")  # the header's count
 recorded = (position(f"{work}/first", 3).get("train_tokens"), position(f"{work}/fewer", 4).get("train_tokens"))
@@ -110,11 +116,15 @@ expect(f"only the resume on other data says it reads another order: {said}", sai
        note in open(f"{work}/fewer.log").read())
 for run in later:
     got = train(run)
-    err = abs(got.get(4, float("nan")) - r16[4]) / r16[4]
-    expect(f"{os.path.basename(run)}: step 4 loss {got.get(4)!r}, {err:.1e} from R16's (bound 1e-5); "
-           f"{sequences(run, 4)} sequences recorded", sorted(got) == [4] and err <= 1e-5 and sequences(run, 4) == 40)
+    err = max(abs(got.get(s, float("nan")) - r16[s]) / r16[s] for s in (4, 5))
+    expect(f"{os.path.basename(run)}: step 4 and 5 losses {got.get(4)!r}, {got.get(5)!r}, at most {err:.1e} from "
+           f"R16's (bound 1e-5); {sequences(run, 5)} sequences recorded",
+           sorted(got) == [4, 5] and err <= 1e-5 and sequences(run, 5) == 56)
 control = abs(neg[4] - r16[4]) / r16[4]
-expect(f"the bound 1e-5 rejects the control ({control:.1e})", control > 1e-5)
+expect(f"the bound 1e-5 rejects the control of other sequences ({control:.1e})", control > 1e-5)
+control = abs(r16_lr[5] - r16[5]) / r16[5]
+expect(f"the bound 1e-5 rejects the control of a step 4 update 10 % larger (lr 0.0033, {control:.1e})",
+       control > 1e-5)
 if bad:
     sys.exit(f"FAIL: {len(bad)} checks")
 print("a resume with another batch_size reads on where the checkpoint stopped")
