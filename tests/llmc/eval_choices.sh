@@ -81,10 +81,14 @@ scores limit --precision fp64 --limit 7
 if [ "$(wc -l < limit.jsonl)" = 7 ] && head -7 fp64.jsonl | cmp -s - limit.jsonl; then echo "ok   --limit 7: the first 7"
 else fail "--limit 7 did not write the first 7 examples' scores"; fi
 # Another model's weights as a later checkpoint of the same run: the run directory must
-# evaluate that one, not step 0.
+# evaluate that one, not step 0. Its manifest is made to say step 7, as its name does (a
+# run directory refuses a checkpoint named after another step than its own).
 "${MODEL_REF[@]}" write m2.bin --version 3 --seed 2 --layers 2 --embd 32 --heads 4 --vocab 200 --max-seq 32
 "$LLMC" import m2.bin later > /dev/null && mkdir -p run2 && cp -r run/step_00000000 run2/ &&
-  mv later/step_00000000 run2/step_00000007
+  mv later/step_00000000 run2/step_00000007 && /usr/bin/python3 -c 'import json, sys
+m = json.load(open(sys.argv[1]))
+m["step"] = m["data_position"]["step"] = m["data_position"]["sequences"] = 7
+json.dump(m, open(sys.argv[1], "w"))' run2/step_00000007/manifest.json
 "${REF[@]}" score m2.bin e.bin > want_later.jsonl
 rm -f rundir.jsonl
 "$TOOL" run2 e.bin --device cpu --precision fp64 --out rundir.jsonl > rundir.log 2>&1 &&
