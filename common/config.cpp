@@ -515,15 +515,16 @@ void require_outside_checkpoints(const std::string& path, const char* key, const
 }
 
 // run_dir itself must not lie inside another run's checkpoint directory: that run's next
-// save of the step, or its pruning, would take this whole run with it. A checkpoint is
-// a directory holding manifest.json; one being written or set aside is a step_ entry of
-// a directory that holds a run's lock file (common/run_lock.h).
+// save of the step, or its pruning, would take this whole run with it. Such a directory
+// is a step_ entry (step_N, step_N.tmp, step_N.old) that is a checkpoint (it holds
+// manifest.json) or lies in a run directory (beside a run's lock file, common/run_lock.h).
+// A directory of another name is left alone: no run saves over it or prunes it.
 void require_run_dir_outside_checkpoints(const std::string& run_dir) {
   std::error_code ec;
   for (fs::path dir = resolved(run_dir); dir.has_relative_path(); dir = dir.parent_path()) {
+    if (!dir.filename().string().starts_with("step_")) continue;
     const bool checkpoint = fs::is_regular_file(dir / "manifest.json", ec);
-    const bool step_entry =
-        dir.filename().string().starts_with("step_") && fs::exists(dir.parent_path() / ".lock", ec);
+    const bool step_entry = fs::exists(dir.parent_path() / ".lock", ec);
     if (checkpoint || step_entry)
       fail("run_dir='" + run_dir + "' lies inside " + dir.string() + ", " +
            (checkpoint ? "a checkpoint" : "a checkpoint directory of another run") +

@@ -177,6 +177,16 @@ expect "steps below the resume"  "steps=1 is below step 2" train --set "resume=$
 expect "run_dir in a checkpoint" "run_dir='$ck/inner' lies inside $ck, a checkpoint:" train --set "run_dir=$ck/inner"
 expect "run_dir in a step entry" "lies inside $WORK/good/step_00000009.tmp, a checkpoint directory of another run" \
   train --set "run_dir=$WORK/good/step_00000009.tmp/inner"
+# The control: a directory of another name that holds a manifest.json (a web project's,
+# say) is no checkpoint, and a run_dir inside it trains.
+mkdir -p "$WORK/webapp" && echo '{}' > "$WORK/webapp/manifest.json"
+cases=$((cases + 1))
+if train --set "run_dir=$WORK/webapp/run" > "$WORK/out.txt" 2>&1; then
+  echo "ok   [run_dir beside another project's manifest.json]: trains"
+else
+  echo "FAIL [run_dir beside another project's manifest.json]: refused"; tail -3 "$WORK/out.txt" | sed 's/^/    /'
+  failures=$((failures + 1))
+fi
 # A checkpoint directory named after another step than its manifest's: ranked by its
 # name, it would be resumed in the place of a later step, or prune newer checkpoints.
 mkdir -p "$WORK/misnamed" && cp -r "$ck" "$WORK/misnamed/step_00000009"
