@@ -217,6 +217,24 @@ TEST_CASE("latest_checkpoint picks the highest complete step", "[checkpoint]") {
   CHECK(gpt::latest_checkpoint(dir.str()) == (dir.path() / "step_00000005").string());
 }
 
+// A save killed between publish()'s two renames can leave step_N (the new copy) and
+// step_N.old (the one it replaced) side by side: step_N is the checkpoint of step N,
+// whichever of the two the directory lists first. Both creation orders, 8 steps each.
+TEST_CASE("latest_checkpoint takes step_N over step_N.old, in any listing order", "[checkpoint]") {
+  for (int trial = 0; trial < 8; ++trial) {
+    TempDir dir;
+    char name[32];
+    std::snprintf(name, sizeof name, "step_%08d", 3 + trial);
+    const fs::path fresh = dir.path() / name, old = dir.path() / (std::string(name) + ".old");
+    for (const fs::path& d : trial % 2 ? std::vector<fs::path>{fresh, old} : std::vector<fs::path>{old, fresh}) {
+      fs::create_directories(d);
+      std::ofstream(d / "manifest.json") << "{}";  // no step to read: ranked by the name
+    }
+    INFO("trial " << trial);
+    CHECK(gpt::latest_checkpoint(dir.str()) == fresh.string());
+  }
+}
+
 TEST_CASE("prune_checkpoints keeps the newest N", "[checkpoint]") {
   TempDir dir;
   const gpt::Config cfg = tiny_config();

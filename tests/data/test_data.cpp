@@ -454,6 +454,13 @@ TEST_CASE("loader: clear errors for too little data and bad positions", "[data]"
   REQUIRE_THROWS_WITH(data.loader(T, 1),
                       Contains("train.bin") && Contains("8 tokens") && Contains("seq_len 8"));
   CHECK(data.loader(T - 1, 1).num_windows() == 1);
+  {  // 2T tokens hold one window of T inputs and their T shifted targets, not two: a
+     // second would need token 2T as its last target (W = floor((n - 1) / T), data.h)
+    CountingData exact(2 * T);
+    CHECK(exact.loader(T, 1).num_windows() == 1);
+    CountingData one_more(2 * T + 1);
+    CHECK(one_more.loader(T, 1).num_windows() == 2);
+  }
 
   REQUIRE_THROWS_WITH(gpt::DataLoader(data.dir.file("nothing_*.bin"), kVocab, T, 1),
                       Contains("nothing_*.bin"));

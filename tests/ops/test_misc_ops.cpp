@@ -293,6 +293,33 @@ TEMPLATE_TEST_CASE("ops: adamw_update matches the formula", "[ops][adamw]", floa
   }
 }
 
+// optimizer=sgd: p <- p - lr * (g * grad_scale), the moments untouched. grad_scale is the
+// clip factor, which the SGD runs of the stage comparisons never exercise (they run
+// without clipping). Bound: three roundings (g * scale, the product with lr, the
+// subtraction), each at most e times the magnitudes involved. Control: the update
+// without grad_scale must miss it.
+TEMPLATE_TEST_CASE("ops: adamw_update with sgd moves p by lr * g * grad_scale", "[ops][adamw]", float, double) {
+  Rng rng(3003);
+  const size_t n = 1031;
+  std::vector<TestType> p, g, m, v;
+  random_state(n, rng, false, p, g, m, v);
+  const std::vector<TestType> p0 = p, m0 = m, v0 = v;
+  const AdamWArgs a{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 3, /*sgd=*/true};
+  ops::adamw_update(kCPU, p.data(), g.data(), m.data(), v.data(), n, a);
+  const double e = std::numeric_limits<TestType>::epsilon();
+  size_t bad = 0, control_rejected = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double step = double(a.lr) * double(g[i]), want = double(p0[i]) - step * double(a.grad_scale);
+    const double bound = 3 * e * (std::fabs(double(p0[i])) + std::fabs(step));
+    bad += !(std::fabs(double(p[i]) - want) <= bound);
+    control_rejected += !(std::fabs(double(p[i]) - (double(p0[i]) - step)) <= bound);
+  }
+  CHECK(bad == 0);
+  CHECK(control_rejected > 0);
+  CHECK(m == m0);
+  CHECK(v == v0);
+}
+
 TEST_CASE("ops: adamw_update without a copy leaves the copy untouched", "[ops][adamw]") {
   Rng rng(3002);
   std::vector<float> p, g, m, v;
@@ -507,6 +534,34 @@ TEMPLATE_TEST_CASE("ops: softmax_crossentropy ignores the padded columns", "[ops
           CHECK(r.dlogits[k] == T(0));
       }
   }
+}
+
+// A rank of a vocabulary-parallel head holds columns [v0, v0 + Vl) of each row. A row whose
+// target is the next rank's first column (v0 + Vl) has no one-hot here: its gradient is p
+// on every column of the range, and nothing past the range may be written (a stray 1
+// there lands in the next row's first column, or past the buffer on the last row). The
+// last row has that target, and a sentinel follows the buffer. Bound: the kernel's p is
+// fp32 arithmetic on O(1) values through an exp within 2 ulp: 16 e (1 + p).
+TEST_CASE("ops: vocabulary-range cross-entropy backward writes its own columns only", "[ops][crossentropy]") {
+  const int N = 3, Vl = 8, v0 = 8, V = 20;
+  Rng rng(5004);
+  std::vector<float> logits(size_t(N) * Vl), row_max(N), row_sum(N), target_logit(N), losses(N);
+  std::vector<float> dlogits(size_t(N) * Vl + 1, 42.0f);  // the last element: the sentinel
+  for (float& x : logits) x = float(rng.normal());
+  const std::vector<int32_t> targets{v0 + Vl, v0 + 1, v0 + Vl};
+  ops::crossentropy_stats(kCPU, row_max.data(), row_sum.data(), target_logit.data(), logits.data(), targets.data(),
+                          v0, V, N, Vl);
+  ops::crossentropy_from_stats(kCPU, losses.data(), dlogits.data(), logits.data(), row_max.data(), row_sum.data(),
+                               target_logit.data(), targets.data(), 1.0, v0, V, N, Vl);
+  CHECK(dlogits[size_t(N) * Vl] == 42.0f);
+  const double e = std::numeric_limits<float>::epsilon();
+  for (int i = 0; i < N; ++i)
+    for (int j = 0; j < Vl; ++j) {
+      const double p = std::exp(double(logits[size_t(i) * Vl + j]) - row_max[size_t(i)]) / row_sum[size_t(i)];
+      const double want = p - (targets[size_t(i)] - v0 == j ? 1.0 : 0.0);
+      INFO("row " << i << " column " << j);
+      CHECK(std::fabs(double(dlogits[size_t(i) * Vl + j]) - want) <= 16 * e * (1 + p));
+    }
 }
 
 TEST_CASE("ops: layernorm_backward computes dw and db together, and refuses one without the other",
