@@ -220,13 +220,13 @@ std::string resolve_resume(const Config& cfg) {
 
 std::string start_notes(const Config& cfg) {
   if (cfg.resume.empty()) return "";
-  if (cfg.resume == "latest" && latest_checkpoint(cfg.run_dir).empty())
+  const ResumeSource source = resume_source(cfg);  // resume=latest in a run_dir without checkpoints: no path
+  if (source.path.empty())
     return "resume=latest: no checkpoint in " + cfg.run_dir + " yet, so training starts at step 0";
   // Training data of another size: the same data position now counts sequences of
   // another order (data.h), neither the ones the checkpoint's steps read nor the rest of
   // their epoch. Said, not refused: training on from a checkpoint with more (or other)
   // data may be what is meant.
-  const ResumeSource source = resume_source(cfg);
   if (source.start == 0 || cfg.steps <= source.start) return "";
   const auto position = source.manifest.find("data_position");
   if (position == source.manifest.end() || !position->is_object()) return "";
