@@ -125,9 +125,9 @@ class RankLayout {
   /// Sum of squares of the COUNTED elements of local range [begin, end) (`local` points at
   /// element `begin`), in double: this rank's share of the squared global gradient norm,
   /// a replica counted once.
-  /// On the GPU (`local` in device memory) each piece's sum is ops::sum_of_squares's (a
-  /// piece: one tensor's counted runs that continue each other in local memory, joined),
-  /// in the pieces' order: the same for every schedule, not the CPU's bits.
+  /// Each piece's sum is ops::sum_of_squares's (a piece: one tensor's counted runs that
+  /// continue each other in local memory, joined; `local` in device memory on the GPU),
+  /// added in the pieces' order: the same for every schedule.
   double counted_sum_of_squares(Device d, const float* local, int64_t begin = 0, int64_t end = -1) const;
   /// The same, per tensor: adds the squares of each tensor's counted elements, in local
   /// order, to per_tensor[its index in global().tensors()]. A tensor held whole by one
