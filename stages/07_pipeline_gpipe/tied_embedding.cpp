@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/trace.h"
+#include "stages/02_ddp/ring_allreduce.h"
 
 namespace gpt {
 
@@ -16,8 +17,8 @@ std::unique_ptr<Communicator> tied_embedding_group(Communicator& pp) {
 
 template <class A>
 TiedEmbeddingGrads<A>::TiedEmbeddingGrads(const ParamLayout& layout, Communicator* ends, WeightStore<A>& inner,
-                                          bool every_backward)
-    : layout_(layout), inner_(inner), ends_(ends), every_backward_(every_backward) {
+                                          Device device, bool every_backward)
+    : layout_(layout), inner_(inner), ends_(ends), device_(device), every_backward_(every_backward) {
   invariant(!ends || layout.has_embeddings() || layout.has_head(),
             "TiedEmbeddingGrads: a chunk without wte has nothing to sum between the pipeline's ends");
 }
@@ -45,7 +46,7 @@ void TiedEmbeddingGrads<A>::finish() {
     Span span("tied_wte_grads", "comm");
     const ParamTensor& wte = layout_.find("wte");
     G* g = inner_.grads(ParamLayout::kEmbeddingUnit) + (wte.offset - layout_.unit(ParamLayout::kEmbeddingUnit).begin);
-    ends_->all_reduce(g, size_t(wte.numel), dtype_of<G>());
+    ring_all_reduce(*ends_, device_, g, size_t(wte.numel), dtype_of<G>());
   }
   inner_.grads_done(ParamLayout::kEmbeddingUnit);
 }

@@ -108,7 +108,7 @@ int train_on(Run& run) {
   SequenceParallelGrads<A> sp_grads(layout, tp, zero.store(), device);
   const std::unique_ptr<Communicator> ends = tied_embedding_group(pp);  // the first and the last stage
   TiedEmbeddingGrads<A> tied(layout, ends.get(), sp ? static_cast<WeightStore<A>&>(sp_grads) : zero.store(),
-                             zero.reduces_every_backward());
+                             device, zero.reduces_every_backward());
   model.set_store(&tied);
   PipelineExecutor<A> pipeline({&model}, pp);
 

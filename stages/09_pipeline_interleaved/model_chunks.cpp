@@ -35,7 +35,7 @@ std::vector<ModelChunk<A>> make_model_chunks(const Config& cfg, const ParamLayou
     k.sp_grads = std::make_unique<SequenceParallelGrads<A>>(layout, tp, k.zero->store(), device);
     WeightStore<A>& inner = cfg.sequence_parallel ? static_cast<WeightStore<A>&>(*k.sp_grads) : k.zero->store();
     const bool holds_wte = layout.has_embeddings() || layout.has_head();
-    k.tied = std::make_unique<TiedEmbeddingGrads<A>>(layout, holds_wte ? ends : nullptr, inner,
+    k.tied = std::make_unique<TiedEmbeddingGrads<A>>(layout, holds_wte ? ends : nullptr, inner, device,
                                                      k.zero->reduces_every_backward());
     k.model->set_store(k.tied.get());
   }
