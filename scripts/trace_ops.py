@@ -10,14 +10,17 @@ differ stand out:
 
   scripts/trace_ops.py runs/a/trace.json runs/b/trace.json.rank0.json
 
-A step runs from one "zero_grads" span on lane 0 to the next, as scripts/trace_overlap.py
-counts them; the last step ends with the trace's last span. The first step is left out:
-it pays for the run's warm-up (buffers touched for the first time, a schedule's first
-messages). --all-steps counts it too; a trace of one step counts that one.
+A step starts at a "zero_grads" span on lane 0 (the first of them: a rank holding
+several model chunks zeroes each) and ends with its optimizer (the "adamw..." spans, SGD
+included) and the communication right after it (stage 03's all-gather of the weights).
+What runs between two steps, a validation or the sample at the end, belongs to none; a
+step cut off before its optimizer is left out. The first step is left out too: it pays
+for the run's warm-up (buffers touched for the first time, a schedule's first
+messages). --all-steps counts it; a trace of one step counts that one.
 
 For every span name the table gives, per trace, the mean milliseconds a counted step
-spends in spans of that name (the spans that start within the counted steps, divided by
-their number) and how many such spans a step has. A span's time includes the spans inside
+spends in spans of that name (the spans on any lane that start within a counted step,
+divided by their number) and how many such spans a step has. A span's time includes the spans inside
 it: "forward" holds "matmul_forward", and the column "inside" names the span that
 usually holds it (on its lane). Spans of the communication thread (lane 1: stage 02's
 bucket all-reduces, stage 05's prefetched gathers) run beside the main thread's and are
@@ -60,8 +63,9 @@ def parents(spans):
     for i, e in enumerate(spans):
         by_lane[(e.get("pid", 0), e.get("tid", 0))].append(i)
     for indices in by_lane.values():
-        # Outer spans first where two start together: the longer one holds the other.
-        indices.sort(key=lambda i: (spans[i]["ts"], -spans[i]["dur"]))
+        # Outer spans first where two start together: the longer one holds the other, and
+        # of two equal ones the later in the file (a span is written when it ends).
+        indices.sort(key=lambda i: (spans[i]["ts"], -spans[i]["dur"], -i))
         holding = []  # the spans holding the current one, innermost last
         for i in indices:
             start = spans[i]["ts"]
@@ -72,30 +76,55 @@ def parents(spans):
     return parent
 
 
+OPTIMIZER_PREFIX = "adamw"
+
+
+def steps_of(spans):
+    """[(start, end)] in us of every step that reached its optimizer (see the top)."""
+    lane0 = sorted((i for i, e in enumerate(spans) if e.get("tid", 0) == 0),
+                   key=lambda i: (spans[i]["ts"], -spans[i]["dur"], -i))
+    tops, reach = [], None  # the lane-0 spans no other lane-0 span holds: the phases
+    for i in lane0:
+        if reach is None or spans[i]["ts"] >= reach:
+            tops.append(spans[i])
+            reach = spans[i]["ts"] + spans[i]["dur"]
+    steps, start, end, optimized = [], None, None, False
+    for e in tops:
+        if optimized and not e["name"].startswith(OPTIMIZER_PREFIX) and e.get("cat") != "comm":
+            steps.append((start, end))  # the step's optimizer and its communication are done
+            start, optimized = None, False
+        if start is None:
+            if e["name"] != "zero_grads":
+                continue  # between steps: a validation, the sample
+            start = e["ts"]
+        optimized |= e["name"].startswith(OPTIMIZER_PREFIX)
+        end = e["ts"] + e["dur"]
+    if optimized:
+        steps.append((start, end))
+    return steps
+
+
 class Profile:
     """One trace's spans per counted step, by name."""
 
     def __init__(self, path, all_steps):
         spans = load_spans(path)
-        starts = sorted(e["ts"] for e in spans if e["name"] == "zero_grads" and e.get("tid", 0) == 0)
-        if not starts:
-            fail(f"'{path}': no step in the trace (no \"zero_grads\" span on lane 0, which starts every "
-                 "training step)")
-        trace_end = max(e["ts"] + e["dur"] for e in spans)
-        bounds = list(zip(starts, starts[1:] + [trace_end]))
+        bounds = steps_of(spans)
+        if not bounds:
+            fail(f"'{path}': no training step in the trace (a \"zero_grads\" span on lane 0 followed by an "
+                 f"optimizer span, \"{OPTIMIZER_PREFIX}...\")")
         counted = bounds if all_steps or len(bounds) == 1 else bounds[1:]
         self.path = path
         self.steps = len(counted)
         self.first_counted = len(bounds) - len(counted) + 1
         self.step_ms = sum(end - start for start, end in counted) / len(counted) / 1e3
-        lo, hi = counted[0][0], counted[-1][1]
         parent = parents(spans)
         self.ms = collections.Counter()
         self.count = collections.Counter()
         parent_votes = collections.defaultdict(collections.Counter)
         lane_votes = collections.defaultdict(collections.Counter)
         for i, e in enumerate(spans):
-            if not lo <= e["ts"] < hi:
+            if not any(start <= e["ts"] < end for start, end in counted):
                 continue
             name = e["name"]
             self.ms[name] += e["dur"] / 1e3 / self.steps
@@ -119,7 +148,7 @@ def main():
     for k, p in enumerate(profiles):
         steps = (f"step {p.first_counted}" if p.steps == 1
                  else f"steps {p.first_counted}-{p.first_counted + p.steps - 1}")
-        print(f"[{k + 1}] {p.path}: {steps}, {p.step_ms:.2f} ms a step")
+        print(f"[{k + 1}] {p.path}: {steps} of the trace, {p.step_ms:.2f} ms a step")
     names = set().union(*(p.ms for p in profiles))
     rows = sorted(names, key=lambda n: (-max(p.ms[n] for p in profiles), n))
     if args.top:

@@ -5,8 +5,9 @@
 // Each rank computes its part of s_t for the tensors it counts (in double, one
 // ops::sum_of_squares per contiguous piece of the tensor, added in order), the world
 // all-gathers the per-tensor vectors, and every rank adds, for each tensor, the ranks'
-// parts in world-rank order, then the tensors in the model's order. A tensor's parts come from the ranks of one pipeline stage (its tensor-parallel
-// slices, the data-parallel shards it spans), and for a fixed stage the world ranks are
+// parts in world-rank order, then the tensors in the model's order. A tensor's parts
+// come from the ranks of one pipeline stage (its tensor-parallel slices, the
+// data-parallel shards it spans), and for a fixed stage the world ranks are
 // ordered by (dp, cp, tp) alone (common/mesh.h), so the parts are added in the same order
 // whichever stage holds the tensor; adding the other ranks' zeros is exact. Summing each
 // rank's total instead would group the tensors by rank, and schedules that assign layers

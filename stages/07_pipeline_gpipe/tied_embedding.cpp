@@ -46,6 +46,8 @@ void TiedEmbeddingGrads<A>::finish() {
     Span span("tied_wte_grads", "comm");
     const ParamTensor& wte = layout_.find("wte");
     G* g = inner_.grads(ParamLayout::kEmbeddingUnit) + (wte.offset - layout_.unit(ParamLayout::kEmbeddingUnit).begin);
+    invariant(ends_->size() == 2, "TiedEmbeddingGrads: the pipeline's ends are two ranks, not " +
+                                      std::to_string(ends_->size()));
     ring_all_reduce(*ends_, device_, g, size_t(wte.numel), dtype_of<G>());
   }
   inner_.grads_done(ParamLayout::kEmbeddingUnit);

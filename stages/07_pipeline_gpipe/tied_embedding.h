@@ -7,10 +7,12 @@
 //   d wte = d wte|embedding (first stage) + d wte|head (last stage)
 //
 // all-reduced between the two stages every step, before the data-parallel reduction;
-// both then take the same optimizer step. The all-reduce is stage 02's ring: on CPU ranks
-// MPI's own (MPI_Iallreduce) takes about three times as long for GPT-2's 154 MB of wte.
-// With two ranks every element is a + b either way, so the bits are the same. The norm and checkpoints count the first
-// stage's copy only (RankLayout::pipeline_stage).
+// both then take the same optimizer step. The all-reduce is stage 02's ring, as the
+// data-parallel gradients' is (LocalZero): on two CPU ranks MPI's non-blocking
+// all-reduce (MPI_Iallreduce, which the backend's all_reduce posts so that it can time
+// out) takes about three times as long for GPT-2's 154 MB of wte. The group has two
+// ranks, so every element is a + b either way: the same bits. The norm and checkpoints
+// count the first stage's copy only (RankLayout::pipeline_stage).
 //
 // TiedEmbeddingGrads wraps the store a stage's model uses: at the step's last backward
 // it holds back the embedding unit's "gradient done" until finish(), which the driver

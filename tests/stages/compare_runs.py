@@ -272,8 +272,9 @@ def compare_resharded_norm(args, table):
     Each rank sums the squares of its elements of a tensor in double and the parts are
     added (stages/07_pipeline_gpipe/grad_norm_by_tensor.h): where a data-parallel shard
     boundary falls elsewhere, the same n = P squares (exact in double: a float squared has
-    48 significant bits) are added in another grouping. Recursive summation of
-    non-negative terms is within (n - 1) u of the exact sum (u = 2^-53; Higham, Accuracy
+    48 significant bits) are added in another grouping. Any order of adding non-negative
+    terms (one after another, in lanes, by chunks: a tree of additions) is within
+    (n - 1) u of the exact sum (u = 2^-53; Higham, Accuracy
     and Stability of Numerical Algorithms, 2002, eq. 4.4), so two groupings differ by at
     most 2 (n - 1) u of it, and the norm, its square root, by (n - 1) u of itself, plus
     u/2 for each run's rounding of the root: n u in all. A wrong gradient moves the norm
