@@ -32,7 +32,8 @@ thread waited for a core. Between ops there is also a little untraced work (a bu
 buffer zeroed, say), so overlap is a lower bound and "in phases" an upper one; both are
 printed, the last line is the lower.
 
-A step runs from one "zero_grads" span to the next. --comm, --lane, --during and --wait
+A step runs from one "zero_grads" span to the next after an optimizer span ("adamw...";
+a rank holding several model chunks zeroes each one's gradients in every step). --comm, --lane, --during and --wait
 measure other pairs, e.g. stage 05's prefetched gathers:
   --comm gather_unit --during forward,backward --wait wait_prefetch
 
@@ -122,8 +123,16 @@ def compute_ops(events, during, not_compute):
 
 
 def steps_of(events):
-    """Start times (us) of the steps: every "zero_grads" span on lane 0."""
-    starts = sorted(e["ts"] for e in events if e["name"] == "zero_grads" and e.get("tid", 0) == 0)
+    """Start times (us) of the steps: the "zero_grads" spans on lane 0 that follow an
+    optimizer span ("adamw...") or start the trace. A rank holding several model chunks
+    (an interleaved pipeline) zeroes each chunk's gradients: one step all the same."""
+    lane0 = sorted((e for e in events if e.get("tid", 0) == 0), key=lambda e: e["ts"])
+    starts, optimized = [], True
+    for e in lane0:
+        if e["name"] == "zero_grads" and optimized:
+            starts.append(e["ts"])
+            optimized = False
+        optimized |= e["name"].startswith("adamw")
     return starts
 
 
