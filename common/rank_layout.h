@@ -130,8 +130,8 @@ class RankLayout {
   /// added in the pieces' order: the same for every schedule.
   double counted_sum_of_squares(Device d, const float* local, int64_t begin = 0, int64_t end = -1) const;
   /// The same, per tensor: adds the sums of each tensor's pieces, in local order, to
-  /// per_tensor[its index in global().tensors()]. A tensor held whole by one
-  /// rank gets the same sum whichever rank holds it (a pipeline stage or another).
+  /// per_tensor[its index in global().tensors()]. A tensor held whole by one rank gets
+  /// the same sum whichever rank holds it (a pipeline stage or another).
   void counted_squares_by_tensor(Device d, const float* local, double* per_tensor, int64_t begin = 0,
                                  int64_t end = -1) const;
 
