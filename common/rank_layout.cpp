@@ -163,17 +163,14 @@ void RankLayout::scatter(const T* global, T* local) const {
 }
 
 namespace {
-// The sum of squares of one piece's n elements at g, added to `sum`: ops::sum_of_squares
-// on either device. On the CPU its fixed lanes (kernels/cpu/lanes.h) depend on the piece's
-// length alone, so a piece gets the same bits wherever it lies in memory, and it runs at
-// memory speed: an element-by-element sum in double waits on each addition, about 0.1 s
-// a step for GPT-2 124M's gradients.
-void add_squares(Device d, const float* g, int64_t n, double& sum) { sum += ops::sum_of_squares(d, g, size_t(n)); }
-
 // The counted runs, those of one tensor that continue each other in local memory joined
 // (a slice's rows are runs of their own): one sum per contiguous piece, so a tensor's sum
 // depends on how its elements are grouped into pieces, never on how its rows are stored;
 // and one launch and one synchronisation per piece on the GPU instead of one per row.
+// Each piece is summed by ops::sum_of_squares on either device. On the CPU its fixed lanes
+// (kernels/cpu/lanes.h) depend on the piece's length alone, so a piece gets the same bits
+// wherever it lies in memory, and it runs at memory speed: an element-by-element sum in
+// double waits on each addition, about 0.1 s a step for GPT-2 124M's gradients.
 std::vector<LayoutRun> counted_pieces(const std::vector<LayoutRun>& runs) {
   std::vector<LayoutRun> pieces;
   for (const LayoutRun& run : runs) {
@@ -190,14 +187,14 @@ std::vector<LayoutRun> counted_pieces(const std::vector<LayoutRun>& runs) {
 double RankLayout::counted_sum_of_squares(Device d, const float* local, int64_t begin, int64_t end) const {
   double sum = 0;
   for (const LayoutRun& piece : counted_pieces(runs(begin, end)))
-    add_squares(d, local + (piece.local - begin), piece.length, sum);
+    sum += ops::sum_of_squares(d, local + (piece.local - begin), size_t(piece.length));
   return sum;
 }
 
 void RankLayout::counted_squares_by_tensor(Device d, const float* local, double* per_tensor, int64_t begin,
                                            int64_t end) const {
   for (const LayoutRun& piece : counted_pieces(runs(begin, end)))
-    add_squares(d, local + (piece.local - begin), piece.length, per_tensor[piece.tensor]);
+    per_tensor[piece.tensor] += ops::sum_of_squares(d, local + (piece.local - begin), size_t(piece.length));
 }
 
 void check_counted_once(const ParamLayout& global, const std::vector<RankLayout>& ranks) {
