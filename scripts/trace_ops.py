@@ -10,50 +10,32 @@ differ stand out:
 
   scripts/trace_ops.py runs/a/trace.json runs/b/trace.json.rank0.json
 
-A step starts at a "zero_grads" span on lane 0 (the first of them: a rank holding
-several model chunks zeroes each) and ends with its optimizer (the "adamw..." spans, SGD
-included) and the communication right after it (stage 03's all-gather of the weights).
-What runs between two steps, a validation or the sample at the end, belongs to none; a
-step cut off before its optimizer is left out. The first step is left out too: it pays
-for the run's warm-up (buffers touched for the first time, a schedule's first
-messages). --all-steps counts it; a trace of one step counts that one.
+A step runs from its "zero_grads" to its optimizer and the communication right after it,
+as scripts/trace_spans.py finds steps: what runs between two steps (a validation, the
+sample at the end) belongs to none, and a step cut off before its optimizer is left out.
+The first step is left out too: it pays for the run's warm-up (buffers touched for the
+first time, a schedule's first messages). --all-steps counts it; a trace of one step
+counts that one.
 
 For every span name the table gives, per trace, the mean milliseconds a counted step
 spends in spans of that name (the spans on any lane that start within a counted step,
-divided by their number) and how many such spans a step has. A span's time includes the spans inside
-it: "forward" holds "matmul_forward", and the column "inside" names the span that
-usually holds it (on its lane). Spans of the communication thread (lane 1: stage 02's
+divided by their number) and how many such spans a step has. A span's time includes the
+spans inside it: "forward" holds "matmul_forward", and the column "inside" names the span
+that usually holds it (on its lane). Spans of the communication thread (lane 1: stage 02's
 bucket all-reduces, stage 05's prefetched gathers) run beside the main thread's and are
 marked "(lane 1)". Rows come in order of the largest time in any trace; --top N keeps the
 first N (default 30, 0: all).
 """
 import argparse
 import collections
-import json
-import os
 import sys
+
+import trace_spans
 
 
 def fail(message):
     print(f"trace_ops: {message}", file=sys.stderr)
     sys.exit(2)
-
-
-def load_spans(path):
-    """The complete events ("ph": "X") of a trace file."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        fail(f"cannot read the trace '{path}': {e}")
-    events = data.get("traceEvents") if isinstance(data, dict) else data
-    if not isinstance(events, list):
-        fail(f"'{path}' is not a trace: no list of trace events (common/trace.h)")
-    spans = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
-    for e in spans:
-        if not isinstance(e.get("name"), str) or not all(isinstance(e.get(k), (int, float)) for k in ("ts", "dur")):
-            fail(f"'{path}': a span without a name, a start (ts) or a duration (dur): {json.dumps(e)[:200]}")
-    return spans
 
 
 def parents(spans):
@@ -63,11 +45,8 @@ def parents(spans):
     for i, e in enumerate(spans):
         by_lane[(e.get("pid", 0), e.get("tid", 0))].append(i)
     for indices in by_lane.values():
-        # Outer spans first where two start together: the longer one holds the other, and
-        # of two equal ones the later in the file (a span is written when it ends).
-        indices.sort(key=lambda i: (spans[i]["ts"], -spans[i]["dur"], -i))
         holding = []  # the spans holding the current one, innermost last
-        for i in indices:
+        for i in trace_spans.outer_first(spans, indices):
             start = spans[i]["ts"]
             while holding and spans[holding[-1]]["ts"] + spans[holding[-1]]["dur"] <= start:
                 holding.pop()
@@ -76,43 +55,15 @@ def parents(spans):
     return parent
 
 
-OPTIMIZER_PREFIX = "adamw"
-
-
-def steps_of(spans):
-    """[(start, end)] in us of every step that reached its optimizer (see the top)."""
-    lane0 = sorted((i for i, e in enumerate(spans) if e.get("tid", 0) == 0),
-                   key=lambda i: (spans[i]["ts"], -spans[i]["dur"], -i))
-    tops, reach = [], None  # the lane-0 spans no other lane-0 span holds: the phases
-    for i in lane0:
-        if reach is None or spans[i]["ts"] >= reach:
-            tops.append(spans[i])
-            reach = spans[i]["ts"] + spans[i]["dur"]
-    steps, start, end, optimized = [], None, None, False
-    for e in tops:
-        if optimized and not e["name"].startswith(OPTIMIZER_PREFIX) and e.get("cat") != "comm":
-            steps.append((start, end))  # the step's optimizer and its communication are done
-            start, optimized = None, False
-        if start is None:
-            if e["name"] != "zero_grads":
-                continue  # between steps: a validation, the sample
-            start = e["ts"]
-        optimized |= e["name"].startswith(OPTIMIZER_PREFIX)
-        end = e["ts"] + e["dur"]
-    if optimized:
-        steps.append((start, end))
-    return steps
-
-
 class Profile:
     """One trace's spans per counted step, by name."""
 
     def __init__(self, path, all_steps):
-        spans = load_spans(path)
-        bounds = steps_of(spans)
+        spans = trace_spans.load_spans(path, "trace_ops")
+        bounds = trace_spans.steps(spans)
         if not bounds:
             fail(f"'{path}': no training step in the trace (a \"zero_grads\" span on lane 0 followed by an "
-                 f"optimizer span, \"{OPTIMIZER_PREFIX}...\")")
+                 f"optimizer span, \"{trace_spans.OPTIMIZER_PREFIX}...\")")
         counted = bounds if all_steps or len(bounds) == 1 else bounds[1:]
         self.path = path
         self.steps = len(counted)

@@ -32,9 +32,10 @@ thread waited for a core. Between ops there is also a little untraced work (a bu
 buffer zeroed, say), so overlap is a lower bound and "in phases" an upper one; both are
 printed, the last line is the lower.
 
-A step runs from one "zero_grads" span to the next after an optimizer span ("adamw...";
-a rank holding several model chunks zeroes each one's gradients in every step). --comm, --lane, --during and --wait
-measure other pairs, e.g. stage 05's prefetched gathers:
+A step runs from one step's first "zero_grads" span to the next step's, as
+scripts/trace_spans.py finds steps (a rank holding several model chunks zeroes each one's
+gradients in every step). --comm, --lane, --during and --wait measure other pairs, e.g.
+stage 05's prefetched gathers:
   --comm gather_unit --during forward,backward --wait wait_prefetch
 
 A collective's span on one rank also holds the time it waited for its peers to arrive:
@@ -60,20 +61,10 @@ Exits 0 after printing, 1 when a trace has none of the comm spans asked for, 2 o
 arguments. Uses only the standard library.
 """
 import argparse
-import json
 import os
 import sys
 
-
-def load_events(path):
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        print(f"trace_overlap: cannot read the trace '{path}': {e}", file=sys.stderr)
-        sys.exit(2)
-    events = data["traceEvents"] if isinstance(data, dict) else data
-    return [e for e in events if e.get("ph") == "X"]
+import trace_spans
 
 
 def merge(intervals):
@@ -122,20 +113,6 @@ def compute_ops(events, during, not_compute):
     return [e for e in inside if covered(e["ts"], e["ts"] + e["dur"], communicating) == 0]
 
 
-def steps_of(events):
-    """Start times (us) of the steps: the "zero_grads" spans on lane 0 that follow an
-    optimizer span ("adamw...") or start the trace. A rank holding several model chunks
-    (an interleaved pipeline) zeroes each chunk's gradients: one step all the same."""
-    lane0 = sorted((e for e in events if e.get("tid", 0) == 0), key=lambda e: e["ts"])
-    starts, optimized = [], True
-    for e in lane0:
-        if e["name"] == "zero_grads" and optimized:
-            starts.append(e["ts"])
-            optimized = False
-        optimized |= e["name"].startswith("adamw")
-    return starts
-
-
 def intersect(a, b):
     """The intersection of two merged interval lists."""
     return [[max(s, t), min(e, f)] for s, e in a for t, f in b if max(s, t) < min(e, f)]
@@ -148,7 +125,7 @@ def intervals(spans, lo, hi):
 
 def analyse(path, comm_name, lane, during, wait_name, show_buckets):
     """Prints a trace's table; returns {step: (exposed us, exposed us by the phases, comm us)}."""
-    events = load_events(path)
+    events = trace_spans.load_spans(path, "trace_overlap")
     comm = sorted((e for e in events if e["name"] == comm_name and e.get("tid", 0) == lane),
                   key=lambda e: e["ts"])
     if not comm:
@@ -162,7 +139,7 @@ def analyse(path, comm_name, lane, during, wait_name, show_buckets):
     # phases too, but is no compute in either measure.
     main_comm = own_comm(lane0, not_compute)
     waits = [e for e in lane0 if e["name"] == wait_name]
-    starts = steps_of(events)
+    starts = trace_spans.step_starts(events)
     if not starts:
         starts = [min(e["ts"] for e in events)]
     bounds = starts + [float("inf")]
