@@ -23,10 +23,13 @@
 #include <string>
 #include <vector>
 
+#include "common/token_stream.h"
+
 namespace gpt {
 
 constexpr int32_t kShardMagic = 20240520;  ///< word 0 of a shard's header (llm.c's magic number)
 constexpr int32_t kShardVersion = 1;       ///< word 1 of the header: the only version read or written
+constexpr int64_t kShardHeaderBytes = 256 * 4;  ///< the header: 256 int32; the uint16 tokens follow it
 
 /// Writes tokens as one shard (to a temporary name, then renamed). Throws UserError
 /// naming the path on I/O failure.
@@ -49,6 +52,14 @@ void write_shards(const std::vector<ShardToWrite>& shards);
 /// file (and the offset or value).
 std::vector<uint16_t> read_shard(const std::string& path, int vocab_size);
 
+/// Validates a shard's file and header alone, as read_shard does (existence, size, magic,
+/// version, payload size against the header's count), and returns its token count.
+int64_t shard_token_count(const std::string& path);
+
+/// Refuses a token id >= vocab_size among a shard's n tokens: a UserError naming the
+/// file `path`, the token's index and its byte offset in the file.
+void check_token_ids(const std::string& path, const uint16_t* tokens, int64_t n, int vocab_size);
+
 /// The tokens of every shard `pattern` names (expand_shards), added, read from their
 /// headers alone (each checked as read_shard checks it, the token ids aside): what a
 /// DataLoader of the pattern would hold, without reading the tokens.
@@ -63,12 +74,14 @@ std::vector<std::string> expand_shards(const std::string& pattern);
 /// measured on tokens the model trains on says nothing of how it generalises.
 void require_disjoint_splits(const std::string& train_pattern, const std::string& val_pattern);
 
-/// The tokens of a split (train or validation), all in host memory, cut into windows as
+/// The tokens of a split (train or validation), mapped from their shards (TokenStream:
+/// shared with every process that reads the same files, not copied), cut into windows as
 /// described above. Batches are a pure function of (seed, position), so every rank holds
 /// its own loader and reads its own part of each step.
 class DataLoader {
  public:
-  /// Loads every shard of `pattern`. Needs at least one window of seq_len+1 tokens.
+  /// Maps and validates every shard of `pattern`. Needs at least one window of seq_len+1
+  /// tokens.
   DataLoader(const std::string& pattern, int vocab_size, int seq_len, uint64_t seed);
   /// No data at all (num_windows() 0): what a run that never validates holds for its
   /// validation set. Asking it for a batch is an internal error.
@@ -84,7 +97,7 @@ class DataLoader {
   /// (modulo the window count).
   void sequential_batch(int64_t k, int n, int32_t* inputs, int32_t* targets) const;
 
-  int64_t num_tokens() const { return int64_t(tokens_.size()); }  ///< tokens of all shards together
+  int64_t num_tokens() const { return tokens_.size(); }  ///< tokens of all shards together
   int64_t num_windows() const { return windows_; }  ///< W: windows of seq_len+1 tokens; an epoch is W sequences
 
   /// The window a global sequence index maps to (exposed for tests).
@@ -94,7 +107,7 @@ class DataLoader {
  private:
   DataLoader(int seq_len) : seq_len_(seq_len), seed_(0), windows_(0) {}
   void copy_window(int64_t window, int32_t* inputs, int32_t* targets) const;
-  std::vector<uint16_t> tokens_;
+  TokenStream tokens_;
   int seq_len_;
   uint64_t seed_;
   int64_t windows_;

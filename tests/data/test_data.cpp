@@ -7,12 +7,14 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include <unistd.h>
 
 #include "common/data.h"
+#include "common/token_stream.h"
 #include "tests/temp_dir.h"
 #include "common/error.h"
 
@@ -498,4 +500,84 @@ TEST_CASE("loader: a bad shard among good ones is reported by name", "[data]") {
   gpt::write_shard(dir.file("s_1.bin"), bad);
   REQUIRE_THROWS_WITH(gpt::DataLoader(dir.file("s_*.bin"), 256, 8, 1),
                       Contains("s_1.bin") && Contains("256"));
+}
+
+// ---- the mapped token stream ----------------------------------------------------
+
+TEST_CASE("token stream: copies across shard edges and empty shards, in sorted order", "[data]") {
+  TempDir dir;
+  const std::vector<uint16_t> all = counting_tokens(50);
+  gpt::write_shard(dir.file("p_0.bin"), {all.begin(), all.begin() + 7});
+  gpt::write_shard(dir.file("p_1.bin"), {});  // an empty shard between two others
+  gpt::write_shard(dir.file("p_2.bin"), {all.begin() + 7, all.begin() + 8});  // one token
+  gpt::write_shard(dir.file("p_3.bin"), {all.begin() + 8, all.end()});
+  const gpt::TokenStream stream(dir.file("p_*.bin"), 256);
+  REQUIRE(stream.size() == 50);
+  // Every (first, n) range: token value = position, so each element is known.
+  for (int64_t first = 0; first <= 50; ++first) {
+    for (int64_t n = 0; first + n <= 50; ++n) {
+      std::vector<int32_t> out(size_t(n) + 1, -1);
+      stream.copy(first, n, out.data());
+      for (int64_t i = 0; i < n; ++i) REQUIRE(out[size_t(i)] == first + i);
+      REQUIRE(out[size_t(n)] == -1);  // nothing written past n
+    }
+  }
+  std::vector<int32_t> out(4);
+  REQUIRE_THROWS_AS(stream.copy(48, 3, out.data()), gpt::InternalError);
+  REQUIRE_THROWS_AS(stream.copy(-1, 1, out.data()), gpt::InternalError);
+  // Moved, the stream keeps its tokens and the source holds none.
+  gpt::TokenStream moved = gpt::TokenStream(dir.file("p_*.bin"), 256);
+  gpt::TokenStream target = std::move(moved);
+  CHECK(moved.size() == 0);
+  target.copy(6, 3, out.data());
+  CHECK(out[0] == 6);
+  CHECK(out[2] == 8);
+}
+
+namespace {
+
+// A field of /proc/self/status in kB ("RssAnon:     1234 kB"), or -1 where there is none.
+int64_t status_kb(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  int64_t value = 0;
+  std::string unit;
+  while (status >> key) {
+    if (key == field + ":") {
+      status >> value;
+      return value;
+    }
+    std::getline(status, unit);
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("loader: a split is the files' shared pages, not a copy in the rank's own memory", "[data]") {
+  REQUIRE(status_kb("RssAnon") >= 0);  // Linux (the only system the project builds on) has it
+  TempDir dir;
+  const std::string path = dir.file("big.bin");
+  constexpr int64_t kTokens = int64_t(32) << 20;  // 64 MiB of tokens
+  {
+    std::vector<uint16_t> tokens(size_t(kTokens), 7);
+    gpt::write_shard(path, tokens);
+  }  // freed: the measurements below start without it
+  // A copy of the tokens would add their 64 MiB to the process's anonymous memory; the
+  // mapping adds them to its file-backed pages instead (the validation reads them all).
+  // The threshold, half the shard, leaves room for the allocator's and the kernel's
+  // counting slack on either side.
+  constexpr int64_t kHalfShardKb = kTokens * 2 / 1024 / 2;
+  const int64_t anon_before = status_kb("RssAnon"), file_before = status_kb("RssFile");
+  const gpt::DataLoader loader(path, 256, 64, 1);
+  REQUIRE(loader.num_tokens() == kTokens);
+  CHECK(status_kb("RssAnon") - anon_before < kHalfShardKb);
+  CHECK(status_kb("RssFile") - file_before > kHalfShardKb);
+  std::vector<int32_t> in(64), tg(64);
+  loader.batch(0, 0, 0, 1, 1, 1, in.data(), tg.data());
+  CHECK(in == std::vector<int32_t>(64, 7));
+  // Control: read_shard's copy is seen by the same measurement.
+  const int64_t anon_mapped = status_kb("RssAnon");
+  const std::vector<uint16_t> copied = gpt::read_shard(path, 256);
+  CHECK(status_kb("RssAnon") - anon_mapped > kHalfShardKb);
 }
