@@ -1,5 +1,6 @@
 """Reading the traces a stage writes (trace_file; the format is in common/trace.h), and
-finding their training steps: what scripts/trace_ops.py and scripts/trace_overlap.py share.
+finding their training steps: what scripts/trace_ops.py, trace_overlap.py and trace_timeline.py
+share.
 
 A step starts at a "zero_grads" span on lane 0 (the first of them: a rank holding several
 model chunks, an interleaved pipeline, zeroes each chunk's gradients) and ends with its
@@ -51,7 +52,7 @@ def top_level(spans):
     return tops
 
 
-def _steps(spans):
+def all_steps(spans):
     """[(start, end, optimized)] in us of every step, a last one cut off before its
     optimizer included (optimized false; its end is its last phase's)."""
     out, start, end, optimized = [], None, None, False
@@ -72,9 +73,9 @@ def _steps(spans):
 
 def steps(spans):
     """[(start, end)] in us of every step that reached its optimizer."""
-    return [(start, end) for start, end, optimized in _steps(spans) if optimized]
+    return [(start, end) for start, end, optimized in all_steps(spans) if optimized]
 
 
 def step_starts(spans):
     """Start times (us) of every step, one cut off before its optimizer included."""
-    return [start for start, _, _ in _steps(spans)]
+    return [start for start, _, _ in all_steps(spans)]

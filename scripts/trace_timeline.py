@@ -29,13 +29,17 @@ because the step before ended with a collective).
 Needs matplotlib (Debian: python3-matplotlib; run with /usr/bin/python3).
 """
 import argparse
-import json
 import os
 import re
 import sys
 
-import matplotlib
+import trace_spans  # noqa: E402  (scripts/, beside this file)
 
+try:
+    import matplotlib
+except ImportError:
+    print("trace_timeline: needs matplotlib (Debian: python3-matplotlib; /usr/bin/python3 has it)", file=sys.stderr)
+    sys.exit(2)
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
@@ -59,7 +63,6 @@ COMM_COLOURS = [
 ]
 COMM_OTHER = ("#DA8BC3", "other comm")
 PHASE_COLOUR = "#F2F2F2"
-OPTIMIZER_PREFIX = "adamw"
 
 
 def colour_of(name, table, other):
@@ -70,47 +73,31 @@ def colour_of(name, table, other):
 
 
 def load(path):
-    with open(path) as f:
-        data = json.load(f)
-    events = data["traceEvents"] if isinstance(data, dict) else data
-    events = [e for e in events if e.get("ph") == "X"]
+    """(rank, spans) of a trace file: the rank from its name (PREFIX.rank<r>.json), else its spans' pid."""
+    events = trace_spans.load_spans(path, "trace_timeline")
     if not events:
-        sys.exit(f"trace_timeline: {path} has no spans")
+        fail(f"'{path}' has no spans")
     m = re.search(r"rank(\d+)", os.path.basename(path))
     rank = int(m.group(1)) if m else int(events[0].get("pid", 0))
     return rank, events
 
 
-def top_level(events):
-    """Lane-0 spans not contained in another lane-0 span (the phases of a step)."""
-    lane0 = sorted((e for e in events if e.get("tid", 0) == 0), key=lambda e: (e["ts"], -e["dur"]))
-    out, end = [], -1
-    for e in lane0:
-        if e["ts"] >= end:
-            out.append(e)
-            end = e["ts"] + e["dur"]
-    return out
-
-
 def steps(events):
-    """[(start, end)] of every step: from a zero_grads span to the end of the last
-    optimizer or communication phase before the next forward that follows the
-    optimizer (so a validation pass after the step is not counted in it)."""
-    tops = top_level(events)
-    starts = [i for i, e in enumerate(tops) if e["name"] == "zero_grads"]
+    """[(start, end, optimized)] of every step (trace_spans.all_steps: from its first
+    zero_grads to its optimizer and the communication right after, so a validation after
+    it is left out), its end moved on to that of the communication thread's spans that
+    started within it (a bucket's reduction that outlasts the main thread's work)."""
     out = []
-    for k, i in enumerate(starts):
-        j_end = starts[k + 1] if k + 1 < len(starts) else len(tops)
-        seen_opt, end = False, tops[i]["ts"] + tops[i]["dur"]
-        for e in tops[i:j_end]:
-            if seen_opt and e["name"] == "forward":
-                break  # validation
-            seen_opt |= e["name"].startswith(OPTIMIZER_PREFIX)
-            end = e["ts"] + e["dur"]
+    for start, end, optimized in trace_spans.all_steps(events):
         lane1_end = max((e["ts"] + e["dur"] for e in events
-                         if e.get("tid", 0) != 0 and tops[i]["ts"] <= e["ts"] < end), default=end)
-        out.append((tops[i]["ts"], max(end, lane1_end), seen_opt))
+                         if e.get("tid", 0) != 0 and start <= e["ts"] < end), default=end)
+        out.append((start, max(end, lane1_end), optimized))
     return out
+
+
+def fail(message):
+    print(f"trace_timeline: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def main():
@@ -125,7 +112,7 @@ def main():
                     help="outline the lane-0 spans of this name on the compute row (repeatable)")
     args = ap.parse_args()
 
-    traces = sorted(load(p) for p in args.traces)
+    traces = sorted((load(p) for p in args.traces), key=lambda t: t[0])  # by rank
     rows = []  # (label, [(start_ms, dur_ms, colour, text)], kind)
     used_ops, used_comm = {}, {}
     span_ms = 0.0
@@ -133,11 +120,11 @@ def main():
     for rank, events in traces:
         st = steps(events)
         if not st:
-            sys.exit(f"trace_timeline: rank {rank}: no step (no zero_grads span) in the trace")
+            fail(f"rank {rank}: no step (no zero_grads span) in the trace")
         full = [i for i, s in enumerate(st) if s[2]]
         idx = (args.step - 1) if args.step > 0 else (full[-1] if full else len(st) - 1)
         if not 0 <= idx < len(st):
-            sys.exit(f"trace_timeline: rank {rank}: --step {args.step} but the trace has {len(st)} steps")
+            fail(f"rank {rank}: --step {args.step} but the trace has {len(st)} steps")
         chosen = idx + 1
         t0, t1, _ = st[idx]
         span_ms = max(span_ms, (t1 - t0) / 1e3)
@@ -146,7 +133,7 @@ def main():
         def ms(e):
             return (e["ts"] - t0) / 1e3, e["dur"] / 1e3
 
-        phases = [e for e in top_level(inside) if e.get("cat") != "comm"]
+        phases = [e for e in trace_spans.top_level(inside) if e.get("cat") != "comm"]
         ops, main_comm, side = [], [], []
         for e in inside:
             lane, cat = e.get("tid", 0), e.get("cat", "")
