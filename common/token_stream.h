@@ -32,8 +32,8 @@ class TokenStream {
   /// that cannot be mapped, is a UserError naming the file.
   TokenStream(const std::string& pattern, int vocab_size);
   ~TokenStream();
-  TokenStream(TokenStream&& other) noexcept;
-  TokenStream& operator=(TokenStream&& other) noexcept;
+  TokenStream(TokenStream&& other) noexcept;  ///< takes other's mappings; other is left empty
+  TokenStream& operator=(TokenStream&& other) noexcept;  ///< unmaps this stream's, then takes other's
   TokenStream(const TokenStream&) = delete;
   TokenStream& operator=(const TokenStream&) = delete;
 
