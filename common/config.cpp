@@ -92,8 +92,13 @@ constexpr Key kKeys[] = {
     // optimisation
     {"steps", FIELD(steps), "optimizer steps to train (0: only evaluate and sample)"},
     {"lr", FIELD(lr), "peak learning rate, reached after warmup"},
-    {"min_lr_ratio", FIELD(min_lr_ratio), "the cosine schedule ends at lr * min_lr_ratio"},
+    {"min_lr_ratio", FIELD(min_lr_ratio), "the schedule's decay ends at lr * min_lr_ratio (all but constant)"},
     {"warmup_steps", FIELD(warmup_steps), "steps of linear learning-rate warmup"},
+    {"lr_schedule", FIELD(lr_schedule),
+     "after the warmup: cosine, linear (both from lr down to lr * min_lr_ratio at steps), constant (lr), or wsd "
+     "(warmup-stable-decay: lr, then over the last lr_decay_fraction of the steps down to lr * min_lr_ratio)"},
+    {"lr_decay_fraction", FIELD(lr_decay_fraction),
+     "lr_schedule=wsd: the share of the steps after the warmup spent decaying, in (0, 1]"},
     {"weight_decay", FIELD(weight_decay), "AdamW weight decay (of 2-D weights and embeddings)"},
     {"beta1", FIELD(beta1), "AdamW decay rate of the first moment"},
     {"beta2", FIELD(beta2), "AdamW decay rate of the second moment"},
@@ -730,6 +735,11 @@ void validate(const Config& cfg, int dp) {
   check_double(cfg.min_lr_ratio >= 0 && cfg.min_lr_ratio <= 1, "min_lr_ratio", cfg.min_lr_ratio,
                "must be in [0, 1]");
   check_int(cfg.warmup_steps >= 0, "warmup_steps", cfg.warmup_steps, "must be >= 0");
+  check(cfg.lr_schedule == "cosine" || cfg.lr_schedule == "linear" || cfg.lr_schedule == "constant" ||
+            cfg.lr_schedule == "wsd",
+        "lr_schedule", show(Json(cfg.lr_schedule)), "must be cosine, linear, constant or wsd");
+  check_double(cfg.lr_decay_fraction > 0 && cfg.lr_decay_fraction <= 1, "lr_decay_fraction", cfg.lr_decay_fraction,
+               "must be in (0, 1]: the share of the steps after the warmup spent decaying (lr_schedule=wsd)");
   check_double(cfg.weight_decay >= 0, "weight_decay", cfg.weight_decay, "must be >= 0");
   check_double(cfg.beta1 >= 0 && cfg.beta1 < 1, "beta1", cfg.beta1, "must be in [0, 1)");
   check_double(cfg.beta2 >= 0 && cfg.beta2 < 1, "beta2", cfg.beta2, "must be in [0, 1)");

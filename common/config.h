@@ -43,8 +43,10 @@ struct Config {
   // optimisation
   int steps = 100;  ///< optimizer steps to train; 0 only evaluates and samples
   double lr = 1e-3;  ///< peak learning rate, reached at the end of the warm-up
-  double min_lr_ratio = 0.1;  ///< cosine decays to lr * min_lr_ratio
+  double min_lr_ratio = 0.1;  ///< the schedule decays to lr * min_lr_ratio (constant: unused)
   int warmup_steps = 10;  ///< steps of linear learning-rate warm-up
+  std::string lr_schedule = "cosine";  ///< after the warm-up: cosine, linear, constant or wsd
+  double lr_decay_fraction = 0.2;  ///< wsd: the share of the steps after the warm-up spent decaying
   double weight_decay = 0.1;  ///< AdamW's decoupled decay, of 2-D weights and embeddings only
   double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8;
   /// @var beta1

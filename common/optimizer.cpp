@@ -13,10 +13,23 @@ namespace gpt {
 
 double learning_rate(const Config& cfg, int64_t step) {
   if (step < cfg.warmup_steps) return cfg.lr * double(step + 1) / double(cfg.warmup_steps);
+  if (cfg.lr_schedule == "constant") return cfg.lr;
   const int64_t decay_steps = std::max<int64_t>(1, cfg.steps - cfg.warmup_steps);
   const double progress = std::min(1.0, double(step - cfg.warmup_steps) / double(decay_steps));
   const double r = cfg.min_lr_ratio;
-  return cfg.lr * (r + (1.0 - r) * 0.5 * (1.0 + std::cos(M_PI * progress)));
+  // The share of the way from lr (1) down to lr * r (0).
+  double left = 0;
+  if (cfg.lr_schedule == "cosine") {
+    left = 0.5 * (1.0 + std::cos(M_PI * progress));
+  } else if (cfg.lr_schedule == "linear") {
+    left = 1.0 - progress;
+  } else {
+    invariant(cfg.lr_schedule == "wsd", "learning_rate: lr_schedule '" + cfg.lr_schedule + "' (validate() allows none else)");
+    const double f = cfg.lr_decay_fraction;
+    const double cooled = std::clamp((progress - (1.0 - f)) / f, 0.0, 1.0);  // of the decay's own steps
+    left = 1.0 - std::sqrt(cooled);
+  }
+  return cfg.lr * (r + (1.0 - r) * left);
 }
 
 double clip_scale(double norm, double clip, int64_t step) {

@@ -1,12 +1,21 @@
 /// @file
-/// AdamW with fp32 state (double in the fp64 runs), warmup + cosine learning rate,
-/// global-norm gradient clipping.
+/// AdamW with fp32 state (double in the fp64 runs), a learning rate warmed up and then
+/// decayed by a schedule, global-norm gradient clipping.
 ///
 /// ```
-///   lr(s) = lr * (s+1)/warmup                                   for s < warmup
-///         = lr * (r + (1-r) * (1 + cos(pi * p)) / 2),  p = (s-warmup)/(steps-warmup)
-///   with r = min_lr_ratio; clip: grads scaled by min(1, clip / ||g||_2) over all tensors.
+///   lr(s) = lr * (s+1)/warmup                            for s < warmup
+///         = lr * (r + (1-r) * left(p)),  p = min(1, (s-warmup)/(steps-warmup)), r = min_lr_ratio
+///   left(p) = (1 + cos(pi * p)) / 2                      lr_schedule=cosine (GPT-2, GPT-3)
+///           = 1 - p                                      linear
+///           = 1 (lr throughout)                          constant
+///           = 1 - sqrt(max(0, (p - (1-f)) / f))          wsd, f = lr_decay_fraction
+///   clip: grads scaled by min(1, clip / ||g||_2) over all tensors.
 /// ```
+/// wsd (warmup-stable-decay, as MiniCPM trained) holds lr until the last f of the steps
+/// and only then decays, so a run can be extended (more steps) without redoing its
+/// decay; the decay's 1 - sqrt shape is the one Hägele et al. (2024, "Scaling Laws and
+/// Compute-Optimal Training Beyond Fixed Training Durations") report doing better than a
+/// linear cool-down.
 /// Weight decay applies only to tensors whose layout entry says `decay` (2-D weights and
 /// the embeddings), as GPT-2 training does.
 /// optimizer=sgd swaps the update for plain SGD, p -= lr * clip * g (no moments, no weight
@@ -27,7 +36,7 @@
 namespace gpt {
 
 /// The learning rate of 0-based step `step` by the schedule above: linear warmup over
-/// cfg.warmup_steps, then cosine decay to cfg.lr * cfg.min_lr_ratio at cfg.steps.
+/// cfg.warmup_steps, then cfg.lr_schedule's decay to cfg.lr * cfg.min_lr_ratio at cfg.steps.
 double learning_rate(const Config& cfg, int64_t step);
 
 /// Clip factor for a gradient of global norm `norm`: min(1, clip / norm); 1 if clip <= 0.

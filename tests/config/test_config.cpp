@@ -55,6 +55,8 @@ void require_same(const Config& a, const Config& b) {
   CHECK(a.lr == b.lr);
   CHECK(a.min_lr_ratio == b.min_lr_ratio);
   CHECK(a.warmup_steps == b.warmup_steps);
+  CHECK(a.lr_schedule == b.lr_schedule);
+  CHECK(a.lr_decay_fraction == b.lr_decay_fraction);
   CHECK(a.weight_decay == b.weight_decay);
   CHECK(a.beta1 == b.beta1);
   CHECK(a.beta2 == b.beta2);
@@ -319,6 +321,8 @@ TEST_CASE("impossible values are errors naming the key and the reason") {
         {"threads=100000", "threads"},    {"bucket_mb=1e300", "bucket_mb"},
         {"eval_choices_limit=-1", "eval_choices_limit"}, {"eval_choices_limit=2", "eval_choices_limit"},
         {"eval_choices=no_such_eval.bin", "eval_choices"},
+        {"lr_schedule=cos", "lr_schedule"}, {"lr_schedule=", "lr_schedule"},
+        {"lr_decay_fraction=0", "lr_decay_fraction"}, {"lr_decay_fraction=1.01", "lr_decay_fraction"},
     };
     for (const auto& [override_text, key] : cases) {
       INFO("--set " << override_text);
@@ -331,6 +335,8 @@ TEST_CASE("impossible values are errors naming the key and the reason") {
                                         "min_lr_ratio=0", "beta1=0", "vocab_size=65536",
                                         "val_every=0", "keep_checkpoints=0", "sample_tokens=0"})));
     REQUIRE_NOTHROW(gpt::validate(with({"min_lr_ratio=1"})));
+    for (const char* schedule : {"lr_schedule=cosine", "lr_schedule=linear", "lr_schedule=constant", "lr_schedule=wsd"})
+      REQUIRE_NOTHROW(gpt::validate(with({schedule, "lr_decay_fraction=1"})));
     REQUIRE_NOTHROW(gpt::validate(with({"comm_timeout_s=1e9", "threads=8"})));  // 8 per core, one core at least
     REQUIRE_NOTHROW(gpt::validate(with({"bucket_mb=1048576"})));
   }
@@ -410,7 +416,8 @@ TEST_CASE("config_to_json round-trips through apply_json_text to an equal config
   // Every field away from its default, so a key the JSON forgot cannot pass by luck.
   Config original = with({"n_layer=3", "n_embd=96", "n_head=6", "block_size=128",
                           "vocab_size=50257", "seq_len=96", "batch_size=32",
-                          "micro_batch_size=4", "steps=1234", "lr=6e-4", "min_lr_ratio=0.05",
+                          "micro_batch_size=4", "steps=1234", "lr=6e-4", "min_lr_ratio=0.05", "lr_schedule=wsd",
+                          "lr_decay_fraction=0.3",
                           "warmup_steps=7", "weight_decay=0.01", "beta1=0.85", "beta2=0.999",
                           "adam_eps=1.5e-9", "grad_clip=0.5", "seed=18446744073709551615",
                           "train_data=a/*.bin", "val_data=b.bin", "val_every=3",
@@ -433,7 +440,7 @@ TEST_CASE("config_to_json round-trips through apply_json_text to an equal config
 
 TEST_CASE("every key can be set from the text it prints as, and is documented") {
   nlohmann::json keys = nlohmann::json::parse(gpt::config_to_json(Config{}));
-  REQUIRE(keys.size() == 59);  // one per Config field (ModelConfig has five)
+  REQUIRE(keys.size() == 61);  // one per Config field (ModelConfig has five)
   std::string help = gpt::config_help_text();
   std::string markdown = gpt::config_reference_markdown();
   CHECK(help.starts_with("usage: train [--config FILE] [--set key=value]..."));

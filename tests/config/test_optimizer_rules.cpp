@@ -39,6 +39,50 @@ TEST_CASE("optimizer: the learning rate warms up linearly, then follows a cosine
   CHECK(learning_rate(cfg, 0) == Approx(1e-3).epsilon(1e-12));
 }
 
+TEST_CASE("optimizer: lr_schedule linear, constant and wsd after the same warmup", "[optimizer]") {
+  Config cfg;
+  cfg.lr = 1e-3, cfg.warmup_steps = 4, cfg.steps = 14, cfg.min_lr_ratio = 0.1;
+  // The warmup is the schedule's in every case: step 0 takes lr / 4.
+  for (const char* schedule : {"cosine", "linear", "constant", "wsd"}) {
+    cfg.lr_schedule = schedule;
+    INFO("lr_schedule=" << schedule);
+    CHECK(learning_rate(cfg, 0) == Approx(2.5e-4).epsilon(1e-12));
+    CHECK(learning_rate(cfg, 4) == Approx(1e-3).epsilon(1e-12));  // p = 0: lr, whatever the schedule
+  }
+  // linear: lr (r + (1 - r)(1 - p)), p = (s - 4) / 10: halfway (s = 9) lr (0.1 + 0.45),
+  // and from p = 1 on lr r.
+  cfg.lr_schedule = "linear";
+  CHECK(learning_rate(cfg, 6) == Approx(1e-3 * (0.1 + 0.9 * 0.8)).epsilon(1e-12));
+  CHECK(learning_rate(cfg, 9) == Approx(5.5e-4).epsilon(1e-12));
+  CHECK(learning_rate(cfg, 14) == Approx(1e-4).epsilon(1e-12));
+  CHECK(learning_rate(cfg, 1000) == Approx(1e-4).epsilon(1e-12));
+  // constant: lr after the warmup, min_lr_ratio unused.
+  cfg.lr_schedule = "constant";
+  CHECK(learning_rate(cfg, 9) == 1e-3);
+  CHECK(learning_rate(cfg, 1000) == 1e-3);
+  // wsd with f = 0.2: stable (exactly lr) while p <= 0.8, i.e. steps 4..12; then, over the
+  // decay's own progress q = (p - 0.8) / 0.2, lr (r + (1 - r)(1 - sqrt(q))): at step 13
+  // q = 1/2, 1 - sqrt(1/2) = 0.29289321881345254; at step 14 q = 1: lr r.
+  cfg.lr_schedule = "wsd";
+  cfg.lr_decay_fraction = 0.2;
+  for (int64_t s = 4; s <= 12; ++s) CHECK(learning_rate(cfg, s) == 1e-3);
+  CHECK(learning_rate(cfg, 13) == Approx(1e-3 * (0.1 + 0.9 * 0.29289321881345254)).epsilon(1e-12));
+  CHECK(learning_rate(cfg, 14) == Approx(1e-4).epsilon(1e-12));
+  CHECK(learning_rate(cfg, 1000) == Approx(1e-4).epsilon(1e-12));
+  // Extending the run (steps 14 -> 24, a resume with more steps) keeps step 13 in the stable
+  // phase: the point of wsd. The cosine's rate at step 13 would instead rise (control).
+  Config longer = cfg;
+  longer.steps = 24;
+  CHECK(learning_rate(longer, 13) == 1e-3);
+  Config cosine = cfg, cosine_longer = longer;
+  cosine.lr_schedule = cosine_longer.lr_schedule = "cosine";
+  CHECK(learning_rate(cosine_longer, 13) > learning_rate(cosine, 13));
+  // f = 1: the decay takes every step after the warmup; halfway, q = p = 1/2.
+  cfg.lr_decay_fraction = 1.0;
+  CHECK(learning_rate(cfg, 5) < 1e-3);
+  CHECK(learning_rate(cfg, 9) == Approx(1e-3 * (0.1 + 0.9 * 0.29289321881345254)).epsilon(1e-12));
+}
+
 TEST_CASE("optimizer: the clip factor scales a gradient whose global norm passes grad_clip down to it",
           "[optimizer]") {
   CHECK(clip_scale(4.0, 1.0, 1) == 0.25);  // norm 4 -> 1: exactly clip / norm

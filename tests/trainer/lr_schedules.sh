@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The trainer steps with the learning rate lr_schedule names: each schedule's run of 12
+# steps (warmup 3, lr_decay_fraction 0.5, min_lr_ratio 0.1) logs in metrics.jsonl, for
+# every step, the rate this script computes on its own from docs/config.md's formula
+# (Python, double: relative difference at most 1e-12; the trainer prints the rate with
+# 17 significant digits).
+# Negative control: each run's rates are checked against every other schedule's formula
+# too, and must fail there (the four differ after the warmup), so a trainer that ignored
+# lr_schedule could not pass.
+# Then the use wsd is for: the wsd run is saved at step 6 and resumed with steps=24. Steps
+# 7 and 8 are in the stable phase in both (the 12-step run decays from step 9 on), so the
+# resumed run takes the same rate, lr, at both, and step 8's loss (a forward on the
+# weights step 7 updated) equals the 12-step run's bit for bit. A cosine run resumed the
+# same way takes another rate at step 7 (higher: its decay is stretched) and step 8's loss
+# differs (the control).
+# Usage: lr_schedules.sh TRAIN PREPARE WORKDIR ROOT
+set -euo pipefail
+TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4
+source "$(dirname "$0")/common.sh"
+rm -rf "$WORK" && mkdir -p "$WORK"
+make_corpus "$WORK" "$PREPARE"
+
+keys=(--set steps=12 --set warmup_steps=3 --set lr_decay_fraction=0.5 --set min_lr_ratio=0.1 --set lr=0.002
+      --set val_batches=0 --set sample_tokens=0 --set checkpoint_every=6 --set keep_checkpoints=0)
+for schedule in cosine linear constant wsd; do
+  "$TRAIN" $(tiny_args "$WORK/data" "$WORK/$schedule") "${keys[@]}" --set lr_schedule=$schedule \
+    > "$WORK/$schedule.log" 2>&1 || { echo "FAIL: the $schedule run"; tail -5 "$WORK/$schedule.log"; exit 1; }
+done
+
+/usr/bin/python3 - "$WORK" <<'EOF'
+import json, math, sys
+work = sys.argv[1]
+lr, r, warmup, steps, f = 0.002, 0.1, 3, 12, 0.5
+
+def expected(schedule, s):  # s: the 0-based step; docs/config.md's formula
+    if s < warmup:
+        return lr * (s + 1) / warmup
+    p = min(1.0, (s - warmup) / (steps - warmup))
+    left = {"cosine": (1 + math.cos(math.pi * p)) / 2, "linear": 1 - p, "constant": 1.0,
+            "wsd": 1 - math.sqrt(max(0.0, (p - (1 - f)) / f))}[schedule]
+    return lr if schedule == "constant" else lr * (r + (1 - r) * left)
+
+schedules = ["cosine", "linear", "constant", "wsd"]
+failures = 0
+for run in schedules:
+    logged = [json.loads(l)["lr"] for l in open(f"{work}/{run}/metrics.jsonl") if '"kind":"train"' in l]
+    if len(logged) != steps:
+        print(f"FAIL {run}: {len(logged)} train lines, expected {steps}")
+        failures += 1
+        continue
+    for formula in schedules:
+        worst = max(abs(got - expected(formula, s)) / expected(formula, s) for s, got in enumerate(logged))
+        if formula == run and worst > 1e-12:
+            print(f"FAIL {run}: the logged rates differ from the formula by {worst:.3g} (relative)")
+            failures += 1
+        elif formula != run and worst < 1e-3:
+            print(f"FAIL (control) {run}: the logged rates also pass as {formula}'s ({worst:.3g})")
+            failures += 1
+    print(f"{run}: {' '.join(f'{x:.6g}' for x in logged)}")
+sys.exit(1 if failures else 0)
+EOF
+echo "PASS: every schedule's logged rates are its formula's, and no other's"
+
+# train_line RUN STEP FIELD: a field of a train line of a run's metrics.
+train_line() {
+  /usr/bin/python3 -c 'import json, sys
+for l in open(sys.argv[1]):
+    m = json.loads(l)
+    if m["kind"] == "train" and m["step"] == int(sys.argv[2]): print(repr(m[sys.argv[3]]))' "$1/metrics.jsonl" "$2" "$3"
+}
+for schedule in wsd cosine; do
+  "$TRAIN" $(tiny_args "$WORK/data" "$WORK/${schedule}_longer") "${keys[@]}" --set lr_schedule=$schedule \
+    --set "resume=$WORK/$schedule/step_00000006" --set steps=24 > "$WORK/${schedule}_longer.log" 2>&1 ||
+    { echo "FAIL: the $schedule resume"; tail -5 "$WORK/${schedule}_longer.log"; exit 1; }
+done
+for at in "7 lr" "8 lr" "8 loss"; do
+  set -- $at
+  a=$(train_line "$WORK/wsd" $1 $2) b=$(train_line "$WORK/wsd_longer" $1 $2)
+  [ -n "$a" ] && [ "$a" = "$b" ] ||
+    { echo "FAIL: wsd resumed with steps=24: step $1's $2 is $b, the 12-step run's $a"; exit 1; }
+  echo "wsd, step $1's $2: $a in both"
+done
+c=$(train_line "$WORK/cosine" 8 loss) d=$(train_line "$WORK/cosine_longer" 8 loss)
+[ -n "$c" ] && [ "$c" != "$d" ] || { echo "FAIL (control): cosine resumed with steps=24 kept step 8's loss $c"; exit 1; }
+echo "PASS: wsd resumed with more steps keeps the run's rates and losses; cosine's step 8 loss moves ($c -> $d)"
