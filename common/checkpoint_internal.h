@@ -111,6 +111,8 @@ json read_manifest(const fs::path& dir);
 /// Fails unless the manifest's model shape is `m`.
 void check_model(const json& manifest, const ModelConfig& m, const std::string& manifest_path);
 /// The tensor table by name; a row with a bad dtype, file or offset fails, naming it.
+/// (Every row's offset plus its shape's bytes is checked to fit an int64: sizes computed from
+/// the table cannot overflow.)
 std::map<std::string, TableEntry> read_table(const json& manifest, const std::string& manifest_path);
 
 // --- checkpoint_agree.cpp: the ranks of a collective save agree ------------------------

@@ -176,6 +176,16 @@ std::map<std::string, TableEntry> read_table(const json& manifest, const std::st
            "', which is not a file of the checkpoint directory");
     if (e.offset < 0 || e.offset % e.element_bytes != 0)
       fail(manifest_path + ": tensor " + name + " has an invalid offset " + std::to_string(e.offset));
+    // Where the tensor's bytes end in its file, counted without overflow: a shape or an
+    // offset edited to a huge value is refused here, by name, before any size is computed.
+    int64_t end = e.element_bytes;
+    for (int64_t d : e.shape)
+      if (d < 0 || __builtin_mul_overflow(end, d, &end))
+        fail(manifest_path + ": tensor " + name + " has shape " + row.at("shape").dump() +
+             ": a dimension is negative, or the tensor has more bytes than a file can hold");
+    if (__builtin_add_overflow(end, e.offset, &end))
+      fail(manifest_path + ": tensor " + name + " has offset " + std::to_string(e.offset) + " and shape " +
+           row.at("shape").dump() + ": its bytes would end past the largest file size");
     if (!table.emplace(name, std::move(e)).second)
       fail(manifest_path + ": tensor " + name + " is listed twice");
   }

@@ -400,6 +400,29 @@ TEST_CASE("a damaged or foreign checkpoint is a UserError naming the problem", "
     });
     CHECK_THAT(msg, Catch::Contains("param/wpe") && Catch::Contains("must be integers"));
   }
+  // Sizes that overflow 64 bits (a reader that multiplied first would compute a wrapped
+  // size, and a sanitizer build would stop on it): refused by name, not as a read error.
+  SECTION("an offset near 2^63") {
+    const std::string msg = edited([](json& m) {
+      for (auto& row : m["tensors"])
+        if (row["name"] == "param/wpe") row["offset"] = int64_t(9223372036854775800);
+    });
+    CHECK_THAT(msg, Catch::Contains("param/wpe has offset 9223372036854775800") &&
+                        Catch::Contains("past the largest file size"));
+  }
+  SECTION("a shape of 2^120 elements, and a negative dimension") {
+    const auto with_shape = [&](json shape) {
+      return edited([&](json& m) {
+        for (auto& row : m["tensors"])
+          if (row["name"] == "param/wpe") row["shape"] = shape;
+      });
+    };
+    CHECK_THAT(with_shape({int64_t(1) << 40, int64_t(1) << 40, int64_t(1) << 40}),
+               Catch::Contains("param/wpe has shape [1099511627776,1099511627776,1099511627776]") &&
+                   Catch::Contains("more bytes than a file can hold"));
+    CHECK_THAT(with_shape({-4, -8}), Catch::Contains("param/wpe has shape [-4,-8]") &&
+                                         Catch::Contains("a dimension is negative"));
+  }
   SECTION("a row of another kind") {
     const std::string msg = edited([](json& m) {
       json row = m["tensors"][0];
