@@ -20,6 +20,7 @@
 #include "common/error.h"
 #include "common/gpt2_layout.h"
 #include "common/llmc_model.h"
+#include "common/run_lock.h"
 
 namespace {
 
@@ -28,7 +29,8 @@ constexpr const char* kUsage =
     "       llmc_model export CHECKPOINT MODEL.bin [--bf16]\n"
     "\n"
     "import: llm.c's model file (version 1 or 3: fp32; 5: bf16) becomes RUN_DIR/step_00000000,\n"
-    "  a checkpoint of step 0 (the weights, AdamW moments zero) that every stage resumes:\n"
+    "  a checkpoint of step 0 (the weights, AdamW moments zero) that every stage resumes\n"
+    "  (RUN_DIR: new, or without checkpoints, and no job training in it):\n"
     "  train --config ... --set resume=RUN_DIR/step_00000000, with the file's model shape\n"
     "  (n_layer, n_head, n_embd, vocab_size; block_size its max_seq_len).\n"
     "export: a checkpoint's weights become llm.c's model file, version 3 (fp32), or 5\n"
@@ -43,6 +45,16 @@ int import_model(const std::string& model_path, const std::string& run_dir) {
   const gpt::ParamLayout layout(header.model);
   std::vector<float> params = gpt::read_llmc_model(model_path, layout);
   std::vector<float> zeros(params.size(), 0.0f);
+  // The file is good: now the directory. A job training there holds its lock, and its
+  // pruning (keep_checkpoints) would delete the step-0 checkpoint written beside its own;
+  // a directory with checkpoints already would rank step 0 below them (resume=latest)
+  // and prune it first. So the import takes the lock as a job does, and wants a run
+  // directory without checkpoints.
+  const gpt::RunDirLock lock(run_dir);
+  if (const std::string latest = gpt::latest_checkpoint(run_dir); !latest.empty())
+    gpt::fail("RUN_DIR '" + run_dir + "' holds checkpoints already (the latest " + latest +
+              "): a step-0 checkpoint beside them would be ranked below them by resume=latest and pruned by "
+              "keep_checkpoints; import into a new or empty directory");
 
   gpt::Config cfg;  // the manifest records a config: the defaults, with the file's shape
   cfg.model = header.model;

@@ -17,8 +17,8 @@
 #      version 1's export, imported again, gives the same checkpoint tensors;
 #   5. bad input: a truncated file, an unknown version, n_head not dividing n_embd, a
 #      token shard given as a model, a weight that is NaN, a RUN_DIR that holds a step-0
-#      checkpoint, an export over an existing file or its temporary name, a resume with
-#      another model shape:
+#      checkpoint, a later one, or a running job's lock, an export over an existing file or
+#      its temporary name, a resume with another model shape:
 #      each exit 2, named; the refused imports and exports write nothing.
 # Negative control: a file whose attention projections are stored transposed (what an
 # importer that transposed them would make of the right file) must fail both the tensor
@@ -124,6 +124,19 @@ refused shard "a token shard" "$TOOL" import data/train.bin bad4
 patch nan.bin 256 2143289344  # the first weight (wte's first value, after the header) a quiet NaN
 refused nan "tensor wte holds NaN at element 0" "$TOOL" import nan.bin bad6
 refused run_dir "already holds" "$TOOL" import m3.bin run3
+# A run directory with a later checkpoint, and one a running job holds (this shell stands
+# for the job: flock(1) on the lock file the trainers take): refused, nothing written there.
+mkdir -p later && cp -r run3/step_00000000 later/step_00000000 && rm -rf later_run
+python3_set_step() { /usr/bin/python3 -c 'import json, sys
+m = json.load(open(sys.argv[1])); m["step"] = m["data_position"]["step"] = 4; m["data_position"]["sequences"] = 4
+json.dump(m, open(sys.argv[1], "w"))' "$1"; }
+mv later/step_00000000 later/step_00000004 && python3_set_step later/step_00000004/manifest.json
+refused later_checkpoints "holds checkpoints already" "$TOOL" import m3.bin later
+[ ! -e later/step_00000000 ] || fail "the refused import wrote later/step_00000000"
+mkdir -p busy && exec {held}> busy/.lock && flock -n "$held"
+refused busy "is in use by another job" "$TOOL" import m3.bin busy
+exec {held}>&-
+[ ! -e busy/step_00000000 ] || fail "the import into a locked run directory wrote busy/step_00000000"
 cp m3.bin m3.copy
 refused export_over "exists" "$TOOL" export run3/step_00000000 m3.bin
 refused export_nameless "name a file to write" "$TOOL" export run3/step_00000000 ""
