@@ -1,5 +1,7 @@
 #include "common/metrics.h"
 
+#include <sys/file.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -37,6 +39,16 @@ MetricsLog::MetricsLog(const std::string& path) : path_(path) {
                      "a metrics log (its first line is not a JSON object with a \"kind\")");
   file_ = std::fopen(path.c_str(), "a");
   require(file_ != nullptr, "metrics_file: cannot open '" + path + "' for appending: " + std::strerror(errno));
+  // One writer at a time: the run directory's lock does not cover a metrics_file named
+  // elsewhere, or another job's own log named as this one's, and two jobs appending to one
+  // log would interleave their steps into what reads as several runs. flock(2), released
+  // by the kernel however the holder ends; a file system without it goes unguarded.
+  if (::flock(fileno(file_), LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    std::fclose(file_);
+    file_ = nullptr;
+    fail("metrics_file '" + path + "' is being written by another job (it holds the file's lock); give this run "
+         "another metrics_file, or wait for that job to end");
+  }
   // A run killed mid-line (or stopped by a full disk) leaves its last line torn: end it,
   // so that this run's first line is a line of its own, readable, and the torn one stays
   // as it was.

@@ -5,6 +5,10 @@
 # nothing there: the checkpoint already in the directory keeps its bytes, no checkpoint
 # is added or pruned, the metrics file is not truncated. Once the first job has ended
 # (killed: the kernel drops its lock), the directory is free again.
+# The metrics file has a lock of its own: a job in another run directory that names the
+# running job's metrics.jsonl as its metrics_file stops with exit 2 too, and writes no line
+# into it (its step 1 would land among the running job's steps); once the running job has
+# ended it may.
 # Usage: run_dir_lock.sh TRAIN01 PREPARE WORKDIR ROOT [TRAIN02 MPIEXEC]
 set -euo pipefail
 TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4 TRAIN02=${5:-} MPIEXEC=${6:-}
@@ -46,6 +50,16 @@ if [ -n "$TRAIN02" ]; then
     --set steps=3
 fi
 
+step1_lines() { grep -c '"step":1,' "$RUN/metrics.jsonl" || true; }
+step1_before=$(step1_lines)
+status=0
+"$TRAIN" $(tiny_args "$D" "$WORK/other") "${quiet[@]}" --set steps=3 --set "metrics_file=$RUN/metrics.jsonl" \
+  > "$WORK/shared_metrics.log" 2>&1 || status=$?
+[ "$status" -eq 2 ] && grep -q "metrics_file '$RUN/metrics.jsonl' is being written by another job" "$WORK/shared_metrics.log" ||
+  { echo "FAIL: a second job on the running job's metrics file exited $status"; cat "$WORK/shared_metrics.log"; exit 1; }
+[ "$(step1_lines)" = "$step1_before" ] || { echo "FAIL: the refused job wrote into the running job's metrics"; exit 1; }
+echo "ok: shared metrics_file refused: $(grep -m1 'being written' "$WORK/shared_metrics.log")"
+
 kill -0 "$running" || { echo "FAIL: the running job died"; cat "$WORK/running.log"; exit 1; }
 snapshot > "$WORK/after.txt"
 diff "$WORK/before.txt" "$WORK/after.txt" || { echo "FAIL: the refused jobs changed the checkpoints"; exit 1; }
@@ -56,4 +70,7 @@ kill -9 "$running"
 wait "$running" 2>/dev/null || true
 "$TRAIN" $(tiny_args "$D" "$RUN") "${quiet[@]}" --set steps=3 --set resume=latest > "$WORK/after_end.log" 2>&1 ||
   { echo "FAIL: after the first job ended the directory is still locked"; cat "$WORK/after_end.log"; exit 1; }
+"$TRAIN" $(tiny_args "$D" "$WORK/other") "${quiet[@]}" --set steps=1 --set "metrics_file=$RUN/metrics.jsonl" \
+  > "$WORK/shared_after_end.log" 2>&1 ||
+  { echo "FAIL: after the first job ended its metrics file is still locked"; cat "$WORK/shared_after_end.log"; exit 1; }
 echo "PASS"
