@@ -101,17 +101,28 @@ int on_every_rank(Communicator& world, F&& body) {
   }
 }
 
-// Every rank must train with rank 0's configuration. mpirun's MPMD form (`-np 1 train
-// --set lr=1e-3 : -np 1 train --set lr=1e-2`) or a per-rank wrapper script can hand the
-// ranks different ones, and each rank would then silently train another model, or wait
-// for messages its peers never send. `threads` may differ (nodes with other core counts).
-void require_rank0_config(Communicator& world, const Config& cfg) {
-  if (world.size() == 1) return;
-  const std::string mine = config_to_json(cfg);
+// Rank 0's `mine`, on every rank.
+std::string rank0_text(Communicator& world, const std::string& mine) {
   uint64_t size = mine.size();
   world.broadcast(&size, sizeof size, DType::Byte, 0);
   std::string lead = world.rank() == 0 ? mine : std::string(size, '\0');
   world.broadcast(lead.data(), size_t(size), DType::Byte, 0);
+  return lead;
+}
+
+// Every rank must train with rank 0's stage and configuration. mpirun's MPMD form (`-np 1
+// train --set lr=1e-3 : -np 1 train --set lr=1e-2`, or two stages' binaries) or a per-rank
+// wrapper script can hand the ranks different ones, and each rank would then silently
+// train another model, or wait for messages its peers never send (a timeout that blames a
+// lost peer). `threads` may differ (nodes with other core counts).
+void require_rank0_config(Communicator& world, const Config& cfg, const std::string& stage) {
+  if (world.size() == 1) return;
+  const std::string lead_stage = rank0_text(world, stage);
+  if (lead_stage != stage)
+    fail("rank " + std::to_string(world.rank()) + " runs stage " + stage + ", rank 0 stage " + lead_stage +
+         ": every rank of a job must run the same stage's trainer");
+  const std::string mine = config_to_json(cfg);
+  const std::string lead = rank0_text(world, mine);
   if (lead == mine) return;
   const nlohmann::json theirs = nlohmann::json::parse(lead), ours = nlohmann::json::parse(mine);
   std::string keys;
@@ -147,7 +158,7 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
                                               " trains in fp32 or bf16; the fp64 ground truth is stage 01's");
     std::unique_ptr<Communicator> world = make_world(&argc, &argv, {cfg.comm, device, cfg.comm_timeout_s});
     return on_every_rank(*world, [&] {
-      require_rank0_config(*world, cfg);
+      require_rank0_config(*world, cfg, spec.name);
       const MeshShape shape = mesh_shape_for(cfg, world->size());
       validate(cfg, shape.dp);
       const ChoicesInTraining choices(cfg, world->rank(), world->size());
@@ -187,8 +198,11 @@ DataLoader validation_data(const Config& cfg) {
           "val_batches=" + std::to_string(cfg.val_batches) + " x micro_batch_size=" +
               std::to_string(cfg.micro_batch_size) + " = " + std::to_string(wanted) + " sequences, but val_data '" +
               cfg.val_data + "' holds " + std::to_string(val.num_windows()) + " windows of seq_len=" +
-              std::to_string(cfg.seq_len) + " tokens: validation would count some twice; use val_batches <= " +
-              std::to_string(val.num_windows() / cfg.micro_batch_size));
+              std::to_string(cfg.seq_len) + " tokens: validation would count some twice; " +
+              (val.num_windows() >= cfg.micro_batch_size
+                   ? "use val_batches <= " + std::to_string(val.num_windows() / cfg.micro_batch_size)
+                   : "not one micro-batch fits: give a longer val_data, lower micro_batch_size to " +
+                         std::to_string(val.num_windows()) + " or less, or set val_batches=0 (no validation)"));
   return val;
 }
 

@@ -140,6 +140,11 @@ expect "token outside vocab"     train.bin     train --set vocab_size=64
 # around silently and run for ages), and batches asked of no data.
 expect "validation beyond data"  "val_batches=1000 x micro_batch_size=2 = 2000 sequences" train --set val_batches=1000
 expect "validation without data" "val_data is empty but val_batches=2" train --set val_data= --set val_batches=2
+# A validation shard of one window, fewer than a micro-batch (2): the advice is one that can
+# be followed (a smaller micro-batch), not val_batches <= 0.
+/usr/bin/python3 -c 'import struct, sys
+sys.stdout.buffer.write(struct.pack("<256i", 20240520, 1, 40, *[0] * 253) + bytes(80))' > "$WORK/one_window.bin"
+expect "val shard under a micro-batch" "lower micro_batch_size to 1 or less" train --set "val_data=$WORK/one_window.bin"
 # A training glob that also matches the validation shard, and one file spelled two ways.
 expect "train glob holds val"    "both name '$D/val.bin'" train --set "train_data=$D/*.bin"
 expect "val is a train shard"    "training tokens" train --set "val_data=$D/./train.bin"

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Every rank must run rank 0's configuration: mpirun's MPMD form hands two ranks of stage
 # 02 different learning rates, and the job must stop at once with exit 2, naming the
-# rank, the key and both values (before, the replicas trained apart in silence). The
+# rank, the key and both values (before, the replicas trained apart in silence). Two
+# stages' trainers in one job (02 and 03, the same configuration) stop the same way,
+# naming both stages (before, they waited comm_timeout_s and blamed a lost peer). The
 # control: ranks that differ only in `threads` train.
-# Usage: configs_differ.sh TRAIN02 PREPARE WORKDIR ROOT MPIEXEC
+# Usage: configs_differ.sh TRAIN02 PREPARE WORKDIR ROOT MPIEXEC TRAIN03
 set -euo pipefail
-TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5
+TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5 TRAIN03=$6
 source "$(dirname "$0")/common.sh"
 rm -rf "$WORK" && mkdir -p "$WORK"
 make_corpus "$WORK" "$PREPARE"
@@ -19,6 +21,13 @@ grep -q "rank 1's configuration differs from rank 0's: lr=0.002 (rank 0: 0.001)"
   { echo "FAIL: the message does not name the rank, the key and both values"; cat "$WORK/differ.log"; exit 1; }
 ! grep -q "^step" "$WORK/differ.log" || { echo "FAIL: the ranks trained before refusing"; exit 1; }
 echo "ok: $(grep -m1 "differs from rank 0" "$WORK/differ.log")"
+
+status=0
+"$MPIEXEC" --oversubscribe $(rank) : $(rank | sed "s|$TRAIN|$TRAIN03|") > "$WORK/stages.log" 2>&1 || status=$?
+[ "$status" -eq 2 ] || { echo "FAIL: stages 02 and 03 in one job: exit $status, expected 2"; tail -5 "$WORK/stages.log"; exit 1; }
+grep -q "rank 1 runs stage 03_zero1, rank 0 stage 02_ddp" "$WORK/stages.log" ||
+  { echo "FAIL: the message does not name both stages"; cat "$WORK/stages.log"; exit 1; }
+echo "ok: $(grep -m1 "runs stage" "$WORK/stages.log")"
 
 rm -rf "$WORK/run"
 "$MPIEXEC" --oversubscribe $(rank --set threads=1) : $(rank --set threads=2) > "$WORK/threads.log" 2>&1 ||
