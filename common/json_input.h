@@ -7,8 +7,12 @@
 ///     and nlohmann's dump, which an error message uses to quote a value, recurses once a
 ///     level (a file nested 100,000 deep overflowed the stack);
 ///   - a NUL byte: JSON text has none (a string holds one as the escape `\\u0000`), and nlohmann reads
-///     no further than one, so whatever followed it went unread.
+///     no further than one, so whatever followed it went unread;
+///   - a number too small for a double (1e-400): nlohmann reads it as 0 without a word, and
+///     a setting such as grad_clip or weight_decay at 0 is switched off. (One too large,
+///     1e400, nlohmann refuses itself.)
 #pragma once
+#include <cstdlib>
 #include <exception>
 #include <set>
 #include <string>
@@ -20,8 +24,37 @@ namespace gpt {
 /// The deepest nesting parse_json_input accepts: arrays and objects within each other.
 constexpr int kMaxJsonDepth = 64;
 
+/// The first number of JSON `text` (outside its strings) with a nonzero digit before its
+/// exponent that reads as 0 (1e-400: below the smallest double), or "" when there is none.
+inline std::string number_read_as_zero(const std::string& text) {
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;  // the escaped character, a quote included
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      continue;
+    }
+    if (c != '-' && (c < '0' || c > '9')) continue;
+    size_t end = i;
+    bool nonzero = false, exponent = false;
+    for (; end < text.size() && std::string("0123456789+-.eE").find(text[end]) != std::string::npos; ++end) {
+      exponent = exponent || text[end] == 'e' || text[end] == 'E';
+      nonzero = nonzero || (!exponent && text[end] >= '1' && text[end] <= '9');
+    }
+    const std::string number = text.substr(i, end - i);
+    if (nonzero && std::strtod(number.c_str(), nullptr) == 0.0) return number;
+    i = end - 1;
+  }
+  return "";
+}
+
 /// Parses `text` as J (nlohmann::json or nlohmann::ordered_json). Calls `refuse(reason)`,
-/// which must throw, at a NUL byte, at the first key of the top-level object given a
+/// which must throw, at a NUL byte, at a nonzero number read as 0, at the first key of the top-level object given a
 /// second time, or at nesting deeper than kMaxJsonDepth; the reason reads after the
 /// name of the file ("key 'lr' is given twice"). nlohmann's own parse errors are left to
 /// the caller, which words them.
@@ -30,6 +63,8 @@ J parse_json_input(const std::string& text, Refuse&& refuse) {
   const size_t nul = text.find('\0');
   if (nul != std::string::npos)
     refuse("a NUL byte at offset " + std::to_string(nul) + " (JSON text has none; one inside a string is \\u0000)");
+  if (const std::string tiny = number_read_as_zero(text); !tiny.empty())
+    refuse("the number " + tiny + " is below the smallest double and would be read as 0; write 0 if 0 is meant");
   std::set<std::string> keys;
   const auto check = [&](int depth, typename J::parse_event_t event, J& parsed) {
     using Event = typename J::parse_event_t;

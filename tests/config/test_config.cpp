@@ -377,6 +377,22 @@ TEST_CASE("files that cannot be read or parsed are errors naming the file") {
     REQUIRE_THROWS_AS(gpt::apply_json_file(cfg, path), UserError);
     REQUIRE_THROWS_WITH(gpt::apply_json_file(cfg, path), Contains("overflow.json") && Contains("1e400"));
   }
+  // Below the smallest double, nlohmann reads 0 without a word: grad_clip or weight_decay
+  // switched off. Zeros written as zeros, small normal numbers and text in strings pass.
+  SECTION("a nonzero number below a double's range: the file and the number, not a silent 0") {
+    std::string path = write_file("underflow.json", "{\"weight_decay\": 0.1, \"grad_clip\": 1e-400}");
+    REQUIRE_THROWS_WITH(gpt::apply_json_file(cfg, path), Contains("underflow.json") && Contains("1e-400") &&
+                                                             Contains("would be read as 0"));
+    path = write_file("underflow_mantissa.json", "{\"lr\": -0.00005e-330}");
+    REQUIRE_THROWS_WITH(gpt::apply_json_file(cfg, path), Contains("-0.00005e-330"));
+    path = write_file("zeros.json", "{\"grad_clip\": 0e5, \"weight_decay\": -0.0, \"lr\": 1e-300, "
+                                    "\"run_dir\": \"runs/\\\"1e-400\"}");
+    Config read = cfg;
+    REQUIRE_NOTHROW(gpt::apply_json_file(read, path));
+    CHECK(read.grad_clip == 0.0);
+    CHECK(read.lr == 1e-300);
+    CHECK(read.run_dir == "runs/\"1e-400");
+  }
   // A value's nesting, which quoting it would recurse through (nlohmann's dump: 100,000
   // levels overflowed the stack), and bytes after a NUL, which nlohmann would not read.
   SECTION("nested deeper than 64 levels, or a NUL byte: the file, not a crash or a silent cut") {
