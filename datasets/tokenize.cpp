@@ -25,7 +25,7 @@ constexpr const char* kUsage =
     "Encodes standard input and prints a line per token: its id and its bytes.\n"
     "\n"
     "  --tokenizer FILE    a tokenizer file in llm.c's format (default: bytes)\n"
-    "  --pieces            print GPT-2's pre-tokenizer pieces (hex of their bytes)\n"
+    "  --pieces            print GPT-2's pre-tokenizer pieces (hex of their bytes; no --tokenizer)\n"
     "  --decode            read token ids, write their text\n"
     "  --help              print this message\n";
 
@@ -57,7 +57,7 @@ std::string hex(std::string_view bytes) {
 
 int run(int argc, char** argv) {
   std::string tokenizer_name = "bytes";
-  bool pieces = false, decode = false;
+  bool pieces = false, decode = false, tokenizer_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -66,6 +66,7 @@ int run(int argc, char** argv) {
     } else if (arg == "--tokenizer") {
       if (i + 1 >= argc) gpt::fail("flag --tokenizer needs a value");
       tokenizer_name = argv[++i];
+      tokenizer_given = true;
     } else if (arg == "--pieces") {
       pieces = true;
     } else if (arg == "--decode") {
@@ -75,6 +76,11 @@ int run(int argc, char** argv) {
     }
   }
   if (pieces && decode) gpt::fail("--pieces and --decode exclude each other");
+  // The pieces are GPT-2's pre-tokenizer's, the same for every tokenizer file: a file
+  // named beside --pieces would go unread, so it is refused rather than ignored.
+  if (pieces && tokenizer_given)
+    gpt::fail("--pieces prints GPT-2's pre-tokenizer pieces, which no tokenizer file changes: drop --tokenizer "
+              "(or drop --pieces to see that tokenizer's tokens)");
   const std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
 
   if (pieces) {

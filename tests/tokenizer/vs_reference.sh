@@ -104,6 +104,12 @@ printf 'ab\0c' | "$TOKENIZE" --tokenizer no_nul.bin > /dev/null 2> err.txt || st
 if [[ $status == 2 ]] && grep -qF "byte 0x00 at offset 2 is no token of no_nul.bin" err.txt; then
   echo "ok   a byte outside the vocabulary: $(cat err.txt)"
 else fail "a byte outside the vocabulary: exit $status, $(cat err.txt)"; fi
+# --pieces are the pre-tokenizer's, whatever the file: a --tokenizer beside it (even one
+# that does not exist) would go unread, so it is refused.
+status=0
+echo hi | "$TOKENIZE" --tokenizer no_such_file.bin --pieces > /dev/null 2> err.txt || status=$?
+[[ $status == 2 ]] && grep -qF -- "drop --tokenizer" err.txt && echo "ok   --pieces with --tokenizer: $(cat err.txt)" ||
+  fail "--pieces with --tokenizer: exit $status, $(cat err.txt)"
 
 # datasets/write_gpt2_tokenizer.py, on a stand-in for tiktoken's encoding (no network
 # here): the file it writes loads, and each id decodes to the encoding's bytes for it.
