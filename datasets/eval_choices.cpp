@@ -9,6 +9,7 @@
 // dev/data/hellaswag.py writes hellaswag_val.bin (10,042 examples, GPT-2 tokens).
 #include <omp.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -19,6 +20,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -175,8 +177,20 @@ int evaluate(const Options& o, const std::string& checkpoint, const gpt::ModelCo
     std::printf("  %zu/%zu examples, %.0f s\n", done, examples.size(), s);
     std::fflush(stdout);
   };
-  const std::vector<gpt::ChoiceScore> scores =
-      gpt::score_choices(shape, holder.params().data(), device, precision, o.batch, window, examples, progress);
+  // Rows a forward: --batch, but no more than the file has (the scorer's buffers are sized
+  // by it; an example's scores do not depend on what shares its forward).
+  int64_t all_rows = 0;
+  for (const gpt::ChoiceExample& ex : examples) all_rows += int64_t(ex.completions.size());
+  const int rows = int(std::min<int64_t>(o.batch, all_rows));
+  std::vector<gpt::ChoiceScore> scores;
+  try {
+    scores = gpt::score_choices(shape, holder.params().data(), device, precision, rows, window, examples, progress);
+  } catch (const gpt::UserError& e) {
+    // The memory checks speak of the trainer's keys; here the rows a forward are --batch's.
+    if (!std::string_view(e.what()).starts_with("out of")) throw;
+    gpt::fail("--batch " + std::to_string(o.batch) + " (" + std::to_string(rows) + " rows of " +
+              std::to_string(window) + " tokens a forward): " + e.what() + " Here: lower --batch.");
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   int correct = 0, correct_norm = 0;

@@ -11,7 +11,9 @@
 #      measured about 4e-16), the same predictions, the same acc and acc_norm printed;
 #   2. fp32: within the oracle's fp32 bound, 4 x PyTorch float32's own error + 8 eps32;
 #   3. the batch does not change a number: --batch 5, 12 and 64 write identical scores
-#      (each row's arithmetic is the same whatever rows share its forward); --limit 7 writes
+#      (each row's arithmetic is the same whatever rows share its forward), and so does
+#      --batch 20000000, more rows than the file has (sized by the file's: not 76 GiB of
+#      buffers and an out-of-memory error); --limit 7 writes
 #      the first 7 of them; a run directory evaluates its latest checkpoint;
 #   4. bad input: each way an eval file can be wrong, a completion longer than the window,
 #      a batch smaller than an example, an --out that exists (left as it was), unknown or
@@ -72,7 +74,7 @@ scores fp32 --precision=fp32 --batch=12
 compared fp32 fp32.jsonl want.jsonl --baseline baseline32.jsonl
 
 echo "== batches, --limit, a run directory"
-for b in 5 64; do
+for b in 5 64 20000000; do  # the last: more rows than the file has, sized by the file's
   scores "batch$b" --precision fp64 --batch "$b"
   if cmp -s "batch$b.jsonl" fp64.jsonl; then echo "ok   --batch $b: the same scores, bit for bit"
   else fail "--batch $b changes the scores"; fi
