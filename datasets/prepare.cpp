@@ -12,7 +12,9 @@
 // or ends in the middle of a line.
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -129,6 +131,12 @@ std::string read_text_file(const std::string& path) {
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) gpt::fail("input '" + path + "': read error");
   if (text.empty()) gpt::fail("input '" + path + "' is empty");
+  // A shard (this tool's own output, given back as input) would be tokenized as bytes:
+  // its header's magic number and version are no text anyone writes.
+  int32_t words[2] = {};
+  if (text.size() >= sizeof words) std::memcpy(words, text.data(), sizeof words);
+  if (words[0] == gpt::kShardMagic && words[1] == gpt::kShardVersion)
+    gpt::fail("input '" + path + "' is a token shard (its header says so), not text: give prepare the text files");
   return text;
 }
 

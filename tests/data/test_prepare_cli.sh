@@ -46,6 +46,10 @@ case $case_name in
   fraction_no_value) expect_error "--val-fraction" --out out good.txt --val-fraction ;;
   same_file_twice)   expect_error "is given twice" --out out good.txt ./good.txt ;;
   flag_twice)        expect_error "flag --out is given twice" --out out --out out2 good.txt ;;
+  shard_as_text)
+    # prepare's own output given back as input: refused, not tokenized as bytes.
+    "$prepare" --out first good.txt >/dev/null || fail "the first prepare failed"
+    expect_error "first/train.bin' is a token shard" --out out good.txt first/train.bin ;;
   existing)
     # Shards already in --out are a dataset: kept unless --force; with it, replaced.
     "$prepare" --out out good.txt >/dev/null || fail "the first prepare failed"
