@@ -170,6 +170,10 @@ expect "flipped byte"            wte           train --set "resume=$WORK/flipped
 cp -r "$ck" "$WORK/short"; truncate -s -4 "$WORK/short/adam_v.bin"
 expect "truncated tensor file"   adam_v.bin    train --set "resume=$WORK/short"
 expect "another model shape"     n_embd        train --set "resume=$ck" --set n_embd=64
+# A save in progress (or cut short by a crash), named by hand: never read, even whole.
+cp -r "$ck" "$WORK/good/step_00000003.tmp"
+expect "resume of a .tmp save"   "step_00000003.tmp/ is a checkpoint being written" train \
+  --set "resume=$WORK/good/step_00000003.tmp/"
 cp -r "$ck" "$WORK/nomanifest"; rm "$WORK/nomanifest/manifest.json"
 expect "missing manifest"        manifest.json train --set "resume=$WORK/nomanifest"
 mkdir "$WORK/nomanifest/manifest.json"
