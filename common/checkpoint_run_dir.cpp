@@ -205,6 +205,23 @@ void require_same_optimizer(const Config& cfg, const ResumeSource& source) {
        "; resume with optimizer=" + theirs->get<std::string>() + ", or start a fresh run");
 }
 
+// A checkpoint counts at most 2^62 sequences read (checkpoint.cpp); a run whose steps
+// would read past that from the recorded position could not save a checkpoint its own
+// loader reads (a position edited by hand: no real run comes near).
+void require_room_for_sequences(const Config& cfg, const ResumeSource& source) {
+  if (cfg.steps <= source.start) return;
+  const auto position = source.manifest.find("data_position");
+  if (position == source.manifest.end() || !position->is_object()) return;
+  const auto read = position->find("sequences");
+  if (read == position->end() || !read->is_number_integer()) return;  // loading says what is wrong with it
+  constexpr int64_t kMostSequences = int64_t(1) << 62;
+  const int64_t sequences = read->get<int64_t>(), steps = cfg.steps - source.start;
+  if (sequences >= 0 && sequences <= kMostSequences && steps > (kMostSequences - sequences) / cfg.batch_size)
+    fail("resume=" + source.path + ": its data position is " + std::to_string(sequences) + " sequences, and " +
+         std::to_string(steps) + " more steps of batch_size " + std::to_string(cfg.batch_size) +
+         " would read past 2^62, the most a checkpoint counts: a position that large was edited by hand");
+}
+
 }  // namespace
 
 std::string resolve_resume(const Config& cfg) {
@@ -214,6 +231,7 @@ std::string resolve_resume(const Config& cfg) {
   if (!path.empty()) {
     require_same_data_stream(cfg, source);
     require_same_optimizer(cfg, source);
+    require_room_for_sequences(cfg, source);
   }
   // `steps` counts from the start of the run, not from the resume. Below the checkpoint's
   // step it is a mistake (the run would train nothing and save the checkpoint again

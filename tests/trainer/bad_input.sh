@@ -181,6 +181,10 @@ expect "manifest a directory"    "manifest.json is not a regular file" train --s
 cp -r "$ck" "$WORK/negative"; sed -i 's/"step": 2,/"step": -3,/' "$WORK/negative/manifest.json"
 expect "negative step"           "negative/manifest.json has no \"step\" that is an integer >= 0" train --set "resume=$WORK/negative"
 expect "steps below the resume"  "steps=1 is below step 2" train --set "resume=$ck" --set steps=1
+# A data position edited to 2^62, the most a checkpoint counts: steps past it are refused
+# at start (the run's own next checkpoint would be one its loader refuses).
+cp -r "$ck" "$WORK/far"; sed -i 's/"sequences": 8,/"sequences": 4611686018427387904,/' "$WORK/far/manifest.json"
+expect "position near 2^62"      "would read past 2^62" train --set "resume=$WORK/far" --set steps=3
 # A run directory inside a checkpoint, or inside a step_ entry of another run: that
 # run's saves and pruning would delete it.
 expect "run_dir in a checkpoint" "run_dir='$ck/inner' lies inside $ck, a checkpoint:" train --set "run_dir=$ck/inner"
