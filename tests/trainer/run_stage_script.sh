@@ -34,6 +34,7 @@ tiny() { echo $(tiny_args "$WORK/data" "$WORK/run_$1") --set steps=1 --set sampl
 expect "no arguments"         2 "scripts/run_stage.sh N STAGE"
 expect "ranks not a number"   2 "N must be a number of ranks (1 or more), not 'two'" two 02
 expect "zero ranks"           2 "not '0'"                             0 02
+expect "ranks past 8 a core"  2 "N=999999 ranks on this machine's"    999999 02
 expect "unknown stage"        2 "no stage '99'"                       2 99
 expect "no stage number 0"    2 "no stage '0'"                        2 0
 expect "an empty name"        2 "'' names several stages"             2 ""
