@@ -24,7 +24,8 @@ double learning_rate(const Config& cfg, int64_t step) {
   } else if (cfg.lr_schedule == "linear") {
     left = 1.0 - progress;
   } else {
-    invariant(cfg.lr_schedule == "wsd", "learning_rate: lr_schedule '" + cfg.lr_schedule + "' (validate() allows none else)");
+    invariant(cfg.lr_schedule == "wsd",
+              "learning_rate: lr_schedule '" + cfg.lr_schedule + "' (validate() allows no other)");
     const double f = cfg.lr_decay_fraction;
     const double cooled = std::clamp((progress - (1.0 - f)) / f, 0.0, 1.0);  // of the decay's own steps
     left = 1.0 - std::sqrt(cooled);

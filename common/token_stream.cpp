@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,19 +24,26 @@ TokenStream::TokenStream(const std::string& pattern, int vocab_size) {
       const size_t bytes = size_t(kShardHeaderBytes + count * int64_t(sizeof(uint16_t)));
       const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
       if (fd < 0) fail("shard '" + path + "': cannot open for reading: " + std::strerror(errno));
+      // The file opened here must be the one just checked: replaced in between (a
+      // prepare --force renames a new one into place), its size or header differs.
+      struct stat st {};
+      const bool same_size = ::fstat(fd, &st) == 0 && st.st_size == off_t(bytes);
       // The mapping keeps the file, so the descriptor is closed at once.
-      void* mapping = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+      void* mapping = same_size ? ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
       const int map_errno = errno;
       ::close(fd);
+      if (!same_size) fail("shard '" + path + "' changed while it was being opened; start again");
       if (mapping == MAP_FAILED)
         fail("shard '" + path + "': cannot map its " + std::to_string(bytes) + " bytes into memory: " +
              std::strerror(map_errno));
-      Shard s;
-      s.mapping = mapping, s.mapping_bytes = bytes, s.start = total_, s.count = count;
+      shards_.push_back({mapping, bytes, nullptr, total_, count});  // unmapped by unmap_all if a check fails
+      const int32_t* header = static_cast<const int32_t*>(mapping);
+      if (header[0] != kShardMagic || header[1] != kShardVersion || header[2] != count)
+        fail("shard '" + path + "' changed while it was being opened; start again");
       // The header is 1024 bytes, so the tokens are aligned for uint16_t.
-      s.tokens = reinterpret_cast<const uint16_t*>(static_cast<const char*>(mapping) + kShardHeaderBytes);
-      shards_.push_back(s);  // owned from here: unmapped by unmap_all if a check below fails
-      check_token_ids(path, s.tokens, count, vocab_size);
+      const char* payload = static_cast<const char*>(mapping) + kShardHeaderBytes;
+      shards_.back().tokens = reinterpret_cast<const uint16_t*>(payload);
+      check_token_ids(path, shards_.back().tokens, count, vocab_size);
       total_ += count;
     }
   } catch (...) {

@@ -24,7 +24,8 @@ echo "ok: $(grep -m1 "differs from rank 0" "$WORK/differ.log")"
 
 status=0
 "$MPIEXEC" --oversubscribe $(rank) : $(rank | sed "s|$TRAIN|$TRAIN03|") > "$WORK/stages.log" 2>&1 || status=$?
-[ "$status" -eq 2 ] || { echo "FAIL: stages 02 and 03 in one job: exit $status, expected 2"; tail -5 "$WORK/stages.log"; exit 1; }
+[ "$status" -eq 2 ] ||
+  { echo "FAIL: stages 02 and 03 in one job: exit $status, expected 2"; tail -5 "$WORK/stages.log"; exit 1; }
 grep -q "rank 1 runs stage 03_zero1, rank 0 stage 02_ddp" "$WORK/stages.log" ||
   { echo "FAIL: the message does not name both stages"; cat "$WORK/stages.log"; exit 1; }
 echo "ok: $(grep -m1 "runs stage" "$WORK/stages.log")"

@@ -55,8 +55,10 @@ step1_before=$(step1_lines)
 status=0
 "$TRAIN" $(tiny_args "$D" "$WORK/other") "${quiet[@]}" --set steps=3 --set "metrics_file=$RUN/metrics.jsonl" \
   > "$WORK/shared_metrics.log" 2>&1 || status=$?
-[ "$status" -eq 2 ] && grep -q "metrics_file '$RUN/metrics.jsonl' is being written by another job" "$WORK/shared_metrics.log" ||
-  { echo "FAIL: a second job on the running job's metrics file exited $status"; cat "$WORK/shared_metrics.log"; exit 1; }
+[ "$status" -eq 2 ] &&
+  grep -q "metrics_file '$RUN/metrics.jsonl' is being written by another job" "$WORK/shared_metrics.log" ||
+  { echo "FAIL: a second job on the running job's metrics file exited $status"; cat "$WORK/shared_metrics.log"
+    exit 1; }
 [ "$(step1_lines)" = "$step1_before" ] || { echo "FAIL: the refused job wrote into the running job's metrics"; exit 1; }
 echo "ok: shared metrics_file refused: $(grep -m1 'being written' "$WORK/shared_metrics.log")"
 
