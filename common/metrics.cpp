@@ -1,6 +1,7 @@
 #include "common/metrics.h"
 
 #include <sys/file.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstring>
@@ -37,13 +38,16 @@ MetricsLog::MetricsLog(const std::string& path) : path_(path) {
   };
   require_own_output(path, "metrics_file", is_metrics_line,
                      "a metrics log (its first line is not a JSON object with a \"kind\")");
-  file_ = std::fopen(path.c_str(), "a");
+  file_ = std::fopen(path.c_str(), "ae");  // e: not inherited by a program the run starts
   require(file_ != nullptr, "metrics_file: cannot open '" + path + "' for appending: " + std::strerror(errno));
   // One writer at a time: the run directory's lock does not cover a metrics_file named
   // elsewhere, or another job's own log named as this one's, and two jobs appending to one
   // log would interleave their steps into what reads as several runs. flock(2), released
-  // by the kernel however the holder ends; a file system without it goes unguarded.
-  if (::flock(fileno(file_), LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+  // by the kernel however the holder ends; a file system without it goes unguarded. Only a
+  // regular file: a lock on /dev/null or a terminal would hold for the whole machine.
+  struct stat st {};
+  const bool regular = ::fstat(fileno(file_), &st) == 0 && S_ISREG(st.st_mode);
+  if (regular && ::flock(fileno(file_), LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
     std::fclose(file_);
     file_ = nullptr;
     fail("metrics_file '" + path + "' is being written by another job (it holds the file's lock); give this run "

@@ -8,7 +8,8 @@
 # The metrics file has a lock of its own: a job in another run directory that names the
 # running job's metrics.jsonl as its metrics_file stops with exit 2 too, and writes no line
 # into it (its step 1 would land among the running job's steps); once the running job has
-# ended it may.
+# ended it may. A device is no log to guard: two jobs both writing metrics to /dev/null
+# (the running job's twin holds it meanwhile) both train.
 # Usage: run_dir_lock.sh TRAIN01 PREPARE WORKDIR ROOT [TRAIN02 MPIEXEC]
 set -euo pipefail
 TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4 TRAIN02=${5:-} MPIEXEC=${6:-}
@@ -61,6 +62,16 @@ status=0
     exit 1; }
 [ "$(step1_lines)" = "$step1_before" ] || { echo "FAIL: the refused job wrote into the running job's metrics"; exit 1; }
 echo "ok: shared metrics_file refused: $(grep -m1 'being written' "$WORK/shared_metrics.log")"
+"$TRAIN" $(tiny_args "$D" "$WORK/null_a") "${quiet[@]}" --set steps=1000000 --set metrics_file=/dev/null \
+  > "$WORK/null_a.log" 2>&1 &
+null_a=$!
+sleep 1
+"$TRAIN" $(tiny_args "$D" "$WORK/null_b") "${quiet[@]}" --set steps=2 --set metrics_file=/dev/null \
+  > "$WORK/null_b.log" 2>&1 || { echo "FAIL: a second job with metrics_file=/dev/null was refused"; tail -3 "$WORK/null_b.log"
+                                  kill -9 $null_a; exit 1; }
+kill -0 $null_a || { echo "FAIL: the first /dev/null job died"; tail -3 "$WORK/null_a.log"; exit 1; }
+kill -9 $null_a; wait $null_a 2> /dev/null || true
+echo "ok: two jobs with metrics_file=/dev/null both train"
 
 kill -0 "$running" || { echo "FAIL: the running job died"; cat "$WORK/running.log"; exit 1; }
 snapshot > "$WORK/after.txt"
