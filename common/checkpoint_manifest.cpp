@@ -78,6 +78,13 @@ json read_manifest(const fs::path& dir) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) fail("checkpoint " + dir.string() + " does not exist");
   if (!fs::is_directory(dir, ec)) fail("checkpoint " + dir.string() + " is not a directory");
+  // A save not yet published (or one a crash cut short): its files may be partial even
+  // where a manifest is there, and publish() may still rename it. No reader takes one.
+  fs::path named = dir.lexically_normal();
+  if (!named.has_filename()) named = named.parent_path();  // "run/step_00000002.tmp/"
+  if (named.filename().string().ends_with(".tmp"))
+    fail(dir.string() + " is a checkpoint being written, or one whose save was cut short (.tmp): never read; "
+         "give a complete step_N directory");
   if (!fs::is_regular_file(path, ec)) {
     const bool exists = fs::exists(fs::symlink_status(path, ec));
     // A run directory named in the place of one of its checkpoints: say which to give.

