@@ -154,8 +154,13 @@ template <class A>
 int evaluate(const Options& o, const std::string& checkpoint, const gpt::ModelConfig& shape,
              const std::vector<gpt::ChoiceExample>& examples, gpt::Device device, gpt::Precision precision) {
   const int window = gpt::choices_window(examples, shape.block_size, "eval file '" + o.eval_file + "'");
-  gpt::require(int64_t(o.batch) * window <= INT_MAX,
-               "--batch " + std::to_string(o.batch) + ": " + std::to_string(o.batch) + " rows of the " +
+  // Rows a forward: --batch, but no more than the file has (the scorer's buffers are sized
+  // by it; an example's scores do not depend on what shares its forward).
+  int64_t all_rows = 0;
+  for (const gpt::ChoiceExample& ex : examples) all_rows += int64_t(ex.completions.size());
+  const int rows = int(std::min<int64_t>(o.batch, all_rows));
+  gpt::require(int64_t(rows) * window <= INT_MAX,
+               "--batch " + std::to_string(o.batch) + ": " + std::to_string(rows) + " rows of the " +
                    std::to_string(window) + "-token window are more positions than an int counts");
   // The model that holds the weights runs no forward: one token, no gradient buffers; the
   // scorer's models read its weights (common/model_reader.h).
@@ -177,11 +182,6 @@ int evaluate(const Options& o, const std::string& checkpoint, const gpt::ModelCo
     std::printf("  %zu/%zu examples, %.0f s\n", done, examples.size(), s);
     std::fflush(stdout);
   };
-  // Rows a forward: --batch, but no more than the file has (the scorer's buffers are sized
-  // by it; an example's scores do not depend on what shares its forward).
-  int64_t all_rows = 0;
-  for (const gpt::ChoiceExample& ex : examples) all_rows += int64_t(ex.completions.size());
-  const int rows = int(std::min<int64_t>(o.batch, all_rows));
   std::vector<gpt::ChoiceScore> scores;
   try {
     scores = gpt::score_choices(shape, holder.params().data(), device, precision, rows, window, examples, progress);
