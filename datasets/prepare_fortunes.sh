@@ -5,7 +5,9 @@
 #
 # OUT_DIR defaults to data/fortunes, PREPARE_BIN to build/bin/prepare (both relative
 # to the current directory, normally the repository root). Writes OUT_DIR/train.bin
-# and OUT_DIR/val.bin, byte-level tokens, 5% for validation.
+# and OUT_DIR/val.bin, byte-level tokens, 5% for validation. Run again, it leaves shards
+# that hold this text as they are, remakes the ones it wrote before from another text
+# (a newer fortunes package), and refuses to replace shards it did not write.
 #
 # Why fortunes: a few MB of varied English (quotes, jokes, verse) that every Debian
 # machine can install offline, small enough for a CPU demo run, large enough that a
@@ -20,24 +22,10 @@ esac
 out_dir=${1:-data/fortunes}
 prepare_bin=${2:-build/bin/prepare}
 source_dir=/usr/share/games/fortunes
-script=${BASH_SOURCE[0]}
 
 if [[ ! -d $source_dir ]]; then
   echo "prepare_fortunes: $source_dir not found; install the fortunes package:" >&2
   echo "  sudo apt-get install fortunes" >&2
-  exit 2
-fi
-
-# Idempotent: shards newer than this recipe are the recipe's output already.
-if [[ -f $out_dir/train.bin && -f $out_dir/val.bin &&
-      $out_dir/train.bin -nt $script && $out_dir/val.bin -nt $script ]]; then
-  echo "prepare_fortunes: $out_dir/train.bin and val.bin are up to date; skipping"
-  exit 0
-fi
-
-if [[ ! -x $prepare_bin ]]; then
-  echo "prepare_fortunes: no prepare binary at $prepare_bin;" \
-       "build it with: cmake --build build --target prepare" >&2
   exit 2
 fi
 
@@ -67,7 +55,30 @@ for file in "${files[@]}"; do
   sed 's/^%$//' "$file"
   echo
 done >"$text"
+
+# Idempotent by content: shards whose tokens (a byte each, after the 1024-byte header,
+# high bytes zero) are this text are this recipe's output already.
+train=$out_dir/train.bin val=$out_dir/val.bin marker=$out_dir/.prepared_by_prepare_fortunes
+shard_text() { tail -c +1025 "$1" | tr -d '\000'; }
+if [[ -f $train && -f $val ]] && cmp -s <(shard_text "$train"; shard_text "$val") "$text"; then
+  echo "prepare_fortunes: $train and $val hold these fortunes already; skipping"
+  exit 0
+fi
+# Other shards there are replaced only when this script wrote them (its marker): a
+# dataset of the user's under that name is not.
+if [[ (-e $train || -e $val) && ! -f $marker ]]; then
+  echo "prepare_fortunes: $out_dir holds train.bin or val.bin that this script did not write (no $marker):" \
+       "give another OUT_DIR, or remove them" >&2
+  exit 2
+fi
+if [[ ! -x $prepare_bin ]]; then
+  echo "prepare_fortunes: no prepare binary at $prepare_bin;" \
+       "build it with: cmake --build build --target prepare" >&2
+  exit 2
+fi
 echo "prepare_fortunes: ${#files[@]} files from $source_dir, $(wc -c <"$text") bytes"
 
-# --force: shards older than this recipe are its own earlier output, made anew.
+# --force: the shards there (if any) are this script's earlier output.
 "$prepare_bin" --out "$out_dir" --val-fraction 0.05 --force "$text"
+echo "made by datasets/prepare_fortunes.sh from $source_dir; it replaces these shards only while this file is here" \
+  > "$marker"

@@ -12,6 +12,7 @@
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+takes_no_arguments "$@"
 cd "$GPT_ROOT"
 dest=third_party_local/include
 mkdir -p "$dest"
@@ -23,10 +24,15 @@ done
 # Open MPI: the runtime, the headers and the libraries it loads that a CUDA image may lack
 # (not hwloc's plugins: they would bring libxml2 and ICU). Unpacked anywhere, it runs
 # with OPAL_PREFIX naming where (gpu_check.sh sets it).
+# Downloaded into a fresh directory first: the packages carried before are replaced only
+# once the new ones are all there (offline, apt-get fails and they stay).
 debs=third_party_local/debs
-rm -rf "$debs" third_party_local/openmpi && mkdir -p "$debs"  # unpacked where it runs, not carried
-(cd "$debs" && apt-get download openmpi-bin openmpi-common libopenmpi3 libopenmpi-dev libhwloc15 \
+fresh=third_party_local/debs.new
+rm -rf "$fresh" && mkdir -p "$fresh"
+(cd "$fresh" && apt-get download openmpi-bin openmpi-common libopenmpi3 libopenmpi-dev libhwloc15 \
   libevent-core-2.1-7 libevent-pthreads-2.1-7 libpmix2 libfabric1 libucx0 libibverbs1 librdmacm1 \
   libnl-3-200 libnl-route-3-200 libnuma1 libpsm-infinipath1 libpsm2-2 libmunge2 libltdl7 libpciaccess0 \
-  libudev1 > /dev/null 2>&1) || die "apt-get download of Open MPI's packages failed (run apt-get update first)"
+  libudev1 > /dev/null 2>&1) ||
+  { rm -rf "$fresh"; die "apt-get download of Open MPI's packages failed (run apt-get update first); $debs is as it was"; }
+rm -rf "$debs" third_party_local/openmpi && mv "$fresh" "$debs"  # unpacked where it runs, not carried
 log "headers in $dest, Open MPI in $debs ($(du -sh third_party_local | cut -f1)); carry third_party_local (and data/fortunes)"

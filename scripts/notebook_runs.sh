@@ -47,6 +47,24 @@ esac
 out="$(abs_dir "${1:-${GPT_NOTEBOOK_RUNS:-runs/notebooks}}")"
 # OUT is emptied below: anything but a directory (or nothing yet) is someone's file.
 [[ ! -e "$out" && ! -L "$out" || -d "$out" ]] || bad_input "$out exists and is not a directory: give a directory"
+[[ "$out" != "$GPT_ROOT" && "$out" != / ]] || die "refusing to empty $out"
+# Only a directory this script made (its marker inside, or, from before the marker, its
+# four run directories and nothing else) or an empty one is emptied: a mistyped argument
+# must not wipe, say, notebooks/, nor a directory of the user's that happens to hold an
+# agree/ and a memory/.
+ours=0
+if [[ -f "$out/.notebook_runs" ]]; then
+  ours=1
+elif [[ -d "$out/agree" && -d "$out/memory" ]]; then
+  ours=1
+  for entry in "$out"/* "$out"/.[!.]* "$out"/..?*; do
+    [[ -e "$entry" || -L "$entry" ]] || continue
+    case "$(basename "$entry")" in agree | memory | comm | pipe) ;; *) ours=0 ;; esac
+  done
+fi
+if [[ -d "$out" && -n "$(ls -A "$out")" ]] && ((!ours)); then
+  bad_input "$out holds files this script did not make: refusing to empty it (give another directory)"
+fi
 build="$(abs_dir "$GPT_BUILD_DIR")"
 cd "$GPT_ROOT"
 
@@ -62,15 +80,6 @@ done
 ((${#targets[@]} == 0)) || build_preset default "$GPT_BUILD_DIR" "${targets[@]}"
 prepare_default_data
 
-[[ "$out" != "$GPT_ROOT" && "$out" != / ]] || die "refusing to empty $out"
-# Only a directory this script made (its marker inside, or, from before the marker, its
-# agree/ and memory/) or an empty one is emptied: a mistyped argument must not wipe, say,
-# notebooks/.
-ours=0
-[[ -f "$out/.notebook_runs" || (-d "$out/agree" && -d "$out/memory") ]] && ours=1
-if [[ -d "$out" && -n "$(ls -A "$out")" ]] && ((!ours)); then
-  die "$out holds files this script did not make: refusing to empty it (give another directory)"
-fi
 rm -rf "$out"
 mkdir -p "$out"/{agree,memory,comm,pipe}
 touch "$out/.notebook_runs"

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The helper scripts refuse what would lose a file or print a wrong answer, with exit 2
 # and a message naming it, before doing anything:
-#   notebook_runs.sh OUT, OUT a file (it empties OUT: the file would be deleted);
+#   notebook_runs.sh OUT, OUT a file (it empties OUT: the file would be deleted), or a
+#   directory of the user's holding agree/ and memory/ beside a file of theirs;
+#   gpu_carry.sh with an argument (--help's mistyped cousin ran it, replacing the carried
+#   packages);
 #   check_notebooks.sh OUT, OUT notebooks/ itself (executed copies beside the clean ones);
 #   diff_stages.sh with a first stage that names none (it went on as an empty name and
 #   exited 0 with a diff of nothing, or --count 0).
@@ -24,6 +27,11 @@ expect() {
 echo "keep me" > "$WORK/precious.txt"
 expect "notebook_runs OUT a file" "exists and is not a directory" "$ROOT/scripts/notebook_runs.sh" "$WORK/precious.txt"
 [ "$(cat "$WORK/precious.txt")" = "keep me" ] || { echo "FAIL: notebook_runs.sh changed the file"; failures=$((failures + 1)); }
+mkdir -p "$WORK/mine/agree" "$WORK/mine/memory" && echo "keep me" > "$WORK/mine/precious.txt"
+expect "notebook_runs OUT someone's" "holds files this script did not make" "$ROOT/scripts/notebook_runs.sh" "$WORK/mine"
+[ "$(cat "$WORK/mine/precious.txt")" = "keep me" ] ||
+  { echo "FAIL: notebook_runs.sh emptied a directory of the user's"; failures=$((failures + 1)); }
+expect "gpu_carry with an argument" "unknown argument '--hepl'" "$ROOT/scripts/gpu_carry.sh" --hepl
 expect "check_notebooks OUT notebooks/" "is notebooks/ itself" "$ROOT/scripts/check_notebooks.sh" --no-runs "$ROOT/notebooks/"
 expect "diff_stages bad first stage" "'99' names 0 stages" "$ROOT/scripts/diff_stages.sh" 99 05
 expect "diff_stages --count bad first" "'' names 11 stages" "$ROOT/scripts/diff_stages.sh" --count "" 05
