@@ -66,6 +66,14 @@ model=(--set device=cpu --set n_layer="$layers" --set n_embd="$width" --set n_he
        --set steps=11 --set val_batches=0 --set sample_tokens=0 --set checkpoint_at_end=false)
 ranks=("$@")
 ((${#ranks[@]} > 0)) || ranks=(2 4)
+# A stage holds a layer at least, and ranks past 8 a core mostly wait (a typo's 99999
+# makes mpirun spin for minutes, deaf to SIGTERM, before it starts a rank).
+cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1)"
+for p in "${ranks[@]}"; do
+  ((${#p} <= 6 && p <= layers)) ||
+    bad_input "P=$p: a pipeline of more stages than GPT_BENCH_LAYERS=$layers layers (a stage holds one at least)"
+  ((p <= 8 * cores)) || bad_input "P=$p ranks on this machine's $cores core(s): at most 8 a core ($((8 * cores)))"
+done
 repeats=${GPT_BENCH_REPEATS:-3}
 [[ "$repeats" =~ ^[1-9][0-9]*$ ]] || die "GPT_BENCH_REPEATS must be a positive integer, not '$repeats'"
 read -ra micro_batches <<< "${GPT_BENCH_MICRO_BATCHES:-4 8 16}"

@@ -24,7 +24,7 @@ done
 
 stage_dir() {  # the stage directory a name or number means
   local want=$1 dir name matches=()
-  [[ "$want" =~ ^[0-9]+$ ]] && want="$(printf '%02d_' "$((10#$want))")"
+  [[ "$want" =~ ^[0-9]{1,3}$ ]] && want="$(printf '%02d_' "$((10#$want))")"
   for dir in "$GPT_ROOT"/stages/[0-9][0-9]_*/; do
     name="$(basename "$dir")"
     [[ "$name" == "$want" || "$name" == "$want"* ]] && matches+=("$name")

@@ -40,7 +40,6 @@ set -uo pipefail
 gpu_build_dir="${GPT_BUILD_DIR:-build-gpu}"
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-cd "$GPT_ROOT" || exit 1
 
 parts=()
 out="${OUT:-gpu-check-out}"
@@ -50,13 +49,19 @@ while (($#)); do
     -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"; exit 0 ;;
     all) parts+=(build test sanitize bench step profile pipeline); shift ;;
     env | build | test | sanitize | bench | step | profile | pipeline | stepkernels) parts+=("$1"); shift ;;
-    *) die "unknown part '$1' (env, build, test, sanitize, bench, step, profile, pipeline, stepkernels, all)" ;;
+    *) bad_input "unknown part '$1' (env, build, test, sanitize, bench, step, profile, pipeline, stepkernels, all)" ;;
   esac
 done
-((${#parts[@]})) || die "name a part: env, build, test, sanitize, bench, step, profile, pipeline, stepkernels or all"
-mkdir -p "$out"
-build="$(abs_dir "$gpu_build_dir")"
+((${#parts[@]})) ||
+  bad_input "name a part: env, build, test, sanitize, bench, step, profile, pipeline, stepkernels or all"
+[[ "${GPU_TEST_JOBS:-1}" =~ ^[1-9][0-9]{0,3}$ ]] ||
+  bad_input "GPU_TEST_JOBS='$GPU_TEST_JOBS': a number of tests at once, 1 or more"
+out="$(abs_dir "$out")"  # a relative one in the repository, as GPT_BUILD_DIR
+[[ ! -e "$out" || -d "$out" ]] || bad_input "-o $out exists and is not a directory"
 command -v nvidia-smi > /dev/null || die "no nvidia-smi: this machine has no NVIDIA GPU"
+build="$(abs_dir "$gpu_build_dir")"
+cd "$GPT_ROOT" || exit 1
+mkdir -p "$out"
 
 device="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
 commit="${GPT_COMMIT:-$(git rev-parse --short HEAD 2> /dev/null || echo unknown)}"

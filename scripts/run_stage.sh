@@ -51,7 +51,7 @@ for dir in "$GPT_ROOT"/stages/[0-9][0-9]_*/; do
   [[ -d "$dir" ]] && stages+=("$(basename "$dir")")
 done
 pattern="$stage"
-[[ "$stage" =~ ^[0-9]+$ ]] && pattern="$(printf '%02d_' "$((10#$stage))")"
+[[ "$stage" =~ ^[0-9]{1,3}$ ]] && pattern="$(printf '%02d_' "$((10#$stage))")"
 matches=()
 for name in "${stages[@]}"; do
   if [[ "$name" == "$stage" ]]; then

@@ -65,6 +65,11 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 jobs="${GPT_TEST_JOBS:-2}"
 timeout="${GPT_TEST_TIMEOUT:-900}"
+# ctest takes either without a word when it is not a whole number: a timeout of "abc" or 0
+# is no limit at all (a hung test hangs the suite), "15m" is 15 seconds.
+[[ "$jobs" =~ ^[1-9][0-9]{0,3}$ ]] || bad_input "GPT_TEST_JOBS='$jobs': a number of tests at once, 1 or more"
+[[ "$timeout" =~ ^[1-9][0-9]{0,6}$ ]] ||
+  bad_input "GPT_TEST_TIMEOUT='$timeout': a whole number of seconds, 1 or more (15 minutes is 900)"
 # An empty suite is a failure, unless the caller filtered it (-R, -L ...) to nothing.
 no_tests=(--no-tests=error)
 (($# > 0)) && no_tests=()

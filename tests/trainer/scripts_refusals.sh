@@ -7,7 +7,10 @@
 #   packages);
 #   check_notebooks.sh OUT, OUT notebooks/ itself (executed copies beside the clean ones);
 #   diff_stages.sh with a first stage that names none (it went on as an empty name and
-#   exited 0 with a diff of nothing, or --count 0).
+#   exited 0 with a diff of nothing, or --count 0), or a number past 64 bits (it wrapped
+#   around to a real stage);
+#   bench_pipeline.sh with P past its layers (mpirun -np 99999 spun for minutes);
+#   test.sh with GPT_TEST_TIMEOUT=15m (ctest read 15 seconds; "abc" or 0, no limit).
 # Controls: diff_stages.sh --count of two real stages prints a count and exits 0.
 # Usage: scripts_refusals.sh WORKDIR ROOT
 set -uo pipefail
@@ -34,6 +37,11 @@ expect "notebook_runs OUT someone's" "holds files this script did not make" "$RO
 expect "gpu_carry with an argument" "unknown argument '--hepl'" "$ROOT/scripts/gpu_carry.sh" --hepl
 expect "check_notebooks OUT notebooks/" "is notebooks/ itself" "$ROOT/scripts/check_notebooks.sh" --no-runs "$ROOT/notebooks/"
 expect "diff_stages bad first stage" "'99' names 0 stages" "$ROOT/scripts/diff_stages.sh" 99 05
+# A stage number past 64 bits wrapped around to a real stage (2^64 + 2 was 02).
+expect "diff_stages stage 2^64+2" "'18446744073709551618' names 0 stages" "$ROOT/scripts/diff_stages.sh" \
+  --count 18446744073709551618 05
+expect "bench_pipeline P past the layers" "P=99999: a pipeline of more stages" "$ROOT/scripts/bench_pipeline.sh" 99999
+expect "test.sh GPT_TEST_TIMEOUT=15m" "GPT_TEST_TIMEOUT='15m'" env GPT_TEST_TIMEOUT=15m "$ROOT/scripts/test.sh" -R none
 expect "diff_stages --count bad first" "'' names 11 stages" "$ROOT/scripts/diff_stages.sh" --count "" 05
 count=$("$ROOT/scripts/diff_stages.sh" --count 04 05) && [[ "$count" =~ ^[1-9][0-9]*$ ]] ||
   { echo "FAIL: diff_stages.sh --count 04 05 printed '$count'"; failures=$((failures + 1)); }
