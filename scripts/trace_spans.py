@@ -9,6 +9,7 @@ optimizer (the "adamw..." spans, SGD included) and the communication right after
 the end, belongs to none.
 """
 import json
+import math
 import sys
 
 OPTIMIZER_PREFIX = "adamw"
@@ -32,6 +33,12 @@ def load_spans(path, tool):
     for e in spans:
         if not isinstance(e.get("name"), str) or not all(isinstance(e.get(k), (int, float)) for k in ("ts", "dur")):
             fail(f"'{path}': a span without a name, a start (ts) or a duration (dur): {json.dumps(e)[:200]}")
+        # Python's json reads NaN and Infinity; a trace the stages write has neither, nor a
+        # negative duration, and sums over such spans would print nonsense, not fail.
+        if not (math.isfinite(e["ts"]) and math.isfinite(e["dur"]) and e["dur"] >= 0):
+            fail(f"'{path}': a span whose start or duration is not a finite time >= 0: {json.dumps(e)[:200]}")
+        if not all(isinstance(e.get(k, 0), (int, str)) and not isinstance(e.get(k, 0), bool) for k in ("pid", "tid")):
+            fail(f"'{path}': a span whose pid or tid is not a number or a name: {json.dumps(e)[:200]}")
     return spans
 
 

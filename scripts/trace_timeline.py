@@ -78,8 +78,10 @@ def load(path):
     if not events:
         fail(f"'{path}' has no spans")
     m = re.search(r"rank(\d+)", os.path.basename(path))
-    rank = int(m.group(1)) if m else int(events[0].get("pid", 0))
-    return rank, events
+    pid = events[0].get("pid", 0)
+    if not m and not isinstance(pid, int):
+        fail(f"'{path}': no rank in its name (PREFIX.rank<r>.json) and its spans' pid {pid!r} is not one")
+    return (int(m.group(1)) if m else pid), events
 
 
 def steps(events):
@@ -111,6 +113,18 @@ def main():
     ap.add_argument("--mark", action="append", default=[], metavar="NAME",
                     help="outline the lane-0 spans of this name on the compute row (repeatable)")
     args = ap.parse_args()
+    # Checked before any drawing: matplotlib's own errors for these are tracebacks, and a
+    # name without an image suffix is saved under another name (with .png added).
+    if os.path.splitext(args.out)[1].lower() not in (".png", ".svg", ".pdf"):
+        fail(f"--out '{args.out}': name an image file ending in .png, .svg or .pdf")
+    if os.path.isdir(args.out):
+        fail(f"--out '{args.out}' is a directory")
+    if not 0 < args.width <= 100:  # NaN fails too
+        fail(f"--width {args.width}: inches, above 0 and at most 100")
+    if not 10 <= args.dpi <= 1000:
+        fail(f"--dpi {args.dpi}: between 10 and 1000")
+    if args.step < 0:
+        fail(f"--step {args.step}: a step number from 1 (0, the default: the last full step)")
 
     traces = sorted((load(p) for p in args.traces), key=lambda t: t[0])  # by rank
     rows = []  # (label, [(start_ms, dur_ms, colour, text)], kind)
@@ -203,9 +217,12 @@ def main():
     fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=7.5, frameon=False)
     fig.tight_layout(rect=(0, legend_in / (height + legend_in), 1, 1))
     out_dir = os.path.dirname(args.out)
-    if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-    fig.savefig(args.out, dpi=args.dpi)
+    try:
+        if out_dir:
+            os.makedirs(out_dir, exist_ok=True)
+        fig.savefig(args.out, dpi=args.dpi)
+    except OSError as e:
+        fail(f"--out '{args.out}': cannot write it: {e}")
     print(f"{args.out}: step {chosen}, {len(rows)} rows, {span_ms:.1f} ms, {os.path.getsize(args.out)} bytes")
 
 

@@ -12,7 +12,10 @@ the figure spans are known exactly for each trace below:
   * a bucket reduction on the communication thread that outlasts the optimizer: the step
     reaches its end (D = 30.5);
   * a step cut off before its optimizer: the default draws the last full one;
-  * bad input: a step that does not exist, a file that is no trace (exit 2, named).
+  * bad input: a step that does not exist, a file that is no trace, a span with a NaN,
+    infinite or negative time, an --out with no image suffix or that is a directory, a
+    width or dpi matplotlib cannot draw, a negative step (exit 2, named; these were
+    tracebacks, or a figure saved under another name, or sums printed as nan).
 Exits 77 (skipped) where this Python has no matplotlib.
 """
 import json
@@ -107,5 +110,22 @@ expect_refused("a step past the trace's", [plain, "--out", str(WORK / "x.png"), 
 not_a_trace = WORK / "not_a_trace.json"
 not_a_trace.write_text("{\"traceEvents\": 3}")
 expect_refused("a file that is no trace", [str(not_a_trace), "--out", str(WORK / "y.png")], "not_a_trace.json")
+
+for name, bad in [("nan", float("nan")), ("inf", float("inf")), ("negative", -5.0)]:
+    spans = step(0) + step(100)
+    spans[1]["dur"] = bad
+    path = WORK / f"{name}_dur.json"
+    path.write_text(json.dumps({"traceEvents": spans}))  # Python writes NaN and Infinity as such
+    expect_refused(f"a span of {name} duration", [str(path), "--out", str(WORK / "z.png")], f"{name}_dur.json",
+                   "not a finite time")
+(WORK / "a_dir.png").mkdir(exist_ok=True)
+for case, flags, words in [
+        ("--out without a suffix", ["--out", str(WORK / "fig")], ["ending in .png"]),
+        ("--out a directory", ["--out", str(WORK / "a_dir.png")], ["is a directory"]),
+        ("--width 0", ["--out", str(WORK / "w.png"), "--width", "0"], ["--width 0"]),
+        ("--width nan", ["--out", str(WORK / "w.png"), "--width", "nan"], ["--width nan"]),
+        ("--dpi 100000", ["--out", str(WORK / "w.png"), "--dpi", "100000"], ["--dpi 100000"]),
+        ("--step -2", ["--out", str(WORK / "w.png"), "--step", "-2"], ["--step -2"])]:
+    expect_refused(case, [plain, *flags], *words)
 
 sys.exit(1 if failures else 0)
