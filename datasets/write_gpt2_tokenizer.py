@@ -57,39 +57,59 @@ def write(encoding, path):
     count = encoding.max_token_value + 1
     header = [MAGIC, VERSION, count, encoding.eot_token] + [0] * 252
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<256I", *header))
-        for token in range(count):
-            data = encoding.decode_single_token_bytes(token)
-            if not 1 <= len(data) <= 255:
-                sys.exit(f"token {token} has {len(data)} bytes; the format holds 1..255")
-            f.write(bytes([len(data)]) + data)
-    os.replace(tmp, path)  # never a half-written file under the final name
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<256I", *header))
+            for token in range(count):
+                data = encoding.decode_single_token_bytes(token)
+                if not 1 <= len(data) <= 255:
+                    sys.exit(f"token {token} has {len(data)} bytes; the format holds 1..255")
+                f.write(bytes([len(data)]) + data)
+        os.replace(tmp, path)  # never a half-written file under the final name
+    except BaseException:
+        if os.path.isfile(tmp):
+            os.remove(tmp)  # no temporary left behind by a failed write
+        raise
     return count
+
+
+def fail(message):
+    print(f"write_gpt2_tokenizer: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def main():
     args = sys.argv[1:]
+    if args[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return
     ranks = None
     if args[:1] == ["--ranks"]:
         if len(args) < 2:
-            sys.exit("write_gpt2_tokenizer: --ranks needs a file")
+            fail("--ranks needs a file")
         ranks, args = args[1], args[2:]
-    if len(args) > 1 or args[:1] in (["-h"], ["--help"]):
-        sys.exit(__doc__)
+    if len(args) > 1:
+        fail(f"one OUT at most, not {len(args)} arguments: {' '.join(args)} (--help)")
+    if args and args[0].startswith("-"):
+        fail(f"unknown option '{args[0]}' (--help); an OUT that starts with '-' is written ./{args[0]}")
     path = args[0] if args else "data/gpt2_tokenizer.bin"
+    if os.path.isdir(path) or path.endswith("/"):
+        fail(f"OUT '{path}' is a directory: name the file to write")
     if ranks is not None:
         if not os.path.isfile(ranks):
-            sys.exit(f"write_gpt2_tokenizer: --ranks {ranks}: no such file")
+            fail(f"--ranks {ranks}: no such file")
         encoding = RanksEncoding(ranks)
     else:
         try:
             import tiktoken
         except ImportError:
-            sys.exit("write_gpt2_tokenizer: needs the tiktoken package (pip install tiktoken), or --ranks FILE")
+            fail("needs the tiktoken package (pip install tiktoken), or --ranks FILE")
         encoding = tiktoken.get_encoding("gpt2")
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    count = write(encoding, path)
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        count = write(encoding, path)
+    except OSError as e:
+        fail(f"cannot write '{path}': {e}")
     print(f"{path}: {count} tokens")
 
 
