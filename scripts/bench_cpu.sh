@@ -11,7 +11,8 @@
 # the machine's fp32 FMA peak measured by build/bin/cpu_peak, the share of that
 # peak, and the thread count.
 # Environment: BENCH_STEPS (default 8), BENCH_WARMUP (steps dropped, default 2),
-#              BENCH_KEEP=1 keeps the run directory.
+#              BENCH_KEEP=1 keeps the run directory. steps, run_dir and metrics_file are
+#              the benchmark's own: --set of them is refused.
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -23,11 +24,13 @@ for arg in "$@"; do
   if ((set_next)); then
     [[ "$arg" == *=* ]] || bad_input "--set needs key=value, not '$arg'"
     set_next=0
-    continue
   fi
   case "$arg" in
     -h | --help) print_help; exit 0 ;;
     --set) set_next=1 ;;
+    # The benchmark reads the run it makes from its own directory.
+    run_dir=* | metrics_file=* | steps=*)
+      bad_input "'$arg': the benchmark sets ${arg%%=*} itself (steps: BENCH_STEPS; --help)" ;;
     [!-]*=*) ;;
     *) bad_input "unknown argument '$arg' (scripts/bench_cpu.sh [--set key=value ...]; --help)" ;;
   esac
@@ -112,7 +115,11 @@ def load_config(path, args):
 
 def threads_of(cfg):
     t = int(cfg["threads"])  # 0: OpenMP's default, OMP_NUM_THREADS or all cores
-    return t if t > 0 else int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count())
+    if t > 0:
+        return t
+    # OMP_NUM_THREADS may list a count per nesting level ("2,1"): the first is this level's.
+    first = (os.environ.get("OMP_NUM_THREADS") or "").split(",")[0].strip()
+    return int(first) if first.isdigit() and int(first) > 0 else os.cpu_count()
 
 def report(config_path, metrics_path, warmup, threads, peak_out, stage, args):
     cfg = load_config(config_path, args)

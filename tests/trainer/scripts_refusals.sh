@@ -10,7 +10,9 @@
 #   exited 0 with a diff of nothing, or --count 0), or a number past 64 bits (it wrapped
 #   around to a real stage);
 #   bench_pipeline.sh with P past its layers (mpirun -np 99999 spun for minutes);
-#   test.sh with GPT_TEST_TIMEOUT=15m (ctest read 15 seconds; "abc" or 0, no limit).
+#   test.sh with GPT_TEST_TIMEOUT=15m (ctest read 15 seconds; "abc" or 0, no limit);
+#   bench_cpu.sh --set metrics_file=... (the run's analysis read another file: a
+#   traceback after the whole benchmark).
 # Controls: diff_stages.sh --count of two real stages prints a count and exits 0.
 # Usage: scripts_refusals.sh WORKDIR ROOT
 set -uo pipefail
@@ -41,6 +43,8 @@ expect "diff_stages bad first stage" "'99' names 0 stages" "$ROOT/scripts/diff_s
 expect "diff_stages stage 2^64+2" "'18446744073709551618' names 0 stages" "$ROOT/scripts/diff_stages.sh" \
   --count 18446744073709551618 05
 expect "bench_pipeline P past the layers" "P=99999: a pipeline of more stages" "$ROOT/scripts/bench_pipeline.sh" 99999
+expect "bench_cpu.sh metrics_file" "the benchmark sets metrics_file itself" "$ROOT/scripts/bench_cpu.sh" \
+  --set metrics_file="$WORK/m.jsonl"
 expect "test.sh GPT_TEST_TIMEOUT=15m" "GPT_TEST_TIMEOUT='15m'" env GPT_TEST_TIMEOUT=15m "$ROOT/scripts/test.sh" -R none
 expect "diff_stages --count bad first" "'' names 11 stages" "$ROOT/scripts/diff_stages.sh" --count "" 05
 count=$("$ROOT/scripts/diff_stages.sh" --count 04 05) && [[ "$count" =~ ^[1-9][0-9]*$ ]] ||
