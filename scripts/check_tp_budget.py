@@ -43,6 +43,16 @@ def check(text, name):
     return problems
 
 
+def read_log(path):
+    """A log's text; an unreadable one ends the check with status 2, named."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError as e:
+        print(f"check_tp_budget: cannot read the log '{path}': {e.strerror}", file=sys.stderr)
+        sys.exit(2)
+
+
 def main():
     args = sys.argv[1:]
     if args[:1] in (["-h"], ["--help"]):
@@ -53,7 +63,7 @@ def main():
         print("usage: check_tp_budget.py LOG [LOG ...] | --self-test LOG  (--help)", file=sys.stderr)
         sys.exit(2)
     if args[0] == "--self-test":
-        text = open(args[1]).read()
+        text = read_log(args[1])
         if check(text, args[1]):
             sys.exit(f"self-test: {args[1]} fails before any change")
         # Negative controls: one byte more in the parameters or the activations, one call
@@ -68,7 +78,7 @@ def main():
         return
     problems = []
     for log in args:
-        problems += check(open(log).read(), log)
+        problems += check(read_log(log), log)
     for p in problems:
         print("MISS", p)
     if problems:
