@@ -21,6 +21,10 @@ cd "$GPT_ROOT"
 build="$(abs_dir "${1:-build}")"
 micro="${2:-32}"
 steps="${BENCH_STEPS:-30}" warmup="${BENCH_WARMUP:-10}"
+# Checked before any run: the medians need a step after the warm-up.
+[[ "$steps" =~ ^[1-9][0-9]{0,5}$ && "$warmup" =~ ^[0-9]{1,6}$ ]] && ((warmup < steps)) ||
+  bad_input "BENCH_STEPS='$steps', BENCH_WARMUP='$warmup': whole numbers, the warm-up below the steps"
+[[ "$micro" =~ ^[1-9][0-9]{0,4}$ ]] || bad_input "micro-batch '$micro': a whole number, 1 or more"
 python="${PYTHON:-python3}"
 train="$build/stages/01_single_gpu/train"
 [[ -x "$train" && -x "$build/bin/prepare" ]] || die "build $build first (stage 01 and prepare)"

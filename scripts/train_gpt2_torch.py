@@ -76,6 +76,11 @@ def main():
     ap.add_argument("--vocab", type=int, default=50304, help="padded vocabulary (50257 -> 50304)")
     ap.add_argument("--no-compile", action="store_true")
     args = ap.parse_args()
+    for name in ("batch", "seq", "steps", "layers", "width", "heads", "vocab"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name} {getattr(args, name)}: must be 1 or more")
+    if not 0 <= args.warmup < args.steps:
+        ap.error(f"--warmup {args.warmup}: from 0 to --steps - 1 ({args.steps - 1}): the median needs a step after it")
     if not torch.cuda.is_available():
         raise SystemExit("train_gpt2_torch.py: torch sees no CUDA GPU")
     torch.manual_seed(0)
