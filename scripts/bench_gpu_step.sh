@@ -18,6 +18,11 @@ set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$GPT_ROOT"
+case "${1:-}" in
+  -h | --help) print_help; exit 0 ;;
+  -*) bad_input "unknown option '$1' (--help)" ;;
+esac
+(($# <= 2)) || bad_input "at most 2 argument(s), not $#: $* (--help)"
 build="$(abs_dir "${1:-build}")"
 micro="${2:-32}"
 steps="${BENCH_STEPS:-30}" warmup="${BENCH_WARMUP:-10}"

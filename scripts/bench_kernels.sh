@@ -15,6 +15,11 @@ set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$GPT_ROOT"
+case "${1:-}" in
+  -h | --help) print_help; exit 0 ;;
+  -*) bad_input "unknown option '$1' (--help)" ;;
+esac
+(($# <= 1)) || bad_input "at most 1 argument(s), not $#: $* (--help)"
 build="$(abs_dir "${1:-build}")"
 python="${PYTHON:-python3}"
 only="${BENCH_ONLY:-gemm ops attention}"

@@ -64,12 +64,13 @@ out="${OUT:-gpu-check-out}"
 while (($#)); do
   case "$1" in
     -o) (($# >= 2)) || bad_input "-o needs a directory"; out="$2"; shift 2 ;;
+    -h | --help) print_help; exit 0 ;;
     test=* | sanitize=* | bench=* | step=* | profile=* | stepkernels=*)
-      [[ "${1#*=}" =~ ^[1-9][0-9]*$ ]] || die "'$1': the limit must be a whole number of seconds"
+      [[ "${1#*=}" =~ ^[1-9][0-9]{0,4}$ ]] || bad_input "'$1': the limit must be a whole number of seconds, 1 or more"
       limit[${1%%=*}]="${1#*=}"; chosen+=("${1%%=*}"); shift ;;
     test | sanitize | bench | step | profile | stepkernels) chosen+=("$1"); shift ;;
-    *) die "unknown argument '$1' (PART or PART=SECONDS, PART one of test, sanitize, bench, step," \
-         "profile, stepkernels; or --prepare)" ;;
+    *) bad_input "unknown argument '$1' (PART or PART=SECONDS, PART one of test, sanitize, bench, step," \
+         "profile, stepkernels; or --prepare; --help)" ;;
   esac
 done
 ((${#chosen[@]})) || chosen=(test sanitize bench step profile stepkernels)
