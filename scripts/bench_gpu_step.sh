@@ -22,7 +22,7 @@ case "${1:-}" in
   -h | --help) print_help; exit 0 ;;
   -*) bad_input "unknown option '$1' (--help)" ;;
 esac
-(($# <= 2)) || bad_input "at most 2 argument(s), not $#: $* (--help)"
+(($# <= 2)) || bad_input "at most 2 arguments, BUILD_DIR and MICRO_BATCH, not $#: $* (--help)"
 build="$(abs_dir "${1:-build}")"
 micro="${2:-32}"
 steps="${BENCH_STEPS:-30}" warmup="${BENCH_WARMUP:-10}"

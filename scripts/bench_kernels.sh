@@ -19,7 +19,7 @@ case "${1:-}" in
   -h | --help) print_help; exit 0 ;;
   -*) bad_input "unknown option '$1' (--help)" ;;
 esac
-(($# <= 1)) || bad_input "at most 1 argument(s), not $#: $* (--help)"
+(($# <= 1)) || bad_input "at most 1 argument, BUILD_DIR, not $#: $* (--help)"
 build="$(abs_dir "${1:-build}")"
 python="${PYTHON:-python3}"
 only="${BENCH_ONLY:-gemm ops attention}"

@@ -22,7 +22,7 @@ case "${1:-}" in
   -h | --help) print_help; exit 0 ;;
   -*) bad_input "unknown option '$1' (--help)" ;;
 esac
-(($# <= 1)) || bad_input "at most 1 argument(s), not $#: $* (--help)"
+(($# <= 2)) || bad_input "at most 2 arguments, BUILD_DIR and MICRO_BATCH, not $#: $* (--help)"
 build="$(abs_dir "${1:-build-gpu}")"
 micro="${2:-32}"
 gemm="${GEMM:-hand}"
