@@ -15,8 +15,13 @@ import glob
 import json
 import math
 import os
+import pathlib
 import re
+import sys
 import warnings
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "scripts"))
+import trace_spans  # noqa: E402  (scripts/: reading a trace and finding its steps, written once)
 
 
 def repo_root(start=None):
@@ -68,9 +73,15 @@ class Run:
                 if not text.strip():
                     continue
                 try:
-                    lines.append(json.loads(text))
+                    line = json.loads(text)
                 except json.JSONDecodeError:  # a run killed mid-line leaves it torn
                     warnings.warn(f"{self.dir}/metrics.jsonl line {number} is not JSON (torn by a stopped run): skipped")
+                    continue
+                step = line.get("step") if isinstance(line, dict) else None
+                if not isinstance(step, int) or isinstance(step, bool):
+                    raise ValueError(f"{self.dir}/metrics.jsonl line {number}: not a metrics line (an object with "
+                                     f"an integer step, docs/metrics.md): {text.strip()[:120]}")
+                lines.append(line)
         last_start, previous = 0, None
         for i, line in enumerate(lines):
             if line.get("kind") == "train":
@@ -85,9 +96,12 @@ class Run:
         manifests = sorted(glob.glob(os.path.join(self.dir, "step_*", "manifest.json")))
         self.config, self.layout = {}, {}
         if manifests:
-            with open(manifests[-1]) as f:
-                manifest = json.load(f)
-            self.config, self.layout = manifest["config"], manifest["layout"]
+            try:
+                with open(manifests[-1]) as f:
+                    manifest = json.load(f)
+                self.config, self.layout = manifest["config"], manifest["layout"]
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise ValueError(f"{manifests[-1]}: not a checkpoint manifest with a config and a layout ({e!r})")
 
     def steps(self):
         return [line["step"] for line in self.train]
@@ -103,19 +117,18 @@ class Run:
         """{rank: [complete events]} of the run's trace files (trace.rank<r>.json)."""
         out = {}
         for p in glob.glob(os.path.join(self.dir, "*.rank*.json")):
-            rank = int(re.search(r"\.rank(\d+)\.json$", p).group(1))
-            with open(p) as f:
-                data = json.load(f)
-            events = data["traceEvents"] if isinstance(data, dict) else data
-            out[rank] = [e for e in events if e.get("ph") == "X"]
+            m = re.search(r"\.rank(\d+)\.json$", p)
+            if m:  # not trace.rank0.old.json and the like
+                out[int(m.group(1))] = trace_spans.read_spans(p)  # TraceError naming a bad file
         if not out:
             raise FileNotFoundError(f"{self.dir} has no trace files")
         return dict(sorted(out.items()))
 
 
 def step_starts(events):
-    """Start times (us) of the steps of one rank's trace: its "zero_grads" spans."""
-    return sorted(e["ts"] for e in events if e["name"] == "zero_grads" and e.get("tid", 0) == 0)
+    """Start times (us) of the steps of one rank's trace (trace_spans: each step's first
+    "zero_grads", however many model chunks a rank zeroes)."""
+    return trace_spans.step_starts(events)
 
 
 # ---------------------------------------------------------------------------------------

@@ -15,11 +15,24 @@ import sys
 OPTIMIZER_PREFIX = "adamw"
 
 
+class TraceError(ValueError):
+    """A trace file that cannot be read as one; the message names the file."""
+
+
 def load_spans(path, tool):
     """The complete events ("ph": "X") of a trace file; bad input ends `tool` with status 2."""
-    def fail(message):
-        print(f"{tool}: {message}", file=sys.stderr)
+    try:
+        return read_spans(path)
+    except TraceError as e:
+        print(f"{tool}: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+def read_spans(path):
+    """The complete events ("ph": "X") of a trace file; bad input raises TraceError (for a
+    library, such as the notebooks' gptruns)."""
+    def fail(message):
+        raise TraceError(message)
 
     try:
         with open(path) as f:
