@@ -53,6 +53,8 @@ def step_window(events, step=-1):
     starts = gptruns.step_starts(events)
     if not starts:
         raise ValueError("the trace has no zero_grads span: no step to show")
+    if not -len(starts) <= step < len(starts):
+        raise ValueError(f"step {step}: the trace has {len(starts)} steps (0 to {len(starts) - 1}, or -1 for the last)")
     k = range(len(starts))[step]
     end = starts[k + 1] if k + 1 < len(starts) else max(e["ts"] + e["dur"] for e in events)
     return starts[k], end
@@ -62,7 +64,7 @@ def quietest_step(traces, wait_name):
     """The step (0-based) whose slowest rank spent the least time in `wait_name` spans,
     the first step left out when there are others (it pays for warm-up): the step that
     other work on the machine disturbed least, to draw as the typical one."""
-    n = min(len(gptruns.step_starts(events)) for events in traces.values())
+    n = min((len(gptruns.step_starts(events)) for events in traces.values()), default=0)
     if n == 0:
         raise ValueError("the traces have no step")
 

@@ -223,7 +223,7 @@ def pipeline_bubbles(traces):
     longest of the ranks' schedule windows (they all start at the step's barrier).
     Returns ({rank: [bubble per step]}, [makespan per step in microseconds])."""
     windows = {r: pipeline_windows(ev) for r, ev in traces.items()}
-    n = min(len(w) for w in windows.values())
+    n = min((len(w) for w in windows.values()), default=0)
     if n == 0:
         raise ValueError("the traces have no complete pipeline step (no wait_sends span)")
     makespans = [max(windows[r][k][1] - windows[r][k][0] for r in traces) for k in range(n)]
