@@ -35,6 +35,9 @@ for arg in "$@"; do
       ;;
   esac
 done
+# Checked before anything runs or is emptied (the runs below are made anew).
+jobs="${GPT_NOTEBOOK_JOBS:-2}"
+[[ "$jobs" =~ ^[1-9][0-9]{0,2}$ ]] || bad_input "GPT_NOTEBOOK_JOBS='$jobs': not a whole number of at least 1"
 out="$(abs_dir "${out:-$GPT_BUILD_DIR/notebooks}")"
 # The executed copies, with outputs, must not land beside the notebooks they come from
 # (the committed ones must carry none) or replace them.
@@ -74,8 +77,6 @@ fi
 #    is one process that mostly waits on Python's start-up and matplotlib, one core each).
 mkdir -p "$out"
 export PYDEVD_DISABLE_FILE_VALIDATION=1  # quiets the kernel's debugger warning on Python 3.11
-jobs="${GPT_NOTEBOOK_JOBS:-2}"
-[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || bad_input "GPT_NOTEBOOK_JOBS='$jobs': not a whole number of at least 1"
 
 # execute_notebook NB: runs NB; its log in OUT/NAME.log, its seconds (or "failed") in
 # OUT/NAME.status, read once every notebook has ended.

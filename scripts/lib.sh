@@ -11,6 +11,9 @@ GPT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 GPT_BUILD_DIR="${GPT_BUILD_DIR:-build}"
 GPT_SANITIZE_BUILD_DIR="${GPT_SANITIZE_BUILD_DIR:-build-sanitize}"
 GPT_JOBS="${GPT_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+# Named here, not by CMake's usage text after a configure.
+[[ "$GPT_JOBS" =~ ^[1-9][0-9]{0,3}$ ]] || { printf 'error: GPT_JOBS=%s: a number of compile jobs, 1 or more\n' "$GPT_JOBS" >&2
+                                             exit 2; }
 
 # Messages go to stderr so that stdout stays the programs' own output.
 log() { printf '==> %s\n' "$*" >&2; }
