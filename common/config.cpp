@@ -96,7 +96,8 @@ constexpr Key kKeys[] = {
     {"warmup_steps", FIELD(warmup_steps), "steps of linear learning-rate warmup"},
     {"lr_schedule", FIELD(lr_schedule),
      "after the warmup: cosine, linear (both from lr down to lr * min_lr_ratio at steps), constant (lr), or wsd "
-     "(warmup-stable-decay: lr, then over the last lr_decay_fraction of the steps down to lr * min_lr_ratio)"},
+     "(warmup-stable-decay: lr, then over the last lr_decay_fraction of the steps after the warmup down to "
+     "lr * min_lr_ratio)"},
     {"lr_decay_fraction", FIELD(lr_decay_fraction),
      "lr_schedule=wsd: the share of the steps after the warmup spent decaying, in (0, 1]"},
     {"weight_decay", FIELD(weight_decay), "AdamW weight decay (of 2-D weights and embeddings)"},

@@ -27,7 +27,11 @@ double learning_rate(const Config& cfg, int64_t step) {
     invariant(cfg.lr_schedule == "wsd",
               "learning_rate: lr_schedule '" + cfg.lr_schedule + "' (validate() allows no other)");
     const double f = cfg.lr_decay_fraction;
-    const double cooled = std::clamp((progress - (1.0 - f)) / f, 0.0, 1.0);  // of the decay's own steps
+    // The decay's own progress, (p - (1 - f)) / f, with p + f - 1 first: 1 - f rounds
+    // (1 - 0.9 is below 0.1 in doubles), and at the decay's start the rate would come out
+    // 5e-9 below lr (the root of 3e-17), where p + f = 0.1 + 0.9 rounds to 1 exactly.
+    const double over = progress + f - 1.0;
+    const double cooled = over <= 0.0 ? 0.0 : std::min(1.0, over / f);
     left = 1.0 - std::sqrt(cooled);
   }
   return cfg.lr * (r + (1.0 - r) * left);

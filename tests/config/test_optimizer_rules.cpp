@@ -77,6 +77,13 @@ TEST_CASE("optimizer: lr_schedule linear, constant and wsd after the same warmup
   Config cosine = cfg, cosine_longer = longer;
   cosine.lr_schedule = cosine_longer.lr_schedule = "cosine";
   CHECK(learning_rate(cosine_longer, 13) > learning_rate(cosine, 13));
+  // The decay's start is stable exactly, whatever f: at f = 0.9 and p = 0.1 (step 5 of 10
+  // decay steps after a warmup of 4), (p - (1 - f)) / f rounds to 3e-17 in doubles, whose
+  // root would put the rate 5e-9 below lr.
+  Config nine = cfg;
+  nine.lr_decay_fraction = 0.9, nine.warmup_steps = 4, nine.steps = 14;
+  CHECK(learning_rate(nine, 5) == 1e-3);
+  CHECK(learning_rate(nine, 6) < 1e-3);
   // f = 1: the decay takes every step after the warmup; halfway, q = p = 1/2.
   cfg.lr_decay_fraction = 1.0;
   CHECK(learning_rate(cfg, 5) < 1e-3);
