@@ -1,5 +1,7 @@
 #include "common/trace.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -66,7 +68,9 @@ void Trace::write() const {
   const bool exists = fs::exists(path_, ec);
   const std::string target = exists ? fs::canonical(path_, ec).string() : path_;  // through a symlink
   const bool replace = !exists || (!ec && fs::is_regular_file(target, ec));
-  const std::string written = replace ? target + ".tmp" : path_;
+  // The temporary's name is this process's: two jobs tracing to one file (each rank has a
+  // file of its own) would otherwise write one temporary together and rename a mix.
+  const std::string written = replace ? target + ".tmp." + std::to_string(::getpid()) : path_;
   const std::string kept = replace ? " (the earlier file, if any, is unchanged)" : "";
   std::FILE* f = std::fopen(written.c_str(), "w");
   require(f != nullptr, "trace_file: cannot write '" + written + "': " + std::strerror(errno) + kept);

@@ -3,6 +3,8 @@
 // was never read: recording it would draw a span from the trace's origin to now).
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -83,7 +85,8 @@ TEST_CASE("trace: a span names its lane, or takes its thread's", "[trace]") {
 TEST_CASE("trace: a failed write keeps the earlier trace", "[trace]") {
   namespace fs = std::filesystem;
   const std::string path = std::string(GPT_TEST_SCRATCH_DIR) + "/trace_kept.json";
-  fs::remove_all(path + ".tmp");
+  const std::string temporary = path + ".tmp." + std::to_string(::getpid());  // this process's
+  fs::remove_all(temporary);
   Trace& trace = Trace::global();
   trace.enable(path, 0);
   { Span first("span_of_the_first_write"); }
@@ -96,12 +99,12 @@ TEST_CASE("trace: a failed write keeps the earlier trace", "[trace]") {
   };
   const std::string earlier = read();
   REQUIRE(earlier.find("span_of_the_first_write") != std::string::npos);
-  fs::create_directory(path + ".tmp");  // where the new trace would be written first
+  fs::create_directory(temporary);  // where the new trace would be written first
   { Span second("span_of_the_failed_write"); }
   REQUIRE_THROWS_WITH(trace.write(), Catch::Contains("trace_file: cannot write") &&
                                          Catch::Contains("the earlier file, if any, is unchanged"));
   CHECK(read() == earlier);
-  fs::remove(path + ".tmp");
+  fs::remove(temporary);
   trace.write();  // the control: with the way clear the new trace replaces it
   CHECK(read().find("span_of_the_failed_write") != std::string::npos);
 }
