@@ -36,7 +36,12 @@ TokenStream::TokenStream(const std::string& pattern, int vocab_size) {
       if (mapping == MAP_FAILED)
         fail("shard '" + path + "': cannot map its " + std::to_string(bytes) + " bytes into memory: " +
              std::strerror(map_errno));
-      shards_.push_back({mapping, bytes, nullptr, total_, count});  // unmapped by unmap_all if a check fails
+      try {
+        shards_.push_back({mapping, bytes, nullptr, total_, count});  // unmapped by unmap_all if a check fails
+      } catch (...) {
+        ::munmap(mapping, bytes);
+        throw;
+      }
       const int32_t* header = static_cast<const int32_t*>(mapping);
       if (header[0] != kShardMagic || header[1] != kShardVersion || header[2] != count)
         fail("shard '" + path + "' changed while it was being opened; start again");
@@ -76,6 +81,7 @@ void TokenStream::copy(int64_t first, int64_t n, int32_t* out) const {
   invariant(first >= 0 && n >= 0 && first + n <= total_,
             "TokenStream: tokens [" + std::to_string(first) + ", " + std::to_string(first + n) +
                 ") asked of a stream of " + std::to_string(total_));
+  if (n == 0) return;  // (an empty stream has no shard to start from)
   // The shard holding `first`: the last one that starts at or before it (an empty
   // shard starts where the next does, and upper_bound steps past it).
   auto shard = std::upper_bound(shards_.begin(), shards_.end(), first,

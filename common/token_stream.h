@@ -6,8 +6,9 @@
 /// Why mapped: a copy costs every rank the whole split in its own memory and a read of it
 /// at start-up. GPT-2 124M's usual data (llm.c's FineWeb shards, 10^10 tokens) is 20 GB;
 /// eight ranks on one node would copy it eight times. A mapping is backed by the kernel's
-/// page cache, which every process reading the same file shares: one copy per node,
-/// paged in as the windows are read and out again when the machine needs the room.
+/// page cache, which every process reading the same file shares: one copy per node, read
+/// once from disk (the validation below reads every page at start-up) and given back
+/// when the machine needs the room, to be read again as the windows ask for it.
 ///
 /// Token t of the stream is token t - start[k] of shard k, where start[k] is the number
 /// of tokens in shards 0..k-1; a window may cross from one shard into the next.
@@ -16,7 +17,10 @@
 /// payload size, every token id), so a bad file stops the run at start-up. A shard must
 /// not be truncated or rewritten in place while a run maps it (reading a page past the
 /// new end would end the process with SIGBUS); write_shards replaces a file by a rename,
-/// which leaves the mapped file as it was.
+/// which leaves the mapped file as it was. A read error while a page comes in (a failing
+/// disk, a lost network file system) ends the process with SIGBUS as well, where a copy
+/// would have failed at start-up: keep a run's data on a disk it can trust, or copy it
+/// to local storage first.
 #pragma once
 #include <cstdint>
 #include <string>
