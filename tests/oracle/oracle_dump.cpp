@@ -230,7 +230,8 @@ int oracle_main(int argc, char** argv) {
                     {"shape", {kMicroBatches, pb.B, pb.T + 1}}};
   meta["train"] = {{"steps", kSteps},           {"grad_accum", kAccum},
                    {"lr", cfg.lr},              {"warmup_steps", cfg.warmup_steps},
-                   {"min_lr_ratio", cfg.min_lr_ratio}, {"weight_decay", cfg.weight_decay},
+                   {"min_lr_ratio", cfg.min_lr_ratio}, {"lr_schedule", cfg.lr_schedule},
+                   {"weight_decay", cfg.weight_decay},
                    {"beta1", cfg.beta1},        {"beta2", cfg.beta2},
                    {"eps", cfg.adam_eps},       {"grad_clip", cfg.grad_clip},
                    {"seed", cfg.seed}};

@@ -139,6 +139,10 @@ def gpt2_forward(P, meta, inputs, targets, r):
 
 def learning_rate(train, step):
     """Warmup, then cosine down to lr * min_lr_ratio (common/optimizer.h)."""
+    # The dump records its schedule; this reference knows the cosine only, and a dump of
+    # another would otherwise be compared with a cosine's rates.
+    if train.get("lr_schedule", "cosine") != "cosine":
+        raise SystemExit(f"torch_gpt2: lr_schedule {train['lr_schedule']!r}: this reference computes cosine only")
     lr, warmup, steps = train["lr"], train["warmup_steps"], train["steps"]
     if step < warmup:
         return lr * (step + 1) / warmup
