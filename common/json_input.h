@@ -54,9 +54,9 @@ inline std::string number_read_as_zero(const std::string& text) {
 }
 
 /// Parses `text` as J (nlohmann::json or nlohmann::ordered_json). Calls `refuse(reason)`,
-/// which must throw, at a NUL byte, at a nonzero number read as 0, at the first key of the top-level object given a
-/// second time, or at nesting deeper than kMaxJsonDepth; the reason reads after the
-/// name of the file ("key 'lr' is given twice"). nlohmann's own parse errors are left to
+/// which must throw, at a NUL byte, at a nonzero number read as 0, at the first key of the
+/// top-level object given a second time, or at nesting deeper than kMaxJsonDepth; the
+/// reason reads after the name of the file ("key 'lr' is given twice"). nlohmann's own parse errors are left to
 /// the caller, which words them.
 template <class J, class Refuse>
 J parse_json_input(const std::string& text, Refuse&& refuse) {

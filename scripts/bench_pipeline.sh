@@ -50,20 +50,9 @@ for p in "$@"; do
   [[ "$p" =~ ^[1-9][0-9]*$ ]] ||
     bad_input "argument '$p': not a pipeline size P (scripts/bench_pipeline.sh [P ...]; --help)"
 done
-cd "$GPT_ROOT"
-bin="$(abs_dir "$GPT_BUILD_DIR")/stages"
-for s in 07_pipeline_gpipe 08_pipeline_1f1b 09_pipeline_interleaved; do require_built_and_fortunes "$bin/$s/train"; done
-python="$(command -v /usr/bin/python3 || command -v python3 || true)"
-[[ -n "$python" ]] || die "python3 not found"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-width=${GPT_BENCH_WIDTH:-384}
-[[ "$width" =~ ^[1-9][0-9]*$ ]] && ((width % 64 == 0)) || die "GPT_BENCH_WIDTH must be a multiple of 64 (heads of 64), not '$width'"
+# Checked before the build and the data are: a bad size is the caller's to fix first.
 layers=${GPT_BENCH_LAYERS:-8}
 [[ "$layers" =~ ^[1-9][0-9]*$ ]] || die "GPT_BENCH_LAYERS must be a positive integer, not '$layers'"
-model=(--set device=cpu --set n_layer="$layers" --set n_embd="$width" --set n_head=$((width / 64)) --set seq_len=32 --set micro_batch_size=4 --set threads=1
-       --set steps=11 --set val_batches=0 --set sample_tokens=0 --set checkpoint_at_end=false)
 ranks=("$@")
 ((${#ranks[@]} > 0)) || ranks=(2 4)
 # A stage holds a layer at least, and ranks past 8 a core mostly wait (a typo's 99999
@@ -74,6 +63,18 @@ for p in "${ranks[@]}"; do
     bad_input "P=$p: a pipeline of more stages than GPT_BENCH_LAYERS=$layers layers (a stage holds one at least)"
   ((p <= 8 * cores)) || bad_input "P=$p ranks on this machine's $cores core(s): at most 8 a core ($((8 * cores)))"
 done
+cd "$GPT_ROOT"
+bin="$(abs_dir "$GPT_BUILD_DIR")/stages"
+for s in 07_pipeline_gpipe 08_pipeline_1f1b 09_pipeline_interleaved; do require_built_and_fortunes "$bin/$s/train"; done
+python="$(command -v /usr/bin/python3 || command -v python3 || true)"
+[[ -n "$python" ]] || die "python3 not found"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+width=${GPT_BENCH_WIDTH:-384}
+[[ "$width" =~ ^[1-9][0-9]*$ ]] && ((width % 64 == 0)) || die "GPT_BENCH_WIDTH must be a multiple of 64 (heads of 64), not '$width'"
+model=(--set device=cpu --set n_layer="$layers" --set n_embd="$width" --set n_head=$((width / 64)) --set seq_len=32 --set micro_batch_size=4 --set threads=1
+       --set steps=11 --set val_batches=0 --set sample_tokens=0 --set checkpoint_at_end=false)
 repeats=${GPT_BENCH_REPEATS:-3}
 [[ "$repeats" =~ ^[1-9][0-9]*$ ]] || die "GPT_BENCH_REPEATS must be a positive integer, not '$repeats'"
 read -ra micro_batches <<< "${GPT_BENCH_MICRO_BATCHES:-4 8 16}"
