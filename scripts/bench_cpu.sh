@@ -44,8 +44,8 @@ steps="${BENCH_STEPS:-8}"
 warmup="${BENCH_WARMUP:-2}"
 [[ -f "$config" ]] || die "$config not found"
 [[ "$steps" =~ ^[0-9]+$ && "$warmup" =~ ^[0-9]+$ ]] ||
-  die "BENCH_STEPS and BENCH_WARMUP must be whole numbers"
-((steps > warmup)) || die "BENCH_STEPS ($steps) must exceed BENCH_WARMUP ($warmup)"
+  bad_input "BENCH_STEPS and BENCH_WARMUP must be whole numbers"
+((steps > warmup)) || bad_input "BENCH_STEPS ($steps) must exceed BENCH_WARMUP ($warmup)"
 # The analysis needs only Python's standard library: Debian's /usr/bin/python3 when
 # there is one, else the first python3 on PATH.
 python="$(command -v /usr/bin/python3 || command -v python3 || true)"

@@ -52,7 +52,7 @@ for p in "$@"; do
 done
 # Checked before the build and the data are: a bad size is the caller's to fix first.
 layers=${GPT_BENCH_LAYERS:-8}
-[[ "$layers" =~ ^[1-9][0-9]*$ ]] || die "GPT_BENCH_LAYERS must be a positive integer, not '$layers'"
+[[ "$layers" =~ ^[1-9][0-9]*$ ]] || bad_input "GPT_BENCH_LAYERS must be a positive integer, not '$layers'"
 ranks=("$@")
 ((${#ranks[@]} > 0)) || ranks=(2 4)
 # A stage holds a layer at least, and ranks past 8 a core mostly wait (a typo's 99999
@@ -72,14 +72,14 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 width=${GPT_BENCH_WIDTH:-384}
-[[ "$width" =~ ^[1-9][0-9]*$ ]] && ((width % 64 == 0)) || die "GPT_BENCH_WIDTH must be a multiple of 64 (heads of 64), not '$width'"
+[[ "$width" =~ ^[1-9][0-9]*$ ]] && ((width % 64 == 0)) || bad_input "GPT_BENCH_WIDTH must be a multiple of 64 (heads of 64), not '$width'"
 model=(--set device=cpu --set n_layer="$layers" --set n_embd="$width" --set n_head=$((width / 64)) --set seq_len=32 --set micro_batch_size=4 --set threads=1
        --set steps=11 --set val_batches=0 --set sample_tokens=0 --set checkpoint_at_end=false)
 repeats=${GPT_BENCH_REPEATS:-3}
-[[ "$repeats" =~ ^[1-9][0-9]*$ ]] || die "GPT_BENCH_REPEATS must be a positive integer, not '$repeats'"
+[[ "$repeats" =~ ^[1-9][0-9]*$ ]] || bad_input "GPT_BENCH_REPEATS must be a positive integer, not '$repeats'"
 read -ra micro_batches <<< "${GPT_BENCH_MICRO_BATCHES:-4 8 16}"
 for m in "${micro_batches[@]}"; do
-  [[ "$m" =~ ^[1-9][0-9]*$ ]] || die "GPT_BENCH_MICRO_BATCHES must list positive integers, not '$m'"
+  [[ "$m" =~ ^[1-9][0-9]*$ ]] || bad_input "GPT_BENCH_MICRO_BATCHES must list positive integers, not '$m'"
 done
 share=${GPT_BENCH_CPU_SHARE:-}
 capped=()

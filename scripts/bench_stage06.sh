@@ -13,13 +13,24 @@ set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 config=configs/small.json
+config_given=0
 extra=()
 # The trainer's forms: --config FILE (or =FILE), --set key=value, a bare key=value.
 while (($# > 0)); do
   case "$1" in
     -h | --help) print_help; exit 0 ;;
-    --config) (($# >= 2)) || bad_input "--config needs a file"; config=$2; shift 2 ;;
-    --config=*) config=${1#--config=}; shift ;;
+    --config | --config=*)
+      ((!config_given)) || bad_input "--config is given twice (one config; --set overrides its keys)"
+      config_given=1
+      if [[ "$1" == --config ]]; then
+        (($# >= 2)) || bad_input "--config needs a file"
+        config=$2; shift 2
+      else
+        config=${1#--config=}; shift
+      fi
+      # A relative FILE is the caller's when it is there (the trainer runs in the root).
+      [[ "$config" == /* || ! -f "$config" ]] || config="$(pwd)/$config"
+      ;;
     --set)
       (($# >= 2)) || bad_input "--set needs key=value"
       [[ "$2" == *=* ]] || bad_input "--set needs key=value, not '$2'"
