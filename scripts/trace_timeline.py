@@ -33,7 +33,7 @@ import os
 import re
 import sys
 
-import trace_spans  # noqa: E402  (scripts/, beside this file)
+import trace_spans  # scripts/, beside this file
 
 try:
     import matplotlib

@@ -19,14 +19,12 @@ import re
 import subprocess
 import sys
 
+from trace_fixture import span  # beside this file
+
 ROOT, WORK = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 TOOL = ROOT / "scripts" / "trace_ops.py"
 WORK.mkdir(parents=True, exist_ok=True)
 failures = 0
-
-
-def span(name, start_ms, dur_ms, tid=0, cat="op"):
-    return {"name": name, "cat": cat, "ph": "X", "ts": start_ms * 1000, "dur": dur_ms * 1000, "pid": 0, "tid": tid}
 
 
 def step(t0, matmul_ms, chunks=1, extra=()):
