@@ -25,9 +25,22 @@ Zero3Store<A>::~Zero3Store() {
 }
 
 template <class A>
-DeviceArray<A> Zero3Store<A>::unit_buffer(int unit) const {
+DeviceArray<A> Zero3Store<A>::unit_buffer(int unit) {
+  const size_t n = size_t(layout_.unit(unit).size());
+  // The buffer a released unit left behind, when it is the right size: every block is,
+  // so in steady state the blocks' gathers cycle through the same few buffers instead of
+  // asking the allocator (which on the CPU zero-fills fresh pages, 28 MB a block at
+  // GPT-2 124M, and faults them in again whenever the C library gave them back to the
+  // kernel). The gather overwrites every element, so what the spare held does not matter.
+  if (spare_.size() == n) return std::move(spare_);  // spare_ is left empty
+  spare_ = DeviceArray<A>();  // the wrong size: free it before allocating, never hold both
   const MemScope scope(MemKind::Params);  // gathered weights
-  return DeviceArray<A>(this->device(), size_t(layout_.unit(unit).size()));
+  return DeviceArray<A>(this->device(), n);
+}
+
+template <class A>
+void Zero3Store<A>::free_unit(int unit) {
+  spare_ = std::move(gathered_[unit]);  // the previous spare, if any, is freed
 }
 
 template <class A>
@@ -87,7 +100,7 @@ const A* Zero3Store<A>::acquire(int unit, Pass pass) {
       // backward to take it), it would sit beside the embeddings and two blocks through
       // the whole pass, one unit above the peak this store promises.
       kept_[final] = 0;
-      gathered_[final] = DeviceArray<A>();
+      free_unit(final);
     }
     if (kept_[unit]) {  // still gathered from the last pass, and the weights are the same
       kept_[unit] = 0;
@@ -120,7 +133,7 @@ void Zero3Store<A>::release(int unit, Pass pass) {
     kept_[unit] = 1;
     return;
   }
-  gathered_[unit] = DeviceArray<A>();  // free the gathered weights
+  free_unit(unit);
 }
 
 template <class A>
@@ -129,7 +142,7 @@ void Zero3Store<A>::weights_updated() {
     invariant(users_[u] == 0, "Zero3Store: the weights changed while unit " + std::to_string(u) + " is acquired");
     if (kept_[u]) {
       kept_[u] = 0;
-      gathered_[u] = DeviceArray<A>();
+      free_unit(int(u));
     }
   }
   // Whatever a prefetch gathered before the update is stale as well. In the model's

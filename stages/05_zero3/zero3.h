@@ -25,7 +25,10 @@
 // always gathered from the current shards.
 // A prefetch's buffer is allocated when the prefetch starts, on the calling thread, so
 // the gathered weights peak at the embeddings and two blocks by construction, whenever
-// the prefetch thread happens to run.
+// the prefetch thread happens to run. A released unit's buffer is kept as the one spare
+// and refilled by the next gather of a unit of its size (the blocks all have one size),
+// instead of being freed and allocated again; a spare of the wrong size is freed first,
+// so it never raises that peak.
 #pragma once
 #include <future>
 #include <memory>
@@ -64,7 +67,8 @@ class Zero3Store : public Zero2Store<A> {
   using Zero2Store<A>::dp_;
   using Zero2Store<A>::shard;
 
-  DeviceArray<A> unit_buffer(int unit) const;  // room for a gathered unit, counted as params
+  DeviceArray<A> unit_buffer(int unit);  // room for a gathered unit (the spare, if it fits), counted as params
+  void free_unit(int unit);              // the unit's gathered weights are done with: they become the spare
   void gather_into(Communicator& comm, int unit, A* buf) const;
   void start_prefetch(int unit);  // on the prefetch thread, into a buffer made here
   void drop_prefetch();           // waits for the prefetch in flight and discards it
@@ -74,6 +78,7 @@ class Zero3Store : public Zero2Store<A> {
   A* shard_params_;
   bool prefetch_;
   std::vector<DeviceArray<A>> gathered_;      // per unit, while acquired
+  DeviceArray<A> spare_;                      // the last unit freed, for the next gather of its size
   std::vector<int> users_;                    // acquisitions not yet released
   std::vector<char> kept_;                    // gathered, not acquired, still current
   int prefetch_unit_ = -1;                    // the unit prefetched_ gathers, or -1
