@@ -24,8 +24,8 @@
 // to its final name. rename() is atomic on POSIX file systems, so a reader sees
 // either no step_00000100 at all or a complete one; a crash leaves at worst a stale
 // .tmp directory, which latest_checkpoint() ignores and the next save of that step
-// (a save that fails with an error, a disk full say, removes its own .tmp at once, so
-// that the space it took is free for whatever the user does next)
+// replaces. (A save that fails with an error, a disk full say, removes its own .tmp at
+// once, so that the space it took is free for whatever the user does next.)
 //
 // This file saves and loads; the helpers it shares with the other checkpoint*.cpp
 // files are listed in checkpoint_internal.h.

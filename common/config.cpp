@@ -35,6 +35,7 @@
 #include "common/choices_eval.h"
 #include "common/choices_file.h"
 #include "common/error.h"
+#include "common/gpt2_layout.h"
 #include "common/host_memory.h"
 #include "common/json_input.h"
 #include "common/launcher.h"
@@ -377,7 +378,7 @@ void check_double(bool ok, const char* key, double value, const std::string& rea
 HostRoom memory_capacity() { return host_capacity().value_or(HostRoom{0, ""}); }
 
 // A model too large for this machine (or its container) fails here, before its layout (a name and a shape
-// for each of its 12 n_layer + 5 tensors) and its buffers are built. Every rank holds
+// for each of its 12 n_layer + 4 tensors) and its buffers are built. Every rank holds
 // its share of the weights, their gradients and the optimizer's state, in fp32: 16 bytes
 // a parameter with AdamW's two moments, 8 with SGD (twice that in fp64, every buffer a
 // double). The least share of any stage is
@@ -388,9 +389,7 @@ HostRoom memory_capacity() { return host_capacity().value_or(HostRoom{0, ""}); }
 // whose eval does not would otherwise stop at its first validation.
 void require_memory_for_weights(const Config& cfg, int dp) {
   const ModelConfig& m = cfg.model;
-  const double C = m.n_embd;
-  const double params = double(m.padded_vocab()) * C + double(m.block_size) * C +
-                        double(m.n_layer) * (12 * C * C + 13 * C) + 2 * C;
+  const double params = gpt2_param_count(m, m.padded_vocab());
   const double share = double(std::max(cfg.tp, 1)) * std::max(cfg.pp, 1) * std::max(dp, 1);
   const bool fp64 = cfg.precision == "fp64";
   const double bytes_each = (cfg.optimizer == "sgd" ? 8 : 16) * (fp64 ? 2 : 1);

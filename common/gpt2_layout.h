@@ -51,6 +51,14 @@ inline VocabRange vocab_range(const ModelConfig& m, int tp, int rank) {
   return {int(Vp * rank / tp), int(Vp * (rank + 1) / tp)};
 }
 
+/// The parameters of the whole model with wte's `padded_vocab` rows (the layout's total at
+/// tp = pp = 1): wte and wpe, 12 C^2 + 13 C a block, ln_f's 2 C. In double, so that a huge
+/// shape (a corrupt header's) cannot overflow before it is compared with what is there.
+inline double gpt2_param_count(const ModelConfig& m, int64_t padded_vocab) {
+  const double C = m.n_embd;
+  return double(padded_vocab) * C + double(m.block_size) * C + double(m.n_layer) * (12 * C * C + 13 * C) + 2 * C;
+}
+
 /// A tensor's shape as text: [768, 3072].
 std::string shape_text(const std::vector<int64_t>& shape);
 

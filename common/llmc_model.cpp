@@ -112,12 +112,9 @@ LlmcHeader read_llmc_header(const std::string& path) {
     fail(path + ": padded_vocab=" + std::to_string(out.file_padded_vocab) + " is below vocab_size=" +
          std::to_string(m.vocab_size));
 
-  // The values the shape needs: wte, wpe, per layer 12 C^2 + 13 C, ln_f. Counted in
-  // double, so that a corrupt header's huge sizes cannot overflow: the file's size,
-  // exact in a double, then tells them apart.
-  const double C = m.n_embd;
-  const double values = double(out.file_padded_vocab) * C + double(m.block_size) * C +
-                        double(m.n_layer) * (12 * C * C + 13 * C) + 2 * C;
+  // The values the shape needs, in double: a corrupt header's huge sizes cannot
+  // overflow, and the file's size, exact in a double, then tells them apart.
+  const double values = gpt2_param_count(m, out.file_padded_vocab);
   const double want = double(kHeaderBytes) + values * double(bytes_per_value(out.version));
   const auto size = std::filesystem::file_size(path, ec);
   if (ec) fail(path + ": cannot read its size: " + ec.message());

@@ -2,7 +2,8 @@
 //   mean = sum(x)/C,  rstd = 1/sqrt(sum((x-mean)^2)/C + 1e-5),  xhat = (x-mean)*rstd
 //   out  = xhat * w + b
 // Backward, with g = dout * w:
-//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw += dout*xhat,  db += dout
+//   dx += rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw += dout*xhat,  db += dout
+// (every gradient accumulates, kernels/ops.h: dx is the residual stream's gradient)
 // The row sums run in fixed lanes (lanes.h): vectorised, in an order set by C alone.
 #include <cmath>
 #include <cstddef>
