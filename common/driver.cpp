@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -180,6 +181,10 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
       if (run.lead() && run.peak_flops)
         std::printf("device peak %.1f TFLOP/s over the job's GPUs (%s): mfu is reported against it\n",
                     *run.peak_flops / 1e12, precision_name(precision));
+      // Each rank its own trace file, trace_file + .rankN.json; end_of_run writes it.
+      Trace::global().enable(
+          cfg.trace_file.empty() ? "" : cfg.trace_file + ".rank" + std::to_string(world->rank()) + ".json",
+          world->rank());
       return train(run);
     });
   });
@@ -277,6 +282,17 @@ void log_choices(Run& run, MetricsLog& log, int64_t step, const WholeWeights<A>&
 bool scores_choices(const Run& run) { return run.choices && run.choices->enabled(); }
 
 }  // namespace
+
+void log_step(const Run& run, MetricsLog& log, int64_t step, double loss, double lr, double grad_norm, double ms,
+              const MemoryLedger& mem) {
+  const Config& cfg = run.cfg;
+  StepMetrics m;
+  m.step = step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = grad_norm, m.ms = ms;
+  m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);
+  m.mfu = run.mfu(m.tokens_per_s);
+  if (run.lead()) log.train_step(m, mem, step % cfg.log_every == 0 || step == cfg.steps);
+  if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(step) + " (lower lr?)");
+}
 
 template <class A>
 void after_step(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,

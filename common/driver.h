@@ -7,8 +7,10 @@
 ///   stage_main(argc, argv, spec, train)
 ///     parse the config (--config, --set, --help), pick the device, join the job,
 ///     build the process mesh dp x pp x cp x tp from the config keys, refuse by name an
-///     axis the stage does not implement, then run train(run) on every rank: an error
-///     on one rank ends them all (bad input: exit 2; a bug: exit 1).
+///     axis the stage does not implement, start each rank's trace (trace_file), then run
+///     train(run) on every rank: an error on one rank ends them all (bad input: exit 2;
+///     a bug: exit 1).
+///   log_step(...)       a finished step's metrics line; a loss that is not finite stops the run
 ///   after_step(...)     the validation loss (and the multiple-choice eval) and the
 ///                       checkpoint every N steps
 ///   end_of_run(...)     the last validation loss and eval, the final checkpoint, the sample
@@ -149,6 +151,13 @@ struct RunCheckpoints {
   /// chunks packs them into `buffers` there).
   std::function<void()> before_write = {};
 };
+
+/// Logs step `step` (the steps done, 1-based), which took `ms` of wall time: on the lead
+/// rank, its line in the metrics file (tokens per second and MFU derived from `ms`),
+/// printed every log_every steps and at the last. Then, on every rank, a UserError naming
+/// the step if the loss is not finite: a diverged run stops at once, before it checkpoints.
+void log_step(const Run& run, MetricsLog& log, int64_t step, double loss, double lr, double grad_norm, double ms,
+              const MemoryLedger& mem);
 
 /// How a stage computes its validation loss over cfg.val_batches batches, called on every
 /// rank (it may communicate); the lead rank's result is logged. The model-taking

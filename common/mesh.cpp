@@ -79,4 +79,10 @@ Mesh::Mesh(Communicator& world, const MeshShape& shape) : world_(world), shape_(
   tp_ = group(&MeshCoord::tp);
 }
 
+std::unique_ptr<Communicator> split_dp_cp(Mesh& mesh) {
+  MeshCoord first = mesh.coord();  // the group's colour: its rank with dp = cp = 0
+  first.dp = 0, first.cp = 0;
+  return mesh.world().split(mesh_rank(mesh.shape(), first), mesh.coord().dp * mesh.shape().cp + mesh.coord().cp);
+}
+
 }  // namespace gpt

@@ -15,27 +15,21 @@
 
 namespace gpt {
 
-/// Ranks along each axis of the mesh; each must be at least 1.
+/// Ranks along each axis of the mesh; each must be at least 1 (1: the axis is unused).
 struct MeshShape {
-  /// Data-parallel degree: model replicas, each fed its own batches (1: the axis is unused).
-  int dp = 1, pp = 1, cp = 1, tp = 1;  ///< tensor-parallel degree: ranks sharing each layer's tensors
-  /// @var pp
-  /// Pipeline-parallel degree: stages the layers are divided into.
-
-  /// @var cp
-  /// Context-parallel degree: chunks each sequence is divided into.
+  int dp = 1;  ///< data-parallel degree: model replicas, each fed its own batches
+  int pp = 1;  ///< pipeline-parallel degree: stages the layers are divided into
+  int cp = 1;  ///< context-parallel degree: chunks each sequence is divided into
+  int tp = 1;  ///< tensor-parallel degree: ranks sharing each layer's tensors
   int world() const { return dp * pp * cp * tp; }  ///< total ranks the mesh needs
 };
 
 /// A rank's position in the mesh: each coordinate in [0, the shape's size on that axis).
 struct MeshCoord {
-  /// Index along the data-parallel axis: which replica.
-  int dp = 0, pp = 0, cp = 0, tp = 0;  ///< index along the tensor-parallel axis: which slice of the tensors
-  /// @var pp
-  /// Index along the pipeline-parallel axis: which stage of layers.
-
-  /// @var cp
-  /// Index along the context-parallel axis: which chunks of each sequence.
+  int dp = 0;  ///< index along the data-parallel axis: which replica
+  int pp = 0;  ///< index along the pipeline-parallel axis: which stage of layers
+  int cp = 0;  ///< index along the context-parallel axis: which chunks of each sequence
+  int tp = 0;  ///< index along the tensor-parallel axis: which slice of the tensors
 };
 
 /// The coordinates of world rank `rank` (the formula at the top of this file). Throws a
@@ -71,5 +65,12 @@ class Mesh {
   MeshCoord coord_;
   std::unique_ptr<Communicator> dp_, pp_, cp_, tp_;
 };
+
+/// A new communicator over the ranks that differ from this one only in dp and cp. Under
+/// context parallelism they hold the same weight slices (cp splits the sequence, not the
+/// weights) and each computes gradients from tokens of its own, so the gradients are
+/// reduced, and a ZeRO stage shards, over all dp x cp of them: the gradient group. This
+/// rank's index there is coord().dp * cp + coord().cp. Collective over the world.
+std::unique_ptr<Communicator> split_dp_cp(Mesh& mesh);
 
 }  // namespace gpt

@@ -10,7 +10,6 @@
 #include <omp.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -47,7 +46,6 @@ int train_on(Run& run) {
   const bool lead = run.lead();  // rank 0 logs, prunes checkpoints and samples
   const int accum = cfg.grad_accum(dp.size());
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
-  Trace::global().enable(cfg.trace_file.empty() ? "" : cfg.trace_file + ".rank" + std::to_string(dp.rank()) + ".json", dp.rank());
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
   const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
@@ -152,12 +150,7 @@ int train_on(Run& run) {
     if (lead && step == first_step)
       std::printf("memory by kind, per rank, peaks of step %lld:\n%s", static_cast<long long>(state.step),
                   mem.table().c_str());
-    StepMetrics m;
-    m.step = state.step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = norm, m.ms = ms;
-    m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);
-    m.mfu = run.mfu(m.tokens_per_s);
-    if (lead) log.train_step(m, mem, state.step % cfg.log_every == 0 || state.step == cfg.steps);
-    if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(state.step) + " (lower lr?)");
+    log_step(run, log, state.step, loss, lr, norm, ms, mem);
 
     after_step(run, model, val_data, dp, log, ckpt, state, whole);
   }

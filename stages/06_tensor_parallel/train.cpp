@@ -16,7 +16,6 @@
 #include <omp.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -60,8 +59,6 @@ int train_on(Run& run) {
   const bool sp = cfg.sequence_parallel, lead = run.lead();
   const int accum = cfg.grad_accum(dp.size());
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
-  Trace::global().enable(cfg.trace_file.empty() ? "" : cfg.trace_file + ".rank" + std::to_string(run.world.rank()) + ".json",
-                         run.world.rank());
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
   const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
@@ -93,7 +90,6 @@ int train_on(Run& run) {
   SequenceParallelGrads<A> sp_grads(layout, tp, zero.store(), device);
   model.set_store(sp ? static_cast<WeightStore<A>*>(&sp_grads) : &zero.store());
 
-  MemoryLedger mem = MemoryTracker::global().peaks();
   const TpBudget budget = tp_budget(cfg, tp.size(), dp.size(), tp.rank(), dp.rank());
   if (lead) {
     std::printf("stage 06 | tp %d x dp %d (%s)%s, zero=%d | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM on this rank\n",
@@ -141,19 +137,14 @@ int train_on(Run& run) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
 
-    mem = MemoryTracker::global().peaks();
+    const MemoryLedger mem = MemoryTracker::global().peaks();
     if (lead && step == first_step) {  // after the first step of this run: measured and formula side by side
       std::printf("memory by kind, rank 0, peaks of step %lld (allocated | formula, README):\n%s",
                   static_cast<long long>(state.step), budget.memory_table(mem).c_str());
       std::printf("tensor-parallel communication in step %lld, rank 0 (counted | formula, README):\n%s",
                   static_cast<long long>(state.step), budget.comm_table(tp_step).c_str());
     }
-    StepMetrics m;
-    m.step = state.step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = norm, m.ms = ms;
-    m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);
-    m.mfu = run.mfu(m.tokens_per_s);
-    if (lead) log.train_step(m, mem, state.step % cfg.log_every == 0 || state.step == cfg.steps);
-    if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(state.step) + " (lower lr?)");
+    log_step(run, log, state.step, loss, lr, norm, ms, mem);
 
     after_step(run, model, val_data, dp, log, ckpt, state, whole);
   }

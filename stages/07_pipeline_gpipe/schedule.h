@@ -59,6 +59,9 @@ using PipeSchedule = std::vector<PipeAction>;
 
 // The actions of `rank` of p for m micro-batches. A UserError for p < 1 or m < 1.
 PipeSchedule gpipe_schedule(int p, int rank, int m);
+// The most micro-batches whose activations a rank holds at once under GPipe: all m, since
+// every forward runs before the first backward.
+inline int gpipe_max_in_flight(int m) { return m; }
 
 // The tag of the message carrying micro-batch `micro`'s activation (forward) or
 // gradient (backward) into chunk `chunk` of `chunks`: distinct for every (micro, chunk,

@@ -15,7 +15,6 @@
 #include <omp.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -66,8 +65,6 @@ int train_on(Run& run) {
   const int accum = cfg.grad_accum(dp.size());  // m, the micro-batches of a step
   check_pipeline(cfg, pp.size(), accum);
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
-  Trace::global().enable(cfg.trace_file.empty() ? "" : cfg.trace_file + ".rank" + std::to_string(run.world.rank()) + ".json",
-                         run.world.rank());
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
   const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
@@ -107,7 +104,6 @@ int train_on(Run& run) {
   model.set_store(&tied);
   PipelineExecutor<A> pipeline({&model}, pp);
 
-  MemoryLedger mem = MemoryTracker::global().peaks();
   if (lead) {
     std::printf("stage 07 | GPipe | pp %d x tp %d x dp %d (%s)%s, zero=%d | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM on this rank\n",
                 pp.size(), tp.size(), dp.size(), run.world.backend(), sp ? ", sequence parallel" : "", cfg.zero,
@@ -128,6 +124,7 @@ int train_on(Run& run) {
   };
   BubbleMeter bubble(pp);
   state.layout_json = mesh_json(run.mesh.shape());  // checkpoints record the layout that wrote them
+  const Validation validate = [&] { return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, dp); };
   const int64_t first_step = state.step;
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const int64_t first_sequence = state.sequences(cfg.batch_size);  // the data position: the sequences read so far
@@ -161,28 +158,21 @@ int train_on(Run& run) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
 
-    mem = MemoryTracker::global().peaks();
+    const MemoryLedger mem = MemoryTracker::global().peaks();
     if (step == first_step) {  // after the first step: memory and micro-batches in flight, per rank
-      const int bound = accum;  // GPipe: every micro-batch's activations until the backwards
+      const int bound = gpipe_max_in_flight(accum);
       const std::string line = in_flight_line<A>(run.world.rank(), pp.rank(), pp.size(), bound,
                                                  pipeline.measured_in_flight(), {&model}, mem);
       print_from_every_rank(run.world, line);
     }
-    StepMetrics m;
-    m.step = state.step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = norm, m.ms = ms;
-    m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);
-    m.mfu = run.mfu(m.tokens_per_s);
-    if (lead) log.train_step(m, mem, state.step % cfg.log_every == 0 || state.step == cfg.steps);
-    if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(state.step) + " (lower lr?)");
+    log_step(run, log, state.step, loss, lr, norm, ms, mem);
 
-    const Validation validate = [&] { return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, dp); };
     after_step(run, validate, dp, log, ckpt, state, whole);
   }
   const std::string bubbles =  // the theory does not depend on the costs
       bubble.report([&](const PipeCosts&) { return pipeline_bubble(pp.size(), accum); }, pipeline.measured_costs());
   if (lead) std::printf("%s", bubbles.c_str());
 
-  const Validation validate = [&] { return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, dp); };
   end_of_run(run, validate, dp, log, ckpt, state, whole, T);
   return 0;
 }

@@ -18,11 +18,15 @@
 //
 // Backwards still run in micro-batch order, so the gradients' bits are GPipe's.
 #pragma once
+#include <algorithm>
+
 #include "stages/07_pipeline_gpipe/schedule.h"
 
 namespace gpt {
 
 // The actions of `rank` of p for m micro-batches. A UserError for p < 1 or m < 1.
 PipeSchedule one_f_one_b_schedule(int p, int rank, int m);
+// The most micro-batches whose activations rank r holds at once: min(p - r, m) (above).
+inline int one_f_one_b_max_in_flight(int p, int rank, int m) { return std::min(p - rank, m); }
 
 }  // namespace gpt

@@ -48,8 +48,8 @@ double pipeline_theory_bubble(const std::string& name, int p, int m, int v, cons
 
 int pipeline_theory_in_flight(const std::string& name, int p, int rank, int m, int v) {
   check_name(name, v);
-  if (name == "gpipe") return m;
-  if (name == "1f1b") return std::min(p - rank, m);
+  if (name == "gpipe") return gpipe_max_in_flight(m);
+  if (name == "1f1b") return one_f_one_b_max_in_flight(p, rank, m);
   if (name == "interleaved") return interleaved_max_in_flight(p, rank, m, v);
   return zb_h1_max_in_flight(p, m);
 }

@@ -16,7 +16,6 @@
 #include <omp.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -62,16 +61,12 @@ int train_on(Run& run) {
   CountingCommunicator cp(run.mesh.cp());  // the technique's traffic, counted per step
   // The ranks holding the same weight slices: dp x cp, the data-parallel group of the
   // weights (every rank of it computes gradients from tokens of its own).
-  const MeshCoord at = run.mesh.coord();
-  const std::unique_ptr<Communicator> dp_owner = run.world.split(at.tp * run.mesh.shape().pp + at.pp,
-                                                                 at.dp * run.mesh.shape().cp + at.cp);
-  Communicator& dp = *dp_owner;  // the gradient group: dp x cp ranks holding the same weights
-  const int data_rank = at.dp, data_ranks = run.mesh.shape().dp;  // which sequences this rank reads
+  const std::unique_ptr<Communicator> grad_group_owner = split_dp_cp(run.mesh);
+  Communicator& grad_group = *grad_group_owner;
+  const int data_rank = run.mesh.coord().dp, data_ranks = run.mesh.shape().dp;  // which sequences this rank reads
   const bool sp = cfg.sequence_parallel, lead = run.lead();
   const int accum = cfg.grad_accum(data_ranks);
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
-  Trace::global().enable(cfg.trace_file.empty() ? "" : cfg.trace_file + ".rank" + std::to_string(run.world.rank()) + ".json",
-                         run.world.rank());
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
   const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
@@ -88,7 +83,7 @@ int train_on(Run& run) {
   const ParamLayout global(cfg.model);
   const RankLayout slices = RankLayout::tensor_parallel(global, tp.size(), tp.rank());
   // The ZeRO stage of `zero` over dp x cp, on this rank's local buffer (stage 06's local_zero.h).
-  LocalZero<A> zero(cfg, model, slices, dp, device);
+  LocalZero<A> zero(cfg, model, slices, grad_group, device);
   const RunCheckpoints ckpt{layout, zero.checkpoint_buffers(), /*sharded=*/true, &zero.range(),
                             [&] { zero.checkpoint_to_host(); }};
 
@@ -106,7 +101,6 @@ int train_on(Run& run) {
   SequenceParallelGrads<A> sp_grads(layout, tp, zero.store(), device);
   model.set_store(sp ? static_cast<WeightStore<A>*>(&sp_grads) : &zero.store());
 
-  MemoryLedger mem = MemoryTracker::global().peaks();
   if (lead) {
     std::printf("stage 10 | cp %d (%s split, %d tokens of %d per rank) x tp %d x dp %d (%s)%s, zero=%d | device %s | %s | %d threads per rank | %.2fM parameters\n",
                 cp.size(), cfg.cp_split.c_str(), Tl, T, tp.size(), data_ranks, run.world.backend(),
@@ -123,7 +117,7 @@ int train_on(Run& run) {
   // multiple-choice eval.
   const GatherWhole<A> whole = [&](WholeOn on) {
     return WholeWeights<A>::copy(
-        on_device(device, gather_whole_model(run.world, slices, zero.local_weights(), dp.rank() == 0, on)));
+        on_device(device, gather_whole_model(run.world, slices, zero.local_weights(), grad_group.rank() == 0, on)));
   };
   std::vector<int32_t> whole_in(size_t(B) * T), whole_tg(size_t(B) * T);
   std::vector<int32_t> inputs(size_t(B) * Tl), targets(size_t(B) * Tl);
@@ -140,15 +134,15 @@ int train_on(Run& run) {
                        whole_tg.data());
       split.take(whole_in.data(), inputs.data(), B, T);
       split.take(whole_tg.data(), targets.data(), B, T);
-      loss += double(model.forward(inputs.data(), targets.data())) / (accum * dp.size());  // dp: dp x cp ranks
+      loss += double(model.forward(inputs.data(), targets.data())) / (accum * grad_group.size());  // dp x cp ranks
       const bool last = micro == accum - 1;
       zero.set_last_micro(last);
       sp_grads.set_sum(zero.reduces_every_backward() || last);
-      model.backward(1.0f / float(accum * dp.size()));
+      model.backward(1.0f / float(accum * grad_group.size()));
     }
     zero.wait();
     const CommTally cp_step = cp.tally() - cp_before;
-    dp.all_reduce(&loss, 1, DType::F64);  // the mean over the global batch: every part has as many tokens
+    grad_group.all_reduce(&loss, 1, DType::F64);  // the mean over the global batch: every part has as many tokens
 
     // The global norm: each rank the counted elements of its range (a tp replica or a
     // zero=0 dp replica counted once), summed over the world.
@@ -159,19 +153,14 @@ int train_on(Run& run) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
 
-    mem = MemoryTracker::global().peaks();
+    const MemoryLedger mem = MemoryTracker::global().peaks();
     if (lead && step == first_step) {  // after the first step of this run: what a rank holds and sends
       std::printf("memory by kind, rank 0, peaks of step %lld:\n%s", static_cast<long long>(state.step),
                   mem.table().c_str());
       std::printf("context-parallel communication in step %lld, rank 0:\n%s", static_cast<long long>(state.step),
                   cp_step.table().c_str());
     }
-    StepMetrics m;
-    m.step = state.step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = norm, m.ms = ms;
-    m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);
-    m.mfu = run.mfu(m.tokens_per_s);
-    if (lead) log.train_step(m, mem, state.step % cfg.log_every == 0 || state.step == cfg.steps);
-    if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(state.step) + " (lower lr?)");
+    log_step(run, log, state.step, loss, lr, norm, ms, mem);
 
     after_step(run, model, val_data, run.mesh.dp(), log, ckpt, state, whole);  // the sequences split over dp only
   }

@@ -27,7 +27,6 @@
 #include <omp.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -80,11 +79,9 @@ int train_on(Run& run) {
   Communicator& cp = run.mesh.cp();
   // The ranks holding the same weight slices: dp x cp (each computes gradients from
   // tokens of its own), as in stage 10.
-  const MeshCoord at = run.mesh.coord();
   const MeshShape shape = run.mesh.shape();
-  const std::unique_ptr<Communicator> dp_owner =
-      run.world.split(at.tp * shape.pp + at.pp, at.dp * shape.cp + at.cp);
-  Communicator& dp = *dp_owner;  // the gradient group: dp x cp ranks holding the same weights
+  const std::unique_ptr<Communicator> grad_group_owner = split_dp_cp(run.mesh);
+  Communicator& grad_group = *grad_group_owner;
   Communicator& data_group = run.mesh.dp();  // the ranks that read different sequences
   const bool sp = cfg.sequence_parallel, lead = run.lead();
   const int accum = cfg.grad_accum(data_group.size());  // m, the micro-batches of a step
@@ -92,8 +89,6 @@ int train_on(Run& run) {
   check_pipeline(cfg, pp.size(), accum);
   const std::string schedule_name = cfg.schedule.empty() ? "interleaved" : cfg.schedule;
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
-  Trace::global().enable(cfg.trace_file.empty() ? "" : cfg.trace_file + ".rank" + std::to_string(run.world.rank()) + ".json",
-                         run.world.rank());
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
   const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
@@ -121,7 +116,7 @@ int train_on(Run& run) {
   // This rank's v chunks (virtual stages r, r + p, ...), each with activations for every
   // micro-batch the schedule keeps in flight on it.
   std::vector<ModelChunk<A>> chunks =
-      make_model_chunks(cfg, global, schedule, pp, tp, dp, ends.get(), slice, Tl, device, precision);
+      make_model_chunks(cfg, global, schedule, pp, tp, grad_group, ends.get(), slice, Tl, device, precision);
   std::vector<GPT2<A>*> models;
   std::vector<const GPT2<A>*> const_models;
   std::vector<LocalZero<A>*> zeros;
@@ -150,7 +145,6 @@ int train_on(Run& run) {
   for (ModelChunk<A>& c : chunks) c.zero->weights_from_master();
   PipelineExecutor pipeline(models, pp);
 
-  MemoryLedger mem = MemoryTracker::global().peaks();
   if (lead) {
     const std::string recompute_note = recompute == Recompute::None ? "" : ", " + cfg.activation_checkpointing + " recompute";
     std::printf("stage 11 | dp %d x pp %d (%s, %d chunk(s) per rank) x cp %d (%s split, %d tokens of %d per rank) x tp %d%s (%s), zero=%d%s | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM on this rank\n",
@@ -170,11 +164,14 @@ int train_on(Run& run) {
   // The whole model (every chunk's part), for the lead rank's sample and every rank's share
   // of the multiple-choice eval.
   const GatherWhole<A> whole = [&](WholeOn on) {
-    return WholeWeights<A>::copy(on_device(device, gather_chunks(run.world, chunks, dp.rank() == 0, on)));
+    return WholeWeights<A>::copy(on_device(device, gather_chunks(run.world, chunks, grad_group.rank() == 0, on)));
   };
   BubbleMeter bubble(pp);
   std::vector<int32_t> whole_in(size_t(B) * T), whole_tg(size_t(B) * T);
   state.layout_json = mesh_json(shape);  // checkpoints record the layout that wrote them
+  const Validation validate = [&] {
+    return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, data_group, &split);
+  };
   const int64_t first_step = state.step;
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const int64_t first_sequence = state.sequences(cfg.batch_size);  // the data position: the sequences read so far
@@ -197,14 +194,14 @@ int train_on(Run& run) {
     // Each micro-batch's mean loss over this rank's tokens; dp x cp parts of equal size
     // make the global batch.
     const std::vector<double> losses =
-        pipeline.run(schedule, accum, batch, 1.0f / float(accum * dp.size()), before_backward);
+        pipeline.run(schedule, accum, batch, 1.0f / float(accum * grad_group.size()), before_backward);
     bubble.stop(pipeline.last_busy_s());
     for (ModelChunk<A>& c : chunks) c.tied->finish();
     for (LocalZero<A>* z : zeros) z->wait();
     double loss = 0;  // the mean over the global batch, added in micro-batch order as stage 01 does
-    for (double l : losses) loss += l / (accum * dp.size());
+    for (double l : losses) loss += l / (accum * grad_group.size());
     pp.all_reduce(&loss, 1, DType::F64);  // from the last stage (the others add 0)
-    dp.all_reduce(&loss, 1, DType::F64);
+    grad_group.all_reduce(&loss, 1, DType::F64);
 
     const double norm = grad_norm_by_tensor(run.world, zeros, global.tensors().size());  // the same bits for any schedule
     const double lr = learning_rate(cfg, step);
@@ -213,23 +210,15 @@ int train_on(Run& run) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
 
-    mem = MemoryTracker::global().peaks();
+    const MemoryLedger mem = MemoryTracker::global().peaks();
     if (step == first_step) {  // after the first step: memory and micro-batches in flight, per rank
       const int bound = pipeline_theory_in_flight(schedule_name, pp.size(), pp.rank(), accum, v);
       const std::string line = in_flight_line(run.world.rank(), pp.rank(), pp.size(), bound,
                                               pipeline.measured_in_flight(), const_models, mem, working_block.bytes());
       print_from_every_rank(run.world, line);
     }
-    StepMetrics m;
-    m.step = state.step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = norm, m.ms = ms;
-    m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);
-    m.mfu = run.mfu(m.tokens_per_s);
-    if (lead) log.train_step(m, mem, state.step % cfg.log_every == 0 || state.step == cfg.steps);
-    if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(state.step) + " (lower lr?)");
+    log_step(run, log, state.step, loss, lr, norm, ms, mem);
 
-    const Validation validate = [&] {
-      return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, data_group, &split);
-    };
     after_step(run, validate, data_group, log, ckpt, state, whole);
   }
   const std::string bubbles = bubble.report(  // the theory for the measured forward, backward and weight times
@@ -237,9 +226,6 @@ int train_on(Run& run) {
       pipeline.measured_costs());
   if (lead) std::printf("%s", bubbles.c_str());
 
-  const Validation validate = [&] {
-    return pipeline_validation_loss(pipeline, val_data, cfg.val_batches, B, data_group, &split);
-  };
   end_of_run(run, validate, data_group, log, ckpt, state, whole, T);
   return 0;
 }

@@ -347,6 +347,18 @@ void test_mesh(Communicator& world) {
             }
             expect(ok, "mesh axis group members " + name);
           }
+          // The gradient group of context parallelism: every (dp, cp) pair with this
+          // rank's pp and tp, ordered cp fastest.
+          const std::unique_ptr<Communicator> grads = split_dp_cp(mesh);
+          const std::vector<double> members = all_gather_scalar(*grads, world.rank());
+          bool ok = grads->size() == dp * cp && grads->rank() == me.dp * cp + me.cp &&
+                    members.size() == size_t(dp * cp);
+          for (int k = 0; ok && k < dp * cp; ++k) {
+            MeshCoord other = me;
+            other.dp = k / cp, other.cp = k % cp;
+            ok = members[size_t(k)] == mesh_rank(shape, other);
+          }
+          expect(ok, "split_dp_cp: the dp x cp ranks of this pp and tp, cp fastest " + name);
         }
   expect(shapes > 0, "at least one mesh shape tested");
 }
