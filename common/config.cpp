@@ -752,14 +752,6 @@ void validate(const Config& cfg, int dp) {
   // Data and logging.
   check_int(cfg.val_every >= 0, "val_every", cfg.val_every, "must be >= 0 (0: only at the end)");
   check_int(cfg.val_batches >= 0, "val_batches", cfg.val_batches, "must be >= 0");
-  check_int(cfg.dp >= 0, "dp", cfg.dp, "must be >= 0 (0: every rank)");
-  check_int(cfg.tp >= 1, "tp", cfg.tp, "must be >= 1");
-  check_int(cfg.pp >= 1, "pp", cfg.pp, "must be >= 1");
-  check_int(cfg.cp >= 1, "cp", cfg.cp, "must be >= 1");
-  check_int(cfg.virtual_stages >= 1 && cfg.virtual_stages <= m.n_layer, "virtual_stages", cfg.virtual_stages,
-            "must be between 1 and n_layer=" + std::to_string(m.n_layer) + " (each chunk holds at least one layer)");
-  check_int(cfg.zero >= 0 && cfg.zero <= 3, "zero", cfg.zero, "must be 0, 1, 2 or 3");
-  parse_recompute(cfg.activation_checkpointing);  // the accepted names live there
   check_int(cfg.log_every >= 1, "log_every", cfg.log_every, "must be >= 1");
 
   // Runtime. precision's check is parse_precision's, so the accepted names live in one place.
@@ -776,7 +768,15 @@ void validate(const Config& cfg, int dp) {
   require_outside_checkpoints(cfg.trace_file, "trace_file", cfg.run_dir);
   require_distinct_outputs(cfg);
 
-  // Distributed.
+  // Distributed, and the memory the axes and activation checkpointing save.
+  check_int(cfg.dp >= 0, "dp", cfg.dp, "must be >= 0 (0: every rank)");
+  check_int(cfg.tp >= 1, "tp", cfg.tp, "must be >= 1");
+  check_int(cfg.pp >= 1, "pp", cfg.pp, "must be >= 1");
+  check_int(cfg.cp >= 1, "cp", cfg.cp, "must be >= 1");
+  check_int(cfg.virtual_stages >= 1 && cfg.virtual_stages <= m.n_layer, "virtual_stages", cfg.virtual_stages,
+            "must be between 1 and n_layer=" + std::to_string(m.n_layer) + " (each chunk holds at least one layer)");
+  check_int(cfg.zero >= 0 && cfg.zero <= 3, "zero", cfg.zero, "must be 0, 1, 2 or 3");
+  parse_recompute(cfg.activation_checkpointing);  // the accepted names live there
   check(cfg.comm == "auto" || cfg.comm == "mpi" || cfg.comm == "nccl", "comm",
         show(Json(cfg.comm)), "must be auto, mpi or nccl");
   check(cfg.allreduce == "ring" || cfg.allreduce == "backend", "allreduce",
