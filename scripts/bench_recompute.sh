@@ -48,7 +48,7 @@ import gptruns
 def ranks(name):  # per rank: (micro-batches in flight, activations MiB)
     out = {}
     for line in open(f"{work}/{name}.log"):
-        m = re.match(r"rank (\d+) \(pipeline rank \d+ of \d+\): micro-batches in flight (\d+)"
+        m = re.match(r"rank (\d+) \(pipeline rank \d+ of \d+\): (?:micro-batches|chunk activations) in flight (\d+)"
                      r".*activations ([0-9.]+) MiB", line)
         if m:
             out[int(m.group(1))] = (int(m.group(2)), float(m.group(3)))

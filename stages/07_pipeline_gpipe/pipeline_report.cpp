@@ -68,11 +68,14 @@ std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, in
   size_t bytes = shared_bytes;
   int slots = 0;
   for (const GPT2<A>* c : chunks) bytes += c->activation_bytes(), slots += c->in_flight();
+  // With several chunks a rank counts (micro-batch, chunk) pairs: one micro-batch in
+  // flight through two of its chunks is two chunk activations.
+  const char* what = chunks.size() > 1 ? "chunk activations" : "micro-batches";
   char line[256];
   std::snprintf(line, sizeof line,
-                "rank %d (pipeline rank %d of %d): micro-batches in flight %d (schedule's bound %d), "
+                "rank %d (pipeline rank %d of %d): %s in flight %d (schedule's bound %d), "
                 "activations %.2f MiB (%d slots), peak memory %.2f MiB\n",
-                world_rank, pp_rank, pp, measured, expected, double(bytes) / (1 << 20), slots,
+                world_rank, pp_rank, pp, what, measured, expected, double(bytes) / (1 << 20), slots,
                 double(mem.total()) / (1 << 20));
   return line;
 }

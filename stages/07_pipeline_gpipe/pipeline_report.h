@@ -36,7 +36,8 @@ class BubbleMeter {
 };
 
 // One line about this rank's activations: the micro-batches it held in flight at most
-// (counted by the executor) against the schedule's bound, and the activation bytes of
+// (with several chunks, the (micro-batch, chunk) pairs: "chunk activations"), counted by
+// the executor, against the schedule's bound, and the activation bytes of
 // its model chunks (one before stage 09), plus `shared_bytes` of activation buffers the
 // chunks share (stage 11's recompute working set).
 template <class A>

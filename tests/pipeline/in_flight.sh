@@ -36,7 +36,7 @@ bound() {  # bound SCHEDULE P R M [V]
 check() {
   local schedule=$1 log=$2 p=$3 m=$4 v=${5:-1} r count want bad=0
   for ((r = 0; r < p; ++r)); do
-    count=$(sed -n "s/^rank $r (pipeline rank $r of $p): micro-batches in flight \([0-9]*\) .*/\1/p" "$log")
+    count=$(sed -n "s/^rank $r (pipeline rank $r of $p): \(micro-batches\|chunk activations\) in flight \([0-9]*\) .*/\2/p" "$log")
     want=$(bound "$schedule" "$p" "$r" "$m" "$v")
     [ -n "$count" ] || { echo "  rank $r printed no in-flight line"; return 1; }
     [ "$count" = "$want" ] || { echo "  rank $r: counted $count, $schedule's bound $want"; bad=1; }
