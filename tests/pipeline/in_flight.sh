@@ -36,9 +36,11 @@ bound() {  # bound SCHEDULE P R M [V]
 check() {
   local schedule=$1 log=$2 p=$3 m=$4 v=${5:-1} r count want bad=0
   for ((r = 0; r < p; ++r)); do
-    count=$(sed -n "s/^rank $r (pipeline rank $r of $p): \(micro-batches\|chunk activations\) in flight \([0-9]*\) .*/\2/p" "$log")
+    # One chunk per rank counts micro-batches; several count (micro-batch, chunk) pairs.
+    local what="micro-batches"; ((v == 1)) || what="chunk activations"
+    count=$(sed -n "s/^rank $r (pipeline rank $r of $p): $what in flight \([0-9]*\) .*/\1/p" "$log")
     want=$(bound "$schedule" "$p" "$r" "$m" "$v")
-    [ -n "$count" ] || { echo "  rank $r printed no in-flight line"; return 1; }
+    [ -n "$count" ] || { echo "  rank $r printed no '$what in flight' line"; return 1; }
     [ "$count" = "$want" ] || { echo "  rank $r: counted $count, $schedule's bound $want"; bad=1; }
   done
   return $bad
