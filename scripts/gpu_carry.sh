@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepares what a lent GPU machine lacks, to travel with the working tree (the device
-# tool's `carry`): the header-only libraries the build needs (nlohmann/json, Catch2 v2),
+# Prepares what a GPU machine without network access lacks, to be copied there with the
+# working tree: the header-only libraries the build needs (nlohmann/json, Catch2 v2),
 # copied from this machine's Debian packages into third_party_local/include (ignored
 # by git), and Open MPI with the libraries it loads, as Debian packages (about 7 MiB)
 # in third_party_local/debs: scripts/gpu_check.sh unpacks them there and builds with

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything that needs a GPU, in one place, for the rare session that is lent one:
+# Everything that needs a GPU, in one place, for a session on a machine that has one:
 # build with CUDA (and with MPI when scripts/gpu_carry.sh brought Open MPI's packages in
 # third_party_local/debs, else without: world size 1), run the `gpu` test label, the kernel tests
 # under compute-sanitizer memcheck, the kernel benchmarks and the whole-step benchmark.
@@ -18,7 +18,7 @@
 #   pipeline: not the GPU: the pipeline bubble on 4 CPU ranks (scripts/bench_pipeline.sh 4,
 #   one run per configuration, PIPE_REPEATS to change), which needs 4 cores and MPI; the
 #   CPU machines of the course have 2 cores. Carry data/fortunes for it.
-#   OUT_DIR default: $OUT if set (the device tool's return folder), else gpu-check-out
+#   OUT_DIR default: $OUT if set (the folder a remote run sends back), else gpu-check-out
 #
 # A part that fails is reported and the next one still runs; the exit status is 1 if
 # any part failed. Parts after `build` reuse the build in $GPT_BUILD_DIR (default
@@ -26,7 +26,7 @@
 # commands. Before going to a machine without the build's header-only dependencies,
 # run scripts/gpu_carry.sh here and carry third_party_local.
 # A build made on another machine with the same nvcc (scripts/gpu_session.sh carries
-# one, to spare the lease the compile) is used where it lies: its absolute paths (the
+# one, to spare the GPU machine the compile) is used where it lies: its absolute paths (the
 # source and build folders, the MPI launcher) are made to exist here by links, and the
 # CUDA libraries it needs are looked up where this machine keeps them.
 # Environment: GPT_COMMIT (the commit, when the tree has no .git), CUDA_ARCHS
@@ -186,7 +186,7 @@ build_tree() {
 # linear layer's ops ([matmul]: the hand GEMM on aligned and ragged shapes, the bias
 # gradient) and split K ([split_k]). Its whole ladder (every version, layout and
 # epilogue) did not end in 245 s under either tool on an H200 (2026-11-29): a longer
-# lease can ask for it with SANITIZE_RUNS=ladder (each tag a run of its own).
+# session can ask for it with SANITIZE_RUNS=ladder (each tag a run of its own).
 # SANITIZE_RUNS overrides the list: TOOL:TEST[:CATCH_SPEC] entries, e.g.
 # racecheck:gpu_attention:*v5* (a Catch2 test spec without spaces: a subset of the cases).
 sanitize_runs_default="memcheck:gpu_ops memcheck:gpu_attention memcheck:gpu_block_attention

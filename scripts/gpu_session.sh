@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# One short lease of a GPU machine, planned to its minutes: what scripts/gpu_check.sh
+# A short, timed session on a GPU machine without network access (each command under a
+# time limit, 10 minutes on ours), planned to its minutes: what scripts/gpu_check.sh
 # does, without the compile. The CUDA build is made beforehand on a CPU machine with the
 # same nvcc (13.0 on both here), slimmed to what runs (no object files), and carried with
 # Open MPI's packages. There the parts run one after the other: the gpu tests, the
 # sanitizers, then the benchmarks. Every part has its own time limit, so one that hangs
-# cannot eat the lease; what a part printed before its limit stays in OUT_DIR, one file
+# cannot eat the session; what a part printed before its limit stays in OUT_DIR, one file
 # per part, headed by device, date, commit.
 #
 #   here:   scripts/gpu_session.sh --prepare
@@ -13,8 +14,8 @@
 #           third_party_local/debs)
 #   there:  scripts/gpu_session.sh [PART=SECONDS ...] [-o OUT_DIR]
 #           PART: test, sanitize, bench, step, profile, stepkernels (default: all six,
-#           with the limits below: more than one call of the device tool holds, so name
-#           `test sanitize` in one call and `bench step profile stepkernels` in the next)
+#           with the limits below: more than one 10-minute command holds, so name
+#           `test sanitize` in one command and `bench step profile stepkernels` in the next)
 #
 # Environment: GPT_COMMIT (the commit, when the tree has no .git), and gpu_check.sh's
 # (GPU_TEST_REGEX, SANITIZE_RUNS: a subset of the tests or of the sanitizer runs).
@@ -96,7 +97,7 @@ if wants sanitize; then
     warn "sanitize: failed or cut off"
 fi
 # The run folders of the stage tests that failed: their logs and metrics, to study offline
-# (not the token shards and checkpoints, tens of MB: more than the lease can bring back).
+# (not the token shards and checkpoints, tens of MB: more than a remote run's output folder should carry back).
 failed_dirs=()
 while IFS=: read -r _ name; do
   [[ "$name" == gpu_stage* && -d "build-gpu/tests/gpu/${name#gpu_}" ]] && failed_dirs+=("${name#gpu_}")

@@ -3,7 +3,7 @@
 # kernel launch of the second of two steps of stage 01 (GPT-2 124M, bf16, T = 1024, the
 # GEMMs named by GEMM=; a step starts at its embedding's forward, so the start-up's
 # kernels are left out) and the times are summed by kernel name, largest first. Nsight
-# Systems does not run on the lease's machines; ncu with the one metric
+# Systems does not run on the H200 machines these were measured on; ncu with the one metric
 # gpu__time_duration needs one pass per launch, with the clocks and the caches left as
 # they are (--clock-control none --cache-control none), so each launch is timed as it
 # runs in training, but one at a time. The sum is the kernels' time: not the memsets and
