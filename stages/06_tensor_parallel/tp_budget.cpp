@@ -53,8 +53,13 @@ TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank) 
   const int64_t R = sp ? N / tp : N;
   TpBudget b;
 
-  // Parameters, gradients, optimizer state.
-  const int64_t E = Vr * C + int64_t(m.block_size) * C, Bk = 12 * C * C / tp + 7 * C / tp + 6 * C;
+  // Parameters, gradients, optimizer state. A block's local parameters: the four split
+  // matrices (c_attn 3W x C, attn.c_proj C x W, c_fc F x C, mlp.c_proj C x F), the split
+  // biases (c_attn 3W, c_fc F), and whole on every rank the two layernorms' weights and
+  // biases and the two row-parallel biases.
+  const int64_t E = Vr * C + int64_t(m.block_size) * C;
+  const int64_t split_matrices = 12 * C * C / tp, split_biases = 7 * C / tp, whole_vectors = 6 * C;
+  const int64_t Bk = split_matrices + split_biases + whole_vectors;
   std::vector<int64_t> units = {E};
   for (int64_t l = 0; l < L; ++l) units.push_back(Bk);
   units.push_back(2 * C);
@@ -72,7 +77,8 @@ TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank) 
   // Bytes of a stored weight or activation (A): 2 in bf16 mode (GPT2<bf16>), else 4.
   // Gradients of weights, master weights, moments and row statistics are fp32 always.
   const bool bf16 = cfg.precision == "bf16";
-  const int64_t a = bf16 ? 2 : 4, opt = bf16 ? 12 : 8;
+  const int64_t a = bf16 ? 2 : 4;
+  const int64_t opt = bf16 ? 12 : 8;  // bytes of optimizer state a parameter: m, v (and the fp32 master in bf16)
   const int z = cfg.zero;
   b.memory.set(MemKind::Params, size_t(a * (z == 3 ? S + gathered : P)));
   b.memory.set(MemKind::Grads, size_t(4 * (z <= 1 ? P : S + live)));
@@ -84,9 +90,17 @@ TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank) 
   // The N x C buffers sequence parallelism adds (the embedding's partial sums, ln_f's
   // gathered rows, the scratch of a gather) exist only where rows are split: tp > 1.
   const bool split_rows = R != N;
-  const int64_t per_layer = 4 * R * C + 4 * N * W + 2 * N * F, per_layer_stats = 4 * R + B * Hr * T;
-  const int64_t embedding = R * C + (split_rows ? N * C : 0);
-  const int64_t head = R * C + (split_rows ? N * C : 0) + 2 * N * Vr, head_stats = 2 * R + N + 3 * N;
+  const int64_t layernorm_outs_and_residuals = 4 * R * C;  // ln_1, ln_2 outputs; the two residual sums
+  const int64_t qkv_and_attention_out = 4 * N * W;          // this rank's heads
+  const int64_t fc_and_gelu = 2 * N * F;                    // this rank's hidden units
+  const int64_t per_layer = layernorm_outs_and_residuals + qkv_and_attention_out + fc_and_gelu;
+  const int64_t layernorm_stats = 4 * R, logsumexps = B * Hr * T;  // fp32: means and rstds; one per query and head
+  const int64_t per_layer_stats = layernorm_stats + logsumexps;
+  const int64_t embedding = R * C + (split_rows ? N * C : 0);  // its output (+ the partial sums split rows need)
+  const int64_t logits_and_grad = 2 * N * Vr;
+  const int64_t head = R * C + (split_rows ? N * C : 0) + logits_and_grad;  // ln_f's output (+ gathered), logits
+  const int64_t ln_f_stats = 2 * R, losses = N, row_stats = 3 * N;  // fp32: row max, sum of exponentials, target logit
+  const int64_t head_stats = ln_f_stats + losses + row_stats;
   const int64_t scratch = 2 * N * C + (split_rows ? R * C + N * C : 0) + 4 * N * W + 2 * N * F;
   const int64_t rest = R * C, tokens = 2 * N;  // the residual gradient; inputs and targets
   b.memory.set(MemKind::Activations, size_t(a * (L * per_layer + embedding + head + scratch + rest) +
