@@ -55,13 +55,11 @@ layers=${GPT_BENCH_LAYERS:-8}
 [[ "$layers" =~ ^[1-9][0-9]*$ ]] || bad_input "GPT_BENCH_LAYERS must be a positive integer, not '$layers'"
 ranks=("$@")
 ((${#ranks[@]} > 0)) || ranks=(2 4)
-# A stage holds a layer at least, and ranks past 8 a core mostly wait (a typo's 99999
-# makes mpirun spin for minutes, deaf to SIGTERM, before it starts a rank).
-cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1)"
+# A stage holds a layer at least, and a machine runs 8 ranks a core at most (lib.sh).
 for p in "${ranks[@]}"; do
   ((${#p} <= 6 && p <= layers)) ||
     bad_input "P=$p: a pipeline of more stages than GPT_BENCH_LAYERS=$layers layers (a stage holds one at least)"
-  ((p <= 8 * cores)) || bad_input "P=$p ranks on this machine's $cores core(s): at most 8 a core ($((8 * cores)))"
+  if why="$(too_many_ranks P "$p")"; then bad_input "$why"; fi
 done
 cd "$GPT_ROOT"
 bin="$(abs_dir "$GPT_BUILD_DIR")/stages"

@@ -45,6 +45,22 @@ takes_no_arguments() {
   (($# == 0)) || bad_input "unknown argument '$1' (${script#"$GPT_ROOT"/} takes none; --help)"
 }
 
+# machine_cores: the machine's cores (nproc honours OMP_NUM_THREADS and OMP_THREAD_LIMIT:
+# not here).
+machine_cores() { env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1; }
+
+# too_many_ranks NAME RANKS: prints why RANKS ranks are too many for this machine and
+# succeeds, or prints nothing and fails when they fit. At most 8 ranks a core, the
+# trainer's own bound on threads: past it ranks mostly wait, and a number far past it (a
+# typo's 999999) makes mpirun spin for minutes, deaf to SIGTERM, before it starts a rank.
+# RANKS must already be a number of at most 6 digits.
+too_many_ranks() {
+  local cores
+  cores="$(machine_cores)"
+  (($2 > 8 * cores)) || return 1
+  printf '%s=%s ranks on this machine'"'"'s %s core(s): at most 8 a core (%s)\n' "$1" "$2" "$cores" "$((8 * cores))"
+}
+
 # require_built_and_fortunes BINARY: a benchmark's binary is built and the default corpus
 # prepared, or the run stops with the commands that make them.
 require_built_and_fortunes() {

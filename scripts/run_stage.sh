@@ -70,13 +70,10 @@ train="$(abs_dir "$GPT_BUILD_DIR")/stages/$name/train"
 [[ -x "$train" ]] || die "$train is not built: build first ($(build_hint))"
 command -v mpirun >/dev/null || die "mpirun not found: install Open MPI (scripts/setup.sh installs openmpi-bin)"
 
-# nproc honours OMP_NUM_THREADS and OMP_THREAD_LIMIT: the machine's cores without them.
-cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1)"
-# At most 8 ranks a core, the trainer's own bound on threads: past it ranks mostly wait,
-# and a number far past it (a typo's 999999) makes mpirun spin for minutes, deaf to
-# SIGTERM, before it starts a rank.
-((ranks <= 8 * cores)) ||
-  usage_error "N=$ranks ranks on this machine's $cores core(s): at most 8 a core ($((8 * cores))); for more, run on several machines (docs/distributed.md)"
+if why="$(too_many_ranks N "$ranks")"; then
+  usage_error "$why; for more, run on several machines (docs/distributed.md)"
+fi
+cores="$(machine_cores)"
 if [[ -z "${OMP_NUM_THREADS:-}" ]]; then
   threads=$((cores / ranks))
   ((threads >= 1)) || threads=1
