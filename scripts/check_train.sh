@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks scripts/train.sh, the one command from a fresh machine to a sample:
 #   1. arguments the trainer would refuse for their form (an unknown flag, an unknown
-#      key, a setting without '=', a missing config file) exit with status 2 and a
+#      key, a setting without '=', a missing config file, one that is not JSON or names
+#      an unknown key) exit with status 2 and a
 #      message naming the argument, before anything is installed or built: the build
 #      directory it is given is never created and no step is logged;
 #   2. valid arguments in each form (--set key=value, --set=key=value, key=value) reach
@@ -43,6 +44,12 @@ expect_refused "config a directory" "config file 'configs' is a directory" --con
 expect_refused "config twice" "--config given twice ('configs/tiny.json' and 'configs/small.json')" \
   --config configs/tiny.json --config=configs/small.json
 expect_refused "config empty" "--config needs a file name (it was empty)" --config=
+printf '{ "steps": 3, }\n' > "$work/trailing_comma.json"
+expect_refused "config not JSON" "config file '$work/trailing_comma.json': not JSON" --config "$work/trailing_comma.json"
+printf '[1, 2]\n' > "$work/array.json"
+expect_refused "config not an object" "'$work/array.json': not a JSON object" --config "$work/array.json"
+sed 's/"steps"/"stepz"/' configs/small.json > "$work/typo.json"
+expect_refused "config with an unknown key" "'$work/typo.json': unknown key 'stepz'" --config "$work/typo.json"
 
 # The three forms of a setting, accepted and applied: 3 steps, a 24-token sample.
 status=0

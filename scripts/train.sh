@@ -18,7 +18,8 @@
 # fresh run sets the earlier run's checkpoints aside there; --set resume=latest continues
 # it instead). Arguments the trainer would refuse for their form (a flag it does not
 # know, a key docs/config.md does not list) are refused before anything is installed
-# or built. GPT_TRAIN_PRESET=cpu builds without the CUDA kernels (default: `default`).
+# or built, and so is a config file that is not JSON or names such a key (when python3
+# is there to read it). GPT_TRAIN_PRESET=cpu builds without the CUDA kernels (default: `default`).
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -91,6 +92,27 @@ elif [[ ! -f "$GPT_ROOT/$config" ]]; then
   bad_input "config file '$config' not found"
 fi
 cd "$GPT_ROOT"
+
+# The config file's form, when a Python is at hand to read it (a fresh machine may have
+# none; the trainer checks everything again): JSON, one object, keys docs/config.md
+# lists. A typo in the file is then named now, not after the packages and the build.
+# The check accepts nothing the trainer refuses for its form; values are the trainer's.
+if python="$(command -v python3)"; then
+  "$python" - "$config" "$known_keys" <<'PY' || exit 2
+import json, sys
+path, known = sys.argv[1], set(sys.argv[2].split())
+try:
+    with open(path, encoding="utf-8-sig") as f:  # a byte-order mark is allowed, as the trainer allows it
+        settings = json.load(f)
+except (OSError, ValueError) as e:
+    sys.exit(f"error: config file '{path}': not JSON ({e})")
+if not isinstance(settings, dict):
+    sys.exit(f"error: config file '{path}': not a JSON object of key: value settings")
+unknown = sorted(k for k in settings if k not in known)
+if unknown:
+    sys.exit(f"error: config file '{path}': unknown key '{unknown[0]}' (docs/config.md lists every key)")
+PY
+fi
 
 ensure_deps --training  # the test-only packages (PyTorch) are scripts/test.sh's business
 stage="$(latest_stage)"
