@@ -39,14 +39,11 @@ for split in zigzag contiguous; do
   grep -m1 "attention work" "$work/$split.log" | sed "s/^/$split: /"
   /usr/bin/python3 scripts/bench_cp.py "$split" "$work/$split"/trace.rank*.json
 done
-/usr/bin/python3 - "$work" <<'PY'
-import json, sys
-work = sys.argv[1]
-def activations(name):
-    with open(f"{work}/{name}/metrics.jsonl") as f:
-        rows = [json.loads(l) for l in f if l.strip()]
-    return [r for r in rows if r.get("kind") == "train"][-1]["mem"]["activations"]
-a1, a4 = activations("cp1"), activations("zigzag")
+GPT_NOTEBOOK_RUNS="$work" /usr/bin/python3 - "$GPT_ROOT/notebooks" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+import gptruns  # the run reader the notebooks use: rank 0's memory ledger, from its last train line
+a1, a4 = gptruns.Run("cp1").mem()["activations"], gptruns.Run("zigzag").mem()["activations"]
 print(f"activations per rank: cp=1 {a1} bytes, cp=4 {a4} bytes: {a4 / a1:.3f} of cp=1's (target at most 0.3)")
 PY
 exit

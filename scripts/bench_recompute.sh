@@ -3,7 +3,8 @@
 # and ZB-H1 (which refuses full recompute) at pp = 2, the activation bytes each rank holds (the line every rank prints after its
 # first step: its model chunks' activation slots and scratch) and the time of a
 # step, with activation_checkpointing none, selective and full; and the memory a block's
-# activations take against what each mode keeps, from the model's shapes.
+# activations take against what each mode keeps, from the model's shapes. The table is
+# scripts/bench_recompute.py's, on the run reader of notebooks/gptruns.py.
 #
 #   scripts/bench_recompute.sh     (uses build/, GPT_BUILD_DIR overrides; data/fortunes)
 #
@@ -29,8 +30,10 @@ run() {  # run NAME key=value...
   local name=$1 sets=()
   shift
   for kv in "$@"; do sets+=(--set "$kv"); done
+  mkdir -p "$work/$name"  # the run directory, with what the trainer printed in stdout.txt (as notebooks/ reads it)
   mpirun -np 2 --oversubscribe "$train" --config configs/small.json "${model[@]}" "${sets[@]}" \
-    --set run_dir="$work/$name" > "$work/$name.log" 2>&1 || { tail -20 "$work/$name.log"; die "run $name failed"; }
+    --set run_dir="$work/$name" > "$work/$name/stdout.txt" 2>&1 ||
+    { tail -20 "$work/$name/stdout.txt"; die "run $name failed"; }
 }
 for schedule in gpipe 1f1b interleaved; do
   v=1
@@ -40,54 +43,6 @@ for schedule in gpipe 1f1b interleaved; do
   done
 done
 for mode in none selective; do run "zb-h1-$mode" schedule=zb-h1 activation_checkpointing=$mode; done
-GPT_NOTEBOOK_RUNS="$work" /usr/bin/python3 - "$work" "$GPT_ROOT" <<'PY'
-import json, re, sys
-work = sys.argv[1]
-sys.path.insert(0, f"{sys.argv[2]}/notebooks")
-import gptruns
-def ranks(name):  # per rank: (micro-batches in flight, activations MiB)
-    out = {}
-    for line in open(f"{work}/{name}.log"):
-        m = re.match(r"rank (\d+) \(pipeline rank \d+ of \d+\): (?:micro-batches|chunk activations) in flight (\d+)"
-                     r".*activations ([0-9.]+) MiB", line)
-        if m:
-            out[int(m.group(1))] = (int(m.group(2)), float(m.group(3)))
-    return out
-def bubble(name):  # the mean measured bubble the run prints, in %
-    for line in open(f"{work}/{name}.log"):
-        m = re.search(r"pipeline bubble .*\| mean ([0-9.]+)%", line)
-        if m:
-            return float(m.group(1))
-    return float("nan")
-def step_ms(name):
-    with open(f"{work}/{name}/metrics.jsonl") as f:
-        rows = [json.loads(l) for l in f if l.strip()]
-    ms = [r["ms"] for r in rows if r.get("kind") == "train"][1:]
-    return sum(ms) / len(ms)
-run = gptruns.Run("gpipe-none")  # the model's shape, from the run's checkpoint manifest
-block, output, cheap = gptruns.block_activation_bytes(run.config, run.layout)
-print(f"one block, one micro-batch: {block / 2**20:.2f} MiB of activations; full recompute keeps {output / 2**20:.2f} MiB "
-      f"({output / block:.3f}), selective {(block - cheap) / 2**20:.2f} MiB ({(block - cheap) / block:.3f})")
-print(f"{'schedule':12s} {'rank':>4s} {'in flight':>9s} {'act. MiB none':>13s} {'selective':>9s} {'full':>8s} "
-      f"{'step ms none':>12s} {'selective':>9s} {'full':>8s}")
-for schedule in ("gpipe", "1f1b", "interleaved", "zb-h1"):
-    modes = ("none", "selective") if schedule == "zb-h1" else ("none", "selective", "full")  # zb-h1 refuses full
-    mib = {mode: ranks(f"{schedule}-{mode}") for mode in modes}
-    ms = {mode: step_ms(f"{schedule}-{mode}") for mode in modes}
-    full_mib = lambda r: f"{mib['full'][r][1]:8.2f}" if "full" in mib else f"{'-':>8s}"
-    full_ms = f"{ms['full']:8.1f}" if "full" in ms else f"{'-':>8s}"
-    for r in sorted(mib["none"]):
-        base, t = mib["none"][r][1], ms["none"]
-        print(f"{schedule:12s} {r:4d} {mib['none'][r][0]:9d} {base:13.2f} {mib['selective'][r][1]:9.2f} "
-              f"{full_mib(r)} {t:12.1f} {ms['selective']:9.1f} {full_ms}")
-    shares = [f"memory selective {mib['selective'][0][1] / mib['none'][0][1]:.3f}"]
-    if "full" in mib:
-        shares.append(f"full {mib['full'][0][1] / mib['none'][0][1]:.3f}")
-    shares.append(f"step time selective {ms['selective'] / ms['none']:.3f}")
-    if "full" in ms:
-        shares.append(f"full {ms['full'] / ms['none']:.3f}")
-    bubbles = ", ".join(f"{mode} {bubble(f'{schedule}-{mode}'):.1f}%" for mode in modes)
-    print(f"{'':12s} shares of none on rank 0: {', '.join(shares)}; mean bubble {bubbles}")
-PY
+/usr/bin/python3 scripts/bench_recompute.py "$work"  # the table, from the runs
 exit
 }

@@ -18,8 +18,7 @@ encoding every code point gives back exactly the code points the class holds. Th
 """
 import sys
 
-import tiktoken
-
+tiktoken = None  # imported by main() once the arguments are known to be right
 UNICODE_END = 0x110000
 
 
@@ -68,21 +67,38 @@ def text():
     ]) + "\n"
 
 
+def import_tiktoken():
+    global tiktoken
+    try:
+        import tiktoken as module
+    except ImportError:
+        sys.exit("gen_unicode_table.py: this Python has no tiktoken: run it with the Python of "
+                 "scripts/setup_tiktoken.sh's environment, third_party_local/pypi/venv/bin/python")
+    tiktoken = module
+
+
 def main():
     if sys.argv[1:2] in (["-h"], ["--help"]):
         print(__doc__)
         return
-    if len(sys.argv) == 3 and sys.argv[1] == "--check":
-        with open(sys.argv[2], encoding="utf-8") as f:
-            committed = f.read()
+    checking = len(sys.argv) == 3 and sys.argv[1] == "--check"
+    if len(sys.argv) != 1 and not checking:
+        print(f"gen_unicode_table.py: unknown arguments {sys.argv[1:]}\n{__doc__}", file=sys.stderr)
+        sys.exit(2)
+    if checking:
+        try:
+            with open(sys.argv[2], encoding="utf-8") as f:
+                committed = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            print(f"gen_unicode_table.py: cannot read '{sys.argv[2]}': {e}", file=sys.stderr)
+            sys.exit(2)
+        import_tiktoken()
         if committed != text():
             sys.exit(f"{sys.argv[2]} is not what scripts/gen_unicode_table.py prints "
                      f"(tiktoken {tiktoken.__version__}): regenerate it")
         print(f"{sys.argv[2]}: current (tiktoken {tiktoken.__version__})")
         return
-    if len(sys.argv) != 1:
-        print(__doc__, file=sys.stderr)
-        sys.exit(2)
+    import_tiktoken()
     sys.stdout.write(text())
 
 
