@@ -15,6 +15,7 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/gpt2_layout.h"
 
 using gpt::Config;
 using gpt::UserError;
@@ -110,6 +111,35 @@ TEST_CASE("the defaults are a valid config") {
   REQUIRE_NOTHROW(gpt::validate(cfg));
   REQUIRE(cfg.grad_accum() == 1);
   REQUIRE(cfg.metrics_path() == "runs/default/metrics.jsonl");
+}
+
+// The parameter counts of the four released GPT-2 checkpoints (gpt2, gpt2-medium,
+// gpt2-large, gpt2-xl: 124M, 355M, 774M, 1558M), as Hugging Face transformers' model
+// cards count them: tied embeddings, the vocabulary unpadded. Each config's shape must
+// give its model's count through the layout's formula, a head size of 64 as all four
+// have, and a batch its micro-batches divide.
+TEST_CASE("the GPT-2 configs have the released models' shapes and parameter counts") {
+  const struct {
+    const char* file;
+    double params;
+  } released[] = {{"gpt2-124m.json", 124439808}, {"gpt2-350m.json", 354823168},
+                  {"gpt2-774m.json", 774030080}, {"gpt2-1558m.json", 1557611200}};
+  for (const auto& r : released) {
+    Config cfg;  // the file's keys and types (validate() wants its data and tokenizer files, absent here)
+    REQUIRE_NOTHROW(gpt::apply_json_file(cfg, std::string(GPT_SOURCE_DIR) + "/configs/" + r.file));
+    INFO(r.file);
+    CHECK(gpt::gpt2_param_count(cfg.model, cfg.model.vocab_size) == r.params);
+    CHECK(cfg.model.vocab_size == 50257);
+    CHECK(cfg.model.block_size == 1024);
+    CHECK(cfg.model.n_embd == 64 * cfg.model.n_head);
+    CHECK(cfg.seq_len <= cfg.model.block_size);
+    CHECK(cfg.batch_size % cfg.micro_batch_size == 0);
+  }
+  // The count is the formula's, not a constant: another width misses its model's count.
+  Config wider;
+  gpt::apply_json_file(wider, std::string(GPT_SOURCE_DIR) + "/configs/gpt2-350m.json");
+  gpt::apply_override(wider, "n_embd=1088");
+  CHECK(gpt::gpt2_param_count(wider.model, wider.model.vocab_size) != 354823168);
 }
 
 TEST_CASE("a config file sets keys of every type and leaves the rest at their defaults") {
