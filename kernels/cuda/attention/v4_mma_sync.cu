@@ -94,7 +94,7 @@ constexpr int kSmemStride = HS + 8;
 template <int HS>
 constexpr int tile_bytes(int rows) { return rows * kSmemStride<HS> * int(sizeof(nv_bf16)); }
 
-// ---- index maps (host and device: checked on the CPU, see the report) -----------------
+// ---- index maps (host and device; checked when this file compiles, below) -------------
 
 struct LaneOrigin {
   int row, col;
@@ -117,6 +117,66 @@ __host__ __device__ constexpr LaneOrigin cols_then_rows_origin(int lane) {
 // Row and column, within a 16x8 accumulator tile, of element e (0..3) held by `lane`.
 __host__ __device__ constexpr int acc_row(int lane, int e) { return lane / 4 + 8 * (e / 2); }
 __host__ __device__ constexpr int acc_col(int lane, int e) { return 2 * (lane % 4) + e % 2; }
+
+// ---- the maps, checked at compile time --------------------------------------------------
+// The claims of the opening comment, evaluated by the compiler on every build (the CPU
+// build compiles this file too): a wrong lane map stops the build.
+
+// Matrix i of an ldmatrix.x4 (lanes 8i..8i+7, one row each) is the 8x8 block at rows
+// row_block(i), cols col_block(i) of the 16x16 block, its 8 rows in lane order.
+template <class Origin, class RowBlock, class ColBlock>
+constexpr bool origins_are(Origin origin, RowBlock row_block, ColBlock col_block) {
+  for (int lane = 0; lane < 32; ++lane) {
+    const int i = lane / 8, r = lane % 8;
+    const LaneOrigin o = origin(lane);
+    if (o.row != 8 * row_block(i) + r || o.col != 8 * col_block(i)) return false;
+  }
+  return true;
+}
+static_assert(origins_are(rows_then_cols_origin, [](int i) { return i % 2; }, [](int i) { return i / 2; }),
+              "rows_then_cols_origin: matrices (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15)");
+static_assert(origins_are(cols_then_rows_origin, [](int i) { return i / 2; }, [](int i) { return i % 2; }),
+              "cols_then_rows_origin: matrices (n 0-7, k 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15)");
+
+// The padded stride puts the 8 rows an 8x8 matrix reads in 8 distinct 16-byte bank
+// groups (byte address / 16 mod 8), at every 8-column offset of a row.
+template <int HS>
+constexpr bool padded_rows_conflict_free() {
+  for (int col = 0; col < HS; col += 8) {
+    bool seen[8] = {};
+    for (int row = 0; row < 8; ++row) {
+      const int group = (row * kSmemStride<HS> + col) * int(sizeof(nv_bf16)) / 16 % 8;
+      if (seen[group]) return false;
+      seen[group] = true;
+    }
+  }
+  return true;
+}
+static_assert(padded_rows_conflict_free<64>() && padded_rows_conflict_free<128>(),
+              "a row stride of hs + 8 must spread an 8x8 matrix's rows over 8 bank groups");
+
+// The accumulators cover the 16x8 tile once, and the two tiles of columns 16j..16j+7 and
+// 16j+8..16j+15 hold in each lane what the A operand of k-block j wants there (PTX's A
+// fragment: register reg, half h at row g + 8 (reg % 2), k 2q + h + 8 (reg / 2)):
+// a0 = c0,c1 and a1 = c2,c3 of the first tile, a2, a3 the same of the second.
+constexpr bool accumulators_feed_a_operand() {
+  bool seen[16 * 8] = {};
+  for (int lane = 0; lane < 32; ++lane)
+    for (int e = 0; e < 4; ++e) {
+      const int at = acc_row(lane, e) * 8 + acc_col(lane, e);
+      if (at < 0 || at >= 16 * 8 || seen[at]) return false;
+      seen[at] = true;
+    }
+  for (int lane = 0; lane < 32; ++lane)
+    for (int reg = 0; reg < 4; ++reg)
+      for (int h = 0; h < 2; ++h) {
+        const int tile = reg / 2, e = 2 * (reg % 2) + h;  // the accumulator element that becomes it
+        const int want_row = lane / 4 + 8 * (reg % 2), want_k = 2 * (lane % 4) + h + 8 * (reg / 2);
+        if (acc_row(lane, e) != want_row || 8 * tile + acc_col(lane, e) != want_k) return false;
+      }
+  return true;
+}
+static_assert(accumulators_feed_a_operand(), "score accumulators must be the A fragment of the next product");
 
 // ---- PTX wrappers ---------------------------------------------------------------------
 

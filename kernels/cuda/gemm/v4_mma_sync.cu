@@ -111,7 +111,7 @@ static_assert(kTileChunks % kThreads == 0, "every thread copies the same number 
 static_assert(kBlockK % kMmaK == 0 && kBlockK == 4 * kChunkElems, "k-major rows are 4 chunks");
 static_assert(kFragsN % 2 == 0, "B fragments are loaded two n-tiles per ldmatrix.x4");
 
-// ---- index arithmetic (host and device: the CPU check of the maps calls these) --------
+// ---- index arithmetic (host and device; checked when this file compiles, below) --------
 
 // Stored geometry of an operand tile. k-major: 128 rows (m or n) of 4 chunks along k.
 // mn-major: 32 rows (k) of 16 chunks along m or n.
@@ -172,6 +172,63 @@ __host__ __device__ constexpr int ldmatrix_lane_offset(int mn0, int k0, int lane
 // Accumulator element i (0..3) of a lane, relative to its 16x8 mma tile.
 __host__ __device__ constexpr int accumulator_row(int lane, int i) { return lane / 4 + 8 * (i / 2); }
 __host__ __device__ constexpr int accumulator_col(int lane, int i) { return 2 * (lane % 4) + i % 2; }
+
+// ---- the maps, checked at compile time --------------------------------------------------
+// The claims of the opening comment, evaluated by the compiler on every build (the CPU
+// build compiles this file too): a wrong swizzle, chunk map or lane map stops the build.
+
+// tile_chunk numbers every chunk of a tile once, and the swizzle moves each chunk only
+// within its own row: each stored row holds each of its chunk positions once.
+template <bool kKMajor>
+constexpr bool chunks_cover_tile_once() {
+  constexpr int chunks = kRowChunks<kKMajor>;
+  bool seen[kTileChunks] = {};
+  for (int q = 0; q < kTileChunks; ++q) {
+    const TileChunk c = tile_chunk<kKMajor>(q);
+    const int offset = swizzled_offset<kKMajor>(c.row, c.chunk);
+    const int row_begin = c.row * chunks * kChunkElems;
+    if (offset % kChunkElems != 0 || offset < row_begin || offset >= row_begin + chunks * kChunkElems) return false;
+    if (seen[offset / kChunkElems]) return false;
+    seen[offset / kChunkElems] = true;
+  }
+  return true;
+}
+
+// ldmatrix serves each 8x8 matrix in one pass when its 8 lanes' 16-byte rows fall in 8
+// distinct bank groups (byte address / 16 mod 8): so at every (mn0, k0) a warp loads.
+template <bool kKMajor, bool kAOrder>
+constexpr bool ldmatrix_conflict_free() {
+  for (int mn0 = 0; mn0 < kBlockM; mn0 += kMmaM)
+    for (int k0 = 0; k0 < kBlockK; k0 += kMmaK)
+      for (int matrix = 0; matrix < 4; ++matrix) {
+        bool seen[8] = {};
+        for (int r = 0; r < 8; ++r) {
+          const int bytes = ldmatrix_lane_offset<kKMajor, kAOrder>(mn0, k0, 8 * matrix + r) * int(sizeof(bf16));
+          if (seen[bytes / 16 % 8]) return false;
+          seen[bytes / 16 % 8] = true;
+        }
+      }
+  return true;
+}
+
+// The 32 lanes' 4 accumulators are the 16 x 8 mma tile, each element once.
+constexpr bool accumulators_cover_mma_tile() {
+  bool seen[kMmaM * kMmaN] = {};
+  for (int lane = 0; lane < 32; ++lane)
+    for (int i = 0; i < 4; ++i) {
+      const int at = accumulator_row(lane, i) * kMmaN + accumulator_col(lane, i);
+      if (at < 0 || at >= kMmaM * kMmaN || seen[at]) return false;
+      seen[at] = true;
+    }
+  return true;
+}
+
+static_assert(chunks_cover_tile_once<true>() && chunks_cover_tile_once<false>(),
+              "the chunk map and the swizzle must place every chunk of a tile once, within its row");
+static_assert(ldmatrix_conflict_free<true, true>() && ldmatrix_conflict_free<true, false>() &&
+                  ldmatrix_conflict_free<false, true>() && ldmatrix_conflict_free<false, false>(),
+              "every ldmatrix.x4 must read 8 distinct bank groups per matrix (the swizzle)");
+static_assert(accumulators_cover_mma_tile(), "the accumulator map must cover the 16 x 8 mma tile once");
 
 // ---- PTX wrappers ---------------------------------------------------------------------
 
