@@ -70,8 +70,10 @@ namespace gpt::ops {
   fail(std::string("op '") + op + "' on device " + device_name(d) + ": " + why);
 }
 
-
-/// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+/// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. Every token must be a row of wte, in
+/// [0, padded vocabulary): neither device checks (the tokens may be device data; the
+/// model checks them on the host before they are uploaded, common/gpt2.cpp), and one
+/// outside reads, in the backward writes, out of wte's bounds.
 template <class A>
 void embedding_forward(Device d, A* out, const int32_t* tokens, const A* wte, const A* wpe, int B,
                        int T_, int C) {

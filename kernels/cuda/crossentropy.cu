@@ -31,9 +31,10 @@
 // Targets are device data, so the host cannot check them without a synchronising copy.
 // The CPU reference does not check them either (the model's forward validates targets
 // on the host before they are uploaded, common/gpt2.cpp), and there a target outside
-// [0, V) would read out of bounds. Here the kernel never reads outside the row: a row
-// with such a target gets a NaN loss and NaN gradients in [0, V), so the error shows up
-// in the loss and the gradient norm of that very step instead of passing unnoticed.
+// [0, V) would read out of bounds. Here no kernel reads outside the row: the fused kernel
+// gives a row with such a target a NaN loss and NaN gradients in [0, V), and the range
+// path (crossentropy_stats, then crossentropy_from_stats) a NaN loss, so the error shows
+// up in that very step's loss instead of passing unnoticed.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math_constants.h>

@@ -80,7 +80,7 @@ inline size_t attention_stats_floats(int B, int T, int NH) { return size_t(B) * 
 /// out (B, T, C) = causal attention of qkv (B, T, 3C), OVERWRITTEN, and lse its row
 /// logsumexps. Head sizes 64 and 128 run the flash versions of attention/attention.h
 /// (fp32: v2; bf16: v5 on Hopper when built for sm_90a, else v4); other head sizes run
-/// the naive v1, which leaves lse unwritten.
+/// the naive v1, which writes the same logsumexps.
 template <class A>
 void attention_forward(A* out, float* lse, const A* qkv, int B, int T, int C, int NH);
 /// dqkv += the gradients of q, k and v, from dout and the forward's out and lse (fp32:

@@ -80,8 +80,10 @@
 ///
 /// Everything on the device side exists only where sm_90a instructions do:
 /// GPT_HOPPER_DEVICE_CODE is 1 in the sm_90a compilation pass and 0 in the host pass and
-/// in the sm_80 pass, whose kernels compile to a trap that the host never launches
-/// (require_hopper refuses any device that is not compute capability 9.x).
+/// in the other passes (sm_80, plain sm_90), whose kernels compile to a trap that the host
+/// never launches: require_hopper refuses any device that is not compute capability 9.x,
+/// and every device in a build without sm_90a code (a plain sm_90 binary on an H100
+/// would otherwise run the trap).
 #pragma once
 #include <cuda.h>  // CUtensorMap and its enums (types only: libcuda is not linked)
 #include <cudaTypedefs.h>
@@ -247,9 +249,15 @@ CUtensorMap bf16_swizzle128_tensor_map(const char* caller, const void* base, con
 
 // ---- host: the device check -----------------------------------------------------------
 
-/// The kernels exist only as sm_90a code: any device that is not compute capability 9.x
-/// is refused with std::invalid_argument naming the caller, before a launch could trap.
+/// The kernels exist only as sm_90a code: a build without it (GPT_HAVE_SM90A, set by
+/// kernels/cuda/CMakeLists.txt when GPT_CUDA_ARCHS has 90a), and any device that is not
+/// compute capability 9.x, are refused with std::invalid_argument naming the caller,
+/// before a launch could trap.
 inline void require_hopper(const char* caller) {
+#ifndef GPT_HAVE_SM90A
+  throw std::invalid_argument(std::string(caller) +
+                              ": this build has no sm_90a code (add 90a to CMAKE_CUDA_ARCHITECTURES)");
+#else
   int device = 0, major = 0, minor = 0;
   GPT_CUDA_CHECK(cudaGetDevice(&device));
   GPT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
@@ -258,6 +266,7 @@ inline void require_hopper(const char* caller) {
     throw std::invalid_argument(std::string(caller) + ": needs a Hopper GPU (compute capability 9.x); device " +
                                 std::to_string(device) + " is " + std::to_string(major) + "." +
                                 std::to_string(minor));
+#endif
 }
 
 }  // namespace gpt::cuda::hopper

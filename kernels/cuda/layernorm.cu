@@ -157,10 +157,11 @@ __global__ void __launch_bounds__(kRowThreads)
 
 // ---- backward: dw and db, per-chunk partial sums -----------------------------------------
 
-// Block (32, kChunkWarps): blockIdx.x is the chunk of rows [kRowsPerChunk x, ...),
+// Block (32, kChunkWarps): blockIdx.x is the chunk, rows [kRowsPerChunk chunk, ...),
 // blockIdx.y a tile of 32 packs of columns; lane x owns columns [c0, c0 + K). Thread
 // (x, y) sums rows r0 + y, r0 + y + kChunkWarps, ... in order; then warp 0 adds the
-// kChunkWarps sums of its columns, y in order, and writes row x of the partials.
+// kChunkWarps sums of its columns, y in order, and writes its K columns of row `chunk`
+// of the partials.
 // vec also covers the partials: their rows are C floats long from a 16-byte aligned
 // base, so with C % K == 0 every row starts aligned.
 template <class T>

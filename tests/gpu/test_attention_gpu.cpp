@@ -90,15 +90,15 @@ void test_v1() {
     const Problem pr = make_problem(s, c);
     DeviceBuffer<E> qkv(s.qkv_n()), dout(s.out_n()), out(s.out_n()), dqkv(s.qkv_n());
     DeviceBuffer<float> att(gpt::cuda::attention_scores_floats(s.B, s.T, s.NH)),
-        dscores(gpt::cuda::attention_scores_floats(s.B, s.T, s.NH));
+        dscores(gpt::cuda::attention_scores_floats(s.B, s.T, s.NH)), lse(s.rows_n());
     qkv.upload(pr.qkv);
     dout.upload(pr.dout);
-    gpt::cuda::attention_forward_v1(out.p, att.p, qkv.p, s.B, s.T, s.C(), s.NH);
+    gpt::cuda::attention_forward_v1(out.p, att.p, qkv.p, s.B, s.T, s.C(), s.NH, lse.p);
     gpt::cuda::attention_backward_v1(dqkv.p, dscores.p, dout.p, qkv.p, att.p, s.B, s.T, s.C(), s.NH);
     cuda_ok(cudaDeviceSynchronize(), "v1");
-    const std::vector<float> y = out.download();
+    const std::vector<float> y = out.download(), l = lse.download();
     const Expected e = expected(pr, c, y);  // v1's backward does not read out
-    check_forward(e, y, nullptr);
+    check_forward(e, y, &l);  // the logsumexps as well, as the flash versions write them
     const std::vector<float> g1 = dqkv.download();
     check_backward(pr, e, g1);
     if (!rounded) {  // accumulates, deterministically: a second call doubles dqkv exactly

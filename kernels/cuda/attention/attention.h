@@ -53,9 +53,10 @@ inline size_t attention_rows_floats(int B, int T, int NH) {  // v2 logsumexp, v3
 // ---- v1: naive --------------------------------------------------------------------
 
 /// out = softmax(q k^T * scale, causal) v.  att (B,NH,T,T) receives the probabilities
-/// (zeros above the diagonal) and is what attention_backward_v1 needs.
+/// (zeros above the diagonal) and is what attention_backward_v1 needs; lse, when not
+/// null, (B,NH,T) the rows' logsumexps m + log(sum exp(S - m)), as the flash versions write.
 template <class T>
-void attention_forward_v1(T* out, float* att, const T* qkv, int B, int T_, int C, int NH,
+void attention_forward_v1(T* out, float* att, const T* qkv, int B, int T_, int C, int NH, float* lse = nullptr,
                           cudaStream_t stream = nullptr);
 
 /// dqkv += gradients of out w.r.t. q, k and v, given dout and the probabilities `att` of

@@ -25,16 +25,14 @@ bool flash_head_size(int C, int NH) {
 }
 
 // v5 runs where it can: a Hopper GPU, and a build that has its sm_90a code (without it
-// the kernel body is compiled out).
+// the kernel body is a trap). Asked of the current device at every call (an attribute
+// query, no synchronisation): a process may drive GPUs of different kinds.
 bool v5_forward_available() {
 #ifdef GPT_HAVE_SM90A
-  static const bool hopper = [] {
-    int dev = 0, major = 0;
-    GPT_CUDA_CHECK(cudaGetDevice(&dev));
-    GPT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    return major == 9;
-  }();
-  return hopper;
+  int dev = 0, major = 0;
+  GPT_CUDA_CHECK(cudaGetDevice(&dev));
+  GPT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  return major == 9;
 #else
   return false;
 #endif
@@ -53,7 +51,7 @@ void attention_forward(A* out, float* lse, const A* qkv, int B, int T, int C, in
   auto* o = device_ptr(out);
   const auto* x = device_ptr(qkv);
   if (!flash_head_size(C, NH)) {
-    attention_forward_v1(o, scratch().as<float>(size_t(B) * NH * T * T), x, B, T, C, NH);
+    attention_forward_v1(o, scratch().as<float>(size_t(B) * NH * T * T), x, B, T, C, NH, lse);
   } else if constexpr (std::is_same_v<A, float>) {
     attention_forward_v2(o, lse, x, B, T, C, NH);
   } else if (v5_forward_available()) {

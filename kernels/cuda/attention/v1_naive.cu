@@ -47,8 +47,10 @@ __global__ void scores_kernel(float* att, const T* qkv, int T_, int C, int NH, f
 
 // One warp per row of scores (B*NH*T rows); lanes stride over the row's keys.
 //   m = max_u S[t,u];  P[t,u] = exp(S[t,u] - m) / sum_u' exp(S[t,u'] - m)
-// Subtracting the row max keeps every exponent <= 0, so exp never overflows.
-__global__ void softmax_kernel(float* att, long rows, int T_) {
+// Subtracting the row max keeps every exponent <= 0, so exp never overflows. The row's
+// logsumexp, m + log(sum), goes to lse[row] when lse is given: row = bh*T + t, lse's
+// (B,NH,T) index.
+__global__ void softmax_kernel(float* att, float* lse, long rows, int T_) {
   const long row = (long(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;  // a whole warp leaves together: rows are warp-uniform
@@ -63,7 +65,9 @@ __global__ void softmax_kernel(float* att, long rows, int T_) {
     p[u] = e;
     sum += e;
   }
-  const float inv = 1.0f / warp_sum(sum);
+  const float total = warp_sum(sum);
+  if (lse != nullptr && lane == 0) lse[row] = m + logf(total);
+  const float inv = 1.0f / total;
   for (int u = lane; u < T_; u += 32) p[u] = u <= t ? p[u] * inv : 0.0f;
 }
 
@@ -153,7 +157,7 @@ void check_v1_grid(const char* fn, int T_) {
 }  // namespace
 
 template <class T>
-void attention_forward_v1(T* out, float* att, const T* qkv, int B, int T_, int C, int NH,
+void attention_forward_v1(T* out, float* att, const T* qkv, int B, int T_, int C, int NH, float* lse,
                           cudaStream_t stream) {
   const int hs = attention_head_size("attention_forward_v1", B, T_, C, NH, true);
   check_v1_grid("attention_forward_v1", T_);
@@ -162,7 +166,7 @@ void attention_forward_v1(T* out, float* att, const T* qkv, int B, int T_, int C
   scores_kernel<<<dim3(ceil_div(T_, kThreads), unsigned(T_), unsigned(B * NH)), kThreads, 0, stream>>>(
       att, qkv, T_, C, NH, scale);
   GPT_CUDA_CHECK_LAUNCH();
-  softmax_kernel<<<ceil_div(rows * 32, kThreads), kThreads, 0, stream>>>(att, rows, T_);
+  softmax_kernel<<<ceil_div(rows * 32, kThreads), kThreads, 0, stream>>>(att, lse, rows, T_);
   GPT_CUDA_CHECK_LAUNCH();
   weighted_sum_kernel<<<dim3(unsigned(T_), unsigned(B * NH)), unsigned(hs), 0, stream>>>(
       out, att, qkv, T_, C, NH);
@@ -189,9 +193,9 @@ void attention_backward_v1(T* dqkv, float* dscores, const T* dout, const T* qkv,
   GPT_CUDA_CHECK_LAUNCH();
 }
 
-template void attention_forward_v1<float>(float*, float*, const float*, int, int, int, int, cudaStream_t);
+template void attention_forward_v1<float>(float*, float*, const float*, int, int, int, int, float*, cudaStream_t);
 template void attention_forward_v1<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, int, int,
-                                                  int, int, cudaStream_t);
+                                                  int, int, float*, cudaStream_t);
 template void attention_backward_v1<float>(float*, float*, const float*, const float*, const float*, int,
                                            int, int, int, cudaStream_t);
 template void attention_backward_v1<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*,

@@ -82,8 +82,8 @@
 #include "kernels/cuda/hopper.cuh"
 
 // wgmma and setmaxnreg exist only on sm_90a (GPT_HOPPER_DEVICE_CODE, hopper.cuh); the
-// sm_80 pass compiles an empty kernel (never launched there: the host function checks
-// the device first).
+// other passes compile the kernel to a trap, never launched: the host function refuses a
+// build without sm_90a code and any device that is not compute capability 9.x first.
 
 namespace gpt::cuda {
 // A named namespace, not an anonymous one: the sm_80 pass compiles the device code out,
@@ -462,7 +462,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     consume<HS>(base, out, lse, b, h, bh, T_, C, q0, n_tiles, scale, warpgroup - 1);
   }
 #else
-  __trap();  // built without sm_90a: never launched (attention_forward_v5 checks the device)
+  __trap();  // no sm_90a code in this pass: never launched (attention_forward_v5 checks build and device)
 #endif
 }
 

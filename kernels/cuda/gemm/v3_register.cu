@@ -203,8 +203,9 @@ __device__ __forceinline__ void store_row4(const GemmArgs<Tin, Tout>& a, int m, 
     return;
   }
   for (int j = 0; j < 4 && n + j < a.N; ++j) {  // unaligned C, or the last columns
-    float x = sum[j] + bias[j];
+    float x = sum[j];  // added in the vector path's order: sum, old C, bias
     if (a.accumulate) x += to_float(a.C[at + j]);
+    x += bias[j];
     a.C[at + j] = from_float<Tout>(x);
     if (a.gelu_out) a.gelu_out[at + j] = from_float<Tout>(gelu(x));
   }

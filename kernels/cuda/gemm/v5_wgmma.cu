@@ -103,7 +103,8 @@
 
 // Device code exists only in the sm_90a pass (GPT_HOPPER_DEVICE_CODE, hopper.cuh); the
 // sm_80 pass (and a plain sm_90 pass) compiles every kernel body to a trap, which the
-// host never reaches: it refuses any device that is not compute capability 9.x.
+// host never reaches: it refuses a build without sm_90a code and any device that is not
+// compute capability 9.x (hopper::require_hopper).
 
 namespace gpt::cuda {
 namespace {
@@ -533,7 +534,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     run_consumer<kAMnMajor, kBMnMajor, Tout, kKind>(stages_smem, bars, order, ep);
   }
 #else
-  __trap();  // built without sm_90a code; the host refuses such devices first
+  __trap();  // no sm_90a code in this pass; the host refuses such builds and devices first
 #endif
 }
 
