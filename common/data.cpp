@@ -163,6 +163,9 @@ int64_t shard_file_size(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
+  // A link loop or a name too long is an error of its own, not a missing file.
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    fail("shard " + quoted(path) + ": cannot look it up (" + ec.message() + ")");
   if (!fs::exists(status)) fail("shard " + quoted(path) + ": no such file");
   if (!fs::is_regular_file(status)) fail("shard " + quoted(path) + ": not a regular file");
   const auto size = fs::file_size(path, ec);
@@ -269,12 +272,16 @@ int64_t stream_tokens(const std::string& pattern) {
 // ---- file lists -----------------------------------------------------------------
 
 std::vector<std::string> expand_shards(const std::string& pattern) {
-  // A plain path is taken as is, so that a typo is reported as a missing file rather
-  // than as a pattern that matched nothing.
-  if (pattern.find_first_of("*?[") == std::string::npos) {
-    if (!std::filesystem::exists(pattern)) fail("data file " + quoted(pattern) + " does not exist");
-    return {pattern};
-  }
+  // A path that names a file as written is that file, even with *, ? or [ in its name
+  // (s[1].bin is not read as a pattern matching s1.bin). A plain path is taken as is, so
+  // that a typo is reported as a missing file rather than as a pattern that matched
+  // nothing; a path that cannot be looked up (a link loop, a name too long) says why.
+  std::error_code ec;
+  const bool exists = std::filesystem::exists(pattern, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    fail("data file " + quoted(pattern) + ": cannot look it up (" + ec.message() + ")");
+  if (exists) return {pattern};
+  if (pattern.find_first_of("*?[") == std::string::npos) fail("data file " + quoted(pattern) + " does not exist");
 
   glob_t matches{};
   const int rc = glob(pattern.c_str(), 0, nullptr, &matches);

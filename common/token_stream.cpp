@@ -35,7 +35,11 @@ TokenStream::TokenStream(const std::string& pattern, int vocab_size) {
       if (!same_size) fail("shard '" + path + "' changed while it was being opened; start again");
       if (mapping == MAP_FAILED)
         fail("shard '" + path + "': cannot map its " + std::to_string(bytes) + " bytes into memory: " +
-             std::strerror(map_errno));
+             std::strerror(map_errno) +
+             (map_errno == ENOMEM ? " (a process may hold at most vm.max_map_count mappings, 65530 by default, and "
+                                    "each shard is one: " + std::to_string(shards_.size()) +
+                                    " are mapped already; join the shards into fewer, larger files)"
+                                  : std::string()));
       try {
         shards_.push_back({mapping, bytes, nullptr, total_, count});  // unmapped by unmap_all if a check fails
       } catch (...) {

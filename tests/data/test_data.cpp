@@ -265,6 +265,30 @@ TEST_CASE("expand_shards sorts glob matches and names what is missing", "[data]"
                       Contains("absent.bin") && Contains("does not exist"));
 }
 
+TEST_CASE("expand_shards: a file named as written is that file, pattern characters and all", "[data]") {
+  TempDir dir;
+  gpt::write_shard(dir.file("s1.bin"), {1, 2, 3});
+  // Absent, "s[1].bin" is a pattern, and s1.bin is what it matches (the control) ...
+  CHECK(gpt::expand_shards(dir.file("s[1].bin")) == std::vector<std::string>{dir.file("s1.bin")});
+  // ... present, it is itself, not the other file.
+  gpt::write_shard(dir.file("s[1].bin"), {4, 5, 6, 7});
+  CHECK(gpt::expand_shards(dir.file("s[1].bin")) == std::vector<std::string>{dir.file("s[1].bin")});
+}
+
+TEST_CASE("expand_shards and the shard check name a path that cannot be looked up, and why", "[data]") {
+  TempDir dir;
+  std::filesystem::create_symlink(dir.file("loop2.bin"), dir.file("loop1.bin"));
+  std::filesystem::create_symlink(dir.file("loop1.bin"), dir.file("loop2.bin"));
+  // Named: a UserError naming the file and the system's reason, not a filesystem_error.
+  REQUIRE_THROWS_AS(gpt::expand_shards(dir.file("loop1.bin")), gpt::UserError);
+  REQUIRE_THROWS_WITH(gpt::expand_shards(dir.file("loop1.bin")),
+                      Contains("loop1.bin") && Contains("cannot look it up") && Contains("symbolic links"));
+  REQUIRE_THROWS_WITH(gpt::expand_shards(dir.file(std::string(300, 'x') + ".bin")), Contains("too long"));
+  // Matched by a pattern, the shard check says the same, not "no such file".
+  REQUIRE_THROWS_WITH(gpt::shard_token_count(dir.file("loop1.bin")),
+                      Contains("loop1.bin") && Contains("cannot look it up") && Contains("symbolic links"));
+}
+
 TEST_CASE("expand_shards refuses a pattern that matches one file under two names", "[data]") {
   TempDir dir;
   gpt::write_shard(dir.file("a.bin"), {1, 2, 3});
