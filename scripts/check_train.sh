@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Checks scripts/train.sh, the one command from a fresh machine to a sample:
 #   1. arguments the trainer would refuse for their form (an unknown flag, an unknown
-#      key, a setting without '=', a missing config file, one that is not JSON or names
-#      an unknown key) exit with status 2 and a
+#      key, a setting without '=', a missing config file, one that is not JSON, over
+#      1 MiB, nested too deeply or names an unknown key) exit with status 2 and a
 #      message naming the argument, before anything is installed or built: the build
 #      directory it is given is never created and no step is logged;
 #   2. valid arguments in each form (--set key=value, --set=key=value, key=value) reach
 #      the trainer: a short run of the latest stage trains the steps asked for,
 #      validates and prints a sample;
-#   3. a config file that names its device keeps it (no device=auto added).
+#   3. a config on standard input reaches the trainer unread, and a config file that
+#      names its device keeps it (no device=auto added).
 # Uses the build in GPT_BUILD_DIR (test.sh's `default` preset; GPT_TRAIN_PRESET names
 # another) and does not install packages (GPT_SKIP_SETUP=1).
 #
@@ -50,6 +51,10 @@ printf '[1, 2]\n' > "$work/array.json"
 expect_refused "config not an object" "'$work/array.json': not a JSON object" --config "$work/array.json"
 sed 's/"steps"/"stepz"/' configs/small.json > "$work/typo.json"
 expect_refused "config with an unknown key" "'$work/typo.json': unknown key 'stepz'" --config "$work/typo.json"
+truncate -s 2M "$work/big.json"
+expect_refused "config over 1 MiB" "'$work/big.json' is over 1 MiB long" --config "$work/big.json"
+python3 -c "print('{\"prompt\": ' + '[' * 5000 + ']' * 5000 + '}')" > "$work/deep.json"
+expect_refused "config nested too deeply" "'$work/deep.json': nested too deeply" --config "$work/deep.json"
 
 # The three forms of a setting, accepted and applied: 3 steps, a 24-token sample.
 status=0
@@ -66,6 +71,14 @@ else
   [[ -d "$work/run/step_00000003" ]] || fail "no checkpoint of step 3 in run_dir (run_dir not applied?)"
   ((failures > 0)) || echo "ok   a valid run of $stage: 3 steps, validation, sample, checkpoint in run_dir"
 fi
+# A config that is a stream (/dev/stdin, <(...)) reaches the trainer unread: the early
+# check must not consume it, or refuse what the trainer accepts.
+status=0
+GPT_SKIP_SETUP=1 scripts/train.sh --config /dev/stdin steps=1 sample_tokens=0 "run_dir=$work/stdin_run" device=cpu \
+  < configs/tiny.json > "$work/out.txt" 2> "$work/err.txt" || status=$?
+if [[ $status != 0 ]]; then fail "a config on standard input exited $status: $(tail -3 "$work/err.txt")"
+elif ! grep -qE '^step +1/1 ' "$work/out.txt"; then fail "a config on standard input trained no step"
+else echo "ok   a config on standard input reaches the trainer unread"; fi
 # A config file that names its device keeps it: train.sh adds device=auto only when
 # neither the command line nor the file chose (a --set would override the file's).
 sed 's/^{/{ "device": "cpu",/' configs/small.json > "$work/cpu.json"

@@ -82,30 +82,44 @@ while (($# > 0)); do
 done
 
 # A config path is taken relative to the caller's directory, else to the repository
-# root (where the trainer runs, so that the configs' data paths resolve).
-if [[ -f "$config" ]]; then
+# root (where the trainer runs, so that the configs' data paths resolve). One that is
+# not a regular file, or a stream under /dev or /proc (/dev/stdin, a shell's <(...)),
+# goes to the trainer as it is, and unread: it may be readable only once.
+config_regular=1
+if [[ "$config" == /dev/* || "$config" == /proc/* ]]; then
+  [[ -e "$config" ]] || bad_input "config file '$config' not found"
+  config_regular=0
+elif [[ -f "$config" ]]; then
   config="$(cd -- "$(dirname -- "$config")" && pwd)/$(basename -- "$config")"
   config="${config#"$GPT_ROOT"/}"
 elif [[ -d "$config" || -d "$GPT_ROOT/$config" ]]; then
   bad_input "config file '$config' is a directory"
+elif [[ -e "$config" ]]; then
+  [[ "$config" == /* ]] || config="$(pwd)/$config"
+  config_regular=0
 elif [[ ! -f "$GPT_ROOT/$config" ]]; then
   bad_input "config file '$config' not found"
 fi
 cd "$GPT_ROOT"
 
 # The config file's form, when a Python is at hand to read it (a fresh machine may have
-# none; the trainer checks everything again): JSON, one object, keys docs/config.md
-# lists. A typo in the file is then named now, not after the packages and the build.
-# The check accepts nothing the trainer refuses for its form; values are the trainer's.
-if python="$(command -v python3)"; then
+# none; the trainer checks everything again): at most 1 MiB, JSON, one object, keys
+# docs/config.md lists. A typo in the file is then named now, not after the packages and
+# the build. The check refuses nothing the trainer accepts; values are the trainer's.
+if ((config_regular)) && python="$(command -v python3)"; then
   "$python" - "$config" "$known_keys" <<'PY' || exit 2
-import json, sys
+import json, os, sys
 path, known = sys.argv[1], set(sys.argv[2].split())
+if os.path.getsize(path) > 1 << 20:  # the trainer's bound, and its words
+    sys.exit(f"error: config file '{path}' is over 1 MiB long: a config is a small JSON object of keys; "
+             "is it the right file?")
 try:
     with open(path, encoding="utf-8-sig") as f:  # a byte-order mark is allowed, as the trainer allows it
         settings = json.load(f)
 except (OSError, ValueError) as e:
     sys.exit(f"error: config file '{path}': not JSON ({e})")
+except RecursionError:
+    sys.exit(f"error: config file '{path}': nested too deeply (the trainer takes 64 levels of arrays and objects)")
 if not isinstance(settings, dict):
     sys.exit(f"error: config file '{path}': not a JSON object of key: value settings")
 unknown = sorted(k for k in settings if k not in known)
@@ -131,6 +145,8 @@ else
 fi
 if ((device_set)); then
   log "device chosen on the command line"
+elif ((!config_regular)); then
+  log "the device is $config's, or auto (the stream is left unread for the trainer)"
 elif grep -q '"device"[[:space:]]*:' "$config"; then
   log "device chosen by $config"
 else
