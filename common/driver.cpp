@@ -283,15 +283,15 @@ bool scores_choices(const Run& run) { return run.choices && run.choices->enabled
 
 }  // namespace
 
-void log_step(const Run& run, MetricsLog& log, int64_t step, double loss, double lr, double grad_norm, double ms,
-              const MemoryLedger& mem) {
-  const Config& cfg = run.cfg;
+void log_step(const Config& cfg, MetricsLog& log, bool lead, double flops_per_token, std::optional<double> peak_flops,
+              int64_t step, double loss, double lr, double grad_norm, double ms, const MemoryLedger& mem) {
   StepMetrics m;
   m.step = step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = grad_norm, m.ms = ms;
   m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);
-  m.mfu = run.mfu(m.tokens_per_s);
-  if (run.lead()) log.train_step(m, mem, step % cfg.log_every == 0 || step == cfg.steps);
-  if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(step) + " (lower lr?)");
+  m.mfu = model_flops_utilisation(m.tokens_per_s, flops_per_token, peak_flops);
+  if (lead) log.train_step(m, mem, step % cfg.log_every == 0 || step == cfg.steps);
+  if (!std::isfinite(loss))
+    fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(step) + " (lower lr?)");
 }
 
 template <class A>

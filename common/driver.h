@@ -153,11 +153,17 @@ struct RunCheckpoints {
 };
 
 /// Logs step `step` (the steps done, 1-based), which took `ms` of wall time: on the lead
-/// rank, its line in the metrics file (tokens per second and MFU derived from `ms`),
-/// printed every log_every steps and at the last. Then, on every rank, a UserError naming
-/// the step if the loss is not finite: a diverged run stops at once, before it checkpoints.
-void log_step(const Run& run, MetricsLog& log, int64_t step, double loss, double lr, double grad_norm, double ms,
-              const MemoryLedger& mem);
+/// rank, its line in the metrics file (tokens per second from `ms`, and the MFU of
+/// `flops_per_token` against `peak_flops` where a peak is known), printed every log_every
+/// steps and at the last. Then, on every rank, a UserError naming the step if the loss is
+/// not finite: a diverged run stops at once, before it checkpoints.
+void log_step(const Config& cfg, MetricsLog& log, bool lead, double flops_per_token, std::optional<double> peak_flops,
+              int64_t step, double loss, double lr, double grad_norm, double ms, const MemoryLedger& mem);
+/// The same for a rank of a multi-rank run: the lead rank, the FLOPs and the peak are run's.
+inline void log_step(const Run& run, MetricsLog& log, int64_t step, double loss, double lr, double grad_norm,
+                     double ms, const MemoryLedger& mem) {
+  log_step(run.cfg, log, run.lead(), run.flops_per_token, run.peak_flops, step, loss, lr, grad_norm, ms, mem);
+}
 
 /// How a stage computes its validation loss over cfg.val_batches batches, called on every
 /// rank (it may communicate); the lead rank's result is logged. The model-taking

@@ -150,7 +150,8 @@ def pipeline_report(run):
     with open(os.path.join(run.dir, "stdout.txt")) as f:
         text = f.read()
     ranks = {}
-    for m in re.finditer(r"^rank (\d+) \(pipeline rank (\d+) of \d+\): (?:micro-batches|chunk activations) in flight (\d+) "
+    for m in re.finditer(r"^rank (\d+) \(pipeline rank (\d+) of \d+\): "
+                         r"(?:micro-batches|chunk activations) in flight (\d+) "
                          r"\(schedule's bound (\d+)\), activations ([\d.]+) MiB \((\d+) slots\), "
                          r"peak memory ([\d.]+) MiB", text, re.M):
         ranks[int(m[1])] = {"pp_rank": int(m[2]), "in_flight": int(m[3]), "bound": int(m[4]),

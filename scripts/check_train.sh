@@ -46,7 +46,8 @@ expect_refused "config twice" "--config given twice ('configs/tiny.json' and 'co
   --config configs/tiny.json --config=configs/small.json
 expect_refused "config empty" "--config needs a file name (it was empty)" --config=
 printf '{ "steps": 3, }\n' > "$work/trailing_comma.json"
-expect_refused "config not JSON" "config file '$work/trailing_comma.json': not JSON" --config "$work/trailing_comma.json"
+expect_refused "config not JSON" "config file '$work/trailing_comma.json': not JSON" \
+  --config "$work/trailing_comma.json"
 printf '[1, 2]\n' > "$work/array.json"
 expect_refused "config not an object" "'$work/array.json': not a JSON object" --config "$work/array.json"
 sed 's/"steps"/"stepz"/' configs/small.json > "$work/typo.json"

@@ -162,12 +162,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     if (step == first_step)
       std::printf("memory by kind, peaks of step %lld:\n%s", static_cast<long long>(state.step),
                   mem.table().c_str());
-    StepMetrics m;
-    m.step = state.step, m.steps = cfg.steps, m.loss = loss, m.lr = lr, m.grad_norm = norm, m.ms = ms;
-    m.tokens_per_s = double(cfg.tokens_per_step()) / (ms / 1000.0);
-    m.mfu = model_flops_utilisation(m.tokens_per_s, flops_per_token, peak);
-    log.train_step(m, mem, state.step % cfg.log_every == 0 || state.step == cfg.steps);
-    if (!std::isfinite(loss)) fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(state.step) + " (lower lr?)");
+    log_step(cfg, log, /*lead=*/true, flops_per_token, peak, state.step, loss, lr, norm, ms, mem);
 
     if (cfg.val_every > 0 && state.step % cfg.val_every == 0 && state.step < cfg.steps) {
       if (cfg.val_batches > 0) log.validation(state.step, validation_loss(model, val_data, cfg.val_batches));

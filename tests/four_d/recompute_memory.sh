@@ -41,8 +41,8 @@ import gptruns  # reads each run's resolved config and layout from its checkpoin
 def ranks(run):
     out = {}
     for line in open(f"{run.dir}.log"):
-        m = re.match(r"rank (\d+) \(pipeline rank \d+ of \d+\): (?:micro-batches|chunk activations) in flight \d+ .*activations ([\d.]+) MiB "
-                     r"\((\d+) slots\)", line)
+        m = re.match(r"rank (\d+) \(pipeline rank \d+ of \d+\): (?:micro-batches|chunk activations) in flight \d+ "
+                     r".*activations ([\d.]+) MiB \((\d+) slots\)", line)
         if m:
             out[int(m[1])] = (float(m[2]), int(m[3]))
     if not out:
