@@ -27,20 +27,17 @@ Zero3Store<A>::~Zero3Store() {
 template <class A>
 DeviceArray<A> Zero3Store<A>::unit_buffer(int unit) {
   const size_t n = size_t(layout_.unit(unit).size());
-  // The buffer a released unit left behind, when it is the right size: every block is,
-  // so in steady state the blocks' gathers cycle through the same few buffers instead of
-  // asking the allocator (which on the CPU zero-fills fresh pages, 28 MB a block at
-  // GPT-2 124M, and faults them in again whenever the C library gave them back to the
-  // kernel). The gather overwrites every element, so what the spare held does not matter.
+  // The embeddings' buffer from the last backward, when this is their gather: no new
+  // allocation, which on the CPU would zero-fill 154 MB at GPT-2 124M and fault it in
+  // again (the C library hands buffers that large back to the kernel when freed). The
+  // gather overwrites every element, so what the spare held does not matter. On the GPU
+  // the refill is ordered after the kernels that last read the buffer, as a fresh
+  // stream-ordered allocation would be: every copy and collective of a gather starts
+  // after the work queued on the default stream (device_array.h, comm_nccl.cpp).
   if (spare_.size() == n) return std::move(spare_);  // spare_ is left empty
-  spare_ = DeviceArray<A>();  // the wrong size: free it before allocating, never hold both
+  spare_ = DeviceArray<A>();  // another size: free it before allocating, never hold both
   const MemScope scope(MemKind::Params);  // gathered weights
   return DeviceArray<A>(this->device(), n);
-}
-
-template <class A>
-void Zero3Store<A>::free_unit(int unit) {
-  spare_ = std::move(gathered_[unit]);  // the previous spare, if any, is freed
 }
 
 template <class A>
@@ -100,7 +97,7 @@ const A* Zero3Store<A>::acquire(int unit, Pass pass) {
       // backward to take it), it would sit beside the embeddings and two blocks through
       // the whole pass, one unit above the peak this store promises.
       kept_[final] = 0;
-      free_unit(final);
+      gathered_[final] = DeviceArray<A>();
     }
     if (kept_[unit]) {  // still gathered from the last pass, and the weights are the same
       kept_[unit] = 0;
@@ -133,7 +130,13 @@ void Zero3Store<A>::release(int unit, Pass pass) {
     kept_[unit] = 1;
     return;
   }
-  free_unit(unit);
+  // The embeddings end a backward, and their gather is this store's next (the forward
+  // that follows starts with them): keep the buffer for it.
+  if (pass == Pass::Backward && unit == ParamLayout::kEmbeddingUnit) {
+    spare_ = std::move(gathered_[unit]);
+    return;
+  }
+  gathered_[unit] = DeviceArray<A>();  // free the gathered weights
 }
 
 template <class A>
@@ -142,7 +145,7 @@ void Zero3Store<A>::weights_updated() {
     invariant(users_[u] == 0, "Zero3Store: the weights changed while unit " + std::to_string(u) + " is acquired");
     if (kept_[u]) {
       kept_[u] = 0;
-      free_unit(int(u));
+      gathered_[u] = DeviceArray<A>();
     }
   }
   // Whatever a prefetch gathered before the update is stale as well. In the model's

@@ -25,10 +25,12 @@
 // always gathered from the current shards.
 // A prefetch's buffer is allocated when the prefetch starts, on the calling thread, so
 // the gathered weights peak at the embeddings and two blocks by construction, whenever
-// the prefetch thread happens to run. A released unit's buffer is kept as the one spare
-// and refilled by the next gather of a unit of its size (the blocks all have one size),
-// instead of being freed and allocated again; a spare of the wrong size is freed first,
-// so it never raises that peak.
+// the prefetch thread happens to run. The embeddings' buffer, released at the end of a
+// backward, is kept as a spare and refilled by their next gather (the next step's, which
+// weights_updated starts, or the next micro-batch's) instead of being freed and allocated
+// again: the embeddings would have been gathered again before anything else of this
+// store, so holding their buffer in between raises no peak. A gather of another size
+// frees the spare first.
 #pragma once
 #include <future>
 #include <memory>
@@ -68,7 +70,6 @@ class Zero3Store : public Zero2Store<A> {
   using Zero2Store<A>::shard;
 
   DeviceArray<A> unit_buffer(int unit);  // room for a gathered unit (the spare, if it fits), counted as params
-  void free_unit(int unit);              // the unit's gathered weights are done with: they become the spare
   void gather_into(Communicator& comm, int unit, A* buf) const;
   void start_prefetch(int unit);  // on the prefetch thread, into a buffer made here
   void drop_prefetch();           // waits for the prefetch in flight and discards it
@@ -78,7 +79,7 @@ class Zero3Store : public Zero2Store<A> {
   A* shard_params_;
   bool prefetch_;
   std::vector<DeviceArray<A>> gathered_;      // per unit, while acquired
-  DeviceArray<A> spare_;                      // the last unit freed, for the next gather of its size
+  DeviceArray<A> spare_;                      // the embeddings' buffer from the last backward, to refill
   std::vector<int> users_;                    // acquisitions not yet released
   std::vector<char> kept_;                    // gathered, not acquired, still current
   int prefetch_unit_ = -1;                    // the unit prefetched_ gathers, or -1
