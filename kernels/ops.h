@@ -72,8 +72,10 @@ namespace gpt::ops {
 
 /// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. Every token must be a row of wte, in
 /// [0, padded vocabulary): neither device checks (the tokens may be device data; the
-/// model checks them on the host before they are uploaded, common/gpt2.cpp), and one
-/// outside reads, in the backward writes, out of wte's bounds.
+/// model checks them on the host before they are uploaded, common/gpt2.cpp). Outside it,
+/// the CPU reads (and the backward writes) out of wte's bounds; the GPU, which runs the
+/// range kernel over [0, INT_MAX), gives a negative token a zero row and no gradient, and
+/// reads and writes out of bounds for one at or past the padded vocabulary.
 template <class A>
 void embedding_forward(Device d, A* out, const int32_t* tokens, const A* wte, const A* wpe, int B,
                        int T_, int C) {

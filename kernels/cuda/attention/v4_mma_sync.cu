@@ -119,8 +119,8 @@ __host__ __device__ constexpr int acc_row(int lane, int e) { return lane / 4 + 8
 __host__ __device__ constexpr int acc_col(int lane, int e) { return 2 * (lane % 4) + e % 2; }
 
 // ---- the maps, checked at compile time --------------------------------------------------
-// The claims of the opening comment, evaluated by the compiler on every build (the CPU
-// build compiles this file too): a wrong lane map stops the build.
+// The claims of the opening comment, evaluated by the compiler wherever nvcc compiles this
+// file (CPU builds with a CUDA toolkit included): a wrong lane map stops the build.
 
 // Matrix i of an ldmatrix.x4 (lanes 8i..8i+7, one row each) is the 8x8 block at rows
 // row_block(i), cols col_block(i) of the 16x16 block, its 8 rows in lane order.

@@ -75,10 +75,9 @@ std::string tensor_core_refusal(GemmVersion v, const GemmArgs<Tin, Tout>& a) {
   const int cc = current_capability();
   if (v == GemmVersion::V4 && cc < 80) return "it needs compute capability 8.0 or newer (this device: " + std::to_string(cc) + ")";
   if (v == GemmVersion::V5 && cc / 10 != 9) return "it needs compute capability 9.x (this device: " + std::to_string(cc) + ")";
-  // v4's grid has N's tiles of 128 columns (kBlockN in v4_mma_sync.cu) on its y dimension,
-  // which holds at most 65535: a wider C is v3's, as gemm_v4 itself would refuse it.
-  if (v == GemmVersion::V4 && (int64_t(a.N) + 127) / 128 > 65535)
-    return "N = " + std::to_string(a.N) + " needs more than the grid's 65535 tiles of 128 columns";
+  // A wider C is v3's, as gemm_v4 itself would refuse it.
+  if (v == GemmVersion::V4 && a.N > kGemmV4MaxN)
+    return "N = " + std::to_string(a.N) + " is wider than v4's grid holds (" + std::to_string(kGemmV4MaxN) + ")";
 #ifndef GPT_HAVE_SM90A
   // Built without sm_90a (e.g. CMAKE_CUDA_ARCHITECTURES=90): the kernel body is a trap.
   if (v == GemmVersion::V5) return "this build has no sm_90a code (add 90a to CMAKE_CUDA_ARCHITECTURES)";

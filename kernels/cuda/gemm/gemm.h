@@ -41,6 +41,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 namespace gpt::cuda {
 
 /// A rung of the ladder above; the value is the version's number, 0 for cuBLASLt.
@@ -96,6 +98,9 @@ template <class Tin, class Tout>
 void gemm_v3(const GemmArgs<Tin, Tout>& args, cudaStream_t stream);
 template <class Tin, class Tout>
 void gemm_v4(const GemmArgs<Tin, Tout>& args, cudaStream_t stream);  ///< Tin = bf16 only
+/// The widest C gemm_v4 takes: its grid holds N's tiles of 128 columns on the y
+/// dimension, at most 65535 of them.
+constexpr int64_t kGemmV4MaxN = int64_t(65535) * 128;
 template <class Tin, class Tout>
 void gemm_v5(const GemmArgs<Tin, Tout>& args, cudaStream_t stream);  ///< Tin = bf16 only
 /// The cuBLASLt baseline.

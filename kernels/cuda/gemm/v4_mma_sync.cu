@@ -107,6 +107,7 @@ constexpr int kTileBytes = kTileElems * int(sizeof(bf16)); // 8 KB
 constexpr int kStageBytes = 2 * kTileBytes;                // 16 KB
 constexpr int kSmemBytes = kStages * kStageBytes;          // 64 KB: above the 48 KB default
 static_assert(kBlockM == kBlockN, "both operand tiles share one geometry");
+static_assert(kGemmV4MaxN == int64_t(65535) * kBlockN, "gemm.h's bound is this kernel's grid");
 static_assert(kTileChunks % kThreads == 0, "every thread copies the same number of chunks");
 static_assert(kBlockK % kMmaK == 0 && kBlockK == 4 * kChunkElems, "k-major rows are 4 chunks");
 static_assert(kFragsN % 2 == 0, "B fragments are loaded two n-tiles per ldmatrix.x4");
@@ -174,38 +175,62 @@ __host__ __device__ constexpr int accumulator_row(int lane, int i) { return lane
 __host__ __device__ constexpr int accumulator_col(int lane, int i) { return 2 * (lane % 4) + i % 2; }
 
 // ---- the maps, checked at compile time --------------------------------------------------
-// The claims of the opening comment, evaluated by the compiler on every build (the CPU
-// build compiles this file too): a wrong swizzle, chunk map or lane map stops the build.
+// The claims of the opening comment, evaluated by the compiler wherever nvcc compiles this
+// file (CPU builds with a CUDA toolkit included): a wrong swizzle, chunk map or lane map
+// stops the build.
 
-// tile_chunk numbers every chunk of a tile once, and the swizzle moves each chunk only
-// within its own row: each stored row holds each of its chunk positions once.
+// The logical (mn, k) of the element at tile offset `offset`, by the opening comment's
+// swizzle formula written out again (XOR undoes itself): the maps above are checked
+// against it, not against themselves.
+struct TilePosition {
+  int mn, k;
+};
+template <bool kKMajor>
+constexpr TilePosition position_of(int offset) {
+  const int row_elems = kRowChunks<kKMajor> * kChunkElems;
+  const int row = offset / row_elems, physical = offset % row_elems / kChunkElems, within = offset % kChunkElems;
+  const int chunk = kKMajor ? physical ^ ((row / 2) % 4) : physical ^ (row % 8);
+  if (kKMajor) return {row, chunk * kChunkElems + within};
+  return {chunk * kChunkElems + within, row};
+}
+
+// tile_chunk numbers every chunk of the 128 x 32 tile once, and the swizzle stores it
+// where the formula says that (mn, k) lies: the global loads and the shared tile agree.
 template <bool kKMajor>
 constexpr bool chunks_cover_tile_once() {
-  constexpr int chunks = kRowChunks<kKMajor>;
   bool seen[kTileChunks] = {};
   for (int q = 0; q < kTileChunks; ++q) {
     const TileChunk c = tile_chunk<kKMajor>(q);
-    const int offset = swizzled_offset<kKMajor>(c.row, c.chunk);
-    const int row_begin = c.row * chunks * kChunkElems;
-    if (offset % kChunkElems != 0 || offset < row_begin || offset >= row_begin + chunks * kChunkElems) return false;
-    if (seen[offset / kChunkElems]) return false;
-    seen[offset / kChunkElems] = true;
+    const TilePosition at = position_of<kKMajor>(swizzled_offset<kKMajor>(c.row, c.chunk));
+    if (at.mn != c.mn || at.k != c.k) return false;
+    if (c.mn < 0 || c.mn >= kBlockM || c.k < 0 || c.k >= kBlockK) return false;
+    const int cell = kKMajor ? c.mn * (kBlockK / kChunkElems) + c.k / kChunkElems
+                             : c.k * (kBlockM / kChunkElems) + c.mn / kChunkElems;
+    if ((kKMajor ? c.k : c.mn) % kChunkElems != 0 || seen[cell]) return false;
+    seen[cell] = true;
   }
   return true;
 }
 
-// ldmatrix serves each 8x8 matrix in one pass when its 8 lanes' 16-byte rows fall in 8
-// distinct bank groups (byte address / 16 mod 8): so at every (mn0, k0) a warp loads.
+// Every ldmatrix.x4 a warp issues (each (mn0, k0) of the tile) reads its four matrices
+// in the documented order (A: (mn + 8 (i%2), k + 8 (i/2)); B: (mn + 8 (i/2), k + 8 (i%2))),
+// lane 8i + r giving the matrix's row r, and in one pass: the 8 rows of a matrix fall in
+// 8 distinct 16-byte bank groups (byte address / 16 mod 8).
 template <bool kKMajor, bool kAOrder>
-constexpr bool ldmatrix_conflict_free() {
+constexpr bool ldmatrix_reads_fragments_conflict_free() {
   for (int mn0 = 0; mn0 < kBlockM; mn0 += kMmaM)
     for (int k0 = 0; k0 < kBlockK; k0 += kMmaK)
       for (int matrix = 0; matrix < 4; ++matrix) {
         bool seen[8] = {};
         for (int r = 0; r < 8; ++r) {
-          const int bytes = ldmatrix_lane_offset<kKMajor, kAOrder>(mn0, k0, 8 * matrix + r) * int(sizeof(bf16));
-          if (seen[bytes / 16 % 8]) return false;
-          seen[bytes / 16 % 8] = true;
+          const int offset = ldmatrix_lane_offset<kKMajor, kAOrder>(mn0, k0, 8 * matrix + r);
+          const int mn = mn0 + 8 * (kAOrder ? matrix % 2 : matrix / 2) + (kKMajor ? r : 0);
+          const int k = k0 + 8 * (kAOrder ? matrix / 2 : matrix % 2) + (kKMajor ? 0 : r);
+          const TilePosition at = position_of<kKMajor>(offset);
+          if (at.mn != mn || at.k != k) return false;
+          const int group = offset * int(sizeof(bf16)) / 16 % 8;
+          if (seen[group]) return false;
+          seen[group] = true;
         }
       }
   return true;
@@ -224,10 +249,12 @@ constexpr bool accumulators_cover_mma_tile() {
 }
 
 static_assert(chunks_cover_tile_once<true>() && chunks_cover_tile_once<false>(),
-              "the chunk map and the swizzle must place every chunk of a tile once, within its row");
-static_assert(ldmatrix_conflict_free<true, true>() && ldmatrix_conflict_free<true, false>() &&
-                  ldmatrix_conflict_free<false, true>() && ldmatrix_conflict_free<false, false>(),
-              "every ldmatrix.x4 must read 8 distinct bank groups per matrix (the swizzle)");
+              "the chunk map and the swizzle must store every chunk of the tile once, where the formula puts it");
+static_assert(ldmatrix_reads_fragments_conflict_free<true, true>() &&
+                  ldmatrix_reads_fragments_conflict_free<true, false>() &&
+                  ldmatrix_reads_fragments_conflict_free<false, true>() &&
+                  ldmatrix_reads_fragments_conflict_free<false, false>(),
+              "every ldmatrix.x4 must read its matrices in fragment order, 8 distinct bank groups each");
 static_assert(accumulators_cover_mma_tile(), "the accumulator map must cover the 16 x 8 mma tile once");
 
 // ---- PTX wrappers ---------------------------------------------------------------------
@@ -471,7 +498,7 @@ void validate(const GemmArgs<bf16, Tout>& a) {
   if (!aligned_16(a.A) || !aligned_16(a.B) || !aligned_16(a.C))
     invalid("A, B and C must be 16-byte aligned");
   if (a.gelu_out && a.accumulate) invalid("gelu_out requires accumulate == false");
-  if (ceil_div(a.N, kBlockN) > 65535u) invalid("N too large for the grid's y dimension");
+  if (a.N > kGemmV4MaxN) invalid("N = " + std::to_string(a.N) + " too large for the grid's y dimension");
 }
 
 template <class Tout>
