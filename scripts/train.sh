@@ -82,21 +82,21 @@ while (($# > 0)); do
 done
 
 # A config path is taken relative to the caller's directory, else to the repository
-# root (where the trainer runs, so that the configs' data paths resolve). One that is
-# not a regular file, or a stream under /dev or /proc (/dev/stdin, a shell's <(...)),
-# goes to the trainer as it is, and unread: it may be readable only once.
+# root (where the trainer runs, so that the configs' data paths resolve). A stream
+# (/dev/stdin, a shell's <(...) as /dev/fd/N, a pipe) goes to the trainer as it is, and
+# unread: it may be readable only once, and /dev/stdin may name a regular file.
 config_regular=1
-if [[ "$config" == /dev/* || "$config" == /proc/* ]]; then
+if [[ -d "$config" ]]; then
+  bad_input "config file '$config' is a directory"
+elif [[ "$config" =~ ^/dev/(stdin|fd/) || "$config" =~ ^/proc/[^/]+/fd/ ]] || [[ -e "$config" && ! -f "$config" ]]; then
   [[ -e "$config" ]] || bad_input "config file '$config' not found"
+  [[ "$config" == /* ]] || config="$(pwd)/$config"
   config_regular=0
 elif [[ -f "$config" ]]; then
   config="$(cd -- "$(dirname -- "$config")" && pwd)/$(basename -- "$config")"
   config="${config#"$GPT_ROOT"/}"
-elif [[ -d "$config" || -d "$GPT_ROOT/$config" ]]; then
+elif [[ -d "$GPT_ROOT/$config" ]]; then
   bad_input "config file '$config' is a directory"
-elif [[ -e "$config" ]]; then
-  [[ "$config" == /* ]] || config="$(pwd)/$config"
-  config_regular=0
 elif [[ ! -f "$GPT_ROOT/$config" ]]; then
   bad_input "config file '$config' not found"
 fi
@@ -110,16 +110,39 @@ if ((config_regular)) && python="$(command -v python3)"; then
   "$python" - "$config" "$known_keys" <<'PY' || exit 2
 import json, os, sys
 path, known = sys.argv[1], set(sys.argv[2].split())
-if os.path.getsize(path) > 1 << 20:  # the trainer's bound, and its words
-    sys.exit(f"error: config file '{path}' is over 1 MiB long: a config is a small JSON object of keys; "
-             "is it the right file?")
 try:
+    if os.path.getsize(path) > 1 << 20:  # the trainer's bound, and its words
+        sys.exit(f"error: config file '{path}' is over 1 MiB long: a config is a small JSON object of keys; "
+                 "is it the right file?")
     with open(path, encoding="utf-8-sig") as f:  # a byte-order mark is allowed, as the trainer allows it
-        settings = json.load(f)
-except (OSError, ValueError) as e:
+        text = f.read()
+except OSError as e:
+    sys.exit(f"error: cannot read config file '{path}': {e.strerror}")
+except ValueError as e:  # not UTF-8
     sys.exit(f"error: config file '{path}': not JSON ({e})")
-except RecursionError:
-    sys.exit(f"error: config file '{path}': nested too deeply (the trainer takes 64 levels of arrays and objects)")
+# Nesting, counted before parsing, as the trainer counts it: brackets outside strings.
+depth, deepest, in_string, escaped = 0, 0, False, False
+for ch in text:
+    if in_string:
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == '"':
+            in_string = False
+    elif ch == '"':
+        in_string = True
+    elif ch in "[{":
+        depth += 1
+        deepest = max(deepest, depth)
+    elif ch in "]}":
+        depth -= 1
+if deepest > 64:
+    sys.exit(f"error: config file '{path}': nested deeper than 64 levels of arrays and objects")
+try:
+    settings = json.loads(text)
+except ValueError as e:
+    sys.exit(f"error: config file '{path}': not JSON ({e})")
 if not isinstance(settings, dict):
     sys.exit(f"error: config file '{path}': not a JSON object of key: value settings")
 unknown = sorted(k for k in settings if k not in known)
