@@ -66,7 +66,10 @@ void check_token_ids(const std::string& path, const uint16_t* tokens, int64_t n,
 int64_t stream_tokens(const std::string& pattern);
 
 /// Expands a path that may contain a glob (*, ?, [...]) into the sorted list of matching
-/// files; no match is a UserError naming the pattern.
+/// files (bytewise order). A path that names an existing file is that file, glob
+/// characters and all. A UserError names the pattern when nothing matches, a plain path
+/// that does not exist, one that cannot be looked up (a link loop, a name too long: with
+/// the system's reason), and a match of one file under two names.
 std::vector<std::string> expand_shards(const std::string& pattern);
 
 /// Refuses (UserError naming both keys and the file) a validation set that shares a file

@@ -9,12 +9,30 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <utility>
 
 #include "common/data.h"
 #include "common/error.h"
 
 namespace gpt {
+namespace {
+
+// Running out of mappings fails as ENOMEM, as running out of memory does: which one it is,
+// when `mapped` shards come near the kernel's limit (libraries and the rest of the process
+// take some of it too), else nothing to add to the system's reason.
+std::string mapping_hint(int err, size_t mapped) {
+  if (err != ENOMEM) return "";
+  long limit = 0;
+  std::ifstream("/proc/sys/vm/max_map_count") >> limit;
+  if (limit <= 0 || long(mapped) + 4096 < limit) return "";
+  return " (a process may hold at most vm.max_map_count = " + std::to_string(limit) +
+         " mappings, and each shard is one: " + std::to_string(mapped) +
+         " are mapped already; join the shards into fewer, larger files)";
+}
+
+}  // namespace
 
 TokenStream::TokenStream(const std::string& pattern, int vocab_size) {
   require(vocab_size > 0, "data " + pattern + ": vocab_size must be positive, got " + std::to_string(vocab_size));
@@ -35,11 +53,7 @@ TokenStream::TokenStream(const std::string& pattern, int vocab_size) {
       if (!same_size) fail("shard '" + path + "' changed while it was being opened; start again");
       if (mapping == MAP_FAILED)
         fail("shard '" + path + "': cannot map its " + std::to_string(bytes) + " bytes into memory: " +
-             std::strerror(map_errno) +
-             (map_errno == ENOMEM ? " (a process may hold at most vm.max_map_count mappings, 65530 by default, and "
-                                    "each shard is one: " + std::to_string(shards_.size()) +
-                                    " are mapped already; join the shards into fewer, larger files)"
-                                  : std::string()));
+             std::strerror(map_errno) + mapping_hint(map_errno, shards_.size()));
       try {
         shards_.push_back({mapping, bytes, nullptr, total_, count});  // unmapped by unmap_all if a check fails
       } catch (...) {
