@@ -768,7 +768,7 @@ void validate(const Config& cfg, int dp) {
   require_outside_checkpoints(cfg.trace_file, "trace_file", cfg.run_dir);
   require_distinct_outputs(cfg);
 
-  // Distributed, and the memory the axes and activation checkpointing save.
+  // Distributed.
   check_int(cfg.dp >= 0, "dp", cfg.dp, "must be >= 0 (0: every rank)");
   check_int(cfg.tp >= 1, "tp", cfg.tp, "must be >= 1");
   check_int(cfg.pp >= 1, "pp", cfg.pp, "must be >= 1");

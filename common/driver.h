@@ -97,10 +97,6 @@ struct Run {
   const ChoicesInTraining* choices = nullptr;
   /// Whether the first checkpoint has set another run's later ones aside (set_aside_before_first_save).
   bool later_checkpoints_set_aside = false;
-  /// The model FLOPs utilisation of a step at tokens_per_s; empty without a peak.
-  std::optional<double> mfu(double tokens_per_s) const {
-    return model_flops_utilisation(tokens_per_s, flops_per_token, peak_flops);
-  }
 };
 
 /// The entry point of a multi-rank stage (see the top of this file). Returns the exit
