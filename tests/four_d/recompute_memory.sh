@@ -22,8 +22,9 @@ run() {  # run NAME NP key=value...
   local name=$1 np=$2 sets=() kv
   shift 2
   for kv in "${model[@]}" "$@"; do sets+=(--set "$kv"); done
+  mkdir -p "$WORK/$name"  # what the trainer prints goes to its run directory, where gptruns reads it
   "$MPIEXEC" -np "$np" --oversubscribe "$TRAIN11" $(tiny_args "$WORK/data" "$WORK/$name") "${sets[@]}" \
-    > "$WORK/$name.log" 2>&1 || { echo "FAIL: run $name"; tail -20 "$WORK/$name.log"; exit 1; }
+    > "$WORK/$name/stdout.txt" 2>&1 || { echo "FAIL: run $name"; tail -20 "$WORK/$name/stdout.txt"; exit 1; }
 }
 cases=("gpipe 2 pp=2 schedule=gpipe" "interleaved 2 pp=2 virtual_stages=2" \
        "1f1b_4d 8 pp=2 cp=2 tp=2 sequence_parallel=true schedule=1f1b" \
@@ -34,20 +35,12 @@ for c in "${cases[@]}"; do
   for mode in none selective full; do run "$name-$mode" "$np" "${kv[@]}" activation_checkpointing=$mode; done
 done
 GPT_NOTEBOOK_RUNS="$WORK" /usr/bin/python3 - "$ROOT" "${cases[@]}" <<'PY'
-import re, sys
+import sys
 root, cases = sys.argv[1], sys.argv[2:]
 sys.path.insert(0, f"{root}/notebooks")
-import gptruns  # reads each run's resolved config and layout from its checkpoint manifest
-def ranks(run):
-    out = {}
-    for line in open(f"{run.dir}.log"):
-        m = re.match(r"rank (\d+) \(pipeline rank \d+ of \d+\): (?:micro-batches|chunk activations) in flight \d+ "
-                     r".*activations ([\d.]+) MiB \((\d+) slots\)", line)
-        if m:
-            out[int(m[1])] = (float(m[2]), int(m[3]))
-    if not out:
-        sys.exit(f"FAIL: {run.dir}.log has no per-rank activation line")
-    return out
+import gptruns  # each run's resolved config and layout (checkpoint manifest), and what it printed
+def ranks(run):  # {rank: (activation MiB, slots)}, from the line every pipeline rank prints
+    return {r: (line["activations_mib"], line["slots"]) for r, line in gptruns.pipeline_report(run)["ranks"].items()}
 failures = 0
 for case in cases:
     name = case.split()[0]
