@@ -14,6 +14,7 @@
 #include "kernels/cuda/attention/attention.h"
 #include "kernels/cuda/attention/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/gemm/gemm.h"
 #include "kernels/cuda/scratch.h"
 
 namespace gpt::cuda {
@@ -25,14 +26,11 @@ bool flash_head_size(int C, int NH) {
 }
 
 // v5 runs where it can: a Hopper GPU, and a build that has its sm_90a code (without it
-// the kernel body is a trap). Asked of the current device at every call (an attribute
-// query, no synchronisation): a process may drive GPUs of different kinds.
+// the kernel body is a trap). Asked of the current device at every call, as the GEMM
+// asks (its cache per device): a process may drive GPUs of different kinds.
 bool v5_forward_available() {
 #ifdef GPT_HAVE_SM90A
-  int dev = 0, major = 0;
-  GPT_CUDA_CHECK(cudaGetDevice(&dev));
-  GPT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  return major == 9;
+  return current_capability() / 10 == 9;
 #else
   return false;
 #endif

@@ -33,14 +33,14 @@ const char* gemm_version_name(GemmVersion v) {
   return "unknown";
 }
 
-namespace {
-
 // ---- the device's compute capability ------------------------------------------------------
 
+namespace {
 constexpr int kMaxCachedDevices = 64;
 // 10 * major + minor per device; 0 = not asked yet. Lock-free: two threads asking at
 // once both query and store the same value.
 std::atomic<int> g_capability[kMaxCachedDevices];
+}  // namespace
 
 // The current device's compute capability as 10 * major + minor, or -1 if there is no
 // usable device. Throws nothing; a failed query's error is cleared so that it does not
@@ -65,6 +65,8 @@ int current_capability() noexcept {
   if (device < kMaxCachedDevices) g_capability[device].store(capability, std::memory_order_relaxed);
   return capability;
 }
+
+namespace {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 

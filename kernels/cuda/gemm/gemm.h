@@ -98,6 +98,10 @@ template <class Tin, class Tout>
 void gemm_v3(const GemmArgs<Tin, Tout>& args, cudaStream_t stream);
 template <class Tin, class Tout>
 void gemm_v4(const GemmArgs<Tin, Tout>& args, cudaStream_t stream);  ///< Tin = bf16 only
+/// The current device's compute capability as 10 * major + minor (90 for an H100), or -1
+/// without a usable device; cached per device, so cheap enough to ask at every launch.
+int current_capability() noexcept;
+
 /// The widest C gemm_v4 takes: its grid holds N's tiles of 128 columns on the y
 /// dimension, at most 65535 of them.
 constexpr int64_t kGemmV4MaxN = int64_t(65535) * 128;
