@@ -156,12 +156,8 @@ if [[ "${GPT_TEST_SKIP_SANITIZE:-0}" == 1 ]]; then
 else
   build_preset sanitize "$GPT_SANITIZE_BUILD_DIR"
   export GPT_TEST_QUICK=1
-  run_suite sanitize "$GPT_SANITIZE_BUILD_DIR" --label-exclude 'slow|mpi' "$@"
-  # Open MPI keeps allocations until exit in plugins it unloads, so LeakSanitizer would
-  # flag every MPI test with stacks no suppression can name: the MPI tests run with
-  # leak detection off (every other AddressSanitizer and UBSan check stays on).
-  ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
-    run_suite sanitize-mpi "$GPT_SANITIZE_BUILD_DIR" --label-regex mpi --label-exclude slow "$@"
+  # One run, MPI tests included: those run without LeakSanitizer (tests/CMakeLists.txt).
+  run_suite sanitize "$GPT_SANITIZE_BUILD_DIR" --label-exclude slow "$@"
 fi
 
 printf '\n==== test summary ====\n'
