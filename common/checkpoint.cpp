@@ -414,6 +414,14 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
     state.resumed_from = path;
     state.resumed_step = state.step;
     state.resumed_sequences = recorded_sequences(manifest, manifest_path, state.step);
+    // data_position.train_tokens, the training data's size when saved, is only compared
+    // with the data of a resumed run (start_notes), and may be absent; one that is not a
+    // count was edited, and would make that comparison say nothing.
+    const json& position = manifest.at("data_position");
+    if (const auto tokens = position.find("train_tokens");
+        tokens != position.end() && !tokens->is_number_unsigned())
+      fail(manifest_path + " has data_position.train_tokens " + tokens->dump() +
+           ": a count of tokens is an integer >= 0");
     if (!manifest.at("sample_counter").is_number_unsigned())
       fail(manifest_path + " has sample_counter " + manifest.at("sample_counter").dump() +
            ": a counter is an integer >= 0");

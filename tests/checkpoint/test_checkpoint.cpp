@@ -495,6 +495,15 @@ TEST_CASE("a damaged or foreign checkpoint is a UserError naming the problem", "
     CHECK_THAT(edited([](json& edit) { edit["data_position"]["sequences"] = 41; }),
                Catch::Contains("data_position.sequences 41 at step 42: each step reads at least one sequence"));
   }
+  SECTION("a size of the training data that is no count") {
+    for (const json& bad : {json(3.5), json(-1), json("4096")})
+      CHECK_THAT(edited([&](json& m) { m["data_position"]["train_tokens"] = bad; }),
+                 Catch::Contains("data_position.train_tokens " + bad.dump() + ": a count of tokens is an integer"));
+    json m = read_json(path / "manifest.json");
+    m["data_position"].erase("train_tokens");  // control: a checkpoint that recorded none loads
+    std::ofstream(path / "manifest.json", std::ios::trunc) << m.dump();
+    CHECK_NOTHROW(load());
+  }
   SECTION("control: the manifest rewritten unchanged loads") {
     json m = read_json(path / "manifest.json");
     std::ofstream(path / "manifest.json", std::ios::trunc) << m.dump();
