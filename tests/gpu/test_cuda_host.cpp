@@ -10,12 +10,15 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
 #include "common/bf16.h"
 #include "kernels/cuda/attention/attention.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/gemm/cublaslt_library.h"
 #include "kernels/cuda/gemm/gemm.h"
 
 namespace {
@@ -187,4 +190,45 @@ TEST_CASE("the vocabulary-range ops refuse null pointers and impossible ranges",
   CHECK(refusal([&] {
           gpt::cuda::crossentropy_from_stats(buf, buf, buf, nonef, buf, buf, tokens, 1.0f, 0, 10, 2, 8);
         }).find("row_max") != std::string::npos);
+}
+
+// Whether a file whose name contains `name` is mapped into this process.
+bool mapped(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  std::stringstream text;
+  text << maps.rdbuf();
+  return text.str().find(name) != std::string::npos;
+}
+
+// The message of the std::runtime_error that f throws ("" if it throws nothing).
+template <class F>
+std::string runtime_error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// cuBLASLt is not linked but opened by the first gemm=cublas (cublaslt_library.h): a
+// process that never asks for it does not map it, and one that does finds every function.
+TEST_CASE("cuBLASLt is opened on first use, not at start, and a missing one is named", "[cuda_host]") {
+  CHECK_FALSE(mapped("libcublasLt"));  // linked, it would be mapped from the start
+  const gpt::cuda::CublasLt& lt = gpt::cuda::cublaslt();
+  CHECK(mapped("libcublasLt"));
+  CHECK(std::string(lt.cublasLtGetStatusName(CUBLAS_STATUS_NOT_SUPPORTED)) == "CUBLAS_STATUS_NOT_SUPPORTED");
+  CHECK(lt.cublasLtMatmul != nullptr);
+  CHECK(&gpt::cuda::cublaslt() == &lt);  // opened once
+
+  // No such file: every file tried is named with the loader's reason, and the way around.
+  const std::string missing =
+      runtime_error_of([] { gpt::cuda::open_cublaslt({"/nonexistent/libcublasLt.so", "libnone-such.so.1"}); });
+  CHECK(missing.find("could not be loaded") != std::string::npos);
+  CHECK(missing.find("/nonexistent/libcublasLt.so: ") != std::string::npos);
+  CHECK(missing.find("libnone-such.so.1: ") != std::string::npos);
+  CHECK(missing.find("gemm=hand") != std::string::npos);
+  // A library that loads but is not cuBLASLt: the first function it lacks is named.
+  CHECK(runtime_error_of([] { gpt::cuda::open_cublaslt({"libm.so.6"}); }).find("no function cublasLtCreate") !=
+        std::string::npos);
 }

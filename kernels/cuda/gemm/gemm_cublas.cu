@@ -46,14 +46,14 @@
 // several bf16 roundings at K = 65..768). The preference below allows only a single pass
 // or parts kept in the compute type (fp32), so every output is one rounding of an fp32 sum.
 //
-// One cuBLASLt handle and a 32 MiB workspace per device, created on first use and kept
-// until release_cublas() (cuda_ops.h's release_kernel_memory; destroying them in a
-// static destructor could race the CUDA runtime's own teardown). The heuristic's choice
+// The library is opened when first used, not linked (cublaslt_library.h): cublaslt()
+// is its table of functions. One cuBLASLt handle and a 32 MiB workspace per device,
+// created on first use and kept until release_cublas() (cuda_ops.h's
+// release_kernel_memory; destroying them in a static destructor could race the CUDA
+// runtime's own teardown). The heuristic's choice
 // is cached per problem (shape, strides, types, alignments, epilogue): the heuristic
 // query costs tens of microseconds, comparable to a small GEMM, and would otherwise be
 // in every measurement.
-#include <cublasLt.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -64,6 +64,7 @@
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemm/cublaslt_library.h"
 #include "kernels/cuda/gemm/gemm.h"
 
 namespace gpt::cuda {
@@ -74,7 +75,8 @@ namespace {
 void cublas_check(cublasStatus_t status, const char* what, const char* file, int line) {
   if (status != CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + what + ": " +
-                             cublasLtGetStatusName(status) + " (" + cublasLtGetStatusString(status) + ")");
+                             cublaslt().cublasLtGetStatusName(status) + " (" +
+                             cublaslt().cublasLtGetStatusString(status) + ")");
 }
 #define GPT_CUBLAS_CHECK(call) cublas_check((call), #call, __FILE__, __LINE__)
 
@@ -102,7 +104,7 @@ DeviceContext device_context(int device) {
   DeviceContext& ctx = all[size_t(device)];
   if (!ctx.handle) {
     GPT_CUDA_CHECK(cudaMalloc(&ctx.workspace, kWorkspaceBytes));
-    GPT_CUBLAS_CHECK(cublasLtCreate(&ctx.handle));
+    GPT_CUBLAS_CHECK(cublaslt().cublasLtCreate(&ctx.handle));
   }
   return ctx;
 }
@@ -111,35 +113,36 @@ DeviceContext device_context(int device) {
 
 struct MatmulDesc {
   cublasLtMatmulDesc_t desc = nullptr;
-  MatmulDesc() { GPT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)); }
-  ~MatmulDesc() { cublasLtMatmulDescDestroy(desc); }
+  MatmulDesc() { GPT_CUBLAS_CHECK(cublaslt().cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)); }
+  ~MatmulDesc() { cublaslt().cublasLtMatmulDescDestroy(desc); }
   MatmulDesc(const MatmulDesc&) = delete;
   MatmulDesc& operator=(const MatmulDesc&) = delete;
   template <class V>
   void set(cublasLtMatmulDescAttributes_t attribute, const V& value) {
-    GPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
+    GPT_CUBLAS_CHECK(cublaslt().cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
   }
 };
 
 struct Layout {  // a column-major rows x cols matrix with leading dimension ld
   cublasLtMatrixLayout_t layout = nullptr;
   Layout(cudaDataType_t type, int rows, int cols, int ld) {
-    GPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type, uint64_t(rows), uint64_t(cols), int64_t(ld)));
+    GPT_CUBLAS_CHECK(
+        cublaslt().cublasLtMatrixLayoutCreate(&layout, type, uint64_t(rows), uint64_t(cols), int64_t(ld)));
   }
-  ~Layout() { cublasLtMatrixLayoutDestroy(layout); }
+  ~Layout() { cublaslt().cublasLtMatrixLayoutDestroy(layout); }
   Layout(const Layout&) = delete;
   Layout& operator=(const Layout&) = delete;
 };
 
 struct Preference {
   cublasLtMatmulPreference_t pref = nullptr;
-  Preference() { GPT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref)); }
-  ~Preference() { cublasLtMatmulPreferenceDestroy(pref); }
+  Preference() { GPT_CUBLAS_CHECK(cublaslt().cublasLtMatmulPreferenceCreate(&pref)); }
+  ~Preference() { cublaslt().cublasLtMatmulPreferenceDestroy(pref); }
   Preference(const Preference&) = delete;
   Preference& operator=(const Preference&) = delete;
   template <class V>
   void set(cublasLtMatmulPreferenceAttributes_t attribute, const V& value) {
-    GPT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof(value)));
+    GPT_CUBLAS_CHECK(cublaslt().cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof(value)));
   }
 };
 
@@ -230,9 +233,9 @@ struct Problem {
     pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(d()));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(handle, desc.desc, b_layout.layout, a_layout.layout, d_layout.layout,
-                                       d_layout.layout, pref.pref, 1, &result, &found);
+    const cublasStatus_t status = cublaslt().cublasLtMatmulAlgoGetHeuristic(
+        handle, desc.desc, b_layout.layout, a_layout.layout, d_layout.layout, d_layout.layout, pref.pref, 1, &result,
+        &found);
     if (status == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) return false;
     GPT_CUBLAS_CHECK(status);
     algo = result.algo;
@@ -241,9 +244,9 @@ struct Problem {
 
   void run(const DeviceContext& ctx, const cublasLtMatmulAlgo_t& algo, cudaStream_t stream) {
     const float alpha = 1.0f, beta = a.accumulate ? 1.0f : 0.0f;  // beta = 1: C += product
-    GPT_CUBLAS_CHECK(cublasLtMatmul(ctx.handle, desc.desc, &alpha, a.B, b_layout.layout, a.A, a_layout.layout,
-                                    &beta, d(), d_layout.layout, d(), d_layout.layout, &algo, ctx.workspace,
-                                    kWorkspaceBytes, stream));
+    GPT_CUBLAS_CHECK(cublaslt().cublasLtMatmul(ctx.handle, desc.desc, &alpha, a.B, b_layout.layout, a.A,
+                                               a_layout.layout, &beta, d(), d_layout.layout, d(), d_layout.layout,
+                                               &algo, ctx.workspace, kWorkspaceBytes, stream));
   }
 };
 
@@ -320,7 +323,7 @@ void release_cublas() {
   GPT_CUDA_CHECK(cudaDeviceSynchronize());  // queued products may still use a workspace
   std::lock_guard<std::mutex> lock(g_mutex);
   for (DeviceContext& ctx : contexts()) {
-    if (ctx.handle) GPT_CUBLAS_CHECK(cublasLtDestroy(ctx.handle));
+    if (ctx.handle) GPT_CUBLAS_CHECK(cublaslt().cublasLtDestroy(ctx.handle));
     if (ctx.workspace) GPT_CUDA_CHECK(cudaFree(ctx.workspace));
     ctx = DeviceContext{};
   }
