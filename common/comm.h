@@ -94,8 +94,9 @@ class Request {
 };
 
 /// Tags of point-to-point messages are in [0, kMaxTag] (MPI guarantees tags up to 32767;
-/// the two above kMaxTag are the communicators' own: sendrecv's and the roll call's).
-constexpr int kMaxTag = 32765;
+/// the three above kMaxTag are the communicators' own: sendrecv's, and the roll call's
+/// note and answer).
+constexpr int kMaxTag = 32764;
 
 /// A group of ranks and the operations between them (see the top of this file), with
 /// MPI, NCCL and local (one process) backends. The collectives and barrier() are

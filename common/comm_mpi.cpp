@@ -10,7 +10,11 @@
 //     waits for needs; MPI's own blocking calls spin;
 //   * it gives up after `timeout_s` seconds with an error naming the operation, this
 //     rank and the rank(s) it waited for, so a lost or hung peer ends the job with a
-//     reason instead of hanging it forever.
+//     reason instead of hanging it forever;
+//   * while it waits, it answers the roll calls of ranks that gave up (roll_call below):
+//     a rank that timed out waiting for a neighbour learns which rank is really silent,
+//     not only which one it was waiting for (in a pipeline, rank 0 waits for rank 1,
+//     which waits for a hung rank 3).
 //
 // Thread level: MPI_THREAD_MULTIPLE is requested because stage 02 communicates on a
 // thread of its own while the main thread computes. If the library provides only
@@ -454,6 +458,7 @@ class MpiComm final : public Communicator {
       if (now - start < kYieldFor) {
         std::this_thread::yield();
       } else {
+        answer_roll_calls();  // a wait this long may be part of a stall some rank reports
         std::this_thread::sleep_for(nap);
         nap = std::min(nap * 2, kMaxNap);
       }
@@ -482,7 +487,10 @@ class MpiComm final : public Communicator {
       message = prefix() + "rank " + std::to_string(first->peer) + " did not take our message" + within;
     else
       message = prefix() + op + " over ranks " + format_ranks(world_ranks_) + " did not complete within " +
-                format_seconds(timeout_s_) + " s" + roll_call(op);
+                format_seconds(timeout_s_) + " s";
+    // The peer waited for may itself be waiting for another: the roll call names the
+    // silent ranks.
+    message += roll_call(op, first && first->peer >= 0 ? first : nullptr);
     // Withdraw pending receives so MPI never writes into the caller's buffer later.
     for (int i = 0; i < n; ++i)
       if (p[i].receive && p[i].request != MPI_REQUEST_NULL) {
@@ -493,58 +501,95 @@ class MpiComm final : public Communicator {
     fail(message);
   }
 
-  // A collective that timed out cannot say whom it waited for, so the rank asks: it
-  // sends a note to every other rank of the communicator and listens for theirs for a
-  // grace period (a quarter of the timeout, within [0.25 s, 5 s]). Live ranks stuck in
-  // the same collective time out at about the same moment and do the same; the ranks
-  // never heard from are the lost (or hung) ones. Returns the end of the error message.
-  std::string roll_call(const char* op) {
-    constexpr int kRollCallTag = kMaxTag + 2;  // the communicators' second own tag
+  // The roll call's two messages, each with a tag of its own so that neither is taken
+  // for the other: a note ("I timed out: who is alive?") and its answer ("alive").
+  static constexpr int kRollCallTag = kMaxTag + 2;
+  static constexpr int kRollAnswerTag = kMaxTag + 3;
+
+  // A rank that timed out cannot tell from its own wait whom the job is waiting for: a
+  // collective does not say which rank is missing, and the peer of a point-to-point
+  // message may be waiting in turn for another. So it asks: it sends a note to every
+  // other rank of the communicator and listens for their answers for a grace period (a
+  // quarter of the timeout, within [0.25 s, 5 s]). Every rank waiting on this
+  // communicator answers (answer_roll_calls): in its wait loop, or in its own roll call
+  // when it timed out too. That is why this loop runs the whole grace period, answering,
+  // even once everyone has answered it: a rank that times out a little later must not
+  // take this one for lost. The ranks never heard from are the lost or hung ones, or
+  // ranks busy elsewhere (computing, or waiting on another communicator). `waited` is the
+  // point-to-point message waited for (nullptr for a collective). Returns the end of the
+  // error message.
+  std::string roll_call(const char* op, const Pending* waited) {
     static int note = 1;  // static: a send to a lost rank may outlive this call
     const double grace_s = std::clamp(timeout_s_ / 4, 0.25, 5.0);
     std::vector<int> heard(size_t(size_), 0);
-    std::vector<MPI_Request> receives(size_t(size_), MPI_REQUEST_NULL);
+    std::vector<MPI_Request> answers(size_t(size_), MPI_REQUEST_NULL);
     {
       auto g = rt_->guard();
       for (int r = 0; r < size_; ++r) {
         if (r == rank_) continue;
-        MPI_Irecv(&heard[size_t(r)], 1, MPI_INT, r, kRollCallTag, comm_, &receives[size_t(r)]);
+        MPI_Irecv(&heard[size_t(r)], 1, MPI_INT, r, kRollAnswerTag, comm_, &answers[size_t(r)]);
         MPI_Request send = MPI_REQUEST_NULL;
-        MPI_Isend(&note, 1, MPI_INT, r, kRollCallTag, comm_, &send);
-        MPI_Request_free(&send);  // never waited for: the job ends after this call
+        if (MPI_Isend(&note, 1, MPI_INT, r, kRollCallTag, comm_, &send) == MPI_SUCCESS)
+          MPI_Request_free(&send);  // never waited for: the job ends after this call
       }
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                                    std::chrono::duration<double>(grace_s));
     std::vector<int> silent;
     for (;;) {
+      answer_roll_calls();
       silent.clear();
       {
         auto g = rt_->guard();
         for (int r = 0; r < size_; ++r) {
-          MPI_Request& q = receives[size_t(r)];
+          MPI_Request& q = answers[size_t(r)];
           if (q == MPI_REQUEST_NULL) continue;
           int flag = 0;
           MPI_Test(&q, &flag, MPI_STATUS_IGNORE);
           if (!flag) silent.push_back(r);
         }
       }
-      if (silent.empty() || std::chrono::steady_clock::now() > deadline) break;
+      if (std::chrono::steady_clock::now() > deadline) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     std::vector<int> lost;
     for (int r : silent) {
       auto g = rt_->guard();
-      MPI_Cancel(&receives[size_t(r)]);  // so MPI never writes into `heard` later
-      MPI_Request_free(&receives[size_t(r)]);
+      MPI_Cancel(&answers[size_t(r)]);  // so MPI never writes into `heard` later
+      MPI_Request_free(&answers[size_t(r)]);
       lost.push_back(world_ranks_[size_t(r)]);
     }
+    if (lost.empty() && waited)
+      return "; roll call: every rank of the communicator answered, rank " + std::to_string(waited->peer) +
+             " too: it is alive, and has not " + (waited->receive ? "sent" : "received") +
+             " this message (the ranks' calls do not match)";
     if (lost.empty())
-      return std::string(", yet every rank answered a roll call: one of them never called ") + op +
-             " (the ranks' calls do not match)";
+      return std::string(", yet every rank of the communicator answered a roll call: one of them never called ") +
+             op + " (the ranks' calls do not match)";
     return std::string("; roll call: no message from ") + (lost.size() == 1 ? "rank " : "ranks ") +
            format_ranks(lost) + " within " + format_seconds(grace_s) +
-           " s more: lost or hung, or waiting in another call";
+           " s more: lost or hung, or busy elsewhere";
+  }
+
+  // Answers every roll-call note waiting for this rank on this communicator (roll_call),
+  // which tells its sender this rank is alive. A matched probe (MPI_Improbe, then
+  // MPI_Mrecv of exactly that message), so that two threads waiting on one communicator
+  // never both try to receive the same note.
+  void answer_roll_calls() {
+    static int alive = 1;  // static: the answer is never waited for
+    auto g = rt_->guard();
+    for (;;) {
+      int found = 0;
+      MPI_Message message = MPI_MESSAGE_NULL;
+      MPI_Status status;
+      if (MPI_Improbe(MPI_ANY_SOURCE, kRollCallTag, comm_, &found, &message, &status) != MPI_SUCCESS || !found)
+        return;
+      int note = 0;
+      if (MPI_Mrecv(&note, 1, MPI_INT, &message, MPI_STATUS_IGNORE) != MPI_SUCCESS) return;
+      MPI_Request answer = MPI_REQUEST_NULL;
+      if (MPI_Isend(&alive, 1, MPI_INT, status.MPI_SOURCE, kRollAnswerTag, comm_, &answer) == MPI_SUCCESS)
+        MPI_Request_free(&answer);
+    }
   }
 
   // --- staging of GPU buffers through pinned host memory ---

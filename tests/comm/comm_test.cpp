@@ -21,6 +21,8 @@
 //   comm_test --kill-test      rank 1 kills itself while rank 0 waits for it
 //   comm_test --p2p-lost-peer  rank 0 receives (tag 5) from rank 1, which never sends
 //   comm_test --p2p-wrong-tag  rank 1 sends with tag 6 what rank 0 receives with tag 5
+//   comm_test --p2p-hung-peer  rank 0 receives from rank 1, which receives from rank 2,
+//                              which hangs: rank 0's roll call must name rank 2
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -591,9 +593,11 @@ int run_tests(Communicator& world, const std::string& expect_backend) {
 }
 
 // Rank 0 waits for a message from rank 1 that never comes; every other rank waits in a
-// barrier rank 0 never joins. Each gives up after the 1 s timeout.
+// barrier rank 0 never joins. Each gives up after the 1 s timeout, and each finds at its
+// roll call that every rank is alive: the calls do not match.
 int timeout_test(Communicator& world) {
   if (world.size() < 2) fail("--timeout-test needs at least 2 ranks");
+  world.barrier();  // the waits start together, so the ranks time out together
   const auto start = std::chrono::steady_clock::now();
   try {
     float x = 1, y = 0;
@@ -618,6 +622,7 @@ int timeout_test(Communicator& world) {
 // a barrier. Each gives up after the 1 s timeout, naming the operation, rank and tag.
 int p2p_failure_test(Communicator& world, bool wrong_tag) {
   if (world.size() < 2) fail("the point-to-point failure tests need at least 2 ranks");
+  world.barrier();  // the waits start together, so the ranks time out together
   const auto start = std::chrono::steady_clock::now();
   try {
     float x = 1, y = 0;
@@ -630,6 +635,33 @@ int p2p_failure_test(Communicator& world, bool wrong_tag) {
       }
       world.barrier();
     }
+    std::printf("comm_test: rank %d: the operation completed, but it should have timed out\n", world.rank());
+    return 1;
+  } catch (const UserError& e) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("comm_test: rank %d gave up after %.2f s: %s\n", world.rank(), s, e.what());
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    return 3;
+  }
+}
+
+// A stall two hops away, as in a pipeline whose last stage hangs: rank 0 waits for rank 1,
+// rank 1 (half a second later) for rank 2, and rank 2 hangs outside any communication.
+// Rank 0 times out first, while rank 1 still waits: rank 1 answers rank 0's roll call
+// from inside its wait, rank 2 cannot, so rank 0's error names rank 2 as the silent one.
+int p2p_hung_peer_test(Communicator& world) {
+  if (world.size() < 3) fail("--p2p-hung-peer needs at least 3 ranks");
+  world.barrier();
+  const auto start = std::chrono::steady_clock::now();
+  if (world.rank() >= 2) {
+    std::this_thread::sleep_for(std::chrono::seconds(20));  // hung; the launcher ends it
+    return 0;
+  }
+  try {
+    float y = 0;
+    if (world.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    world.recv(&y, 1, DType::F32, world.rank() + 1, 5);
     std::printf("comm_test: rank %d: the operation completed, but it should have timed out\n", world.rank());
     return 1;
   } catch (const UserError& e) {
@@ -665,7 +697,8 @@ int main(int argc, char** argv) {
       else if (a == "--expect-backend" && i + 1 < argc) expect_backend = argv[++i];
       else if (a == "--device" && i + 1 < argc) g_gpu = std::string(argv[++i]) == "cuda";
       else if (a == "--timeout" && i + 1 < argc) options.timeout_s = std::stod(argv[++i]);
-      else if (a == "--timeout-test" || a == "--kill-test" || a == "--p2p-lost-peer" || a == "--p2p-wrong-tag")
+      else if (a == "--timeout-test" || a == "--kill-test" || a == "--p2p-lost-peer" || a == "--p2p-wrong-tag" ||
+               a == "--p2p-hung-peer")
         mode = a;
       else fail("unknown argument '" + a + "'");
     }
@@ -680,13 +713,16 @@ int main(int argc, char** argv) {
       }
       options.device = Device::CUDA;
     }
-    if (mode == "--timeout-test" || mode == "--p2p-lost-peer" || mode == "--p2p-wrong-tag") options.timeout_s = 1;
+    if (mode == "--timeout-test" || mode == "--p2p-lost-peer" || mode == "--p2p-wrong-tag" ||
+        mode == "--p2p-hung-peer")
+      options.timeout_s = 1;
     if (mode == "--kill-test") options.timeout_s = 30;
     std::unique_ptr<Communicator> world = make_world(&argc, &argv, options);
     gpt::test::require_world_size(*world, "comm_test");
     if (mode == "--timeout-test") return timeout_test(*world);
     if (mode == "--kill-test") return kill_test(*world);
     if (mode == "--p2p-lost-peer" || mode == "--p2p-wrong-tag") return p2p_failure_test(*world, mode == "--p2p-wrong-tag");
+    if (mode == "--p2p-hung-peer") return p2p_hung_peer_test(*world);
     return run_tests(*world, expect_backend);
   });
 }

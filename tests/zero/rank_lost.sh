@@ -7,15 +7,15 @@
 #         must end within 60 s, the bound this test sets for a lost rank;
 #   stop  SIGSTOP: a hung rank; the peers' comm_timeout_s (12 s here) runs out, one of
 #         them reports "no message from rank 2" (or, waiting in a point-to-point
-#         exchange, "recv from rank 2 (tag N): no message within ...") and aborts the job;
-#         the job must end within comm_timeout_s + 10 s: one timeout, then the abort
-#         (docs/distributed.md, "No operation waits forever"). The slack is under one more
-#         timeout, so a rank that waits out a second operation after the first timed out
-#         (one per bucket still queued, say) fails the test.
+#         exchange, "recv from rank 2 (tag N): no message within ...", or a neighbour's
+#         roll call naming rank 2) and aborts the job; the job must end within
+#         comm_timeout_s + its roll call (a quarter of it, 3 s here) + 10 s: one timeout,
+#         then the abort (docs/distributed.md, "No operation waits forever"). The slack
+#         is under one more timeout, so a rank that waits out a second operation after
+#         the first timed out (one per bucket still queued, say) fails the test.
 #   stop-collective  the same hang with allreduce=backend: the peers now time out inside
 #         MPI's own all-reduce, which cannot say whom it waited for; their roll call
-#         (a quarter of the timeout, 3 s here) must name rank 2. The limit keeps its 10 s
-#         of slack beyond timeout + roll call.
+#         must name rank 2.
 #
 # Another stage or mesh: the optional arguments NP VICTIM KEY=VALUE... (default: 3 2
 # batch_size=6 micro_batch_size=2, stage 02's dp = 3; an argument may hold several
@@ -39,7 +39,7 @@ COMM_TIMEOUT_S=12
 ALLREDUCE=ring
 case "$MODE" in
   kill) LIMIT=60 ;;
-  stop) LIMIT=$((COMM_TIMEOUT_S + 10)) ;;
+  stop) LIMIT=$((COMM_TIMEOUT_S + COMM_TIMEOUT_S / 4 + 10)) ;;
   stop-collective) MODE=stop ALLREDUCE=backend LIMIT=$((COMM_TIMEOUT_S + COMM_TIMEOUT_S / 4 + 10)) ;;
   *) echo "rank_lost.sh: MODE is kill, stop or stop-collective, not '$MODE'"; exit 2 ;;
 esac
