@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -57,6 +58,14 @@ inline void check(cudaError_t err, const char* what, const char* file, int line)
 
 /// n / d rounded up (n >= 0, d > 0): the blocks of d threads that cover n items.
 inline unsigned ceil_div(long n, long d) { return unsigned((n + d - 1) / d); }
+
+/// Whether p is 16-byte aligned, as a 128-bit access (and cp.async.cg, ldmatrix, TMA) needs.
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+/// Whether every pointer is 16-byte aligned: the `vec` flag a launcher passes.
+template <class... P>
+bool all_aligned16(const P*... p) {
+  return (aligned16(p) && ...);
+}
 
 // ---- device side: conversions -------------------------------------------------------
 

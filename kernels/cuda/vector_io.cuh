@@ -106,14 +106,6 @@ __device__ __forceinline__ size_t first_element() {
 
 // ---- host side: the checks every launcher makes ------------------------------------------
 
-/// Whether p is 16-byte aligned, as a 128-bit access needs.
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-/// Whether every pointer is 16-byte aligned: the `vec` flag a launcher passes.
-template <class... P>
-bool all_aligned16(const P*... p) {
-  return (aligned16(p) && ...);
-}
-
 /// Throws std::invalid_argument "fn: arg is null".
 inline void require_pointer(const void* p, const char* fn, const char* arg) {
   if (!p) throw std::invalid_argument(std::string(fn) + ": " + arg + " is null");

@@ -64,4 +64,40 @@ __device__ __forceinline__ void load_tile(float* dst, int dst_stride, const T* s
   }
 }
 
+// ---- the backward's row statistic D ---------------------------------------------
+
+// Internal linkage: each file that launches it (v3, v4) compiles its own copy, so no
+// kernel is defined in two objects.
+namespace {
+
+/// D_t = dy_t . y_t for every row of (B, NH, T), into dsum[(b*NH + h)*T + t]: the sum
+/// sum_u P[t,u] dP[t,u] that the softmax's backward subtracts (dS = P (dP - D)), which
+/// equals dy_t . (sum_u P[t,u] v_u) = dy_t . y_t. One warp per row; a lane reads two
+/// neighbouring values at a time (hs is even: 64 or 128 for the flash kernels), and the
+/// warp adds its lanes' partial sums.
+template <class T>
+__global__ void dsum_kernel(float* dsum, const T* dout, const T* out, long rows, int T_, int C, int NH) {
+  const long row = (long(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;  // warp-uniform: blockDim is a multiple of 32
+  const int hs = C / NH;
+  const int bh = int(row / T_), t = int(row % T_), b = bh / NH, h = bh % NH;
+  const size_t at = out_at(b, t, h, T_, C, hs);
+  float D = 0.0f;
+  for (int d = 2 * lane; d < hs; d += 64)
+    D += to_float(dout[at + d]) * to_float(out[at + d]) + to_float(dout[at + d + 1]) * to_float(out[at + d + 1]);
+  D = warp_sum(D);
+  if (lane == 0) dsum[row] = D;
+}
+
+/// Launches dsum_kernel over the B*NH*T rows on `stream`.
+template <class T>
+void launch_dsum(float* dsum, const T* dout, const T* out, int B, int T_, int C, int NH, cudaStream_t stream) {
+  const long rows = long(B) * NH * T_;
+  dsum_kernel<T><<<ceil_div(rows * 32, 256), 256, 0, stream>>>(dsum, dout, out, rows, T_, C, NH);
+  GPT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
 }  // namespace gpt::cuda

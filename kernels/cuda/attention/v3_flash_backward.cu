@@ -10,7 +10,7 @@
 //
 // Three kernels, each output element written by one thread in a fixed order (no
 // atomics, so the result is the same on every run):
-//   1. dsum:  one warp per row, D_t = dy_t . y_t.
+//   1. dsum:  one warp per row, D_t = dy_t . y_t (attention/common.cuh, shared with v4).
 //   2. dkdv:  a block per key tile [k0, k0+32) of one (b, h); it walks over the query
 //             tiles that can see those keys (those at or after the diagonal: t >= u)
 //             and accumulates dk and dv in registers.
@@ -41,21 +41,6 @@ static_assert(kTile == 32, "the walked-over tile has one row per lane");
 template <int HS>
 constexpr size_t smem_floats() {
   return 2 * size_t(kTile) * HS + 2 * size_t(kTile) * (HS + 1);
-}
-
-// D_t = dy_t . y_t, one warp per row of (B, NH, T).
-template <class T>
-__global__ void dsum_kernel(float* dsum, const T* dout, const T* out, long rows, int T_, int C, int NH) {
-  const long row = (long(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  const int hs = C / NH;
-  const int bh = int(row / T_), t = int(row % T_), b = bh / NH, h = bh % NH;
-  const size_t at = out_at(b, t, h, T_, C, hs);
-  float D = 0.0f;
-  for (int d = lane; d < hs; d += 32) D += to_float(dout[at + d]) * to_float(out[at + d]);
-  D = warp_sum(D);
-  if (lane == 0) dsum[row] = D;
 }
 
 // Grid (ceil(T/32), B*NH). The block owns keys u = k0 + w*R + r (warp w, r < R); in
@@ -216,9 +201,7 @@ template <class T, int HS>
 void launch(T* dqkv, float* dsum, const T* dout, const T* qkv, const T* out, const float* lse, int B,
             int T_, int C, int NH, cudaStream_t stream) {
   const float scale = 1.0f / std::sqrt(float(HS));
-  const long rows = long(B) * NH * T_;
-  dsum_kernel<<<ceil_div(rows * 32, 256), 256, 0, stream>>>(dsum, dout, out, rows, T_, C, NH);
-  GPT_CUDA_CHECK_LAUNCH();
+  launch_dsum(dsum, dout, out, B, T_, C, NH, stream);
 
   // HS = 128 needs 64.3 KiB of shared memory: above the 48 KiB a kernel gets unasked.
   const size_t smem = smem_floats<HS>() * sizeof(float);

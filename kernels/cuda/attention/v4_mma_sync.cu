@@ -66,11 +66,14 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cuda/ampere.cuh"
 #include "kernels/cuda/attention/attention.h"
 #include "kernels/cuda/attention/common.cuh"
 
 namespace gpt::cuda {
 namespace {
+
+using namespace ampere;  // cp.async, ldmatrix and mma.sync (ampere.cuh)
 
 using nv_bf16 = __nv_bfloat16;
 
@@ -178,55 +181,7 @@ constexpr bool accumulators_feed_a_operand() {
 }
 static_assert(accumulators_feed_a_operand(), "score accumulators must be the A fragment of the next product");
 
-// ---- PTX wrappers ---------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, asynchronously. valid = false copies nothing and writes 16
-// zero bytes (src-size 0); `src` must still be a mapped address.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-// 4 bytes (one fp32 statistic); .cg only takes 16-byte copies, .ca takes 4.
-__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool valid) {
-  const int src_bytes = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most N of this thread's committed groups are still in flight. Other
-// threads' copies become visible only after the __syncthreads that follows.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// The "memory" clobber keeps the compiler from moving a shared-memory read across the
-// barriers and waits that make it valid (the asm reads memory the compiler cannot see).
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-// d += a b for one 16x8 tile: a is 16x16 (4 regs), b is 16x8 (2 regs), d is fp32.
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+// ---- register packing -----------------------------------------------------------------
 
 // Two fp32 values rounded to bf16 (nearest even) in one register, `lo` in the low half.
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
@@ -250,8 +205,8 @@ __device__ __forceinline__ void load_tile_async(nv_bf16* dst, const nv_bf16* src
   for (int c = threadIdx.x; c < kChunks; c += kThreads) {
     const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
     const bool valid = r < valid_rows;
-    cp_async_16(smem_u32(dst + r * kSmemStride<HS> + col), src + size_t(valid ? r : 0) * src_stride + col,
-                valid);
+    cp_async_16(shared_address(dst + r * kSmemStride<HS> + col), src + size_t(valid ? r : 0) * src_stride + col,
+                valid ? 16 : 0);
   }
 }
 
@@ -264,9 +219,9 @@ __device__ __forceinline__ void load_row_stats_async(float* dst_lse, float* dst_
   const int i = threadIdx.x % ROWS;
   const bool valid = i < valid_rows;
   if (threadIdx.x < ROWS)
-    cp_async_4(smem_u32(dst_lse + i), lse + (valid ? i : 0), valid);
+    cp_async_4(shared_address(dst_lse + i), lse + (valid ? i : 0), valid ? 4 : 0);
   else if (threadIdx.x < 2 * ROWS)
-    cp_async_4(smem_u32(dst_dsum + i), dsum + (valid ? i : 0), valid);
+    cp_async_4(shared_address(dst_dsum + i), dsum + (valid ? i : 0), valid ? 4 : 0);
 }
 
 // ---- warp-level tile products -----------------------------------------------------------
@@ -283,13 +238,13 @@ __device__ __forceinline__ void mma_rows_by_rows(float (&acc)[N / 8][4], const n
 #pragma unroll
   for (int k = 0; k < HS; k += 16) {
     uint32_t a[4];
-    ldmatrix_x4(a, smem_u32(a_rows + ao.row * S + k + ao.col));
+    ldmatrix_x4(a, shared_address(a_rows + ao.row * S + k + ao.col));
 #pragma unroll
     for (int n = 0; n < N; n += 16) {
       uint32_t b[4];
-      ldmatrix_x4(b, smem_u32(b_rows + (n + bo.row) * S + k + bo.col));
-      mma_bf16_16816(acc[n / 8], a, b[0], b[1]);
-      mma_bf16_16816(acc[n / 8 + 1], a, b[2], b[3]);
+      ldmatrix_x4(b, shared_address(b_rows + (n + bo.row) * S + k + bo.col));
+      mma_m16n8k16(acc[n / 8], a, b[0], b[1]);
+      mma_m16n8k16(acc[n / 8 + 1], a, b[2], b[3]);
     }
   }
 }
@@ -307,9 +262,9 @@ __device__ __forceinline__ void mma_regs_by_rows(float (&acc)[HS / 8][4], const 
 #pragma unroll
     for (int n = 0; n < HS; n += 16) {
       uint32_t b[4];
-      ldmatrix_x4_trans(b, smem_u32(b_rows + (k + bo.row) * S + n + bo.col));
-      mma_bf16_16816(acc[n / 8], a[k / 16], b[0], b[1]);
-      mma_bf16_16816(acc[n / 8 + 1], a[k / 16], b[2], b[3]);
+      ldmatrix_x4<true>(b, shared_address(b_rows + (k + bo.row) * S + n + bo.col));
+      mma_m16n8k16(acc[n / 8], a[k / 16], b[0], b[1]);
+      mma_m16n8k16(acc[n / 8 + 1], a[k / 16], b[2], b[3]);
     }
   }
 }
@@ -468,25 +423,6 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---- backward -------------------------------------------------------------------------
-
-// D_t = dy_t . y_t, one warp per row of (B, NH, T); lane reads 2 neighbours at a time.
-template <int HS>
-__global__ void dsum_kernel(float* dsum, const nv_bf16* dout, const nv_bf16* out, long rows, int T_, int C,
-                            int NH) {
-  const long row = (long(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;  // warp-uniform: blockDim is a multiple of 32
-  const int bh = int(row / T_), t = int(row % T_), b = bh / NH, h = bh % NH;
-  const size_t at = out_at(b, t, h, T_, C, HS);
-  float D = 0.0f;
-  for (int d = 2 * lane; d < HS; d += 64) {
-    const float2 dy = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dout + at + d));
-    const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(out + at + d));
-    D += dy.x * y.x + dy.y * y.y;
-  }
-  D = warp_sum(D);
-  if (lane == 0) dsum[row] = D;
-}
 
 template <int HS>
 constexpr int dkdv_smem_bytes() {  // K | V | Q[2] | dO[2] | L[2] | D[2]
@@ -694,9 +630,7 @@ template <int HS>
 void launch_backward(nv_bf16* dqkv, float* dsum, const nv_bf16* dout, const nv_bf16* qkv, const nv_bf16* out,
                      const float* lse, int B, int T_, int C, int NH, cudaStream_t stream) {
   const float scale = 1.0f / std::sqrt(float(HS)), scale_log2 = kLog2e * scale;
-  const long rows = long(B) * NH * T_;
-  dsum_kernel<HS><<<ceil_div(rows * 32, 256), 256, 0, stream>>>(dsum, dout, out, rows, T_, C, NH);
-  GPT_CUDA_CHECK_LAUNCH();
+  launch_dsum(dsum, dout, out, B, T_, C, NH, stream);
 
   const dim3 grid(ceil_div(T_, kOwnRows), unsigned(B * NH));
   constexpr int dkdv_smem = dkdv_smem_bytes<HS>(), dq_smem = dq_smem_bytes<HS>();

@@ -68,8 +68,6 @@ int current_capability() noexcept {
 
 namespace {
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // Why the tensor-core version v (V4 or V5) cannot take args here, or "" if it can.
 template <class Tin, class Tout>
 std::string tensor_core_refusal(GemmVersion v, const GemmArgs<Tin, Tout>& a) {

@@ -293,8 +293,6 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <class Tin, class Tout, bool kTransA, bool kTransB>
 void launch(const GemmArgs<Tin, Tout>& args, cudaStream_t stream) {
   constexpr int W = kVecWidth<Tin>;

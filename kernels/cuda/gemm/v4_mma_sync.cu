@@ -79,11 +79,14 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernels/cuda/ampere.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm/gemm.h"
 
 namespace gpt::cuda {
 namespace {
+
+using namespace ampere;  // cp.async, ldmatrix and mma.sync (ampere.cuh)
 
 using bf16 = __nv_bfloat16;
 
@@ -257,51 +260,6 @@ static_assert(ldmatrix_reads_fragments_conflict_free<true, true>() &&
               "every ldmatrix.x4 must read its matrices in fragment order, 8 distinct bank groups each");
 static_assert(accumulators_cover_mma_tile(), "the accumulator map must cover the 16 x 8 mma tile once");
 
-// ---- PTX wrappers ---------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return uint32_t(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, asynchronously; bytes past src_bytes (0..16) are zeroed.
-// .cg: cache in L2 only (the tile is reused from shared memory, not from L1).
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-// Blocks until at most `kPending` of this thread's most recent groups are unfinished.
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-template <bool kTrans>
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&reg)[4], uint32_t address) {
-  if constexpr (kTrans)
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(reg[0]), "=r"(reg[1]), "=r"(reg[2]), "=r"(reg[3])
-                 : "r"(address)
-                 : "memory");
-  else
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(reg[0]), "=r"(reg[1]), "=r"(reg[2]), "=r"(reg[3])
-                 : "r"(address)
-                 : "memory");
-}
-
-// acc (16x8 fp32) += a (16x16 bf16) . b (16x8 bf16)
-__device__ __forceinline__ void mma_m16n8k16(float (&acc)[4], const uint32_t (&a)[4],
-                                             const uint32_t (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 // ---- the kernel's steps ---------------------------------------------------------------
 
 // Issues the cp.async copies of one operand's k-tile [k0, k0+32) into `tile` (shared
@@ -358,7 +316,7 @@ __device__ __forceinline__ void mma_stage(uint32_t stage, int warp_m0, int warp_
 #pragma unroll
     for (int i = 0; i < kFragsM; ++i)
 #pragma unroll
-      for (int j = 0; j < kFragsN; ++j) mma_m16n8k16(acc[i][j], a[i], b[j]);
+      for (int j = 0; j < kFragsN; ++j) mma_m16n8k16(acc[i][j], a[i], b[j][0], b[j][1]);
   }
 }
 
@@ -480,8 +438,6 @@ __global__ void __launch_bounds__(kThreads, 2)
   throw std::invalid_argument("gemm_v4: " + what);
 }
 
-bool aligned_16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <class Tout>
 void validate(const GemmArgs<bf16, Tout>& a) {
   if (a.M < 1) invalid("M must be >= 1, got " + std::to_string(a.M));
@@ -495,7 +451,7 @@ void validate(const GemmArgs<bf16, Tout>& a) {
   // cp.async moves 16-byte pieces: every row of A and B must start on a 16-byte boundary.
   if (a.lda % 8 || a.ldb % 8 || a.ldc % 8)
     invalid("lda, ldb and ldc must be multiples of 8 elements (16-byte rows)");
-  if (!aligned_16(a.A) || !aligned_16(a.B) || !aligned_16(a.C))
+  if (!aligned16(a.A) || !aligned16(a.B) || !aligned16(a.C))
     invalid("A, B and C must be 16-byte aligned");
   if (a.gelu_out && a.accumulate) invalid("gelu_out requires accumulate == false");
   if (a.N > kGemmV4MaxN) invalid("N = " + std::to_string(a.N) + " too large for the grid's y dimension");

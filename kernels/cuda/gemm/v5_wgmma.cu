@@ -564,8 +564,6 @@ void require(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument("gemm_v5: " + what);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 ScratchBuffer split_k_scratch;  // the partial tiles of a split K (kernels/cuda/scratch.h)
 
 template <class Tout>
