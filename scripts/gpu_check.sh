@@ -161,8 +161,10 @@ machine_env() {
   echo "nproc $(nproc); LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
   local exe
   for exe in "$build/bin/gpu_gemm" "$build/stages/02_ddp/train"; do
-    [[ -x "$exe" ]] && { echo "$exe:"; ldd "$exe" | grep -E 'cublas|nccl|libmpi|cudart|not found'; }
+    [[ -x "$exe" ]] && { echo "$exe:"; ldd "$exe" | grep -E 'nccl|libmpi|cudart|not found'; }
   done
+  # cuBLASLt is opened when gemm=cublas first runs, not linked (kernels/cuda/gemm/cublaslt_library.h).
+  grep -h '^GPT_CUBLASLT_PATH' "$build/CMakeCache.txt" 2> /dev/null
   return 0
 }
 

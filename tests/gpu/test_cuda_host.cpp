@@ -213,6 +213,7 @@ std::string runtime_error_of(F&& f) {
 
 // cuBLASLt is not linked but opened by the first gemm=cublas (cublaslt_library.h): a
 // process that never asks for it does not map it, and one that does finds every function.
+// (No other test case of this program opens it, so the first check holds in any order.)
 TEST_CASE("cuBLASLt is opened on first use, not at start, and a missing one is named", "[cuda_host]") {
   CHECK_FALSE(mapped("libcublasLt"));  // linked, it would be mapped from the start
   const gpt::cuda::CublasLt& lt = gpt::cuda::cublaslt();

@@ -26,14 +26,18 @@ void* open_library(std::initializer_list<const char*> files, std::string& why) {
   return nullptr;
 }
 
-// Looks up `name` in the library into `function`, or throws naming it.
+// Looks up `name` in the library into `function`, or closes the library and throws
+// naming the function.
 template <class F>
 void resolve(void* library, const char* name, F& function) {
   dlerror();  // clear a stale error: dlsym returning nullptr is not an error by itself
   function = reinterpret_cast<F>(dlsym(library, name));
-  if (!function)
-    throw std::runtime_error(std::string("cuBLASLt has no function ") + name + ": " + last_dl_error() +
+  if (!function) {
+    const std::string why = last_dl_error();
+    dlclose(library);
+    throw std::runtime_error(std::string("cuBLASLt has no function ") + name + ": " + why +
                              " (a library older than the headers this build used?)");
+  }
 }
 
 }  // namespace
