@@ -592,6 +592,17 @@ int run_tests(Communicator& world, const std::string& expect_backend) {
   return failures == 0 ? 0 : 1;
 }
 
+// The end of a failure test on a rank that timed out: prints how long it waited and why,
+// and exits 3 after a second, which gives the other ranks time to report before this exit
+// makes mpirun end the job.
+int gave_up(Communicator& world, std::chrono::steady_clock::time_point start, const UserError& e) {
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("comm_test: rank %d gave up after %.2f s: %s\n", world.rank(), s, e.what());
+  std::fflush(stdout);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  return 3;
+}
+
 // Rank 0 waits for a message from rank 1 that never comes; every other rank waits in a
 // barrier rank 0 never joins. Each gives up after the 1 s timeout, and each finds at its
 // roll call that every rank is alive: the calls do not match.
@@ -608,12 +619,7 @@ int timeout_test(Communicator& world) {
     std::printf("comm_test: rank %d: the operation completed, but it should have timed out\n", world.rank());
     return 1;
   } catch (const UserError& e) {
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("comm_test: rank %d gave up after %.2f s: %s\n", world.rank(), s, e.what());
-    std::fflush(stdout);
-    // Give the other ranks time to report before this exit makes mpirun end the job.
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-    return 3;
+    return gave_up(world, start, e);
   }
 }
 
@@ -638,11 +644,7 @@ int p2p_failure_test(Communicator& world, bool wrong_tag) {
     std::printf("comm_test: rank %d: the operation completed, but it should have timed out\n", world.rank());
     return 1;
   } catch (const UserError& e) {
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("comm_test: rank %d gave up after %.2f s: %s\n", world.rank(), s, e.what());
-    std::fflush(stdout);
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-    return 3;
+    return gave_up(world, start, e);
   }
 }
 
@@ -665,11 +667,7 @@ int p2p_hung_peer_test(Communicator& world) {
     std::printf("comm_test: rank %d: the operation completed, but it should have timed out\n", world.rank());
     return 1;
   } catch (const UserError& e) {
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("comm_test: rank %d gave up after %.2f s: %s\n", world.rank(), s, e.what());
-    std::fflush(stdout);
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-    return 3;
+    return gave_up(world, start, e);
   }
 }
 
