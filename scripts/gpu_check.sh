@@ -150,6 +150,20 @@ find_missing_libraries() {
       log "$lib found in $(dirname "$found")"
     done < <(ldd "$exe" 2> /dev/null | awk '/not found/ {print $1}')
   done
+  # cuBLASLt is not linked (ldd cannot miss it) but opened by gemm=cublas: from the path
+  # the build was configured with, else by its soname through LD_LIBRARY_PATH.
+  local cublaslt
+  cublaslt="$(sed -n 's/^GPT_CUBLASLT_FILE:INTERNAL=//p' "$build/CMakeCache.txt" 2> /dev/null)"
+  if [[ -n "$cublaslt" && "$cublaslt" == /* && ! -e "$cublaslt" ]]; then
+    found="$(find /usr/local /opt /usr/lib -name "$(basename "$cublaslt")" -print -quit 2> /dev/null)"
+    if [[ -n "$found" ]]; then
+      LD_LIBRARY_PATH="$(dirname "$found")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      export LD_LIBRARY_PATH
+      log "$(basename "$cublaslt") found in $(dirname "$found") (the build looked in $(dirname "$cublaslt"))"
+    else
+      warn "$(basename "$cublaslt"), which gemm=cublas opens, is nowhere on this machine"
+    fi
+  fi
 }
 
 # What the machine has, and where the build's libraries resolve.
@@ -164,7 +178,7 @@ machine_env() {
     [[ -x "$exe" ]] && { echo "$exe:"; ldd "$exe" | grep -E 'nccl|libmpi|cudart|not found'; }
   done
   # cuBLASLt is opened when gemm=cublas first runs, not linked (kernels/cuda/gemm/cublaslt_library.h).
-  grep -h '^GPT_CUBLASLT_PATH' "$build/CMakeCache.txt" 2> /dev/null
+  grep -h '^GPT_CUBLASLT_FILE' "$build/CMakeCache.txt" 2> /dev/null
   return 0
 }
 
