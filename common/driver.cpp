@@ -349,6 +349,12 @@ void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsL
     log.sample(state.step, text);
   }
   Trace::global().write();
+  // The ranks leave together. MPI_Finalize, next, waits for every rank with no timeout,
+  // so a lead rank that hung in its sample would hang the others there for good; this
+  // barrier waits for it instead, bounded as a save is (the lead's own work: the longer
+  // of save_timeout_s and comm_timeout_s), and names it if it never comes.
+  const LongerTimeout lead_work(run.world, cfg.save_timeout_s);
+  run.world.barrier();
 }
 
 template <class A>

@@ -19,7 +19,8 @@
 #
 # Another stage or mesh: the optional arguments NP VICTIM KEY=VALUE... (default: 3 2
 # batch_size=6 micro_batch_size=2, stage 02's dp = 3; an argument may hold several
-# KEY=VALUE separated by spaces).
+# KEY=VALUE separated by spaces; they come last, so they may override the settings
+# above, steps and sample_tokens included).
 #
 # Usage: rank_lost.sh MODE TRAIN PREPARE WORKDIR ROOT MPIEXEC [NP VICTIM KEY=VALUE...]
 set -euo pipefail
@@ -47,6 +48,6 @@ RUN="$WORK/run"
 /usr/bin/python3 "$ROOT/tests/zero/rank_lost.py" --mode "$MODE" --np "$NP" --victim "$VICTIM" --limit $LIMIT \
   --metrics "$RUN/metrics.jsonl" --log "$WORK/job.log" -- \
   "$MPIEXEC" -np "$NP" --oversubscribe "$TRAIN" $(tiny_args "$WORK/data" "$RUN") \
-  --set steps=10000000 "${SHAPE[@]}" --set val_every=0 \
+  --set steps=10000000 --set val_every=0 \
   --set val_batches=0 --set sample_tokens=0 --set checkpoint_at_end=false --set log_every=1000 \
-  --set bucket_mb=0.02 --set comm_timeout_s=$COMM_TIMEOUT_S --set allreduce=$ALLREDUCE
+  --set bucket_mb=0.02 --set comm_timeout_s=$COMM_TIMEOUT_S --set allreduce=$ALLREDUCE "${SHAPE[@]}"
