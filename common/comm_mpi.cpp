@@ -114,6 +114,26 @@ class MpiRuntime {
   void mark_broken() { broken_ = true; }
   bool broken() const { return broken_; }
 
+  // The process's live communicators, so that a rank waiting on any of them answers the
+  // roll calls taken on every one (MpiComm::answer_roll_calls): a rank is then silent
+  // only when it waits on none, lost, hung or computing. A communicator is listed while
+  // its MpiComm lives (one entry per MpiComm; several may share MPI_COMM_WORLD).
+  void add_comm(MPI_Comm comm) {
+    std::lock_guard<std::mutex> lock(comms_mutex_);
+    comms_.push_back(comm);
+  }
+  void remove_comm(MPI_Comm comm) {
+    std::lock_guard<std::mutex> lock(comms_mutex_);
+    const auto it = std::find(comms_.begin(), comms_.end(), comm);
+    if (it != comms_.end()) comms_.erase(it);
+  }
+  // Calls f(comm) for each listed communicator, holding the list: none is freed meanwhile.
+  template <class F>
+  void for_each_comm(F&& f) {
+    std::lock_guard<std::mutex> lock(comms_mutex_);
+    for (MPI_Comm comm : comms_) f(comm);
+  }
+
  private:
   MpiRuntime(int* argc, char*** argv) {
     int finalized = 0, initialized = 0;
@@ -149,6 +169,8 @@ class MpiRuntime {
   MPI_Datatype bf16_ = MPI_DATATYPE_NULL;
   MPI_Op bf16_sum_ = MPI_OP_NULL;
   std::mutex mutex_;
+  std::mutex comms_mutex_;  // guards comms_; taken before mutex_ (guard()) where both are
+  std::vector<MPI_Comm> comms_;
 };
 
 // One outstanding request of an operation, and whom it waits for.
@@ -185,9 +207,12 @@ class MpiComm final : public Communicator {
           "MPI_Group_translate_ranks");
     MPI_Group_free(&group);
     MPI_Group_free(&world_group);
+    g = {};  // the list's lock is taken before the MPI one, never inside it
+    rt_->add_comm(comm_);
   }
 
   ~MpiComm() override {
+    rt_->remove_comm(comm_);
     if (owned_ && !rt_->broken()) {
       auto g = rt_->guard();
       MPI_Comm_free(&comm_);
@@ -490,7 +515,22 @@ class MpiComm final : public Communicator {
                 format_seconds(timeout_s_) + " s";
     // The peer waited for may itself be waiting for another: the roll call names the
     // silent ranks.
-    message += roll_call(op, first && first->peer >= 0 ? first : nullptr);
+    const std::string roll = roll_call(op, first && first->peer >= 0 ? first : nullptr);
+    // A rank that was only late may have come during the roll call's grace period: then
+    // the operation is complete, and the roll call's verdict is not the story.
+    bool completed = true;
+    {
+      auto g = rt_->guard();
+      for (int i = 0; i < n; ++i) {
+        if (p[i].request == MPI_REQUEST_NULL) continue;
+        int flag = 0;
+        MPI_Test(&p[i].request, &flag, &p[i].status);
+        completed = completed && flag;
+      }
+    }
+    message += completed ? "; it completed during the roll call that followed: a rank was late, not lost (a longer "
+                           "comm_timeout_s, or save_timeout_s around a save, would have waited for it)"
+                         : roll;
     // Withdraw pending receives so MPI never writes into the caller's buffer later.
     for (int i = 0; i < n; ++i)
       if (p[i].receive && p[i].request != MPI_REQUEST_NULL) {
@@ -510,12 +550,12 @@ class MpiComm final : public Communicator {
   // collective does not say which rank is missing, and the peer of a point-to-point
   // message may be waiting in turn for another. So it asks: it sends a note to every
   // other rank of the communicator and listens for their answers for a grace period (a
-  // quarter of the timeout, within [0.25 s, 5 s]). Every rank waiting on this
+  // quarter of the timeout, within [0.25 s, 5 s]). Every rank waiting on any
   // communicator answers (answer_roll_calls): in its wait loop, or in its own roll call
   // when it timed out too. That is why this loop runs the whole grace period, answering,
   // even once everyone has answered it: a rank that times out a little later must not
   // take this one for lost. The ranks never heard from are the lost or hung ones, or
-  // ranks busy elsewhere (computing, or waiting on another communicator). `waited` is the
+  // ranks busy outside communication (computing, writing). `waited` is the
   // point-to-point message waited for (nullptr for a collective). Returns the end of the
   // error message.
   std::string roll_call(const char* op, const Pending* waited) {
@@ -561,35 +601,38 @@ class MpiComm final : public Communicator {
     }
     if (lost.empty() && waited)
       return "; roll call: every rank of the communicator answered, rank " + std::to_string(waited->peer) +
-             " too: it is alive, and has not " + (waited->receive ? "sent" : "received") +
+             " too: it is waiting in another call, and has not " + (waited->receive ? "sent" : "received") +
              " this message (the ranks' calls do not match)";
     if (lost.empty())
       return std::string(", yet every rank of the communicator answered a roll call: one of them never called ") +
              op + " (the ranks' calls do not match)";
     return std::string("; roll call: no message from ") + (lost.size() == 1 ? "rank " : "ranks ") +
            format_ranks(lost) + " within " + format_seconds(grace_s) +
-           " s more: lost or hung, or busy elsewhere";
+           " s more: lost or hung, or busy outside communication";
   }
 
-  // Answers every roll-call note waiting for this rank on this communicator (roll_call),
-  // which tells its sender this rank is alive. A matched probe (MPI_Improbe, then
-  // MPI_Mrecv of exactly that message), so that two threads waiting on one communicator
-  // never both try to receive the same note.
+  // Answers every roll-call note waiting for this rank, on every communicator of the
+  // process (a rank waiting on its tensor-parallel group is alive for its pipeline group's
+  // roll call too), which tells each sender this rank is alive. A matched probe
+  // (MPI_Improbe, then MPI_Mrecv of exactly that message), so that two threads waiting at
+  // once never both try to receive the same note.
   void answer_roll_calls() {
     static int alive = 1;  // static: the answer is never waited for
-    auto g = rt_->guard();
-    for (;;) {
-      int found = 0;
-      MPI_Message message = MPI_MESSAGE_NULL;
-      MPI_Status status;
-      if (MPI_Improbe(MPI_ANY_SOURCE, kRollCallTag, comm_, &found, &message, &status) != MPI_SUCCESS || !found)
-        return;
-      int note = 0;
-      if (MPI_Mrecv(&note, 1, MPI_INT, &message, MPI_STATUS_IGNORE) != MPI_SUCCESS) return;
-      MPI_Request answer = MPI_REQUEST_NULL;
-      if (MPI_Isend(&alive, 1, MPI_INT, status.MPI_SOURCE, kRollAnswerTag, comm_, &answer) == MPI_SUCCESS)
-        MPI_Request_free(&answer);
-    }
+    rt_->for_each_comm([&](MPI_Comm comm) {
+      auto g = rt_->guard();
+      for (;;) {
+        int found = 0;
+        MPI_Message message = MPI_MESSAGE_NULL;
+        MPI_Status status;
+        if (MPI_Improbe(MPI_ANY_SOURCE, kRollCallTag, comm, &found, &message, &status) != MPI_SUCCESS || !found)
+          return;
+        int note = 0;
+        if (MPI_Mrecv(&note, 1, MPI_INT, &message, MPI_STATUS_IGNORE) != MPI_SUCCESS) return;
+        MPI_Request answer = MPI_REQUEST_NULL;
+        if (MPI_Isend(&alive, 1, MPI_INT, status.MPI_SOURCE, kRollAnswerTag, comm, &answer) == MPI_SUCCESS)
+          MPI_Request_free(&answer);
+      }
+    });
   }
 
   // --- staging of GPU buffers through pinned host memory ---

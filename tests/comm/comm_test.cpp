@@ -23,6 +23,8 @@
 //   comm_test --p2p-wrong-tag  rank 1 sends with tag 6 what rank 0 receives with tag 5
 //   comm_test --p2p-hung-peer  rank 0 receives from rank 1, which receives from rank 2,
 //                              which hangs: rank 0's roll call must name rank 2
+//   comm_test --late-peer      rank 1 joins a barrier 4.5 s late, with a 4 s timeout: rank 0
+//                              must report it late, not lost (it comes during the roll call)
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -671,6 +673,23 @@ int p2p_hung_peer_test(Communicator& world) {
   }
 }
 
+// Rank 1 is late, not lost: it joins the barrier 4.5 s after rank 0, whose timeout is 4 s,
+// so it arrives during rank 0's roll call (1 s of grace at that timeout), and rank 0's error
+// must say the barrier completed then, instead of naming rank 1 as silent.
+int late_peer_test(Communicator& world) {
+  if (world.size() != 2) fail("--late-peer needs 2 ranks");
+  world.barrier();
+  const auto start = std::chrono::steady_clock::now();
+  if (world.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(4500));
+  try {
+    world.barrier();
+    std::printf("comm_test: rank %d: the barrier completed\n", world.rank());
+    return world.rank() == 1 ? 0 : 1;  // rank 0 should have timed out
+  } catch (const UserError& e) {
+    return gave_up(world, start, e);
+  }
+}
+
 // Rank 1 dies (SIGKILL) while rank 0 waits for its message: the launcher must end the job.
 int kill_test(Communicator& world) {
   if (world.size() < 2) fail("--kill-test needs at least 2 ranks");
@@ -696,7 +715,7 @@ int main(int argc, char** argv) {
       else if (a == "--device" && i + 1 < argc) g_gpu = std::string(argv[++i]) == "cuda";
       else if (a == "--timeout" && i + 1 < argc) options.timeout_s = std::stod(argv[++i]);
       else if (a == "--timeout-test" || a == "--kill-test" || a == "--p2p-lost-peer" || a == "--p2p-wrong-tag" ||
-               a == "--p2p-hung-peer")
+               a == "--p2p-hung-peer" || a == "--late-peer")
         mode = a;
       else fail("unknown argument '" + a + "'");
     }
@@ -715,12 +734,14 @@ int main(int argc, char** argv) {
         mode == "--p2p-hung-peer")
       options.timeout_s = 1;
     if (mode == "--kill-test") options.timeout_s = 30;
+    if (mode == "--late-peer") options.timeout_s = 4;
     std::unique_ptr<Communicator> world = make_world(&argc, &argv, options);
     gpt::test::require_world_size(*world, "comm_test");
     if (mode == "--timeout-test") return timeout_test(*world);
     if (mode == "--kill-test") return kill_test(*world);
     if (mode == "--p2p-lost-peer" || mode == "--p2p-wrong-tag") return p2p_failure_test(*world, mode == "--p2p-wrong-tag");
     if (mode == "--p2p-hung-peer") return p2p_hung_peer_test(*world);
+    if (mode == "--late-peer") return late_peer_test(*world);
     return run_tests(*world, expect_backend);
   });
 }
