@@ -254,6 +254,13 @@ void store(const From* from, int64_t n, const CheckpointBuffer& b, int64_t at, c
   }
 }
 
+// Whether v is a whole number >= 0 that fits int64. JSON's -0 counts: nlohmann reads it
+// as a signed 0, which is_number_unsigned() would refuse while printing it as "0".
+bool is_count(const json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max());
+  return v.is_number_integer() && v.get<int64_t>() >= 0;
+}
+
 // The data position a manifest records: data_position.sequences; in a checkpoint written
 // before that was recorded, step x its config's batch_size (each step read one batch);
 // -1 where neither is there. A count is at most 2^62: far past any run (a billion
@@ -418,11 +425,10 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
     // with the data of a resumed run (start_notes), and may be absent; one that is not a
     // count was edited, and would make that comparison say nothing.
     const json& position = manifest.at("data_position");
-    if (const auto tokens = position.find("train_tokens");
-        tokens != position.end() && !tokens->is_number_unsigned())
+    if (const auto tokens = position.find("train_tokens"); tokens != position.end() && !is_count(*tokens))
       fail(manifest_path + " has data_position.train_tokens " + tokens->dump() +
-           ": a count of tokens is an integer >= 0");
-    if (!manifest.at("sample_counter").is_number_unsigned())
+           ": a count of tokens is an integer in [0, 2^63)");
+    if (!manifest.at("sample_counter").is_number_unsigned() && !is_count(manifest.at("sample_counter")))
       fail(manifest_path + " has sample_counter " + manifest.at("sample_counter").dump() +
            ": a counter is an integer >= 0");
     state.sample_counter = manifest.at("sample_counter").get<uint64_t>();

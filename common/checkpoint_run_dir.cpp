@@ -249,7 +249,9 @@ std::string start_notes(const Config& cfg) {
   const auto position = source.manifest.find("data_position");
   if (position == source.manifest.end() || !position->is_object()) return "";
   const auto then = position->find("train_tokens");
+  // A count that is not one is refused when the checkpoint loads (checkpoint.cpp): no note.
   if (then == position->end() || !then->is_number_integer()) return "";
+  if (then->is_number_unsigned() ? then->get<uint64_t>() > uint64_t(INT64_MAX) : then->get<int64_t>() < 0) return "";
   const int64_t now = stream_tokens(cfg.train_data);
   if (now == then->get<int64_t>()) return "";
   return "resume=" + cfg.resume + ": train_data '" + cfg.train_data + "' holds " + std::to_string(now) +

@@ -496,9 +496,14 @@ TEST_CASE("a damaged or foreign checkpoint is a UserError naming the problem", "
                Catch::Contains("data_position.sequences 41 at step 42: each step reads at least one sequence"));
   }
   SECTION("a size of the training data that is no count") {
-    for (const json& bad : {json(3.5), json(-1), json("4096")})
+    for (const json& bad : {json(3.5), json(-1), json("4096"), json(uint64_t(1) << 63)})
       CHECK_THAT(edited([&](json& m) { m["data_position"]["train_tokens"] = bad; }),
                  Catch::Contains("data_position.train_tokens " + bad.dump() + ": a count of tokens is an integer"));
+    // JSON's -0 is a count (0), though nlohmann reads it as a signed integer.
+    json minus_zero = read_json(path / "manifest.json");
+    minus_zero["data_position"]["train_tokens"] = json::parse("-0");
+    std::ofstream(path / "manifest.json", std::ios::trunc) << minus_zero.dump();
+    CHECK_NOTHROW(load());
     json m = read_json(path / "manifest.json");
     m["data_position"].erase("train_tokens");  // control: a checkpoint that recorded none loads
     std::ofstream(path / "manifest.json", std::ios::trunc) << m.dump();
