@@ -14,6 +14,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "common/bf16.h"
 #include "kernels/cuda/attention/attention.h"
@@ -30,15 +31,21 @@ using nv_bf16 = __nv_bfloat16;
 constexpr GemmVersion kAllVersions[] = {GemmVersion::Cublas, GemmVersion::V1, GemmVersion::V2,
                                         GemmVersion::V3,     GemmVersion::V4, GemmVersion::V5};
 
-// The message of the std::invalid_argument that f throws ("" if it throws nothing).
-template <class F>
-std::string refusal(F&& f) {
+// The message of the exception E that f throws ("" if it throws nothing).
+template <class E, class F>
+std::string message_of(F&& f) {
   try {
     f();
-  } catch (const std::invalid_argument& e) {
+  } catch (const E& e) {
     return e.what();
   }
   return "";
+}
+
+// The message of the std::invalid_argument that f throws ("" if it throws nothing).
+template <class F>
+std::string refusal(F&& f) {
+  return message_of<std::invalid_argument>(std::forward<F>(f));
 }
 
 bool has_gpu() {
@@ -200,16 +207,6 @@ bool mapped(const std::string& name) {
   return text.str().find(name) != std::string::npos;
 }
 
-// The message of the std::runtime_error that f throws ("" if it throws nothing).
-template <class F>
-std::string runtime_error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::runtime_error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // cuBLASLt is not linked but opened by the first gemm=cublas (cublaslt_library.h): a
 // process that never asks for it does not map it, and one that does finds every function.
@@ -224,12 +221,12 @@ TEST_CASE("cuBLASLt is opened on first use, not at start, and a missing one is n
 
   // No such file: every file tried is named with the loader's reason, and the way around.
   const std::string missing =
-      runtime_error_of([] { gpt::cuda::open_cublaslt({"/nonexistent/libcublasLt.so", "libnone-such.so.1"}); });
+      message_of<std::runtime_error>([] { gpt::cuda::open_cublaslt({"/nonexistent/libcublasLt.so", "libnone-such.so.1"}); });
   CHECK(missing.find("could not be loaded") != std::string::npos);
   CHECK(missing.find("/nonexistent/libcublasLt.so: ") != std::string::npos);
   CHECK(missing.find("libnone-such.so.1: ") != std::string::npos);
   CHECK(missing.find("gemm=hand") != std::string::npos);
   // A library that loads but is not cuBLASLt: the first function it lacks is named.
-  CHECK(runtime_error_of([] { gpt::cuda::open_cublaslt({"libm.so.6"}); }).find("no function cublasLtCreate") !=
+  CHECK(message_of<std::runtime_error>([] { gpt::cuda::open_cublaslt({"libm.so.6"}); }).find("no function cublasLtCreate") !=
         std::string::npos);
 }
