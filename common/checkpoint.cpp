@@ -414,17 +414,22 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
     state.step = manifest.at("step").get<int64_t>();
     if (state.step < 0) fail(manifest_path + " has step " + std::to_string(state.step) + ": a step count is >= 0");
     // The data stream's position is the step (every layout reads the same sequences for a
-    // step): another value means the manifest was edited or assembled from two.
-    if (manifest.at("data_position").at("step") != manifest.at("step"))
-      fail(manifest_path + " has data_position.step " + manifest.at("data_position").at("step").dump() +
-           " but step " + std::to_string(state.step) + ": they are the same position");
+    // step): another value means the manifest was edited or assembled from two. It is held
+    // to the step's rules too: nlohmann's == finds 2.0 equal to 2.
+    const json& position = manifest.at("data_position");
+    if (!position.is_object())
+      fail(manifest_path + " has a data_position of type " + position.type_name() +
+           ": the data position is an object with the keys step and sequences");
+    const json& position_step = position.at("step");
+    if (!position_step.is_number_integer() || position_step != manifest.at("step"))
+      fail(manifest_path + " has data_position.step " + position_step.dump() + " but step " +
+           std::to_string(state.step) + ": they are the same position, an integer");
     state.resumed_from = path;
     state.resumed_step = state.step;
     state.resumed_sequences = recorded_sequences(manifest, manifest_path, state.step);
     // data_position.train_tokens, the training data's size when saved, is only compared
     // with the data of a resumed run (start_notes), and may be absent; one that is not a
     // count was edited, and would make that comparison say nothing.
-    const json& position = manifest.at("data_position");
     if (const auto tokens = position.find("train_tokens"); tokens != position.end() && !is_count(*tokens))
       fail(manifest_path + " has data_position.train_tokens " + tokens->dump() +
            ": a count of tokens is an integer in [0, 2^63)");

@@ -480,6 +480,16 @@ TEST_CASE("a damaged or foreign checkpoint is a UserError naming the problem", "
   SECTION("a data position other than the step") {
     CHECK_THAT(edited([](json& m) { m["data_position"]["step"] = 41; }),
                Catch::Contains("data_position.step 41 but step 42"));
+    // The same number written as a float, which nlohmann's == calls equal, is refused as
+    // a top-level "step": 42.0 is.
+    CHECK_THAT(edited([](json& m) { m["data_position"]["step"] = 42.0; }),
+               Catch::Contains("data_position.step 42.0 but step 42: they are the same position, an integer"));
+  }
+  SECTION("a data position that is no object") {
+    for (const json& bad : {json(nullptr), json(42), json::array({42, 168})})
+      CHECK_THAT(edited([&](json& m) { m["data_position"] = bad; }),
+                 Catch::Contains("has a data_position of type " + std::string(bad.type_name()) +
+                                 ": the data position is an object"));
   }
   SECTION("a count of sequences that is no count, or fewer than the steps") {
     CHECK_THAT(edited([](json& m) { m["data_position"]["sequences"] = 3.5; }),
