@@ -150,8 +150,9 @@ constexpr Key kKeys[] = {
      "gradient bucket size in MiB (one all-reduce or reduce-scatter per bucket; stages 02+, stage 01 has no peers)"},
     {"comm_timeout_s", FIELD(comm_timeout_s), "seconds without an answer before a peer is reported lost (1 to 1e9)"},
     {"save_timeout_s", FIELD(save_timeout_s),
-     "the same while a checkpoint is saved (rank 0's writes and read-back, waited for by the others) and while "
-     "the lead rank writes its sample at the end; comm_timeout_s if larger; 1 to 1e9"},
+     "the same while a checkpoint is saved (rank 0's writes and read-back, waited for by the others), and "
+     "between two of the lead rank's reports on its end-of-run sample (a report every quarter of it: the sample "
+     "may take any time); comm_timeout_s if larger; 1 to 1e9"},
     // checkpoints
     {"checkpoint_every", FIELD(checkpoint_every), "steps between checkpoints (0: only at the end)"},
     {"checkpoint_at_end", FIELD(checkpoint_at_end), "write a checkpoint after the last step (not when it would rewrite, untrained, the checkpoint the run resumed)"},

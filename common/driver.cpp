@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "common/layout_exchange.h"
+#include "common/lead_work.h"
 #include "common/mfu.h"
 #include "common/run_lock.h"
 #include "common/sampler.h"
@@ -340,20 +341,35 @@ void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsL
     const std::string path = write_checkpoint(run, dp, ckpt, state);
     if (run.lead()) std::printf("checkpoint: %s\n", path.c_str());
   }
-  if (cfg.sample_tokens > 0 && run.lead()) {
-    const MemScope eval(MemKind::Eval);
-    CachedDecoder<A> sampler(cfg.model, sample_window(cfg, sample_len), run.device, run.precision);
-    sampler.model().copy_params(weights.data());  // compute weights already: copied as they are
-    const std::string text = sample_text(sampler, cfg, state.sample_counter);
-    std::printf("---- sample (temperature %.2f, top-k %d) ----\n%s\n----\n", cfg.temperature, cfg.top_k, text.c_str());
-    log.sample(state.step, text);
+  // The lead samples alone, reporting its progress to the others (LeadWork): they wait
+  // as long as it samples, and a lead that stops reporting for the longer of
+  // save_timeout_s and comm_timeout_s is named as hung.
+  const LongerTimeout lead_waits(run.world, cfg.save_timeout_s);
+  if (cfg.sample_tokens > 0) {
+    LeadWork sample(run.world, 0);
+    if (run.lead()) {
+      const MemScope eval(MemKind::Eval);
+      CachedDecoder<A> sampler(cfg.model, sample_window(cfg, sample_len), run.device, run.precision);
+      sampler.model().copy_params(weights.data());  // compute weights already: copied as they are
+      // Test hook: GPT_TEST_SAMPLE_TOKEN_DELAY_S=N holds the lead N seconds a token, as a
+      // large model's sample would take (tests/trainer/save_timeout.sh).
+      const char* delay = std::getenv("GPT_TEST_SAMPLE_TOKEN_DELAY_S");
+      const std::string text = sample_text(sampler, cfg, state.sample_counter, [&] {
+        if (delay) std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(delay)));
+        sample.progress();
+      });
+      std::printf("---- sample (temperature %.2f, top-k %d) ----\n%s\n----\n", cfg.temperature, cfg.top_k,
+                  text.c_str());
+      log.sample(state.step, text);
+      sample.done();
+    } else {
+      sample.wait_for_lead();
+    }
   }
   Trace::global().write();
   // The ranks leave together. MPI_Finalize, next, waits for every rank with no timeout,
-  // so a lead rank that hung in its sample would hang the others there for good; this
-  // barrier waits for it instead, bounded as a save is (the lead's own work: the longer
-  // of save_timeout_s and comm_timeout_s), and names it if it never comes.
-  const LongerTimeout lead_work(run.world, cfg.save_timeout_s);
+  // so a rank still busy (writing its trace, say) or hung would hang the others there for
+  // good; this barrier waits for it instead, bounded as above, and names it.
   run.world.barrier();
 }
 

@@ -7,6 +7,7 @@
 /// samples are reproducible and the counter is the only state a checkpoint keeps.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,9 @@ struct SampleOptions {
   double temperature = 0.8;  ///< the logits are divided by it; must be > 0 (lower is greedier)
   int top_k = 40;            ///< sample among the k largest logits; 0 (or k > V) means all of them
   uint64_t seed = 0;         ///< the RNG key: draws are at (seed, "sample", counter)
+  /// Called after each token is drawn (when set): a long sample's sign of life to ranks
+  /// that wait for it (common/lead_work.h).
+  std::function<void()> after_token;
 };
 
 /// Extends `context` (at least one token) by opt.tokens tokens with a model of batch 1
@@ -42,9 +46,11 @@ std::vector<int> generate(CachedDecoder<A>& decoder, std::vector<int> context, c
 
 /// The end-of-run sample every stage prints: cfg.sample_tokens tokens after cfg.prompt
 /// (encoded by cfg.tokenizer; an empty prompt starts from the tokenizer's start token)
-/// from a cached decoder, decoded to text; `counter` as for generate.
+/// from a cached decoder, decoded to text; `counter` as for generate; `after_token` as
+/// SampleOptions' (none when empty).
 template <class A>
-std::string sample_text(CachedDecoder<A>& decoder, const Config& cfg, uint64_t& counter);
+std::string sample_text(CachedDecoder<A>& decoder, const Config& cfg, uint64_t& counter,
+                        std::function<void()> after_token = {});
 
 /// The window sample_text's decoder needs: at most seq_len, and otherwise room for the
 /// prompt (its bytes, as many as its tokens at least; 1 for the empty prompt's start token)

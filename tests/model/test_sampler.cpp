@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <vector>
 
 #include "common/config.h"
@@ -58,7 +59,7 @@ struct Sampler {
   }
   std::vector<int> sample(int tokens) {
     uint64_t counter = 0;
-    return generate(model, {72, 105, 33}, SampleOptions{tokens, 1.0, 0, 5}, counter);
+    return generate(model, {72, 105, 33}, SampleOptions{tokens, 1.0, 0, 5, {}}, counter);
   }
 };
 
@@ -68,7 +69,7 @@ void check_greedy_reads_last_row() {
   Sampler<float> s(16, 3, Precision::FP32);
   std::vector<int> context = {65};
   uint64_t counter = 0;
-  const std::vector<int> sampled = generate(s.model, context, SampleOptions{6, 1.0, 1, 5}, counter);
+  const std::vector<int> sampled = generate(s.model, context, SampleOptions{6, 1.0, 1, 5, {}}, counter);
   REQUIRE(sampled.size() == 7);
   for (size_t n = 1; n < sampled.size(); ++n) {
     const std::vector<float> row = s.last_logits(std::vector<int>(sampled.begin(), sampled.begin() + long(n)));
@@ -200,17 +201,28 @@ TEST_CASE("decoder: generate with the cache samples the plain generate's tokens,
   // after 7 tokens, and the cache starts again for every token after that.
   const int window = 12;
   const std::vector<int> prompt = {72, 105, 33, 7, 200};
-  const SampleOptions opt{30, 1.0, 0, 11};
+  // after_token is called once a token by both forms (the lead's reports to waiting
+  // ranks ride on it, common/lead_work.h), after that token is drawn.
+  std::vector<uint64_t> counter_at_call;
+  uint64_t* counting = nullptr;
+  const SampleOptions opt{30, 1.0, 0, 11, [&] { counter_at_call.push_back(*counting); }};
   Sampler<double> plain(window, 1, Precision::FP64);
   uint64_t plain_counter = 0;
+  counting = &plain_counter;
   const std::vector<int> want = generate(plain.model, prompt, opt, plain_counter);
+  std::vector<uint64_t> each_token(30);
+  std::iota(each_token.begin(), each_token.end(), uint64_t(1));
+  CHECK(counter_at_call == each_token);
 
   const std::vector<double> weights = initial_weights<double>(1);
   CachedDecoder<double> decoder(sampler_model(), window, Device::CPU, Precision::FP64);
   decoder.model().set_params(weights.data());
   uint64_t counter = 0;
+  counting = &counter;
+  counter_at_call.clear();
   CHECK(generate(decoder, prompt, opt, counter) == want);
   CHECK(counter == plain_counter);
+  CHECK(counter_at_call == each_token);
   // Control: a cache one position short sees one token less once the context outgrows it.
   CachedDecoder<double> short_cache(sampler_model(), window - 1, Device::CPU, Precision::FP64);
   short_cache.model().set_params(weights.data());

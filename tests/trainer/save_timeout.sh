@@ -9,6 +9,11 @@
 #   step and save it;
 #   negative control: stage 02 with save_timeout_s below DELAY must stop (exit 2), the
 #   waiting rank naming the timeout it ran out of.
+# The end-of-run sample is the lead's work too, and it may outlast any timeout: rank 0 is
+# held SAMPLE_DELAY seconds a token (GPT_TEST_SAMPLE_TOKEN_DELAY_S), its sample lasting
+# one and a half times save_timeout_s, and the run must end well, rank 1 waiting on its
+# reports (common/lead_work.h). The hung sample, which must still be named, is
+# zero_lead_hung_at_end's (tests/zero).
 # Usage: save_timeout.sh TRAIN02 TRAIN03 PREPARE WORKDIR ROOT MPIEXEC
 set -euo pipefail
 TRAIN02=$1 TRAIN03=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6
@@ -44,5 +49,18 @@ if [ "$status" = 2 ] && grep -q "within $COMM_TIMEOUT_S s" "$WORK/neg.log"; then
 else
   echo "FAIL control: save_timeout_s $COMM_TIMEOUT_S gave status $status"; tail -5 "$WORK/neg.log" | sed 's/^/    /'
   failures=$((failures + 1))
+fi
+SAMPLE_DELAY=0.6 SAMPLE_TOKENS=10  # 6 s of sampling against save_timeout_s = comm_timeout_s = 4 s
+status=0
+GPT_TEST_SAMPLE_TOKEN_DELAY_S=$SAMPLE_DELAY "$MPIEXEC" -np 2 --oversubscribe "$TRAIN02" \
+  $(tiny_args "$WORK/data" "$WORK/sample") --set steps=1 --set val_batches=0 --set checkpoint_at_end=false \
+  --set sample_tokens=$SAMPLE_TOKENS --set comm_timeout_s=$COMM_TIMEOUT_S --set save_timeout_s=$COMM_TIMEOUT_S \
+  > "$WORK/sample.log" 2>&1 || status=$?
+if [ "$status" = 0 ] && grep -q -- "---- sample" "$WORK/sample.log"; then
+  echo "ok   stage 02: rank 0 sampled $SAMPLE_TOKENS tokens of $SAMPLE_DELAY s," \
+    "save_timeout_s $COMM_TIMEOUT_S: the run ends"
+else
+  echo "FAIL stage 02: a sample of $SAMPLE_TOKENS tokens of $SAMPLE_DELAY s gave status $status"
+  tail -5 "$WORK/sample.log" | sed 's/^/    /'; failures=$((failures + 1))
 fi
 [ "$failures" = 0 ]
