@@ -709,6 +709,15 @@ void validate(const Config& cfg, int dp) {
     fail("n_head=" + std::to_string(m.n_head) + " does not divide n_embd=" +
          std::to_string(m.n_embd) + " (every head gets n_embd / n_head channels)");
   require_memory_for_weights(cfg, dp);
+  // A mesh is numbered by int ranks (MPI's): its size must fit one, or the products of the
+  // axes here and in the driver would wrap. The product is taken in double, which holds
+  // four ints' (< 2^124) and is exact up to 2^53. Axes below 1 are refused further down.
+  const double mesh_ranks = double(std::max(cfg.dp, 1)) * std::max(cfg.tp, 1) * std::max(cfg.pp, 1) *
+                            std::max(cfg.cp, 1);
+  if (mesh_ranks > std::numeric_limits<int>::max())
+    fail("dp=" + std::to_string(cfg.dp) + " x tp=" + std::to_string(cfg.tp) + " x pp=" + std::to_string(cfg.pp) +
+         " x cp=" + std::to_string(cfg.cp) + " is more ranks than a job can have (MPI numbers them with an int, "
+         "at most 2^31 - 1)");
 
   // Batch. The global batch is fixed by the config; the layout only decides how it is
   // cut, so it must cut evenly: batch_size = micro_batch_size * grad_accum * dp.

@@ -28,9 +28,16 @@
 namespace gpt {
 
 MeshShape mesh_shape_for(const Config& cfg, int ranks) {
-  const int model_ranks = cfg.tp * cfg.pp * cfg.cp;
   const std::string keys = "tp=" + std::to_string(cfg.tp) + " x pp=" + std::to_string(cfg.pp) +
                            " x cp=" + std::to_string(cfg.cp);
+  // The products are taken in double first (exact below 2^53, and no wrap): the axes are
+  // ints whose product validate() has not yet held to one.
+  const double model_ranks_exact = double(cfg.tp) * cfg.pp * cfg.cp;
+  require(model_ranks_exact * std::max(cfg.dp, 1) <= ranks,
+          (cfg.dp > 0 ? "dp=" + std::to_string(cfg.dp) + " x " : std::string()) + keys +
+              " is more ranks than the job's " + std::to_string(ranks) +
+              " (dp x pp x cp x tp must equal the ranks)");
+  const int model_ranks = int(model_ranks_exact);
   if (cfg.dp == 0) {
     require(ranks % model_ranks == 0, keys + " = " + std::to_string(model_ranks) + " ranks per model replica, but the job has " +
                                           std::to_string(ranks) + " ranks, not a multiple (dp x pp x cp x tp must equal the ranks)");

@@ -3,6 +3,7 @@
 // does not implement; and the model FLOPs utilisation it reports (common/mfu.h).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <optional>
 #include <string>
@@ -48,6 +49,29 @@ TEST_CASE("driver: a mesh that does not match the ranks names the keys and the r
   CHECK(wrong_dp.find("dp=3") != std::string::npos);
   CHECK(wrong_dp.find("has 8") != std::string::npos);
   CHECK(error_of([] { mesh_shape_for(with_axes(2, 2, 1, 1), 4); }).empty());  // control: a matching mesh passes
+}
+
+// Axes whose product passes int's end: 2^16 x 2^16 wraps to 0 in int arithmetic (a
+// division by zero next), 1431655766 x 3 to 2, which could pass for the job's ranks, and
+// three axes of 2^30 pass even int64's end.
+TEST_CASE("driver: axes whose product passes int's end are refused, not wrapped", "[config][driver]") {
+  const std::string wrapped = error_of([] { mesh_shape_for(with_axes(0, 65536, 65536, 1), 2); });
+  CHECK(wrapped.find("tp=65536 x pp=65536 x cp=1 is more ranks than the job's 2") != std::string::npos);
+  const std::string wide_dp = error_of([] { mesh_shape_for(with_axes(1431655766, 3, 1, 1), 2); });
+  CHECK(wide_dp.find("dp=1431655766 x tp=3 x pp=1 x cp=1 is more ranks than the job's 2") != std::string::npos);
+  const std::string past_int64 = error_of([] { mesh_shape_for(with_axes(0, 1 << 30, 1 << 30, 1 << 30), 8); });
+  CHECK(past_int64.find("is more ranks than the job's 8") != std::string::npos);
+  const auto too_many = [](const Config& cfg) {
+    return error_of([&] { validate(cfg, std::max(cfg.dp, 1)); }).find("is more ranks than a job can have");
+  };
+  for (const Config& cfg : {with_axes(0, 65536, 65536, 1), with_axes(1431655766, 3, 1, 1),
+                            with_axes(2, 1 << 30, 1 << 30, 1 << 30), with_axes(2, 1, 1 << 30, 1)})
+    CHECK(too_many(cfg) != std::string::npos);
+  // Controls: the largest mesh an int numbers passes both (validate fails later, on the
+  // batch), and so does a mesh one rank short of the job's in the driver's check.
+  CHECK(too_many(with_axes(2147483647, 1, 1, 1)) == std::string::npos);
+  CHECK(too_many(with_axes(1, 1, 1, 1)) == std::string::npos);
+  CHECK(error_of([] { mesh_shape_for(with_axes(0, 2, 2, 2), 8); }).empty());
 }
 
 TEST_CASE("driver: a stage refuses by name an axis it does not implement", "[config][driver]") {
