@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "common/error.h"
+#include "common/files.h"
 
 namespace gpt {
 
@@ -214,7 +215,7 @@ void write_choices_file(const std::string& path, const std::vector<ChoiceExample
   for (int i = 0; i < 256; ++i) put_le(bytes, uint32_t(i < 4 ? header[i] : 0), 4);
   for (const uint16_t w : words) put_le(bytes, w, 2);
 
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = create_temporary_beside(path, file);
   std::error_code ec;
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

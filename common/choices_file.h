@@ -49,8 +49,9 @@ std::vector<ChoiceExample> read_choices_file(const std::string& path, int vocab_
 /// than 65,535; an index, label, count or token outside 16 bits, a token 65535 (llm.c
 /// keeps it for the start of an example); no context, fewer than
 /// two completions, an empty one, a label not below the count; an example over the
-/// 65,535 bytes its size field counts. Written to `path`.tmp and renamed, so `path` is
-/// whole or absent; a write error (a full disk) is a UserError and leaves no file.
+/// 65,535 bytes its size field counts. Written to a temporary file of its own beside `path`
+/// (create_temporary_beside, common/files.h) and renamed, so `path` is whole or absent; a
+/// write error (a full disk) is a UserError and leaves no file.
 void write_choices_file(const std::string& path, const std::vector<ChoiceExample>& examples);
 
 }  // namespace gpt

@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "common/rng.h"
 
 namespace gpt {
@@ -111,7 +112,7 @@ void write_shards(const std::vector<ShardToWrite>& shards) {
   std::vector<std::string> temps;
   try {
     for (const ShardToWrite& s : shards) {
-      temps.push_back(s.path + ".tmp");
+      temps.push_back(create_temporary_beside(s.path, "shard " + quoted(s.path)));
       write_shard_file(s.path, temps.back(), *s.tokens);
     }
   } catch (...) {

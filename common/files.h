@@ -1,7 +1,13 @@
 /// @file
 /// Output files of a run (metrics, traces): the directories they go in are created on
-/// demand, and a failure names the config key that chose the path.
+/// demand, and a failure names the config key that chose the path. Files written whole
+/// and then renamed into place are first written under a temporary name of their own.
 #pragma once
+#include <fcntl.h>   // open (POSIX)
+#include <unistd.h>  // close, getpid
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -48,6 +54,27 @@ void require_own_output(const std::string& path, const std::string& key, Ours ou
   if (ours(first)) return;
   fail(key + ": '" + path + "' exists and is not " + what +
        ": refusing to write into it (remove it, or name another file)");
+}
+
+/// A new, empty file beside `path` to write it under before it takes `path`'s name:
+/// `path`.tmp.<pid>.<n>, created by this call (O_EXCL, and O_NOFOLLOW). A fixed name such
+/// as `path`.tmp could be a user's file, or a symlink to one, and would be truncated or
+/// written through; a name created here never is, and a crash's leftover never blocks
+/// the next write. Its mode is 0666 less the umask, as any new file's. Returns the name;
+/// the caller writes it, then renames it or removes it. A failure (a missing or read-only
+/// directory) is a UserError beginning with `what`.
+inline std::string create_temporary_beside(const std::string& path, const std::string& what) {
+  const std::string stem = path + ".tmp." + std::to_string(::getpid()) + ".";
+  for (int n = 0; n < 1000; ++n) {
+    const std::string name = stem + std::to_string(n);
+    const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd >= 0) {
+      ::close(fd);
+      return name;
+    }
+    if (errno != EEXIST) fail(what + ": cannot create " + name + ": " + std::strerror(errno));
+  }
+  fail(what + ": cannot create a temporary file beside it: " + stem + "0 to 999 all exist");
 }
 
 }  // namespace gpt

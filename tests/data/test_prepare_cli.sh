@@ -65,20 +65,41 @@ case $case_name in
       fail "after --force the shards do not hold other.txt"
     ;;
   all_or_none)
-    # val.bin cannot be written (a directory blocks its temporary name): the old pair
-    # stays whole, no new train.bin beside the old val.bin.
+    # val.bin cannot be written: a file-size limit (ulimit -f, in KiB; SIGXFSZ ignored, so
+    # the write fails with EFBIG instead of killing the process) lets the small train
+    # shard through and stops the large val shard. The old pair stays whole, no new
+    # train.bin beside the old val.bin, and no temporary file is left.
     "$prepare" --out out good.txt >/dev/null || fail "the first prepare failed"
     cp out/train.bin first_train.bin && cp out/val.bin first_val.bin
-    mkdir out/val.bin.tmp
-    printf 'other text\nentirely\n' >other.txt
-    "$prepare" --out out --force other.txt >stdout.txt 2>stderr.txt
+    for i in $(seq 1 2000); do echo "other text $i"; done >other.txt  # 64 KB of tokens: 6 KB train, 58 KB val
+    (trap '' XFSZ; ulimit -f 16; exec "$prepare" --out out --force --val-fraction 0.9 other.txt) \
+      >stdout.txt 2>stderr.txt
     status=$?
     [[ $status -eq 2 ]] || fail "exit $status, expected 2"
     grep -qF "val.bin" stderr.txt || fail "the message does not name val.bin: $(cat stderr.txt)"
     cmp -s out/train.bin first_train.bin && cmp -s out/val.bin first_val.bin ||
       fail "a failed write changed the old shards"
-    [[ ! -e out/train.bin.tmp ]] || fail "a temporary train.bin.tmp was left behind"
+    [[ -z "$(ls out | grep -v '^\(train\|val\)\.bin$')" ]] || fail "files were left behind: $(ls out)"
+    # Control: without the limit the same run replaces both shards.
+    "$prepare" --out out --force --val-fraction 0.9 other.txt >/dev/null || fail "the unlimited run failed"
+    cmp -s out/val.bin first_val.bin && fail "the unlimited run did not replace val.bin"
     rm -rf out/train.bin out/val.bin  # for expect_error's check, which this case does not use
+    ;;
+  tmp_names_untouched)
+    # Files of the user's under the names a writer might pick for its temporary files (one
+    # of them a symlink to another file) are neither truncated nor written through: the
+    # shards are written under names of prepare's own.
+    mkdir out
+    echo "my notes" >out/train.bin.tmp
+    echo "precious" >precious.txt
+    ln -s ../precious.txt out/val.bin.tmp
+    "$prepare" --out out good.txt >/dev/null 2>stderr.txt || fail "prepare failed: $(cat stderr.txt)"
+    [[ "$(cat out/train.bin.tmp)" == "my notes" ]] || fail "out/train.bin.tmp was changed"
+    [[ "$(cat precious.txt)" == "precious" ]] || fail "precious.txt was written through out/val.bin.tmp"
+    [[ -f out/val.bin && ! -L out/val.bin ]] || fail "out/val.bin is not a file of its own"
+    [[ "$(shard_text out/train.bin)$(shard_text out/val.bin)" == "$(cat good.txt)" ]] ||
+      fail "the shards do not hold good.txt"
+    rm -rf out/train.bin out/val.bin
     ;;
   help)
     "$prepare" --help >stdout.txt 2>stderr.txt

@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -41,7 +43,7 @@ void refused(const std::string& path, const std::vector<ChoiceExample>& examples
     CHECK_THAT(e.what(), Catch::Matchers::Contains(needle));
   }
   CHECK_FALSE(std::filesystem::exists(path));
-  CHECK_FALSE(std::filesystem::exists(path + ".tmp"));
+  CHECK(std::filesystem::is_empty(std::filesystem::path(path).parent_path()));  // no temporary file either
 }
 
 }  // namespace
@@ -56,10 +58,33 @@ TEST_CASE("choices file: the writer's examples read back field for field", "[cho
   };
   write_choices_file(path, examples);
   CHECK(same(read_choices_file(path, 65536), examples));
-  CHECK_FALSE(std::filesystem::exists(path + ".tmp"));
+  CHECK(std::distance(std::filesystem::directory_iterator(dir.path()), {}) == 1);  // e.bin alone: no temporary
   // Control: the reader sees a changed field.
   examples[1].completions[2].back() = 5;
   CHECK_FALSE(same(read_choices_file(path, 65536), examples));
+}
+
+// A writer that used a fixed temporary name (e.bin.tmp) would truncate a user's file of
+// that name, or write through a symlink there into another file and then rename the
+// symlink into e.bin's place.
+TEST_CASE("choices file: files under temporary-looking names are left alone", "[choices]") {
+  const test::TempDir dir("choices_file_tmp_names");
+  const std::string path = (dir.path() / "e.bin").string();
+  const std::string notes = (dir.path() / "notes.txt").string();
+  std::ofstream(path + ".tmp") << "my notes";
+  std::ofstream(notes) << "precious";
+  std::filesystem::create_symlink(notes, path + ".tmp.1");
+  const std::vector<ChoiceExample> examples = {example(0, 1, {5, 6, 7}, {{1}, {2, 3}})};
+  write_choices_file(path, examples);
+  CHECK(same(read_choices_file(path, 65536), examples));
+  CHECK_FALSE(std::filesystem::is_symlink(path));
+  const auto text = [](const std::string& file) {
+    std::ifstream in(file);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  CHECK(text(path + ".tmp") == "my notes");
+  CHECK(text(notes) == "precious");
+  CHECK(std::distance(std::filesystem::directory_iterator(dir.path()), {}) == 4);  // theirs, and e.bin
 }
 
 TEST_CASE("choices file: what the format cannot hold is refused by example, and no file is left", "[choices]") {
