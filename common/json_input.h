@@ -54,17 +54,15 @@ inline std::string number_read_as_zero(const std::string& text) {
 }
 
 /// Parses `text` as J (nlohmann::json or nlohmann::ordered_json). Calls `refuse(reason)`,
-/// which must throw, at a NUL byte, at a nonzero number read as 0, at the first key of the
-/// top-level object given a second time, or at nesting deeper than kMaxJsonDepth; the
-/// reason reads after the name of the file ("key 'lr' is given twice"). nlohmann's own parse errors are left to
-/// the caller, which words them.
+/// which must throw, at a NUL byte, at the first key of the top-level object given a
+/// second time, at nesting deeper than kMaxJsonDepth, or (once the text has parsed) at a
+/// nonzero number read as 0; the reason reads after the name of the file ("key 'lr' is
+/// given twice"). nlohmann's own parse errors are left to the caller, which words them.
 template <class J, class Refuse>
 J parse_json_input(const std::string& text, Refuse&& refuse) {
   const size_t nul = text.find('\0');
   if (nul != std::string::npos)
     refuse("a NUL byte at offset " + std::to_string(nul) + " (JSON text has none; one inside a string is \\u0000)");
-  if (const std::string tiny = number_read_as_zero(text); !tiny.empty())
-    refuse("the number " + tiny + " is below the smallest double and would be read as 0; write 0 if 0 is meant");
   std::set<std::string> keys;
   const auto check = [&](int depth, typename J::parse_event_t event, J& parsed) {
     using Event = typename J::parse_event_t;
@@ -75,7 +73,11 @@ J parse_json_input(const std::string& text, Refuse&& refuse) {
       refuse("key '" + parsed.template get<std::string>() + "' is given twice");
     return true;
   };
-  return J::parse(text, check);
+  J parsed = J::parse(text, check);
+  // After the parse, which words text that is no JSON (`0-1` is not a number) itself.
+  if (const std::string tiny = number_read_as_zero(text); !tiny.empty())
+    refuse("the number " + tiny + " is below the smallest double and would be read as 0; write 0 if 0 is meant");
+  return parsed;
 }
 
 /// nlohmann's message without its "[json.exception.parse_error.101] " prefix: the rest

@@ -422,6 +422,10 @@ TEST_CASE("files that cannot be read or parsed are errors naming the file") {
     CHECK(read.grad_clip == 0.0);
     CHECK(read.lr == 1e-300);
     CHECK(read.run_dir == "runs/\"1e-400");
+    // Text that is no JSON is called that, though a scan for numbers would read `0-1` as one.
+    path = write_file("not_a_number.json", "{\"lr\": 0-1}");
+    REQUIRE_THROWS_WITH(gpt::apply_json_file(cfg, path), Contains("not_a_number.json': invalid JSON") &&
+                                                             !Contains("would be read as 0"));
   }
   // A value's nesting, which quoting it would recurse through (nlohmann's dump: 100,000
   // levels overflowed the stack), and bytes after a NUL, which nlohmann would not read.
