@@ -9,6 +9,7 @@
 // each ending after a space, the text that follows the context:
 //   row_c = encode(ctx) + encode(" " + endings[c])
 // Example i of the output is the i-th object of the input (blank lines skipped).
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -96,6 +97,9 @@ const nlohmann::json& field(const nlohmann::json& object, const char* key, const
 int64_t label_of(const nlohmann::json& object, const std::string& where) {
   const auto it = object.find("label");
   if (it == object.end()) gpt::fail(where + ": no \"label\" field");
+  // One past int64 (nlohmann holds it unsigned) would wrap to a negative label: quoted as written.
+  if (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(INT64_MAX))
+    gpt::fail(where + ": \"label\" is " + it->dump() + ", not one of its endings");
   if (it->is_number_integer()) return it->get<int64_t>();
   if (it->is_string()) {
     const std::string& text = it->get_ref<const std::string&>();

@@ -101,6 +101,8 @@ jsonl '{"ctx": "x", "endings": ["a", "b"]}';            bad "no label"      'lin
 jsonl '{"ctx": "x", "endings": ["a", "b"], "label": ""}'; bad "test split" "(HellaSwag's test split has no labels)"
 jsonl '{"ctx": "x", "endings": ["a", "b"], "label": "b"}'; bad "label text" '"label" is "b", not an integer'
 jsonl '{"ctx": "x", "endings": ["a", "b"], "label": 2}'; bad "label range"  '"label" is 2, not one of its 2 endings'
+jsonl '{"ctx": "x", "endings": ["a", "b"], "label": 18446744073709551615}'; bad "label past int64" \
+  '"label" is 18446744073709551615, not one of its endings'  # nlohmann holds it unsigned: not wrapped to -1
 jsonl '' '  ';                                           bad "blank"         "no examples (every line is blank)"
 jsonl '{"ctx": "x", "ctx": "y", "endings": ["a", "b"], "label": 0}'; bad "ctx twice" "line 1: key 'ctx' is given twice"
 # Nesting that quoting a value would recurse through (100,000 levels overflowed the stack).
