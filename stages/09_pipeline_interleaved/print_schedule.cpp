@@ -13,8 +13,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <system_error>
+#include <set>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "common/error.h"
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
     std::string name = "gpipe";
     int p = 4, m = 8, v = 1;
     PipeCosts costs{1, 1, 1};
+    std::set<std::string> given;  // an option given twice is a mistake, whichever value was meant
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "--help" || a == "-h") {
@@ -64,6 +66,7 @@ int main(int argc, char** argv) {
       const bool known = a == "--schedule" || a == "--pp" || a == "--micro" || a == "--virtual" || a == "--tf" ||
                          a == "--tb" || a == "--tw";
       if (!known) fail("unknown option " + a + " (--schedule, --pp, --micro, --virtual, --tf, --tb, --tw, --help)");
+      require(given.insert(a).second, "option " + a + " is given twice");
       require(i + 1 < argc, "option " + a + " needs a value");
       const std::string value = argv[++i];
       if (a == "--schedule") name = value;

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The pipeline_schedule tool: --help exits 0 with the usage; a bad value (not a whole
 # number, trailing text, out of range, not a number, a cost so large its sums overflow)
-# exits 2 naming the option and the value, an unknown option last as unknown; a good
-# call prints one timeline row and one bubble line per rank, and a call whose timeline
-# would be millions of cells wide prints a note in its place.
+# exits 2 naming the option and the value, an unknown option last as unknown, an option
+# given twice as such; a good call prints one timeline row and one bubble line per rank,
+# and a call whose timeline would be millions of cells wide prints a note in its place.
 # Usage: schedule_tool.sh PIPELINE_SCHEDULE
 set -uo pipefail
 TOOL=$1 failures=0
@@ -25,6 +25,8 @@ expect_refused "needs a value"    --pp
 expect_refused "unknown option"   --stages 3
 expect_refused "unknown option --bogus" --pp 2 --bogus
 expect_refused "at most 1e12"     --tf 1e308 --tb 1e308
+expect_refused "option --pp is given twice" --pp 2 --pp 3
+expect_refused "option --schedule is given twice" --schedule gpipe --schedule 1f1b
 "$TOOL" --help | grep -q "usage: pipeline_schedule" || { echo "FAIL: --help prints no usage"; failures=$((failures + 1)); }
 out=$("$TOOL" --schedule interleaved --pp 3 --micro 5 --virtual 2) || { echo "FAIL: a good call failed"; failures=$((failures + 1)); }
 rows=$(grep -c '^rank [0-9] |' <<< "$out"); bubbles=$(grep -c '^rank [0-9]: bubble' <<< "$out")
