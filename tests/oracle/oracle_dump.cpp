@@ -153,8 +153,8 @@ void run_mode(const Problem& pb, const std::string& mode, Precision precision,
 int parse_int(const char* s, const char* what) {
   char* end = nullptr;
   const long v = std::strtol(s, &end, 10);
-  require(end != s && *end == '\0' && v > 0 && v < 1000000,
-          std::string(what) + ": '" + s + "' is not a positive integer");
+  require(end != s && *end == '\0' && v > 0, std::string(what) + ": '" + s + "' is not a positive integer");
+  require(v < 1000000, std::string(what) + ": " + s + " is too large for a test problem (at most 999999)");
   return int(v);
 }
 
@@ -205,7 +205,8 @@ int oracle_main(int argc, char** argv) {
   for (size_t i = 0; i < pb.tokens.size(); ++i)
     pb.tokens[i] = int32_t(bits64_at(kDataSeed, stream_id("oracle.tokens"), i) % uint64_t(V));
 
-  std::filesystem::create_directories(dir);
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail("OUT_DIR " + dir.string() + ": cannot create it: " + ec.message());
   {
     std::ofstream f(dir / "tokens.bin", std::ios::binary);
     f.write(reinterpret_cast<const char*>(pb.tokens.data()),
