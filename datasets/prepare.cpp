@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -57,14 +58,12 @@ struct Options {
 };
 
 double parse_fraction(const std::string& text) {
-  double value = 0;
-  size_t used = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size()) {
+  // strtod, not stod: a number out of a double's range (1e-400) is still a number, whose
+  // value (0 or huge) the range check below refuses, where stod would throw.
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  const size_t used = size_t(end - text.c_str());
+  if (text.empty() || used != text.size()) {
     gpt::fail("--val-fraction '" + text + "' is not a number");
   }
   // Both splits must hold something, so 0 and 1 are out (NaN fails both tests).
