@@ -57,10 +57,10 @@ void require_own_output(const std::string& path, const std::string& key, Ours ou
 }
 
 /// A new, empty file beside `path` to write it under before it takes `path`'s name:
-/// `path`.tmp.<pid>.<n>, created by this call (O_EXCL, and O_NOFOLLOW). A fixed name such
-/// as `path`.tmp could be a user's file, or a symlink to one, and would be truncated or
-/// written through; a name created here never is, and a crash's leftover never blocks
-/// the next write. Its mode is 0666 less the umask, as any new file's. Returns the name;
+/// `path`.tmp.PID.N (PID: this process's, N: the first number free), created by this call
+/// (O_EXCL, and O_NOFOLLOW). A fixed name such as `path`.tmp could be a user's file, or a
+/// symlink to one, and would be truncated or written through; a name created here never
+/// is, and a crash's leftover never blocks the next write. Its mode is 0666 less the umask, as any new file's. Returns the name;
 /// the caller writes it, then renames it or removes it. A failure (a missing or read-only
 /// directory) is a UserError beginning with `what`.
 inline std::string create_temporary_beside(const std::string& path, const std::string& what) {
