@@ -22,6 +22,7 @@
 #include "common/mfu.h"
 #include "common/run_lock.h"
 #include "common/sampler.h"
+#include "common/stop_request.h"
 #include "common/trace.h"
 #include "kernels/ops.h"
 
@@ -166,6 +167,7 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
     require(precision != Precision::FP64, std::string("precision=fp64: stage ") + spec.name +
                                               " trains in fp32 or bf16; the fp64 ground truth is stage 01's");
     std::unique_ptr<Communicator> world = make_world(&argc, &argv, {cfg.comm, device, cfg.comm_timeout_s});
+    install_stop_handlers(/*announce=*/world->rank() == 0);  // after MPI's start-up, so that ours are the ones
     return on_every_rank(*world, [&] {
       require_rank0_config(*world, cfg, spec.name);
       const MeshShape shape = mesh_shape_for(cfg, world->size());
@@ -193,7 +195,8 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
       Trace::global().enable(
           cfg.trace_file.empty() ? "" : cfg.trace_file + ".rank" + std::to_string(world->rank()) + ".json",
           world->rank());
-      return train(run);
+      const int status = train(run);
+      return run.stopped ? kStoppedExit : status;
     });
   });
 }
@@ -280,6 +283,20 @@ std::string write_checkpoint(Run& run, Communicator& dp, const RunCheckpoints& c
   return path;
 }
 
+// How many ranks a stop signal has reached (common/stop_request.h): each adds 1 if it
+// has, so every rank sees the same count after the same step. One double a step.
+int ranks_stopping(Communicator& world) {
+  double received = stop_signal() != 0 ? 1 : 0;
+  world.all_reduce(&received, 1, DType::F64);
+  return int(received);
+}
+
+// What stopped the run, for the lead's line: its own signal, and on how many ranks.
+std::string stop_cause(int ranks_stopping, int ranks) {
+  const std::string where = std::to_string(ranks_stopping) + " of " + std::to_string(ranks) + " ranks";
+  return stop_signal() != 0 ? stop_signal_name(stop_signal()) + " (on " + where + ")" : "a stop signal on " + where;
+}
+
 // The multiple-choice eval of the whole model, which every rank has received.
 template <class A>
 void log_choices(Run& run, MetricsLog& log, int64_t step, const WholeWeights<A>& whole) {
@@ -303,10 +320,18 @@ void log_step(const Config& cfg, MetricsLog& log, bool lead, double flops_per_to
 }
 
 template <class A>
-void after_step(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,
+bool after_step(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,
                 const CheckpointState& state, const GatherWhole<A>& whole) {
   const Config& cfg = run.cfg;
-  if (state.step >= cfg.steps) return;  // the end of the run has its own
+  if (state.step >= cfg.steps) return false;  // the end of the run has its own
+  if (const int stopping = ranks_stopping(run.world); stopping > 0) {  // this step is kept, and the run ends
+    const std::string path = write_checkpoint(run, dp, ckpt, state);
+    if (run.lead())
+      std::printf("stopped after step %lld by %s: checkpoint %s; --set resume=latest continues the run\n",
+                  static_cast<long long>(state.step), stop_cause(stopping, run.world.size()).c_str(), path.c_str());
+    run.stopped = true;
+    return true;
+  }
   if (cfg.val_every > 0 && state.step % cfg.val_every == 0) {
     if (cfg.val_batches > 0) {
       const double val_loss = validate();
@@ -318,19 +343,25 @@ void after_step(Run& run, const Validation& validate, Communicator& dp, MetricsL
     }
   }
   if (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0) write_checkpoint(run, dp, ckpt, state);
+  return false;
 }
 
 template <class A>
-void after_step(Run& run, GPT2<A>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
+bool after_step(Run& run, GPT2<A>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
                 const RunCheckpoints& ckpt, const CheckpointState& state, const GatherWhole<A>& whole) {
   const Validation validate = [&] { return validation_loss(model, val, run.cfg.val_batches, dp, run.part); };
-  after_step(run, validate, dp, log, ckpt, state, whole);
+  return after_step(run, validate, dp, log, ckpt, state, whole);
 }
 
 template <class A>
 void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,
                 CheckpointState& state, const GatherWhole<A>& whole, int sample_len) {
   const Config& cfg = run.cfg;
+  if (run.stopped) {  // after_step has checkpointed the last step: no evaluation, no sample
+    Trace::global().write();
+    run.world.barrier();
+    return;
+  }
   if (cfg.val_batches > 0) {
     const double val_loss = validate();
     if (run.lead()) log.validation(state.step, val_loss);
@@ -392,9 +423,9 @@ void end_of_run(Run& run, GPT2<A>& model, const DataLoader& val, Communicator& d
 // The model overloads for the storage types the stages train with.
 #define GPT_DRIVER_INSTANTIATE(A)                                                                              \
   template double validation_loss<A>(GPT2<A>&, const DataLoader&, int, Communicator&, const SequencePart*);   \
-  template void after_step<A>(Run&, const Validation&, Communicator&, MetricsLog&, const RunCheckpoints&,       \
+  template bool after_step<A>(Run&, const Validation&, Communicator&, MetricsLog&, const RunCheckpoints&,       \
                               const CheckpointState&, const GatherWhole<A>&);                                   \
-  template void after_step<A>(Run&, GPT2<A>&, const DataLoader&, Communicator&, MetricsLog&,                   \
+  template bool after_step<A>(Run&, GPT2<A>&, const DataLoader&, Communicator&, MetricsLog&,                   \
                               const RunCheckpoints&, const CheckpointState&, const GatherWhole<A>&);           \
   template void end_of_run<A>(Run&, GPT2<A>&, const DataLoader&, Communicator&, MetricsLog&,                   \
                               const RunCheckpoints&, CheckpointState&, const GatherWhole<A>&);                 \

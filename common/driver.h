@@ -97,14 +97,18 @@ struct Run {
   const ChoicesInTraining* choices = nullptr;
   /// Whether the first checkpoint has set another run's later ones aside (set_aside_before_first_save).
   bool later_checkpoints_set_aside = false;
+  /// A stop signal ended the run after a step and its checkpoint (after_step); stage_main
+  /// then exits with kStoppedExit.
+  bool stopped = false;
 };
 
 /// The entry point of a multi-rank stage (see the top of this file). Returns the exit
 /// status for main().
 using TrainFn = int (*)(Run& run);
 /// Runs a stage as described at the top of this file and returns main()'s exit status:
-/// train's result, 0 after --help, 2 for a UserError, 1 for any other error. On more
-/// than one rank an error after joining the job aborts every rank with that status.
+/// train's result, 0 after --help, 2 for a UserError, 1 for any other error, and
+/// kStoppedExit (3) for a run a stop signal ended (common/stop_request.h). On more than
+/// one rank an error after joining the job aborts every rank with that status.
 int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train);
 
 /// The validation set of a run, in windows of cfg.seq_len tokens: cfg.val_data loaded,
@@ -169,15 +173,18 @@ using Validation = std::function<double()>;
 /// After step `state.step` finished: every val_every steps the validation loss and the
 /// multiple-choice eval (run.choices, with the whole model from `whole` on every rank),
 /// and a checkpoint every checkpoint_every steps (not after the last step: end_of_run
-/// does).
+/// does). Returns true when the run is to stop here: a stop signal reached a rank
+/// (common/stop_request.h; the ranks agree, a sum over the world), and a checkpoint of
+/// this step is written instead of the validation; run.stopped is then set, and the
+/// stage leaves its loop for end_of_run, which then only lets the ranks leave together.
 template <class A>
-void after_step(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,
-                const CheckpointState& state, const GatherWhole<A>& whole);
+[[nodiscard]] bool after_step(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log,
+                              const RunCheckpoints& ckpt, const CheckpointState& state, const GatherWhole<A>& whole);
 /// The same, with validation_loss of `model` over cfg.val_batches batches of `val`,
 /// shared by the ranks of dp, each evaluating its run.part of the sequences if set.
 template <class A>
-void after_step(Run& run, GPT2<A>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
-                const RunCheckpoints& ckpt, const CheckpointState& state, const GatherWhole<A>& whole);
+[[nodiscard]] bool after_step(Run& run, GPT2<A>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
+                              const RunCheckpoints& ckpt, const CheckpointState& state, const GatherWhole<A>& whole);
 
 /// After the last step: the validation loss, the multiple-choice eval, the final
 /// checkpoint and, on the lead rank, a sample from the whole model `whole` assembles

@@ -36,6 +36,7 @@
 #include "common/optimizer.h"
 #include "common/run_lock.h"
 #include "common/sampler.h"
+#include "common/stop_request.h"
 #include "common/trace.h"
 #include "kernels/ops.h"
 
@@ -123,6 +124,14 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     log.choices(state.step, choices.score(model.params().data(), cfg.model, device, precision, nullptr),
                 choices.file());
   };
+  // A checkpoint of the state after state.step steps (the weights copied to the host first).
+  auto save = [&] {
+    mirror.to_host();
+    set_aside_before_first_save(cfg, /*lead=*/true, set_aside);
+    const std::string path = save_checkpoint(cfg.run_dir, cfg, layout, state, mirror.buffers());
+    prune_checkpoints(cfg.run_dir, cfg.keep_checkpoints);
+    return path;
+  };
   std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
   const int64_t first_step = state.step;
   for (int64_t step = state.step; step < cfg.steps; ++step) {
@@ -164,25 +173,23 @@ int train_on(const Config& cfg, Device device, Precision precision) {
                   mem.table().c_str());
     log_step(cfg, log, /*lead=*/true, flops_per_token, peak, state.step, loss, lr, norm, ms, mem);
 
+    if (stop_signal() != 0 && state.step < cfg.steps) {  // common/stop_request.h: checkpointed, the run ends
+      std::printf("stopped after step %lld by %s: checkpoint %s; --set resume=latest continues the run\n",
+                  static_cast<long long>(state.step), stop_signal_name(stop_signal()).c_str(), save().c_str());
+      Trace::global().write();
+      return kStoppedExit;
+    }
     if (cfg.val_every > 0 && state.step % cfg.val_every == 0 && state.step < cfg.steps) {
       if (cfg.val_batches > 0) log.validation(state.step, validation_loss(model, val_data, cfg.val_batches));
       if (choices.enabled()) log_choices();
     }
-    if (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0 && state.step < cfg.steps) {
-      mirror.to_host();
-      set_aside_before_first_save(cfg, /*lead=*/true, set_aside);
-      save_checkpoint(cfg.run_dir, cfg, layout, state, mirror.buffers());
-      prune_checkpoints(cfg.run_dir, cfg.keep_checkpoints);
-    }
+    if (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0 && state.step < cfg.steps) save();
   }
 
   if (cfg.val_batches > 0) log.validation(state.step, validation_loss(model, val_data, cfg.val_batches));
   if (choices.enabled()) log_choices();
   if (cfg.checkpoint_at_end && !rewrites_resumed_checkpoint(cfg.run_dir, state)) {
-    mirror.to_host();
-    set_aside_before_first_save(cfg, /*lead=*/true, set_aside);
-    const std::string path = save_checkpoint(cfg.run_dir, cfg, layout, state, mirror.buffers());
-    prune_checkpoints(cfg.run_dir, cfg.keep_checkpoints);
+    const std::string path = save();
     std::printf("checkpoint: %s\n", path.c_str());
   }
   if (cfg.sample_tokens > 0) {
@@ -213,6 +220,7 @@ int train(int argc, char** argv) {
   const RunDirLock lock(cfg.run_dir);  // one job per run directory, taken before anything is written
   if (const std::string note = start_notes(cfg); !note.empty()) std::printf("%s\n", note.c_str());
   Trace::global().enable(cfg.trace_file);
+  install_stop_handlers(/*announce=*/true);
   if (precision == Precision::BF16) return train_on<gpt::bf16>(cfg, device, precision);
   if (precision == Precision::FP64) {
     require(device == Device::CPU, "precision=fp64 runs on the CPU only (device=cpu)");

@@ -152,7 +152,8 @@ int train_on(Run& run) {
                   mem.table().c_str());
     log_step(run, log, state.step, loss, lr, norm, ms, mem);
 
-    after_step(run, model, val_data, dp, log, ckpt, state, whole);
+    // true after a stop signal: this step is checkpointed, and the run ends
+    if (after_step(run, model, val_data, dp, log, ckpt, state, whole)) break;
   }
 
   end_of_run(run, model, val_data, dp, log, ckpt, state, whole);

@@ -171,7 +171,8 @@ int train_on(Run& run) {
     }
     log_step(run, log, state.step, loss, lr, norm, ms, mem);
 
-    after_step(run, validate, dp, log, ckpt, state, whole);
+    // true after a stop signal: this step is checkpointed, and the run ends
+    if (after_step(run, validate, dp, log, ckpt, state, whole)) break;
   }
   const std::string bubbles =  // the theory does not depend on the costs
       bubble.report([&](const PipeCosts&) { return pipeline_bubble(pp.size(), accum); }, pipeline.measured_costs());

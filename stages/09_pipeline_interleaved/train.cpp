@@ -171,7 +171,8 @@ int train_on(Run& run) {
     }
     log_step(run, log, state.step, loss, lr, norm, ms, mem);
 
-    after_step(run, validate, dp, log, ckpt, state, whole);
+    // true after a stop signal: this step is checkpointed, and the run ends
+    if (after_step(run, validate, dp, log, ckpt, state, whole)) break;
   }
   const std::string bubbles = bubble.report(  // the theory for the measured forward, backward and weight times
       [&](const PipeCosts& c) { return pipeline_theory_bubble(schedule_name, pp.size(), accum, v, c); },

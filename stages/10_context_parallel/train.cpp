@@ -162,7 +162,8 @@ int train_on(Run& run) {
     }
     log_step(run, log, state.step, loss, lr, norm, ms, mem);
 
-    after_step(run, model, val_data, run.mesh.dp(), log, ckpt, state, whole);  // the sequences split over dp only
+    // The sequences split over dp only; true after a stop signal: this step is checkpointed, and the run ends.
+    if (after_step(run, model, val_data, run.mesh.dp(), log, ckpt, state, whole)) break;
   }
 
   end_of_run(run, model, val_data, run.mesh.dp(), log, ckpt, state, whole);

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""A stop signal ends a run cleanly, and resume=latest continues it as if it never stopped.
+
+  stop_signal.py --train01 T01 --train02 T02 --mpiexec MPIEXEC --data DIR --work DIR
+                 --root ROOT
+
+  1. stage 01, SIGTERM: exit status 3, "stopped after step N by SIGTERM", a checkpoint
+     of step N, and metrics that end at step N. Resumed to N + 4 steps, its losses are
+     a straight run's to the bit (lr_schedule=constant, so that the two runs' different
+     `steps` do not change the rates); control: the straight run at lr x 1.001 is told
+     apart at those steps.
+  2. stage 01, SIGINT twice: the second ends the process at once, by the signal (a run
+     of configs/small.json, whose steps are long enough that both come within one).
+  3. stage 02 on 2 ranks, SIGUSR1 to rank 1 alone (rank 0 never gets it): both ranks
+     stop after the same step, mpirun exits 3, rank 0 says "a stop signal on 1 of 2
+     ranks", and the resumed run matches a straight one to the bit. Without the ranks'
+     agreement rank 1 would stop alone and rank 0 wait for it until its timeout.
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "zero"))
+from rank_lost import find_ranks  # noqa: E402  (world rank -> pid of an mpirun job's ranks)
+
+STOPPED = 3  # kStoppedExit, common/stop_request.h
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def train_losses(run_dir):
+    """{step: loss} of the train lines in run_dir/metrics.jsonl (a resumed run appends)."""
+    losses = {}
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                m = json.loads(line)
+                if m.get("kind") == "train":
+                    losses[m["step"]] = m["loss"]
+    return losses
+
+
+def wait_for_steps(job, run_dir, steps, limit=60):
+    deadline = time.monotonic() + limit
+    while len(train_losses(run_dir)) < steps:
+        if job.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def finish(job, limit=60):
+    try:
+        return job.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        return None
+
+
+def stopped_step(log_path):
+    """N of the "stopped after step N" line, or None."""
+    with open(log_path) as f:
+        for line in f:
+            if line.startswith("stopped after step "):
+                return int(line.split()[3])
+    return None
+
+
+def has_checkpoint(run_dir, step):
+    return os.path.exists(os.path.join(run_dir, f"step_{step:08d}", "manifest.json"))
+
+
+def compare_resumed(name, resumed_dir, straight_dir, control_dir, first, last):
+    """The resumed run's losses of steps first..last are the straight run's, bit for bit,
+    and the control's are not."""
+    resumed, straight, control = train_losses(resumed_dir), train_losses(straight_dir), train_losses(control_dir)
+    steps = range(first, last + 1)
+    got = [resumed.get(s) for s in steps]
+    want = [straight.get(s) for s in steps]
+    check(None not in want and got == want, f"{name}: resumed steps {first}-{last} are the straight run's: {got}")
+    check([control.get(s) for s in steps] != want, f"{name}: control (lr x 1.001) differs at those steps")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for key in ("train01", "train02", "mpiexec", "data", "work", "root"):
+        ap.add_argument("--" + key, required=True)
+    a = ap.parse_args()
+    with open(os.path.join(a.root, "configs/tiny.json")) as f:
+        control_lr = "lr=" + repr(json.load(f)["lr"] * 1.001)  # the control's lr: tiny.json's x 1.001
+    common = ["--config", os.path.join(a.root, "configs/tiny.json"), "--set", "device=cpu", "--set", "threads=1",
+              "--set", f"train_data={a.data}/train.bin", "--set", f"val_data={a.data}/val.bin",
+              "--set", "val_every=0", "--set", "val_batches=0", "--set", "sample_tokens=0", "--set", "log_every=1",
+              "--set", "lr_schedule=constant", "--set", "warmup_steps=0"]
+
+    def run_dir(name):
+        return os.path.join(a.work, name)
+
+    def start(cmd, name, log_name=None):
+        log = open(os.path.join(a.work, (log_name or name) + ".log"), "wb")
+        return subprocess.Popen(cmd + ["--set", f"run_dir={run_dir(name)}"], stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+    def straight(cmd, name, steps, *extra):
+        job = start(cmd + ["--set", f"steps={steps}", "--set", "checkpoint_at_end=false", *extra], name)
+        return finish(job, 120) == 0
+
+    # 1. Stage 01, SIGTERM.
+    t01 = [a.train01] + common
+    job = start(t01 + ["--set", "steps=1000000"], "s01")
+    if not wait_for_steps(job, run_dir("s01"), 3):
+        check(False, "stage 01: three steps logged")
+    job.send_signal(signal.SIGTERM)
+    status = finish(job)
+    n = stopped_step(os.path.join(a.work, "s01.log"))
+    check(status == STOPPED, f"stage 01, SIGTERM: exit status {status}, expected {STOPPED}")
+    check(n is not None and has_checkpoint(run_dir("s01"), n) and max(train_losses(run_dir("s01"))) == n,
+          f"stage 01: stopped after step {n}, its checkpoint written, its metrics ending there")
+    if n is not None:
+        resumed = start(t01 + ["--set", f"steps={n + 4}", "--set", "resume=latest", "--set", "checkpoint_at_end=false"],
+                        "s01", "s01_resumed")
+        check(finish(resumed) == 0, "stage 01: resume=latest to 4 more steps")
+        check(straight(t01, "s01_straight", n + 4), "stage 01: the straight run")
+        check(straight(t01, "s01_control", n + 4, "--set", control_lr), "stage 01: the control run")
+        compare_resumed("stage 01", run_dir("s01"), run_dir("s01_straight"), run_dir("s01_control"), n + 1, n + 4)
+
+    # 2. Stage 01, SIGINT twice: at once, by the signal.
+    small = [a.train01, "--config", os.path.join(a.root, "configs/small.json"), "--set", "device=cpu",
+             "--set", "threads=1", "--set", f"train_data={a.data}/train.bin", "--set", f"val_data={a.data}/val.bin",
+             "--set", "steps=1000", "--set", "log_every=1", "--set", "val_batches=0", "--set", "sample_tokens=0"]
+    job = start(small, "s01_twice")
+    if wait_for_steps(job, run_dir("s01_twice"), 1):
+        job.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        job.send_signal(signal.SIGINT)
+    status = finish(job)
+    check(status == -signal.SIGINT, f"stage 01, SIGINT twice: ended by SIGINT (status {status})")
+
+    # 3. Stage 02 on 2 ranks, SIGUSR1 to rank 1 alone.
+    t02 = [a.mpiexec, "-np", "2", "--oversubscribe", a.train02] + common
+    job = start(t02 + ["--set", "steps=1000000"], "s02")
+    ranks = {}
+    if wait_for_steps(job, run_dir("s02"), 3):
+        ranks = find_ranks(job.pid)
+    check(sorted(ranks) == [0, 1], f"stage 02: both ranks found ({sorted(ranks)})")
+    if 1 in ranks:
+        os.kill(ranks[1][0], signal.SIGUSR1)
+    status = finish(job)
+    n = stopped_step(os.path.join(a.work, "s02.log"))
+    with open(os.path.join(a.work, "s02.log")) as f:
+        log = f.read()
+    check(status == STOPPED, f"stage 02, SIGUSR1 to rank 1: mpirun's exit status {status}, expected {STOPPED}")
+    check("by a stop signal on 1 of 2 ranks" in log, "stage 02: rank 0 says the signal came to 1 of the 2 ranks")
+    check(n is not None and has_checkpoint(run_dir("s02"), n) and max(train_losses(run_dir("s02"))) == n,
+          f"stage 02: stopped after step {n}, its checkpoint written, its metrics ending there")
+    if n is not None:
+        resumed = start(t02 + ["--set", f"steps={n + 3}", "--set", "resume=latest", "--set", "checkpoint_at_end=false"],
+                        "s02", "s02_resumed")
+        check(finish(resumed, 120) == 0, "stage 02: resume=latest to 3 more steps")
+        check(straight(t02, "s02_straight", n + 3), "stage 02: the straight run")
+        check(straight(t02, "s02_control", n + 3, "--set", control_lr), "stage 02: the control run")
+        compare_resumed("stage 02", run_dir("s02"), run_dir("s02_straight"), run_dir("s02_control"), n + 1, n + 3)
+
+    if failures:
+        sys.exit(f"{len(failures)} failure(s); logs in {a.work}")
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
