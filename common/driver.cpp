@@ -326,9 +326,12 @@ bool after_step(Run& run, const Validation& validate, Communicator& dp, MetricsL
   if (state.step >= cfg.steps) return false;  // the end of the run has its own
   if (const int stopping = ranks_stopping(run.world); stopping > 0) {  // this step is kept, and the run ends
     const std::string path = write_checkpoint(run, dp, ckpt, state);
-    if (run.lead())
+    if (run.lead()) {
+      const std::string cause = stop_cause(stopping, run.world.size());
       std::printf("stopped after step %lld by %s: checkpoint %s; --set resume=latest continues the run\n",
-                  static_cast<long long>(state.step), stop_cause(stopping, run.world.size()).c_str(), path.c_str());
+                  static_cast<long long>(state.step), cause.c_str(), path.c_str());
+      log.stopped(state.step, stop_signal() != 0 ? stop_signal_name(stop_signal()) : cause, path);
+    }
     run.stopped = true;
     return true;
   }

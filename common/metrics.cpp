@@ -109,4 +109,9 @@ void MetricsLog::sample(int64_t step, const std::string& text) {
       -1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
+void MetricsLog::stopped(int64_t step, const std::string& signal, const std::string& checkpoint) {
+  write_line(nlohmann::json{{"kind", "stop"}, {"step", step}, {"signal", signal}, {"checkpoint", checkpoint}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace));  // a path need not be UTF-8
+}
+
 }  // namespace gpt

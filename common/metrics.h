@@ -48,6 +48,9 @@ class MetricsLog {
   void choices(int64_t step, const ChoicesTally& tally, const std::string& file);
   /// Writes a "sample" line with the generated text (bytes that are not UTF-8 replaced).
   void sample(int64_t step, const std::string& text);
+  /// Writes a "stop" line: a stop signal (`signal`, as common/stop_request.h names it)
+  /// ended the run after `step`, whose checkpoint is `checkpoint`.
+  void stopped(int64_t step, const std::string& signal, const std::string& checkpoint);
 
  private:
   void write_line(const std::string& json);

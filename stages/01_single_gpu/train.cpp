@@ -174,8 +174,10 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     log_step(cfg, log, /*lead=*/true, flops_per_token, peak, state.step, loss, lr, norm, ms, mem);
 
     if (stop_signal() != 0 && state.step < cfg.steps) {  // common/stop_request.h: checkpointed, the run ends
+      const std::string path = save(), signal = stop_signal_name(stop_signal());
       std::printf("stopped after step %lld by %s: checkpoint %s; --set resume=latest continues the run\n",
-                  static_cast<long long>(state.step), stop_signal_name(stop_signal()).c_str(), save().c_str());
+                  static_cast<long long>(state.step), signal.c_str(), path.c_str());
+      log.stopped(state.step, signal, path);
       Trace::global().write();
       return kStoppedExit;
     }

@@ -5,7 +5,7 @@
                  --root ROOT
 
   1. stage 01, SIGTERM: exit status 3, "stopped after step N by SIGTERM", a checkpoint
-     of step N, and metrics that end at step N. Resumed to N + 4 steps, its losses are
+     of step N, and metrics whose train lines end at step N, followed by a "stop" line. Resumed to N + 4 steps, its losses are
      a straight run's to the bit (lr_schedule=constant, so that the two runs' different
      `steps` do not change the rates); control: the straight run at lr x 1.001 is told
      apart at those steps.
@@ -48,6 +48,13 @@ def train_losses(run_dir):
                 if m.get("kind") == "train":
                     losses[m["step"]] = m["loss"]
     return losses
+
+
+def stop_line(run_dir):
+    """The last line of run_dir/metrics.jsonl when it is a "stop" line, else None."""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        last = json.loads(f.readlines()[-1])
+    return last if last.get("kind") == "stop" else None
 
 
 def wait_for_steps(job, run_dir, steps, limit=60):
@@ -127,6 +134,9 @@ def main():
     check(status == STOPPED, f"stage 01, SIGTERM: exit status {status}, expected {STOPPED}")
     check(n is not None and has_checkpoint(run_dir("s01"), n) and max(train_losses(run_dir("s01"))) == n,
           f"stage 01: stopped after step {n}, its checkpoint written, its metrics ending there")
+    line = stop_line(run_dir("s01"))
+    check(line is not None and line["step"] == n and line["signal"] == "SIGTERM" and
+          line["checkpoint"].endswith(f"step_{n:08d}"), f"stage 01: the metrics' stop line {line}")
     if n is not None:
         resumed = start(t01 + ["--set", f"steps={n + 4}", "--set", "resume=latest", "--set", "checkpoint_at_end=false"],
                         "s01", "s01_resumed")
@@ -164,6 +174,9 @@ def main():
     check("by a stop signal on 1 of 2 ranks" in log, "stage 02: rank 0 says the signal came to 1 of the 2 ranks")
     check(n is not None and has_checkpoint(run_dir("s02"), n) and max(train_losses(run_dir("s02"))) == n,
           f"stage 02: stopped after step {n}, its checkpoint written, its metrics ending there")
+    line = stop_line(run_dir("s02"))
+    check(line is not None and line["step"] == n and line["signal"] == "a stop signal on 1 of 2 ranks" and
+          line["checkpoint"].endswith(f"step_{n:08d}"), f"stage 02: the metrics' stop line {line}")
     if n is not None:
         resumed = start(t02 + ["--set", f"steps={n + 3}", "--set", "resume=latest", "--set", "checkpoint_at_end=false"],
                         "s02", "s02_resumed")
