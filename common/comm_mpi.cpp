@@ -37,11 +37,14 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -134,6 +137,18 @@ class MpiRuntime {
     for (MPI_Comm comm : comms_) f(comm);
   }
 
+  // A roll-call answer's text, kept for the rest of the process: the answer is sent and
+  // never waited for, so its buffer must outlive the call. Answers are few (a roll call
+  // follows a timeout, which ends the job), so nothing is ever freed.
+  static constexpr int kAnswerChars = 120;
+  const char* keep_answer(const std::string& text) {
+    std::lock_guard<std::mutex> lock(answers_mutex_);  // its own: the caller may hold comms_mutex_ and mutex_
+    std::array<char, kAnswerChars>& kept = answers_.emplace_back();
+    kept.fill('\0');
+    text.copy(kept.data(), kAnswerChars - 1);
+    return kept.data();
+  }
+
  private:
   MpiRuntime(int* argc, char*** argv) {
     int finalized = 0, initialized = 0;
@@ -171,6 +186,8 @@ class MpiRuntime {
   std::mutex mutex_;
   std::mutex comms_mutex_;  // guards comms_; taken before mutex_ (guard()) where both are
   std::vector<MPI_Comm> comms_;
+  std::mutex answers_mutex_;  // guards answers_; taken last, after any other
+  std::deque<std::array<char, kAnswerChars>> answers_;  // keep_answer's texts (a deque: they never move)
 };
 
 // One outstanding request of an operation, and whom it waits for.
@@ -466,6 +483,7 @@ class MpiComm final : public Communicator {
     const auto start = clock::now();
     const auto deadline = deadline_after(timeout_s_);
     auto nap = std::chrono::microseconds(10);
+    std::string waiting_in;  // describe_wait's, for the roll calls this wait answers
     for (;;) {
       bool done = true;
       {
@@ -483,11 +501,25 @@ class MpiComm final : public Communicator {
       if (now - start < kYieldFor) {
         std::this_thread::yield();
       } else {
-        answer_roll_calls();  // a wait this long may be part of a stall some rank reports
+        // A wait this long may be part of a stall some rank reports: it is told where this
+        // rank waits (said once a wait, when first needed).
+        if (waiting_in.empty()) waiting_in = describe_wait(p, n, op);
+        answer_roll_calls(waiting_in);
         std::this_thread::sleep_for(nap);
         nap = std::min(nap * 2, kMaxNap);
       }
     }
+  }
+
+  // Where a wait is, as a roll-call answer says it: "recv from rank 3 (tag 5)", "send to
+  // rank 3 (tag 5)", "sendrecv from rank 3", or "all_reduce over ranks 0-3" (world ranks). Ranks waiting in the
+  // same collective on the same group say the same words.
+  std::string describe_wait(const Pending* p, int n, const char* op) const {
+    for (int i = 0; i < n; ++i)
+      if (p[i].request != MPI_REQUEST_NULL && p[i].peer >= 0)  // sendrecv's own tag is not the caller's: unsaid
+        return std::string(op) + (p[i].receive ? " from rank " : " to rank ") + std::to_string(p[i].peer) +
+               (p[i].tag >= 0 ? " (tag " + std::to_string(p[i].tag) + ")" : "");
+    return std::string(op) + " over ranks " + format_ranks(world_ranks_);
   }
 
   [[noreturn]] void timed_out(Pending* p, int n, const char* op) {
@@ -515,7 +547,7 @@ class MpiComm final : public Communicator {
                 format_seconds(timeout_s_) + " s";
     // The peer waited for may itself be waiting for another: the roll call names the
     // silent ranks.
-    const std::string roll = roll_call(op, first && first->peer >= 0 ? first : nullptr);
+    const std::string roll = roll_call(op, first && first->peer >= 0 ? first : nullptr, describe_wait(p, n, op));
     // A rank that was only late may have come during the roll call's grace period: then
     // the operation is complete, and the roll call's verdict is not the story.
     bool completed = true;
@@ -555,19 +587,22 @@ class MpiComm final : public Communicator {
   // when it timed out too. That is why this loop runs the whole grace period, answering,
   // even once everyone has answered it: a rank that times out a little later must not
   // take this one for lost. The ranks never heard from are the lost or hung ones, or
-  // ranks busy outside communication (computing, writing). `waited` is the
-  // point-to-point message waited for (nullptr for a collective). Returns the end of the
+  // ranks busy outside communication (computing, writing); each answer says where its
+  // rank waits, which names the calls that do not match when every rank answers.
+  // `waited` is the point-to-point message waited for (nullptr for a collective), and
+  // `waiting_in` describe_wait's words for this rank's own wait. Returns the end of the
   // error message.
-  std::string roll_call(const char* op, const Pending* waited) {
+  std::string roll_call(const char* op, const Pending* waited, const std::string& waiting_in) {
     static int note = 1;  // static: a send to a lost rank may outlive this call
+    constexpr int kChars = MpiRuntime::kAnswerChars;
     const double grace_s = std::clamp(timeout_s_ / 4, 0.25, 5.0);
-    std::vector<int> heard(size_t(size_), 0);
+    std::vector<std::array<char, kChars>> heard(static_cast<size_t>(size_));  // each answer: where that rank waits
     std::vector<MPI_Request> answers(size_t(size_), MPI_REQUEST_NULL);
     {
       auto g = rt_->guard();
       for (int r = 0; r < size_; ++r) {
         if (r == rank_) continue;
-        MPI_Irecv(&heard[size_t(r)], 1, MPI_INT, r, kRollAnswerTag, comm_, &answers[size_t(r)]);
+        MPI_Irecv(heard[size_t(r)].data(), kChars, MPI_CHAR, r, kRollAnswerTag, comm_, &answers[size_t(r)]);
         MPI_Request send = MPI_REQUEST_NULL;
         if (MPI_Isend(&note, 1, MPI_INT, r, kRollCallTag, comm_, &send) == MPI_SUCCESS)
           MPI_Request_free(&send);  // never waited for: the job ends after this call
@@ -575,9 +610,10 @@ class MpiComm final : public Communicator {
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                                    std::chrono::duration<double>(grace_s));
+    const std::string own_answer = waiting_in + " (timed out)";  // what this rank answers others meanwhile
     std::vector<int> silent;
     for (;;) {
-      answer_roll_calls();
+      answer_roll_calls(own_answer);
       silent.clear();
       {
         auto g = rt_->guard();
@@ -599,13 +635,40 @@ class MpiComm final : public Communicator {
       MPI_Request_free(&answers[size_t(r)]);
       lost.push_back(world_ranks_[size_t(r)]);
     }
-    if (lost.empty() && waited)
+    // Where a rank that answered waits ("barrier over ranks 0-2", with " (timed out)" when
+    // it answered from its own roll call).
+    const auto where = [&](int r) {
+      const std::array<char, kChars>& text = heard[size_t(r)];
+      return std::string(text.data(), strnlen(text.data(), kChars));
+    };
+    if (lost.empty() && waited) {
+      const auto local = std::find(world_ranks_.begin(), world_ranks_.end(), waited->peer);
+      const std::string peer_waits =
+          local == world_ranks_.end() ? "another call" : where(int(local - world_ranks_.begin()));
       return "; roll call: every rank of the communicator answered, rank " + std::to_string(waited->peer) +
-             " too: it is waiting in another call, and has not " + (waited->receive ? "sent" : "received") +
+             " too: it is waiting in " + peer_waits + ", and has not " + (waited->receive ? "sent" : "received") +
              " this message (the ranks' calls do not match)";
-    if (lost.empty())
+    }
+    if (lost.empty()) {
+      // The ranks waiting somewhere else than this collective are the ones whose calls
+      // differ: name them (the first four) and where they wait.
+      std::string elsewhere;
+      int named = 0, more = 0;
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        const std::string text = where(r);
+        if (text == waiting_in || text == own_answer) continue;
+        if (named == 4) {
+          ++more;
+          continue;
+        }
+        elsewhere += std::string(named++ ? "; " : ": ") + "rank " + std::to_string(world_ranks_[size_t(r)]) +
+                     " waits in " + text;
+      }
+      if (more > 0) elsewhere += "; and " + std::to_string(more) + " more";
       return std::string(", yet every rank of the communicator answered a roll call: one of them never called ") +
-             op + " (the ranks' calls do not match)";
+             op + " (the ranks' calls do not match)" + elsewhere;
+    }
     return std::string("; roll call: no message from ") + (lost.size() == 1 ? "rank " : "ranks ") +
            format_ranks(lost) + " within " + format_seconds(grace_s) +
            " s more: lost or hung, or busy outside communication";
@@ -613,11 +676,12 @@ class MpiComm final : public Communicator {
 
   // Answers every roll-call note waiting for this rank, on every communicator of the
   // process (a rank waiting on its tensor-parallel group is alive for its pipeline group's
-  // roll call too), which tells each sender this rank is alive. A matched probe
+  // roll call too), which tells each sender this rank is alive, and where it waits
+  // (`waiting_in`: "all_reduce over ranks 0-3", say). A matched probe
   // (MPI_Improbe, then MPI_Mrecv of exactly that message), so that two threads waiting at
   // once never both try to receive the same note.
-  void answer_roll_calls() {
-    static int alive = 1;  // static: the answer is never waited for
+  void answer_roll_calls(const std::string& waiting_in) {
+    const char* answer_text = nullptr;  // kept by the runtime once a note comes
     rt_->for_each_comm([&](MPI_Comm comm) {
       auto g = rt_->guard();
       for (;;) {
@@ -628,8 +692,10 @@ class MpiComm final : public Communicator {
           return;
         int note = 0;
         if (MPI_Mrecv(&note, 1, MPI_INT, &message, MPI_STATUS_IGNORE) != MPI_SUCCESS) return;
+        if (!answer_text) answer_text = rt_->keep_answer(waiting_in);
         MPI_Request answer = MPI_REQUEST_NULL;
-        if (MPI_Isend(&alive, 1, MPI_INT, status.MPI_SOURCE, kRollAnswerTag, comm, &answer) == MPI_SUCCESS)
+        if (MPI_Isend(answer_text, MpiRuntime::kAnswerChars, MPI_CHAR, status.MPI_SOURCE, kRollAnswerTag, comm,
+                      &answer) == MPI_SUCCESS)
           MPI_Request_free(&answer);
       }
     });
