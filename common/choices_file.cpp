@@ -219,7 +219,10 @@ void write_choices_file(const std::string& path, const std::vector<ChoiceExample
   std::error_code ec;
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(file + ": cannot create '" + tmp + "'");
+    if (!out) {
+      std::filesystem::remove(tmp, ec);
+      fail(file + ": cannot open '" + tmp + "'");
+    }
     out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
     out.close();
     if (!out) {

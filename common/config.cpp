@@ -714,7 +714,7 @@ void validate(const Config& cfg, int dp) {
   // four ints' (< 2^124) and is exact up to 2^53. Axes below 1 are refused further down.
   const double mesh_ranks = double(std::max(cfg.dp, 1)) * std::max(cfg.tp, 1) * std::max(cfg.pp, 1) *
                             std::max(cfg.cp, 1);
-  if (mesh_ranks > std::numeric_limits<int>::max())
+  if (mesh_ranks > std::numeric_limits<int>::max() && cfg.dp >= 0 && cfg.tp >= 1 && cfg.pp >= 1 && cfg.cp >= 1)
     fail("dp=" + std::to_string(cfg.dp) + " x tp=" + std::to_string(cfg.tp) + " x pp=" + std::to_string(cfg.pp) +
          " x cp=" + std::to_string(cfg.cp) + " is more ranks than a job can have (MPI numbers them with an int, "
          "at most 2^31 - 1)");

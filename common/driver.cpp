@@ -167,7 +167,9 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
     require(precision != Precision::FP64, std::string("precision=fp64: stage ") + spec.name +
                                               " trains in fp32 or bf16; the fp64 ground truth is stage 01's");
     std::unique_ptr<Communicator> world = make_world(&argc, &argv, {cfg.comm, device, cfg.comm_timeout_s});
-    install_stop_handlers(/*announce=*/world->rank() == 0);  // after MPI's start-up, so that ours are the ones
+    // After MPI's start-up, so that ours are the handlers; SIGTERM and SIGINT only in a
+    // job of one rank (common/stop_request.h says why).
+    install_stop_handlers(/*announce=*/world->rank() == 0, /*terminal_signals=*/world->size() == 1);
     return on_every_rank(*world, [&] {
       require_rank0_config(*world, cfg, spec.name);
       const MeshShape shape = mesh_shape_for(cfg, world->size());
@@ -324,17 +326,20 @@ bool after_step(Run& run, const Validation& validate, Communicator& dp, MetricsL
                 const CheckpointState& state, const GatherWhole<A>& whole) {
   const Config& cfg = run.cfg;
   if (state.step >= cfg.steps) return false;  // the end of the run has its own
-  if (const int stopping = ranks_stopping(run.world); stopping > 0) {  // this step is kept, and the run ends
-    const std::string path = write_checkpoint(run, dp, ckpt, state);
+  // A stop signal on any rank (common/stop_request.h): this step is kept, and the run ends.
+  const auto stop = [&](int stopping, const std::string& path) {
     if (run.lead()) {
       const std::string cause = stop_cause(stopping, run.world.size());
       std::printf("stopped after step %lld by %s: checkpoint %s; --set resume=latest continues the run\n",
                   static_cast<long long>(state.step), cause.c_str(), path.c_str());
+      std::fflush(stdout);  // said before mpirun's end of the job can cut it off
       log.stopped(state.step, stop_signal() != 0 ? stop_signal_name(stop_signal()) : cause, path);
     }
     run.stopped = true;
     return true;
-  }
+  };
+  if (const int stopping = ranks_stopping(run.world); stopping > 0)
+    return stop(stopping, write_checkpoint(run, dp, ckpt, state));
   if (cfg.val_every > 0 && state.step % cfg.val_every == 0) {
     if (cfg.val_batches > 0) {
       const double val_loss = validate();
@@ -345,7 +350,12 @@ bool after_step(Run& run, const Validation& validate, Communicator& dp, MetricsL
       log_choices(run, log, state.step, whole(WholeOn::EveryRank));
     }
   }
-  if (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0) write_checkpoint(run, dp, ckpt, state);
+  if (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0) {
+    const std::string path = write_checkpoint(run, dp, ckpt, state);
+    // A signal during the save (which may take long): this step's checkpoint is written
+    // already, and the run stops on it rather than train and save one more step.
+    if (const int stopping = ranks_stopping(run.world); stopping > 0) return stop(stopping, path);
+  }
   return false;
 }
 
@@ -365,7 +375,13 @@ void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsL
     run.world.barrier();
     return;
   }
-  if (cfg.val_batches > 0) {
+  // A stop signal after the last step: the training is done, and its checkpoint is still
+  // written; the evaluation and the sample, which it would wait for, are not run.
+  const bool cut_short = ranks_stopping(run.world) > 0;
+  if (cut_short && run.lead())
+    std::printf("a stop signal came after the last step: the end-of-run validation, eval and sample are skipped\n");
+  const bool scores = scores_choices(run) && !cut_short, samples = cfg.sample_tokens > 0 && !cut_short;
+  if (cfg.val_batches > 0 && !cut_short) {
     const double val_loss = validate();
     if (run.lead()) log.validation(state.step, val_loss);
   }
@@ -373,9 +389,8 @@ void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsL
   WholeWeights<A> weights;
   {
     const MemScope eval(MemKind::Eval);  // counted apart from the training's memory
-    if (scores_choices(run) || cfg.sample_tokens > 0)
-      weights = whole(scores_choices(run) ? WholeOn::EveryRank : WholeOn::Lead);
-    if (scores_choices(run)) log_choices(run, log, state.step, weights);
+    if (scores || samples) weights = whole(scores ? WholeOn::EveryRank : WholeOn::Lead);
+    if (scores) log_choices(run, log, state.step, weights);
   }
   if (!run.lead()) weights = WholeWeights<A>();
   if (cfg.checkpoint_at_end && !rewrites_resumed_checkpoint(cfg.run_dir, state)) {
@@ -386,7 +401,7 @@ void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsL
   // as long as it samples, and a lead that stops reporting for the longer of
   // save_timeout_s and comm_timeout_s is named as hung.
   const LongerTimeout lead_waits(run.world, cfg.save_timeout_s);
-  if (cfg.sample_tokens > 0) {
+  if (samples) {
     LeadWork sample(run.world, 0);
     if (run.lead()) {
       const MemScope eval(MemKind::Eval);
@@ -398,9 +413,10 @@ void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsL
       const std::string text = sample_text(sampler, cfg, state.sample_counter, [&] {
         if (delay) std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(delay)));
         sample.progress();
+        return stop_signal() == 0;  // a stop signal to the lead ends the sample where it is
       });
-      std::printf("---- sample (temperature %.2f, top-k %d) ----\n%s\n----\n", cfg.temperature, cfg.top_k,
-                  text.c_str());
+      std::printf("---- sample (temperature %.2f, top-k %d%s) ----\n%s\n----\n", cfg.temperature, cfg.top_k,
+                  stop_signal() != 0 ? ", cut short by a stop signal" : "", text.c_str());
       log.sample(state.step, text);
       sample.done();
     } else {

@@ -1,6 +1,9 @@
 // The lead rank's reports to the ranks waiting for it; see lead_work.h.
 #include "common/lead_work.h"
 
+#include <algorithm>
+#include <string>
+
 #include "common/error.h"
 
 namespace gpt {
@@ -12,8 +15,9 @@ constexpr double kDone = 0, kWorking = 1;  // a report: one double
 LeadWork::LeadWork(Communicator& world, int lead)
     : world_(world),
       lead_(lead),
+      // At most a day: a timeout of 1e12 s (a wait "forever") would overflow the clock's count.
       interval_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-          std::chrono::duration<double>(world.timeout_s() / 4))),
+          std::chrono::duration<double>(std::min(world.timeout_s() / 4, 86400.0)))),
       last_report_(std::chrono::steady_clock::now()) {
   invariant(lead >= 0 && lead < world.size(), "LeadWork: lead " + std::to_string(lead) + " is not a rank");
 }
@@ -42,8 +46,13 @@ void LeadWork::report(double working) {
 
 void LeadWork::wait_for_lead() {
   invariant(world_.rank() != lead_, "LeadWork::wait_for_lead: called on the lead");
-  for (double report = kWorking; report != kDone;)
-    world_.recv(&report, 1, DType::F64, lead_, kLeadWorkTag);
+  try {
+    for (double report = kWorking; report != kDone;)
+      world_.recv(&report, 1, DType::F64, lead_, kLeadWorkTag);
+  } catch (const UserError& e) {  // the timeout's words, and what the wait was for
+    fail(std::string(e.what()) + " (waiting for rank " + std::to_string(lead_) +
+         "'s reports on its work alone: the end-of-run sample)");
+  }
 }
 
 }  // namespace gpt

@@ -57,7 +57,7 @@ std::vector<int> generate(GPT2<A>& model, std::vector<int> context, const Sample
     model.logits_row(len - 1, row.data());
     context.push_back(sample_token(row.data(), V, opt.temperature, opt.top_k,
                                    uniform_at(opt.seed, stream, counter++)));
-    if (opt.after_token) opt.after_token();
+    if (opt.after_token && !opt.after_token()) break;
   }
   return context;
 }
@@ -79,14 +79,14 @@ std::vector<int> generate(CachedDecoder<A>& decoder, std::vector<int> context, c
     }
     context.push_back(sample_token(row.data(), V, opt.temperature, opt.top_k,
                                    uniform_at(opt.seed, stream, counter++)));
-    if (opt.after_token) opt.after_token();
+    if (opt.after_token && !opt.after_token()) break;
   }
   return context;
 }
 
 template <class A>
 std::string sample_text(CachedDecoder<A>& decoder, const Config& cfg, uint64_t& counter,
-                        std::function<void()> after_token) {
+                        std::function<bool()> after_token) {
   const Tokenizer tokenizer = Tokenizer::named(cfg.tokenizer);
   const std::vector<int> context = tokenizer.encode_prompt(cfg.prompt);
   const SampleOptions opt{cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed, std::move(after_token)};
@@ -100,9 +100,9 @@ int sample_window(const Config& cfg, int seq_len) {
   return int(std::min<int64_t>(seq_len, prompt_tokens + cfg.sample_tokens));
 }
 
-template std::string sample_text(CachedDecoder<float>&, const Config&, uint64_t&, std::function<void()>);
-template std::string sample_text(CachedDecoder<double>&, const Config&, uint64_t&, std::function<void()>);
-template std::string sample_text(CachedDecoder<bf16>&, const Config&, uint64_t&, std::function<void()>);
+template std::string sample_text(CachedDecoder<float>&, const Config&, uint64_t&, std::function<bool()>);
+template std::string sample_text(CachedDecoder<double>&, const Config&, uint64_t&, std::function<bool()>);
+template std::string sample_text(CachedDecoder<bf16>&, const Config&, uint64_t&, std::function<bool()>);
 template std::vector<int> generate(CachedDecoder<float>&, std::vector<int>, const SampleOptions&, uint64_t&);
 template std::vector<int> generate(CachedDecoder<double>&, std::vector<int>, const SampleOptions&, uint64_t&);
 template std::vector<int> generate(CachedDecoder<bf16>&, std::vector<int>, const SampleOptions&, uint64_t&);

@@ -24,8 +24,9 @@ struct SampleOptions {
   int top_k = 40;            ///< sample among the k largest logits; 0 (or k > V) means all of them
   uint64_t seed = 0;         ///< the RNG key: draws are at (seed, "sample", counter)
   /// Called after each token is drawn (when set): a long sample's sign of life to ranks
-  /// that wait for it (common/lead_work.h).
-  std::function<void()> after_token;
+  /// that wait for it (common/lead_work.h). It returns whether to go on: false ends the
+  /// sample there, shorter than `tokens` (a stop signal, common/stop_request.h).
+  std::function<bool()> after_token;
 };
 
 /// Extends `context` (at least one token) by opt.tokens tokens with a model of batch 1
@@ -50,7 +51,7 @@ std::vector<int> generate(CachedDecoder<A>& decoder, std::vector<int> context, c
 /// SampleOptions' (none when empty).
 template <class A>
 std::string sample_text(CachedDecoder<A>& decoder, const Config& cfg, uint64_t& counter,
-                        std::function<void()> after_token = {});
+                        std::function<bool()> after_token = {});
 
 /// The window sample_text's decoder needs: at most seq_len, and otherwise room for the
 /// prompt (its bytes, as many as its tokens at least; 1 for the empty prompt's start token)

@@ -1,8 +1,11 @@
 // The stop signals' handler; see stop_request.h.
 #include "common/stop_request.h"
 
+#include <time.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <csignal>
 
 #include "common/error.h"
@@ -11,38 +14,61 @@ namespace gpt {
 
 namespace {
 
-volatile std::sig_atomic_t g_stop_signal = 0;  // the first stop signal received, or 0
-volatile std::sig_atomic_t g_announce = 0;
+// Written by the handler, on whichever thread the signal lands, and read by the trainer:
+// lock-free atomics, which a handler may touch.
+std::atomic<int> g_stop_signal{0};           // the first stop signal received, or 0
+std::atomic<long long> g_first_signal_ns{0};  // when it came (CLOCK_MONOTONIC)
+std::atomic<bool> g_announce{false};
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<long long>::is_always_lock_free);
+
+constexpr long long kRepeatAfterNs = 1'000'000'000;  // a repeat this much later is the user's second
 
 constexpr char kAnnouncement[] =
-    "\ntrain: stop requested: the step in progress finishes, is checkpointed, and the run exits "
-    "(resume=latest continues it); signal again to stop at once\n";
+    "\ntrain: stop requested: the run stops after the step in progress, with a checkpoint of it that "
+    "resume=latest continues (after the last step: without its evaluation and sample)\n";
+constexpr char kAnnouncementTerminal[] =
+    "\ntrain: stop requested: the run stops after the step in progress, with a checkpoint of it that "
+    "resume=latest continues (after the last step: without its evaluation and sample); SIGTERM or Ctrl-C "
+    "again, a second from now or later, stops it at once\n";
 
-// Only async-signal-safe calls here: a second signal restores the default action and
-// raises it again (the process ends as if no handler had been installed).
+long long now_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);  // async-signal-safe
+  return (long long)t.tv_sec * 1'000'000'000 + t.tv_nsec;
+}
+
+// Only async-signal-safe calls here. A repeated SIGTERM or SIGINT, a second or more after
+// the first, restores the default action and raises it again: the process ends as if no
+// handler had been installed.
 void on_stop_signal(int signal) {
-  if (g_stop_signal != 0) {
+  const int saved_errno = errno;  // write() may change it under the code the signal interrupted
+  if (g_stop_signal.load() == 0) {
+    g_first_signal_ns.store(now_ns());
+    g_stop_signal.store(signal);
+    if (g_announce.load() && signal == SIGUSR1) (void)!::write(STDERR_FILENO, kAnnouncement, sizeof kAnnouncement - 1);
+    else if (g_announce.load()) (void)!::write(STDERR_FILENO, kAnnouncementTerminal, sizeof kAnnouncementTerminal - 1);
+  } else if (signal != SIGUSR1 && now_ns() - g_first_signal_ns.load() >= kRepeatAfterNs) {
     std::signal(signal, SIG_DFL);
     std::raise(signal);
-    return;
   }
-  g_stop_signal = signal;
-  if (g_announce) (void)!::write(STDERR_FILENO, kAnnouncement, sizeof kAnnouncement - 1);
+  errno = saved_errno;
 }
 
 }  // namespace
 
-void install_stop_handlers(bool announce) {
-  g_announce = announce ? 1 : 0;
+void install_stop_handlers(bool announce, bool terminal_signals) {
+  g_announce.store(announce);
   struct sigaction action = {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // a read or write the signal interrupts goes on
-  for (const int signal : {SIGUSR1, SIGTERM, SIGINT})
+  invariant(sigaction(SIGUSR1, &action, nullptr) == 0, "install_stop_handlers: sigaction failed");
+  if (!terminal_signals) return;
+  for (const int signal : {SIGTERM, SIGINT})
     invariant(sigaction(signal, &action, nullptr) == 0, "install_stop_handlers: sigaction failed");
 }
 
-int stop_signal() { return g_stop_signal; }
+int stop_signal() { return g_stop_signal.load(); }
 
 std::string stop_signal_name(int signal) {
   switch (signal) {

@@ -1,20 +1,23 @@
 /// @file
 /// ```
 /// A run stopped early, and cleanly, by a signal:
-///   SIGUSR1, SIGTERM or SIGINT (Ctrl-C)  ->  the step in progress ends, a checkpoint of it
-///   is written, and the trainer exits with status kStoppedExit (3); resume=latest goes on
-///   from there, as if the run had never stopped
-///   the same signals again                ->  the process ends at once (the default action)
+///   SIGUSR1 (and, in a run of one process, SIGTERM or SIGINT: Ctrl-C)  ->  the step in
+///   progress ends, a checkpoint of it is written, and the trainer exits with status
+///   kStoppedExit (3); resume=latest goes on from there, as if the run had never stopped
+///   SIGTERM or SIGINT again, a second or more later  ->  the process ends at once
 /// ```
 /// A cluster scheduler that preempts a job signals it first and kills it a grace period
-/// later (Slurm: `--signal=USR1@120`, or SIGTERM then SIGKILL after KillWait); mpirun passes
-/// SIGUSR1 and SIGTERM on to every rank, but ends the job a few seconds after a SIGTERM, so
-/// under mpirun SIGUSR1 is the one that leaves time for a checkpoint.
+/// later: Slurm's `--signal=USR1@120` sends SIGUSR1 two minutes ahead. mpirun passes
+/// SIGUSR1 on to every rank. A job of several ranks leaves SIGTERM and SIGINT alone: mpirun
+/// kills its ranks about a second after it passes them on, too soon for a checkpoint, and
+/// sends them to every rank itself when it ends a failed job, which must not wait.
 ///
 /// The handler only records the signal; the trainer looks at the end of each step. The
 /// ranks of a job get the signal at different moments, or only some of them do, so they
 /// agree first (the driver's after_step: a sum over the world), and all stop after the
-/// same step.
+/// same step. One signal may come by two routes (from mpirun, and from a scheduler that
+/// signals every process of the job), so a repeat within a second, or any repeat of
+/// SIGUSR1, changes nothing.
 #pragma once
 #include <string>
 
@@ -23,10 +26,11 @@ namespace gpt {
 /// The exit status of a run that a stop signal ended after its checkpoint (docs/cli.md).
 constexpr int kStoppedExit = 3;
 
-/// Installs the handlers for SIGUSR1, SIGTERM and SIGINT. `announce`: the first signal
-/// writes one line to stderr saying what will happen (the lead rank's, not every rank's).
-/// Call once a process, before training.
-void install_stop_handlers(bool announce);
+/// Installs the handler for SIGUSR1, and with `terminal_signals` (a run of one process)
+/// for SIGTERM and SIGINT too. `announce`: the first signal writes one line to stderr
+/// saying what will happen (the lead rank's, not every rank's). Call once a process,
+/// before training.
+void install_stop_handlers(bool announce, bool terminal_signals);
 
 /// The stop signal this process has received (SIGUSR1, SIGTERM or SIGINT), or 0.
 int stop_signal();

@@ -173,33 +173,43 @@ int train_on(const Config& cfg, Device device, Precision precision) {
                   mem.table().c_str());
     log_step(cfg, log, /*lead=*/true, flops_per_token, peak, state.step, loss, lr, norm, ms, mem);
 
-    if (stop_signal() != 0 && state.step < cfg.steps) {  // common/stop_request.h: checkpointed, the run ends
-      const std::string path = save(), signal = stop_signal_name(stop_signal());
+    std::string saved;  // this step's checkpoint, if written
+    if (stop_signal() == 0) {  // a stop signal goes straight to its checkpoint, below
+      if (cfg.val_every > 0 && state.step % cfg.val_every == 0 && state.step < cfg.steps) {
+        if (cfg.val_batches > 0) log.validation(state.step, validation_loss(model, val_data, cfg.val_batches));
+        if (choices.enabled()) log_choices();
+      }
+      if (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0 && state.step < cfg.steps) saved = save();
+    }
+    if (stop_signal() != 0 && state.step < cfg.steps) {  // common/stop_request.h: checkpointed once, the run ends
+      const std::string path = saved.empty() ? save() : saved, signal = stop_signal_name(stop_signal());
       std::printf("stopped after step %lld by %s: checkpoint %s; --set resume=latest continues the run\n",
                   static_cast<long long>(state.step), signal.c_str(), path.c_str());
       log.stopped(state.step, signal, path);
       Trace::global().write();
       return kStoppedExit;
     }
-    if (cfg.val_every > 0 && state.step % cfg.val_every == 0 && state.step < cfg.steps) {
-      if (cfg.val_batches > 0) log.validation(state.step, validation_loss(model, val_data, cfg.val_batches));
-      if (choices.enabled()) log_choices();
-    }
-    if (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0 && state.step < cfg.steps) save();
   }
 
-  if (cfg.val_batches > 0) log.validation(state.step, validation_loss(model, val_data, cfg.val_batches));
-  if (choices.enabled()) log_choices();
+  // A stop signal after the last step: its checkpoint is still written, but not the
+  // evaluation and the sample, which it would wait for.
+  const bool cut_short = stop_signal() != 0;
+  if (cut_short) std::printf("a stop signal came after the last step: the end-of-run validation, eval and sample "
+                             "are skipped\n");
+  if (cfg.val_batches > 0 && !cut_short) log.validation(state.step, validation_loss(model, val_data, cfg.val_batches));
+  if (choices.enabled() && !cut_short) log_choices();
   if (cfg.checkpoint_at_end && !rewrites_resumed_checkpoint(cfg.run_dir, state)) {
     const std::string path = save();
     std::printf("checkpoint: %s\n", path.c_str());
   }
-  if (cfg.sample_tokens > 0) {
+  if (cfg.sample_tokens > 0 && !cut_short) {
     const MemScope eval(MemKind::Eval);  // the sampler's model, counted apart from the training's
     CachedDecoder<A> sampler(cfg.model, sample_window(cfg, T), device, precision);
     sampler.model().set_params(master->data());
-    const std::string text = sample_text(sampler, cfg, state.sample_counter);
-    std::printf("---- sample (temperature %.2f, top-k %d) ----\n%s\n----\n", cfg.temperature, cfg.top_k, text.c_str());
+    // A stop signal ends the sample where it is.
+    const std::string text = sample_text(sampler, cfg, state.sample_counter, [] { return stop_signal() == 0; });
+    std::printf("---- sample (temperature %.2f, top-k %d%s) ----\n%s\n----\n", cfg.temperature, cfg.top_k,
+                stop_signal() != 0 ? ", cut short by a stop signal" : "", text.c_str());
     log.sample(state.step, text);
   }
   device_synchronize(device);  // a failure in the last queued kernel is reported, not lost
@@ -222,7 +232,7 @@ int train(int argc, char** argv) {
   const RunDirLock lock(cfg.run_dir);  // one job per run directory, taken before anything is written
   if (const std::string note = start_notes(cfg); !note.empty()) std::printf("%s\n", note.c_str());
   Trace::global().enable(cfg.trace_file);
-  install_stop_handlers(/*announce=*/true);
+  install_stop_handlers(/*announce=*/true, /*terminal_signals=*/true);  // one process: Ctrl-C too
   if (precision == Precision::BF16) return train_on<gpt::bf16>(cfg, device, precision);
   if (precision == Precision::FP64) {
     require(device == Device::CPU, "precision=fp64 runs on the CPU only (device=cpu)");

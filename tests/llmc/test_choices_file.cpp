@@ -4,6 +4,8 @@
 // eval_choices and prepare_choices tests' independent readers and writers.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -73,7 +75,9 @@ TEST_CASE("choices file: files under temporary-looking names are left alone", "[
   const std::string notes = (dir.path() / "notes.txt").string();
   std::ofstream(path + ".tmp") << "my notes";
   std::ofstream(notes) << "precious";
-  std::filesystem::create_symlink(notes, path + ".tmp.1");
+  // The first name this process would pick for its temporary file, a symlink to notes:
+  // taken already, so the writer moves on to the next (O_EXCL), never writing through it.
+  std::filesystem::create_symlink(notes, path + ".tmp." + std::to_string(::getpid()) + ".0");
   const std::vector<ChoiceExample> examples = {example(0, 1, {5, 6, 7}, {{1}, {2, 3}})};
   write_choices_file(path, examples);
   CHECK(same(read_choices_file(path, 65536), examples));

@@ -205,7 +205,10 @@ TEST_CASE("decoder: generate with the cache samples the plain generate's tokens,
   // ranks ride on it, common/lead_work.h), after that token is drawn.
   std::vector<uint64_t> counter_at_call;
   uint64_t* counting = nullptr;
-  const SampleOptions opt{30, 1.0, 0, 11, [&] { counter_at_call.push_back(*counting); }};
+  const SampleOptions opt{30, 1.0, 0, 11, [&] {
+                            counter_at_call.push_back(*counting);
+                            return true;
+                          }};
   Sampler<double> plain(window, 1, Precision::FP64);
   uint64_t plain_counter = 0;
   counting = &plain_counter;
@@ -223,6 +226,14 @@ TEST_CASE("decoder: generate with the cache samples the plain generate's tokens,
   CHECK(generate(decoder, prompt, opt, counter) == want);
   CHECK(counter == plain_counter);
   CHECK(counter_at_call == each_token);
+  // after_token returning false ends the sample there: after 4 of the 30 tokens, the
+  // first 4 of them.
+  SampleOptions cut = opt;
+  cut.after_token = [&] { return counter < 4; };
+  counter = 0;
+  const std::vector<int> short_sample = generate(decoder, prompt, cut, counter);
+  CHECK(short_sample == std::vector<int>(want.begin(), want.begin() + std::ptrdiff_t(prompt.size() + 4)));
+  CHECK(counter == 4);
   // Control: a cache one position short sees one token less once the context outgrows it.
   CachedDecoder<double> short_cache(sampler_model(), window - 1, Device::CPU, Precision::FP64);
   short_cache.model().set_params(weights.data());

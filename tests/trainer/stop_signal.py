@@ -9,12 +9,17 @@
      a straight run's to the bit (lr_schedule=constant, so that the two runs' different
      `steps` do not change the rates); control: the straight run at lr x 1.001 is told
      apart at those steps.
-  2. stage 01, SIGINT twice: the second ends the process at once, by the signal (a run
-     of configs/small.json, whose steps are long enough that both come within one).
+  2. stage 01, SIGINT twice within one step: 0.05 s apart (one signal by two routes) the
+     run still stops after the step, exit 3; 1.5 s apart the second ends the process at
+     once, by the signal.
   3. stage 02 on 2 ranks, SIGUSR1 to rank 1 alone (rank 0 never gets it): both ranks
      stop after the same step, mpirun exits 3, rank 0 says "a stop signal on 1 of 2
      ranks", and the resumed run matches a straight one to the bit. Without the ranks'
      agreement rank 1 would stop alone and rank 0 wait for it until its timeout.
+  4. stage 02 on 2 ranks, SIGTERM to rank 1: not trapped in a job of several ranks, so
+     the job ends at once, without a stop.
+  5. stage 02 on 2 ranks, SIGUSR1 during the end-of-run sample: the sample is cut short
+     and the run, whose training is done, exits 0 at once.
 """
 import argparse
 import json
@@ -77,7 +82,7 @@ def finish(job, limit=60):
 
 def stopped_step(log_path):
     """N of the "stopped after step N" line, or None."""
-    with open(log_path) as f:
+    with open(log_path, errors="replace") as f:  # the byte tokenizer's sample need not be UTF-8
         for line in f:
             if line.startswith("stopped after step "):
                 return int(line.split()[3])
@@ -145,17 +150,23 @@ def main():
         check(straight(t01, "s01_control", n + 4, "--set", control_lr), "stage 01: the control run")
         compare_resumed("stage 01", run_dir("s01"), run_dir("s01_straight"), run_dir("s01_control"), n + 1, n + 4)
 
-    # 2. Stage 01, SIGINT twice: at once, by the signal.
-    small = [a.train01, "--config", os.path.join(a.root, "configs/small.json"), "--set", "device=cpu",
-             "--set", "threads=1", "--set", f"train_data={a.data}/train.bin", "--set", f"val_data={a.data}/val.bin",
-             "--set", "steps=1000", "--set", "log_every=1", "--set", "val_batches=0", "--set", "sample_tokens=0"]
-    job = start(small, "s01_twice")
-    if wait_for_steps(job, run_dir("s01_twice"), 1):
-        job.send_signal(signal.SIGINT)
-        time.sleep(0.05)
-        job.send_signal(signal.SIGINT)
-    status = finish(job)
-    check(status == -signal.SIGINT, f"stage 01, SIGINT twice: ended by SIGINT (status {status})")
+    # 2. Stage 01, SIGINT twice, in steps of about 3 s (configs/small.json at batch 160 on
+    # one thread): 0.05 s apart (one signal come by two routes) the run still stops after
+    # its step, exit 3; 1.5 s apart (the user's second Ctrl-C) the process ends at once, by
+    # the signal.
+    slow = [a.train01, "--config", os.path.join(a.root, "configs/small.json"), "--set", "device=cpu",
+            "--set", "threads=1", "--set", f"train_data={a.data}/train.bin", "--set", f"val_data={a.data}/val.bin",
+            "--set", "batch_size=160", "--set", "steps=1000", "--set", "log_every=1", "--set", "val_batches=0",
+            "--set", "sample_tokens=0"]
+    for name, gap, want in (("s01_twice_at_once", 0.05, STOPPED), ("s01_twice_later", 1.5, -signal.SIGINT)):
+        job = start(slow, name)
+        if wait_for_steps(job, run_dir(name), 1, limit=120):
+            time.sleep(0.5)  # inside the second step
+            job.send_signal(signal.SIGINT)
+            time.sleep(gap)
+            job.send_signal(signal.SIGINT)
+        status = finish(job)
+        check(status == want, f"stage 01, SIGINT twice {gap} s apart: status {status}, expected {want}")
 
     # 3. Stage 02 on 2 ranks, SIGUSR1 to rank 1 alone.
     t02 = [a.mpiexec, "-np", "2", "--oversubscribe", a.train02] + common
@@ -168,7 +179,7 @@ def main():
         os.kill(ranks[1][0], signal.SIGUSR1)
     status = finish(job)
     n = stopped_step(os.path.join(a.work, "s02.log"))
-    with open(os.path.join(a.work, "s02.log")) as f:
+    with open(os.path.join(a.work, "s02.log"), errors="replace") as f:
         log = f.read()
     check(status == STOPPED, f"stage 02, SIGUSR1 to rank 1: mpirun's exit status {status}, expected {STOPPED}")
     check("by a stop signal on 1 of 2 ranks" in log, "stage 02: rank 0 says the signal came to 1 of the 2 ranks")
@@ -184,6 +195,40 @@ def main():
         check(straight(t02, "s02_straight", n + 3), "stage 02: the straight run")
         check(straight(t02, "s02_control", n + 3, "--set", control_lr), "stage 02: the control run")
         compare_resumed("stage 02", run_dir("s02"), run_dir("s02_straight"), run_dir("s02_control"), n + 1, n + 3)
+
+    # 4. Stage 02 on 2 ranks, SIGTERM to rank 1: a job of several ranks leaves SIGTERM to
+    # its default action (mpirun sends it to every rank when it ends a failed job, which
+    # must not wait), so rank 1 dies and the job ends at once, with no stop.
+    job = start(t02 + ["--set", "steps=1000000"], "s02_term")
+    ranks = find_ranks(job.pid) if wait_for_steps(job, run_dir("s02_term"), 3) else {}
+    if 1 in ranks:
+        os.kill(ranks[1][0], signal.SIGTERM)
+    began = time.monotonic()
+    status = finish(job)
+    took = time.monotonic() - began
+    check(status not in (None, 0, STOPPED) and took < 30 and stopped_step(os.path.join(a.work, "s02_term.log")) is None,
+          f"stage 02, SIGTERM to rank 1: the job ended in {took:.1f} s with status {status}, no stop")
+
+    # 5. Stage 02 on 2 ranks, SIGUSR1 to mpirun during the end-of-run sample (held 0.05 s a
+    # token, 20 s in all): the lead ends it where it is, and the run exits 0 (its training
+    # is done, its checkpoint written) in far less than the sample's time.
+    env = dict(os.environ, GPT_TEST_SAMPLE_TOKEN_DELAY_S="0.05")
+    log_path = os.path.join(a.work, "s02_sample.log")
+    job = subprocess.Popen(t02 + ["--set", "steps=3", "--set", "sample_tokens=400",
+                                  "--set", f"run_dir={run_dir('s02_sample')}"],
+                           stdout=open(log_path, "wb"), stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    deadline = time.monotonic() + 60
+    while job.poll() is None and time.monotonic() < deadline and not has_checkpoint(run_dir("s02_sample"), 3):
+        time.sleep(0.05)
+    time.sleep(1.0)  # into the sample
+    job.send_signal(signal.SIGUSR1)
+    began = time.monotonic()
+    status = finish(job)
+    took = time.monotonic() - began
+    with open(log_path, errors="replace") as f:  # the byte tokenizer's sample need not be UTF-8
+        log = f.read()
+    check(status == 0 and took < 10 and "cut short by a stop signal" in log,
+          f"stage 02, SIGUSR1 during the final sample: status {status} after {took:.1f} s, the sample cut short")
 
     if failures:
         sys.exit(f"{len(failures)} failure(s); logs in {a.work}")
