@@ -20,6 +20,7 @@
      the job ends at once, without a stop.
   5. stage 02 on 2 ranks, SIGUSR1 during the end-of-run sample: the sample is cut short
      and the run, whose training is done, exits 0 at once.
+  6. stage 02 on 2 ranks, SIGUSR1 during a periodic save: the run stops on that save.
 """
 import argparse
 import json
@@ -229,6 +230,23 @@ def main():
         log = f.read()
     check(status == 0 and took < 10 and "cut short by a stop signal" in log,
           f"stage 02, SIGUSR1 during the final sample: status {status} after {took:.1f} s, the sample cut short")
+
+    # 6. Stage 02 on 2 ranks, SIGUSR1 to mpirun during the periodic save of step 5 (held 3 s
+    # by GPT_TEST_SAVE_DELAY_S): the run stops on that checkpoint, rather than train step 6
+    # and save again within the scheduler's grace period.
+    env = dict(os.environ, GPT_TEST_SAVE_DELAY_S="3")
+    log_path = os.path.join(a.work, "s02_save.log")
+    job = subprocess.Popen(t02 + ["--set", "steps=1000000", "--set", "checkpoint_every=5",
+                                  "--set", f"run_dir={run_dir('s02_save')}"],
+                           stdout=open(log_path, "wb"), stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    if wait_for_steps(job, run_dir("s02_save"), 5):
+        time.sleep(1.0)  # into the save
+        job.send_signal(signal.SIGUSR1)
+    status = finish(job)
+    n = stopped_step(log_path)
+    saves = sorted(d for d in os.listdir(run_dir("s02_save")) if d.startswith("step_"))
+    check(status == STOPPED and n == 5 and saves == ["step_00000005"],
+          f"stage 02, SIGUSR1 during the save of step 5: status {status}, stopped after step {n}, saves {saves}")
 
     if failures:
         sys.exit(f"{len(failures)} failure(s); logs in {a.work}")
