@@ -340,7 +340,8 @@ bool after_step(Run& run, const Validation& validate, Communicator& dp, MetricsL
   };
   if (const int stopping = ranks_stopping(run.world); stopping > 0)
     return stop(stopping, write_checkpoint(run, dp, ckpt, state));
-  if (cfg.val_every > 0 && state.step % cfg.val_every == 0) {
+  const bool evaluates = cfg.val_every > 0 && state.step % cfg.val_every == 0;
+  if (evaluates) {
     if (cfg.val_batches > 0) {
       const double val_loss = validate();
       if (run.lead()) log.validation(state.step, val_loss);
@@ -350,12 +351,14 @@ bool after_step(Run& run, const Validation& validate, Communicator& dp, MetricsL
       log_choices(run, log, state.step, whole(WholeOn::EveryRank));
     }
   }
-  if (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0) {
-    const std::string path = write_checkpoint(run, dp, ckpt, state);
-    // A signal during the save (which may take long): this step's checkpoint is written
-    // already, and the run stops on it rather than train and save one more step.
-    if (const int stopping = ranks_stopping(run.world); stopping > 0) return stop(stopping, path);
-  }
+  // Decided by the config alone, the same on every rank (the path is the lead's only).
+  const bool saves = cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0;
+  const std::string saved = saves ? write_checkpoint(run, dp, ckpt, state) : std::string();
+  // A signal during the evaluation or the save (either may take long): the run stops on
+  // this step, saved once, rather than train another and save that within the grace period.
+  if (evaluates || saves)
+    if (const int stopping = ranks_stopping(run.world); stopping > 0)
+      return stop(stopping, saves ? saved : write_checkpoint(run, dp, ckpt, state));
   return false;
 }
 
