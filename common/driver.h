@@ -12,8 +12,10 @@
 ///     a bug: exit 1).
 ///   log_step(...)       a finished step's metrics line; a loss that is not finite stops the run
 ///   after_step(...)     the validation loss (and the multiple-choice eval) and the
-///                       checkpoint every N steps
+///                       checkpoint every N steps; true when a stop signal ends the run
+///                       here, after a checkpoint (common/stop_request.h: exit 3)
 ///   end_of_run(...)     the last validation loss and eval, the final checkpoint, the sample
+///                       (which the lead runs alone, reporting to the others: lead_work.h)
 /// ```
 #pragma once
 #include <cstdint>
