@@ -1,6 +1,8 @@
 #include "common/choices_file.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -215,20 +217,14 @@ void write_choices_file(const std::string& path, const std::vector<ChoiceExample
   for (int i = 0; i < 256; ++i) put_le(bytes, uint32_t(i < 4 ? header[i] : 0), 4);
   for (const uint16_t w : words) put_le(bytes, w, 2);
 
-  const std::string tmp = create_temporary_beside(path, file);
+  const TemporaryFile temp = create_temporary_beside(path, file);
+  const std::string& tmp = temp.name;
   std::error_code ec;
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      std::filesystem::remove(tmp, ec);
-      fail(file + ": cannot open '" + tmp + "'");
-    }
-    out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-    out.close();
-    if (!out) {
-      std::filesystem::remove(tmp, ec);
-      fail(file + ": write failed (disk full?)");
-    }
+  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), temp.file) == bytes.size();
+  const int error = errno;
+  if (std::fclose(temp.file) != 0 || !written) {  // a failed close can mean lost data too
+    std::filesystem::remove(tmp, ec);
+    fail(file + ": write failed (" + std::strerror(written ? errno : error) + ")");
   }
   std::filesystem::rename(tmp, path, ec);
   if (ec) {

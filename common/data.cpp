@@ -46,32 +46,29 @@ std::string quoted(const std::string& path) { return "'" + path + "'"; }
 
 // ---- writing --------------------------------------------------------------------
 
-void write_bytes(std::ofstream& out, const void* data, int64_t bytes) {
-  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
-}
-
 }  // namespace
 
 namespace {
 
-// Writes `tokens` as a shard into `temp`, or removes it and fails naming `path`.
-void write_shard_file(const std::string& path, const std::string& temp, const std::vector<uint16_t>& tokens) {
+// Writes `tokens` as a shard into `temp` and closes it, or removes it and fails naming `path`.
+void write_shard_file(const std::string& path, const TemporaryFile& temp, const std::vector<uint16_t>& tokens) {
   // The header stores the count as an int32, so one shard holds < 2^31 tokens.
-  require(tokens.size() <= size_t(std::numeric_limits<int32_t>::max()),
-          "shard " + quoted(path) + ": " + std::to_string(tokens.size()) +
-              " tokens do not fit one shard (the header's count is an int32)");
+  if (tokens.size() > size_t(std::numeric_limits<int32_t>::max())) {
+    std::fclose(temp.file);
+    std::remove(temp.name.c_str());
+    fail("shard " + quoted(path) + ": " + std::to_string(tokens.size()) +
+         " tokens do not fit one shard (the header's count is an int32)");
+  }
   int32_t header[kHeaderInts] = {};
   header[0] = kShardMagic;
   header[1] = kShardVersion;
   header[2] = int32_t(tokens.size());
-  std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-  require(bool(out), "shard " + quoted(path) + ": cannot create " + quoted(temp) + ": " + std::strerror(errno));
-  write_bytes(out, header, kHeaderBytes);
-  write_bytes(out, tokens.data(), int64_t(tokens.size()) * kTokenBytes);
-  out.close();
-  if (!out) {
-    std::remove(temp.c_str());
-    fail("shard " + quoted(path) + ": write failed (disk full?)");
+  const bool written = std::fwrite(header, 1, size_t(kHeaderBytes), temp.file) == size_t(kHeaderBytes) &&
+                       std::fwrite(tokens.data(), size_t(kTokenBytes), tokens.size(), temp.file) == tokens.size();
+  const int error = errno;
+  if (std::fclose(temp.file) != 0 || !written) {  // a failed close can mean lost data too
+    std::remove(temp.name.c_str());
+    fail("shard " + quoted(path) + ": write failed (" + std::strerror(written ? errno : error) + ")");
   }
 }
 
@@ -112,8 +109,9 @@ void write_shards(const std::vector<ShardToWrite>& shards) {
   std::vector<std::string> temps;
   try {
     for (const ShardToWrite& s : shards) {
-      temps.push_back(create_temporary_beside(s.path, "shard " + quoted(s.path)));
-      write_shard_file(s.path, temps.back(), *s.tokens);
+      const TemporaryFile temp = create_temporary_beside(s.path, "shard " + quoted(s.path));
+      temps.push_back(temp.name);
+      write_shard_file(s.path, temp, *s.tokens);
     }
   } catch (...) {
     for (const std::string& t : temps) std::remove(t.c_str());

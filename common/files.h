@@ -4,9 +4,11 @@
 /// and then renamed into place are first written under a temporary name of their own.
 #pragma once
 #include <fcntl.h>   // open (POSIX)
+#include <stdio.h>   // fdopen (POSIX)
 #include <unistd.h>  // close, getpid
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -56,21 +58,34 @@ void require_own_output(const std::string& path, const std::string& key, Ours ou
        ": refusing to write into it (remove it, or name another file)");
 }
 
+/// A file of our own, open for writing, under a temporary name (create_temporary_beside).
+struct TemporaryFile {
+  std::string name;           ///< where it is: `path`.tmp.PID.N
+  std::FILE* file = nullptr;  ///< open for writing; the writer closes it (std::fclose) and checks that
+};
+
 /// A new, empty file beside `path` to write it under before it takes `path`'s name:
 /// `path`.tmp.PID.N (PID: this process's, N: the first number free), created by this call
-/// (O_EXCL, and O_NOFOLLOW). A fixed name such as `path`.tmp could be a user's file, or a
-/// symlink to one, and would be truncated or written through; a name created here never
-/// is, and a crash's leftover never blocks the next write. Its mode is 0666 less the umask, as any new file's. Returns the name;
-/// the caller writes it, then renames it or removes it. A failure (a missing or read-only
-/// directory) is a UserError beginning with `what`.
-inline std::string create_temporary_beside(const std::string& path, const std::string& what) {
+/// (O_EXCL, and O_NOFOLLOW) and written through the descriptor that made it. A fixed name
+/// such as `path`.tmp could be a user's file, or a symlink to one, and would be truncated
+/// or written through; the file made here never is, and a crash's leftover never blocks
+/// the next write. Its mode is 0666 less the umask, as any new file's. The caller writes
+/// it, closes it, then renames or removes it. A failure (a missing or read-only directory)
+/// is a UserError beginning with `what`.
+inline TemporaryFile create_temporary_beside(const std::string& path, const std::string& what) {
   const std::string stem = path + ".tmp." + std::to_string(::getpid()) + ".";
   for (int n = 0; n < 1000; ++n) {
     const std::string name = stem + std::to_string(n);
     const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (fd >= 0) {
-      ::close(fd);
-      return name;
+      std::FILE* file = ::fdopen(fd, "wb");
+      if (!file) {
+        const int error = errno;
+        ::close(fd);
+        std::remove(name.c_str());
+        fail(what + ": cannot open " + name + ": " + std::strerror(error));
+      }
+      return {name, file};
     }
     if (errno != EEXIST) fail(what + ": cannot create " + name + ": " + std::strerror(errno));
   }
