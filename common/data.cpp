@@ -63,8 +63,10 @@ void write_shard_file(const std::string& path, const TemporaryFile& temp, const 
   header[0] = kShardMagic;
   header[1] = kShardVersion;
   header[2] = int32_t(tokens.size());
+  // (No fwrite of an empty shard's tokens: their data() may be null, which fwrite must not get.)
   const bool written = std::fwrite(header, 1, size_t(kHeaderBytes), temp.file) == size_t(kHeaderBytes) &&
-                       std::fwrite(tokens.data(), size_t(kTokenBytes), tokens.size(), temp.file) == tokens.size();
+                       (tokens.empty() ||
+                        std::fwrite(tokens.data(), size_t(kTokenBytes), tokens.size(), temp.file) == tokens.size());
   const int error = errno;
   if (std::fclose(temp.file) != 0 || !written) {  // a failed close can mean lost data too
     std::remove(temp.name.c_str());
