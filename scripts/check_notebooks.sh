@@ -79,16 +79,23 @@ mkdir -p "$out"
 export PYDEVD_DISABLE_FILE_VALIDATION=1  # quiets the kernel's debugger warning on Python 3.11
 
 # execute_notebook NB: runs NB; its log in OUT/NAME.log, its seconds (or "failed") in
-# OUT/NAME.status, read once every notebook has ended.
+# OUT/NAME.status, read once every notebook has ended. A kernel that died before it
+# answered ran no cell: that is a failure of the kernel's start (two starting at once can
+# race for the ports they listen on), not of the notebook, and it gets one more start
+# (the first start's log kept as NAME.first_start.log).
 execute_notebook() {
-  local nb="$1" name t0=$SECONDS
+  local nb="$1" name t0=$SECONDS attempt
   name="$out/$(basename "$nb" .ipynb)"
-  if "$python" -m nbconvert --to notebook --execute --ExecutePreprocessor.kernel_name=python3 \
-    --ExecutePreprocessor.timeout=300 --output-dir "$out" "$nb" > "$name.log" 2>&1; then
-    echo "$((SECONDS - t0))" > "$name.status"
-  else
-    echo failed > "$name.status"
-  fi
+  for attempt in 1 2; do
+    if "$python" -m nbconvert --to notebook --execute --ExecutePreprocessor.kernel_name=python3 \
+      --ExecutePreprocessor.timeout=300 --output-dir "$out" "$nb" > "$name.log" 2>&1; then
+      echo "$((SECONDS - t0))" > "$name.status"
+      return
+    fi
+    ((attempt == 1)) && grep -q "Kernel died before replying to kernel_info" "$name.log" || break
+    mv "$name.log" "$name.first_start.log"
+  done
+  echo failed > "$name.status"
 }
 
 failed=()
