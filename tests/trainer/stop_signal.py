@@ -120,10 +120,10 @@ def main():
     def run_dir(name):
         return os.path.join(a.work, name)
 
-    def start(cmd, name, log_name=None):
+    def start(cmd, name, log_name=None, **env):  # env: test hooks added to the environment
         log = open(os.path.join(a.work, (log_name or name) + ".log"), "wb")
         return subprocess.Popen(cmd + ["--set", f"run_dir={run_dir(name)}"], stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, env=dict(os.environ, **env))
 
     def straight(cmd, name, steps, *extra):
         job = start(cmd + ["--set", f"steps={steps}", "--set", "checkpoint_at_end=false", *extra], name)
@@ -222,11 +222,9 @@ def main():
     # 5. Stage 02 on 2 ranks, SIGUSR1 to mpirun during the end-of-run sample (held 0.05 s a
     # token, 20 s in all): the lead ends it where it is, and the run exits 0 (its training
     # is done, its checkpoint written) in far less than the sample's time.
-    env = dict(os.environ, GPT_TEST_SAMPLE_TOKEN_DELAY_S="0.05")
     log_path = os.path.join(a.work, "s02_sample.log")
-    job = subprocess.Popen(t02 + ["--set", "steps=3", "--set", "sample_tokens=400",
-                                  "--set", f"run_dir={run_dir('s02_sample')}"],
-                           stdout=open(log_path, "wb"), stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    job = start(t02 + ["--set", "steps=3", "--set", "sample_tokens=400"], "s02_sample",
+                GPT_TEST_SAMPLE_TOKEN_DELAY_S="0.05")
     deadline = time.monotonic() + 60
     while job.poll() is None and time.monotonic() < deadline and not has_checkpoint(run_dir("s02_sample"), 3):
         time.sleep(0.05)
@@ -243,11 +241,8 @@ def main():
     # 6. Stage 02 on 2 ranks, SIGUSR1 to mpirun during the periodic save of step 5 (held 3 s
     # by GPT_TEST_SAVE_DELAY_S): the run stops on that checkpoint, rather than train step 6
     # and save again within the scheduler's grace period.
-    env = dict(os.environ, GPT_TEST_SAVE_DELAY_S="3")
     log_path = os.path.join(a.work, "s02_save.log")
-    job = subprocess.Popen(t02 + ["--set", "steps=1000000", "--set", "checkpoint_every=5",
-                                  "--set", f"run_dir={run_dir('s02_save')}"],
-                           stdout=open(log_path, "wb"), stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    job = start(t02 + ["--set", "steps=1000000", "--set", "checkpoint_every=5"], "s02_save", GPT_TEST_SAVE_DELAY_S="3")
     if wait_for_steps(job, run_dir("s02_save"), 5):
         time.sleep(1.0)  # into the save
         job.send_signal(signal.SIGUSR1)
