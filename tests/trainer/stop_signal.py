@@ -5,7 +5,8 @@
                  --root ROOT
 
   1. stage 01, SIGTERM: exit status 3, "stopped after step N by SIGTERM", a checkpoint
-     of step N, and metrics whose train lines end at step N, followed by a "stop" line. Resumed to N + 4 steps, its losses are
+     of step N, and metrics whose train lines end at step N, followed by a "stop" line.
+     Resumed to N + 4 steps, its losses are
      a straight run's to the bit (lr_schedule=constant, so that the two runs' different
      `steps` do not change the rates); control: the straight run at lr x 1.001 is told
      apart at those steps.
@@ -129,6 +130,24 @@ def main():
         job = start(cmd + ["--set", f"steps={steps}", "--set", "checkpoint_at_end=false", *extra], name)
         return finish(job, 120) == 0
 
+    def stopped_then_resumed(stage, cmd, name, n, signal_text, more):
+        """The run in run_dir(name) stopped after step n with its checkpoint, metrics that end
+        there and a stop line naming signal_text; resumed `more` steps, it is a straight run's
+        to the bit, and the control's is not."""
+        check(n is not None and has_checkpoint(run_dir(name), n) and max(train_losses(run_dir(name))) == n,
+              f"{stage}: stopped after step {n}, its checkpoint written, its metrics ending there")
+        line = stop_line(run_dir(name))
+        check(line is not None and line["step"] == n and line["signal"] == signal_text and
+              line["checkpoint"].endswith(f"step_{n:08d}"), f"{stage}: the metrics' stop line {line}")
+        if n is None:
+            return
+        resumed = start(cmd + ["--set", f"steps={n + more}", "--set", "resume=latest",
+                               "--set", "checkpoint_at_end=false"], name, name + "_resumed")
+        check(finish(resumed, 120) == 0, f"{stage}: resume=latest to {more} more steps")
+        check(straight(cmd, name + "_straight", n + more), f"{stage}: the straight run")
+        check(straight(cmd, name + "_control", n + more, "--set", control_lr), f"{stage}: the control run")
+        compare_resumed(stage, run_dir(name), run_dir(name + "_straight"), run_dir(name + "_control"), n + 1, n + more)
+
     # 1. Stage 01, SIGTERM.
     t01 = [a.train01] + common
     job = start(t01 + ["--set", "steps=1000000"], "s01")
@@ -138,18 +157,7 @@ def main():
     status = finish(job)
     n = stopped_step(os.path.join(a.work, "s01.log"))
     check(status == STOPPED, f"stage 01, SIGTERM: exit status {status}, expected {STOPPED}")
-    check(n is not None and has_checkpoint(run_dir("s01"), n) and max(train_losses(run_dir("s01"))) == n,
-          f"stage 01: stopped after step {n}, its checkpoint written, its metrics ending there")
-    line = stop_line(run_dir("s01"))
-    check(line is not None and line["step"] == n and line["signal"] == "SIGTERM" and
-          line["checkpoint"].endswith(f"step_{n:08d}"), f"stage 01: the metrics' stop line {line}")
-    if n is not None:
-        resumed = start(t01 + ["--set", f"steps={n + 4}", "--set", "resume=latest", "--set", "checkpoint_at_end=false"],
-                        "s01", "s01_resumed")
-        check(finish(resumed) == 0, "stage 01: resume=latest to 4 more steps")
-        check(straight(t01, "s01_straight", n + 4), "stage 01: the straight run")
-        check(straight(t01, "s01_control", n + 4, "--set", control_lr), "stage 01: the control run")
-        compare_resumed("stage 01", run_dir("s01"), run_dir("s01_straight"), run_dir("s01_control"), n + 1, n + 4)
+    stopped_then_resumed("stage 01", t01, "s01", n, "SIGTERM", 4)
 
     # 2. Stage 01, SIGINT twice. 0.05 s apart (one signal come by two routes) the run still
     # stops after its step, exit 3, whenever the two come. 1.5 s apart (the user's second
@@ -193,18 +201,7 @@ def main():
         log = f.read()
     check(status == STOPPED, f"stage 02, SIGUSR1 to rank 1: mpirun's exit status {status}, expected {STOPPED}")
     check("by a stop signal on 1 of 2 ranks" in log, "stage 02: rank 0 says the signal came to 1 of the 2 ranks")
-    check(n is not None and has_checkpoint(run_dir("s02"), n) and max(train_losses(run_dir("s02"))) == n,
-          f"stage 02: stopped after step {n}, its checkpoint written, its metrics ending there")
-    line = stop_line(run_dir("s02"))
-    check(line is not None and line["step"] == n and line["signal"] == "a stop signal on 1 of 2 ranks" and
-          line["checkpoint"].endswith(f"step_{n:08d}"), f"stage 02: the metrics' stop line {line}")
-    if n is not None:
-        resumed = start(t02 + ["--set", f"steps={n + 3}", "--set", "resume=latest", "--set", "checkpoint_at_end=false"],
-                        "s02", "s02_resumed")
-        check(finish(resumed, 120) == 0, "stage 02: resume=latest to 3 more steps")
-        check(straight(t02, "s02_straight", n + 3), "stage 02: the straight run")
-        check(straight(t02, "s02_control", n + 3, "--set", control_lr), "stage 02: the control run")
-        compare_resumed("stage 02", run_dir("s02"), run_dir("s02_straight"), run_dir("s02_control"), n + 1, n + 3)
+    stopped_then_resumed("stage 02", t02, "s02", n, "a stop signal on 1 of 2 ranks", 3)
 
     # 4. Stage 02 on 2 ranks, SIGTERM to rank 1: a job of several ranks leaves SIGTERM to
     # its default action (mpirun sends it to every rank when it ends a failed job, which
