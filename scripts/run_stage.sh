@@ -17,6 +17,14 @@
 # is taken from the caller's directory when it is there (else from the root); the
 # config's and the --set paths are the root's. Across nodes or under Slurm, call
 # mpirun or srun directly: see docs/distributed.md.
+#
+# Ctrl-C (or SIGTERM, SIGHUP to this script) stops the job cleanly: the ranks finish the
+# step in progress, write a checkpoint of it and exit with status 3, and resume=latest
+# goes on from there (docs/checkpoints.md). mpirun itself would end the ranks a second
+# after a Ctrl-C, too soon to save, so it runs in a session of its own, out of the
+# terminal's reach, and this script hands it the trainer's stop signal, SIGUSR1, which
+# mpirun passes on to every rank. A second Ctrl-C, a second or more after the first,
+# ends the job at once.
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -110,4 +118,37 @@ log "stage $name on $ranks rank(s) of $cores core(s), OMP_NUM_THREADS=$OMP_NUM_T
   printf '\n'
 } >&2
 cd "$GPT_ROOT"
-exec "${cmd[@]}"
+command -v setsid > /dev/null || exec "${cmd[@]}"  # no setsid: mpirun takes Ctrl-C itself
+
+# mpirun in a session of its own (so in a process group the terminal's Ctrl-C does not
+# reach), run in the background so that this shell can take the signals meant for it.
+setsid "${cmd[@]}" &
+job=$!
+first_stop=""
+# stop SIGNAL: the first signal asks the ranks to stop after their step; one within a
+# second of it is the same signal come by two routes (a scheduler signals every process
+# of a job); a later one ends the job at once.
+stop() {
+  local now=${EPOCHREALTIME:-$SECONDS.000000}  # seconds, to the microsecond (bash 5)
+  now=${now//[.,]/}
+  if [[ -z "$first_stop" ]]; then
+    first_stop=$now
+    log "$1: the ranks stop after this step and save a checkpoint (again, a second or more later, to end them at once)"
+    kill -USR1 "$job" 2> /dev/null || true
+  elif ((10#$now - 10#$first_stop >= 1000000)); then
+    log "$1 again: ending the job now"
+    kill -TERM "$job" 2> /dev/null || true
+  fi
+}
+trap 'stop SIGINT' INT
+trap 'stop SIGTERM' TERM
+trap 'stop SIGHUP' HUP
+trap 'stop SIGUSR1' USR1
+# A trapped signal cuts `wait` short while mpirun runs on: wait again until it has ended
+# (an ended, unreaped mpirun still answers kill -0, so its status is never lost).
+while :; do
+  status=0
+  wait "$job" || status=$?
+  kill -0 "$job" 2> /dev/null || break
+done
+exit "$status"

@@ -22,6 +22,12 @@
   5. stage 02 on 2 ranks, SIGUSR1 during the end-of-run sample: the sample is cut short
      and the run, whose training is done, exits 0 at once.
   6. stage 02 on 2 ranks, SIGUSR1 during a periodic save: the run stops on that save.
+  7. scripts/run_stage.sh 2 02, Ctrl-C (SIGINT to the script's process group, as a
+     terminal sends it; twice, 0.05 s apart): the script hands mpirun SIGUSR1, and the
+     job stops after its step with a checkpoint, status 3. Without the script's help
+     mpirun would take the SIGINT itself and end the ranks without one. Ctrl-C again
+     1.5 s later, while that checkpoint is being written, ends the job at once, and no
+     rank outlives it by more than a few seconds.
 """
 import argparse
 import json
@@ -32,7 +38,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "zero"))
-from rank_lost import find_ranks  # noqa: E402  (world rank -> pid of an mpirun job's ranks)
+from rank_lost import alive, find_ranks  # noqa: E402  (world rank -> pid of an mpirun job's ranks)
 
 STOPPED = 3  # kStoppedExit, common/stop_request.h
 failures = []
@@ -248,6 +254,41 @@ def main():
     saves = sorted(d for d in os.listdir(run_dir("s02_save")) if d.startswith("step_"))
     check(status == STOPPED and n == 5 and saves == ["step_00000005"],
           f"stage 02, SIGUSR1 during the save of step 5: status {status}, stopped after step {n}, saves {saves}")
+
+    # 7. scripts/run_stage.sh 2 02, Ctrl-C. The terminal sends SIGINT to the foreground
+    # process group: the script's, which mpirun, in a session of its own, is not in.
+    build = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(a.train02))))  # BUILD/stages/02_ddp/train
+    run_stage = ["bash", os.path.join(a.root, "scripts", "run_stage.sh"), "2", "02"] + common
+    hooks = {"GPT_BUILD_DIR": build, "OMP_NUM_THREADS": "1"}
+    job = start(run_stage + ["--set", "steps=1000000"], "run_stage", **hooks)
+    if wait_for_steps(job, run_dir("run_stage"), 3):
+        os.killpg(job.pid, signal.SIGINT)
+        time.sleep(0.05)
+        os.killpg(job.pid, signal.SIGINT)
+    status = finish(job)
+    n = stopped_step(os.path.join(a.work, "run_stage.log"))
+    check(status == STOPPED and n is not None and has_checkpoint(run_dir("run_stage"), n),
+          f"run_stage.sh, Ctrl-C twice 0.05 s apart: status {status}, stopped after step {n} with its checkpoint")
+    # The second Ctrl-C during the save of that step (held 5 s by GPT_TEST_SAVE_DELAY_S).
+    job = start(run_stage + ["--set", "steps=1000000"], "run_stage_twice", GPT_TEST_SAVE_DELAY_S="5", **hooks)
+    ranks = {}
+    if wait_for_steps(job, run_dir("run_stage_twice"), 3):
+        ranks = find_ranks(job.pid)
+        os.killpg(job.pid, signal.SIGINT)
+        time.sleep(1.5)
+        os.killpg(job.pid, signal.SIGINT)
+    began = time.monotonic()
+    status = finish(job)
+    deadline = time.monotonic() + 10
+    while any(alive(*rank) for rank in ranks.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    took = time.monotonic() - began
+    left = [r for r, rank in ranks.items() if alive(*rank)]
+    for r in left:
+        os.kill(ranks[r][0], signal.SIGKILL)
+    check(len(ranks) == 2 and status not in (None, 0, STOPPED) and took < 10 and not left,
+          f"run_stage.sh, Ctrl-C again 1.5 s later, during the save: status {status}, the job and its "
+          f"ranks {sorted(ranks)} ended in {took:.1f} s (still running: {left})")
 
     if failures:
         sys.exit(f"{len(failures)} failure(s); logs in {a.work}")
