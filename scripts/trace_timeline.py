@@ -56,8 +56,10 @@ OP_COLOURS = [
 OP_OTHER = ("#A0A0A0", "other ops")
 COMM_COLOURS = [
     ("allreduce", "#C44E52", "all-reduce"),
+    ("all_reduce", "#C44E52", "all-reduce"),  # tensor parallelism's tp_all_reduce
     ("reduce_scatter", "#DD8452", "reduce-scatter"),
     ("allgather", "#2A9D8F", "all-gather"),
+    ("all_gather", "#2A9D8F", "all-gather"),
     ("gather", "#2A9D8F", "all-gather"),
     ("wait", "#E0E0E0", "waiting"),
 ]

@@ -3,8 +3,8 @@
 //
 // The bubble of rank r over a step:  1 - (time r computes) / (the step's makespan),
 // the makespan being the time from a common start (a barrier) until the last rank of the
-// pipeline has run its schedule. Theory, with equal stages and forward/backward times:
-// (p - 1) / (m + p - 1) for GPipe and 1F1B.
+// pipeline has run its schedule. Theory, with equal stages (whatever the forward and
+// backward times): (p - 1) / (m + p - 1) for GPipe and 1F1B.
 #pragma once
 #include <cstddef>
 #include <functional>

@@ -55,6 +55,8 @@ int main(int argc, char** argv) {
   return run_main("pipeline_schedule", [&] {
     std::string name = "gpipe";
     int p = 4, m = 8, v = 1;
+    // PipeCosts' own machine (a backward twice a forward), its backward split in two equal
+    // halves so that ZB-H1 has a weight half to defer; a plain Backward costs tB + tW = 2.
     PipeCosts costs{1, 1, 1};
     std::set<std::string> given;  // an option given twice is a mistake, whichever value was meant
     for (int i = 1; i < argc; ++i) {

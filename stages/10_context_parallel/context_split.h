@@ -2,9 +2,10 @@
 //
 // Causal attention is lopsided: the query at position t looks at t + 1 keys, so the last
 // tokens of a sequence cost far more than the first. Cut the sequence into cp contiguous
-// chunks (`contiguous`) and rank r's queries see (2r + 1) / (2 cp) of the keys on
-// average: the last rank does 2cp - 1 times the first one's work (7x at cp = 4) and the
-// others wait for it. Cut it into 2 cp chunks instead and give rank r chunks r and
+// chunks (`contiguous`) and rank r's queries see about (2r + 1) / (2 cp) of the keys on
+// average: the last rank does 1 + 2(cp - 1) Tc/(Tc + 1) times the first one's work (6.8x
+// at cp = 4 and chunks of Tc = 32 tokens; 2cp - 1 = 7x for long chunks) and the others
+// wait for it. Cut it into 2 cp chunks instead and give rank r chunks r and
 // 2cp - 1 - r (`zigzag`): every rank gets one early and one late chunk, and the same
 // number of visible (query, key) pairs,
 //
