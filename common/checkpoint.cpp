@@ -288,12 +288,41 @@ int64_t recorded_sequences(const json& manifest, const std::string& manifest_pat
   return step * batch->get<int64_t>();
 }
 
+// The first element of [from, to) that is not a number, or to.
+template <class T>
+int64_t first_not_finite(const T* values, int64_t from, int64_t to) {
+  for (int64_t i = from; i < to; ++i)
+    if (!std::isfinite(values[i - from])) return i;
+  return to;
+}
+
+// Weights that are not numbers are never saved. An update that overflowed (too high an
+// lr) would otherwise be published as the newest checkpoint, and the pruning after it
+// would delete the good ones before it: nothing would be left to resume, since
+// load_checkpoint refuses such values (check_values). A UserError on the rank that holds
+// them, naming the tensor, before anything touches the disk.
+void check_numbers(const ParamLayout& layout, const std::vector<CheckpointBuffer>& buffers, int64_t step) {
+  for (const CheckpointBuffer& b : buffers) {
+    const int64_t at = b.fp64() ? first_not_finite(b.data64, b.begin, b.end) : first_not_finite(b.data, b.begin, b.end);
+    if (at == b.end) continue;
+    const double value = b.fp64() ? b.data64[at - b.begin] : double(b.data[at - b.begin]);
+    std::string where = "element " + std::to_string(at) + " of the flat buffer";
+    for (const ParamTensor& t : layout.tensors())
+      if (at >= t.offset && at < t.offset + t.numel)
+        where = b.kind + "/" + t.name + " element " + std::to_string(at - t.offset) + " of " + std::to_string(t.numel);
+    fail("step " + std::to_string(step) + ": " + where + " is " + number_text(value) +
+         ": the run has diverged (lower lr?); no checkpoint is written of it, and the "
+         "checkpoints before it are kept");
+  }
+}
+
 }  // namespace
 
 std::string save_checkpoint(const std::string& run_dir, const Config& cfg,
                             const ParamLayout& layout, const CheckpointState& state,
                             const std::vector<CheckpointBuffer>& buffers) {
   check_buffers(layout, buffers);
+  check_numbers(layout, buffers, state.step);
   const CheckpointPaths p = checkpoint_paths(run_dir, state.step);
   make_fresh_tmp_dir(p);
   TmpDirCleanup cleanup(p);
@@ -332,6 +361,7 @@ std::string save_checkpoint_sharded(Communicator& comm, const std::string& run_d
   ordered_json layout_json;
   agree(comm, attempt([&] {
     check_buffers(layout, buffers);
+    check_numbers(layout, buffers, state.step);
     layout_json = parse_layout_json(state.layout_json);
   }));
   check_same_kinds(comm, buffers);

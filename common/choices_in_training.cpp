@@ -7,6 +7,7 @@
 
 #include "common/choices_eval.h"
 #include "common/error.h"
+#include "common/finite.h"
 #include "common/memory.h"
 
 namespace gpt {
@@ -61,6 +62,11 @@ ChoicesTally ChoicesInTraining::score(const A* weights, const ModelConfig& model
     world->all_reduce(sums, 5, DType::F64);
     tally = {int64_t(sums[0]), int64_t(sums[1]), int64_t(sums[2]), sums[3], int64_t(sums[4])};
   }
+  // A completion's loss that is not a number (weights diverged, or too large for the
+  // arithmetic) makes the sum so on every rank: the picks among NaN losses mean nothing.
+  require_finite_result(tally.loss_sum, "the multiple-choice eval of " + file_ + ": the completions' summed loss",
+                        "the weights give no probabilities to compare (they have diverged: lower lr?); the run stops, "
+                        "and no checkpoint is written of them");
   tally.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return tally;
 }

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/finite.h"
 #include "common/layout_exchange.h"
 #include "common/lead_work.h"
 #include "common/mfu.h"
@@ -321,6 +322,12 @@ void log_step(const Config& cfg, MetricsLog& log, bool lead, double flops_per_to
     fail("the loss is " + std::to_string(loss) + " at step " + std::to_string(step) + " (lower lr?)");
 }
 
+void log_validation(MetricsLog& log, bool lead, int64_t step, double val_loss) {
+  if (lead) log.validation(step, val_loss);
+  require_finite_result(val_loss, "step " + std::to_string(step) + ": the validation loss",
+                        "the weights have diverged (lower lr?): the run stops, and no checkpoint is written of them");
+}
+
 template <class A>
 bool after_step(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,
                 const CheckpointState& state, const GatherWhole<A>& whole) {
@@ -343,8 +350,7 @@ bool after_step(Run& run, const Validation& validate, Communicator& dp, MetricsL
   const bool evaluates = cfg.val_every > 0 && state.step % cfg.val_every == 0;
   if (evaluates) {
     if (cfg.val_batches > 0) {
-      const double val_loss = validate();
-      if (run.lead()) log.validation(state.step, val_loss);
+      log_validation(log, run.lead(), state.step, validate());
     }
     if (scores_choices(run)) {
       const MemScope eval(MemKind::Eval);  // the gathered copy and the scorer: freed after it
@@ -385,8 +391,7 @@ void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsL
     std::printf("a stop signal came after the last step: the end-of-run validation, eval and sample are skipped\n");
   const bool scores = scores_choices(run) && !cut_short, samples = cfg.sample_tokens > 0 && !cut_short;
   if (cfg.val_batches > 0 && !cut_short) {
-    const double val_loss = validate();
-    if (run.lead()) log.validation(state.step, val_loss);
+    log_validation(log, run.lead(), state.step, validate());
   }
   // One gather serves the eval (every rank) and the sample (the lead, which keeps it).
   WholeWeights<A> weights;

@@ -11,6 +11,7 @@
 ///     train(run) on every rank: an error on one rank ends them all (bad input: exit 2;
 ///     a bug: exit 1).
 ///   log_step(...)       a finished step's metrics line; a loss that is not finite stops the run
+///   log_validation(...) the same for a validation loss
 ///   after_step(...)     the validation loss (and the multiple-choice eval) and the
 ///                       checkpoint every N steps; true when a stop signal ends the run
 ///                       here, after a checkpoint (common/stop_request.h: exit 3)
@@ -161,6 +162,10 @@ struct RunCheckpoints {
 /// not finite: a diverged run stops at once, before it checkpoints.
 void log_step(const Config& cfg, MetricsLog& log, bool lead, double flops_per_token, std::optional<double> peak_flops,
               int64_t step, double loss, double lr, double grad_norm, double ms, const MemoryLedger& mem);
+/// Logs the validation loss of step `step` (the lead rank's line), then, on every rank (the
+/// loss is the same on each), a UserError naming the step if it is not finite: weights
+/// that give NaN have diverged, and the run stops before it checkpoints them.
+void log_validation(MetricsLog& log, bool lead, int64_t step, double val_loss);
 /// The same for a rank of a multi-rank run: the lead rank, the FLOPs and the peak are run's.
 inline void log_step(const Run& run, MetricsLog& log, int64_t step, double loss, double lr, double grad_norm,
                      double ms, const MemoryLedger& mem) {

@@ -32,6 +32,12 @@ void require_finite(const T* values, int64_t n, const std::string& what, const s
            why_here + ")");
 }
 
+/// A UserError when `value`, a result computed from a model's weights (`what`: "step 12:
+/// the validation loss"), is NaN or infinite, saying what it means (`meaning`).
+inline void require_finite_result(double value, const std::string& what, const std::string& meaning) {
+  if (!std::isfinite(value)) fail(what + " is " + number_text(value) + ": " + meaning);
+}
+
 /// A UserError naming `what` (an adam_v tensor and its file) and the first negative
 /// value: second moments are running means of squares, and the update divides by their
 /// square root.

@@ -32,6 +32,7 @@
 #include "common/device_array.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/finite.h"
 #include "common/gpt2.h"
 #include "common/precision.h"
 
@@ -193,6 +194,13 @@ int evaluate(const Options& o, const std::string& checkpoint, const gpt::ModelCo
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
+  // The lowest of NaN losses is no pick: weights that give them have nothing to report.
+  for (const gpt::ChoiceScore& s : scores)
+    for (size_t c = 0; c < s.loss_sum.size(); ++c)
+      gpt::require_finite_result(s.loss_sum[c], "example " + std::to_string(s.index) + ", completion " +
+                                                    std::to_string(c) + ": the summed loss",
+                                 "the weights of " + checkpoint +
+                                     " give no probabilities to compare (values too large for the arithmetic?)");
   int correct = 0, correct_norm = 0;
   for (const gpt::ChoiceScore& s : scores) {
     correct += s.pred == s.label;

@@ -176,7 +176,8 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     std::string saved;  // this step's checkpoint, if written
     if (stop_signal() == 0) {  // a stop signal goes straight to its checkpoint, below
       if (cfg.val_every > 0 && state.step % cfg.val_every == 0 && state.step < cfg.steps) {
-        if (cfg.val_batches > 0) log.validation(state.step, validation_loss(model, val_data, cfg.val_batches));
+        if (cfg.val_batches > 0)
+          log_validation(log, /*lead=*/true, state.step, validation_loss(model, val_data, cfg.val_batches));
         if (choices.enabled()) log_choices();
       }
       if (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0 && state.step < cfg.steps) saved = save();
@@ -196,7 +197,8 @@ int train_on(const Config& cfg, Device device, Precision precision) {
   const bool cut_short = stop_signal() != 0;
   if (cut_short) std::printf("a stop signal came after the last step: the end-of-run validation, eval and sample "
                              "are skipped\n");
-  if (cfg.val_batches > 0 && !cut_short) log.validation(state.step, validation_loss(model, val_data, cfg.val_batches));
+  if (cfg.val_batches > 0 && !cut_short)
+    log_validation(log, /*lead=*/true, state.step, validation_loss(model, val_data, cfg.val_batches));
   if (choices.enabled() && !cut_short) log_choices();
   if (cfg.checkpoint_at_end && !rewrites_resumed_checkpoint(cfg.run_dir, state)) {
     const std::string path = save();
