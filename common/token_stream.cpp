@@ -15,6 +15,7 @@
 
 #include "common/data.h"
 #include "common/error.h"
+#include "common/mapping_fault.h"
 
 namespace gpt {
 namespace {
@@ -60,6 +61,8 @@ TokenStream::TokenStream(const std::string& pattern, int vocab_size) {
         ::munmap(mapping, bytes);
         throw;
       }
+      // Cut short from now on (truncated in place), a read of it is an error naming it.
+      register_mapping(mapping, bytes, path, "shard");
       const int32_t* header = static_cast<const int32_t*>(mapping);
       if (header[0] != kShardMagic || header[1] != kShardVersion || header[2] != count)
         fail("shard '" + path + "' changed while it was being opened; start again");
@@ -90,7 +93,10 @@ TokenStream& TokenStream::operator=(TokenStream&& other) noexcept {
 }
 
 void TokenStream::unmap_all() {
-  for (const Shard& s : shards_) ::munmap(s.mapping, s.mapping_bytes);
+  for (const Shard& s : shards_) {
+    unregister_mapping(s.mapping);
+    ::munmap(s.mapping, s.mapping_bytes);
+  }
   shards_.clear();
   total_ = 0;
 }
