@@ -573,6 +573,9 @@ void apply_json_text(Config& cfg, const std::string& json_text, const std::strin
   cfg = result;
 }
 
+// Any readable file, not only a regular one: `--config <(jq ... base.json)` hands the
+// trainer a pipe. (So a named pipe that nothing writes to waits for its writer, as `cat`
+// would.)
 void apply_json_file(Config& cfg, const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))

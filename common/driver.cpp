@@ -423,8 +423,7 @@ void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsL
         sample.progress();
         return stop_signal() == 0;  // a stop signal to the lead ends the sample where it is
       });
-      std::printf("---- sample (temperature %.2f, top-k %d%s) ----\n%s\n----\n", cfg.temperature, cfg.top_k,
-                  stop_signal() != 0 ? ", cut short by a stop signal" : "", text.c_str());
+      print_sample(stdout, cfg, text, /*cut_short=*/stop_signal() != 0);
       log.sample(state.step, text);
       sample.done();
     } else {

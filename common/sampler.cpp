@@ -3,6 +3,7 @@
 #include "common/tokenizer.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <numeric>
 #include <utility>
@@ -91,6 +92,13 @@ std::string sample_text(CachedDecoder<A>& decoder, const Config& cfg, uint64_t& 
   const std::vector<int> context = tokenizer.encode_prompt(cfg.prompt);
   const SampleOptions opt{cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed, std::move(after_token)};
   return tokenizer.decode(generate(decoder, context, opt, counter));
+}
+
+void print_sample(std::FILE* out, const Config& cfg, const std::string& text, bool cut_short) {
+  std::fprintf(out, "---- sample (temperature %g, top-k %d%s) ----\n", cfg.temperature, cfg.top_k,
+               cut_short ? ", cut short by a stop signal" : "");
+  std::fwrite(text.data(), 1, text.size(), out);
+  std::fprintf(out, "\n----\n");
 }
 
 int sample_window(const Config& cfg, int seq_len) {

@@ -7,6 +7,7 @@
 /// samples are reproducible and the counter is the only state a checkpoint keeps.
 #pragma once
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -52,6 +53,11 @@ std::vector<int> generate(CachedDecoder<A>& decoder, std::vector<int> context, c
 template <class A>
 std::string sample_text(CachedDecoder<A>& decoder, const Config& cfg, uint64_t& counter,
                         std::function<bool()> after_token = {});
+
+/// Prints a sample_text to `out` (stdout) between a header (temperature, top-k, and whether
+/// a stop signal cut it short) and a closing line. Every byte of it: a byte tokenizer's
+/// text may hold a NUL, which would end a printf's "%s" there.
+void print_sample(std::FILE* out, const Config& cfg, const std::string& text, bool cut_short);
 
 /// The window sample_text's decoder needs: at most seq_len, and otherwise room for the
 /// prompt (its bytes, as many as its tokens at least; 1 for the empty prompt's start token)

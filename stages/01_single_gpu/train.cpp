@@ -210,8 +210,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     sampler.model().set_params(master->data());
     // A stop signal ends the sample where it is.
     const std::string text = sample_text(sampler, cfg, state.sample_counter, [] { return stop_signal() == 0; });
-    std::printf("---- sample (temperature %.2f, top-k %d%s) ----\n%s\n----\n", cfg.temperature, cfg.top_k,
-                stop_signal() != 0 ? ", cut short by a stop signal" : "", text.c_str());
+    print_sample(stdout, cfg, text, /*cut_short=*/stop_signal() != 0);
     log.sample(state.step, text);
   }
   device_synchronize(device);  // a failure in the last queued kernel is reported, not lost

@@ -426,3 +426,23 @@ TEST_CASE("inference-only model: evaluate_spans computes the head over the spans
   SECTION("bf16 storage") { check_spans<bf16>(Precision::BF16); }
   SECTION("fp32 emulating bf16") { check_spans<float>(Precision::BF16); }
 }
+
+TEST_CASE("print_sample: every byte of the text, a NUL included, between its header and closing line",
+          "[sampler]") {
+  gpt::Config cfg;
+  cfg.temperature = 0.8, cfg.top_k = 40;
+  const std::string text("one\0two", 7);
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out != nullptr);
+  gpt::print_sample(out, cfg, text, /*cut_short=*/false);
+  gpt::print_sample(out, cfg, "", /*cut_short=*/true);
+  std::rewind(out);
+  std::string printed;
+  for (int c; (c = std::fgetc(out)) != EOF;) printed.push_back(char(c));
+  std::fclose(out);
+  const std::string want = "---- sample (temperature 0.8, top-k 40) ----\n" + text + "\n----\n" +
+                           "---- sample (temperature 0.8, top-k 40, cut short by a stop signal) ----\n\n----\n";
+  CHECK(printed == want);
+  // Control: "%s" would have stopped at the NUL.
+  CHECK(printed.find("two") != std::string::npos);
+}
