@@ -42,7 +42,7 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: checkpoint_diff A B [--kinds param,adam_m,adam_v]\n"
+    "usage: checkpoint_diff A B [--kinds param,adam_m,adam_v]     (or --kinds=LIST)\n"
     "\n"
     "Compares checkpoints A and B of one model shape (step_N directories, or run\n"
     "directories: their latest), tensor by tensor: how many elements differ, the largest\n"
@@ -165,10 +165,10 @@ int run(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
-    if (arg == "--kinds") {
+    if (arg == "--kinds" || arg.starts_with("--kinds=")) {  // --kinds LIST or --kinds=LIST
       if (kinds_given) gpt::fail("--kinds is given twice; give it once");
-      if (i + 1 == argc) gpt::fail("--kinds needs a value (param,adam_m,adam_v)");
-      kinds_list = argv[++i];
+      if (arg == "--kinds" && i + 1 == argc) gpt::fail("--kinds needs a value (param,adam_m,adam_v)");
+      kinds_list = arg == "--kinds" ? argv[++i] : arg.substr(8);
       kinds_given = true;
     } else if (arg.size() > 1 && arg[0] == '-') {
       gpt::fail("unknown option '" + arg + "'\n" + kUsage);

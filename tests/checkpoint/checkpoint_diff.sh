@@ -15,7 +15,7 @@
 #      run's differs;
 #   5. exit 2, naming the problem: two model shapes, a missing checkpoint, a bad --kinds,
 #      one checkpoint only, a file cut short, a manifest claiming a larger model;
-#   6. --kinds param prints param alone; -0 and +0 are equal (values compare as numbers);
+#   6. --kinds param (or --kinds=param) prints param alone; -0 and +0 are equal (values compare as numbers);
 #      fp64 values of 1e200 and -1e200 give max |a-b| 2e200 and rel 2, not inf or NaN.
 # Usage: checkpoint_diff.sh DIFF TRAIN01 PREPARE WORKDIR ROOT
 set -euo pipefail
@@ -92,9 +92,12 @@ cp -r "$WORK/fp32/$s2" "$WORK/planted"
 plant "$WORK/planted" h.1.ln_2.bias 3 +10
 expect planted 1 "param: [0-9]+ of [0-9]+ tensors equal; 1 of [0-9]+ elements differ" "$WORK/planted" "$WORK/fp32/$s2"
 expect kinds_param 1 "param: 27 of" "$WORK/planted" "$WORK/fp32/$s2" --kinds param
-if grep -qE "^adam_(m|v):" "$WORK/kinds_param.out"; then
-  echo "FAIL: --kinds param printed other kinds"; failures=$((failures + 1))
-fi
+expect kinds_equals 1 "param: 27 of" "$WORK/planted" "$WORK/fp32/$s2" --kinds=param
+for out in kinds_param kinds_equals; do
+  if grep -qE "^adam_(m|v):" "$WORK/$out.out"; then
+    echo "FAIL: $out: --kinds param printed other kinds"; failures=$((failures + 1))
+  fi
+done
 
 # Values compare as numbers: a bias of +0 (at step 0) stored as -0 is equal, though the
 # bytes differ.
