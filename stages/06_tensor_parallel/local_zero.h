@@ -25,7 +25,6 @@
 #include "common/gpt2.h"
 #include "common/optimizer.h"
 #include "common/rank_layout.h"
-#include "common/whole_model.h"
 #include "stages/02_ddp/grad_sync.h"
 #include "stages/03_zero1/shard.h"
 #include "stages/04_zero2/zero2.h"
@@ -95,32 +94,5 @@ class LocalZero {
   std::unique_ptr<Zero2Store<A>> sharded_;  // zero 2, 3 (a Zero3Store for 3)
   std::unique_ptr<CheckpointMirror> mirror_;  // master weights and moments, for checkpoints
 };
-
-// The whole model's weights on world rank 0 (empty elsewhere), for the sample, or on
-// every rank (`on`), for the multiple-choice eval: each rank writes the counted elements
-// of its local buffers into zeros and the world sums them (x + 0 = x exactly, in bf16 too:
-// every element is counted by one rank), a window of kGatherWindow elements (or `window`)
-// at a time, so that, gathering for the lead, no other rank holds a whole model. A rank's parts: its local buffers (one, or one per model chunk in an
-// interleaved pipeline) with the slices of the global tensors each holds. `counted`:
-// whether this rank counts its replicas (one rank per replica group). In host memory (the
-// sampling model reads them from its device: on_device, device_array.h).
-constexpr int64_t kGatherWindow = int64_t(1) << 24;
-
-template <class A>
-struct LocalPart {
-  const RankLayout* slices;     // which global elements the buffer holds
-  const std::vector<A>* local;  // the buffer (LocalZero::local_weights)
-};
-
-template <class A>
-std::vector<A> gather_whole_model(Communicator& world, const std::vector<LocalPart<A>>& parts, bool counted,
-                                  WholeOn on = WholeOn::Lead, int64_t window = kGatherWindow);
-
-// The same for one local buffer.
-template <class A>
-std::vector<A> gather_whole_model(Communicator& world, const RankLayout& slices, const std::vector<A>& local,
-                                  bool counted, WholeOn on = WholeOn::Lead, int64_t window = kGatherWindow) {
-  return gather_whole_model(world, std::vector<LocalPart<A>>{{&slices, &local}}, counted, on, window);
-}
 
 }  // namespace gpt

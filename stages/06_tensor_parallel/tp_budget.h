@@ -1,7 +1,6 @@
 // What a tensor-parallel rank should hold and send, from the model's shape alone: the
 // formulas of this stage's README, printed beside what the memory tracker and the
-// counting communicator measured. Also the checks of the config keys tensor
-// parallelism needs.
+// counting communicator measured.
 //
 // Local sizes of tp rank r (C = n_embd, W = C/tp, F = 4C/tp, Vr = its vocabulary rows,
 // Tb = block_size, L = n_layer):
@@ -31,10 +30,6 @@
 #include "common/memory.h"
 
 namespace gpt {
-
-// UserErrors naming the key: tp greater than n_head, n_head not divisible by tp,
-// seq_len not divisible by tp under sequence parallelism.
-void check_tensor_parallel(const Config& cfg);
 
 struct TpBudget {
   MemoryLedger memory;  // expected bytes per kind (params, grads, optimizer, activations)

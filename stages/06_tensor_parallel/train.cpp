@@ -37,9 +37,11 @@
 #include "common/optimizer.h"
 #include "common/rank_layout.h"
 #include "common/trace.h"
+#include "stages/06_tensor_parallel/gather_whole.h"
 #include "stages/06_tensor_parallel/local_zero.h"
 #include "stages/06_tensor_parallel/sequence_parallel_grads.h"
 #include "stages/06_tensor_parallel/tp_budget.h"
+#include "stages/06_tensor_parallel/tp_config.h"
 #include "stages/06_tensor_parallel/tp_hooks.h"
 
 using namespace gpt;

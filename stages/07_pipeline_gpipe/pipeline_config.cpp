@@ -1,11 +1,22 @@
 // Pipeline config checks and the partition table; see pipeline_config.h.
 #include "stages/07_pipeline_gpipe/pipeline_config.h"
 
+#include <algorithm>
+#include <string>
+
 #include "common/comm.h"
 #include "common/error.h"
-#include "stages/07_pipeline_gpipe/pipeline_executor.h"
 
 namespace gpt {
+
+LayerRange stage_layers(int n_layer, int stages, int stage) {
+  invariant(stages >= 1 && stage >= 0 && stage < stages && n_layer >= stages,
+            "stage_layers: stage " + std::to_string(stage) + " of " + std::to_string(stages) + " over " +
+                std::to_string(n_layer) + " layers");
+  const int base = n_layer / stages, extra = n_layer % stages;
+  const int begin = stage * base + std::min(stage, extra);
+  return {begin, begin + base + (stage < extra ? 1 : 0)};
+}
 
 void check_pipeline(const Config& cfg, int pp, int micro_batches) {
   const int v = cfg.virtual_stages;

@@ -16,15 +16,6 @@
 
 namespace gpt {
 
-LayerRange stage_layers(int n_layer, int stages, int stage) {
-  invariant(stages >= 1 && stage >= 0 && stage < stages && n_layer >= stages,
-            "stage_layers: stage " + std::to_string(stage) + " of " + std::to_string(stages) + " over " +
-                std::to_string(n_layer) + " layers");
-  const int base = n_layer / stages, extra = n_layer % stages;
-  const int begin = stage * base + std::min(stage, extra);
-  return {begin, begin + base + (stage < extra ? 1 : 0)};
-}
-
 int max_in_flight(const PipeSchedule& schedule, int chunk) {
   int now = 0, most = 0;
   for (const PipeAction& a : schedule) {

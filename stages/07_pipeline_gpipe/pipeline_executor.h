@@ -54,10 +54,6 @@
 
 namespace gpt {
 
-// The layers virtual stage `stage` of `stages` runs: n_layer split as evenly as possible,
-// the first n_layer mod stages stages taking one more (the last stage also runs the head).
-LayerRange stage_layers(int n_layer, int stages, int stage);
-
 // The most micro-batches chunk `chunk` has in flight under `schedule` (from its forward
 // to its Backward or BackwardWeight).
 int max_in_flight(const PipeSchedule& schedule, int chunk);

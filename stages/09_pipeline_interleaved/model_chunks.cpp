@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "common/error.h"
+#include "stages/07_pipeline_gpipe/pipeline_config.h"
 #include "stages/07_pipeline_gpipe/pipeline_executor.h"
 
 namespace gpt {

@@ -20,6 +20,7 @@
 #include "common/gpt2.h"
 #include "common/rank_layout.h"
 #include "common/whole_model.h"
+#include "stages/06_tensor_parallel/gather_whole.h"
 #include "stages/06_tensor_parallel/local_zero.h"
 #include "stages/06_tensor_parallel/sequence_parallel_grads.h"
 #include "stages/06_tensor_parallel/tp_hooks.h"

@@ -49,7 +49,7 @@
 #include "common/recompute.h"
 #include "common/trace.h"
 #include "stages/06_tensor_parallel/local_zero.h"
-#include "stages/06_tensor_parallel/tp_budget.h"
+#include "stages/06_tensor_parallel/tp_config.h"
 #include "stages/06_tensor_parallel/tp_hooks.h"
 #include "stages/07_pipeline_gpipe/grad_norm_by_tensor.h"
 #include "stages/07_pipeline_gpipe/pipeline_config.h"

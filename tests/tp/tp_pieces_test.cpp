@@ -41,6 +41,7 @@
 #include "common/model_head.h"
 #include "common/rank_layout.h"
 #include "kernels/cpu/bf16.h"
+#include "stages/06_tensor_parallel/gather_whole.h"
 #include "stages/06_tensor_parallel/local_zero.h"
 #include "stages/06_tensor_parallel/sequence_parallel_grads.h"
 #include "stages/06_tensor_parallel/tp_hooks.h"
