@@ -42,7 +42,7 @@ void CachedDecoder<A>::CacheHooks::attention_forward(const PieceContext& ctx, A*
   device_copy(d, keys + size_t(position) * 2 * W, d, row + W, 2 * W * sizeof(G));
   // The one query at `position` against keys 0..position, causal by position as a ring
   // attention block is.
-  cpu::FlashView<G> view{};
+  AttentionView<G> view{};
   view.q = row, view.k = keys, view.v = keys + W;
   view.q_stride = 3 * W, view.kv_stride = 2 * W, view.out_stride = W;
   view.B = 1, view.Tq = 1, view.Tk = position + 1, view.NH = heads, view.hs = width / heads;

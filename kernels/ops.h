@@ -179,7 +179,7 @@ void attention_backward(Device d, A* dqkv, const A* dout, const A* qkv, const A*
 #ifdef GPT_HAVE_CUDA
 /// The call on the GPU for fp32 views (other types: an error naming the op).
 template <class A, class Call>
-void block_on_gpu(const char* op, Device d, const cpu::FlashView<A>& a, Call&& call) {
+void block_on_gpu(const char* op, Device d, const AttentionView<A>& a, Call&& call) {
   if constexpr (std::is_same_v<A, float>)
     call(a);
   else
@@ -197,12 +197,12 @@ void merge_on_gpu(Device d, A* out, A* lse, size_t out_stride, const A* out_b, c
 #endif
 /// One block of a larger attention (context parallelism): queries at positions
 /// q_pos0 + t against keys and values at k_pos0 + u, causal by position, given as strided
-/// views (kernels/cpu/flash_attention.h: FlashView). Forward overwrites out and lse;
+/// views (kernels/attention_view.h: AttentionView). Forward overwrites out and lse;
 /// backward takes the merged out and lse and accumulates into dq, dk, dv; merge folds a
 /// second block's (out, lse) into the first. On the GPU in fp32 (the multi-rank stages'
 /// buffers; kernels/cuda/attention/block_attention.cu).
 template <class A>
-void attention_block_forward(Device d, const cpu::FlashView<A>& view, A* out, A* lse) {
+void attention_block_forward(Device d, const AttentionView<A>& view, A* out, A* lse) {
   GPT_DISPATCH("attention_block_forward", A,
                (void)cpu::flash_attention_forward(view, out, lse, kCpuFlashTile, kCpuFlashTile),
                block_on_gpu("attention_block_forward", d, view, [&](const cuda::BlockView& v) {
@@ -212,7 +212,7 @@ void attention_block_forward(Device d, const cpu::FlashView<A>& view, A* out, A*
 /// The backward of a block (see attention_block_forward): from the merged out and lse,
 /// accumulates into dq, dk and dv.
 template <class A>
-void attention_block_backward(Device d, const cpu::FlashView<A>& view, A* dq, A* dk, A* dv,
+void attention_block_backward(Device d, const AttentionView<A>& view, A* dq, A* dk, A* dv,
                               const A* dout, const A* out, const A* lse) {
   GPT_DISPATCH("attention_block_backward", A,
                (void)cpu::flash_attention_backward(view, dq, dk, dv, dout, out, lse, kCpuFlashTile,

@@ -9,18 +9,21 @@
 #include "common/device_array.h"
 #include "common/memory.h"
 #include "common/trace.h"
+#include "kernels/attention_view.h"
 #include "kernels/ops.h"
 
 namespace gpt {
 
 namespace {
-// Message tags: a block's keys and values in forward, in backward, and its dK, dV.
+// Message tags: a block's keys and values in forward, in backward, and its dK, dV. Any
+// three distinct values would do: the ring sends on the cp communicator, which carries
+// nothing else (the pipeline's tags are on its own pp communicator).
 constexpr int kTagKvForward = 10, kTagKvBackward = 11, kTagDkv = 12;
 
 // One block of the ring: the Tc queries of qkv's rows from q_row against the Tc keys and
 // values of kv's rows from k_row (kv: k | v, 2W a row), at their sequence positions.
 template <class G>
-cpu::FlashView<G> block_view(const G* qkv, const G* kv, size_t q_row, size_t k_row, int W, int Tc, int heads,
+AttentionView<G> block_view(const G* qkv, const G* kv, size_t q_row, size_t k_row, int W, int Tc, int heads,
                              int q_pos, int k_pos) {
   return {.q = qkv + q_row * 3 * W, .k = kv + k_row * 2 * W, .v = kv + k_row * 2 * W + W,
           .q_stride = size_t(3 * W), .kv_stride = size_t(2 * W), .out_stride = size_t(W),
@@ -123,7 +126,7 @@ void RingAttentionHooks<A>::attention_forward(const PieceContext& ctx, A* out, G
             if (k_pos > q_pos + Tc - 1) continue;  // every key after every query: masked
             pairs_ += ContextSplit::visible_pairs(q_pos, k_pos, Tc);
             const size_t q_row = size_t(b) * T + size_t(qc) * Tc, k_row = size_t(b) * T + size_t(kc) * Tc;
-            const cpu::FlashView<G> view = block_view(q, kv, q_row, k_row, W, Tc, heads, q_pos, k_pos);
+            const AttentionView<G> view = block_view(q, kv, q_row, k_row, W, Tc, heads, q_pos, k_pos);
             ops::attention_block_forward(ctx.device, view, block_out_.data(), block_lse_.data());
             G* row_lse = lse + (size_t(b) * nc + qc) * heads * Tc;
             for (int h = 0; h < heads; ++h)  // merge head h's rows through the logsumexps
@@ -170,7 +173,7 @@ void RingAttentionHooks<A>::attention_backward(const PieceContext& ctx, A* dqkv,
             const int q_pos = split_.chunk_start(r, qc), k_pos = split_.chunk_start(owner, kc);
             if (k_pos > q_pos + Tc - 1) continue;
             const size_t q_row = size_t(b) * T + size_t(qc) * Tc, k_row = size_t(b) * T + size_t(kc) * Tc;
-            const cpu::FlashView<G> view = block_view(q, kv, q_row, k_row, W, Tc, heads, q_pos, k_pos);
+            const AttentionView<G> view = block_view(q, kv, q_row, k_row, W, Tc, heads, q_pos, k_pos);
             G* dk = dkv_.data() + k_row * 2 * W;
             ops::attention_block_backward(ctx.device, view, dq + q_row * 3 * W, dk, dk + W, d_o + q_row * W,
                                           o + q_row * W, lse + (size_t(b) * nc + qc) * heads * Tc);
