@@ -100,8 +100,9 @@ TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank) 
     b.comm.bytes[size_t(op)] += calls * bytes_each;
   };
   if (!sp) {
-    // embedding, 2 per layer forward, 2 per layer backward, the head's input gradient
-    add(CommOp::AllReduce, k * (2 + 4 * L), full);
+    // embedding, 2 per layer forward, 2 per layer backward, the head's input gradient;
+    // none at tp = 1, a group with nothing to sum (tp_hooks.cpp)
+    if (tp > 1) add(CommOp::AllReduce, k * (2 + 4 * L), full);
   } else {
     // reduce-scatter where the all-reduce was; all-gather before each column-parallel
     // linear (forward: 2 per layer and the head; backward: the 2 inputs again), and of

@@ -5,6 +5,10 @@
 
 namespace gpt {
 
+// A group of one rank (tp = 1: the pipeline and context-parallel stages run without
+// tensor parallelism) has nothing to sum: the all-reduces of f and g are skipped, which
+// on a GPU saves the MPI backend's copy of every activation to the host and back.
+
 template <class A>
 const A* TensorParallelHooks<A>::gather_input(Site, const A* x, A* full, int rows, int C) {
   if (!sp_) return x;  // every rank already holds every row
@@ -15,6 +19,7 @@ const A* TensorParallelHooks<A>::gather_input(Site, const A* x, A* full, int row
 
 template <class A>
 A* TensorParallelHooks<A>::reduce_input_grad(Site, A* d_full, A* local, int rows, int C) {
+  if (!sp_ && tp_.size() == 1) return d_full;
   Span span(sp_ ? "tp_reduce_scatter" : "tp_all_reduce", "comm");
   if (!sp_) {
     tp_.all_reduce(d_full, size_t(rows) * C, dtype_of<A>());
@@ -26,6 +31,7 @@ A* TensorParallelHooks<A>::reduce_input_grad(Site, A* d_full, A* local, int rows
 
 template <class A>
 A* TensorParallelHooks<A>::reduce_output(Site, A* partial, A* local, int rows, int C) {
+  if (!sp_ && tp_.size() == 1) return partial;
   Span span(sp_ ? "tp_reduce_scatter" : "tp_all_reduce", "comm");
   if (!sp_) {
     tp_.all_reduce(partial, size_t(rows) * C, dtype_of<A>());

@@ -4,7 +4,8 @@
 # collective exact, activations too), for tp 2 with and without sequence
 # parallelism, tp 4 at zero 1 with accumulation 4, tp 2 x dp 2 at zero 2 and 3, and in
 # bf16 (2-byte weights and activations) tp 2 and tp 2 x dp 2 at zero 3 with sequence
-# parallelism; tp 1 with sequence parallelism on (nothing to split: no extra buffers) and
+# parallelism; tp 1 with sequence parallelism on (nothing to split: no extra buffers), tp 1
+# without it (no collective at all: a group of one has nothing to sum), and
 # zero 3 with one block (the final layernorm prefetched beside it); and the
 # checker's negative controls (one byte, one call off must be rejected). Then the same
 # measured numbers against budget_formula.py, a derivation written apart from the
@@ -20,7 +21,7 @@ i=0
 for layout in "2 tp=2" "2 tp=2 sequence_parallel=true" "4 tp=4 zero=1 micro_batch_size=1" \
               "4 tp=2 zero=2 sequence_parallel=true" "4 tp=2 zero=3 sequence_parallel=true micro_batch_size=1" \
               "2 tp=2 precision=bf16" "4 tp=2 zero=3 sequence_parallel=true micro_batch_size=1 precision=bf16" \
-              "2 tp=1 sequence_parallel=true" "4 tp=2 zero=3 n_layer=1"; do
+              "2 tp=1 sequence_parallel=true" "2 tp=1" "4 tp=2 zero=3 n_layer=1"; do
   read -r np kvs <<< "$layout"
   i=$((i + 1))
   sets=()

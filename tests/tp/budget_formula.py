@@ -36,7 +36,8 @@ fp32: AdamW's state is 12 bytes a parameter in bf16, 8 in fp32).
 One micro-batch's collectives (N = B T rows; "NC" = w N C bytes):
   forward   embedding g; per block f, g (attention), f, g (MLP); ln_f's f before the head
   backward  the same operators in reverse, each in its backward form
-  f is identity forward, all-reduce backward; g is all-reduce forward, identity backward.
+  f is identity forward, all-reduce backward; g is all-reduce forward, identity backward
+  (at tp = 1 both are the identity: there is nothing to sum).
   Under sequence parallelism f is all-gather forward, reduce-scatter backward; g is
   reduce-scatter forward, all-gather backward; backward gathers each block's two
   column-parallel inputs again; and the layernorm gradients (ln_1, ln_2 of each block,
@@ -106,6 +107,8 @@ def collectives(a, tp, dp, zero, sp, micro, act_bytes, regather=True, ln_sum_per
     NC = act_bytes * N * a.n_embd
     f_fwd, f_bwd = ("all_gather", "reduce_scatter") if sp else (None, "all_reduce")
     g_fwd, g_bwd = ("reduce_scatter", "all_gather") if sp else ("all_reduce", None)
+    if tp == 1 and not sp:  # a group of one sums nothing: no all-reduce is called
+        f_bwd = g_fwd = None
     # The operators one micro-batch meets in forward order.
     ops = ["g"] + ["f", "g", "f", "g"] * a.n_layer + ["f"]
     micro_batches = a.batch // (micro * dp)
