@@ -67,6 +67,20 @@ COMM_OTHER = ("#DA8BC3", "other comm")
 PHASE_COLOUR = "#F2F2F2"
 
 
+# A phase's label where it fits: its name, else a letter (a split backward's halves B and W,
+# as the zero-bubble schedules name them), else none. CHAR_SHARE: the share of a 12-inch
+# figure's time axis one 7-point character takes, with a character's margin to spare.
+SHORT_PHASES = {"forward": "F", "backward": "B", "backward_input": "B", "backward_weight": "W"}
+CHAR_SHARE = 0.0065
+
+
+def phase_label(name, dur, char_ms):
+    if dur >= char_ms * (len(name) + 1):
+        return name
+    short = SHORT_PHASES.get(name, name[:1])
+    return short if dur >= char_ms * (len(short) + 1) else ""
+
+
 def colour_of(name, table, other):
     for prefix, colour, label in table:
         if name.startswith(prefix) or prefix in name:
@@ -185,8 +199,9 @@ def main():
             for start, dur, name in phases:
                 ax.broken_barh([(start, dur)], (y + 0.18, 0.26), facecolors=PHASE_COLOUR,
                                edgecolors="#808080", linewidth=0.6)
-                if dur > span_ms * 0.045:
-                    ax.text(start + dur / 2, y + 0.31, name, ha="center", va="center", fontsize=7)
+                text = phase_label(name, dur, span_ms * CHAR_SHARE * 12.0 / args.width)
+                if text:
+                    ax.text(start + dur / 2, y + 0.31, text, ha="center", va="center", fontsize=7)
             for start, dur, c, _ in spans:
                 ax.broken_barh([(start, dur)], (y - 0.38, 0.52), facecolors=c, linewidth=0)
             for start, dur, name in marked:
