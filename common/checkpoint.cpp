@@ -288,31 +288,44 @@ int64_t recorded_sequences(const json& manifest, const std::string& manifest_pat
   return step * batch->get<int64_t>();
 }
 
-// The first element of [from, to) that is not a number, or to.
-template <class T>
-int64_t first_not_finite(const T* values, int64_t from, int64_t to) {
-  for (int64_t i = from; i < to; ++i)
-    if (!std::isfinite(values[i - from])) return i;
-  return to;
-}
-
 // Weights that are not numbers are never saved. An update that overflowed (too high an
 // lr) would otherwise be published as the newest checkpoint, and the pruning after it
 // would delete the good ones before it: nothing would be left to resume, since
-// load_checkpoint refuses such values (check_values). A UserError on the rank that holds
-// them, naming the tensor, before anything touches the disk.
+// load_checkpoint refuses such values (check_values). save_checkpoint checks the buffers
+// before it writes; save_checkpoint_sharded checks the files as rank 0 reads them back
+// for their checksums, before it publishes.
+
+// The first of n values that is not a number: its index, or n.
+template <class T>
+int64_t first_not_finite(const T* values, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(values[i])) return i;
+  return n;
+}
+
+// The UserError for `value` at flat element `at` of the `kind` buffer, naming its tensor.
+[[noreturn]] void refuse_not_finite(const ParamLayout& layout, const std::string& kind, int64_t at, double value,
+                                    int64_t step) {
+  std::string where = kind + " element " + std::to_string(at);
+  for (const ParamTensor& t : layout.tensors())
+    if (at >= t.offset && at < t.offset + t.numel)
+      where = kind + "/" + t.name + " element " + std::to_string(at - t.offset) + " of " + std::to_string(t.numel);
+  fail("step " + std::to_string(step) + ": " + where + " is " + number_text(value) +
+       ": the run has diverged (lower lr?); no checkpoint is written of it, and the checkpoints before it are kept");
+}
+
+// values[0..n), the elements from flat element `first` of the `kind` buffer, as T.
+template <class T>
+void check_numbers(const ParamLayout& layout, const std::string& kind, const T* values, int64_t n, int64_t first,
+                   int64_t step) {
+  if (const int64_t i = first_not_finite(values, n); i < n)
+    refuse_not_finite(layout, kind, first + i, double(values[i]), step);
+}
+
 void check_numbers(const ParamLayout& layout, const std::vector<CheckpointBuffer>& buffers, int64_t step) {
   for (const CheckpointBuffer& b : buffers) {
-    const int64_t at = b.fp64() ? first_not_finite(b.data64, b.begin, b.end) : first_not_finite(b.data, b.begin, b.end);
-    if (at == b.end) continue;
-    const double value = b.fp64() ? b.data64[at - b.begin] : double(b.data[at - b.begin]);
-    std::string where = "element " + std::to_string(at) + " of the flat buffer";
-    for (const ParamTensor& t : layout.tensors())
-      if (at >= t.offset && at < t.offset + t.numel)
-        where = b.kind + "/" + t.name + " element " + std::to_string(at - t.offset) + " of " + std::to_string(t.numel);
-    fail("step " + std::to_string(step) + ": " + where + " is " + number_text(value) +
-         ": the run has diverged (lower lr?); no checkpoint is written of it, and the "
-         "checkpoints before it are kept");
+    if (b.fp64()) check_numbers(layout, b.kind, b.data64, b.end - b.begin, b.begin, step);
+    else check_numbers(layout, b.kind, b.data, b.end - b.begin, b.begin, step);
   }
 }
 
@@ -361,7 +374,6 @@ std::string save_checkpoint_sharded(Communicator& comm, const std::string& run_d
   ordered_json layout_json;
   agree(comm, attempt([&] {
     check_buffers(layout, buffers);
-    check_numbers(layout, buffers, state.step);
     layout_json = parse_layout_json(state.layout_json);
   }));
   check_same_kinds(comm, buffers);
@@ -388,7 +400,8 @@ std::string save_checkpoint_sharded(Communicator& comm, const std::string& run_d
   }));
 
   // 3. Rank 0 checksums every tensor from the files (the only place where a tensor
-  // cut between ranks is whole), writes the manifest and publishes. Reading the bytes
+  // cut between ranks is whole), refusing values that are not numbers as it reads them,
+  // writes the manifest and publishes. Reading the bytes
   // back rather than gathering the ranks' own checksums also checks what really
   // reached the disk. Rank 0 reads each file once, tensor by tensor.
   agree(comm, attempt([&] {
@@ -406,8 +419,15 @@ std::string save_checkpoint_sharded(Communicator& comm, const std::string& run_d
         fail(path.string() + " is " + std::to_string(st.st_size) + " bytes after the ranks wrote it, not " +
              std::to_string(file_bytes(b)));
       append_tensor_rows(tensors, b, layout, [&](const ParamTensor& t) -> ordered_json {
+        int64_t first = t.offset;  // the flat element the next piece starts at
+        const auto check_piece = [&](const char* piece, int64_t bytes) {
+          const int64_t n = bytes / b.element_bytes();
+          if (b.fp64()) check_numbers(layout, b.kind, reinterpret_cast<const double*>(piece), n, first, state.step);
+          else check_numbers(layout, b.kind, reinterpret_cast<const float*>(piece), n, first, state.step);
+          first += n;
+        };
         return checksum_hex_in_file(fd.get(), t.offset * b.element_bytes(), t.numel * b.element_bytes(),
-                                    path.string());
+                                    path.string(), check_piece);
       });
       fd.close_or_fail(path.string());
     }

@@ -64,13 +64,15 @@ std::string checksum_hex(const void* data, int64_t bytes) {
 
 // The checksum of a tensor as it lies in a file: the same FNV-1a as checksum_hex, fed
 // in pieces of at most 4 MiB so that a large tensor needs no large buffer.
-std::string checksum_hex_in_file(int fd, int64_t offset, int64_t bytes, const std::string& path) {
+std::string checksum_hex_in_file(int fd, int64_t offset, int64_t bytes, const std::string& path,
+                                 const std::function<void(const char* piece, int64_t bytes)>& each_piece) {
   Fnv1a64 f;
   std::vector<char> piece(size_t(std::min<int64_t>(bytes, int64_t(4) << 20)));
   for (int64_t left = bytes; left > 0;) {
     const int64_t n = std::min<int64_t>(left, int64_t(piece.size()));
     pread_all(fd, piece.data(), n, offset, path);
     f.update(piece.data(), size_t(n));
+    if (each_piece) each_piece(piece.data(), n);
     offset += n;
     left -= n;
   }

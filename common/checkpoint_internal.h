@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -44,8 +45,11 @@ inline constexpr int kVersion = 1;                               ///< the manife
 
 /// The checksum of a tensor's `bytes` bytes in memory: 64-bit FNV-1a as 16 lowercase hex digits.
 std::string checksum_hex(const void* data, int64_t bytes);
-/// The same checksum of a tensor as it lies in a file: `bytes` bytes from byte `offset`.
-std::string checksum_hex_in_file(int fd, int64_t offset, int64_t bytes, const std::string& path);
+/// The same checksum of a tensor as it lies in a file: `bytes` bytes from byte `offset`,
+/// read in pieces of at most 4 MiB (a multiple of 8 bytes), each also handed to `each_piece`
+/// when it is set.
+std::string checksum_hex_in_file(int fd, int64_t offset, int64_t bytes, const std::string& path,
+                                 const std::function<void(const char* piece, int64_t bytes)>& each_piece = {});
 
 /// strerror(errno), for messages.
 std::string errno_text();

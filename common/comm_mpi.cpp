@@ -248,9 +248,13 @@ class MpiComm final : public Communicator {
   const char* backend() const override { return "mpi"; }
   MPI_Comm handle() const { return comm_; }
 
+  // A group of one rank (dp = 1, tp = 1, ...: the groups a layout leaves unsplit) sums and
+  // gathers its own data: no MPI call, and on a GPU no copy through the host and back.
+
   void all_reduce(void* buf, size_t count, DType t) override {
     check_count(count, "all_reduce");
     check_summable(t, "all_reduce");
+    if (size_ == 1) return;
     const size_t bytes = count * dtype_size(t);
     void* host = host_view(0, buf, bytes, true);
     Pending p;
@@ -267,6 +271,7 @@ class MpiComm final : public Communicator {
     check_count(count, "reduce_scatter");
     check_summable(t, "reduce_scatter");
     const size_t bytes = count * dtype_size(t);
+    if (size_ == 1 && copied_alone(send, recv, bytes)) return;
     const void* host_send = host_view(0, send, bytes * size_t(size_), true);
     void* host_recv = host_view(1, recv, bytes, false);
     // MPI forbids overlapping buffers; the in-place form (recv = this rank's chunk of
@@ -291,6 +296,7 @@ class MpiComm final : public Communicator {
   void all_gather(const void* send, void* recv, size_t count, DType t) override {
     check_count(count, "all_gather");
     const size_t bytes = count * dtype_size(t);
+    if (size_ == 1 && copied_alone(send, recv, bytes)) return;
     const void* host_send = host_view(0, send, bytes, true);
     void* host_recv = host_view(1, recv, bytes * size_t(size_), false);
     // In place (send is already this rank's chunk of recv) is MPI_IN_PLACE; any other
@@ -316,6 +322,7 @@ class MpiComm final : public Communicator {
   void broadcast(void* buf, size_t count, DType t, int root) override {
     check_count(count, "broadcast");
     check_rank(root, size_, "broadcast", "root");
+    if (size_ == 1) return;
     const size_t bytes = count * dtype_size(t);
     void* host = host_view(0, buf, bytes, rank_ == root);
     Pending p;
@@ -714,6 +721,22 @@ class MpiComm final : public Communicator {
     if (err != cudaSuccess) fail(prefix() + what + " failed while staging a GPU buffer: " + cudaGetErrorString(err));
   }
 #endif
+
+  // A group of one's reduce-scatter or all-gather: recv = send. True when done here (the
+  // same buffer, or two apart, copied where they live); false for a partial overlap, which
+  // the general path's temporary handles.
+  bool copied_alone(const void* send, void* recv, size_t bytes) {
+    if (send == recv || bytes == 0) return true;
+    if (overlap(send, bytes, recv, bytes)) return false;
+#ifdef GPT_HAVE_CUDA
+    if (on_gpu(send) || on_gpu(recv)) {
+      cuda_check(cudaMemcpy(recv, send, bytes, cudaMemcpyDefault), "cudaMemcpy");
+      return true;
+    }
+#endif
+    std::memcpy(recv, send, bytes);
+    return true;
+  }
 
   // A host address with the contents of `p` (when copy_in): p itself for host memory,
   // else pinned staging buffer number `slot` (two per communicator: send and receive).

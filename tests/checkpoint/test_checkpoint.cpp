@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -527,9 +528,10 @@ TEST_CASE("a damaged or foreign checkpoint is a UserError naming the problem", "
 }
 
 // A checksum proves the bytes are the ones written, not that they are numbers: a
-// checkpoint written with a NaN weight, an infinite first moment or a negative second
-// moment (all with correct checksums) is refused at load, naming the tensor, its file and
-// the element. Control: the same checkpoint with those values finite loads.
+// checkpoint holding a NaN weight, an infinite first moment or a negative second moment
+// (planted in the file, all with correct checksums) is refused at load, naming the
+// tensor, its file and the element. Control: the same checkpoint with those values
+// finite loads.
 TEST_CASE("a checkpoint holding values that are not numbers is a UserError naming the tensor", "[checkpoint]") {
   TempDir dir;
   const gpt::Config cfg = tiny_config();
@@ -539,11 +541,8 @@ TEST_CASE("a checkpoint holding values that are not numbers is a UserError namin
   const int64_t at = t.offset + 5;
   auto load_with = [&](const char* kind, float value) {
     State saved = State::filled(n);
-    std::vector<float>& values = std::string(kind) == "param" ? saved.param
-                                 : std::string(kind) == "adam_m" ? saved.adam_m
-                                                                 : saved.adam_v;
-    values[size_t(at)] = value;
     const fs::path path = gpt::save_checkpoint(dir.str(), cfg, layout, some_state(7), saved.buffers(0, n));
+    plant_value(path, std::string(kind) + "/h.1.attn.c_proj.weight", at - t.offset, value);
     State loaded(n);
     return user_error_of([&] { gpt::load_checkpoint(path.string(), layout, loaded.buffers(0, n)); });
   };
@@ -567,6 +566,38 @@ TEST_CASE("a checkpoint holding values that are not numbers is a UserError namin
     State loaded(n);
     gpt::load_checkpoint(path.string(), layout, loaded.buffers(0, n));
     CHECK(same_bits(loaded.adam_m, saved.adam_m));
+  }
+}
+
+// A save refuses weights or moments that are not numbers (a run whose update overflowed),
+// naming the tensor and the element, and leaves nothing in the run directory: a diverged
+// run never publishes them, and never prunes a good checkpoint for them. Control: the
+// largest finite float saves.
+TEST_CASE("a save of values that are not numbers is a UserError naming the tensor, and writes nothing",
+          "[checkpoint]") {
+  TempDir dir;
+  const gpt::Config cfg = tiny_config();
+  const gpt::ParamLayout layout(cfg.model);
+  const int64_t n = layout.total();
+  const int64_t at = layout.find("h.0.mlp.c_fc.weight").offset + 3;
+  int64_t step = 4;  // one step a kind: the control's save of one must not stand for the next's
+  for (const char* kind : {"param", "adam_m", "adam_v"}) {
+    ++step;
+    const std::string name = "step_0000000" + std::to_string(step);
+    State saved = State::filled(n);
+    std::vector<float>& values = std::string(kind) == "param" ? saved.param
+                                 : std::string(kind) == "adam_m" ? saved.adam_m
+                                                                 : saved.adam_v;
+    values[size_t(at)] = INFINITY;
+    const std::string msg = user_error_of([&] {
+      gpt::save_checkpoint(dir.str(), cfg, layout, some_state(step), saved.buffers(0, n));
+    });
+    CHECK_THAT(msg, Catch::Contains("step " + std::to_string(step) + ": " + kind + "/h.0.mlp.c_fc.weight element 3 of") &&
+                        Catch::Contains("is inf") && Catch::Contains("diverged"));
+    CHECK(!fs::exists(dir.path() / name));
+    CHECK(!fs::exists(dir.path() / (name + ".tmp")));
+    values[size_t(at)] = FLT_MAX;  // control
+    CHECK(gpt::save_checkpoint(dir.str(), cfg, layout, some_state(step), saved.buffers(0, n)) == dir.file(name));
   }
 }
 
