@@ -28,9 +28,11 @@ std::atomic<Mapping*> mappings{nullptr};
 std::mutex registering;  // registrations take turns (the handler takes no lock)
 
 void on_sigbus(int, siginfo_t* info, void*) {
-  const char* at = static_cast<const char*>(info->si_addr);
+  // Only a fault has an address (si_code > 0); a SIGBUS sent by kill carries the sender's
+  // pid and uid where the address would be.
+  const char* at = info->si_code > 0 ? static_cast<const char*>(info->si_addr) : nullptr;
   for (Mapping* m = mappings.load(std::memory_order_acquire); m != nullptr; m = m->next)
-    if (m->live.load(std::memory_order_acquire) && at >= m->begin && at < m->end) {
+    if (at != nullptr && m->live.load(std::memory_order_acquire) && at >= m->begin && at < m->end) {
       const ssize_t written = ::write(STDERR_FILENO, m->message.data(), m->message.size());
       static_cast<void>(written);  // nothing left to do if stderr is gone
       ::_exit(2);

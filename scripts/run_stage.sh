@@ -18,13 +18,15 @@
 # config's and the --set paths are the root's. Across nodes or under Slurm, call
 # mpirun or srun directly: see docs/distributed.md.
 #
-# Ctrl-C (or SIGTERM, SIGHUP to this script) stops the job cleanly: the ranks finish the
-# step in progress, write a checkpoint of it and exit with status 3, and resume=latest
-# goes on from there (docs/checkpoints.md). mpirun itself would end the ranks a second
-# after a Ctrl-C, too soon to save, so it runs in a session of its own, out of the
-# terminal's reach, and this script hands it the trainer's stop signal, SIGUSR1, which
-# mpirun passes on to every rank. A second Ctrl-C, a second or more after the first,
-# ends the job at once.
+# Ctrl-C (or SIGTERM, SIGHUP, SIGUSR1 to this script: closing its terminal too) stops the
+# job cleanly: the ranks finish the step in progress, write a checkpoint of it and exit
+# with status 3, and resume=latest goes on from there (docs/checkpoints.md). mpirun itself
+# would end the ranks a second after a Ctrl-C, too soon to save, so it runs in a session
+# of its own, out of the terminal's reach, and this script hands it the trainer's stop
+# signal, SIGUSR1, which mpirun passes on to every rank. A second Ctrl-C (or Ctrl-\), a
+# second or more after the first, ends the job at once. Only signals to this script are
+# turned into a stop: a scheduler that signals every process of the job (a cgroup) reaches
+# mpirun too, which ends the ranks at once on SIGTERM; under a scheduler send SIGUSR1.
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -120,35 +122,56 @@ log "stage $name on $ranks rank(s) of $cores core(s), OMP_NUM_THREADS=$OMP_NUM_T
 cd "$GPT_ROOT"
 command -v setsid > /dev/null || exec "${cmd[@]}"  # no setsid: mpirun takes Ctrl-C itself
 
-# mpirun in a session of its own (so in a process group the terminal's Ctrl-C does not
-# reach), run in the background so that this shell can take the signals meant for it.
-setsid "${cmd[@]}" &
-job=$!
-first_stop=""
-# stop SIGNAL: the first signal asks the ranks to stop after their step; one within a
-# second of it is the same signal come by two routes (a scheduler signals every process
-# of a job); a later one ends the job at once.
+# stop SIGNAL: the first signal asks the ranks to stop after their step (SIGUSR1 to
+# mpirun, which passes it on). A second SIGINT, SIGTERM, SIGHUP or SIGQUIT a second or
+# more later ends the job at once; one within a second is the first come by two routes,
+# and SIGUSR1 again changes nothing (the trainer's rules: common/stop_request.h). The
+# signal goes first and the line after it, which may fail: the terminal may be gone
+# (SIGHUP) or its reader dead.
+job="" first_stop="" early=""
 stop() {
+  if [[ -z "$job" ]]; then  # before mpirun started: handled as soon as it has
+    early=${early:-$1}
+    return
+  fi
   local now=${EPOCHREALTIME:-$SECONDS.000000}  # seconds, to the microsecond (bash 5)
   now=${now//[.,]/}
   if [[ -z "$first_stop" ]]; then
     first_stop=$now
-    log "$1: the ranks stop after this step and save a checkpoint (again, a second or more later, to end them at once)"
     kill -USR1 "$job" 2> /dev/null || true
-  elif ((10#$now - 10#$first_stop >= 1000000)); then
-    log "$1 again: ending the job now"
+    log "$1: the ranks stop after this step and save a checkpoint (again, a second or more later, to end them at once)" \
+      2> /dev/null || true
+  elif [[ "$1" != SIGUSR1 ]] && ((10#$now - 10#$first_stop >= 1000000)); then
     kill -TERM "$job" 2> /dev/null || true
+    log "$1 again: ending the job now" 2> /dev/null || true
   fi
 }
 trap 'stop SIGINT' INT
 trap 'stop SIGTERM' TERM
 trap 'stop SIGHUP' HUP
+trap 'stop SIGQUIT' QUIT
 trap 'stop SIGUSR1' USR1
-# A trapped signal cuts `wait` short while mpirun runs on: wait again until it has ended
-# (an ended, unreaped mpirun still answers kill -0, so its status is never lost).
+
+# mpirun in a session of its own (so in a process group the terminal's Ctrl-C does not
+# reach), run in the background so that this shell can take the signals meant for it,
+# reading this script's standard input as before. It gets SIGTERM if this script is
+# killed outright (setpriv's parent-death signal), rather than run on with no one to stop it.
+launch=(setsid)
+command -v setpriv > /dev/null && launch+=(setpriv --pdeathsig TERM)
+"${launch[@]}" "${cmd[@]}" <&0 &
+job=$!
+trap '' PIPE  # a dead reader of this script's output must not end it while mpirun runs
+[[ -z "$early" ]] || stop "$early"
+# A trapped signal cuts `wait` short while mpirun runs on: wait again until it has ended.
+# Bash reaps an ended mpirun itself and keeps its status for the next `wait`, which
+# returns it (or 127 when a `wait` above has returned it already).
+status=0
 while :; do
-  status=0
-  wait "$job" || status=$?
-  kill -0 "$job" 2> /dev/null || break
+  wait "$job" && status=0 || status=$?
+  if ! kill -0 "$job" 2> /dev/null; then
+    wait "$job" 2> /dev/null && last=0 || last=$?
+    ((last == 127)) || status=$last
+    break
+  fi
 done
 exit "$status"

@@ -8,6 +8,7 @@ set -euo pipefail
 TRAIN01=$1 PREPARE=$2 WORK=$3 ROOT=$4
 source "$ROOT/tests/trainer/common.sh"
 rm -rf "$WORK" && mkdir -p "$WORK"
+ulimit -c 0  # the control's SIGBUS leaves no core file behind
 make_corpus "$WORK" "$PREPARE"
 failures=0
 

@@ -27,7 +27,8 @@
      job stops after its step with a checkpoint, status 3. Without the script's help
      mpirun would take the SIGINT itself and end the ranks without one. Ctrl-C again
      1.5 s later, while that checkpoint is being written, ends the job at once, and no
-     rank outlives it by more than a few seconds.
+     rank outlives it by more than a few seconds; SIGUSR1 twice in the same place (a
+     scheduler's stop signal sent again) still stops it cleanly, status 3.
 """
 import argparse
 import json
@@ -38,7 +39,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "zero"))
-from rank_lost import alive, find_ranks  # noqa: E402  (world rank -> pid of an mpirun job's ranks)
+from rank_lost import alive, find_ranks, proc_stat  # noqa: E402  (world rank -> pid of an mpirun job's ranks)
 
 STOPPED = 3  # kStoppedExit, common/stop_request.h
 failures = []
@@ -79,11 +80,34 @@ def wait_for_steps(job, run_dir, steps, limit=60):
     return True
 
 
+def descendants(root):
+    """The pids below root (mpirun and its ranks, which run_stage.sh puts in sessions of
+    their own, out of reach of a kill of its process group)."""
+    children = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = proc_stat(int(name))
+            if st:
+                children.setdefault(st[1], []).append(int(name))
+    found, todo = [], [root]
+    while todo:
+        for pid in children.get(todo.pop(), []):
+            found.append(pid)
+            todo.append(pid)
+    return found
+
+
 def finish(job, limit=60):
     try:
         return job.wait(timeout=limit)
     except subprocess.TimeoutExpired:
+        below = descendants(job.pid)
         os.killpg(job.pid, signal.SIGKILL)
+        for pid in below:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         job.wait()
         return None
 
@@ -259,7 +283,9 @@ def main():
     # process group: the script's, which mpirun, in a session of its own, is not in.
     build = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(a.train02))))  # BUILD/stages/02_ddp/train
     run_stage = ["bash", os.path.join(a.root, "scripts", "run_stage.sh"), "2", "02"] + common
-    hooks = {"GPT_BUILD_DIR": build, "OMP_NUM_THREADS": "1"}
+    # The script runs the first mpirun on PATH: the one the other cases run.
+    path = os.path.dirname(os.path.abspath(a.mpiexec)) + os.pathsep + os.environ.get("PATH", "")
+    hooks = {"GPT_BUILD_DIR": build, "OMP_NUM_THREADS": "1", "PATH": path}
     job = start(run_stage + ["--set", "steps=1000000"], "run_stage", **hooks)
     if wait_for_steps(job, run_dir("run_stage"), 3):
         os.killpg(job.pid, signal.SIGINT)
@@ -289,6 +315,17 @@ def main():
     check(len(ranks) == 2 and status not in (None, 0, STOPPED) and took < 10 and not left,
           f"run_stage.sh, Ctrl-C again 1.5 s later, during the save: status {status}, the job and its "
           f"ranks {sorted(ranks)} ended in {took:.1f} s (still running: {left})")
+    # SIGUSR1 to the script twice, 1.5 s apart, during that save: a scheduler's preemption
+    # signal sent again changes nothing, as for the trainer; the run stops on its checkpoint.
+    job = start(run_stage + ["--set", "steps=1000000"], "run_stage_usr1", GPT_TEST_SAVE_DELAY_S="5", **hooks)
+    if wait_for_steps(job, run_dir("run_stage_usr1"), 3):
+        job.send_signal(signal.SIGUSR1)
+        time.sleep(1.5)
+        job.send_signal(signal.SIGUSR1)
+    status = finish(job)
+    n = stopped_step(os.path.join(a.work, "run_stage_usr1.log"))
+    check(status == STOPPED and n is not None and has_checkpoint(run_dir("run_stage_usr1"), n),
+          f"run_stage.sh, SIGUSR1 twice 1.5 s apart: status {status}, stopped after step {n} with its checkpoint")
 
     if failures:
         sys.exit(f"{len(failures)} failure(s); logs in {a.work}")
