@@ -26,7 +26,7 @@ Zero2Store<A>::Zero2Store(const ParamLayout& layout, Communicator& dp, A* params
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const int64_t size = buckets_[b].end - buckets_[b].begin;
     const bool embeddings = bucket_of_unit_[ParamLayout::kEmbeddingUnit] == int(b);
-    slot_of_bucket_.push_back(embeddings ? 0 : 1 + others % 2);
+    buffer_of_bucket_.push_back(embeddings ? 0 : 1 + others % 2);
     if (embeddings) emb = size;
     else largest = std::max(largest, size), ++others;
   }
@@ -45,26 +45,26 @@ template <class A>
 float* Zero2Store<A>::grads(int unit) {
   const int b = bucket_of_unit_[unit];
   const GradBucket& bucket = buckets_[b];
-  const int slot = slot_of_bucket_[b];
+  const int which = buffer_of_bucket_[b];
   if (pending_[b] == 0) {  // first unit of this bucket in this backward: claim its buffer
-    if (ticket_of_slot_[slot] > 0) {  // its last bucket may still be reducing
+    if (ticket_of_buffer_[which] > 0) {  // its last bucket may still be reducing
       Span span("wait_buckets", "comm");
-      comm_.wait_for(ticket_of_slot_[slot]);
+      comm_.wait_for(ticket_of_buffer_[which]);
     }
-    device_zero(device_, buffers_[slot].data(), size_t(bucket.end - bucket.begin) * sizeof(float));
+    device_zero(device_, buffers_[which].data(), size_t(bucket.end - bucket.begin) * sizeof(float));
     pending_[b] = int(bucket.units.size());
   }
-  return buffers_[slot].data() + (layout_.unit(unit).begin - bucket.begin);
+  return buffers_[which].data() + (layout_.unit(unit).begin - bucket.begin);
 }
 
 template <class A>
 void Zero2Store<A>::grads_done(int unit) {
   const int b = bucket_of_unit_[unit];
   if (--pending_[b] > 0) return;
-  const int slot = slot_of_bucket_[b];
-  ticket_of_slot_[slot] = comm_.submit([this, b, slot] {
+  const int which = buffer_of_bucket_[b];
+  ticket_of_buffer_[which] = comm_.submit([this, b, which] {
     const GradBucket& bucket = buckets_[b];
-    float* buf = buffers_[slot].data();
+    float* buf = buffers_[which].data();
     Span span("reduce_scatter_bucket", "comm", /*lane=*/1);
     const std::vector<size_t> bounds = shard_bounds_within(bucket.begin, bucket.end, layout_.total(), dp_.size());
     ring_reduce_scatter_v(*reduce_comm_, device_, buf, bounds, DType::F32);

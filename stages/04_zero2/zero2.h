@@ -39,7 +39,9 @@ namespace gpt {
 template <class A>
 class Zero2Store : public WeightStore<A> {
  public:
-  // params: the whole model (every rank keeps all weights in ZeRO-1 and -2).
+  // params: the whole model (every rank keeps all weights in ZeRO-1 and -2), or nullptr
+  // for a subclass that keeps its weights itself (Zero3Store: the shard, gathered unit by
+  // unit).
   // embeddings_alone: the embeddings' unit in a bucket of its own (make_buckets; pipeline
   // stages, from stage 07 on).
   // device: where params are and where the bucket buffers and the shard gradient go.
@@ -73,9 +75,9 @@ class Zero2Store : public WeightStore<A> {
   std::vector<GradBucket> buckets_;
   std::vector<int> bucket_of_unit_, pending_;
   // Gradient buffers: [0] the embeddings' bucket, [1] and [2] the other buckets in turn.
-  std::vector<int> slot_of_bucket_;
+  std::vector<int> buffer_of_bucket_;
   DeviceArray<float> buffers_[3];
-  long ticket_of_slot_[3] = {0, 0, 0};  // the communication thread's last task on a buffer
+  long ticket_of_buffer_[3] = {0, 0, 0};  // the communication thread's last task on a buffer
   DeviceArray<float> shard_grads_;
   // The communication thread's own channel. Collectives are matched by their order on a
   // communicator, so two threads must not interleave them on one: stage 04's main thread

@@ -28,7 +28,7 @@ template <class A>
 DeviceArray<A> Zero3Store<A>::unit_buffer(int unit) {
   const size_t n = size_t(layout_.unit(unit).size());
   // The embeddings' buffer from the last backward, when this is their gather: no new
-  // allocation, which on the CPU would zero-fill 154 MB at GPT-2 124M and fault it in
+  // allocation, which on the CPU would zero-fill 158 MB at GPT-2 124M and fault it in
   // again (the C library hands buffers that large back to the kernel when freed). The
   // gather overwrites every element, so what the spare held does not matter. On the GPU
   // the refill is ordered after the kernels that last read the buffer, as a fresh
