@@ -401,9 +401,9 @@ std::string save_checkpoint_sharded(Communicator& comm, const std::string& run_d
 
   // 3. Rank 0 checksums every tensor from the files (the only place where a tensor
   // cut between ranks is whole), refusing values that are not numbers as it reads them,
-  // writes the manifest and publishes. Reading the bytes
-  // back rather than gathering the ranks' own checksums also checks what really
-  // reached the disk. Rank 0 reads each file once, tensor by tensor.
+  // writes the manifest and publishes. Reading the bytes back rather than gathering the
+  // ranks' own checksums also checks what really reached the disk. Rank 0 reads each
+  // file once, tensor by tensor.
   agree(comm, attempt([&] {
     if (!writer) return;
     ordered_json tensors = ordered_json::array();

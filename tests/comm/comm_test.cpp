@@ -277,6 +277,8 @@ void test_split(Communicator& world) {
   std::unique_ptr<Communicator> alone = world.split(r, 0);
   expect(alone->size() == 1 && alone->rank() == 0, "split: singleton groups");
   expect(all_reduce_scalar(*alone, 5) == 5, "split: all_reduce in a singleton group");
+  // A group of one does every collective on its own data (the MPI backend without a call).
+  for (DType t : {DType::F32, DType::BF16}) test_collectives(*alone, t, 7);
 
   std::unique_ptr<Communicator> nested = parity->split(0, parity->rank());
   expect(nested->size() == parity->size() && nested->rank() == parity->rank(), "split: nested split");
