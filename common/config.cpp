@@ -164,7 +164,7 @@ constexpr Key kKeys[] = {
     {"top_k", FIELD(top_k), "sample among the k most likely tokens (0: all tokens)"},
     {"prompt", FIELD(prompt), "text the sample starts from (empty: the tokenizer's start token, a newline or end-of-text)"},
     {"tokenizer", FIELD(tokenizer),
-     "how the prompt is encoded and the sample decoded: bytes (a token per byte, vocab_size at most 256), or a tokenizer file in llm.c's format (gpt2_tokenizer.bin: GPT-2's BPE) with vocab_size tokens"},
+     "how the prompt is encoded and the sample decoded: bytes (a token per byte, vocab_size at most 256), or a tokenizer file in llm.c's format (gpt2_tokenizer.bin: GPT-2's BPE) with vocab_size tokens, checked when named even if nothing is sampled"},
 };
 
 #undef FIELD
@@ -828,7 +828,9 @@ void validate(const Config& cfg, int dp) {
 
   // Sampling.
   check_int(cfg.sample_tokens >= 0, "sample_tokens", cfg.sample_tokens, "must be >= 0");
-  if (cfg.sample_tokens > 0) check_tokenizer(cfg);
+  // A tokenizer file that is named is checked even when this run samples nothing: a
+  // later resume that samples would otherwise find its typo at the end of a run.
+  if (cfg.sample_tokens > 0 || cfg.tokenizer != "bytes") check_tokenizer(cfg);
   check_double(cfg.temperature > 0, "temperature", cfg.temperature, "must be positive");
   check_int(cfg.top_k >= 0, "top_k", cfg.top_k, "must be >= 0 (0: no top-k)");
 }

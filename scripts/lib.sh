@@ -146,13 +146,14 @@ gpu_step_data() {
 }
 # gpu_step_args DIR RUN_DIR MICRO STEPS GEMM: stage 01's arguments, one per line, for
 # GPT-2 124M in bf16 on the GPU at MICRO x 1024 tokens a step (one micro-batch), on
-# DIR/data, training only: no validation, checkpoint or sample.
+# DIR/data, training only: no validation, checkpoint or sample (and so no tokenizer:
+# the config's GPT-2 file need not be there).
 gpu_step_args() {
   printf '%s\n' --config configs/gpt2-124m.json --set device=cuda --set precision=bf16 \
     --set "train_data=$1/data/train.bin" --set "val_data=$1/data/val.bin" --set "run_dir=$2" \
     --set "steps=$4" --set "batch_size=$3" --set "micro_batch_size=$3" --set val_every=0 \
     --set val_batches=0 --set checkpoint_every=0 --set checkpoint_at_end=false \
-    --set sample_tokens=0 --set "gemm=$5"
+    --set sample_tokens=0 --set tokenizer=bytes --set "gemm=$5"
 }
 
 # Prints the directory name (e.g. 05_zero3) of the highest-numbered stage in the

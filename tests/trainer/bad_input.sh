@@ -71,6 +71,9 @@ expect "tokenizer file missing"  "tokenizer file '$WORK/no_tok.bin': no such fil
 head -c 500 "$D/train.bin" > "$WORK/short_tok.bin"
 expect "tokenizer file short"    "short_tok.bin': 500 bytes, shorter than the 1024-byte header" train --set sample_tokens=4 --set "tokenizer=$WORK/short_tok.bin"
 expect "tokenizer of 257 tokens" "has 257 tokens, but vocab_size=256" train --set sample_tokens=4 --set "tokenizer=$WORK/identity_eot.bin"
+# A tokenizer file named is checked even by a run that samples nothing (a later resume that
+# samples would meet it at the end of its training); the byte tokenizer, not named, is not.
+expect "tokenizer, no sample"    "tokenizer file '$WORK/no_tok.bin': no such file" train --set sample_tokens=0 --set "tokenizer=$WORK/no_tok.bin"
 expect "empty prompt, tiny vocab" "prompt is empty, so the sample would start from the tokenizer's start token 10 (the newline)" train --set vocab_size=8 --set sample_tokens=4 --set prompt=
 expect "prompt not UTF-8"        "prompt is not valid UTF-8: byte 0xFE at offset 1" train --set sample_tokens=4 --set "tokenizer=$WORK/identity.bin" --set $'prompt=a\xfe'
 # The multiple-choice eval's file is read and checked before any training (common/choices_file.h
