@@ -303,39 +303,46 @@ int64_t first_not_finite(const T* values, int64_t n) {
   return n;
 }
 
-// The UserError for `value` at flat element `at` of the `kind` buffer, naming its tensor.
-[[noreturn]] void refuse_not_finite(const ParamLayout& layout, const std::string& kind, int64_t at, double value,
+// The UserError for `value` at flat element `at` of the `kind` buffer, naming its tensor
+// when `layout` is the buffer's.
+[[noreturn]] void refuse_not_finite(const ParamLayout* layout, const std::string& kind, int64_t at, double value,
                                     int64_t step) {
   std::string where = kind + " element " + std::to_string(at);
-  for (const ParamTensor& t : layout.tensors())
-    if (at >= t.offset && at < t.offset + t.numel)
-      where = kind + "/" + t.name + " element " + std::to_string(at - t.offset) + " of " + std::to_string(t.numel);
+  if (layout)
+    for (const ParamTensor& t : layout->tensors())
+      if (at >= t.offset && at < t.offset + t.numel)
+        where = kind + "/" + t.name + " element " + std::to_string(at - t.offset) + " of " + std::to_string(t.numel);
   fail("step " + std::to_string(step) + ": " + where + " is " + number_text(value) +
        ": the run has diverged (lower lr?); no checkpoint is written of it, and the checkpoints before it are kept");
 }
 
 // values[0..n), the elements from flat element `first` of the `kind` buffer, as T.
 template <class T>
-void check_numbers(const ParamLayout& layout, const std::string& kind, const T* values, int64_t n, int64_t first,
+void check_numbers(const ParamLayout* layout, const std::string& kind, const T* values, int64_t n, int64_t first,
                    int64_t step) {
   if (const int64_t i = first_not_finite(values, n); i < n)
     refuse_not_finite(layout, kind, first + i, double(values[i]), step);
 }
 
-void check_numbers(const ParamLayout& layout, const std::vector<CheckpointBuffer>& buffers, int64_t step) {
+}  // namespace
+
+void check_saveable(const ParamLayout* layout, const std::vector<CheckpointBuffer>& buffers, int64_t step) {
   for (const CheckpointBuffer& b : buffers) {
     if (b.fp64()) check_numbers(layout, b.kind, b.data64, b.end - b.begin, b.begin, step);
     else check_numbers(layout, b.kind, b.data, b.end - b.begin, b.begin, step);
   }
 }
 
-}  // namespace
+void check_saveable(Communicator& comm, const ParamLayout* layout, const std::vector<CheckpointBuffer>& buffers,
+                    int64_t step) {
+  agree(comm, attempt([&] { check_saveable(layout, buffers, step); }));
+}
 
 std::string save_checkpoint(const std::string& run_dir, const Config& cfg,
                             const ParamLayout& layout, const CheckpointState& state,
                             const std::vector<CheckpointBuffer>& buffers) {
   check_buffers(layout, buffers);
-  check_numbers(layout, buffers, state.step);
+  check_saveable(&layout, buffers, state.step);
   const CheckpointPaths p = checkpoint_paths(run_dir, state.step);
   make_fresh_tmp_dir(p);
   TmpDirCleanup cleanup(p);
@@ -422,8 +429,8 @@ std::string save_checkpoint_sharded(Communicator& comm, const std::string& run_d
         int64_t first = t.offset;  // the flat element the next piece starts at
         const auto check_piece = [&](const char* piece, int64_t bytes) {
           const int64_t n = bytes / b.element_bytes();
-          if (b.fp64()) check_numbers(layout, b.kind, reinterpret_cast<const double*>(piece), n, first, state.step);
-          else check_numbers(layout, b.kind, reinterpret_cast<const float*>(piece), n, first, state.step);
+          if (b.fp64()) check_numbers(&layout, b.kind, reinterpret_cast<const double*>(piece), n, first, state.step);
+          else check_numbers(&layout, b.kind, reinterpret_cast<const float*>(piece), n, first, state.step);
           first += n;
         };
         return checksum_hex_in_file(fd.get(), t.offset * b.element_bytes(), t.numel * b.element_bytes(),

@@ -130,6 +130,17 @@ struct CheckpointState {
 /// weights; a resume from another directory with steps=0 copies the checkpoint there.)
 bool rewrites_resumed_checkpoint(const std::string& run_dir, const CheckpointState& state);
 
+/// Weights or moments that are not numbers, refused before a save touches the run
+/// directory (a diverged run must neither publish them nor set aside or prune what is
+/// there): a UserError naming `step`, the kind and the element, and the tensor when
+/// `layout` (optional) is the one the buffers' begin and end index. The saves check too;
+/// a run calls this first, before its first save sets another run's checkpoints aside.
+void check_saveable(const ParamLayout* layout, const std::vector<CheckpointBuffer>& buffers, int64_t step);
+/// The same on every rank of `comm`: collective, and every rank throws the first failing
+/// rank's error ("rank R: ...").
+void check_saveable(Communicator& comm, const ParamLayout* layout, const std::vector<CheckpointBuffer>& buffers,
+                    int64_t step);
+
 /// Writes a complete checkpoint of `step` under run_dir and returns its path.
 /// One writer: the buffers should hold the whole layout (a tensor outside them gets a
 /// null checksum and cannot be loaded). For shards spread over ranks, use

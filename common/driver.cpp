@@ -273,8 +273,14 @@ std::string write_checkpoint(Run& run, Communicator& dp, const RunCheckpoints& c
   if (const char* delay = std::getenv("GPT_TEST_SAVE_DELAY_S"); delay && run.lead())
     std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(delay)));
   std::string path;
-  if (set_aside_before_first_save(run.cfg, run.lead(), run.later_checkpoints_set_aside)) run.world.barrier();
   if (ckpt.before_write) ckpt.before_write();
+  // Weights that are not numbers stop the run here, before the run directory is touched.
+  // Rank-local buffers (ckpt.local) index no flat layout: their elements go unnamed.
+  std::vector<CheckpointBuffer> held = ckpt.buffers;
+  if (ckpt.local)
+    for (CheckpointBuffer& b : held) b.begin = 0, b.end = ckpt.local->total();
+  check_saveable(run.world, ckpt.local ? nullptr : &ckpt.layout, held, state.step);
+  if (set_aside_before_first_save(run.cfg, run.lead(), run.later_checkpoints_set_aside)) run.world.barrier();
   if (ckpt.local) {
     std::vector<LocalBuffer> local;
     for (const CheckpointBuffer& b : ckpt.buffers) local.push_back({b.kind, b.data});

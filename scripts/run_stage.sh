@@ -140,10 +140,10 @@ stop() {
     first_stop=$now
     kill -USR1 "$job" 2> /dev/null || true
     log "$1: the ranks stop after this step and save a checkpoint (again, a second or more later, to end them at once)" \
-      2> /dev/null || true
+      || true
   elif [[ "$1" != SIGUSR1 ]] && ((10#$now - 10#$first_stop >= 1000000)); then
     kill -TERM "$job" 2> /dev/null || true
-    log "$1 again: ending the job now" 2> /dev/null || true
+    log "$1 again: ending the job now" || true
   fi
 }
 trap 'stop SIGINT' INT

@@ -127,6 +127,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
   // A checkpoint of the state after state.step steps (the weights copied to the host first).
   auto save = [&] {
     mirror.to_host();
+    check_saveable(&layout, mirror.buffers(), state.step);  // before the run directory is touched
     set_aside_before_first_save(cfg, /*lead=*/true, set_aside);
     const std::string path = save_checkpoint(cfg.run_dir, cfg, layout, state, mirror.buffers());
     prune_checkpoints(cfg.run_dir, cfg.keep_checkpoints);

@@ -4,7 +4,8 @@
 #   1. stage 01, resumed at lr 1e39 (finite in double, infinite in fp32) with a checkpoint
 #      every step and keep_checkpoints=1: step 2's update makes the weights infinite; its
 #      save is refused (naming param/ and the tensor), so step 1's checkpoint is not pruned,
-#      and resume=latest from it trains on.
+#      and resume=latest from it trains on. In the run directory of another run, the refused
+#      save sets nothing of that run aside.
 #   2. stage 01 at lr 1e20: the weights stay finite but their forward overflows; the
 #      validation loss is NaN, and the run stops there, with no checkpoint (exit 0 before).
 #   3. stage 03 on 2 ranks (every rank saves its own shard of the weights): as 1 and as 2.
@@ -56,6 +57,18 @@ for np in "" 2; do
     fail "$name: checkpoints after the refused save: '$(checkpoints "$name")', expected step_00000001 alone"
   train "$name" $np resume=latest steps=2
   expect "$name" 0 "resumed from"
+done
+
+# 1 and 3a again, in the run directory of another run that got further (step 3): the
+# diverged run's first save would set that run's checkpoints aside; refused, it leaves the
+# directory as it found it, and resume=latest still continues the other run.
+for np in "" 2; do
+  name=inf_over${np:+_np$np}
+  train "$name" $np steps=3
+  train "$name" $np steps=5 lr=1e39 checkpoint_every=1
+  expect "$name" 2 "step 1: param/"
+  [ "$(cd "$WORK/$name" && ls | paste -sd ' ')" = "metrics.jsonl step_00000003" ] ||
+    fail "$name: the run directory after the refused save: $(cd "$WORK/$name" && ls | paste -sd ' ')"
 done
 
 # 2 and 3b: a NaN validation loss stops the run before its checkpoint.

@@ -295,6 +295,9 @@ def main():
     n = stopped_step(os.path.join(a.work, "run_stage.log"))
     check(status == STOPPED and n is not None and has_checkpoint(run_dir("run_stage"), n),
           f"run_stage.sh, Ctrl-C twice 0.05 s apart: status {status}, stopped after step {n} with its checkpoint")
+    with open(os.path.join(a.work, "run_stage.log"), errors="replace") as f:
+        said = "SIGINT: the ranks stop after this step and save a checkpoint" in f.read()
+    check(said, "run_stage.sh says what the Ctrl-C does")
     # The second Ctrl-C during the save of that step (held 5 s by GPT_TEST_SAVE_DELAY_S).
     job = start(run_stage + ["--set", "steps=1000000"], "run_stage_twice", GPT_TEST_SAVE_DELAY_S="5", **hooks)
     ranks = {}
