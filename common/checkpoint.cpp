@@ -295,14 +295,6 @@ int64_t recorded_sequences(const json& manifest, const std::string& manifest_pat
 // before it writes; save_checkpoint_sharded checks the files as rank 0 reads them back
 // for their checksums, before it publishes.
 
-// The first of n values that is not a number: its index, or n.
-template <class T>
-int64_t first_not_finite(const T* values, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(values[i])) return i;
-  return n;
-}
-
 // The UserError for `value` at flat element `at` of the `kind` buffer, naming its tensor
 // when `layout` is the buffer's.
 [[noreturn]] void refuse_not_finite(const ParamLayout* layout, const std::string& kind, int64_t at, double value,

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -221,11 +220,8 @@ void write_choices_file(const std::string& path, const std::vector<ChoiceExample
   const std::string& tmp = temp.name;
   std::error_code ec;
   const bool written = std::fwrite(bytes.data(), 1, bytes.size(), temp.file) == bytes.size();
-  const int error = errno;
-  if (std::fclose(temp.file) != 0 || !written) {  // a failed close can mean lost data too
-    std::filesystem::remove(tmp, ec);
-    fail(file + ": write failed (" + std::strerror(written ? errno : error) + ")");
-  }
+  const int write_errno = errno;
+  close_temporary(temp, written, write_errno, file);
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
     std::filesystem::remove(tmp, ec);

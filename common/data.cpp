@@ -67,11 +67,8 @@ void write_shard_file(const std::string& path, const TemporaryFile& temp, const 
   const bool written = std::fwrite(header, 1, size_t(kHeaderBytes), temp.file) == size_t(kHeaderBytes) &&
                        (tokens.empty() ||
                         std::fwrite(tokens.data(), size_t(kTokenBytes), tokens.size(), temp.file) == tokens.size());
-  const int error = errno;
-  if (std::fclose(temp.file) != 0 || !written) {  // a failed close can mean lost data too
-    std::remove(temp.name.c_str());
-    fail("shard " + quoted(path) + ": write failed (" + std::strerror(written ? errno : error) + ")");
-  }
+  const int write_errno = errno;
+  close_temporary(temp, written, write_errno, "shard " + quoted(path));
 }
 
 }  // namespace

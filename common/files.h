@@ -92,4 +92,15 @@ inline TemporaryFile create_temporary_beside(const std::string& path, const std:
   fail(what + ": cannot create a temporary file beside it: " + stem + "0 to 999 all exist");
 }
 
+/// Closes `temp` once it is written. `written`: whether every write succeeded, and
+/// `write_errno` the errno after the last one. A failed write or close (a full disk shows
+/// at either) removes the file and is a UserError beginning with `what`, with the reason.
+inline void close_temporary(const TemporaryFile& temp, bool written, int write_errno, const std::string& what) {
+  const bool closed = std::fclose(temp.file) == 0;
+  if (closed && written) return;
+  const int error = written ? errno : write_errno;
+  std::remove(temp.name.c_str());
+  fail(what + ": write failed (" + std::strerror(error) + ")");
+}
+
 }  // namespace gpt

@@ -21,15 +21,22 @@ inline std::string number_text(double x) {
   return text;
 }
 
+/// The index of the first of values[0..n) that is NaN or infinite, or n when all are finite.
+template <class T>  // float or double
+int64_t first_not_finite(const T* values, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(values[i])) return i;
+  return n;
+}
+
 /// A UserError naming `what` (a tensor and its file), the first of values[0..n) that
 /// is NaN or infinite, its index and `why_here` (what the file may come from), unless all are finite.
 template <class T>  // float or double
 void require_finite(const T* values, int64_t n, const std::string& what, const std::string& why_here) {
-  for (int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(values[i]))
-      fail(what + " holds " + (std::isnan(values[i]) ? "NaN" : "an infinity") + " at element " + std::to_string(i) +
-           " of " + std::to_string(n) + ": no model trains or evaluates from values that are not numbers (" +
-           why_here + ")");
+  if (const int64_t i = first_not_finite(values, n); i < n)
+    fail(what + " holds " + (std::isnan(values[i]) ? "NaN" : "an infinity") + " at element " + std::to_string(i) +
+         " of " + std::to_string(n) + ": no model trains or evaluates from values that are not numbers (" +
+         why_here + ")");
 }
 
 /// A UserError when `value`, a result computed from a model's weights (`what`: "step 12:

@@ -39,7 +39,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "zero"))
-from rank_lost import alive, find_ranks, proc_stat  # noqa: E402  (world rank -> pid of an mpirun job's ranks)
+from rank_lost import alive, descendants, find_ranks  # noqa: E402  (the processes below an mpirun job)
 
 STOPPED = 3  # kStoppedExit, common/stop_request.h
 failures = []
@@ -80,34 +80,20 @@ def wait_for_steps(job, run_dir, steps, limit=60):
     return True
 
 
-def descendants(root):
-    """The pids below root (mpirun and its ranks, which run_stage.sh puts in sessions of
-    their own, out of reach of a kill of its process group)."""
-    children = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            st = proc_stat(int(name))
-            if st:
-                children.setdefault(st[1], []).append(int(name))
-    found, todo = [], [root]
-    while todo:
-        for pid in children.get(todo.pop(), []):
-            found.append(pid)
-            todo.append(pid)
-    return found
-
-
 def finish(job, limit=60):
     try:
         return job.wait(timeout=limit)
     except subprocess.TimeoutExpired:
+        # mpirun and its ranks, which run_stage.sh puts in a session of their own, out of
+        # reach of a kill of its process group; checked by start time (no recycled pid hit)
         below = descendants(job.pid)
         os.killpg(job.pid, signal.SIGKILL)
-        for pid in below:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        for pid, start in below:
+            if alive(pid, start):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:  # it ended in between
+                    pass
         job.wait()
         return None
 

@@ -56,21 +56,29 @@ def world_rank(pid):
     return None
 
 
-def find_ranks(root):
-    """{world rank: (pid, start time)} among the descendants of root."""
+def descendants(root):
+    """[(pid, start time)] of every process below root, whatever its session or group."""
     children = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
             st = proc_stat(int(name))
             if st:
                 children.setdefault(st[1], []).append((int(name), st[2]))
-    ranks, todo = {}, [root]
+    found, todo = [], [root]
     while todo:
         for pid, start in children.get(todo.pop(), []):
-            r = world_rank(pid)
-            if r is not None and r not in ranks:
-                ranks[r] = (pid, start)
+            found.append((pid, start))
             todo.append(pid)
+    return found
+
+
+def find_ranks(root):
+    """{world rank: (pid, start time)} among the descendants of root."""
+    ranks = {}
+    for pid, start in descendants(root):
+        r = world_rank(pid)
+        if r is not None and r not in ranks:
+            ranks[r] = (pid, start)
     return ranks
 
 
