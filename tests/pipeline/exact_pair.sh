@@ -3,14 +3,16 @@
 # forward and backward run, never what they compute or the order in which a stage
 # accumulates its gradients (backwards run in micro-batch order in every schedule). So
 # the candidate stage (e.g. 08, 1F1B) must give the reference stage's (07, GPipe) losses,
-# gradient norms, weights and moments bit for bit after 10 AdamW steps, and after one SGD
+# gradient norms, weights and moments bit for bit after STEPS AdamW steps, and after one SGD
 # step, for every shape; and so must a candidate run whose ranks are delayed at random
 # before every action (GPT_TEST_PIPE_JITTER_MS: messages arrive in another order).
 # Negative controls: one weight 10 ulps off must be rejected; and where interleaving
 # reshards the tensors (below), a gradient norm 1e-9 off.
 # With GPT_TEST_QUICK=1 (the sanitizer pass of scripts/test.sh, which looks for memory
-# errors and undefined behaviour) the SGD step is left out: every shape still trains
-# under the sanitizers, with random delays too, and is compared bit for bit.
+# errors and undefined behaviour) the SGD step is left out and the runs take 3 steps, not
+# 10: every shape still trains under the sanitizers, with random delays too, and is
+# compared bit for bit; the third step runs every line the tenth does (the first
+# allocates, the second is the first to reuse), and training is some 30x slower there.
 # Usage: exact_pair.sh REF CAND PREPARE WORK ROOT MPIEXEC SPECS [JITTER_SPEC]
 #   a SPEC is NP:BATCH:MICRO_BATCH[:key=value...]; a key written cand.key=value is given to
 #   the candidate only (virtual_stages=2: the reference has no chunks), so REF and CAND may
@@ -59,12 +61,13 @@ reshards() {
 failures=0
 i=0
 sgd=1  # the one-step SGD comparison, left out of quick runs
-quick_run && sgd=0
+STEPS=10
+quick_run && { sgd=0; STEPS=3; }
 resharded=""  # the first candidate run whose norm is compared as resharded
 for spec in $SPECS; do
   i=$((i + 1))
-  run ref "$spec" "$WORK/$i-ref" 10
-  run cand "$spec" "$WORK/$i-cand" 10
+  run ref "$spec" "$WORK/$i-ref" "$STEPS"
+  run cand "$spec" "$WORK/$i-cand" "$STEPS"
   if ((sgd)); then
     run ref "$spec" "$WORK/$i-sgd-ref" 1 optimizer=sgd grad_clip=0
     run cand "$spec" "$WORK/$i-sgd-cand" 1 optimizer=sgd grad_clip=0
@@ -76,8 +79,8 @@ for spec in $SPECS; do
   # bit, and so does the norm of every other shape.
   norm=()
   if reshards "$spec"; then norm=(--norm-resharded); resharded=${resharded:-$i}; fi
-  echo "== $spec: 10 AdamW steps$( ((sgd)) && echo ", then one SGD step")"
-  "${COMPARE[@]}" "${norm[@]}" --step 10 --reference "$WORK/$i-ref" --candidate "$WORK/$i-cand" ||
+  echo "== $spec: $STEPS AdamW steps$( ((sgd)) && echo ", then one SGD step")"
+  "${COMPARE[@]}" "${norm[@]}" --step "$STEPS" --reference "$WORK/$i-ref" --candidate "$WORK/$i-cand" ||
     failures=$((failures + 1))
   if ((sgd)); then
     "${COMPARE[@]}" "${norm[@]}" --step 1 --reference "$WORK/$i-sgd-ref" --candidate "$WORK/$i-sgd-cand" ||
@@ -86,8 +89,8 @@ for spec in $SPECS; do
 done
 if [ -n "$JITTER_SPEC" ]; then
   echo "== $JITTER_SPEC with every rank delayed 0-3 ms at random before each action"
-  run ref "$JITTER_SPEC" "$WORK/jitter-ref" 10
-  GPT_TEST_PIPE_JITTER_MS=3 run cand "$JITTER_SPEC" "$WORK/jitter-cand" 10
+  run ref "$JITTER_SPEC" "$WORK/jitter-ref" "$STEPS"
+  GPT_TEST_PIPE_JITTER_MS=3 run cand "$JITTER_SPEC" "$WORK/jitter-cand" "$STEPS"
   # Every process's executor says it applies the delays (else this is a repeat run).
   delayed=$(grep -o "process [0-9]*, pipeline rank [0-9]*: test hook GPT_TEST_PIPE_JITTER_MS" \
     "$WORK/jitter-cand.log" | sort -u | wc -l)
@@ -95,13 +98,13 @@ if [ -n "$JITTER_SPEC" ]; then
     echo "FAIL: $delayed of ${JITTER_SPEC%%:*} processes delayed their actions"; failures=$((failures + 1)); }
   norm=()
   if reshards "$JITTER_SPEC"; then norm=(--norm-resharded); fi
-  "${COMPARE[@]}" "${norm[@]}" --step 10 --reference "$WORK/jitter-ref" --candidate "$WORK/jitter-cand" ||
+  "${COMPARE[@]}" "${norm[@]}" --step "$STEPS" --reference "$WORK/jitter-ref" --candidate "$WORK/jitter-cand" ||
     failures=$((failures + 1))
 fi
 echo "== negative control: one weight 10 ulps off must be rejected"
 planted="$WORK/planted"
 rm -rf "$planted" && cp -r "$WORK/1-cand" "$planted"
-/usr/bin/python3 - "$planted/step_00000010/param.bin" <<'PY'
+/usr/bin/python3 - "$planted/$(printf step_%08d "$STEPS")/param.bin" <<'PY'
 import struct, sys
 with open(sys.argv[1], "r+b") as f:
     f.seek(4 * 1000)
@@ -111,7 +114,7 @@ with open(sys.argv[1], "r+b") as f:
 PY
 # Only the tensors are compared (--weights-only): the rejection must come from the planted
 # weight, not from a resharded gradient norm held to exact bits.
-"${COMPARE[@]}" --expect-reject --weights-only --step 10 --reference "$WORK/1-ref" \
+"${COMPARE[@]}" --expect-reject --weights-only --step "$STEPS" --reference "$WORK/1-ref" \
   --candidate "$planted" || failures=$((failures + 1))
 if [ -n "$resharded" ]; then
   echo "== negative control: a gradient norm 1e-9 off must be rejected by the resharded comparison"
@@ -126,7 +129,7 @@ for rec in lines:
         rec["grad_norm"] *= 1 + 1e-9
 open(sys.argv[1], "w").write("".join(json.dumps(rec) + "\n" for rec in lines))
 PY
-  "${COMPARE[@]}" --norm-resharded --expect-reject --step 10 --reference "$WORK/$resharded-ref" \
+  "${COMPARE[@]}" --norm-resharded --expect-reject --step "$STEPS" --reference "$WORK/$resharded-ref" \
     --candidate "$planted" || failures=$((failures + 1))
 fi
 [ "$failures" = 0 ] || { echo "FAIL: $failures comparisons"; exit 1; }

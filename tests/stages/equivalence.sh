@@ -17,9 +17,9 @@
 #   4. With EXACT_SPECS, the exact comparison's positive case (layouts that only move
 #      work, byte-identical to the reference), in the default pass.
 # With GPT_TEST_QUICK=1 (the sanitizer pass of scripts/test.sh, which looks for memory
-# errors and undefined behaviour) only part 1 runs: every layout still trains under the
-# sanitizers and is compared; the SGD step and the controls, which run the same code
-# again, are left to the default pass.
+# errors and undefined behaviour) only part 1 runs, over 3 steps: every layout still
+# trains under the sanitizers and is compared; the SGD step and the controls, which run
+# the same code again, are left to the default pass.
 #
 # Usage: equivalence.sh REF_BIN CAND_BIN TRUTH_BIN PREPARE WORKDIR ROOT MPIEXEC REF_SPEC CAND_SPECS [EXACT_SPECS]
 #   MPIEXEC "none": no launcher; every run is then one process (one rank).
@@ -34,8 +34,12 @@
 set -euo pipefail
 REF_BIN=$1 CAND_BIN=$2 TRUTH_BIN=$3 PREPARE=$4 WORK=$5 ROOT=$6 MPIEXEC=$7 REF_SPEC=$8 CAND_SPECS=$9
 EXACT_SPECS=${10:-}
-STEPS=${STEPS:-10}  # training steps compared (the environment may ask for more)
 source "$ROOT/tests/trainer/common.sh"
+# Training steps compared: 10, or 3 in a quick run, whose third step runs every line the
+# tenth does (the first allocates, the second is the first to reuse) under sanitizers
+# that make training some 30x slower.
+STEPS=10
+quick_run && STEPS=3
 start_mpi_test "$WORK" "$PREPARE"
 COMPARE=(/usr/bin/python3 "$ROOT/tests/stages/compare_runs.py")
 # The controls scale the learning rate the runs use (scaled_lr, common.sh). Their sizes:
