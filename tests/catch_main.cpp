@@ -1,3 +1,4 @@
-// The one Catch2 main of the suite.
-#define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
+// The main of the CPU test programs: Catch2's runner.
+#include "tests/catch_session.h"
+
+int main(int argc, char** argv) { return gpt::test::run_catch_session(argc, argv); }

@@ -1,0 +1,10 @@
+// Catch2's runner, compiled once (catch_session.cpp) for every test program of the suite.
+#pragma once
+
+namespace gpt::test {
+
+/// Runs the test cases linked into this program with Catch2's command line (argc, argv)
+/// and returns the number of failed test cases, capped at 255 (Catch2's exit status).
+int run_catch_session(int argc, char** argv);
+
+}  // namespace gpt::test
