@@ -4,7 +4,7 @@
 # cgroup, instead of being killed by the kernel's OOM killer inside the cgroup (exit 137,
 # no word). Two checks read the cgroup (common/host_memory.h):
 #   - before anything is built, the weights, gradients and AdamW state a rank must hold
-#     against the cgroup's limit (config.cpp): tiny.json at n_layer 16000, about 3.3 GB;
+#     against the cgroup's limit (config.cpp): tiny.json at n_layer 6000, about 1.24 GB;
 #     and in fp64, whose every buffer is a double: n_layer 4000, 1.6 GB (0.8 GB in fp32,
 #     which would fit);
 #   - the same check with eval_choices, whose whole copy of the weights every rank holds
@@ -48,7 +48,7 @@ trap cleanup EXIT
 make_corpus "$WORK" "$PREPARE"
 common=($(tiny_args "$WORK/data" "$WORK/run") --set steps=0 --set val_batches=0 --set sample_tokens=0
         --set checkpoint_at_end=false)
-weights_args=("${common[@]}" --set n_layer=16000)
+weights_args=("${common[@]}" --set n_layer=6000)
 fp64_args=("${common[@]}" --set n_layer=4000 --set precision=fp64)
 # One example in llm.c's eval format (ids below tiny.json's 256), for the eval case.
 /usr/bin/python3 "$ROOT/tests/llmc/eval_file.py" one "$WORK/eval.bin" 10,11 12 13 --label 1
@@ -80,7 +80,7 @@ refused "eval copy" "eval_choices=.*whole copy of the model's .* more than the 1
   "${eval_args[@]}"
 refused "activations" "out of host memory: .*\(under this process's memory cgroup limit" "${activations_args[@]}"
 
-# The controls build models of up to 3.3 GB: under GPT_TEST_QUICK=1 (the sanitizer pass)
+# The controls build models of up to 1.6 GB: under GPT_TEST_QUICK=1 (the sanitizer pass)
 # they are left to the default pass, which has run them on the same code.
 controls=(weights fp64 eval activations)
 quick_run && { controls=(); echo "quick run (GPT_TEST_QUICK=1): the controls are left to the default pass"; }
