@@ -10,9 +10,9 @@
 #   4. the API reference: scripts/check_docs.sh runs doxygen, warnings are failures;
 #   5. the `sanitize` preset (AddressSanitizer + UBSan, CPU only): every test not
 #      labelled `slow`, with GPT_TEST_QUICK=1: the comparisons of whole training runs
-#      train every layout, 3 steps instead of 10, but leave out the runs that repeat the
-#      same code (the one-step SGD variants, the controls' runs), which the first pass has
-#      checked.
+#      train every layout, most of them 3 steps instead of 10, but leave out the runs that
+#      repeat the same code (the one-step SGD variants, the controls' runs), which the
+#      first pass has checked.
 #
 #   scripts/test.sh [ctest args ...]      e.g. scripts/test.sh -R config -V
 #

@@ -4,7 +4,7 @@
 # cgroup, instead of being killed by the kernel's OOM killer inside the cgroup (exit 137,
 # no word). Two checks read the cgroup (common/host_memory.h):
 #   - before anything is built, the weights, gradients and AdamW state a rank must hold
-#     against the cgroup's limit (config.cpp): tiny.json at n_layer 6000, about 1.24 GB;
+#     against the cgroup's limit (config.cpp): tiny.json at n_layer 6000, about 1.22 GB;
 #     and in fp64, whose every buffer is a double: n_layer 4000, 1.6 GB (0.8 GB in fp32,
 #     which would fit);
 #   - the same check with eval_choices, whose whole copy of the weights every rank holds
