@@ -45,9 +45,45 @@ takes_no_arguments() {
   (($# == 0)) || bad_input "unknown argument '$1' (${script#"$GPT_ROOT"/} takes none; --help)"
 }
 
-# machine_cores: the machine's cores (nproc honours OMP_NUM_THREADS and OMP_THREAD_LIMIT:
-# not here).
-machine_cores() { env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1; }
+# cgroup_cpu_quota: the CPUs' worth of time this process's cgroup allows (a container's
+# --cpus, a batch job's allocation), rounded up: cgroup v2's cpu.max ("QUOTA PERIOD"), or
+# v1's cpu.cfs_quota_us over cpu.cfs_period_us, in the process's own cgroup (else at the
+# hierarchy's root, where a container sees its own). Prints nothing without a quota.
+cgroup_cpu_quota() {
+  local self path file quota="" period=""
+  self="$(cat /proc/self/cgroup 2>/dev/null)" || return 0
+  path="$(sed -n 's/^0:://p' <<< "$self" | head -1)"
+  for file in "/sys/fs/cgroup$path/cpu.max" /sys/fs/cgroup/cpu.max; do
+    if [[ -r "$file" ]]; then
+      read -r quota period < "$file" || true
+      break
+    fi
+  done
+  if [[ -z "$quota" ]]; then
+    path="$(sed -nE 's/^[0-9]+:([^:]*,)?cpu(,[^:]*)?:(.*)/\3/p' <<< "$self" | head -1)"
+    for file in "/sys/fs/cgroup/cpu$path" /sys/fs/cgroup/cpu; do
+      if [[ -r "$file/cpu.cfs_quota_us" && -r "$file/cpu.cfs_period_us" ]]; then
+        quota="$(< "$file/cpu.cfs_quota_us")" period="$(< "$file/cpu.cfs_period_us")"
+        break
+      fi
+    done
+  fi
+  [[ "$quota" =~ ^[0-9]+$ && "$period" =~ ^[1-9][0-9]*$ ]] || return 0  # "max" or -1: none
+  echo $(((quota + period - 1) / period))
+}
+
+# machine_cores: the cores this process may use: nproc's count (the CPUs its affinity
+# allows, a container's --cpuset-cpus among them; nproc also honours OMP_NUM_THREADS and
+# OMP_THREAD_LIMIT: not here), at most its cgroup's CPU quota (cgroup_cpu_quota), at
+# least 1.
+machine_cores() {
+  local cores quota
+  cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1)"
+  quota="$(cgroup_cpu_quota)"
+  if [[ -n "$quota" ]] && ((quota < cores)); then cores=$quota; fi
+  ((cores >= 1)) || cores=1
+  echo "$cores"
+}
 
 # too_many_ranks NAME RANKS: prints why RANKS ranks are too many for this machine and
 # succeeds, or prints nothing and fails when they fit. At most 8 ranks a core, the
