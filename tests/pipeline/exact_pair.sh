@@ -3,9 +3,10 @@
 # forward and backward run, never what they compute or the order in which a stage
 # accumulates its gradients (backwards run in micro-batch order in every schedule). So
 # the candidate stage (e.g. 08, 1F1B) must give the reference stage's (07, GPipe) losses,
-# gradient norms, weights and moments bit for bit after STEPS AdamW steps, and after one SGD
-# step, for every shape; and so must a candidate run whose ranks are delayed at random
-# before every action (GPT_TEST_PIPE_JITTER_MS: messages arrive in another order).
+# gradient norms, weights and moments bit for bit after 10 AdamW steps (3 in a quick run,
+# below), and after one SGD step, for every shape; and so must a candidate run whose
+# ranks are delayed at random before every action (GPT_TEST_PIPE_JITTER_MS: messages
+# arrive in another order).
 # Negative controls: one weight 10 ulps off must be rejected; and where interleaving
 # reshards the tensors (below), a gradient norm 1e-9 off.
 # With GPT_TEST_QUICK=1 (the sanitizer pass of scripts/test.sh, which looks for memory
