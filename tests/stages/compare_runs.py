@@ -149,6 +149,15 @@ def norm(a):
     return math.sqrt(sum(x * x for x in a))
 
 
+def tensor_bound(e_ref, t, cap):
+    """The bound on a candidate's distance from the truth t (a kind's or a tensor group's
+    values), given the reference's e_ref: K times e_ref, at least 2 ulps of a typical
+    element, at most cap of t's norm."""
+    t_norm = norm(t)
+    rms = t_norm / math.sqrt(max(1, len(t)))
+    return min(K * max(e_ref, 2 * EPS32 * rms), cap * t_norm)
+
+
 class Table:
     def __init__(self):
         self.rows, self.failed = [], False
@@ -227,13 +236,18 @@ def compare_tensors(args, table):
             if len(r) != len(t):
                 sys.exit(f"compare_runs: {kind} of a reference has {len(r)} values, the truth {len(t)}")
         e_ref = max(distance(r, t) for r in refs)
-        rms = norm(t) / math.sqrt(max(1, len(t)))
-        bound = min(K * max(e_ref, 2 * EPS32 * rms), args.cap * norm(t))
-        # Each tensor's truth and reference error (the largest over the references), once
-        # for every candidate.
-        pieces = [(name, b, e, t[b:e], max(distance(r[b:e], t[b:e]) for r in refs))
-                  for name, b, e in tensor_pieces(args.truth, args.step, kind)]
+        bound = tensor_bound(e_ref, t, args.cap)
         flip = 2 * max_lr if args.bf16 and kind == "param" and adamw else 0.0
+        # Each tensor's truth, reference error (the largest over the references) and bound,
+        # once for every candidate. No CAP here: a bias that starts at 0 is small, and fp32
+        # rounding alone takes the reference 0.6e-4 of its norm away in 10 AdamW steps; the
+        # kind's bound caps.
+        pieces = []
+        for name, b, e in tensor_pieces(args.truth, args.step, kind):
+            tt = t[b:e]
+            e_ref_t = max(distance(r[b:e], tt) for r in refs)
+            bound_t = K * max(e_ref_t, 2 * EPS32 * norm(tt) / math.sqrt(max(1, e - b))) + flip
+            pieces.append((name, b, e, tt, e_ref_t, bound_t))
         for c in args.candidate:
             x = tensor(c, args.step, kind)
             if len(x) != len(t):
@@ -243,12 +257,8 @@ def compare_tensors(args, table):
             table.add(f"{kind} (2-norm)", os.path.basename(c), err, e_ref, bound, err <= bound)
             # Each tensor on its own; the row shows the one nearest its bound.
             worst = None
-            for name, b, e, tt, e_ref_t in pieces:
-                xx = x[b:e]
-                # No CAP here: a bias that starts at 0 is small, and fp32 rounding alone takes
-                # the reference 0.6e-4 of its norm away in 10 AdamW steps; the kind's bound caps.
-                bound_t = K * max(e_ref_t, 2 * EPS32 * norm(tt) / math.sqrt(max(1, e - b))) + flip
-                err_t = distance(xx, tt)
+            for name, b, e, tt, e_ref_t, bound_t in pieces:
+                err_t = distance(x[b:e], tt)
                 score = err_t / bound_t if bound_t > 0 else (0.0 if err_t == 0 else math.inf)
                 if worst is None or score > worst[0]:
                     worst = (score, name, err_t, e_ref_t, bound_t)
@@ -277,8 +287,7 @@ def compare_regrouped(args, table, kind, ranges):
         return [x for b, e in ranges for x in values[b:e]]
     t, r = cut(args.truth), cut(args.reference)
     e_ref = distance(r, t)
-    rms = norm(t) / math.sqrt(max(1, len(t)))
-    bound = min(K * max(e_ref, 2 * EPS32 * rms), args.cap * norm(t))
+    bound = tensor_bound(e_ref, t, args.cap)
     for c in args.candidate:
         err = distance(cut(c), t)
         table.add(f"{kind}/{args.regrouped} (2-norm)", os.path.basename(c), err, e_ref, bound, err <= bound)
