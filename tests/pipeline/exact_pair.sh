@@ -11,9 +11,8 @@
 # reshards the tensors (below), a gradient norm 1e-9 off.
 # With GPT_TEST_QUICK=1 (the sanitizer pass of scripts/test.sh, which looks for memory
 # errors and undefined behaviour) the SGD step is left out and the runs take 3 steps, not
-# 10: every shape still trains under the sanitizers, with random delays too, and is
-# compared bit for bit; the third step runs every line the tenth does (the first
-# allocates, the second is the first to reuse), and training is some 30x slower there.
+# 10 (compared_steps, tests/trainer/common.sh): every shape still trains under the
+# sanitizers, with random delays too, and is compared bit for bit.
 # Usage: exact_pair.sh REF CAND PREPARE WORK ROOT MPIEXEC SPECS [JITTER_SPEC]
 #   a SPEC is NP:BATCH:MICRO_BATCH[:key=value...]; a key written cand.key=value is given to
 #   the candidate only (virtual_stages=2: the reference has no chunks), so REF and CAND may
@@ -62,8 +61,8 @@ reshards() {
 failures=0
 i=0
 sgd=1  # the one-step SGD comparison, left out of quick runs
-STEPS=10
-quick_run && { sgd=0; STEPS=3; }
+STEPS=$(compared_steps)
+quick_run && sgd=0
 resharded=""  # the first candidate run whose norm is compared as resharded
 for spec in $SPECS; do
   i=$((i + 1))

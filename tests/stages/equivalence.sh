@@ -35,11 +35,7 @@ set -euo pipefail
 REF_BIN=$1 CAND_BIN=$2 TRUTH_BIN=$3 PREPARE=$4 WORK=$5 ROOT=$6 MPIEXEC=$7 REF_SPEC=$8 CAND_SPECS=$9
 EXACT_SPECS=${10:-}
 source "$ROOT/tests/trainer/common.sh"
-# Training steps compared: 10, or 3 in a quick run, whose third step runs every line the
-# tenth does (the first allocates, the second is the first to reuse) under sanitizers
-# that make training some 30x slower.
-STEPS=10
-quick_run && STEPS=3
+STEPS=$(compared_steps)
 start_mpi_test "$WORK" "$PREPARE"
 COMPARE=(/usr/bin/python3 "$ROOT/tests/stages/compare_runs.py")
 # The controls scale the learning rate the runs use (scaled_lr, common.sh). Their sizes:

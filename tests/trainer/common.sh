@@ -39,6 +39,11 @@ scaled_lr() {  # scaled_lr FACTOR
 # train and compare every layout but leave out the runs that repeat the same code.
 quick_run() { [ "${GPT_TEST_QUICK:-0}" = 1 ]; }
 
+# compared_steps: the AdamW steps a whole-run comparison trains: 10, or 3 in a quick run,
+# whose third step runs every line the tenth does (the first allocates, the second is the
+# first to reuse) under sanitizers that make training some 30x slower.
+compared_steps() { if quick_run; then echo 3; else echo 10; fi; }
+
 # require_layout RUN_DIR NP [key=value...]: the newest checkpoint in RUN_DIR was written
 # at the layout NP ranks and the keys ask for (tp, pp, cp: 1 unless given; dp: the rest
 # of NP, unless given), or the test fails. A driver that ignored tp= would compute what
