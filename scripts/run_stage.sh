@@ -23,8 +23,9 @@
 # with status 3, and resume=latest goes on from there (docs/checkpoints.md). mpirun itself
 # would end the ranks a second after a Ctrl-C, too soon to save, so it runs in a session
 # of its own, out of the terminal's reach, and this script hands it the trainer's stop
-# signal, SIGUSR1, which mpirun passes on to every rank. A second Ctrl-C (or Ctrl-\), a
-# second or more after the first, ends the job at once. Only signals to this script are
+# signal, SIGUSR1, which mpirun passes on to every rank (as the job starts, once mpirun
+# and the ranks can take it). A second Ctrl-C (or Ctrl-\), a second or more after the
+# first, ends the job at once. Only signals to this script are
 # turned into a stop: a scheduler that signals every process of the job (a cgroup) reaches
 # mpirun too, which ends the ranks at once on SIGTERM; under a scheduler send SIGUSR1.
 set -euo pipefail
@@ -138,6 +139,7 @@ stop() {
   now=${now//[.,]/}
   if [[ -z "$first_stop" ]]; then
     first_stop=$now
+    wait_until_usr1_caught || return 0  # the job ended meanwhile (a second Ctrl-C can end it)
     kill -USR1 "$job" 2> /dev/null || true
     log "$1: the ranks stop after this step and save a checkpoint (again, a second or more later, to end them at once)" \
       || true
@@ -145,6 +147,55 @@ stop() {
     kill -TERM "$job" 2> /dev/null || true
     log "$1 again: ending the job now" || true
   fi
+}
+
+# SIGUSR1 asks for a stop only once the process has a handler for it: until then its
+# default action ends the process. mpirun installs its handler as it starts, each rank
+# after MPI's start-up (common/driver.cpp), and mpirun passes the signal on to the ranks
+# it has: a stop in the job's first second would end mpirun or a rank, or miss a rank not
+# yet started. So the first stop waits, polling /proc, until mpirun and this machine's
+# `ranks` trainer processes below it catch SIGUSR1, or the job has ended; ranks on other
+# machines cannot be seen from here, so the wait gives up 30 s after the launch.
+catches_usr1() {  # PID: whether process PID has a handler for SIGUSR1 (signal 10: bit 9 of SigCgt)
+  local key mask
+  while read -r key mask; do
+    [[ "$key" == SigCgt: ]] || continue
+    (((16#$mask >> 9) & 1)) && return 0  # (a bare `return` in a trap returns the status from before it)
+    return 1
+  done 2> /dev/null < "/proc/$1/status"
+  return 1
+}
+descends_from_job() {  # PID: whether process PID runs below mpirun (ancestors read from /proc/*/stat)
+  local pid=$1 depth stat
+  for ((depth = 0; depth < 16 && pid > 1; ++depth)); do
+    [[ "$pid" == "$job" ]] && return 0
+    read -r stat 2> /dev/null < "/proc/$pid/stat" || return 1
+    stat=${stat##*) }  # after the command's name, which may hold spaces and parentheses
+    stat=${stat#* }    # past the state: the parent's pid first
+    pid=${stat%% *}
+  done
+  return 1
+}
+job_catches_usr1() {
+  ((SECONDS - launched_at < 30)) || return 0
+  catches_usr1 "$job" || return 1
+  local dir pid found=0
+  for dir in /proc/[0-9]*; do
+    [[ "$dir/exe" -ef "$train" ]] || continue  # -ef: the same file, the link followed
+    pid=${dir#/proc/}
+    descends_from_job "$pid" || continue
+    catches_usr1 "$pid" || return 1
+    found=$((found + 1))
+  done
+  ((found >= ranks)) && return 0
+  return 1
+}
+wait_until_usr1_caught() {  # fails when the job has ended first
+  while kill -0 "$job" 2> /dev/null; do
+    job_catches_usr1 && return 0
+    sleep 0.05
+  done
+  return 1
 }
 trap 'stop SIGINT' INT
 trap 'stop SIGTERM' TERM
@@ -158,6 +209,7 @@ trap 'stop SIGUSR1' USR1
 # killed outright (setpriv's parent-death signal), rather than run on with no one to stop it.
 launch=(setsid)
 command -v setpriv > /dev/null && launch+=(setpriv --pdeathsig TERM)
+launched_at=$SECONDS
 "${launch[@]}" "${cmd[@]}" <&0 &
 job=$!
 trap '' PIPE  # a dead reader of this script's output must not end it while mpirun runs

@@ -29,6 +29,9 @@
      1.5 s later, while that checkpoint is being written, ends the job at once, and no
      rank outlives it by more than a few seconds; SIGUSR1 twice in the same place (a
      scheduler's stop signal sent again) still stops it cleanly, status 3.
+  8. scripts/run_stage.sh 2 02, Ctrl-C the moment the first rank's process exists, before
+     it can take SIGUSR1 (whose default action ends a process): the script waits until
+     mpirun and both ranks have their handlers, and the job stops after a step, status 3.
 """
 import argparse
 import json
@@ -95,6 +98,23 @@ def finish(job, limit=60):
                 except ProcessLookupError:  # it ended in between
                     pass
         job.wait()
+        return None
+
+
+def runs(pid, program):
+    """Whether process pid runs the executable `program`."""
+    try:
+        return os.path.samefile(f"/proc/{pid}/exe", program)
+    except OSError:  # ended, or not ours to look at
+        return False
+
+
+def catches_usr1(pid):
+    """Whether process pid has a handler for SIGUSR1 (bit 9 of /proc's SigCgt mask)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return any(line.startswith("SigCgt:") and int(line.split()[1], 16) >> 9 & 1 for line in f)
+    except OSError:
         return None
 
 
@@ -315,6 +335,23 @@ def main():
     n = stopped_step(os.path.join(a.work, "run_stage_usr1.log"))
     check(status == STOPPED and n is not None and has_checkpoint(run_dir("run_stage_usr1"), n),
           f"run_stage.sh, SIGUSR1 twice 1.5 s apart: status {status}, stopped after step {n} with its checkpoint")
+
+    # 8. Ctrl-C as the job starts: the moment the first rank's process appears below
+    # mpirun, before it has a handler for SIGUSR1 (it installs one after MPI's start-up),
+    # when the signal's default action would end it. The script holds the signal until
+    # mpirun and both ranks catch it: the job stops after a step, with its checkpoint.
+    job = start(run_stage + ["--set", "steps=1000000"], "run_stage_early", **hooks)
+    deadline, rank = time.monotonic() + 60, None
+    while rank is None and job.poll() is None and time.monotonic() < deadline:
+        rank = next((pid for pid, _ in descendants(job.pid) if runs(pid, a.train02)), None)
+    handled = catches_usr1(rank) if rank else None
+    if rank:
+        os.killpg(job.pid, signal.SIGINT)
+    status = finish(job)
+    n = stopped_step(os.path.join(a.work, "run_stage_early.log"))
+    check(rank is not None and status == STOPPED and n is not None and has_checkpoint(run_dir("run_stage_early"), n),
+          f"run_stage.sh, Ctrl-C as the first rank started (its SIGUSR1 handler in place: {handled}): status "
+          f"{status}, stopped after step {n} with its checkpoint")
 
     if failures:
         sys.exit(f"{len(failures)} failure(s); logs in {a.work}")
