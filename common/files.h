@@ -33,6 +33,15 @@ inline void create_parent_directories(const std::string& path, const std::string
   fail(message);
 }
 
+/// Whether anything has the name `path`: a file, a directory, or a symbolic link, one
+/// that points nowhere included. std::filesystem::exists follows a link, so a dangling
+/// one looks free, and a tool that writes only new files would then create the link's
+/// target or, renaming its output into place, replace the link.
+inline bool name_taken(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(std::filesystem::symlink_status(path, ec));
+}
+
 /// An output file may be new, empty, or an earlier output of the same kind (a trace
 /// replaced, a metrics log appended to): anything else at `path` (a data shard, a
 /// config, a checkpoint's tensors, named by a typo) is refused with a UserError naming

@@ -232,7 +232,7 @@ int run(int argc, char** argv) {
                "--precision fp64 runs on the CPU only (give --device cpu)");
   std::error_code ec;
   if (!o.out.empty()) {  // found now, not after the whole eval
-    if (std::filesystem::exists(o.out, ec))
+    if (gpt::name_taken(o.out))
       gpt::fail("--out '" + o.out + "' exists; name a new file (nothing is overwritten)");
     gpt::create_parent_directories(o.out, "--out");
     if (!std::ofstream(o.out)) gpt::fail("--out '" + o.out + "': cannot create it: " + std::strerror(errno));

@@ -18,6 +18,7 @@
 #include "common/checkpoint.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/files.h"
 #include "common/gpt2_layout.h"
 #include "common/llmc_model.h"
 #include "common/run_lock.h"
@@ -76,8 +77,7 @@ int import_model(const std::string& model_path, const std::string& run_dir) {
 }
 
 int export_model(const std::string& checkpoint, const std::string& model_path, bool bf16) {
-  std::error_code ec;
-  if (std::filesystem::exists(model_path, ec))
+  if (gpt::name_taken(model_path))
     gpt::fail("MODEL.bin '" + model_path + "' exists; name a new file (nothing is overwritten)");
   const gpt::ParamLayout layout(gpt::checkpoint_model(checkpoint));
   std::vector<float> params(size_t(layout.total()));

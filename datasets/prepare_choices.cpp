@@ -144,7 +144,7 @@ int run(int argc, char** argv) {
     }
   const Options o = parse(args);
   std::error_code ec;
-  if (std::filesystem::exists(o.output, ec))
+  if (gpt::name_taken(o.output))
     gpt::fail("'" + o.output + "' exists; name a new file (nothing is overwritten)");
   const gpt::Tokenizer tokenizer = gpt::Tokenizer::named(o.tokenizer);
   if (!std::filesystem::is_regular_file(o.input, ec)) {

@@ -64,6 +64,12 @@ case $case_name in
     "$prepare" --out out --force other.txt >/dev/null || fail "--force did not replace the shards"
     [[ "$(shard_text out/train.bin)$(shard_text out/val.bin)" == "$(tr -d '\000' <other.txt)" ]] ||
       fail "after --force the shards do not hold other.txt"
+    # A symbolic link that points nowhere is there too: the link is kept, its target not made.
+    mkdir linked && ln -s nowhere.bin linked/train.bin
+    "$prepare" --out linked good.txt >stdout.txt 2>stderr.txt
+    status=$?
+    [[ $status -eq 2 ]] || fail "a dangling linked/train.bin: exit $status, expected 2"
+    [[ -L linked/train.bin && ! -e linked/nowhere.bin ]] || fail "the refused run replaced the link or made its target"
     ;;
   all_or_none)
     # val.bin cannot be written: a file-size limit (ulimit -f, in KiB; SIGXFSZ ignored, so

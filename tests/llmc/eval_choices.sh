@@ -138,6 +138,9 @@ refused precision "precision: 'fp16' is not a precision" "$TOOL" run e.bin --pre
 cp want.jsonl kept.jsonl
 refused out_exists "--out 'kept.jsonl' exists" "$TOOL" run e.bin --device cpu --out kept.jsonl
 cmp -s want.jsonl kept.jsonl || fail "the refused --out changed kept.jsonl"
+ln -s nowhere.jsonl dangling.jsonl  # a link to nothing is a name taken as well
+refused out_dangling "--out 'dangling.jsonl' exists" "$TOOL" run e.bin --device cpu --out dangling.jsonl
+[ -L dangling.jsonl ] && [ ! -e nowhere.jsonl ] || fail "the refused --out replaced the link or made its target"
 
 if [ $failures -gt 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "eval_choices scores multiple-choice evals as the reference does"

@@ -146,6 +146,9 @@ cp m3.bin m3.copy
 refused export_over "exists" "$TOOL" export run3/step_00000000 m3.bin
 refused export_nameless "name a file to write" "$TOOL" export run3/step_00000000 ""
 cmp -s m3.bin m3.copy && [ ! -e m3.bin.tmp ] || fail "the refused export touched m3.bin or left m3.bin.tmp"
+ln -s nowhere.bin dangling.bin  # a link to nothing is a name taken as well
+refused export_dangling "'dangling.bin' exists" "$TOOL" export run3/step_00000000 dangling.bin
+[ -L dangling.bin ] && [ ! -e nowhere.bin ] || fail "the refused export replaced the link or made its target"
 : > kept.bin.tmp
 refused export_tmp "kept.bin.tmp: File exists" "$TOOL" export run3/step_00000000 kept.bin
 [ ! -s kept.bin.tmp ] && [ ! -e kept.bin ] || fail "the refused export touched kept.bin.tmp or wrote kept.bin"

@@ -117,6 +117,10 @@ refused "limit twice"    "--limit is given twice" "$TOOL" examples.jsonl o.bin -
 cp bpe.bin kept.bin
 refused "output exists"  "'kept.bin' exists" "$TOOL" examples.jsonl kept.bin --tokenizer bytes
 cmp -s bpe.bin kept.bin && echo "ok   the existing output is unchanged" || fail "the existing output changed"
+ln -s nowhere.bin dangling.bin  # a link to nothing is a name taken as well
+refused "output a dangling link" "'dangling.bin' exists" "$TOOL" examples.jsonl dangling.bin --tokenizer bytes
+[ -L dangling.bin ] && [ ! -e nowhere.bin ] && echo "ok   the link is kept, its target not made" ||
+  fail "the refused output replaced the link or made its target"
 [ ! -e o.bin ] && [ ! -e o.bin.tmp ] && echo "ok   no refused run left a file" || fail "a refused run left o.bin"
 
 [ "$failures" = 0 ] || { echo "FAIL: $failures"; exit 1; }
