@@ -129,7 +129,7 @@ command -v setsid > /dev/null || exec "${cmd[@]}"  # no setsid: mpirun takes Ctr
 # and SIGUSR1 again changes nothing (the trainer's rules: common/stop_request.h). The
 # signal goes first and the line after it, which may fail: the terminal may be gone
 # (SIGHUP) or its reader dead.
-job="" first_stop="" early=""
+job="" first_stop="" early="" ended_by=""
 stop() {
   if [[ -z "$job" ]]; then  # before mpirun started: handled as soon as it has
     early=${early:-$1}
@@ -144,6 +144,7 @@ stop() {
     log "$1: the ranks stop after this step and save a checkpoint (again, a second or more later, to end them at once)" \
       || true
   elif [[ "$1" != SIGUSR1 ]] && ((10#$now - 10#$first_stop >= 1000000)); then
+    ended_by=$1
     kill -TERM "$job" 2> /dev/null || true
     log "$1 again: ending the job now" || true
   fi
@@ -226,4 +227,10 @@ while :; do
     break
   fi
 done
+# A job this script ended on a second signal exits as a shell reports a command that a
+# signal ended, 128 + its number (130 for SIGINT), not with mpirun's status for a job
+# whose ranks were killed (1: "a bug" in docs/cli.md), unless it had stopped cleanly first.
+if [[ -n "$ended_by" ]] && ((status != 0 && status != 3)); then
+  exit $((128 + $(kill -l "${ended_by#SIG}")))
+fi
 exit "$status"

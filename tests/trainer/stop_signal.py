@@ -26,8 +26,9 @@
      terminal sends it; twice, 0.05 s apart): the script hands mpirun SIGUSR1, and the
      job stops after its step with a checkpoint, status 3. Without the script's help
      mpirun would take the SIGINT itself and end the ranks without one. Ctrl-C again
-     1.5 s later, while that checkpoint is being written, ends the job at once, and no
-     rank outlives it by more than a few seconds; SIGUSR1 twice in the same place (a
+     1.5 s later, while that checkpoint is being written, ends the job at once, status
+     130 (128 + SIGINT, as a shell reports it), and no rank outlives it by more than a
+     few seconds; SIGUSR1 twice in the same place (a
      scheduler's stop signal sent again) still stops it cleanly, status 3.
   8. scripts/run_stage.sh 2 02, Ctrl-C the moment the first rank's process exists, before
      it can take SIGUSR1 (whose default action ends a process): the script waits until
@@ -321,7 +322,7 @@ def main():
     left = [r for r, rank in ranks.items() if alive(*rank)]
     for r in left:
         os.kill(ranks[r][0], signal.SIGKILL)
-    check(len(ranks) == 2 and status not in (None, 0, STOPPED) and took < 10 and not left,
+    check(len(ranks) == 2 and status == 128 + signal.SIGINT and took < 10 and not left,
           f"run_stage.sh, Ctrl-C again 1.5 s later, during the save: status {status}, the job and its "
           f"ranks {sorted(ranks)} ended in {took:.1f} s (still running: {left})")
     # SIGUSR1 to the script twice, 1.5 s apart, during that save: a scheduler's preemption
