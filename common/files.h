@@ -4,8 +4,9 @@
 /// and then renamed into place are first written under a temporary name of their own.
 #pragma once
 #include <fcntl.h>   // open (POSIX)
+#include <signal.h>  // kill (POSIX)
 #include <stdio.h>   // fdopen (POSIX)
-#include <unistd.h>  // close, getpid
+#include <unistd.h>  // close, getpid, gethostname
 
 #include <cerrno>
 #include <cstdio>
@@ -67,22 +68,59 @@ void require_own_output(const std::string& path, const std::string& key, Ours ou
        ": refusing to write into it (remove it, or name another file)");
 }
 
+/// This machine's name (gethostname), as create_temporary_beside's names carry it.
+inline std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
+
+/// Removes what writers of `path` that crashed left beside it: regular files named
+/// `path`.tmp.HOST.PID.N (create_temporary_beside's names, a shard of gigabytes perhaps)
+/// whose HOST is this machine and whose process PID no longer exists. A live writer's
+/// file is left alone: its process exists, or it runs on another machine that shares the
+/// directory (which is why the name carries the host). So is everything not exactly of
+/// that form: a user's file, a symlink, a directory.
+inline void remove_crashed_temporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const std::string prefix = target.filename().string() + ".tmp." + host_name() + ".";
+  const auto digits = [](const std::string& s) {  // a decimal of 1 to 9 digits: no overflow
+    return !s.empty() && s.size() <= 9 && s.find_first_not_of("0123456789") == std::string::npos;
+  };
+  std::error_code ec;
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string pid_n = name.substr(prefix.size());
+    const size_t dot = pid_n.find('.');
+    if (dot == std::string::npos || !digits(pid_n.substr(0, dot)) || !digits(pid_n.substr(dot + 1))) continue;
+    const pid_t pid = pid_t(std::stol(pid_n.substr(0, dot)));
+    if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (EPERM: someone else's)
+    std::error_code file_ec;
+    if (fs::is_regular_file(fs::symlink_status(it->path(), file_ec))) fs::remove(it->path(), file_ec);
+  }
+}
+
 /// A file of our own, open for writing, under a temporary name (create_temporary_beside).
 struct TemporaryFile {
-  std::string name;           ///< where it is: `path`.tmp.PID.N
+  std::string name;           ///< where it is: `path`.tmp.HOST.PID.N
   std::FILE* file = nullptr;  ///< open for writing; the writer closes it (std::fclose) and checks that
 };
 
 /// A new, empty file beside `path` to write it under before it takes `path`'s name:
-/// `path`.tmp.PID.N (PID: this process's, N: the first number free), created by this call
-/// (O_EXCL, and O_NOFOLLOW) and written through the descriptor that made it. A fixed name
-/// such as `path`.tmp could be a user's file, or a symlink to one, and would be truncated
-/// or written through; the file made here never is, and a crash's leftover never blocks
-/// the next write. Its mode is 0666 less the umask, as any new file's. The caller writes
-/// it, closes it, then renames or removes it. A failure (a missing or read-only directory)
-/// is a UserError beginning with `what`.
+/// `path`.tmp.HOST.PID.N (HOST: this machine's name, PID: this process's, N: the first
+/// number free), created by this call (O_EXCL, and O_NOFOLLOW) and written through the
+/// descriptor that made it. A fixed name such as `path`.tmp could be a user's file, or a
+/// symlink to one, and would be truncated or written through; the file made here never
+/// is, and a crash's leftover never blocks the next write, which removes it
+/// (remove_crashed_temporaries). Its mode is 0666 less the umask, as any new file's. The
+/// caller writes it, closes it, then renames or removes it. A failure (a missing or
+/// read-only directory) is a UserError beginning with `what`.
 inline TemporaryFile create_temporary_beside(const std::string& path, const std::string& what) {
-  const std::string stem = path + ".tmp." + std::to_string(::getpid()) + ".";
+  remove_crashed_temporaries(path);
+  const std::string stem = path + ".tmp." + host_name() + "." + std::to_string(::getpid()) + ".";
   for (int n = 0; n < 1000; ++n) {
     const std::string name = stem + std::to_string(n);
     const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);

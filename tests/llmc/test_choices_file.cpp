@@ -4,6 +4,7 @@
 // eval_choices and prepare_choices tests' independent readers and writers.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -14,6 +15,7 @@
 
 #include "common/choices_file.h"
 #include "common/error.h"
+#include "common/files.h"
 #include "tests/temp_dir.h"
 
 using namespace gpt;
@@ -77,7 +79,7 @@ TEST_CASE("choices file: files under temporary-looking names are left alone", "[
   std::ofstream(notes) << "precious";
   // The first name this process would pick for its temporary file, a symlink to notes:
   // taken already, so the writer moves on to the next (O_EXCL), never writing through it.
-  std::filesystem::create_symlink(notes, path + ".tmp." + std::to_string(::getpid()) + ".0");
+  std::filesystem::create_symlink(notes, path + ".tmp." + host_name() + "." + std::to_string(::getpid()) + ".0");
   const std::vector<ChoiceExample> examples = {example(0, 1, {5, 6, 7}, {{1}, {2, 3}})};
   write_choices_file(path, examples);
   CHECK(same(read_choices_file(path, 65536), examples));
@@ -89,6 +91,31 @@ TEST_CASE("choices file: files under temporary-looking names are left alone", "[
   CHECK(text(path + ".tmp") == "my notes");
   CHECK(text(notes) == "precious");
   CHECK(std::distance(std::filesystem::directory_iterator(dir.path()), {}) == 4);  // theirs, and e.bin
+}
+
+// A writer killed mid-write (SIGKILL, a power cut) leaves its temporary file, perhaps of
+// gigabytes: the next write of the same file removes it, and only what is surely such a
+// leftover: this machine's name, a process that no longer exists, a regular file.
+TEST_CASE("choices file: a crashed writer's temporary file is removed by the next write", "[choices]") {
+  const test::TempDir dir("choices_file_leftovers");
+  const std::string path = (dir.path() / "e.bin").string();
+  const std::string notes = (dir.path() / "notes.txt").string();
+  std::ofstream(notes) << "precious";
+  const pid_t child = ::fork();  // a process that has ended: its pid names no process now
+  if (child == 0) ::_exit(0);
+  REQUIRE(child > 0);
+  REQUIRE(::waitpid(child, nullptr, 0) == child);
+  const std::string here = path + ".tmp." + host_name() + ".";
+  const std::string crashed = here + std::to_string(child) + ".0";
+  const std::string crashed_link = here + std::to_string(child) + ".1";  // a symlink: not ours
+  const std::string live = here + std::to_string(::getpid()) + ".7";     // a writer still running
+  const std::string elsewhere = path + ".tmp." + host_name() + "-elsewhere." + std::to_string(child) + ".0";
+  const std::string odd = here + std::to_string(child) + ".x";
+  for (const std::string& f : {crashed, live, elsewhere, odd}) std::ofstream(f) << "half a file";
+  std::filesystem::create_symlink(notes, crashed_link);
+  write_choices_file(path, {example(0, 1, {5, 6, 7}, {{1}, {2, 3}})});
+  CHECK_FALSE(std::filesystem::exists(crashed));
+  for (const std::string& f : {crashed_link, live, elsewhere, odd}) CHECK(std::filesystem::exists(f));
 }
 
 TEST_CASE("choices file: what the format cannot hold is refused by example, and no file is left", "[choices]") {
