@@ -16,14 +16,22 @@
 # The checkpoints record the training tokens; a resume on fewer of them says so (the
 # sequences come in another order), the resumes on the same data do not.
 # Then each later stage given (NP:TRAIN[:key=value...]) resumes the same checkpoint with
-# batches of 16 on its layout and trains steps 4 and 5 (R16 does too): its two losses must
-# be R16's within 1e-5 relative. Step 4's is the checkpoint's weights on the sequences the
-# position names; step 5's follows step 4's update, so it sees the optimizer state the
-# stage resumed (moments and step count: a step count restarted at the resume makes that
-# update about a third larger). A layout only regroups fp32 sums (the stage comparisons
-# hold such losses to a few 1e-7 of the float64 run's), while other sequences move the
-# step-4 loss by some 1e-2 and an update 10 % larger (lr 0.0033 for 0.003) the step-5
-# loss by more than the bound (the two controls).
+# batches of 16 on its layout and trains steps 4 and 5, as R16 does, and stage 01 does in
+# float64 (precision=fp64, from the same fp32 checkpoint: the truth). compare_runs.py
+# holds every stage's losses, gradient norms, and step-5 weights and AdamW moments to
+# the bound it derives from R16's own distance from that truth (a layout regroups fp32
+# sums, and makes rounding errors of R16's size). Step 4 is the checkpoint's weights on
+# the sequences the position names; step 5 follows step 4's update, so it sees the
+# optimizer state the stage resumed (moments and step count: a step count restarted at
+# the resume makes that update about a third larger). The gradient norm is the check a
+# wrong batch division fails: tiny.json clips at 1.0 and the norms here are about 1.4,
+# so a gradient twice too large is clipped to the same update and AdamW's losses and
+# weights cannot tell (the control R16 with test_grad_scale=2 is rejected by its norms).
+# AdamW also hides a gradient off by a constant in its step: so the same resume is made
+# under SGD (a chain of its own, optimizer=sgd with grad_clip=0 from the first step, as
+# a resume cannot change the optimizer) for one step, step 4's weights compared.
+# Controls, each rejected: R16 at lr 1.001x; R16 with every gradient 2x; the SGD step at
+# lr 1.01x.
 #
 # Usage: resume_batch_change.sh TRAIN01 PREPARE WORKDIR ROOT MPIEXEC [NP:TRAIN[:key=value...]...]
 set -euo pipefail
@@ -56,7 +64,18 @@ said_at 48
 run 1 "$TRAIN01" "$WORK/r8a" "resume=$ckpt" steps=4 batch_size=8 micro_batch_size=8
 run 1 "$TRAIN01" "$WORK/r8b" "resume=$WORK/at_32" steps=4 batch_size=8 micro_batch_size=8
 run 1 "$TRAIN01" "$WORK/r16" "resume=$ckpt" steps=5 batch_size=16 micro_batch_size=8
-run 1 "$TRAIN01" "$WORK/r16_lr" "resume=$ckpt" steps=5 batch_size=16 micro_batch_size=8 lr=0.0033
+run 1 "$TRAIN01" "$WORK/r16_64" "resume=$ckpt" steps=5 batch_size=16 micro_batch_size=8 precision=fp64
+run 1 "$TRAIN01" "$WORK/r16_lr" "resume=$ckpt" steps=5 batch_size=16 micro_batch_size=8 lr="$(scaled_lr 1.001)"
+run 1 "$TRAIN01" "$WORK/r16_grad2" "resume=$ckpt" steps=5 batch_size=16 micro_batch_size=8 test_grad_scale=2
+# The SGD chain: 3 steps of 8 sequences, then one resumed step of 16.
+SGD=(optimizer=sgd grad_clip=0)
+sgd_ckpt="$WORK/first_sgd/step_00000003"
+run 1 "$TRAIN01" "$WORK/first_sgd" steps=3 batch_size=8 micro_batch_size=8 "${SGD[@]}"
+run 1 "$TRAIN01" "$WORK/s16" "resume=$sgd_ckpt" steps=4 batch_size=16 micro_batch_size=8 "${SGD[@]}"
+run 1 "$TRAIN01" "$WORK/s16_64" "resume=$sgd_ckpt" steps=4 batch_size=16 micro_batch_size=8 "${SGD[@]}" \
+  precision=fp64
+run 1 "$TRAIN01" "$WORK/s16_lr" "resume=$sgd_ckpt" steps=4 batch_size=16 micro_batch_size=8 "${SGD[@]}" \
+  lr="$(scaled_lr 1.01)"
 run 1 "$TRAIN01" "$WORK/neg48" "resume=$WORK/at_48" steps=4 batch_size=16 micro_batch_size=8
 # Other training data (the same shard less its last 100 tokens): the shuffled order of
 # the sequences depends on their count, so the resumed run says it reads another order.
@@ -67,14 +86,15 @@ header[2] -= 100
 open(sys.argv[2], "wb").write(struct.pack("<256i", *header) + data[1024:1024 + 2 * header[2]])' \
   "$WORK/data/train.bin" "$WORK/fewer.bin"
 run 1 "$TRAIN01" "$WORK/fewer" "resume=$ckpt" steps=4 batch_size=8 micro_batch_size=8 "train_data=$WORK/fewer.bin"
-later=()
+later=() later_sgd=()
 for spec in "$@"; do
   IFS=: read -r np bin rest <<< "$spec"
   keys=()
   [ -n "${rest:-}" ] && IFS=: read -r -a keys <<< "$rest"
   dir="$WORK/later_${#later[@]}_$(basename "$(dirname "$bin")")"
   run "$np" "$bin" "$dir" "resume=$ckpt" steps=5 batch_size=16 micro_batch_size=8 "${keys[@]}"
-  later+=("$dir")
+  run "$np" "$bin" "${dir}_sgd" "resume=$sgd_ckpt" steps=4 batch_size=16 micro_batch_size=8 "${keys[@]}" "${SGD[@]}"
+  later+=("$dir") later_sgd+=("${dir}_sgd")
 done
 
 /usr/bin/python3 - "$WORK" "${later[@]}" <<'PY'
@@ -93,7 +113,7 @@ def expect(what, ok):
     print(f"{'ok  ' if ok else 'FAIL'} {what}")
     if not ok:
         bad.append(what)
-r8a, r8b, r16, neg, r16_lr = (train(f"{work}/{run}") for run in ("r8a", "r8b", "r16", "neg48", "r16_lr"))
+r8a, r8b, r16, neg = (train(f"{work}/{run}") for run in ("r8a", "r8b", "r16", "neg48"))
 expect(f"each resumed run trained step 4 alone, R16 steps 4 and 5: {sorted(r8a)}, {sorted(r8b)}, {sorted(neg)}, "
        f"{sorted(r16)}", all(sorted(r) == [4] for r in (r8a, r8b, neg)) and sorted(r16) == [4, 5])
 want = r8a[4] / 2 + r8b[4] / 2
@@ -115,17 +135,24 @@ said = [run for run in ("fewer", "r8a", "r16")
 expect(f"only the resume on other data says it reads another order: {said}", said == ["fewer"] and
        note in open(f"{work}/fewer.log").read())
 for run in later:
-    got = train(run)
-    err = max(abs(got.get(s, float("nan")) - r16[s]) / r16[s] for s in (4, 5))
-    expect(f"{os.path.basename(run)}: step 4 and 5 losses {got.get(4)!r}, {got.get(5)!r}, at most {err:.1e} from "
-           f"R16's (bound 1e-5); {sequences(run, 5)} sequences recorded",
-           sorted(got) == [4, 5] and err <= 1e-5 and sequences(run, 5) == 56)
-control = abs(neg[4] - r16[4]) / r16[4]
-expect(f"the bound 1e-5 rejects the control of other sequences ({control:.1e})", control > 1e-5)
-control = abs(r16_lr[5] - r16[5]) / r16[5]
-expect(f"the bound 1e-5 rejects the control of a step 4 update 10 % larger (lr 0.0033, {control:.1e})",
-       control > 1e-5)
+    expect(f"{os.path.basename(run)}: {sequences(run, 5)} sequences recorded at step 5", sequences(run, 5) == 56)
 if bad:
     sys.exit(f"FAIL: {len(bad)} checks")
-print("a resume with another batch_size reads on where the checkpoint stopped")
 PY
+
+COMPARE=(/usr/bin/python3 "$ROOT/tests/stages/compare_runs.py")
+status=0
+echo "== AdamW: every stage's steps 4 and 5 against R16, the bound from R16's distance to float64"
+"${COMPARE[@]}" --step 5 --truth "$WORK/r16_64" --reference "$WORK/r16" --candidate "${later[@]}" || status=1
+echo "== SGD: every stage's step 4 weights against R16's"
+"${COMPARE[@]}" --step 4 --kinds param --truth "$WORK/s16_64" --reference "$WORK/s16" --candidate "${later_sgd[@]}" ||
+  status=1
+echo "== controls: R16 at lr 1.001x, R16 with every gradient 2x, the SGD step at lr 1.01x, each rejected"
+"${COMPARE[@]}" --expect-reject --step 5 --truth "$WORK/r16_64" --reference "$WORK/r16" --candidate "$WORK/r16_lr" ||
+  status=1
+"${COMPARE[@]}" --expect-reject --step 5 --truth "$WORK/r16_64" --reference "$WORK/r16" \
+  --candidate "$WORK/r16_grad2" || status=1
+"${COMPARE[@]}" --expect-reject --weights-only --step 4 --kinds param --truth "$WORK/s16_64" --reference "$WORK/s16" \
+  --candidate "$WORK/s16_lr" || status=1
+[ "$status" = 0 ] || { echo "FAIL: a comparison or a control above"; exit 1; }
+echo "a resume with another batch_size reads on where the checkpoint stopped"
