@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
-# Runs a command that must fail: passes when it exits non-zero within MAX_SECONDS and
-# its output (stdout and stderr) matches every extended regular expression given.
+# Runs a command that must fail: passes when it exits with the expected status within
+# MAX_SECONDS and its output (stdout and stderr) matches every extended regular
+# expression given.
 #
-#   expect_failure.sh MAX_SECONDS REGEX [REGEX...] -- COMMAND [ARGS...]
+#   expect_failure.sh MAX_SECONDS [--status N] REGEX [REGEX...] -- COMMAND [ARGS...]
+#
+# The status must be N when given; otherwise any of 1-123, a failure the command itself
+# reported: not 124-127 (timeout(1) ran out, or could not run it) and not 128 and above
+# (a process that died by a signal: a crash in the failure path would print its lines
+# first and then pass as "non-zero").
 #
 # Used for the communicator's failure paths (a peer that never answers, a rank that
 # dies), where "the job ended, in time, saying why" is the thing under test.
 set -uo pipefail
 max="$1"
 shift
+want_status=""
+if [[ "${1:-}" == --status ]]; then
+  want_status="$2"
+  shift 2
+fi
 regexes=()
 while (($# > 0)) && [[ "$1" != "--" ]]; do
   regexes+=("$1")
@@ -24,6 +35,12 @@ echo "--- exit status $status after $elapsed s"
 fail=0
 if ((status == 0)); then
   echo "FAIL: the command succeeded, but it should have failed"
+  fail=1
+elif [[ -n "$want_status" ]] && ((status != want_status)); then
+  echo "FAIL: exit status $status, expected $want_status"
+  fail=1
+elif [[ -z "$want_status" ]] && ((status >= 124)); then
+  echo "FAIL: exit status $status: timed out or ended by a signal, not a failure the command reported"
   fail=1
 fi
 if awk -v e="$elapsed" -v m="$max" 'BEGIN { exit !(e > m) }'; then
