@@ -81,6 +81,6 @@ for at in "7 lr" "8 lr" "8 loss"; do
   echo "wsd, step $1's $2: $a in both"
 done
 c=$(train_line "$WORK/cosine" 8 loss) d=$(train_line "$WORK/cosine_longer" 8 loss)
-[ -n "$c" ] && [ "$c" != "$d" ] ||
-  { echo "FAIL (control): cosine resumed with steps=24 kept step 8's loss $c"; exit 1; }
+[ -n "$c" ] && [ -n "$d" ] && [ "$c" != "$d" ] ||
+  { echo "FAIL (control): cosine resumed with steps=24: step 8's loss '$d', the 12-step run's '$c'"; exit 1; }
 echo "PASS: wsd resumed with more steps keeps the run's rates and losses; cosine's step 8 loss moves ($c -> $d)"
