@@ -12,10 +12,11 @@
 #      with the learning rate 1.001x (AdamW comparison), with every gradient 1.01x
 #      (SGD comparison; both 1.1x in bf16, below), one small tensor (h.1.ln_2.bias) of
 #      an SGD candidate 1e-4 off (1e-1 in bf16), under the bound of its whole kind (the
-#      per-tensor comparison must see it), and a
-#      checkpoint with one weight 10 ulps off (exact comparison).
-#   4. With EXACT_SPECS, the exact comparison's positive case (layouts that only move
-#      work, byte-identical to the reference), in the default pass.
+#      per-tensor comparison must see it).
+#   4. With EXACT_SPECS, the exact comparison (layouts that only move work, byte-identical
+#      to the reference), in the default pass, with its own controls: the first exact
+#      candidate's checkpoint with one weight 10 ulps off; with EXACT_NORM=resharded (its
+#      gradient norm then held to the rounding of another grouping) its norm 1e-9 off.
 # With GPT_TEST_QUICK=1 (the sanitizer pass of scripts/test.sh, which looks for memory
 # errors and undefined behaviour) only part 1 runs, over 3 steps: every layout still
 # trains under the sanitizers and is compared; the SGD step and the controls, which run
@@ -170,6 +171,38 @@ if [ -n "$EXACT_SPECS" ]; then
   done
   "${COMPARE[@]}" --exact "${norm[@]}" --step "$STEPS" --reference "$WORK/$(name ref "$REF_SPEC")" \
     --candidate "${exact[@]}"
+  echo "== negative control: the first exact candidate with one weight 10 ulps off must be rejected"
+  planted="$WORK/neg_exact_ulps"
+  rm -rf "$planted" && cp -r "${exact[0]}" "$planted"
+  /usr/bin/python3 - "$planted/step_$(printf %08d "$STEPS")/param.bin" <<'EOF'
+import struct, sys
+path = sys.argv[1]
+with open(path, "r+b") as f:
+    f.seek(4 * 1000)                     # element 1000 of the first tensor kind
+    bits = struct.unpack("<I", f.read(4))[0]
+    f.seek(4 * 1000)
+    f.write(struct.pack("<I", bits + 10))  # 10 ulps away (same sign and exponent range)
+EOF
+  # The tensors alone (--weights-only): the rejection must come from the planted weight.
+  "${COMPARE[@]}" --expect-reject --exact --weights-only --step "$STEPS" \
+    --reference "$WORK/$(name ref "$REF_SPEC")" --candidate "$planted"
+  if [ "${EXACT_NORM:-}" = resharded ]; then
+    echo "== negative control: the first exact candidate's gradient norm 1e-9 off must be rejected"
+    # 1e-9 relative: far below what a wrong gradient does, far above the rounding of a
+    # regrouped sum of squares that --norm-resharded allows.
+    planted="$WORK/neg_exact_norm"
+    rm -rf "$planted" && cp -r "${exact[0]}" "$planted"
+    /usr/bin/python3 - "$planted/metrics.jsonl" <<'EOF'
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+for r in records:
+    if r.get("kind") == "train" and r["step"] == 2:
+        r["grad_norm"] *= 1 + 1e-9
+open(sys.argv[1], "w").write("".join(json.dumps(r) + "\n" for r in records))
+EOF
+    "${COMPARE[@]}" --norm-resharded --expect-reject --exact --step "$STEPS" \
+      --reference "$WORK/$(name ref "$REF_SPEC")" --candidate "$planted"
+  fi
 fi
 
 [ "${NEGATIVE:-0}" = 1 ] || exit 0
@@ -203,17 +236,3 @@ with open(ckpt + "/param.bin", "r+b") as f:
 EOF
 "${COMPARE[@]}" --expect-reject --weights-only --step 1 --kinds param --truth "$WORK/sgd_truth" \
   --reference "$WORK/$(name sgd_ref "$REF_SPEC")" "${SGD_ENSEMBLE[@]}" --candidate "$planted"
-echo "== negative control: one weight 10 ulps off must be rejected by the exact comparison"
-planted="$WORK/neg_ulps"
-rm -rf "$planted" && cp -r "$WORK/$(name ref "$REF_SPEC")" "$planted"
-/usr/bin/python3 - "$planted/step_$(printf %08d "$STEPS")/param.bin" <<'EOF'
-import struct, sys
-path = sys.argv[1]
-with open(path, "r+b") as f:
-    f.seek(4 * 1000)                     # element 1000 of the first tensor kind
-    bits = struct.unpack("<I", f.read(4))[0]
-    f.seek(4 * 1000)
-    f.write(struct.pack("<I", bits + 10))  # 10 ulps away (same sign and exponent range)
-EOF
-"${COMPARE[@]}" --expect-reject --exact --weights-only --step "$STEPS" \
-  --reference "$WORK/$(name ref "$REF_SPEC")" --candidate "$planted"
