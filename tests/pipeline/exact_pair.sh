@@ -7,6 +7,9 @@
 # below), and after one SGD step, for every shape; and so must a candidate run whose
 # ranks are delayed at random before every action (GPT_TEST_PIPE_JITTER_MS: messages
 # arrive in another order).
+# Each run must also have kept its schedule's micro-batches in flight (require_schedule),
+# and a candidate told to recompute fewer activations than the reference: a candidate that
+# ignored its own keys would run the reference's code and pass the comparison.
 # Negative controls: one weight 10 ulps off must be rejected; and where interleaving
 # reshards the tensors (below), a gradient norm 1e-9 off.
 # With GPT_TEST_QUICK=1 (the sanitizer pass of scripts/test.sh, which looks for memory
@@ -22,6 +25,40 @@ REF=$1 CAND=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6 SPECS=$7 JITTER_SPEC=${8:-}
 source "$ROOT/tests/trainer/common.sh"
 start_mpi_test "$WORK" "$PREPARE"
 COMPARE=(/usr/bin/python3 "$ROOT/tests/stages/compare_runs.py" --exact)
+source "$ROOT/tests/pipeline/schedule_bound.sh"  # check_in_flight
+
+# require_schedule ROLE SPEC DIR: the run's pipeline ranks kept in flight what its
+# schedule allows (the key schedule=, else the stage's own: 07 gpipe, 08 1f1b, 09 and 11
+# interleaved, which at one chunk per rank is 1F1B), or the test ends. A candidate that
+# ignored cand.schedule or cand.virtual_stages would run the reference's schedule, compute
+# the reference's bits and pass the comparison; its counts give it away wherever the two
+# schedules' bounds differ.
+require_schedule() {
+  local role=$1 spec=$2 dir=$3 bin=$REF np batch mb rest keys=() kv pp=1 tp=1 cp=1 v=1 schedule=""
+  [ "$role" = cand ] && bin=$CAND
+  IFS=: read -r np batch mb rest <<< "$spec"
+  [ -n "${rest:-}" ] && IFS=: read -r -a keys <<< "$rest"
+  for kv in ${COMMON:-} "${keys[@]}"; do
+    if [[ "$kv" == cand.* ]]; then [ "$role" = cand ] || continue; kv=${kv#cand.}; fi
+    case $kv in
+      pp=*) pp=${kv#pp=} ;;
+      tp=*) tp=${kv#tp=} ;;
+      cp=*) cp=${kv#cp=} ;;
+      virtual_stages=*) v=${kv#virtual_stages=} ;;
+      schedule=*) schedule=${kv#schedule=} ;;
+    esac
+  done
+  if [ -z "$schedule" ]; then
+    case $bin in
+      *07_pipeline_gpipe*) schedule=gpipe ;;
+      *08_pipeline_1f1b*) schedule=1f1b ;;
+      *) schedule=interleaved ;;
+    esac
+  fi
+  local m=$((batch / (mb * (np / (pp * tp * cp)))))  # micro-batches a step on each pipeline
+  check_in_flight "$schedule" "$dir.log" "$pp" "$m" "$v" ||
+    { echo "FAIL: $dir did not keep $schedule's micro-batches in flight (p $pp, m $m, v $v)"; exit 1; }
+}
 
 # run ref|cand SPEC DIR STEPS [key=value...]
 run() {
@@ -38,7 +75,11 @@ run() {
     --set batch_size="$batch" --set micro_batch_size="$mb" --set val_every=0 --set val_batches=0 \
     --set sample_tokens=0 "${extra[@]}" > "$dir.log" 2>&1 || { echo "FAIL: run $bin $spec $*"; tail -20 "$dir.log"; exit 1; }
   require_layout "$dir" "$np" "${extra[@]#--set}"
+  require_schedule "$role" "$spec" "$dir"
 }
+
+# kept RUN_DIR: the MiB of activations rank 0 of the run kept, as its in-flight line says.
+kept() { sed -n 's/^rank 0 (.* activations \([0-9.]*\) MiB.*/\1/p' "$1.log"; }
 
 # reshards SPEC: whether the candidate's chunks are sharded over data-parallel ranks
 # (virtual stages under ZeRO 1-3 with dp > 1), the one case where a tensor's shard
@@ -77,6 +118,18 @@ for spec in $SPECS; do
   # squares is then grouped otherwise, and the norm is held to that rounding
   # (compare_runs.py --norm-resharded); every weight and moment stays compared bit for
   # bit, and so does the norm of every other shape.
+  # A candidate told to recompute activations (cand.activation_checkpointing) keeps fewer
+  # of them on rank 0 than the reference: one that ignored the key would keep as many,
+  # and compute the same bits.
+  if [[ "$spec" =~ cand\.activation_checkpointing=(full|selective) ]]; then
+    ref_mib=$(kept "$WORK/$i-ref") cand_mib=$(kept "$WORK/$i-cand")
+    if awk -v r="$ref_mib" -v c="$cand_mib" 'BEGIN { exit !(r != "" && c != "" && c + 0 < r + 0) }'; then
+      echo "ok   $spec: rank 0 keeps $cand_mib MiB of activations, the reference $ref_mib"
+    else
+      echo "FAIL: $spec: rank 0 keeps '$cand_mib' MiB of activations with recompute, the reference '$ref_mib'"
+      failures=$((failures + 1))
+    fi
+  fi
   norm=()
   if reshards "$spec"; then norm=(--norm-resharded); resharded=${resharded:-$i}; fi
   echo "== $spec: $STEPS AdamW steps$( ((sgd)) && echo ", then one SGD step")"
