@@ -424,13 +424,13 @@ void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsL
       // Test hook: GPT_TEST_SAMPLE_TOKEN_DELAY_S=N holds the lead N seconds a token, as a
       // large model's sample would take (tests/trainer/save_timeout.sh).
       const char* delay = std::getenv("GPT_TEST_SAMPLE_TOKEN_DELAY_S");
-      const std::string text = sample_text(sampler, cfg, state.sample_counter, [&] {
+      const Sample drawn = sample_text(sampler, cfg, state.sample_counter, [&] {
         if (delay) std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(delay)));
         sample.progress();
         return stop_signal() == 0;  // a stop signal to the lead ends the sample where it is
       });
-      print_sample(stdout, cfg, text, /*cut_short=*/stop_signal() != 0);
-      log.sample(state.step, text);
+      print_sample(stdout, cfg, drawn.text, /*cut_short=*/stop_signal() != 0);
+      log.sample(state.step, drawn.text, drawn.log_prob);
       sample.done();
     } else {
       sample.wait_for_lead();

@@ -103,9 +103,9 @@ void MetricsLog::choices(int64_t step, const ChoicesTally& t, const std::string&
   std::fflush(stdout);
 }
 
-void MetricsLog::sample(int64_t step, const std::string& text) {
+void MetricsLog::sample(int64_t step, const std::string& text, double log_prob) {
   // Bytes that are not valid UTF-8 would make dump() throw; replace them.
-  write_line(nlohmann::json{{"kind", "sample"}, {"step", step}, {"text", text}}.dump(
+  write_line(nlohmann::json{{"kind", "sample"}, {"step", step}, {"text", text}, {"log_prob", log_prob}}.dump(
       -1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 

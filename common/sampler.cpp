@@ -13,7 +13,7 @@
 
 namespace gpt {
 
-int sample_token(const float* logits, int V, double temperature, int top_k, double uniform) {
+int sample_token(const float* logits, int V, double temperature, int top_k, double uniform, double* log_prob) {
   // exp((l - top) / T) at T <= 0 is nan for the top logit, and every draw would fall
   // through to the least likely candidate; a nan logit breaks the ordering below (and
   // an infinite one gives inf - inf).
@@ -34,11 +34,16 @@ int sample_token(const float* logits, int V, double temperature, int top_k, doub
   double sum = 0;
   for (int i = 0; i < k; ++i) sum += w[i] = std::exp((logits[ids[i]] - top) / temperature);
   double target = uniform * sum;
+  int pick = k - 1;
   for (int i = 0; i < k; ++i) {
     target -= w[i];
-    if (target <= 0) return ids[i];
+    if (target <= 0) {
+      pick = i;
+      break;
+    }
   }
-  return ids[k - 1];
+  if (log_prob) *log_prob = std::log(w[pick] / sum);
+  return ids[pick];
 }
 
 template <class A>
@@ -56,8 +61,10 @@ std::vector<int> generate(GPT2<A>& model, std::vector<int> context, const Sample
     for (int i = 0; i < window; ++i) input[i] = i < len ? context[start + i] : 0;
     model.forward(input.data(), nullptr);
     model.logits_row(len - 1, row.data());
+    double log_p = 0.0;
     context.push_back(sample_token(row.data(), V, opt.temperature, opt.top_k,
-                                   uniform_at(opt.seed, stream, counter++)));
+                                   uniform_at(opt.seed, stream, counter++), &log_p));
+    if (opt.log_prob) *opt.log_prob += log_p;
     if (opt.after_token && !opt.after_token()) break;
   }
   return context;
@@ -78,20 +85,25 @@ std::vector<int> generate(CachedDecoder<A>& decoder, std::vector<int> context, c
       const size_t count = std::min(context.size(), size_t(window));
       decoder.window_step(context.data() + (context.size() - count), int(count), row.data());
     }
+    double log_p = 0.0;
     context.push_back(sample_token(row.data(), V, opt.temperature, opt.top_k,
-                                   uniform_at(opt.seed, stream, counter++)));
+                                   uniform_at(opt.seed, stream, counter++), &log_p));
+    if (opt.log_prob) *opt.log_prob += log_p;
     if (opt.after_token && !opt.after_token()) break;
   }
   return context;
 }
 
 template <class A>
-std::string sample_text(CachedDecoder<A>& decoder, const Config& cfg, uint64_t& counter,
-                        std::function<bool()> after_token) {
+Sample sample_text(CachedDecoder<A>& decoder, const Config& cfg, uint64_t& counter,
+                   std::function<bool()> after_token) {
   const Tokenizer tokenizer = Tokenizer::named(cfg.tokenizer);
   const std::vector<int> context = tokenizer.encode_prompt(cfg.prompt);
-  const SampleOptions opt{cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed, std::move(after_token)};
-  return tokenizer.decode(generate(decoder, context, opt, counter));
+  Sample sample;
+  const SampleOptions opt{cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed, std::move(after_token),
+                          &sample.log_prob};
+  sample.text = tokenizer.decode(generate(decoder, context, opt, counter));
+  return sample;
 }
 
 void print_sample(std::FILE* out, const Config& cfg, const std::string& text, bool cut_short) {
@@ -108,9 +120,9 @@ int sample_window(const Config& cfg, int seq_len) {
   return int(std::min<int64_t>(seq_len, prompt_tokens + cfg.sample_tokens));
 }
 
-template std::string sample_text(CachedDecoder<float>&, const Config&, uint64_t&, std::function<bool()>);
-template std::string sample_text(CachedDecoder<double>&, const Config&, uint64_t&, std::function<bool()>);
-template std::string sample_text(CachedDecoder<bf16>&, const Config&, uint64_t&, std::function<bool()>);
+template Sample sample_text(CachedDecoder<float>&, const Config&, uint64_t&, std::function<bool()>);
+template Sample sample_text(CachedDecoder<double>&, const Config&, uint64_t&, std::function<bool()>);
+template Sample sample_text(CachedDecoder<bf16>&, const Config&, uint64_t&, std::function<bool()>);
 template std::vector<int> generate(CachedDecoder<float>&, std::vector<int>, const SampleOptions&, uint64_t&);
 template std::vector<int> generate(CachedDecoder<double>&, std::vector<int>, const SampleOptions&, uint64_t&);
 template std::vector<int> generate(CachedDecoder<bf16>&, std::vector<int>, const SampleOptions&, uint64_t&);

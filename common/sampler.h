@@ -28,6 +28,10 @@ struct SampleOptions {
   /// that wait for it (common/lead_work.h). It returns whether to go on: false ends the
   /// sample there, shorter than `tokens` (a stop signal, common/stop_request.h).
   std::function<bool()> after_token;
+  /// When set, each drawn token's log-probability under the distribution it was drawn
+  /// from is added to it: the sample's log-probability, a figure that moves with every
+  /// bit of the logits, where the tokens move only when a draw falls the other way.
+  double* log_prob = nullptr;
 };
 
 /// Extends `context` (at least one token) by opt.tokens tokens with a model of batch 1
@@ -46,13 +50,19 @@ template <class A>
 std::vector<int> generate(CachedDecoder<A>& decoder, std::vector<int> context, const SampleOptions& opt,
                           uint64_t& counter);
 
+/// The end-of-run sample every stage prints and logs.
+struct Sample {
+  std::string text;       ///< the prompt (or the start token) and the tokens drawn, decoded
+  double log_prob = 0.0;  ///< the drawn tokens' summed log-probabilities (SampleOptions::log_prob)
+};
+
 /// The end-of-run sample every stage prints: cfg.sample_tokens tokens after cfg.prompt
 /// (encoded by cfg.tokenizer; an empty prompt starts from the tokenizer's start token)
 /// from a cached decoder, decoded to text; `counter` as for generate; `after_token` as
 /// SampleOptions' (none when empty).
 template <class A>
-std::string sample_text(CachedDecoder<A>& decoder, const Config& cfg, uint64_t& counter,
-                        std::function<bool()> after_token = {});
+Sample sample_text(CachedDecoder<A>& decoder, const Config& cfg, uint64_t& counter,
+                   std::function<bool()> after_token = {});
 
 /// Prints a sample_text to `out` (stdout) between a header (temperature, top-k, and whether
 /// a stop signal cut it short) and a closing line. Every byte of it: a byte tokenizer's
@@ -69,7 +79,9 @@ int sample_window(const Config& cfg, int seq_len);
 /// Picks a token from one row of logits (first V columns): among the top_k largest (all
 /// with top_k 0), with probability proportional to exp(logit / temperature), by the draw
 /// `uniform` in [0, 1). temperature must be positive (an internal error otherwise); a
-/// logit that is not finite is a UserError.
-int sample_token(const float* logits, int V, double temperature, int top_k, double uniform);
+/// logit that is not finite is a UserError. `log_prob` (when set) receives the drawn
+/// token's log-probability among the candidates.
+int sample_token(const float* logits, int V, double temperature, int top_k, double uniform,
+                 double* log_prob = nullptr);
 
 }  // namespace gpt

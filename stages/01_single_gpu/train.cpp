@@ -210,9 +210,9 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     CachedDecoder<A> sampler(cfg.model, sample_window(cfg, T), device, precision);
     sampler.model().set_params(master->data());
     // A stop signal ends the sample where it is.
-    const std::string text = sample_text(sampler, cfg, state.sample_counter, [] { return stop_signal() == 0; });
-    print_sample(stdout, cfg, text, /*cut_short=*/stop_signal() != 0);
-    log.sample(state.step, text);
+    const Sample drawn = sample_text(sampler, cfg, state.sample_counter, [] { return stop_signal() == 0; });
+    print_sample(stdout, cfg, drawn.text, /*cut_short=*/stop_signal() != 0);
+    log.sample(state.step, drawn.text, drawn.log_prob);
   }
   device_synchronize(device);  // a failure in the last queued kernel is reported, not lost
   Trace::global().write();
