@@ -10,8 +10,10 @@
 # log-probability (the metrics' log_prob, a sum over the drawn tokens of a figure that
 # every bit of the logits moves, where the text moves only when a draw falls the other
 # way). The comparison is with the stage's own weights, not with stage 01's run: stages
-# 04 and 05 on one rank scale and sum their gradients otherwise than stage 01 and train
-# other last bits (stages 04_vs_03 and 05_vs_04 hold them to the float64 run's bound).
+# 04 and 05 on one rank add a step's micro-batch gradients in another order than stage 01
+# (each micro-batch's into a zeroed buffer, then into the shard; stage 01's backward adds
+# into the accumulated buffer) and train other last bits under accumulation (the same bits
+# without it; stages 04_vs_03 and 05_vs_04 hold them to the float64 run's bound).
 # On two ranks the same for stage 05 (every rank gathers the shards).
 # Negative controls, against stage 01's own sample: its checkpoint of a run at lr 2x
 # samples another text, and of a run at lr 1.001x another log-probability, so the
