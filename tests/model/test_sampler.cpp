@@ -272,6 +272,17 @@ TEST_CASE("sampler: top-k and temperature", "[sampler]") {
   CHECK(sample_token(logits.data(), 4, 1.0, 2, 0.73) == 1);
   CHECK(sample_token(logits.data(), 4, 1.0, 2, 0.74) == 3);
   CHECK(sample_token(logits.data(), 4, 1.0, 2, 0.999) == 3);
+  // The drawn token's log-probability among the candidates: with top_k 2, id 3's is
+  // -1 - log(1 + e^-1); with all four at temperature 2 (logits halved), id 2's is
+  // 0.5 - log(1 + e^1.5 + e^0.5 + e^1), from the draw that picks it (its interval of
+  // the weights' running sum, in decreasing order 1, 3, 2, 0: after e^1.5 + e^1).
+  double log_p = 0;
+  CHECK(sample_token(logits.data(), 4, 1.0, 2, 0.74, &log_p) == 3);
+  CHECK(log_p == Approx(-1.0 - std::log(1.0 + std::exp(-1.0))).epsilon(1e-12));
+  const double all = std::exp(0.0) + std::exp(1.5) + std::exp(0.5) + std::exp(1.0);
+  const double before_2 = (std::exp(1.5) + std::exp(1.0)) / all, width_2 = std::exp(0.5) / all;
+  CHECK(sample_token(logits.data(), 4, 2.0, 0, before_2 + width_2 / 2, &log_p) == 2);
+  CHECK(log_p == Approx(0.5 - std::log(all)).epsilon(1e-12));
   // A temperature of 0 would pick the least likely candidate (exp(0 / 0) is nan): refused.
   CHECK_THROWS_AS(sample_token(logits.data(), 4, 0.0, 0, 0.5), gpt::InternalError);
   // Logits that are not finite (a diverged model): refused, naming the token, not sampled.
