@@ -9,6 +9,7 @@
 #include <unistd.h>  // close, getpid, gethostname
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -77,10 +78,12 @@ inline std::string host_name() {
 
 /// Removes what writers of `path` that crashed left beside it: regular files named
 /// `path`.tmp.HOST.PID.N (create_temporary_beside's names, a shard of gigabytes perhaps)
-/// whose HOST is this machine and whose process PID no longer exists. A live writer's
-/// file is left alone: its process exists, or it runs on another machine that shares the
-/// directory (which is why the name carries the host). So is everything not exactly of
-/// that form: a user's file, a symlink, a directory.
+/// whose HOST is this machine, whose process PID no longer exists, and which nothing has
+/// written to for a minute. A live writer's file is left alone: its process exists, or it
+/// runs on another machine that shares the directory (which is why the name carries the
+/// host), or in another PID namespace of this one (a container with the host's name),
+/// where it still writes. So is everything not exactly of that form: a user's file, a
+/// symlink, a directory.
 inline void remove_crashed_temporaries(const std::string& path) {
   namespace fs = std::filesystem;
   const fs::path target(path);
@@ -99,7 +102,10 @@ inline void remove_crashed_temporaries(const std::string& path) {
     const pid_t pid = pid_t(std::stol(pid_n.substr(0, dot)));
     if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (EPERM: someone else's)
     std::error_code file_ec;
-    if (fs::is_regular_file(fs::symlink_status(it->path(), file_ec))) fs::remove(it->path(), file_ec);
+    if (!fs::is_regular_file(fs::symlink_status(it->path(), file_ec))) continue;
+    const auto written = fs::last_write_time(it->path(), file_ec);
+    if (file_ec || fs::file_time_type::clock::now() - written < std::chrono::minutes(1)) continue;
+    fs::remove(it->path(), file_ec);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -95,7 +96,8 @@ TEST_CASE("choices file: files under temporary-looking names are left alone", "[
 
 // A writer killed mid-write (SIGKILL, a power cut) leaves its temporary file, perhaps of
 // gigabytes: the next write of the same file removes it, and only what is surely such a
-// leftover: this machine's name, a process that no longer exists, a regular file.
+// leftover: this machine's name, a process that no longer exists, a regular file nothing
+// has written to for a minute.
 TEST_CASE("choices file: a crashed writer's temporary file is removed by the next write", "[choices]") {
   const test::TempDir dir("choices_file_leftovers");
   const std::string path = (dir.path() / "e.bin").string();
@@ -111,11 +113,14 @@ TEST_CASE("choices file: a crashed writer's temporary file is removed by the nex
   const std::string live = here + std::to_string(::getpid()) + ".7";     // a writer still running
   const std::string elsewhere = path + ".tmp." + host_name() + "-elsewhere." + std::to_string(child) + ".0";
   const std::string odd = here + std::to_string(child) + ".x";
-  for (const std::string& f : {crashed, live, elsewhere, odd}) std::ofstream(f) << "half a file";
+  const std::string recent = here + std::to_string(child) + ".2";  // written to a moment ago
+  for (const std::string& f : {crashed, live, elsewhere, odd, recent}) std::ofstream(f) << "half a file";
+  const auto an_hour_ago = std::filesystem::file_time_type::clock::now() - std::chrono::hours(1);
+  for (const std::string& f : {crashed, live, elsewhere, odd}) std::filesystem::last_write_time(f, an_hour_ago);
   std::filesystem::create_symlink(notes, crashed_link);
   write_choices_file(path, {example(0, 1, {5, 6, 7}, {{1}, {2, 3}})});
   CHECK_FALSE(std::filesystem::exists(crashed));
-  for (const std::string& f : {crashed_link, live, elsewhere, odd}) CHECK(std::filesystem::exists(f));
+  for (const std::string& f : {crashed_link, live, elsewhere, odd, recent}) CHECK(std::filesystem::exists(f));
 }
 
 TEST_CASE("choices file: what the format cannot hold is refused by example, and no file is left", "[choices]") {
