@@ -25,7 +25,8 @@
 # of its own, out of the terminal's reach, and this script hands it the trainer's stop
 # signal, SIGUSR1, which mpirun passes on to every rank (as the job starts, once mpirun
 # and the ranks can take it). A second Ctrl-C (or Ctrl-\), a second or more after the
-# first, ends the job at once. Only signals to this script are
+# first, ends the job at once, and the script exits 128 + the signal's number (130 for
+# SIGINT), as a shell reports a command a signal ended. Only signals to this script are
 # turned into a stop: a scheduler that signals every process of the job (a cgroup) reaches
 # mpirun too, which ends the ranks at once on SIGTERM; under a scheduler send SIGUSR1.
 set -euo pipefail
@@ -139,7 +140,10 @@ stop() {
   now=${now//[.,]/}
   if [[ -z "$first_stop" ]]; then
     first_stop=$now
-    wait_until_usr1_caught || return 0  # the job ended meanwhile (a second Ctrl-C can end it)
+    if ! job_catches_usr1; then
+      log "$1: the job is starting: the stop waits until its ranks can take it" || true
+      wait_until_usr1_caught || return 0  # the job ended meanwhile (a second Ctrl-C can end it)
+    fi
     kill -USR1 "$job" 2> /dev/null || true
     log "$1: the ranks stop after this step and save a checkpoint (again, a second or more later, to end them at once)" \
       || true
@@ -154,9 +158,10 @@ stop() {
 # default action ends the process. mpirun installs its handler as it starts, each rank
 # after MPI's start-up (common/driver.cpp), and mpirun passes the signal on to the ranks
 # it has: a stop in the job's first second would end mpirun or a rank, or miss a rank not
-# yet started. So the first stop waits, polling /proc, until mpirun and this machine's
-# `ranks` trainer processes below it catch SIGUSR1, or the job has ended; ranks on other
-# machines cannot be seen from here, so the wait gives up 30 s after the launch.
+# yet started. So the first stop waits, polling /proc, until mpirun and every trainer
+# process below it on this machine catch SIGUSR1, and there are `ranks` of them, or the
+# job has ended. Ranks on other machines cannot be seen from here: 30 s after the launch
+# the ones seen stand for all (and an mpirun that never catches SIGUSR1 gets it then).
 catches_usr1() {  # PID: whether process PID has a handler for SIGUSR1 (signal 10: bit 9 of SigCgt)
   local key mask
   while read -r key mask; do
@@ -178,17 +183,17 @@ descends_from_job() {  # PID: whether process PID runs below mpirun (ancestors r
   return 1
 }
 job_catches_usr1() {
-  ((SECONDS - launched_at < 30)) || return 0
-  catches_usr1 "$job" || return 1
-  local dir pid found=0
+  local late=0 dir pid found=0
+  ((SECONDS - launched_at < 30)) || late=1
+  catches_usr1 "$job" || return $((1 - late))
   for dir in /proc/[0-9]*; do
     [[ "$dir/exe" -ef "$train" ]] || continue  # -ef: the same file, the link followed
     pid=${dir#/proc/}
     descends_from_job "$pid" || continue
-    catches_usr1 "$pid" || return 1
+    catches_usr1 "$pid" || return 1  # a rank seen starting is waited for, however long
     found=$((found + 1))
   done
-  ((found >= ranks)) && return 0
+  ((found >= ranks || late)) && return 0
   return 1
 }
 wait_until_usr1_caught() {  # fails when the job has ended first

@@ -345,6 +345,7 @@ def main():
     deadline, rank = time.monotonic() + 60, None
     while rank is None and job.poll() is None and time.monotonic() < deadline:
         rank = next((pid for pid, _ in descendants(job.pid) if runs(pid, a.train02)), None)
+        time.sleep(0.002)  # (MPI's start-up takes some 100 ms: a rank is seen long before its handler)
     handled = catches_usr1(rank) if rank else None
     if rank:
         os.killpg(job.pid, signal.SIGINT)
