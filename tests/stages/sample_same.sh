@@ -12,8 +12,8 @@
 # way). The comparison is with the stage's own weights, not with stage 01's run: stages
 # 04 and 05 on one rank add a step's micro-batch gradients in another order than stage 01
 # (each micro-batch's into a zeroed buffer, then into the shard; stage 01's backward adds
-# into the accumulated buffer) and train other last bits under accumulation (the same bits
-# without it; stages 04_vs_03 and 05_vs_04 hold them to the float64 run's bound).
+# into the accumulated buffer) and train other last bits under accumulation, as tiny.json
+# has (stage04_vs_03 and stage05_vs_04 hold that layout, 1:12, to the float64 run's bound).
 # On two ranks the same for stage 05 (every rank gathers the shards).
 # Negative controls, against stage 01's own sample: its checkpoint of a run at lr 2x
 # samples another text, and of a run at lr 1.001x another log-probability, so the
@@ -64,7 +64,8 @@ for precision in fp32 bf16; do
     got=$(sample "$MPIEXEC" -np 2 --oversubscribe "$BIN05" -- "$WORK/dp2_05_$precision" precision=$precision)
     same "05_zero3 at dp 2 $precision" "$got" "$(by_stage01 "$WORK/dp2_05_$precision" $precision)"
   fi
-  want=$(sample "$BIN01" -- "$WORK/s01_$precision" precision=$precision)
+  sample "$BIN01" -- "$WORK/s01_$precision" precision=$precision > /dev/null
+  want=$(by_stage01 "$WORK/s01_$precision" $precision)  # the controls differ from it in their lr alone
   sample "$BIN01" -- "$WORK/s01_${precision}_lr2" precision=$precision lr="$(scaled_lr 2)" > /dev/null
   other=$(by_stage01 "$WORK/s01_${precision}_lr2" $precision)
   if [ "${other#* }" != "${want#* }" ]; then echo "ok   control $precision: lr 2x samples another text"
