@@ -8,8 +8,10 @@
 # ranks are delayed at random before every action (GPT_TEST_PIPE_JITTER_MS: messages
 # arrive in another order).
 # Each run must also have kept its schedule's micro-batches in flight (require_schedule),
-# and a candidate told to recompute fewer activations than the reference: a candidate that
-# ignored its own keys would run the reference's code and pass the comparison.
+# and a candidate told to recompute must keep fewer activations than the reference: a
+# candidate that ignored its own keys would run the reference's code and pass the
+# comparison. Control: where the two runs' schedules (or chunks) differ, the reference's
+# counts must fail the candidate's bound, or the test says the shape cannot tell them apart.
 # Negative controls: one weight 10 ulps off must be rejected; and where interleaving
 # reshards the tensors (below), a gradient norm 1e-9 off.
 # With GPT_TEST_QUICK=1 (the sanitizer pass of scripts/test.sh, which looks for memory
@@ -34,7 +36,15 @@ source "$ROOT/tests/pipeline/schedule_bound.sh"  # check_in_flight
 # the reference's bits and pass the comparison; its counts give it away wherever the two
 # schedules' bounds differ.
 require_schedule() {
-  local role=$1 spec=$2 dir=$3 bin=$REF np batch mb rest keys=() kv pp=1 tp=1 cp=1 v=1 schedule=""
+  local schedule p m v
+  read -r schedule p m v <<< "$(schedule_of "$1" "$2")"
+  check_in_flight "$schedule" "$3.log" "$p" "$m" "$v" ||
+    { echo "FAIL: $3 did not keep $schedule's micro-batches in flight (p $p, m $m, v $v)"; exit 1; }
+}
+# schedule_of ROLE SPEC: "SCHEDULE P M V" of the role's run of SPEC (M: micro-batches a
+# step on each pipeline).
+schedule_of() {
+  local role=$1 spec=$2 bin=$REF np batch mb rest keys=() kv pp=1 tp=1 cp=1 v=1 schedule=""
   [ "$role" = cand ] && bin=$CAND
   IFS=: read -r np batch mb rest <<< "$spec"
   [ -n "${rest:-}" ] && IFS=: read -r -a keys <<< "$rest"
@@ -55,9 +65,7 @@ require_schedule() {
       *) schedule=interleaved ;;
     esac
   fi
-  local m=$((batch / (mb * (np / (pp * tp * cp)))))  # micro-batches a step on each pipeline
-  check_in_flight "$schedule" "$dir.log" "$pp" "$m" "$v" ||
-    { echo "FAIL: $dir did not keep $schedule's micro-batches in flight (p $pp, m $m, v $v)"; exit 1; }
+  echo "$schedule $pp $((batch / (mb * (np / (pp * tp * cp))))) $v"
 }
 
 # run ref|cand SPEC DIR STEPS [key=value...]
@@ -118,6 +126,16 @@ for spec in $SPECS; do
   # squares is then grouped otherwise, and the norm is held to that rounding
   # (compare_runs.py --norm-resharded); every weight and moment stays compared bit for
   # bit, and so does the norm of every other shape.
+  # The schedule check's control: the reference's counts against the candidate's schedule.
+  read -r cand_schedule p m v <<< "$(schedule_of cand "$spec")"
+  read -r ref_schedule _ _ ref_v <<< "$(schedule_of ref "$spec")"
+  if [ "$cand_schedule $v" != "$ref_schedule $ref_v" ]; then
+    if check_in_flight "$cand_schedule" "$WORK/$i-ref.log" "$p" "$m" "$v" > /dev/null; then
+      echo "note $spec: at m = $m $cand_schedule (v $v) keeps what $ref_schedule (v $ref_v) keeps: not told apart"
+    else
+      echo "ok   $spec: the reference's counts fail $cand_schedule's (v $v) bound: the schedules are told apart"
+    fi
+  fi
   # A candidate told to recompute activations (cand.activation_checkpointing) keeps fewer
   # of them on rank 0 than the reference: one that ignored the key would keep as many,
   # and compute the same bits.

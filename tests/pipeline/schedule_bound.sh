@@ -23,11 +23,14 @@ schedule_bound() {
 }
 
 # check_in_flight SCHEDULE LOG P M [V]: 0 when every rank's line in LOG ("rank R (pipeline
-# rank r of P): ... in flight N", printed after the first step; several world ranks share
+# rank r of P): WHAT in flight N", printed after the first step; several world ranks share
 # a pipeline rank under tp, cp or dp) counts SCHEDULE's bound for its pipeline rank, and
-# every pipeline rank printed one; else 1, saying where.
+# every pipeline rank printed one; else 1, saying where. WHAT is "micro-batches" for one
+# chunk per rank and "chunk activations" for several (V > 1): the line says how many
+# chunks the run held.
 check_in_flight() {
-  local schedule=$1 log=$2 p=$3 m=$4 v=${5:-1} r count want bad=0 seen line
+  local schedule=$1 log=$2 p=$3 m=$4 v=${5:-1} r count want bad=0 seen line what="micro-batches"
+  ((v == 1)) || what="chunk activations"
   for ((r = 0; r < p; ++r)); do
     want=$(schedule_bound "$schedule" "$p" "$r" "$m" "$v") || return 1
     seen=0
@@ -35,8 +38,8 @@ check_in_flight() {
       count=$(sed -n 's/.* in flight \([0-9]*\) .*/\1/p' <<< "$line")
       seen=1
       [ "$count" = "$want" ] || { echo "  ${line%%:*}: counted '$count', $schedule's bound $want"; bad=1; }
-    done < <(grep -E "^rank [0-9]+ \(pipeline rank $r of $p\): (micro-batches|chunk activations) in flight" "$log")
-    ((seen)) || { echo "  pipeline rank $r of $p printed no 'in flight' line"; bad=1; }
+    done < <(grep -E "^rank [0-9]+ \(pipeline rank $r of $p\): $what in flight" "$log")
+    ((seen)) || { echo "  pipeline rank $r of $p printed no '$what in flight' line"; bad=1; }
   done
   return $bad
 }
