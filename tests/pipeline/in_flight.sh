@@ -37,7 +37,8 @@ for shape in $SHAPES; do
   v=${v:-1}
   log="$WORK/run_${p}_${m}_${v}.log"
   run_shape "run_${p}_${m}_${v}" "$p" "$m" "$v" 1
-  if check_in_flight "$SCHEDULE" "$log" "$p" "$m" "$v"; then echo "ok   p=$p m=$m v=$v: every rank holds its $SCHEDULE bound"
+  if check_in_flight "$SCHEDULE" "$log" "$p" "$m" "$v"; then
+    echo "ok   p=$p m=$m v=$v: every rank holds its $SCHEDULE bound"
   else echo "FAIL p=$p m=$m v=$v"; failures=$((failures + 1)); fi
   differs=0  # the control can only be told apart where its bound differs on some rank
   if [ -n "$CONTROL" ]; then

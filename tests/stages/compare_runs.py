@@ -60,7 +60,8 @@ Losses and gradient norms are compared per step, the tensors in the 2-norm of th
 difference: each kind as a whole, and each tensor on its own with its own e_ref and
 floor and no CAP (a factor wrong in one small tensor, a bias or a layernorm, is lost in
 the norm of the whole kind; over every tensor of every fp32 layout of this suite
-err/base stays below 3.7, so K = 8 holds there too). The table shows a kind's worst tensor. Exact mode (--exact) asks for the same bits: every logged loss and gradient
+err/base stays below 3.7, so K = 8 holds there too). The table shows a kind's worst tensor.
+Exact mode (--exact) asks for the same bits: every logged loss and gradient
 norm equal, every checkpoint file byte-identical; for layouts that only move work (with
 --norm-resharded the norm within the rounding of another grouping of its sum; with
 --weights-only the files alone).
