@@ -34,14 +34,16 @@ int sample_token(const float* logits, int V, double temperature, int top_k, doub
   double sum = 0;
   for (int i = 0; i < k; ++i) sum += w[i] = std::exp((logits[ids[i]] - top) / temperature);
   double target = uniform * sum;
-  int pick = k - 1;
-  for (int i = 0; i < k; ++i) {
+  int pick = -1;
+  for (int i = 0; i < k && pick < 0; ++i) {
     target -= w[i];
-    if (target <= 0) {
-      pick = i;
-      break;
-    }
+    if (target <= 0) pick = i;
   }
+  // Rounding can leave a sliver of the draw past the last weight: the last candidate
+  // that has any weight then (one whose exp underflowed to 0 is never drawn).
+  if (pick < 0)
+    for (pick = k - 1; pick > 0 && w[pick] == 0; --pick) {
+    }
   if (log_prob) *log_prob = std::log(w[pick] / sum);
   return ids[pick];
 }
