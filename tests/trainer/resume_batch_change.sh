@@ -24,9 +24,10 @@
 # the sequences the position names; step 5 follows step 4's update, so it sees the
 # optimizer state the stage resumed (moments and step count: a step count restarted at
 # the resume makes that update about a third larger). The gradient norm is the check a
-# wrong batch division fails: tiny.json clips at 1.0 and the norms here are about 1.4,
-# so a gradient twice too large is clipped to the same update and AdamW's losses and
-# weights cannot tell (the control R16 with test_grad_scale=2 is rejected by its norms).
+# wrong batch division fails: the runs clip at 1.0 (grad_clip's default) and the norms
+# here are about 1.4, so a gradient twice too large is clipped to the same update and
+# AdamW's losses and weights cannot tell (the control R16 with test_grad_scale=2 is
+# rejected by its norms).
 # AdamW also hides a gradient off by a constant in its step: so the same resume is made
 # under SGD (a chain of its own, optimizer=sgd with grad_clip=0 from the first step, as
 # a resume cannot change the optimizer) for one step, step 4's weights compared.
