@@ -175,14 +175,7 @@ fi
 echo "== negative control: one weight 10 ulps off must be rejected"
 planted="$WORK/planted"
 rm -rf "$planted" && cp -r "$WORK/1-cand" "$planted"
-/usr/bin/python3 - "$planted/$(printf step_%08d "$STEPS")/param.bin" <<'PY'
-import struct, sys
-with open(sys.argv[1], "r+b") as f:
-    f.seek(4 * 1000)
-    bits = struct.unpack("<I", f.read(4))[0]
-    f.seek(4 * 1000)
-    f.write(struct.pack("<I", bits + 10))
-PY
+plant_ulps "$planted" "$STEPS"
 # Only the tensors are compared (--weights-only): the rejection must come from the planted
 # weight, not from a resharded gradient norm held to exact bits.
 "${COMPARE[@]}" --expect-reject --weights-only --step "$STEPS" --reference "$WORK/1-ref" \
@@ -192,14 +185,7 @@ if [ -n "$resharded" ]; then
   # 1e-9 relative: far below what a wrong gradient does, far above the bound (P u < 1e-10).
   planted="$WORK/planted_norm"
   rm -rf "$planted" && cp -r "$WORK/$resharded-cand" "$planted"
-  /usr/bin/python3 - "$planted/metrics.jsonl" <<'PY'
-import json, sys
-lines = [json.loads(l) for l in open(sys.argv[1])]
-for rec in lines:
-    if rec.get("kind") == "train" and rec["step"] == 3:
-        rec["grad_norm"] *= 1 + 1e-9
-open(sys.argv[1], "w").write("".join(json.dumps(rec) + "\n" for rec in lines))
-PY
+  plant_norm "$planted" 3
   "${COMPARE[@]}" --norm-resharded --expect-reject --step "$STEPS" --reference "$WORK/$resharded-ref" \
     --candidate "$planted" || failures=$((failures + 1))
 fi

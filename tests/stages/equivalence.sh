@@ -174,32 +174,15 @@ if [ -n "$EXACT_SPECS" ]; then
   echo "== negative control: the first exact candidate with one weight 10 ulps off must be rejected"
   planted="$WORK/neg_exact_ulps"
   rm -rf "$planted" && cp -r "${exact[0]}" "$planted"
-  /usr/bin/python3 - "$planted/step_$(printf %08d "$STEPS")/param.bin" <<'EOF'
-import struct, sys
-path = sys.argv[1]
-with open(path, "r+b") as f:
-    f.seek(4 * 1000)                     # element 1000 of the first tensor kind
-    bits = struct.unpack("<I", f.read(4))[0]
-    f.seek(4 * 1000)
-    f.write(struct.pack("<I", bits + 10))  # 10 ulps away (same sign and exponent range)
-EOF
+  plant_ulps "$planted" "$STEPS"
   # The tensors alone (--weights-only): the rejection must come from the planted weight.
   "${COMPARE[@]}" --expect-reject --exact --weights-only --step "$STEPS" \
     --reference "$WORK/$(name ref "$REF_SPEC")" --candidate "$planted"
   if [ "${EXACT_NORM:-}" = resharded ]; then
     echo "== negative control: the first exact candidate's gradient norm 1e-9 off must be rejected"
-    # 1e-9 relative: far below what a wrong gradient does, far above the rounding of a
-    # regrouped sum of squares that --norm-resharded allows.
     planted="$WORK/neg_exact_norm"
     rm -rf "$planted" && cp -r "${exact[0]}" "$planted"
-    /usr/bin/python3 - "$planted/metrics.jsonl" <<'EOF'
-import json, sys
-records = [json.loads(line) for line in open(sys.argv[1])]
-for r in records:
-    if r.get("kind") == "train" and r["step"] == 2:
-        r["grad_norm"] *= 1 + 1e-9
-open(sys.argv[1], "w").write("".join(json.dumps(r) + "\n" for r in records))
-EOF
+    plant_norm "$planted" 2
     "${COMPARE[@]}" --norm-resharded --expect-reject --exact --step "$STEPS" \
       --reference "$WORK/$(name ref "$REF_SPEC")" --candidate "$planted"
   fi

@@ -44,6 +44,33 @@ quick_run() { [ "${GPT_TEST_QUICK:-0}" = 1 ]; }
 # first to reuse) under sanitizers that make training some 30x slower.
 compared_steps() { if quick_run; then echo 3; else echo 10; fi; }
 
+# plant_ulps RUN_DIR STEP: element 1000 of the run's step-STEP param.bin moved 10 ulps
+# (the same sign and exponent range): the error an exact comparison must reject.
+plant_ulps() {
+  /usr/bin/python3 - "$1/step_$(printf %08d "$2")/param.bin" <<'PY'
+import struct, sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(4 * 1000)
+    bits = struct.unpack("<I", f.read(4))[0]
+    f.seek(4 * 1000)
+    f.write(struct.pack("<I", bits + 10))
+PY
+}
+
+# plant_norm RUN_DIR STEP: the run's logged gradient norm of step STEP 1e-9 (relative)
+# larger: far below what a wrong gradient does, far above the rounding of a regrouped
+# sum of squares that compare_runs.py --norm-resharded allows.
+plant_norm() {
+  /usr/bin/python3 - "$1/metrics.jsonl" "$2" <<'PY'
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+for r in records:
+    if r.get("kind") == "train" and r["step"] == int(sys.argv[2]):
+        r["grad_norm"] *= 1 + 1e-9
+open(sys.argv[1], "w").write("".join(json.dumps(r) + "\n" for r in records))
+PY
+}
+
 # require_layout RUN_DIR NP [key=value...]: the newest checkpoint in RUN_DIR was written
 # at the layout NP ranks and the keys ask for (tp, pp, cp: 1 unless given; dp: the rest
 # of NP, unless given), or the test fails. A driver that ignored tp= would compute what
