@@ -69,6 +69,7 @@ case $case_name in
     "$prepare" --out linked good.txt >stdout.txt 2>stderr.txt
     status=$?
     [[ $status -eq 2 ]] || fail "a dangling linked/train.bin: exit $status, expected 2"
+    grep -qF "linked/train.bin" stderr.txt || fail "the refusal does not name linked/train.bin: $(cat stderr.txt)"
     [[ -L linked/train.bin && ! -e linked/nowhere.bin ]] || fail "the refused run replaced the link or made its target"
     ;;
   all_or_none)

@@ -112,15 +112,18 @@ TEST_CASE("choices file: a crashed writer's temporary file is removed by the nex
   const std::string crashed_link = here + std::to_string(child) + ".1";  // a symlink: not ours
   const std::string live = here + std::to_string(::getpid()) + ".7";     // a writer still running
   const std::string elsewhere = path + ".tmp." + host_name() + "-elsewhere." + std::to_string(child) + ".0";
+  // Another machine whose name is this one's and a domain: HOST.lab.PID.N, not HOST.PID.N.
+  const std::string dotted = path + ".tmp." + host_name() + ".lab." + std::to_string(child) + ".0";
   const std::string odd = here + std::to_string(child) + ".x";
   const std::string recent = here + std::to_string(child) + ".2";  // written to a moment ago
-  for (const std::string& f : {crashed, live, elsewhere, odd, recent}) std::ofstream(f) << "half a file";
+  for (const std::string& f : {crashed, live, elsewhere, dotted, odd, recent}) std::ofstream(f) << "half a file";
   const auto an_hour_ago = std::filesystem::file_time_type::clock::now() - std::chrono::hours(1);
-  for (const std::string& f : {crashed, live, elsewhere, odd}) std::filesystem::last_write_time(f, an_hour_ago);
+  for (const std::string& f : {crashed, live, elsewhere, dotted, odd})
+    std::filesystem::last_write_time(f, an_hour_ago);
   std::filesystem::create_symlink(notes, crashed_link);
   write_choices_file(path, {example(0, 1, {5, 6, 7}, {{1}, {2, 3}})});
   CHECK_FALSE(std::filesystem::exists(crashed));
-  for (const std::string& f : {crashed_link, live, elsewhere, odd, recent}) CHECK(std::filesystem::exists(f));
+  for (const std::string& f : {crashed_link, live, elsewhere, dotted, odd, recent}) CHECK(std::filesystem::exists(f));
 }
 
 TEST_CASE("choices file: what the format cannot hold is refused by example, and no file is left", "[choices]") {
