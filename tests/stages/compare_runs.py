@@ -2,7 +2,7 @@
 """Compares training runs step by step: losses, gradient norms, final weights and moments.
 
   compare_runs.py --truth DIR --reference DIR --candidate DIR [DIR...] --step N
-                  [--kinds param,adam_m,adam_v] [--weights-only] [--expect-reject]
+                  [--kinds param,adam_m,adam_v] [--weights-only] [--expect-reject] [--from-step K]
   compare_runs.py --exact --reference DIR --candidate DIR [DIR...] --step N [--weights-only]
                   [--expect-reject]
 
@@ -74,6 +74,10 @@ Every run's logged throughput must also be its global batch over its step time
 (tokens_per_s x ms / 1000 = batch_size x seq_len), whatever the mode (not with
 --weights-only): each stage's driver computes it for itself.
 
+--from-step K (tolerance mode): the candidates resumed a checkpoint of step K - 1 and
+logged steps K.. alone, while the truth and the references ran from step 1; they are
+scored from step K on, each step's e_ref still the largest reference error up to it (the
+resumed state carries the reference's rounding so far).
 A candidate with a different number of steps or a tensor of a different length fails
 (it is not scored on the common part). Exits 1 with a table when any check fails.
 --expect-reject inverts the verdict, for negative controls: exit 0 only when at least
@@ -212,12 +216,15 @@ def compare_series(args, table, fields):
                 sys.exit(f"compare_runs: a reference logged steps {sorted(ref)}, the truth {sorted(truth)}")
         envelope = 0.0
         cands = {c: series(c, field) for c in args.candidate}
+        scored = [s for s in sorted(truth) if s >= args.from_step]
         for c, cand in cands.items():
-            if sorted(cand) != sorted(truth):
+            if sorted(cand) != scored:
                 table.add(f"{field} steps", os.path.basename(c), math.inf, 0, 0, False)
         for step in sorted(truth):
             t = truth[step]
             envelope = max(envelope, max(abs(ref[step] - t) for ref in refs))
+            if step < args.from_step:
+                continue
             base = max(envelope, 2 * EPS32 * abs(t))
             bound = min(K * base, args.cap * abs(t))
             for c, cand in cands.items():
@@ -371,6 +378,8 @@ def main():
     ap.add_argument("--ensemble", nargs="+", default=[],
                     help="tolerance mode: more reference runs (other groupings); e_ref is the largest error of all")
     ap.add_argument("--step", type=int, required=True, help="checkpoint step to compare")
+    ap.add_argument("--from-step", type=int, default=1,
+                    help="tolerance mode: the candidates resumed and logged steps from this one on")
     ap.add_argument("--kinds", default="param,adam_m,adam_v")
     ap.add_argument("--exact", action="store_true", help="same bits, no tolerance")
     ap.add_argument("--regrouped", default="", help="exact mode: tensors held to the tolerance bound (needs --truth)")
@@ -390,6 +399,8 @@ def main():
         ap.error("--truth is needed unless --exact (and with --regrouped)")
     if args.exact and args.ensemble:
         ap.error("--ensemble is for the tolerance mode: the exact mode compares with the reference's bits")
+    if args.exact and args.from_step != 1:
+        ap.error("--from-step is for the tolerance mode")
 
     table = Table()
     (compare_exact if args.exact else compare_tolerance)(args, table)
