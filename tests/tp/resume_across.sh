@@ -5,29 +5,21 @@
 # and in stage 01 (one process reading every shard's tensors whole); each resumed run
 # continues the uninterrupted run of its own stage.
 #
-# Tolerance: two uninterrupted runs of different layouts (stage S, the checkpoint's writer,
-# and stage R, which resumes it) differ only by rounding, by d = max over steps of
-# |loss_S - loss_R| / loss_R. A resumed run differs from R's uninterrupted run only because
-# its first 3 steps were rounded S's way, so its losses at steps 4-6 must lie within
-# max(4 d, 2 eps32) relative. The final tensors too (parameters and both AdamW moments,
-# which AdamW's update alone would not show scaled together): each kind within
-# max(4 d_kind, 2 eps32) normwise of R's uninterrupted run, d_kind the two uninterrupted
-# runs' distance. Every bound is capped at 1e-4, so that a far-off later stage cannot
-# loosen its own check. Why 4: the resumed run carries S's rounding of steps 1-3 into R's
-# steps 4-6, so it should sit about d from R's run, as S's own run does; across the seven
-# tests that use this script (tp, cp, pipelines 07-09, 4D, 4D resharded) the largest
-# ratio of a resumed run's distance to its d was 1.17 (losses, weights and moments alike),
-# and 4 leaves 3.4x room for another rounding's luck. The lr 1.01x control lies 800-2800x
-# beyond d (weights, losses), so the margin cannot hide it.
-# Negative control: the same resume with the learning rate 1.01x must be rejected.
+# Each resumed run is judged by tests/stages/compare_runs.py against stage 01 in float64
+# over steps 4-6 (--from-step 4: losses, gradient norms) and on its step-6 weights and both
+# AdamW moments (which AdamW's update alone would not show scaled together): within 8 times
+# the largest distance from float64 of the two uninterrupted fp32 runs it stands between,
+# its own stage's (whose layout it computes in from step 4) and the checkpoint writer's
+# (whose rounding its first 3 steps carry). Negative controls: the same resume with the
+# learning rate 1.01x; its moments scaled together (m 2x, v 4x: the same AdamW update, so
+# the losses cannot show it), each rejected.
 #
 # The one-step SGD variant (optimizer=sgd, grad_clip=0: p -= lr g, no moments, so a
 # gradient off by a constant factor moves the weights by that factor, which AdamW's
 # m / sqrt(v) would hide): stage 01 and the later stage run 4 steps, and each resumes the
-# other's step-3 checkpoint for the one step 4. Its weights must lie within
-# max(4 d_param, 2 eps32) normwise of its own stage's uninterrupted run, d_param the two
-# uninterrupted runs' distance at step 4; the later stage's step 1.01x too large (lr
-# 1.01x: under SGD, every gradient 1.01x) must be beyond it.
+# other's step-3 checkpoint for the one step 4, its weights compared the same way; the
+# later stage's step 1.01x too large (lr 1.01x: under SGD, every gradient 1.01x) must be
+# rejected.
 # Usage: resume_across.sh TRAIN01 TRAIN03 TRAIN_LATER PREPARE WORKDIR ROOT MPIEXEC key=value...
 #   COMMON="key=value ..." in the environment applies to every run (a model shape);
 #   LATER_NP (default 2) is the later stage's rank count.
@@ -67,73 +59,43 @@ run "$LATER_NP" "$TRAIN_LATER" "$WORK/later_from01_sgd" "${LAYOUT[@]}" "${SGD[@]
 run 1 "$TRAIN01" "$WORK/r01_from_later_sgd" "${SGD[@]}" resume="$(ckpt ulater_sgd)"
 run "$LATER_NP" "$TRAIN_LATER" "$WORK/neg_sgd" "${LAYOUT[@]}" "${SGD[@]}" resume="$(ckpt u01_sgd)" lr="$lr"
 
-/usr/bin/python3 - "$WORK" <<'PY'
-import functools, json, sys
-work = sys.argv[1]
-def losses(run):
-    with open(f"{work}/{run}/metrics.jsonl") as f:
-        rows = [json.loads(l) for l in f if l.strip()]
-    return {r["step"]: r["loss"] for r in rows if r.get("kind") == "train"}
-import numpy as np
-EPS32, CAP, KINDS = 2.0**-23, 1e-4, ("param", "adam_m", "adam_v")
-@functools.lru_cache(maxsize=None)  # read once: several checks compare the same runs
-def tensors(run, kind, step=6):
-    return np.fromfile(f"{work}/{run}/step_{step:08d}/{kind}.bin", dtype="<f4").astype(np.float64)
-def distance(a, b):
-    return np.linalg.norm(a - b) / np.linalg.norm(b)
-u = {s: losses(f"u{s}") for s in ("01", "03", "later")}
-@functools.lru_cache(maxsize=None)
-def tolerances(src, own):
-    """The bounds for a run of stage `own` resumed from stage `src`'s checkpoint."""
-    d = max(abs(u[src][k] - u[own][k]) / abs(u[own][k]) for k in range(1, 7))
-    tol = min(max(4 * d, 2 * EPS32), CAP)
-    tol_kind = {k: min(max(4 * distance(tensors(f"u{src}", k), tensors(f"u{own}", k)), 2 * EPS32), CAP)
-                for k in KINDS}
-    print(f"uninterrupted stage {src} vs stage {own}: d = {d:.3e}; tolerance {tol:.3e} relative (losses), "
-          + ", ".join(f"{k} {t:.3e}" for k, t in tol_kind.items()) + " normwise (final tensors)")
-    return tol, tol_kind
-def check(run, src, own, expect_ok):
-    tol, tol_kind = tolerances(src, own)
-    got, want = losses(run), u[own]
-    if sorted(got) != [4, 5, 6]:
-        return f"{run}: steps {sorted(got)}, expected 4-6"
-    err = max(abs(got[k] - want[k]) / abs(want[k]) for k in (4, 5, 6))
-    ok = err <= tol
-    worst = f"losses {err:.3e}"
-    for k in KINDS:
-        e = distance(tensors(run, k), tensors(f"u{own}", k))
-        ok = ok and e <= tol_kind[k]
-        worst += f", {k} {e:.3e}"
-    print(f"  {run:14s} vs stage {own} uninterrupted: {worst}: {'within' if ok else 'beyond'} tolerance"
-          f" ({'as it must be' if ok == expect_ok else 'WRONG'})")
-    return None if ok == expect_ok else f"{run}: {worst}"
-errors = [e for e in (check("later_from01", "01", "later", True), check("later_from03", "03", "later", True),
-                      check("r03_from_later", "later", "03", True), check("r01_from_later", "later", "01", True),
-                      check("neg_lr", "03", "later", False)) if e]
-# Control of the tensor bounds alone: moments scaled together (m 2x, v 4x: the same AdamW
-# update, so the losses cannot show it) must be beyond them.
-_, tol_kind = tolerances("03", "later")
+COMPARE=(/usr/bin/python3 "$ROOT/tests/stages/compare_runs.py")
+run 1 "$TRAIN01" "$WORK/t01_fp64" precision=fp64
+run 1 "$TRAIN01" "$WORK/t01_fp64_sgd" precision=fp64 "${SGD[@]}"
+status=0
+# resumed RUN SRC OWN [--expect-reject...]: stage OWN's run RUN, resumed from stage SRC's
+# step-3 checkpoint, against the truth (AdamW, steps 4-6).
+resumed() {
+  local run=$1 src=$2 own=$3
+  shift 3
+  echo "== $run: stage $own resumed from stage $src's step 3"
+  "${COMPARE[@]}" "$@" --from-step 4 --step 6 --truth "$WORK/t01_fp64" --reference "$WORK/u$own" \
+    --ensemble "$WORK/u$src" --candidate "$WORK/$run" || status=1
+}
+resumed later_from01 01 later
+resumed later_from03 03 later
+resumed r03_from_later later 03
+resumed r01_from_later later 01
+resumed neg_lr 03 later --expect-reject
+# The moments scaled together in a copy of later_from03's final checkpoint.
+rm -rf "$WORK/neg_moments" && cp -r "$WORK/later_from03" "$WORK/neg_moments"
+/usr/bin/python3 - "$WORK/neg_moments/step_00000006" <<'PY'
+import numpy, sys
 for kind, scale in (("adam_m", 2.0), ("adam_v", 4.0)):
-    e = distance(scale * tensors("later_from03", kind), tensors("ulater", kind))
-    print(f"  control: later_from03's {kind} x{scale:g}: {e:.3e} {'beyond' if e > tol_kind[kind] else 'WITHIN'} tolerance")
-    if e <= tol_kind[kind]:
-        errors.append(f"control: {kind} x{scale:g} accepted")
-def check_sgd(run, src, own, expect_ok):
-    """One SGD step (step 4) of stage `own` from stage `src`'s step-3 checkpoint."""
-    d = distance(tensors(f"u{src}_sgd", "param", 4), tensors(f"u{own}_sgd", "param", 4))
-    tol = min(max(4 * d, 2 * EPS32), CAP)
-    if sorted(losses(run)) != [4]:
-        return f"{run}: steps {sorted(losses(run))}, expected 4"
-    e = distance(tensors(run, "param", 4), tensors(f"u{own}_sgd", "param", 4))
-    ok = e <= tol
-    print(f"  {run:18s} vs stage {own} uninterrupted, one SGD step: param {e:.3e}, tolerance {tol:.3e}"
-          f" (uninterrupted {src} vs {own}: {d:.3e}): {'within' if ok else 'beyond'} tolerance"
-          f" ({'as it must be' if ok == expect_ok else 'WRONG'})")
-    return None if ok == expect_ok else f"{run}: param {e:.3e}"
-errors += [e for e in (check_sgd("later_from01_sgd", "01", "later", True),
-                       check_sgd("r01_from_later_sgd", "later", "01", True),
-                       check_sgd("neg_sgd", "01", "later", False)) if e]
-if errors:
-    print("FAIL:", "; ".join(errors)); sys.exit(1)
-print("checkpoints resume across stages 01, 03 and the later stage")
+    path = f"{sys.argv[1]}/{kind}.bin"
+    (numpy.fromfile(path, dtype="<f4") * numpy.float32(scale)).astype("<f4").tofile(path)
 PY
+resumed neg_moments 03 later --expect-reject --weights-only --kinds adam_m,adam_v
+# resumed_sgd RUN SRC OWN [--expect-reject...]: the same for one SGD step (step 4).
+resumed_sgd() {
+  local run=$1 src=$2 own=$3
+  shift 3
+  echo "== $run: stage $own resumed from stage $src's step 3, one SGD step"
+  "${COMPARE[@]}" "$@" --from-step 4 --step 4 --kinds param --truth "$WORK/t01_fp64_sgd" \
+    --reference "$WORK/u${own}_sgd" --ensemble "$WORK/u${src}_sgd" --candidate "$WORK/$run" || status=1
+}
+resumed_sgd later_from01_sgd 01 later
+resumed_sgd r01_from_later_sgd later 01
+resumed_sgd neg_sgd 01 later --expect-reject --weights-only
+[ "$status" = 0 ] || { echo "FAIL: a comparison or a control above"; exit 1; }
+echo "checkpoints resume across stages 01, 03 and the later stage"
