@@ -44,12 +44,10 @@ require_schedule() {
 # schedule_of ROLE SPEC: "SCHEDULE P M V" of the role's run of SPEC (M: micro-batches a
 # step on each pipeline).
 schedule_of() {
-  local role=$1 spec=$2 bin=$REF np batch mb rest keys=() kv pp=1 tp=1 cp=1 v=1 schedule=""
+  local role=$1 spec=$2 bin=$REF np batch mb kv pp=1 tp=1 cp=1 v=1 schedule=""
   [ "$role" = cand ] && bin=$CAND
-  IFS=: read -r np batch mb rest <<< "$spec"
-  [ -n "${rest:-}" ] && IFS=: read -r -a keys <<< "$rest"
-  for kv in ${COMMON:-} "${keys[@]}"; do
-    if [[ "$kv" == cand.* ]]; then [ "$role" = cand ] || continue; kv=${kv#cand.}; fi
+  IFS=: read -r np batch mb _ <<< "$spec"
+  for kv in $(role_keys "$role" "$spec"); do
     case $kv in
       pp=*) pp=${kv#pp=} ;;
       tp=*) tp=${kv#tp=} ;;
@@ -68,17 +66,27 @@ schedule_of() {
   echo "$schedule $pp $((batch / (mb * (np / (pp * tp * cp))))) $v"
 }
 
-# run ref|cand SPEC DIR STEPS [key=value...]
-run() {
-  local role=$1 spec=$2 dir=$3 steps=$4 bin=$REF np batch mb rest keys=() extra=() kv
-  [ "$role" = cand ] && bin=$CAND
-  shift 4
-  IFS=: read -r np batch mb rest <<< "$spec"
+# role_keys ref|cand SPEC [key=value...]: the key=value words that role's run of SPEC
+# is given, COMMON's first, a cand.key as key to the candidate only.
+role_keys() {
+  local role=$1 spec=$2 rest keys=() kv
+  shift 2
+  IFS=: read -r _ _ _ rest <<< "$spec"
   [ -n "${rest:-}" ] && IFS=: read -r -a keys <<< "$rest"
   for kv in ${COMMON:-} "${keys[@]}" "$@"; do
-    if [[ "$kv" == cand.* ]]; then [ "$role" = cand ] && extra+=(--set "${kv#cand.}")
-    else extra+=(--set "$kv"); fi
+    if [[ "$kv" == cand.* ]]; then [ "$role" = cand ] && echo "${kv#cand.}"
+    else echo "$kv"; fi
   done
+  return 0
+}
+
+# run ref|cand SPEC DIR STEPS [key=value...]
+run() {
+  local role=$1 spec=$2 dir=$3 steps=$4 bin=$REF np batch mb extra=() kv
+  [ "$role" = cand ] && bin=$CAND
+  shift 4
+  IFS=: read -r np batch mb _ <<< "$spec"
+  for kv in $(role_keys "$role" "$spec" "$@"); do extra+=(--set "$kv"); done
   "$MPIEXEC" -np "$np" --oversubscribe "$bin" $(tiny_args "$WORK/data" "$dir") --set steps="$steps" \
     --set batch_size="$batch" --set micro_batch_size="$mb" --set val_every=0 --set val_batches=0 \
     --set sample_tokens=0 "${extra[@]}" > "$dir.log" 2>&1 || { echo "FAIL: run $bin $spec $*"; tail -20 "$dir.log"; exit 1; }
@@ -96,8 +104,7 @@ reshards() {
   local spec=$1 np pp=1 tp=1 zero=0 kv
   [[ "$spec" == *cand.virtual_stages=* ]] || return 1
   np=${spec%%:*}
-  for kv in ${COMMON:-} ${spec//:/ }; do
-    kv=${kv#cand.}
+  for kv in $(role_keys cand "$spec"); do
     case $kv in
       pp=*) pp=${kv#pp=} ;;
       tp=*) tp=${kv#tp=} ;;

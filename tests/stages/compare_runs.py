@@ -159,9 +159,13 @@ def tensor_bound(e_ref, t, cap):
     """(bound, base): the bound on a candidate's distance from the truth t (a kind's or a
     tensor group's values), given the reference's e_ref: K times base, which is e_ref or
     2 ulps of a typical element if more, and at most cap of t's norm."""
-    t_norm = norm(t)
-    base = max(e_ref, 2 * EPS32 * t_norm / math.sqrt(max(1, len(t))))
-    return min(K * base, cap * t_norm), base
+    base = tensor_base(e_ref, t)
+    return min(K * base, cap * norm(t)), base
+
+
+def tensor_base(e_ref, t):
+    """What K multiplies for the values t: e_ref, or 2 ulps of a typical element if more."""
+    return max(e_ref, 2 * EPS32 * norm(t) / math.sqrt(max(1, len(t))))
 
 
 class Table:
@@ -258,7 +262,7 @@ def compare_tensors(args, table):
         for name, b, e in tensor_pieces(args.truth, args.step, kind):
             tt = t[b:e]
             e_ref_t = max(distance(r[b:e], tt) for r in refs)
-            base_t = max(e_ref_t, 2 * EPS32 * norm(tt) / math.sqrt(max(1, e - b)))
+            base_t = tensor_base(e_ref_t, tt)
             pieces.append((name, b, e, tt, e_ref_t, K * base_t + flip, base_t))
         for c in args.candidate:
             x = tensor(c, args.step, kind)
