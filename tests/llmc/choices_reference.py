@@ -32,16 +32,9 @@ import json
 import sys
 from pathlib import Path
 
-try:
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
-except ImportError as missing:
-    print(f"choices_reference.py: skipped: {missing} (run with /usr/bin/python3, which sees python3-torch)")
-    sys.exit(77)
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import llmc_reference  # noqa: E402  (the model file reader and the float64 GPT-2)
+import llmc_reference  # noqa: E402  (the model file reader and the float64 GPT-2; exits 77 without torch)
+import numpy as np  # noqa: E402
 from eval_file import encode  # noqa: E402  (the file's bytes for (index, label, context, completions))
 
 MAGIC, START = 20240522, 65535
@@ -81,6 +74,7 @@ def write(args):
 
 
 def score(args):
+    torch, F = llmc_reference.torch_modules()
     h, a = llmc_reference.read(args.model)
     examples = decode(Path(args.eval).read_bytes())
     window = min(h["maxT"], max(len(ctx) + len(c) - 1 for _, _, ctx, cs in examples for c in cs))

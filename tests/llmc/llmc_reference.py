@@ -21,6 +21,7 @@ layout but the tensor names of its checkpoint manifests.
       file's values bit for bit, and wte's padding rows are zero; exit 1 otherwise.
 """
 import argparse
+import importlib.util
 import json
 import math
 import sys
@@ -31,11 +32,19 @@ import checkpoint_tensors  # noqa: E402
 
 try:
     import numpy as np
-    import torch
-    import torch.nn.functional as F
+    if importlib.util.find_spec("torch") is None:
+        raise ImportError("No module named 'torch'")
 except ImportError as missing:
     print(f"llmc_reference.py: skipped: {missing} (run with /usr/bin/python3, which sees python3-torch)")
     sys.exit(77)
+
+
+def torch_modules():
+    """torch and torch.nn.functional, imported only by the commands that run the model:
+    the import takes about a second and a half of CPU, and the tests call the others often."""
+    import torch
+    import torch.nn.functional as F
+    return torch, F
 
 MAGIC, SHARD_MAGIC = 20240326, 20240520
 # The 16 arrays in file order: name, shape as a function of the header.
@@ -132,8 +141,11 @@ def shards(args):
         (out / name).write_bytes(header.tobytes() + tokens.tobytes())
 
 
-def logits_of(h, a, inp, dtype=torch.float64):
-    """Logits (T, V) of GPT-2 with the file's arrays `a` on one sequence of T tokens, in `dtype`."""
+def logits_of(h, a, inp, dtype=None):
+    """Logits (T, V) of GPT-2 with the file's arrays `a` on one sequence of T tokens, in
+    `dtype` (torch.float64 when None)."""
+    torch, F = torch_modules()
+    dtype = torch.float64 if dtype is None else dtype
     t = {k: torch.from_numpy(v).to(dtype) for k, v in a.items()}
     C, NH, V = h["C"], h["NH"], h["V"]
     T = len(inp)
@@ -153,6 +165,7 @@ def logits_of(h, a, inp, dtype=torch.float64):
 
 
 def loss(args):
+    torch, F = torch_modules()
     h, a = read(args.model)
     raw = Path(args.val).read_bytes()
     tokens = torch.from_numpy(np.frombuffer(raw[1024:], dtype="<u2").astype(np.int64))
