@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/rng.h"
+#include "kernels/cpu/parallel.h"
 
 namespace gpt {
 
@@ -93,7 +94,7 @@ void ParamLayout::init_range(uint64_t seed, int64_t begin, int64_t end, T* out) 
     if (lo >= hi) continue;
     const uint64_t stream = stream_id(t.name);
     const int64_t row = t.numel / t.shape[0];
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : cpu::worth_threads(double(hi - lo)))
     for (int64_t g = lo; g < hi; ++g) {
       const int64_t i = g - t.offset;  // index within the tensor: the RNG counter
       double value = 0.0;

@@ -9,6 +9,7 @@
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/lanes.h"
+#include "kernels/cpu/parallel.h"
 
 namespace gpt::cpu {
 
@@ -19,7 +20,7 @@ double sum_of_squares(const T* g, size_t n) {
   constexpr size_t kChunk = 1 << 14;
   const size_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> part(chunks, 0.0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : worth_threads(double(n)))
   for (size_t c = 0; c < chunks; ++c) {
     const size_t end = std::min(n, (c + 1) * kChunk);
     // In fixed lanes (lanes.h): vectorised, in an order set by the chunk's length alone,
@@ -40,7 +41,7 @@ void adamw_update(T* params, const T* grads, T* m, T* v, size_t n, const ops::Ad
   const T b1 = T(a.beta1), b2 = T(a.beta2), lr = T(a.lr), eps = T(a.eps), wd = T(a.weight_decay);
   const T scale = T(a.grad_scale), inv_bc1 = T(1.0 / bc1), inv_bc2 = T(1.0 / bc2);
   if (a.sgd) {  // plain SGD: the moments stay as they are
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel : worth_threads(double(n)))
     for (size_t i = 0; i < n; ++i) {
       params[i] -= lr * (grads[i] * scale);
       if (copy) copy[i] = params[i];
@@ -57,13 +58,13 @@ void adamw_update(T* params, const T* grads, T* m, T* v, size_t n, const ops::Ad
       params[i] -= lr * (m_hat / (std::sqrt(v_hat) + eps) + wd * params[i]);
     };
     if (copy) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel : worth_threads(double(n)))
       for (size_t i = 0; i < n; ++i) {
         update(i);
         copy[i] = params[i];
       }
     } else {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel : worth_threads(double(n)))
       for (size_t i = 0; i < n; ++i) update(i);
     }
   }
@@ -73,7 +74,7 @@ void adamw_update(T* params, const T* grads, T* m, T* v, size_t n, const ops::Ad
 }
 
 void round_to_bf16(float* x, size_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel : worth_threads(double(n)))
   for (size_t i = 0; i < n; ++i) x[i] = bf16_round(x[i]);
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/parallel.h"
 
 namespace gpt::cpu {
 
@@ -21,7 +22,7 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int N
   const int hs = C / NH;
   const T scale = T(1) / std::sqrt(T(hs));
   const size_t row = size_t(3) * C;  // stride between positions in qkv
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (parallel : worth_threads_macs(double(B) * NH * T_ * T_ * hs))
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h) {
       const T* base = qkv + size_t(b) * T_ * row + size_t(h) * hs;
@@ -60,7 +61,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
   const int hs = C / NH;
   const T scale = T(1) / std::sqrt(T(hs));
   const size_t row = size_t(3) * C;
-#pragma omp parallel
+#pragma omp parallel if (parallel : worth_threads_macs(double(B) * NH * T_ * T_ * hs))
   {
     std::vector<T> dP(T_);
 #pragma omp for collapse(2) schedule(static)

@@ -20,16 +20,17 @@
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/flash_attention.h"
+#include "kernels/cpu/parallel.h"
 
 namespace gpt::cpu {
 
 void convert(bf16* dst, const float* src, size_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel : worth_threads(double(n)))
   for (size_t i = 0; i < n; ++i) dst[i].bits = bf16_bits(src[i]);
 }
 
 void convert(float* dst, const bf16* src, size_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel : worth_threads(double(n)))
   for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i].bits);
 }
 
@@ -97,7 +98,7 @@ void set_bf16_slice_floats(size_t floats) { slice_floats = floats > 0 ? floats :
 // ---- embedding ---------------------------------------------------------------------
 
 void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B, int T_, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : worth_threads(double(B) * T_ * C))
   for (int bt = 0; bt < B * T_; ++bt) {
     const bf16* tok = wte + size_t(tokens[bt]) * C;
     const bf16* pos = wpe + size_t(bt % T_) * C;
@@ -113,7 +114,7 @@ void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_
 
 void embedding_range_forward(bf16* out, const int32_t* tokens, const bf16* wte_rows, int v0, int v1,
                              const bf16* wpe, int pos0, int B, int T_, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : worth_threads(double(B) * T_ * C))
   for (int bt = 0; bt < B * T_; ++bt) {
     const int tok = tokens[bt];
     const bf16* row = tok >= v0 && tok < v1 ? wte_rows + size_t(tok - v0) * C : nullptr;
@@ -237,7 +238,7 @@ void softmax_crossentropy(float* losses, bf16* dlogits, const bf16* logits, cons
 void crossentropy_stats(float* row_max, float* row_sumexp, float* target_logit, const bf16* logits,
                         const int32_t* targets, int v0, int V, int N, int Vl) {
   const int real = std::max(0, std::min(Vl, V - v0));
-#pragma omp parallel
+#pragma omp parallel if (parallel : worth_threads(double(N) * real))
   {
     std::vector<float> z(static_cast<size_t>(real));
 #pragma omp for schedule(static)
@@ -252,7 +253,7 @@ void crossentropy_from_stats(float* losses, bf16* dlogits, const bf16* logits, c
                              const float* row_sumexp, const float* target_logit, const int32_t* targets,
                              float dloss, int v0, int V, int N, int Vl) {
   const int real = std::max(0, std::min(Vl, V - v0));
-#pragma omp parallel
+#pragma omp parallel if (parallel : worth_threads(double(N) * Vl))
   {
     std::vector<float> z(dlogits ? size_t(real) : 0), d(dlogits ? size_t(Vl) : 0);
 #pragma omp for schedule(static)

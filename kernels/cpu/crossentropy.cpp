@@ -16,13 +16,14 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/lanes.h"
+#include "kernels/cpu/parallel.h"
 
 namespace gpt::cpu {
 
 template <class T>
 void softmax_crossentropy(T* losses, T* dlogits, const T* logits, const int32_t* targets, T dloss,
                           int N, int V, int Vp) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : worth_threads(double(N) * Vp))
   for (int i = 0; i < N; ++i) {
     const T* z = logits + size_t(i) * Vp;
     T max = z[0];
@@ -76,7 +77,7 @@ template <class T>
 void crossentropy_stats(T* row_max, T* row_sumexp, T* target_logit, const T* logits,
                         const int32_t* targets, int v0, int V, int N, int Vl) {
   const int real = std::max(0, std::min(Vl, V - v0));  // this rank's columns below V
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : worth_threads(double(N) * Vl))
   for (int i = 0; i < N; ++i)
     crossentropy_stats_row(row_max[i], row_sumexp[i], target_logit[i], logits + size_t(i) * Vl, targets[i] - v0,
                            real);
@@ -87,7 +88,7 @@ void crossentropy_from_stats(T* losses, T* dlogits, const T* logits, const T* ro
                              const T* row_sumexp, const T* target_logit, const int32_t* targets,
                              T dloss, int v0, int V, int N, int Vl) {
   const int real = std::max(0, std::min(Vl, V - v0));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : worth_threads(double(N) * Vl))
   for (int i = 0; i < N; ++i) {
     losses[i] = crossentropy_loss(row_max[i], row_sumexp[i], target_logit[i]);
     if (dlogits)

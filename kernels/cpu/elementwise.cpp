@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/fast_exp.h"
+#include "kernels/cpu/parallel.h"
 
 namespace gpt::cpu {
 
@@ -26,13 +27,13 @@ inline T gelu_sigmoid(T x) {  // sigmoid(2u(x))
 
 template <class T>
 void gelu_forward(T* out, const T* inp, size_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel : worth_threads(double(n)))
   for (size_t i = 0; i < n; ++i) out[i] = inp[i] * gelu_sigmoid(inp[i]);
 }
 
 template <class T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel : worth_threads(double(n)))
   for (size_t i = 0; i < n; ++i) {
     const T x = inp[i];
     const T s = gelu_sigmoid(x);
@@ -43,13 +44,13 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
 
 template <class T>
 void residual_forward(T* out, const T* a, const T* b, size_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel : worth_threads(double(n)))
   for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
 template <class T>
 void residual_backward(T* da, T* db, const T* dout, size_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel : worth_threads(double(n)))
   for (size_t i = 0; i < n; ++i) {
     da[i] += dout[i];
     db[i] += dout[i];
@@ -58,7 +59,7 @@ void residual_backward(T* da, T* db, const T* dout, size_t n) {
 
 template <class T>
 void scale(T* x, size_t n, T s) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel : worth_threads(double(n)))
   for (size_t i = 0; i < n; ++i) x[i] *= s;
 }
 

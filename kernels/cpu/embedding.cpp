@@ -7,13 +7,14 @@
 #include <cstdint>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/parallel.h"
 
 namespace gpt::cpu {
 
 template <class T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_,
                        int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : worth_threads(double(B) * T_ * C))
   for (int bt = 0; bt < B * T_; ++bt) {
     const T* tok = wte + size_t(tokens[bt]) * C;
     const T* pos = wpe + size_t(bt % T_) * C;
@@ -25,7 +26,7 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe
 template <class T>
 void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_,
                         int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : worth_threads(double(B) * T_ * C))
   for (int c = 0; c < C; ++c) {
     for (int bt = 0; bt < B * T_; ++bt) {
       const T g = dout[size_t(bt) * C + c];
@@ -43,7 +44,7 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, 
 template <class T>
 void embedding_range_forward(T* out, const int32_t* tokens, const T* wte_rows, int v0, int v1,
                              const T* wpe, int pos0, int B, int T_, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : worth_threads(double(B) * T_ * C))
   for (int bt = 0; bt < B * T_; ++bt) {
     const int tok = tokens[bt];
     const T* row = tok >= v0 && tok < v1 ? wte_rows + size_t(tok - v0) * C : nullptr;
@@ -58,7 +59,7 @@ void embedding_range_forward(T* out, const int32_t* tokens, const T* wte_rows, i
 template <class T>
 void embedding_range_backward(T* dwte_rows, T* dwpe, const T* dout, const int32_t* tokens, int v0,
                               int v1, int pos0, int B, int T_, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : worth_threads(double(B) * T_ * C))
   for (int c = 0; c < C; ++c) {
     for (int bt = 0; bt < B * T_; ++bt) {
       const T g = dout[size_t(bt) * C + c];

@@ -62,6 +62,7 @@
 
 #include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/lanes.h"
+#include "kernels/cpu/parallel.h"
 
 namespace gpt::cpu {
 
@@ -93,7 +94,8 @@ FlashCounts flash_attention_forward(const FlashView<T>& a, T* out, T* lse, int B
   const T scale = T(1) / std::sqrt(T(hs));
   const int nq = ceil_div(Tq, Br), nk = ceil_div(Tk, Bc);
   int64_t visited = 0, skipped = 0, scores = 0;
-#pragma omp parallel reduction(+ : visited, skipped, scores)
+#pragma omp parallel reduction(+ : visited, skipped, scores) \
+    if (parallel : worth_threads_macs(double(a.B) * NH * Tq * Tk * hs))
   {
     // One thread's "shared memory": a key tile and a value tile, the score tile, and
     // the running state of the query tile (accumulator O, max m, sum l).
@@ -171,7 +173,8 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
   const T scale = T(1) / std::sqrt(T(hs));
   const int nq = ceil_div(Tq, Br), nk = ceil_div(Tk, Bc);
   int64_t visited = 0, skipped = 0, scores = 0;
-#pragma omp parallel reduction(+ : visited, skipped, scores)
+#pragma omp parallel reduction(+ : visited, skipped, scores) \
+    if (parallel : worth_threads_macs(double(a.B) * NH * Tq * Tk * hs))
   {
     std::vector<T> Kj(size_t(Bc) * hs), Vj(size_t(Bc) * hs);
     std::vector<T> dK(size_t(Bc) * hs), dV(size_t(Bc) * hs), dQ(size_t(Tq) * hs),

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "kernels/cpu/bf16.h"
+#include "kernels/cpu/parallel.h"
 
 namespace gpt::cpu {
 namespace {
@@ -256,7 +257,7 @@ void blocked_gemm(bool trans_a, bool trans_b, int M, int N, int K, const SA* A, 
 
   // One parallel region for the whole product: the threads pack B together, then
   // split the row blocks; the implicit barriers of the `omp for` loops order the two.
-#pragma omp parallel
+#pragma omp parallel if (parallel : worth_threads_macs(double(M) * N * K))
   {
     std::vector<T> packed_a(size_t(mc) * kc_max);
     for (int jc = 0; jc < N; jc += P::NC) {

@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/lanes.h"
+#include "kernels/cpu/parallel.h"
 
 namespace gpt::cpu {
 
@@ -19,7 +20,7 @@ constexpr double kLayerNormEps = 1e-5;
 template <class T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N,
                        int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : worth_threads(double(N) * C))
   for (int i = 0; i < N; ++i) {
     const T* x = inp + size_t(i) * C;
     const T m = lane_sum<T>(C, [=](int c) { return x[c]; }) / T(C);
@@ -39,7 +40,7 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
   // and the weight gradients apart. Rows are independent for dinp.
   if (!dinp && !dw && !db) throw std::invalid_argument("layernorm_backward: nothing to compute");
   if (!dw != !db) throw std::invalid_argument("layernorm_backward: dw and db go together");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : worth_threads(double(N) * C))
   for (int i = 0; i < (dinp ? N : 0); ++i) {
     const T* x = inp + size_t(i) * C;
     const T* d = dout + size_t(i) * C;
@@ -53,7 +54,7 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
   // order, so the result is the same whatever the thread count.
   constexpr int kBlock = 64;
   if (!dw) return;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : worth_threads(double(N) * C))
   for (int c0 = 0; c0 < C; c0 += kBlock) {
     const int c1 = c0 + kBlock < C ? c0 + kBlock : C;
     for (int i = 0; i < N; ++i) {

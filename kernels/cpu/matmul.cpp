@@ -8,6 +8,7 @@
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/parallel.h"
 
 namespace gpt::cpu {
 namespace {
@@ -16,7 +17,7 @@ template <class T, class S>
 void linear_forward(T* out, const S* inp, const S* w, const T* bias, int N, int C, int OC) {
   gemm(false, true, N, OC, C, inp, C, w, C, out, OC, false);
   if (!bias) return;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : worth_threads(double(N) * OC))
   for (int i = 0; i < N; ++i)
     for (int o = 0; o < OC; ++o) out[size_t(i) * OC + o] += bias[o];
 }
@@ -27,7 +28,7 @@ void linear_backward(T* dinp, T* dw, T* dbias, const S* dout, const S* inp, cons
   if (dw) gemm(true, false, OC, C, N, dout, OC, inp, C, dw, C, true);
   if (!dbias) return;
   // Threads split the output channels; each sums its rows in order (deterministic).
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : worth_threads(double(N) * OC))
   for (int o0 = 0; o0 < OC; o0 += 64) {
     const int o1 = o0 + 64 < OC ? o0 + 64 : OC;
     for (int i = 0; i < N; ++i)
