@@ -12,7 +12,9 @@
 #      labelled `slow`, with GPT_TEST_QUICK=1: the comparisons of whole training runs
 #      train every layout, most of them 3 steps instead of 10, but leave out the runs that
 #      repeat the same code (the one-step SGD variants, the controls' runs), which the
-#      first pass has checked.
+#      first pass has checked. Its build starts beside steps 1-4 at the lowest CPU
+#      priority (nice 19), in the time their tests leave idle; its output goes to
+#      build-sanitize/build.log, shown if it fails.
 #
 #   scripts/test.sh [ctest args ...]      e.g. scripts/test.sh -R config -V
 #
@@ -141,6 +143,26 @@ if ((!args_checked)) && command -v ctest > /dev/null; then check_ctest_args "$@"
 # tiktoken and GPT-2's ranks from PyPI, for the tokenizer's comparison (skipped without)
 [[ "${GPT_SKIP_SETUP:-0}" == 1 ]] || scripts/setup_tiktoken.sh
 build_preset default "$GPT_BUILD_DIR"
+
+# The sanitizer build beside the first pass, at nice 19: the scheduler gives it only the
+# cycles the tests leave idle (a test waiting out a timeout, a hung rank or a held save;
+# mpirun starting ranks; doxygen on one core), about a tenth of the cores during the
+# first pass's tests, so they run as fast as without it, and part of the build is done
+# when its turn comes.
+# In a session of its own (setsid), so that the trap can end the whole build at once.
+sanitize_pid=""
+sanitize_log=""
+if [[ "${GPT_TEST_SKIP_SANITIZE:-0}" != 1 ]]; then
+  mkdir -p "$(abs_dir "$GPT_SANITIZE_BUILD_DIR")"
+  sanitize_log="$(abs_dir "$GPT_SANITIZE_BUILD_DIR")/build.log"
+  log "building the sanitize preset beside the first pass at nice 19 (log: ${sanitize_log#"$GPT_ROOT"/})"
+  # shellcheck disable=SC2016  # $1, $2: the inner shell's arguments
+  setsid --wait nice -n 19 bash -c 'source "$1/scripts/lib.sh" && build_preset sanitize "$2"' \
+    _ "$GPT_ROOT" "$GPT_SANITIZE_BUILD_DIR" > "$sanitize_log" 2>&1 &
+  sanitize_pid=$!
+  trap '[[ -z "$sanitize_pid" ]] || kill -- "-$sanitize_pid" 2> /dev/null || true' EXIT
+fi
+
 run_suite default "$GPT_BUILD_DIR" "$@"
 
 if [[ "$skip_notebooks" == 1 ]]; then
@@ -158,10 +180,21 @@ fi
 if [[ "${GPT_TEST_SKIP_SANITIZE:-0}" == 1 ]]; then
   summary+=("[sanitize] skipped (GPT_TEST_SKIP_SANITIZE=1)")
 else
-  build_preset sanitize "$GPT_SANITIZE_BUILD_DIR"
-  export GPT_TEST_QUICK=1
-  # One run, MPI tests included: those run without LeakSanitizer (tests/CMakeLists.txt).
-  run_suite sanitize "$GPT_SANITIZE_BUILD_DIR" --label-exclude slow "$@"
+  waited=$SECONDS
+  log "waiting for the sanitize build (log: ${sanitize_log#"$GPT_ROOT"/})"
+  if wait "$sanitize_pid"; then
+    sanitize_pid=""
+    summary+=("[sanitize] $(grep -o 'built in [0-9]* s' "$sanitize_log" | tail -1) beside the first pass, \
+the last $((SECONDS - waited)) s of it after")
+    export GPT_TEST_QUICK=1
+    # One run, MPI tests included: those run without LeakSanitizer (tests/CMakeLists.txt).
+    run_suite sanitize "$GPT_SANITIZE_BUILD_DIR" --label-exclude slow "$@"
+  else
+    sanitize_pid=""
+    tail -40 "$sanitize_log" >&2
+    summary+=("[sanitize] the build failed, no test run (log: ${sanitize_log#"$GPT_ROOT"/})")
+    failed=1
+  fi
 fi
 
 printf '\n==== test summary ====\n'
