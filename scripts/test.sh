@@ -149,7 +149,11 @@ build_preset default "$GPT_BUILD_DIR"
 # mpirun starting ranks; doxygen on one core), about a tenth of the cores during the
 # first pass's tests, so they run as fast as without it, and part of the build is done
 # when its turn comes.
-# In a session of its own (setsid), so that the trap can end the whole build at once.
+# In a session of its own (setsid), so that the trap can end the whole build at once; a
+# new session is also a new autogroup of the scheduler (Linux's sched_autogroup), which
+# would share the cores with the tests' session half and half whatever the processes'
+# nice values: the group is given nice 19 as well (measured: the tests took 623 s
+# instead of 439 s beside a build in an autogroup of nice 0).
 sanitize_pid=""
 sanitize_log=""
 if [[ "${GPT_TEST_SKIP_SANITIZE:-0}" != 1 ]]; then
@@ -157,7 +161,8 @@ if [[ "${GPT_TEST_SKIP_SANITIZE:-0}" != 1 ]]; then
   sanitize_log="$(abs_dir "$GPT_SANITIZE_BUILD_DIR")/build.log"
   log "building the sanitize preset beside the first pass at nice 19 (log: ${sanitize_log#"$GPT_ROOT"/})"
   # shellcheck disable=SC2016  # $1, $2: the inner shell's arguments
-  setsid --wait nice -n 19 bash -c 'source "$1/scripts/lib.sh" && build_preset sanitize "$2"' \
+  setsid --wait nice -n 19 bash -c '{ echo 19 > /proc/self/autogroup; } 2> /dev/null
+    source "$1/scripts/lib.sh" && build_preset sanitize "$2"' \
     _ "$GPT_ROOT" "$GPT_SANITIZE_BUILD_DIR" > "$sanitize_log" 2>&1 &
   sanitize_pid=$!
   trap '[[ -z "$sanitize_pid" ]] || kill -- "-$sanitize_pid" 2> /dev/null || true' EXIT
