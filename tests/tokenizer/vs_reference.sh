@@ -6,7 +6,7 @@
 # with white space that keeps its last character, and BPE that merges the rightmost of
 # equal-rank pairs. With GPT_TEST_QUICK=1 (the sanitizer pass of scripts/test.sh, which
 # looks for memory errors in the C++ side) the controls, Python runs alone, are left to
-# the default pass.
+# the default pass, and the texts are shorter (texts.sh).
 # Usage: vs_reference.sh TOKENIZE PREPARE PYTHON WORK ROOT
 set -euo pipefail
 TOKENIZE=$1 PREPARE=$2 PY=$3 WORK=$4 ROOT=$5
