@@ -8,6 +8,7 @@
 #include <stdio.h>   // fdopen (POSIX)
 #include <unistd.h>  // close, getpid, gethostname
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -76,6 +77,20 @@ inline std::string host_name() {
   return name;
 }
 
+/// The host part of the names of create_temporary_beside beside `path`: this machine's
+/// name, cut short where the whole name (`path`'s file name, ".tmp.", the host, ".", a pid
+/// of up to 10 digits, ".", N of up to 3) would pass NAME_MAX, 255 bytes on Linux's file
+/// systems; so a file whose own name is near that limit can still be written. Two
+/// machines whose names share the kept beginning then name their temporaries alike: one
+/// removes the other's leftovers only as it would its own (a dead pid, a minute idle).
+inline std::string temporary_host(const std::string& path) {
+  constexpr size_t kNameMax = 255, kAroundHost = 5 + 1 + 10 + 1 + 3;  // ".tmp." "." pid "." N
+  const size_t fixed = std::filesystem::path(path).filename().string().size() + kAroundHost;
+  std::string host = host_name();
+  host.resize(std::min(host.size(), fixed < kNameMax ? kNameMax - fixed : 0));
+  return host;
+}
+
 /// Removes what writers of `path` that crashed left beside it: regular files named
 /// `path`.tmp.HOST.PID.N (create_temporary_beside's names, a shard of gigabytes perhaps)
 /// whose HOST is this machine, whose process PID no longer exists, and which nothing has
@@ -87,7 +102,7 @@ inline std::string host_name() {
 inline void remove_crashed_temporaries(const std::string& path) {
   namespace fs = std::filesystem;
   const fs::path target(path);
-  const std::string prefix = target.filename().string() + ".tmp." + host_name() + ".";
+  const std::string prefix = target.filename().string() + ".tmp." + temporary_host(path) + ".";
   const auto digits = [](const std::string& s) {  // a decimal of 1 to 9 digits: no overflow
     return !s.empty() && s.size() <= 9 && s.find_first_not_of("0123456789") == std::string::npos;
   };
@@ -116,7 +131,8 @@ struct TemporaryFile {
 };
 
 /// A new, empty file beside `path` to write it under before it takes `path`'s name:
-/// `path`.tmp.HOST.PID.N (HOST: this machine's name, PID: this process's, N: the first
+/// `path`.tmp.HOST.PID.N (HOST: this machine's name, cut by temporary_host when the name
+/// would pass NAME_MAX; PID: this process's, N: the first
 /// number free), created by this call (O_EXCL, and O_NOFOLLOW) and written through the
 /// descriptor that made it. A fixed name such as `path`.tmp could be a user's file, or a
 /// symlink to one, and would be truncated or written through; the file made here never
@@ -126,7 +142,7 @@ struct TemporaryFile {
 /// read-only directory) is a UserError beginning with `what`.
 inline TemporaryFile create_temporary_beside(const std::string& path, const std::string& what) {
   remove_crashed_temporaries(path);
-  const std::string stem = path + ".tmp." + host_name() + "." + std::to_string(::getpid()) + ".";
+  const std::string stem = path + ".tmp." + temporary_host(path) + "." + std::to_string(::getpid()) + ".";
   for (int n = 0; n < 1000; ++n) {
     const std::string name = stem + std::to_string(n);
     const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);

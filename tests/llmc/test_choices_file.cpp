@@ -126,6 +126,32 @@ TEST_CASE("choices file: a crashed writer's temporary file is removed by the nex
   for (const std::string& f : {crashed_link, live, elsewhere, dotted, odd, recent}) CHECK(std::filesystem::exists(f));
 }
 
+// A file whose own name fits NAME_MAX (255 bytes) but not with ".tmp.HOST.PID.N" after it
+// (here one byte too many with this machine's whole name): its temporary cuts the host's
+// name short, and a crashed writer's leftover of that form is still found and removed.
+TEST_CASE("choices file: a name near NAME_MAX is written, its temporary within the limit", "[choices]") {
+  const test::TempDir dir("choices_file_long_name");
+  const std::string pid = std::to_string(::getpid());
+  const size_t whole = 5 + host_name().size() + 1 + pid.size() + 2;  // ".tmp." HOST "." PID ".0"
+  const std::string name = std::string(255 - whole + 1 - 4, 'e') + ".bin";
+  REQUIRE(name.size() + whole == 256);
+  const std::string path = (dir.path() / name).string();
+  REQUIRE(temporary_host(path).size() < host_name().size());
+  const pid_t child = ::fork();  // a process that has ended: its pid names no process now
+  if (child == 0) ::_exit(0);
+  REQUIRE(child > 0);
+  REQUIRE(::waitpid(child, nullptr, 0) == child);
+  const std::string crashed = path + ".tmp." + temporary_host(path) + "." + std::to_string(child) + ".0";
+  std::ofstream(crashed) << "half a file";
+  REQUIRE(std::filesystem::exists(crashed));
+  std::filesystem::last_write_time(crashed, std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
+  const std::vector<ChoiceExample> examples = {example(0, 1, {5, 6, 7}, {{1}, {2, 3}})};
+  write_choices_file(path, examples);
+  CHECK(same(read_choices_file(path, 65536), examples));
+  CHECK_FALSE(std::filesystem::exists(crashed));
+  CHECK(std::distance(std::filesystem::directory_iterator(dir.path()), {}) == 1);
+}
+
 TEST_CASE("choices file: what the format cannot hold is refused by example, and no file is left", "[choices]") {
   const test::TempDir dir("choices_file_bad");
   const std::string path = (dir.path() / "e.bin").string();
