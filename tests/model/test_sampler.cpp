@@ -293,6 +293,28 @@ TEST_CASE("sampler: top-k and temperature", "[sampler]") {
   }
 }
 
+// A draw just below 1 can outlast every weight: the weights' sum rounds up, and the draw
+// times that sum, less each weight in turn, stays above 0 (these logits, found by search,
+// do that with the draw 1 - 2^-53; the test first checks that they still do, in its own
+// doubles). The pick is then the last candidate with any weight, never the one after it
+// whose weight underflowed to 0 (log-probability -inf: the old fall-through's pick).
+TEST_CASE("sampler: a draw left past the last weight by rounding picks the last token with weight", "[sampler]") {
+  const std::vector<float> logits = {1.7772181034088135f, 1.3809133768081665f, -0.9399451613426208f,
+                                     -1.4494750499725342f, -1.4792511463165283f, -1.0e4f};
+  const double uniform = 1.0 - 0x1p-53;
+  double sum = 0;  // sample_token's arithmetic: the logits are in decreasing order already
+  std::vector<double> w;
+  for (float l : logits) sum += w.emplace_back(std::exp(double(l) - double(logits[0])));
+  REQUIRE(w.back() == 0.0);
+  double target = uniform * sum;
+  for (double x : w) target -= x;
+  REQUIRE(target > 0);  // the draw outlasts every weight
+  double log_p = 0;
+  CHECK(sample_token(logits.data(), int(logits.size()), 1.0, 0, uniform, &log_p) == 4);
+  CHECK(log_p == std::log(w[4] / sum));
+  CHECK(std::isfinite(log_p));
+}
+
 // Sampling and evaluation build their models inference_only: no gradient buffers (the
 // weights' gradients, the logits' and the residual stream's), and the same arithmetic, so
 // the same loss and logits bit for bit as a model that trains. Controls: backward is
