@@ -158,8 +158,8 @@ build_preset default "$GPT_BUILD_DIR"
 sanitize_pid=""
 sanitize_log=""
 if [[ "${GPT_TEST_SKIP_SANITIZE:-0}" != 1 ]]; then
-  mkdir -p "$(abs_dir "$GPT_SANITIZE_BUILD_DIR")"
   sanitize_log="$(abs_dir "$GPT_SANITIZE_BUILD_DIR")/build.log"
+  mkdir -p "$(dirname "$sanitize_log")"
   log "building the sanitize preset beside the first pass at nice 19 (log: ${sanitize_log#"$GPT_ROOT"/})"
   # shellcheck disable=SC2016  # $1, $2: the inner shell's arguments
   setsid --wait nice -n 19 bash -c '{ echo 19 > /proc/self/autogroup; } 2> /dev/null
@@ -188,15 +188,16 @@ if [[ "${GPT_TEST_SKIP_SANITIZE:-0}" == 1 ]]; then
 else
   waited=$SECONDS
   log "waiting for the sanitize build (log: ${sanitize_log#"$GPT_ROOT"/})"
-  if wait "$sanitize_pid"; then
-    sanitize_pid=""
+  build_status=0
+  wait "$sanitize_pid" || build_status=$?
+  sanitize_pid=""  # ended: nothing left for the exit trap
+  if ((build_status == 0)); then
     summary+=("[sanitize] $(grep -o 'built in [0-9]* s' "$sanitize_log" | tail -1) beside the first pass, \
 the last $((SECONDS - waited)) s of it after")
     export GPT_TEST_QUICK=1
     # One run, MPI tests included: those run without LeakSanitizer (tests/CMakeLists.txt).
     run_suite sanitize "$GPT_SANITIZE_BUILD_DIR" --label-exclude slow "$@"
   else
-    sanitize_pid=""
     tail -40 "$sanitize_log" >&2
     summary+=("[sanitize] the build failed, no test run (log: ${sanitize_log#"$GPT_ROOT"/})")
     failed=1
