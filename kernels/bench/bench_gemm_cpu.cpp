@@ -12,8 +12,10 @@
 // machine's slow stretches, which a shared VM has, weigh least. The summary adds up one
 // step: 12 layers x the first four, plus the LM head.
 //
-// Usage: bench_gemm_cpu [--tokens N] [--reps N] [--bf16]
+// Usage: bench_gemm_cpu [--tokens N] [--reps N] [--bf16] [--split rows|columns]
 //   --bf16: operands stored as bf16 (widened to fp32 as they are packed), fp32 output.
+//   --split: every product shares its work among the threads this way (gemm.h's
+//            GemmSplit), rather than as gemm_split chooses; the "split" column says which.
 // OMP_NUM_THREADS sets the threads; build/bin/cpu_peak gives the peak to compare with.
 #include <omp.h>
 
@@ -94,7 +96,7 @@ double best_seconds(const Product& p, int reps, std::mt19937& rng) {
 }
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr, "bench_gemm_cpu: %s\nusage: bench_gemm_cpu [--tokens N] [--reps N] [--bf16]\n", why);
+  std::fprintf(stderr, "bench_gemm_cpu: %s\nusage: bench_gemm_cpu [--tokens N] [--reps N] [--bf16] [--split rows|columns]\n", why);
   std::exit(2);
 }
 
@@ -110,6 +112,7 @@ int positive(const char* flag, const char* value) {
 int main(int argc, char** argv) {
   int tokens = 256, reps = 5;
   bool bf16 = false;
+  gpt::cpu::GemmSplit forced = gpt::cpu::GemmSplit::automatic;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--tokens"))
       tokens = positive("--tokens", i + 1 < argc ? argv[++i] : nullptr);
@@ -117,18 +120,32 @@ int main(int argc, char** argv) {
       reps = positive("--reps", i + 1 < argc ? argv[++i] : nullptr);
     else if (!std::strcmp(argv[i], "--bf16"))
       bf16 = true;
+    else if (!std::strcmp(argv[i], "--split") && i + 1 < argc && !std::strcmp(argv[i + 1], "rows"))
+      forced = gpt::cpu::GemmSplit::rows, ++i;
+    else if (!std::strcmp(argv[i], "--split") && i + 1 < argc && !std::strcmp(argv[i + 1], "columns"))
+      forced = gpt::cpu::GemmSplit::columns, ++i;
+    else if (!std::strcmp(argv[i], "--split"))
+      usage("--split needs 'rows' or 'columns'");
     else
       usage((std::string("unknown argument '") + argv[i] + "'").c_str());
   }
-  std::printf("CPU GEMM, GPT-2 124M products at %d tokens, %s operands, fp32 output, %d threads, best of %d\n", tokens,
-              bf16 ? "bf16" : "fp32", omp_get_max_threads(), reps);
-  std::printf("%-16s %6s %6s %6s %10s %9s\n", "product", "M", "N", "K", "ms", "GFLOP/s");
+  gpt::cpu::force_gemm_split(forced);
+  const int threads = omp_get_max_threads();
+  std::printf("CPU GEMM, GPT-2 124M products at %d tokens, %s operands, fp32 output, %d threads, best of %d%s\n",
+              tokens, bf16 ? "bf16" : "fp32", threads, reps,
+              forced == gpt::cpu::GemmSplit::automatic ? "" : ", split forced");
+  std::printf("%-16s %6s %6s %6s %8s %10s %9s\n", "product", "M", "N", "K", "split", "ms", "GFLOP/s");
   std::mt19937 rng(1);
   double step_seconds = 0, step_flops = 0;
   for (const Product& p : gpt2_products(tokens)) {
     const double s = bf16 ? best_seconds<gpt::bf16>(p, reps, rng) : best_seconds<float>(p, reps, rng);
     const double flops = 2.0 * p.M * p.N * p.K;
-    std::printf("%-16s %6d %6d %6d %10.2f %9.1f\n", p.name.c_str(), p.M, p.N, p.K, s * 1e3, flops / s / 1e9);
+    // Which way the threads shared it (one thread: no split).
+    const gpt::cpu::GemmSplit split =
+        forced != gpt::cpu::GemmSplit::automatic ? forced : gpt::cpu::gemm_split<float>(p.M, p.N, threads);
+    const char* split_name = threads == 1 ? "-" : split == gpt::cpu::GemmSplit::rows ? "rows" : "columns";
+    std::printf("%-16s %6d %6d %6d %8s %10.2f %9.1f\n", p.name.c_str(), p.M, p.N, p.K, split_name, s * 1e3,
+                flops / s / 1e9);
     step_seconds += p.per_step * s;
     step_flops += p.per_step * flops;
   }

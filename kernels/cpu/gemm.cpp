@@ -2,9 +2,9 @@
 // written from their published description.
 //
 // Three levels of blocking keep each operand in the cache level that reuses it:
-//   for jc in steps of NC over N:            B block  (KC x NC) lives in L3
-//     for pc in steps of KC over K:          pack B block into NR-wide column panels
-//       for ic in steps of MC over M:        (threads split this loop)
+//   for jc in steps of NC over N:            (or threads split N: GemmSplit::columns)
+//     for pc in steps of KC over K:          pack B block (KC x NC) into NR-wide column panels
+//       for ic in steps of MC over M:        (or threads split this loop: GemmSplit::rows)
 //         pack A block (MC x KC) into MR-tall row panels   -> lives in L2
 //         for each MR x NR tile: micro-kernel               -> accumulators in registers
 // The micro-kernel keeps an MR x NR tile of C in vector registers and, for each k,
@@ -24,6 +24,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -65,21 +67,6 @@ inline auto at_b(const S* B, int ldb, bool trans, int k, int j) {
   return widen(trans ? B[size_t(j) * ldb + k] : B[size_t(k) * ldb + j]);
 }
 
-// Packs rows [i0, i0+mc) x depth [k0, k0+kc) of op(A) into MR-tall panels, each stored
-// k-major (MR consecutive values per k), zero-padded to a multiple of MR rows.
-template <class T, class S>
-void pack_a(const S* A, int lda, bool trans, int i0, int mc, int k0, int kc, T* out) {
-  constexpr int MR = Tile<T>::MR;
-  for (int p = 0; p < mc; p += MR) {
-    const int rows = std::min(MR, mc - p);
-    T* panel = out + size_t(p) * kc;
-    for (int k = 0; k < kc; ++k) {
-      for (int r = 0; r < rows; ++r) panel[k * MR + r] = at_a(A, lda, trans, i0 + p + r, k0 + k);
-      for (int r = rows; r < MR; ++r) panel[k * MR + r] = T(0);
-    }
-  }
-}
-
 // An 8 x 8 block transposed in registers: dst[k][c] = src[c][k] for c, k < 8, rows
 // `ld_src` and `ld_dst` apart. Three rounds of shuffles (pairs of 1, 2, then 4 values),
 // as an AVX transpose does; the compiler picks the instructions.
@@ -114,6 +101,42 @@ inline void transpose_8x8(const float* src, int ld_src, float* dst, int ld_dst) 
   for (int h = 0; h < 8; ++h) *reinterpret_cast<V8*>(dst + size_t(column_of[h]) * ld_dst) = t[h];
 }
 #undef SHUFFLE8
+
+// Packs rows [i0, i0+mc) x depth [k0, k0+kc) of op(A) into MR-tall panels, each stored
+// k-major (MR consecutive values per k), zero-padded to a multiple of MR rows.
+// A transposed op(A) (A stored K x M) has a panel's MR values for one k side by side in
+// memory. Otherwise they lie in MR rows of A: as for B's transposed panels, full 8 x 8
+// blocks of floats are read along the rows and transposed in registers, and only the
+// ragged rows and depths go value by value.
+template <class T, class S>
+void pack_a(const S* A, int lda, bool trans, int i0, int mc, int k0, int kc, T* out) {
+  constexpr int MR = Tile<T>::MR;
+  for (int p = 0; p < mc; p += MR) {
+    const int rows = std::min(MR, mc - p);
+    T* panel = out + size_t(p) * kc;
+    int k_done = 0;
+    if constexpr (std::is_same_v<T, float> && MR == 8) {
+      if (!trans && rows == MR) {
+        k_done = kc / 8 * 8;
+        for (int k = 0; k < k_done; k += 8) {
+          const S* block = A + size_t(i0 + p) * lda + k0 + k;
+          if constexpr (std::is_same_v<S, float>) {
+            transpose_8x8(block, lda, panel + size_t(k) * MR, MR);
+          } else {
+            alignas(32) float wide[8 * 8];
+            for (int r = 0; r < 8; ++r)
+              for (int j = 0; j < 8; ++j) wide[r * 8 + j] = widen(block[size_t(r) * lda + j]);
+            transpose_8x8(wide, 8, panel + size_t(k) * MR, MR);
+          }
+        }
+      }
+    }
+    for (int k = k_done; k < kc; ++k) {
+      for (int r = 0; r < rows; ++r) panel[k * MR + r] = at_a(A, lda, trans, i0 + p + r, k0 + k);
+      for (int r = rows; r < MR; ++r) panel[k * MR + r] = T(0);
+    }
+  }
+}
 
 // One NR-wide panel of a transposed op(B): op(B)'s column j is row j of B, contiguous
 // in k. `src` points at (row of the panel's first column, k0); `cols` rows are real, the
@@ -156,33 +179,30 @@ void pack_b_transposed(const S* src, int ld, int cols, int kc, T* panel) {
     for (int k = 0; k < kc; ++k) panel[size_t(k) * NR + c] = T(0);
 }
 
-// Packs depth [k0, k0+kc) x columns [j0, j0+nc) of op(B) into NR-wide panels, each
-// stored k-major (NR consecutive values per k), zero-padded to a multiple of NR.
+// Packs panel q (columns [j0 + q NR, j0 + (q+1) NR), depth [k0, k0+kc)) of op(B) into
+// `out`'s q-th NR-wide panel, stored k-major (NR consecutive values per k), the columns
+// past j0 + nc zero.
 template <class T, class S>
-void pack_b(const S* B, int ldb, bool trans, int k0, int kc, int j0, int nc, T* out) {
+void pack_b_panel(const S* B, int ldb, bool trans, int k0, int kc, int j0, int nc, int q, T* out) {
   constexpr int NR = Tile<T>::NR;
-  const int panels = (nc + NR - 1) / NR;
-#pragma omp for schedule(static)  // orphaned: shares the caller's parallel region
-  for (int q = 0; q < panels; ++q) {
-    const int cols = std::min(NR, nc - q * NR);
-    T* panel = out + size_t(q) * NR * kc;
-    if (trans) {
-      pack_b_transposed(B + size_t(j0 + q * NR) * ldb + k0, ldb, cols, kc, panel);
+  const int cols = std::min(NR, nc - q * NR);
+  T* panel = out + size_t(q) * NR * kc;
+  if (trans) {
+    pack_b_transposed(B + size_t(j0 + q * NR) * ldb + k0, ldb, cols, kc, panel);
+    return;
+  }
+  for (int k = 0; k < kc; ++k) {
+    T* dst = panel + k * NR;
+    if (cols == NR) {
+      const S* row = B + size_t(k0 + k) * ldb + j0 + q * NR;
+      if constexpr (std::is_same_v<S, T>)
+        std::memcpy(dst, row, sizeof(T) * NR);
+      else
+        for (int c = 0; c < NR; ++c) dst[c] = widen(row[c]);
       continue;
     }
-    for (int k = 0; k < kc; ++k) {
-      T* dst = panel + k * NR;
-      if (cols == NR) {
-        const S* row = B + size_t(k0 + k) * ldb + j0 + q * NR;
-        if constexpr (std::is_same_v<S, T>)
-          std::memcpy(dst, row, sizeof(T) * NR);
-        else
-          for (int c = 0; c < NR; ++c) dst[c] = widen(row[c]);
-        continue;
-      }
-      for (int c = 0; c < cols; ++c) dst[c] = at_b(B, ldb, false, k0 + k, j0 + q * NR + c);
-      for (int c = cols; c < NR; ++c) dst[c] = T(0);
-    }
+    for (int c = 0; c < cols; ++c) dst[c] = at_b(B, ldb, false, k0 + k, j0 + q * NR + c);
+    for (int c = cols; c < NR; ++c) dst[c] = T(0);
   }
 }
 
@@ -230,62 +250,135 @@ void micro_kernel(int kc, const T* a, const T* b, T* C, int ldc, int rows, int c
     }
 }
 
-// The blocked product in arithmetic type T, of operands stored as SA and SB (T or bf16).
-template <class T, class SA, class SB>
-void blocked_gemm(bool trans_a, bool trans_b, int M, int N, int K, const SA* A, int lda, const SB* B, int ldb,
-                  T* C, int ldc, bool accumulate) {
+// C rows [ic, ic+rows) x columns [jc, jc+nc) (+)= that block of op(A) (depth [pc, pc+kc))
+// times the packed B block: packs the rows' A block, then runs the micro-kernel over it.
+template <class T, class SA>
+void row_block(const SA* A, int lda, bool trans_a, int ic, int rows, int pc, int kc, int jc, int nc,
+               const T* packed_b, T* packed_a, T* C, int ldc, bool add) {
   using P = Tile<T>;
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) {  // empty product
-    if (!accumulate)
-      for (int i = 0; i < M; ++i) std::fill(C + size_t(i) * ldc, C + size_t(i) * ldc + N, T(0));
-    return;
+  pack_a(A, lda, trans_a, ic, rows, pc, kc, packed_a);
+  for (int jr = 0; jr < nc; jr += P::NR) {
+    const T* b_panel = packed_b + size_t(jr) * kc;
+    for (int ir = 0; ir < rows; ir += P::MR)
+      micro_kernel(kc, packed_a + size_t(ir) * kc, b_panel, C + size_t(ic + ir) * ldc + jc + jr, ldc,
+                   std::min(P::MR, rows - ir), std::min(P::NR, nc - jr), add);
   }
+}
+
+// How the threads share a product (gemm_split below chooses). Either way every element of C
+// is summed in the same order (depth blocks of KC in turn, k in turn within one), so the
+// bits depend neither on the split nor on the number of threads.
+//
+// Split rows: the threads pack each B block together, then take row blocks of op(A). Every
+// thread reads the whole packed block, most of which other cores packed, so its first pass
+// over those panels reads another core's cache; two barriers per block order packing and use.
+// Split columns: each thread owns a slice of C's columns: it packs its own B panels and its
+// own copy of op(A)'s blocks, shares nothing and never waits for another thread.
+std::atomic<GemmSplit> forced_split{GemmSplit::automatic};
+
+// GemmSplit::rows, on the calling team.
+template <class T, class SA, class SB>
+void gemm_split_rows(bool trans_a, bool trans_b, int M, int N, int K, const SA* A, int lda, const SB* B,
+                     int ldb, T* C, int ldc, bool accumulate, bool parallel) {
+  using P = Tile<T>;
   const int nc_max = std::min(P::NC, (N + P::NR - 1) / P::NR * P::NR);
   const int kc_max = std::min(P::KC, K);
   std::vector<T> packed_b(size_t(nc_max) * kc_max);
-  const int threads = omp_get_max_threads();
+  const int threads = parallel ? omp_get_max_threads() : 1;
   // Row blocks of at most MC rows, as many per thread and as equal as the rows allow:
   // 256 rows on 2 threads are 4 blocks of 64, not 96 + 96 + 64 (one thread doing 160
-  // rows while the other waits after 96). Only the rows' grouping changes, never the
-  // order of any sum, so the product is the same to the bit.
+  // rows while the other waits after 96).
   const int rows_per_thread = (M + threads - 1) / threads;
   const int blocks_per_thread = (rows_per_thread + P::MC - 1) / P::MC;
   int mc = (M + threads * blocks_per_thread - 1) / (threads * blocks_per_thread);
   mc = (mc + P::MR - 1) / P::MR * P::MR;
   const int row_blocks = (M + mc - 1) / mc;
 
-  // One parallel region for the whole product: the threads pack B together, then
-  // split the row blocks; the implicit barriers of the `omp for` loops order the two.
-#pragma omp parallel if (parallel : worth_threads_macs(double(M) * N * K))
+  // One parallel region for the whole product: the threads pack B together, then split
+  // the row blocks; the implicit barriers of the `omp for` loops order the two.
+#pragma omp parallel if (parallel : parallel)
   {
     std::vector<T> packed_a(size_t(mc) * kc_max);
     for (int jc = 0; jc < N; jc += P::NC) {
       const int nc = std::min(P::NC, N - jc);
+      const int panels = (nc + P::NR - 1) / P::NR;
       for (int pc = 0; pc < K; pc += P::KC) {
         const int kc = std::min(P::KC, K - pc);
-        const bool add = accumulate || pc > 0;
-        pack_b(B, ldb, trans_b, pc, kc, jc, nc, packed_b.data());
+#pragma omp for schedule(static)
+        for (int q = 0; q < panels; ++q) pack_b_panel(B, ldb, trans_b, pc, kc, jc, nc, q, packed_b.data());
 #pragma omp for schedule(dynamic, 1)
         for (int blk = 0; blk < row_blocks; ++blk) {
           const int ic = blk * mc;
-          const int rows_in_block = std::min(mc, M - ic);
-          pack_a(A, lda, trans_a, ic, rows_in_block, pc, kc, packed_a.data());
-          for (int jr = 0; jr < nc; jr += P::NR) {
-            const T* b_panel = packed_b.data() + size_t(jr) * kc;
-            for (int ir = 0; ir < rows_in_block; ir += P::MR) {
-              micro_kernel(kc, packed_a.data() + size_t(ir) * kc, b_panel,
-                           C + size_t(ic + ir) * ldc + jc + jr, ldc,
-                           std::min(P::MR, rows_in_block - ir), std::min(P::NR, nc - jr), add);
-            }
-          }
+          row_block(A, lda, trans_a, ic, std::min(mc, M - ic), pc, kc, jc, nc, packed_b.data(), packed_a.data(),
+                    C, ldc, accumulate || pc > 0);
         }
       }
     }
   }
 }
 
+// GemmSplit::columns: thread t of T computes the columns of panels [t P / T, (t+1) P / T)
+// of C's P NR-wide panels, alone.
+template <class T, class SA, class SB>
+void gemm_split_columns(bool trans_a, bool trans_b, int M, int N, int K, const SA* A, int lda, const SB* B,
+                        int ldb, T* C, int ldc, bool accumulate) {
+  using P = Tile<T>;
+  const int kc_max = std::min(P::KC, K);
+  const int panels_total = (N + P::NR - 1) / P::NR;
+#pragma omp parallel
+  {
+    const int threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int j_begin = int(int64_t(panels_total) * t / threads) * P::NR;
+    const int j_end = std::min(N, int(int64_t(panels_total) * (t + 1) / threads) * P::NR);
+    const int nc_max = std::min(P::NC, j_end - j_begin);
+    std::vector<T> packed_b(size_t(std::max(nc_max, 0) + P::NR) * kc_max);
+    std::vector<T> packed_a(size_t(std::min(P::MC, M) + P::MR) * kc_max);
+    for (int jc = j_begin; jc < j_end; jc += P::NC) {
+      const int nc = std::min(P::NC, j_end - jc);
+      for (int pc = 0; pc < K; pc += P::KC) {
+        const int kc = std::min(P::KC, K - pc);
+        for (int q = 0; q < (nc + P::NR - 1) / P::NR; ++q)
+          pack_b_panel(B, ldb, trans_b, pc, kc, jc, nc, q, packed_b.data());
+        for (int ic = 0; ic < M; ic += P::MC)
+          row_block(A, lda, trans_a, ic, std::min(P::MC, M - ic), pc, kc, jc, nc, packed_b.data(),
+                    packed_a.data(), C, ldc, accumulate || pc > 0);
+      }
+    }
+  }
+}
+
+// The blocked product in arithmetic type T, of operands stored as SA and SB (T or bf16).
+template <class T, class SA, class SB>
+void blocked_gemm(bool trans_a, bool trans_b, int M, int N, int K, const SA* A, int lda, const SB* B, int ldb,
+                  T* C, int ldc, bool accumulate) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {  // empty product
+    if (!accumulate)
+      for (int i = 0; i < M; ++i) std::fill(C + size_t(i) * ldc, C + size_t(i) * ldc + N, T(0));
+    return;
+  }
+  const bool parallel = worth_threads_macs(double(M) * N * K) && omp_get_max_threads() > 1;
+  GemmSplit split = forced_split.load(std::memory_order_relaxed);
+  if (split == GemmSplit::automatic) split = gemm_split<T>(M, N, omp_get_max_threads());
+  if (parallel && split == GemmSplit::columns)
+    gemm_split_columns(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+  else
+    gemm_split_rows(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, accumulate, parallel);
+}
+
 }  // namespace
+
+// Packing op(A) once per thread costs M K per thread, the row split's reads of panels that
+// other cores packed about K N: the columns are split when N >= M, and only when there are
+// panels enough for each thread to get several (a thread with one panel more than another
+// then waits little). Measured on GPT-2 124M's products: docs/benchmarks/README.md.
+template <class T>
+GemmSplit gemm_split(int M, int N, int threads) {
+  const int panels = (N + Tile<T>::NR - 1) / Tile<T>::NR;
+  return N >= M && panels >= 4 * threads ? GemmSplit::columns : GemmSplit::rows;
+}
+
+void force_gemm_split(GemmSplit split) { forced_split.store(split, std::memory_order_relaxed); }
 
 template <class T>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, int lda, const T* B, int ldb,
@@ -314,6 +407,8 @@ template void gemm<float>(bool, bool, int, int, int, const float*, int, const fl
                           int, bool);
 template void gemm<double>(bool, bool, int, int, int, const double*, int, const double*, int,
                            double*, int, bool);
+template GemmSplit gemm_split<float>(int, int, int);
+template GemmSplit gemm_split<double>(int, int, int);
 template void gemm_reference<float>(bool, bool, int, int, int, const float*, int, const float*, int,
                                     float*, int, bool);
 template void gemm_reference<double>(bool, bool, int, int, int, const double*, int, const double*,

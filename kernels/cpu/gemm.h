@@ -34,6 +34,20 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, int lda, 
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, const bf16* A, int lda, const bf16* B, int ldb,
           float* C, int ldc, bool accumulate);
 
+/// How OpenMP's threads share one product (gemm.cpp describes both): the row blocks of
+/// op(A) around a B block they pack together, or each thread its own slice of C's
+/// columns. The result is the same to the bit either way, and on any number of threads.
+enum class GemmSplit { automatic, rows, columns };
+
+/// The split gemm<T> uses for an M x N product on `threads` threads (rows or columns).
+/// The bf16 gemm computes in float and splits as gemm<float>.
+template <class T>
+GemmSplit gemm_split(int M, int N, int threads);
+
+/// Makes every later product, on any thread, split as `split`; `automatic` returns to
+/// gemm_split's choice. For benchmarks and tests that compare the splits.
+void force_gemm_split(GemmSplit split);
+
 /// The plain triple loop, the reference the blocked GEMM is tested against.
 template <class T>
 void gemm_reference(bool trans_a, bool trans_b, int M, int N, int K, const T* A, int lda,

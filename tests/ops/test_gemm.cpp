@@ -11,6 +11,8 @@
 // more term, |C0| joins the sum). The bound is computed per element, in long double.
 #include <catch2/catch.hpp>
 
+#include <omp.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -20,6 +22,7 @@
 
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/ops.h"
 #include "tests/ops/gradcheck.h"
 
@@ -205,6 +208,79 @@ TEST_CASE("ops: gemm of bf16 operands equals the fp32 gemm on their widened valu
           gpt::cpu::gemm(ta, tb, M, N, K, Aw.data(), lda, Bw.data(), ldb, Cc.data(), ldc, acc);
           CHECK(std::memcmp(C.data(), Cc.data(), C.size() * sizeof(float)) != 0);
         }
+}
+
+// The threads share a product by rows or by columns (gemm.h's GemmSplit), and each must
+// give, to the bit, what one thread gives: on 3 threads (1 and 3 do not divide the panels
+// alike), either split forced and as gemm_split chooses, on one shape it splits by
+// columns and one by rows. The column shape's 3 slices are each wider than a column block
+// (2048) and start inside one, its last panel is ragged, and both shapes have two depth
+// blocks; fp32 and bf16 operands, every transpose, with and without accumulating. The
+// reference is one thread's result; that it is right is the tests above. Control: the
+// column split with its depth blocks summed in the other order must differ (planted here
+// as the product of the two halves of K added in reverse).
+TEST_CASE("ops: gemm gives one thread's bits on 3 threads, split by rows or by columns", "[ops][gemm][threads]") {
+  using gpt::bf16;
+  using gpt::cpu::GemmSplit;
+  const int saved_threads = omp_get_max_threads();
+  Rng rng(1005);
+  struct Shape {
+    int M, N, K;
+    GemmSplit chosen;
+  };
+  const Shape shapes[] = {{20, 6500, 300, GemmSplit::columns}, {700, 100, 300, GemmSplit::rows}};
+  for (const Shape& sh : shapes) {
+    const int M = sh.M, N = sh.N, K = sh.K;
+    REQUIRE(gpt::cpu::gemm_split<float>(M, N, 3) == sh.chosen);
+    REQUIRE(double(M) * N * K >= gpt::cpu::kParallelMinMacs);  // the team does share it
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (bool acc : {false, true}) {
+          const int lda = ta ? M : K, ldb = tb ? K : N;
+          std::vector<float> A(size_t(M) * K), B(size_t(K) * N), C0(size_t(M) * N);
+          std::vector<bf16> Ah(A.size()), Bh(B.size());
+          for (size_t i = 0; i < A.size(); ++i) A[i] = float(rng.normal()), Ah[i].bits = gpt::cpu::bf16_bits(A[i]);
+          for (size_t i = 0; i < B.size(); ++i) B[i] = float(rng.normal()), Bh[i].bits = gpt::cpu::bf16_bits(B[i]);
+          for (float& c : C0) c = float(rng.normal());
+          // C (+)= op(A) op(B) on `threads` threads, split as `split`, fp32 or bf16 operands.
+          auto product = [&](int threads, GemmSplit split, bool bf16_operands) {
+            std::vector<float> C = C0;
+            omp_set_num_threads(threads);
+            gpt::cpu::force_gemm_split(split);
+            if (bf16_operands)
+              gpt::cpu::gemm(ta, tb, M, N, K, Ah.data(), lda, Bh.data(), ldb, C.data(), N, acc);
+            else
+              gpt::cpu::gemm(ta, tb, M, N, K, A.data(), lda, B.data(), ldb, C.data(), N, acc);
+            gpt::cpu::force_gemm_split(GemmSplit::automatic);
+            omp_set_num_threads(saved_threads);
+            return C;
+          };
+          auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
+            return std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+          };
+          INFO("M " << M << " N " << N << " K " << K << " trans_a " << ta << " trans_b " << tb << " acc " << acc);
+          for (bool bf16_operands : {false, true}) {
+            INFO((bf16_operands ? "bf16" : "fp32") << " operands");
+            const std::vector<float> one = product(1, GemmSplit::automatic, bf16_operands);
+            CHECK(same(product(3, GemmSplit::automatic, bf16_operands), one));
+            CHECK(same(product(3, GemmSplit::rows, bf16_operands), one));
+            CHECK(same(product(3, GemmSplit::columns, bf16_operands), one));
+          }
+          // The control: the two halves of K in the other order (C0 + second) + first, on
+          // 3 threads split by columns.
+          const int half = K / 2;
+          std::vector<float> reversed = C0;
+          omp_set_num_threads(3);
+          gpt::cpu::force_gemm_split(GemmSplit::columns);
+          const float* A_second = ta ? A.data() + size_t(half) * lda : A.data() + half;
+          const float* B_second = tb ? B.data() + half : B.data() + size_t(half) * ldb;
+          gpt::cpu::gemm(ta, tb, M, N, K - half, A_second, lda, B_second, ldb, reversed.data(), N, acc);
+          gpt::cpu::gemm(ta, tb, M, N, half, A.data(), lda, B.data(), ldb, reversed.data(), N, true);
+          gpt::cpu::force_gemm_split(GemmSplit::automatic);
+          omp_set_num_threads(saved_threads);
+          CHECK(!same(reversed, product(1, GemmSplit::automatic, false)));
+        }
+  }
 }
 
 // The fp32 linear layer against the fp64 one on the same (fp32-representable)
