@@ -8,6 +8,7 @@
 
 #include "common/host_memory.h"
 #include "common/memory.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #ifdef GPT_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -86,7 +87,7 @@ void device_free(Device d, void* p) {
 
 void device_zero(Device d, void* p, size_t bytes) {
   if (bytes == 0) return;
-  if (d == Device::CPU) return void(std::memset(p, 0, bytes));
+  if (d == Device::CPU) return cpu::zero_bytes(p, bytes);  // on the OpenMP threads
 #ifdef GPT_HAVE_CUDA
   cuda_ok(cudaMemsetAsync(p, 0, bytes), "cudaMemsetAsync", bytes);
 #else

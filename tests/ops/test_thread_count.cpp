@@ -222,3 +222,30 @@ TEST_CASE("threads: bf16 kernels give the same bits on 1 and 3 threads", "[ops][
     return r;
   });
 }
+
+// zero_bytes splits the bytes into one share a thread: every byte of the range must be
+// zero and none outside it touched, on 1, 2 and 3 threads, for sizes that divide into
+// neither 64-byte lines nor thread shares evenly and an unaligned start, and for one
+// below the threshold (one thread alone).
+TEST_CASE("threads: zero_bytes clears exactly its range on any thread count", "[ops][threads]") {
+  const size_t guard = 100;
+  for (const size_t bytes : {size_t(1000003), size_t(262147), size_t(4096), size_t(7)}) {
+    for (const int threads : {1, 2, 3}) {
+      INFO(bytes << " bytes on " << threads << " threads");
+      std::vector<unsigned char> buffer(bytes + 2 * guard + 1, 0xAB);
+      unsigned char* start = buffer.data() + guard + 1;  // not on a cache line's start
+      const int saved = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      cpu::zero_bytes(start, bytes);
+      omp_set_num_threads(saved);
+      size_t nonzero = 0, guard_changed = 0;
+      for (size_t i = 0; i < bytes; ++i) nonzero += start[i] != 0;
+      for (size_t i = 0; i < guard + 1; ++i) guard_changed += buffer[i] != 0xAB;
+      for (size_t i = guard + 1 + bytes; i < buffer.size(); ++i) guard_changed += buffer[i] != 0xAB;
+      CHECK(nonzero == 0);
+      CHECK(guard_changed == 0);
+    }
+  }
+  REQUIRE(cpu::worth_threads(1000003.0 / sizeof(float)));
+  REQUIRE(!cpu::worth_threads(4096.0 / sizeof(float)));
+}
