@@ -40,9 +40,14 @@
 // because O_A = sum_{u in A} e^{s_u - L_A} v_u (likewise B). The backward of a block
 // needs only the full row's L and O (see flash_attention.h).
 //
-// Arithmetic: dot products and the softmax's sums in fixed lanes (lanes.h), which the
-// compiler vectorises in an order that does not depend on the data's address; the scores'
-// exps are exp_t, the vectorisable exp for float (fast_exp.h) and the library's for double.
+// Arithmetic: every sum in an order fixed by the sizes alone, never by the data's address
+// or the thread count. A score q . k is summed over i = 0 .. hs-1 in order, with the
+// keys side by side: each head's keys (and, for the backward, values) are transposed
+// once, so that one vector holds the running sums of 16 keys (row_dots) and no vector
+// has to be folded into one number per score; the output and the gradients keep their
+// vectors in registers across a tile's keys. D_t and the softmax's sum l go in the fixed
+// lanes of lanes.h. The scores' exps are exp_t, the vectorisable exp for float
+// (fast_exp.h) and the library's for double.
 //
 // Threads: OpenMP over (b, head), so one thread owns a head's whole backward. It runs key
 // tiles outer: a tile's dK and dV have accumulators of their own, and every row's dQ has
@@ -69,16 +74,160 @@ namespace gpt::cpu {
 namespace {
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-// Copies keys and values j0 .. j1-1 of one head (rows `stride` apart) into the tiles
-// Kj and Vj, row c = u - j0 at c * hs.
+// Values of T in one 64-byte vector.
 template <class T>
-void load_kv_tile(T* Kj, T* Vj, const T* kb, const T* vb, size_t stride, int j0, int j1, int hs) {
-  for (int u = j0; u < j1; ++u)
+inline constexpr int kVector = int(64 / sizeof(T));
+
+// The row length of a head's transposed keys: n keys, then room for the four vectors that
+// row_dots may read past the last key (zeros), and never a multiple of 4 KB, where every
+// row would fall in the same sets of the L1 cache and evict the rows read just before it
+// (T = 1024 keys of float are exactly 4 KB).
+template <class T>
+size_t transposed_row(int n) {
+  constexpr int W = kVector<T>;
+  const size_t ld = size_t((n + W - 1) / W * W + 4 * W);
+  return ld * sizeof(T) % 4096 == 0 ? ld + W : ld;
+}
+
+// The head's keys (or values) transposed: n rows of hs values, `stride` apart, become hs
+// rows of ld = transposed_row(n), dimension i of key u at i * ld + u, zeros after key n - 1.
+// Sixteen keys at a time, so that each row of the result is written a cache line at a time.
+template <class T>
+void transpose_head(const T* src, size_t stride, int n, int hs, T* dst) {
+  constexpr int U = 16;
+  const size_t ld = transposed_row<T>(n);
+  for (int u0 = 0; u0 < n; u0 += U) {
+    const int u1 = std::min(u0 + U, n);
+    for (int i = 0; i < hs; ++i)
+      for (int u = u0; u < u1; ++u) dst[size_t(i) * ld + u] = src[size_t(u) * stride + i];
+  }
+  for (int i = 0; i < hs; ++i) std::fill(dst + size_t(i) * ld + n, dst + size_t(i + 1) * ld, T(0));
+}
+
+// Scores of R rows against two sets of keys at once: for r < R,
+//     sx[r][c] = x[r] . kx_c,   sy[r][c] = y[r] . ky_c,   c < cols,
+// kx_c and ky_c read from Kx and Ky (transposed keys: dimension i of key c at i * ld + c),
+// each sum over i = 0 .. hs-1 in order. A key-at-a-time dot product must fold its vector's
+// lanes into one number for every score; here a vector holds the sums of W neighbouring
+// keys, each lane one key's own sum, and nothing is folded. Each vector of keys loaded
+// serves the R rows, and 2 R x 4 chains of multiply-adds are in flight. The last vectors
+// are read whole (the rows of Kx and Ky hold 4 W - 1 values past the last key) and only
+// their first lanes kept: every score is the same sum, in the same order, wherever it
+// falls. (The forward scores 2 R query rows against one set of keys; the backward R rows'
+// q against the keys and their dO against the values.)
+template <int R, class T>
+void row_dots(const T* const* x, const T* const* y, const T* Kx, const T* Ky, size_t ld, int hs, int cols,
+              T* const* sx, T* const* sy) {
+  typedef T V __attribute__((vector_size(64), aligned(sizeof(T))));
+  constexpr int W = kVector<T>;
+  auto at = [&](const T* K, int i, int c) { return *reinterpret_cast<const V*>(K + size_t(i) * ld + c); };
+  auto keep = [&](T* s, int c, V v) {
+    if (c + W <= cols)
+      *reinterpret_cast<V*>(s + c) = v;
+    else
+      for (int l = 0; l < cols - c; ++l) s[c + l] = v[l];
+  };
+  for (int c = 0; c < cols; c += 4 * W) {
+    V ax[R][4] = {}, ay[R][4] = {};
     for (int i = 0; i < hs; ++i) {
-      Kj[size_t(u - j0) * hs + i] = kb[size_t(u) * stride + i];
-      Vj[size_t(u - j0) * hs + i] = vb[size_t(u) * stride + i];
+      const V kx[4] = {at(Kx, i, c), at(Kx, i, c + W), at(Kx, i, c + 2 * W), at(Kx, i, c + 3 * W)};
+      const V ky[4] = {at(Ky, i, c), at(Ky, i, c + W), at(Ky, i, c + 2 * W), at(Ky, i, c + 3 * W)};
+      for (int r = 0; r < R; ++r) {
+        const T xi = x[r][i], yi = y[r][i];
+        for (int v = 0; v < 4; ++v) ax[r][v] += xi * kx[v], ay[r][v] += yi * ky[v];
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < 4; ++v) keep(sx[r], c + v * W, ax[r][v]), keep(sy[r], c + v * W, ay[r][v]);
+  }
+}
+
+// o = e o + sum_{c < cols} p[c] v_c, v_c the value rows (`stride` apart): the softmax's
+// rescale and a tile's weighted values, each o[i] summed over c in order. Vectors of o
+// stay in registers over all of c (four at once, four chains of multiply-adds in flight)
+// instead of going to memory and back for every key.
+template <class T>
+void rescale_add_rows(T* o, T e, const T* p, const T* v, size_t stride, int hs, int cols) {
+  typedef T V __attribute__((vector_size(64), aligned(sizeof(T))));
+  constexpr int W = kVector<T>;
+  auto at = [](const T* x) { return *reinterpret_cast<const V*>(x); };
+  int i = 0;
+  for (; i + 4 * W <= hs; i += 4 * W) {
+    V o0 = e * at(o + i), o1 = e * at(o + i + W), o2 = e * at(o + i + 2 * W), o3 = e * at(o + i + 3 * W);
+    for (int c = 0; c < cols; ++c) {
+      const T* vc = v + size_t(c) * stride + i;
+      o0 += p[c] * at(vc);
+      o1 += p[c] * at(vc + W);
+      o2 += p[c] * at(vc + 2 * W);
+      o3 += p[c] * at(vc + 3 * W);
+    }
+    for (int l = 0; l < W; ++l)
+      o[i + l] = o0[l], o[i + W + l] = o1[l], o[i + 2 * W + l] = o2[l], o[i + 3 * W + l] = o3[l];
+  }
+  for (; i < hs; ++i) {  // what a head size that is no multiple of 4 W leaves: the same sums, one at a time
+    T oi = e * o[i];
+    for (int c = 0; c < cols; ++c) oi += p[c] * v[size_t(c) * stride + i];
+    o[i] = oi;
+  }
+}
+
+// One query row's share of a key tile's gradients, for keys c < cols in order:
+//     dV_c += P_c dO_t,   dK_c += dS_c q_t,   dQ_t += dS_c k_c
+// (dK, dV: the tile's accumulators, rows hs apart; k: the keys, `stride` apart). dQ_t's
+// vectors stay in registers over all of c; dK_c and dV_c are read and written once per
+// key. The same sums in the same order as element by element.
+template <class T>
+void add_row_gradients(T* dq, T* dK, T* dV, const T* q, const T* g, const T* k, size_t stride, const T* P,
+                       const T* dS, int hs, int cols) {
+  typedef T V __attribute__((vector_size(64), aligned(sizeof(T))));
+  constexpr int W = kVector<T>;
+  auto at = [](const T* x) { return *reinterpret_cast<const V*>(x); };
+  auto put = [](T* x, V v) { *reinterpret_cast<V*>(x) = v; };
+  int i = 0;
+  for (; i + 4 * W <= hs; i += 4 * W) {
+    const V g0 = at(g + i), g1 = at(g + i + W), g2 = at(g + i + 2 * W), g3 = at(g + i + 3 * W);
+    const V q0 = at(q + i), q1 = at(q + i + W), q2 = at(q + i + 2 * W), q3 = at(q + i + 3 * W);
+    V d0 = at(dq + i), d1 = at(dq + i + W), d2 = at(dq + i + 2 * W), d3 = at(dq + i + 3 * W);
+    for (int c = 0; c < cols; ++c) {
+      const T p = P[c], ds = dS[c];
+      T* dv = dV + size_t(c) * hs + i;
+      T* dk = dK + size_t(c) * hs + i;
+      const T* kc = k + size_t(c) * stride + i;
+      put(dv, at(dv) + p * g0), put(dv + W, at(dv + W) + p * g1);
+      put(dv + 2 * W, at(dv + 2 * W) + p * g2), put(dv + 3 * W, at(dv + 3 * W) + p * g3);
+      put(dk, at(dk) + ds * q0), put(dk + W, at(dk + W) + ds * q1);
+      put(dk + 2 * W, at(dk + 2 * W) + ds * q2), put(dk + 3 * W, at(dk + 3 * W) + ds * q3);
+      d0 += ds * at(kc), d1 += ds * at(kc + W), d2 += ds * at(kc + 2 * W), d3 += ds * at(kc + 3 * W);
+    }
+    put(dq + i, d0), put(dq + i + W, d1), put(dq + i + 2 * W, d2), put(dq + i + 3 * W, d3);
+  }
+  for (; i < hs; ++i)  // what a head size that is no multiple of 4 W leaves, one value at a time
+    for (int c = 0; c < cols; ++c) {
+      dV[size_t(c) * hs + i] += P[c] * g[i];
+      dK[size_t(c) * hs + i] += dS[c] * q[i];
+      dq[i] += dS[c] * k[size_t(c) * stride + i];
     }
 }
+
+// The largest of x[0 .. n-1] and `start`, in the fixed lanes of lanes.h (lane l takes
+// x[l], x[l + L], ...; then the lanes are folded), which the compiler vectorises. A
+// maximum rounds nothing; the fixed order only settles which zero wins a tie of +0 and -0.
+template <class T>
+T max_of(const T* x, int n, T start) {
+  constexpr int L = kLanes<T>;
+  T acc[L];
+  for (int l = 0; l < L; ++l) acc[l] = start;
+  int i = 0;
+  for (; i + L <= n; i += L) {
+#pragma omp simd
+    for (int l = 0; l < L; ++l) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+  }
+  for (int l = 0; i + l < n; ++l) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+  for (int width = L / 2; width > 0; width /= 2)
+    for (int l = 0; l < width; ++l) acc[l] = acc[l + width] > acc[l] ? acc[l + width] : acc[l];
+  return acc[0];
+}
+
 void check_tiles(const char* fn, int Br, int Bc) {
   if (Br < 1 || Bc < 1)
     throw std::invalid_argument(std::string(fn) + ": tile sizes must be positive (Br=" +
@@ -97,9 +246,11 @@ FlashCounts flash_attention_forward(const FlashView<T>& a, T* out, T* lse, int B
 #pragma omp parallel reduction(+ : visited, skipped, scores) \
     if (parallel : worth_threads_macs(double(a.B) * NH * Tq * Tk * hs))
   {
-    // One thread's "shared memory": a key tile and a value tile, the score tile, and
-    // the running state of the query tile (accumulator O, max m, sum l).
-    std::vector<T> Kj(size_t(Bc) * hs), Vj(size_t(Bc) * hs), S(size_t(Br) * Bc);
+    // One thread's working set: the score tile and the running state of the query tile
+    // (accumulator O, max m, sum l), as a GPU block keeps them in shared memory, and the
+    // head's keys transposed (row_dots reads them side by side; made once a head, where a
+    // GPU block loads a key tile for each query tile). Values are read where they lie.
+    std::vector<T> S(size_t(Br) * Bc), Kt(transposed_row<T>(Tk) * hs);
     std::vector<T> O(size_t(Br) * hs), m(static_cast<size_t>(Br)), l(static_cast<size_t>(Br));
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < a.B; ++b)
@@ -108,6 +259,7 @@ FlashCounts flash_attention_forward(const FlashView<T>& a, T* out, T* lse, int B
         const T* kb = a.k + size_t(b) * Tk * a.kv_stride + size_t(h) * hs;
         const T* vb = a.v + size_t(b) * Tk * a.kv_stride + size_t(h) * hs;
         T* L = lse + (size_t(b) * NH + h) * Tq;
+        transpose_head(kb, a.kv_stride, Tk, hs, Kt.data());
         for (int qi = 0; qi < nq; ++qi) {
           const int i0 = qi * Br, i1 = std::min(i0 + Br, Tq), rows = i1 - i0;
           std::fill(m.begin(), m.end(), T(-INFINITY));
@@ -120,29 +272,32 @@ FlashCounts flash_attention_forward(const FlashView<T>& a, T* out, T* lse, int B
               break;
             }
             ++visited;
-            load_kv_tile(Kj.data(), Vj.data(), kb, vb, a.kv_stride, j0, j1, hs);
+            // Row t sees keys j0 .. visible(t)-1 of this tile (none on a diagonal tile's
+            // rows above its first key). Rows go four at a time through row_dots, each group
+            // scored up to its last row's last key; each row keeps its own.
+            auto visible = [&](int t) { return std::max(j0, std::min(j1, t + delta + 1)); };
+            for (int r = 0; r < rows; r += 4) {
+              int rr[4];  // the four rows (the last ones repeated past the tile's end)
+              for (int n = 0; n < 4; ++n) rr[n] = std::min(r + n, rows - 1);
+              const int cols_group = visible(i0 + rr[3]) - j0;
+              if (cols_group == 0) continue;
+              const T* x[2] = {qb + size_t(i0 + rr[0]) * a.q_stride, qb + size_t(i0 + rr[1]) * a.q_stride};
+              const T* y[2] = {qb + size_t(i0 + rr[2]) * a.q_stride, qb + size_t(i0 + rr[3]) * a.q_stride};
+              T* const sx[2] = {S.data() + size_t(rr[0]) * Bc, S.data() + size_t(rr[1]) * Bc};
+              T* const sy[2] = {S.data() + size_t(rr[2]) * Bc, S.data() + size_t(rr[3]) * Bc};
+              row_dots<2>(x, y, Kt.data() + j0, Kt.data() + j0, transposed_row<T>(Tk), hs, cols_group, sx, sy);
+            }
             for (int r = 0; r < rows; ++r) {
-              const int t = i0 + r;
-              const int ju = std::min(j1, t + delta + 1);  // row t sees keys j0 .. ju-1 of this tile
-              if (ju <= j0) continue;                      // a diagonal tile's rows above its first key
-              const int cols = ju - j0;
-              const T* q = qb + size_t(t) * a.q_stride;
+              const int cols = visible(i0 + r) - j0;
+              if (cols == 0) continue;
               T* s = S.data() + size_t(r) * Bc;
-              T mx = m[size_t(r)];
-              for (int c = 0; c < cols; ++c) {
-                s[c] = dot_lanes(q, Kj.data() + size_t(c) * hs, hs) * scale;
-                mx = std::max(mx, s[c]);
-              }
+              for (int c = 0; c < cols; ++c) s[c] *= scale;
+              const T mx = max_of(s, cols, m[size_t(r)]);
               scores += cols;
               const T e = std::exp(m[size_t(r)] - mx);  // e^{m - m'}: 0 on the row's first tile (m = -inf)
               for (int c = 0; c < cols; ++c) s[c] = exp_t(s[c] - mx);
               l[size_t(r)] = e * l[size_t(r)] + lane_sum<T>(cols, [=](int c) { return s[c]; });
-              T* o = O.data() + size_t(r) * hs;
-              for (int i = 0; i < hs; ++i) o[i] *= e;
-              for (int c = 0; c < cols; ++c) {
-                const T* v = Vj.data() + size_t(c) * hs;
-                for (int i = 0; i < hs; ++i) o[i] += s[c] * v[i];
-              }
+              rescale_add_rows(O.data() + size_t(r) * hs, e, s, vb + size_t(j0) * a.kv_stride, a.kv_stride, hs, cols);
               m[size_t(r)] = mx;
             }
           }
@@ -176,10 +331,12 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
 #pragma omp parallel reduction(+ : visited, skipped, scores) \
     if (parallel : worth_threads_macs(double(a.B) * NH * Tq * Tk * hs))
   {
-    std::vector<T> Kj(size_t(Bc) * hs), Vj(size_t(Bc) * hs);
+    // The head's keys and values transposed (for row_dots, made once a head), a key tile's
+    // gradient accumulators, the head's dQ accumulators and D, two rows' P and dS.
+    std::vector<T> Kt(transposed_row<T>(Tk) * hs), Vt(transposed_row<T>(Tk) * hs);
     std::vector<T> dK(size_t(Bc) * hs), dV(size_t(Bc) * hs), dQ(size_t(Tq) * hs),
         D(static_cast<size_t>(Tq));
-    std::vector<T> P(static_cast<size_t>(Bc)), dS(static_cast<size_t>(Bc));  // one row of the tile
+    std::vector<T> P(size_t(2) * Bc), dS(size_t(2) * Bc);
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < a.B; ++b)
       for (int h = 0; h < NH; ++h) {
@@ -191,17 +348,23 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
         T* dvb = dv + size_t(b) * Tk * a.kv_stride + size_t(h) * hs;
         const T* L = lse + (size_t(b) * NH + h) * Tq;
         auto dO = [&](int t) { return dout + (size_t(b) * Tq + t) * a.out_stride + size_t(h) * hs; };
-        // Row t's scores on the loaded key tile, columns 0 .. cols-1: recomputes s, then
-        // P = e^{s - L_t} (for dV) and dP = dO_t . v_u, and leaves in dS the score's
-        // gradient P (dP - D_t) / sqrt(hs) (the last factor: the chain rule through s).
-        auto row_scores = [&](const T* q, const T* g, int t, int cols) {
-          for (int c = 0; c < cols; ++c) {
-            P[size_t(c)] = dot_lanes(q, Kj.data() + size_t(c) * hs, hs) * scale - L[t];
-            dS[size_t(c)] = dot_lanes(g, Vj.data() + size_t(c) * hs, hs) - D[size_t(t)];
-          }
-          for (int c = 0; c < cols; ++c) {
-            P[size_t(c)] = exp_t(P[size_t(c)]);
-            dS[size_t(c)] = P[size_t(c)] * dS[size_t(c)] * scale;
+        // Rows t0 and t1's scores on keys j0 .. j0+cols-1 (row n's in P[n], dS[n]):
+        // recomputes s (as the forward did), then P = e^{s - L_t} (for dV) and
+        // dP = dO_t . v_u, and leaves in dS the score's gradient P (dP - D_t) / sqrt(hs)
+        // (the last factor: the chain rule through s). Each row's keys past what it sees are
+        // computed and not used.
+        auto rows_scores = [&](int t0, int t1, int j0, int cols) {
+          const T* x[2] = {qb + size_t(t0) * a.q_stride, qb + size_t(t1) * a.q_stride};
+          const T* y[2] = {dO(t0), dO(t1)};
+          T* const p[2] = {P.data(), P.data() + Bc};
+          T* const ds[2] = {dS.data(), dS.data() + Bc};
+          row_dots<2>(x, y, Kt.data() + j0, Vt.data() + j0, transposed_row<T>(Tk), hs, cols, p, ds);
+          for (int n = 0; n < 2; ++n) {
+            const int t = n == 0 ? t0 : t1;
+            for (int c = 0; c < cols; ++c) {
+              p[n][c] = exp_t(p[n][c] * scale - L[t]);
+              ds[n][c] = p[n][c] * (ds[n][c] - D[size_t(t)]) * scale;
+            }
           }
         };
 
@@ -213,9 +376,10 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
         // query row that sees key u, then added to dk, dv once; dQ_t summed over the key
         // tiles row t sees, then added to dq once at the end.
         std::fill(dQ.begin(), dQ.end(), T(0));
+        transpose_head(kb, a.kv_stride, Tk, hs, Kt.data());
+        transpose_head(vb, a.kv_stride, Tk, hs, Vt.data());
         for (int kj = 0; kj < nk; ++kj) {
           const int j0 = kj * Bc, j1 = std::min(j0 + Bc, Tk);
-          load_kv_tile(Kj.data(), Vj.data(), kb, vb, a.kv_stride, j0, j1, hs);
           std::fill(dK.begin(), dK.end(), T(0));
           std::fill(dV.begin(), dV.end(), T(0));
           // query tiles that end before the row j0 - delta (the first to see key j0) are masked
@@ -224,25 +388,21 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
           for (int qi = first; qi < nq; ++qi) {
             ++visited;
             const int i0 = qi * Br, i1 = std::min(i0 + Br, Tq);
-            for (int t = i0; t < i1; ++t) {
-              const int ju = std::min(j1, t + delta + 1);
-              if (ju <= j0) continue;
-              const T* q = qb + size_t(t) * a.q_stride;
-              const T* g = dO(t);
-              T* dqt = dQ.data() + size_t(t) * hs;
-              row_scores(q, g, t, ju - j0);
-              for (int c = 0; c < ju - j0; ++c) {
-                const T p = P[size_t(c)], ds = dS[size_t(c)];
-                const T* k = Kj.data() + size_t(c) * hs;
-                T* dkc = dK.data() + size_t(c) * hs;
-                T* dvc = dV.data() + size_t(c) * hs;
-                for (int i = 0; i < hs; ++i) {
-                  dvc[i] += p * g[i];
-                  dkc[i] += ds * q[i];
-                  dqt[i] += ds * k[i];
-                }
+            // Rows two at a time through the scores, then one after the other into the
+            // gradients (each key's dK and dV receive the rows in increasing t).
+            auto visible = [&](int t) { return std::max(j0, std::min(j1, t + delta + 1)) - j0; };
+            for (int t = i0; t < i1; t += 2) {
+              const int t1 = std::min(t + 1, i1 - 1);
+              if (visible(t1) == 0) continue;
+              rows_scores(t, t1, j0, visible(t1));
+              for (int n = 0; n < (t1 > t ? 2 : 1); ++n) {
+                const int row = t + n, cols = visible(row);
+                if (cols == 0) continue;
+                add_row_gradients(dQ.data() + size_t(row) * hs, dK.data(), dV.data(), qb + size_t(row) * a.q_stride,
+                                  dO(row), kb + size_t(j0) * a.kv_stride, a.kv_stride, P.data() + size_t(n) * Bc,
+                                  dS.data() + size_t(n) * Bc, hs, cols);
+                scores += cols;
               }
-              scores += ju - j0;
             }
           }
           for (int u = j0; u < j1; ++u)
