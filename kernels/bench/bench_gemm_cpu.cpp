@@ -96,7 +96,8 @@ double best_seconds(const Product& p, int reps, std::mt19937& rng) {
 }
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr, "bench_gemm_cpu: %s\nusage: bench_gemm_cpu [--tokens N] [--reps N] [--bf16] [--split rows|columns]\n", why);
+  std::fprintf(stderr, "bench_gemm_cpu: %s\nusage: bench_gemm_cpu [--tokens N] [--reps N] [--bf16] [--split rows|columns]\n",
+               why);
   std::exit(2);
 }
 

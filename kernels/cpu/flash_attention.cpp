@@ -272,14 +272,14 @@ FlashCounts flash_attention_forward(const FlashView<T>& a, T* out, T* lse, int B
               break;
             }
             ++visited;
-            // Row t sees keys j0 .. visible(t)-1 of this tile (none on a diagonal tile's
-            // rows above its first key). Rows go four at a time through row_dots, each group
-            // scored up to its last row's last key; each row keeps its own.
-            auto visible = [&](int t) { return std::max(j0, std::min(j1, t + delta + 1)); };
+            // Row t sees the first visible(t) keys of this tile (none on a diagonal tile's
+            // rows above its first key; more as t grows). Rows go four at a time through
+            // row_dots, each group scored as far as its last row sees; each row keeps its own.
+            auto visible = [&](int t) { return std::max(j0, std::min(j1, t + delta + 1)) - j0; };
             for (int r = 0; r < rows; r += 4) {
               int rr[4];  // the four rows (the last ones repeated past the tile's end)
               for (int n = 0; n < 4; ++n) rr[n] = std::min(r + n, rows - 1);
-              const int cols_group = visible(i0 + rr[3]) - j0;
+              const int cols_group = visible(i0 + rr[3]);
               if (cols_group == 0) continue;
               const T* x[2] = {qb + size_t(i0 + rr[0]) * a.q_stride, qb + size_t(i0 + rr[1]) * a.q_stride};
               const T* y[2] = {qb + size_t(i0 + rr[2]) * a.q_stride, qb + size_t(i0 + rr[3]) * a.q_stride};
@@ -288,7 +288,7 @@ FlashCounts flash_attention_forward(const FlashView<T>& a, T* out, T* lse, int B
               row_dots<2>(x, y, Kt.data() + j0, Kt.data() + j0, transposed_row<T>(Tk), hs, cols_group, sx, sy);
             }
             for (int r = 0; r < rows; ++r) {
-              const int cols = visible(i0 + r) - j0;
+              const int cols = visible(i0 + r);
               if (cols == 0) continue;
               T* s = S.data() + size_t(r) * Bc;
               for (int c = 0; c < cols; ++c) s[c] *= scale;
@@ -388,8 +388,9 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
           for (int qi = first; qi < nq; ++qi) {
             ++visited;
             const int i0 = qi * Br, i1 = std::min(i0 + Br, Tq);
-            // Rows two at a time through the scores, then one after the other into the
-            // gradients (each key's dK and dV receive the rows in increasing t).
+            // Row t sees the first visible(t) keys of this tile. Rows go two at a time
+            // through the scores, then one after the other into the gradients (each key's
+            // dK and dV receive the rows in increasing t).
             auto visible = [&](int t) { return std::max(j0, std::min(j1, t + delta + 1)) - j0; };
             for (int t = i0; t < i1; t += 2) {
               const int t1 = std::min(t + 1, i1 - 1);
