@@ -15,7 +15,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,34 +22,17 @@
 #include <string>
 #include <vector>
 
+#include "kernels/bench/cpu_bench.h"
 #include "kernels/cpu/flash_attention.h"
 #include "kernels/ops.h"
 
 namespace {
 
-[[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr, "bench_attention_cpu: %s\nusage: bench_attention_cpu [--reps N] [--tokens N]\n", why);
-  std::exit(2);
-}
+constexpr const char* kProgram = "bench_attention_cpu";
+constexpr const char* kUsage = "bench_attention_cpu [--reps N] [--tokens N]";
 
-int positive(const char* flag, const char* value) {
-  char* end = nullptr;
-  const long n = value ? std::strtol(value, &end, 10) : 0;
-  if (!value || *end != '\0' || n < 1 || n > 1 << 20) usage((std::string(flag) + " needs a whole number >= 1").c_str());
-  return int(n);
-}
-
-template <class F>
-double best_seconds(int reps, F&& run) {
-  run();
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    run();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  return best;
-}
+[[noreturn]] void usage(const std::string& why) { gpt::bench::usage_error(kProgram, kUsage, why); }
+int positive(const char* flag, const char* value) { return gpt::bench::positive_arg(kProgram, kUsage, flag, value); }
 
 }  // namespace
 
@@ -62,7 +44,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--tokens"))
       tokens = positive("--tokens", i + 1 < argc ? argv[++i] : nullptr);
     else
-      usage((std::string("unknown argument '") + argv[i] + "'").c_str());
+      usage(std::string("unknown argument '") + argv[i] + "'");
   }
   const int NH = 12, hs = 64, C = NH * hs, tile = gpt::ops::kCpuFlashTile;
   std::printf("CPU flash attention, causal, %d heads of %d, tiles %d x %d, %d threads, best of %d\n", NH, hs, tile,
@@ -77,10 +59,10 @@ int main(int argc, char** argv) {
     for (float& x : qkv) x = normal(rng);
     for (float& x : dout) x = normal(rng);
     const double pairs = double(B) * NH * T * (T + 1) / 2;
-    const double forward = best_seconds(reps, [&] {
+    const double forward = gpt::bench::best_seconds(reps, [&] {
       gpt::cpu::flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, tile, tile);
     });
-    const double backward = best_seconds(reps, [&] {
+    const double backward = gpt::bench::best_seconds(reps, [&] {
       gpt::cpu::flash_attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C,
                                          NH, tile, tile);
     });

@@ -20,7 +20,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -31,6 +30,7 @@
 
 #include "common/bf16.h"
 #include "kernels/cpu/bf16.h"
+#include "kernels/bench/cpu_bench.h"
 #include "kernels/cpu/gemm.h"
 
 namespace {
@@ -85,28 +85,14 @@ double best_seconds(const Product& p, int reps, std::mt19937& rng) {
   auto run = [&] {
     gpt::cpu::gemm(p.trans_a, p.trans_b, p.M, p.N, p.K, A.data(), lda, B.data(), ldb, C.data(), p.N, accumulate);
   };
-  run();
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    run();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  return best;
+  return gpt::bench::best_seconds(reps, run);
 }
 
-[[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr, "bench_gemm_cpu: %s\nusage: bench_gemm_cpu [--tokens N] [--reps N] [--bf16] [--split rows|columns]\n",
-               why);
-  std::exit(2);
-}
+constexpr const char* kProgram = "bench_gemm_cpu";
+constexpr const char* kUsage = "bench_gemm_cpu [--tokens N] [--reps N] [--bf16] [--split rows|columns]";
 
-int positive(const char* flag, const char* value) {
-  char* end = nullptr;
-  const long n = value ? std::strtol(value, &end, 10) : 0;
-  if (!value || *end != '\0' || n < 1 || n > 1 << 20) usage((std::string(flag) + " needs a whole number >= 1").c_str());
-  return int(n);
-}
+[[noreturn]] void usage(const std::string& why) { gpt::bench::usage_error(kProgram, kUsage, why); }
+int positive(const char* flag, const char* value) { return gpt::bench::positive_arg(kProgram, kUsage, flag, value); }
 
 }  // namespace
 
@@ -128,7 +114,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--split"))
       usage("--split needs 'rows' or 'columns'");
     else
-      usage((std::string("unknown argument '") + argv[i] + "'").c_str());
+      usage(std::string("unknown argument '") + argv[i] + "'");
   }
   gpt::cpu::force_gemm_split(forced);
   const int threads = omp_get_max_threads();
