@@ -171,41 +171,56 @@ void rescale_add_rows(T* o, T e, const T* p, const T* v, size_t stride, int hs, 
   }
 }
 
-// One query row's share of a key tile's gradients, for keys c < cols in order:
-//     dV_c += P_c dO_t,   dK_c += dS_c q_t,   dQ_t += dS_c k_c
-// (dK, dV: the tile's accumulators, rows hs apart; k: the keys, `stride` apart). dQ_t's
-// vectors stay in registers over all of c; dK_c and dV_c are read and written once per
-// key. The same sums in the same order as element by element.
+// Two query rows' share of a key tile's gradients: row n (n = 0, 1) gives, for its keys
+// c < cols[n] in order,
+//     dV_c += P_nc dO_n,   dK_c += dS_nc q_n,   dQ_n += dS_nc k_c
+// (dK, dV: the tile's accumulators, rows hs apart; k: the keys, `stride` apart; P[n] and
+// dS[n] Bc apart). Row 0 is the earlier, so cols[0] <= cols[1]; cols[0] = 0 leaves row 1
+// alone. Every key's dK_c and dV_c are read and written once for both rows (row 0's term
+// added first, as one row after the other would), and dQ's vectors stay in registers
+// over all of c: the same sums in the same order as element by element, half the memory
+// traffic of one row at a time.
 template <class T>
-void add_row_gradients(T* dq, T* dK, T* dV, const T* q, const T* g, const T* k, size_t stride, const T* P,
-                       const T* dS, int hs, int cols) {
+void add_rows_gradients(T* const dq[2], T* dK, T* dV, const T* const q[2], const T* const g[2], const T* k,
+                        size_t stride, const T* P, const T* dS, int Bc, int hs, const int cols[2]) {
   typedef T V __attribute__((vector_size(64), aligned(sizeof(T))));
   constexpr int W = kVector<T>;
   auto at = [](const T* x) { return *reinterpret_cast<const V*>(x); };
   auto put = [](T* x, V v) { *reinterpret_cast<V*>(x) = v; };
+  const T *P0 = P, *P1 = P + Bc, *dS0 = dS, *dS1 = dS + Bc;
   int i = 0;
-  for (; i + 4 * W <= hs; i += 4 * W) {
-    const V g0 = at(g + i), g1 = at(g + i + W), g2 = at(g + i + 2 * W), g3 = at(g + i + 3 * W);
-    const V q0 = at(q + i), q1 = at(q + i + W), q2 = at(q + i + 2 * W), q3 = at(q + i + 3 * W);
-    V d0 = at(dq + i), d1 = at(dq + i + W), d2 = at(dq + i + 2 * W), d3 = at(dq + i + 3 * W);
-    for (int c = 0; c < cols; ++c) {
-      const T p = P[c], ds = dS[c];
+  for (; i + 2 * W <= hs; i += 2 * W) {
+    const V ga = at(g[0] + i), gb = at(g[0] + i + W), ha = at(g[1] + i), hb = at(g[1] + i + W);
+    const V qa = at(q[0] + i), qb = at(q[0] + i + W), ra = at(q[1] + i), rb = at(q[1] + i + W);
+    V d0a = at(dq[0] + i), d0b = at(dq[0] + i + W), d1a = at(dq[1] + i), d1b = at(dq[1] + i + W);
+    int c = 0;
+    for (; c < cols[0]; ++c) {  // both rows
       T* dv = dV + size_t(c) * hs + i;
       T* dk = dK + size_t(c) * hs + i;
-      const T* kc = k + size_t(c) * stride + i;
-      put(dv, at(dv) + p * g0), put(dv + W, at(dv + W) + p * g1);
-      put(dv + 2 * W, at(dv + 2 * W) + p * g2), put(dv + 3 * W, at(dv + 3 * W) + p * g3);
-      put(dk, at(dk) + ds * q0), put(dk + W, at(dk + W) + ds * q1);
-      put(dk + 2 * W, at(dk + 2 * W) + ds * q2), put(dk + 3 * W, at(dk + 3 * W) + ds * q3);
-      d0 += ds * at(kc), d1 += ds * at(kc + W), d2 += ds * at(kc + 2 * W), d3 += ds * at(kc + 3 * W);
+      const V ka = at(k + size_t(c) * stride + i), kb = at(k + size_t(c) * stride + i + W);
+      put(dv, at(dv) + P0[c] * ga + P1[c] * ha), put(dv + W, at(dv + W) + P0[c] * gb + P1[c] * hb);
+      put(dk, at(dk) + dS0[c] * qa + dS1[c] * ra), put(dk + W, at(dk + W) + dS0[c] * qb + dS1[c] * rb);
+      d0a += dS0[c] * ka, d0b += dS0[c] * kb, d1a += dS1[c] * ka, d1b += dS1[c] * kb;
     }
-    put(dq + i, d0), put(dq + i + W, d1), put(dq + i + 2 * W, d2), put(dq + i + 3 * W, d3);
+    for (; c < cols[1]; ++c) {  // the keys only row 1 sees
+      T* dv = dV + size_t(c) * hs + i;
+      T* dk = dK + size_t(c) * hs + i;
+      const V ka = at(k + size_t(c) * stride + i), kb = at(k + size_t(c) * stride + i + W);
+      put(dv, at(dv) + P1[c] * ha), put(dv + W, at(dv + W) + P1[c] * hb);
+      put(dk, at(dk) + dS1[c] * ra), put(dk + W, at(dk + W) + dS1[c] * rb);
+      d1a += dS1[c] * ka, d1b += dS1[c] * kb;
+    }
+    put(dq[0] + i, d0a), put(dq[0] + i + W, d0b), put(dq[1] + i, d1a), put(dq[1] + i + W, d1b);
   }
-  for (; i < hs; ++i)  // what a head size that is no multiple of 4 W leaves, one value at a time
-    for (int c = 0; c < cols; ++c) {
-      dV[size_t(c) * hs + i] += P[c] * g[i];
-      dK[size_t(c) * hs + i] += dS[c] * q[i];
-      dq[i] += dS[c] * k[size_t(c) * stride + i];
+  for (; i < hs; ++i)  // what a head size that is no multiple of 2 W leaves, one value at a time
+    for (int c = 0; c < cols[1]; ++c) {
+      for (int n = 0; n < 2; ++n) {
+        if (c >= cols[n]) continue;
+        const T p = (n == 0 ? P0 : P1)[c], ds = (n == 0 ? dS0 : dS1)[c];
+        dV[size_t(c) * hs + i] += p * g[n][i];
+        dK[size_t(c) * hs + i] += ds * q[n][i];
+        dq[n][i] += ds * k[size_t(c) * stride + i];
+      }
     }
 }
 
@@ -389,21 +404,21 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
             ++visited;
             const int i0 = qi * Br, i1 = std::min(i0 + Br, Tq);
             // Row t sees the first visible(t) keys of this tile. Rows go two at a time
-            // through the scores, then one after the other into the gradients (each key's
-            // dK and dV receive the rows in increasing t).
+            // through the scores and into the gradients (each key's dK and dV receive the
+            // rows in increasing t).
             auto visible = [&](int t) { return std::max(j0, std::min(j1, t + delta + 1)) - j0; };
             for (int t = i0; t < i1; t += 2) {
               const int t1 = std::min(t + 1, i1 - 1);
               if (visible(t1) == 0) continue;
               rows_scores(t, t1, j0, visible(t1));
-              for (int n = 0; n < (t1 > t ? 2 : 1); ++n) {
-                const int row = t + n, cols = visible(row);
-                if (cols == 0) continue;
-                add_row_gradients(dQ.data() + size_t(row) * hs, dK.data(), dV.data(), qb + size_t(row) * a.q_stride,
-                                  dO(row), kb + size_t(j0) * a.kv_stride, a.kv_stride, P.data() + size_t(n) * Bc,
-                                  dS.data() + size_t(n) * Bc, hs, cols);
-                scores += cols;
-              }
+              // A lone last row goes as row 1 with no row 0 (rows_scores put its P in P[1]).
+              const int cols[2] = {t1 > t ? visible(t) : 0, visible(t1)};
+              T* const dq_rows[2] = {dQ.data() + size_t(t) * hs, dQ.data() + size_t(t1) * hs};
+              const T* const q_rows[2] = {qb + size_t(t) * a.q_stride, qb + size_t(t1) * a.q_stride};
+              const T* const g_rows[2] = {dO(t), dO(t1)};
+              add_rows_gradients(dq_rows, dK.data(), dV.data(), q_rows, g_rows, kb + size_t(j0) * a.kv_stride,
+                                 a.kv_stride, P.data(), dS.data(), Bc, hs, cols);
+              scores += cols[0] + cols[1];
             }
           }
           for (int u = j0; u < j1; ++u)
