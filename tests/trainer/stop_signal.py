@@ -75,9 +75,27 @@ def stop_line(run_dir):
     return last if last.get("kind") == "stop" else None
 
 
+def logged_steps(run_dir, steps):
+    """Whether run_dir/metrics.jsonl holds `steps` train lines, read no further than the
+    last of them. The runs waited for train until stopped, 1000+ steps a second: a reader
+    of the whole file, slowed on a busy machine, would never reach its end (the ranks
+    append faster than it reads, and take the cores it needs to catch up)."""
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return False
+    seen = 0
+    with open(path) as f:
+        for line in f:
+            if line.endswith("\n") and json.loads(line).get("kind") == "train":
+                seen += 1
+                if seen >= steps:
+                    return True
+    return False
+
+
 def wait_for_steps(job, run_dir, steps, limit=60):
     deadline = time.monotonic() + limit
-    while len(train_losses(run_dir)) < steps:
+    while not logged_steps(run_dir, steps):
         if job.poll() is not None or time.monotonic() > deadline:
             return False
         time.sleep(0.05)

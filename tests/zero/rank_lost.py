@@ -82,12 +82,19 @@ def find_ranks(root):
     return ranks
 
 
-def train_steps(metrics):
+def train_steps(metrics, enough=None):
+    """The train lines in the metrics file; with `enough`, counting stops there (a running
+    job appends to the file, and on a busy machine faster than a reader of it all)."""
+    count = 0
     try:
         with open(metrics) as f:
-            return sum('"kind":"train"' in line for line in f)
+            for line in f:
+                count += '"kind":"train"' in line
+                if enough is not None and count >= enough:
+                    break
     except OSError:
-        return 0
+        pass
+    return count
 
 
 def main():
@@ -116,7 +123,7 @@ def main():
             if time.monotonic() > deadline:
                 sys.exit(f"FAIL: no {args.min_steps} training steps logged within 60 s; see {args.log}")
             ranks.update(find_ranks(job.pid))
-            if len(ranks) == args.np and train_steps(args.metrics) >= args.min_steps:
+            if len(ranks) == args.np and train_steps(args.metrics, args.min_steps) >= args.min_steps:
                 break
             time.sleep(0.1)
         steps_before = train_steps(args.metrics)
