@@ -417,6 +417,11 @@ class MpiComm final : public Communicator {
 
   void abort(int code) override {
     std::fflush(nullptr);
+    // mpirun forwards a rank's output from a pipe, on its own time, while MPI_Abort reaches
+    // it by another path and makes it end every rank: the error line a rank printed just
+    // before was seen lost (only Open MPI's abort notice came out). A moment first lets the
+    // line through; this is the error path alone.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     MPI_Abort(comm_, code);
   }
 
