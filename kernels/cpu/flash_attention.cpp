@@ -74,17 +74,13 @@ namespace gpt::cpu {
 namespace {
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-// Values of T in one 64-byte vector.
-template <class T>
-inline constexpr int kVector = int(64 / sizeof(T));
-
 // The row length of a head's transposed keys: n keys, then room for the four vectors that
 // row_dots may read past the last key (zeros), and never a multiple of 4 KB, where every
 // row would fall in the same sets of the L1 cache and evict the rows read just before it
 // (T = 1024 keys of float are exactly 4 KB).
 template <class T>
 size_t transposed_row(int n) {
-  constexpr int W = kVector<T>;
+  constexpr int W = kLanes<T>;
   const size_t ld = size_t((n + W - 1) / W * W + 4 * W);
   return ld * sizeof(T) % 4096 == 0 ? ld + W : ld;
 }
@@ -130,7 +126,7 @@ template <int R, class T>
 void row_dots(const T* const* x, const T* const* y, const T* Kx, const T* Ky, size_t ld, int hs, int cols,
               T* const* sx, T* const* sy) {
   typedef T V __attribute__((vector_size(64), aligned(sizeof(T))));
-  constexpr int W = kVector<T>;
+  constexpr int W = kLanes<T>;
   auto at = [&](const T* K, int i, int c) { return *reinterpret_cast<const V*>(K + size_t(i) * ld + c); };
   auto keep = [&](T* s, int c, V v) {
     if (c + W <= cols)
@@ -160,7 +156,7 @@ void row_dots(const T* const* x, const T* const* y, const T* Kx, const T* Ky, si
 template <class T>
 void rescale_add_rows(T* o, T e, const T* p, const T* v, size_t stride, int hs, int cols) {
   typedef T V __attribute__((vector_size(64), aligned(sizeof(T))));
-  constexpr int W = kVector<T>;
+  constexpr int W = kLanes<T>;
   auto at = [](const T* x) { return *reinterpret_cast<const V*>(x); };
   int i = 0;
   for (; i + 4 * W <= hs; i += 4 * W) {
@@ -195,7 +191,7 @@ template <class T>
 void add_rows_gradients(T* const dq[2], T* dK, T* dV, const T* const q[2], const T* const g[2], const T* k,
                         size_t stride, const T* P, const T* dS, int Bc, int hs, const int cols[2]) {
   typedef T V __attribute__((vector_size(64), aligned(sizeof(T))));
-  constexpr int W = kVector<T>;
+  constexpr int W = kLanes<T>;
   auto at = [](const T* x) { return *reinterpret_cast<const V*>(x); };
   auto put = [](T* x, V v) { *reinterpret_cast<V*>(x) = v; };
   const T *P0 = P, *P1 = P + Bc, *dS0 = dS, *dS1 = dS + Bc;
@@ -287,6 +283,7 @@ FlashCounts flash_attention_forward(const FlashView<T>& a, T* out, T* lse, int B
         T* L = lse + (size_t(b) * NH + h) * Tq;
         transpose_head(kb, a.kv_stride, Tk, hs, Kt.data());
         copy_head(vb, a.kv_stride, Tk, hs, Vh.data());
+        const size_t ld = transposed_row<T>(Tk);
         for (int qi = 0; qi < nq; ++qi) {
           const int i0 = qi * Br, i1 = std::min(i0 + Br, Tq), rows = i1 - i0;
           std::fill(m.begin(), m.end(), T(-INFINITY));
@@ -312,7 +309,7 @@ FlashCounts flash_attention_forward(const FlashView<T>& a, T* out, T* lse, int B
               const T* y[2] = {qb + size_t(i0 + rr[2]) * a.q_stride, qb + size_t(i0 + rr[3]) * a.q_stride};
               T* const sx[2] = {S.data() + size_t(rr[0]) * Bc, S.data() + size_t(rr[1]) * Bc};
               T* const sy[2] = {S.data() + size_t(rr[2]) * Bc, S.data() + size_t(rr[3]) * Bc};
-              row_dots<2>(x, y, Kt.data() + j0, Kt.data() + j0, transposed_row<T>(Tk), hs, cols_group, sx, sy);
+              row_dots<2>(x, y, Kt.data() + j0, Kt.data() + j0, ld, hs, cols_group, sx, sy);
             }
             for (int r = 0; r < rows; ++r) {
               const int cols = visible(i0 + r);
@@ -380,12 +377,13 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
         // dP = dO_t . v_u, and leaves in dS the score's gradient P (dP - D_t) / sqrt(hs)
         // (the last factor: the chain rule through s). Each row's keys past what it sees are
         // computed and not used.
+        const size_t ld = transposed_row<T>(Tk);
         auto rows_scores = [&](int t0, int t1, int j0, int cols) {
           const T* x[2] = {qb + size_t(t0) * a.q_stride, qb + size_t(t1) * a.q_stride};
           const T* y[2] = {dO(t0), dO(t1)};
           T* const p[2] = {P.data(), P.data() + Bc};
           T* const ds[2] = {dS.data(), dS.data() + Bc};
-          row_dots<2>(x, y, Kt.data() + j0, Vt.data() + j0, transposed_row<T>(Tk), hs, cols, p, ds);
+          row_dots<2>(x, y, Kt.data() + j0, Vt.data() + j0, ld, hs, cols, p, ds);
           for (int n = 0; n < 2; ++n) {
             const int t = n == 0 ? t0 : t1;
             for (int c = 0; c < cols; ++c) {
