@@ -125,12 +125,12 @@ void copy_head(const T* src, size_t stride, int n, int hs, T* dst) {
 template <int R, class T>
 void row_dots(const T* const* x, const T* const* y, const T* Kx, const T* Ky, size_t ld, int hs, int cols,
               T* const* sx, T* const* sy) {
-  typedef T V __attribute__((vector_size(64), aligned(sizeof(T))));
+  using V = LaneVector<T>;
   constexpr int W = kLanes<T>;
-  auto at = [&](const T* K, int i, int c) { return *reinterpret_cast<const V*>(K + size_t(i) * ld + c); };
+  auto at = [&](const T* K, int i, int c) { return load_lanes(K + size_t(i) * ld + c); };
   auto keep = [&](T* s, int c, V v) {
     if (c + W <= cols)
-      *reinterpret_cast<V*>(s + c) = v;
+      store_lanes(s + c, v);
     else
       for (int l = 0; l < cols - c; ++l) s[c + l] = v[l];
   };
@@ -155,9 +155,9 @@ void row_dots(const T* const* x, const T* const* y, const T* Kx, const T* Ky, si
 // instead of going to memory and back for every key.
 template <class T>
 void rescale_add_rows(T* o, T e, const T* p, const T* v, size_t stride, int hs, int cols) {
-  typedef T V __attribute__((vector_size(64), aligned(sizeof(T))));
+  using V = LaneVector<T>;
   constexpr int W = kLanes<T>;
-  auto at = [](const T* x) { return *reinterpret_cast<const V*>(x); };
+  auto at = [](const T* x) { return load_lanes(x); };
   int i = 0;
   for (; i + 4 * W <= hs; i += 4 * W) {
     V o0 = e * at(o + i), o1 = e * at(o + i + W), o2 = e * at(o + i + 2 * W), o3 = e * at(o + i + 3 * W);
@@ -190,10 +190,10 @@ void rescale_add_rows(T* o, T e, const T* p, const T* v, size_t stride, int hs, 
 template <class T>
 void add_rows_gradients(T* const dq[2], T* dK, T* dV, const T* const q[2], const T* const g[2], const T* k,
                         size_t stride, const T* P, const T* dS, int Bc, int hs, const int cols[2]) {
-  typedef T V __attribute__((vector_size(64), aligned(sizeof(T))));
+  using V = LaneVector<T>;
   constexpr int W = kLanes<T>;
-  auto at = [](const T* x) { return *reinterpret_cast<const V*>(x); };
-  auto put = [](T* x, V v) { *reinterpret_cast<V*>(x) = v; };
+  auto at = [](const T* x) { return load_lanes(x); };
+  auto put = [](T* x, V v) { store_lanes(x, v); };
   const T *P0 = P, *P1 = P + Bc, *dS0 = dS, *dS1 = dS + Bc;
   int i = 0;
   for (; i + 2 * W <= hs; i += 2 * W) {

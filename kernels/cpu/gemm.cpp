@@ -13,7 +13,7 @@
 // Packing also absorbs transposes and ragged edges (zero-padded panels), so the
 // micro-kernel is the only hot loop and has no branches.
 //
-// Vectors are GCC/Clang vector extensions of 64 bytes: AVX-512 zmm registers when
+// Vectors are GCC/Clang vector extensions of 64 bytes (lanes.h's LaneVector): AVX-512 zmm registers when
 // compiled for a CPU that has them, two AVX2 ymm operations otherwise.
 //
 // Operands stored as bf16 (bf16 storage, kernels/cpu/bf16_ops.h) are widened to fp32 as
@@ -33,25 +33,15 @@
 #include <type_traits>
 
 #include "kernels/cpu/bf16.h"
+#include "kernels/cpu/lanes.h"
 #include "kernels/cpu/parallel.h"
 
 namespace gpt::cpu {
 namespace {
 
 template <class T>
-struct Vec;
-template <>
-struct Vec<float> {
-  typedef float type __attribute__((vector_size(64), aligned(4)));
-};
-template <>
-struct Vec<double> {
-  typedef double type __attribute__((vector_size(64), aligned(8)));
-};
-
-template <class T>
 struct Tile {
-  static constexpr int W = 64 / sizeof(T);  // elements per vector
+  static constexpr int W = kLanes<T>;       // elements per vector
   static constexpr int MR = 8;              // rows of the register tile
   static constexpr int NR = 2 * W;          // columns: two vectors
   static constexpr int KC = 256;            // depth of a packed block
@@ -214,13 +204,13 @@ void pack_b_panel(const S* B, int ldb, bool trans, int k0, int kc, int j0, int n
 // addresses) so the accumulators are never address-taken and stay in registers.
 template <class T>
 void micro_kernel(int kc, const T* a, const T* b, T* C, int ldc, int rows, int cols, bool add) {
-  using V = typename Vec<T>::type;
+  using V = LaneVector<T>;
   constexpr int MR = Tile<T>::MR, W = Tile<T>::W, NR = Tile<T>::NR;
   V acc[MR][2];
   for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = V{};
   for (int k = 0; k < kc; ++k) {
-    const V b0 = *reinterpret_cast<const V*>(b + k * NR);
-    const V b1 = *reinterpret_cast<const V*>(b + k * NR + W);
+    const V b0 = load_lanes(b + k * NR);
+    const V b1 = load_lanes(b + k * NR + W);
     for (int r = 0; r < MR; ++r) {
       const T ar = a[k * MR + r];
       acc[r][0] += ar * b0;  // contracts to a fused multiply-add
@@ -229,21 +219,21 @@ void micro_kernel(int kc, const T* a, const T* b, T* C, int ldc, int rows, int c
   }
   if (rows == MR && cols == NR) {
     for (int r = 0; r < MR; ++r) {
-      V* c = reinterpret_cast<V*>(C + size_t(r) * ldc);
+      T* c = C + size_t(r) * ldc;
       if (add) {
-        c[0] += acc[r][0];
-        c[1] += acc[r][1];
+        store_lanes(c, load_lanes(c) + acc[r][0]);
+        store_lanes(c + W, load_lanes(c + W) + acc[r][1]);
       } else {
-        c[0] = acc[r][0];
-        c[1] = acc[r][1];
+        store_lanes(c, acc[r][0]);
+        store_lanes(c + W, acc[r][1]);
       }
     }
     return;
   }
   alignas(64) T tile[MR][NR];
   for (int r = 0; r < MR; ++r) {
-    *reinterpret_cast<V*>(&tile[r][0]) = acc[r][0];
-    *reinterpret_cast<V*>(&tile[r][W]) = acc[r][1];
+    store_lanes(&tile[r][0], acc[r][0]);
+    store_lanes(&tile[r][W], acc[r][1]);
   }
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < cols; ++c) {

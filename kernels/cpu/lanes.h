@@ -1,6 +1,7 @@
 /// @file
 /// Sums in fixed lanes: the CPU kernels' dot products and softmax sums, written so that
-/// the compiler vectorises them and the result does not depend on where the data lies.
+/// the compiler vectorises them and the result does not depend on where the data lies;
+/// and the 64-byte vector type the register-blocked kernels spell their lanes with.
 ///
 /// A plain loop `s += x[i]` adds one term after another: a chain of dependent additions
 /// that runs at the adder's latency, one term per ~4 cycles. Vectorising it means adding
@@ -42,6 +43,43 @@ inline T lane_sum(int n, Term&& term) {
     for (int l = 0; l < width; ++l) acc[l] += acc[l + width];
   }
   return acc[0];
+}
+
+/// One 64-byte vector of T (kLanes<T> values) in GCC's vector extension: `a + b`, `s * v`
+/// and `v[l]` act lane by lane, and `acc += s * v` becomes one fused multiply-add. The
+/// kernels that keep their sums in registers (the GEMM's micro-kernel, the flash
+/// attention's row helpers) use it where a loop over lanes would leave the compiler to
+/// guess. Aligned to T alone, so it may be loaded from and stored to any element's address.
+/// (A struct per element type because GCC drops the vector attribute from an alias
+/// template's dependent type.)
+template <class T>
+struct LaneVectorOf;
+/// 16 floats.
+template <>
+struct LaneVectorOf<float> {
+  /// The vector type.
+  typedef float type __attribute__((vector_size(64), aligned(alignof(float))));
+};
+/// 8 doubles.
+template <>
+struct LaneVectorOf<double> {
+  /// The vector type.
+  typedef double type __attribute__((vector_size(64), aligned(alignof(double))));
+};
+/// One 64-byte vector of T: LaneVectorOf's type.
+template <class T>
+using LaneVector = typename LaneVectorOf<T>::type;
+
+/// The kLanes<T> values from x on, as one vector (x need not be 64-byte aligned).
+template <class T>
+inline LaneVector<T> load_lanes(const T* x) {
+  return *reinterpret_cast<const LaneVector<T>*>(x);
+}
+
+/// v written to the kLanes<T> values from x on.
+template <class T>
+inline void store_lanes(T* x, LaneVector<T> v) {
+  *reinterpret_cast<LaneVector<T>*>(x) = v;
 }
 
 /// a . b over n elements, in the fixed order of lane_sum.
