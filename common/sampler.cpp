@@ -48,6 +48,19 @@ int sample_token(const float* logits, int V, double temperature, int top_k, doub
   return ids[pick];
 }
 
+namespace {
+// One step of generation, after a forward: draws the next token from the last position's
+// logits `row`, appends it to `context`, adds its log-probability to opt.log_prob, and
+// returns whether to go on (opt.after_token's answer).
+bool append_drawn(const float* row, int V, const SampleOptions& opt, uint64_t stream, uint64_t& counter,
+                  std::vector<int>& context) {
+  double log_p = 0.0;
+  context.push_back(sample_token(row, V, opt.temperature, opt.top_k, uniform_at(opt.seed, stream, counter++), &log_p));
+  if (opt.log_prob) *opt.log_prob += log_p;
+  return !opt.after_token || opt.after_token();
+}
+}  // namespace
+
 template <class A>
 std::vector<int> generate(GPT2<A>& model, std::vector<int> context, const SampleOptions& opt,
                           uint64_t& counter) {
@@ -63,11 +76,7 @@ std::vector<int> generate(GPT2<A>& model, std::vector<int> context, const Sample
     for (int i = 0; i < window; ++i) input[i] = i < len ? context[start + i] : 0;
     model.forward(input.data(), nullptr);
     model.logits_row(len - 1, row.data());
-    double log_p = 0.0;
-    context.push_back(sample_token(row.data(), V, opt.temperature, opt.top_k,
-                                   uniform_at(opt.seed, stream, counter++), &log_p));
-    if (opt.log_prob) *opt.log_prob += log_p;
-    if (opt.after_token && !opt.after_token()) break;
+    if (!append_drawn(row.data(), V, opt, stream, counter, context)) break;
   }
   return context;
 }
@@ -87,11 +96,7 @@ std::vector<int> generate(CachedDecoder<A>& decoder, std::vector<int> context, c
       const size_t count = std::min(context.size(), size_t(window));
       decoder.window_step(context.data() + (context.size() - count), int(count), row.data());
     }
-    double log_p = 0.0;
-    context.push_back(sample_token(row.data(), V, opt.temperature, opt.top_k,
-                                   uniform_at(opt.seed, stream, counter++), &log_p));
-    if (opt.log_prob) *opt.log_prob += log_p;
-    if (opt.after_token && !opt.after_token()) break;
+    if (!append_drawn(row.data(), V, opt, stream, counter, context)) break;
   }
   return context;
 }

@@ -8,8 +8,9 @@
 // The cached decoder (common/decoder.h) computes the same logits one token at a time:
 // step t equals row t of the window's forward bit for bit on the CPU, in fp64, fp32 and
 // bf16 storage (the same ops on the same row). The tokens it samples, its window sliding
-// included, are the plain generate's. Controls: row t + 1 differs; a cache one position
-// short samples other tokens once the context outgrows it.
+// included, are the plain generate's, and so is the sum of their log-probabilities, which
+// is also replayed from each window's logits. Controls: row t + 1 differs; a cache one
+// position short samples other tokens once the context outgrows it; a term counted twice.
 //
 // Inference-only models (sampling, the multiple-choice eval): the training model's numbers
 // without gradient buffers, shorter sequences in the buffers of a longer one, and the head
@@ -203,12 +204,16 @@ TEST_CASE("decoder: generate with the cache samples the plain generate's tokens,
   const std::vector<int> prompt = {72, 105, 33, 7, 200};
   // after_token is called once a token by both forms (the lead's reports to waiting
   // ranks ride on it, common/lead_work.h), after that token is drawn.
+  // log_prob receives the sum of the drawn tokens' log-probabilities.
   std::vector<uint64_t> counter_at_call;
   uint64_t* counting = nullptr;
-  const SampleOptions opt{30, 1.0, 0, 11, [&] {
+  double log_prob = 0;
+  const SampleOptions opt{30, 1.0, 0, 11,
+                          [&] {
                             counter_at_call.push_back(*counting);
                             return true;
-                          }};
+                          },
+                          &log_prob};
   Sampler<double> plain(window, 1, Precision::FP64);
   uint64_t plain_counter = 0;
   counting = &plain_counter;
@@ -216,6 +221,25 @@ TEST_CASE("decoder: generate with the cache samples the plain generate's tokens,
   std::vector<uint64_t> each_token(30);
   std::iota(each_token.begin(), each_token.end(), uint64_t(1));
   CHECK(counter_at_call == each_token);
+  // The sum replayed here: token n's log-softmax (temperature 1, every token a candidate)
+  // in the logits after the window's last tokens before it, in long double. Each term
+  // is a double computed in another order (about 1e-15 of the log of the vocabulary),
+  // so the 30 agree with generate's sum to far better than 1e-12 of it.
+  std::vector<long double> token_log_p;
+  for (size_t n = prompt.size(); n < want.size(); ++n) {
+    const size_t first = n > size_t(window) ? n - size_t(window) : 0;
+    const std::vector<float> row =
+        plain.last_logits(std::vector<int>(want.begin() + long(first), want.begin() + long(n)));
+    long double top = row[0], sum = 0;
+    for (int i = 0; i < sampler_model().vocab_size; ++i) top = std::max<long double>(top, row[size_t(i)]);
+    for (int i = 0; i < sampler_model().vocab_size; ++i) sum += std::exp((long double)row[size_t(i)] - top);
+    token_log_p.push_back((long double)row[size_t(want[n])] - top - std::log(sum));
+  }
+  const double replayed = double(std::accumulate(token_log_p.begin(), token_log_p.end(), 0.0L));
+  CHECK(log_prob == Approx(replayed).epsilon(1e-12));
+  // Control: one token's term counted twice is off by far more.
+  CHECK(log_prob + double(token_log_p[7]) != Approx(replayed).epsilon(1e-12));
+  const double plain_log_prob = log_prob;
 
   const std::vector<double> weights = initial_weights<double>(1);
   CachedDecoder<double> decoder(sampler_model(), window, Device::CPU, Precision::FP64);
@@ -223,17 +247,22 @@ TEST_CASE("decoder: generate with the cache samples the plain generate's tokens,
   uint64_t counter = 0;
   counting = &counter;
   counter_at_call.clear();
+  log_prob = 0;
   CHECK(generate(decoder, prompt, opt, counter) == want);
   CHECK(counter == plain_counter);
   CHECK(counter_at_call == each_token);
+  CHECK(log_prob == plain_log_prob);  // the same logits, bit for bit: the same sum
   // after_token returning false ends the sample there: after 4 of the 30 tokens, the
   // first 4 of them.
   SampleOptions cut = opt;
   cut.after_token = [&] { return counter < 4; };
   counter = 0;
+  log_prob = 0;
   const std::vector<int> short_sample = generate(decoder, prompt, cut, counter);
   CHECK(short_sample == std::vector<int>(want.begin(), want.begin() + std::ptrdiff_t(prompt.size() + 4)));
   CHECK(counter == 4);
+  const long double first_four = std::accumulate(token_log_p.begin(), token_log_p.begin() + 4, 0.0L);
+  CHECK(log_prob == Approx(double(first_four)).epsilon(1e-12));
   // Control: a cache one position short sees one token less once the context outgrows it.
   CachedDecoder<double> short_cache(sampler_model(), window - 1, Device::CPU, Precision::FP64);
   short_cache.model().set_params(weights.data());
