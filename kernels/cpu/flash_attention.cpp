@@ -44,8 +44,10 @@
 // or the thread count. A score q . k is summed over i = 0 .. hs-1 in order, with the
 // keys side by side: each head's keys (and, for the backward, values) are transposed
 // once, so that one vector holds the running sums of 16 keys (row_dots) and no vector
-// has to be folded into one number per score; the output and the gradients keep their
-// vectors in registers across a tile's keys. D_t and the softmax's sum l go in the fixed
+// has to be folded into one number per score; the output keeps its vectors in registers
+// across a tile's keys. The backward scores a whole tile first (P and dS, Br x Bc), then
+// forms its three products (dV, dK, dQ) as small matrix products whose accumulators stay
+// in registers over the tile's rows or keys (add_products). D_t and the softmax's sum l go in the fixed
 // lanes of lanes.h. The scores' exps are exp_t, the vectorisable exp for float
 // (fast_exp.h) and the library's for double.
 //
@@ -178,57 +180,72 @@ void rescale_add_rows(T* o, T e, const T* p, const T* v, size_t stride, int hs, 
   }
 }
 
-// Two query rows' share of a key tile's gradients: row n (n = 0, 1) gives, for its keys
-// c < cols[n] in order,
-//     dV_c += P_nc dO_n,   dK_c += dS_nc q_n,   dQ_n += dS_nc k_c
-// (dK, dV: the tile's accumulators, rows hs apart; k: the keys, `stride` apart; P[n] and
-// dS[n] Bc apart). Row 0 is the earlier, so cols[0] <= cols[1]; cols[0] = 0 leaves row 1
-// alone. Every key's dK_c and dV_c are read and written once for both rows (row 0's term
-// added first, as one row after the other would), and dQ's vectors stay in registers
-// over all of c: the same sums in the same order as element by element, half the memory
-// traffic of one row at a time.
-template <class T>
-void add_rows_gradients(T* const dq[2], T* dK, T* dV, const T* const q[2], const T* const g[2], const T* k,
-                        size_t stride, const T* P, const T* dS, int Bc, int hs, const int cols[2]) {
+// R rows of accumulators (hs apart) receive products summed over a depth d in [d0, d1):
+//     acc_r += sum_d coef(r, d) x_d,   coef(r, d) = coef[r * r_step + d * d_step],
+// x_d the depth's input row (x_stride apart), each element summed over d in order. The
+// backward's three tile products are this one shape (P, dS: a tile's Br x Bc matrices):
+//     dV_c += sum_t P_tc dO_t,   dK_c += sum_t dS_tc q_t   (rows: keys, depth: query rows)
+//     dQ_t += sum_c dS_tc k_c                               (rows: query rows, depth: keys)
+// As in the GEMM's micro-kernel, an R x 4-vector block of accumulators stays in registers
+// over the whole depth: each input vector loaded serves R rows, each coefficient four
+// vectors, and the accumulators go to memory once, not once a term.
+template <int R, class T>
+void add_products(T* acc, int hs, const T* coef, size_t r_step, size_t d_step, const T* x, size_t x_stride,
+                  int d0, int d1) {
   using V = LaneVector<T>;
   constexpr int W = kLanes<T>;
-  auto at = [](const T* x) { return load_lanes(x); };
-  auto put = [](T* x, V v) { store_lanes(x, v); };
-  const T *P0 = P, *P1 = P + Bc, *dS0 = dS, *dS1 = dS + Bc;
+  auto row = [&](int r, int i) { return acc + size_t(r) * hs + i; };
   int i = 0;
-  for (; i + 2 * W <= hs; i += 2 * W) {
-    const V ga = at(g[0] + i), gb = at(g[0] + i + W), ha = at(g[1] + i), hb = at(g[1] + i + W);
-    const V qa = at(q[0] + i), qb = at(q[0] + i + W), ra = at(q[1] + i), rb = at(q[1] + i + W);
-    V d0a = at(dq[0] + i), d0b = at(dq[0] + i + W), d1a = at(dq[1] + i), d1b = at(dq[1] + i + W);
-    int c = 0;
-    for (; c < cols[0]; ++c) {  // both rows
-      T* dv = dV + size_t(c) * hs + i;
-      T* dk = dK + size_t(c) * hs + i;
-      const V ka = at(k + size_t(c) * stride + i), kb = at(k + size_t(c) * stride + i + W);
-      put(dv, at(dv) + P0[c] * ga + P1[c] * ha), put(dv + W, at(dv + W) + P0[c] * gb + P1[c] * hb);
-      put(dk, at(dk) + dS0[c] * qa + dS1[c] * ra), put(dk + W, at(dk + W) + dS0[c] * qb + dS1[c] * rb);
-      d0a += dS0[c] * ka, d0b += dS0[c] * kb, d1a += dS1[c] * ka, d1b += dS1[c] * kb;
-    }
-    for (; c < cols[1]; ++c) {  // the keys only row 1 sees
-      T* dv = dV + size_t(c) * hs + i;
-      T* dk = dK + size_t(c) * hs + i;
-      const V ka = at(k + size_t(c) * stride + i), kb = at(k + size_t(c) * stride + i + W);
-      put(dv, at(dv) + P1[c] * ha), put(dv + W, at(dv + W) + P1[c] * hb);
-      put(dk, at(dk) + dS1[c] * ra), put(dk + W, at(dk + W) + dS1[c] * rb);
-      d1a += dS1[c] * ka, d1b += dS1[c] * kb;
-    }
-    put(dq[0] + i, d0a), put(dq[0] + i + W, d0b), put(dq[1] + i, d1a), put(dq[1] + i + W, d1b);
-  }
-  for (; i < hs; ++i)  // what a head size that is no multiple of 2 W leaves, one value at a time
-    for (int c = 0; c < cols[1]; ++c) {
-      for (int n = 0; n < 2; ++n) {
-        if (c >= cols[n]) continue;
-        const T p = (n == 0 ? P0 : P1)[c], ds = (n == 0 ? dS0 : dS1)[c];
-        dV[size_t(c) * hs + i] += p * g[n][i];
-        dK[size_t(c) * hs + i] += ds * q[n][i];
-        dq[n][i] += ds * k[size_t(c) * stride + i];
+  for (; i + 4 * W <= hs; i += 4 * W) {
+    V a[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < 4; ++v) a[r][v] = load_lanes(row(r, i + v * W));
+    for (int d = d0; d < d1; ++d) {
+      const T* xd = x + size_t(d) * x_stride + i;
+      const V x4[4] = {load_lanes(xd), load_lanes(xd + W), load_lanes(xd + 2 * W), load_lanes(xd + 3 * W)};
+      for (int r = 0; r < R; ++r) {
+        const T c = coef[size_t(r) * r_step + size_t(d) * d_step];
+        for (int v = 0; v < 4; ++v) a[r][v] += c * x4[v];
       }
     }
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < 4; ++v) store_lanes(row(r, i + v * W), a[r][v]);
+  }
+  for (; i + W <= hs; i += W) {  // a head size that is no multiple of 4 W: a vector at a time
+    V a[R];
+    for (int r = 0; r < R; ++r) a[r] = load_lanes(row(r, i));
+    for (int d = d0; d < d1; ++d) {
+      const V xd = load_lanes(x + size_t(d) * x_stride + i);
+      for (int r = 0; r < R; ++r) a[r] += coef[size_t(r) * r_step + size_t(d) * d_step] * xd;
+    }
+    for (int r = 0; r < R; ++r) store_lanes(row(r, i), a[r]);
+  }
+  for (; i < hs; ++i)  // and what is left of it, a value at a time (the same sums)
+    for (int r = 0; r < R; ++r) {
+      T ai = *row(r, i);
+      for (int d = d0; d < d1; ++d) ai += coef[size_t(r) * r_step + size_t(d) * d_step] * x[size_t(d) * x_stride + i];
+      *row(r, i) = ai;
+    }
+}
+
+// add_products over n rows, four at a time and then one by one; rows r0 .. r0+3 sum the
+// depth [first(r0), last(r0 + 3)) (first(r), last(r): where row r's nonzero coefficients
+// begin and end; the other rows of the group have zeros there, which leave their sums as
+// they are).
+template <class T, class First, class Last>
+void add_products_rows(int n, T* acc, int hs, const T* coef, size_t r_step, size_t d_step, const T* x,
+                       size_t x_stride, First&& first, Last&& last) {
+  int r = 0;
+  for (; r + 4 <= n; r += 4) {
+    const int d0 = first(r), d1 = last(r + 3);
+    if (d0 < d1)
+      add_products<4>(acc + size_t(r) * hs, hs, coef + size_t(r) * r_step, r_step, d_step, x, x_stride, d0, d1);
+  }
+  for (; r < n; ++r) {
+    const int d0 = first(r), d1 = last(r);
+    if (d0 < d1)
+      add_products<1>(acc + size_t(r) * hs, hs, coef + size_t(r) * r_step, r_step, d_step, x, x_stride, d0, d1);
+  }
 }
 
 // The largest of x[0 .. n-1] and `start`, in the fixed lanes of lanes.h (lane l takes
@@ -356,11 +373,11 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
     if (parallel : worth_threads_macs(double(a.B) * NH * Tq * Tk * hs))
   {
     // The head's keys and values transposed (for row_dots, made once a head), a key tile's
-    // gradient accumulators, the head's dQ accumulators and D, two rows' P and dS.
+    // gradient accumulators, the head's dQ accumulators and D, a tile's P and dS.
     std::vector<T> Kt(transposed_row<T>(Tk) * hs), Vt(transposed_row<T>(Tk) * hs);
     std::vector<T> dK(size_t(Bc) * hs), dV(size_t(Bc) * hs), dQ(size_t(Tq) * hs),
         D(static_cast<size_t>(Tq));
-    std::vector<T> P(size_t(2) * Bc), dS(size_t(2) * Bc);
+    std::vector<T> P(size_t(Br) * Bc), dS(size_t(Br) * Bc);
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < a.B; ++b)
       for (int h = 0; h < NH; ++h) {
@@ -371,27 +388,9 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
         T* dkb = dk + size_t(b) * Tk * a.kv_stride + size_t(h) * hs;
         T* dvb = dv + size_t(b) * Tk * a.kv_stride + size_t(h) * hs;
         const T* L = lse + (size_t(b) * NH + h) * Tq;
-        auto dO = [&](int t) { return dout + (size_t(b) * Tq + t) * a.out_stride + size_t(h) * hs; };
-        // Rows t0 and t1's scores on keys j0 .. j0+cols-1 (row n's in P[n], dS[n]):
-        // recomputes s (as the forward did), then P = e^{s - L_t} (for dV) and
-        // dP = dO_t . v_u, and leaves in dS the score's gradient P (dP - D_t) / sqrt(hs)
-        // (the last factor: the chain rule through s). Each row's keys past what it sees are
-        // computed and not used.
+        const T* dob = dout + size_t(b) * Tq * a.out_stride + size_t(h) * hs;
+        auto dO = [&](int t) { return dob + size_t(t) * a.out_stride; };
         const size_t ld = transposed_row<T>(Tk);
-        auto rows_scores = [&](int t0, int t1, int j0, int cols) {
-          const T* x[2] = {qb + size_t(t0) * a.q_stride, qb + size_t(t1) * a.q_stride};
-          const T* y[2] = {dO(t0), dO(t1)};
-          T* const p[2] = {P.data(), P.data() + Bc};
-          T* const ds[2] = {dS.data(), dS.data() + Bc};
-          row_dots<2>(x, y, Kt.data() + j0, Vt.data() + j0, ld, hs, cols, p, ds);
-          for (int n = 0; n < 2; ++n) {
-            const int t = n == 0 ? t0 : t1;
-            for (int c = 0; c < cols; ++c) {
-              p[n][c] = exp_t(p[n][c] * scale - L[t]);
-              ds[n][c] = p[n][c] * (ds[n][c] - D[size_t(t)]) * scale;
-            }
-          }
-        };
 
         // D_t = dO_t . O_t
         for (int t = 0; t < Tq; ++t)
@@ -404,7 +403,7 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
         transpose_head(kb, a.kv_stride, Tk, hs, Kt.data());
         transpose_head(vb, a.kv_stride, Tk, hs, Vt.data());
         for (int kj = 0; kj < nk; ++kj) {
-          const int j0 = kj * Bc, j1 = std::min(j0 + Bc, Tk);
+          const int j0 = kj * Bc, j1 = std::min(j0 + Bc, Tk), width = j1 - j0;
           std::fill(dK.begin(), dK.end(), T(0));
           std::fill(dV.begin(), dV.end(), T(0));
           // query tiles that end before the row j0 - delta (the first to see key j0) are masked
@@ -412,24 +411,46 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
           skipped += first;
           for (int qi = first; qi < nq; ++qi) {
             ++visited;
-            const int i0 = qi * Br, i1 = std::min(i0 + Br, Tq);
-            // Row t sees the first visible(t) keys of this tile. Rows go two at a time
-            // through the scores and into the gradients (each key's dK and dV receive the
-            // rows in increasing t).
+            const int i0 = qi * Br, i1 = std::min(i0 + Br, Tq), rows = i1 - i0;
+            // Row t sees the first visible(t) keys of this tile; key c (of the tile) is seen
+            // from row seen_from(c) on.
             auto visible = [&](int t) { return std::max(j0, std::min(j1, t + delta + 1)) - j0; };
-            for (int t = i0; t < i1; t += 2) {
-              const int t1 = std::min(t + 1, i1 - 1);
-              if (visible(t1) == 0) continue;
-              rows_scores(t, t1, j0, visible(t1));
-              // A lone last row goes as row 1 with no row 0 (rows_scores put its P in P[1]).
-              const int cols[2] = {t1 > t ? visible(t) : 0, visible(t1)};
-              T* const dq_rows[2] = {dQ.data() + size_t(t) * hs, dQ.data() + size_t(t1) * hs};
-              const T* const q_rows[2] = {qb + size_t(t) * a.q_stride, qb + size_t(t1) * a.q_stride};
-              const T* const g_rows[2] = {dO(t), dO(t1)};
-              add_rows_gradients(dq_rows, dK.data(), dV.data(), q_rows, g_rows, kb + size_t(j0) * a.kv_stride,
-                                 a.kv_stride, P.data(), dS.data(), Bc, hs, cols);
-              scores += cols[0] + cols[1];
+            auto seen_from = [&](int c) { return std::min(rows, std::max(0, j0 + c - delta - i0)); };
+            // The tile's scores, two rows at a time (row_dots scores a pair as far as its
+            // later row sees), recomputed as the forward did: row r of P holds
+            // P = e^{s - L_t}, of dS the score's gradient P (dP - D_t) / sqrt(hs) with
+            // dP = dO_t . v_u (the last factor: the chain rule through s), and the keys row
+            // t does not see hold zeros in both.
+            for (int r = 0; r < rows; r += 2) {
+              const int r1 = std::min(r + 1, rows - 1);  // a lone last row is scored twice
+              const int cols = visible(i0 + r1);
+              const T* x[2] = {qb + size_t(i0 + r) * a.q_stride, qb + size_t(i0 + r1) * a.q_stride};
+              const T* y[2] = {dO(i0 + r), dO(i0 + r1)};
+              T* const p[2] = {P.data() + size_t(r) * Bc, P.data() + size_t(r1) * Bc};
+              T* const ds[2] = {dS.data() + size_t(r) * Bc, dS.data() + size_t(r1) * Bc};
+              if (cols > 0) row_dots<2>(x, y, Kt.data() + j0, Vt.data() + j0, ld, hs, cols, p, ds);
+              for (int n = 0; n < (r1 > r ? 2 : 1); ++n) {
+                const int t = i0 + (n == 0 ? r : r1), seen = visible(t);
+                for (int c = 0; c < seen; ++c) {
+                  p[n][c] = exp_t(p[n][c] * scale - L[t]);
+                  ds[n][c] = p[n][c] * (ds[n][c] - D[size_t(t)]) * scale;
+                }
+                std::fill(p[n] + seen, p[n] + width, T(0));
+                std::fill(ds[n] + seen, ds[n] + width, T(0));
+              }
             }
+            for (int r = 0; r < rows; ++r) scores += visible(i0 + r);
+            // The three products. Every sum runs in the order one row (or key) after another
+            // gives: dV_c and dK_c over t, dQ_t over c, each after the earlier tiles' terms.
+            auto from_row = [&](int c) { return seen_from(c); };
+            auto to_row = [&](int) { return rows; };
+            add_products_rows(width, dV.data(), hs, P.data(), 1, size_t(Bc), dO(i0), a.out_stride, from_row, to_row);
+            add_products_rows(width, dK.data(), hs, dS.data(), 1, size_t(Bc), qb + size_t(i0) * a.q_stride,
+                              a.q_stride, from_row, to_row);
+            auto from_key = [&](int) { return 0; };
+            auto to_key = [&](int r) { return visible(i0 + r); };
+            add_products_rows(rows, dQ.data() + size_t(i0) * hs, hs, dS.data(), size_t(Bc), 1,
+                              kb + size_t(j0) * a.kv_stride, a.kv_stride, from_key, to_key);
           }
           for (int u = j0; u < j1; ++u)
             for (int i = 0; i < hs; ++i) {
