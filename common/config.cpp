@@ -134,7 +134,7 @@ constexpr Key kKeys[] = {
     {"virtual_stages", FIELD(virtual_stages),
      "model chunks per pipeline rank (interleaved schedules; 1: one); pp x virtual_stages at most n_layer"},
     {"sequence_parallel", FIELD(sequence_parallel),
-     "tensor parallelism: layernorms, residuals and the embedding's sum on 1/tp of the rows each (seq_len must divide by tp); stages 06+"},
+     "tensor parallelism: layernorms, residuals and the embedding's sum on 1/tp of the rows each (seq_len / cp must divide by tp); stages 06+"},
     {"cp_split", FIELD(cp_split),
      "context parallelism: zigzag (2 cp chunks, rank r holds r and 2cp-1-r: equal causal work) or contiguous (cp chunks); stages 10 and 11"},
     {"schedule", FIELD(schedule),

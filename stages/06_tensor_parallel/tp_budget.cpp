@@ -16,7 +16,7 @@ namespace {
 // make_buckets of grad_sync.cpp on unit sizes (embeddings, blocks, final): the bucket
 // sizes in backward order, the embeddings' last.
 std::vector<int64_t> buckets(const std::vector<int64_t>& units, double bucket_mb) {
-  const int64_t limit = std::max<int64_t>(1, int64_t(bucket_mb * 1024 * 1024 / 4));
+  const int64_t limit = std::max<int64_t>(1, int64_t(bucket_mb * 1024 * 1024 / sizeof(float)));
   std::vector<int64_t> out;
   std::vector<size_t> order = {units.size() - 1};
   for (size_t u = units.size() - 2; u >= 1; --u) order.push_back(u);

@@ -40,6 +40,8 @@ PipeSchedule interleaved_schedule(int p, int rank, int m, int v) {
 }
 
 double interleaved_bubble(int p, int m, int v) {
+  // One expression for the header's two cases: m >= p gives hi = m, lo = p, so
+  // (p - 1) / (v m + p - 1); m < p gives hi = p, lo = m, so (v (p - m) + m - 1) / (v p + m - 1).
   const int hi = std::max(m, p), lo = std::min(m, p);
   return double(v * (hi - m) + lo - 1) / double(v * hi + lo - 1);
 }
