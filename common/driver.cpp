@@ -151,6 +151,7 @@ void require_rank0_config(Communicator& world, const Config& cfg, const std::str
 
 int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
   return run_main("train", [&] {
+    hold_stop_signal();  // until our handler is in place, after MPI's start-up
     Config cfg;
     if (!parse_args(argc, argv, cfg, "train")) return 0;
     if (cfg.threads > 0) omp_set_num_threads(cfg.threads);

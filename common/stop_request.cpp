@@ -1,6 +1,7 @@
 // The stop signals' handler; see stop_request.h.
 #include "common/stop_request.h"
 
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -56,6 +57,18 @@ void on_stop_signal(int signal) {
 
 }  // namespace
 
+namespace {
+void set_usr1_blocked(bool blocked) {
+  sigset_t usr1;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  invariant(pthread_sigmask(blocked ? SIG_BLOCK : SIG_UNBLOCK, &usr1, nullptr) == 0,
+            "stop signal: pthread_sigmask failed");
+}
+}  // namespace
+
+void hold_stop_signal() { set_usr1_blocked(true); }
+
 void install_stop_handlers(bool announce, bool terminal_signals) {
   g_announce.store(announce);
   struct sigaction action = {};
@@ -63,9 +76,10 @@ void install_stop_handlers(bool announce, bool terminal_signals) {
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // a read or write the signal interrupts goes on
   invariant(sigaction(SIGUSR1, &action, nullptr) == 0, "install_stop_handlers: sigaction failed");
-  if (!terminal_signals) return;
-  for (const int signal : {SIGTERM, SIGINT})
-    invariant(sigaction(signal, &action, nullptr) == 0, "install_stop_handlers: sigaction failed");
+  if (terminal_signals)
+    for (const int signal : {SIGTERM, SIGINT})
+      invariant(sigaction(signal, &action, nullptr) == 0, "install_stop_handlers: sigaction failed");
+  set_usr1_blocked(false);  // a SIGUSR1 held since hold_stop_signal reaches the handler now
 }
 
 int stop_signal() { return g_stop_signal.load(); }

@@ -26,10 +26,18 @@ namespace gpt {
 /// The exit status of a run that a stop signal ended after its checkpoint (docs/cli.md).
 constexpr int kStoppedExit = 3;
 
+/// Blocks SIGUSR1 until install_stop_handlers is called: a stop signal that arrives before
+/// the handler is in place (while MPI starts up, which can take a second, or a GPU's
+/// context is made) waits, pending, and then reaches the handler, instead of ending the
+/// process by the signal's default action. Call first thing, on the main thread: the
+/// threads started meanwhile (MPI's) keep it blocked, and the signal goes to one that
+/// does not.
+void hold_stop_signal();
+
 /// Installs the handler for SIGUSR1, and with `terminal_signals` (a run of one process)
-/// for SIGTERM and SIGINT too. `announce`: the first signal writes one line to stderr
-/// saying what will happen (the lead rank's, not every rank's). Call once a process,
-/// before training.
+/// for SIGTERM and SIGINT too, then unblocks SIGUSR1 on this thread (hold_stop_signal).
+/// `announce`: the first signal writes one line to stderr saying what will happen (the
+/// lead rank's, not every rank's). Call once a process, before training.
 void install_stop_handlers(bool announce, bool terminal_signals);
 
 /// The stop signal this process has received (SIGUSR1, SIGTERM or SIGINT), or 0.

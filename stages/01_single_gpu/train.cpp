@@ -220,6 +220,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
 }
 
 int train(int argc, char** argv) {
+  hold_stop_signal();  // until the handler is in place (a GPU's context takes a moment)
   Config cfg;
   if (!parse_args(argc, argv, cfg, "train")) return 0;
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);

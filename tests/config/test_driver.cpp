@@ -1,9 +1,13 @@
 // The shared driver's layout checks (common/driver.h): the mesh from the config keys
 // dp, tp, pp, cp against the job's rank count, and a stage refusing by name an axis it
-// does not implement; and the model FLOPs utilisation it reports (common/mfu.h).
+// does not implement; the model FLOPs utilisation it reports (common/mfu.h); and the stop
+// signal held back until its handler is in place (common/stop_request.h).
 #include <catch2/catch.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <array>
 #include <optional>
 #include <string>
@@ -13,6 +17,7 @@
 #include "common/error.h"
 #include "common/gpt2_layout.h"
 #include "common/mfu.h"
+#include "common/stop_request.h"
 
 using namespace gpt;
 
@@ -149,4 +154,31 @@ TEST_CASE("mfu: tokens/s x flops per token over the peak, and nothing without a 
   const std::optional<double> mfu = model_flops_utilisation(241889, flops, 989e12);
   REQUIRE(mfu.has_value());
   CHECK(*mfu == Approx(0.2104).margin(5e-5));
+}
+
+// In a child process, as the trainers start: a SIGUSR1 raised before the handler is
+// installed. Held (hold_stop_signal), it waits and reaches the handler once installed: the
+// child sees stop_signal() == SIGUSR1 and exits 0. Control: not held, the signal's default
+// action ends the child at once.
+TEST_CASE("stop signal: a SIGUSR1 before the handler waits for it when held, and kills without the hold",
+          "[config][driver]") {
+  auto child_status = [](bool hold) {
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      if (hold) hold_stop_signal();
+      std::raise(SIGUSR1);
+      install_stop_handlers(/*announce=*/false, /*terminal_signals=*/false);
+      _exit(stop_signal() == SIGUSR1 ? 0 : 1);
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    return status;
+  };
+  const int held = child_status(true);
+  CHECK(WIFEXITED(held));
+  CHECK(WEXITSTATUS(held) == 0);
+  const int unheld = child_status(false);
+  CHECK(WIFSIGNALED(unheld));
+  CHECK(WTERMSIG(unheld) == SIGUSR1);
 }
