@@ -414,7 +414,8 @@ void require_memory_for_weights(const Config& cfg, int dp) {
                   params, share, bytes / 1e9, bytes_each, fp64 ? "fp64" : "fp32", double(memory.bytes) / 1e9,
                   memory.source.c_str());
     fail("n_layer=" + std::to_string(m.n_layer) + ", n_embd=" + std::to_string(m.n_embd) +
-         ", vocab_size=" + std::to_string(m.vocab_size) + ": " + text);
+         ", vocab_size=" + std::to_string(m.vocab_size) + ", block_size=" + std::to_string(m.block_size) + ": " +
+         text);
   }
 }
 
@@ -754,6 +755,11 @@ void validate(const Config& cfg, int dp) {
   check_double(cfg.lr_decay_fraction > 0 && cfg.lr_decay_fraction <= 1, "lr_decay_fraction", cfg.lr_decay_fraction,
                "must be in (0, 1]: the share of the steps after the warmup spent decaying (lr_schedule=wsd)");
   check_double(cfg.weight_decay >= 0, "weight_decay", cfg.weight_decay, "must be >= 0");
+  // AdamW's step scales a decayed weight by 1 - lr weight_decay (before the gradient's
+  // term): at 1 or more every step would zero it or flip its sign, a run that only diverges.
+  check_double(cfg.lr * cfg.weight_decay < 1, "weight_decay", cfg.weight_decay,
+               "times lr=" + show(cfg.lr) + " must be below 1: each step multiplies a decayed weight by "
+               "1 - lr * weight_decay, which would zero it or flip its sign");
   check_double(cfg.beta1 >= 0 && cfg.beta1 < 1, "beta1", cfg.beta1, "must be in [0, 1)");
   check_double(cfg.beta2 >= 0 && cfg.beta2 < 1, "beta2", cfg.beta2, "must be in [0, 1)");
   check_double(cfg.adam_eps > 0, "adam_eps", cfg.adam_eps, "must be positive");
@@ -792,6 +798,10 @@ void validate(const Config& cfg, int dp) {
   parse_recompute(cfg.activation_checkpointing);  // the accepted names live there
   check(cfg.comm == "auto" || cfg.comm == "mpi" || cfg.comm == "nccl", "comm",
         show(Json(cfg.comm)), "must be auto, mpi or nccl");
+  // Refused here, not only where a job builds its communicator, so that stage 01, which
+  // builds none, does not take it without a word.
+  check(!(cfg.comm == "nccl" && cfg.device == "cpu"), "comm", show(Json(cfg.comm)),
+        "NCCL moves GPU buffers and the device is the CPU; use comm=mpi (or auto) with device=cpu");
   check(cfg.allreduce == "ring" || cfg.allreduce == "backend", "allreduce",
         show(Json(cfg.allreduce)), "must be ring or backend");
   check_double(cfg.bucket_mb > 0, "bucket_mb", cfg.bucket_mb, "must be positive");

@@ -353,6 +353,7 @@ TEST_CASE("impossible values are errors naming the key and the reason") {
         {"eval_choices=no_such_eval.bin", "eval_choices"},
         {"lr_schedule=cos", "lr_schedule"}, {"lr_schedule=", "lr_schedule"},
         {"lr_decay_fraction=0", "lr_decay_fraction"}, {"lr_decay_fraction=1.01", "lr_decay_fraction"},
+        {"weight_decay=1e300", "weight_decay"},
     };
     for (const auto& [override_text, key] : cases) {
       INFO("--set " << override_text);
@@ -369,6 +370,16 @@ TEST_CASE("impossible values are errors naming the key and the reason") {
       REQUIRE_NOTHROW(gpt::validate(with({schedule, "lr_decay_fraction=1"})));
     REQUIRE_NOTHROW(gpt::validate(with({"comm_timeout_s=1e9", "threads=8"})));  // 8 per core, one core at least
     REQUIRE_NOTHROW(gpt::validate(with({"bucket_mb=1048576"})));
+    // weight_decay against lr: lr * weight_decay must stay below 1 (each step scales a
+    // decayed weight by 1 - lr * weight_decay); just below is allowed, 1 exactly is not.
+    REQUIRE_NOTHROW(gpt::validate(with({"lr=0.5", "weight_decay=1.99"})));
+    REQUIRE_THROWS_WITH(gpt::validate(with({"lr=0.5", "weight_decay=2"})),
+                        Contains("weight_decay=2") && Contains("lr=0.5") && Contains("below 1"));
+    // comm=nccl with device=cpu: refused by every stage, naming the key (with a GPU it is allowed).
+    REQUIRE_THROWS_WITH(gpt::validate(with({"device=cpu", "comm=nccl"})),
+                        Contains("comm=\"nccl\"") && Contains("device=cpu"));
+    REQUIRE_NOTHROW(gpt::validate(with({"device=cuda", "comm=nccl"})));
+    REQUIRE_NOTHROW(gpt::validate(with({"device=cpu", "comm=mpi"})));
   }
   SECTION("text keys are UTF-8 without NUL (the checkpoint manifest stores them as JSON)") {
     // A Latin-1 path, a stray byte, a character cut off: each names its key.
