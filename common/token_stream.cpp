@@ -37,6 +37,7 @@ std::string mapping_hint(int err, size_t mapped) {
 
 TokenStream::TokenStream(const std::string& pattern, int vocab_size) {
   require(vocab_size > 0, "data " + pattern + ": vocab_size must be positive, got " + std::to_string(vocab_size));
+  vocab_size_ = vocab_size;
   try {
     for (const std::string& path : expand_shards(pattern)) {
       const int64_t count = shard_token_count(path);  // the file and its header, checked
@@ -56,7 +57,7 @@ TokenStream::TokenStream(const std::string& pattern, int vocab_size) {
         fail("shard '" + path + "': cannot map its " + std::to_string(bytes) + " bytes into memory: " +
              std::strerror(map_errno) + mapping_hint(map_errno, shards_.size()));
       try {
-        shards_.push_back({mapping, bytes, nullptr, total_, count});  // unmapped by unmap_all if a check fails
+        shards_.push_back({mapping, bytes, nullptr, total_, count, path});  // unmapped by unmap_all if a check fails
       } catch (...) {
         ::munmap(mapping, bytes);
         throw;
@@ -81,13 +82,16 @@ TokenStream::TokenStream(const std::string& pattern, int vocab_size) {
 TokenStream::~TokenStream() { unmap_all(); }
 
 TokenStream::TokenStream(TokenStream&& other) noexcept
-    : shards_(std::exchange(other.shards_, {})), total_(std::exchange(other.total_, 0)) {}
+    : shards_(std::exchange(other.shards_, {})),
+      total_(std::exchange(other.total_, 0)),
+      vocab_size_(std::exchange(other.vocab_size_, 0)) {}
 
 TokenStream& TokenStream::operator=(TokenStream&& other) noexcept {
   if (this != &other) {
     unmap_all();
     shards_ = std::exchange(other.shards_, {});
     total_ = std::exchange(other.total_, 0);
+    vocab_size_ = std::exchange(other.vocab_size_, 0);
   }
   return *this;
 }
@@ -113,7 +117,20 @@ void TokenStream::copy(int64_t first, int64_t n, int32_t* out) const {
   while (n > 0) {
     const int64_t offset = first - shard->start;
     const int64_t take = std::min(n, shard->count - offset);
-    for (int64_t i = 0; i < take; ++i) out[i] = shard->tokens[offset + i];
+    int largest = 0;
+    for (int64_t i = 0; i < take; ++i) {
+      out[i] = shard->tokens[offset + i];
+      largest = std::max(largest, out[i]);
+    }
+    // Every token was checked when the stream opened; one outside the vocabulary now
+    // means the file was rewritten in place since (which the mapping shows).
+    if (largest >= vocab_size_)
+      for (int64_t i = 0; i < take; ++i)
+        if (out[i] >= vocab_size_)
+          fail("shard '" + shard->path + "': token " + std::to_string(offset + i) + " is now " +
+               std::to_string(out[i]) + ", not below vocab_size " + std::to_string(vocab_size_) +
+               ": the file was rewritten in place after the run opened and checked it (replace a shard a "
+               "running job reads by writing a new file and renaming it, as prepare does)");
     out += take, first += take, n -= take;
     ++shard;
   }

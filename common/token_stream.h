@@ -17,7 +17,8 @@
 /// payload size, every token id), so a bad file stops the run at start-up. A shard must
 /// not be truncated or rewritten in place while a run maps it: reading a page past the
 /// new end raises SIGBUS, which common/mapping_fault.h turns into an error naming the
-/// shard and exit status 2. write_shards replaces a file by a rename, which leaves the
+/// shard and exit status 2; a token rewritten to one outside the vocabulary is named, with
+/// its shard, when a window reads it. write_shards replaces a file by a rename, which leaves the
 /// mapped file as it was. A read error while a page comes in (a failing disk, a lost
 /// network file system) ends the run the same way, where a copy would have failed at
 /// start-up: keep a run's data on a disk it can trust, or copy it to local storage first.
@@ -54,10 +55,12 @@ class TokenStream {
     const uint16_t* tokens = nullptr; // the payload, right after the header
     int64_t start = 0;                // the stream position of its first token
     int64_t count = 0;                // its tokens
+    std::string path;                 // its file, for the errors that name it
   };
   void unmap_all();
   std::vector<Shard> shards_;  // in stream order
   int64_t total_ = 0;
+  int vocab_size_ = 0;         // the bound every token was checked against at opening
 };
 
 }  // namespace gpt

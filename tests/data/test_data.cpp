@@ -558,6 +558,29 @@ TEST_CASE("token stream: copies across shard edges and empty shards, in sorted o
   CHECK(out[2] == 8);
 }
 
+// A shard rewritten in place after the stream checked it (the mapping shows the new bytes):
+// a token now outside the vocabulary is an error naming the shard and the token when a
+// copy reads it, not a token handed to the model. Control: a copy that does not reach it
+// goes on as before.
+TEST_CASE("token stream: a token rewritten in place outside the vocabulary is named with its shard", "[data]") {
+  TempDir dir;
+  gpt::write_shard(dir.file("q_0.bin"), counting_tokens(20));
+  gpt::write_shard(dir.file("q_1.bin"), counting_tokens(20));
+  const gpt::TokenStream stream(dir.file("q_*.bin"), 64);
+  {
+    std::fstream f(dir.file("q_1.bin"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1024 + 2 * 5);  // the header's 1024 bytes, then token 5 of the second shard
+    const uint16_t bad = 300;
+    f.write(reinterpret_cast<const char*>(&bad), sizeof bad);
+  }
+  std::vector<int32_t> out(8);
+  stream.copy(16, 8, out.data());  // tokens 16..19 of q_0, 0..3 of q_1: not the rewritten one
+  CHECK(out[7] == 3);
+  REQUIRE_THROWS_AS(stream.copy(18, 8, out.data()), gpt::UserError);
+  REQUIRE_THROWS_WITH(stream.copy(18, 8, out.data()),
+                      Contains("q_1.bin") && Contains("token 5 is now 300") && Contains("vocab_size 64"));
+}
+
 namespace {
 
 // A field of /proc/self/status in kB ("RssAnon:     1234 kB"), or -1 where there is none.
