@@ -6,7 +6,8 @@
 // import writes a checkpoint of step 0 holding the file's weights and zero AdamW moments,
 // which every stage resumes (`--set resume=RUN_DIR/step_00000000`): a run starts from
 // GPT-2's weights, in any layout, as from its own random ones. export writes a
-// checkpoint's weights as llm.c's version 3 (fp32) or, with --bf16, version 5. The
+// checkpoint's weights (a run directory's latest, given the run directory) as llm.c's
+// version 3 (fp32) or, with --bf16, version 5. The
 // format, and how its arrays map to the layout's tensors, is in common/llmc_model.h.
 #include <algorithm>
 #include <cstdio>
@@ -34,8 +35,9 @@ constexpr const char* kUsage =
     "  (RUN_DIR: new, or without checkpoints, and no job training in it):\n"
     "  train --config ... --set resume=RUN_DIR/step_00000000, with the file's model shape\n"
     "  (n_layer, n_head, n_embd, vocab_size; block_size its max_seq_len).\n"
-    "export: a checkpoint's weights become llm.c's model file, version 3 (fp32), or 5\n"
-    "  (bf16, rounded to nearest even) with --bf16. MODEL.bin must not exist yet.\n";
+    "export: a checkpoint's weights (CHECKPOINT: a step_N directory, or a run directory:\n"
+    "  its latest) become llm.c's model file, version 3 (fp32), or 5 (bf16, rounded to\n"
+    "  nearest even) with --bf16. MODEL.bin must not exist yet.\n";
 
 int import_model(const std::string& model_path, const std::string& run_dir) {
   const gpt::LlmcHeader header = gpt::read_llmc_header(model_path);
@@ -76,7 +78,8 @@ int import_model(const std::string& model_path, const std::string& run_dir) {
   return 0;
 }
 
-int export_model(const std::string& checkpoint, const std::string& model_path, bool bf16) {
+int export_model(const std::string& given, const std::string& model_path, bool bf16) {
+  const std::string checkpoint = gpt::checkpoint_or_latest(given);  // a run directory: its latest
   if (gpt::name_taken(model_path))
     gpt::fail("MODEL.bin '" + model_path + "' exists; name a new file (nothing is overwritten)");
   const gpt::ParamLayout layout(gpt::checkpoint_model(checkpoint));

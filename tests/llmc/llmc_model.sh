@@ -12,7 +12,8 @@
 #   3. stage 06 on 2 ranks (tp = 2) in fp32 evaluates it within 4 e01 + 8 eps32, e01
 #      stage 01's own fp32 error: the oracle's fp32 bound (tests/oracle/README.md), with
 #      stage 01 in fp32 as the baseline where the oracle has PyTorch in fp32;
-#   4. export gives back the imported file byte for byte (version 3 and, with --bf16, 5);
+#   4. export gives back the imported file byte for byte (version 3 and, with --bf16, 5),
+#      given the checkpoint or its run directory;
 #      version 3's weights exported with --bf16 give version 5's file (the rounding);
 #      version 1's export, imported again, gives the same checkpoint tensors;
 #   5. bad input: a truncated file, an unknown version, n_head not dividing n_embd, a
@@ -101,6 +102,8 @@ exported() {
 }
 exported "version 3 comes back byte for byte" \
   bash -c '"$0" export run3/step_00000000 back3.bin && cmp back3.bin m3.bin' "$TOOL"
+exported "a run directory exports its latest checkpoint (here its only one)" \
+  bash -c '"$0" export run3 back3_run.bin && cmp back3_run.bin m3.bin' "$TOOL"
 exported "version 5 comes back byte for byte (--bf16)" \
   bash -c '"$0" export run5/step_00000000 back5.bin --bf16 && cmp back5.bin m5.bin' "$TOOL"
 exported "version 3 exported with --bf16 is version 5's file (the same seed: the rounding of the same values)" \
