@@ -1,6 +1,6 @@
 /// @file
 /// Model FLOPs utilisation (MFU): the training FLOP/s a run achieves over the peak of the
-/// hardware it runs on (PaLM, Chowdhury et al. 2022, appendix B).
+/// hardware it runs on (PaLM, Chowdhery et al. 2022, appendix B).
 ///
 /// ```
 ///   flops per token = 6 N + 12 L C T

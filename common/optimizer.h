@@ -4,7 +4,7 @@
 ///
 /// ```
 ///   lr(s) = lr * (s+1)/warmup                            for s < warmup
-///         = lr * (r + (1-r) * left(p)),  p = min(1, (s-warmup)/(steps-warmup)), r = min_lr_ratio
+///         = lr * (r + (1-r) * left(p)),  p = min(1, (s-warmup)/max(1, steps-warmup)), r = min_lr_ratio
 ///   left(p) = (1 + cos(pi * p)) / 2                      lr_schedule=cosine (GPT-2, GPT-3)
 ///           = 1 - p                                      linear
 ///           = 1 (lr throughout)                          constant

@@ -11,9 +11,10 @@
 ///  - forward ops overwrite their outputs;
 ///  - backward ops ACCUMULATE (+=) into parameter gradients and into input gradients,
 ///    so a tensor used twice (the residual stream, tied embeddings) just receives two
-///    contributions; callers zero gradients once per optimizer step. Two input
-///    gradients are written instead (=): matmul_backward's dinp and gelu_backward's,
-///    each the scratch of one pass, read only by the next op;
+///    contributions; callers zero the parameter gradients once per optimizer step, and
+///    an input gradient that is a scratch buffer (the attention's dqkv) before each op
+///    that adds into it. Two input gradients are written instead (=): matmul_backward's
+///    dinp and gelu_backward's, each the scratch of one pass, read only by the next op;
 ///  - templated on the storage type A of weights and activations: float (training),
 ///    double (the ground truth, CPU only) and bf16 (the bf16 mode; on the CPU each op
 ///    widens to fp32, computes and rounds back: kernels/cpu/bf16_ops.h). G = GradOf<A>

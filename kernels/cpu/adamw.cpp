@@ -1,4 +1,11 @@
-// AdamW update, gradient norm and bf16 rounding; see kernels/ops.h for the equations.
+// AdamW update, gradient norm and bf16 rounding. AdamW (Loshchilov & Hutter), per element,
+// t the step counted from 1 (docs/model.md derives the choices):
+//   g = grad * clip
+//   m = b1 m + (1 - b1) g,   v = b2 v + (1 - b2) g^2
+//   m_hat = m * fl(1 / (1 - b1^t)),   v_hat = v * fl(1 / (1 - b2^t))   (corrections in double)
+//   p -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * p)                   (decay decoupled from g)
+// The gradient norm is ||g||_2 over every tensor: fixed chunks, each summed in the fixed
+// lanes of lanes.h, their sums added in order (the same bits on any thread count).
 #include <algorithm>
 #include <cmath>
 #include <cstddef>

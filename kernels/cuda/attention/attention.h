@@ -27,7 +27,8 @@
 /// Scratch and statistics buffers are always fp32.
 ///
 /// Conventions (kernels/ops.h): forward overwrites `out`; backward ACCUMULATES into dqkv
-/// (dqkv += gradient), so callers zero it once per step. All pointers are device
+/// (dqkv += gradient), so callers zero it first (the model's d_qkv is one layer's scratch,
+/// zeroed before each layer's attention backward). All pointers are device
 /// memory; every call is asynchronous on `stream`. Bad shapes throw
 /// std::invalid_argument; CUDA errors throw std::runtime_error.
 ///
