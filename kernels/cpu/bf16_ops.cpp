@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu/aligned.h"
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/flash_attention.h"
@@ -39,13 +40,13 @@ namespace {
 // An fp32 copy of n bf16 values (null for a null input), alive as long as this object.
 class Wide {
  public:
-  Wide(const bf16* x, size_t n) : data_(x ? new float[n] : nullptr) {
+  Wide(const bf16* x, size_t n) : data_(x ? aligned_array<float>(n) : nullptr) {
     if (x) convert(data_.get(), x, n);
   }
   float* get() const { return data_.get(); }
 
  private:
-  std::unique_ptr<float[]> data_;
+  AlignedArray<float> data_;  // on a cache line, as the model's own buffers (kernels/cpu/aligned.h)
 };
 
 // An fp32 buffer standing in for the bf16 output `out` of n elements (null stays null):
@@ -53,7 +54,7 @@ class Wide {
 // when this object is destroyed, after the op has run.
 class Narrowed {
  public:
-  Narrowed(bf16* out, size_t n, bool accumulates) : out_(out), n_(n), data_(out ? new float[n] : nullptr) {
+  Narrowed(bf16* out, size_t n, bool accumulates) : out_(out), n_(n), data_(out ? aligned_array<float>(n) : nullptr) {
     if (out && accumulates) convert(data_.get(), out, n);
   }
   ~Narrowed() {
@@ -66,7 +67,7 @@ class Narrowed {
  private:
   bf16* out_;
   size_t n_;
-  std::unique_ptr<float[]> data_;
+  AlignedArray<float> data_;  // on a cache line, as the model's own buffers (kernels/cpu/aligned.h)
 };
 
 constexpr bool kOverwrites = false, kAccumulates = true;

@@ -67,6 +67,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/aligned.h"
 #include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/lanes.h"
 #include "kernels/cpu/parallel.h"
@@ -289,8 +290,8 @@ FlashCounts flash_attention_forward(const FlashView<T>& a, T* out, T* lse, int B
     // (accumulator O, max m, sum l), as a GPU block keeps them in shared memory, and the
     // head's keys transposed (row_dots reads them side by side; made once a head, where a
     // GPU block loads a key tile for each query tile). Values are read where they lie.
-    std::vector<T> S(size_t(Br) * Bc), Kt(transposed_row<T>(Tk) * hs), Vh(size_t(Tk) * hs);
-    std::vector<T> O(size_t(Br) * hs), m(static_cast<size_t>(Br)), l(static_cast<size_t>(Br));
+    AlignedVector<T> S(size_t(Br) * Bc), Kt(transposed_row<T>(Tk) * hs), Vh(size_t(Tk) * hs);
+    AlignedVector<T> O(size_t(Br) * hs), m(static_cast<size_t>(Br)), l(static_cast<size_t>(Br));
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < a.B; ++b)
       for (int h = 0; h < NH; ++h) {
@@ -374,10 +375,10 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
   {
     // The head's keys and values transposed (for row_dots, made once a head), a key tile's
     // gradient accumulators, the head's dQ accumulators and D, a tile's P and dS.
-    std::vector<T> Kt(transposed_row<T>(Tk) * hs), Vt(transposed_row<T>(Tk) * hs);
-    std::vector<T> dK(size_t(Bc) * hs), dV(size_t(Bc) * hs), dQ(size_t(Tq) * hs),
+    AlignedVector<T> Kt(transposed_row<T>(Tk) * hs), Vt(transposed_row<T>(Tk) * hs);
+    AlignedVector<T> dK(size_t(Bc) * hs), dV(size_t(Bc) * hs), dQ(size_t(Tq) * hs),
         D(static_cast<size_t>(Tq));
-    std::vector<T> P(size_t(Br) * Bc), dS(size_t(Br) * Bc);
+    AlignedVector<T> P(size_t(Br) * Bc), dS(size_t(Br) * Bc);
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < a.B; ++b)
       for (int h = 0; h < NH; ++h) {
