@@ -220,7 +220,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
 }
 
 int train(int argc, char** argv) {
-  hold_stop_signal();  // until the handler is in place (a GPU's context takes a moment)
+  install_stop_handlers(/*announce=*/true, /*terminal_signals=*/true);  // first: one process, Ctrl-C too
   Config cfg;
   if (!parse_args(argc, argv, cfg, "train")) return 0;
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
@@ -235,7 +235,6 @@ int train(int argc, char** argv) {
   const RunDirLock lock(cfg.run_dir);  // one job per run directory, taken before anything is written
   if (const std::string note = start_notes(cfg); !note.empty()) std::printf("%s\n", note.c_str());
   Trace::global().enable(cfg.trace_file);
-  install_stop_handlers(/*announce=*/true, /*terminal_signals=*/true);  // one process: Ctrl-C too
   if (precision == Precision::BF16) return train_on<gpt::bf16>(cfg, device, precision);
   if (precision == Precision::FP64) {
     require(device == Device::CPU, "precision=fp64 runs on the CPU only (device=cpu)");

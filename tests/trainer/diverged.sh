@@ -30,7 +30,9 @@ train() {
     cmd=("$MPIEXEC" -np "$1" --oversubscribe "$TRAIN03")
     shift
   fi
-  for kv in "$@"; do sets+=(--set "$kv"); done
+  # weight_decay=0: these runs diverge by their lr alone, and lr * weight_decay >= 1 is
+  # refused before training (the decay by itself would flip every decayed weight).
+  for kv in weight_decay=0 "$@"; do sets+=(--set "$kv"); done
   status=0
   "${cmd[@]}" $(tiny_args "$WORK/data" "$WORK/$name") --set sample_tokens=0 --set val_every=0 \
     "${sets[@]}" > "$WORK/$name.log" 2>&1 || status=$?
