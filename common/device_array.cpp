@@ -41,7 +41,14 @@ void* device_alloc(Device d, size_t bytes) {
     check_host_allocation(bytes);  // a clear error, not the kernel's killer, when the machine is full
     // 64-byte alignment: whole cache lines, and the AVX-512 GEMM's aligned loads.
     void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!p) fail("out of host memory allocating " + std::to_string(bytes) + " bytes");
+    // Refused with room to spare by the check above's measure: a limit on the address
+    // space (ulimit -v), or memory the check could not see.
+    if (!p)
+      fail("out of host memory: allocating " + format_bytes(double(bytes)) + " more for " +
+           kMemKindNames[size_t(MemScope::current())] + " was refused (a limit such as ulimit -v?); this process "
+           "holds " + MemoryTracker::global().held_now() +
+           ". Shrink the run (micro_batch_size, seq_len, n_layer, n_embd), recompute activations "
+           "(activation_checkpointing, stage 11), or spread it over more ranks");
     std::memset(p, 0, bytes);
     return p;
   }

@@ -10,6 +10,8 @@
 #include <thread>
 #include <utility>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/device_array.h"
@@ -191,4 +193,51 @@ TEST_CASE("host memory: a DeviceArray larger than the machine fails before a pag
   const size_t n = size_t(*available / sizeof(float)) + 1;
   REQUIRE_THROWS_WITH(DeviceArray<float>(Device::CPU, n), Catch::Contains("more for activations, but "));
   CHECK(MemoryTracker::global().current(MemKind::Activations) == before);  // nothing was counted
+}
+
+// An allocation the room check lets through but the system refuses (here a limit on the
+// address space, as `ulimit -v` sets, in a child process): the error still says how much,
+// for what, what the process holds and what to change, not only a byte count. Control:
+// the same allocation without the limit succeeds. AddressSanitizer reserves terabytes of
+// address space for itself, so the limit cannot be set under it.
+TEST_CASE("host memory: an allocation refused by an address-space limit names its kind and what to change",
+          "[memory]") {
+#if defined(__SANITIZE_ADDRESS__)
+  WARN("under AddressSanitizer an address-space limit stops the sanitizer itself: nothing to check");
+#else
+  constexpr size_t kFloats = size_t(1) << 28;  // 1 GiB
+  auto child = [&](bool limited) {
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      if (limited) {
+        std::ifstream status("/proc/self/status");
+        std::string key;
+        long long vm_kb = -1;
+        while (status >> key)
+          if (key == "VmSize:") status >> vm_kb;
+        const rlim_t limit = rlim_t(vm_kb + 256 * 1024) * 1024;  // 256 MiB more than now
+        const rlimit as{limit, limit};
+        if (vm_kb < 0 || setrlimit(RLIMIT_AS, &as) != 0) _exit(3);
+      }
+      try {
+        const MemScope scope(MemKind::Activations);
+        DeviceArray<float> big(Device::CPU, kFloats);
+        _exit(0);  // allocated
+      } catch (const UserError& e) {
+        const std::string what = e.what();
+        const bool named = what.find("allocating 1.00 GiB more for activations was refused") != std::string::npos &&
+                           what.find("this process holds") != std::string::npos &&
+                           what.find("micro_batch_size") != std::string::npos;
+        _exit(named ? 1 : 2);
+      }
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    REQUIRE(WIFEXITED(status));
+    return WEXITSTATUS(status);
+  };
+  CHECK(child(true) == 1);   // refused, with the message
+  CHECK(child(false) == 0);  // control: allocated
+#endif
 }
