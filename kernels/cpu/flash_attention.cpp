@@ -47,9 +47,10 @@
 // has to be folded into one number per score; the output keeps its vectors in registers
 // across a tile's keys. The backward scores a whole tile first (P and dS, Br x Bc), then
 // forms its three products (dV, dK, dQ) as small matrix products whose accumulators stay
-// in registers over the tile's rows or keys (add_products). D_t and the softmax's sum l go in the fixed
-// lanes of lanes.h. The scores' exps are exp_t, the vectorisable exp for float
-// (fast_exp.h) and the library's for double.
+// in registers over the tile's rows or keys (add_products). D_t and the softmax's sum l
+// go in the fixed lanes of lanes.h. The scores' exps are exp_t, the vectorisable exp for
+// float (fast_exp.h) and the library's for double. Every scratch buffer starts on a
+// cache line (aligned.h).
 //
 // Threads: OpenMP over (b, head), so one thread owns a head's whole backward. It runs key
 // tiles outer: a tile's dK and dV have accumulators of their own, and every row's dQ has
@@ -65,7 +66,6 @@
 #include <cstddef>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "kernels/cpu/aligned.h"
 #include "kernels/cpu/fast_exp.h"
