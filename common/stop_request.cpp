@@ -55,9 +55,7 @@ void on_stop_signal(int signal) {
   errno = saved_errno;
 }
 
-}  // namespace
-
-namespace {
+// SIGUSR1 blocked (held back) or not, on this thread and the threads it starts.
 void set_usr1_blocked(bool blocked) {
   sigset_t usr1;
   sigemptyset(&usr1);
@@ -65,6 +63,7 @@ void set_usr1_blocked(bool blocked) {
   invariant(pthread_sigmask(blocked ? SIG_BLOCK : SIG_UNBLOCK, &usr1, nullptr) == 0,
             "stop signal: pthread_sigmask failed");
 }
+
 }  // namespace
 
 void hold_stop_signal() { set_usr1_blocked(true); }

@@ -17,9 +17,9 @@
 /// payload size, every token id), so a bad file stops the run at start-up. A shard must
 /// not be truncated or rewritten in place while a run maps it: reading a page past the
 /// new end raises SIGBUS, which common/mapping_fault.h turns into an error naming the
-/// shard and exit status 2; a token rewritten to one outside the vocabulary is named, with
-/// its shard, when a window reads it. write_shards replaces a file by a rename, which leaves the
-/// mapped file as it was. A read error while a page comes in (a failing disk, a lost
+/// shard and exit status 2; a token rewritten to one outside the vocabulary is named,
+/// with its shard, when a window reads it. write_shards replaces a file by a rename, which
+/// leaves the mapped file as it was. A read error while a page comes in (a failing disk, a lost
 /// network file system) ends the run the same way, where a copy would have failed at
 /// start-up: keep a run's data on a disk it can trust, or copy it to local storage first.
 #pragma once
