@@ -44,10 +44,10 @@
 // or the thread count. A score q . k is summed over i = 0 .. hs-1 in order, with the
 // keys side by side: each head's keys (and, for the backward, values) are transposed
 // once, so that one vector holds the running sums of 16 keys (row_dots) and no vector
-// has to be folded into one number per score; the output keeps its vectors in registers
-// across a tile's keys. The backward scores a whole tile first (P and dS, Br x Bc), then
-// forms its three products (dV, dK, dQ) as small matrix products whose accumulators stay
-// in registers over the tile's rows or keys (add_products). D_t and the softmax's sum l
+// has to be folded into one number per score. Both passes score a whole tile first (the
+// forward its P, the backward its P and dS, Br x Bc), then form the tile's products (the
+// forward O += P V, the backward dV, dK and dQ) as small matrix products whose
+// accumulators stay in registers over the tile's keys or rows (add_products). D_t and the softmax's sum l
 // go in the fixed lanes of lanes.h. The scores' exps are exp_t, the vectorisable exp for
 // float (fast_exp.h) and the library's for double. Every scratch buffer starts on a
 // cache line (aligned.h).
@@ -152,41 +152,12 @@ void row_dots(const T* const* x, const T* const* y, const T* Kx, const T* Ky, si
   }
 }
 
-// o = e o + sum_{c < cols} p[c] v_c, v_c the value rows (`stride` apart): the softmax's
-// rescale and a tile's weighted values, each o[i] summed over c in order. Vectors of o
-// stay in registers over all of c (four at once, four chains of multiply-adds in flight)
-// instead of going to memory and back for every key.
-template <class T>
-void rescale_add_rows(T* o, T e, const T* p, const T* v, size_t stride, int hs, int cols) {
-  using V = LaneVector<T>;
-  constexpr int W = kLanes<T>;
-  auto at = [](const T* x) { return load_lanes(x); };
-  int i = 0;
-  for (; i + 4 * W <= hs; i += 4 * W) {
-    V o0 = e * at(o + i), o1 = e * at(o + i + W), o2 = e * at(o + i + 2 * W), o3 = e * at(o + i + 3 * W);
-    for (int c = 0; c < cols; ++c) {
-      const T* vc = v + size_t(c) * stride + i;
-      o0 += p[c] * at(vc);
-      o1 += p[c] * at(vc + W);
-      o2 += p[c] * at(vc + 2 * W);
-      o3 += p[c] * at(vc + 3 * W);
-    }
-    for (int l = 0; l < W; ++l)
-      o[i + l] = o0[l], o[i + W + l] = o1[l], o[i + 2 * W + l] = o2[l], o[i + 3 * W + l] = o3[l];
-  }
-  for (; i < hs; ++i) {  // what a head size that is no multiple of 4 W leaves: the same sums, one at a time
-    T oi = e * o[i];
-    for (int c = 0; c < cols; ++c) oi += p[c] * v[size_t(c) * stride + i];
-    o[i] = oi;
-  }
-}
-
 // R rows of accumulators (hs apart) receive products summed over a depth d in [d0, d1):
 //     acc_r += sum_d coef(r, d) x_d,   coef(r, d) = coef[r * r_step + d * d_step],
-// x_d the depth's input row (x_stride apart), each element summed over d in order. The
-// backward's three tile products are this one shape (P, dS: a tile's Br x Bc matrices):
-//     dV_c += sum_t P_tc dO_t,   dK_c += sum_t dS_tc q_t   (rows: keys, depth: query rows)
-//     dQ_t += sum_c dS_tc k_c                               (rows: query rows, depth: keys)
+// x_d the depth's input row (x_stride apart), each element summed over d in order. A
+// tile's four products are this one shape (P, dS: the tile's Br x Bc matrices):
+//     O_t  += sum_c P_tc v_c,    dQ_t += sum_c dS_tc k_c    (rows: query rows, depth: keys)
+//     dV_c += sum_t P_tc dO_t,   dK_c += sum_t dS_tc q_t    (rows: keys, depth: query rows)
 // As in the GEMM's micro-kernel, an R x 4-vector block of accumulators stays in registers
 // over the whole depth: each input vector loaded serves R rows, each coefficient four
 // vectors, and the accumulators go to memory once, not once a term.
@@ -289,7 +260,7 @@ FlashCounts flash_attention_forward(const FlashView<T>& a, T* out, T* lse, int B
     // One thread's working set: the score tile and the running state of the query tile
     // (accumulator O, max m, sum l), as a GPU block keeps them in shared memory, and the
     // head's keys transposed (row_dots reads them side by side; made once a head, where a
-    // GPU block loads a key tile for each query tile). Values are read where they lie.
+    // GPU block loads a key tile for each query tile), and its values gathered (copy_head).
     AlignedVector<T> S(size_t(Br) * Bc), Kt(transposed_row<T>(Tk) * hs), Vh(size_t(Tk) * hs);
     AlignedVector<T> O(size_t(Br) * hs), m(static_cast<size_t>(Br)), l(static_cast<size_t>(Br));
 #pragma omp for collapse(2) schedule(static)
@@ -308,7 +279,7 @@ FlashCounts flash_attention_forward(const FlashView<T>& a, T* out, T* lse, int B
           std::fill(l.begin(), l.end(), T(0));
           std::fill(O.begin(), O.end(), T(0));
           for (int kj = 0; kj < nk; ++kj) {
-            const int j0 = kj * Bc, j1 = std::min(j0 + Bc, Tk);
+            const int j0 = kj * Bc, j1 = std::min(j0 + Bc, Tk), width = j1 - j0;
             if (j0 > i1 - 1 + delta) {  // first key after the last query: this tile and the rest are masked
               skipped += nk - kj;
               break;
@@ -329,19 +300,27 @@ FlashCounts flash_attention_forward(const FlashView<T>& a, T* out, T* lse, int B
               T* const sy[2] = {S.data() + size_t(rr[2]) * Bc, S.data() + size_t(rr[3]) * Bc};
               row_dots<2>(x, y, Kt.data() + j0, Kt.data() + j0, ld, hs, cols_group, sx, sy);
             }
+            // Each row's softmax update; its probabilities replace its scores in S (zeros
+            // on the keys it does not see), and its O is rescaled to the new maximum.
             for (int r = 0; r < rows; ++r) {
               const int cols = visible(i0 + r);
-              if (cols == 0) continue;
               T* s = S.data() + size_t(r) * Bc;
+              std::fill(s + cols, s + width, T(0));
+              if (cols == 0) continue;
               for (int c = 0; c < cols; ++c) s[c] *= scale;
               const T mx = max_of(s, cols, m[size_t(r)]);
               scores += cols;
               const T e = std::exp(m[size_t(r)] - mx);  // e^{m - m'}: 0 on the row's first tile (m = -inf)
               for (int c = 0; c < cols; ++c) s[c] = exp_t(s[c] - mx);
               l[size_t(r)] = e * l[size_t(r)] + lane_sum<T>(cols, [=](int c) { return s[c]; });
-              rescale_add_rows(O.data() + size_t(r) * hs, e, s, Vh.data() + size_t(j0) * hs, size_t(hs), hs, cols);
+              T* o = O.data() + size_t(r) * hs;
+              for (int i = 0; i < hs; ++i) o[i] *= e;
               m[size_t(r)] = mx;
             }
+            // Then O_t += sum_c P_tc v_c as one product (each sum over c in order, after the
+            // earlier tiles' terms), the backward's add_products: rows query rows, depth keys.
+            add_products_rows(rows, O.data(), hs, S.data(), size_t(Bc), 1, Vh.data() + size_t(j0) * hs, size_t(hs),
+                              [](int) { return 0; }, [&](int r) { return visible(i0 + r); });
           }
           for (int r = 0; r < rows; ++r) {
             const int t = i0 + r;
