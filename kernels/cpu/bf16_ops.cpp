@@ -233,15 +233,16 @@ void softmax_crossentropy(float* losses, bf16* dlogits, const bf16* logits, cons
 }
 
 // The vocabulary-range halves go a row at a time: each thread widens its row into a
-// buffer of its own (a GPT-2 row is 50304 floats, 200 KB: it stays in cache) and runs the
-// fp32 kernel's row on it, so no N x Vl fp32 copy of the logits is made, touched once and
-// given back. The arithmetic is the fp32 op's, row by row.
+// buffer of its own (a GPT-2 row is 50304 floats, 200 KB: it stays in cache; on a cache
+// line, kernels/cpu/aligned.h) and runs the fp32 kernel's row on it, so no N x Vl fp32
+// copy of the logits is made, touched once and given back. The arithmetic is the fp32
+// op's, row by row.
 void crossentropy_stats(float* row_max, float* row_sumexp, float* target_logit, const bf16* logits,
                         const int32_t* targets, int v0, int V, int N, int Vl) {
   const int real = std::max(0, std::min(Vl, V - v0));
 #pragma omp parallel if (parallel : worth_threads(double(N) * real))
   {
-    std::vector<float> z(static_cast<size_t>(real));
+    AlignedVector<float> z(static_cast<size_t>(real));
 #pragma omp for schedule(static)
     for (int i = 0; i < N; ++i) {
       widen_row(z.data(), logits + size_t(i) * Vl, real);
@@ -256,7 +257,7 @@ void crossentropy_from_stats(float* losses, bf16* dlogits, const bf16* logits, c
   const int real = std::max(0, std::min(Vl, V - v0));
 #pragma omp parallel if (parallel : worth_threads(double(N) * Vl))
   {
-    std::vector<float> z(dlogits ? size_t(real) : 0), d(dlogits ? size_t(Vl) : 0);
+    AlignedVector<float> z(dlogits ? size_t(real) : 0), d(dlogits ? size_t(Vl) : 0);
 #pragma omp for schedule(static)
     for (int i = 0; i < N; ++i) {
       losses[i] = crossentropy_loss(row_max[i], row_sumexp[i], target_logit[i]);
