@@ -200,23 +200,50 @@ void add_products(T* acc, int hs, const T* coef, size_t r_step, size_t d_step, c
     }
 }
 
-// add_products over n rows, four at a time and then one by one; rows r0 .. r0+3 sum the
-// depth [first(r0), last(r0 + 3)) (first(r), last(r): where row r's nonzero coefficients
-// begin and end; the other rows of the group have zeros there, which leave their sums as
-// they are).
+// add_products over n rows, in groups of four, row r summing only its own depth
+// [first(r), last(r)). first and last never decrease with r (a later query row sees the
+// keys an earlier one sees, and more; a later key is seen from a later row on), so a
+// group's depth splits at those bounds into stretches, each covered by a run of the
+// group's adjacent rows, which add_products<rows in the run> sums together: all four
+// where they share it, which off the diagonal tiles is everywhere. A row never
+// multiplies a coefficient outside its own depth (a zero there times an infinite key or
+// value would put a NaN where the mask says nothing reaches), and each element's sum
+// still runs over its depth in increasing order.
 template <class T, class First, class Last>
 void add_products_rows(int n, T* acc, int hs, const T* coef, size_t r_step, size_t d_step, const T* x,
                        size_t x_stride, First&& first, Last&& last) {
-  int r = 0;
-  for (; r + 4 <= n; r += 4) {
-    const int d0 = first(r), d1 = last(r + 3);
-    if (d0 < d1)
-      add_products<4>(acc + size_t(r) * hs, hs, coef + size_t(r) * r_step, r_step, d_step, x, x_stride, d0, d1);
-  }
-  for (; r < n; ++r) {
-    const int d0 = first(r), d1 = last(r);
-    if (d0 < d1)
-      add_products<1>(acc + size_t(r) * hs, hs, coef + size_t(r) * r_step, r_step, d_step, x, x_stride, d0, d1);
+  for (int r0 = 0; r0 < n; r0 += 4) {
+    const int g = std::min(4, n - r0);
+    int f[4], l[4], bounds[8];
+    for (int i = 0; i < g; ++i) {
+      f[i] = first(r0 + i), l[i] = last(r0 + i);
+      bounds[2 * i] = f[i], bounds[2 * i + 1] = l[i];
+    }
+    if (g == 4 && f[0] == f[3] && l[0] == l[3]) {  // one depth for all four: off the diagonal, always
+      if (f[0] < l[0]) add_products<4>(acc + size_t(r0) * hs, hs, coef + size_t(r0) * r_step, r_step, d_step, x,
+                                       x_stride, f[0], l[0]);
+      continue;
+    }
+    for (int i = 1; i < 2 * g; ++i)  // in increasing order (at most 8: an insertion sort)
+      for (int j = i; j > 0 && bounds[j - 1] > bounds[j]; --j) std::swap(bounds[j - 1], bounds[j]);
+    for (int s = 0; s + 1 < 2 * g; ++s) {
+      const int d0 = bounds[s], d1 = bounds[s + 1];
+      if (d0 >= d1) continue;
+      auto covers = [&](int i) { return f[i] <= d0 && d1 <= l[i]; };
+      int lo = 0;
+      while (lo < g && !covers(lo)) ++lo;
+      int hi = lo;
+      while (hi < g && covers(hi)) ++hi;
+      T* a = acc + size_t(r0 + lo) * hs;
+      const T* c = coef + size_t(r0 + lo) * r_step;
+      switch (hi - lo) {
+        case 4: add_products<4>(a, hs, c, r_step, d_step, x, x_stride, d0, d1); break;
+        case 3: add_products<3>(a, hs, c, r_step, d_step, x, x_stride, d0, d1); break;
+        case 2: add_products<2>(a, hs, c, r_step, d_step, x, x_stride, d0, d1); break;
+        case 1: add_products<1>(a, hs, c, r_step, d_step, x, x_stride, d0, d1); break;
+        default: break;  // no row of the group sums this stretch
+      }
+    }
   }
 }
 
@@ -279,7 +306,7 @@ FlashCounts flash_attention_forward(const FlashView<T>& a, T* out, T* lse, int B
           std::fill(l.begin(), l.end(), T(0));
           std::fill(O.begin(), O.end(), T(0));
           for (int kj = 0; kj < nk; ++kj) {
-            const int j0 = kj * Bc, j1 = std::min(j0 + Bc, Tk), width = j1 - j0;
+            const int j0 = kj * Bc, j1 = std::min(j0 + Bc, Tk);
             if (j0 > i1 - 1 + delta) {  // first key after the last query: this tile and the rest are masked
               skipped += nk - kj;
               break;
@@ -300,12 +327,12 @@ FlashCounts flash_attention_forward(const FlashView<T>& a, T* out, T* lse, int B
               T* const sy[2] = {S.data() + size_t(rr[2]) * Bc, S.data() + size_t(rr[3]) * Bc};
               row_dots<2>(x, y, Kt.data() + j0, Kt.data() + j0, ld, hs, cols_group, sx, sy);
             }
-            // Each row's softmax update; its probabilities replace its scores in S (zeros
-            // on the keys it does not see), and its O is rescaled to the new maximum.
+            // Each row's softmax update; its probabilities replace its scores in S (the keys
+            // it sees: what the product below reads of it), and its O is rescaled to the new
+            // maximum.
             for (int r = 0; r < rows; ++r) {
               const int cols = visible(i0 + r);
               T* s = S.data() + size_t(r) * Bc;
-              std::fill(s + cols, s + width, T(0));
               if (cols == 0) continue;
               for (int c = 0; c < cols; ++c) s[c] *= scale;
               const T mx = max_of(s, cols, m[size_t(r)]);
@@ -399,8 +426,8 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
             // The tile's scores, two rows at a time (row_dots scores a pair as far as its
             // later row sees), recomputed as the forward did: row r of P holds
             // P = e^{s - L_t}, of dS the score's gradient P (dP - D_t) / sqrt(hs) with
-            // dP = dO_t . v_u (the last factor: the chain rule through s), and the keys row
-            // t does not see hold zeros in both.
+            // dP = dO_t . v_u (the last factor: the chain rule through s), on the keys row t
+            // sees (the products below read nothing else).
             for (int r = 0; r < rows; r += 2) {
               const int r1 = std::min(r + 1, rows - 1);  // a lone last row is scored twice
               const int cols = visible(i0 + r1);
@@ -415,8 +442,6 @@ FlashCounts flash_attention_backward(const FlashView<T>& a, T* dq, T* dk, T* dv,
                   p[n][c] = exp_t(p[n][c] * scale - L[t]);
                   ds[n][c] = p[n][c] * (ds[n][c] - D[size_t(t)]) * scale;
                 }
-                std::fill(p[n] + seen, p[n] + width, T(0));
-                std::fill(ds[n] + seen, ds[n] + width, T(0));
               }
             }
             for (int r = 0; r < rows; ++r) scores += visible(i0 + r);

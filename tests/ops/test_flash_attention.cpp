@@ -468,3 +468,59 @@ TEST_CASE("ops: flash attention backward accumulates and is deterministic",
   omp_set_num_threads(threads);
 #endif
 }
+
+// Causality holds for every value, finite or not: an infinite key, value or upstream
+// gradient at token u reaches only the rows the mask lets it reach. The kernel sums tiles
+// as small matrix products over groups of rows; a row must never take a product with a
+// key (or, in dK and dV, a query row) outside its own causal range, since a zero
+// coefficient times an infinite value is NaN. Checked where the tiles put u inside a
+// group with rows that do not see it: T = 13 in tiles of 1 to 16, u = 6. Controls: the
+// rows that do see u come out non-finite (the injected value took effect).
+TEST_CASE("ops: flash attention keeps an infinite key, value or gradient behind the causal mask",
+          "[ops][flash_attention]") {
+  const int T = 13, u = 6;
+  for (const int hs : {16, 64})
+    for (const auto& [Br, Bc] : {std::pair{1, 1}, {3, 5}, {4, 4}, {8, 8}, {16, 16}}) {
+      INFO("hs " << hs << " Br " << Br << " Bc " << Bc);
+      const Shape s{1, T, 2, hs, Br, Bc};
+      const int C = s.NH * s.hs;
+      const Inputs in = make_inputs(s, 9500);
+      enum What { key, value, gradient };
+      for (const What what : {key, value, gradient}) {
+        INFO("infinite " << (what == key ? "key" : what == value ? "value" : "upstream gradient"));
+        auto qkv = cast<float>(in.qkv), dout = cast<float>(in.dout);
+        const float inf = std::numeric_limits<float>::infinity();
+        if (what == key) qkv[size_t(u) * 3 * C + C] = inf;  // k of token u, head 0, dimension 0
+        if (what == value) qkv[size_t(u) * 3 * C + 2 * C] = inf;
+        if (what == gradient) dout[size_t(u) * C] = inf;
+        std::vector<float> out(size_t(T) * C), lse(size_t(s.NH) * T), dqkv(qkv.size(), 0.0f);
+        cpu::flash_attention_forward(out.data(), lse.data(), qkv.data(), 1, T, C, s.NH, Br, Bc);
+        cpu::flash_attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), 1, T, C, s.NH,
+                                      Br, Bc);
+        // Head 0's row t of a [T, rows x C] tensor at column offset `part`, all finite?
+        auto finite_row = [&](const std::vector<float>& x, size_t row_len, size_t part, int t) {
+          for (int i = 0; i < hs; ++i)
+            if (!std::isfinite(x[size_t(t) * row_len + part + size_t(i)])) return false;
+          return true;
+        };
+        const size_t row3 = size_t(3) * C;
+        for (int t = 0; t < T; ++t) {
+          INFO("token " << t);
+          if (t < u) {  // rows before u see neither its key nor its value
+            CHECK(finite_row(out, size_t(C), 0, t));
+            CHECK(std::isfinite(lse[size_t(t)]));
+          }
+          if (what != gradient && t < u) CHECK(finite_row(dqkv, row3, 0, t));  // dq: keys up to t only
+          if (what == gradient && t != u) CHECK(finite_row(dqkv, row3, 0, t));  // dq_t: row t's own dO
+          if (what == gradient && t > u) {  // dk, dv of a key after u: summed over rows >= t only
+            CHECK(finite_row(dqkv, row3, size_t(C), t));
+            CHECK(finite_row(dqkv, row3, size_t(2) * C, t));
+          }
+        }
+        // Controls: what does see the infinite value is not finite.
+        if (what == value) CHECK_FALSE(finite_row(out, size_t(C), 0, u));
+        if (what == key) CHECK_FALSE(finite_row(dqkv, row3, 0, T - 1));
+        if (what == gradient) CHECK_FALSE(finite_row(dqkv, row3, size_t(2) * C, u));
+      }
+    }
+}
