@@ -757,7 +757,8 @@ void validate(const Config& cfg, int dp) {
   check_double(cfg.weight_decay >= 0, "weight_decay", cfg.weight_decay, "must be >= 0");
   // AdamW's step scales a decayed weight by 1 - lr weight_decay (before the gradient's
   // term): at 1 or more every step would zero it or flip its sign, a run that only diverges.
-  check_double(cfg.lr * cfg.weight_decay < 1, "weight_decay", cfg.weight_decay,
+  // (SGD applies no decay, so any lr goes with it.)
+  check_double(cfg.optimizer != "adamw" || cfg.lr * cfg.weight_decay < 1, "weight_decay", cfg.weight_decay,
                "times lr=" + show(cfg.lr) + " must be below 1: each step multiplies a decayed weight by "
                "1 - lr * weight_decay, which would zero it or flip its sign");
   check_double(cfg.beta1 >= 0 && cfg.beta1 < 1, "beta1", cfg.beta1, "must be in [0, 1)");

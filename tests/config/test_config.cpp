@@ -375,6 +375,7 @@ TEST_CASE("impossible values are errors naming the key and the reason") {
     REQUIRE_NOTHROW(gpt::validate(with({"lr=0.5", "weight_decay=1.99"})));
     REQUIRE_THROWS_WITH(gpt::validate(with({"lr=0.5", "weight_decay=2"})),
                         Contains("weight_decay=2") && Contains("lr=0.5") && Contains("below 1"));
+    REQUIRE_NOTHROW(gpt::validate(with({"optimizer=sgd", "lr=20"})));  // SGD decays nothing
     // comm=nccl with device=cpu: refused by every stage, naming the key (with a GPU it is allowed).
     REQUIRE_THROWS_WITH(gpt::validate(with({"device=cpu", "comm=nccl"})),
                         Contains("comm=\"nccl\"") && Contains("device=cpu"));

@@ -3,6 +3,7 @@
 // does not implement; the model FLOPs utilisation it reports (common/mfu.h); and the stop
 // signal held back until its handler is in place (common/stop_request.h).
 #include <catch2/catch.hpp>
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -166,6 +167,13 @@ TEST_CASE("stop signal: a SIGUSR1 before the handler waits for it when held, and
     const pid_t pid = fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
+      // As a trainer starts: SIGUSR1 at its default action and not blocked, whatever
+      // the test runner had set.
+      std::signal(SIGUSR1, SIG_DFL);
+      sigset_t usr1;
+      sigemptyset(&usr1);
+      sigaddset(&usr1, SIGUSR1);
+      pthread_sigmask(SIG_UNBLOCK, &usr1, nullptr);
       if (hold) hold_stop_signal();
       std::raise(SIGUSR1);
       install_stop_handlers(/*announce=*/false, /*terminal_signals=*/false);

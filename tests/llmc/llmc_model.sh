@@ -102,8 +102,16 @@ exported() {
 }
 exported "version 3 comes back byte for byte" \
   bash -c '"$0" export run3/step_00000000 back3.bin && cmp back3.bin m3.bin' "$TOOL"
-exported "a run directory exports its latest checkpoint (here its only one)" \
-  bash -c '"$0" export run3 back3_run.bin && cmp back3_run.bin m3.bin' "$TOOL"
+# A run directory exports its latest checkpoint: a copy of run3 trained one step on from
+# the import holds step 0 and step 1; its export is step 1's, not the import's.
+cp -r run3 run3two
+"$TRAIN01" --config "$ROOT/configs/tiny.json" --set device=cpu --set threads=1 "${KEYS[@]}" \
+  --set micro_batch_size=1 --set batch_size=1 --set val_batches=0 --set steps=1 --set sample_tokens=0 \
+  --set train_data=data/train.bin --set val_data=data/val.bin --set run_dir=run3two \
+  --set resume=run3two/step_00000000 > run3two.log 2>&1 || { fail "training run3two a step"; tail -5 run3two.log; }
+exported "a run directory exports its latest checkpoint (step 1 of two)" \
+  bash -c '"$0" export run3two back3_latest.bin && "$0" export run3two/step_00000001 back3_step1.bin &&
+           cmp back3_latest.bin back3_step1.bin && ! cmp -s back3_latest.bin m3.bin' "$TOOL"
 exported "version 5 comes back byte for byte (--bf16)" \
   bash -c '"$0" export run5/step_00000000 back5.bin --bf16 && cmp back5.bin m5.bin' "$TOOL"
 exported "version 3 exported with --bf16 is version 5's file (the same seed: the rounding of the same values)" \

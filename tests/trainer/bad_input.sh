@@ -60,7 +60,7 @@ expect "config over 1 MiB"       "config file '$WORK/huge.json' is over 1 MiB lo
 # micro-batch whose logits are (1.1 TB), and an activation with more rows than an int counts.
 expect "model beyond memory"     "n_layer=100000000" train --set n_layer=100000000
 # The position table alone can be the size: the message names block_size among the keys.
-expect "positions beyond memory" "block_size=100000000: " train --set block_size=100000000
+expect "positions beyond memory" "block_size=2000000000: " train --set block_size=2000000000
 expect "rows beyond an int"      micro_batch_size train --set micro_batch_size=67108864 --set batch_size=67108864
 expect "logits beyond memory"    "the logits of a micro-batch and their gradient need 1.1e+03 GB" train --set micro_batch_size=16777216 --set batch_size=16777216
 expect "prompt outside vocab"    "prompt: it encodes to token 120, outside vocab_size=100" train --set vocab_size=100 --set sample_tokens=4 --set prompt=xyz
