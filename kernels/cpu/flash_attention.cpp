@@ -192,10 +192,16 @@ void add_products(T* acc, int hs, const T* coef, size_t r_step, size_t d_step, c
     }
     for (int r = 0; r < R; ++r) store_lanes(row(r, i), a[r]);
   }
-  for (; i < hs; ++i)  // and what is left of it, a value at a time (the same sums)
+  // And what is left of it, a value at a time: the same sums, each term one fused
+  // multiply-add, spelled out (std::fma) because the compiler fuses a scalar a += c x or
+  // not depending on how it vectorises the loop around it, which differs with R; a row
+  // must get the same bits in a group of any size (the decoder's one row against the
+  // window's groups of four, tests/model/test_sampler.cpp).
+  for (; i < hs; ++i)
     for (int r = 0; r < R; ++r) {
       T ai = *row(r, i);
-      for (int d = d0; d < d1; ++d) ai += coef[size_t(r) * r_step + size_t(d) * d_step] * x[size_t(d) * x_stride + i];
+      for (int d = d0; d < d1; ++d)
+        ai = std::fma(coef[size_t(r) * r_step + size_t(d) * d_step], x[size_t(d) * x_stride + i], ai);
       *row(r, i) = ai;
     }
 }
