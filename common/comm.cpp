@@ -151,7 +151,7 @@ std::unique_ptr<Communicator> make_world(int* argc, char*** argv, const CommOpti
   const bool cuda = options.device == Device::CUDA;
   if (b == "nccl") {
     if (!nccl_missing_reason().empty()) no_nccl(nccl_missing_reason());
-    if (!cuda) no_nccl("NCCL moves GPU buffers and the device is the CPU; use comm=mpi (or auto) with device=cpu");
+    if (!cuda) no_nccl(kNcclNeedsGpu);
   }
 #ifndef GPT_HAVE_MPI
   if (b == "mpi") fail("comm=mpi: this build has no MPI (install libopenmpi-dev and reconfigure with GPT_MPI=AUTO or ON)");

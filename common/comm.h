@@ -183,6 +183,11 @@ class LongerTimeout {
   double before_;
 };
 
+/// Why comm=nccl cannot run on CPU buffers, and what to use: make_world's refusal, and
+/// the configuration's check (validate) for stages that build no communicator.
+inline constexpr char kNcclNeedsGpu[] =
+    "NCCL moves GPU buffers and the device is the CPU; use comm=mpi (or auto) with device=cpu";
+
 /// How make_world builds the world communicator.
 struct CommOptions {
   std::string backend = "auto";  ///< auto | mpi | nccl

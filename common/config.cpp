@@ -34,6 +34,7 @@
 
 #include "common/choices_eval.h"
 #include "common/choices_file.h"
+#include "common/comm.h"
 #include "common/error.h"
 #include "common/gpt2_layout.h"
 #include "common/host_memory.h"
@@ -801,8 +802,7 @@ void validate(const Config& cfg, int dp) {
         show(Json(cfg.comm)), "must be auto, mpi or nccl");
   // Refused here, not only where a job builds its communicator, so that stage 01, which
   // builds none, does not take it without a word.
-  check(!(cfg.comm == "nccl" && cfg.device == "cpu"), "comm", show(Json(cfg.comm)),
-        "NCCL moves GPU buffers and the device is the CPU; use comm=mpi (or auto) with device=cpu");
+  check(!(cfg.comm == "nccl" && cfg.device == "cpu"), "comm", show(Json(cfg.comm)), kNcclNeedsGpu);
   check(cfg.allreduce == "ring" || cfg.allreduce == "backend", "allreduce",
         show(Json(cfg.allreduce)), "must be ring or backend");
   check_double(cfg.bucket_mb > 0, "bucket_mb", cfg.bucket_mb, "must be positive");

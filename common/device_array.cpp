@@ -33,6 +33,17 @@ cudaMemcpyKind copy_kind(Device to, Device from) {
 void no_cuda() { fail("device=cuda: this build has no CUDA"); }
 #endif
 
+// An allocation of `bytes` on `memory` ("host", "GPU") refused: how much, for what kind,
+// why (`why` follows the kind), what this process holds by kind, and what to change.
+[[noreturn]] void out_of_memory(const std::string& memory, size_t bytes, const std::string& why,
+                                const std::string& spread_over) {
+  fail("out of " + memory + " memory: allocating " + format_bytes(double(bytes)) + " more for " +
+       kMemKindNames[size_t(MemScope::current())] + why + "; this process holds " +
+       MemoryTracker::global().held_now() +
+       ". Shrink the run (micro_batch_size, seq_len, n_layer, n_embd), recompute activations "
+       "(activation_checkpointing, stage 11), or spread it over more " + spread_over);
+}
+
 }  // namespace
 
 void* device_alloc(Device d, size_t bytes) {
@@ -43,12 +54,7 @@ void* device_alloc(Device d, size_t bytes) {
     void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
     // Refused with room to spare by the check above's measure: a limit on the address
     // space (ulimit -v), or memory the check could not see.
-    if (!p)
-      fail("out of host memory: allocating " + format_bytes(double(bytes)) + " more for " +
-           kMemKindNames[size_t(MemScope::current())] + " was refused (a limit such as ulimit -v?); this process "
-           "holds " + MemoryTracker::global().held_now() +
-           ". Shrink the run (micro_batch_size, seq_len, n_layer, n_embd), recompute activations "
-           "(activation_checkpointing, stage 11), or spread it over more ranks");
+    if (!p) out_of_memory("host", bytes, " was refused (a limit such as ulimit -v?)", "ranks");
     std::memset(p, 0, bytes);
     return p;
   }
@@ -66,14 +72,12 @@ void* device_alloc(Device d, size_t bytes) {
     cudaGetLastError();  // clear it, so that the query below can answer
     const bool known = cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess;
     if (!known) cudaGetLastError();  // nor may its failure linger for the next launch's check
-    fail("out of GPU memory: allocating " + format_bytes(double(bytes)) + " more for " +
-         kMemKindNames[size_t(MemScope::current())] + ", but " +
-         (known ? format_bytes(double(free_bytes)) + " of the GPU's " + format_bytes(double(total_bytes)) +
-                      " is free (other processes, ranks sharing the GPU included)"
-                : std::string("the GPU has no more")) +
-         "; this process holds " + MemoryTracker::global().held_now() +
-         ". Shrink the run (micro_batch_size, seq_len, n_layer, n_embd), recompute activations "
-         "(activation_checkpointing, stage 11), or spread it over more GPUs");
+    out_of_memory("GPU", bytes,
+                  ", but " + (known ? format_bytes(double(free_bytes)) + " of the GPU's " +
+                                          format_bytes(double(total_bytes)) +
+                                          " is free (other processes, ranks sharing the GPU included)"
+                                    : std::string("the GPU has no more")),
+                  "GPUs");
   }
   cuda_ok(err, "cudaMallocAsync", bytes);
   cuda_ok(cudaMemsetAsync(p, 0, bytes, cudaStreamLegacy), "cudaMemsetAsync", bytes);
