@@ -32,6 +32,7 @@
 #include <new>
 #include <type_traits>
 
+#include "kernels/cpu/aligned.h"
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/lanes.h"
 #include "kernels/cpu/parallel.h"
@@ -245,22 +246,18 @@ void micro_kernel(int kc, const T* a, const T* b, T* C, int ldc, int rows, int c
 // Where a thread packs its panels. Each thread keeps its buffers from one product to the
 // next: a fresh buffer for every product costs page faults on its first touch and, as a
 // std::vector, a fill with zeros that the packing overwrites (2 MB for a B block, a few
-// percent of a GPT-2 product at 256 tokens). 64-byte aligned: one panel row a cache line.
+// percent of a GPT-2 product at 256 tokens). On a cache line (aligned.h): one panel row a
+// cache line.
 enum class Panels { a, b };
 
 template <class T>
 T* packing_buffer(Panels which, size_t elements) {
-  struct Free {
-    void operator()(T* p) const { std::free(p); }
-  };
-  thread_local std::unique_ptr<T, Free> buffers[2];
+  thread_local AlignedArray<T> buffers[2];
   thread_local size_t capacity[2] = {0, 0};
   const int i = which == Panels::a ? 0 : 1;
   if (capacity[i] < elements) {
-    buffers[i].reset();
-    const size_t bytes = (elements * sizeof(T) + 63) / 64 * 64;
-    buffers[i].reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
-    if (!buffers[i]) throw std::bad_alloc();
+    buffers[i].reset();  // the old one given back first
+    buffers[i] = aligned_array<T>(elements);
     capacity[i] = elements;
   }
   return buffers[i].get();
