@@ -17,6 +17,7 @@
 
 #include "common/comm.h"
 #include "common/error.h"
+#include "common/files.h"
 
 namespace gpt {
 namespace {
@@ -25,8 +26,6 @@ std::string lock_path(const std::string& run_dir) { return run_dir + "/.lock"; }
 
 // "pid 1234 on host node7 since 2026-11-23 23:40:01 UTC: train --config ..."
 std::string describe_this_process() {
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
   const std::time_t now = std::time(nullptr);
   char when[64] = {};
   std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
@@ -34,7 +33,7 @@ std::string describe_this_process() {
   std::ifstream cmdline("/proc/self/cmdline", std::ios::binary);
   for (char c; cmdline.get(c);) command += c == '\0' ? ' ' : c;
   while (!command.empty() && command.back() == ' ') command.pop_back();
-  return "pid " + std::to_string(getpid()) + " on host " + host + " since " + when +
+  return "pid " + std::to_string(getpid()) + " on host " + host_name() + " since " + when +
          (command.empty() ? "" : ": " + command);
 }
 
