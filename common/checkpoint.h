@@ -177,6 +177,11 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
 /// the manifest when it is missing, malformed or has no such shape.
 ModelConfig checkpoint_model(const std::string& path);
 
+/// The config the run that wrote checkpoint `path` recorded (its manifest's "config": every
+/// key, as config_to_json writes them), as JSON text; "" for a checkpoint that records
+/// none (written before manifests did). A UserError names a missing or malformed manifest.
+std::string checkpoint_config_json(const std::string& path);
+
 /// load_checkpoint on every rank of `comm`, each reading its own slices (ZeRO's shards,
 /// a pipeline stage's part), as one collective: an error on any rank (a tensor of its
 /// slice fails its checksum, a file it needs is missing) is thrown on every rank with the

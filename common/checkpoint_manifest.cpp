@@ -223,4 +223,12 @@ ModelConfig checkpoint_model(const std::string& path) {
   return m;
 }
 
+std::string checkpoint_config_json(const std::string& path) {
+  const checkpoint_detail::json manifest = checkpoint_detail::read_manifest(path);
+  const auto saved = manifest.find("config");
+  if (saved == manifest.end()) return "";
+  if (!saved->is_object()) fail(path + "/manifest.json: \"config\" is not an object");
+  return saved->dump();
+}
+
 }  // namespace gpt

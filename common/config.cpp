@@ -837,7 +837,10 @@ void validate(const Config& cfg, int dp) {
     fail("eval_choices_limit=" + std::to_string(cfg.eval_choices_limit) +
          ": eval_choices is empty, so there is nothing to limit; name an eval file or leave it 0");
 
-  // Sampling.
+  validate_sampling(cfg);
+}
+
+void validate_sampling(const Config& cfg) {
   check_int(cfg.sample_tokens >= 0, "sample_tokens", cfg.sample_tokens, "must be >= 0");
   // A tokenizer file that is named is checked even when this run samples nothing: a
   // later resume that samples would otherwise find its typo at the end of a run.

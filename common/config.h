@@ -143,6 +143,11 @@ void apply_override(Config& cfg, const std::string& key_equals_value);
 /// data-parallel ranks; the first violation is a UserError naming key, value and reason.
 void validate(const Config& cfg, int dp = 1);
 
+/// The sampling keys alone (sample_tokens, temperature, top_k, and the tokenizer and
+/// prompt against vocab_size), as validate() checks them: for a tool that samples a
+/// checkpoint without training. A problem is a UserError naming the key.
+void validate_sampling(const Config& cfg);
+
 /// Refuses (UserError naming `key`) a thread count below 0 or above 8 per core of this
 /// machine: more only slow a run down, and tens of thousands fail to start or crash OpenMP.
 /// 0 means OpenMP's default. validate() checks the `threads` key with it; tools their flag.

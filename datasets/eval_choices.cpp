@@ -25,11 +25,11 @@
 #include <vector>
 
 #include "common/checkpoint.h"
+#include "common/checkpoint_weights.h"
 #include "common/choices_eval.h"
 #include "common/choices_file.h"
 #include "common/config.h"
 #include "common/device.h"
-#include "common/device_array.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/finite.h"
@@ -133,24 +133,6 @@ void write_scores(const std::string& path, const std::vector<gpt::ChoiceScore>& 
   }
 }
 
-// The checkpoint's weights into the model, read in the model's master type (load_checkpoint
-// converts: fp64 files are rounded for fp32 and bf16, fp32 files widened for fp64), staged
-// on a GPU, rounded to bf16 in bf16 mode (set_params). Returns the checkpoint's state.
-template <class A>
-gpt::CheckpointState load_weights(gpt::GPT2<A>& model, const std::string& checkpoint) {
-  using G = gpt::GradOf<A>;
-  const gpt::ParamLayout& layout = model.layout();
-  std::vector<G> host(size_t(layout.total()));
-  gpt::CheckpointBuffer weights{"param", nullptr, 0, layout.total()};
-  if constexpr (std::is_same_v<G, double>) weights.data64 = host.data();  // fp64: the CPU only
-  else weights.data = host.data();
-  const gpt::CheckpointState state = gpt::load_checkpoint(checkpoint, layout, {weights});
-  if (model.device() == gpt::Device::CPU) model.set_params(host.data());
-  else if constexpr (std::is_same_v<G, float>) model.set_params(gpt::on_device(model.device(), host).data());
-  else gpt::internal_error("eval_choices: fp64 runs on the CPU only");
-  return state;
-}
-
 template <class A>
 int evaluate(const Options& o, const std::string& checkpoint, const gpt::ModelConfig& shape,
              const std::vector<gpt::ChoiceExample>& examples, gpt::Device device, gpt::Precision precision) {
@@ -168,7 +150,7 @@ int evaluate(const Options& o, const std::string& checkpoint, const gpt::ModelCo
   gpt::ModelSlice<A> holding;
   holding.inference_only = true;
   gpt::GPT2<A> holder(shape, 1, 1, device, precision, /*own_weights=*/true, holding);
-  const gpt::CheckpointState state = load_weights(holder, checkpoint);
+  const gpt::CheckpointState state = gpt::load_checkpoint_weights(holder, checkpoint);
 
   std::printf("eval_choices: %s (step %lld, %d layers, width %d, vocab %d) | %s, %zu examples | window %d | %s, %s\n",
               checkpoint.c_str(), static_cast<long long>(state.step), shape.n_layer, shape.n_embd, shape.vocab_size,
