@@ -106,6 +106,7 @@ refused "the run's tokenizer file, moved" "give --set tokenizer=FILE" "$WORK/run
 
 # A pipeline's checkpoint (stage 11, pp = 2 on 2 ranks): the same promise.
 if [[ -n "$TRAIN11" ]]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=passive
   run="$WORK/run_pp2"
   "$MPIEXEC" -np 2 --oversubscribe "$TRAIN11" $(tiny_args "$WORK/data" "$run") "${common[@]}" --set pp=2 \
     > "$run.log" 2>&1 || { tail -5 "$run.log"; fail "stage 11 at pp = 2 did not train"; }
