@@ -130,6 +130,12 @@ struct CheckpointState {
 /// weights; a resume from another directory with steps=0 copies the checkpoint there.)
 bool rewrites_resumed_checkpoint(const std::string& run_dir, const CheckpointState& state);
 
+/// Whether the end of a run writes a checkpoint of its last step: with checkpoint_at_end,
+/// and also when checkpoint_every falls on that step and this run trained it (the periodic
+/// saves stop before the last step, whose save is this one, made once), but never the
+/// checkpoint the run resumed, unchanged (rewrites_resumed_checkpoint).
+bool saves_at_end(const Config& cfg, const CheckpointState& state);
+
 /// Weights or moments that are not numbers, refused before a save touches the run
 /// directory (a diverged run must neither publish them nor set aside or prune what is
 /// there): a UserError naming `step`, the kind and the element, and the tensor when

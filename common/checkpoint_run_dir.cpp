@@ -93,6 +93,11 @@ bool rewrites_resumed_checkpoint(const std::string& run_dir, const CheckpointSta
   return !state.trained() && in_directory(state.resumed_from, run_dir);
 }
 
+bool saves_at_end(const Config& cfg, const CheckpointState& state) {
+  const bool periodic = cfg.checkpoint_every > 0 && state.trained() && state.step % cfg.checkpoint_every == 0;
+  return (cfg.checkpoint_at_end || periodic) && !rewrites_resumed_checkpoint(cfg.run_dir, state);
+}
+
 std::string latest_checkpoint(const std::string& run_dir) {
   const auto found = complete_checkpoints(run_dir);
   return found.empty() ? std::string() : found.back().second.string();

@@ -156,7 +156,7 @@ constexpr Key kKeys[] = {
      "may take any time); comm_timeout_s if larger; 1 to 1e9"},
     // checkpoints
     {"checkpoint_every", FIELD(checkpoint_every), "steps between checkpoints (0: only at the end)"},
-    {"checkpoint_at_end", FIELD(checkpoint_at_end), "write a checkpoint after the last step (not when it would rewrite, untrained, the checkpoint the run resumed)"},
+    {"checkpoint_at_end", FIELD(checkpoint_at_end), "write a checkpoint after the last step (not when it would rewrite, untrained, the checkpoint the run resumed); false still saves a last step that checkpoint_every falls on"},
     {"keep_checkpoints", FIELD(keep_checkpoints), "newest checkpoints kept in run_dir (0: keep all)"},
     {"resume", FIELD(resume), "checkpoint to resume: a path, latest (newest in run_dir) or empty"},
     // sampling

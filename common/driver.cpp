@@ -408,7 +408,7 @@ void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsL
     if (scores) log_choices(run, log, state.step, weights);
   }
   if (!run.lead()) weights = WholeWeights<A>();
-  if (cfg.checkpoint_at_end && !rewrites_resumed_checkpoint(cfg.run_dir, state)) {
+  if (saves_at_end(cfg, state)) {
     const std::string path = write_checkpoint(run, dp, ckpt, state);
     if (run.lead()) std::printf("checkpoint: %s\n", path.c_str());
   }

@@ -180,7 +180,7 @@ using Validation = std::function<double()>;
 /// After step `state.step` finished: every val_every steps the validation loss and the
 /// multiple-choice eval (run.choices, with the whole model from `whole` on every rank),
 /// and a checkpoint every checkpoint_every steps (not after the last step: end_of_run
-/// does). Returns true when the run is to stop here: a stop signal reached a rank
+/// saves that one, saves_at_end). Returns true when the run is to stop here: a stop signal reached a rank
 /// (common/stop_request.h; the ranks agree, a sum over the world), and a checkpoint of
 /// this step is written instead of the validation; run.stopped is then set, and the
 /// stage leaves its loop for end_of_run, which then only lets the ranks leave together.

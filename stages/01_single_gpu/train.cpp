@@ -201,7 +201,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
   if (cfg.val_batches > 0 && !cut_short)
     log_validation(log, /*lead=*/true, state.step, validation_loss(model, val_data, cfg.val_batches));
   if (choices.enabled() && !cut_short) log_choices();
-  if (cfg.checkpoint_at_end && !rewrites_resumed_checkpoint(cfg.run_dir, state)) {
+  if (saves_at_end(cfg, state)) {
     const std::string path = save();
     std::printf("checkpoint: %s\n", path.c_str());
   }

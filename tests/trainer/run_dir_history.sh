@@ -11,6 +11,7 @@
 # The moving waits for the run's first save: a run refused at start (a missing shard, a
 # corrupt checkpoint to resume) moves nothing, on one rank and on two (TRAIN02, which
 # also sets aside at its first save, as stage 01 does).
+# checkpoint_at_end=false still saves a last step that checkpoint_every falls on.
 # Also: a save killed between publish's two renames leaves step_N.old as the only copy
 # of step N; resume=latest finds it, and pruning removes it later like any checkpoint.
 # Usage: run_dir_history.sh TRAIN01 PREPARE WORKDIR ROOT [TRAIN02 MPIEXEC]
@@ -167,5 +168,26 @@ if [ -n "$TRAIN02" ]; then
   [ "$left" = "step_00000001 " ] && [ "${moved#*/}" = step_00000008 ] ||
     { echo "FAIL: after the 2-rank run run_dir holds $left and $moved"; exit 1; }
   echo "ok: two ranks set step 8 aside at their first save"
+fi
+
+# checkpoint_at_end=false keeps the periodic saves, the last step's among them when
+# checkpoint_every falls on it (saved once, at the end); the control: a last step it does
+# not fall on is not saved. On one rank (stage 01) and on two (the driver).
+last_saves() {  # last_saves NAME STEPS EXPECTED COMMAND...
+  local name=$1 steps=$2 want=$3 dir="$WORK/last_$1"
+  shift 3
+  "$@" $(tiny_args "$D" "$dir") "${quiet[@]}" --set "steps=$steps" --set checkpoint_every=2 \
+    --set checkpoint_at_end=false --set keep_checkpoints=0 > "$dir.log" 2>&1 ||
+    { echo "FAIL: $name: the run failed"; tail -5 "$dir.log"; exit 1; }
+  local got
+  got=$(cd "$dir" && ls -d step_* | tr '\n' ' ')
+  [ "$got" = "$want" ] || { echo "FAIL: $name: steps=$steps checkpoint_every=2 checkpoint_at_end=false saved $got, not $want"; exit 1; }
+  echo "ok: $name: steps=$steps checkpoint_every=2 checkpoint_at_end=false saves $want"
+}
+last_saves one_rank 4 "step_00000002 step_00000004 " "$TRAIN"
+last_saves one_rank_odd 5 "step_00000002 step_00000004 " "$TRAIN"
+if [ -n "$TRAIN02" ]; then
+  last_saves two_ranks 4 "step_00000002 step_00000004 " "${mpi[@]}"
+  last_saves two_ranks_odd 5 "step_00000002 step_00000004 " "${mpi[@]}"
 fi
 echo "PASS"
