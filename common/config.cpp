@@ -379,41 +379,50 @@ void check_double(bool ok, const char* key, double value, const std::string& rea
 // The most this process could hold: the machine's memory or its cgroup's limit (host_memory.h).
 HostRoom memory_capacity() { return host_capacity().value_or(HostRoom{0, ""}); }
 
-// A model too large for this machine (or its container) fails here, before its layout (a name and a shape
-// for each of its 12 n_layer + 4 tensors) and its buffers are built. Every rank holds
-// its share of the weights, their gradients and the optimizer's state, in fp32: 16 bytes
-// a parameter with AdamW's two moments, 8 with SGD (twice that in fp64, every buffer a
-// double). The least share of any stage is
-// 1/(tp pp dp) (ZeRO-3's; stage 05 is ZeRO-3 without the zero key), so a rank whose
-// share exceeds the memory it may hold (host_capacity) cannot run, whatever the stage.
+// A model too large for this machine (or its container) fails here, before its layout (a
+// name and a shape for each of its 12 n_layer + 4 tensors) and its buffers are built.
+// Every rank holds its share of the weights, their gradients and the optimizer's state, in
+// fp32: 16 bytes a parameter with AdamW's two moments, 8 with SGD (twice that in fp64,
+// every buffer a double). The least share of any stage is 1/(tp pp dp) (ZeRO-3's; stage 05
+// is ZeRO-3 without the zero key), and the ranks a launcher started on this machine hold
+// theirs side by side: when those shares exceed the memory this job may hold
+// (host_capacity), it cannot run, whatever the stage. `dp` is the mesh's; before MPI has
+// started (parse_args) it is not known, and the launcher's count of ranks gives it, as
+// the mesh will (dp x tp x pp x cp = ranks).
 // With eval_choices every rank also holds, while the eval runs, a whole copy of the
-// compute weights (4 bytes a parameter, 2 in bf16, 8 in fp64): a run whose share fits but
+// compute weights (4 bytes a parameter, 2 in bf16, 8 in fp64): a run whose shares fit but
 // whose eval does not would otherwise stop at its first validation.
 void require_memory_for_weights(const Config& cfg, int dp) {
   const ModelConfig& m = cfg.model;
+  const int64_t model_ranks = int64_t(std::max(cfg.tp, 1)) * std::max(cfg.pp, 1) * std::max(cfg.cp, 1);
+  if (const int ranks = launcher_world_size(); ranks % model_ranks == 0)
+    dp = int(std::max<int64_t>(dp, ranks / model_ranks));
+  const int here = launcher_local_size();  // this rank's share is one of `here` on this machine
   const double params = gpt2_param_count(m, m.padded_vocab());
   const double share = double(std::max(cfg.tp, 1)) * std::max(cfg.pp, 1) * std::max(dp, 1);
   const bool fp64 = cfg.precision == "fp64";
   const double bytes_each = (cfg.optimizer == "sgd" ? 8 : 16) * (fp64 ? 2 : 1);
-  const double bytes = bytes_each * params / share;
+  const double bytes = bytes_each * params / share;  // one rank's
   const HostRoom memory = memory_capacity();
   const double eval_each = cfg.precision == "bf16" ? 2 : cfg.precision == "fp64" ? 8 : 4;
   const double eval_bytes = cfg.eval_choices.empty() ? 0.0 : eval_each * params;
-  if (memory.bytes > 0 && bytes <= double(memory.bytes) && bytes + eval_bytes > double(memory.bytes)) {
-    char text[320];
+  const std::string ranks_here = here > 1 ? " x " + std::to_string(here) + " ranks on this machine" : "";
+  if (memory.bytes > 0 && here * bytes <= double(memory.bytes) && here * (bytes + eval_bytes) > double(memory.bytes)) {
+    char text[384];
     std::snprintf(text, sizeof text,
                   ": every rank holds a whole copy of the model's %.3g parameters while it scores (%.3g GB), and "
-                  "with this rank's %.3g GB of training state that is more than the %.3g GB of %s",
-                  params, eval_bytes / 1e9, bytes / 1e9, double(memory.bytes) / 1e9, memory.source.c_str());
+                  "with this rank's %.3g GB of training state%s that is more than the %.3g GB of %s",
+                  params, eval_bytes / 1e9, bytes / 1e9, ranks_here.c_str(), double(memory.bytes) / 1e9,
+                  memory.source.c_str());
     fail("eval_choices=" + cfg.eval_choices + text + "; evaluate the checkpoints afterwards with eval_choices");
   }
-  if (memory.bytes > 0 && bytes > double(memory.bytes)) {
-    char text[320];
+  if (memory.bytes > 0 && here * bytes > double(memory.bytes)) {
+    char text[384];
     std::snprintf(text, sizeof text,
                   "%.3g parameters; this rank's share of them (1/%.0f) needs %.3g GB for the weights, their "
-                  "gradients and the optimizer's state (%.0f bytes each, %s), more than the %.3g GB of %s",
-                  params, share, bytes / 1e9, bytes_each, fp64 ? "fp64" : "fp32", double(memory.bytes) / 1e9,
-                  memory.source.c_str());
+                  "gradients and the optimizer's state (%.0f bytes each, %s)%s, more than the %.3g GB of %s",
+                  params, share, bytes / 1e9, bytes_each, fp64 ? "fp64" : "fp32", ranks_here.c_str(),
+                  double(memory.bytes) / 1e9, memory.source.c_str());
     fail("n_layer=" + std::to_string(m.n_layer) + ", n_embd=" + std::to_string(m.n_embd) +
          ", vocab_size=" + std::to_string(m.vocab_size) + ", block_size=" + std::to_string(m.block_size) + ": " +
          text);
@@ -421,12 +430,13 @@ void require_memory_for_weights(const Config& cfg, int dp) {
 }
 
 // The head's logits and their gradient: a micro-batch's rows x the padded vocabulary in
-// fp32 (its tp share of the vocabulary, its cp share of the tokens), on the rank that
-// computes the loss. Larger than the machine (or its container), the run would be killed for memory without
-// a word, so it fails here.
+// fp32 (doubles in fp64; its tp share of the vocabulary, its cp share of the tokens), on
+// the rank that computes the loss. Larger than the machine (or its container), the run
+// would be killed for memory without a word, so it fails here.
 void require_memory_for_logits(const Config& cfg) {
   const double rows = double(cfg.micro_batch_size) * cfg.seq_len / std::max(cfg.cp, 1);
-  const double bytes = 2 * 4 * rows * double(cfg.model.padded_vocab()) / std::max(cfg.tp, 1);
+  const double bytes_each = cfg.precision == "fp64" ? 8 : 4;
+  const double bytes = 2 * bytes_each * rows * double(cfg.model.padded_vocab()) / std::max(cfg.tp, 1);
   const HostRoom memory = memory_capacity();
   if (memory.bytes > 0 && bytes > double(memory.bytes)) {
     char text[256];

@@ -11,6 +11,8 @@ namespace {
 // variable that every version keeps; PMI_SIZE is set by PMI-1/2 launchers.
 constexpr const char* kRankVariables[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK"};
 constexpr const char* kSizeVariables[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"};
+// The ranks on this machine: Open MPI's mpirun, and MPICH's hydra (also Intel MPI's).
+constexpr const char* kLocalSizeVariables[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
 }  // namespace
 
 bool launched_by_mpi() {
@@ -23,6 +25,12 @@ bool launched_by_mpi() {
 
 int launcher_world_size() {
   for (const char* name : kSizeVariables)
+    if (const char* v = std::getenv(name)) return std::max(1, std::atoi(v));
+  return 1;
+}
+
+int launcher_local_size() {
+  for (const char* name : kLocalSizeVariables)
     if (const char* v = std::getenv(name)) return std::max(1, std::atoi(v));
   return 1;
 }

@@ -16,5 +16,8 @@ bool launched_by_mpi();
 int launcher_world_size();
 /// This process's rank as the launcher numbered it; -1 when no launcher started it.
 int launcher_rank();
+/// The ranks the launcher started on this machine, this one among them (Open MPI's and
+/// MPICH hydra's variables); 1 when not launched by one or when it does not say.
+int launcher_local_size();
 
 }  // namespace gpt

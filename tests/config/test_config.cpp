@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/gpt2_layout.h"
+#include "common/host_memory.h"
 
 using gpt::Config;
 using gpt::UserError;
@@ -515,6 +517,68 @@ TEST_CASE("every key can be set from the text it prints as, and is documented") 
     CHECK(markdown.find("| `" + key + "` |") != std::string::npos);
   }
   require_same(cfg, Config{});
+}
+
+namespace {
+// Sets a launcher's environment variables for one scope, and removes them after it.
+struct LauncherEnvironment {
+  LauncherEnvironment(const char* world_size, const char* local_size) {
+    ::setenv("OMPI_COMM_WORLD_SIZE", world_size, 1);
+    ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", local_size, 1);
+  }
+  ~LauncherEnvironment() {
+    ::unsetenv("OMPI_COMM_WORLD_SIZE");
+    ::unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  }
+};
+}  // namespace
+
+TEST_CASE("config: the weights' memory check takes dp from the launcher and adds the shares of the ranks on "
+          "this machine", "[config]") {
+  // Before MPI starts, validate() knows no mesh: a job of 4 ranks at tp = pp = cp = 1 has
+  // dp = 4, and a model whose state is 2.5 times the memory this process may hold fits a
+  // rank's ZeRO-3 share (0.625 of it) when the 4 ranks are on 4 machines. The controls:
+  // the same model alone (1 rank), its 4 ranks on this one machine (together 2.5x), and
+  // cp = 2 (dp = 2: 1.25x a rank) are refused. Other checks that fail later (the data
+  // files) are not this check: the memory refusal names the optimizer's state.
+  const std::optional<gpt::HostRoom> room = gpt::host_capacity();
+  if (!room || room->bytes == 0) {
+    WARN("no memory figure on this system: nothing to check");
+    return;
+  }
+  Config cfg;
+  cfg.model.n_embd = 1024;
+  cfg.model.n_head = 16;
+  cfg.model.n_layer = 1;
+  const double per_layer_and_rest = gpt::gpt2_param_count(cfg.model, cfg.model.padded_vocab());
+  cfg.model.n_layer = 2;
+  const double per_layer = gpt::gpt2_param_count(cfg.model, cfg.model.padded_vocab()) - per_layer_and_rest;
+  const double state_bytes_each = 16;  // AdamW, fp32: the weight, its gradient, two moments
+  cfg.model.n_layer = int(2.5 * double(room->bytes) / state_bytes_each / per_layer) + 1;
+  const auto refused_for_memory = [&]() -> std::string {
+    try {
+      validate(cfg);
+    } catch (const gpt::UserError& e) {
+      const std::string what = e.what();
+      if (what.find("the optimizer's state") != std::string::npos) return what;
+    }
+    return "";
+  };
+  {
+    const LauncherEnvironment four_machines("4", "1");
+    CHECK(refused_for_memory().empty());
+  }
+  CHECK_FALSE(refused_for_memory().empty());  // one rank alone
+  {
+    const LauncherEnvironment one_machine("4", "4");
+    const std::string what = refused_for_memory();
+    CHECK(what.find("x 4 ranks on this machine") != std::string::npos);
+  }
+  {
+    const LauncherEnvironment four_machines("4", "1");
+    cfg.cp = 2;  // cp ranks hold the same weights: dp = 2, a share of 1/2
+    CHECK(refused_for_memory().find("(1/2)") != std::string::npos);
+  }
 }
 
 TEST_CASE("docs/config.md holds the current key reference", "[docs]") {
