@@ -394,9 +394,10 @@ HostRoom memory_capacity() { return host_capacity().value_or(HostRoom{0, ""}); }
 // whose eval does not would otherwise stop at its first validation.
 void require_memory_for_weights(const Config& cfg, int dp) {
   const ModelConfig& m = cfg.model;
-  const int64_t model_ranks = int64_t(std::max(cfg.tp, 1)) * std::max(cfg.pp, 1) * std::max(cfg.cp, 1);
-  if (const int ranks = launcher_world_size(); ranks % model_ranks == 0)
-    dp = int(std::max<int64_t>(dp, ranks / model_ranks));
+  // In double: the axes are not checked yet, and three of 2^30 pass int64's end.
+  const double model_ranks = double(std::max(cfg.tp, 1)) * std::max(cfg.pp, 1) * std::max(cfg.cp, 1);
+  if (const int ranks = launcher_world_size(); model_ranks <= ranks && ranks % int(model_ranks) == 0)
+    dp = std::max(dp, ranks / int(model_ranks));
   const int here = launcher_local_size();  // this rank's share is one of `here` on this machine
   const double params = gpt2_param_count(m, m.padded_vocab());
   const double share = double(std::max(cfg.tp, 1)) * std::max(cfg.pp, 1) * std::max(dp, 1);
