@@ -16,8 +16,13 @@
 #   rejected. With GPT_TEST_QUICK=1 (the sanitizer pass of scripts/test.sh,
 #   which looks for memory errors) the SGD step alone: the pipeline runs the same code
 #   under either optimizer, and the controls are sized on the SGD step.
+# With REF_TP set (stage 06's trainer), layouts with tensor and data parallelism: the
+# reference is then stage 06 at the spec's keys but pp (its NP / pp ranks), which splits
+# every matmul as the pipeline's stages do, so the same promise holds against it; stage 01
+# in float64 stays the truth the wte tolerance is derived from.
 # Usage: exact_vs_01.sh S01 CAND PREPARE WORK ROOT MPIEXEC SPECS
-#   a SPEC is NP:BATCH:MICRO_BATCH[:key=value...]; COMMON="key=value ..." applies to every run.
+#   a SPEC is NP:BATCH:MICRO_BATCH[:key=value...]; COMMON="key=value ..." applies to every run;
+#   the key regrouped=NAME,NAME names the tensors held to the tolerance (default wte).
 set -euo pipefail
 S01=$1 CAND=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6 SPECS=$7
 source "$ROOT/tests/trainer/common.sh"
@@ -43,8 +48,12 @@ optimizers="adamw sgd"
 quick_run && optimizers=sgd
 for spec in $SPECS; do
   IFS=: read -r np batch mb rest <<< "$spec"
-  keys=()
+  keys=() regrouped=wte
   [ -n "${rest:-}" ] && IFS=: read -r -a keys <<< "$rest"
+  for k in "${!keys[@]}"; do  # regrouped=NAMES is the comparison's, not a trainer key
+    [[ "${keys[$k]}" == regrouped=* ]] && regrouped=${keys[$k]#regrouped=} && unset 'keys[k]'
+  done
+  keys=("${keys[@]}")
   model_keys=()  # the model's shape applies to stage 01 too; the layout keys do not
   for kv in "${keys[@]}"; do [[ "$kv" == n_layer=* ]] && model_keys+=("$kv"); done
   for opt in $optimizers; do
@@ -53,11 +62,20 @@ for spec in $SPECS; do
     o=()
     [ "$opt" = sgd ] && o=(optimizer=sgd grad_clip=0)
     run "$S01" 0 "$batch" "$mb" "$d-truth" precision=fp64 "${model_keys[@]}" "${o[@]}"
-    run "$S01" 0 "$batch" "$mb" "$d-ref" "${model_keys[@]}" "${o[@]}"
+    if [ -n "${REF_TP:-}" ]; then
+      pp=1 ref_keys=()
+      for kv in "${keys[@]}"; do
+        if [[ "$kv" == pp=* ]]; then pp=${kv#pp=}; else ref_keys+=("$kv"); fi
+      done
+      run "$REF_TP" $((np / pp)) "$batch" "$mb" "$d-ref" "${ref_keys[@]}" "${o[@]}"
+    else
+      run "$S01" 0 "$batch" "$mb" "$d-ref" "${model_keys[@]}" "${o[@]}"
+    fi
     run "$CAND" "$np" "$batch" "$mb" "$d-cand" "${keys[@]}" "${o[@]}"
-    last[$opt]=$d
+    last[$opt]=$d last_regrouped=$regrouped
     echo "== $opt, one step: $spec (micro-batches: $((batch / mb)))"
-    if ! "${COMPARE[@]}" --exact --regrouped wte --step 1 --truth "$d-truth" --reference "$d-ref" --candidate "$d-cand"; then
+    if ! "${COMPARE[@]}" --exact --regrouped "$regrouped" --step 1 --truth "$d-truth" --reference "$d-ref" \
+      --candidate "$d-cand"; then
       failures=$((failures + 1))
     fi
   done
@@ -93,8 +111,8 @@ for control in "sgd h.0.mlp.c_fc.weight ulps" "sgd wte 1e-6" "adamw h.0.mlp.c_fc
   rm -rf "$planted" && cp -r "$d-cand" "$planted"
   plant "$planted" "$tensor" "$how"
   echo "== negative control ($opt): $tensor changed ($how) must be rejected"
-  "${COMPARE[@]}" --expect-reject --exact --regrouped wte --step 1 --truth "$d-truth" --reference "$d-ref" \
-    --candidate "$planted" || failures=$((failures + 1))
+  "${COMPARE[@]}" --expect-reject --exact --regrouped "$last_regrouped" --step 1 --truth "$d-truth" \
+    --reference "$d-ref" --candidate "$planted" || failures=$((failures + 1))
 done
 [ "$failures" = 0 ] || { echo "FAIL: $failures comparisons"; exit 1; }
 echo "all pipeline layouts bit-identical to stage 01 after one step (wte within the derived tolerance)"
