@@ -16,13 +16,15 @@
 #   rejected. With GPT_TEST_QUICK=1 (the sanitizer pass of scripts/test.sh,
 #   which looks for memory errors) the SGD step alone: the pipeline runs the same code
 #   under either optimizer, and the controls are sized on the SGD step.
-# With REF_TP set (stage 06's trainer), layouts with tensor and data parallelism: the
-# reference is then stage 06 at the spec's keys but pp (its NP / pp ranks), which splits
-# every matmul as the pipeline's stages do, so the same promise holds against it; stage 01
-# in float64 stays the truth the wte tolerance is derived from.
+# With REF_STAGE set (the trainer of a stage without the pipeline: 06 for tensor and data
+# parallelism, 10 for context parallelism), the reference is that stage at the spec's keys
+# but pp (on NP / pp ranks): it splits every matmul and attention as the pipeline's stages
+# do, so the same promise holds against it; stage 01 in float64 stays the truth the wte
+# tolerance is derived from.
 # Usage: exact_vs_01.sh S01 CAND PREPARE WORK ROOT MPIEXEC SPECS
 #   a SPEC is NP:BATCH:MICRO_BATCH[:key=value...]; COMMON="key=value ..." applies to every run;
-#   the key regrouped=NAME,NAME names the tensors held to the tolerance (default wte).
+#   the key regrouped=NAME,NAME names the tensors held to the tolerance (default wte), and
+#   a key cand.KEY=VALUE is given to the candidate alone (REF_STAGE's trainer lacks it).
 set -euo pipefail
 S01=$1 CAND=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6 SPECS=$7
 source "$ROOT/tests/trainer/common.sh"
@@ -62,16 +64,18 @@ for spec in $SPECS; do
     o=()
     [ "$opt" = sgd ] && o=(optimizer=sgd grad_clip=0)
     run "$S01" 0 "$batch" "$mb" "$d-truth" precision=fp64 "${model_keys[@]}" "${o[@]}"
-    if [ -n "${REF_TP:-}" ]; then
+    if [ -n "${REF_STAGE:-}" ]; then
       pp=1 ref_keys=()
       for kv in "${keys[@]}"; do
-        if [[ "$kv" == pp=* ]]; then pp=${kv#pp=}; else ref_keys+=("$kv"); fi
+        if [[ "$kv" == pp=* ]]; then pp=${kv#pp=}; elif [[ "$kv" != cand.* ]]; then ref_keys+=("$kv"); fi
       done
-      run "$REF_TP" $((np / pp)) "$batch" "$mb" "$d-ref" "${ref_keys[@]}" "${o[@]}"
+      run "$REF_STAGE" $((np / pp)) "$batch" "$mb" "$d-ref" "${ref_keys[@]}" "${o[@]}"
     else
       run "$S01" 0 "$batch" "$mb" "$d-ref" "${model_keys[@]}" "${o[@]}"
     fi
-    run "$CAND" "$np" "$batch" "$mb" "$d-cand" "${keys[@]}" "${o[@]}"
+    cand_keys=()
+    for kv in "${keys[@]}"; do cand_keys+=("${kv#cand.}"); done
+    run "$CAND" "$np" "$batch" "$mb" "$d-cand" "${cand_keys[@]}" "${o[@]}"
     last[$opt]=$d last_regrouped=$regrouped
     echo "== $opt, one step: $spec (micro-batches: $((batch / mb)))"
     if ! "${COMPARE[@]}" --exact --regrouped "$regrouped" --step 1 --truth "$d-truth" --reference "$d-ref" \
