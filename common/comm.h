@@ -72,8 +72,9 @@ constexpr DType dtype_of<bf16>() { return DType::BF16; }
 
 /// A posted isend or irecv, completed by Communicator::wait (which leaves it empty).
 /// Movable, not copyable. Destroying a request that was never waited for withdraws a
-/// receive (its buffer is never written) and abandons a send (it may still be delivered
-/// while its buffer lives): wait for every request you post.
+/// receive (MPI cancels it; one whose message is already arriving completes instead, so
+/// its buffer may still be written) and abandons a send (it may still be delivered while
+/// its buffer lives): wait for every request you post. Only a failing job leaves any.
 class Request {
  public:
   /// What a backend keeps of one posted message; each backend derives its own and casts
@@ -136,7 +137,8 @@ class Communicator {
   /// Fails on an empty request or one posted on another communicator, and on a receive
   /// whose message has a different number of elements.
   virtual void wait(Request& request) = 0;
-  /// wait() on each request in turn (all are left empty).
+  /// wait() on each request in turn, leaving them empty; when one fails, the rest are left
+  /// to their destructors (withdrawn or abandoned, as Request says).
   void wait_all(std::vector<Request>& requests) {
     for (Request& r : requests) wait(r);
   }

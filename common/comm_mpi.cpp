@@ -38,11 +38,13 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -178,7 +180,7 @@ class MpiRuntime {
   }
 
   bool owns_mpi_ = false;
-  bool broken_ = false;
+  std::atomic<bool> broken_{false};  // set by a thread that failed, read by all
   int thread_level_ = MPI_THREAD_SINGLE;
   int world_rank_ = 0;
   MPI_Datatype bf16_ = MPI_DATATYPE_NULL;
@@ -437,14 +439,24 @@ class MpiComm final : public Communicator {
     size_t count = 0;
     DType type = DType::Byte;
     ~P2pRequest() override {
+      bool live = false;  // whether MPI may still read or write `host`
       if (p.request != MPI_REQUEST_NULL && !owner->rt_->broken()) {
-        // Never waited for: a receive is withdrawn so it never writes into freed memory.
+        // Never waited for: a receive is withdrawn (a cancel that finds its message
+        // already arriving fails, and the receive completes), a send abandoned.
         auto g = owner->rt_->guard();
         if (p.receive) MPI_Cancel(&p.request);
-        MPI_Request_free(&p.request);
+        int done = 0;
+        MPI_Test(&p.request, &done, MPI_STATUS_IGNORE);
+        if (!done) MPI_Request_free(&p.request);
+        live = !done;
       }
+      live = live || p.request != MPI_REQUEST_NULL;  // a broken runtime frees nothing
 #ifdef GPT_HAVE_CUDA
-      if (pinned) cudaFreeHost(host);
+      // A pinned copy MPI may still use is left allocated (only on the way out of a failed
+      // job): freeing it would let MPI write into memory handed out again.
+      if (pinned && !live) cudaFreeHost(host);
+#else
+      (void)live;
 #endif
     }
   };
@@ -575,12 +587,15 @@ class MpiComm final : public Communicator {
     message += completed ? "; it completed during the roll call that followed: a rank was late, not lost (a longer "
                            "comm_timeout_s, or save_timeout_s around a save, would have waited for it)"
                          : roll;
-    // Withdraw pending receives so MPI never writes into the caller's buffer later.
+    // Withdraw pending receives so MPI does not write into the caller's buffer later (a
+    // receive whose message is already arriving cannot be cancelled: it completes).
     for (int i = 0; i < n; ++i)
       if (p[i].receive && p[i].request != MPI_REQUEST_NULL) {
         auto g = rt_->guard();
         MPI_Cancel(&p[i].request);
-        MPI_Request_free(&p[i].request);
+        int done = 0;
+        MPI_Test(&p[i].request, &done, MPI_STATUS_IGNORE);
+        if (!done) MPI_Request_free(&p[i].request);
       }
     fail(message);
   }
@@ -608,7 +623,10 @@ class MpiComm final : public Communicator {
     static int note = 1;  // static: a send to a lost rank may outlive this call
     constexpr int kChars = MpiRuntime::kAnswerChars;
     const double grace_s = std::clamp(timeout_s_ / 4, 0.25, 5.0);
-    std::vector<std::array<char, kChars>> heard(static_cast<size_t>(size_));  // each answer: where that rank waits
+    // Each answer: where that rank waits. On the heap, and left there if a withdrawn
+    // receive may still write into it (below).
+    auto heard_storage = std::make_unique<std::vector<std::array<char, kChars>>>(static_cast<size_t>(size_));
+    std::vector<std::array<char, kChars>>& heard = *heard_storage;
     std::vector<MPI_Request> answers(size_t(size_), MPI_REQUEST_NULL);
     {
       auto g = rt_->guard();
@@ -641,12 +659,19 @@ class MpiComm final : public Communicator {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     std::vector<int> lost;
+    bool answers_live = false;  // a withdrawn receive that may still write into `heard`
     for (int r : silent) {
       auto g = rt_->guard();
-      MPI_Cancel(&answers[size_t(r)]);  // so MPI never writes into `heard` later
-      MPI_Request_free(&answers[size_t(r)]);
-      lost.push_back(world_ranks_[size_t(r)]);
+      MPI_Cancel(&answers[size_t(r)]);  // so MPI does not write into `heard` later
+      int done = 0, cancelled = 0;
+      MPI_Status status;
+      MPI_Test(&answers[size_t(r)], &done, &status);
+      if (done) MPI_Test_cancelled(&status, &cancelled);
+      if (!done) MPI_Request_free(&answers[size_t(r)]);
+      answers_live = answers_live || !done;
+      if (!done || cancelled) lost.push_back(world_ranks_[size_t(r)]);  // else its answer came just now
     }
+    if (answers_live) (void)heard_storage.release();  // left allocated: MPI may still fill it
     // Where a rank that answered waits ("barrier over ranks 0-2", with " (timed out)" when
     // it answered from its own roll call).
     const auto where = [&](int r) {
@@ -668,8 +693,9 @@ class MpiComm final : public Communicator {
       int named = 0, more = 0;
       for (int r = 0; r < size_; ++r) {
         if (r == rank_) continue;
+        // An answer is cut to kChars - 1 characters (keep_answer): compare it so.
         const std::string text = where(r);
-        if (text == waiting_in || text == own_answer) continue;
+        if (text == waiting_in.substr(0, kChars - 1) || text == own_answer.substr(0, kChars - 1)) continue;
         if (named == 4) {
           ++more;
           continue;

@@ -55,7 +55,9 @@ namespace fs = std::filesystem;
 
 constexpr int kThreadsPerCoreLimit = 8;      // `threads` above this many per core is refused
 constexpr double kCommTimeoutLimitS = 1e9;   // `comm_timeout_s` at most (31 years)
-constexpr double kBucketLimitMb = 1 << 20;   // `bucket_mb` at most (1 TiB: its element count fits any integer)
+// `bucket_mb` at most: a bucket's fp32 gradients are one MPI call's count, an int
+// (8191 MiB is 2,147,221,504 floats; 8192 would be 2^31).
+constexpr double kBucketLimitMb = 8191;
 
 // ---------------------------------------------------------------------------------
 // The key table
@@ -819,7 +821,7 @@ void validate(const Config& cfg, int dp) {
   check_double(cfg.bucket_mb > 0, "bucket_mb", cfg.bucket_mb, "must be positive");
   check_double(cfg.bucket_mb <= kBucketLimitMb, "bucket_mb", cfg.bucket_mb,
                "must be at most " + std::to_string(int64_t(kBucketLimitMb)) +
-                   " MiB (1 TiB; a bucket as large as the model's gradients is already one all-reduce)");
+                   " MiB (a bucket is one MPI call, whose count of floats is an int)");
   check_double(cfg.comm_timeout_s >= 1, "comm_timeout_s", cfg.comm_timeout_s,
                "must be at least 1 second (healthy ranks reach a collective up to seconds apart: a shorter "
                "wait would report them lost)");

@@ -371,7 +371,8 @@ TEST_CASE("impossible values are errors naming the key and the reason") {
     for (const char* schedule : {"lr_schedule=cosine", "lr_schedule=linear", "lr_schedule=constant", "lr_schedule=wsd"})
       REQUIRE_NOTHROW(gpt::validate(with({schedule, "lr_decay_fraction=1"})));
     REQUIRE_NOTHROW(gpt::validate(with({"comm_timeout_s=1e9", "threads=8"})));  // 8 per core, one core at least
-    REQUIRE_NOTHROW(gpt::validate(with({"bucket_mb=1048576"})));
+    REQUIRE_NOTHROW(gpt::validate(with({"bucket_mb=8191"})));  // 2^31 - 262144 floats: MPI's int counts them
+    REQUIRE_THROWS_WITH(gpt::validate(with({"bucket_mb=8192"})), Contains("bucket_mb") && Contains("8191"));
     // weight_decay against lr: lr * weight_decay must stay below 1 (each step scales a
     // decayed weight by 1 - lr * weight_decay); just below is allowed, 1 exactly is not.
     REQUIRE_NOTHROW(gpt::validate(with({"lr=0.5", "weight_decay=1.99"})));
