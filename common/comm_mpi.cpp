@@ -2,7 +2,7 @@
 //
 // Every operation is posted as a non-blocking MPI call (MPI_Iallreduce,
 // MPI_Ireduce_scatter_block, MPI_Iallgather, MPI_Ibcast, MPI_Isend + MPI_Irecv,
-// MPI_Ibarrier) and then completed by our own wait loop instead of a blocking call.
+// MPI_Ibarrier) and then completed by our own wait loop (poll_until_done) instead of a blocking call.
 // That loop is the reason for the design:
 //   * it polls MPI_Test, first yielding the core and then sleeping for a time that
 //     doubles up to a fraction of a millisecond, so that when ranks outnumber cores
@@ -265,7 +265,7 @@ class MpiComm final : public Communicator {
       check(MPI_Iallreduce(MPI_IN_PLACE, host, int(count), rt_->type(t), rt_->sum(t), comm_, &p.request),
             "MPI_Iallreduce");
     }
-    wait(&p, 1, "all_reduce");
+    poll_until_done(&p, 1, "all_reduce");
     copy_back(buf, host, bytes);
   }
 
@@ -290,7 +290,7 @@ class MpiComm final : public Communicator {
       check(MPI_Ireduce_scatter_block(host_send, target, int(count), rt_->type(t), rt_->sum(t), comm_, &p.request),
             "MPI_Ireduce_scatter_block");
     }
-    wait(&p, 1, "reduce_scatter");
+    poll_until_done(&p, 1, "reduce_scatter");
     if (target != host_recv) std::memcpy(host_recv, target, bytes);
     copy_back(recv, host_recv, bytes);
   }
@@ -317,7 +317,7 @@ class MpiComm final : public Communicator {
                            &p.request),
             "MPI_Iallgather");
     }
-    wait(&p, 1, "all_gather");
+    poll_until_done(&p, 1, "all_gather");
     copy_back(recv, host_recv, bytes * size_t(size_));
   }
 
@@ -332,7 +332,7 @@ class MpiComm final : public Communicator {
       auto g = rt_->guard();
       check(MPI_Ibcast(host, int(count), rt_->type(t), root, comm_, &p.request), "MPI_Ibcast");
     }
-    wait(&p, 1, "broadcast");
+    poll_until_done(&p, 1, "broadcast");
     if (rank_ != root) copy_back(buf, host, bytes);
   }
 
@@ -361,7 +361,7 @@ class MpiComm final : public Communicator {
       check(MPI_Irecv(host_recv, int(recv_count), rt_->type(t), source, kTag, comm_, &p[0].request), "MPI_Irecv");
       check(MPI_Isend(host_send, int(send_count), rt_->type(t), dest, kTag, comm_, &p[1].request), "MPI_Isend");
     }
-    wait(p, 2, "sendrecv");
+    poll_until_done(p, 2, "sendrecv");
     int received = 0;
     MPI_Get_count(&p[0].status, rt_->type(t), &received);
     if (size_t(received) != recv_count)
@@ -376,7 +376,7 @@ class MpiComm final : public Communicator {
       auto g = rt_->guard();
       check(MPI_Ibarrier(comm_, &p.request), "MPI_Ibarrier");
     }
-    wait(&p, 1, "barrier");
+    poll_until_done(&p, 1, "barrier");
   }
 
   Request isend(const void* buf, size_t count, DType t, int dest, int tag) override {
@@ -391,7 +391,7 @@ class MpiComm final : public Communicator {
     auto* req = dynamic_cast<P2pRequest*>(state.get());
     if (req == nullptr || req->owner != this) internal_error(prefix() + "wait: the request is empty or was posted on another communicator");
     const char* op = req->p.receive ? "recv" : "send";
-    wait(&req->p, 1, op);
+    poll_until_done(&req->p, 1, op);
     if (req->p.receive) {
       int received = 0;
       MPI_Get_count(&req->p.status, rt_->type(req->type), &received);
@@ -498,7 +498,7 @@ class MpiComm final : public Communicator {
   }
 
   // Completes the n requests of `op`, or fails after timeout_s naming whom it waited for.
-  void wait(Pending* p, int n, const char* op) {
+  void poll_until_done(Pending* p, int n, const char* op) {
     using clock = std::chrono::steady_clock;
     // Yield the core for the first stretch (a short operation completes within it at
     // full speed), then sleep, doubling the nap up to kMaxNap.

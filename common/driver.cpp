@@ -33,7 +33,8 @@ MeshShape mesh_shape_for(const Config& cfg, int ranks) {
   const std::string keys = "tp=" + std::to_string(cfg.tp) + " x pp=" + std::to_string(cfg.pp) +
                            " x cp=" + std::to_string(cfg.cp);
   // The products are taken in double first (exact below 2^53, and no wrap): the axes are
-  // ints whose product validate() has not yet held to one.
+  // ints whose product need not fit one (validate() holds it to one; a caller, such as the
+  // tests, may ask before it).
   const double model_ranks_exact = double(cfg.tp) * cfg.pp * cfg.cp;
   require(model_ranks_exact * std::max(cfg.dp, 1) <= ranks,
           (cfg.dp > 0 ? "dp=" + std::to_string(cfg.dp) + " x " : std::string()) + keys +
@@ -94,7 +95,7 @@ namespace {
 // rank prints its message (naming itself) and aborts the whole job with the error's
 // status; with one rank the error propagates to run_main, which does the same.
 template <class F>
-int on_every_rank(Communicator& world, F&& body) {
+int abort_job_on_error(Communicator& world, F&& body) {
   try {
     return body();
   } catch (const std::exception& e) {
@@ -161,7 +162,7 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
     require(spec.cuda || cfg.device != "cuda",
             std::string("device=cuda: stage ") + spec.name +
                 " runs on CPU ranks only so far; use device=cpu (stage 01 trains on the GPU)");
-    const Device device = resolve_device(spec.cuda || cfg.device != "auto" ? cfg.device : "cpu");
+    const Device device = resolve_device(spec.cuda ? cfg.device : "cpu");
     ops::set_gemm(device, cfg.gemm);  // the GPU's matmuls: the hand-written GEMM or cuBLAS
     const Precision precision = parse_precision(cfg.precision);
     require(cfg.test_grad_scale == 1.0, std::string("test_grad_scale: stage ") + spec.name +
@@ -172,7 +173,7 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
     // After MPI's start-up, so that ours are the handlers; SIGTERM and SIGINT only in a
     // job of one rank (common/stop_request.h says why).
     install_stop_handlers(/*announce=*/world->rank() == 0, /*terminal_signals=*/world->size() == 1);
-    return on_every_rank(*world, [&] {
+    return abort_job_on_error(*world, [&] {
       require_rank0_config(*world, cfg, spec.name);
       const MeshShape shape = mesh_shape_for(cfg, world->size());
       validate(cfg, shape.dp);
