@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cstdio>
 #include <ctime>
+#include <initializer_list>
 #include <map>
 #include <system_error>
 #include <utility>
@@ -10,6 +11,8 @@
 
 #include "common/checkpoint_internal.h"
 #include "common/data.h"
+#include "common/error.h"
+#include "common/optimizer.h"
 
 namespace gpt {
 using namespace checkpoint_detail;
@@ -241,16 +244,13 @@ std::string resolve_resume(const Config& cfg) {
   return path;
 }
 
-std::string start_notes(const Config& cfg) {
-  if (cfg.resume.empty()) return "";
-  const ResumeSource source = resume_source(cfg);  // resume=latest in a run_dir without checkpoints: no path
-  if (source.path.empty())
-    return "resume=latest: no checkpoint in " + cfg.run_dir + " yet, so training starts at step 0";
-  // Training data of another size: the same data position now counts sequences of
-  // another order (data.h), neither the ones the checkpoint's steps read nor the rest of
-  // their epoch. Said, not refused: training on from a checkpoint with more (or other)
-  // data may be what is meant.
-  if (source.start == 0 || cfg.steps <= source.start) return "";
+namespace {
+
+// Training data of another size: the same data position now counts sequences of another
+// order (data.h), neither the ones the checkpoint's steps read nor the rest of their
+// epoch. Said, not refused: training on from a checkpoint with more (or other) data may
+// be what is meant.
+std::string data_note(const Config& cfg, const ResumeSource& source) {
   const auto position = source.manifest.find("data_position");
   if (position == source.manifest.end() || !position->is_object()) return "";
   const auto then = position->find("train_tokens");
@@ -263,6 +263,83 @@ std::string start_notes(const Config& cfg) {
          " tokens, but the checkpoint was trained on " + then->dump() + ": the sequences are shuffled by their "
          "count, so from here on they come in another order than the checkpoint's run would have read them (in "
          "this epoch some it trained on come again, and some it has not read are skipped)";
+}
+
+// The keys `keys` the checkpoint's run recorded with another value than `cfg` has:
+// "key then -> now, ..." ("" when none differs, or the checkpoint records no config).
+std::string changed_keys(const Config& cfg, const json& saved, std::initializer_list<const char*> keys) {
+  const json now = json::parse(config_to_json(cfg));
+  std::string changed;
+  for (const char* key : keys) {
+    const auto theirs = saved.find(key), ours = now.find(key);
+    if (theirs == saved.end() || ours == now.end() || *theirs == *ours) continue;
+    changed += std::string(changed.empty() ? "" : ", ") + key + " " + theirs->dump() + " -> " + ours->dump();
+  }
+  return changed;
+}
+
+// The learning rate is a function of the step and of the schedule's keys (optimizer.h):
+// one of them changed on resume moves it from the next step on, by a little (more
+// steps to decay over) or by a jump (a cosine restarted at another length). Said, with
+// the rate the next step takes and the one the checkpoint's run would have taken.
+std::string schedule_note(const Config& cfg, const ResumeSource& source, const json& saved) {
+  const std::string changed =
+      changed_keys(cfg, saved, {"steps", "lr", "warmup_steps", "lr_schedule", "min_lr_ratio", "lr_decay_fraction"});
+  if (changed.empty()) return "";
+  Config then = cfg;  // the schedule the checkpoint's run followed
+  json kept = json::object();
+  for (const char* key : {"steps", "lr", "warmup_steps", "lr_schedule", "min_lr_ratio", "lr_decay_fraction"})
+    if (const auto it = saved.find(key); it != saved.end()) kept[key] = *it;
+  try {
+    apply_json_text(then, kept.dump(), source.path + "/manifest.json");
+  } catch (const UserError&) {
+    return "";  // a recorded value this version does not read: nothing to compare
+  }
+  char rates[160];
+  std::snprintf(rates, sizeof rates, "step %lld trains at lr %.4g, where the checkpoint's run would have used %.4g",
+                static_cast<long long>(source.start + 1), learning_rate(cfg, source.start),
+                learning_rate(then, source.start));
+  return "resume=" + cfg.resume + ": the learning-rate schedule changed (" + changed + "): " + rates;
+}
+
+// A validation reads the first val_batches x micro_batch_size windows of val_data (data.h):
+// another count is another set of windows, and the validation loss steps where the run
+// resumed, whatever the model does.
+std::string validation_note(const Config& cfg, const json& saved) {
+  if (cfg.val_batches == 0) return "";
+  const auto batches = saved.find("val_batches"), micro = saved.find("micro_batch_size");
+  if (batches == saved.end() || micro == saved.end() || !batches->is_number_integer() ||
+      !micro->is_number_integer())
+    return "";
+  const int64_t then = batches->get<int64_t>() * micro->get<int64_t>();
+  const int64_t now = int64_t(cfg.val_batches) * cfg.micro_batch_size;
+  if (then == now || batches->get<int64_t>() == 0) return "";
+  return "resume=" + cfg.resume + ": a validation now reads " + std::to_string(now) + " windows (val_batches " +
+         std::to_string(cfg.val_batches) + " x micro_batch_size " + std::to_string(cfg.micro_batch_size) +
+         "), the checkpoint's run read " + std::to_string(then) + " (" + batches->dump() + " x " + micro->dump() +
+         "): its validation loss is over other windows from here on, and its curve may step";
+}
+
+}  // namespace
+
+std::string start_notes(const Config& cfg) {
+  if (cfg.resume.empty()) return "";
+  const ResumeSource source = resume_source(cfg);  // resume=latest in a run_dir without checkpoints: no path
+  if (source.path.empty())
+    return "resume=latest: no checkpoint in " + cfg.run_dir + " yet, so training starts at step 0";
+  // A run that trains nothing changes nothing; step 0 (a fresh start, GPT-2's imported
+  // weights) has no schedule, data or validation of its own to continue.
+  if (source.start == 0 || cfg.steps <= source.start) return "";
+  std::string notes;
+  const auto add = [&](const std::string& note) {
+    if (!note.empty()) notes += (notes.empty() ? "" : "\n") + note;
+  };
+  add(data_note(cfg, source));
+  if (const auto saved = source.manifest.find("config"); saved != source.manifest.end() && saved->is_object()) {
+    add(schedule_note(cfg, source, *saved));
+    add(validation_note(cfg, *saved));
+  }
+  return notes;
 }
 
 namespace {

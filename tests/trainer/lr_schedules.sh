@@ -13,6 +13,9 @@
 # weights step 7 updated) equals the 12-step run's bit for bit. A cosine run resumed the
 # same way takes another rate at step 7 (higher: its decay is stretched) and step 8's loss
 # differs (the control).
+# The resumes say what they changed: the schedule's keys, with step 7's rate against the
+# checkpoint's run's (equal for wsd, not for cosine; none said when no key changed), and
+# the validation's windows when micro_batch_size changes their count.
 # Usage: lr_schedules.sh TRAIN PREPARE WORKDIR ROOT
 set -euo pipefail
 TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4
@@ -84,3 +87,52 @@ c=$(train_line "$WORK/cosine" 8 loss) d=$(train_line "$WORK/cosine_longer" 8 los
 [ -n "$c" ] && [ -n "$d" ] && [ "$c" != "$d" ] ||
   { echo "FAIL (control): cosine resumed with steps=24: step 8's loss '$d', the 12-step run's '$c'"; exit 1; }
 echo "PASS: wsd resumed with more steps keeps the run's rates and losses; cosine's step 8 loss moves ($c -> $d)"
+
+# The resume says that the schedule changed, and the rate step 7 takes against the one the
+# checkpoint's run took (its metrics): cosine's moves, wsd's is the same. The control: a
+# resume that changes no schedule key says nothing of it.
+/usr/bin/python3 - "$WORK" << 'EOF'
+import json, re, sys
+work = sys.argv[1]
+def logged_lr(run, step):
+    for line in open(f"{work}/{run}/metrics.jsonl"):
+        m = json.loads(line)
+        if m["kind"] == "train" and m["step"] == step:
+            return m["lr"]
+for schedule in ("cosine", "wsd"):
+    log = open(f"{work}/{schedule}_longer.log").read()
+    found = re.search(r"the learning-rate schedule changed \(steps 12 -> 24\): step 7 trains at lr (\S+?),"
+                      r" (?:where the checkpoint's run would have used (\S+)|as the checkpoint's run would have)", log)
+    if not found:
+        sys.exit(f"FAIL: the {schedule} resume with steps=24 did not say the schedule changed:\n{log}")
+    now, then = float(found.group(1)), float(found.group(2) or found.group(1))
+    want_now, want_then = logged_lr(f"{schedule}_longer", 7), logged_lr(schedule, 7)
+    # The note prints 4 significant digits: a relative 5e-4 at most.
+    if abs(now - want_now) > 1e-3 * want_now or abs(then - want_then) > 1e-3 * want_then:
+        sys.exit(f"FAIL: {schedule}: the note says {now} against {then}, the runs logged {want_now} and {want_then}")
+    if (now == then) != (schedule == "wsd"):
+        sys.exit(f"FAIL: {schedule}: the note's rates {now} and {then} should be equal for wsd alone")
+    print(f"ok   {schedule} resumed with steps=24 says: step 7 at lr {now}, the checkpoint's run {then}")
+EOF
+"$TRAIN" $(tiny_args "$WORK/data" "$WORK/wsd_same") "${keys[@]}" --set lr_schedule=wsd \
+  --set "resume=$WORK/wsd/step_00000006" --set steps=12 > "$WORK/wsd_same.log" 2>&1 ||
+  { echo "FAIL: the unchanged wsd resume"; tail -5 "$WORK/wsd_same.log"; exit 1; }
+! grep -q "schedule changed" "$WORK/wsd_same.log" ||
+  { echo "FAIL (control): a resume with the same schedule said it changed"; grep "schedule" "$WORK/wsd_same.log"; exit 1; }
+echo "PASS: a resume names the schedule keys it changed and the next step's rate against the checkpoint's run's"
+
+# A validation reads val_batches x micro_batch_size windows: from a run that validated 2 x 2
+# (configs/tiny.json), a resume with micro-batches of 4 reads 2 x 4 = 8 and says so; the
+# control, a resume with the checkpoint's micro-batches, says nothing of it.
+"$TRAIN" $(tiny_args "$WORK/data" "$WORK/validated") --set steps=2 --set sample_tokens=0 > "$WORK/validated.log" 2>&1 ||
+  { echo "FAIL: the validated run"; tail -5 "$WORK/validated.log"; exit 1; }
+for mb in 2 4; do
+  "$TRAIN" $(tiny_args "$WORK/data" "$WORK/validated") --set steps=4 --set sample_tokens=0 --set resume=latest \
+    --set micro_batch_size=$mb --set checkpoint_at_end=false > "$WORK/validated_mb$mb.log" 2>&1 ||
+    { echo "FAIL: the resume with micro_batch_size=$mb"; tail -5 "$WORK/validated_mb$mb.log"; exit 1; }
+done
+grep -qF "a validation now reads 8 windows (val_batches 2 x micro_batch_size 4), the checkpoint's run read 4 (2 x 2)" \
+  "$WORK/validated_mb4.log" || { echo "FAIL: the resume with other micro-batches did not name its validation windows"; exit 1; }
+! grep -q "a validation now reads" "$WORK/validated_mb2.log" ||
+  { echo "FAIL (control): a resume with the same validation said it changed"; exit 1; }
+echo "PASS: a resume that validates on other windows says how many, against the checkpoint's run"
