@@ -202,7 +202,8 @@ std::string latest_checkpoint(const std::string& run_dir);
 
 /// What a tool given `path` reads: a checkpoint directory as it is; a run directory (a
 /// directory with no manifest of its own that holds checkpoints) by its latest checkpoint.
-/// Anything else is returned as given, for the load to say what is wrong with it.
+/// A directory that holds neither (not named step_N) is a UserError saying so; anything
+/// else is returned as given, for the load to say what is wrong with it.
 std::string checkpoint_or_latest(const std::string& path);
 
 /// The checkpoint a run resumes, from the config's `resume`: "" (start fresh) stays "",

@@ -111,6 +111,11 @@ std::string checkpoint_or_latest(const std::string& path) {
   if (fs::is_directory(path, ec) && !fs::exists(fs::path(path) / "manifest.json", ec)) {
     const std::string latest = latest_checkpoint(path);
     if (!latest.empty()) return latest;
+    // A step_N directory without its manifest is a damaged checkpoint, which loading
+    // names; any other directory is a run directory with nothing saved yet.
+    if (!fs::path(path).filename().string().starts_with("step_"))
+      fail("'" + path + "' holds no checkpoint: it has no manifest.json of its own and no complete step_N "
+           "directory inside (a run directory before its first save, or another directory)");
   }
   return path;
 }

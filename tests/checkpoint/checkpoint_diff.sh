@@ -58,6 +58,9 @@ expect precisions_step0 0 "param: [0-9]+ of [0-9]+ tensors equal; 0 of" "$WORK/f
 expect precisions_step2 1 "the checkpoints differ" "$WORK/fp64/$s2" "$WORK/fp32/$s2"
 expect shapes 2 "two model shapes: n_embd is 48 in" "$WORK/wide/$s2" "$WORK/fp32/$s2"
 expect missing 2 "does not exist" "$WORK/fp32/step_00000099" "$WORK/fp32/$s2"
+mkdir -p "$WORK/no_saves" && cp "$WORK/fp32/metrics.jsonl" "$WORK/no_saves/"
+expect empty_run_dir 2 "holds no checkpoint: it has no manifest.json of its own and no complete step_N" \
+  "$WORK/no_saves" "$WORK/fp32/$s2"
 expect bad_kind 2 "--kinds: 'grads' is not a kind" "$WORK/fp32/$s2" "$WORK/fp32/$s2" --kinds param,grads
 expect one_path 2 "two checkpoints are compared, 1 given" "$WORK/fp32/$s2"
 
