@@ -212,8 +212,17 @@ DataLoader validation_data(const Config& cfg) {
                                       ": give a validation shard, or set val_batches=0 to train without validation");
     return DataLoader::none(cfg.seq_len);
   }
+  // The file's own error (missing, unreadable, damaged), with the key that named it; a run
+  // that validates nothing need not name one.
+  DataLoader val = [&] {
+    try {
+      return DataLoader(cfg.val_data, cfg.model.vocab_size, cfg.seq_len, cfg.seed);
+    } catch (const UserError& e) {
+      fail("val_data: " + std::string(e.what()) +
+           (cfg.val_batches == 0 ? " (val_batches=0 validates nothing: val_data may be left empty)" : ""));
+    }
+  }();
   require_disjoint_splits(cfg.train_data, cfg.val_data);
-  DataLoader val(cfg.val_data, cfg.model.vocab_size, cfg.seq_len, cfg.seed);
   const int64_t wanted = int64_t(cfg.val_batches) * cfg.micro_batch_size;
   require(wanted <= val.num_windows(),
           "val_batches=" + std::to_string(cfg.val_batches) + " x micro_batch_size=" +
