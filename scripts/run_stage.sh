@@ -14,9 +14,10 @@
 # Open MPI also needs OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1,
 # which are set then only. Extra mpirun options go in GPT_MPIRUN_ARGS. The trainer runs
 # in the repository root, like scripts/train.sh, and as there a relative --config FILE
-# is taken from the caller's directory when it is there (else from the root); the
-# config's and the --set paths are the root's. Across nodes or under Slurm, call
-# mpirun or srun directly: see docs/distributed.md.
+# is taken from the caller's directory when it is there (else from the root), and so is a
+# --set input path (train_data, val_data, eval_choices, tokenizer, resume); the config's
+# paths and the outputs' (run_dir, metrics_file, trace_file) are the root's. Across nodes
+# or under Slurm, call mpirun or srun directly: see docs/distributed.md.
 #
 # Ctrl-C (or SIGTERM, SIGHUP, SIGUSR1 to this script: closing its terminal too) stops the
 # job cleanly: the ranks finish the step in progress, write a checkpoint of it and exit
@@ -99,7 +100,21 @@ if ((EUID == 0)); then
 fi
 
 # A relative --config found from the caller's directory, made absolute for the trainer,
-# which runs in the repository root.
+# which runs in the repository root; so are the input paths of --set (the data shards or
+# their glob, an eval file, a tokenizer file, a checkpoint to resume) when they are found
+# there. Outputs (run_dir, metrics_file, trace_file) stay the root's, as documented above.
+from_caller() {  # KEY=VALUE: printed with VALUE made absolute if it is an input found here
+  local key=${1%%=*} value=${1#*=}
+  case "$key" in
+    train_data | val_data | eval_choices | tokenizer | resume)
+      if [[ -n "$value" && "$value" != /* && "$value" != latest && "$value" != bytes ]] &&
+        compgen -G "$value" > /dev/null; then
+        value="$(pwd)/$value"
+      fi
+      ;;
+  esac
+  printf '%s=%s' "$key" "$value"
+}
 trainer_args=()
 while (($# > 0)); do
   arg="$1" file=""
@@ -107,6 +122,12 @@ while (($# > 0)); do
   case "$arg" in
     --config) (($# == 0)) || { file="$1"; shift; } ;;
     --config=*) file="${arg#--config=}" arg=--config ;;
+    --set)
+      trainer_args+=("$arg")
+      (($# == 0)) || { trainer_args+=("$(from_caller "$1")"); shift; }
+      continue
+      ;;
+    [!-]*=*) arg="$(from_caller "$arg")" ;;
   esac
   [[ -n "$file" && "$file" != /* && -f "$file" ]] && file="$(pwd)/$file"
   trainer_args+=("$arg")

@@ -3,7 +3,7 @@
 # arguments exit 2 with a message naming them, before mpirun starts; a stage named by
 # number, directory or prefix runs on N ranks; the trainer's own exit status comes back
 # through mpirun (bad input: 2); the cores it reports are the machine's; a relative
-# --config is found from the caller's directory.
+# --config, and a relative input path of --set, is found from the caller's directory.
 # Usage: run_stage_script.sh BUILD_DIR PREPARE WORKDIR ROOT
 set -euo pipefail
 BUILD=$1 PREPARE=$2 WORK=$3 ROOT=$4
@@ -58,5 +58,11 @@ mine() { echo --set device=cpu --set "train_data=$WORK/data/train.bin" --set "va
 cd "$WORK"
 expect "config from here"     0 "step     1/1"                        2 02 --config mine.json $(mine here)
 expect "config= from here"    0 "step     1/1"                        2 02 --config=mine.json $(mine here2)
+# Relative input paths of --set from here too (the shards, with --set and bare); the
+# control: a relative path found nowhere is left as it is, and the trainer names it.
+expect "--set data from here" 0 "step     1/1"                        2 02 --config mine.json $(mine here3) \
+  --set train_data=data/train.bin val_data=data/val.bin
+expect "a missing input"      2 "data file 'nowhere/train.bin' does not exist" 2 02 --config mine.json $(mine here4) \
+  --set train_data=nowhere/train.bin
 cd - > /dev/null
 [ "$failures" -eq 0 ] && echo "run_stage.sh refuses bad arguments and runs every stage it names" || exit 1
