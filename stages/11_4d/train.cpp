@@ -147,8 +147,13 @@ int train_on(Run& run) {
 
   if (lead) {
     const std::string recompute_note = recompute == Recompute::None ? "" : ", " + cfg.activation_checkpointing + " recompute";
-    std::printf("stage 11 | dp %d x pp %d (%s, %d chunk(s) per rank) x cp %d (%s split, %d tokens of %d per rank) x tp %d%s (%s), zero=%d%s | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM on this rank\n",
-                data_group.size(), pp.size(), schedule_name.c_str(), v, cp.size(), cfg.cp_split.c_str(), Tl, T,
+    // An axis of 1 is named without the details of its technique.
+    const std::string pp_note =
+        pp.size() == 1 ? "" : " (" + schedule_name + ", " + std::to_string(v) + " chunk(s) per rank)";
+    const std::string cp_note = cp.size() == 1 ? "" : " (" + cfg.cp_split + " split, " + std::to_string(Tl) +
+                                                           " tokens of " + std::to_string(T) + " per rank)";
+    std::printf("stage 11 | dp %d x pp %d%s x cp %d%s x tp %d%s (%s), zero=%d%s | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM on this rank\n",
+                data_group.size(), pp.size(), pp_note.c_str(), cp.size(), cp_note.c_str(),
                 tp.size(), sp ? " sequence parallel" : "", run.world.backend(), cfg.zero,
                 recompute_note.c_str(), device_name(device),
                 precision_name(precision), omp_get_max_threads(), double(global.total()) / 1e6,
@@ -156,7 +161,7 @@ int train_on(Run& run) {
     std::printf("batch %d sequences x %d tokens = micro-batch %d x %d micro-batches x dp %d | train %lld tokens, val %lld tokens\n",
                 cfg.batch_size, T, B, accum, data_group.size(), static_cast<long long>(train_data.num_tokens()),
                 static_cast<long long>(val_data.num_tokens()));
-    std::printf("%s", stage_table(cfg.model, pp.size(), v).c_str());
+    if (pp.size() > 1) std::printf("%s", stage_table(cfg.model, pp.size(), v).c_str());
     if (cp.size() > 1) std::printf("%s", split.work_line().c_str());
   }
 
@@ -225,7 +230,7 @@ int train_on(Run& run) {
   const std::string bubbles = bubble.report(  // the theory for the measured forward, backward and weight times
       [&](const PipeCosts& c) { return pipeline_theory_bubble(schedule_name, pp.size(), accum, v, c); },
       pipeline.measured_costs());
-  if (lead) std::printf("%s", bubbles.c_str());
+  if (lead && pp.size() > 1) std::printf("%s", bubbles.c_str());
 
   end_of_run(run, validate, data_group, log, ckpt, state, whole, T);
   return 0;
