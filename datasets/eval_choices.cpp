@@ -184,14 +184,18 @@ int evaluate(const Options& o, const std::string& checkpoint, const gpt::ModelCo
                                  "the weights of " + checkpoint +
                                      " give no probabilities to compare (values too large for the arithmetic?)");
   int correct = 0, correct_norm = 0;
+  double loss_sum = 0;  // the completions' loss per token, as the trainer's choices line logs it
+  int64_t tokens = 0;
   for (const gpt::ChoiceScore& s : scores) {
     correct += s.pred == s.label;
     correct_norm += s.pred_norm == s.label;
+    for (size_t c = 0; c < s.loss_sum.size(); ++c) loss_sum += s.loss_sum[c], tokens += s.tokens[c];
   }
   const int cut = gpt::examples_cut(examples, window);
   const double n = double(scores.size());
-  std::printf("%zu examples in %.1f s: acc %.4f (lowest summed loss)  acc_norm %.4f (lowest mean loss per token)\n",
-              scores.size(), seconds, correct / n, correct_norm / n);
+  std::printf("%zu examples in %.1f s: acc %.4f (lowest summed loss)  acc_norm %.4f (lowest mean loss per token)  "
+              "loss %.6f (the completions' mean per token)\n",
+              scores.size(), seconds, correct / n, correct_norm / n, tokens ? loss_sum / double(tokens) : 0.0);
   if (cut > 0)
     std::printf("%d examples had context tokens left out to fit the window of %d (max_seq_len)\n", cut, window);
   if (!o.out.empty()) {

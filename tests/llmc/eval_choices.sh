@@ -62,6 +62,15 @@ printed=$(sed -nE 's/.*acc ([0-9.]+) .*acc_norm ([0-9.]+) .*/\1 \2/p' fp64.log)
 expected=$(sed -nE 's/.*reference acc ([0-9.]+) acc_norm ([0-9.]+).*/\1 \2/p' compare_fp64.log)
 if [ -n "$printed" ] && [ "$printed" = "$expected" ]; then echo "ok   acc and acc_norm printed: $printed"
 else fail "printed acc, acc_norm '$printed', the reference's '$expected'"; fi
+# The printed loss is the completions' mean per token: the scores' sums over their tokens
+# (printed to 6 decimals: within 5e-7).
+loss_check=$(/usr/bin/python3 -c 'import json, re, sys
+rows = [json.loads(l) for l in open("fp64.jsonl")]
+want = sum(sum(r["loss_sum"]) for r in rows) / sum(sum(r["tokens"]) for r in rows)
+got = float(re.search(r"loss ([0-9.]+) \(the completions", open("fp64.log").read()).group(1))
+print("ok" if abs(got - want) <= 5e-7 else f"printed {got}, the scores give {want:.6f}")')
+[ "$loss_check" = ok ] && echo "ok   the printed loss is the completions' mean per token" ||
+  fail "the printed completions' loss: $loss_check"
 grep -q "had context tokens left out" fp64.log || fail "no example had its context cut: the test lost its long rows"
 
 echo "== negative control: the completion mask not shifted"
