@@ -73,6 +73,8 @@ void MetricsLog::write_line(const std::string& json) {
 }
 
 void MetricsLog::train_step(const StepMetrics& m, const MemoryLedger& mem, bool print) {
+  if (!started_) write_line(nlohmann::json{{"kind", "start"}, {"step", m.step - 1}}.dump());
+  started_ = true;
   nlohmann::json j = {{"kind", "train"}, {"step", m.step},         {"loss", m.loss},
                       {"lr", m.lr},      {"grad_norm", m.grad_norm}, {"ms", m.ms},
                       {"tokens_per_s", m.tokens_per_s}};

@@ -42,6 +42,8 @@ class MetricsLog {
   MetricsLog& operator=(const MetricsLog&) = delete;
 
   /// Writes a "train" line (m, and the memory peaks mem); with print also the progress line.
+  /// The first one of this log is preceded by a "start" line: the step this launch
+  /// trains from (0 fresh, a resumed checkpoint's step), which tells a resume from a new run.
   void train_step(const StepMetrics& m, const MemoryLedger& mem, bool print);
   void validation(int64_t step, double val_loss);  ///< writes a "val" line and prints the loss
   /// Writes a "choices" line (the multiple-choice eval of `file`) and prints acc and acc_norm.
@@ -57,6 +59,7 @@ class MetricsLog {
   void write_line(const std::string& json);
   std::string path_;  // for the messages
   std::FILE* file_ = nullptr;
+  bool started_ = false;  // whether the "start" line is written
 };
 
 }  // namespace gpt

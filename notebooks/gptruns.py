@@ -58,7 +58,8 @@ class Run:
     """One run directory: its metrics lines, its resolved config and its layout.
 
     train, val   the "train" and "val" lines of the last run in metrics.jsonl (a file
-                 can hold several runs; a step that goes down marks where one starts)
+                 can hold several runs: a "start" line at step 0 begins one, and a
+                 resume's supersedes the lines past its step; docs/metrics.md)
     config       the complete config the trainer ran with (defaults included), from the
                  newest checkpoint's manifest.json
     layout       {"dp", "tp", "pp", "cp"} from the same manifest
@@ -82,13 +83,23 @@ class Run:
                     raise ValueError(f"{self.dir}/metrics.jsonl line {number}: not a metrics line (an object with "
                                      f"an integer step, docs/metrics.md): {text.strip()[:120]}")
                 lines.append(line)
-        last_start, previous = 0, None
-        for i, line in enumerate(lines):
-            if line.get("kind") == "train":
-                if previous is not None and line["step"] <= previous:
-                    last_start = i
-                previous = line["step"]
-        lines = lines[last_start:]
+        if any(line.get("kind") == "start" for line in lines):
+            # docs/metrics.md: a start at step 0 begins a new run; a later one resumes a
+            # checkpoint, and the lines past its step an earlier launch left are superseded.
+            kept = []
+            for line in lines:
+                if line.get("kind") == "start":
+                    kept = [] if line["step"] == 0 else [k for k in kept if k["step"] <= line["step"]]
+                kept.append(line)
+            lines = kept
+        else:  # a file from before start lines: a train step that goes down starts a new run
+            last_start, previous = 0, None
+            for i, line in enumerate(lines):
+                if line.get("kind") == "train":
+                    if previous is not None and line["step"] <= previous:
+                        last_start = i
+                    previous = line["step"]
+            lines = lines[last_start:]
         self.train = [line for line in lines if line.get("kind") == "train"]
         self.val = [line for line in lines if line.get("kind") == "val"]
         if not self.train:
