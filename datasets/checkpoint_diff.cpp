@@ -1,6 +1,6 @@
 // checkpoint_diff: two checkpoints of one model compared tensor by tensor.
 //
-//   build/bin/checkpoint_diff A B [--kinds param,adam_m,adam_v]
+//   build/bin/checkpoint_diff A B [--kinds param,adam_m,adam_v] [--summary]
 //
 // A and B are checkpoints (step_N directories) or run directories (their latest).
 //
@@ -42,13 +42,14 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: checkpoint_diff A B [--kinds param,adam_m,adam_v]     (or --kinds=LIST)\n"
+    "usage: checkpoint_diff A B [--kinds param,adam_m,adam_v] [--summary]     (or --kinds=LIST)\n"
     "\n"
     "Compares checkpoints A and B of one model shape (step_N directories, or run\n"
     "directories: their latest), tensor by tensor: how many elements differ, the largest\n"
     "difference, and ||A - B|| / ||B|| (2-norms), for each tensor of each kind and for each\n"
     "kind as a whole. Any two layouts and precisions compare (fp32 files are widened\n"
-    "exactly). --kinds: the kinds to compare (default all three).\n"
+    "exactly). --kinds: the kinds to compare (default all three). --summary: each kind's\n"
+    "line alone, without its table of tensors.\n"
     "Values compare as numbers (-0 equals +0). Exit status: 0 every value equal, 1 some\n"
     "differ, 2 error. A path starting with '-' is given as ./-path.\n";
 
@@ -158,7 +159,7 @@ std::vector<std::string> parse_kinds(const std::string& list) {
 int run(int argc, char** argv) {
   std::vector<std::string> paths;
   std::string kinds_list = "param,adam_m,adam_v";
-  bool kinds_given = false;
+  bool kinds_given = false, summary = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
@@ -170,6 +171,8 @@ int run(int argc, char** argv) {
       if (arg == "--kinds" && i + 1 == argc) gpt::fail("--kinds needs a value (param,adam_m,adam_v)");
       kinds_list = arg == "--kinds" ? argv[++i] : arg.substr(8);
       kinds_given = true;
+    } else if (arg == "--summary") {
+      summary = true;  // each kind's line, without its table of tensors
     } else if (arg.size() > 1 && arg[0] == '-') {
       gpt::fail("unknown option '" + arg + "'\n" + kUsage);
     } else {
@@ -217,6 +220,7 @@ int run(int argc, char** argv) {
                 "||A - B|| / ||B|| = %.6Lg\n",
                 kind.c_str(), identical, layout.tensors().size(), static_cast<long long>(whole.differ),
                 static_cast<long long>(layout.total()), whole.max_abs, whole.rel());
+    if (summary) continue;
     std::printf("  %-*s %-*s %12s %12s %12s\n", name_width, "tensor", shape_width, "shape", "differ", "max |a-b|",
                 "rel");
     for (const std::string& row : rows) std::fputs(row.c_str(), stdout);

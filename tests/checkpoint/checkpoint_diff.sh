@@ -63,6 +63,11 @@ expect empty_run_dir 2 "holds no checkpoint: it has no manifest.json of its own 
   "$WORK/no_saves" "$WORK/fp32/$s2"
 expect bad_kind 2 "--kinds: 'grads' is not a kind" "$WORK/fp32/$s2" "$WORK/fp32/$s2" --kinds param,grads
 expect one_path 2 "two checkpoints are compared, 1 given" "$WORK/fp32/$s2"
+# --summary: the kinds' lines and the verdict, no table (its header "tensor" absent), the same status.
+expect summary 1 "the checkpoints differ" "$WORK/fp64/$s2" "$WORK/fp32/$s2" --summary
+if grep -q "^  tensor " "$WORK/summary.out" || [ "$(grep -c "tensors equal" "$WORK/summary.out")" != 3 ]; then
+  echo "FAIL [summary]: --summary printed a table, or not the 3 kinds' lines"; failures=$((failures + 1))
+fi
 
 # plant CKPT TENSOR ELEMENT VALUE|+ULPS: one element of param/TENSOR set (or moved by ULPS
 # units in the last place), in the file's own type, and the tensor's checksum rewritten.

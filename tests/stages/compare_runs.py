@@ -80,6 +80,10 @@ scored from step K on, each step's e_ref still the largest reference error up to
 resumed state carries the reference's rounding so far).
 A candidate with a different number of steps or a tensor of a different length fails
 (it is not scored on the common part). Exits 1 with a table when any check fails.
+--bound-of NAME (tolerance mode) prints the bound one tensor of the weights, param/NAME,
+is held to at --step, and exits: a control can then plant an error of a size it chooses
+against that bound (tests/stages/equivalence.sh: 2.5 times it must be rejected, 0.3 times
+accepted), which shows the bound is as tight as it says.
 --expect-reject inverts the verdict, for negative controls: exit 0 only when at least
 one check fails (the comparison did see the planted error). A control that plants its
 error in a tensor adds --weights-only (either mode): then only the tensors can reject it.
@@ -238,13 +242,45 @@ def compare_series(args, table, fields):
                 table.add(f"{field} step {step}", os.path.basename(c), err, envelope, bound, err <= bound, base)
 
 
-def compare_tensors(args, table):
-    # The flip allowance (above): AdamW runs only, whose truth has moments.
-    # Read once: the adam_m comparison below uses the same array.
-    moments = tensor_path(args.truth, args.step, "adam_m")
-    truth_m = tensor(args.truth, args.step, "adam_m") if os.path.exists(moments) else None
+def flip_allowance(args, kind, truth_m):
+    """The flip allowance (above): bf16 AdamW runs' weights only, whose truth has moments."""
     adamw = truth_m is not None and any(truth_m)
     max_lr = max(v for step, v in series(args.truth, "lr").items() if step <= args.step)
+    return 2 * max_lr if args.bf16 and kind == "param" and adamw else 0.0
+
+
+def truth_moments(args):
+    """The truth's adam_m at --step, or None where it has no moments file."""
+    moments = tensor_path(args.truth, args.step, "adam_m")
+    return tensor(args.truth, args.step, "adam_m") if os.path.exists(moments) else None
+
+
+def tensor_bounds(args, kind, t, refs, flip):
+    """For each tensor of `kind`: (name, begin, end, truth, e_ref, bound, base)."""
+    pieces = []
+    for name, b, e in tensor_pieces(args.truth, args.step, kind):
+        tt = t[b:e]
+        e_ref_t = max(distance(r[b:e], tt) for r in refs)
+        base_t = tensor_base(e_ref_t, tt)
+        pieces.append((name, b, e, tt, e_ref_t, K * base_t + flip, base_t))
+    return pieces
+
+
+def print_bound_of(args):
+    """--bound-of NAME: the bound param/NAME is held to, alone on a line."""
+    t = tensor(args.truth, args.step, "param")
+    refs = [tensor(run, args.step, "param") for run in references(args)]
+    flip = flip_allowance(args, "param", truth_moments(args))
+    for name, _, _, _, _, bound_t, _ in tensor_bounds(args, "param", t, refs, flip):
+        if name == args.bound_of:
+            print(repr(bound_t))
+            return
+    sys.exit(f"compare_runs: --bound-of {args.bound_of}: no such tensor of the weights")
+
+
+def compare_tensors(args, table):
+    # Read once: the adam_m comparison below uses the same array.
+    truth_m = truth_moments(args)
     for kind in filter(None, args.kinds.split(",")):
         t = truth_m if kind == "adam_m" and truth_m is not None else tensor(args.truth, args.step, kind)
         refs = [tensor(run, args.step, kind) for run in references(args)]
@@ -253,17 +289,12 @@ def compare_tensors(args, table):
                 sys.exit(f"compare_runs: {kind} of a reference has {len(r)} values, the truth {len(t)}")
         e_ref = max(distance(r, t) for r in refs)
         bound, base = tensor_bound(e_ref, t, args.cap)
-        flip = 2 * max_lr if args.bf16 and kind == "param" and adamw else 0.0
+        flip = flip_allowance(args, kind, truth_m)
         # Each tensor's truth, reference error (the largest over the references) and bound,
         # once for every candidate. No CAP here: a bias that starts at 0 is small, and fp32
         # rounding alone takes the reference 0.6e-4 of its norm away in 10 AdamW steps; the
         # kind's bound caps.
-        pieces = []
-        for name, b, e in tensor_pieces(args.truth, args.step, kind):
-            tt = t[b:e]
-            e_ref_t = max(distance(r[b:e], tt) for r in refs)
-            base_t = tensor_base(e_ref_t, tt)
-            pieces.append((name, b, e, tt, e_ref_t, K * base_t + flip, base_t))
+        pieces = tensor_bounds(args, kind, t, refs, flip)
         for c in args.candidate:
             x = tensor(c, args.step, kind)
             if len(x) != len(t):
@@ -392,6 +423,7 @@ def main():
     ap.add_argument("--weights-only", action="store_true", help="compare the tensors only, not the logged series")
     ap.add_argument("--expect-reject", action="store_true", help="negative control: some check of the numbers must fail (the throughput check is left out)")
     ap.add_argument("--bf16", action="store_true", help="bf16 runs: the cap is 8 bf16 roundings, not 1e-4")
+    ap.add_argument("--bound-of", default="", help="tolerance mode: print the bound of the weights' tensor NAME, and exit")
     ap.add_argument("--pure-python", action="store_true",
                     help="sum in the standard library's loops even where numpy is there (as without it)")
     args = ap.parse_args()
@@ -406,6 +438,11 @@ def main():
     if args.exact and args.from_step != 1:
         ap.error("--from-step is for the tolerance mode")
 
+    if args.bound_of:
+        if args.exact:
+            ap.error("--bound-of is for the tolerance mode")
+        print_bound_of(args)
+        return
     table = Table()
     (compare_exact if args.exact else compare_tolerance)(args, table)
     # A negative control must be rejected by the numbers its planted error is in, not by

@@ -12,7 +12,9 @@
 #      with the learning rate 1.001x (AdamW comparison), with every gradient 1.01x
 #      (SGD comparison; both 1.1x in bf16, below), one small tensor (h.1.ln_2.bias) of
 #      an SGD candidate 1e-4 off (1e-1 in bf16), under the bound of its whole kind (the
-#      per-tensor comparison must see it).
+#      per-tensor comparison must see it); and the bound itself sized: that tensor moved
+#      by 2.5 times its bound must be rejected and by 0.3 times accepted, so a bound
+#      loosened 2.5-fold, or tighter than the runs' rounding, fails the test.
 #   4. With EXACT_SPECS, the exact comparison (layouts that only move work, byte-identical
 #      to the reference), in the default pass, with its own controls: the first exact
 #      candidate's checkpoint with one weight 10 ulps off; with EXACT_NORM=resharded (its
@@ -219,3 +221,35 @@ with open(ckpt + "/param.bin", "r+b") as f:
 EOF
 "${COMPARE[@]}" --expect-reject --weights-only --step 1 --kinds param --truth "$WORK/sgd_truth" \
   --reference "$WORK/$(name sgd_ref "$REF_SPEC")" "${SGD_ENSEMBLE[@]}" --candidate "$planted"
+
+echo "== the bound itself, sized: h.1.ln_2.bias off by 2.5x its bound must be rejected, by 0.3x accepted"
+# The tensor's own bound, as the comparison derives it (compare_runs.py --bound-of), and the
+# first SGD candidate moved by FACTOR times it (every element alike, the 2-norm of the
+# move FACTOR x bound): at 2.5x the distance from the truth is at least 2.5 - 0.46 times the
+# bound (a candidate sits at most 0.46 of it: err/base below 3.7 of K = 8), so a bound
+# loosened 2.5-fold would let it pass; at 0.3x it is at most 0.76 times the bound, so a
+# bound tighter than the runs' own rounding would reject it.
+sized_args=(--weights-only --step 1 --kinds param --truth "$WORK/sgd_truth"
+  --reference "$WORK/$(name sgd_ref "$REF_SPEC")" "${SGD_ENSEMBLE[@]}")
+bound=$("${COMPARE[@]}" "${sized_args[@]}" --bound-of h.1.ln_2.bias --candidate "${sgd[0]}")
+for factor in 2.5 0.3; do
+  planted="$WORK/sized_$factor"
+  rm -rf "$planted" && cp -r "${sgd[0]}" "$planted"
+  /usr/bin/python3 - "$planted/step_00000001" "$factor" "$bound" << 'EOF'
+import json, math, struct, sys
+ckpt, factor, bound = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+t = next(t for t in json.load(open(ckpt + "/manifest.json"))["tensors"] if t["name"] == "param/h.1.ln_2.bias")
+n = math.prod(t["shape"])
+with open(ckpt + "/param.bin", "r+b") as f:
+    f.seek(t["offset"])
+    values = struct.unpack("<%df" % n, f.read(4 * n))
+    f.seek(t["offset"])
+    f.write(struct.pack("<%df" % n, *[v + factor * bound / math.sqrt(n) for v in values]))
+EOF
+  if [ "$factor" = 2.5 ]; then
+    "${COMPARE[@]}" --expect-reject "${sized_args[@]}" --candidate "$planted" || exit 1
+  else
+    "${COMPARE[@]}" "${sized_args[@]}" --candidate "$planted" ||
+      { echo "FAIL: a move of 0.3 times the bound was rejected: the bound is tighter than it says"; exit 1; }
+  fi
+done
