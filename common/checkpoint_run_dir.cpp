@@ -113,7 +113,9 @@ std::string checkpoint_or_latest(const std::string& path) {
     if (!latest.empty()) return latest;
     // A step_N directory without its manifest is a damaged checkpoint, which loading
     // names; any other directory is a run directory with nothing saved yet.
-    if (!fs::path(path).filename().string().starts_with("step_"))
+    std::string name = path;  // without trailing slashes: step_00000002/ as a shell completes it
+    while (name.size() > 1 && name.back() == '/') name.pop_back();
+    if (!fs::path(name).filename().string().starts_with("step_"))
       fail("'" + path + "' holds no checkpoint: it has no manifest.json of its own and no complete step_N "
            "directory inside (a run directory before its first save, or another directory)");
   }
@@ -300,10 +302,19 @@ std::string schedule_note(const Config& cfg, const ResumeSource& source, const j
   } catch (const UserError&) {
     return "";  // a recorded value this version does not read: nothing to compare
   }
-  char rates[160];
-  std::snprintf(rates, sizeof rates, "step %lld trains at lr %.4g, where the checkpoint's run would have used %.4g",
-                static_cast<long long>(source.start + 1), learning_rate(cfg, source.start),
-                learning_rate(then, source.start));
+  const double now_lr = learning_rate(cfg, source.start), then_lr = learning_rate(then, source.start);
+  const long long next = source.start + 1;
+  char rates[192];
+  if (source.start >= then.steps)  // the checkpoint's run had ended: no rate of its own to compare
+    std::snprintf(rates, sizeof rates, "step %lld trains at lr %.4g (the checkpoint's run ended at step %lld, "
+                  "at lr %.4g)", next, now_lr, static_cast<long long>(then.steps),
+                  learning_rate(then, then.steps - 1));
+  else if (now_lr == then_lr)
+    std::snprintf(rates, sizeof rates, "step %lld trains at lr %.4g, as the checkpoint's run would have", next,
+                  now_lr);
+  else
+    std::snprintf(rates, sizeof rates, "step %lld trains at lr %.4g, where the checkpoint's run would have used %.4g",
+                  next, now_lr, then_lr);
   return "resume=" + cfg.resume + ": the learning-rate schedule changed (" + changed + "): " + rates;
 }
 

@@ -850,7 +850,8 @@ void validate(const Config& cfg, int dp) {
     fail("eval_choices_limit=" + std::to_string(cfg.eval_choices_limit) +
          ": eval_choices is empty, so there is nothing to limit; name an eval file or leave it 0");
 
-  check(!cfg.train_data.empty(), "train_data", "\"\"", "is empty: name the training shards (a file, or a glob of them)");
+  check(!cfg.train_data.empty(), "train_data", "\"\"",
+        "is empty: name the training shards (a file, or a glob of them)");
   validate_sampling(cfg);
 }
 

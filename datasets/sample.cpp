@@ -104,14 +104,15 @@ gpt::Config sampling_config(const std::string& checkpoint, const std::vector<std
   cfg.model = gpt::checkpoint_model(checkpoint);
   cfg.device = "auto";  // the run's device need not be this machine's
   cfg.threads = 0;
-  if (const std::string recorded = gpt::checkpoint_config_json(checkpoint); !recorded.empty()) {
-    const nlohmann::json all = nlohmann::json::parse(recorded);
-    nlohmann::json kept = nlohmann::json::object();
+  cfg.seq_len = std::min(cfg.seq_len, cfg.model.block_size);  // for a checkpoint that records none
+  nlohmann::json recorded = nlohmann::json::object();  // the keys the checkpoint's run recorded
+  if (const std::string text = gpt::checkpoint_config_json(checkpoint); !text.empty()) {
+    const nlohmann::json all = nlohmann::json::parse(text);
     for (const std::string& key : kRecordedKeys)
-      if (const auto it = all.find(key); it != all.end()) kept[key] = *it;
-    gpt::apply_json_text(cfg, kept.dump(), checkpoint + "/manifest.json (its config)");
+      if (const auto it = all.find(key); it != all.end()) recorded[key] = *it;
+    gpt::apply_json_text(cfg, recorded.dump(), checkpoint + "/manifest.json (its config)");
   }
-  bool tokenizer_set = false;
+  bool tokenizer_set = false, tokens_set = false, device_set = false;
   for (const std::string& kv : sets) {
     const std::string key = kv.substr(0, kv.find('='));
     if (!kSettableKeys.count(key)) {
@@ -122,7 +123,10 @@ gpt::Config sampling_config(const std::string& checkpoint, const std::vector<std
     }
     gpt::apply_override(cfg, kv);
     tokenizer_set = tokenizer_set || key == "tokenizer";
+    tokens_set = tokens_set || key == "sample_tokens";
+    device_set = device_set || key == "device";
   }
+  if (!device_set && cfg.precision == "fp64") cfg.device = "cpu";  // fp64 runs on the CPU only
   // A tokenizer file named by a relative path is found from where the run was started.
   if (!tokenizer_set && cfg.tokenizer != "bytes" && !gpt::name_taken(cfg.tokenizer))
     gpt::fail("tokenizer: the checkpoint's run used '" + cfg.tokenizer + "', which is not found from here; give "
@@ -130,8 +134,14 @@ gpt::Config sampling_config(const std::string& checkpoint, const std::vector<std
   gpt::require(cfg.seq_len >= 1 && cfg.seq_len <= cfg.model.block_size,
                "seq_len=" + std::to_string(cfg.seq_len) + ": the window must be 1.." +
                    std::to_string(cfg.model.block_size) + " (the checkpoint's block_size)");
-  gpt::require(cfg.sample_tokens > 0, "sample_tokens=" + std::to_string(cfg.sample_tokens) +
-                                          ": nothing to sample (the run sampled nothing: give --set sample_tokens=N)");
+  gpt::require(cfg.sample_tokens > 0,
+               "sample_tokens=" + std::to_string(cfg.sample_tokens) + ": nothing to sample" +
+                   (tokens_set ? "" : " (the checkpoint's run sampled nothing)") + ": give --set sample_tokens=N");
+  // The trainer's advice for a byte tokenizer on a larger vocabulary is to sample nothing.
+  if (cfg.tokenizer == "bytes" && cfg.model.vocab_size > 256)
+    gpt::fail("tokenizer=bytes decodes the ids 0..255 only, but the checkpoint's vocab_size is " +
+              std::to_string(cfg.model.vocab_size) + ": give --set tokenizer=FILE, the file of its vocabulary "
+              "(llm.c's gpt2_tokenizer.bin for GPT-2's 50257)");
   gpt::validate_sampling(cfg);
   gpt::require_thread_count(cfg.threads, "threads");
   return cfg;

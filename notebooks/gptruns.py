@@ -54,6 +54,34 @@ def path(*parts):
     return p
 
 
+def since_steps_went_down(lines):
+    """The lines from the last train step that did not follow on from the one before (files
+    written before start lines: such a step began a new run)."""
+    last_start, previous = 0, None
+    for i, line in enumerate(lines):
+        if line.get("kind") == "train":
+            if previous is not None and line["step"] <= previous:
+                last_start = i
+            previous = line["step"]
+    return lines[last_start:]
+
+
+def last_run(lines):
+    """The lines of the last run in a metrics file (docs/metrics.md): a "start" line at step
+    0 begins a run; one at step s > 0 resumes a checkpoint of step s, and continues the run
+    before it when that run trained step s (its lines past s, which a killed launch left,
+    are superseded), else it begins one (a checkpoint of another run directory)."""
+    first = next((i for i, line in enumerate(lines) if line.get("kind") == "start"), len(lines))
+    kept = since_steps_went_down(lines[:first])
+    for line in lines[first:]:
+        if line.get("kind") == "start":
+            s = line["step"]
+            continues = s > 0 and any(k.get("kind") == "train" and k["step"] == s for k in kept)
+            kept = [k for k in kept if k["step"] <= s] if continues else []
+        kept.append(line)
+    return kept
+
+
 class Run:
     """One run directory: its metrics lines, its resolved config and its layout.
 
@@ -83,23 +111,7 @@ class Run:
                     raise ValueError(f"{self.dir}/metrics.jsonl line {number}: not a metrics line (an object with "
                                      f"an integer step, docs/metrics.md): {text.strip()[:120]}")
                 lines.append(line)
-        if any(line.get("kind") == "start" for line in lines):
-            # docs/metrics.md: a start at step 0 begins a new run; a later one resumes a
-            # checkpoint, and the lines past its step an earlier launch left are superseded.
-            kept = []
-            for line in lines:
-                if line.get("kind") == "start":
-                    kept = [] if line["step"] == 0 else [k for k in kept if k["step"] <= line["step"]]
-                kept.append(line)
-            lines = kept
-        else:  # a file from before start lines: a train step that goes down starts a new run
-            last_start, previous = 0, None
-            for i, line in enumerate(lines):
-                if line.get("kind") == "train":
-                    if previous is not None and line["step"] <= previous:
-                        last_start = i
-                    previous = line["step"]
-            lines = lines[last_start:]
+        lines = last_run(lines)
         self.train = [line for line in lines if line.get("kind") == "train"]
         self.val = [line for line in lines if line.get("kind") == "val"]
         if not self.train:

@@ -103,17 +103,19 @@ fi
 # which runs in the repository root; so are the input paths of --set (the data shards or
 # their glob, an eval file, a tokenizer file, a checkpoint to resume) when they are found
 # there. Outputs (run_dir, metrics_file, trace_file) stay the root's, as documented above.
-from_caller() {  # KEY=VALUE: printed with VALUE made absolute if it is an input found here
+from_caller() {  # KEY=VALUE: sets `arg` to it, VALUE made absolute if it is an input found here
+  arg=$1
+  [[ "$1" == *=* ]] || return 0  # not key=value: the trainer says what is wrong with it
   local key=${1%%=*} value=${1#*=}
   case "$key" in
     train_data | val_data | eval_choices | tokenizer | resume)
       if [[ -n "$value" && "$value" != /* && "$value" != latest && "$value" != bytes ]] &&
         compgen -G "$value" > /dev/null; then
-        value="$(pwd)/$value"
+        arg="$key=$(pwd)/$value"
       fi
       ;;
   esac
-  printf '%s=%s' "$key" "$value"
+  return 0
 }
 trainer_args=()
 while (($# > 0)); do
@@ -124,10 +126,14 @@ while (($# > 0)); do
     --config=*) file="${arg#--config=}" arg=--config ;;
     --set)
       trainer_args+=("$arg")
-      (($# == 0)) || { trainer_args+=("$(from_caller "$1")"); shift; }
+      if (($# > 0)); then
+        from_caller "$1"
+        trainer_args+=("$arg")
+        shift
+      fi
       continue
       ;;
-    [!-]*=*) arg="$(from_caller "$arg")" ;;
+    [!-]*=*) from_caller "$arg" ;;
   esac
   [[ -n "$file" && "$file" != /* && -f "$file" ]] && file="$(pwd)/$file"
   trainer_args+=("$arg")

@@ -61,6 +61,10 @@ expect missing 2 "does not exist" "$WORK/fp32/step_00000099" "$WORK/fp32/$s2"
 mkdir -p "$WORK/no_saves" && cp "$WORK/fp32/metrics.jsonl" "$WORK/no_saves/"
 expect empty_run_dir 2 "holds no checkpoint: it has no manifest.json of its own and no complete step_N" \
   "$WORK/no_saves" "$WORK/fp32/$s2"
+# A step_N directory without its manifest is a damaged checkpoint, named so with a trailing
+# slash too (as a shell completes it).
+mkdir -p "$WORK/damaged" && cp -r "$WORK/fp32/$s2" "$WORK/damaged/" && rm "$WORK/damaged/$s2/manifest.json"
+expect damaged_slash 2 "is incomplete or not a checkpoint" "$WORK/damaged/$s2/" "$WORK/fp32/$s2"
 expect bad_kind 2 "--kinds: 'grads' is not a kind" "$WORK/fp32/$s2" "$WORK/fp32/$s2" --kinds param,grads
 expect one_path 2 "two checkpoints are compared, 1 given" "$WORK/fp32/$s2"
 # --summary: the kinds' lines and the verdict, no table (its header "tensor" absent), the same status.

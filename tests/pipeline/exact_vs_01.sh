@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# A pipeline computes the bits stage 01 computes on the same global batch and micro-batch
-# size: each stage runs the same ops on the same micro-batch shapes, and accumulates its
-# weight gradients over the micro-batches in the order stage 01 does (backwards run in
+# A pipeline computes the bits stage 01 computes (with REF_STAGE below, those of the stage
+# without a pipeline it is built on) on the same global batch and micro-batch size: each
+# stage runs the same ops on the same micro-batch shapes, and accumulates its weight
+# gradients over the micro-batches in the order stage 01 does (backwards run in
 # micro-batch order). One sum is regrouped: the tied wte's gradient is the embedding's
 # part (first stage) plus the head's (last stage), each accumulated over the micro-batches
 # first, where stage 01 interleaves them. So after one step every tensor but wte (and its
@@ -119,4 +120,4 @@ for control in "sgd h.0.mlp.c_fc.weight ulps" "sgd wte 1e-6" "adamw h.0.mlp.c_fc
     --reference "$d-ref" --candidate "$planted" || failures=$((failures + 1))
 done
 [ "$failures" = 0 ] || { echo "FAIL: $failures comparisons"; exit 1; }
-echo "all pipeline layouts bit-identical to stage 01 after one step (wte within the derived tolerance)"
+echo "all pipeline layouts bit-identical to ${REF_STAGE:-$S01} after one step (wte within the derived tolerance)"

@@ -423,7 +423,8 @@ def main():
     ap.add_argument("--weights-only", action="store_true", help="compare the tensors only, not the logged series")
     ap.add_argument("--expect-reject", action="store_true", help="negative control: some check of the numbers must fail (the throughput check is left out)")
     ap.add_argument("--bf16", action="store_true", help="bf16 runs: the cap is 8 bf16 roundings, not 1e-4")
-    ap.add_argument("--bound-of", default="", help="tolerance mode: print the bound of the weights' tensor NAME, and exit")
+    ap.add_argument("--bound-of", default="",
+                    help="tolerance mode: print the bound of the weights' tensor NAME, and exit")
     ap.add_argument("--pure-python", action="store_true",
                     help="sum in the standard library's loops even where numpy is there (as without it)")
     args = ap.parse_args()

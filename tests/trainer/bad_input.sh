@@ -146,8 +146,8 @@ expect "token outside vocab"     train.bin     train --set vocab_size=64
 expect "validation beyond data"  "val_batches=1000 x micro_batch_size=2 = 2000 sequences" train --set val_batches=1000
 expect "validation without data" "val_data is empty but val_batches=2" train --set val_data= --set val_batches=2
 expect "no training data named"  'train_data="": is empty' train --set train_data=
-expect "a missing val_data, named" "val_data: data file '$WORK/no_val.bin' does not exist (val_batches=0 validates nothing" \
-  train --set "val_data=$WORK/no_val.bin" --set val_batches=0
+expect "a missing val_data, named" \
+  "val_data: data file '$WORK/no_val.bin' does not exist (val_batches=0 validates nothing" train --set "val_data=$WORK/no_val.bin" --set val_batches=0
 # A validation shard of one window, fewer than a micro-batch (2): the advice is one that can
 # be followed (a smaller micro-batch), not val_batches <= 0.
 /usr/bin/python3 -c 'import struct, sys

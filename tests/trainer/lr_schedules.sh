@@ -118,7 +118,8 @@ EOF
   --set "resume=$WORK/wsd/step_00000006" --set steps=12 > "$WORK/wsd_same.log" 2>&1 ||
   { echo "FAIL: the unchanged wsd resume"; tail -5 "$WORK/wsd_same.log"; exit 1; }
 ! grep -q "schedule changed" "$WORK/wsd_same.log" ||
-  { echo "FAIL (control): a resume with the same schedule said it changed"; grep "schedule" "$WORK/wsd_same.log"; exit 1; }
+  { echo "FAIL (control): a resume with the same schedule said it changed"; grep "schedule" "$WORK/wsd_same.log"
+    exit 1; }
 echo "PASS: a resume names the schedule keys it changed and the next step's rate against the checkpoint's run's"
 
 # A validation reads val_batches x micro_batch_size windows: from a run that validated 2 x 2
@@ -132,7 +133,13 @@ for mb in 2 4; do
     { echo "FAIL: the resume with micro_batch_size=$mb"; tail -5 "$WORK/validated_mb$mb.log"; exit 1; }
 done
 grep -qF "a validation now reads 8 windows (val_batches 2 x micro_batch_size 4), the checkpoint's run read 4 (2 x 2)" \
-  "$WORK/validated_mb4.log" || { echo "FAIL: the resume with other micro-batches did not name its validation windows"; exit 1; }
+  "$WORK/validated_mb4.log" ||
+  { echo "FAIL: the resume with other micro-batches did not name its validation windows"; exit 1; }
 ! grep -q "a validation now reads" "$WORK/validated_mb2.log" ||
   { echo "FAIL (control): a resume with the same validation said it changed"; exit 1; }
+# That run had ended at step 2 (steps 2 -> 4): no rate of its own at step 3 to compare, so
+# the note gives the one it ended at.
+grep -qF "the learning-rate schedule changed (steps 2 -> 4): step 3 trains at lr" "$WORK/validated_mb2.log" &&
+  grep -qF "(the checkpoint's run ended at step 2, at lr" "$WORK/validated_mb2.log" ||
+  { echo "FAIL: extending a finished run does not say where the checkpoint's run ended"; exit 1; }
 echo "PASS: a resume that validates on other windows says how many, against the checkpoint's run"

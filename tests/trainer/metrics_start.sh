@@ -5,7 +5,8 @@
 # with another lr and trains 4..6 again, as a run killed after step 6 but saved at 3 would:
 # the file holds steps 4..6 twice, and the run read from it must hold steps 1..6 once,
 # 1..3 of the first launch and 4..6 of the second (their losses differ: the lr). The
-# control: a fresh run appended to the same file (start 0) is read alone.
+# control: a fresh run appended to the same file (start 0) is read alone, and so is a
+# checkpoint of another run directory resumed into it (its step never trained here).
 # Usage: metrics_start.sh TRAIN01 PREPARE WORKDIR ROOT
 set -euo pipefail
 TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4
@@ -48,5 +49,17 @@ r = json.loads(sys.argv[1])
 assert r["starts"] == [0, 3, 0], f"start lines at {r['starts']}, not [0, 3, 0]"
 assert r["steps"] == [1, 2] and r["losses"] == r["file_losses"][-2:], f"gptruns read {r['steps']} after a fresh run"
 print("ok   a fresh run appended (start 0) is read alone")
+PY
+# A checkpoint of another run directory resumed into this one: its start (step 5) follows
+# no train line of step 5 here, so it begins a run of its own, steps 6..7 alone.
+"$TRAIN" $(tiny_args "$WORK/data" "$WORK/other") "${quiet[@]}" --set steps=5 > "$WORK/other.log"
+"$TRAIN" $(tiny_args "$WORK/data" "$RUN") "${quiet[@]}" --set steps=7 --set "resume=$WORK/other/step_00000005" \
+  > "$WORK/from_other.log"
+/usr/bin/python3 - "$(read_run)" << 'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+assert r["starts"] == [0, 3, 0, 5], f"start lines at {r['starts']}, not [0, 3, 0, 5]"
+assert r["steps"] == [6, 7], f"gptruns read {r['steps']} after another directory's step 5 was resumed here"
+print("ok   another run's checkpoint resumed here begins a run: steps 6..7 alone")
 PY
 echo "PASS"

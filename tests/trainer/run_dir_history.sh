@@ -181,7 +181,8 @@ last_saves() {  # last_saves NAME STEPS EXPECTED COMMAND...
     { echo "FAIL: $name: the run failed"; tail -5 "$dir.log"; exit 1; }
   local got
   got=$(cd "$dir" && ls -d step_* | tr '\n' ' ')
-  [ "$got" = "$want" ] || { echo "FAIL: $name: steps=$steps checkpoint_every=2 checkpoint_at_end=false saved $got, not $want"; exit 1; }
+  [ "$got" = "$want" ] ||
+    { echo "FAIL: $name: steps=$steps checkpoint_every=2 checkpoint_at_end=false saved $got, not $want"; exit 1; }
   echo "ok: $name: steps=$steps checkpoint_every=2 checkpoint_at_end=false saves $want"
 }
 last_saves one_rank 4 "step_00000002 step_00000004 " "$TRAIN"

@@ -64,5 +64,14 @@ expect "--set data from here" 0 "step     1/1"                        2 02 --con
   --set train_data=data/train.bin val_data=data/val.bin
 expect "a missing input"      2 "data file 'nowhere/train.bin' does not exist" 2 02 --config mine.json $(mine here4) \
   --set train_data=nowhere/train.bin
+# Anything else goes to the trainer as it was given: a --set without '=' (the trainer names
+# it), and a prompt that ends in a newline (its value unchanged: the sample starts with it).
+expect "--set without ="      2 "expected key=value"                 2 02 --config mine.json $(mine here5) --set steps
+expect "a prompt kept whole"  0 "step     1/1"                        2 02 --config mine.json $(mine here6) \
+  --set sample_tokens=4 --set "prompt=Hi
+"
+grep -q '"text":"Hi\\n' "$WORK/run_here6/metrics.jsonl" ||
+  { echo "FAIL [a prompt kept whole]: the sample does not start with the prompt's newline"
+    failures=$((failures + 1)); }
 cd - > /dev/null
 [ "$failures" -eq 0 ] && echo "run_stage.sh refuses bad arguments and runs every stage it names" || exit 1

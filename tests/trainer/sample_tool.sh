@@ -95,6 +95,22 @@ refused "a window past block_size" "seq_len=33" "$run" --set seq_len=33
 refused "a temperature of 0" "temperature" "$run" --set temperature=0
 refused "nothing to sample" "sample_tokens=0" "$run" --set sample_tokens=0
 refused "no checkpoint" "does not exist" "$WORK/no_such_run"
+refused "sample_tokens=0 given here" "sample_tokens=0: nothing to sample: give" "$run" --set sample_tokens=0
+# A byte tokenizer on a vocabulary larger than the bytes: told to name the vocabulary's file.
+"$TRAIN01" $(tiny_args "$WORK/data" "$WORK/run_v300") --set steps=1 --set vocab_size=300 --set sample_tokens=0 \
+  > "$WORK/run_v300.log" 2>&1 || fail "stage 01 at vocab_size 300 did not train"
+refused "bytes on 300 tokens" "give --set tokenizer=FILE, the file of its vocabulary" "$WORK/run_v300" \
+  --set sample_tokens=4
+# A checkpoint that records no config (written before manifests did): the defaults, its
+# window cut to its block_size (32, where the default seq_len is 64).
+cp -r "$run/step_00000020" "$WORK/no_config"
+"$PY" -c 'import json, sys
+m = json.load(open(sys.argv[1])); del m["config"]; json.dump(m, open(sys.argv[1], "w"))' "$WORK/no_config/manifest.json"
+if "$SAMPLE" "$WORK/no_config" > "$WORK/no_config.txt" 2>&1 && grep -q "| window 32 |" "$WORK/no_config.txt"; then
+  echo "ok   a checkpoint without a recorded config samples with the defaults, its window its block_size"
+else
+  fail "a checkpoint without a recorded config: $(head -3 "$WORK/no_config.txt")"
+fi
 # A tokenizer file the run named by a path that is not found from here: named, with the fix.
 "$PY" "$ROOT/tests/tokenizer/reference_bpe.py" vocab identity 0 /dev/null "$WORK/identity.bin"
 "$TRAIN01" $(tiny_args "$WORK/data" "$WORK/run_tok") --set steps=2 --set "tokenizer=$WORK/identity.bin" \
