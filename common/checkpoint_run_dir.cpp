@@ -286,9 +286,9 @@ std::string changed_keys(const Config& cfg, const json& saved, std::initializer_
 }
 
 // The learning rate is a function of the step and of the schedule's keys (optimizer.h):
-// one of them changed on resume moves it from the next step on, by a little (more
-// steps to decay over) or by a jump (a cosine restarted at another length). Said, with
-// the rate the next step takes and the one the checkpoint's run would have taken.
+// one of them changed on resume moves it from the next step on, by a little or by a jump
+// (a cosine decay stretched or cut short). Said, with the rate the next step takes and
+// the one the checkpoint's run would have taken (or, past its end, the one it ended at).
 std::string schedule_note(const Config& cfg, const ResumeSource& source, const json& saved) {
   const std::string changed =
       changed_keys(cfg, saved, {"steps", "lr", "warmup_steps", "lr_schedule", "min_lr_ratio", "lr_decay_fraction"});
