@@ -206,19 +206,24 @@ run "$TRUTH_BIN" 1:24 "$WORK/neg_grad" 1 "${SGD[@]}" test_grad_scale="$SGD_CONTR
 echo "== negative control: one small tensor $PLANT off after the SGD step must be rejected"
 # h.1.ln_2.bias of the first SGD candidate scaled by 1 + PLANT: far below the bound of the
 # whole parameter kind, so it is the per-tensor comparison that must see it.
-planted="$WORK/neg_one_tensor"
-rm -rf "$planted" && cp -r "${sgd[0]}" "$planted"
-/usr/bin/python3 - "$planted/step_00000001" "$PLANT" <<'EOF'
+# plant_bias DIR SCALE SHIFT: a copy of the first SGD candidate in DIR, its h.1.ln_2.bias
+# (the fp32 values of its step-1 checkpoint) each v * (1 + SCALE) + SHIFT.
+plant_bias() {
+  rm -rf "$1" && cp -r "${sgd[0]}" "$1"
+  /usr/bin/python3 - "$1/step_00000001" "$2" "$3" << 'EOF'
 import json, math, struct, sys
-ckpt, plant = sys.argv[1], float(sys.argv[2])
+ckpt, scale, shift = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 t = next(t for t in json.load(open(ckpt + "/manifest.json"))["tensors"] if t["name"] == "param/h.1.ln_2.bias")
 n = math.prod(t["shape"])
 with open(ckpt + "/param.bin", "r+b") as f:
     f.seek(t["offset"])
     values = struct.unpack("<%df" % n, f.read(4 * n))
     f.seek(t["offset"])
-    f.write(struct.pack("<%df" % n, *[v * (1 + plant) for v in values]))
+    f.write(struct.pack("<%df" % n, *[v * (1 + scale) + shift for v in values]))
 EOF
+}
+planted="$WORK/neg_one_tensor"
+plant_bias "$planted" "$PLANT" 0
 "${COMPARE[@]}" --expect-reject --weights-only --step 1 --kinds param --truth "$WORK/sgd_truth" \
   --reference "$WORK/$(name sgd_ref "$REF_SPEC")" "${SGD_ENSEMBLE[@]}" --candidate "$planted"
 
@@ -234,18 +239,10 @@ sized_args=(--weights-only --step 1 --kinds param --truth "$WORK/sgd_truth"
 bound=$("${COMPARE[@]}" "${sized_args[@]}" --bound-of h.1.ln_2.bias --candidate "${sgd[0]}")
 for factor in 2.5 0.3; do
   planted="$WORK/sized_$factor"
-  rm -rf "$planted" && cp -r "${sgd[0]}" "$planted"
-  /usr/bin/python3 - "$planted/step_00000001" "$factor" "$bound" << 'EOF'
-import json, math, struct, sys
-ckpt, factor, bound = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-t = next(t for t in json.load(open(ckpt + "/manifest.json"))["tensors"] if t["name"] == "param/h.1.ln_2.bias")
-n = math.prod(t["shape"])
-with open(ckpt + "/param.bin", "r+b") as f:
-    f.seek(t["offset"])
-    values = struct.unpack("<%df" % n, f.read(4 * n))
-    f.seek(t["offset"])
-    f.write(struct.pack("<%df" % n, *[v + factor * bound / math.sqrt(n) for v in values]))
-EOF
+  n=$(/usr/bin/python3 -c 'import json, math, sys
+print(next(math.prod(t["shape"]) for t in json.load(open(sys.argv[1]))["tensors"] if t["name"] == "param/h.1.ln_2.bias"))' \
+    "${sgd[0]}/step_00000001/manifest.json")
+  plant_bias "$planted" 0 "$(/usr/bin/python3 -c "import math; print(repr($factor * $bound / math.sqrt($n)))")"
   if [ "$factor" = 2.5 ]; then
     "${COMPARE[@]}" --expect-reject "${sized_args[@]}" --candidate "$planted" || exit 1
   else
