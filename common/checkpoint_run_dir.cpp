@@ -3,7 +3,8 @@
 #include <cctype>
 #include <cstdio>
 #include <ctime>
-#include <initializer_list>
+#include <array>
+#include <span>
 #include <map>
 #include <system_error>
 #include <utility>
@@ -274,7 +275,7 @@ std::string data_note(const Config& cfg, const ResumeSource& source) {
 
 // The keys `keys` the checkpoint's run recorded with another value than `cfg` has:
 // "key then -> now, ..." ("" when none differs, or the checkpoint records no config).
-std::string changed_keys(const Config& cfg, const json& saved, std::initializer_list<const char*> keys) {
+std::string changed_keys(const Config& cfg, const json& saved, std::span<const char* const> keys) {
   const json now = json::parse(config_to_json(cfg));
   std::string changed;
   for (const char* key : keys) {
@@ -290,12 +291,14 @@ std::string changed_keys(const Config& cfg, const json& saved, std::initializer_
 // (a cosine decay stretched or cut short). Said, with the rate the next step takes and
 // the one the checkpoint's run would have taken (or, past its end, the one it ended at).
 std::string schedule_note(const Config& cfg, const ResumeSource& source, const json& saved) {
-  const std::string changed =
-      changed_keys(cfg, saved, {"steps", "lr", "warmup_steps", "lr_schedule", "min_lr_ratio", "lr_decay_fraction"});
+  // The keys learning_rate() reads.
+  static constexpr std::array<const char*, 6> kScheduleKeys = {"steps",       "lr",          "warmup_steps",
+                                                                "lr_schedule", "min_lr_ratio", "lr_decay_fraction"};
+  const std::string changed = changed_keys(cfg, saved, kScheduleKeys);
   if (changed.empty()) return "";
   Config then = cfg;  // the schedule the checkpoint's run followed
   json kept = json::object();
-  for (const char* key : {"steps", "lr", "warmup_steps", "lr_schedule", "min_lr_ratio", "lr_decay_fraction"})
+  for (const char* key : kScheduleKeys)
     if (const auto it = saved.find(key); it != saved.end()) kept[key] = *it;
   try {
     apply_json_text(then, kept.dump(), source.path + "/manifest.json");

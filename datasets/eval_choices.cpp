@@ -35,6 +35,7 @@
 #include "common/finite.h"
 #include "common/gpt2.h"
 #include "common/precision.h"
+#include "common/tool_options.h"
 
 namespace {
 
@@ -60,18 +61,6 @@ struct Options {
   int batch = 32, limit = 0, threads = 0;
 };
 
-int positive_int(const std::string& flag, const std::string& value) {
-  size_t used = 0;
-  int v = 0;
-  try {
-    v = std::stoi(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != value.size() || v <= 0) gpt::fail(flag + ": '" + value + "' is not a positive integer");
-  return v;
-}
-
 Options parse(const std::vector<std::string>& args) {
   Options o;
   std::vector<std::string> positional;
@@ -91,9 +80,9 @@ Options parse(const std::vector<std::string>& args) {
     const std::string v = equals == std::string::npos ? args[++i] : args[i].substr(equals + 1);
     if (a == "--device") o.device = v;
     else if (a == "--precision") o.precision = v;
-    else if (a == "--batch") o.batch = positive_int(a, v);
-    else if (a == "--limit") o.limit = positive_int(a, v);
-    else if (a == "--threads") o.threads = positive_int(a, v);
+    else if (a == "--batch") o.batch = gpt::positive_int_option(a, v);
+    else if (a == "--limit") o.limit = gpt::positive_int_option(a, v);
+    else if (a == "--threads") o.threads = gpt::positive_int_option(a, v);
     else if (a == "--out" && v.empty()) gpt::fail("--out needs a file name (it was empty)");
     else if (a == "--out") o.out = v;
     else gpt::fail("unknown option '" + a + "'\n" + std::string(kUsage));

@@ -30,6 +30,7 @@
 #include "common/files.h"
 #include "common/precision.h"
 #include "common/sampler.h"
+#include "common/tool_options.h"
 
 namespace {
 
@@ -70,16 +71,7 @@ Options parse(int argc, char** argv) {
     if (a == "--samples" || a.rfind("--samples=", 0) == 0) {
       const bool joined = a != "--samples";
       if (!joined && i + 1 == argc) gpt::fail("--samples needs a value\n" + std::string(kUsage));
-      const std::string v = joined ? a.substr(a.find('=') + 1) : argv[++i];
-      size_t used = 0;
-      int n = 0;
-      try {
-        n = std::stoi(v, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != v.size() || n <= 0) gpt::fail("--samples: '" + v + "' is not a positive integer");
-      o.samples = n;
+      o.samples = gpt::positive_int_option("--samples", joined ? a.substr(a.find('=') + 1) : argv[++i]);
     } else if (a == "--set") {
       if (i + 1 == argc) gpt::fail("--set needs key=value\n" + std::string(kUsage));
       o.sets.push_back(argv[++i]);
