@@ -22,6 +22,11 @@ CommTally CommTally::operator-(const CommTally& o) const {
   return d;
 }
 
+CommTally& CommTally::operator+=(const CommTally& o) {
+  for (size_t i = 0; i < calls.size(); ++i) calls[i] += o.calls[i], bytes[i] += o.bytes[i];
+  return *this;
+}
+
 std::string CommTally::table() const {
   std::string s;
   char line[160];
@@ -29,6 +34,19 @@ std::string CommTally::table() const {
     if (calls[i] == 0) continue;
     std::snprintf(line, sizeof line, "  %-15s %6lld calls %14lld bytes\n", comm_op_name(CommOp(i)),
                   static_cast<long long>(calls[i]), static_cast<long long>(bytes[i]));
+    s += line;
+  }
+  return s;
+}
+
+std::string comm_table(const CommTally& counted, const CommTally& formula) {
+  std::string s;
+  char line[200];
+  for (size_t i = 0; i < counted.calls.size(); ++i) {
+    if (counted.calls[i] == 0 && formula.calls[i] == 0) continue;
+    std::snprintf(line, sizeof line, "  %-15s %6lld | %6lld calls  %14lld | %14lld bytes\n", comm_op_name(CommOp(i)),
+                  static_cast<long long>(counted.calls[i]), static_cast<long long>(formula.calls[i]),
+                  static_cast<long long>(counted.bytes[i]), static_cast<long long>(formula.bytes[i]));
     s += line;
   }
   return s;

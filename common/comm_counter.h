@@ -29,8 +29,13 @@ struct CommTally {
   /// calls[op]: how many calls of that kind this rank made.
   std::array<int64_t, size_t(CommOp::kCount)> calls{}, bytes{};  ///< bytes[op]: their payload (top of file)
   CommTally operator-(const CommTally& o) const;  ///< element-wise difference, e.g. after minus before a step
+  CommTally& operator+=(const CommTally& o);      ///< element-wise sum, e.g. of a formula's parts
   std::string table() const;  ///< one line per operation used: calls and bytes
 };
+
+/// A stage's measured traffic beside the formula it should match: one line per operation
+/// either uses, "  NAME  counted | formula calls  counted | formula bytes".
+std::string comm_table(const CommTally& counted, const CommTally& formula);
 
 /// Wraps another communicator: every call is forwarded to it, and each collective or
 /// message is first added to tally(). The counts are of this rank's calls only.

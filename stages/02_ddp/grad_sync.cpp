@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/trace.h"
+#include "stages/02_ddp/ring_allreduce.h"
 
 namespace gpt {
 
@@ -25,6 +26,20 @@ std::vector<GradBucket> make_buckets(const ParamLayout& layout, double bucket_mb
     b.units.push_back(u);
   }
   return buckets;
+}
+
+CommTally gradient_traffic(const std::vector<GradBucket>& buckets, bool ring, int n, int rank) {
+  CommTally total;
+  for (const GradBucket& b : buckets) {
+    const size_t count = size_t(b.end - b.begin);
+    if (ring) {
+      total += ring_all_reduce_traffic(count, n, rank, DType::F32);
+    } else {
+      total.calls[size_t(CommOp::AllReduce)] += 1;
+      total.bytes[size_t(CommOp::AllReduce)] += int64_t(count * sizeof(float));
+    }
+  }
+  return total;
 }
 
 template <class A>

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/comm.h"
+#include "common/comm_counter.h"
 #include "common/gpt2.h"
 #include "stages/02_ddp/comm_thread.h"
 
@@ -37,6 +38,12 @@ struct GradBucket {
 // on, where a pipeline stage reduces the tied wte once a step, after the two stages
 // holding it have summed it; stages 02-06 pass false.
 std::vector<GradBucket> make_buckets(const ParamLayout& layout, double bucket_mb, bool embeddings_alone = false);
+
+// One step's gradient traffic on rank `rank` of n, as a CountingCommunicator counts it:
+// each bucket all-reduced once, by the ring (ring_all_reduce_traffic: 2(n-1) sendrecv
+// steps, about 2(n-1)/n of its bytes each way) or by the backend (one all_reduce call
+// of the bucket's fp32 bytes). Stage 02 prints it beside the traffic it counts.
+CommTally gradient_traffic(const std::vector<GradBucket>& buckets, bool ring, int n, int rank);
 
 // The model's weights (storage A: float, or bf16 in stage 02's bf16 mode) are read in
 // place; the gradients are fp32 in either case, and they are what travels.

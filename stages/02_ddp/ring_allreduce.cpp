@@ -140,6 +140,49 @@ void ring_all_gather_v(Communicator& comm, void* buf, const std::vector<size_t>&
   }
 }
 
+namespace {
+
+// One phase of the ring on rank `rank`: n-1 steps, each sending chunk (rank - send_shift - s)
+// and receiving chunk (rank - send_shift - 1 - s) for s = 0 .. n-2, that is every chunk but
+// (rank - send_shift + 1) sent and every chunk but (rank - send_shift) received.
+CommTally ring_phase_traffic(const std::vector<size_t>& bounds, int rank, int send_shift, DType t,
+                             size_t max_piece_bytes) {
+  CommTally traffic;
+  const int n = int(bounds.size()) - 1;
+  const size_t count = bounds.back() - bounds.front();
+  if (n == 1 || count == 0) return traffic;  // the phase returns at once
+  const auto chunk = [&](int i) {
+    const size_t c = size_t(((i % n) + n) % n);
+    return bounds[c + 1] - bounds[c];
+  };
+  size_t largest = 0;
+  for (int i = 0; i < n; ++i) largest = std::max(largest, chunk(i));
+  // Ring::pieces: every chunk in as many pieces as the largest one needs.
+  const size_t piece_elems = std::max<size_t>(1, max_piece_bytes / dtype_size(t));
+  const size_t pieces = std::max<size_t>(1, (largest + piece_elems - 1) / piece_elems);
+  const size_t sent = count - chunk(rank - send_shift + 1), received = count - chunk(rank - send_shift);
+  traffic.calls[size_t(CommOp::PointToPoint)] = int64_t(size_t(n - 1) * pieces);
+  traffic.bytes[size_t(CommOp::PointToPoint)] = int64_t((sent + received) * dtype_size(t));
+  return traffic;
+}
+
+}  // namespace
+
+CommTally ring_reduce_scatter_traffic(const std::vector<size_t>& bounds, int rank, DType t, size_t max_piece_bytes) {
+  return ring_phase_traffic(bounds, rank, /*send_shift=*/1, t, max_piece_bytes);  // sends r-1-s
+}
+
+CommTally ring_all_gather_traffic(const std::vector<size_t>& bounds, int rank, DType t, size_t max_piece_bytes) {
+  return ring_phase_traffic(bounds, rank, /*send_shift=*/0, t, max_piece_bytes);  // sends r-s
+}
+
+CommTally ring_all_reduce_traffic(size_t count, int n, int rank, DType t, size_t max_piece_bytes) {
+  const std::vector<size_t> bounds = ring_chunk_bounds(count, n);
+  CommTally traffic = ring_reduce_scatter_traffic(bounds, rank, t, max_piece_bytes);
+  traffic += ring_all_gather_traffic(bounds, rank, t, max_piece_bytes);
+  return traffic;
+}
+
 void ring_all_reduce(Communicator& comm, Device d, void* buf, size_t count, DType t,
                      size_t max_piece_bytes) {
   // After the reduce-scatter rank r holds the finished sum of chunk r, exactly what the

@@ -72,6 +72,7 @@
 #include <vector>
 
 #include "common/comm.h"
+#include "common/comm_counter.h"
 #include "common/device.h"
 
 namespace gpt {
@@ -113,5 +114,21 @@ void ring_all_gather_v(Communicator& comm, void* buf, const std::vector<size_t>&
 
 // The floor-rule bounds: ring_chunk_begin(count, parts, i) for i = 0..parts.
 std::vector<size_t> ring_chunk_bounds(size_t count, int parts);
+
+// What the ring's calls cost rank `rank` of n = bounds.size() - 1, as a
+// CountingCommunicator counts them (common/comm_counter.h): n-1 steps of `pieces`
+// sendrecv calls per phase (every chunk in as many pieces as the largest needs), and the
+// payload of each call, sent plus received. With c_i the size of chunk i, rank r
+//     reduce-scatter   sends every chunk but r,    receives every chunk but r-1;
+//     all-gather       sends every chunk but r+1,  receives every chunk but r;
+// so one all-reduce of `count` elements sends 2 count - c_r - c_(r+1) and receives
+// 2 count - c_(r-1) - c_r elements: 2(n-1)/n count each way when n divides count.
+// Nothing at all when n = 1 or the chunks are empty. The stages print these beside the
+// traffic they count.
+CommTally ring_reduce_scatter_traffic(const std::vector<size_t>& bounds, int rank, DType t,
+                                      size_t max_piece_bytes = kRingPieceBytes);
+CommTally ring_all_gather_traffic(const std::vector<size_t>& bounds, int rank, DType t,
+                                  size_t max_piece_bytes = kRingPieceBytes);
+CommTally ring_all_reduce_traffic(size_t count, int n, int rank, DType t, size_t max_piece_bytes = kRingPieceBytes);
 
 }  // namespace gpt

@@ -21,6 +21,7 @@
 
 #include "common/checkpoint.h"
 #include "common/comm.h"
+#include "common/comm_counter.h"
 #include "common/config.h"
 #include "common/data.h"
 #include "common/device.h"
@@ -83,10 +84,11 @@ int train_on(Run& run) {
 
   // Gradients travel in buckets; summing over ranks gives the gradient of the global
   // mean loss because each rank's backward is scaled by 1/(grad_accum*dp).
+  CountingCommunicator dp_counted(dp);  // the technique's traffic, counted per step
   GradSync sync(layout, model.params().data(), model.grads().data(),
                 [&](float* data, size_t count) {
-                  if (cfg.allreduce == "ring") ring_all_reduce(dp, device, data, count, DType::F32);
-                  else dp.all_reduce(data, count, DType::F32);
+                  if (cfg.allreduce == "ring") ring_all_reduce(dp_counted, device, data, count, DType::F32);
+                  else dp_counted.all_reduce(data, count, DType::F32);
                 },
                 "allreduce_bucket", cfg.bucket_mb);
   model.set_store(&sync);
@@ -110,6 +112,7 @@ int train_on(Run& run) {
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const int64_t first_sequence = state.sequences(cfg.batch_size);  // the data position: the sequences read so far
     const auto t0 = std::chrono::steady_clock::now();
+    const CommTally dp_before = dp_counted.tally();
     {
       Span span("zero_grads");
       model.zero_grads();
@@ -138,6 +141,7 @@ int train_on(Run& run) {
       // bf16: the fp32 master weights, then their bf16 copy; fp32: the weights.
       optimizer.step(device, model.params().data(), model.grads().data(), lr, scale, cfg, int(step + 1));
     }
+    const CommTally dp_step = dp_counted.tally() - dp_before;
     device_synchronize(device);  // GPU: the step ends when its last kernel has run
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
@@ -145,9 +149,13 @@ int train_on(Run& run) {
     // What the arrays hold, by kind: the tracker's peaks so far (common/memory.h), printed
     // once the first step has run (and made its buffers).
     const MemoryLedger mem = MemoryTracker::global().peaks();
-    if (lead && step == first_step)
+    if (lead && step == first_step) {
       std::printf("memory by kind, per rank, peaks of step %lld:\n%s", static_cast<long long>(state.step),
                   mem.table().c_str());
+      const CommTally formula = gradient_traffic(sync.buckets(), cfg.allreduce == "ring", dp.size(), dp.rank());
+      std::printf("data-parallel communication in step %lld, rank 0 (counted | formula, README):\n%s",
+                  static_cast<long long>(state.step), comm_table(dp_step, formula).c_str());
+    }
     log_step(run, log, state.step, loss, lr, norm, ms, mem);
 
     // true after a stop signal: this step is checkpointed, and the run ends

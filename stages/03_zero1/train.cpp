@@ -17,6 +17,7 @@
 
 #include "common/checkpoint.h"
 #include "common/comm.h"
+#include "common/comm_counter.h"
 #include "common/config.h"
 #include "common/data.h"
 #include "common/device.h"
@@ -83,10 +84,11 @@ int train_on(Run& run) {
   // continues: each bucket is reduce-scattered, so that rank r receives the sum over
   // ranks of the bucket's part inside shard r (the part its optimizer updates).
   float* grads = model.grads().data();
+  CountingCommunicator dp_counted(dp);  // the technique's traffic, counted per step
   GradSync sync(layout, params, grads,
                 [&](float* data, size_t count) {
                   const int64_t begin = data - grads, end = begin + int64_t(count);
-                  ring_reduce_scatter_v(dp, device, data, shard_bounds_within(begin, end, n_params, dp.size()), DType::F32);
+                  ring_reduce_scatter_v(dp_counted, device, data, shard_bounds_within(begin, end, n_params, dp.size()), DType::F32);
                 },
                 "reduce_scatter_bucket", cfg.bucket_mb);
   model.set_store(&sync);
@@ -109,6 +111,7 @@ int train_on(Run& run) {
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const int64_t first_sequence = state.sequences(cfg.batch_size);  // the data position: the sequences read so far
     const auto t0 = std::chrono::steady_clock::now();
+    const CommTally dp_before = dp_counted.tally();
     {
       Span span("zero_grads");
       model.zero_grads();
@@ -128,7 +131,8 @@ int train_on(Run& run) {
     const float* shard_grads = model.grads().data() + shard.begin;
     const double norm = sharded_grad_norm(dp, device, shard_grads, shard.size());
     const double lr = learning_rate(cfg, step);
-    sharded_adamw_step(dp, device, optimizer, shard, params, shard_grads, n_params, norm, lr, cfg, int(step + 1));
+    sharded_adamw_step(dp_counted, device, optimizer, shard, params, shard_grads, n_params, norm, lr, cfg, int(step + 1));
+    const CommTally dp_step = dp_counted.tally() - dp_before;
     device_synchronize(device);  // GPU: the step ends when its last kernel has run
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
@@ -136,9 +140,13 @@ int train_on(Run& run) {
     // What the arrays hold, by kind: the tracker's peaks so far (common/memory.h), printed
     // once the first step has run (and made its buffers).
     const MemoryLedger mem = MemoryTracker::global().peaks();
-    if (lead && step == first_step)
+    if (lead && step == first_step) {
       std::printf("memory by kind, per rank, peaks of step %lld:\n%s", static_cast<long long>(state.step),
                   mem.table().c_str());
+      const CommTally formula = zero1_traffic(sync.buckets(), n_params, dp.size(), dp.rank(), dtype_of<A>());
+      std::printf("data-parallel communication in step %lld, rank 0 (counted | formula, README):\n%s",
+                  static_cast<long long>(state.step), comm_table(dp_step, formula).c_str());
+    }
     log_step(run, log, state.step, loss, lr, norm, ms, mem);
 
     // true after a stop signal: this step is checkpointed, and the run ends

@@ -6,6 +6,7 @@
 
 #include "common/trace.h"
 #include "kernels/ops.h"
+#include "stages/02_ddp/ring_allreduce.h"
 
 namespace gpt {
 
@@ -14,6 +15,14 @@ double sharded_grad_norm(Communicator& dp, Device d, const float* shard_grads, i
   double sum = ops::sum_of_squares(d, shard_grads, size_t(n));
   dp.all_reduce(&sum, 1, DType::F64);  // the shards tile the model: their sums add up
   return std::sqrt(sum);
+}
+
+CommTally zero1_traffic(const std::vector<GradBucket>& buckets, int64_t total, int n, int rank, DType weights) {
+  CommTally traffic;
+  for (const GradBucket& b : buckets)
+    traffic += ring_reduce_scatter_traffic(shard_bounds_within(b.begin, b.end, total, n), rank, DType::F32);
+  traffic += ring_all_gather_traffic(ring_chunk_bounds(size_t(total), n), rank, weights);
+  return traffic;
 }
 
 template <class A>

@@ -17,12 +17,15 @@
 // mode) bytes to 12 P / N (8 P / N).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "common/checkpoint.h"
 #include "common/comm.h"
+#include "common/comm_counter.h"
 #include "common/config.h"
 #include "common/device.h"
 #include "common/optimizer.h"
+#include "stages/02_ddp/grad_sync.h"
 #include "stages/03_zero1/shard.h"
 
 namespace gpt {
@@ -40,6 +43,13 @@ template <class A>
 void sharded_adamw_step(Communicator& dp, Device d, AdamW<float>& opt, const Shard& shard, A* params,
                         const float* shard_grads, int64_t total, double norm, double lr, const Config& cfg,
                         int step_number);
+
+// One step's traffic on rank `rank` of n, as a CountingCommunicator counts it: each
+// gradient bucket reduce-scattered into the shards (fp32), then the P updated weights
+// all-gathered in their storage type (ring_allreduce.h's closed forms; the 8-byte norm
+// sum is not counted). In fp32 that is stage 02's ring all-reduce to the element when the
+// buckets are one; in bf16 the gather moves 2-byte weights.
+CommTally zero1_traffic(const std::vector<GradBucket>& buckets, int64_t total, int n, int rank, DType weights);
 
 // A shard's checkpoint, in host memory (common/checkpoint.h): its master weights and its
 // moments; `begin` is the shard's place in the layout. The master weights are the

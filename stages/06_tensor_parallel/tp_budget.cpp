@@ -134,17 +134,6 @@ std::string TpBudget::memory_table(const MemoryLedger& measured) const {
   return s + line;
 }
 
-std::string TpBudget::comm_table(const CommTally& measured) const {
-  std::string s;
-  char line[200];
-  for (size_t i = 0; i < comm.calls.size(); ++i) {
-    if (comm.calls[i] == 0 && measured.calls[i] == 0) continue;
-    std::snprintf(line, sizeof line, "  %-15s %6lld | %6lld calls  %14lld | %14lld bytes\n", comm_op_name(CommOp(i)),
-                  static_cast<long long>(measured.calls[i]), static_cast<long long>(comm.calls[i]),
-                  static_cast<long long>(measured.bytes[i]), static_cast<long long>(comm.bytes[i]));
-    s += line;
-  }
-  return s;
-}
+std::string TpBudget::comm_table(const CommTally& measured) const { return gpt::comm_table(measured, comm); }
 
 }  // namespace gpt

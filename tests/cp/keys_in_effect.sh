@@ -16,14 +16,6 @@ source "$ROOT/tests/trainer/common.sh"
 start_mpi_test "$WORK" "$PREPARE"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-one_step() {  # one_step NAME NP TRAIN key=value...: the run's output in $WORK/NAME.log
-  local name=$1 np=$2 bin=$3 sets=() kv
-  shift 3
-  for kv in "$@"; do sets+=(--set "$kv"); done
-  "$MPIEXEC" -np "$np" --oversubscribe "$bin" $(tiny_args "$WORK/data" "$WORK/$name") --set steps=1 \
-    --set sample_tokens=0 --set val_batches=0 --set checkpoint_at_end=false "${sets[@]}" > "$WORK/$name.log" 2>&1 ||
-    { tail -5 "$WORK/$name.log"; fail "$name did not run"; return 1; }
-}
 for run in "s10_cp2 2 $TRAIN10 2" "s10_cp4 4 $TRAIN10 4" "s11_cp2 2 $TRAIN11 2"; do
   read -r name np bin cp <<< "$run"
   for split in zigzag contiguous; do

@@ -11,6 +11,10 @@
 //   the halves     ring_reduce_scatter leaves rank r the exact sum of chunk r, and
 //                  ring_all_gather hands every rank every rank's chunk;
 //   small pieces   a chunk cut into many messages gives the same sums;
+//   traffic        the calls and bytes a CountingCommunicator sees equal the closed
+//                  forms of ring_allreduce.h on every rank: ring_all_reduce_traffic for
+//                  every count and for many small pieces, and each half on chunks of
+//                  unequal sizes (some empty); the form for one element more is rejected;
 //   controls       (N > 1) a ring whose last rank passes zeros instead of its input must
 //                  be rejected by the same comparisons, exact and random.
 //
@@ -44,6 +48,7 @@
 #include <vector>
 
 #include "common/comm.h"
+#include "common/comm_counter.h"
 #include "common/rng.h"
 #include "kernels/cpu/bf16.h"
 #include "stages/02_ddp/ring_allreduce.h"
@@ -256,6 +261,52 @@ void check_halves(Communicator& comm, Checker& check, DType t, size_t count, uin
   check.finish();
 }
 
+// The ring's traffic, counted, against ring_all_reduce_traffic's closed form (exact: both
+// are whole numbers of calls and bytes). Control (N > 1): the form of a buffer one element
+// longer, which moves one chunk's size by one, must not match what was counted.
+void check_traffic(Communicator& comm, Checker& check, DType t, size_t count, size_t piece_bytes) {
+  const int n = comm.size(), r = comm.rank();
+  check.start(std::string("traffic ") + dtype_name(t) + " N=" + std::to_string(n) + " count=" +
+              std::to_string(count) + " pieces of " + std::to_string(piece_bytes) + " B");
+  CountingCommunicator counted(comm);
+  Buffer buf = make_input(Inputs::Exact, t, 0, r, count);
+  ring_all_reduce(counted, Device::CPU, buf.data(), count, t, piece_bytes);
+  const CommTally formula = ring_all_reduce_traffic(count, n, r, t, piece_bytes);
+  const CommTally& seen = counted.tally();
+  if (seen.calls != formula.calls || seen.bytes != formula.bytes)
+    check.fail("counted\n" + seen.table() + "formula\n" + formula.table());
+  const CommTally longer = ring_all_reduce_traffic(count + 1, n, r, t, piece_bytes);
+  if (n > 1 && seen.calls == longer.calls && seen.bytes == longer.bytes)
+    check.fail("control accepted: the traffic of count + 1 elements matches what was counted");
+  check.finish();
+}
+
+// The halves' traffic on chunks of unequal sizes, chunk i of (7 i + 3) mod 11 elements
+// (so chunk 1 of 10, chunk 8 empty), against their closed forms, with the same control.
+void check_traffic_v(Communicator& comm, Checker& check, DType t, size_t piece_bytes) {
+  const int n = comm.size(), r = comm.rank();
+  check.start(std::string("traffic of the halves, unequal chunks ") + dtype_name(t) + " N=" + std::to_string(n) +
+              " pieces of " + std::to_string(piece_bytes) + " B");
+  std::vector<size_t> bounds = {0};
+  for (int i = 0; i < n; ++i) bounds.push_back(bounds.back() + size_t(7 * i + 3) % 11);
+  CountingCommunicator counted(comm);
+  Buffer buf = make_input(Inputs::Exact, t, 0, r, bounds.back());
+  ring_reduce_scatter_v(counted, Device::CPU, buf.data(), bounds, t, piece_bytes);
+  ring_all_gather_v(counted, buf.data(), bounds, t, piece_bytes);
+  CommTally formula = ring_reduce_scatter_traffic(bounds, r, t, piece_bytes);
+  formula += ring_all_gather_traffic(bounds, r, t, piece_bytes);
+  const CommTally& seen = counted.tally();
+  if (seen.calls != formula.calls || seen.bytes != formula.bytes)
+    check.fail("counted\n" + seen.table() + "formula\n" + formula.table());
+  std::vector<size_t> longer = bounds;
+  for (size_t i = 1; i < longer.size(); ++i) longer[i] += 1;  // chunk 0 one element longer
+  CommTally longer_formula = ring_reduce_scatter_traffic(longer, r, t, piece_bytes);
+  longer_formula += ring_all_gather_traffic(longer, r, t, piece_bytes);
+  if (n > 1 && seen.calls == longer_formula.calls && seen.bytes == longer_formula.bytes)
+    check.fail("control accepted: the traffic of a longer chunk 0 matches what was counted");
+  check.finish();
+}
+
 int run(Communicator& comm, int expected_ranks) {
   const int n = comm.size();
   if (n != expected_ranks) {
@@ -280,7 +331,11 @@ int run(Communicator& comm, int expected_ranks) {
       check_all_reduce(comm, check, Inputs::Exact, t, count, ++case_id);
       check_all_reduce(comm, check, Inputs::Random, t, count, ++case_id);
       check_halves(comm, check, t, count, ++case_id);
+      check_traffic(comm, check, t, count, kRingPieceBytes);
     }
+    check_traffic(comm, check, t, 1001, 12);  // many pieces: ceil(largest chunk / piece) per chunk
+    check_traffic_v(comm, check, t, kRingPieceBytes);
+    check_traffic_v(comm, check, t, 8);
     // Many messages per chunk, pieces of unequal sizes (12 bytes: 3 fp32 or 6 bf16).
     check_all_reduce(comm, check, Inputs::Exact, t, 1001, ++case_id, 12);
     if (n > 1)

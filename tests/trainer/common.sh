@@ -103,6 +103,19 @@ tiny_args() {  # tiny_args DATA_DIR RUN_DIR
     --set "val_data=$1/val.bin" --set "run_dir=$2" --set threads=1
 }
 
+# One step of the tiny model on NP ranks (MPIEXEC, WORK set by the caller), without sample,
+# validation or checkpoint, for a test that reads what the run prints: one_step NAME NP
+# TRAIN key=value... writes the output to $WORK/NAME.log; a run that fails is a failure
+# (the caller's `fail`) and returns 1.
+one_step() {
+  local name=$1 np=$2 bin=$3 sets=() kv
+  shift 3
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  "$MPIEXEC" -np "$np" --oversubscribe "$bin" $(tiny_args "$WORK/data" "$WORK/$name") --set steps=1 \
+    --set sample_tokens=0 --set val_batches=0 --set checkpoint_at_end=false "${sets[@]}" > "$WORK/$name.log" 2>&1 ||
+    { tail -5 "$WORK/$name.log"; fail "$name did not run"; return 1; }
+}
+
 # A multi-rank trainer refusing bad input: expect_refused NAME NEEDLE NP TRAIN key=value...
 # runs TRAIN on NP ranks (MPIEXEC, WORK set by the caller) for one step of the tiny model
 # with the given keys; passes when it exits with status 2 and its output contains
