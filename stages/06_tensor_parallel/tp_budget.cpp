@@ -37,7 +37,7 @@ TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank) 
   const int64_t B = cfg.micro_batch_size, T = cfg.seq_len, N = B * T;
   const bool sp = cfg.sequence_parallel;
   const int64_t R = sp ? N / tp : N;
-  TpBudget b;
+  TpBudget budget;
 
   // Parameters, gradients, optimizer state. A block's local parameters: the four split
   // matrices (c_attn 3W x C, attn.c_proj C x W, c_fc F x C, mlp.c_proj C x F), the split
@@ -52,10 +52,10 @@ TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank) 
   int64_t P = 0;
   for (int64_t u : units) P += u;
   const int64_t S = cfg.zero == 0 ? P : P * (dp_rank + 1) / dp - P * dp_rank / dp;
-  const std::vector<int64_t> bk = buckets(units, cfg.bucket_mb);
-  const int64_t emb_bucket = bk.back();
-  const int64_t others = int64_t(bk.size()) - 1;
-  const int64_t largest = others > 0 ? *std::max_element(bk.begin(), bk.end() - 1) : 0;
+  const std::vector<int64_t> bucket_sizes = buckets(units, cfg.bucket_mb);
+  const int64_t emb_bucket = bucket_sizes.back();
+  const int64_t others = int64_t(bucket_sizes.size()) - 1;
+  const int64_t largest = others > 0 ? *std::max_element(bucket_sizes.begin(), bucket_sizes.end() - 1) : 0;
   const int64_t live = emb_bucket + std::min<int64_t>(2, others) * largest;
   // ZeRO-3's gathered units: the embeddings, the current block and the prefetched next
   // unit (with one block, the final layernorm, prefetched while the block computes).
@@ -65,10 +65,10 @@ TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank) 
   const bool bf16 = cfg.precision == "bf16";
   const int64_t a = bf16 ? 2 : 4;
   const int64_t opt = bf16 ? 12 : 8;  // bytes of optimizer state a parameter: m, v (and the fp32 master in bf16)
-  const int z = cfg.zero;
-  b.memory.set(MemKind::Params, size_t(a * (z == 3 ? S + gathered : P)));
-  b.memory.set(MemKind::Grads, size_t(4 * (z <= 1 ? P : S + live)));
-  b.memory.set(MemKind::Optimizer, size_t(opt * S));
+  const int zero = cfg.zero;
+  budget.memory.set(MemKind::Params, size_t(a * (zero == 3 ? S + gathered : P)));
+  budget.memory.set(MemKind::Grads, size_t(4 * (zero <= 1 ? P : S + live)));
+  budget.memory.set(MemKind::Optimizer, size_t(opt * S));
 
   // Activations: elements stored as A (the tensors and their gradients) and 4-byte ones
   // (layernorm means and rstds, attention logsumexps, losses, the loss's row statistics,
@@ -89,35 +89,35 @@ TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank) 
   const int64_t head_stats = ln_f_stats + losses + row_stats;
   const int64_t scratch = 2 * N * C + (split_rows ? R * C + N * C : 0) + 4 * N * W + 2 * N * F;
   const int64_t rest = R * C, tokens = 2 * N;  // the residual gradient; inputs and targets
-  b.memory.set(MemKind::Activations, size_t(a * (L * per_layer + embedding + head + scratch + rest) +
+  budget.memory.set(MemKind::Activations, size_t(a * (L * per_layer + embedding + head + scratch + rest) +
                                             4 * (L * per_layer_stats + head_stats + tokens)));
 
   // Communication per step through the tp communicator.
-  const int64_t k = cfg.grad_accum(dp);  // micro-batches per step
-  const int64_t full = a * N * C;        // bytes of one N x C tensor of activations or their gradients
+  const int64_t micro_steps = cfg.grad_accum(dp);  // micro-batches per step
+  const int64_t full = a * N * C;  // bytes of one N x C tensor of activations or their gradients
   auto add = [&](CommOp op, int64_t calls, int64_t bytes_each) {
-    b.comm.calls[size_t(op)] += calls;
-    b.comm.bytes[size_t(op)] += calls * bytes_each;
+    budget.comm.calls[size_t(op)] += calls;
+    budget.comm.bytes[size_t(op)] += calls * bytes_each;
   };
   if (!sp) {
     // embedding, 2 per layer forward, 2 per layer backward, the head's input gradient;
     // none at tp = 1, a group with nothing to sum (tp_hooks.cpp)
-    if (tp > 1) add(CommOp::AllReduce, k * (2 + 4 * L), full);
+    if (tp > 1) add(CommOp::AllReduce, micro_steps * (2 + 4 * L), full);
   } else {
     // reduce-scatter where the all-reduce was; all-gather before each column-parallel
     // linear (forward: 2 per layer and the head; backward: the 2 inputs again), and of
     // each row-parallel output's gradient (2 per layer, the embedding's)
-    add(CommOp::ReduceScatter, k * (2 + 4 * L), full);
-    add(CommOp::AllGather, k * (2 + 6 * L), full);
+    add(CommOp::ReduceScatter, micro_steps * (2 + 4 * L), full);
+    add(CommOp::AllGather, micro_steps * (2 + 6 * L), full);
     // the layernorm gradients summed once per step (every micro-batch with zero >= 2)
-    add(CommOp::AllReduce, (z >= 2 ? k : 1) * (L + 1), 0);
-    b.comm.bytes[size_t(CommOp::AllReduce)] += (z >= 2 ? k : 1) * 4 * (4 * L * C + 2 * C);
+    add(CommOp::AllReduce, (zero >= 2 ? micro_steps : 1) * (L + 1), 0);
+    budget.comm.bytes[size_t(CommOp::AllReduce)] += (zero >= 2 ? micro_steps : 1) * 4 * (4 * L * C + 2 * C);
   }
   if (tp > 1) {  // the vocabulary-parallel cross-entropy: the row maxes, then (sum, target)
-    add(CommOp::AllGather, k, 4 * N * tp);
-    add(CommOp::AllReduce, k, 4 * 2 * N);
+    add(CommOp::AllGather, micro_steps, 4 * N * tp);
+    add(CommOp::AllReduce, micro_steps, 4 * 2 * N);
   }
-  return b;
+  return budget;
 }
 
 std::string TpBudget::memory_table(const MemoryLedger& measured) const {

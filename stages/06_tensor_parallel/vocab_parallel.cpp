@@ -50,14 +50,14 @@ void TensorParallelHooks<A>::vocab_reduce(G* row_max, G* row_sumexp, G* target_l
 
 template <class A>
 void TensorParallelHooks<A>::reduce_stats_on_host(G* row_max, G* row_sumexp, G* target_logit, int rows) {
-  const int p = tp_.size();
+  const int tp_size = tp_.size();
   const DType t = dtype_of<G>();
-  maxes_.resize(size_t(rows) * p);
+  maxes_.resize(size_t(rows) * tp_size);
   tp_.all_gather(row_max, maxes_.data(), size_t(rows), t);
   sums_.resize(size_t(rows) * 2);
   for (int i = 0; i < rows; ++i) {
     G M = -INFINITY;
-    for (int r = 0; r < p; ++r) M = std::max(M, maxes_[size_t(r) * rows + i]);
+    for (int rank = 0; rank < tp_size; ++rank) M = std::max(M, maxes_[size_t(rank) * rows + i]);
     const G mine = row_max[i];
     sums_[size_t(i)] = row_sumexp[i] == G(0) ? G(0) : row_sumexp[i] * std::exp(mine - M);
     sums_[size_t(rows) + i] = target_logit[i];

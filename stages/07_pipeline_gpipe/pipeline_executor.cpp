@@ -126,24 +126,24 @@ std::vector<double> PipelineExecutor<A>::run(const PipeSchedule& schedule, int m
                   " on chunk " + std::to_string(a.chunk) + " is outside " + std::to_string(m) + " x " +
                   std::to_string(v_));
     GPT2<A>& model = *chunks_[size_t(a.chunk)];
-    const int s = slot(a.chunk, a.micro);
-    int& owner = slot_owner_[size_t(a.chunk)][size_t(s)];
+    const int micro_slot = slot(a.chunk, a.micro);
+    int& owner = slot_owner_[size_t(a.chunk)][size_t(micro_slot)];
     const int tag_activation = pipe_message_tag(false, a.micro, a.chunk, v_);
     const int tag_gradient = pipe_message_tag(true, a.micro, a.chunk, v_);
     switch (a.op) {
       case PipeOp::RecvActivation: {
-        invariant(owner == -1, "pipeline: micro-batch " + std::to_string(a.micro) + " needs slot " + std::to_string(s) +
-                                   " of chunk " + std::to_string(a.chunk) + ", still held by micro-batch " +
-                                   std::to_string(owner));
+        invariant(owner == -1, "pipeline: micro-batch " + std::to_string(a.micro) + " needs slot " +
+                                   std::to_string(micro_slot) + " of chunk " + std::to_string(a.chunk) +
+                                   ", still held by micro-batch " + std::to_string(owner));
         const Peer from = previous(a.chunk);
         recv_activation_[{a.chunk, a.micro}] =
-            pp_.irecv(model.stage_input(s), n, type, from.rank, tag_activation);
+            pp_.irecv(model.stage_input(micro_slot), n, type, from.rank, tag_activation);
         break;
       }
       case PipeOp::Forward: {
-        invariant(owner == -1, "pipeline: micro-batch " + std::to_string(a.micro) + " needs slot " + std::to_string(s) +
-                                   " of chunk " + std::to_string(a.chunk) + ", still held by micro-batch " +
-                                   std::to_string(owner));
+        invariant(owner == -1, "pipeline: micro-batch " + std::to_string(a.micro) + " needs slot " +
+                                   std::to_string(micro_slot) + " of chunk " + std::to_string(a.chunk) +
+                                   ", still held by micro-batch " + std::to_string(owner));
         if (!model.first_stage()) {
           auto it = recv_activation_.find({a.chunk, a.micro});
           invariant(it != recv_activation_.end(), "pipeline: forward of micro-batch " + std::to_string(a.micro) +
@@ -152,10 +152,10 @@ std::vector<double> PipelineExecutor<A>::run(const PipeSchedule& schedule, int m
           pp_.wait(it->second);
           recv_activation_.erase(it);
         }
-        wait_sends(a.chunk, s, false);  // the forward overwrites the output the last send read
+        wait_sends(a.chunk, micro_slot, false);  // the forward overwrites the output the last send read
         if (model.first_stage() || model.last_stage()) batch(a.micro, inputs.data(), targets.data());
         const auto t0 = clock::now();
-        const double loss = model.forward_micro(s, inputs.data(), targets.data());
+        const double loss = model.forward_micro(micro_slot, inputs.data(), targets.data());
         busy_s_ += timed(PipeOp::Forward, t0);
         if (model.last_stage()) losses.push_back(loss);
         owner = a.micro;
@@ -166,14 +166,15 @@ std::vector<double> PipelineExecutor<A>::run(const PipeSchedule& schedule, int m
       }
       case PipeOp::SendActivation: {
         const Peer to = next(a.chunk);
-        sends_[{a.chunk, s, false}].push_back(
-            pp_.isend(model.stage_output(s), n, type, to.rank, pipe_message_tag(false, a.micro, to.chunk, v_)));
+        sends_[{a.chunk, micro_slot, false}].push_back(
+            pp_.isend(model.stage_output(micro_slot), n, type, to.rank,
+                      pipe_message_tag(false, a.micro, to.chunk, v_)));
         break;
       }
       case PipeOp::RecvGradient: {
-        wait_sends(a.chunk, s, true);  // the receive overwrites the gradient the last send read
+        wait_sends(a.chunk, micro_slot, true);  // the receive overwrites the gradient the last send read
         const Peer from = next(a.chunk);
-        recv_gradient_[{a.chunk, a.micro}] = pp_.irecv(model.output_grad(s), n, type, from.rank, tag_gradient);
+        recv_gradient_[{a.chunk, a.micro}] = pp_.irecv(model.output_grad(micro_slot), n, type, from.rank, tag_gradient);
         break;
       }
       case PipeOp::Backward:
@@ -188,15 +189,15 @@ std::vector<double> PipelineExecutor<A>::run(const PipeSchedule& schedule, int m
           pp_.wait(it->second);
           recv_gradient_.erase(it);
         }
-        // The last stage writes the gradient of its input where the previous backward's
+        // The last stage writes the gradient of its input where the previous backward'micro_slot
         // was sent from (no receive waited for that send).
-        wait_sends(a.chunk, s, true);
+        wait_sends(a.chunk, micro_slot, true);
         const auto t0 = clock::now();
         if (a.op == PipeOp::Backward) {
           if (before_backward) before_backward(a.chunk, a.micro);
-          model.backward_micro(s, loss_scale);
+          model.backward_micro(micro_slot, loss_scale);
         } else {
-          model.backward_input_micro(s, loss_scale);  // the weight gradients come with BackwardWeight
+          model.backward_input_micro(micro_slot, loss_scale);  // the weight gradients come with BackwardWeight
         }
         busy_s_ += timed(a.op, t0);
         if (a.op == PipeOp::Backward) {
@@ -211,7 +212,7 @@ std::vector<double> PipelineExecutor<A>::run(const PipeSchedule& schedule, int m
                                         " without its forward on chunk " + std::to_string(a.chunk));
         if (before_backward) before_backward(a.chunk, a.micro);  // the stores see the gradients done here
         const auto t0 = clock::now();
-        model.backward_weight_micro(s);
+        model.backward_weight_micro(micro_slot);
         busy_s_ += timed(PipeOp::BackwardWeight, t0);
         owner = -1;
         --in_flight[size_t(a.chunk)];
@@ -220,8 +221,8 @@ std::vector<double> PipelineExecutor<A>::run(const PipeSchedule& schedule, int m
       }
       case PipeOp::SendGradient: {
         const Peer to = previous(a.chunk);
-        sends_[{a.chunk, s, true}].push_back(
-            pp_.isend(model.output_grad(s), n, type, to.rank, pipe_message_tag(true, a.micro, to.chunk, v_)));
+        sends_[{a.chunk, micro_slot, true}].push_back(
+            pp_.isend(model.output_grad(micro_slot), n, type, to.rank, pipe_message_tag(true, a.micro, to.chunk, v_)));
         break;
       }
       default:

@@ -81,7 +81,7 @@ void ChunkCheckpoint<A>::pack() {
   for (size_t k = 0; k < kinds_.size(); ++k)
     for (const Piece& piece : pieces_) {
       const float* from = chunks_[size_t(piece.chunk)].zero->checkpoint_buffers()[k].data + piece.chunk_offset;
-      std::copy_n(from, piece.n, packed_[k].data() + piece.packed_offset);
+      std::copy_n(from, piece.count, packed_[k].data() + piece.packed_offset);
     }
 }
 
@@ -90,7 +90,7 @@ void ChunkCheckpoint<A>::unpack() {
   for (size_t k = 0; k < kinds_.size(); ++k)
     for (const Piece& piece : pieces_) {
       float* to = chunks_[size_t(piece.chunk)].zero->checkpoint_buffers()[k].data + piece.chunk_offset;
-      std::copy_n(packed_[k].data() + piece.packed_offset, piece.n, to);
+      std::copy_n(packed_[k].data() + piece.packed_offset, piece.count, to);
     }
 }
 

@@ -83,7 +83,7 @@ class ChunkCheckpoint {
  private:
   struct Piece {
     int chunk;
-    int64_t chunk_offset, packed_offset, n;
+    int64_t chunk_offset, packed_offset, count;  // count elements from each offset
   };
   std::vector<ModelChunk<A>>& chunks_;
   RankLayout layout_;

@@ -9,7 +9,8 @@
 //                   and drains in steps of a chunk, v times shorter than a stage
 //                   wte's gradient summed between the first and the last stage; each
 //                   chunk's store reduces over dp
-//                   the global norm (per tensor: the same bits as stage 08's), AdamW on
+//                   the global norm (per tensor: stage 08's bits, but for the last ones
+//                   under ZeRO at dp > 1, grad_norm_by_tensor.h), AdamW on
 //                   each chunk's range of its local buffer, all-gather over dp for zero=1 and 2
 //                   (zero=3 gathers each unit when it computes)
 // See schedule_interleaved.h for the schedule, model_chunks.h for the chunks, and
@@ -155,7 +156,8 @@ int train_on(Run& run) {
     pp.all_reduce(&loss, 1, DType::F64);  // from the last stage (the others add 0)
     dp.all_reduce(&loss, 1, DType::F64);
 
-    const double norm = grad_norm_by_tensor(run.world, zeros, global.tensors().size());  // the same bits for any schedule
+    // the same bits for any schedule (under ZeRO at dp > 1, within the rounding of a shard's split)
+    const double norm = grad_norm_by_tensor(run.world, zeros, global.tensors().size());
     const double lr = learning_rate(cfg, step);
     for (LocalZero<A>* z : zeros) z->step(lr, norm, int(step + 1));
     device_synchronize(device);  // the step ends when the GPU has run its kernels

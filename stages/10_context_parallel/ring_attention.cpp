@@ -89,15 +89,16 @@ const GradOf<A>* RingAttentionHooks<A>::block_kv(Device d) {
 template <class A>
 template <class T>
 void RingAttentionHooks<A>::exchange(std::vector<Request>& reqs, const T* send, T* recv, size_t count, int tag) {
-  const int p = cp_.size(), r = cp_.rank();
-  reqs.push_back(cp_.irecv(recv, count, dtype_of<T>(), (r + p - 1) % p, tag));
-  reqs.push_back(cp_.isend(send, count, dtype_of<T>(), (r + 1) % p, tag));
+  const int cp_size = cp_.size(), cp_rank = cp_.rank();
+  reqs.push_back(cp_.irecv(recv, count, dtype_of<T>(), (cp_rank + cp_size - 1) % cp_size, tag));
+  reqs.push_back(cp_.isend(send, count, dtype_of<T>(), (cp_rank + 1) % cp_size, tag));
 }
 
 template <class A>
 void RingAttentionHooks<A>::attention_forward(const PieceContext& ctx, A* out, G* lse, const A* qkv, int B, int T,
                                               int W, int heads) {
-  const int p = cp_.size(), r = cp_.rank(), Tc = split_.chunk_len(), nc = split_.chunks(), hs = W / heads;
+  const int cp_size = cp_.size(), cp_rank = cp_.rank(), hs = W / heads;
+  const int Tc = split_.chunk_len(), chunks_per_rank = split_.chunks();
   const size_t rows = size_t(B) * T, block = rows * 2 * W;
   const Device d = ctx.device;
   ensure(kv_, block, d), ensure(kv_next_, block, d);
@@ -107,12 +108,12 @@ void RingAttentionHooks<A>::attention_forward(const PieceContext& ctx, A* out, G
   G* merged = working_copy(d, out, rows * W, out_wide_, /*keep=*/false);  // the merged output, in G
   device_zero(d, merged, rows * W * sizeof(G));
   // No keys yet: L = -inf everywhere, so the first merge takes the first block whole.
-  const std::vector<G> no_keys(size_t(B) * nc * heads * Tc, G(-INFINITY));
+  const std::vector<G> no_keys(size_t(B) * chunks_per_rank * heads * Tc, G(-INFINITY));
   device_copy(d, lse, Device::CPU, no_keys.data(), no_keys.size() * sizeof(G));
-  for (int s = 0; s < p; ++s) {
-    const int owner = (r - s + p) % p;  // whose keys and values this rank holds now
+  for (int step = 0; step < cp_size; ++step) {
+    const int owner = (cp_rank - step + cp_size) % cp_size;  // whose keys and values this rank holds now
     std::vector<Request> reqs;
-    if (s < p - 1) {  // the next block travels while this one is computed
+    if (step < cp_size - 1) {  // the next block travels while this one is computed
       Span span("ring_kv_post", "comm");
       exchange(reqs, kv_.data(), kv_next_.data(), block, kTagKvForward);
     }
@@ -120,22 +121,22 @@ void RingAttentionHooks<A>::attention_forward(const PieceContext& ctx, A* out, G
       Span span("ring_attention_block");
       const G* kv = block_kv(d);
       for (int b = 0; b < B; ++b)
-        for (int qc = 0; qc < nc; ++qc)
-          for (int kc = 0; kc < nc; ++kc) {
-            const int q_pos = split_.chunk_start(r, qc), k_pos = split_.chunk_start(owner, kc);
+        for (int qc = 0; qc < chunks_per_rank; ++qc)
+          for (int kc = 0; kc < chunks_per_rank; ++kc) {
+            const int q_pos = split_.chunk_start(cp_rank, qc), k_pos = split_.chunk_start(owner, kc);
             if (k_pos > q_pos + Tc - 1) continue;  // every key after every query: masked
             pairs_ += ContextSplit::visible_pairs(q_pos, k_pos, Tc);
             const size_t q_row = size_t(b) * T + size_t(qc) * Tc, k_row = size_t(b) * T + size_t(kc) * Tc;
             const AttentionView<G> view = block_view(q, kv, q_row, k_row, W, Tc, heads, q_pos, k_pos);
             ops::attention_block_forward(ctx.device, view, block_out_.data(), block_lse_.data());
-            G* row_lse = lse + (size_t(b) * nc + qc) * heads * Tc;
+            G* row_lse = lse + (size_t(b) * chunks_per_rank + qc) * heads * Tc;
             for (int h = 0; h < heads; ++h)  // merge head h's rows through the logsumexps
               ops::attention_merge(ctx.device, merged + q_row * W + size_t(h) * hs, row_lse + size_t(h) * Tc,
                                    size_t(W), block_out_.data() + size_t(h) * hs,
                                    block_lse_.data() + size_t(h) * Tc, size_t(W), size_t(Tc), hs);
           }
     }
-    if (s < p - 1) {
+    if (step < cp_size - 1) {
       Span span("ring_kv_wait", "comm");
       cp_.wait_all(reqs);
       std::swap(kv_, kv_next_);
@@ -147,7 +148,8 @@ void RingAttentionHooks<A>::attention_forward(const PieceContext& ctx, A* out, G
 template <class A>
 void RingAttentionHooks<A>::attention_backward(const PieceContext& ctx, A* dqkv, const A* dout, const A* qkv,
                                                const A* out, const G* lse, int B, int T, int W, int heads) {
-  const int p = cp_.size(), r = cp_.rank(), Tc = split_.chunk_len(), nc = split_.chunks();
+  const int cp_size = cp_.size(), cp_rank = cp_.rank();
+  const int Tc = split_.chunk_len(), chunks_per_rank = split_.chunks();
   const size_t rows = size_t(B) * T, block = rows * 2 * W;
   const Device d = ctx.device;
   ensure(kv_, block, d), ensure(kv_next_, block, d), ensure(dkv_, block, d), ensure(dkv_next_, block, d);
@@ -157,10 +159,10 @@ void RingAttentionHooks<A>::attention_backward(const PieceContext& ctx, A* dqkv,
   const G* d_o = widened(d, dout, rows * W, dout_wide_);
   G* dq = working_copy(d, dqkv, rows * 3 * W, dqkv_wide_, /*keep=*/true);  // accumulates onto dqkv's values
   dkv_.zero();
-  for (int s = 0; s < p; ++s) {
-    const int owner = (r - s + p) % p;
+  for (int step = 0; step < cp_size; ++step) {
+    const int owner = (cp_rank - step + cp_size) % cp_size;
     std::vector<Request> kv_reqs;
-    if (s < p - 1) {
+    if (step < cp_size - 1) {
       Span span("ring_kv_post", "comm");
       exchange(kv_reqs, kv_.data(), kv_next_.data(), block, kTagKvBackward);
     }
@@ -168,25 +170,25 @@ void RingAttentionHooks<A>::attention_backward(const PieceContext& ctx, A* dqkv,
       Span span("ring_attention_block_backward");
       const G* kv = block_kv(d);
       for (int b = 0; b < B; ++b)
-        for (int qc = 0; qc < nc; ++qc)
-          for (int kc = 0; kc < nc; ++kc) {
-            const int q_pos = split_.chunk_start(r, qc), k_pos = split_.chunk_start(owner, kc);
+        for (int qc = 0; qc < chunks_per_rank; ++qc)
+          for (int kc = 0; kc < chunks_per_rank; ++kc) {
+            const int q_pos = split_.chunk_start(cp_rank, qc), k_pos = split_.chunk_start(owner, kc);
             if (k_pos > q_pos + Tc - 1) continue;
             const size_t q_row = size_t(b) * T + size_t(qc) * Tc, k_row = size_t(b) * T + size_t(kc) * Tc;
             const AttentionView<G> view = block_view(q, kv, q_row, k_row, W, Tc, heads, q_pos, k_pos);
             G* dk = dkv_.data() + k_row * 2 * W;
             ops::attention_block_backward(ctx.device, view, dq + q_row * 3 * W, dk, dk + W, d_o + q_row * W,
-                                          o + q_row * W, lse + (size_t(b) * nc + qc) * heads * Tc);
+                                          o + q_row * W, lse + (size_t(b) * chunks_per_rank + qc) * heads * Tc);
           }
     }
-    if (p > 1) {  // the block's dK, dV follow its keys to the next rank; the last hop takes them home
+    if (cp_size > 1) {  // the block's dK, dV follow its keys to the next rank; the last hop takes them home
       Span span("ring_dkv", "comm");
       std::vector<Request> reqs;
       exchange(reqs, dkv_.data(), dkv_next_.data(), block, kTagDkv);
       cp_.wait_all(reqs);
       std::swap(dkv_, dkv_next_);
     }
-    if (s < p - 1) {
+    if (step < cp_size - 1) {
       Span span("ring_kv_wait", "comm");
       cp_.wait_all(kv_reqs);
       std::swap(kv_, kv_next_);

@@ -208,7 +208,8 @@ int train_on(Run& run) {
     pp.all_reduce(&loss, 1, DType::F64);  // from the last stage (the others add 0)
     grad_group.all_reduce(&loss, 1, DType::F64);
 
-    const double norm = grad_norm_by_tensor(run.world, zeros, global.tensors().size());  // the same bits for any schedule
+    // the same bits for any schedule (under ZeRO at dp > 1, within the rounding of a shard's split)
+    const double norm = grad_norm_by_tensor(run.world, zeros, global.tensors().size());
     const double lr = learning_rate(cfg, step);
     for (LocalZero<A>* z : zeros) z->step(lr, norm, int(step + 1));
     device_synchronize(device);  // the step ends when the GPU has run its kernels
