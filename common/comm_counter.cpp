@@ -52,9 +52,25 @@ std::string comm_table(const CommTally& counted, const CommTally& formula) {
   return s;
 }
 
+CountingCommunicator::CountingCommunicator(Communicator& inner)
+    : inner_(inner), shared_(std::make_shared<SharedTally>()) {}
+
+CountingCommunicator::CountingCommunicator(std::unique_ptr<Communicator> owned, std::shared_ptr<SharedTally> shared)
+    : owned_(std::move(owned)), inner_(*owned_), shared_(std::move(shared)) {}
+
+CommTally CountingCommunicator::tally() const {
+  const std::lock_guard<std::mutex> lock(shared_->mutex);
+  return shared_->tally;
+}
+
+std::unique_ptr<Communicator> CountingCommunicator::split(int color, int key) {
+  return std::unique_ptr<Communicator>(new CountingCommunicator(inner_.split(color, key), shared_));
+}
+
 void CountingCommunicator::count(CommOp op, size_t elements, DType t) {
-  tally_.calls[size_t(op)] += 1;
-  tally_.bytes[size_t(op)] += int64_t(elements * dtype_size(t));
+  const std::lock_guard<std::mutex> lock(shared_->mutex);
+  shared_->tally.calls[size_t(op)] += 1;
+  shared_->tally.bytes[size_t(op)] += int64_t(elements * dtype_size(t));
 }
 
 void CountingCommunicator::all_reduce(void* buf, size_t count, DType t) {

@@ -10,6 +10,8 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "common/comm.h"
@@ -38,12 +40,16 @@ struct CommTally {
 std::string comm_table(const CommTally& counted, const CommTally& formula);
 
 /// Wraps another communicator: every call is forwarded to it, and each collective or
-/// message is first added to tally(). The counts are of this rank's calls only.
+/// message is first added to tally(). The counts are of this rank's calls only. A split
+/// of it is wrapped too and counts into the same tally, so a technique that gives a
+/// thread a communicator of its own (ZeRO-2's reductions, ZeRO-3's prefetches) is counted
+/// whole; calls from several threads at once are counted under a lock.
 class CountingCommunicator : public Communicator {
  public:
   /// Counts what passes through `inner`, which must outlive this wrapper.
-  explicit CountingCommunicator(Communicator& inner) : inner_(inner) {}
-  const CommTally& tally() const { return tally_; }  ///< everything counted since construction
+  explicit CountingCommunicator(Communicator& inner);
+  /// Everything counted since construction, by this communicator and its splits.
+  CommTally tally() const;
 
   int rank() const override { return inner_.rank(); }  ///< the inner communicator's rank
   int size() const override { return inner_.size(); }  ///< the inner communicator's size
@@ -65,16 +71,22 @@ class CountingCommunicator : public Communicator {
   /// Counts one PointToPoint of count elements when posted, then forwards.
   Request irecv(void* buf, size_t count, DType t, int source, int tag) override;
   void wait(Request& request) override { inner_.wait(request); }  ///< forwarded, not counted
-  /// The inner communicator's sub-group, not wrapped: its traffic is not counted here.
-  std::unique_ptr<Communicator> split(int color, int key) override { return inner_.split(color, key); }
+  /// The inner communicator's sub-group, wrapped: its traffic is added to this tally.
+  std::unique_ptr<Communicator> split(int color, int key) override;
   void abort(int code) override { inner_.abort(code); }  ///< forwarded to the inner communicator
   double timeout_s() const override { return inner_.timeout_s(); }  ///< the inner communicator's
   void set_timeout_s(double seconds) override { inner_.set_timeout_s(seconds); }  ///< forwarded
 
  private:
+  struct SharedTally {  // one per counting communicator and its splits
+    std::mutex mutex;
+    CommTally tally;
+  };
+  CountingCommunicator(std::unique_ptr<Communicator> owned, std::shared_ptr<SharedTally> shared);
   void count(CommOp op, size_t elements, DType t);
+  std::unique_ptr<Communicator> owned_;  // a split's inner communicator; empty for the first
   Communicator& inner_;
-  CommTally tally_;
+  std::shared_ptr<SharedTally> shared_;
 };
 
 }  // namespace gpt

@@ -152,7 +152,8 @@ int train_on(Run& run) {
     if (lead && step == first_step) {
       std::printf("memory by kind, per rank, peaks of step %lld:\n%s", static_cast<long long>(state.step),
                   mem.table().c_str());
-      const CommTally formula = gradient_traffic(sync.buckets(), cfg.allreduce == "ring", dp.size(), dp.rank());
+      const CommTally formula =
+          gradient_traffic(sync.buckets(), /*ring=*/cfg.allreduce == "ring", dp.size(), dp.rank());
       std::printf("data-parallel communication in step %lld, rank 0 (counted | formula, README):\n%s",
                   static_cast<long long>(state.step), comm_table(dp_step, formula).c_str());
     }

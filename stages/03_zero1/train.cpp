@@ -131,7 +131,8 @@ int train_on(Run& run) {
     const float* shard_grads = model.grads().data() + shard.begin;
     const double norm = sharded_grad_norm(dp, device, shard_grads, shard.size());
     const double lr = learning_rate(cfg, step);
-    sharded_adamw_step(dp_counted, device, optimizer, shard, params, shard_grads, n_params, norm, lr, cfg, int(step + 1));
+    sharded_adamw_step(dp_counted, device, optimizer, shard, params, shard_grads, n_params, norm, lr, cfg,
+                       int(step + 1));
     const CommTally dp_step = dp_counted.tally() - dp_before;
     device_synchronize(device);  // GPU: the step ends when its last kernel has run
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -143,7 +144,8 @@ int train_on(Run& run) {
     if (lead && step == first_step) {
       std::printf("memory by kind, per rank, peaks of step %lld:\n%s", static_cast<long long>(state.step),
                   mem.table().c_str());
-      const CommTally formula = zero1_traffic(sync.buckets(), n_params, dp.size(), dp.rank(), dtype_of<A>());
+      const CommTally formula =
+          sharded_step_traffic(sync.buckets(), n_params, dp.size(), dp.rank(), dtype_of<A>(), /*reductions=*/1);
       std::printf("data-parallel communication in step %lld, rank 0 (counted | formula, README):\n%s",
                   static_cast<long long>(state.step), comm_table(dp_step, formula).c_str());
     }

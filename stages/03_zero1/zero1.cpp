@@ -17,10 +17,12 @@ double sharded_grad_norm(Communicator& dp, Device d, const float* shard_grads, i
   return std::sqrt(sum);
 }
 
-CommTally zero1_traffic(const std::vector<GradBucket>& buckets, int64_t total, int n, int rank, DType weights) {
+CommTally sharded_step_traffic(const std::vector<GradBucket>& buckets, int64_t total, int n, int rank, DType weights,
+                               int reductions) {
   CommTally traffic;
-  for (const GradBucket& b : buckets)
-    traffic += ring_reduce_scatter_traffic(shard_bounds_within(b.begin, b.end, total, n), rank, DType::F32);
+  for (int i = 0; i < reductions; ++i)
+    for (const GradBucket& b : buckets)
+      traffic += ring_reduce_scatter_traffic(shard_bounds_within(b.begin, b.end, total, n), rank, DType::F32);
   traffic += ring_all_gather_traffic(ring_chunk_bounds(size_t(total), n), rank, weights);
   return traffic;
 }

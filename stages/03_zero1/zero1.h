@@ -45,11 +45,14 @@ void sharded_adamw_step(Communicator& dp, Device d, AdamW<float>& opt, const Sha
                         int step_number);
 
 // One step's traffic on rank `rank` of n, as a CountingCommunicator counts it: each
-// gradient bucket reduce-scattered into the shards (fp32), then the P updated weights
-// all-gathered in their storage type (ring_allreduce.h's closed forms; the 8-byte norm
-// sum is not counted). In fp32 that is stage 02's ring all-reduce to the element when the
-// buckets are one; in bf16 the gather moves 2-byte weights.
-CommTally zero1_traffic(const std::vector<GradBucket>& buckets, int64_t total, int n, int rank, DType weights);
+// gradient bucket reduce-scattered into the shards (fp32) `reductions` times (once in
+// ZeRO-1; in ZeRO-2 once per micro-step, with no full gradient left to accumulate into),
+// then the P updated weights all-gathered in their storage type (ring_allreduce.h's
+// closed forms; the 8-byte norm sum is not counted). In fp32, once, that is stage 02's
+// ring all-reduce to the element when the buckets are one; in bf16 the gather moves
+// 2-byte weights.
+CommTally sharded_step_traffic(const std::vector<GradBucket>& buckets, int64_t total, int n, int rank, DType weights,
+                               int reductions);
 
 // A shard's checkpoint, in host memory (common/checkpoint.h): its master weights and its
 // moments; `begin` is the shard's place in the layout. The master weights are the

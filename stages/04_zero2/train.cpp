@@ -15,6 +15,7 @@
 
 #include "common/checkpoint.h"
 #include "common/comm.h"
+#include "common/comm_counter.h"
 #include "common/config.h"
 #include "common/data.h"
 #include "common/device.h"
@@ -82,7 +83,8 @@ int train_on(Run& run) {
   // own weights there; in bf16 their rounding) and gathers the rest.
   optimizer.weights_from_master(device, params + shard.begin);
   ring_all_gather(dp, params, size_t(n_params), dtype_of<A>());
-  Zero2Store<A> store(layout, dp, params, cfg.bucket_mb, /*embeddings_alone=*/false, device);
+  CountingCommunicator dp_counted(dp);  // the technique's traffic, counted per step
+  Zero2Store<A> store(layout, dp_counted, params, cfg.bucket_mb, /*embeddings_alone=*/false, device);
   model.set_store(&store);
 
   if (lead) {
@@ -105,6 +107,7 @@ int train_on(Run& run) {
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const int64_t first_sequence = state.sequences(cfg.batch_size);  // the data position: the sequences read so far
     const auto t0 = std::chrono::steady_clock::now();
+    const CommTally dp_before = dp_counted.tally();
     {
       Span span("zero_grads");
       store.zero_shard_grads();
@@ -123,7 +126,9 @@ int train_on(Run& run) {
     const float* shard_grads = store.shard_grads().data();
     const double norm = sharded_grad_norm(dp, device, shard_grads, shard.size());
     const double lr = learning_rate(cfg, step);
-    sharded_adamw_step(dp, device, optimizer, shard, params, shard_grads, n_params, norm, lr, cfg, int(step + 1));
+    sharded_adamw_step(dp_counted, device, optimizer, shard, params, shard_grads, n_params, norm, lr, cfg,
+                       int(step + 1));
+    const CommTally dp_step = dp_counted.tally() - dp_before;
     device_synchronize(device);  // GPU: the step ends when its last kernel has run
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
@@ -131,9 +136,14 @@ int train_on(Run& run) {
     // What the arrays hold, by kind: the tracker's peaks so far (common/memory.h), printed
     // once the first step has run (and made its buffers).
     const MemoryLedger mem = MemoryTracker::global().peaks();
-    if (lead && step == first_step)
+    if (lead && step == first_step) {
       std::printf("memory by kind, per rank, peaks of step %lld:\n%s", static_cast<long long>(state.step),
                   mem.table().c_str());
+      const CommTally formula =
+          sharded_step_traffic(store.buckets(), n_params, dp.size(), dp.rank(), dtype_of<A>(), accum);
+      std::printf("data-parallel communication in step %lld, rank 0 (counted | formula, README):\n%s",
+                  static_cast<long long>(state.step), comm_table(dp_step, formula).c_str());
+    }
     log_step(run, log, state.step, loss, lr, norm, ms, mem);
 
     // true after a stop signal: this step is checkpointed, and the run ends

@@ -16,6 +16,7 @@
 
 #include "common/checkpoint.h"
 #include "common/comm.h"
+#include "common/comm_counter.h"
 #include "common/config.h"
 #include "common/data.h"
 #include "common/device.h"
@@ -81,7 +82,8 @@ int train_on(Run& run) {
   // Every rank starts from its shard of the master weights (in fp32 they are the shard's
   // weights themselves; in bf16 their rounding); the rest is gathered unit by unit.
   optimizer.weights_from_master(device, shard_params);
-  Zero3Store<A> store(layout, dp, shard_params, cfg.bucket_mb, cfg.zero3_prefetch, /*embeddings_alone=*/false,
+  CountingCommunicator dp_counted(dp);  // the technique's traffic, counted per step
+  Zero3Store<A> store(layout, dp_counted, shard_params, cfg.bucket_mb, cfg.zero3_prefetch, /*embeddings_alone=*/false,
                       device);
   model.set_store(&store);
 
@@ -115,6 +117,7 @@ int train_on(Run& run) {
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const int64_t first_sequence = state.sequences(cfg.batch_size);  // the data position: the sequences read so far
     const auto t0 = std::chrono::steady_clock::now();
+    const CommTally dp_before = dp_counted.tally();
     {
       Span span("zero_grads");
       store.zero_shard_grads();
@@ -129,6 +132,7 @@ int train_on(Run& run) {
       Span span("wait_buckets", "comm");
       store.wait();  // the last buckets' reductions, on the communication thread
     }
+    const CommTally dp_step = dp_counted.tally() - dp_before;  // before the update starts the next step's gather
     dp.all_reduce(&loss, 1, DType::F64);  // the mean over the global batch
     const float* shard_grads = store.shard_grads().data();
     const double norm = sharded_grad_norm(dp, device, shard_grads, shard.size());
@@ -147,9 +151,13 @@ int train_on(Run& run) {
     // What the arrays hold, by kind: the tracker's peaks so far (common/memory.h), printed
     // once the first step has run (and made its buffers).
     const MemoryLedger mem = MemoryTracker::global().peaks();
-    if (lead && step == first_step)
+    if (lead && step == first_step) {
       std::printf("memory by kind, per rank, peaks of step %lld:\n%s", static_cast<long long>(state.step),
                   mem.table().c_str());
+      const CommTally formula = zero3_step_traffic(layout, store.buckets(), dp.size(), dp.rank(), dtype_of<A>(), accum);
+      std::printf("data-parallel communication in step %lld, rank 0 (counted | formula, README):\n%s",
+                  static_cast<long long>(state.step), comm_table(dp_step, formula).c_str());
+    }
     log_step(run, log, state.step, loss, lr, norm, ms, mem);
 
     // true after a stop signal: this step is checkpointed, and the run ends

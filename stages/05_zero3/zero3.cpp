@@ -12,6 +12,22 @@
 
 namespace gpt {
 
+CommTally zero3_step_traffic(const ParamLayout& layout, const std::vector<GradBucket>& buckets, int n, int rank,
+                             DType weights, int micro_steps) {
+  CommTally micro_step;
+  const auto gather = [&](int unit) {
+    const Unit& u = layout.unit(unit);
+    micro_step += ring_all_gather_traffic(shard_bounds_within(u.begin, u.end, layout.total(), n), rank, weights);
+  };
+  for (int unit = 0; unit < layout.num_units(); ++unit) gather(unit);                  // forward: every unit
+  for (int l = layout.layer_begin(); l < layout.layer_end(); ++l) gather(layout.block_unit(l));  // backward: blocks
+  for (const GradBucket& b : buckets)
+    micro_step += ring_reduce_scatter_traffic(shard_bounds_within(b.begin, b.end, layout.total(), n), rank, DType::F32);
+  CommTally traffic;
+  for (int i = 0; i < micro_steps; ++i) traffic += micro_step;
+  return traffic;
+}
+
 template <class A>
 Zero3Store<A>::Zero3Store(const ParamLayout& layout, Communicator& dp, A* shard_params, double bucket_mb,
                           bool prefetch, bool embeddings_alone, Device device)

@@ -36,9 +36,19 @@
 #include <memory>
 #include <vector>
 
+#include "common/comm_counter.h"
 #include "stages/04_zero2/zero2.h"
 
 namespace gpt {
+
+// One step's traffic on rank `rank` of n, as a CountingCommunicator counts it, for a step
+// that starts with nothing gathered (any first step of a run): in each of `micro_steps`
+// micro-steps every unit all-gathered in forward, the blocks again in backward (the
+// embeddings and the final layernorm are kept from the forward), and each gradient bucket
+// reduce-scattered (ring_allreduce.h's closed forms; the gathers in the weights' storage
+// type, the gradients in fp32). About (N-1)/N (2 P + P_blocks) elements each way.
+CommTally zero3_step_traffic(const ParamLayout& layout, const std::vector<GradBucket>& buckets, int n, int rank,
+                             DType weights, int micro_steps);
 
 // A is the weights' storage: float, or bf16 (which halves every gather).
 template <class A>

@@ -15,6 +15,8 @@
 //                  forms of ring_allreduce.h on every rank: ring_all_reduce_traffic for
 //                  every count and for many small pieces, and each half on chunks of
 //                  unequal sizes (some empty); the form for one element more is rejected;
+//                  a split of the counting communicator, used by a second thread while
+//                  the first counts too, adds into the same tally;
 //   controls       (N > 1) a ring whose last rank passes zeros instead of its input must
 //                  be rejected by the same comparisons, exact and random.
 //
@@ -45,6 +47,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/comm.h"
@@ -272,12 +275,25 @@ void check_traffic(Communicator& comm, Checker& check, DType t, size_t count, si
   Buffer buf = make_input(Inputs::Exact, t, 0, r, count);
   ring_all_reduce(counted, Device::CPU, buf.data(), count, t, piece_bytes);
   const CommTally formula = ring_all_reduce_traffic(count, n, r, t, piece_bytes);
-  const CommTally& seen = counted.tally();
+  const CommTally seen = counted.tally();
   if (seen.calls != formula.calls || seen.bytes != formula.bytes)
     check.fail("counted\n" + seen.table() + "formula\n" + formula.table());
   const CommTally longer = ring_all_reduce_traffic(count + 1, n, r, t, piece_bytes);
   if (n > 1 && seen.calls == longer.calls && seen.bytes == longer.bytes)
     check.fail("control accepted: the traffic of count + 1 elements matches what was counted");
+
+  // A split counts into the same tally, also while another thread counts on the first:
+  // two more all-reduces at once, one on each, make three in all.
+  std::unique_ptr<Communicator> twin = counted.split(0, r);
+  Buffer other = buf;
+  std::thread on_twin([&] { ring_all_reduce(*twin, Device::CPU, other.data(), count, t, piece_bytes); });
+  ring_all_reduce(counted, Device::CPU, buf.data(), count, t, piece_bytes);
+  on_twin.join();
+  CommTally three = formula;
+  three += formula, three += formula;
+  const CommTally all = counted.tally();
+  if (all.calls != three.calls || all.bytes != three.bytes)
+    check.fail("with a split, counted\n" + all.table() + "three all-reduces' formula\n" + three.table());
   check.finish();
 }
 
@@ -295,7 +311,7 @@ void check_traffic_v(Communicator& comm, Checker& check, DType t, size_t piece_b
   ring_all_gather_v(counted, buf.data(), bounds, t, piece_bytes);
   CommTally formula = ring_reduce_scatter_traffic(bounds, r, t, piece_bytes);
   formula += ring_all_gather_traffic(bounds, r, t, piece_bytes);
-  const CommTally& seen = counted.tally();
+  const CommTally seen = counted.tally();
   if (seen.calls != formula.calls || seen.bytes != formula.bytes)
     check.fail("counted\n" + seen.table() + "formula\n" + formula.table());
   std::vector<size_t> longer = bounds;

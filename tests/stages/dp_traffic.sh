@@ -1,48 +1,55 @@
 #!/usr/bin/env bash
-# The data-parallel traffic of stages 02 and 03 is the one their keys ask for, and the one
+# The data-parallel traffic of stages 02 to 05 is the one their keys ask for, and the one
 # their READMEs derive. A run counts what its gradient buckets and weight gathers send
-# through the communicator (a CountingCommunicator around the dp group) and prints it
-# beside its formula (gradient_traffic, zero1_traffic); within tolerance a ring and the
-# backend compute the same sums, so only this table tells them apart. For each run here,
-# on 2 or 3 ranks:
+# through the communicator (a CountingCommunicator around the dp group; its splits, the
+# threads' own channels, count into the same tally) and prints it beside its formula
+# (gradient_traffic, sharded_step_traffic, zero3_step_traffic). Within tolerance a ring and
+# the backend compute the same sums, and ZeRO's schedules the same model, so only this
+# table tells them apart. For each run here, on 2 or 3 ranks:
 #   every row      counted = formula, calls and bytes;
-#   the kind       allreduce=ring and stage 03 move point_to_point messages only,
+#   the kind       allreduce=ring and the ZeRO stages move point_to_point messages only,
 #                  allreduce=backend all_reduce calls only, one per bucket;
-#   the ring       2 (N-1) messages per bucket (no piece of the tiny model reaches 4 MiB),
-#                  and in one bucket of all P parameters, rank 0's payload is the ring's
-#                  closed form from the chunk rule, computed here from P alone:
-#                  reduce-scatter half (P - c_0) + (P - c_(N-1)) elements, all-gather half
-#                  (P - c_1) + (P - c_0), sent plus received, c_i = floor((i+1) P / N) -
-#                  floor(i P / N) (so 2 (N-1)/N P each way when N | P), 4 bytes each;
-#   grad_accum 2   the same traffic as grad_accum 1: only the last micro-step communicates;
+#   one bucket     of all P parameters (bucket_mb=64): rank 0's calls and payload are the
+#                  ring's closed form, computed here from the model's shape alone. For a
+#                  range of the flat buffer cut along the shards, c_i its part in shard i
+#                  (shard i = [floor(i P / N), floor((i+1) P / N))), rank 0's
+#                      reduce-scatter  N-1 calls, (count - c_0) + (count - c_(N-1)) elements,
+#                      all-gather      N-1 calls, (count - c_1) + (count - c_0) elements,
+#                  sent plus received (2 (N-1)/N count in all each way when N | P).
+#                  Stage 02's ring and ZeRO-1 (stage 03): one reduce-scatter and one
+#                  all-gather of [0, P), so ZeRO-1 is stage 02's all-reduce to the byte;
+#                  ZeRO-2 (stage 04): a reduce-scatter per micro-step, one all-gather;
+#                  ZeRO-3 (stage 05): per micro-step every unit gathered in forward
+#                  (embeddings, L blocks, final layernorm, in that order in the buffer),
+#                  the L blocks again in backward, one reduce-scatter; nothing after the
+#                  update. Gradients 4 bytes an element, gathered weights 4 (fp32) or 2 (bf16);
+#   grad_accum 2   stages 02, 03: the same traffic as grad_accum 1 (only the last
+#                  micro-step communicates); stages 04, 05: each micro-step reduces;
 #   bf16           stage 02: the same bytes as fp32 (the gradients are fp32 in both modes);
-#                  stage 03: the all-gather half moves the bf16 weights, 2 bytes each;
-#   stage 03       in fp32, one bucket: stage 02's ring all-reduce to the byte (ZeRO-1's
-#                  reduce-scatter and all-gather are that all-reduce's two halves).
-# Controls: the ring run judged as a backend run, and the backend run as a ring run, must
-# both be rejected, and stage 03's bf16 run judged with 4-byte weights.
-# Usage: dp_traffic.sh TRAIN02 TRAIN03 PREPARE WORK ROOT MPIEXEC
+#                  the ZeRO stages: the gathers move the bf16 weights, 2 bytes each.
+# Controls: the ring run judged as a backend run, the backend run as a ring run, a ZeRO-2
+# run with 2 micro-steps judged as one with 1, a ZeRO-3 run as a ZeRO-2 run, and a bf16
+# gather judged with 4-byte weights must all be rejected.
+# Usage: dp_traffic.sh TRAIN02 TRAIN03 TRAIN04 TRAIN05 PREPARE WORK ROOT MPIEXEC
 set -euo pipefail
-TRAIN02=$1 TRAIN03=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6
+TRAIN02=$1 TRAIN03=$2 TRAIN04=$3 TRAIN05=$4 PREPARE=$5 WORK=$6 ROOT=$7 MPIEXEC=$8
 source "$ROOT/tests/trainer/common.sh"
 start_mpi_test "$WORK" "$PREPARE"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-# judge LOG NP KIND [CONFIG [WEIGHT_BYTES]]: exit 0 when the table of LOG is that of KIND
-# (ring or backend); with CONFIG, of one bucket of the model it describes, whose all-gather
-# half moves WEIGHT_BYTES per element (4 unless given)
+# judge LOG NP SCHEME [key=value...]: exit 0 when the table of LOG is that of SCHEME, one
+# of ring, backend, zero1, zero2, zero3. Keys: config=PATH (the run was one bucket of the
+# model PATH describes: check the closed form), weight_bytes (4), micro_steps (1).
 judge() {
   /usr/bin/python3 - "$@" << 'PY'
 import json, re, sys
-log_path, n, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-one_bucket = len(sys.argv) > 4
-weight_bytes = int(sys.argv[5]) if len(sys.argv) > 5 else 4
+log_path, n, scheme = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+opts = dict(kv.split("=", 1) for kv in sys.argv[4:])
+weight_bytes, micro_steps = int(opts.get("weight_bytes", 4)), int(opts.get("micro_steps", 1))
 text = open(log_path).read()
 table = re.search(r"data-parallel communication in step \d+, rank 0 \(counted \| formula, README\):\n((?:  .*\n)+)", text)
 if not table:
     sys.exit(f"{log_path}: no communication table")
-head = re.search(r"allreduce=(\w+), (\d+) buckets?\)", text)  # stage 02's header; stage 03's names no buckets
-buckets = 1 if one_bucket else int(head.group(2)) if head else None
 rows = {}
 for line in table.group(1).splitlines():
     m = re.match(r"\s+(\w+)\s+(\d+) \|\s+(\d+) calls\s+(\d+) \|\s+(\d+) bytes$", line)
@@ -52,59 +59,95 @@ for line in table.group(1).splitlines():
     if (calls, nbytes) != (calls_f, nbytes_f):
         sys.exit(f"{log_path}: {name} counted {calls} calls {nbytes} bytes, formula {calls_f} calls {nbytes_f} bytes")
     rows[name] = (calls, nbytes)
-want_op = "point_to_point" if kind == "ring" else "all_reduce"
+want_op = "all_reduce" if scheme == "backend" else "point_to_point"
 if set(rows) != {want_op}:
-    sys.exit(f"{log_path}: allreduce={kind} should move {want_op} only, the table has {sorted(rows)}")
+    sys.exit(f"{log_path}: {scheme} should move {want_op} only, the table has {sorted(rows)}")
 calls, nbytes = rows[want_op]
-want_calls = None if buckets is None else 2 * (n - 1) * buckets if kind == "ring" else buckets
-if want_calls is not None and calls != want_calls:
-    sys.exit(f"{log_path}: {calls} {want_op} calls, {want_calls} expected for {buckets} bucket(s) on {n} ranks")
-if one_bucket:
-    cfg = json.load(open(sys.argv[4]))
+head = re.search(r"allreduce=\w+, (\d+) buckets?\)", text)  # stage 02's header names its buckets
+if scheme in ("ring", "backend") and head:
+    buckets = int(head.group(1))
+    want_calls = 2 * (n - 1) * buckets if scheme == "ring" else buckets
+    if calls != want_calls:
+        sys.exit(f"{log_path}: {calls} {want_op} calls, {want_calls} expected for {buckets} bucket(s) on {n} ranks")
+if "config" in opts:
+    cfg = json.load(open(opts["config"]))
     V, C, T, L = cfg["vocab_size"], cfg["n_embd"], cfg["block_size"], cfg["n_layer"]
-    P = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C  # wte, wpe, blocks, final layernorm
-    c = [(i + 1) * P // n - i * P // n for i in range(n)]
-    reduce_scatter, all_gather = (P - c[0]) + (P - c[n - 1]), (P - c[1 % n]) + (P - c[0])
-    want_bytes = 4 * reduce_scatter + weight_bytes * all_gather if kind == "ring" else 4 * P
-    if nbytes != want_bytes:
-        sys.exit(f"{log_path}: {nbytes} bytes in one bucket of P = {P}, {want_bytes} expected")
+    E, block = V * C + T * C, 12 * C * C + 13 * C  # wte and wpe; one block
+    P = E + L * block + 2 * C
+    shard = [i * P // n for i in range(n + 1)]
+    def parts(b, e):  # c_i: the part of [b, e) in shard i
+        return [max(0, min(e, shard[i + 1]) - max(b, shard[i])) for i in range(n)]
+    def reduce_scatter(b, e, size):  # (calls, bytes) on rank 0
+        c = parts(b, e)
+        return (0, 0) if n == 1 or e == b else (n - 1, size * ((e - b - c[0]) + (e - b - c[n - 1])))
+    def all_gather(b, e, size):
+        c = parts(b, e)
+        return (0, 0) if n == 1 or e == b else (n - 1, size * ((e - b - c[1 % n]) + (e - b - c[0])))
+    units = [(0, E)] + [(E + l * block, E + (l + 1) * block) for l in range(L)] + [(E + L * block, P)]
+    if scheme == "backend":
+        parts_of_step = [(1, 4 * P)]
+    elif scheme in ("ring", "zero1"):
+        parts_of_step = [reduce_scatter(0, P, 4), all_gather(0, P, weight_bytes)]
+    elif scheme == "zero2":
+        parts_of_step = [reduce_scatter(0, P, 4)] * micro_steps + [all_gather(0, P, weight_bytes)]
+    else:  # zero3: forward every unit, backward the blocks, the gradient reduce-scattered
+        micro = [all_gather(b, e, weight_bytes) for b, e in units + units[1:-1]] + [reduce_scatter(0, P, 4)]
+        parts_of_step = micro * micro_steps
+    want = (sum(c for c, _ in parts_of_step), sum(b for _, b in parts_of_step))
+    if (calls, nbytes) != want:
+        sys.exit(f"{log_path}: {calls} calls, {nbytes} bytes; the closed form for {scheme} in one bucket of P = {P}: "
+                 f"{want[0]} calls, {want[1]} bytes")
 print(f"ok   {log_path.split('/')[-1]}: {want_op} {calls} calls, {nbytes} bytes")
 PY
 }
 tiny=$ROOT/configs/tiny.json
 passed=()  # the runs whose table passed its own judgement
-check() {  # check NAME NP TRAIN KIND [CONFIG [WEIGHT_BYTES]] -- key=value...: one step, then its judgement
-  local name=$1 np=$2 bin=$3 kind=$4 judged=()
+check() {  # check NAME NP TRAIN SCHEME [judge's key=value...] -- [run's key=value...]
+  local name=$1 np=$2 bin=$3 scheme=$4 judged=()
   shift 4
   while [ "$1" != "--" ]; do judged+=("$1"); shift; done
   shift
   one_step "$name" "$np" "$bin" "$@" || return 0
-  if judge "$WORK/$name.log" "$np" "$kind" "${judged[@]}"; then passed+=("$name"); else fail "$name"; fi
+  if judge "$WORK/$name.log" "$np" "$scheme" "${judged[@]}"; then passed+=("$name"); else fail "$name"; fi
 }
-check ring3_one 3 "$TRAIN02" ring "$tiny" -- allreduce=ring batch_size=6 bucket_mb=64
+one=(config="$tiny")  # judged against the closed form: run with bucket_mb=64, one bucket
+check ring3_one 3 "$TRAIN02" ring "${one[@]}" -- allreduce=ring batch_size=6 bucket_mb=64
 check ring3_many 3 "$TRAIN02" ring -- allreduce=ring batch_size=6 bucket_mb=0.01
-check back3_one 3 "$TRAIN02" backend "$tiny" -- allreduce=backend batch_size=6 bucket_mb=64
+check back3_one 3 "$TRAIN02" backend "${one[@]}" -- allreduce=backend batch_size=6 bucket_mb=64
 check back3_many 3 "$TRAIN02" backend -- allreduce=backend batch_size=6 bucket_mb=0.01
-check ring2_one 2 "$TRAIN02" ring "$tiny" -- allreduce=ring bucket_mb=64
-check ring2_accum 2 "$TRAIN02" ring "$tiny" -- allreduce=ring bucket_mb=64 micro_batch_size=1
-check ring2_bf16 2 "$TRAIN02" ring "$tiny" -- allreduce=ring bucket_mb=64 precision=bf16
-check zero1_3_one 3 "$TRAIN03" ring "$tiny" -- batch_size=6 bucket_mb=64
-check zero1_3_many 3 "$TRAIN03" ring -- batch_size=6 bucket_mb=0.01
-check zero1_2_accum 2 "$TRAIN03" ring "$tiny" -- bucket_mb=64 micro_batch_size=1
-check zero1_2_bf16 2 "$TRAIN03" ring "$tiny" 2 -- bucket_mb=64 precision=bf16
-# The controls, on runs that passed their own judgement: each kind must fail the other's,
-# and stage 03's bf16 gather must not pass as 4-byte weights.
+check ring2_one 2 "$TRAIN02" ring "${one[@]}" -- allreduce=ring bucket_mb=64
+check ring2_accum 2 "$TRAIN02" ring "${one[@]}" -- allreduce=ring bucket_mb=64 micro_batch_size=1
+check ring2_bf16 2 "$TRAIN02" ring "${one[@]}" -- allreduce=ring bucket_mb=64 precision=bf16
+check zero1_3_one 3 "$TRAIN03" zero1 "${one[@]}" -- batch_size=6 bucket_mb=64
+check zero1_3_many 3 "$TRAIN03" zero1 -- batch_size=6 bucket_mb=0.01
+check zero1_2_accum 2 "$TRAIN03" zero1 "${one[@]}" -- bucket_mb=64 micro_batch_size=1
+check zero1_2_bf16 2 "$TRAIN03" zero1 "${one[@]}" weight_bytes=2 -- bucket_mb=64 precision=bf16
+check zero2_3_one 3 "$TRAIN04" zero2 "${one[@]}" -- batch_size=6 bucket_mb=64
+check zero2_3_many 3 "$TRAIN04" zero2 -- batch_size=6 bucket_mb=0.01
+check zero2_2_accum 2 "$TRAIN04" zero2 "${one[@]}" micro_steps=2 -- bucket_mb=64 micro_batch_size=1
+check zero2_2_bf16 2 "$TRAIN04" zero2 "${one[@]}" weight_bytes=2 -- bucket_mb=64 precision=bf16
+check zero3_3_one 3 "$TRAIN05" zero3 "${one[@]}" -- batch_size=6 bucket_mb=64
+check zero3_3_many 3 "$TRAIN05" zero3 -- batch_size=6 bucket_mb=0.01
+check zero3_2_accum 2 "$TRAIN05" zero3 "${one[@]}" micro_steps=2 -- bucket_mb=64 micro_batch_size=1
+check zero3_2_bf16 2 "$TRAIN05" zero3 "${one[@]}" weight_bytes=2 -- bucket_mb=64 precision=bf16
+check zero3_3_no_prefetch 3 "$TRAIN05" zero3 "${one[@]}" -- batch_size=6 bucket_mb=64 zero3_prefetch=false
+# The controls, on runs that passed their own judgement: each must fail a judgement of
+# what it is not.
+control() {  # control WHAT LOG NP SCHEME [key=value...]
+  local what=$1 log=$2
+  shift 2
+  if judge "$WORK/$log.log" "$@" > /dev/null 2>&1; then fail "control: $what passed"
+  else echo "ok   (control) $what is rejected"; fi
+}
 has() { [[ " ${passed[*]} " == *" $1 "* ]]; }
-if has back3_one && has ring3_one && has zero1_2_bf16; then
-  judge "$WORK/back3_one.log" 3 ring "$tiny" > /dev/null 2>&1 && fail "control: the backend run passed as a ring run" ||
-    echo "ok   (control) the backend run is not a ring run"
-  judge "$WORK/ring3_one.log" 3 backend "$tiny" > /dev/null 2>&1 && fail "control: the ring run passed as a backend run" ||
-    echo "ok   (control) the ring run is not a backend run"
-  judge "$WORK/zero1_2_bf16.log" 2 ring "$tiny" 4 > /dev/null 2>&1 &&
-    fail "control: stage 03's bf16 run passed with 4-byte weights" ||
-    echo "ok   (control) stage 03's bf16 gather is not one of 4-byte weights"
+if has back3_one && has ring3_one && has zero2_2_accum && has zero3_3_one && has zero1_2_bf16; then
+  control "the backend run as a ring run" back3_one 3 ring "${one[@]}"
+  control "the ring run as a backend run" ring3_one 3 backend "${one[@]}"
+  control "ZeRO-2 with 2 micro-steps as with 1" zero2_2_accum 2 zero2 "${one[@]}"
+  control "ZeRO-3 as ZeRO-2" zero3_3_one 3 zero2 "${one[@]}"
+  control "ZeRO-1's bf16 gather as one of 4-byte weights" zero1_2_bf16 2 zero1 "${one[@]}"
 else
-  fail "the controls need ring3_one, back3_one and zero1_2_bf16 to pass first"
+  fail "the controls need ring3_one, back3_one, zero2_2_accum, zero3_3_one and zero1_2_bf16 to pass first"
 fi
 ((failures == 0)) || { echo "$failures failure(s)"; exit 1; }
 echo "PASS"
