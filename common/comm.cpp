@@ -143,6 +143,18 @@ bool select_gpu(Communicator& mpi) {
 
 }  // namespace
 
+void agree_on_device(Communicator& world, Device device) {
+  const char mine = device == Device::CUDA ? 1 : 0;
+  std::vector<char> on_gpu(size_t(world.size()));
+  world.all_gather(&mine, on_gpu.data(), 1, DType::Byte);
+  std::vector<int> gpu_ranks, cpu_ranks;
+  for (int r = 0; r < world.size(); ++r) (on_gpu[size_t(r)] ? gpu_ranks : cpu_ranks).push_back(r);
+  if (gpu_ranks.empty() || cpu_ranks.empty()) return;
+  fail("the ranks run on different devices: rank(s) " + comm_detail::format_ranks(gpu_ranks) + " on a GPU, rank(s) " +
+       comm_detail::format_ranks(cpu_ranks) + " on the CPU (device=auto takes what each node has): every rank " +
+       "must run on the same kind; set device=cpu, or device=cuda with a GPU on every node");
+}
+
 std::unique_ptr<Communicator> make_world(int* argc, char*** argv, const CommOptions& options) {
   const std::string& b = options.backend;
   if (b != "auto" && b != "mpi" && b != "nccl") fail("comm: '" + b + "' is not a backend (auto, mpi or nccl)");
@@ -167,6 +179,7 @@ std::unique_ptr<Communicator> make_world(int* argc, char*** argv, const CommOpti
   if (b == "auto" && !launched_by_mpi()) return make_local_world(options);
 
   std::unique_ptr<Communicator> world = make_mpi_world(argc, argv, options);
+  agree_on_device(*world, options.device);  // before the collectives that differ by device
 #ifdef GPT_HAVE_CUDA
   if (cuda) {
     // Whether GPUs are shared on any node, agreed by all ranks, so that with comm=auto

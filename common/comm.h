@@ -201,6 +201,13 @@ struct CommOptions {
 /// not started by mpirun, the world is this process alone (size 1). Call once.
 std::unique_ptr<Communicator> make_world(int* argc, char*** argv, const CommOptions& options);
 
+/// Collective: every rank of `world` must run on the same kind of device. Each stage's
+/// collectives, and make_world's own, differ by device, so `device=auto` on nodes of which
+/// some have a GPU and some none would leave the ranks waiting in calls that never match;
+/// this refuses it instead, on every rank, naming the ranks on each device. make_world
+/// calls it for every MPI world.
+void agree_on_device(Communicator& world, Device device);
+
 /// Element-wise sum of a and b into out (used by the hand-written ring of stage 02
 /// and the MPI backend's bf16 reduction).
 void sum_into(void* out, const void* a, const void* b, size_t count, DType t);

@@ -25,6 +25,10 @@
 //                              which hangs: rank 0's roll call must name rank 2
 //   comm_test --late-peer      rank 1 joins a barrier 4.5 s late, with a 4 s timeout: rank 0
 //                              must report it late, not lost (it comes during the roll call)
+//   comm_test --device-mismatch  agree_on_device with rank 0 on a GPU and the others on the
+//                              CPU (as device=auto on mixed nodes): every rank must refuse,
+//                              naming both groups (make_world's own call, on the CPU, and one
+//                              with every rank on the GPU, must pass)
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -717,7 +721,7 @@ int main(int argc, char** argv) {
       else if (a == "--device" && i + 1 < argc) g_gpu = std::string(argv[++i]) == "cuda";
       else if (a == "--timeout" && i + 1 < argc) options.timeout_s = std::stod(argv[++i]);
       else if (a == "--timeout-test" || a == "--kill-test" || a == "--p2p-lost-peer" || a == "--p2p-wrong-tag" ||
-               a == "--p2p-hung-peer" || a == "--late-peer")
+               a == "--p2p-hung-peer" || a == "--late-peer" || a == "--device-mismatch")
         mode = a;
       else fail("unknown argument '" + a + "'");
     }
@@ -744,6 +748,12 @@ int main(int argc, char** argv) {
     if (mode == "--p2p-lost-peer" || mode == "--p2p-wrong-tag") return p2p_failure_test(*world, mode == "--p2p-wrong-tag");
     if (mode == "--p2p-hung-peer") return p2p_hung_peer_test(*world);
     if (mode == "--late-peer") return late_peer_test(*world);
+    if (mode == "--device-mismatch") {
+      agree_on_device(*world, Device::CUDA);  // all on one kind: accepted, whichever kind
+      agree_on_device(*world, world->rank() == 0 ? Device::CUDA : Device::CPU);
+      std::printf("comm_test: rank %d: ranks on different devices were accepted\n", world->rank());
+      return 0;
+    }
     return run_tests(*world, expect_backend);
   });
 }
