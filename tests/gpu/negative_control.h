@@ -16,4 +16,13 @@ inline double one_percent_off(double want) {
   return want * 1.01;
 }
 
+// Whether a comparison's bound at one element rejects the control there, counted only
+// where the truth is finite and non-zero: there the control is the truth 1 % off. Where
+// it is 0 or infinite the control is a constant, and rejecting it shows only that the
+// bound is below 1e-3 (or finite), so a tensor with one masked logsumexp or one exact
+// zero would pass the check "some element rejects the control" whatever its bound.
+inline bool rejects_control(double want, double bound) {
+  return std::isfinite(want) && want != 0.0 && !(std::fabs(one_percent_off(want) - want) <= bound);
+}
+
 }  // namespace gpt::gpu_test

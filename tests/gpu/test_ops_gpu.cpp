@@ -250,7 +250,8 @@ std::string num(double x) {
 // Element i passes when |got[i] - want[i]| <= bound(i); a NaN never passes. Reports how
 // many failed and the worst element (largest error / bound): what one needs to see when a
 // check fails. The same bounds must reject the negative control, the truth 1 % off
-// (negative_control.h): some element of it outside its bound.
+// (negative_control.h): some element of it outside its bound, where the truth is finite
+// and non-zero (rejects_control).
 template <class Bound>
 void check_close(const std::string& what, const std::vector<float>& got, const std::vector<double>& want,
                  Bound&& bound) {
@@ -267,13 +268,14 @@ void check_close(const std::string& what, const std::vector<float>& got, const s
       worst_ratio = ratio;
       worst = i;
     }
-    control_rejected += !(std::fabs(gpt::gpu_test::one_percent_off(want[i]) - want[i]) <= b);
+    control_rejected += gpt::gpu_test::rejects_control(want[i], b);
   }
   INFO(what << ": " << failures << " of " << got.size() << " elements outside their bound; worst: element "
             << worst << ", got " << num(got[worst]) << ", want " << num(want[worst]) << ", bound "
             << num(bound(worst)));
   CHECK(failures == 0);
-  INFO(what << ": the negative control (the truth 1 % off) must be rejected by some element");
+  INFO(what << ": the negative control (the truth 1 % off) must be rejected by some element of finite, non-zero "
+               "truth; rejected by " << control_rejected << " of " << got.size());
   CHECK(control_rejected > 0);
 }
 
