@@ -95,6 +95,9 @@ class PipelineExecutor {
   // weight half on this rank, in seconds, over the steps run so far: the costs to put in
   // a schedule's theory.
   PipeCosts measured_costs() const;
+  // Elements of one message between stages, an activation or its gradient: the chunks'
+  // rows (B T, or B T / tp under sequence parallelism) x C.
+  size_t message_size() const;
 
  private:
   struct Peer {
@@ -103,7 +106,6 @@ class PipelineExecutor {
   Peer previous(int chunk) const;  // where the chunk's input comes from
   Peer next(int chunk) const;      // where its output goes
   int slot(int chunk, int micro) const { return micro % chunks_[size_t(chunk)]->in_flight(); }
-  size_t message_size() const;
   void wait_sends(int chunk, int slot, bool gradient);
 
   std::vector<GPT2<A>*> chunks_;

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "stages/02_ddp/ring_allreduce.h"
+
 namespace gpt {
 
 namespace {
@@ -92,6 +94,21 @@ void print_from_every_rank(Communicator& world, const std::string& line) {
   world.all_gather(mine.data(), all.data(), kWidth, DType::Byte);
   if (world.rank() != 0) return;
   for (int r = 0; r < world.size(); ++r) std::fputs(all.data() + size_t(r) * kWidth, stdout);
+}
+
+CommTally pipeline_traffic(int p, int v, int m, int rank, size_t message, DType activations, size_t wte_count,
+                           DType gradients) {
+  CommTally traffic;
+  const int virtual_stages = v * p;
+  for (int chunk = 0; chunk < v; ++chunk) {
+    const int s = chunk * p + rank;
+    const int64_t messages = int64_t(m) * ((s > 0 ? 2 : 0) + (s < virtual_stages - 1 ? 2 : 0));
+    traffic.calls[size_t(CommOp::PointToPoint)] += messages;
+    traffic.bytes[size_t(CommOp::PointToPoint)] += messages * int64_t(message * dtype_size(activations));
+  }
+  if (p > 1 && (rank == 0 || rank == p - 1))  // the tied wte's two holders: group ranks 0 and 1
+    traffic += ring_all_reduce_traffic(wte_count, 2, rank == 0 ? 0 : 1, gradients);
+  return traffic;
 }
 
 }  // namespace gpt

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/comm.h"
+#include "common/comm_counter.h"
 #include "common/gpt2.h"
 #include "common/memory.h"
 #include "stages/07_pipeline_gpipe/schedule.h"
@@ -47,5 +48,19 @@ std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, in
 
 // Prints every rank's `line` from the world's rank 0, in rank order (collective).
 void print_from_every_rank(Communicator& world, const std::string& line);
+
+// One step's pipeline traffic on rank `rank` of p, as a CountingCommunicator around the
+// executor's pp communicator counts it. Chunk c of this rank is virtual stage s = c p + rank
+// of v p. For each of m micro-batches, at each such s:
+//     s > 0        the activation received, its gradient sent back:    2 messages
+//     s < v p - 1  the activation sent on, its gradient received:      2 messages
+// each of `message` elements (B T C, or B T C / tp rows under sequence parallelism) of
+// the activations' type; an isend and an irecv count theirs. Then, on the first and the
+// last rank, wte's gradient (wte_count elements of the gradients' type) all-reduced
+// between the two by stage 02's ring (ring_all_reduce_traffic, group of 2). A middle
+// rank moves 4 m v messages: v times what GPipe and 1F1B send, the price of the
+// interleaved schedule's smaller bubble; the schedule's order changes none of it.
+CommTally pipeline_traffic(int p, int v, int m, int rank, size_t message, DType activations, size_t wte_count,
+                           DType gradients);
 
 }  // namespace gpt

@@ -53,6 +53,11 @@ void TiedEmbeddingGrads<A>::finish() {
   inner_.grads_done(ParamLayout::kEmbeddingUnit);
 }
 
+template <class A>
+size_t TiedEmbeddingGrads<A>::summed_elements() const {
+  return ends_ ? size_t(layout_.find("wte").numel) : 0;
+}
+
 template class TiedEmbeddingGrads<float>;
 template class TiedEmbeddingGrads<bf16>;
 

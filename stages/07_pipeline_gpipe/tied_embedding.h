@@ -53,6 +53,9 @@ class TiedEmbeddingGrads : public WeightStore<A> {
   // After the step's backwards: sums wte's gradient between the first and the last stage
   // and hands the embedding unit to the inner store.
   void finish();
+  // The elements of wte's gradient finish() sums with the other end: 0 on a chunk that
+  // holds no wte.
+  size_t summed_elements() const;
 
   const A* acquire(int unit, Pass pass) override { return inner_.acquire(unit, pass); }
   void release(int unit, Pass pass) override { inner_.release(unit, pass); }

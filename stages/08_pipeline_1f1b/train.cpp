@@ -25,6 +25,7 @@
 
 #include "common/checkpoint.h"
 #include "common/comm.h"
+#include "common/comm_counter.h"
 #include "common/config.h"
 #include "common/data.h"
 #include "common/device.h"
@@ -103,11 +104,12 @@ int train_on(Run& run) {
   }
   zero.weights_from_master();
   SequenceParallelGrads<A> sp_grads(layout, tp, zero.store(), device);
-  const std::unique_ptr<Communicator> ends = tied_embedding_group(pp);  // the first and the last stage
+  CountingCommunicator pp_counted(pp);  // the technique's traffic, counted per step
+  const std::unique_ptr<Communicator> ends = tied_embedding_group(pp_counted);  // the first and the last stage
   TiedEmbeddingGrads<A> tied(layout, ends.get(), sp ? static_cast<WeightStore<A>&>(sp_grads) : zero.store(),
                              device, zero.reduces_every_backward());
   model.set_store(&tied);
-  PipelineExecutor<A> pipeline({&model}, pp);
+  PipelineExecutor<A> pipeline({&model}, pp_counted);
 
   if (lead) {
     std::printf("stage 08 | 1F1B | pp %d x tp %d x dp %d (%s)%s, zero=%d | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM on this rank\n",
@@ -134,6 +136,7 @@ int train_on(Run& run) {
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const int64_t first_sequence = state.sequences(cfg.batch_size);  // the data position: the sequences read so far
     const auto t0 = std::chrono::steady_clock::now();
+    const CommTally pp_before = pp_counted.tally();
     zero.zero_grads();
     bubble.start();
     const auto batch = [&](int micro, int32_t* inputs, int32_t* targets) {
@@ -149,6 +152,7 @@ int train_on(Run& run) {
         pipeline.run(schedule, accum, batch, 1.0f / float(accum * dp.size()), before_backward);
     bubble.stop(pipeline.last_busy_s());
     tied.finish();
+    const CommTally pp_step = pp_counted.tally() - pp_before;
     zero.wait();
     double loss = 0;  // the mean over the global batch, added in micro-batch order as stage 01 does
     for (double l : losses) loss += l / (accum * dp.size());
@@ -169,6 +173,11 @@ int train_on(Run& run) {
       const std::string line = in_flight_line<A>(run.world.rank(), pp.rank(), pp.size(), bound,
                                                  pipeline.measured_in_flight(), {&model}, mem);
       print_from_every_rank(run.world, line);
+      const CommTally formula = pipeline_traffic(pp.size(), 1, accum, pp.rank(), pipeline.message_size(), dtype_of<A>(),
+                                                 tied.summed_elements(), dtype_of<GradOf<A>>());
+      if (lead)
+        std::printf("pipeline communication in step %lld, rank 0 (counted | formula, README):\n%s",
+                    static_cast<long long>(state.step), comm_table(pp_step, formula).c_str());
     }
     log_step(run, log, state.step, loss, lr, norm, ms, mem);
 

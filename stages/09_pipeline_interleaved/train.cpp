@@ -25,6 +25,7 @@
 
 #include "common/checkpoint.h"
 #include "common/comm.h"
+#include "common/comm_counter.h"
 #include "common/config.h"
 #include "common/data.h"
 #include "common/device.h"
@@ -78,7 +79,8 @@ int train_on(Run& run) {
   // micro-batch the schedule keeps in flight on it.
   const PipeSchedule schedule = pipeline_schedule(schedule_name, pp.size(), pp.rank(), accum, v);
   const ParamLayout global(cfg.model);
-  const std::unique_ptr<Communicator> ends = tied_embedding_group(pp);  // the first and the last stage
+  CountingCommunicator pp_counted(pp);  // the technique's traffic, counted per step
+  const std::unique_ptr<Communicator> ends = tied_embedding_group(pp_counted);  // the first and the last stage
   std::vector<ModelChunk<A>> chunks =
       make_model_chunks(cfg, global, schedule, pp, tp, dp, ends.get(),
                         ModelSlice<A>{tp.size(), tp.rank(), sp, &hooks, /*positions=*/{}}, T, device, precision);
@@ -108,7 +110,7 @@ int train_on(Run& run) {
     if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
   for (ModelChunk<A>& c : chunks) c.zero->weights_from_master();
-  PipelineExecutor pipeline(models, pp);
+  PipelineExecutor pipeline(models, pp_counted);
 
   if (lead) {
     std::printf("stage 09 | %s, %d chunk(s) per rank | pp %d x tp %d x dp %d (%s)%s, zero=%d | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM on this rank\n",
@@ -134,6 +136,7 @@ int train_on(Run& run) {
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const int64_t first_sequence = state.sequences(cfg.batch_size);  // the data position: the sequences read so far
     const auto t0 = std::chrono::steady_clock::now();
+    const CommTally pp_before = pp_counted.tally();
     for (LocalZero<A>* z : zeros) z->zero_grads();
     bubble.start();
     const auto batch = [&](int micro, int32_t* inputs, int32_t* targets) {
@@ -150,6 +153,7 @@ int train_on(Run& run) {
         pipeline.run(schedule, accum, batch, 1.0f / float(accum * dp.size()), before_backward);
     bubble.stop(pipeline.last_busy_s());
     for (ModelChunk<A>& c : chunks) c.tied->finish();
+    const CommTally pp_step = pp_counted.tally() - pp_before;
     for (LocalZero<A>* z : zeros) z->wait();
     double loss = 0;  // the mean over the global batch, added in micro-batch order as stage 01 does
     for (double l : losses) loss += l / (accum * dp.size());
@@ -170,6 +174,13 @@ int train_on(Run& run) {
       const std::string line = in_flight_line(run.world.rank(), pp.rank(), pp.size(), bound,
                                               pipeline.measured_in_flight(), const_models, mem);
       print_from_every_rank(run.world, line);
+      size_t wte_summed = 0;
+      for (ModelChunk<A>& c : chunks) wte_summed += c.tied->summed_elements();
+      const CommTally formula = pipeline_traffic(pp.size(), v, accum, pp.rank(), pipeline.message_size(), dtype_of<A>(),
+                                                 wte_summed, dtype_of<GradOf<A>>());
+      if (lead)
+        std::printf("pipeline communication in step %lld, rank 0 (counted | formula, README):\n%s",
+                    static_cast<long long>(state.step), comm_table(pp_step, formula).c_str());
     }
     log_step(run, log, state.step, loss, lr, norm, ms, mem);
 

@@ -41,24 +41,15 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 # of ring, backend, zero1, zero2, zero3. Keys: config=PATH (the run was one bucket of the
 # model PATH describes: check the closed form), weight_bytes (4), micro_steps (1).
 judge() {
-  /usr/bin/python3 - "$@" << 'PY'
+  /usr/bin/python3 - "$ROOT" "$@" << 'PY'
 import json, re, sys
+sys.path.insert(0, sys.argv.pop(1) + "/tests/trainer")
+from comm_table import counted_rows
 log_path, n, scheme = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 opts = dict(kv.split("=", 1) for kv in sys.argv[4:])
 weight_bytes, micro_steps = int(opts.get("weight_bytes", 4)), int(opts.get("micro_steps", 1))
 text = open(log_path).read()
-table = re.search(r"data-parallel communication in step \d+, rank 0 \(counted \| formula, README\):\n((?:  .*\n)+)", text)
-if not table:
-    sys.exit(f"{log_path}: no communication table")
-rows = {}
-for line in table.group(1).splitlines():
-    m = re.match(r"\s+(\w+)\s+(\d+) \|\s+(\d+) calls\s+(\d+) \|\s+(\d+) bytes$", line)
-    if not m:
-        sys.exit(f"{log_path}: unreadable row {line!r}")
-    name, calls, calls_f, nbytes, nbytes_f = m.group(1), *map(int, m.groups()[1:])
-    if (calls, nbytes) != (calls_f, nbytes_f):
-        sys.exit(f"{log_path}: {name} counted {calls} calls {nbytes} bytes, formula {calls_f} calls {nbytes_f} bytes")
-    rows[name] = (calls, nbytes)
+rows = counted_rows(text, "data-parallel", log_path)
 want_op = "all_reduce" if scheme == "backend" else "point_to_point"
 if set(rows) != {want_op}:
     sys.exit(f"{log_path}: {scheme} should move {want_op} only, the table has {sorted(rows)}")

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The pipeline's traffic is the one its schedule implies, and the one stage 09's README
+# derives (each rank sends v times as many messages with v chunks). Each run counts what
+# its executor and the tied wte's group pass through the pp communicator (a
+# CountingCommunicator; the wte group is a split of it) and prints rank 0's count beside
+# pipeline_traffic's formula. Checked here, for stages 07, 08, 09 (interleaved and ZB-H1)
+# and 11, on 2 to 4 ranks:
+#   every row      counted = formula, calls and bytes, point_to_point only;
+#   closed form    rank 0, whose chunks are virtual stages 0, p, .., (v-1) p of v p, from the
+#                  run's shape alone: per micro-batch 2 messages at stage 0 (the activation
+#                  sent, its gradient received) and 4 at each later one (and received, and
+#                  sent back), each B T C / (tp under sequence parallelism) / cp elements of
+#                  the activations' type (4 bytes, 2 in bf16); then the tied wte's gradient,
+#                  (V / tp) C fp32 elements, all-reduced with the last rank by a ring of 2:
+#                  2 messages, each way the whole gradient: 2 (V/tp) C 4 bytes;
+#   so             interleaving (v = 2) sends more messages than GPipe and 1F1B (v = 1):
+#                  2 + 4 (v-1) per micro-batch on rank 0 instead of 2.
+# Controls: the v = 2 run judged as v = 1, and the bf16 run judged with 4-byte activations,
+# must be rejected.
+# Usage: traffic.sh TRAIN07 TRAIN08 TRAIN09 TRAIN11 PREPARE WORK ROOT MPIEXEC
+set -euo pipefail
+TRAIN07=$1 TRAIN08=$2 TRAIN09=$3 TRAIN11=$4 PREPARE=$5 WORK=$6 ROOT=$7 MPIEXEC=$8
+source "$ROOT/tests/trainer/common.sh"
+start_mpi_test "$WORK" "$PREPARE"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+# judge LOG P M V ROW_DIVISOR TP ACT_BYTES: exit 0 when rank 0's table in LOG is the closed
+# form of a pipeline of P ranks, M micro-batches, V chunks per rank, messages of
+# B T C / ROW_DIVISOR elements of ACT_BYTES each, wte split over TP ranks.
+judge() {
+  /usr/bin/python3 - "$ROOT" "$@" << 'PY'
+import json, re, sys
+sys.path.insert(0, sys.argv[1] + "/tests/trainer")
+from comm_table import counted_rows
+cfg = json.load(open(sys.argv[1] + "/configs/tiny.json"))
+log_path = sys.argv[2]
+p, m, v, divisor, tp, act_bytes = map(int, sys.argv[3:9])
+text = open(log_path).read()
+rows = counted_rows(text, "pipeline", log_path)
+if set(rows) != {"point_to_point"}:
+    sys.exit(f"{log_path}: a pipeline moves point_to_point messages only, the table has {sorted(rows)}")
+B = int(re.search(r"= micro-batch (\d+) x", text).group(1))
+T, C, V = cfg["seq_len"], cfg["n_embd"], cfg["vocab_size"]
+message = B * T * C // divisor
+per_micro = 2 + 4 * (v - 1)  # chunk 0 is the first virtual stage; chunks p, 2p, ... are middle ones
+wte = V // tp * C
+want = (m * per_micro + 2, m * per_micro * message * act_bytes + 2 * wte * 4)
+if rows["point_to_point"] != want:
+    sys.exit(f"{log_path}: counted {rows['point_to_point']} (calls, bytes), the closed form for p={p} m={m} v={v} "
+             f"gives {want}")
+print(f"ok   {log_path.split('/')[-1]}: {want[0]} messages, {want[1]} bytes")
+PY
+}
+passed=()
+# check NAME NP TRAIN P M V ROW_DIVISOR TP ACT_BYTES -- key=value...: one step, then its judgement
+check() {
+  local name=$1 np=$2 bin=$3 shape=("${@:4:6}")
+  shift 10
+  one_step "$name" "$np" "$bin" "$@" || return 0
+  if judge "$WORK/$name.log" "${shape[@]}"; then passed+=("$name"); else fail "$name"; fi
+}
+check gpipe_p2 2 "$TRAIN07" 2 2 1 1 1 4 -- pp=2
+check gpipe_p3 3 "$TRAIN07" 3 3 1 1 1 4 -- pp=3 n_layer=3 micro_batch_size=1 batch_size=3
+check gpipe_sp 4 "$TRAIN07" 2 2 1 2 2 4 -- pp=2 tp=2 sequence_parallel=true
+check gpipe_dp 4 "$TRAIN07" 2 1 1 1 1 4 -- pp=2 zero=3
+check 1f1b_p2 2 "$TRAIN08" 2 4 1 1 1 4 -- pp=2 micro_batch_size=1
+check 1f1b_bf16 2 "$TRAIN08" 2 2 1 1 1 2 -- pp=2 precision=bf16
+check interleaved 2 "$TRAIN09" 2 2 2 1 1 4 -- pp=2 virtual_stages=2 n_layer=4
+check interleaved_p3 3 "$TRAIN09" 3 3 2 1 1 4 -- pp=3 virtual_stages=2 n_layer=6 micro_batch_size=1 batch_size=3
+check zbh1 2 "$TRAIN09" 2 2 1 1 1 4 -- pp=2 schedule=zb-h1
+check four_d 4 "$TRAIN11" 2 2 1 2 1 4 -- pp=2 cp=2
+check four_d_v2 4 "$TRAIN11" 2 2 2 2 1 4 -- pp=2 cp=2 virtual_stages=2 n_layer=4
+has() { [[ " ${passed[*]} " == *" $1 "* ]]; }
+if has interleaved && has 1f1b_bf16; then
+  judge "$WORK/interleaved.log" 2 2 1 1 1 4 > /dev/null 2>&1 && fail "control: the v = 2 run passed as v = 1" ||
+    echo "ok   (control) the v = 2 run is not v = 1's traffic"
+  judge "$WORK/1f1b_bf16.log" 2 2 1 1 1 4 > /dev/null 2>&1 && fail "control: the bf16 run passed with 4-byte activations" ||
+    echo "ok   (control) the bf16 run's activations are not 4 bytes"
+else
+  fail "the controls need the runs interleaved and 1f1b_bf16 to pass first"
+fi
+((failures == 0)) || { echo "$failures failure(s)"; exit 1; }
+echo "PASS"
