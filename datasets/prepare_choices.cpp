@@ -25,6 +25,7 @@
 #include "common/files.h"
 #include "common/json_input.h"
 #include "common/tokenizer.h"
+#include "common/tool_options.h"
 
 namespace {
 
@@ -59,13 +60,7 @@ Options parse(const std::vector<std::string>& args) {
       if (a == "--tokenizer") {
         o.tokenizer = v;
       } else {
-        size_t used = 0;
-        try {
-          o.limit = std::stoi(v, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used != v.size() || o.limit <= 0) gpt::fail("--limit '" + v + "': not a positive integer");
+        o.limit = gpt::positive_int_option(a, v);
       }
     } else if (a.starts_with("--")) {
       gpt::fail("unknown option '" + a + "' (see --help)");

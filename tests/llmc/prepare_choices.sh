@@ -112,7 +112,7 @@ refused "missing tokenizer" "no_tok.bin" "$TOOL" examples.jsonl o.bin --tokenize
 refused "one file"       "expected EXAMPLES.jsonl and OUT.bin, got 1" "$TOOL" examples.jsonl
 refused "no tokenizer"   "--tokenizer is required" "$TOOL" examples.jsonl o.bin
 refused "unknown option" "unknown option '--frobnicate'" "$TOOL" examples.jsonl o.bin --frobnicate --tokenizer bytes
-refused "limit zero"     "--limit '0': not a positive integer" "$TOOL" examples.jsonl o.bin --limit 0 --tokenizer bytes
+refused "limit zero"     "--limit: '0' is not a positive integer" "$TOOL" examples.jsonl o.bin --limit 0 --tokenizer bytes
 refused "limit twice"    "--limit is given twice" "$TOOL" examples.jsonl o.bin --limit 1 --limit 2 --tokenizer bytes
 cp bpe.bin kept.bin
 refused "output exists"  "'kept.bin' exists" "$TOOL" examples.jsonl kept.bin --tokenizer bytes
