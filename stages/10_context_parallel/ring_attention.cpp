@@ -86,6 +86,17 @@ const GradOf<A>* RingAttentionHooks<A>::block_kv(Device d) {
   return widened(d, kv_.data(), kv_.size(), kv_wide_);
 }
 
+CommTally ring_attention_traffic(int cp, int layers, int micro_steps, int width, int64_t tokens, DType activations) {
+  CommTally traffic;
+  if (cp == 1) return traffic;  // no hop: the block a rank computes on is its own
+  const int64_t passes = int64_t(layers) * micro_steps, message = 2 * int64_t(width) * tokens;
+  const int64_t kv_hops = 2 * int64_t(cp - 1), dkv_hops = cp;  // forward and backward; backward
+  traffic.calls[size_t(CommOp::PointToPoint)] = passes * 2 * (kv_hops + dkv_hops);
+  traffic.bytes[size_t(CommOp::PointToPoint)] =
+      passes * 2 * message * (kv_hops * int64_t(dtype_size(activations)) + dkv_hops * int64_t(sizeof(float)));
+  return traffic;
+}
+
 template <class A>
 template <class T>
 void RingAttentionHooks<A>::exchange(std::vector<Request>& reqs, const T* send, T* recv, size_t count, int tag) {

@@ -34,11 +34,22 @@
 #include <cstdint>
 
 #include "common/comm.h"
+#include "common/comm_counter.h"
 #include "common/device_array.h"
 #include "stages/06_tensor_parallel/tp_hooks.h"
 #include "stages/10_context_parallel/context_split.h"
 
 namespace gpt {
+
+// One step's ring messages on a rank, as a CountingCommunicator around the cp group counts
+// them (an isend and an irecv each count their payload), in each of `layers` attention
+// layers of each of `micro_steps` micro-batches: forward cp - 1 hops of the block's k | v,
+// backward cp - 1 hops of k | v and cp hops of dK | dV, each hop a send and a receive of
+// 2 width x tokens values (width = C / tp, tokens = B T / cp this rank's own):
+//     calls = 2 (3 cp - 2) L m,   bytes = 2 width tokens L m (4 (cp - 1) a + 2 cp 4)
+// with a the bytes of the activations' type (k and v travel in it, dK and dV in fp32).
+// Nothing at cp = 1.
+CommTally ring_attention_traffic(int cp, int layers, int micro_steps, int width, int64_t tokens, DType activations);
 
 template <class A>
 class RingAttentionHooks : public TensorParallelHooks<A> {
