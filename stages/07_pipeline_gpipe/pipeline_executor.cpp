@@ -189,7 +189,7 @@ std::vector<double> PipelineExecutor<A>::run(const PipeSchedule& schedule, int m
           pp_.wait(it->second);
           recv_gradient_.erase(it);
         }
-        // The last stage writes the gradient of its input where the previous backward'micro_slot
+        // The last stage writes the gradient of its input where the previous backward's
         // was sent from (no receive waited for that send).
         wait_sends(a.chunk, micro_slot, true);
         const auto t0 = clock::now();

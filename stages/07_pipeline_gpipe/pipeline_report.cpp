@@ -2,6 +2,7 @@
 #include "stages/07_pipeline_gpipe/pipeline_report.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 
@@ -109,6 +110,24 @@ CommTally pipeline_traffic(int p, int v, int m, int rank, size_t message, DType 
   if (p > 1 && (rank == 0 || rank == p - 1))  // the tied wte's two holders: group ranks 0 and 1
     traffic += ring_all_reduce_traffic(wte_count, 2, rank == 0 ? 0 : 1, gradients);
   return traffic;
+}
+
+void print_pipeline_traffic(Communicator& world, int64_t step, const CommTally& counted, const CommTally& formula) {
+  if (world.rank() == 0)
+    std::printf("pipeline communication in step %lld, rank 0 (counted | formula, README):\n%s",
+                static_cast<long long>(step), comm_table(counted, formula).c_str());
+  const auto sum = [](const std::array<int64_t, size_t(CommOp::kCount)>& per_op) {
+    int64_t all = 0;
+    for (const int64_t x : per_op) all += x;
+    return static_cast<long long>(all);
+  };
+  char line[200];
+  std::snprintf(line, sizeof line, "  rank %d: %lld | %lld calls  %lld | %lld bytes\n", world.rank(), sum(counted.calls),
+                sum(formula.calls), sum(counted.bytes), sum(formula.bytes));
+  if (world.rank() == 0)
+    std::printf("pipeline communication in step %lld by rank, all operations (counted | formula):\n",
+                static_cast<long long>(step));
+  print_from_every_rank(world, line);
 }
 
 }  // namespace gpt

@@ -63,4 +63,9 @@ void print_from_every_rank(Communicator& world, const std::string& line);
 CommTally pipeline_traffic(int p, int v, int m, int rank, size_t message, DType activations, size_t wte_count,
                            DType gradients);
 
+// Collective over world: prints, from world rank 0, that rank's `counted` traffic of step
+// `step` beside `formula` as a table, then one line per rank, its calls and bytes over all
+// operations, counted | formula (the end ranks and the middle ones differ).
+void print_pipeline_traffic(Communicator& world, int64_t step, const CommTally& counted, const CommTally& formula);
+
 }  // namespace gpt

@@ -175,9 +175,7 @@ int train_on(Run& run) {
       print_from_every_rank(run.world, line);
       const CommTally formula = pipeline_traffic(pp.size(), 1, accum, pp.rank(), pipeline.message_size(), dtype_of<A>(),
                                                  tied.summed_elements(), dtype_of<GradOf<A>>());
-      if (lead)
-        std::printf("pipeline communication in step %lld, rank 0 (counted | formula, README):\n%s",
-                    static_cast<long long>(state.step), comm_table(pp_step, formula).c_str());
+      print_pipeline_traffic(run.world, state.step, pp_step, formula);
     }
     log_step(run, log, state.step, loss, lr, norm, ms, mem);
 

@@ -230,9 +230,7 @@ int train_on(Run& run) {
       for (ModelChunk<A>& c : chunks) wte_summed += c.tied->summed_elements();
       const CommTally formula = pipeline_traffic(pp.size(), v, accum, pp.rank(), pipeline.message_size(), dtype_of<A>(),
                                                  wte_summed, dtype_of<GradOf<A>>());
-      if (lead)
-        std::printf("pipeline communication in step %lld, rank 0 (counted | formula, README):\n%s",
-                    static_cast<long long>(state.step), comm_table(pp_step, formula).c_str());
+      print_pipeline_traffic(run.world, state.step, pp_step, formula);
     }
     log_step(run, log, state.step, loss, lr, norm, ms, mem);
 

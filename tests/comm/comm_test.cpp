@@ -25,10 +25,9 @@
 //                              which hangs: rank 0's roll call must name rank 2
 //   comm_test --late-peer      rank 1 joins a barrier 4.5 s late, with a 4 s timeout: rank 0
 //                              must report it late, not lost (it comes during the roll call)
-//   comm_test --device-mismatch  agree_on_device with rank 0 on a GPU and the others on the
-//                              CPU (as device=auto on mixed nodes): every rank must refuse,
-//                              naming both groups (make_world's own call, on the CPU, and one
-//                              with every rank on the GPU, must pass)
+//   comm_test --device-mismatch  make_world with rank 0 on a GPU and the others on the CPU
+//                              (as device=auto on mixed nodes): every rank must refuse before
+//                              any collective that differs by device, naming both groups
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -45,6 +44,7 @@
 #include "common/comm.h"
 #include "common/device.h"
 #include "common/error.h"
+#include "common/launcher.h"
 #include "common/mesh.h"
 #include "tests/rank_checks.h"
 #include "kernels/cpu/bf16.h"
@@ -741,6 +741,9 @@ int main(int argc, char** argv) {
       options.timeout_s = 1;
     if (mode == "--kill-test") options.timeout_s = 30;
     if (mode == "--late-peer") options.timeout_s = 4;
+    // As device=auto on nodes with and without a GPU: rank 0 (the launcher's number, as
+    // the world is not made yet) asks for the GPU, the others for the CPU.
+    if (mode == "--device-mismatch") options.device = launcher_rank() == 0 ? Device::CUDA : Device::CPU;
     std::unique_ptr<Communicator> world = make_world(&argc, &argv, options);
     gpt::test::require_world_size(*world, "comm_test");
     if (mode == "--timeout-test") return timeout_test(*world);
@@ -749,8 +752,6 @@ int main(int argc, char** argv) {
     if (mode == "--p2p-hung-peer") return p2p_hung_peer_test(*world);
     if (mode == "--late-peer") return late_peer_test(*world);
     if (mode == "--device-mismatch") {
-      agree_on_device(*world, Device::CUDA);  // all on one kind: accepted, whichever kind
-      agree_on_device(*world, world->rank() == 0 ? Device::CUDA : Device::CPU);
       std::printf("comm_test: rank %d: ranks on different devices were accepted\n", world->rank());
       return 0;
     }

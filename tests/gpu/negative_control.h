@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
+#include <string>
 
 namespace gpt::gpu_test {
 
@@ -16,13 +18,36 @@ inline double one_percent_off(double want) {
   return want * 1.01;
 }
 
-// Whether a comparison's bound at one element rejects the control there, counted only
-// where the truth is finite and non-zero: there the control is the truth 1 % off. Where
-// it is 0 or infinite the control is a constant, and rejecting it shows only that the
-// bound is below 1e-3 (or finite), so a tensor with one masked logsumexp or one exact
-// zero would pass the check "some element rejects the control" whatever its bound.
-inline bool rejects_control(double want, double bound) {
-  return std::isfinite(want) && want != 0.0 && !(std::fabs(one_percent_off(want) - want) <= bound);
-}
+// Where a comparison's bounds reject the control, over the elements of one tensor. Where
+// the truth is finite and non-zero the control is the truth 1 % off; where it is 0 or
+// infinite the control is a constant, and rejecting it shows only that the bound is below
+// 1e-3 (or finite). So the control must be rejected at some element of finite, non-zero
+// truth when the tensor has one: a tensor with one masked logsumexp or one exact zero
+// would otherwise pass "some element rejects the control" whatever its bound. A tensor
+// with none (a block no query sees: output 0, logsumexp -inf) keeps the constant's test.
+struct ControlCount {
+  size_t telling = 0;           // elements of finite, non-zero truth
+  size_t rejected_telling = 0;  // of them, those whose bound rejects the control
+  size_t rejected_other = 0;    // elements of 0 or infinite truth that reject the constant
+
+  void add(double want, double bound) {
+    const bool rejected = !(std::fabs(one_percent_off(want) - want) <= bound);
+    if (std::isfinite(want) && want != 0.0) {
+      ++telling;
+      rejected_telling += rejected;
+    } else {
+      rejected_other += rejected;
+    }
+  }
+  // Whether the bounds reject the control where it tells (see above).
+  bool rejected() const { return telling > 0 ? rejected_telling > 0 : rejected_other > 0; }
+  // "rejected at K of N elements of finite, non-zero truth" (or of the constant's).
+  std::string describe() const {
+    return telling > 0 ? "rejected at " + std::to_string(rejected_telling) + " of " + std::to_string(telling) +
+                             " elements of finite, non-zero truth"
+                       : "no element of finite, non-zero truth; the constant rejected at " +
+                             std::to_string(rejected_other);
+  }
+};
 
 }  // namespace gpt::gpu_test

@@ -74,15 +74,16 @@ double max_abs(const std::vector<float>& x) {
 
 // Every element within `tol` (+ the start value's rounding where `start` is given); a NaN
 // never passes; -inf matches -inf. The same bounds must reject the negative control, the
-// truth 1 % off (negative_control.h), at some element of finite, non-zero truth.
+// truth 1 % off (negative_control.h), where it tells (ControlCount).
 void check_close(const std::string& what, const std::vector<float>& got, const std::vector<double>& want, double tol,
                  const std::vector<float>* start = nullptr) {
   REQUIRE(got.size() == want.size());
-  size_t bad = 0, worst = 0, control_rejected = 0;
+  size_t bad = 0, worst = 0;
+  gpt::gpu_test::ControlCount control;
   double worst_err = -1;
   for (size_t i = 0; i < got.size(); ++i) {
     const double b = tol + (start ? kSafety * kEps * std::fabs((*start)[i]) : 0.0);
-    control_rejected += gpt::gpu_test::rejects_control(want[i], b);  // not at a masked row's -inf
+    control.add(want[i], b);  // a masked row's -inf: the constant's test
     if (std::isinf(want[i]) && got[i] == want[i]) continue;
     const double err = std::fabs(double(got[i]) - want[i]);
     if (!(err <= b)) ++bad;
@@ -91,9 +92,8 @@ void check_close(const std::string& what, const std::vector<float>& got, const s
   INFO(what << ": " << bad << " of " << got.size() << " outside the bound " << tol << "; worst element " << worst
             << ": got " << got[worst] << ", want " << want[worst]);
   CHECK(bad == 0);
-  INFO(what << ": the negative control (the truth 1 % off) must be rejected by some element of finite, non-zero "
-               "truth; rejected by " << control_rejected << " of " << got.size());
-  CHECK(control_rejected > 0);
+  INFO(what << ": the negative control (the truth 1 % off) must be rejected where it tells: " << control.describe());
+  CHECK(control.rejected());
 }
 
 // The quantities the tolerances are made of, from the reference of one view.

@@ -251,13 +251,14 @@ std::string num(double x) {
 // many failed and the worst element (largest error / bound): what one needs to see when a
 // check fails. The same bounds must reject the negative control, the truth 1 % off
 // (negative_control.h): some element of it outside its bound, where the truth is finite
-// and non-zero (rejects_control).
+// and non-zero (ControlCount).
 template <class Bound>
 void check_close(const std::string& what, const std::vector<float>& got, const std::vector<double>& want,
                  Bound&& bound) {
   REQUIRE(!got.empty());
   REQUIRE(got.size() == want.size());
-  size_t failures = 0, worst = 0, control_rejected = 0;
+  size_t failures = 0, worst = 0;
+  gpt::gpu_test::ControlCount control;
   double worst_ratio = -1;
   for (size_t i = 0; i < got.size(); ++i) {
     const double err = std::fabs(double(got[i]) - want[i]), b = bound(i);
@@ -268,15 +269,14 @@ void check_close(const std::string& what, const std::vector<float>& got, const s
       worst_ratio = ratio;
       worst = i;
     }
-    control_rejected += gpt::gpu_test::rejects_control(want[i], b);
+    control.add(want[i], b);
   }
   INFO(what << ": " << failures << " of " << got.size() << " elements outside their bound; worst: element "
             << worst << ", got " << num(got[worst]) << ", want " << num(want[worst]) << ", bound "
             << num(bound(worst)));
   CHECK(failures == 0);
-  INFO(what << ": the negative control (the truth 1 % off) must be rejected by some element of finite, non-zero "
-               "truth; rejected by " << control_rejected << " of " << got.size());
-  CHECK(control_rejected > 0);
+  INFO(what << ": the negative control (the truth 1 % off) must be rejected where it tells: " << control.describe());
+  CHECK(control.rejected());
 }
 
 // Bit for bit (any NaN matches any NaN).

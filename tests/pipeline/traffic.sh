@@ -14,7 +14,11 @@
 #                  (V / tp) C fp32 elements, all-reduced with the last rank by a ring of 2:
 #                  2 messages, each way the whole gradient: 2 (V/tp) C 4 bytes;
 #   so             interleaving (v = 2) sends more messages than GPipe and 1F1B (v = 1):
-#                  2 + 4 (v-1) per micro-batch on rank 0 instead of 2.
+#                  2 + 4 (v-1) per micro-batch on rank 0 instead of 2;
+#   every rank     its line (all operations) counted = formula; and in the jobs of the
+#                  pipeline alone (world rank = pp rank) each rank's closed form: a middle
+#                  rank 4 m v messages and no wte ring, the last rank 2 + 4 (v-1) per
+#                  micro-batch and the ring.
 # Controls: the v = 2 run judged as v = 1, and the bf16 run judged with 4-byte activations,
 # must be rejected.
 # Usage: traffic.sh TRAIN07 TRAIN08 TRAIN09 TRAIN11 PREPARE WORK ROOT MPIEXEC
@@ -24,9 +28,10 @@ source "$ROOT/tests/trainer/common.sh"
 start_mpi_test "$WORK" "$PREPARE"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-# judge LOG P M V ROW_DIVISOR TP ACT_BYTES: exit 0 when rank 0's table in LOG is the closed
-# form of a pipeline of P ranks, M micro-batches, V chunks per rank, messages of
-# B T C / ROW_DIVISOR elements of ACT_BYTES each, wte split over TP ranks.
+# judge LOG P M V ROW_DIVISOR TP ACT_BYTES [every_rank]: exit 0 when rank 0's table in LOG is
+# the closed form of a pipeline of P ranks, M micro-batches, V chunks per rank, messages of
+# B T C / ROW_DIVISOR elements of ACT_BYTES each, wte split over TP ranks, and every rank's
+# line its formula; with every_rank (a job of the pipeline alone) each rank's closed form.
 judge() {
   /usr/bin/python3 - "$ROOT" "$@" << 'PY'
 import json, re, sys
@@ -35,6 +40,7 @@ from comm_table import counted_rows
 cfg = json.load(open(sys.argv[1] + "/configs/tiny.json"))
 log_path = sys.argv[2]
 p, m, v, divisor, tp, act_bytes = map(int, sys.argv[3:9])
+pipeline_only = len(sys.argv) > 9 and sys.argv[9] == "every_rank"
 text = open(log_path).read()
 rows = counted_rows(text, "pipeline", log_path)
 if set(rows) != {"point_to_point"}:
@@ -42,32 +48,51 @@ if set(rows) != {"point_to_point"}:
 B = int(re.search(r"= micro-batch (\d+) x", text).group(1))
 T, C, V = cfg["seq_len"], cfg["n_embd"], cfg["vocab_size"]
 message = B * T * C // divisor
-per_micro = 2 + 4 * (v - 1)  # chunk 0 is the first virtual stage; chunks p, 2p, ... are middle ones
 wte = V // tp * C
-want = (m * per_micro + 2, m * per_micro * message * act_bytes + 2 * wte * 4)
+
+
+def closed_form(r):  # (calls, bytes) of pp rank r: its virtual stages r, p + r, ..., and the tied wte's ring
+    messages = sum(m * ((2 if s > 0 else 0) + (2 if s < v * p - 1 else 0)) for s in range(r, v * p, p))
+    ends = 2 if p > 1 and r in (0, p - 1) else 0
+    return (messages + ends, messages * message * act_bytes + ends * wte * 4)
+
+
+want = closed_form(0)
 if rows["point_to_point"] != want:
     sys.exit(f"{log_path}: counted {rows['point_to_point']} (calls, bytes), the closed form for p={p} m={m} v={v} "
              f"gives {want}")
+# Every rank's line; where the world is the pipeline alone (np = p) world rank r is pp rank r.
+by_rank = re.findall(r"^  rank (\d+): (\d+) \| (\d+) calls  (\d+) \| (\d+) bytes$", text, re.M)
+if not by_rank:
+    sys.exit(f"{log_path}: no line per rank")
+for r, calls, calls_f, nbytes, nbytes_f in by_rank:
+    if (calls, nbytes) != (calls_f, nbytes_f):
+        sys.exit(f"{log_path}: rank {r} counted {calls} calls {nbytes} bytes, formula {calls_f} calls {nbytes_f} bytes")
+    if pipeline_only and (int(calls), int(nbytes)) != closed_form(int(r)):
+        sys.exit(f"{log_path}: rank {r} counted {calls} calls {nbytes} bytes, its closed form {closed_form(int(r))}")
 print(f"ok   {log_path.split('/')[-1]}: {want[0]} messages, {want[1]} bytes")
 PY
 }
 passed=()
-# check NAME NP TRAIN P M V ROW_DIVISOR TP ACT_BYTES -- key=value...: one step, then its judgement
+# check NAME NP TRAIN P M V ROW_DIVISOR TP ACT_BYTES [every_rank] -- key=value...: one step,
+# then its judgement
 check() {
-  local name=$1 np=$2 bin=$3 shape=("${@:4:6}")
-  shift 10
+  local name=$1 np=$2 bin=$3 judged=()
+  shift 3
+  while [ "$1" != "--" ]; do judged+=("$1"); shift; done
+  shift
   one_step "$name" "$np" "$bin" "$@" || return 0
-  if judge "$WORK/$name.log" "${shape[@]}"; then passed+=("$name"); else fail "$name"; fi
+  if judge "$WORK/$name.log" "${judged[@]}"; then passed+=("$name"); else fail "$name"; fi
 }
-check gpipe_p2 2 "$TRAIN07" 2 2 1 1 1 4 -- pp=2
-check gpipe_p3 3 "$TRAIN07" 3 3 1 1 1 4 -- pp=3 n_layer=3 micro_batch_size=1 batch_size=3
+check gpipe_p2 2 "$TRAIN07" 2 2 1 1 1 4 every_rank -- pp=2
+check gpipe_p3 3 "$TRAIN07" 3 3 1 1 1 4 every_rank -- pp=3 n_layer=3 micro_batch_size=1 batch_size=3
 check gpipe_sp 4 "$TRAIN07" 2 2 1 2 2 4 -- pp=2 tp=2 sequence_parallel=true
 check gpipe_dp 4 "$TRAIN07" 2 1 1 1 1 4 -- pp=2 zero=3
-check 1f1b_p2 2 "$TRAIN08" 2 4 1 1 1 4 -- pp=2 micro_batch_size=1
+check 1f1b_p2 2 "$TRAIN08" 2 4 1 1 1 4 every_rank -- pp=2 micro_batch_size=1
 check 1f1b_bf16 2 "$TRAIN08" 2 2 1 1 1 2 -- pp=2 precision=bf16
-check interleaved 2 "$TRAIN09" 2 2 2 1 1 4 -- pp=2 virtual_stages=2 n_layer=4
-check interleaved_p3 3 "$TRAIN09" 3 3 2 1 1 4 -- pp=3 virtual_stages=2 n_layer=6 micro_batch_size=1 batch_size=3
-check zbh1 2 "$TRAIN09" 2 2 1 1 1 4 -- pp=2 schedule=zb-h1
+check interleaved 2 "$TRAIN09" 2 2 2 1 1 4 every_rank -- pp=2 virtual_stages=2 n_layer=4
+check interleaved_p3 3 "$TRAIN09" 3 3 2 1 1 4 every_rank -- pp=3 virtual_stages=2 n_layer=6 micro_batch_size=1 batch_size=3
+check zbh1 2 "$TRAIN09" 2 2 1 1 1 4 every_rank -- pp=2 schedule=zb-h1
 check four_d 4 "$TRAIN11" 2 2 1 2 1 4 -- pp=2 cp=2
 check four_d_v2 4 "$TRAIN11" 2 2 2 2 1 4 -- pp=2 cp=2 virtual_stages=2 n_layer=4
 has() { [[ " ${passed[*]} " == *" $1 "* ]]; }
