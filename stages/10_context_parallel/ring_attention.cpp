@@ -86,11 +86,12 @@ const GradOf<A>* RingAttentionHooks<A>::block_kv(Device d) {
   return widened(d, kv_.data(), kv_.size(), kv_wide_);
 }
 
-CommTally ring_attention_traffic(int cp, int layers, int micro_steps, int width, int64_t tokens, DType activations) {
+CommTally ring_attention_traffic(int cp, int layers, int micro_steps, int width, int64_t tokens, DType activations,
+                                 int forwards) {
   CommTally traffic;
   if (cp == 1) return traffic;  // no hop: the block a rank computes on is its own
   const int64_t passes = int64_t(layers) * micro_steps, message = 2 * int64_t(width) * tokens;
-  const int64_t kv_hops = 2 * int64_t(cp - 1), dkv_hops = cp;  // forward and backward; backward
+  const int64_t kv_hops = (forwards + 1) * int64_t(cp - 1), dkv_hops = cp;  // the forwards' and backward's; backward
   traffic.calls[size_t(CommOp::PointToPoint)] = passes * 2 * (kv_hops + dkv_hops);
   traffic.bytes[size_t(CommOp::PointToPoint)] =
       passes * 2 * message * (kv_hops * int64_t(dtype_size(activations)) + dkv_hops * int64_t(sizeof(float)));

@@ -48,8 +48,10 @@ namespace gpt {
 // 2 width x tokens values (width = C / tp, tokens = B T / cp this rank's own):
 //     calls = 2 (3 cp - 2) L m,   bytes = 2 width tokens L m (4 (cp - 1) a + 2 cp 4)
 // with a the bytes of the activations' type (k and v travel in it, dK and dV in fp32).
-// Nothing at cp = 1.
-CommTally ring_attention_traffic(int cp, int layers, int micro_steps, int width, int64_t tokens, DType activations);
+// With `forwards` = 2 (stage 11's full activation checkpointing: each block's forward runs
+// again before its backward) the forward's hops come twice. Nothing at cp = 1.
+CommTally ring_attention_traffic(int cp, int layers, int micro_steps, int width, int64_t tokens, DType activations,
+                                 int forwards = 1);
 
 template <class A>
 class RingAttentionHooks : public TensorParallelHooks<A> {

@@ -77,7 +77,7 @@ int train_on(Run& run) {
   check_context_parallel(cfg);
   Communicator& pp = run.mesh.pp();
   Communicator& tp = run.mesh.tp();
-  Communicator& cp = run.mesh.cp();
+  CountingCommunicator cp(run.mesh.cp());  // the technique's traffic, counted per step
   // The ranks holding the same weight slices: dp x cp (each computes gradients from
   // tokens of its own), as in stage 10.
   const MeshShape shape = run.mesh.shape();
@@ -183,7 +183,7 @@ int train_on(Run& run) {
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const int64_t first_sequence = state.sequences(cfg.batch_size);  // the data position: the sequences read so far
     const auto t0 = std::chrono::steady_clock::now();
-    const CommTally pp_before = pp_counted.tally();
+    const CommTally pp_before = pp_counted.tally(), cp_before = cp.tally();
     for (LocalZero<A>* z : zeros) z->zero_grads();
     bubble.start();
     const auto batch = [&](int micro, int32_t* inputs, int32_t* targets) {  // this rank's chunks of the sequences
@@ -205,7 +205,7 @@ int train_on(Run& run) {
         pipeline.run(schedule, accum, batch, 1.0f / float(accum * grad_group.size()), before_backward);
     bubble.stop(pipeline.last_busy_s());
     for (ModelChunk<A>& c : chunks) c.tied->finish();
-    const CommTally pp_step = pp_counted.tally() - pp_before;
+    const CommTally pp_step = pp_counted.tally() - pp_before, cp_step = cp.tally() - cp_before;
     for (LocalZero<A>* z : zeros) z->wait();
     double loss = 0;  // the mean over the global batch, added in micro-batch order as stage 01 does
     for (double l : losses) loss += l / (accum * grad_group.size());
@@ -231,6 +231,14 @@ int train_on(Run& run) {
       const CommTally formula = pipeline_traffic(pp.size(), v, accum, pp.rank(), pipeline.message_size(), dtype_of<A>(),
                                                  wte_summed, dtype_of<GradOf<A>>());
       print_pipeline_traffic(run.world, state.step, pp_step, formula);
+      int layers_here = 0;  // the ring runs once per attention layer of this rank's chunks
+      for (const GPT2<A>* m : const_models) layers_here += m->layout().layer_end() - m->layout().layer_begin();
+      const CommTally ring_formula =
+          ring_attention_traffic(cp.size(), layers_here, accum, cfg.model.n_embd / tp.size(), int64_t(B) * Tl,
+                                 dtype_of<A>(), recompute == Recompute::Full ? 2 : 1);
+      if (lead && cp.size() > 1)
+        std::printf("context-parallel communication in step %lld, rank 0 (counted | formula, README):\n%s",
+                    static_cast<long long>(state.step), comm_table(cp_step, ring_formula).c_str());
     }
     log_step(run, log, state.step, loss, lr, norm, ms, mem);
 

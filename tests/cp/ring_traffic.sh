@@ -6,17 +6,22 @@
 # of k | v and cp hops of dK | dV, each hop an isend and an irecv of 2 (C/tp) (B T/cp)
 # values: k and v of the activations' type (4 bytes, 2 in bf16), dK and dV fp32:
 #     calls = 2 (3 cp - 2) L m,   bytes = 2 (C/tp) (B T/cp) L m (4 (cp-1) a + 2 cp 4)
-# at cp 2 and 4, in bf16, with tp 2 under sequence parallelism, and with 2 micro-batches.
-# Controls: the cp 4 run judged as cp 2, and the bf16 run judged with 4-byte k and v, must
-# be rejected.
-# Usage: ring_traffic.sh TRAIN10 PREPARE WORK ROOT MPIEXEC
+# at cp 2 and 4, in bf16, with tp 2 under sequence parallelism, and with 4 micro-batches.
+# And stage 11 at pp 2 x cp 2, where L is the layers of rank 0's chunks (n_layer / pp) and
+# full activation checkpointing runs each block's forward, and its hops, twice:
+#     calls = 2 ((f + 1)(cp - 1) + cp) L m with f forwards; selective recomputes none.
+# Controls: the cp 4 run judged as cp 2, the bf16 run judged with 4-byte k and v, and the
+# full-recompute run judged with one forward, must be rejected.
+# Usage: ring_traffic.sh TRAIN10 TRAIN11 PREPARE WORK ROOT MPIEXEC
 set -euo pipefail
-TRAIN10=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5
+TRAIN10=$1 TRAIN11=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6
 source "$ROOT/tests/trainer/common.sh"
 start_mpi_test "$WORK" "$PREPARE"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-judge() {  # judge LOG CP TP M ACT_BYTES: exit 0 when rank 0's table is the closed form
+# judge LOG CP TP M ACT_BYTES [LAYERS FORWARDS]: exit 0 when rank 0's table is the closed form
+# (LAYERS: the attention layers of rank 0, n_layer unless given; FORWARDS: 1 unless given)
+judge() {
   /usr/bin/python3 - "$ROOT" "$@" << 'PY'
 import json, re, sys
 root = sys.argv[1]
@@ -25,38 +30,48 @@ from comm_table import counted_rows
 cfg = json.load(open(root + "/configs/tiny.json"))
 log_path = sys.argv[2]
 cp, tp, m, a = map(int, sys.argv[3:7])
+layers = int(sys.argv[7]) if len(sys.argv) > 7 else None
+forwards = int(sys.argv[8]) if len(sys.argv) > 8 else 1
 text = open(log_path).read()
 rows = counted_rows(text, "context-parallel", log_path)
 B = int(re.search(r"= micro-batch (\d+) x", text).group(1))
-L, C, T = cfg["n_layer"], cfg["n_embd"], cfg["seq_len"]
+L, C, T = layers or cfg["n_layer"], cfg["n_embd"], cfg["seq_len"]
 message = 2 * (C // tp) * (B * T // cp)
-want = (2 * (3 * cp - 2) * L * m, message * L * m * (4 * (cp - 1) * a + 2 * cp * 4))
+kv_hops, dkv_hops = (forwards + 1) * (cp - 1), cp
+want = (2 * (kv_hops + dkv_hops) * L * m, message * L * m * 2 * (kv_hops * a + dkv_hops * 4))
 if rows != {"point_to_point": want}:
     sys.exit(f"{log_path}: counted {rows}, the closed form for cp={cp} tp={tp} m={m} gives point_to_point {want}")
 print(f"ok   {log_path.split('/')[-1]}: {want[0]} messages, {want[1]} bytes")
 PY
 }
 passed=()
-check() {  # check NAME NP CP TP M ACT_BYTES -- key=value...: one step, then its judgement
-  local name=$1 np=$2 shape=("${@:3:4}")
-  shift 7
-  one_step "$name" "$np" "$TRAIN10" "$@" || return 0
-  if judge "$WORK/$name.log" "${shape[@]}"; then passed+=("$name"); else fail "$name"; fi
+check() {  # check NAME NP TRAIN CP TP M ACT_BYTES [LAYERS FORWARDS] -- key=value...: one step, then its judgement
+  local name=$1 np=$2 bin=$3 judged=()
+  shift 3
+  while [ "$1" != "--" ]; do judged+=("$1"); shift; done
+  shift
+  one_step "$name" "$np" "$bin" "$@" || return 0
+  if judge "$WORK/$name.log" "${judged[@]}"; then passed+=("$name"); else fail "$name"; fi
 }
-check cp2 2 2 1 2 4 -- cp=2
-check cp4 4 4 1 2 4 -- cp=4
-check cp2_dp2 4 2 1 1 4 -- cp=2
-check cp2_bf16 2 2 1 2 2 -- cp=2 precision=bf16
-check cp2_tp2_sp 4 2 2 2 4 -- cp=2 tp=2 sequence_parallel=true
-check cp2_accum4 2 2 1 4 4 -- cp=2 micro_batch_size=1
+check cp2 2 "$TRAIN10" 2 1 2 4 -- cp=2
+check cp4 4 "$TRAIN10" 4 1 2 4 -- cp=4
+check cp2_dp2 4 "$TRAIN10" 2 1 1 4 -- cp=2
+check cp2_bf16 2 "$TRAIN10" 2 1 2 2 -- cp=2 precision=bf16
+check cp2_tp2_sp 4 "$TRAIN10" 2 2 2 4 -- cp=2 tp=2 sequence_parallel=true
+check cp2_accum4 2 "$TRAIN10" 2 1 4 4 -- cp=2 micro_batch_size=1
+check s11_pp2_cp2 4 "$TRAIN11" 2 1 2 4 1 1 -- pp=2 cp=2
+check s11_full 4 "$TRAIN11" 2 1 2 4 1 2 -- pp=2 cp=2 activation_checkpointing=full
+check s11_selective 4 "$TRAIN11" 2 1 2 4 1 1 -- pp=2 cp=2 activation_checkpointing=selective
 has() { [[ " ${passed[*]} " == *" $1 "* ]]; }
-if has cp4 && has cp2_bf16; then
+if has cp4 && has cp2_bf16 && has s11_full; then
   judge "$WORK/cp4.log" 2 1 2 4 > /dev/null 2>&1 && fail "control: the cp 4 run passed as cp 2" ||
     echo "ok   (control) the cp 4 run is not cp 2's traffic"
   judge "$WORK/cp2_bf16.log" 2 1 2 4 > /dev/null 2>&1 && fail "control: the bf16 run passed with 4-byte k and v" ||
     echo "ok   (control) the bf16 run's k and v are not 4 bytes"
+  judge "$WORK/s11_full.log" 2 1 2 4 1 1 > /dev/null 2>&1 && fail "control: full recompute passed with one forward" ||
+    echo "ok   (control) full recompute's ring is not one forward's"
 else
-  fail "the controls need the runs cp4 and cp2_bf16 to pass first"
+  fail "the controls need the runs cp4, cp2_bf16 and s11_full to pass first"
 fi
 ((failures == 0)) || { echo "$failures failure(s)"; exit 1; }
 echo "PASS"
