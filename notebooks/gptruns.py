@@ -1,8 +1,8 @@
 """Reading the runs that scripts/notebook_runs.sh makes, for the notebooks beside this file.
 
 Nothing here knows a number of a run: every value comes from a run directory
-(metrics.jsonl, the checkpoint's manifest.json, trace.rank<r>.json) or from a file
-the script saved (allreduce.txt). The memory formulas at the end are the stage
+(metrics.jsonl, the checkpoint's manifest.json, trace.rank<r>.json, the trainer's
+stdout.txt) or from a file the script saved (allreduce.txt). The memory formulas at the end are the stage
 READMEs' ones, evaluated on a run's resolved config and layout.
 
 Where the runs are: $GPT_NOTEBOOK_RUNS when set, else runs/notebooks under the
@@ -135,6 +135,27 @@ class Run:
     def mem(self):
         """Bytes by kind of rank 0, from the last train line (the peaks so far)."""
         return self.train[-1]["mem"]
+
+    def comm_table(self, kind):
+        """Rank 0's communication in the first step, as the trainer printed it to
+        stdout.txt ("KIND communication in step N, rank 0 (counted | formula, README):",
+        common/comm_counter.h): {operation: {"calls", "bytes", "formula_calls",
+        "formula_bytes"}}; empty when the step moved nothing (a group of one)."""
+        with open(os.path.join(self.dir, "stdout.txt")) as f:
+            text = f.read()
+        table = re.search(re.escape(kind) + r" communication in step \d+, rank 0 \(counted \| formula, README\):\n"
+                          r"((?:  .*\n)*)", text)
+        if not table:
+            raise ValueError(f"{self.dir}/stdout.txt has no {kind} communication table")
+        rows = {}
+        for line in table.group(1).splitlines():
+            m = re.match(r"\s+(\w+)\s+(\d+) \|\s+(\d+) calls\s+(\d+) \|\s+(\d+) bytes$", line)
+            if not m:
+                break  # the table's end: the next lines are the step's
+            calls, formula_calls, nbytes, formula_bytes = map(int, m.groups()[1:])
+            rows[m.group(1)] = {"calls": calls, "bytes": nbytes, "formula_calls": formula_calls,
+                                "formula_bytes": formula_bytes}
+        return rows
 
     def traces(self):
         """{rank: [complete events]} of the run's trace files (trace.rank<r>.json)."""
