@@ -755,6 +755,7 @@ int main(int argc, char** argv) {
       std::printf("comm_test: rank %d: ranks on different devices were accepted\n", world->rank());
       return 0;
     }
+    agree_on_device(*world, Device::CUDA);  // every rank on a GPU: one kind, accepted (no GPU needed)
     return run_tests(*world, expect_backend);
   });
 }

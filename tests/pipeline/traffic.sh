@@ -28,10 +28,11 @@ source "$ROOT/tests/trainer/common.sh"
 start_mpi_test "$WORK" "$PREPARE"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-# judge LOG P M V ROW_DIVISOR TP ACT_BYTES [every_rank]: exit 0 when rank 0's table in LOG is
-# the closed form of a pipeline of P ranks, M micro-batches, V chunks per rank, messages of
-# B T C / ROW_DIVISOR elements of ACT_BYTES each, wte split over TP ranks, and every rank's
-# line its formula; with every_rank (a job of the pipeline alone) each rank's closed form.
+# judge LOG P M V ROW_DIVISOR TP ACT_BYTES every_rank|rank0 NP: exit 0 when rank 0's table in
+# LOG is the closed form of a pipeline of P ranks, M micro-batches, V chunks per rank,
+# messages of B T C / ROW_DIVISOR elements of ACT_BYTES each, wte split over TP ranks, and
+# each of the job's NP ranks has a line equal to its formula; with every_rank (a job of the
+# pipeline alone) also to its closed form.
 judge() {
   /usr/bin/python3 - "$ROOT" "$@" << 'PY'
 import json, re, sys
@@ -40,7 +41,7 @@ from comm_table import counted_rows
 cfg = json.load(open(sys.argv[1] + "/configs/tiny.json"))
 log_path = sys.argv[2]
 p, m, v, divisor, tp, act_bytes = map(int, sys.argv[3:9])
-pipeline_only = len(sys.argv) > 9 and sys.argv[9] == "every_rank"
+pipeline_only = sys.argv[9] == "every_rank"  # "every_rank" or "rank0"; then the job's ranks
 text = open(log_path).read()
 rows = counted_rows(text, "pipeline", log_path)
 if set(rows) != {"point_to_point"}:
@@ -63,8 +64,9 @@ if rows["point_to_point"] != want:
              f"gives {want}")
 # Every rank's line; where the world is the pipeline alone (np = p) world rank r is pp rank r.
 by_rank = re.findall(r"^  rank (\d+): (\d+) \| (\d+) calls  (\d+) \| (\d+) bytes$", text, re.M)
-if not by_rank:
-    sys.exit(f"{log_path}: no line per rank")
+ranks = int(sys.argv[10])
+if sorted(int(r) for r, *_ in by_rank) != list(range(ranks)):
+    sys.exit(f"{log_path}: lines for ranks {[r for r, *_ in by_rank]}, not one for each of the {ranks}")
 for r, calls, calls_f, nbytes, nbytes_f in by_rank:
     if (calls, nbytes) != (calls_f, nbytes_f):
         sys.exit(f"{log_path}: rank {r} counted {calls} calls {nbytes} bytes, formula {calls_f} calls {nbytes_f} bytes")
@@ -74,32 +76,32 @@ print(f"ok   {log_path.split('/')[-1]}: {want[0]} messages, {want[1]} bytes")
 PY
 }
 passed=()
-# check NAME NP TRAIN P M V ROW_DIVISOR TP ACT_BYTES [every_rank] -- key=value...: one step,
-# then its judgement
+# check NAME NP TRAIN P M V ROW_DIVISOR TP ACT_BYTES every_rank|rank0 -- key=value...: one
+# step, then its judgement
 check() {
   local name=$1 np=$2 bin=$3 judged=()
   shift 3
   while [ "$1" != "--" ]; do judged+=("$1"); shift; done
   shift
   one_step "$name" "$np" "$bin" "$@" || return 0
-  if judge "$WORK/$name.log" "${judged[@]}"; then passed+=("$name"); else fail "$name"; fi
+  if judge "$WORK/$name.log" "${judged[@]}" "$np"; then passed+=("$name"); else fail "$name"; fi
 }
 check gpipe_p2 2 "$TRAIN07" 2 2 1 1 1 4 every_rank -- pp=2
 check gpipe_p3 3 "$TRAIN07" 3 3 1 1 1 4 every_rank -- pp=3 n_layer=3 micro_batch_size=1 batch_size=3
-check gpipe_sp 4 "$TRAIN07" 2 2 1 2 2 4 -- pp=2 tp=2 sequence_parallel=true
-check gpipe_dp 4 "$TRAIN07" 2 1 1 1 1 4 -- pp=2 zero=3
+check gpipe_sp 4 "$TRAIN07" 2 2 1 2 2 4 rank0 -- pp=2 tp=2 sequence_parallel=true
+check gpipe_dp 4 "$TRAIN07" 2 1 1 1 1 4 rank0 -- pp=2 zero=3
 check 1f1b_p2 2 "$TRAIN08" 2 4 1 1 1 4 every_rank -- pp=2 micro_batch_size=1
-check 1f1b_bf16 2 "$TRAIN08" 2 2 1 1 1 2 -- pp=2 precision=bf16
+check 1f1b_bf16 2 "$TRAIN08" 2 2 1 1 1 2 every_rank -- pp=2 precision=bf16
 check interleaved 2 "$TRAIN09" 2 2 2 1 1 4 every_rank -- pp=2 virtual_stages=2 n_layer=4
 check interleaved_p3 3 "$TRAIN09" 3 3 2 1 1 4 every_rank -- pp=3 virtual_stages=2 n_layer=6 micro_batch_size=1 batch_size=3
 check zbh1 2 "$TRAIN09" 2 2 1 1 1 4 every_rank -- pp=2 schedule=zb-h1
-check four_d 4 "$TRAIN11" 2 2 1 2 1 4 -- pp=2 cp=2
-check four_d_v2 4 "$TRAIN11" 2 2 2 2 1 4 -- pp=2 cp=2 virtual_stages=2 n_layer=4
+check four_d 4 "$TRAIN11" 2 2 1 2 1 4 rank0 -- pp=2 cp=2
+check four_d_v2 4 "$TRAIN11" 2 2 2 2 1 4 rank0 -- pp=2 cp=2 virtual_stages=2 n_layer=4
 has() { [[ " ${passed[*]} " == *" $1 "* ]]; }
 if has interleaved && has 1f1b_bf16; then
-  judge "$WORK/interleaved.log" 2 2 1 1 1 4 > /dev/null 2>&1 && fail "control: the v = 2 run passed as v = 1" ||
+  judge "$WORK/interleaved.log" 2 2 1 1 1 4 every_rank 2 > /dev/null 2>&1 && fail "control: the v = 2 run passed as v = 1" ||
     echo "ok   (control) the v = 2 run is not v = 1's traffic"
-  judge "$WORK/1f1b_bf16.log" 2 2 1 1 1 4 > /dev/null 2>&1 && fail "control: the bf16 run passed with 4-byte activations" ||
+  judge "$WORK/1f1b_bf16.log" 2 2 1 1 1 4 every_rank 2 > /dev/null 2>&1 && fail "control: the bf16 run passed with 4-byte activations" ||
     echo "ok   (control) the bf16 run's activations are not 4 bytes"
 else
   fail "the controls need the runs interleaved and 1f1b_bf16 to pass first"
