@@ -122,8 +122,8 @@ void print_pipeline_traffic(Communicator& world, int64_t step, const CommTally& 
     return static_cast<long long>(all);
   };
   char line[200];
-  std::snprintf(line, sizeof line, "  rank %d: %lld | %lld calls  %lld | %lld bytes\n", world.rank(), sum(counted.calls),
-                sum(formula.calls), sum(counted.bytes), sum(formula.bytes));
+  std::snprintf(line, sizeof line, "  rank %d: %lld | %lld calls  %lld | %lld bytes\n", world.rank(),
+                sum(counted.calls), sum(formula.calls), sum(counted.bytes), sum(formula.bytes));
   if (world.rank() == 0)
     std::printf("pipeline communication in step %lld by rank, all operations (counted | formula):\n",
                 static_cast<long long>(step));

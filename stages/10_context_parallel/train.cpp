@@ -158,8 +158,8 @@ int train_on(Run& run) {
     if (lead && step == first_step) {  // after the first step of this run: what a rank holds and sends
       std::printf("memory by kind, rank 0, peaks of step %lld:\n%s", static_cast<long long>(state.step),
                   mem.table().c_str());
-      const CommTally formula = ring_attention_traffic(cp.size(), cfg.model.n_layer, accum, cfg.model.n_embd / tp.size(),
-                                                       int64_t(B) * Tl, dtype_of<A>());
+      const CommTally formula = ring_attention_traffic(cp.size(), cfg.model.n_layer, accum,
+                                                       cfg.model.n_embd / tp.size(), int64_t(B) * Tl, dtype_of<A>());
       std::printf("context-parallel communication in step %lld, rank 0 (counted | formula, README):\n%s",
                   static_cast<long long>(state.step), comm_table(cp_step, formula).c_str());
     }
