@@ -44,26 +44,18 @@ if rows != {"point_to_point": want}:
 print(f"ok   {log_path.split('/')[-1]}: {want[0]} messages, {want[1]} bytes")
 PY
 }
+# judged_step NAME NP TRAIN (judge's arguments) -- (the run's keys): tests/trainer/common.sh
 passed=()
-check() {  # check NAME NP TRAIN CP TP M ACT_BYTES [LAYERS FORWARDS] -- key=value...: one step, then its judgement
-  local name=$1 np=$2 bin=$3 judged=()
-  shift 3
-  while [ "$1" != "--" ]; do judged+=("$1"); shift; done
-  shift
-  one_step "$name" "$np" "$bin" "$@" || return 0
-  if judge "$WORK/$name.log" "${judged[@]}"; then passed+=("$name"); else fail "$name"; fi
-}
-check cp2 2 "$TRAIN10" 2 1 2 4 -- cp=2
-check cp4 4 "$TRAIN10" 4 1 2 4 -- cp=4
-check cp2_dp2 4 "$TRAIN10" 2 1 1 4 -- cp=2
-check cp2_bf16 2 "$TRAIN10" 2 1 2 2 -- cp=2 precision=bf16
-check cp2_tp2_sp 4 "$TRAIN10" 2 2 2 4 -- cp=2 tp=2 sequence_parallel=true
-check cp2_accum4 2 "$TRAIN10" 2 1 4 4 -- cp=2 micro_batch_size=1
-check s11_pp2_cp2 4 "$TRAIN11" 2 1 2 4 1 1 -- pp=2 cp=2
-check s11_full 4 "$TRAIN11" 2 1 2 4 1 2 -- pp=2 cp=2 activation_checkpointing=full
-check s11_selective 4 "$TRAIN11" 2 1 2 4 1 1 -- pp=2 cp=2 activation_checkpointing=selective
-has() { [[ " ${passed[*]} " == *" $1 "* ]]; }
-if has cp4 && has cp2_bf16 && has s11_full; then
+judged_step cp2 2 "$TRAIN10" 2 1 2 4 -- cp=2
+judged_step cp4 4 "$TRAIN10" 4 1 2 4 -- cp=4
+judged_step cp2_dp2 4 "$TRAIN10" 2 1 1 4 -- cp=2
+judged_step cp2_bf16 2 "$TRAIN10" 2 1 2 2 -- cp=2 precision=bf16
+judged_step cp2_tp2_sp 4 "$TRAIN10" 2 2 2 4 -- cp=2 tp=2 sequence_parallel=true
+judged_step cp2_accum4 2 "$TRAIN10" 2 1 4 4 -- cp=2 micro_batch_size=1
+judged_step s11_pp2_cp2 4 "$TRAIN11" 2 1 2 4 1 1 -- pp=2 cp=2
+judged_step s11_full 4 "$TRAIN11" 2 1 2 4 1 2 -- pp=2 cp=2 activation_checkpointing=full
+judged_step s11_selective 4 "$TRAIN11" 2 1 2 4 1 1 -- pp=2 cp=2 activation_checkpointing=selective
+if passed_all cp4 cp2_bf16 s11_full; then
   judge "$WORK/cp4.log" 2 1 2 4 > /dev/null 2>&1 && fail "control: the cp 4 run passed as cp 2" ||
     echo "ok   (control) the cp 4 run is not cp 2's traffic"
   judge "$WORK/cp2_bf16.log" 2 1 2 4 > /dev/null 2>&1 && fail "control: the bf16 run passed with 4-byte k and v" ||

@@ -75,30 +75,20 @@ for r, calls, calls_f, nbytes, nbytes_f in by_rank:
 print(f"ok   {log_path.split('/')[-1]}: {want[0]} messages, {want[1]} bytes")
 PY
 }
+# judged_step NAME NP TRAIN (judge's arguments) -- (the run's keys): tests/trainer/common.sh
 passed=()
-# check NAME NP TRAIN P M V ROW_DIVISOR TP ACT_BYTES every_rank|rank0 -- key=value...: one
-# step, then its judgement
-check() {
-  local name=$1 np=$2 bin=$3 judged=()
-  shift 3
-  while [ "$1" != "--" ]; do judged+=("$1"); shift; done
-  shift
-  one_step "$name" "$np" "$bin" "$@" || return 0
-  if judge "$WORK/$name.log" "${judged[@]}" "$np"; then passed+=("$name"); else fail "$name"; fi
-}
-check gpipe_p2 2 "$TRAIN07" 2 2 1 1 1 4 every_rank -- pp=2
-check gpipe_p3 3 "$TRAIN07" 3 3 1 1 1 4 every_rank -- pp=3 n_layer=3 micro_batch_size=1 batch_size=3
-check gpipe_sp 4 "$TRAIN07" 2 2 1 2 2 4 rank0 -- pp=2 tp=2 sequence_parallel=true
-check gpipe_dp 4 "$TRAIN07" 2 1 1 1 1 4 rank0 -- pp=2 zero=3
-check 1f1b_p2 2 "$TRAIN08" 2 4 1 1 1 4 every_rank -- pp=2 micro_batch_size=1
-check 1f1b_bf16 2 "$TRAIN08" 2 2 1 1 1 2 every_rank -- pp=2 precision=bf16
-check interleaved 2 "$TRAIN09" 2 2 2 1 1 4 every_rank -- pp=2 virtual_stages=2 n_layer=4
-check interleaved_p3 3 "$TRAIN09" 3 3 2 1 1 4 every_rank -- pp=3 virtual_stages=2 n_layer=6 micro_batch_size=1 batch_size=3
-check zbh1 2 "$TRAIN09" 2 2 1 1 1 4 every_rank -- pp=2 schedule=zb-h1
-check four_d 4 "$TRAIN11" 2 2 1 2 1 4 rank0 -- pp=2 cp=2
-check four_d_v2 4 "$TRAIN11" 2 2 2 2 1 4 rank0 -- pp=2 cp=2 virtual_stages=2 n_layer=4
-has() { [[ " ${passed[*]} " == *" $1 "* ]]; }
-if has interleaved && has 1f1b_bf16; then
+judged_step gpipe_p2 2 "$TRAIN07" 2 2 1 1 1 4 every_rank 2 -- pp=2
+judged_step gpipe_p3 3 "$TRAIN07" 3 3 1 1 1 4 every_rank 3 -- pp=3 n_layer=3 micro_batch_size=1 batch_size=3
+judged_step gpipe_sp 4 "$TRAIN07" 2 2 1 2 2 4 rank0 4 -- pp=2 tp=2 sequence_parallel=true
+judged_step gpipe_dp 4 "$TRAIN07" 2 1 1 1 1 4 rank0 4 -- pp=2 zero=3
+judged_step 1f1b_p2 2 "$TRAIN08" 2 4 1 1 1 4 every_rank 2 -- pp=2 micro_batch_size=1
+judged_step 1f1b_bf16 2 "$TRAIN08" 2 2 1 1 1 2 every_rank 2 -- pp=2 precision=bf16
+judged_step interleaved 2 "$TRAIN09" 2 2 2 1 1 4 every_rank 2 -- pp=2 virtual_stages=2 n_layer=4
+judged_step interleaved_p3 3 "$TRAIN09" 3 3 2 1 1 4 every_rank 3 -- pp=3 virtual_stages=2 n_layer=6 micro_batch_size=1 batch_size=3
+judged_step zbh1 2 "$TRAIN09" 2 2 1 1 1 4 every_rank 2 -- pp=2 schedule=zb-h1
+judged_step four_d 4 "$TRAIN11" 2 2 1 2 1 4 rank0 4 -- pp=2 cp=2
+judged_step four_d_v2 4 "$TRAIN11" 2 2 2 2 1 4 rank0 4 -- pp=2 cp=2 virtual_stages=2 n_layer=4
+if passed_all interleaved 1f1b_bf16; then
   judge "$WORK/interleaved.log" 2 2 1 1 1 4 every_rank 2 > /dev/null 2>&1 && fail "control: the v = 2 run passed as v = 1" ||
     echo "ok   (control) the v = 2 run is not v = 1's traffic"
   judge "$WORK/1f1b_bf16.log" 2 2 1 1 1 4 every_rank 2 > /dev/null 2>&1 && fail "control: the bf16 run passed with 4-byte activations" ||

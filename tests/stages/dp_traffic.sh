@@ -92,36 +92,29 @@ print(f"ok   {log_path.split('/')[-1]}: {want_op} {calls} calls, {nbytes} bytes"
 PY
 }
 tiny=$ROOT/configs/tiny.json
-passed=()  # the runs whose table passed its own judgement
-check() {  # check NAME NP TRAIN SCHEME [judge's key=value...] -- [run's key=value...]
-  local name=$1 np=$2 bin=$3 scheme=$4 judged=()
-  shift 4
-  while [ "$1" != "--" ]; do judged+=("$1"); shift; done
-  shift
-  one_step "$name" "$np" "$bin" "$@" || return 0
-  if judge "$WORK/$name.log" "$np" "$scheme" "${judged[@]}"; then passed+=("$name"); else fail "$name"; fi
-}
+# judged_step NAME NP TRAIN (judge's arguments) -- (the run's keys): tests/trainer/common.sh
+passed=()
 one=(config="$tiny")  # judged against the closed form: run with bucket_mb=64, one bucket
-check ring3_one 3 "$TRAIN02" ring "${one[@]}" -- allreduce=ring batch_size=6 bucket_mb=64
-check ring3_many 3 "$TRAIN02" ring -- allreduce=ring batch_size=6 bucket_mb=0.01
-check back3_one 3 "$TRAIN02" backend "${one[@]}" -- allreduce=backend batch_size=6 bucket_mb=64
-check back3_many 3 "$TRAIN02" backend -- allreduce=backend batch_size=6 bucket_mb=0.01
-check ring2_one 2 "$TRAIN02" ring "${one[@]}" -- allreduce=ring bucket_mb=64
-check ring2_accum 2 "$TRAIN02" ring "${one[@]}" -- allreduce=ring bucket_mb=64 micro_batch_size=1
-check ring2_bf16 2 "$TRAIN02" ring "${one[@]}" -- allreduce=ring bucket_mb=64 precision=bf16
-check zero1_3_one 3 "$TRAIN03" zero1 "${one[@]}" -- batch_size=6 bucket_mb=64
-check zero1_3_many 3 "$TRAIN03" zero1 -- batch_size=6 bucket_mb=0.01
-check zero1_2_accum 2 "$TRAIN03" zero1 "${one[@]}" -- bucket_mb=64 micro_batch_size=1
-check zero1_2_bf16 2 "$TRAIN03" zero1 "${one[@]}" weight_bytes=2 -- bucket_mb=64 precision=bf16
-check zero2_3_one 3 "$TRAIN04" zero2 "${one[@]}" -- batch_size=6 bucket_mb=64
-check zero2_3_many 3 "$TRAIN04" zero2 -- batch_size=6 bucket_mb=0.01
-check zero2_2_accum 2 "$TRAIN04" zero2 "${one[@]}" micro_steps=2 -- bucket_mb=64 micro_batch_size=1
-check zero2_2_bf16 2 "$TRAIN04" zero2 "${one[@]}" weight_bytes=2 -- bucket_mb=64 precision=bf16
-check zero3_3_one 3 "$TRAIN05" zero3 "${one[@]}" -- batch_size=6 bucket_mb=64
-check zero3_3_many 3 "$TRAIN05" zero3 -- batch_size=6 bucket_mb=0.01
-check zero3_2_accum 2 "$TRAIN05" zero3 "${one[@]}" micro_steps=2 -- bucket_mb=64 micro_batch_size=1
-check zero3_2_bf16 2 "$TRAIN05" zero3 "${one[@]}" weight_bytes=2 -- bucket_mb=64 precision=bf16
-check zero3_3_no_prefetch 3 "$TRAIN05" zero3 "${one[@]}" -- batch_size=6 bucket_mb=64 zero3_prefetch=false
+judged_step ring3_one 3 "$TRAIN02" 3 ring "${one[@]}" -- allreduce=ring batch_size=6 bucket_mb=64
+judged_step ring3_many 3 "$TRAIN02" 3 ring -- allreduce=ring batch_size=6 bucket_mb=0.01
+judged_step back3_one 3 "$TRAIN02" 3 backend "${one[@]}" -- allreduce=backend batch_size=6 bucket_mb=64
+judged_step back3_many 3 "$TRAIN02" 3 backend -- allreduce=backend batch_size=6 bucket_mb=0.01
+judged_step ring2_one 2 "$TRAIN02" 2 ring "${one[@]}" -- allreduce=ring bucket_mb=64
+judged_step ring2_accum 2 "$TRAIN02" 2 ring "${one[@]}" -- allreduce=ring bucket_mb=64 micro_batch_size=1
+judged_step ring2_bf16 2 "$TRAIN02" 2 ring "${one[@]}" -- allreduce=ring bucket_mb=64 precision=bf16
+judged_step zero1_3_one 3 "$TRAIN03" 3 zero1 "${one[@]}" -- batch_size=6 bucket_mb=64
+judged_step zero1_3_many 3 "$TRAIN03" 3 zero1 -- batch_size=6 bucket_mb=0.01
+judged_step zero1_2_accum 2 "$TRAIN03" 2 zero1 "${one[@]}" -- bucket_mb=64 micro_batch_size=1
+judged_step zero1_2_bf16 2 "$TRAIN03" 2 zero1 "${one[@]}" weight_bytes=2 -- bucket_mb=64 precision=bf16
+judged_step zero2_3_one 3 "$TRAIN04" 3 zero2 "${one[@]}" -- batch_size=6 bucket_mb=64
+judged_step zero2_3_many 3 "$TRAIN04" 3 zero2 -- batch_size=6 bucket_mb=0.01
+judged_step zero2_2_accum 2 "$TRAIN04" 2 zero2 "${one[@]}" micro_steps=2 -- bucket_mb=64 micro_batch_size=1
+judged_step zero2_2_bf16 2 "$TRAIN04" 2 zero2 "${one[@]}" weight_bytes=2 -- bucket_mb=64 precision=bf16
+judged_step zero3_3_one 3 "$TRAIN05" 3 zero3 "${one[@]}" -- batch_size=6 bucket_mb=64
+judged_step zero3_3_many 3 "$TRAIN05" 3 zero3 -- batch_size=6 bucket_mb=0.01
+judged_step zero3_2_accum 2 "$TRAIN05" 2 zero3 "${one[@]}" micro_steps=2 -- bucket_mb=64 micro_batch_size=1
+judged_step zero3_2_bf16 2 "$TRAIN05" 2 zero3 "${one[@]}" weight_bytes=2 -- bucket_mb=64 precision=bf16
+judged_step zero3_3_no_prefetch 3 "$TRAIN05" 3 zero3 "${one[@]}" -- batch_size=6 bucket_mb=64 zero3_prefetch=false
 # The controls, on runs that passed their own judgement: each must fail a judgement of
 # what it is not.
 control() {  # control WHAT LOG NP SCHEME [key=value...]
@@ -130,8 +123,7 @@ control() {  # control WHAT LOG NP SCHEME [key=value...]
   if judge "$WORK/$log.log" "$@" > /dev/null 2>&1; then fail "control: $what passed"
   else echo "ok   (control) $what is rejected"; fi
 }
-has() { [[ " ${passed[*]} " == *" $1 "* ]]; }
-if has back3_one && has ring3_one && has zero2_2_accum && has zero3_3_one && has zero1_2_bf16; then
+if passed_all back3_one ring3_one zero2_2_accum zero3_3_one zero1_2_bf16; then
   control "the backend run as a ring run" back3_one 3 ring "${one[@]}"
   control "the ring run as a backend run" ring3_one 3 backend "${one[@]}"
   control "ZeRO-2 with 2 micro-steps as with 1" zero2_2_accum 2 zero2 "${one[@]}"

@@ -116,6 +116,25 @@ one_step() {
     { tail -5 "$WORK/$name.log"; fail "$name did not run"; return 1; }
 }
 
+# The traffic tests' runs, each judged by the caller's function `judge LOG ARGS...`:
+# judged_step NAME NP TRAIN ARGS... -- key=value... runs one_step NAME NP TRAIN with the
+# keys, then judge "$WORK/NAME.log" ARGS...; a run judged right is added to the caller's
+# array `passed`, a wrong one counted by its `fail`.
+judged_step() {
+  local name=$1 np=$2 bin=$3 judged=()
+  shift 3
+  while [ "$1" != "--" ]; do judged+=("$1"); shift; done
+  shift
+  one_step "$name" "$np" "$bin" "$@" || return 0
+  if judge "$WORK/$name.log" "${judged[@]}"; then passed+=("$name"); else fail "$name"; fi
+}
+
+# passed_all NAME...: whether judged_step judged every NAME right (a control needs them).
+passed_all() {
+  local name
+  for name in "$@"; do [[ " ${passed[*]} " == *" $name "* ]] || return 1; done
+}
+
 # A multi-rank trainer refusing bad input: expect_refused NAME NEEDLE NP TRAIN key=value...
 # runs TRAIN on NP ranks (MPIEXEC, WORK set by the caller) for one step of the tiny model
 # with the given keys; passes when it exits with status 2 and its output contains
