@@ -137,6 +137,20 @@ void LocalZero<A>::step(double lr, double norm, int step_number) {
 }
 
 template <class A>
+CommTally LocalZero<A>::step_traffic(int micro_steps) const {
+  const ParamLayout& layout = model_.layout();
+  invariant(layout.layer_begin() == 0 && layout.layer_end() == cfg_.model.n_layer,
+            "LocalZero::step_traffic: a pipeline stage's buckets differ (its tied wte); the formula is a whole model's");
+  const int n = dp_.size(), rank = dp_.rank();
+  switch (zero_) {
+    case 0: return gradient_traffic(sync_->buckets(), /*ring=*/true, n, rank);
+    case 1: return sharded_step_traffic(sync_->buckets(), n_local_, n, rank, dtype_of<A>(), /*reductions=*/1);
+    case 2: return sharded_step_traffic(sharded_->buckets(), n_local_, n, rank, dtype_of<A>(), micro_steps);
+    default: return zero3_step_traffic(layout, sharded_->buckets(), n, rank, dtype_of<A>(), micro_steps);
+  }
+}
+
+template <class A>
 std::vector<A> LocalZero<A>::local_weights() {
   std::vector<A> local(static_cast<size_t>(n_local_));
   if (zero_ == 3) static_cast<Zero3Store<A>&>(*sharded_).gather_all(local.data());

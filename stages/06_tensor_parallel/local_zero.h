@@ -21,6 +21,7 @@
 
 #include "common/checkpoint.h"
 #include "common/comm.h"
+#include "common/comm_counter.h"
 #include "common/config.h"
 #include "common/gpt2.h"
 #include "common/optimizer.h"
@@ -76,6 +77,13 @@ class LocalZero {
   // This rank's whole local buffer of compute weights, in host memory (collective over
   // dp with zero = 3).
   std::vector<A> local_weights();
+  // One step's traffic over dp, as a CountingCommunicator around dp counts it, by the
+  // formula of the stage this zero level is (its README): zero 0 stage 02's ring
+  // all-reduce of each bucket, 1 and 2 a reduce-scatter of each bucket (once, or each of
+  // `micro_steps` micro-batches) and the weights' all-gather, 3 stage 05's gathers and
+  // reductions, on this rank's local buffer. For a whole model (stages 06 and 10): a
+  // pipeline stage's tied wte is reduced once a step, which this does not count.
+  CommTally step_traffic(int micro_steps) const;
 
  private:
   const Config& cfg_;

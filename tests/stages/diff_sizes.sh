@@ -15,14 +15,14 @@ declare -A budget=(
   [03_zero1:04_zero2]=80
   [04_zero2:05_zero3]=80
   [05_zero3:06_tensor_parallel]=220     # the tp communicator, the model as a slice, the store by `zero`
-  [06_tensor_parallel:07_pipeline_gpipe]=140   # the pipeline group, a stage of the model, the executor, the tied wte
+  [06_tensor_parallel:07_pipeline_gpipe]=150   # the pipeline group, a stage of the model, the executor, the tied wte; its counted pp traffic for 06's dp table
   [07_pipeline_gpipe:08_pipeline_1f1b]=30      # the schedule and its in-flight bound
   [08_pipeline_1f1b:09_pipeline_interleaved]=155  # v chunks per rank: a vector of stage-08 models and their stores, one packed checkpoint, the chunks' tied wte counted
   [07_pipeline_gpipe:10_context_parallel]=170  # while 08 and 09 have no driver
   [08_pipeline_1f1b:10_context_parallel]=170
   [09_pipeline_interleaved:10_context_parallel]=220  # back from chunks to one model, and the cp split
   [06_tensor_parallel:10_context_parallel]=130
-  [10_context_parallel:11_4d]=250               # back to stage 09's chunks and schedules (and its counted pipeline traffic), keeping the cp split
+  [10_context_parallel:11_4d]=260               # back to stage 09's chunks and schedules (and its counted pipeline traffic, not 10's dp table), keeping the cp split
 )
 # Pairs a reader is pointed to besides the neighbours: stage 11 is stage 09's driver with
 # stage 10's context split and the recompute key.

@@ -30,16 +30,17 @@
 # Controls: the ring run judged as a backend run, the backend run as a ring run, a ZeRO-2
 # run with 2 micro-steps judged as one with 1, a ZeRO-3 run as a ZeRO-2 run, and a bf16
 # gather judged with 4-byte weights must all be rejected.
-# Usage: dp_traffic.sh TRAIN02 TRAIN03 TRAIN04 TRAIN05 PREPARE WORK ROOT MPIEXEC
+# Usage: dp_traffic.sh TRAIN02 TRAIN03 TRAIN04 TRAIN05 TRAIN06 TRAIN10 PREPARE WORK ROOT MPIEXEC
 set -euo pipefail
-TRAIN02=$1 TRAIN03=$2 TRAIN04=$3 TRAIN05=$4 PREPARE=$5 WORK=$6 ROOT=$7 MPIEXEC=$8
+TRAIN02=$1 TRAIN03=$2 TRAIN04=$3 TRAIN05=$4 TRAIN06=$5 TRAIN10=$6 PREPARE=$7 WORK=$8 ROOT=$9 MPIEXEC=${10}
 source "$ROOT/tests/trainer/common.sh"
 start_mpi_test "$WORK" "$PREPARE"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 # judge LOG NP SCHEME [key=value...]: exit 0 when the table of LOG is that of SCHEME, one
-# of ring, backend, zero1, zero2, zero3. Keys: config=PATH (the run was one bucket of the
-# model PATH describes: check the closed form), weight_bytes (4), micro_steps (1).
+# of ring, backend, zero1, zero2, zero3, over a group of NP ranks. Keys: config=PATH (the
+# run was one bucket of the model PATH describes: check the closed form), weight_bytes (4),
+# micro_steps (1), tp (1: the slice of tp rank 0).
 judge() {
   /usr/bin/python3 - "$ROOT" "$@" << 'PY'
 import json, re, sys
@@ -48,6 +49,7 @@ from comm_table import counted_rows
 log_path, n, scheme = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 opts = dict(kv.split("=", 1) for kv in sys.argv[4:])
 weight_bytes, micro_steps = int(opts.get("weight_bytes", 4)), int(opts.get("micro_steps", 1))
+tp = int(opts.get("tp", 1))
 text = open(log_path).read()
 rows = counted_rows(text, "data-parallel", log_path)
 want_op = "all_reduce" if scheme == "backend" else "point_to_point"
@@ -63,7 +65,10 @@ if scheme in ("ring", "backend") and head:
 if "config" in opts:
     cfg = json.load(open(opts["config"]))
     V, C, T, L = cfg["vocab_size"], cfg["n_embd"], cfg["block_size"], cfg["n_layer"]
-    E, block = V * C + T * C, 12 * C * C + 13 * C  # wte and wpe; one block
+    # tp rank 0's slice (stage 06): its rows of wte (V a multiple of tp here) and every
+    # position; a block's four matrices and c_attn's and c_fc's biases split, its two
+    # layernorms and two row-parallel biases whole. At tp = 1: V C + T C and 12 C^2 + 13 C.
+    E, block = V // tp * C + T * C, 12 * C * C // tp + 7 * C // tp + 6 * C
     P = E + L * block + 2 * C
     shard = [i * P // n for i in range(n + 1)]
     def parts(b, e):  # c_i: the part of [b, e) in shard i
@@ -115,6 +120,15 @@ judged_step zero3_3_many 3 "$TRAIN05" 3 zero3 -- batch_size=6 bucket_mb=0.01
 judged_step zero3_2_accum 2 "$TRAIN05" 2 zero3 "${one[@]}" micro_steps=2 -- bucket_mb=64 micro_batch_size=1
 judged_step zero3_2_bf16 2 "$TRAIN05" 2 zero3 "${one[@]}" weight_bytes=2 -- bucket_mb=64 precision=bf16
 judged_step zero3_3_no_prefetch 3 "$TRAIN05" 3 zero3 "${one[@]}" -- batch_size=6 bucket_mb=64 zero3_prefetch=false
+# Stage 06 at tp 2 x dp 2 (each zero level: the stage its README names, on tp rank 0's
+# slice, about half the model) and stage 10 at cp 2 x dp 2 (the reductions over the 4
+# ranks of dp x cp that hold the same weights).
+judged_step tp_zero0 4 "$TRAIN06" 2 ring "${one[@]}" tp=2 -- tp=2 zero=0 bucket_mb=64
+judged_step tp_zero1 4 "$TRAIN06" 2 zero1 "${one[@]}" tp=2 -- tp=2 zero=1 bucket_mb=64
+judged_step tp_zero2 4 "$TRAIN06" 2 zero2 "${one[@]}" tp=2 micro_steps=2 -- tp=2 zero=2 bucket_mb=64 micro_batch_size=1
+judged_step tp_zero3 4 "$TRAIN06" 2 zero3 "${one[@]}" tp=2 -- tp=2 zero=3 bucket_mb=64
+judged_step cp_zero0 4 "$TRAIN10" 4 ring "${one[@]}" -- cp=2 zero=0 bucket_mb=64 batch_size=8
+judged_step cp_zero3 4 "$TRAIN10" 4 zero3 "${one[@]}" micro_steps=4 -- cp=2 zero=3 bucket_mb=64 batch_size=8 micro_batch_size=1
 # The controls, on runs that passed their own judgement: each must fail a judgement of
 # what it is not.
 control() {  # control WHAT LOG NP SCHEME [key=value...]
