@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The data-parallel traffic of stages 02 to 05 is the one their keys ask for, and the one
-# their READMEs derive. A run counts what its gradient buckets and weight gathers send
-# through the communicator (a CountingCommunicator around the dp group; its splits, the
-# threads' own channels, count into the same tally) and prints it beside its formula
-# (gradient_traffic, sharded_step_traffic, zero3_step_traffic). Within tolerance a ring and
-# the backend compute the same sums, and ZeRO's schedules the same model, so only this
-# table tells them apart. For each run here, on 2 or 3 ranks:
+# The data-parallel traffic of stages 02 to 05, and of the ZeRO level inside stages 06
+# (tp x dp) and 10 (cp x dp), is the one their keys ask for, and the one their READMEs
+# derive. A run counts what its gradient buckets and weight gathers send through the
+# communicator (a CountingCommunicator around the group holding the same weights; its
+# splits, the threads' own channels, count into the same tally) and prints it beside its
+# formula (gradient_traffic, sharded_step_traffic, zero3_step_traffic;
+# LocalZero::step_traffic in 06 and 10). Within tolerance a ring and the backend compute
+# the same sums, and ZeRO's schedules the same model, so only this table tells them apart.
+# For each run here, on 2 to 4 ranks (a group of 2 to 4; in stage 06 on tp rank 0's slice
+# of the model):
 #   every row      counted = formula, calls and bytes;
 #   the kind       allreduce=ring and the ZeRO stages move point_to_point messages only,
 #                  allreduce=backend all_reduce calls only, one per bucket;
@@ -26,10 +29,14 @@
 #   grad_accum 2   stages 02, 03: the same traffic as grad_accum 1 (only the last
 #                  micro-step communicates); stages 04, 05: each micro-step reduces;
 #   bf16           stage 02: the same bytes as fp32 (the gradients are fp32 in both modes);
-#                  the ZeRO stages: the gathers move the bf16 weights, 2 bytes each.
+#                  the ZeRO stages: the gathers move the bf16 weights, 2 bytes each;
+#   tp 2           stage 06, tp rank 0's slice: floor(Vp/2) rows of wte (Vp the vocabulary
+#                  padded to a multiple of 128), every position, half of each block's
+#                  matrices and of c_attn's and c_fc's biases, the rest whole.
 # Controls: the ring run judged as a backend run, the backend run as a ring run, a ZeRO-2
-# run with 2 micro-steps judged as one with 1, a ZeRO-3 run as a ZeRO-2 run, and a bf16
-# gather judged with 4-byte weights must all be rejected.
+# run with 2 micro-steps judged as one with 1, a ZeRO-3 run as a ZeRO-2 run, a bf16 gather
+# judged with 4-byte weights, and stage 06's tp 2 slice judged as the whole model must all
+# be rejected.
 # Usage: dp_traffic.sh TRAIN02 TRAIN03 TRAIN04 TRAIN05 TRAIN06 TRAIN10 PREPARE WORK ROOT MPIEXEC
 set -euo pipefail
 TRAIN02=$1 TRAIN03=$2 TRAIN04=$3 TRAIN05=$4 TRAIN06=$5 TRAIN10=$6 PREPARE=$7 WORK=$8 ROOT=$9 MPIEXEC=${10}
@@ -65,10 +72,11 @@ if scheme in ("ring", "backend") and head:
 if "config" in opts:
     cfg = json.load(open(opts["config"]))
     V, C, T, L = cfg["vocab_size"], cfg["n_embd"], cfg["block_size"], cfg["n_layer"]
-    # tp rank 0's slice (stage 06): its rows of wte (V a multiple of tp here) and every
-    # position; a block's four matrices and c_attn's and c_fc's biases split, its two
-    # layernorms and two row-parallel biases whole. At tp = 1: V C + T C and 12 C^2 + 13 C.
-    E, block = V // tp * C + T * C, 12 * C * C // tp + 7 * C // tp + 6 * C
+    Vp = -(-V // 128) * 128  # wte's rows: the vocabulary padded to a multiple of 128
+    # tp rank 0's slice (stage 06): its floor(Vp / tp) rows of wte and every position; a
+    # block's four matrices and c_attn's and c_fc's biases split, its two layernorms and two
+    # row-parallel biases whole. At tp = 1: Vp C + T C and 12 C^2 + 13 C.
+    E, block = Vp // tp * C + T * C, 12 * C * C // tp + 7 * C // tp + 6 * C
     P = E + L * block + 2 * C
     shard = [i * P // n for i in range(n + 1)]
     def parts(b, e):  # c_i: the part of [b, e) in shard i
@@ -127,6 +135,9 @@ judged_step tp_zero0 4 "$TRAIN06" 2 ring "${one[@]}" tp=2 -- tp=2 zero=0 bucket_
 judged_step tp_zero1 4 "$TRAIN06" 2 zero1 "${one[@]}" tp=2 -- tp=2 zero=1 bucket_mb=64
 judged_step tp_zero2 4 "$TRAIN06" 2 zero2 "${one[@]}" tp=2 micro_steps=2 -- tp=2 zero=2 bucket_mb=64 micro_batch_size=1
 judged_step tp_zero3 4 "$TRAIN06" 2 zero3 "${one[@]}" tp=2 -- tp=2 zero=3 bucket_mb=64
+judged_step tp_zero1_accum 4 "$TRAIN06" 2 zero1 "${one[@]}" tp=2 -- tp=2 zero=1 bucket_mb=64 micro_batch_size=1
+judged_step tp_zero3_bf16_sp 4 "$TRAIN06" 2 zero3 "${one[@]}" tp=2 weight_bytes=2 -- tp=2 zero=3 bucket_mb=64 \
+  precision=bf16 sequence_parallel=true
 judged_step cp_zero0 4 "$TRAIN10" 4 ring "${one[@]}" -- cp=2 zero=0 bucket_mb=64 batch_size=8
 judged_step cp_zero3 4 "$TRAIN10" 4 zero3 "${one[@]}" micro_steps=4 -- cp=2 zero=3 bucket_mb=64 batch_size=8 micro_batch_size=1
 # The controls, on runs that passed their own judgement: each must fail a judgement of
@@ -137,14 +148,15 @@ control() {  # control WHAT LOG NP SCHEME [key=value...]
   if judge "$WORK/$log.log" "$@" > /dev/null 2>&1; then fail "control: $what passed"
   else echo "ok   (control) $what is rejected"; fi
 }
-if passed_all back3_one ring3_one zero2_2_accum zero3_3_one zero1_2_bf16; then
+if passed_all back3_one ring3_one zero2_2_accum zero3_3_one zero1_2_bf16 tp_zero1; then
   control "the backend run as a ring run" back3_one 3 ring "${one[@]}"
   control "the ring run as a backend run" ring3_one 3 backend "${one[@]}"
   control "ZeRO-2 with 2 micro-steps as with 1" zero2_2_accum 2 zero2 "${one[@]}"
   control "ZeRO-3 as ZeRO-2" zero3_3_one 3 zero2 "${one[@]}"
   control "ZeRO-1's bf16 gather as one of 4-byte weights" zero1_2_bf16 2 zero1 "${one[@]}"
+  control "stage 06's tp 2 slice as the whole model" tp_zero1 2 zero1 "${one[@]}"
 else
-  fail "the controls need ring3_one, back3_one, zero2_2_accum, zero3_3_one and zero1_2_bf16 to pass first"
+  fail "the controls need ring3_one, back3_one, zero2_2_accum, zero3_3_one, zero1_2_bf16 and tp_zero1 to pass first"
 fi
 ((failures == 0)) || { echo "$failures failure(s)"; exit 1; }
 echo "PASS"
