@@ -172,11 +172,11 @@ std::optional<HostRoom> host_room() {
 }
 
 void require_host_room(size_t bytes, uint64_t available, const std::string& source) {
-  if (uint64_t(bytes) + kHostCheckBytes <= available) return;
+  if (uint64_t(bytes) + kHostKeptFreeBytes <= available) return;
   const std::string held = MemoryTracker::global().held_now();
   fail("out of host memory: allocating " + format_bytes(double(bytes)) + " more for " +
        kMemKindNames[size_t(MemScope::current())] + ", but " + format_bytes(double(available)) + " is left (" +
-       source + "), less " + format_bytes(double(kHostCheckBytes)) + " kept free; this process holds " + held +
+       source + "), less " + format_bytes(double(kHostKeptFreeBytes)) + " kept free; this process holds " + held +
        ". Shrink the run (micro_batch_size, seq_len, n_layer, n_embd) or spread it over more ranks");
 }
 

@@ -168,9 +168,9 @@ TEST_CASE("host memory: a cgroup v1 limit leaves the same, least over its parent
 TEST_CASE("host memory: an allocation that leaves less than the reserve free is refused, naming its kind",
           "[memory]") {
   const uint64_t available = uint64_t(1) << 30;
-  CHECK_NOTHROW(require_host_room(size_t(available - kHostCheckBytes), available));  // exactly fits
+  CHECK_NOTHROW(require_host_room(size_t(available - kHostKeptFreeBytes), available));  // exactly fits
   const MemScope scope(MemKind::Activations);
-  REQUIRE_THROWS_AS(require_host_room(size_t(available - kHostCheckBytes + 1), available), UserError);
+  REQUIRE_THROWS_AS(require_host_room(size_t(available - kHostKeptFreeBytes + 1), available), UserError);
   REQUIRE_THROWS_WITH(require_host_room(size_t(available), available),
                       Catch::Contains("out of host memory: allocating 1.00 GiB more for activations") &&
                           Catch::Contains("but 1.00 GiB is left (MemAvailable + SwapFree in /proc/meminfo)") &&
