@@ -17,6 +17,20 @@ namespace gpt {
 
 namespace {
 
+// Elements in the largest chunk of `bounds`.
+size_t largest_chunk(const std::vector<size_t>& bounds) {
+  size_t largest = 0;
+  for (size_t i = 0; i + 1 < bounds.size(); ++i) largest = std::max(largest, bounds[i + 1] - bounds[i]);
+  return largest;
+}
+
+// Messages per chunk: every chunk is cut into as many pieces as the largest one needs, so
+// that all ranks send the same number of messages.
+size_t ring_pieces(const std::vector<size_t>& bounds, size_t elem, size_t max_piece_bytes) {
+  const size_t piece_elems = std::max<size_t>(1, max_piece_bytes / elem);
+  return std::max<size_t>(1, (largest_chunk(bounds) + piece_elems - 1) / piece_elems);
+}
+
 // One ring of N ranks over one buffer: this rank's neighbours and the chunk layout.
 struct Ring {
   Communicator& comm;
@@ -25,8 +39,8 @@ struct Ring {
   DType type;
   size_t elem;      // bytes per element
   int n, rank, next, prev;
-  size_t largest = 0;  // elements in the largest chunk
-  size_t pieces;    // messages per chunk, the same on every rank
+  size_t largest;   // elements in the largest chunk
+  size_t pieces;    // messages per chunk, the same on every rank (ring_pieces)
 
   Ring(Communicator& c, void* buf, const std::vector<size_t>& bounds_, DType t, size_t max_piece_bytes)
       : comm(c),
@@ -37,13 +51,9 @@ struct Ring {
         n(c.size()),
         rank(c.rank()),
         next((c.rank() + 1) % c.size()),
-        prev((c.rank() + c.size() - 1) % c.size()) {
-    // Cut every chunk into as many pieces as the largest one needs, so that all ranks
-    // send the same number of messages.
-    for (int i = 0; i < n; ++i) largest = std::max(largest, bounds[i + 1] - bounds[i]);
-    const size_t piece_elems = std::max<size_t>(1, max_piece_bytes / elem);
-    pieces = std::max<size_t>(1, (largest + piece_elems - 1) / piece_elems);
-  }
+        prev((c.rank() + c.size() - 1) % c.size()),
+        largest(largest_chunk(bounds_)),
+        pieces(ring_pieces(bounds_, elem, max_piece_bytes)) {}
 
   // Chunk index c, taken mod N (step arithmetic like r-1-s goes negative).
   int wrap(int c) const { return ((c % n) + n) % n; }
@@ -155,11 +165,7 @@ CommTally ring_phase_traffic(const std::vector<size_t>& bounds, int rank, int se
     const size_t c = size_t(((i % n) + n) % n);
     return bounds[c + 1] - bounds[c];
   };
-  size_t largest = 0;
-  for (int i = 0; i < n; ++i) largest = std::max(largest, chunk(i));
-  // Ring::pieces: every chunk in as many pieces as the largest one needs.
-  const size_t piece_elems = std::max<size_t>(1, max_piece_bytes / dtype_size(t));
-  const size_t pieces = std::max<size_t>(1, (largest + piece_elems - 1) / piece_elems);
+  const size_t pieces = ring_pieces(bounds, dtype_size(t), max_piece_bytes);  // as the ring cuts them
   const size_t sent = count - chunk(rank - send_shift + 1), received = count - chunk(rank - send_shift);
   traffic.calls[size_t(CommOp::PointToPoint)] = int64_t(size_t(n - 1) * pieces);
   traffic.bytes[size_t(CommOp::PointToPoint)] = int64_t((sent + received) * dtype_size(t));
