@@ -22,6 +22,7 @@ import warnings
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "scripts"))
 import trace_spans  # noqa: E402  (scripts/: reading a trace and finding its steps, written once)
+import comm_table  # noqa: E402  (scripts/: reading a stage's printed communication table)
 
 
 def repo_root(start=None):
@@ -138,24 +139,11 @@ class Run:
 
     def comm_table(self, kind):
         """Rank 0's communication in the first step, as the trainer printed it to
-        stdout.txt ("KIND communication in step N, rank 0 (counted | formula, README):",
-        common/comm_counter.h): {operation: {"calls", "bytes", "formula_calls",
-        "formula_bytes"}}; empty when the step moved nothing (a group of one)."""
-        with open(os.path.join(self.dir, "stdout.txt")) as f:
-            text = f.read()
-        table = re.search(re.escape(kind) + r" communication in step \d+, rank 0 \(counted \| formula, README\):\n"
-                          r"((?:  .*\n)*)", text)
-        if not table:
-            raise ValueError(f"{self.dir}/stdout.txt has no {kind} communication table")
-        rows = {}
-        for line in table.group(1).splitlines():
-            m = re.match(r"\s+(\w+)\s+(\d+) \|\s+(\d+) calls\s+(\d+) \|\s+(\d+) bytes$", line)
-            if not m:
-                break  # the table's end: the next lines are the step's
-            calls, formula_calls, nbytes, formula_bytes = map(int, m.groups()[1:])
-            rows[m.group(1)] = {"calls": calls, "bytes": nbytes, "formula_calls": formula_calls,
-                                "formula_bytes": formula_bytes}
-        return rows
+        stdout.txt (scripts/comm_table.py): {operation: {"calls", "bytes",
+        "formula_calls", "formula_bytes"}}; empty when the step moved nothing."""
+        stdout = os.path.join(self.dir, "stdout.txt")
+        with open(stdout) as f:
+            return comm_table.read_comm_table(f.read(), kind, stdout)
 
     def traces(self):
         """{rank: [complete events]} of the run's trace files (trace.rank<r>.json)."""

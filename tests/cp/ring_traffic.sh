@@ -25,7 +25,7 @@ judge() {
   /usr/bin/python3 - "$ROOT" "$@" << 'PY'
 import json, re, sys
 root = sys.argv[1]
-sys.path.insert(0, root + "/tests/trainer")
+sys.path.insert(0, root + "/scripts")
 from comm_table import counted_rows
 cfg = json.load(open(root + "/configs/tiny.json"))
 log_path = sys.argv[2]

@@ -36,7 +36,7 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 judge() {
   /usr/bin/python3 - "$ROOT" "$@" << 'PY'
 import json, re, sys
-sys.path.insert(0, sys.argv[1] + "/tests/trainer")
+sys.path.insert(0, sys.argv[1] + "/scripts")
 from comm_table import counted_rows
 cfg = json.load(open(sys.argv[1] + "/configs/tiny.json"))
 log_path = sys.argv[2]

@@ -51,7 +51,7 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 judge() {
   /usr/bin/python3 - "$ROOT" "$@" << 'PY'
 import json, re, sys
-sys.path.insert(0, sys.argv.pop(1) + "/tests/trainer")
+sys.path.insert(0, sys.argv.pop(1) + "/scripts")
 from comm_table import counted_rows
 log_path, n, scheme = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 opts = dict(kv.split("=", 1) for kv in sys.argv[4:])
