@@ -14,8 +14,6 @@ set -euo pipefail
 TRAIN10=$1 TRAIN11=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6
 source "$ROOT/tests/trainer/common.sh"
 start_mpi_test "$WORK" "$PREPARE"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 for run in "s10_cp2 2 $TRAIN10 2" "s10_cp4 4 $TRAIN10 4" "s11_cp2 2 $TRAIN11 2"; do
   read -r name np bin cp <<< "$run"
   for split in zigzag contiguous; do

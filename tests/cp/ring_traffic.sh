@@ -17,8 +17,6 @@ set -euo pipefail
 TRAIN10=$1 TRAIN11=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6
 source "$ROOT/tests/trainer/common.sh"
 start_mpi_test "$WORK" "$PREPARE"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 # judge LOG CP TP M ACT_BYTES [LAYERS FORWARDS]: exit 0 when rank 0's table is the closed form
 # (LAYERS: the attention layers of rank 0, n_layer unless given; FORWARDS: 1 unless given)
 judge() {

@@ -26,8 +26,6 @@ set -euo pipefail
 TRAIN07=$1 TRAIN08=$2 TRAIN09=$3 TRAIN11=$4 PREPARE=$5 WORK=$6 ROOT=$7 MPIEXEC=$8
 source "$ROOT/tests/trainer/common.sh"
 start_mpi_test "$WORK" "$PREPARE"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 # judge LOG P M V ROW_DIVISOR TP ACT_BYTES every_rank|rank0 NP: exit 0 when rank 0's table in
 # LOG is the closed form of a pipeline of P ranks, M micro-batches, V chunks per rank,
 # messages of B T C / ROW_DIVISOR elements of ACT_BYTES each, wte split over TP ranks, and

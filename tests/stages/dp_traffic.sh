@@ -42,8 +42,6 @@ set -euo pipefail
 TRAIN02=$1 TRAIN03=$2 TRAIN04=$3 TRAIN05=$4 TRAIN06=$5 TRAIN10=$6 PREPARE=$7 WORK=$8 ROOT=$9 MPIEXEC=${10}
 source "$ROOT/tests/trainer/common.sh"
 start_mpi_test "$WORK" "$PREPARE"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 # judge LOG NP SCHEME [key=value...]: exit 0 when the table of LOG is that of SCHEME, one
 # of ring, backend, zero1, zero2, zero3, over a group of NP ranks. Keys: config=PATH (the
 # run was one bucket of the model PATH describes: check the closed form), weight_bytes (4),

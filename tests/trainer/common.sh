@@ -97,6 +97,11 @@ if any(got.get(key) != value for key, value in want.items()):
 PY
 }
 
+# A test's failures: `fail MESSAGE` prints it and counts one; the script ends on
+# `failures` (a script may define its own fail after sourcing this file).
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
 # The tiny model every trainer test uses, on the corpus of make_corpus.
 tiny_args() {  # tiny_args DATA_DIR RUN_DIR
   echo --config "$ROOT/configs/tiny.json" --set device=cpu --set "train_data=$1/train.bin" \

@@ -18,8 +18,6 @@ set -euo pipefail
 TRAIN01=$1 TRAIN03=$2 EVAL=$3 PREPARE=$4 WORK=$5 ROOT=$6 MPIEXEC=$7
 source "$ROOT/tests/trainer/common.sh"
 start_mpi_test "$WORK" "$PREPARE"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 # train NAME [NP] key=value...: a tiny run into $WORK/NAME (NP ranks of stage 03, or stage
 # 01 alone); its output in $WORK/NAME.log, its exit status in $status.

@@ -14,8 +14,6 @@ source "$(dirname "$0")/common.sh"
 PY=/usr/bin/python3
 rm -rf "$WORK" && mkdir -p "$WORK"
 make_corpus "$WORK" "$PREPARE"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 # The run's sample, as one line: its text (JSON-quoted) and its log-probability.
 logged() {  # logged METRICS

@@ -12,8 +12,6 @@ REF="$ROOT/tests/tokenizer/reference_bpe.py"
 "$PY" -c 'import regex' 2> /dev/null || { echo "skipped: $PY has no regex module (Debian's python3-regex)"; exit 77; }
 rm -rf "$WORK" && mkdir -p "$WORK"
 make_corpus "$WORK" "$PREPARE"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 # sample_of RUN_NAME [--set ...]: trains 3 steps, prints the sample's text from the metrics.
 sample_of() {
