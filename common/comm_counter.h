@@ -32,6 +32,7 @@ struct CommTally {
   std::array<int64_t, size_t(CommOp::kCount)> calls{}, bytes{};  ///< bytes[op]: their payload (top of file)
   CommTally operator-(const CommTally& o) const;  ///< element-wise difference, e.g. after minus before a step
   CommTally& operator+=(const CommTally& o);      ///< element-wise sum, e.g. of a formula's parts
+  bool operator==(const CommTally& o) const = default;  ///< the same calls and bytes of every kind
   std::string table() const;  ///< one line per operation used: calls and bytes
 };
 

@@ -278,10 +278,8 @@ void check_traffic(Communicator& comm, Checker& check, DType t, size_t count, si
   ring_all_reduce(counted, Device::CPU, buf.data(), count, t, piece_bytes);
   const CommTally formula = ring_all_reduce_traffic(count, n, r, t, piece_bytes);
   const CommTally seen = counted.tally();
-  if (seen.calls != formula.calls || seen.bytes != formula.bytes)
-    check.fail("counted\n" + seen.table() + "formula\n" + formula.table());
-  const CommTally longer = ring_all_reduce_traffic(count + 1, n, r, t, piece_bytes);
-  if (n > 1 && seen.calls == longer.calls && seen.bytes == longer.bytes)
+  if (seen != formula) check.fail("counted\n" + seen.table() + "formula\n" + formula.table());
+  if (n > 1 && seen == ring_all_reduce_traffic(count + 1, n, r, t, piece_bytes))
     check.fail("control accepted: the traffic of count + 1 elements matches what was counted");
 
   // A split counts into the same tally, also while another thread counts on the first:
@@ -294,7 +292,7 @@ void check_traffic(Communicator& comm, Checker& check, DType t, size_t count, si
   CommTally three = formula;
   three += formula, three += formula;
   const CommTally all = counted.tally();
-  if (all.calls != three.calls || all.bytes != three.bytes)
+  if (all != three)
     check.fail("with a split, counted\n" + all.table() + "three all-reduces' formula\n" + three.table());
   check.finish();
 }
@@ -312,16 +310,16 @@ void check_traffic_v(Communicator& comm, Checker& check, DType t, size_t piece_b
   Buffer buf = make_input(Inputs::Exact, t, 0, r, bounds.back());
   ring_reduce_scatter_v(counted, Device::CPU, buf.data(), bounds, t, piece_bytes);
   ring_all_gather_v(counted, buf.data(), bounds, t, piece_bytes);
-  CommTally formula = ring_reduce_scatter_traffic(bounds, r, t, piece_bytes);
-  formula += ring_all_gather_traffic(bounds, r, t, piece_bytes);
-  const CommTally seen = counted.tally();
-  if (seen.calls != formula.calls || seen.bytes != formula.bytes)
-    check.fail("counted\n" + seen.table() + "formula\n" + formula.table());
+  const auto halves = [&](const std::vector<size_t>& chunks) {  // both halves' closed forms
+    CommTally traffic = ring_reduce_scatter_traffic(chunks, r, t, piece_bytes);
+    traffic += ring_all_gather_traffic(chunks, r, t, piece_bytes);
+    return traffic;
+  };
+  const CommTally formula = halves(bounds), seen = counted.tally();
+  if (seen != formula) check.fail("counted\n" + seen.table() + "formula\n" + formula.table());
   std::vector<size_t> longer = bounds;
   for (size_t i = 1; i < longer.size(); ++i) longer[i] += 1;  // chunk 0 one element longer
-  CommTally longer_formula = ring_reduce_scatter_traffic(longer, r, t, piece_bytes);
-  longer_formula += ring_all_gather_traffic(longer, r, t, piece_bytes);
-  if (n > 1 && seen.calls == longer_formula.calls && seen.bytes == longer_formula.bytes)
+  if (n > 1 && seen == halves(longer))
     check.fail("control accepted: the traffic of a longer chunk 0 matches what was counted");
   check.finish();
 }
