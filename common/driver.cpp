@@ -148,6 +148,19 @@ void require_rank0_config(Communicator& world, const Config& cfg, const std::str
          "; every rank must run the same configuration (one --config and the same --set for all)");
 }
 
+// Keys that ask for a technique whose axis is 1 in this mesh: accepted (one config file
+// serves every layout), but said, so a run is not taken for what it does not do. At tp 1
+// sequence parallelism splits the rows among one rank (the same bits as without it); at
+// cp 1 both splits are one chunk.
+std::string idle_key_notes(const Config& cfg, const MeshShape& shape) {
+  std::string notes;
+  if (cfg.sequence_parallel && shape.tp == 1)
+    notes += "note: sequence_parallel=true at tp=1 changes nothing: the one tensor-parallel rank holds every row\n";
+  if (cfg.cp_split == "contiguous" && shape.cp == 1)  // the default, zigzag, goes unsaid
+    notes += "note: cp_split=" + cfg.cp_split + " at cp=1 changes nothing: one rank holds the whole sequence\n";
+  return notes;
+}
+
 }  // namespace
 
 int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
@@ -177,6 +190,7 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
       require_rank0_config(*world, cfg, spec.name);
       const MeshShape shape = mesh_shape_for(cfg, world->size());
       validate(cfg, shape.dp);
+      if (world->rank() == 0) std::printf("%s", idle_key_notes(cfg, shape).c_str());
       const ChoicesInTraining choices(cfg, world->rank(), world->size());
       // One job per run_dir (rank 0 holds the lock); another run's later checkpoints are
       // set aside before the first save (write_checkpoint).

@@ -8,7 +8,8 @@
 # of cp) for stage 10 at cp 2 and 4 and stage 11 at cp 2, each split. The zigzag's work is
 # equal on every rank and the contiguous split's is not, so a run that ignored cp_split
 # fails one of the two. And sequence parallelism, asked with tp 2 at cp 2, is named by the
-# run's header (the flag its slices are built with), and not named without it.
+# run's header (the flag its slices are built with), and not named without it. Asked at
+# tp 1 (and a contiguous split at cp 1), each is noted as changing nothing.
 # Usage: keys_in_effect.sh TRAIN10 TRAIN11 PREPARE WORK ROOT MPIEXEC
 set -euo pipefail
 TRAIN10=$1 TRAIN11=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6
@@ -46,5 +47,17 @@ fi
 one_step s10_no_sp 4 "$TRAIN10" cp=2 tp=2 &&
   { ! grep -q "^stage 10 .*sequence parallel" "$WORK/s10_no_sp.log" && echo "ok   (control) and not when not asked" ||
     fail "stage 10 at tp 2 without sequence_parallel says it runs sequence parallel"; }
+# A key whose axis is 1 here is said to change nothing; where the axis is 2 it is not.
+# notes_say LOG NEEDLE: whether the run's notes name the key.
+notes_say() { grep -q "^note: $2 at .*changes nothing" "$WORK/$1.log"; }
+if one_step s11_idle_keys 2 "$TRAIN11" pp=2 sequence_parallel=true cp_split=contiguous; then
+  for key in sequence_parallel=true cp_split=contiguous; do
+    notes_say s11_idle_keys "$key" && echo "ok   at pp 2 alone, $key is said to change nothing" ||
+      fail "stage 11 at tp 1 and cp 1 does not say that $key changes nothing"
+  done
+fi
+! notes_say s10_sp sequence_parallel=true && ! notes_say s11_cp2_contiguous cp_split=contiguous &&
+  echo "ok   (control) neither is said where its axis is 2" ||
+  fail "a run at tp 2 or cp 2 says its sequence_parallel or cp_split changes nothing"
 ((failures == 0)) || { echo "$failures failure(s)"; exit 1; }
 echo "PASS"
