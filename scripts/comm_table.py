@@ -6,7 +6,11 @@ tests/cp/ring_traffic.sh) and the notebooks (notebooks/gptruns.py) share.
       NAME   CALLS | CALLS calls   BYTES | BYTES bytes
 
 The table ends at the first line that does not start with two spaces; it is empty where the
-step moved nothing (a group of one).
+step moved nothing (a group of one). The pipeline stages (07-11) add a line per rank, all
+operations together, after rank 0's table (pipeline_report.h, print_traffic_by_rank):
+
+    KIND communication in step N by rank, all operations (counted | formula):
+      rank R: CALLS | CALLS calls  BYTES | BYTES bytes
 """
 import re
 import sys
@@ -44,3 +48,22 @@ def counted_rows(text, kind, where):
             sys.exit(f"{where}: {name} counted {row['calls']} calls {row['bytes']} bytes, "
                      f"formula {row['formula_calls']} calls {row['formula_bytes']} bytes")
     return {name: (row["calls"], row["bytes"]) for name, row in rows.items()}
+
+
+RANK_ROW = re.compile(r"  rank (\d+): (\d+) \| (\d+) calls  (\d+) \| (\d+) bytes$")
+
+
+def read_by_rank(text, kind, where):
+    """{rank: (calls, formula_calls, bytes, formula_bytes)} of KIND's lines by rank in `text`;
+    ValueError naming `where` when there are none or a line cannot be read."""
+    table = re.search(re.escape(kind) + r" communication in step \d+ by rank, all operations \(counted \| formula\):\n"
+                      r"((?:  .*\n)*)", text)
+    if not table:
+        raise ValueError(f"{where}: no {kind} communication lines by rank")
+    ranks = {}
+    for line in table.group(1).splitlines():
+        found = RANK_ROW.match(line)
+        if not found:
+            raise ValueError(f"{where}: unreadable line by rank {line!r}")
+        ranks[int(found.group(1))] = tuple(map(int, found.groups()[1:]))
+    return ranks

@@ -12,19 +12,31 @@
 
 namespace gpt {
 
-CommTally zero3_step_traffic(const ParamLayout& layout, const std::vector<GradBucket>& buckets, int n, int rank,
-                             DType weights, int micro_steps) {
-  CommTally micro_step;
+CommTally zero3_gather_traffic(const ParamLayout& layout, const std::vector<Pass>& passes, int n, int rank,
+                               DType weights) {
+  CommTally traffic;
   const auto gather = [&](int unit) {
     const Unit& u = layout.unit(unit);
-    micro_step += ring_all_gather_traffic(shard_bounds_within(u.begin, u.end, layout.total(), n), rank, weights);
+    traffic += ring_all_gather_traffic(shard_bounds_within(u.begin, u.end, layout.total(), n), rank, weights);
   };
-  for (int unit = 0; unit < layout.num_units(); ++unit) gather(unit);                  // forward: every unit
-  for (int l = layout.layer_begin(); l < layout.layer_end(); ++l) gather(layout.block_unit(l));  // backward: blocks
-  for (const GradBucket& b : buckets)
-    micro_step += ring_reduce_scatter_traffic(shard_bounds_within(b.begin, b.end, layout.total(), n), rank, DType::F32);
-  CommTally traffic;
-  for (int i = 0; i < micro_steps; ++i) traffic += micro_step;
+  bool after_forward = false;  // the embeddings and the final layernorm kept from a forward
+  for (const Pass pass : passes) {
+    if (!after_forward) gather(ParamLayout::kEmbeddingUnit);
+    for (int l = layout.layer_begin(); l < layout.layer_end(); ++l) gather(layout.block_unit(l));
+    if (pass == Pass::Forward || !after_forward) gather(layout.final_unit());
+    after_forward = pass == Pass::Forward;
+  }
+  return traffic;
+}
+
+CommTally zero3_step_traffic(const ParamLayout& layout, const std::vector<GradBucket>& buckets, int n, int rank,
+                             DType weights, int micro_steps) {
+  std::vector<Pass> passes;  // forward, backward, forward, backward, ...
+  for (int i = 0; i < micro_steps; ++i) passes.insert(passes.end(), {Pass::Forward, Pass::Backward});
+  CommTally traffic = zero3_gather_traffic(layout, passes, n, rank, weights);
+  for (int i = 0; i < micro_steps; ++i)
+    for (const GradBucket& b : buckets)
+      traffic += ring_reduce_scatter_traffic(shard_bounds_within(b.begin, b.end, layout.total(), n), rank, DType::F32);
   return traffic;
 }
 

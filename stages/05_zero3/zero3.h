@@ -50,6 +50,15 @@ namespace gpt {
 CommTally zero3_step_traffic(const ParamLayout& layout, const std::vector<GradBucket>& buckets, int n, int rank,
                              DType weights, int micro_steps);
 
+// The gathers alone of the passes a store runs, in their order, from nothing gathered, by
+// the keep rules below: a pass gathers every block, and the embeddings and the final
+// layernorm unless a forward ran just before it (a forward keeps both for the next pass; a
+// forward still gathers the final layernorm again, dropped at its start). Stage 05
+// alternates forward and backward; a pipeline runs several forwards in a row (GPipe), and
+// the zero-bubble schedule two backward passes per micro-batch (its input and weight halves).
+CommTally zero3_gather_traffic(const ParamLayout& layout, const std::vector<Pass>& passes, int n, int rank,
+                               DType weights);
+
 // A is the weights' storage: float, or bf16 (which halves every gather).
 template <class A>
 class Zero3Store : public Zero2Store<A> {

@@ -140,14 +140,27 @@ template <class A>
 CommTally LocalZero<A>::step_traffic(int micro_steps) const {
   const ParamLayout& layout = model_.layout();
   invariant(layout.layer_begin() == 0 && layout.layer_end() == cfg_.model.n_layer,
-            "LocalZero::step_traffic: a pipeline stage's buckets differ (its tied wte); the formula is a whole model's");
+            "LocalZero::step_traffic: a pipeline stage's passes come in its schedule's order; give them");
+  std::vector<Pass> passes;  // forward, backward, forward, backward, ...
+  for (int i = 0; i < micro_steps; ++i) passes.insert(passes.end(), {Pass::Forward, Pass::Backward});
+  return step_traffic(micro_steps, passes, /*tied_wte=*/false);
+}
+
+template <class A>
+CommTally LocalZero<A>::step_traffic(int micro_steps, const std::vector<Pass>& passes, bool tied_wte) const {
   const int n = dp_.size(), rank = dp_.rank();
-  switch (zero_) {
-    case 0: return gradient_traffic(sync_->buckets(), /*ring=*/true, n, rank);
-    case 1: return sharded_step_traffic(sync_->buckets(), n_local_, n, rank, dtype_of<A>(), /*reductions=*/1);
-    case 2: return sharded_step_traffic(sharded_->buckets(), n_local_, n, rank, dtype_of<A>(), micro_steps);
-    default: return zero3_step_traffic(layout, sharded_->buckets(), n, rank, dtype_of<A>(), micro_steps);
+  if (zero_ == 0) return gradient_traffic(sync_->buckets(), /*ring=*/true, n, rank);
+  if (zero_ == 1) return sharded_step_traffic(sync_->buckets(), n_local_, n, rank, dtype_of<A>(), /*reductions=*/1);
+  CommTally traffic;
+  for (const GradBucket& b : sharded_->buckets()) {  // reduce-scattered each micro-step, a tied wte's once a step
+    const bool once = tied_wte && b.units == std::vector<int>{ParamLayout::kEmbeddingUnit};
+    const CommTally reduced = ring_reduce_scatter_traffic(shard_bounds_within(b.begin, b.end, n_local_, n), rank,
+                                                          DType::F32);
+    for (int i = 0; i < (once ? 1 : micro_steps); ++i) traffic += reduced;
   }
+  if (zero_ == 2) traffic += ring_all_gather_traffic(ring_chunk_bounds(size_t(n_local_), n), rank, dtype_of<A>());
+  else traffic += zero3_gather_traffic(model_.layout(), passes, n, rank, dtype_of<A>());
+  return traffic;
 }
 
 template <class A>

@@ -81,9 +81,15 @@ class LocalZero {
   // formula of the stage this zero level is (its README): zero 0 stage 02's ring
   // all-reduce of each bucket, 1 and 2 a reduce-scatter of each bucket (once, or each of
   // `micro_steps` micro-batches) and the weights' all-gather, 3 stage 05's gathers and
-  // reductions, on this rank's local buffer. For a whole model (stages 06 and 10): a
-  // pipeline stage's tied wte is reduced once a step, which this does not count.
+  // reductions, on this rank's local buffer; counted up to the update (ZeRO-3's update
+  // starts the next step's first gather). For a whole model (stages 06 and 10).
   CommTally step_traffic(int micro_steps) const;
+  // The same for a pipeline stage (stages 07-11), whose passes come in the schedule's
+  // order: `passes`, this chunk's forwards and backwards as the model runs them (with
+  // ZeRO-3 they decide which units a pass finds still gathered, zero3_gather_traffic), and
+  // `tied_wte`: the chunk holds an end of a tied wte, whose bucket ZeRO-2 and -3 reduce
+  // once a step after the two ends have summed it (tied_embedding.h), not once a micro-step.
+  CommTally step_traffic(int micro_steps, const std::vector<Pass>& passes, bool tied_wte) const;
 
  private:
   const Config& cfg_;

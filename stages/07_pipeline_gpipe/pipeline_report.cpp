@@ -112,9 +112,10 @@ CommTally pipeline_traffic(int p, int v, int m, int rank, size_t message, DType 
   return traffic;
 }
 
-void print_pipeline_traffic(Communicator& world, int64_t step, const CommTally& counted, const CommTally& formula) {
+void print_traffic_by_rank(Communicator& world, const char* kind, int64_t step, const CommTally& counted,
+                           const CommTally& formula) {
   if (world.rank() == 0)
-    std::printf("pipeline communication in step %lld, rank 0 (counted | formula, README):\n%s",
+    std::printf("%s communication in step %lld, rank 0 (counted | formula, README):\n%s", kind,
                 static_cast<long long>(step), comm_table(counted, formula).c_str());
   const auto sum = [](const std::array<int64_t, size_t(CommOp::kCount)>& per_op) {
     int64_t all = 0;
@@ -125,9 +126,20 @@ void print_pipeline_traffic(Communicator& world, int64_t step, const CommTally& 
   std::snprintf(line, sizeof line, "  rank %d: %lld | %lld calls  %lld | %lld bytes\n", world.rank(),
                 sum(counted.calls), sum(formula.calls), sum(counted.bytes), sum(formula.bytes));
   if (world.rank() == 0)
-    std::printf("pipeline communication in step %lld by rank, all operations (counted | formula):\n",
+    std::printf("%s communication in step %lld by rank, all operations (counted | formula):\n", kind,
                 static_cast<long long>(step));
   print_from_every_rank(world, line);
+}
+
+std::vector<Pass> chunk_passes(const PipeSchedule& schedule, int chunk) {
+  std::vector<Pass> passes;
+  for (const PipeAction& a : schedule) {
+    if (a.chunk != chunk) continue;
+    if (a.op == PipeOp::Forward) passes.push_back(Pass::Forward);
+    if (a.op == PipeOp::Backward || a.op == PipeOp::BackwardInput || a.op == PipeOp::BackwardWeight)
+      passes.push_back(Pass::Backward);
+  }
+  return passes;
 }
 
 }  // namespace gpt

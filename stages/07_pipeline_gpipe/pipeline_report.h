@@ -64,8 +64,16 @@ CommTally pipeline_traffic(int p, int v, int m, int rank, size_t message, DType 
                            DType gradients);
 
 // Collective over world: prints, from world rank 0, that rank's `counted` traffic of step
-// `step` beside `formula` as a table, then one line per rank, its calls and bytes over all
-// operations, counted | formula (the end ranks and the middle ones differ).
-void print_pipeline_traffic(Communicator& world, int64_t step, const CommTally& counted, const CommTally& formula);
+// `step` beside `formula` as a table headed "KIND communication", then one line per rank,
+// its calls and bytes over all operations, counted | formula (the pipeline's end ranks and
+// middle ones differ, and so do their layers and what ZeRO moves of them).
+void print_traffic_by_rank(Communicator& world, const char* kind, int64_t step, const CommTally& counted,
+                           const CommTally& formula);
+
+// The passes that model chunk `chunk` runs in a step of `schedule`, in its order: a
+// forward, or a backward (each half of a split backward is a backward pass of its own,
+// acquiring the chunk's weights again). What ZeRO-3 gathers depends on it
+// (LocalZero::step_traffic).
+std::vector<Pass> chunk_passes(const PipeSchedule& schedule, int chunk);
 
 }  // namespace gpt

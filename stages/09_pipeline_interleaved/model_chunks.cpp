@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "stages/07_pipeline_gpipe/pipeline_config.h"
 #include "stages/07_pipeline_gpipe/pipeline_executor.h"
+#include "stages/07_pipeline_gpipe/pipeline_report.h"
 
 namespace gpt {
 
@@ -50,6 +51,14 @@ std::vector<A> gather_chunks(Communicator& world, std::vector<ModelChunk<A>>& ch
   std::vector<LocalPart<A>> parts;
   for (size_t i = 0; i < chunks.size(); ++i) parts.push_back({chunks[i].slices.get(), &locals[i]});
   return gather_whole_model(world, parts, counted, on);
+}
+
+template <class A>
+CommTally chunks_dp_traffic(const std::vector<ModelChunk<A>>& chunks, const PipeSchedule& schedule, int m) {
+  CommTally traffic;
+  for (size_t c = 0; c < chunks.size(); ++c)
+    traffic += chunks[c].zero->step_traffic(m, chunk_passes(schedule, int(c)), chunks[c].tied->summed_elements() > 0);
+  return traffic;
 }
 
 template <class A>
@@ -102,6 +111,8 @@ template std::vector<ModelChunk<bf16>> make_model_chunks(const Config&, const Pa
                                                          const ModelSlice<bf16>&, int, Device, Precision);
 template std::vector<float> gather_chunks(Communicator&, std::vector<ModelChunk<float>>&, bool, WholeOn);
 template std::vector<bf16> gather_chunks(Communicator&, std::vector<ModelChunk<bf16>>&, bool, WholeOn);
+template CommTally chunks_dp_traffic(const std::vector<ModelChunk<float>>&, const PipeSchedule&, int);
+template CommTally chunks_dp_traffic(const std::vector<ModelChunk<bf16>>&, const PipeSchedule&, int);
 template class ChunkCheckpoint<float>;
 template class ChunkCheckpoint<bf16>;
 

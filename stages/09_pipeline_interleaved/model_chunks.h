@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/checkpoint.h"
+#include "common/comm_counter.h"
 #include "common/comm.h"
 #include "common/config.h"
 #include "common/gpt2.h"
@@ -65,6 +66,12 @@ std::vector<ModelChunk<A>> make_model_chunks(const Config& cfg, const ParamLayou
 template <class A>
 std::vector<A> gather_chunks(Communicator& world, std::vector<ModelChunk<A>>& chunks, bool counted,
                              WholeOn on = WholeOn::Lead);
+
+// One step's traffic over dp of all the rank's chunks (each chunk's store reduces and
+// gathers its own layers: LocalZero::step_traffic with the chunk's passes in `schedule`,
+// and its tied wte where it holds an end of it), for m micro-batches.
+template <class A>
+CommTally chunks_dp_traffic(const std::vector<ModelChunk<A>>& chunks, const PipeSchedule& schedule, int m);
 
 // A rank's chunks as one checkpoint: the tensors of every chunk's ZeRO range in the
 // model's order (a RankLayout must list them so; wte, the last chunk's on rank p - 1,

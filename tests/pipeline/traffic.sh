@@ -35,7 +35,7 @@ judge() {
   /usr/bin/python3 - "$ROOT" "$@" << 'PY'
 import json, re, sys
 sys.path.insert(0, sys.argv[1] + "/scripts")
-from comm_table import counted_rows
+from comm_table import counted_rows, read_by_rank
 cfg = json.load(open(sys.argv[1] + "/configs/tiny.json"))
 log_path = sys.argv[2]
 p, m, v, divisor, tp, act_bytes = map(int, sys.argv[3:9])
@@ -61,15 +61,18 @@ if rows["point_to_point"] != want:
     sys.exit(f"{log_path}: counted {rows['point_to_point']} (calls, bytes), the closed form for p={p} m={m} v={v} "
              f"gives {want}")
 # Every rank's line; where the world is the pipeline alone (np = p) world rank r is pp rank r.
-by_rank = re.findall(r"^  rank (\d+): (\d+) \| (\d+) calls  (\d+) \| (\d+) bytes$", text, re.M)
+try:
+    by_rank = read_by_rank(text, "pipeline", log_path)
+except ValueError as e:
+    sys.exit(str(e))
 ranks = int(sys.argv[10])
-if sorted(int(r) for r, *_ in by_rank) != list(range(ranks)):
-    sys.exit(f"{log_path}: lines for ranks {[r for r, *_ in by_rank]}, not one for each of the {ranks}")
-for r, calls, calls_f, nbytes, nbytes_f in by_rank:
+if sorted(by_rank) != list(range(ranks)):
+    sys.exit(f"{log_path}: lines for ranks {sorted(by_rank)}, not one for each of the {ranks}")
+for r, (calls, calls_f, nbytes, nbytes_f) in by_rank.items():
     if (calls, nbytes) != (calls_f, nbytes_f):
         sys.exit(f"{log_path}: rank {r} counted {calls} calls {nbytes} bytes, formula {calls_f} calls {nbytes_f} bytes")
-    if pipeline_only and (int(calls), int(nbytes)) != closed_form(int(r)):
-        sys.exit(f"{log_path}: rank {r} counted {calls} calls {nbytes} bytes, its closed form {closed_form(int(r))}")
+    if pipeline_only and (calls, nbytes) != closed_form(r):
+        sys.exit(f"{log_path}: rank {r} counted {calls} calls {nbytes} bytes, its closed form {closed_form(r)}")
 print(f"ok   {log_path.split('/')[-1]}: {want[0]} messages, {want[1]} bytes")
 PY
 }
