@@ -2,8 +2,8 @@
 # Memory: the per-rank bytes of parameters, gradients and optimizer state that stages
 # 02-05 (and 05 without its prefetch, zero3_prefetch=false) allocate (rank 0's "mem" in metrics.jsonl) equal each stage's formula exactly,
 # plus the stated fixed buffers (live gradient buckets, gathered units), at dp = 4.
-# Two steps of a small model per stage and precision, with a validation pass after the
-# first (an evaluation must not raise any peak); memory_formula.py derives the expected
+# Two steps of a small model per stage and shape, with a validation pass after each
+# (an evaluation must not raise any peak); memory_formula.py derives the expected
 # bytes from the shape and prints the table.
 #
 # Usage: memory_formula.sh BIN02 BIN03 BIN04 BIN05 PREPARE WORKDIR ROOT MPIEXEC
