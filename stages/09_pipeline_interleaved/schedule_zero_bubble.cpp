@@ -21,7 +21,8 @@ PipeSchedule zb_h1_schedule(int p, int rank, int m) {
 }
 
 double zb_h1_bubble(int p, int m, const PipeCosts& c) {
-  const double idle = (p - 1) * (c.forward + c.backward_input) - (std::min(m, p) - 1) * c.backward_weight;
+  const double filled = std::min({c.backward_weight, c.forward, c.backward_input});  // by each deferred W
+  const double idle = (p - 1) * (c.forward + c.backward_input) - (std::min(m, p) - 1) * filled;
   return idle / (idle + m * (c.forward + c.backward_input + c.backward_weight));
 }
 

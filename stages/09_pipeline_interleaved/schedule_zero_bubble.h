@@ -26,8 +26,16 @@
 // (p-1)(tF + tB) - (m-1) tW. Both: idle = (p-1)(tF + tB) - (min(m, p) - 1) tW. With
 // tF = tB = tW and m >= p the bubble is (p-1) / (3m + p - 1), at most half of 1F1B's
 // (p-1) / (m + p - 1). (For m < p no order can halve it: micro-batch m-1's forward
-// and input gradient must cross every rank. A W longer than tF or tB cannot hide in
-// one slot; the simulator then measures (p-1) max(tF, tB) of idle for m >= p.)
+// and input gradient must cross every rank.)
+//
+// A W longer than the shorter of tF and tB does not fit the slot it fills: the F or B
+// after it starts late by the excess, and the ranks downstream wait for it in turn. Each deferred
+// W then saves min(tF, tB) of idle time instead of tW, so for any costs
+//
+//   idle = (p-1)(tF + tB) - (min(m, p) - 1) min(tW, tF, tB)
+//
+// which the simulator reproduces for random costs (tests/pp). On CPU ranks a W often
+// takes longer than a forward, so the printed theory uses this form.
 //
 // Memory: rank r holds min(p - r, m) micro-batches awaiting B, as 1F1B, but keeps what
 // W needs of r more, so min(p, m) on every rank (1F1B's count, on rank 0, everywhere).
@@ -43,8 +51,8 @@ namespace gpt {
 // p < 1 or m < 1.
 PipeSchedule zb_h1_schedule(int p, int rank, int m);
 
-// The theory above: the idle share of the step for costs with tW <= min(tF, tB), and
-// the most micro-batches a rank holds until their W.
+// The theory above: the idle share of the step for any costs (one chunk per rank, equal
+// stages), and the most micro-batches a rank holds until their W.
 double zb_h1_bubble(int p, int m, const PipeCosts& costs);
 int zb_h1_max_in_flight(int p, int m);
 

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "common/error.h"
@@ -91,8 +92,16 @@ TEST_CASE("pipeline: interleaved 1F1B with one chunk is 1F1B; chunks wrap from t
 
 TEST_CASE("pipeline: ZB-H1 fills the bubble with weight gradients, in micro-batch order", "[pipeline]") {
   for (auto [p, m] : kShapes)
-    for (const PipeCosts& costs : {PipeCosts{1, 1, 1}, PipeCosts{2, 3, 1}, PipeCosts{1, 2, 1}, PipeCosts{1, 1, 0.5}})
-      check_against_theory("zb-h1", p, m, 1, costs);
+    for (const PipeCosts& costs : {PipeCosts{1, 1, 1}, PipeCosts{2, 3, 1}, PipeCosts{1, 2, 1}, PipeCosts{1, 1, 0.5},
+                                   PipeCosts{1, 1, 2}, PipeCosts{1, 3, 2}, PipeCosts{3, 1, 2}, PipeCosts{0.09, 0.09, 0.34}})
+      check_against_theory("zb-h1", p, m, 1, costs);  // the last four: a W longer than tF or tB
+  // Costs drawn at random (a fixed seed), each from 0.1 to 3: any order of tF, tB and tW.
+  std::mt19937 draw(2026);
+  std::uniform_real_distribution<double> cost(0.1, 3.0);
+  for (int i = 0; i < 300; ++i) {
+    const PipeCosts costs{cost(draw), cost(draw), cost(draw)};
+    check_against_theory("zb-h1", 1 + i % 6, 1 + i / 6 % 13, 1, costs);
+  }
   for (auto [p, m] : kShapes) {
     INFO("p " << p << ", m " << m);
     const double zb = simulate_pipeline(all_ranks("zb-h1", p, m, 1), PipeCosts{1, 1, 1}).bubble[0];
