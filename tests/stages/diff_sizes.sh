@@ -17,7 +17,7 @@ declare -A budget=(
   [05_zero3:06_tensor_parallel]=220     # the tp communicator, the model as a slice, the store by `zero`
   [06_tensor_parallel:07_pipeline_gpipe]=150   # the pipeline group, a stage of the model, the executor, the tied wte; its counted pp traffic for 06's dp table
   [07_pipeline_gpipe:08_pipeline_1f1b]=30      # the schedule and its in-flight bound
-  [08_pipeline_1f1b:09_pipeline_interleaved]=155  # v chunks per rank: a vector of stage-08 models and their stores, one packed checkpoint, the chunks' tied wte counted
+  [08_pipeline_1f1b:09_pipeline_interleaved]=160  # v chunks per rank: a vector of stage-08 models and their stores, one packed checkpoint, the chunks' tied wte and dp traffic counted
   [07_pipeline_gpipe:10_context_parallel]=170  # while 08 and 09 have no driver
   [08_pipeline_1f1b:10_context_parallel]=170
   [09_pipeline_interleaved:10_context_parallel]=220  # back from chunks to one model, and the cp split
@@ -27,7 +27,7 @@ declare -A budget=(
 # Pairs a reader is pointed to besides the neighbours: stage 11 is stage 09's driver with
 # stage 10's context split and the recompute key.
 extra_pairs=(09_pipeline_interleaved:11_4d)
-budget[09_pipeline_interleaved:11_4d]=148  # with its header naming an axis of 1 plainly, and its ring attention counted as stage 10 counts it
+budget[09_pipeline_interleaved:11_4d]=152  # with its header naming an axis of 1 plainly, its ring attention counted as stage 10 counts it, its dp traffic over dp x cp
 failures=0
 [ "$(bash "$DIFF" --count 02 02)" = 0 ] || { echo "FAIL: a stage against itself is not 0 lines"; failures=1; }
 stages=()  # the stages with a driver (a stage still being written may have none yet)
