@@ -520,9 +520,10 @@ void require_distinct_outputs(const Config& cfg) {
          " trace_file '" + cfg.trace_file + "': the trace would replace the metrics log; name two files");
 }
 
-// A file the run writes (metrics_file, trace_file) must not lie inside one of run_dir's
-// checkpoint directories (step_N/, and its .tmp and .old forms): a save of that step
-// replaces the directory whole, pruning deletes it, and either takes the file along.
+// A file the run writes (metrics_file, trace_file) or reads (train_data, val_data,
+// eval_choices, a tokenizer file) must not lie inside one of run_dir's checkpoint
+// directories (step_N/, and its .tmp and .old forms): a save of that step replaces the
+// directory whole, pruning deletes it, and either takes the file along.
 void require_outside_checkpoints(const std::string& path, const char* key, const std::string& run_dir) {
   if (path.empty()) return;
   const fs::path dir = resolved(run_dir);
@@ -800,6 +801,10 @@ void validate(const Config& cfg, int dp) {
   require_run_dir_outside_checkpoints(cfg.run_dir);
   require_outside_checkpoints(cfg.metrics_file, "metrics_file", cfg.run_dir);
   require_outside_checkpoints(cfg.trace_file, "trace_file", cfg.run_dir);
+  require_outside_checkpoints(cfg.train_data, "train_data", cfg.run_dir);
+  require_outside_checkpoints(cfg.val_data, "val_data", cfg.run_dir);
+  require_outside_checkpoints(cfg.eval_choices, "eval_choices", cfg.run_dir);
+  if (cfg.tokenizer != "bytes") require_outside_checkpoints(cfg.tokenizer, "tokenizer", cfg.run_dir);
   require_distinct_outputs(cfg);
 
   // Distributed.

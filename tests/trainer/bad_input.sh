@@ -100,6 +100,16 @@ expect "metrics unwritable"      "metrics_file: cannot write" train --set metric
 # pruning deletes: refused (a step directory not there yet, and one reached through '..').
 expect "metrics in a checkpoint" "metrics_file='$WORK/run/step_00000002/m.jsonl' lies inside $WORK/run/step_00000002" train --set "metrics_file=$WORK/run/step_00000002/m.jsonl"
 expect "trace in a checkpoint"   "lies inside $WORK/run/step_00000001.tmp, a checkpoint directory" train --set "trace_file=$WORK/run/../run/step_00000001.tmp/t.json"
+# And the files it reads, which pruning would delete under the run (copies that exist,
+# in a run_dir of their own).
+mkdir -p "$WORK/inrun/step_00000001" && cp "$D/train.bin" "$D/val.bin" "$WORK/eval_ok.bin" "$WORK/inrun/step_00000001/"
+in_ck=$WORK/inrun/step_00000001
+expect "train data in a checkpoint" "train_data='$in_ck/train.bin' lies inside $in_ck, a checkpoint directory" \
+  train --set "run_dir=$WORK/inrun" --set "train_data=$in_ck/train.bin"
+expect "val data in a checkpoint" "val_data='$in_ck/val.bin' lies inside $in_ck" \
+  train --set "run_dir=$WORK/inrun" --set "val_data=$in_ck/val.bin"
+expect "eval file in a checkpoint" "eval_choices='$in_ck/eval_ok.bin' lies inside $in_ck" \
+  train --set "run_dir=$WORK/inrun" --set "eval_choices=$in_ck/eval_ok.bin"
 # The metrics log and the trace as one file (stage 01's trace, or a rank's of stages 02+):
 # the trace written at the end would replace the log.
 expect "metrics is the trace"    "is the same file as trace_file" train --set "trace_file=$WORK/same.json" --set "metrics_file=$WORK/same.json"
