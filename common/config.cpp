@@ -36,6 +36,7 @@
 #include "common/choices_file.h"
 #include "common/comm.h"
 #include "common/error.h"
+#include "common/files.h"
 #include "common/gpt2_layout.h"
 #include "common/host_memory.h"
 #include "common/json_input.h"
@@ -542,17 +543,14 @@ void require_outside_checkpoints(const std::string& path, const char* key, const
 // manifest.json) or lies in a run directory (beside a run's lock file, common/run_lock.h).
 // A directory of another name is left alone: no run saves over it or prunes it.
 void require_run_dir_outside_checkpoints(const std::string& run_dir) {
+  const std::string dir = enclosing_checkpoint(run_dir);  // common/files.h
+  if (dir.empty()) return;
   std::error_code ec;
-  for (fs::path dir = resolved(run_dir); dir.has_relative_path(); dir = dir.parent_path()) {
-    if (!dir.filename().string().starts_with("step_")) continue;
-    const bool checkpoint = fs::is_regular_file(dir / "manifest.json", ec);
-    const bool step_entry = fs::exists(dir.parent_path() / ".lock", ec);
-    if (checkpoint || step_entry)
-      fail("run_dir='" + run_dir + "' lies inside " + dir.string() + ", " +
-           (checkpoint ? "a checkpoint" : "a checkpoint directory of another run") +
-           ": that run's saves replace the directory whole and its pruning deletes it, with this run's "
-           "checkpoints and metrics in it; choose a run_dir outside it");
-  }
+  const bool checkpoint = fs::is_regular_file(fs::path(dir) / "manifest.json", ec);
+  fail("run_dir='" + run_dir + "' lies inside " + dir + ", " +
+       (checkpoint ? "a checkpoint" : "a checkpoint directory of another run") +
+       ": that run's saves replace the directory whole and its pruning deletes it, with this run's "
+       "checkpoints and metrics in it; choose a run_dir outside it");
 }
 
 }  // namespace

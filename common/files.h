@@ -45,6 +45,34 @@ inline bool name_taken(const std::string& path) {
   return std::filesystem::exists(std::filesystem::symlink_status(path, ec));
 }
 
+/// The checkpoint directory that directory `dir` is or lies inside, or "" when none: `dir`
+/// or an ancestor named step_... that is a checkpoint (it holds manifest.json) or lies in
+/// a run directory (beside a run's lock file, common/run_lock.h: step_N.tmp and step_N.old
+/// included). That run's next save of the step, or its pruning, replaces or deletes the
+/// directory whole, with whatever else was put in it.
+inline std::string enclosing_checkpoint(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (fs::path d = fs::weakly_canonical(fs::absolute(dir, ec), ec); d.has_relative_path(); d = d.parent_path()) {
+    if (!d.filename().string().starts_with("step_")) continue;
+    if (fs::is_regular_file(d / "manifest.json", ec) || fs::exists(d.parent_path() / ".lock", ec)) return d.string();
+  }
+  return "";
+}
+
+/// A tool's output file (`what`: the option or argument that named it), or the directory
+/// it writes its files into (`directory`), must not go into a checkpoint directory
+/// (enclosing_checkpoint), where the run's pruning or next save would delete it without a
+/// word: a UserError naming both.
+inline void require_outside_checkpoint_dirs(const std::string& path, const std::string& what,
+                                            bool directory = false) {
+  const std::filesystem::path dir = directory ? std::filesystem::path(path) : std::filesystem::path(path).parent_path();
+  const std::string checkpoint = enclosing_checkpoint(dir.empty() ? "." : dir.string());
+  if (!checkpoint.empty())
+    fail(what + " '" + path + "': " + checkpoint + " is a checkpoint directory: its run's next save of that "
+         "step, or its pruning, deletes the directory whole with what is written there; write elsewhere");
+}
+
 /// An output file may be new, empty, or an earlier output of the same kind (a trace
 /// replaced, a metrics log appended to): anything else at `path` (a data shard, a
 /// config, a checkpoint's tensors, named by a typo) is refused with a UserError naming

@@ -84,7 +84,7 @@ Options parse(const std::vector<std::string>& args) {
     else if (a == "--limit") o.limit = gpt::positive_int_option(a, v);
     else if (a == "--threads") o.threads = gpt::positive_int_option(a, v);
     else if (a == "--out" && v.empty()) gpt::fail("--out needs a file name (it was empty)");
-    else if (a == "--out") o.out = v;
+    else if (a == "--out") o.out = v, gpt::require_outside_checkpoint_dirs(v, "--out");
     else gpt::fail("unknown option '" + a + "'\n" + std::string(kUsage));
   }
   if (positional.size() != 2) {

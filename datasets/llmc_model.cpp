@@ -42,6 +42,7 @@ constexpr const char* kUsage =
 int import_model(const std::string& model_path, const std::string& run_dir) {
   const gpt::LlmcHeader header = gpt::read_llmc_header(model_path);
   const std::string step0 = run_dir + "/step_00000000";
+  gpt::require_outside_checkpoint_dirs(run_dir, "RUN_DIR", /*directory=*/true);
   std::error_code ec;
   if (std::filesystem::exists(step0, ec))
     gpt::fail("RUN_DIR '" + run_dir + "' already holds " + step0 + "; name another RUN_DIR");
@@ -82,6 +83,7 @@ int export_model(const std::string& given, const std::string& model_path, bool b
   const std::string checkpoint = gpt::checkpoint_or_latest(given);  // a run directory: its latest
   if (gpt::name_taken(model_path))
     gpt::fail("MODEL.bin '" + model_path + "' exists; name a new file (nothing is overwritten)");
+  gpt::require_outside_checkpoint_dirs(model_path, "MODEL.bin");
   const gpt::ParamLayout layout(gpt::checkpoint_model(checkpoint));
   std::vector<float> params(size_t(layout.total()));
   gpt::load_checkpoint(checkpoint, layout, {{"param", params.data(), 0, layout.total()}});

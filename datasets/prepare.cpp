@@ -25,6 +25,7 @@
 
 #include "common/data.h"
 #include "common/error.h"
+#include "common/files.h"
 #include "common/tokenizer.h"
 
 namespace {
@@ -107,6 +108,7 @@ Options parse_args(int argc, char** argv) {
   }
   if (options.help) return options;
   if (options.out_dir.empty()) gpt::fail("missing --out DIR (see --help)");
+  gpt::require_outside_checkpoint_dirs(options.out_dir, "--out", /*directory=*/true);
   if (options.files.empty()) gpt::fail("no input files given (see --help)");
   // The same file twice would put its text in both splits, or twice in one.
   namespace fs = std::filesystem;

@@ -141,6 +141,7 @@ int run(int argc, char** argv) {
   std::error_code ec;
   if (gpt::name_taken(o.output))
     gpt::fail("'" + o.output + "' exists; name a new file (nothing is overwritten)");
+  gpt::require_outside_checkpoint_dirs(o.output, "OUT.bin");
   const gpt::Tokenizer tokenizer = gpt::Tokenizer::named(o.tokenizer);
   if (!std::filesystem::is_regular_file(o.input, ec)) {
     if (!std::filesystem::exists(o.input, ec)) gpt::fail("'" + o.input + "': no such file");

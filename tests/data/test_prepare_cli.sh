@@ -47,6 +47,11 @@ case $case_name in
   fraction_no_value) expect_error "--val-fraction" --out out good.txt --val-fraction ;;
   same_file_twice)   expect_error "is given twice" --out out good.txt ./good.txt ;;
   flag_twice)        expect_error "flag --out is given twice" --out out --out out2 good.txt ;;
+  into_checkpoint)
+    # A checkpoint directory (it holds manifest.json): its run's pruning deletes it whole.
+    mkdir -p run/step_00000002 && echo '{}' >run/step_00000002/manifest.json
+    expect_error "run/step_00000002 is a checkpoint directory" --out run/step_00000002/data good.txt
+    [[ ! -e run/step_00000002/data ]] || fail "the refused prepare made run/step_00000002/data" ;;
   shard_as_text)
     # prepare's own output given back as input: refused, not tokenized as bytes.
     "$prepare" --out first good.txt >/dev/null || fail "the first prepare failed"

@@ -135,6 +135,9 @@ refused batch_zero "--batch: '0' is not a positive integer" "$TOOL" run e.bin --
 refused limit_word "--limit: 'all' is not a positive integer" "$TOOL" run e.bin --limit all
 refused option "unknown option '--bacth'" "$TOOL" run e.bin --bacth 4
 refused out_empty "--out needs a file name (it was empty)" "$TOOL" run e.bin --device cpu --out ""
+refused out_in_checkpoint "run/step_00000000 is a checkpoint directory" \
+  "$TOOL" run e.bin --device cpu --out run/step_00000000/scores.jsonl
+[ ! -e run/step_00000000/scores.jsonl ] || fail "the refused --out wrote into run/step_00000000"
 refused twice "--batch is given twice" "$TOOL" run e.bin --device cpu --batch 8 --batch 16
 refused operands "expected CHECKPOINT and EVAL.bin, got 1 argument: 'run'" "$TOOL" run
 refused extra_operand "got 3 arguments: 'run' 'e.bin' 'more'" "$TOOL" run e.bin more --device cpu

@@ -157,6 +157,12 @@ cp m3.bin m3.copy
 refused export_over "exists" "$TOOL" export run3/step_00000000 m3.bin
 refused export_nameless "name a file to write" "$TOOL" export run3/step_00000000 ""
 cmp -s m3.bin m3.copy && [ ! -e m3.bin.tmp ] || fail "the refused export touched m3.bin or left m3.bin.tmp"
+# Into a checkpoint directory, which its run's pruning or next save deletes whole: refused.
+refused export_into_checkpoint "run3/step_00000000 is a checkpoint directory" \
+  "$TOOL" export run3/step_00000000 run3/step_00000000/model.bin
+[ ! -e run3/step_00000000/model.bin ] || fail "the refused export wrote into run3/step_00000000"
+refused import_into_checkpoint "step_00000000 is a checkpoint directory" "$TOOL" import m3.bin run3/step_00000000/inner
+[ ! -e run3/step_00000000/inner ] || fail "the refused import made run3/step_00000000/inner"
 ln -s nowhere.bin dangling.bin  # a link to nothing is a name taken as well
 refused export_dangling "'dangling.bin' exists" "$TOOL" export run3/step_00000000 dangling.bin
 [ -L dangling.bin ] && [ ! -e nowhere.bin ] || fail "the refused export replaced the link or made its target"

@@ -116,6 +116,10 @@ refused "limit zero"     "--limit: '0' is not a positive integer" "$TOOL" exampl
 refused "limit twice"    "--limit is given twice" "$TOOL" examples.jsonl o.bin --limit 1 --limit 2 --tokenizer bytes
 cp bpe.bin kept.bin
 refused "output exists"  "'kept.bin' exists" "$TOOL" examples.jsonl kept.bin --tokenizer bytes
+mkdir -p ck/step_00000003 && echo '{}' > ck/step_00000003/manifest.json  # a checkpoint directory
+refused "into a checkpoint" "ck/step_00000003 is a checkpoint directory" \
+  "$TOOL" examples.jsonl ck/step_00000003/hs.bin --tokenizer bytes
+[ ! -e ck/step_00000003/hs.bin ] || fail "the refused prepare_choices wrote into ck/step_00000003"
 cmp -s bpe.bin kept.bin && echo "ok   the existing output is unchanged" || fail "the existing output changed"
 ln -s nowhere.bin dangling.bin  # a link to nothing is a name taken as well
 refused "output a dangling link" "'dangling.bin' exists" "$TOOL" examples.jsonl dangling.bin --tokenizer bytes
