@@ -220,9 +220,12 @@ int train_on(const Config& cfg, Device device, Precision precision) {
 }
 
 int train(int argc, char** argv) {
-  install_stop_handlers(/*announce=*/true, /*terminal_signals=*/true);  // first: one process, Ctrl-C too
   Config cfg;
   if (!parse_args(argc, argv, cfg, "train")) return 0;
+  // One process: Ctrl-C and SIGTERM too. Once the config is read: --config may name a
+  // pipe whose writer never comes, and a signal then ends the wait at once, as it would
+  // `cat`'s, instead of asking for a checkpoint of a step that will never run.
+  install_stop_handlers(/*announce=*/true, /*terminal_signals=*/true);
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
   require_axes(cfg, StageSpec{"01_single_gpu"});  // one device: no tp, pp, cp
   require(cfg.dp <= 1, "dp=" + std::to_string(cfg.dp) + ": stage 01 trains on one device (dp must be 0 or 1)");

@@ -132,6 +132,14 @@ mkfifo "$WORK/fifo"
 train_timed() { timeout 60 "$TRAIN" $(tiny_args "$D" "$WORK/run") --set steps=2 --set sample_tokens=0 "$@"; }
 expect "metrics into a FIFO"     "metrics_file: '$WORK/fifo' is a FIFO" train_timed --set "metrics_file=$WORK/fifo"
 expect "trace into a FIFO"       "trace_file: '$WORK/fifo' is a FIFO" train_timed --set "trace_file=$WORK/fifo"
+# A FIFO as the config waits for its writer, as `cat` would; a stop signal must end that
+# wait at once (timeout's 124), not ask for a checkpoint of a step that never comes and
+# go on waiting until killed (137).
+cases=$((cases + 1)) && status=0
+timeout -k 10 2 "$TRAIN" --config "$WORK/fifo" > "$WORK/out.txt" 2> "$WORK/err.txt" || status=$?
+if [ "$status" -eq 124 ] && ! grep -q "stop requested" "$WORK/err.txt"; then echo "ok   [SIGTERM while --config waits]"
+else echo "FAIL [SIGTERM while --config waits]: exit status $status, expected 124"; cat "$WORK/err.txt"
+  failures=$((failures + 1)); fi
 mkdir -p "$WORK/linked" && echo precious > "$WORK/precious.txt" && ln -s ../precious.txt "$WORK/linked/.lock"
 expect "the lock file a link"    "the lock file '$WORK/linked/.lock' is a symbolic link" \
   "$TRAIN" $(tiny_args "$D" "$WORK/linked") --set steps=2 --set sample_tokens=0
