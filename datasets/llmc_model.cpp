@@ -41,6 +41,11 @@ constexpr const char* kUsage =
 
 int import_model(const std::string& model_path, const std::string& run_dir) {
   const gpt::LlmcHeader header = gpt::read_llmc_header(model_path);
+  // The trainers' limit (config.cpp): a checkpoint past it would be imported, then refused
+  // by every resume.
+  if (header.model.vocab_size > 65536)
+    gpt::fail(model_path + ": vocab_size=" + std::to_string(header.model.vocab_size) +
+              " is more than 65536, the most a token shard's uint16 ids can name: no stage could resume it");
   const std::string step0 = run_dir + "/step_00000000";
   gpt::require_outside_checkpoint_dirs(run_dir, "RUN_DIR", /*directory=*/true);
   std::error_code ec;

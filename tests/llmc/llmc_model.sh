@@ -17,10 +17,11 @@
 #      version 3's weights exported with --bf16 give version 5's file (the rounding);
 #      version 1's export, imported again, gives the same checkpoint tensors;
 #   5. bad input: a truncated file, an unknown version, n_head not dividing n_embd, a
-#      token shard given as a model, a weight that is NaN, a RUN_DIR that holds a step-0
-#      checkpoint, a later one, or a running job's lock, an export over an existing file or
-#      its temporary name, an export of a save in progress (.tmp), a resume with another
-#      model shape:
+#      vocabulary past uint16's 65536, a token shard given as a model, a weight that is
+#      NaN, a RUN_DIR that holds a step-0 checkpoint, a later one, or a running job's lock,
+#      an export over an existing file or its temporary name, an export of a save in
+#      progress (.tmp), an export or import into a checkpoint directory, a resume with
+#      another model shape:
 #      each exit 2, named; the refused imports and exports write nothing.
 # Negative control: a file whose attention projections are stored transposed (what an
 # importer that transposed them would make of the right file) must fail both the tensor
@@ -136,6 +137,9 @@ refused shard "a token shard" "$TOOL" import data/train.bin bad4
 patch nan.bin 256 2143289344  # the first weight (wte's first value, after the header) a quiet NaN
 refused nan "tensor wte holds NaN at element 0" "$TOOL" import nan.bin bad6
 refused run_dir "already holds" "$TOOL" import m3.bin run3
+"${REF[@]}" write vocab70000.bin --version 3 --seed 1 --layers 1 --embd 8 --heads 2 --vocab 70000 --max-seq 8
+refused big_vocab "vocab_size=70000 is more than 65536" "$TOOL" import vocab70000.bin bad7
+[ ! -e bad7 ] || fail "the refused import of vocab70000.bin made bad7"
 # A run directory with a later checkpoint, and one a running job holds (this shell stands
 # for the job: flock(1) on the lock file the trainers take): refused, nothing written there.
 mkdir -p later && cp -r run3/step_00000000 later/step_00000000 && rm -rf later_run
