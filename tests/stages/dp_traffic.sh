@@ -127,8 +127,8 @@ judged_step zero3_2_accum 2 "$TRAIN05" 2 zero3 "${one[@]}" micro_steps=2 -- buck
 judged_step zero3_2_bf16 2 "$TRAIN05" 2 zero3 "${one[@]}" weight_bytes=2 -- bucket_mb=64 precision=bf16
 judged_step zero3_3_no_prefetch 3 "$TRAIN05" 3 zero3 "${one[@]}" -- batch_size=6 bucket_mb=64 zero3_prefetch=false
 # Stage 06 at tp 2 x dp 2 (each zero level: the stage its README names, on tp rank 0's
-# slice, about half the model) and stage 10 at cp 2 x dp 2 (the reductions over the 4
-# ranks of dp x cp that hold the same weights).
+# slice, about half the model) and stage 10 at cp 2 x dp 2, each zero level too (the
+# reductions over the 4 ranks of dp x cp that hold the same weights).
 judged_step tp_zero0 4 "$TRAIN06" 2 ring "${one[@]}" tp=2 -- tp=2 zero=0 bucket_mb=64
 judged_step tp_zero1 4 "$TRAIN06" 2 zero1 "${one[@]}" tp=2 -- tp=2 zero=1 bucket_mb=64
 judged_step tp_zero2 4 "$TRAIN06" 2 zero2 "${one[@]}" tp=2 micro_steps=2 -- tp=2 zero=2 bucket_mb=64 micro_batch_size=1
@@ -137,7 +137,11 @@ judged_step tp_zero1_accum 4 "$TRAIN06" 2 zero1 "${one[@]}" tp=2 -- tp=2 zero=1 
 judged_step tp_zero3_bf16_sp 4 "$TRAIN06" 2 zero3 "${one[@]}" tp=2 weight_bytes=2 -- tp=2 zero=3 bucket_mb=64 \
   precision=bf16 sequence_parallel=true
 judged_step cp_zero0 4 "$TRAIN10" 4 ring "${one[@]}" -- cp=2 zero=0 bucket_mb=64 batch_size=8
-judged_step cp_zero3 4 "$TRAIN10" 4 zero3 "${one[@]}" micro_steps=4 -- cp=2 zero=3 bucket_mb=64 batch_size=8 micro_batch_size=1
+judged_step cp_zero1 4 "$TRAIN10" 4 zero1 "${one[@]}" -- cp=2 zero=1 bucket_mb=64 batch_size=8
+judged_step cp_zero2 4 "$TRAIN10" 4 zero2 "${one[@]}" micro_steps=2 -- cp=2 zero=2 bucket_mb=64 batch_size=8 \
+  micro_batch_size=2
+judged_step cp_zero3 4 "$TRAIN10" 4 zero3 "${one[@]}" micro_steps=4 -- cp=2 zero=3 bucket_mb=64 batch_size=8 \
+  micro_batch_size=1
 # The controls, on runs that passed their own judgement: each must fail a judgement of
 # what it is not.
 control() {  # control WHAT LOG NP SCHEME [key=value...]
