@@ -74,12 +74,20 @@ def last_run(lines):
     are superseded), else it begins one (a checkpoint of another run directory)."""
     first = next((i for i, line in enumerate(lines) if line.get("kind") == "start"), len(lines))
     kept = since_steps_went_down(lines[:first])
+    trained = {k["step"] for k in kept if k.get("kind") == "train"}  # the steps of kept's train lines
     for line in lines[first:]:
         if line.get("kind") == "start":
             s = line["step"]
-            continues = s > 0 and any(k.get("kind") == "train" and k["step"] == s for k in kept)
-            kept = [k for k in kept if k["step"] <= s] if continues else []
+            if s > 0 and s in trained:  # it continues: kept's steps rise, so its lines past s are a tail
+                while kept[-1]["step"] > s:
+                    dropped = kept.pop()
+                    if dropped.get("kind") == "train":
+                        trained.discard(dropped["step"])
+            else:
+                kept, trained = [], set()
         kept.append(line)
+        if line.get("kind") == "train":
+            trained.add(line["step"])
     return kept
 
 
