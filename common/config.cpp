@@ -35,6 +35,7 @@
 #include "common/choices_eval.h"
 #include "common/choices_file.h"
 #include "common/comm.h"
+#include "common/data.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/gpt2_layout.h"
@@ -503,10 +504,6 @@ void check_text_keys(const Config& cfg) {
 
 // A path as the file system resolves it (absolute, links followed as far as they exist),
 // so that two spellings of one file compare equal.
-fs::path resolved(const fs::path& path) {
-  std::error_code ec;
-  return fs::weakly_canonical(fs::absolute(path, ec), ec);
-}
 
 // The metrics log and the trace must be two files: a trace written at the end would
 // replace the log (stage 01 writes trace_file itself, stages 02+ trace_file.rankN.json).
@@ -514,7 +511,7 @@ void require_distinct_outputs(const Config& cfg) {
   if (cfg.trace_file.empty()) return;
   const fs::path metrics =
       cfg.metrics_file.empty() ? fs::path(cfg.run_dir) / "metrics.jsonl" : fs::path(cfg.metrics_file);
-  const std::string log = resolved(metrics).string(), trace = resolved(cfg.trace_file).string();
+  const std::string log = resolved_path(metrics).string(), trace = resolved_path(cfg.trace_file).string();
   const bool rank_trace = log.starts_with(trace + ".rank") && log.ends_with(".json");
   if (log == trace || rank_trace)
     fail("metrics_file '" + metrics.string() + "' is " + (rank_trace ? "a rank's trace of" : "the same file as") +
@@ -523,18 +520,30 @@ void require_distinct_outputs(const Config& cfg) {
 
 // A file the run writes (metrics_file, trace_file) or reads (train_data, val_data,
 // eval_choices, a tokenizer file) must not lie inside one of run_dir's checkpoint
-// directories (step_N/, and its .tmp and .old forms): a save of that step replaces the
-// directory whole, pruning deletes it, and either takes the file along.
-void require_outside_checkpoints(const std::string& path, const char* key, const std::string& run_dir) {
+// directories (a step entry, is_step_entry_name: step_N/, and its .tmp and .old forms): a
+// save of that step replaces the directory whole, pruning deletes it, and either takes
+// the file along. A data key may be a glob: every file it matches is checked too.
+void require_outside_checkpoints(const std::string& path, const char* key, const std::string& run_dir,
+                                 bool glob = false) {
   if (path.empty()) return;
-  const fs::path dir = resolved(run_dir);
-  const fs::path inside = resolved(path).lexically_relative(dir);
-  if (inside.empty() || std::distance(inside.begin(), inside.end()) < 2) return;  // elsewhere, or run_dir itself
-  const std::string first = inside.begin()->string();
-  if (first.starts_with("step_"))
-    fail(std::string(key) + "='" + path + "' lies inside " + (dir / first).string() +
-         ", a checkpoint directory of run_dir: a save replaces it whole and pruning deletes it, with the file in "
-         "it; put the file in run_dir itself or elsewhere");
+  const fs::path dir = resolved_path(run_dir);
+  const auto refuse_inside = [&](const std::string& file) {
+    const fs::path inside = resolved_path(file).lexically_relative(dir);
+    if (inside.empty() || std::distance(inside.begin(), inside.end()) < 2) return;  // elsewhere, or run_dir itself
+    const std::string first = inside.begin()->string();
+    if (is_step_entry_name(first))
+      fail(std::string(key) + "='" + path + "'" + (file == path ? "" : " matches '" + file + "', which") +
+           " lies inside " + (dir / first).string() + ", a checkpoint directory of run_dir: a save replaces it "
+           "whole and pruning deletes it, with the file in it; put the file in run_dir itself or elsewhere");
+  };
+  refuse_inside(path);
+  if (!glob || path.find_first_of("*?[") == std::string::npos) return;
+  std::vector<std::string> files;
+  try {
+    files = expand_shards(path);
+  } catch (const UserError&) {  // nothing matches: the loader says so, naming the key
+  }
+  for (const std::string& file : files) refuse_inside(file);
 }
 
 // run_dir itself must not lie inside another run's checkpoint directory: that run's next
@@ -799,8 +808,8 @@ void validate(const Config& cfg, int dp) {
   require_run_dir_outside_checkpoints(cfg.run_dir);
   require_outside_checkpoints(cfg.metrics_file, "metrics_file", cfg.run_dir);
   require_outside_checkpoints(cfg.trace_file, "trace_file", cfg.run_dir);
-  require_outside_checkpoints(cfg.train_data, "train_data", cfg.run_dir);
-  require_outside_checkpoints(cfg.val_data, "val_data", cfg.run_dir);
+  require_outside_checkpoints(cfg.train_data, "train_data", cfg.run_dir, /*glob=*/true);
+  require_outside_checkpoints(cfg.val_data, "val_data", cfg.run_dir, /*glob=*/true);
   require_outside_checkpoints(cfg.eval_choices, "eval_choices", cfg.run_dir);
   if (cfg.tokenizer != "bytes") require_outside_checkpoints(cfg.tokenizer, "tokenizer", cfg.run_dir);
   require_distinct_outputs(cfg);

@@ -45,16 +45,34 @@ inline bool name_taken(const std::string& path) {
   return std::filesystem::exists(std::filesystem::symlink_status(path, ec));
 }
 
+/// `path` made absolute, with its dot segments and the links of its existing part
+/// resolved: two spellings of one place compare equal.
+inline std::filesystem::path resolved_path(const std::filesystem::path& path) {
+  std::error_code ec;
+  return std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
+}
+
+/// Whether `name` is one of the entries a run's checkpoints make in its run directory:
+/// "step_" and 8 to 18 digits (a complete checkpoint), or that with ".tmp" (a save being
+/// written) or ".old" (a checkpoint being replaced). A run's saves replace such an entry
+/// whole, and its pruning and its setting aside of later checkpoints remove it.
+inline bool is_step_entry_name(std::string name) {
+  if (name.ends_with(".tmp") || name.ends_with(".old")) name.resize(name.size() - 4);
+  const size_t digits = name.size() - std::min(name.size(), size_t(5));
+  return name.starts_with("step_") && digits >= 8 && digits <= 18 &&
+         name.find_first_not_of("0123456789", 5) == std::string::npos;
+}
+
 /// The checkpoint directory that directory `dir` is or lies inside, or "" when none: `dir`
-/// or an ancestor named step_... that is a checkpoint (it holds manifest.json) or lies in
-/// a run directory (beside a run's lock file, common/run_lock.h: step_N.tmp and step_N.old
-/// included). That run's next save of the step, or its pruning, replaces or deletes the
-/// directory whole, with whatever else was put in it.
+/// or an ancestor with a step entry's name (is_step_entry_name) that is a checkpoint (it
+/// holds manifest.json) or lies in a run directory (beside a run's lock file,
+/// common/run_lock.h). That run's next save of the step, or its pruning, replaces or
+/// deletes the directory whole, with whatever else was put in it.
 inline std::string enclosing_checkpoint(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  for (fs::path d = fs::weakly_canonical(fs::absolute(dir, ec), ec); d.has_relative_path(); d = d.parent_path()) {
-    if (!d.filename().string().starts_with("step_")) continue;
+  for (fs::path d = resolved_path(dir); d.has_relative_path(); d = d.parent_path()) {
+    if (!is_step_entry_name(d.filename().string())) continue;
     if (fs::is_regular_file(d / "manifest.json", ec) || fs::exists(d.parent_path() / ".lock", ec)) return d.string();
   }
   return "";

@@ -110,6 +110,18 @@ expect "val data in a checkpoint" "val_data='$in_ck/val.bin' lies inside $in_ck"
   train --set "run_dir=$WORK/inrun" --set "val_data=$in_ck/val.bin"
 expect "eval file in a checkpoint" "eval_choices='$in_ck/eval_ok.bin' lies inside $in_ck" \
   train --set "run_dir=$WORK/inrun" --set "eval_choices=$in_ck/eval_ok.bin"
+cp "$WORK/identity.bin" "$in_ck/"
+expect "tokenizer in a checkpoint" "tokenizer='$in_ck/identity.bin' lies inside $in_ck" \
+  train --set "run_dir=$WORK/inrun" --set "tokenizer=$in_ck/identity.bin"
+# A glob whose matches lie there, though its pattern names no step directory.
+expect "train data glob into a checkpoint" "matches '$WORK/inrun/step_00000001/train.bin', which lies inside $in_ck" \
+  train --set "run_dir=$WORK/inrun" --set "train_data=$WORK/inrun/*/train.bin"
+# Control: a directory whose name only begins like a checkpoint's is no run's to prune.
+mkdir -p "$WORK/inrun/step_data" && cp "$D/train.bin" "$WORK/inrun/step_data/"
+cases=$((cases + 1))
+if train --set "run_dir=$WORK/inrun" --set "train_data=$WORK/inrun/step_data/train.bin" --set steps=1 \
+    --set val_batches=0 > "$WORK/out.txt" 2>&1; then echo "ok   [data in step_data, no checkpoint's name]: trains"
+else echo "FAIL [data in step_data, no checkpoint's name]: refused"; tail -2 "$WORK/out.txt"; failures=$((failures + 1)); fi
 # The metrics log and the trace as one file (stage 01's trace, or a rank's of stages 02+):
 # the trace written at the end would replace the log.
 expect "metrics is the trace"    "is the same file as trace_file" train --set "trace_file=$WORK/same.json" --set "metrics_file=$WORK/same.json"
