@@ -183,7 +183,8 @@ int train_on(Run& run) {
                                                  wte_summed, dtype_of<GradOf<A>>());
       print_traffic_by_rank(run.world, "pipeline", state.step, pp_step, formula);
       if (dp.size() > 1)
-        print_traffic_by_rank(run.world, "data-parallel", state.step, dp_step, chunks_dp_traffic(chunks, schedule, accum));
+        print_traffic_by_rank(run.world, "data-parallel", state.step, dp_step,
+                              chunks_dp_traffic(chunks, schedule, accum));
     }
     log_step(run, log, state.step, loss, lr, norm, ms, mem);
 

@@ -243,7 +243,8 @@ int train_on(Run& run) {
         std::printf("context-parallel communication in step %lld, rank 0 (counted | formula, README):\n%s",
                     static_cast<long long>(state.step), comm_table(cp_step, ring_formula).c_str());
       if (grad_group.size() > 1)
-        print_traffic_by_rank(run.world, "data-parallel", state.step, dp_step, chunks_dp_traffic(chunks, schedule, accum));
+        print_traffic_by_rank(run.world, "data-parallel", state.step, dp_step,
+                              chunks_dp_traffic(chunks, schedule, accum));
     }
     log_step(run, log, state.step, loss, lr, norm, ms, mem);
 

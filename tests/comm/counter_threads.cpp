@@ -4,8 +4,8 @@
 // counter itself. The three add into one tally. This program is built with
 // ThreadSanitizer: were the tally's update not under its lock, the concurrent additions
 // would be a data race, which the sanitizer reports (and fails the test with its exit
-// status 66), however rarely an addition is actually lost. Each thread also checks the
-// total: kCalls all-reduces a thread, kElements floats each.
+// status 66), however rarely an addition is actually lost. Once the threads are done the
+// total is checked too: kCalls all-reduces a thread, kElements floats each.
 //   counter_threads     exit 0: the tally is exact and no race was seen
 #include <cstdio>
 #include <memory>

@@ -14,9 +14,12 @@
 #                  before it, and the final layernorm unless it is a backward that follows
 #                  a forward. A schedule runs its passes in its own order: GPipe all m
 #                  forwards then all m backwards, 1F1B on pp rank r min(p - r - 1, m)
-#                  forwards, then forward and backward in turn, then the rest backwards.
-# For each run, on 4 or 6 ranks, every rank's line: counted = formula. For GPipe and 1F1B
-# runs (the schedules written out above) every rank's count also equals its closed form,
+#                  forwards, then forward and backward in turn, then the rest backwards;
+#                  ZB-H1 1F1B's order with each backward split in two passes, B_i at
+#                  1F1B's place and W_(i-r) after it (from i = r on), the r W's left at the
+#                  end (schedule_zero_bubble.h).
+# For each run, on 4 to 8 ranks, every rank's line: counted = formula. For GPipe, 1F1B and
+# ZB-H1 runs (the schedules written out above) every rank's count also equals its closed form,
 # computed here from the run's shape alone, with every gradient in one bucket
 # (bucket_mb=64) besides the embeddings' (ZeRO-2 and -3), for a rank at group index g of n
 # and a range [b, e) of its local buffer cut along the n shards (c_i its part in shard i):
@@ -26,15 +29,15 @@
 # stage's local buffer: on the first stage wte (V/tp rows, V padded to 128) and wpe, on
 # the last wte and, at its end, ln_f; L/p blocks between.
 # Controls: ZeRO-2 with 2 micro-batches judged with the wte reduced every micro-batch,
-# 1F1B's ZeRO-3 judged in GPipe's order, and a stage judged as the whole model, must be
-# rejected.
+# 1F1B's ZeRO-3 judged in GPipe's order, ZB-H1's in 1F1B's (a backward as one pass), and a
+# stage judged as the whole model, must be rejected.
 # Usage: dp_traffic.sh TRAIN07 TRAIN08 TRAIN09 TRAIN11 PREPARE WORK ROOT MPIEXEC
 set -euo pipefail
 TRAIN07=$1 TRAIN08=$2 TRAIN09=$3 TRAIN11=$4 PREPARE=$5 WORK=$6 ROOT=$7 MPIEXEC=$8
 source "$ROOT/tests/trainer/common.sh"
 start_mpi_test "$WORK" "$PREPARE"
 # judge LOG SCHEDULE ZERO [key=value...]: exit 0 when every rank's line in LOG has its
-# count equal to its formula and, for SCHEDULE gpipe or 1f1b (not "other"), to the closed
+# count equal to its formula and, for SCHEDULE gpipe, 1f1b or zb-h1 (not "other"), to the closed
 # form above. Keys, the run's shape: dp, pp, cp, tp (1), m (micro-batches, 1), L (n_layer,
 # 2), weight_bytes (4); and for the controls: wte_every_micro=1, whole_model=1.
 judge() {
@@ -101,11 +104,14 @@ def closed_form(world_rank):
         if zero == 2:
             pieces.append(all_gather(0, P, weight_bytes))
         else:
+            w = min(pp - r - 1, m)  # the warm-up forwards of 1F1B and ZB-H1
             if schedule == "gpipe":
                 passes = "F" * m + "B" * m
-            else:
-                w = min(pp - r - 1, m)
+            elif schedule == "1f1b":
                 passes = "F" * w + "FB" * (m - w) + "B" * w
+            else:  # zb-h1: B_i in 1F1B's place, W_(i-r) right after it, the rest at the end
+                passes = "F" * w + "".join(("F" if w + i < m else "") + "B" + ("B" if i >= r else "")
+                                           for i in range(m)) + "B" * min(r, m)
             blocks_units = [(E + l * block, E + (l + 1) * block) for l in range(blocks)]
             after_forward = False
             for p in passes:
@@ -129,8 +135,9 @@ PY
 one=(bucket_mb=64)  # every gradient in one bucket (the embeddings' apart under ZeRO-2 and -3)
 # judged_step NAME NP TRAIN (judge's arguments) -- (the run's keys): tests/trainer/common.sh
 passed=()
-judged_step gpipe_z0 4 "$TRAIN07" gpipe 0 dp=2 pp=2 -- pp=2 zero=0 "${one[@]}"
-judged_step gpipe_z1_bf16 4 "$TRAIN07" gpipe 1 dp=2 pp=2 weight_bytes=2 -- pp=2 zero=1 precision=bf16 "${one[@]}"
+judged_step gpipe_z0 4 "$TRAIN07" gpipe 0 dp=2 pp=2 m=2 -- pp=2 zero=0 micro_batch_size=1 "${one[@]}"
+judged_step gpipe_z1_bf16 4 "$TRAIN07" gpipe 1 dp=2 pp=2 m=2 weight_bytes=2 -- pp=2 zero=1 precision=bf16 \
+  micro_batch_size=1 "${one[@]}"
 judged_step 1f1b_z2 4 "$TRAIN08" 1f1b 2 dp=2 pp=2 m=2 -- pp=2 zero=2 micro_batch_size=1 "${one[@]}"
 judged_step gpipe_z3 4 "$TRAIN07" gpipe 3 dp=2 pp=2 m=2 -- pp=2 zero=3 micro_batch_size=1 "${one[@]}"
 judged_step 1f1b_z3 4 "$TRAIN08" 1f1b 3 dp=2 pp=2 m=4 -- pp=2 zero=3 micro_batch_size=1 batch_size=8 "${one[@]}"
@@ -140,11 +147,13 @@ judged_step 4d_z3_cp 4 "$TRAIN11" 1f1b 3 pp=2 cp=2 m=4 -- pp=2 cp=2 zero=3 sched
   "${one[@]}"
 judged_step 4d_z3_tp 8 "$TRAIN11" 1f1b 3 dp=2 pp=2 tp=2 m=2 -- pp=2 tp=2 zero=3 schedule=1f1b micro_batch_size=1 \
   batch_size=4 "${one[@]}"
-# Interleaved chunks and zero-bubble's split backwards: the formula, by rank.
+# Zero-bubble's split backwards; interleaved chunks (the formula, by rank).
+judged_step zbh1_z3 4 "$TRAIN09" zb-h1 3 dp=2 pp=2 m=4 -- pp=2 schedule=zb-h1 zero=3 micro_batch_size=1 \
+  batch_size=8 "${one[@]}"
+judged_step zbh1_z2_4d 4 "$TRAIN11" zb-h1 2 dp=2 pp=2 m=4 -- pp=2 schedule=zb-h1 zero=2 micro_batch_size=1 \
+  batch_size=8 "${one[@]}"
 judged_step interleaved_z3 4 "$TRAIN09" other 3 dp=2 pp=2 -- pp=2 virtual_stages=2 n_layer=4 zero=3 \
   micro_batch_size=1 batch_size=8 "${one[@]}"
-judged_step zbh1_z3 4 "$TRAIN09" other 3 dp=2 pp=2 -- pp=2 schedule=zb-h1 zero=3 micro_batch_size=1 batch_size=8
-judged_step zbh1_z2_4d 4 "$TRAIN11" other 2 dp=2 pp=2 -- pp=2 schedule=zb-h1 zero=2 micro_batch_size=1 batch_size=8
 # The controls, on runs that passed their own judgement.
 control() {  # control WHAT LOG (judge's arguments)
   local what=$1 log=$2
@@ -152,12 +161,13 @@ control() {  # control WHAT LOG (judge's arguments)
   if judge "$WORK/$log.log" "$@" > /dev/null 2>&1; then fail "control: $what passed"
   else echo "ok   (control) $what is rejected"; fi
 }
-if passed_all 1f1b_z2 1f1b_z3 gpipe_z0; then
+if passed_all 1f1b_z2 1f1b_z3 zbh1_z3 gpipe_z0; then
   control "ZeRO-2's tied wte reduced every micro-batch" 1f1b_z2 1f1b 2 dp=2 pp=2 m=2 wte_every_micro=1
   control "1F1B's ZeRO-3 gathers in GPipe's order" 1f1b_z3 gpipe 3 dp=2 pp=2 m=4
-  control "a stage as the whole model" gpipe_z0 gpipe 0 dp=2 pp=2 whole_model=1
+  control "ZB-H1's ZeRO-3 gathers in 1F1B's order" zbh1_z3 1f1b 3 dp=2 pp=2 m=4
+  control "a stage as the whole model" gpipe_z0 gpipe 0 dp=2 pp=2 m=2 whole_model=1
 else
-  fail "the controls need 1f1b_z2, 1f1b_z3 and gpipe_z0 to pass first"
+  fail "the controls need 1f1b_z2, 1f1b_z3, zbh1_z3 and gpipe_z0 to pass first"
 fi
 ((failures == 0)) || { echo "$failures failure(s)"; exit 1; }
 echo "PASS"

@@ -93,8 +93,9 @@ TEST_CASE("pipeline: interleaved 1F1B with one chunk is 1F1B; chunks wrap from t
 TEST_CASE("pipeline: ZB-H1 fills the bubble with weight gradients, in micro-batch order", "[pipeline]") {
   for (auto [p, m] : kShapes)
     for (const PipeCosts& costs : {PipeCosts{1, 1, 1}, PipeCosts{2, 3, 1}, PipeCosts{1, 2, 1}, PipeCosts{1, 1, 0.5},
+                                   // a W longer than tF or tB
                                    PipeCosts{1, 1, 2}, PipeCosts{1, 3, 2}, PipeCosts{3, 1, 2}, PipeCosts{0.09, 0.09, 0.34}})
-      check_against_theory("zb-h1", p, m, 1, costs);  // the last four: a W longer than tF or tB
+      check_against_theory("zb-h1", p, m, 1, costs);
   // Costs drawn at random (a fixed seed), each from 0.1 to 3: any order of tF, tB and tW.
   std::mt19937 draw(2026);
   std::uniform_real_distribution<double> cost(0.1, 3.0);

@@ -22,7 +22,7 @@ declare -A budget=(
   [08_pipeline_1f1b:10_context_parallel]=170
   [09_pipeline_interleaved:10_context_parallel]=220  # back from chunks to one model, and the cp split
   [06_tensor_parallel:10_context_parallel]=130
-  [10_context_parallel:11_4d]=260               # back to stage 09's chunks and schedules (and its counted pipeline traffic, not 10's dp table), keeping the cp split
+  [10_context_parallel:11_4d]=260               # back to stage 09's chunks and schedules (and its counted pipeline traffic; the dp table by rank), keeping the cp split
 )
 # Pairs a reader is pointed to besides the neighbours: stage 11 is stage 09's driver with
 # stage 10's context split and the recompute key.
