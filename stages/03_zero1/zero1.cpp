@@ -17,12 +17,20 @@ double sharded_grad_norm(Communicator& dp, Device d, const float* shard_grads, i
   return std::sqrt(sum);
 }
 
+CommTally bucket_reduce_scatter_traffic(const std::vector<GradBucket>& buckets, int64_t total, int n, int rank,
+                                        const std::function<int(const GradBucket&)>& times) {
+  CommTally traffic;
+  for (const GradBucket& b : buckets) {
+    const CommTally once = ring_reduce_scatter_traffic(shard_bounds_within(b.begin, b.end, total, n), rank, DType::F32);
+    for (int i = 0; i < times(b); ++i) traffic += once;
+  }
+  return traffic;
+}
+
 CommTally sharded_step_traffic(const std::vector<GradBucket>& buckets, int64_t total, int n, int rank, DType weights,
                                int reductions) {
-  CommTally traffic;
-  for (int i = 0; i < reductions; ++i)
-    for (const GradBucket& b : buckets)
-      traffic += ring_reduce_scatter_traffic(shard_bounds_within(b.begin, b.end, total, n), rank, DType::F32);
+  CommTally traffic =
+      bucket_reduce_scatter_traffic(buckets, total, n, rank, [&](const GradBucket&) { return reductions; });
   traffic += ring_all_gather_traffic(ring_chunk_bounds(size_t(total), n), rank, weights);
   return traffic;
 }

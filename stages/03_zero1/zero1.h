@@ -17,6 +17,7 @@
 // mode) bytes to 12 P / N (8 P / N).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/checkpoint.h"
@@ -53,6 +54,12 @@ void sharded_adamw_step(Communicator& dp, Device d, AdamW<float>& opt, const Sha
 // 2-byte weights.
 CommTally sharded_step_traffic(const std::vector<GradBucket>& buckets, int64_t total, int n, int rank, DType weights,
                                int reductions);
+
+// The reduce-scatters alone: each bucket's range of the flat buffer of `total` elements,
+// cut along the n shards, `times(bucket)` times, in fp32, on rank `rank` (what ZeRO-2 and
+// -3 reduce once per micro-step, and a pipeline stage's tied wte once a step).
+CommTally bucket_reduce_scatter_traffic(const std::vector<GradBucket>& buckets, int64_t total, int n, int rank,
+                                        const std::function<int(const GradBucket&)>& times);
 
 // A shard's checkpoint, in host memory (common/checkpoint.h): its master weights and its
 // moments; `begin` is the shard's place in the layout. The master weights are the

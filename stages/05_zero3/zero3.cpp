@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/trace.h"
 #include "stages/02_ddp/ring_allreduce.h"
+#include "stages/03_zero1/zero1.h"
 
 namespace gpt {
 
@@ -34,9 +35,8 @@ CommTally zero3_step_traffic(const ParamLayout& layout, const std::vector<GradBu
   std::vector<Pass> passes;  // forward, backward, forward, backward, ...
   for (int i = 0; i < micro_steps; ++i) passes.insert(passes.end(), {Pass::Forward, Pass::Backward});
   CommTally traffic = zero3_gather_traffic(layout, passes, n, rank, weights);
-  for (int i = 0; i < micro_steps; ++i)
-    for (const GradBucket& b : buckets)
-      traffic += ring_reduce_scatter_traffic(shard_bounds_within(b.begin, b.end, layout.total(), n), rank, DType::F32);
+  traffic += bucket_reduce_scatter_traffic(buckets, layout.total(), n, rank,
+                                           [&](const GradBucket&) { return micro_steps; });
   return traffic;
 }
 

@@ -151,13 +151,10 @@ CommTally LocalZero<A>::step_traffic(int micro_steps, const std::vector<Pass>& p
   const int n = dp_.size(), rank = dp_.rank();
   if (zero_ == 0) return gradient_traffic(sync_->buckets(), /*ring=*/true, n, rank);
   if (zero_ == 1) return sharded_step_traffic(sync_->buckets(), n_local_, n, rank, dtype_of<A>(), /*reductions=*/1);
-  CommTally traffic;
-  for (const GradBucket& b : sharded_->buckets()) {  // reduce-scattered each micro-step, a tied wte's once a step
-    const bool once = tied_wte && b.units == std::vector<int>{ParamLayout::kEmbeddingUnit};
-    const CommTally reduced = ring_reduce_scatter_traffic(shard_bounds_within(b.begin, b.end, n_local_, n), rank,
-                                                          DType::F32);
-    for (int i = 0; i < (once ? 1 : micro_steps); ++i) traffic += reduced;
-  }
+  // Each bucket reduce-scattered every micro-step; a tied wte's, its embedding unit alone, once a step.
+  CommTally traffic = bucket_reduce_scatter_traffic(sharded_->buckets(), n_local_, n, rank, [&](const GradBucket& b) {
+    return tied_wte && b.units == std::vector<int>{ParamLayout::kEmbeddingUnit} ? 1 : micro_steps;
+  });
   if (zero_ == 2) traffic += ring_all_gather_traffic(ring_chunk_bounds(size_t(n_local_), n), rank, dtype_of<A>());
   else traffic += zero3_gather_traffic(model_.layout(), passes, n, rank, dtype_of<A>());
   return traffic;
