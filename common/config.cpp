@@ -502,9 +502,6 @@ void check_text_keys(const Config& cfg) {
   }
 }
 
-// A path as the file system resolves it (absolute, links followed as far as they exist),
-// so that two spellings of one file compare equal.
-
 // The metrics log and the trace must be two files: a trace written at the end would
 // replace the log (stage 01 writes trace_file itself, stages 02+ trace_file.rankN.json).
 void require_distinct_outputs(const Config& cfg) {
