@@ -2,6 +2,7 @@
 #include "common/driver.h"
 
 #include <omp.h>
+#include <sched.h>  // sched_getaffinity, CPU_COUNT (glibc)
 
 #include <chrono>
 #include <cmath>
@@ -18,6 +19,7 @@
 
 #include "common/error.h"
 #include "common/finite.h"
+#include "common/launcher.h"
 #include "common/layout_exchange.h"
 #include "common/lead_work.h"
 #include "common/mfu.h"
@@ -148,6 +150,34 @@ void require_rank0_config(Communicator& world, const Config& cfg, const std::str
          "; every rank must run the same configuration (one --config and the same --set for all)");
 }
 
+}  // namespace
+
+std::string thread_notes(int threads, int ranks_here, int cores, int allowed) {
+  // The most threads a rank can keep busy: its CPUs, and its share of the machine's cores.
+  const std::string fit = std::to_string(std::max(1, std::min(allowed, cores / std::max(1, ranks_here))));
+  const std::string per_rank = std::to_string(threads) + " OpenMP thread" + (threads == 1 ? "" : "s");
+  const std::string cost = ": they take turns and each step is several times slower; set threads=" + fit;
+  if (threads > allowed)
+    return "note: " + per_rank + " per rank on the " + std::to_string(allowed) +
+           " CPU(s) this rank may run on (its affinity: mpirun binds a rank to a core unless --bind-to none)" +
+           cost + " (or OMP_NUM_THREADS)\n";
+  if (int64_t(threads) * ranks_here > cores)
+    return "note: " + std::to_string(ranks_here) + " ranks on this machine x " + per_rank + " = " +
+           std::to_string(int64_t(threads) * ranks_here) + " threads on " + std::to_string(cores) + " cores" + cost +
+           " (or OMP_NUM_THREADS)\n";
+  return "";
+}
+
+std::string thread_notes_here() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? std::max(1, CPU_COUNT(&set)) : cores;
+  return thread_notes(omp_get_max_threads(), launcher_local_size(), cores, allowed);
+}
+
+namespace {
+
 // Keys that ask for a technique whose axis is 1 in this mesh: accepted (one config file
 // serves every layout), but said, so a run is not taken for what it does not do. At tp 1
 // sequence parallelism splits the rows among one rank (the same bits as without it); at
@@ -190,7 +220,7 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
       require_rank0_config(*world, cfg, spec.name);
       const MeshShape shape = mesh_shape_for(cfg, world->size());
       validate(cfg, shape.dp);
-      if (world->rank() == 0) std::printf("%s", idle_key_notes(cfg, shape).c_str());
+      if (world->rank() == 0) std::printf("%s%s", idle_key_notes(cfg, shape).c_str(), thread_notes_here().c_str());
       const ChoicesInTraining choices(cfg, world->rank(), world->size());
       // One job per run_dir (rank 0 holds the lock); another run's later checkpoints are
       // set aside before the first save (write_checkpoint).

@@ -64,6 +64,18 @@ struct StageSpec {
 /// keys, their values and the rank count.
 MeshShape mesh_shape_for(const Config& cfg, int ranks);
 
+/// A note when a rank's OpenMP threads outnumber the CPUs they can run on, "" otherwise:
+/// `threads` per rank, `ranks_here` ranks on this machine, `cores` the machine's, and
+/// `allowed` the CPUs this process may run on (its affinity mask: mpirun binds each rank
+/// to one core unless told --bind-to none, and taskset narrows it too). Threads beyond
+/// the CPUs take turns, and every parallel loop waits for its slowest thread: a step
+/// several times slower, with nothing else to show why. The note names the threads to set:
+/// as many as the rank's CPUs and its share of the cores allow, at least 1.
+std::string thread_notes(int threads, int ranks_here, int cores, int allowed);
+/// thread_notes for this process: omp_get_max_threads(), the launcher's ranks on this
+/// machine, std::thread::hardware_concurrency() and sched_getaffinity's count.
+std::string thread_notes_here();
+
 /// A UserError naming the first axis (tp, pp, cp, virtual_stages) the config sets
 /// beyond 1 that the stage does not implement, or sequence_parallel without tp, or a
 /// `zero`, a `schedule`, a `cp_split` or an `activation_checkpointing` the stage does not

@@ -227,6 +227,7 @@ int train(int argc, char** argv) {
   // `cat`'s, instead of asking for a checkpoint of a step that will never run.
   install_stop_handlers(/*announce=*/true, /*terminal_signals=*/true);
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+  std::printf("%s", thread_notes_here().c_str());  // threads beyond the CPUs this process may use
   require_axes(cfg, StageSpec{"01_single_gpu"});  // one device: no tp, pp, cp
   require(cfg.dp <= 1, "dp=" + std::to_string(cfg.dp) + ": stage 01 trains on one device (dp must be 0 or 1)");
   require(launcher_world_size() <= 1, "stage 01 trains in one process, but mpirun started it as one of " +

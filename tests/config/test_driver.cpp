@@ -80,6 +80,23 @@ TEST_CASE("driver: axes whose product passes int's end are refused, not wrapped"
   CHECK(error_of([] { mesh_shape_for(with_axes(0, 2, 2, 2), 8); }).empty());
 }
 
+TEST_CASE("driver: threads beyond the CPUs a rank may use, or beyond the machine's cores, are noted",
+          "[config][driver]") {
+  // thread_notes(threads per rank, ranks on this machine, cores, CPUs this rank may use)
+  const std::string bound = thread_notes(2, 1, 2, 1);  // one rank pinned to a core, two threads
+  CHECK_THAT(bound, Catch::Contains("2 OpenMP threads per rank on the 1 CPU(s) this rank may run on"));
+  CHECK_THAT(bound, Catch::Contains("set threads=1"));
+  const std::string crowded = thread_notes(2, 2, 2, 2);  // --bind-to none, OpenMP's default of every core
+  CHECK_THAT(crowded, Catch::Contains("2 ranks on this machine x 2 OpenMP threads = 4 threads on 2 cores"));
+  CHECK_THAT(crowded, Catch::Contains("set threads=1"));
+  CHECK_THAT(thread_notes(3, 4, 2, 2), Catch::Contains("set threads=1"));  // more ranks than cores: still 1
+  // Controls: as many threads as the CPUs, or fewer, say nothing.
+  CHECK(thread_notes(1, 2, 2, 2).empty());
+  CHECK(thread_notes(4, 4, 16, 16).empty());
+  CHECK(thread_notes(2, 1, 2, 2).empty());
+  CHECK(thread_notes(1, 1, 8, 1).empty());
+}
+
 TEST_CASE("driver: a stage refuses by name an axis it does not implement", "[config][driver]") {
   const StageSpec zero1{"03_zero1"};
   const std::string tp = error_of([&] { require_axes(with_axes(0, 2, 1, 1), zero1); });
