@@ -339,6 +339,22 @@ std::string validation_note(const Config& cfg, const json& saved) {
          "): its validation loss is over other windows from here on, and its curve may step";
 }
 
+// The update's own keys changed on resume: AdamW's decay rates and epsilon, the weight
+// decay, the clip, or the precision the weights compute in. Any may change (a fine-tune
+// with other decay, say), but the checkpoint's moments were made under the old values and
+// the next step continues from them: said, with both values, so that a config file other
+// than the checkpoint's run's does not change the update without a word.
+std::string update_note(const Config& cfg, const ResumeSource& source, const json& saved) {
+  static constexpr std::array<const char*, 6> kAdamWKeys = {"grad_clip", "precision", "weight_decay",
+                                                             "beta1",     "beta2",     "adam_eps"};
+  const bool adamw = cfg.optimizer == "adamw";  // SGD reads the first two (and a resume keeps the optimizer)
+  const std::string changed = changed_keys(cfg, saved, std::span(kAdamWKeys).first(adamw ? 6 : 2));
+  if (changed.empty()) return "";
+  return "resume=" + cfg.resume + ": the update changed (" + changed + "): from step " +
+         std::to_string(source.start + 1) + " " + cfg.optimizer + " steps with these values" +
+         (adamw ? ", on moments the old ones made" : "");
+}
+
 }  // namespace
 
 std::string start_notes(const Config& cfg) {
@@ -357,6 +373,7 @@ std::string start_notes(const Config& cfg) {
   if (const auto saved = source.manifest.find("config"); saved != source.manifest.end() && saved->is_object()) {
     add(schedule_note(cfg, source, *saved));
     add(validation_note(cfg, *saved));
+    add(update_note(cfg, source, *saved));
   }
   return notes;
 }

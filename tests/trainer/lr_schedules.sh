@@ -15,7 +15,8 @@
 # differs (the control).
 # The resumes say what they changed: the schedule's keys, with step 7's rate against the
 # checkpoint's run's (equal for wsd, not for cosine; none said when no key changed), and
-# the validation's windows when micro_batch_size changes their count.
+# the validation's windows when micro_batch_size changes their count, and the update's
+# keys (AdamW's, the clip, the precision) with both values.
 # Usage: lr_schedules.sh TRAIN PREPARE WORKDIR ROOT
 set -euo pipefail
 TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4
@@ -143,3 +144,15 @@ grep -qF "the learning-rate schedule changed (steps 2 -> 4): step 3 trains at lr
   grep -qF "(the checkpoint's run ended at step 2, at lr" "$WORK/validated_mb2.log" ||
   { echo "FAIL: extending a finished run does not say where the checkpoint's run ended"; exit 1; }
 echo "PASS: a resume that validates on other windows says how many, against the checkpoint's run"
+
+# The update's keys: a resume with other AdamW values, clip and precision names each, with
+# the checkpoint's value and its own; the control (validated_mb2, none changed) names none.
+"$TRAIN" $(tiny_args "$WORK/data" "$WORK/validated") --set steps=4 --set sample_tokens=0 --set resume=latest \
+  --set checkpoint_at_end=false --set beta2=0.99 --set grad_clip=0 --set precision=bf16 > "$WORK/update.log" 2>&1 ||
+  { echo "FAIL: the resume with another update"; tail -5 "$WORK/update.log"; exit 1; }
+grep -qF 'the update changed (grad_clip 1.0 -> 0.0, precision "fp32" -> "bf16", beta2 0.95 -> 0.99): from step 3' \
+  "$WORK/update.log" || { echo "FAIL: the resume with another update did not name it:"; grep resume= "$WORK/update.log"
+  exit 1; }
+! grep -q "the update changed" "$WORK/validated_mb2.log" ||
+  { echo "FAIL (control): a resume with the same update said it changed"; exit 1; }
+echo "PASS: a resume that changes the update names its keys and both values"
