@@ -95,7 +95,7 @@ int train_on(Run& run) {
 
   const TpBudget budget = tp_budget(cfg, tp.size(), dp.size(), tp.rank(), dp.rank());
   if (lead) {
-    std::printf("stage 06 | tp %d x dp %d (%s)%s, zero=%d | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM on this rank\n",
+    std::printf("stage 06 | tp %d x dp %d (%s)%s, zero=%d | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM in this rank's part\n",
                 tp.size(), dp.size(), run.world.backend(), sp ? ", sequence parallel" : "", cfg.zero, device_name(device),
                 precision_name(precision), omp_get_max_threads(), double(global.total()) / 1e6, double(n_local) / 1e6);
     std::printf("batch %d sequences x %d tokens = micro-batch %d x grad_accum %d x dp %d | train %lld tokens, val %lld tokens\n",

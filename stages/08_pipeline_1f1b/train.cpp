@@ -113,7 +113,7 @@ int train_on(Run& run) {
   PipelineExecutor<A> pipeline({&model}, pp_counted);
 
   if (lead) {
-    std::printf("stage 08 | 1F1B | pp %d x tp %d x dp %d (%s)%s, zero=%d | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM on this rank\n",
+    std::printf("stage 08 | 1F1B | pp %d x tp %d x dp %d (%s)%s, zero=%d | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM in this rank's part\n",
                 pp.size(), tp.size(), dp.size(), run.world.backend(), sp ? ", sequence parallel" : "", cfg.zero,
                 device_name(device), precision_name(precision), omp_get_max_threads(), double(global.total()) / 1e6,
                 double(n_local) / 1e6);
@@ -178,7 +178,7 @@ int train_on(Run& run) {
       print_from_every_rank(run.world, line);
       const CommTally formula = pipeline_traffic(pp.size(), 1, accum, pp.rank(), pipeline.message_size(), dtype_of<A>(),
                                                  tied.summed_elements(), dtype_of<GradOf<A>>());
-      print_traffic_by_rank(run.world, "pipeline", state.step, pp_step, formula);
+      if (pp.size() > 1) print_traffic_by_rank(run.world, "pipeline", state.step, pp_step, formula);
       if (dp.size() > 1)
         print_traffic_by_rank(run.world, "data-parallel", state.step, dp_step,
                               zero.step_traffic(accum, chunk_passes(schedule, 0), tied.summed_elements() > 0));

@@ -114,7 +114,7 @@ int train_on(Run& run) {
   PipelineExecutor pipeline(models, pp_counted);
 
   if (lead) {
-    std::printf("stage 09 | %s, %d chunk(s) per rank | pp %d x tp %d x dp %d (%s)%s, zero=%d | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM on this rank\n",
+    std::printf("stage 09 | %s, %d chunk(s) per rank | pp %d x tp %d x dp %d (%s)%s, zero=%d | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM in this rank's part\n",
                 schedule_name.c_str(), v, pp.size(), tp.size(), dp.size(), run.world.backend(),
                 sp ? ", sequence parallel" : "", cfg.zero, device_name(device), precision_name(precision),
                 omp_get_max_threads(), double(global.total()) / 1e6, double(n_local) / 1e6);
@@ -181,7 +181,7 @@ int train_on(Run& run) {
       for (ModelChunk<A>& c : chunks) wte_summed += c.tied->summed_elements();
       const CommTally formula = pipeline_traffic(pp.size(), v, accum, pp.rank(), pipeline.message_size(), dtype_of<A>(),
                                                  wte_summed, dtype_of<GradOf<A>>());
-      print_traffic_by_rank(run.world, "pipeline", state.step, pp_step, formula);
+      if (pp.size() > 1) print_traffic_by_rank(run.world, "pipeline", state.step, pp_step, formula);
       if (dp.size() > 1)
         print_traffic_by_rank(run.world, "data-parallel", state.step, dp_step,
                               chunks_dp_traffic(chunks, schedule, accum));

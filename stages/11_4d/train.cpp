@@ -155,7 +155,7 @@ int train_on(Run& run) {
         pp.size() == 1 ? "" : " (" + schedule_name + ", " + std::to_string(v) + " chunk(s) per rank)";
     const std::string cp_note = cp.size() == 1 ? "" : " (" + cfg.cp_split + " split, " + std::to_string(Tl) +
                                                            " tokens of " + std::to_string(T) + " per rank)";
-    std::printf("stage 11 | dp %d x pp %d%s x cp %d%s x tp %d%s (%s), zero=%d%s | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM on this rank\n",
+    std::printf("stage 11 | dp %d x pp %d%s x cp %d%s x tp %d%s (%s), zero=%d%s | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM in this rank's part\n",
                 data_group.size(), pp.size(), pp_note.c_str(), cp.size(), cp_note.c_str(),
                 tp.size(), sp ? " sequence parallel" : "", run.world.backend(), cfg.zero,
                 recompute_note.c_str(), device_name(device),
@@ -233,7 +233,7 @@ int train_on(Run& run) {
       for (ModelChunk<A>& c : chunks) wte_summed += c.tied->summed_elements();
       const CommTally formula = pipeline_traffic(pp.size(), v, accum, pp.rank(), pipeline.message_size(), dtype_of<A>(),
                                                  wte_summed, dtype_of<GradOf<A>>());
-      print_traffic_by_rank(run.world, "pipeline", state.step, pp_step, formula);
+      if (pp.size() > 1) print_traffic_by_rank(run.world, "pipeline", state.step, pp_step, formula);
       int layers_here = 0;  // the ring runs once per attention layer of this rank's chunks
       for (const GPT2<A>* m : const_models) layers_here += m->layout().layer_end() - m->layout().layer_begin();
       const CommTally ring_formula =
