@@ -222,9 +222,8 @@ int train_on(const Config& cfg, Device device, Precision precision) {
 int train(int argc, char** argv) {
   Config cfg;
   if (!parse_args(argc, argv, cfg, "train")) return 0;
-  // One process: Ctrl-C and SIGTERM too. Once the config is read: --config may name a
-  // pipe whose writer never comes, and a signal then ends the wait at once, as it would
-  // `cat`'s, instead of asking for a checkpoint of a step that will never run.
+  // One process: Ctrl-C and SIGTERM too; once the config is read, so that a signal ends a
+  // wait on a --config pipe that no one writes, as it would cat's, at once.
   install_stop_handlers(/*announce=*/true, /*terminal_signals=*/true);
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
   std::printf("%s", thread_notes_here().c_str());  // threads beyond the CPUs this process may use
