@@ -16,24 +16,32 @@ import re
 import sys
 
 ROW = re.compile(r"\s+(\w+)\s+(\d+) \|\s+(\d+) calls\s+(\d+) \|\s+(\d+) bytes$")
+RANK_ROW = re.compile(r"  rank (\d+): (\d+) \| (\d+) calls  (\d+) \| (\d+) bytes$")
+
+
+def _block(text, header, row, what, where):
+    """Each indented line after the line HEADER (a regex) in `text`, matched by `row`: the
+    match's groups, the first as read, the rest as ints. ValueError naming `where` when the
+    header is missing (`what`: the thing missing) or a line does not match."""
+    block = re.search(header + r"\n((?:  .*\n)*)", text)
+    if not block:
+        raise ValueError(f"{where}: no {what}")
+    lines = []
+    for line in block.group(1).splitlines():
+        found = row.match(line)
+        if not found:
+            raise ValueError(f"{where}: unreadable line {line!r} under the {what}")
+        lines.append((found.group(1), *map(int, found.groups()[1:])))
+    return lines
 
 
 def read_comm_table(text, kind, where):
     """{operation: {"calls", "formula_calls", "bytes", "formula_bytes"}} of KIND's table in
     `text`; ValueError naming `where` when there is none or a row cannot be read."""
-    table = re.search(re.escape(kind) + r" communication in step \d+, rank 0 \(counted \| formula, README\):\n"
-                      r"((?:  .*\n)*)", text)
-    if not table:
-        raise ValueError(f"{where}: no {kind} communication table")
-    rows = {}
-    for line in table.group(1).splitlines():
-        found = ROW.match(line)
-        if not found:
-            raise ValueError(f"{where}: unreadable row {line!r}")
-        calls, formula_calls, nbytes, formula_bytes = map(int, found.groups()[1:])
-        rows[found.group(1)] = {"calls": calls, "formula_calls": formula_calls, "bytes": nbytes,
-                                "formula_bytes": formula_bytes}
-    return rows
+    header = re.escape(kind) + r" communication in step \d+, rank 0 \(counted \| formula, README\):"
+    return {name: {"calls": calls, "formula_calls": formula_calls, "bytes": nbytes, "formula_bytes": formula_bytes}
+            for name, calls, formula_calls, nbytes, formula_bytes
+            in _block(text, header, ROW, f"{kind} communication table", where)}
 
 
 def counted_rows(text, kind, where):
@@ -50,20 +58,9 @@ def counted_rows(text, kind, where):
     return {name: (row["calls"], row["bytes"]) for name, row in rows.items()}
 
 
-RANK_ROW = re.compile(r"  rank (\d+): (\d+) \| (\d+) calls  (\d+) \| (\d+) bytes$")
-
-
 def read_by_rank(text, kind, where):
     """{rank: (calls, formula_calls, bytes, formula_bytes)} of KIND's lines by rank in `text`;
     ValueError naming `where` when there are none or a line cannot be read."""
-    table = re.search(re.escape(kind) + r" communication in step \d+ by rank, all operations \(counted \| formula\):\n"
-                      r"((?:  .*\n)*)", text)
-    if not table:
-        raise ValueError(f"{where}: no {kind} communication lines by rank")
-    ranks = {}
-    for line in table.group(1).splitlines():
-        found = RANK_ROW.match(line)
-        if not found:
-            raise ValueError(f"{where}: unreadable line by rank {line!r}")
-        ranks[int(found.group(1))] = tuple(map(int, found.groups()[1:]))
-    return ranks
+    header = re.escape(kind) + r" communication in step \d+ by rank, all operations \(counted \| formula\):"
+    return {int(rank): tuple(counts)
+            for rank, *counts in _block(text, header, RANK_ROW, f"{kind} communication lines by rank", where)}
