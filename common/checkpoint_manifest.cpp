@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "common/checkpoint_internal.h"
+#include "common/files.h"
 #include "common/json_input.h"
 
 namespace gpt::checkpoint_detail {
@@ -35,13 +36,9 @@ std::string step_dir_name(int64_t step) {
 // replaced) do not match; complete_checkpoints() counts a .old only where its step has
 // no other copy.
 bool parse_step_dir_name(const std::string& name, int64_t& step) {
-  constexpr std::string_view prefix = "step_";
-  if (name.size() < prefix.size() + 8 || name.compare(0, prefix.size(), prefix) != 0) return false;
-  const std::string digits = name.substr(prefix.size());
-  if (digits.size() > 18) return false;  // would overflow int64
-  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return false;
-  step = std::stoll(digits);
+  // A step entry's name (common/files.h: at most 18 digits, no int64 overflow) without a suffix.
+  if (name.ends_with(".tmp") || name.ends_with(".old") || !is_step_entry_name(name)) return false;
+  step = std::stoll(name.substr(std::string_view("step_").size()));
   return true;
 }
 
