@@ -57,9 +57,9 @@ LocalZero<A>::LocalZero(const Config& cfg, GPT2<A>& model, const RankLayout& sli
     // and the last stage have summed it: its unit needs a bucket of its own.
     const bool pipeline_stage = layout.layer_begin() > 0 || layout.layer_end() < cfg.model.n_layer;
     if (zero_ == 2)
-      sharded_ = std::make_unique<Zero2Store<A>>(layout, dp, params_, cfg.bucket_mb, pipeline_stage, device);
+      sharded_ = std::make_unique<Zero2Store<A>>(layout, dp_, params_, cfg.bucket_mb, pipeline_stage, device);
     else
-      sharded_ = std::make_unique<Zero3Store<A>>(layout, dp, shard_params_, cfg.bucket_mb, cfg.zero3_prefetch,
+      sharded_ = std::make_unique<Zero3Store<A>>(layout, dp_, shard_params_, cfg.bucket_mb, cfg.zero3_prefetch,
                                                  pipeline_stage, device);
   }
   // The range's checkpoint: its compute weights are the model's with zero <= 1, the kept
@@ -88,6 +88,7 @@ WeightStore<A>& LocalZero<A>::store() {
 template <class A>
 void LocalZero<A>::zero_grads() {
   Span span("zero_grads");
+  window_start_ = dp_.tally();
   if (sharded_) sharded_->zero_shard_grads();
   else model_.zero_grads();
 }
@@ -132,8 +133,11 @@ void LocalZero<A>::step(double lr, double norm, int step_number) {
     Span span("adamw_shard");  // updates the shard in place: the next forward gathers it
     optimizer_.step(device_, shard_params_, grads, lr, clip_scale(norm, cfg_.grad_clip, step_number), cfg_,
                     step_number);
+    step_counted_ = dp_.tally() - window_start_;  // before the next step's first gather starts
     static_cast<Zero3Store<A>&>(*sharded_).weights_updated();
+    return;
   }
+  step_counted_ = dp_.tally() - window_start_;
 }
 
 template <class A>

@@ -37,8 +37,11 @@ class LocalZero {
  public:
   // model: made with own_weights = (zero <= 1); slices: the rank's part of the global
   // tensors (model.layout() is their local layout); dp: the ranks holding the same slices.
+  // Everything this object sends over dp passes through a counter of its own (step_counted).
   LocalZero(const Config& cfg, GPT2<A>& model, const RankLayout& slices, Communicator& dp, Device device);
   ~LocalZero();
+  LocalZero(const LocalZero&) = delete;  // the stores hold references to its members
+  LocalZero& operator=(const LocalZero&) = delete;
 
   const Shard& shard() const { return shard_; }
   // The elements of this rank's range, counted once across the world (with zero = 0
@@ -58,6 +61,7 @@ class LocalZero {
   // The store the model runs through.
   WeightStore<A>& store();
 
+  // The start of a step: the gradients zeroed, and the window of step_counted opened.
   void zero_grads();
   // Before each backward: whether it is the step's last micro-batch (zero 0 and 1
   // communicate only then). Whether every backward's gradients are reduced (zero 2, 3).
@@ -73,16 +77,23 @@ class LocalZero {
   // AdamW on the range (clipped by norm), the compute weights updated: gathered over dp
   // for zero = 1 and 2 (zero = 0 updates the whole local buffer on every dp rank, zero = 3
   // keeps only the shard).
+  // The end of the step's window of step_counted; with zero = 3 it closes just before the
+  // update starts gathering the next step's embeddings.
   void step(double lr, double norm, int step_number);
+  // What this object sent over dp in the last step's window, from zero_grads() to the end
+  // of step(): the count that step_traffic's formula is. On a run's first step the two are
+  // equal. Later, with zero = 3, the gathered units a step starts with depend on what ran
+  // before it (the update's prefetch of the embeddings, counted by its thread as it runs;
+  // an evaluation's forward, which leaves them gathered), which the formula does not follow.
+  CommTally step_counted() const { return step_counted_; }
   // This rank's whole local buffer of compute weights, in host memory (collective over
   // dp with zero = 3).
   std::vector<A> local_weights();
-  // One step's traffic over dp, as a CountingCommunicator around dp counts it, by the
-  // formula of the stage this zero level is (its README): zero 0 stage 02's ring
-  // all-reduce of each bucket, 1 and 2 a reduce-scatter of each bucket (once, or each of
-  // `micro_steps` micro-batches) and the weights' all-gather, 3 stage 05's gathers and
-  // reductions, on this rank's local buffer; counted up to the update (ZeRO-3's update
-  // starts the next step's first gather). For a whole model (stages 06 and 10).
+  // One step's traffic over dp, as step_counted counts it, by the formula of the stage
+  // this zero level is (its README): zero 0 stage 02's ring all-reduce of each bucket, 1
+  // and 2 a reduce-scatter of each bucket (once, or each of `micro_steps` micro-batches)
+  // and the weights' all-gather, 3 stage 05's gathers and reductions, on this rank's local
+  // buffer. For a whole model (stages 06 and 10).
   CommTally step_traffic(int micro_steps) const;
   // The same for a pipeline stage (stages 07-11), whose passes come in the schedule's
   // order: `passes`, this chunk's forwards and backwards as the model runs them (with
@@ -94,7 +105,8 @@ class LocalZero {
  private:
   const Config& cfg_;
   GPT2<A>& model_;
-  Communicator& dp_;
+  CountingCommunicator dp_;  // dp, counted: every collective of this object and its stores
+  CommTally window_start_, step_counted_;  // dp_'s tally at zero_grads(); the last step's count
   Device device_;
   int zero_;
   int64_t n_local_;

@@ -84,8 +84,7 @@ int train_on(Run& run) {
                                                        layers.begin, layers.end, model.first_stage(), model.last_stage());
   const int64_t n_local = layout.total();
   // The ZeRO stage of `zero` over dp, on this rank's local buffer (stage 06's local_zero.h).
-  CountingCommunicator dp_counted(dp);  // ZeRO's traffic over dp, counted per step
-  LocalZero<A> zero(cfg, model, slices, dp_counted, device);
+  LocalZero<A> zero(cfg, model, slices, dp, device);
   const RunCheckpoints ckpt{layout, zero.checkpoint_buffers(), /*sharded=*/true, &zero.range(),
                             [&] { zero.checkpoint_to_host(); }};
 
@@ -133,7 +132,7 @@ int train_on(Run& run) {
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const int64_t first_sequence = state.sequences(cfg.batch_size);  // the data position: the sequences read so far
     const auto t0 = std::chrono::steady_clock::now();
-    const CommTally pp_before = pp_counted.tally(), dp_before = dp_counted.tally();
+    const CommTally pp_before = pp_counted.tally();
     zero.zero_grads();
     bubble.start();
     const auto batch = [&](int micro, int32_t* inputs, int32_t* targets) {
@@ -151,7 +150,6 @@ int train_on(Run& run) {
     tied.finish();
     const CommTally pp_step = pp_counted.tally() - pp_before;
     zero.wait();
-    const CommTally dp_reduced = dp_counted.tally();  // ZeRO-3's update starts the next step's gather: read before
     double loss = 0;  // the mean over the global batch, added in micro-batch order as stage 01 does
     for (double l : losses) loss += l / (accum * dp.size());
     pp.all_reduce(&loss, 1, DType::F64);  // from the last stage (the others add 0)
@@ -161,7 +159,6 @@ int train_on(Run& run) {
     const double norm = grad_norm_by_tensor<A>(run.world, {&zero}, global.tensors().size());
     const double lr = learning_rate(cfg, step);
     zero.step(lr, norm, int(step + 1));
-    const CommTally dp_step = (cfg.zero == 3 ? dp_reduced : dp_counted.tally()) - dp_before;
     device_synchronize(device);  // the step ends when the GPU has run its kernels
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
@@ -176,7 +173,7 @@ int train_on(Run& run) {
                                                  tied.summed_elements(), dtype_of<GradOf<A>>());
       if (pp.size() > 1) print_traffic_by_rank(run.world, "pipeline", state.step, pp_step, formula);
       if (dp.size() > 1)
-        print_traffic_by_rank(run.world, "data-parallel", state.step, dp_step,
+        print_traffic_by_rank(run.world, "data-parallel", state.step, zero.step_counted(),
                               zero.step_traffic(accum, chunk_passes(schedule, 0), tied.summed_elements() > 0));
     }
     log_step(run, log, state.step, loss, lr, norm, ms, mem);

@@ -62,6 +62,13 @@ CommTally chunks_dp_traffic(const std::vector<ModelChunk<A>>& chunks, const Pipe
 }
 
 template <class A>
+CommTally chunks_dp_counted(const std::vector<ModelChunk<A>>& chunks) {
+  CommTally counted;
+  for (const ModelChunk<A>& c : chunks) counted += c.zero->step_counted();
+  return counted;
+}
+
+template <class A>
 ChunkCheckpoint<A>::ChunkCheckpoint(const ParamLayout& global, std::vector<ModelChunk<A>>& chunks)
     : chunks_(chunks), layout_(global) {
   // (tensor, chunk, its LocalTensor) over every chunk's range, in the model's order.
@@ -113,6 +120,8 @@ template std::vector<float> gather_chunks(Communicator&, std::vector<ModelChunk<
 template std::vector<bf16> gather_chunks(Communicator&, std::vector<ModelChunk<bf16>>&, bool, WholeOn);
 template CommTally chunks_dp_traffic(const std::vector<ModelChunk<float>>&, const PipeSchedule&, int);
 template CommTally chunks_dp_traffic(const std::vector<ModelChunk<bf16>>&, const PipeSchedule&, int);
+template CommTally chunks_dp_counted(const std::vector<ModelChunk<float>>&);
+template CommTally chunks_dp_counted(const std::vector<ModelChunk<bf16>>&);
 template class ChunkCheckpoint<float>;
 template class ChunkCheckpoint<bf16>;
 

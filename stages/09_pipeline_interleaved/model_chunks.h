@@ -72,6 +72,10 @@ std::vector<A> gather_chunks(Communicator& world, std::vector<ModelChunk<A>>& ch
 // and its tied wte where it holds an end of it), for m micro-batches.
 template <class A>
 CommTally chunks_dp_traffic(const std::vector<ModelChunk<A>>& chunks, const PipeSchedule& schedule, int m);
+// What the rank's chunks sent over dp in the last step, as counted: the sum of each
+// chunk's LocalZero::step_counted, the count that chunks_dp_traffic is the formula of.
+template <class A>
+CommTally chunks_dp_counted(const std::vector<ModelChunk<A>>& chunks);
 
 // A rank's chunks as one checkpoint: the tensors of every chunk's ZeRO range in the
 // model's order (a RankLayout must list them so; wte, the last chunk's on rank p - 1,

@@ -81,9 +81,8 @@ int train_on(Run& run) {
   const ParamLayout global(cfg.model);
   CountingCommunicator pp_counted(pp);  // the technique's traffic, counted per step
   const std::unique_ptr<Communicator> ends = tied_embedding_group(pp_counted);  // the first and the last stage
-  CountingCommunicator dp_counted(dp);  // ZeRO's traffic over dp, counted per step (the chunks' copies count in it)
   std::vector<ModelChunk<A>> chunks =
-      make_model_chunks(cfg, global, schedule, pp, tp, dp_counted, ends.get(),
+      make_model_chunks(cfg, global, schedule, pp, tp, dp, ends.get(),
                         ModelSlice<A>{tp.size(), tp.rank(), sp, &hooks, /*positions=*/{}}, T, device, precision);
   std::vector<GPT2<A>*> models;
   std::vector<const GPT2<A>*> const_models;
@@ -137,7 +136,7 @@ int train_on(Run& run) {
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const int64_t first_sequence = state.sequences(cfg.batch_size);  // the data position: the sequences read so far
     const auto t0 = std::chrono::steady_clock::now();
-    const CommTally pp_before = pp_counted.tally(), dp_before = dp_counted.tally();
+    const CommTally pp_before = pp_counted.tally();
     for (LocalZero<A>* z : zeros) z->zero_grads();
     bubble.start();
     const auto batch = [&](int micro, int32_t* inputs, int32_t* targets) {
@@ -156,7 +155,6 @@ int train_on(Run& run) {
     for (ModelChunk<A>& c : chunks) c.tied->finish();
     const CommTally pp_step = pp_counted.tally() - pp_before;
     for (LocalZero<A>* z : zeros) z->wait();
-    const CommTally dp_reduced = dp_counted.tally();  // ZeRO-3's update starts the next step's gathers: read before
     double loss = 0;  // the mean over the global batch, added in micro-batch order as stage 01 does
     for (double l : losses) loss += l / (accum * dp.size());
     pp.all_reduce(&loss, 1, DType::F64);  // from the last stage (the others add 0)
@@ -166,7 +164,6 @@ int train_on(Run& run) {
     const double norm = grad_norm_by_tensor(run.world, zeros, global.tensors().size());
     const double lr = learning_rate(cfg, step);
     for (LocalZero<A>* z : zeros) z->step(lr, norm, int(step + 1));
-    const CommTally dp_step = (cfg.zero == 3 ? dp_reduced : dp_counted.tally()) - dp_before;
     device_synchronize(device);  // the step ends when the GPU has run its kernels
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
@@ -183,7 +180,7 @@ int train_on(Run& run) {
                                                  wte_summed, dtype_of<GradOf<A>>());
       if (pp.size() > 1) print_traffic_by_rank(run.world, "pipeline", state.step, pp_step, formula);
       if (dp.size() > 1)
-        print_traffic_by_rank(run.world, "data-parallel", state.step, dp_step,
+        print_traffic_by_rank(run.world, "data-parallel", state.step, chunks_dp_counted(chunks),
                               chunks_dp_traffic(chunks, schedule, accum));
     }
     log_step(run, log, state.step, loss, lr, norm, ms, mem);

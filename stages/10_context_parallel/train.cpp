@@ -84,8 +84,7 @@ int train_on(Run& run) {
   const ParamLayout global(cfg.model);
   const RankLayout slices = RankLayout::tensor_parallel(global, tp.size(), tp.rank());
   // The ZeRO stage of `zero` over dp x cp, on this rank's local buffer (stage 06's local_zero.h).
-  CountingCommunicator dp_counted(grad_group);  // ZeRO's traffic over dp x cp, counted per step
-  LocalZero<A> zero(cfg, model, slices, dp_counted, device);
+  LocalZero<A> zero(cfg, model, slices, grad_group, device);
   const RunCheckpoints ckpt{layout, zero.checkpoint_buffers(), /*sharded=*/true, &zero.range(),
                             [&] { zero.checkpoint_to_host(); }};
 
@@ -128,7 +127,7 @@ int train_on(Run& run) {
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const int64_t first_sequence = state.sequences(cfg.batch_size);  // the data position: the sequences read so far
     const auto t0 = std::chrono::steady_clock::now();
-    const CommTally cp_before = cp.tally(), dp_before = dp_counted.tally();
+    const CommTally cp_before = cp.tally();
     zero.zero_grads();
     double loss = 0;
     for (int micro = 0; micro < accum; ++micro) {
@@ -144,7 +143,6 @@ int train_on(Run& run) {
     }
     zero.wait();
     const CommTally cp_step = cp.tally() - cp_before;
-    const CommTally dp_reduced = dp_counted.tally();  // ZeRO-3's update starts the next step's gather: read before
     grad_group.all_reduce(&loss, 1, DType::F64);  // the mean over the global batch: every part has as many tokens
 
     // The global norm: each rank the counted elements of its range (a tp replica or a
@@ -152,7 +150,6 @@ int train_on(Run& run) {
     const double norm = zero.grad_norm(run.world);
     const double lr = learning_rate(cfg, step);
     zero.step(lr, norm, int(step + 1));
-    const CommTally dp_step = (cfg.zero == 3 ? dp_reduced : dp_counted.tally()) - dp_before;
     device_synchronize(device);  // the step ends when the GPU has run its kernels
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     state.step = step + 1;
@@ -167,7 +164,8 @@ int train_on(Run& run) {
                   static_cast<long long>(state.step), comm_table(cp_step, formula).c_str());
       if (grad_group.size() > 1)
         std::printf("data-parallel communication in step %lld, rank 0 (counted | formula, README):\n%s",
-                    static_cast<long long>(state.step), comm_table(dp_step, zero.step_traffic(accum)).c_str());
+                    static_cast<long long>(state.step),
+                    comm_table(zero.step_counted(), zero.step_traffic(accum)).c_str());
     }
     log_step(run, log, state.step, loss, lr, norm, ms, mem);
 
