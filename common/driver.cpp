@@ -161,10 +161,17 @@ std::string thread_notes(int threads, int ranks_here, int cores, int allowed) {
     return "note: " + per_rank + " per rank on the " + std::to_string(allowed) +
            " CPU(s) this rank may run on (its affinity: mpirun binds a rank to a core unless --bind-to none)" +
            cost + " (or OMP_NUM_THREADS)\n";
-  if (int64_t(threads) * ranks_here > cores)
-    return "note: " + std::to_string(ranks_here) + " ranks on this machine x " + per_rank + " = " +
-           std::to_string(int64_t(threads) * ranks_here) + " threads on " + std::to_string(cores) + " cores" + cost +
-           " (or OMP_NUM_THREADS)\n";
+  if (int64_t(threads) * ranks_here > cores) {
+    const std::string crowd = "note: " + std::to_string(ranks_here) + " ranks on this machine x " + per_rank + " = " +
+                              std::to_string(int64_t(threads) * ranks_here) + " threads on " + std::to_string(cores) +
+                              " cores";
+    // With one thread a rank there is no thread left to take away: the ranks themselves
+    // outnumber the cores. They compute the same numbers, only slower.
+    if (threads == 1)
+      return crowd + ": they take turns, so each step is several times slower (the same numbers); for timings run at "
+                     "most " + std::to_string(cores) + " ranks on this machine\n";
+    return crowd + cost + " (or OMP_NUM_THREADS)\n";
+  }
   return "";
 }
 

@@ -70,7 +70,8 @@ MeshShape mesh_shape_for(const Config& cfg, int ranks);
 /// to one core unless told --bind-to none, and taskset narrows it too). Threads beyond
 /// the CPUs take turns, and every parallel loop waits for its slowest thread: a step
 /// several times slower, with nothing else to show why. The note names the threads to set:
-/// as many as the rank's CPUs and its share of the cores allow, at least 1.
+/// as many as the rank's CPUs and its share of the cores allow, at least 1; at one thread
+/// a rank, where the ranks alone outnumber the cores, it names the most ranks instead.
 std::string thread_notes(int threads, int ranks_here, int cores, int allowed);
 /// thread_notes for this process: omp_get_max_threads(), the launcher's ranks on this
 /// machine, std::thread::hardware_concurrency() and sched_getaffinity's count.

@@ -90,6 +90,11 @@ TEST_CASE("driver: threads beyond the CPUs a rank may use, or beyond the machine
   CHECK_THAT(crowded, Catch::Contains("2 ranks on this machine x 2 OpenMP threads = 4 threads on 2 cores"));
   CHECK_THAT(crowded, Catch::Contains("set threads=1"));
   CHECK_THAT(thread_notes(3, 4, 2, 2), Catch::Contains("set threads=1"));  // more ranks than cores: still 1
+  // Already one thread a rank: the advice is fewer ranks, not the threads it has.
+  const std::string ranks_only = thread_notes(1, 8, 2, 2);
+  CHECK_THAT(ranks_only, Catch::Contains("8 ranks on this machine x 1 OpenMP thread = 8 threads on 2 cores"));
+  CHECK_THAT(ranks_only, Catch::Contains("run at most 2 ranks on this machine"));
+  CHECK_THAT(ranks_only, !Catch::Contains("set threads"));
   // Controls: as many threads as the CPUs, or fewer, say nothing.
   CHECK(thread_notes(1, 2, 2, 2).empty());
   CHECK(thread_notes(4, 4, 16, 16).empty());
