@@ -93,31 +93,44 @@ TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank) 
                                             4 * (L * per_layer_stats + head_stats + tokens)));
 
   // Communication per step through the tp communicator.
-  const int64_t micro_steps = cfg.grad_accum(dp);  // micro-batches per step
-  const int64_t full = a * N * C;  // bytes of one N x C tensor of activations or their gradients
-  auto add = [&](CommOp op, int64_t calls, int64_t bytes_each) {
-    budget.comm.calls[size_t(op)] += calls;
-    budget.comm.bytes[size_t(op)] += calls * bytes_each;
-  };
-  if (!sp) {
-    // embedding, 2 per layer forward, 2 per layer backward, the head's input gradient;
-    // none at tp = 1, a group with nothing to sum (tp_hooks.cpp)
-    if (tp > 1) add(CommOp::AllReduce, micro_steps * (2 + 4 * L), full);
-  } else {
-    // reduce-scatter where the all-reduce was; all-gather before each column-parallel
-    // linear (forward: 2 per layer and the head; backward: the 2 inputs again), and of
-    // each row-parallel output's gradient (2 per layer, the embedding's)
-    add(CommOp::ReduceScatter, micro_steps * (2 + 4 * L), full);
-    add(CommOp::AllGather, micro_steps * (2 + 6 * L), full);
-    // the layernorm gradients summed once per step (every micro-batch with zero >= 2)
-    add(CommOp::AllReduce, (zero >= 2 ? micro_steps : 1) * (L + 1), 0);
-    budget.comm.bytes[size_t(CommOp::AllReduce)] += (zero >= 2 ? micro_steps : 1) * 4 * (4 * L * C + 2 * C);
-  }
-  if (tp > 1) {  // the vocabulary-parallel cross-entropy: the row maxes, then (sum, target)
-    add(CommOp::AllGather, micro_steps, 4 * N * tp);
-    add(CommOp::AllReduce, micro_steps, 4 * 2 * N);
-  }
+  budget.comm = tp_step_traffic(tp_step_of(cfg, tp, N, cfg.grad_accum(dp)), ParamLayout(m, tp, tp_rank));
   return budget;
+}
+
+TpStep tp_step_of(const Config& cfg, int tp, int64_t rows, int64_t micro_steps, bool recompute_full) {
+  TpStep step;
+  step.tp = tp, step.sequence_parallel = cfg.sequence_parallel, step.rows = rows, step.C = cfg.model.n_embd;
+  step.activation_bytes = cfg.precision == "bf16" ? 2 : 4;
+  step.micro_steps = micro_steps;
+  step.layernorm_sums = cfg.zero >= 2 ? micro_steps : 1;
+  step.recompute_full = recompute_full;
+  return step;
+}
+
+CommTally tp_step_traffic(const TpStep& step, const ParamLayout& part) {
+  const int64_t k = part.layer_end() - part.layer_begin(), e = part.has_embeddings(), h = part.has_head();
+  const int64_t m = step.micro_steps, forwards = step.recompute_full ? 2 : 1;  // a block's forwards a micro-batch
+  const int64_t full = step.activation_bytes * step.rows * step.C;  // one N x C tensor
+  CommTally traffic;
+  auto add = [&](CommOp op, int64_t calls, int64_t bytes_each) {
+    traffic.calls[size_t(op)] += calls;
+    traffic.bytes[size_t(op)] += calls * bytes_each;
+  };
+  const int64_t reductions = e + 2 * forwards * k + 2 * k + h;  // the sums of g forward and f backward
+  if (!step.sequence_parallel) {
+    if (step.tp > 1) add(CommOp::AllReduce, m * reductions, full);
+  } else {
+    add(CommOp::ReduceScatter, m * reductions, full);
+    const int64_t gathers = 2 * forwards * k + h + 2 * k + 2 * k + e;  // f forward; g backward, re-gathers
+    add(CommOp::AllGather, m * gathers, full);
+    add(CommOp::AllReduce, step.layernorm_sums * (k + h), 0);  // calls; their bytes next
+    traffic.bytes[size_t(CommOp::AllReduce)] += step.layernorm_sums * 4 * (4 * k * step.C + 2 * step.C * h);
+  }
+  if (step.tp > 1 && h) {  // the vocabulary-parallel cross-entropy
+    add(CommOp::AllGather, m, 4 * step.rows * step.tp);
+    add(CommOp::AllReduce, m, 4 * 2 * step.rows);
+  }
+  return traffic;
 }
 
 std::string TpBudget::memory_table(const MemoryLedger& measured) const {

@@ -20,16 +20,50 @@
 // statistics stay fp32), plus the embedding, the head and the scratch shared by the
 // layers (README, "Memory"). The tp collectives move a bytes an activation.
 // Communication per step, over its micro-batches (bytes through the tp communicator, payload sizes as
-// comm_counter.h defines them): see tp_budget.cpp and the README.
+// comm_counter.h defines them): tp_step_traffic below, and the README.
 #pragma once
 #include <cstdint>
 #include <string>
 
 #include "common/comm_counter.h"
 #include "common/config.h"
+#include "common/gpt2_layout.h"
 #include "common/memory.h"
 
 namespace gpt {
+
+// The shape of a step as the tp collectives see it.
+struct TpStep {
+  int tp = 1;
+  bool sequence_parallel = false;
+  int64_t rows = 0;          // the B T rows of a micro-batch on this rank (B T / cp under context parallelism)
+  int64_t C = 0;             // n_embd
+  int64_t activation_bytes = 4;  // of a stored activation: 2 in bf16 mode
+  int64_t micro_steps = 1;       // micro-batches a step runs through this model part
+  // How often a step sums the layernorm gradients (sequence parallelism): once, or every
+  // micro-batch where ZeRO-2 and -3 reduce every backward's gradients.
+  int64_t layernorm_sums = 1;
+  bool recompute_full = false;  // each block's forward runs again before its backward
+};
+
+// One step's traffic through the tp communicator of a model part (a whole model, or a
+// pipeline stage's chunk: its blocks, with the embedding where it runs layer 0 and the
+// head where it runs the last). Every hook moves one N x C tensor, N = rows, a = bytes:
+//   per micro-batch       all-reduce (reduce-scatter with sequence parallelism)   all-gather (sp only)
+//   embedding             forward's sum                                           its output gradient
+//   each block            2 forward, 2 backward (+2 recomputed)                   2 forward, 2 backward
+//                                                                                 + 2 re-gathered (+2 recomputed)
+//   head                  its input gradient                                      its input
+// (none at tp = 1 without sp: a group of one), plus at the head with tp > 1 the vocabulary-
+// parallel cross-entropy's row maxes gathered (4 N tp bytes) and (sum, target) all-reduced
+// (4 2N), and with sp the layernorm gradients summed, one all-reduce per unit holding
+// layernorms (each block; ln_f at the head): 4 (4 C per block + 2 C at the head) bytes.
+// Selective recompute rebuilds only what needs no communication.
+CommTally tp_step_traffic(const TpStep& step, const ParamLayout& part);
+// A run's TpStep: cfg's sequence_parallel, n_embd, precision and zero level (ZeRO-2 and -3
+// sum the layernorm gradients every micro-batch), at `rows` rows and `micro_steps`
+// micro-batches a step.
+TpStep tp_step_of(const Config& cfg, int tp, int64_t rows, int64_t micro_steps, bool recompute_full = false);
 
 struct TpBudget {
   MemoryLedger memory;  // expected bytes per kind (params, grads, optimizer, activations)

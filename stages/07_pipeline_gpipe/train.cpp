@@ -40,6 +40,7 @@
 #include "stages/06_tensor_parallel/local_zero.h"
 #include "stages/06_tensor_parallel/sequence_parallel_grads.h"
 #include "stages/06_tensor_parallel/tp_config.h"
+#include "stages/06_tensor_parallel/tp_budget.h"
 #include "stages/06_tensor_parallel/tp_hooks.h"
 #include "stages/07_pipeline_gpipe/grad_norm_by_tensor.h"
 #include "stages/07_pipeline_gpipe/pipeline_config.h"
@@ -62,7 +63,7 @@ int train_on(Run& run) {
   check_tensor_parallel(cfg);
   Communicator& dp = run.mesh.dp();
   Communicator& pp = run.mesh.pp();
-  Communicator& tp = run.mesh.tp();
+  CountingCommunicator tp(run.mesh.tp());  // tensor parallelism's traffic, counted per step
   const bool sp = cfg.sequence_parallel, lead = run.lead();
   const int accum = cfg.grad_accum(dp.size());  // m, the micro-batches of a step
   check_pipeline(cfg, pp.size(), accum);
@@ -132,7 +133,7 @@ int train_on(Run& run) {
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const int64_t first_sequence = state.sequences(cfg.batch_size);  // the data position: the sequences read so far
     const auto t0 = std::chrono::steady_clock::now();
-    const CommTally pp_before = pp_counted.tally();
+    const CommTally pp_before = pp_counted.tally(), tp_before = tp.tally();
     zero.zero_grads();
     bubble.start();
     const auto batch = [&](int micro, int32_t* inputs, int32_t* targets) {
@@ -148,7 +149,7 @@ int train_on(Run& run) {
         pipeline.run(schedule, accum, batch, 1.0f / float(accum * dp.size()), before_backward);
     bubble.stop(pipeline.last_busy_s());
     tied.finish();
-    const CommTally pp_step = pp_counted.tally() - pp_before;
+    const CommTally pp_step = pp_counted.tally() - pp_before, tp_step = tp.tally() - tp_before;
     zero.wait();
     double loss = 0;  // the mean over the global batch, added in micro-batch order as stage 01 does
     for (double l : losses) loss += l / (accum * dp.size());
@@ -172,6 +173,9 @@ int train_on(Run& run) {
       const CommTally formula = pipeline_traffic(pp.size(), 1, accum, pp.rank(), pipeline.message_size(), dtype_of<A>(),
                                                  tied.summed_elements(), dtype_of<GradOf<A>>());
       if (pp.size() > 1) print_traffic_by_rank(run.world, "pipeline", state.step, pp_step, formula);
+      if (tp.size() > 1)
+        print_traffic_by_rank(run.world, "tensor-parallel", state.step, tp_step,
+                              tp_step_traffic(tp_step_of(cfg, tp.size(), int64_t(B) * T, accum), model.layout()));
       if (dp.size() > 1)
         print_traffic_by_rank(run.world, "data-parallel", state.step, zero.step_counted(),
                               zero.step_traffic(accum, chunk_passes(schedule, 0), tied.summed_elements() > 0));

@@ -62,6 +62,13 @@ CommTally chunks_dp_traffic(const std::vector<ModelChunk<A>>& chunks, const Pipe
 }
 
 template <class A>
+CommTally chunks_tp_traffic(const std::vector<ModelChunk<A>>& chunks, const TpStep& step) {
+  CommTally traffic;
+  for (const ModelChunk<A>& c : chunks) traffic += tp_step_traffic(step, c.model->layout());
+  return traffic;
+}
+
+template <class A>
 CommTally chunks_dp_counted(const std::vector<ModelChunk<A>>& chunks) {
   CommTally counted;
   for (const ModelChunk<A>& c : chunks) counted += c.zero->step_counted();
@@ -120,6 +127,8 @@ template std::vector<float> gather_chunks(Communicator&, std::vector<ModelChunk<
 template std::vector<bf16> gather_chunks(Communicator&, std::vector<ModelChunk<bf16>>&, bool, WholeOn);
 template CommTally chunks_dp_traffic(const std::vector<ModelChunk<float>>&, const PipeSchedule&, int);
 template CommTally chunks_dp_traffic(const std::vector<ModelChunk<bf16>>&, const PipeSchedule&, int);
+template CommTally chunks_tp_traffic(const std::vector<ModelChunk<float>>&, const TpStep&);
+template CommTally chunks_tp_traffic(const std::vector<ModelChunk<bf16>>&, const TpStep&);
 template CommTally chunks_dp_counted(const std::vector<ModelChunk<float>>&);
 template CommTally chunks_dp_counted(const std::vector<ModelChunk<bf16>>&);
 template class ChunkCheckpoint<float>;

@@ -24,6 +24,7 @@
 #include "stages/06_tensor_parallel/gather_whole.h"
 #include "stages/06_tensor_parallel/local_zero.h"
 #include "stages/06_tensor_parallel/sequence_parallel_grads.h"
+#include "stages/06_tensor_parallel/tp_budget.h"
 #include "stages/06_tensor_parallel/tp_hooks.h"
 #include "stages/07_pipeline_gpipe/schedule.h"
 #include "stages/07_pipeline_gpipe/tied_embedding.h"
@@ -72,6 +73,12 @@ std::vector<A> gather_chunks(Communicator& world, std::vector<ModelChunk<A>>& ch
 // and its tied wte where it holds an end of it), for m micro-batches.
 template <class A>
 CommTally chunks_dp_traffic(const std::vector<ModelChunk<A>>& chunks, const PipeSchedule& schedule, int m);
+// One step's traffic over tp of all the rank's chunks: stage 06's tp_step_traffic of each
+// chunk's layers (with the embedding on the chunk that runs layer 0, the head on the one
+// that runs the last).
+template <class A>
+CommTally chunks_tp_traffic(const std::vector<ModelChunk<A>>& chunks, const TpStep& step);
+
 // What the rank's chunks sent over dp in the last step, as counted: the sum of each
 // chunk's LocalZero::step_counted, the count that chunks_dp_traffic is the formula of.
 template <class A>

@@ -41,6 +41,7 @@
 #include "stages/06_tensor_parallel/local_zero.h"
 #include "stages/06_tensor_parallel/sequence_parallel_grads.h"
 #include "stages/06_tensor_parallel/tp_config.h"
+#include "stages/06_tensor_parallel/tp_budget.h"
 #include "stages/06_tensor_parallel/tp_hooks.h"
 #include "stages/10_context_parallel/context_split.h"
 #include "stages/10_context_parallel/ring_attention.h"
@@ -58,7 +59,7 @@ int train_on(Run& run) {
   const Precision precision = run.precision;
   check_tensor_parallel(cfg);
   check_context_parallel(cfg);
-  Communicator& tp = run.mesh.tp();
+  CountingCommunicator tp(run.mesh.tp());  // tensor parallelism's traffic, counted per step
   CountingCommunicator cp(run.mesh.cp());  // the technique's traffic, counted per step
   // The ranks holding the same weight slices: dp x cp, the data-parallel group of the
   // weights (every rank of it computes gradients from tokens of its own).
@@ -127,7 +128,7 @@ int train_on(Run& run) {
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const int64_t first_sequence = state.sequences(cfg.batch_size);  // the data position: the sequences read so far
     const auto t0 = std::chrono::steady_clock::now();
-    const CommTally cp_before = cp.tally();
+    const CommTally cp_before = cp.tally(), tp_before = tp.tally();
     zero.zero_grads();
     double loss = 0;
     for (int micro = 0; micro < accum; ++micro) {
@@ -142,7 +143,7 @@ int train_on(Run& run) {
       model.backward(1.0f / float(accum * grad_group.size()));
     }
     zero.wait();
-    const CommTally cp_step = cp.tally() - cp_before;
+    const CommTally cp_step = cp.tally() - cp_before, tp_step = tp.tally() - tp_before;
     grad_group.all_reduce(&loss, 1, DType::F64);  // the mean over the global batch: every part has as many tokens
 
     // The global norm: each rank the counted elements of its range (a tp replica or a
@@ -162,6 +163,11 @@ int train_on(Run& run) {
                                                        cfg.model.n_embd / tp.size(), int64_t(B) * Tl, dtype_of<A>());
       std::printf("context-parallel communication in step %lld, rank 0 (counted | formula, README):\n%s",
                   static_cast<long long>(state.step), comm_table(cp_step, formula).c_str());
+      if (tp.size() > 1)  // stage 06's, on this rank's B x T/cp rows
+        std::printf("tensor-parallel communication in step %lld, rank 0 (counted | formula, README):\n%s",
+                    static_cast<long long>(state.step),
+                    comm_table(tp_step, tp_step_traffic(tp_step_of(cfg, tp.size(), int64_t(B) * Tl, accum),
+                                                        model.layout())).c_str());
       if (grad_group.size() > 1)
         std::printf("data-parallel communication in step %lld, rank 0 (counted | formula, README):\n%s",
                     static_cast<long long>(state.step),

@@ -51,6 +51,7 @@
 #include "common/trace.h"
 #include "stages/06_tensor_parallel/local_zero.h"
 #include "stages/06_tensor_parallel/tp_config.h"
+#include "stages/06_tensor_parallel/tp_budget.h"
 #include "stages/06_tensor_parallel/tp_hooks.h"
 #include "stages/07_pipeline_gpipe/grad_norm_by_tensor.h"
 #include "stages/07_pipeline_gpipe/pipeline_config.h"
@@ -76,7 +77,7 @@ int train_on(Run& run) {
   check_tensor_parallel(cfg);
   check_context_parallel(cfg);
   Communicator& pp = run.mesh.pp();
-  Communicator& tp = run.mesh.tp();
+  CountingCommunicator tp(run.mesh.tp());  // tensor parallelism's traffic, counted per step
   CountingCommunicator cp(run.mesh.cp());  // the technique's traffic, counted per step
   // The ranks holding the same weight slices: dp x cp (each computes gradients from
   // tokens of its own), as in stage 10.
@@ -183,7 +184,7 @@ int train_on(Run& run) {
   for (int64_t step = state.step; step < cfg.steps; ++step) {
     const int64_t first_sequence = state.sequences(cfg.batch_size);  // the data position: the sequences read so far
     const auto t0 = std::chrono::steady_clock::now();
-    const CommTally pp_before = pp_counted.tally(), cp_before = cp.tally();
+    const CommTally pp_before = pp_counted.tally(), cp_before = cp.tally(), tp_before = tp.tally();
     for (LocalZero<A>* z : zeros) z->zero_grads();
     bubble.start();
     const auto batch = [&](int micro, int32_t* inputs, int32_t* targets) {  // this rank's chunks of the sequences
@@ -205,7 +206,8 @@ int train_on(Run& run) {
         pipeline.run(schedule, accum, batch, 1.0f / float(accum * grad_group.size()), before_backward);
     bubble.stop(pipeline.last_busy_s());
     for (ModelChunk<A>& c : chunks) c.tied->finish();
-    const CommTally pp_step = pp_counted.tally() - pp_before, cp_step = cp.tally() - cp_before;
+    const CommTally pp_step = pp_counted.tally() - pp_before, cp_step = cp.tally() - cp_before,
+                    tp_step = tp.tally() - tp_before;
     for (LocalZero<A>* z : zeros) z->wait();
     double loss = 0;  // the mean over the global batch, added in micro-batch order as stage 01 does
     for (double l : losses) loss += l / (accum * grad_group.size());
@@ -231,6 +233,10 @@ int train_on(Run& run) {
       const CommTally formula = pipeline_traffic(pp.size(), v, accum, pp.rank(), pipeline.message_size(), dtype_of<A>(),
                                                  wte_summed, dtype_of<GradOf<A>>());
       if (pp.size() > 1) print_traffic_by_rank(run.world, "pipeline", state.step, pp_step, formula);
+      if (tp.size() > 1)  // a block recomputed under full runs its forward's collectives again
+        print_traffic_by_rank(run.world, "tensor-parallel", state.step, tp_step,
+                              chunks_tp_traffic(chunks, tp_step_of(cfg, tp.size(), int64_t(B) * Tl, accum,
+                                                                   recompute == Recompute::Full)));
       int layers_here = 0;  // the ring runs once per attention layer of this rank's chunks
       for (const GPT2<A>* m : const_models) layers_here += m->layout().layer_end() - m->layout().layer_begin();
       const CommTally ring_formula =

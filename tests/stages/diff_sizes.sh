@@ -20,14 +20,14 @@ declare -A budget=(
   [08_pipeline_1f1b:09_pipeline_interleaved]=160  # v chunks per rank: a vector of stage-08 models and their stores, one packed checkpoint, the chunks' tied wte and dp traffic counted
   [07_pipeline_gpipe:10_context_parallel]=170  # while 08 and 09 have no driver
   [08_pipeline_1f1b:10_context_parallel]=170
-  [09_pipeline_interleaved:10_context_parallel]=220  # back from chunks to one model, and the cp split
+  [09_pipeline_interleaved:10_context_parallel]=230  # back from chunks to one model, and the cp split (its tp table, rank 0's as stage 06's)
   [06_tensor_parallel:10_context_parallel]=130
-  [10_context_parallel:11_4d]=260               # back to stage 09's chunks and schedules (and its counted pipeline traffic; the dp table by rank), keeping the cp split
+  [10_context_parallel:11_4d]=270               # back to stage 09's chunks and schedules (and its counted pipeline traffic; the dp and tp tables by rank), keeping the cp split
 )
 # Pairs a reader is pointed to besides the neighbours: stage 11 is stage 09's driver with
 # stage 10's context split and the recompute key.
 extra_pairs=(09_pipeline_interleaved:11_4d)
-budget[09_pipeline_interleaved:11_4d]=152  # with its header naming an axis of 1 plainly, its ring attention counted as stage 10 counts it, its dp traffic over dp x cp
+budget[09_pipeline_interleaved:11_4d]=160  # with its header naming an axis of 1 plainly, its ring attention counted as stage 10 counts it, its dp traffic over dp x cp, its tp traffic on B T/cp rows with recompute
 failures=0
 [ "$(bash "$DIFF" --count 02 02)" = 0 ] || { echo "FAIL: a stage against itself is not 0 lines"; failures=1; }
 stages=()  # the stages with a driver (a stage still being written may have none yet)
