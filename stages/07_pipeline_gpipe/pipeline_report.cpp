@@ -80,7 +80,14 @@ std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, in
                 "activations %.2f MiB (%d slots), peak memory %.2f MiB\n",
                 world_rank, pp_rank, pp, what, measured, expected, double(bytes) / (1 << 20), slots,
                 double(mem.total()) / (1 << 20));
-  return line;
+  // The peak by kind, exact: the stages hold different layers (the ends wte as well), so
+  // their weights, gradients and optimizer state differ, and so does what ZeRO shards.
+  std::string kinds = "  memory peaks by kind:";
+  for (size_t k = 0; k < kMemKindNames.size(); ++k) {
+    if (MemKind(k) == MemKind::Eval && mem.get(MemKind::Eval) == 0) continue;  // nothing evaluated yet
+    kinds += (k == 0 ? " " : " | ") + std::string(kMemKindNames[k]) + " " + std::to_string(mem.get(MemKind(k)));
+  }
+  return line + kinds + " bytes\n";
 }
 
 template std::string in_flight_line(int, int, int, int, int, const std::vector<const GPT2<float>*>&,
@@ -89,7 +96,7 @@ template std::string in_flight_line(int, int, int, int, int, const std::vector<c
                                     const MemoryLedger&, size_t);
 
 void print_from_every_rank(Communicator& world, const std::string& line) {
-  constexpr size_t kWidth = 256;
+  constexpr size_t kWidth = 512;  // a line or two of text
   std::vector<char> mine(kWidth, '\0'), all(kWidth * size_t(world.size()));
   std::copy_n(line.begin(), std::min(line.size(), kWidth - 1), mine.begin());
   world.all_gather(mine.data(), all.data(), kWidth, DType::Byte);

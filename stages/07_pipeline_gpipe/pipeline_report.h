@@ -36,17 +36,19 @@ class BubbleMeter {
   std::vector<double> busy_s_, makespan_s_;  // per step
 };
 
-// One line about this rank's activations: the micro-batches it held in flight at most
+// Two lines about this rank's memory: the micro-batches it held in flight at most
 // (with several chunks, the (micro-batch, chunk) pairs: "chunk activations"), counted by
-// the executor, against the schedule's bound, and the activation bytes of
-// its model chunks (one before stage 09), plus `shared_bytes` of activation buffers the
-// chunks share (stage 11's recompute working set).
+// the executor, against the schedule's bound, the activation bytes of its model chunks
+// (one before stage 09), plus `shared_bytes` of activation buffers the chunks share
+// (stage 11's recompute working set), and the peak total; then `mem`'s peaks by kind, in
+// bytes (each rank holds its own layers).
 template <class A>
 std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, int measured,
                            const std::vector<const GPT2<A>*>& chunks, const MemoryLedger& mem,
                            size_t shared_bytes = 0);
 
-// Prints every rank's `line` from the world's rank 0, in rank order (collective).
+// Prints every rank's `line` (its first 511 characters) from the world's rank 0, in rank order
+// (collective).
 void print_from_every_rank(Communicator& world, const std::string& line);
 
 // One step's pipeline traffic on rank `rank` of p, as a CountingCommunicator around the
