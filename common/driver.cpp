@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -93,6 +95,12 @@ void require_axes(const Config& cfg, const StageSpec& spec) {
 
 namespace {
 
+// A refusal the ranks have already agreed on and printed (agree_on_checks): each rank
+// returns status 2, with no further message and no abort.
+struct JobRefused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // An error on one rank must not leave the others blocked in a collective: the failing
 // rank prints its message (naming itself) and aborts the whole job with the error's
 // status; with one rank the error propagates to run_main, which does the same.
@@ -100,6 +108,8 @@ template <class F>
 int abort_job_on_error(Communicator& world, F&& body) {
   try {
     return body();
+  } catch (const JobRefused&) {
+    return 2;
   } catch (const std::exception& e) {
     if (world.size() == 1) throw;
     const bool user = dynamic_cast<const UserError*>(&e) != nullptr;
@@ -122,6 +132,38 @@ std::string rank0_text(Communicator& world, const std::string& mine) {
   std::string lead = world.rank() == 0 ? mine : std::string(size, '\0');
   world.broadcast(lead.data(), size_t(size), DType::Byte, 0);
   return lead;
+}
+
+// Checks that every rank of a job makes on the same command line: a bad key or a mesh
+// that does not fit the ranks fails on all of them alike, and if each printed it, a job of
+// 8 ranks would say the same thing 8 times before Open MPI's abort banner. So each rank
+// runs `checks`, and one all-reduce counts the ranks that failed. None: the job goes on.
+// Otherwise a message every rank shares is printed once, by rank 0; where they differ (a
+// file missing on one machine, a lower memory limit) each failing rank prints its own,
+// naming itself. Then every rank throws JobRefused: all of them return status 2, and none
+// is left waiting in a collective, so nothing needs aborting.
+void agree_on_checks(Communicator& world, const std::function<void()>& checks) {
+  std::string error;
+  try {
+    checks();
+  } catch (const UserError& e) {
+    if (world.size() == 1) throw;
+    error = e.what();
+  }
+  if (world.size() == 1) return;
+  double failed = error.empty() ? 0 : 1;
+  world.all_reduce(&failed, 1, DType::F64);
+  if (failed == 0) return;
+  const std::string lead = rank0_text(world, error);
+  double shared = !error.empty() && error == lead ? 1 : 0;
+  world.all_reduce(&shared, 1, DType::F64);
+  if (shared == world.size()) {
+    if (world.rank() == 0) std::fprintf(stderr, "train: error: %s\n", error.c_str());
+  } else if (!error.empty()) {
+    std::fprintf(stderr, "train: rank %d: error: %s\n", world.rank(), error.c_str());
+  }
+  std::fflush(stderr);
+  throw JobRefused(error.empty() ? "another rank refused the run" : error);
 }
 
 // Every rank must train with rank 0's stage and configuration. mpirun's MPMD form (`-np 1
@@ -204,29 +246,45 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
   return run_main("train", [&] {
     hold_stop_signal();  // until our handler is in place, after MPI's start-up
     Config cfg;
-    if (!parse_args(argc, argv, cfg, "train")) return 0;
-    if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
-    require_axes(cfg, spec);
-    // A stage without a GPU path (StageSpec::cuda false) runs on CPU ranks: auto means
-    // cpu there and cuda is refused.
-    require(spec.cuda || cfg.device != "cuda",
-            std::string("device=cuda: stage ") + spec.name +
-                " runs on CPU ranks only so far; use device=cpu (stage 01 trains on the GPU)");
-    const Device device = resolve_device(spec.cuda ? cfg.device : "cpu");
-    ops::set_gemm(device, cfg.gemm);  // the GPU's matmuls: the hand-written GEMM or cuBLAS
-    const Precision precision = parse_precision(cfg.precision);
-    require(cfg.test_grad_scale == 1.0, std::string("test_grad_scale: stage ") + spec.name +
-                                            " does not read it (a negative control of stage 01's tests)");
-    require(precision != Precision::FP64, std::string("precision=fp64: stage ") + spec.name +
-                                              " trains in fp32 or bf16; the fp64 ground truth is stage 01's");
-    std::unique_ptr<Communicator> world = make_world(&argc, &argv, {cfg.comm, device, cfg.comm_timeout_s});
+    Device device = Device::CPU;
+    Precision precision = Precision::FP32;
+    // The command line, read before MPI starts. In a job of several ranks a refusal here
+    // is said once the ranks can compare it (agree_on_checks), on a world of the default
+    // backend: what the command line asked for may be what was refused.
+    std::string refused;
+    try {
+      if (!parse_args(argc, argv, cfg, "train")) return 0;
+      if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+      require_axes(cfg, spec);
+      // A stage without a GPU path (StageSpec::cuda false) runs on CPU ranks: auto means
+      // cpu there and cuda is refused.
+      require(spec.cuda || cfg.device != "cuda",
+              std::string("device=cuda: stage ") + spec.name +
+                  " runs on CPU ranks only so far; use device=cpu (stage 01 trains on the GPU)");
+      device = resolve_device(spec.cuda ? cfg.device : "cpu");
+      ops::set_gemm(device, cfg.gemm);  // the GPU's matmuls: the hand-written GEMM or cuBLAS
+      precision = parse_precision(cfg.precision);
+      require(cfg.test_grad_scale == 1.0, std::string("test_grad_scale: stage ") + spec.name +
+                                              " does not read it (a negative control of stage 01's tests)");
+      require(precision != Precision::FP64, std::string("precision=fp64: stage ") + spec.name +
+                                                " trains in fp32 or bf16; the fp64 ground truth is stage 01's");
+    } catch (const UserError& e) {
+      if (launcher_world_size() <= 1) throw;
+      refused = e.what();
+    }
+    const CommOptions options = refused.empty() ? CommOptions{cfg.comm, device, cfg.comm_timeout_s} : CommOptions{};
+    std::unique_ptr<Communicator> world = make_world(&argc, &argv, options);
     // After MPI's start-up, so that ours are the handlers; SIGTERM and SIGINT only in a
     // job of one rank (common/stop_request.h says why).
     install_stop_handlers(/*announce=*/world->rank() == 0, /*terminal_signals=*/world->size() == 1);
     return abort_job_on_error(*world, [&] {
+      agree_on_checks(*world, [&] { require(refused.empty(), refused); });
       require_rank0_config(*world, cfg, spec.name);
-      const MeshShape shape = mesh_shape_for(cfg, world->size());
-      validate(cfg, shape.dp);
+      MeshShape shape;
+      agree_on_checks(*world, [&] {
+        shape = mesh_shape_for(cfg, world->size());
+        validate(cfg, shape.dp);
+      });
       if (world->rank() == 0) std::printf("%s%s", idle_key_notes(cfg, shape).c_str(), thread_notes_here().c_str());
       const ChoicesInTraining choices(cfg, world->rank(), world->size());
       // One job per run_dir (rank 0 holds the lock); another run's later checkpoints are

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# A refusal that every rank of a job makes alike is said once. Stage 11 on 4 ranks with a
+# mesh that does not fit them (pp=3), an unknown key (read before MPI starts), and a model
+# shape validate() refuses (n_head=5): exit 2, the message on one line without a rank, and
+# no Open MPI abort banner (the ranks return; none is aborted). Where the ranks differ
+# (mpirun's MPMD form hands rank 3 threads=-1, the one key ranks may set apart), the rank
+# that refused names itself, the others say nothing, and the job still ends with 2.
+# Control: the check must reject the mesh refusal's log with its line said twice, as each
+# of several ranks would say it.
+# Usage: refusal_once.sh TRAIN11 PREPARE WORKDIR ROOT MPIEXEC
+set -euo pipefail
+TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5
+source "$(dirname "$0")/common.sh"
+rm -rf "$WORK" && mkdir -p "$WORK"
+make_corpus "$WORK" "$PREPARE"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+args() { echo "$TRAIN" $(tiny_args "$WORK/data" "$WORK/run") --set steps=1 --set sample_tokens=0 "$@"; }
+
+# once LOG NEEDLE: whether LOG holds NEEDLE on exactly one line and no abort banner.
+once() { [ "$(grep -cF -- "$2" "$1" || true)" -eq 1 ] && ! grep -q "MPI_ABORT" "$1"; }
+# said NAME STATUS NEEDLE: the job whose log is $WORK/NAME.log ended with STATUS 2 and said
+# NEEDLE once.
+said() {
+  local name=$1 status=$2 needle=$3 log="$WORK/$1.log"
+  [ "$status" -eq 2 ] || { fail "$name: exit $status, expected 2"; tail -5 "$log"; return; }
+  once "$log" "$needle" || { fail "$name: '$needle' not said once, or the job aborted"; cat "$log"; return; }
+  echo "ok   $name: $(grep -m1 -F -- "$needle" "$log")"
+}
+run4() {  # run4 NAME key=value...: 4 ranks of stage 11 with the keys
+  local name=$1 sets=() kv status=0
+  shift
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  timeout 120 "$MPIEXEC" -np 4 --oversubscribe $(args) "${sets[@]}" > "$WORK/$name.log" 2>&1 || status=$?
+  echo $status
+}
+said mesh "$(run4 mesh pp=3)" "train: error: tp=1 x pp=3 x cp=1 = 3 ranks per model replica"
+said unknown_key "$(run4 unknown_key bogus_key=1)" "train: error: --set bogus_key=1: unknown key"
+said model_shape "$(run4 model_shape n_head=5)" "train: error: n_head=5 does not divide n_embd=32"
+status=0
+timeout 120 "$MPIEXEC" --oversubscribe -np 3 $(args) : -np 1 $(args --set threads=-1) > "$WORK/one_rank.log" 2>&1 ||
+  status=$?
+said one_rank "$status" "train: rank 3: error: threads=-1"
+n=$(grep -c "error" "$WORK/one_rank.log" || true)
+[ "$n" -eq 1 ] || fail "one_rank: $n lines say error, expected rank 3's alone"
+cat "$WORK/mesh.log" "$WORK/mesh.log" > "$WORK/twice.log"
+if once "$WORK/twice.log" "train: error: tp=1 x pp=3"; then fail "control: a refusal said twice passed"
+else echo "ok   (control) a refusal said twice is rejected"; fi
+((failures == 0)) || { echo "$failures failure(s)"; exit 1; }
+echo PASS
