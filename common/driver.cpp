@@ -284,6 +284,7 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
       agree_on_checks(*world, [&] {
         shape = mesh_shape_for(cfg, world->size());
         validate(cfg, shape.dp);
+        check_data_files(cfg);
       });
       if (world->rank() == 0) std::printf("%s%s", idle_key_notes(cfg, shape).c_str(), thread_notes_here().c_str());
       const ChoicesInTraining choices(cfg, world->rank(), world->size());
@@ -315,20 +316,37 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
   });
 }
 
+// A data file's own error (missing, unreadable, damaged), with the key that named it; a
+// run that validates nothing need not name a val_data.
+[[noreturn]] void fail_data_key(const char* key, const UserError& e, const Config& cfg) {
+  fail(std::string(key) + ": " + e.what() +
+       (std::string(key) == "val_data" && cfg.val_batches == 0
+            ? " (val_batches=0 validates nothing: val_data may be left empty)"
+            : ""));
+}
+
+void check_data_files(const Config& cfg) {
+  for (const auto& [key, pattern] : {std::pair{"train_data", cfg.train_data}, {"val_data", cfg.val_data}}) {
+    if (pattern.empty()) continue;  // validate() refuses an empty train_data; no val_data: no validation
+    try {
+      stream_tokens(pattern);
+    } catch (const UserError& e) {
+      fail_data_key(key, e, cfg);
+    }
+  }
+}
+
 DataLoader validation_data(const Config& cfg) {
   if (cfg.val_data.empty()) {
     require(cfg.val_batches == 0, "val_data is empty but val_batches=" + std::to_string(cfg.val_batches) +
                                       ": give a validation shard, or set val_batches=0 to train without validation");
     return DataLoader::none(cfg.seq_len);
   }
-  // The file's own error (missing, unreadable, damaged), with the key that named it; a run
-  // that validates nothing need not name one.
   DataLoader val = [&] {
     try {
       return DataLoader(cfg.val_data, cfg.model.vocab_size, cfg.seq_len, cfg.seed);
     } catch (const UserError& e) {
-      fail("val_data: " + std::string(e.what()) +
-           (cfg.val_batches == 0 ? " (val_batches=0 validates nothing: val_data may be left empty)" : ""));
+      fail_data_key("val_data", e, cfg);
     }
   }();
   require_disjoint_splits(cfg.train_data, cfg.val_data);

@@ -124,7 +124,9 @@ using TrainFn = int (*)(Run& run);
 /// Runs a stage as described at the top of this file and returns main()'s exit status:
 /// train's result, 0 after --help, 2 for a UserError, 1 for any other error, and
 /// kStoppedExit (3) for a run a stop signal ended (common/stop_request.h). On more than
-/// one rank an error after joining the job aborts every rank with that status.
+/// one rank, the checks of the command line, the configuration and the data files' headers
+/// are compared across the ranks first: a refusal they share is printed once, and every
+/// rank returns 2 without an abort. An error after that aborts every rank with its status.
 int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train);
 
 /// The validation set of a run, in windows of cfg.seq_len tokens: cfg.val_data loaded,
@@ -133,6 +135,13 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train);
 /// fit in the data's distinct windows (validation would count some twice), and names
 /// val_data and train_data when the two share a file.
 DataLoader validation_data(const Config& cfg);
+/// The train_data and val_data shards' names and headers, checked as a DataLoader checks
+/// them before it reads a token (stream_tokens: cheap for any corpus), each error with the
+/// key that named the file: what stage_main's ranks compare before a run starts.
+void check_data_files(const Config& cfg);
+/// A data file's error `e`, with `key` (train_data, val_data) that named it, thrown again as
+/// a UserError; for val_data in a run that validates nothing, how to do without it.
+[[noreturn]] void fail_data_key(const char* key, const UserError& e, const Config& cfg);
 
 /// The mean loss of one batch's tokens and targets (host memory, batch_size rows of the
 /// tokens this rank runs of each sequence), however a stage evaluates it: a model's
