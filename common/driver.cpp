@@ -284,6 +284,7 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
       agree_on_checks(*world, [&] {
         shape = mesh_shape_for(cfg, world->size());
         validate(cfg, shape.dp);
+        if (spec.checks) spec.checks(cfg, shape);
         check_data_files(cfg);
       });
       if (world->rank() == 0) std::printf("%s%s", idle_key_notes(cfg, shape).c_str(), thread_notes_here().c_str());

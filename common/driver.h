@@ -57,6 +57,10 @@ struct StageSpec {
   bool activation_checkpointing_key = false;  ///< reads `activation_checkpointing`
   bool cuda = false;                        ///< device=cuda supported
   bool allreduce_key = false;               ///< reads `allreduce` (stage 02's ring or the backend's)
+  /// The stage's own limits on a configuration on a mesh (its technique's: a tp that
+  /// divides the heads, layers that divide into the stages), which stage_main checks with
+  /// the shared ones before the run starts, the ranks comparing their refusals; none if null.
+  void (*checks)(const Config& cfg, const MeshShape& mesh) = nullptr;
 };
 
 /// The mesh the config asks for on `ranks` ranks: tp, pp, cp as given, dp as given or

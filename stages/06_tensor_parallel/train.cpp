@@ -55,7 +55,6 @@ int train_on(Run& run) {
   Config& cfg = run.cfg;
   const Device device = run.device;
   const Precision precision = run.precision;
-  check_tensor_parallel(cfg);
   Communicator& dp = run.mesh.dp();
   CountingCommunicator tp(run.mesh.tp());  // the technique's traffic, counted per step
   const bool sp = cfg.sequence_parallel, lead = run.lead();
@@ -164,10 +163,17 @@ int train_ranks(Run& run) {
   return run.precision == Precision::BF16 ? train_on<gpt::bf16>(run) : train_on<float>(run);
 }
 
+// This stage's own limits on a configuration: stage_main checks them with the shared ones
+// before the run starts, the ranks comparing their refusals.
+void check_stage(const Config& cfg, const MeshShape& /*mesh*/) {
+  check_tensor_parallel(cfg);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   StageSpec spec{"06_tensor_parallel"};
   spec.tp = true, spec.zero_key = true, spec.cuda = true;
+  spec.checks = check_stage;
   return stage_main(argc, argv, spec, train_ranks);
 }

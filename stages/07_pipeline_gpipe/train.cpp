@@ -60,13 +60,11 @@ int train_on(Run& run) {
   Config& cfg = run.cfg;
   const Device device = run.device;
   const Precision precision = run.precision;
-  check_tensor_parallel(cfg);
   Communicator& dp = run.mesh.dp();
   Communicator& pp = run.mesh.pp();
   CountingCommunicator tp(run.mesh.tp());  // tensor parallelism's traffic, counted per step
   const bool sp = cfg.sequence_parallel, lead = run.lead();
   const int accum = cfg.grad_accum(dp.size());  // m, the micro-batches of a step
-  check_pipeline(cfg, pp.size(), accum);
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
@@ -197,10 +195,18 @@ int train_ranks(Run& run) {
   return run.precision == Precision::BF16 ? train_on<gpt::bf16>(run) : train_on<float>(run);
 }
 
+// This stage's own limits on a configuration: stage_main checks them with the shared ones
+// before the run starts, the ranks comparing their refusals.
+void check_stage(const Config& cfg, const MeshShape& mesh) {
+  check_tensor_parallel(cfg);
+  check_pipeline(cfg, mesh.pp, cfg.grad_accum(mesh.dp));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   StageSpec spec{"07_pipeline_gpipe"};
   spec.tp = true, spec.pp = true, spec.zero_key = true, spec.cuda = true;
+  spec.checks = check_stage;
   return stage_main(argc, argv, spec, train_ranks);
 }

@@ -57,8 +57,6 @@ int train_on(Run& run) {
   Config& cfg = run.cfg;
   const Device device = run.device;
   const Precision precision = run.precision;
-  check_tensor_parallel(cfg);
-  check_context_parallel(cfg);
   CountingCommunicator tp(run.mesh.tp());  // tensor parallelism's traffic, counted per step
   CountingCommunicator cp(run.mesh.cp());  // the technique's traffic, counted per step
   // The ranks holding the same weight slices: dp x cp, the data-parallel group of the
@@ -187,10 +185,18 @@ int train_ranks(Run& run) {
   return run.precision == Precision::BF16 ? train_on<gpt::bf16>(run) : train_on<float>(run);
 }
 
+// This stage's own limits on a configuration: stage_main checks them with the shared ones
+// before the run starts, the ranks comparing their refusals.
+void check_stage(const Config& cfg, const MeshShape& /*mesh*/) {
+  check_tensor_parallel(cfg);
+  check_context_parallel(cfg);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   StageSpec spec{"10_context_parallel"};
   spec.tp = true, spec.cp = true, spec.zero_key = true, spec.cuda = true;
+  spec.checks = check_stage;
   return stage_main(argc, argv, spec, train_ranks);
 }

@@ -74,8 +74,6 @@ int train_on(Run& run) {
   Config& cfg = run.cfg;
   const Device device = run.device;
   const Precision precision = run.precision;
-  check_tensor_parallel(cfg);
-  check_context_parallel(cfg);
   Communicator& pp = run.mesh.pp();
   CountingCommunicator tp(run.mesh.tp());  // tensor parallelism's traffic, counted per step
   CountingCommunicator cp(run.mesh.cp());  // the technique's traffic, counted per step
@@ -88,7 +86,6 @@ int train_on(Run& run) {
   const bool sp = cfg.sequence_parallel, lead = run.lead();
   const int accum = cfg.grad_accum(data_group.size());  // m, the micro-batches of a step
   const int v = cfg.virtual_stages;
-  check_pipeline(cfg, pp.size(), accum);
   const std::string schedule_name = cfg.schedule.empty() ? "interleaved" : cfg.schedule;
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
 
@@ -267,11 +264,20 @@ int train_ranks(Run& run) {
   return run.precision == Precision::BF16 ? train_on<gpt::bf16>(run) : train_on<float>(run);
 }
 
+// This stage's own limits on a configuration: stage_main checks them with the shared ones
+// before the run starts, the ranks comparing their refusals.
+void check_stage(const Config& cfg, const MeshShape& mesh) {
+  check_tensor_parallel(cfg);
+  check_context_parallel(cfg);
+  check_pipeline(cfg, mesh.pp, cfg.grad_accum(mesh.dp));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   StageSpec spec{"11_4d"};
   spec.tp = true, spec.pp = true, spec.cp = true, spec.virtual_stages = true, spec.zero_key = true;
   spec.schedule_key = true, spec.activation_checkpointing_key = true, spec.cuda = true;
+  spec.checks = check_stage;
   return stage_main(argc, argv, spec, train_ranks);
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A refusal that every rank of a job makes alike is said once. Stage 11 on 4 ranks with a
 # mesh that does not fit them (pp=3), an unknown key (read before MPI starts), a model
-# shape validate() refuses (n_head=5), a train_data file that does not exist and a val_data
+# shape validate() refuses (n_head=5), a limit of the stage's own technique (pp=4 stages
+# for 2 layers: StageSpec::checks), a train_data file that does not exist and a val_data
 # glob that matches nothing: exit 2, the message on one line without a rank, and
 # no Open MPI abort banner (the ranks return; none is aborted). Where the ranks differ
 # (mpirun's MPMD form hands rank 3 threads=-1, the one key ranks may set apart), the rank
@@ -37,6 +38,7 @@ run4() {  # run4 NAME key=value...: 4 ranks of stage 11 with the keys
 said mesh "$(run4 mesh pp=3)" "train: error: tp=1 x pp=3 x cp=1 = 3 ranks per model replica"
 said unknown_key "$(run4 unknown_key bogus_key=1)" "train: error: --set bogus_key=1: unknown key"
 said model_shape "$(run4 model_shape n_head=5)" "train: error: n_head=5 does not divide n_embd=32"
+said stage_limit "$(run4 stage_limit pp=4)" "train: error: n_layer=2 is less than pp=4"
 said no_data "$(run4 no_data pp=2 "train_data=$WORK/nothere.bin")" \
   "train: error: train_data: data file '$WORK/nothere.bin' does not exist"
 said no_val_data "$(run4 no_val_data pp=2 "val_data=$WORK/nothere_*.bin")" "train: error: val_data: "
