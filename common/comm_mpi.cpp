@@ -239,6 +239,7 @@ class MpiComm final : public Communicator {
 #ifdef GPT_HAVE_CUDA
     for (Pinned& p : pinned_)
       if (p.data) cudaFreeHost(p.data);
+    for (Pinned& p : p2p_spares_) cudaFreeHost(p.data);
 #endif
   }
 
@@ -429,13 +430,15 @@ class MpiComm final : public Communicator {
 
  private:
   // A posted isend or irecv. GPU buffers travel through a pinned host buffer of the
-  // request's own (several may be in flight, unlike the collectives' two slots).
+  // request's own (several may be in flight, unlike the collectives' two slots), taken
+  // from the communicator's spares and handed back when the request ends.
   struct P2pRequest : Request::State {
     MpiComm* owner = nullptr;
     Pending p;
     void* user = nullptr;  // the caller's buffer
     void* host = nullptr;  // what MPI reads or writes: user, or the pinned copy
     bool pinned = false;
+    size_t bytes = 0;  // of the pinned copy (it may be larger than the message)
     size_t count = 0;
     DType type = DType::Byte;
     ~P2pRequest() override {
@@ -453,8 +456,8 @@ class MpiComm final : public Communicator {
       live = live || p.request != MPI_REQUEST_NULL;  // a broken runtime frees nothing
 #ifdef GPT_HAVE_CUDA
       // A pinned copy MPI may still use is left allocated (only on the way out of a failed
-      // job): freeing it would let MPI write into memory handed out again.
-      if (pinned && !live) cudaFreeHost(host);
+      // job): reusing or freeing it would let MPI write into memory handed out again.
+      if (pinned && !live) owner->release_pinned({host, bytes});
 #else
       (void)live;
 #endif
@@ -472,8 +475,8 @@ class MpiComm final : public Communicator {
     const size_t bytes = count * dtype_size(t);
 #ifdef GPT_HAVE_CUDA
     if (bytes > 0 && on_gpu(buf)) {
-      cuda_check(cudaMallocHost(&req->host, bytes), "cudaMallocHost");
-      req->pinned = true;
+      const Pinned pin = take_pinned(bytes);
+      req->host = pin.data, req->bytes = pin.bytes, req->pinned = true;
       if (!receive) cuda_check(cudaMemcpy(req->host, buf, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
     }
 #endif
@@ -751,6 +754,36 @@ class MpiComm final : public Communicator {
   void cuda_check(cudaError_t err, const char* what) {
     if (err != cudaSuccess) fail(prefix() + what + " failed while staging a GPU buffer: " + cudaGetErrorString(err));
   }
+
+  // A pinned buffer of at least `bytes` for a point-to-point message: a spare when one is
+  // large enough, else a new one. cudaMallocHost locks and maps the pages and synchronizes
+  // the device, far dearer than the copy it serves, and a pipeline sends messages of one
+  // size over and over: a few spares serve them all.
+  Pinned take_pinned(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(spares_mutex_);
+      for (size_t i = 0; i < p2p_spares_.size(); ++i)
+        if (p2p_spares_[i].bytes >= bytes) {
+          const Pinned pin = p2p_spares_[i];
+          p2p_spares_.erase(p2p_spares_.begin() + std::ptrdiff_t(i));
+          return pin;
+        }
+    }
+    Pinned pin;
+    cuda_check(cudaMallocHost(&pin.data, bytes), "cudaMallocHost");
+    pin.bytes = bytes;
+    return pin;
+  }
+  // A finished request's buffer, kept as a spare; beyond kMaxSpares the smallest is freed.
+  void release_pinned(Pinned pin) {
+    std::lock_guard<std::mutex> lock(spares_mutex_);
+    p2p_spares_.push_back(pin);
+    if (p2p_spares_.size() <= kMaxSpares) return;
+    const auto smallest = std::min_element(p2p_spares_.begin(), p2p_spares_.end(),
+                                           [](const Pinned& a, const Pinned& b) { return a.bytes < b.bytes; });
+    cudaFreeHost(smallest->data);
+    p2p_spares_.erase(smallest);
+  }
 #endif
 
   // A group of one's reduce-scatter or all-gather: recv = send. True when done here (the
@@ -812,6 +845,11 @@ class MpiComm final : public Communicator {
   std::vector<int> world_ranks_;  // world rank of each member of this group
 #ifdef GPT_HAVE_CUDA
   Pinned pinned_[2];
+  // Point-to-point staging buffers no request holds now. Requests may end on another
+  // thread than the one that posted them, so the list has a lock of its own.
+  static constexpr size_t kMaxSpares = 8;
+  std::mutex spares_mutex_;
+  std::vector<Pinned> p2p_spares_;
 #endif
 };
 
