@@ -179,6 +179,9 @@ std::unique_ptr<Communicator> make_world(int* argc, char*** argv, const CommOpti
   if (b == "auto" && !launched_by_mpi()) return make_local_world(options);
 
   std::unique_ptr<Communicator> world = make_mpi_world(argc, argv, options);
+  double not_ready = options.ready ? 0 : 1;  // ranks that refused their command line
+  world->all_reduce(&not_ready, 1, DType::F64);
+  if (not_ready > 0) return world;           // only to say why the job stops
   agree_on_device(*world, options.device);  // before the collectives that differ by device
 #ifdef GPT_HAVE_CUDA
   if (cuda) {

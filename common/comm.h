@@ -195,6 +195,10 @@ struct CommOptions {
   std::string backend = "auto";  ///< auto | mpi | nccl
   Device device = Device::CPU;   ///< where the buffers live; NCCL needs Device::CUDA
   double timeout_s = 60.0;       ///< a peer silent this long is reported lost
+  /// False on a rank that has refused its command line before joining (stage_main). If any
+  /// rank is not ready, every rank gets the plain MPI world, with no device compared and no
+  /// GPU set up: only for the ranks to compare their refusals, which the device may be.
+  bool ready = true;
 };
 
 /// The world communicator of this process. With MPI absent from the build, or a job

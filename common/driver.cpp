@@ -230,13 +230,21 @@ namespace {
 // Keys that ask for a technique whose axis is 1 in this mesh: accepted (one config file
 // serves every layout), but said, so a run is not taken for what it does not do. At tp 1
 // sequence parallelism splits the rows among one rank (the same bits as without it); at
-// cp 1 both splits are one chunk.
+// cp 1 both splits are one chunk; at dp x cp = 1 ZeRO has one shard.
 std::string idle_key_notes(const Config& cfg, const MeshShape& shape) {
   std::string notes;
   if (cfg.sequence_parallel && shape.tp == 1)
     notes += "note: sequence_parallel=true at tp=1 changes nothing: the one tensor-parallel rank holds every row\n";
   if (cfg.cp_split == "contiguous" && shape.cp == 1)  // the default, zigzag, goes unsaid
     notes += "note: cp_split=" + cfg.cp_split + " at cp=1 changes nothing: one rank holds the whole sequence\n";
+  // ZeRO shards over the dp x cp ranks that hold the same weights: one rank is one shard.
+  // ZeRO-1 then keeps what zero=0 keeps; ZeRO-2 and -3 add their buffers to the whole.
+  const std::string z = "zero=" + std::to_string(cfg.zero);
+  if (cfg.zero == 1 && shape.dp * shape.cp == 1)
+    notes += "note: " + z + " at dp x cp = 1 changes nothing: one rank holds each weight, so its shard is all of it\n";
+  if (cfg.zero >= 2 && shape.dp * shape.cp == 1)
+    notes += "note: " + z + " at dp x cp = 1 shards nothing (one rank holds each weight), and its buffers (live " +
+             "gradient buckets" + (cfg.zero == 3 ? ", gathered units" : "") + ") come on top: zero=0 holds less\n";
   return notes;
 }
 
@@ -249,8 +257,8 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
     Device device = Device::CPU;
     Precision precision = Precision::FP32;
     // The command line, read before MPI starts. In a job of several ranks a refusal here
-    // is said once the ranks can compare it (agree_on_checks), on a world of the default
-    // backend: what the command line asked for may be what was refused.
+    // is said once the ranks can compare it (agree_on_checks), on a plain MPI world on the
+    // CPU (CommOptions::ready): the backend or the device asked for may be what was refused.
     std::string refused;
     try {
       if (!parse_args(argc, argv, cfg, "train")) return 0;
@@ -272,7 +280,8 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
       if (launcher_world_size() <= 1) throw;
       refused = e.what();
     }
-    const CommOptions options = refused.empty() ? CommOptions{cfg.comm, device, cfg.comm_timeout_s} : CommOptions{};
+    CommOptions options = refused.empty() ? CommOptions{cfg.comm, device, cfg.comm_timeout_s} : CommOptions{};
+    options.ready = refused.empty();  // any rank not ready: a plain MPI world, no device compared
     std::unique_ptr<Communicator> world = make_world(&argc, &argv, options);
     // After MPI's start-up, so that ours are the handlers; SIGTERM and SIGINT only in a
     // job of one rank (common/stop_request.h says why).

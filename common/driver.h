@@ -8,8 +8,10 @@
 ///     parse the config (--config, --set, --help), pick the device, join the job,
 ///     build the process mesh dp x pp x cp x tp from the config keys, refuse by name an
 ///     axis the stage does not implement, start each rank's trace (trace_file), then run
-///     train(run) on every rank: an error on one rank ends them all (bad input: exit 2;
-///     a bug: exit 1).
+///     train(run) on every rank. The checks before the run (command line, configuration,
+///     the stage's own limits, the data files' headers) are compared across the ranks: a
+///     refusal they share is said once, and every rank exits 2 without an abort. After
+///     that an error on one rank ends them all (bad input: exit 2; a bug: exit 1).
 ///   log_step(...)       a finished step's metrics line; a loss that is not finite stops the run
 ///   log_validation(...) the same for a validation loss
 ///   after_step(...)     the validation loss (and the multiple-choice eval) and the

@@ -15,9 +15,7 @@ const std::vector<std::string>& pipeline_schedule_names() {
   return names;
 }
 
-namespace {
-
-void check_name(const std::string& name, int v) {
+void check_pipeline_schedule(const std::string& name, int v) {
   const auto& names = pipeline_schedule_names();
   if (std::find(names.begin(), names.end(), name) == names.end()) {
     std::string allowed;
@@ -29,10 +27,8 @@ void check_name(const std::string& name, int v) {
                                                std::to_string(v) + "; use schedule=interleaved for more)");
 }
 
-}  // namespace
-
 PipeSchedule pipeline_schedule(const std::string& name, int p, int rank, int m, int v) {
-  check_name(name, v);
+  check_pipeline_schedule(name, v);
   if (name == "gpipe") return gpipe_schedule(p, rank, m);
   if (name == "1f1b") return one_f_one_b_schedule(p, rank, m);
   if (name == "interleaved") return interleaved_schedule(p, rank, m, v);
@@ -40,14 +36,14 @@ PipeSchedule pipeline_schedule(const std::string& name, int p, int rank, int m, 
 }
 
 double pipeline_theory_bubble(const std::string& name, int p, int m, int v, const PipeCosts& costs) {
-  check_name(name, v);
+  check_pipeline_schedule(name, v);
   if (name == "interleaved") return interleaved_bubble(p, m, v);
   if (name == "zb-h1") return zb_h1_bubble(p, m, costs);
   return pipeline_bubble(p, m);
 }
 
 int pipeline_theory_in_flight(const std::string& name, int p, int rank, int m, int v) {
-  check_name(name, v);
+  check_pipeline_schedule(name, v);
   if (name == "gpipe") return gpipe_max_in_flight(m);
   if (name == "1f1b") return one_f_one_b_max_in_flight(p, rank, m);
   if (name == "interleaved") return interleaved_max_in_flight(p, rank, m, v);

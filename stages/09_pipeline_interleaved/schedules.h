@@ -19,13 +19,17 @@ namespace gpt {
 // The names `schedule` accepts, in stage order.
 const std::vector<std::string>& pipeline_schedule_names();
 
+// Refuses (a UserError naming the key) an unknown schedule, v < 1, and v > 1 for a
+// schedule that has one chunk per rank: what every function below checks first, and what
+// the trainers check before a run starts.
+void check_pipeline_schedule(const std::string& name, int v);
+
 // The actions of `rank` of p (v chunks each) for m micro-batches under schedule `name`.
-// UserErrors name the key: an unknown schedule, p, m or v < 1, v > 1 for a schedule
-// that has one chunk per rank.
+// UserErrors name the key: those of check_pipeline_schedule, and p or m < 1.
 PipeSchedule pipeline_schedule(const std::string& name, int p, int rank, int m, int v);
 
 // The theory: the bubble on the machine of `costs` (tW is the weight-gradient part of
-// a backward; only zb-h1 splits it off, and its formula assumes tW <= min(tF, tB)), and
+// a backward; only zb-h1 splits it off, and its formula holds for any costs), and
 // the most (micro, chunk) activations rank r holds until its backward completes.
 double pipeline_theory_bubble(const std::string& name, int p, int m, int v, const PipeCosts& costs);
 int pipeline_theory_in_flight(const std::string& name, int p, int rank, int m, int v);

@@ -208,6 +208,7 @@ int train_ranks(Run& run) {
 void check_stage(const Config& cfg, const MeshShape& mesh) {
   check_tensor_parallel(cfg);
   check_pipeline(cfg, mesh.pp, cfg.grad_accum(mesh.dp));
+  check_pipeline_schedule(cfg.schedule.empty() ? "interleaved" : cfg.schedule, cfg.virtual_stages);
 }
 
 }  // namespace

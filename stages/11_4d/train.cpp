@@ -98,9 +98,6 @@ int train_on(Run& run) {
   RingAttentionHooks<A> ring(tp, sp, cp, split, device);  // at cp = 1 `hooks`: the same bits without block merges
   const PipeSchedule schedule = pipeline_schedule(schedule_name, pp.size(), pp.rank(), accum, v);
   const Recompute recompute = parse_recompute(cfg.activation_checkpointing);
-  require(!(recompute == Recompute::Full && splits_backward(schedule)),
-          "activation_checkpointing=full with schedule=" + schedule_name + ": its weight halves run after other "
-              "passes, when the recomputed activations are gone; use another schedule, or selective or none");
   const ParamLayout global(cfg.model);
   CountingCommunicator pp_counted(pp);  // the technique's traffic, counted per step
   const std::unique_ptr<Communicator> ends = tied_embedding_group(pp_counted);  // the first and the last stage
@@ -239,9 +236,7 @@ int train_on(Run& run) {
       const CommTally ring_formula =
           ring_attention_traffic(cp.size(), layers_here, accum, cfg.model.n_embd / tp.size(), int64_t(B) * Tl,
                                  dtype_of<A>(), recompute == Recompute::Full ? 2 : 1);
-      if (lead && cp.size() > 1)
-        std::printf("context-parallel communication in step %lld, rank 0 (counted | formula, README):\n%s",
-                    static_cast<long long>(state.step), comm_table(cp_step, ring_formula).c_str());
+      if (cp.size() > 1) print_traffic_by_rank(run.world, "context-parallel", state.step, cp_step, ring_formula);
       if (grad_group.size() > 1)
         print_traffic_by_rank(run.world, "data-parallel", state.step, chunks_dp_counted(chunks),
                               chunks_dp_traffic(chunks, schedule, accum));
@@ -270,6 +265,12 @@ void check_stage(const Config& cfg, const MeshShape& mesh) {
   check_tensor_parallel(cfg);
   check_context_parallel(cfg);
   check_pipeline(cfg, mesh.pp, cfg.grad_accum(mesh.dp));
+  const std::string schedule_name = cfg.schedule.empty() ? "interleaved" : cfg.schedule;
+  const PipeSchedule first_rank =  // every rank's schedule splits its backwards, or none does
+      pipeline_schedule(schedule_name, mesh.pp, 0, cfg.grad_accum(mesh.dp), cfg.virtual_stages);
+  require(!(parse_recompute(cfg.activation_checkpointing) == Recompute::Full && splits_backward(first_rank)),
+          "activation_checkpointing=full with schedule=" + schedule_name + ": its weight halves run after other "
+              "passes, when the recomputed activations are gone; use another schedule, or selective or none");
 }
 
 }  // namespace

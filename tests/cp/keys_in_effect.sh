@@ -50,14 +50,15 @@ one_step s10_no_sp 4 "$TRAIN10" cp=2 tp=2 &&
 # A key whose axis is 1 here is said to change nothing; where the axis is 2 it is not.
 # notes_say LOG NEEDLE: whether the run's notes name the key.
 notes_say() { grep -q "^note: $2 at .*changes nothing" "$WORK/$1.log"; }
-if one_step s11_idle_keys 2 "$TRAIN11" pp=2 sequence_parallel=true cp_split=contiguous; then
-  for key in sequence_parallel=true cp_split=contiguous; do
+if one_step s11_idle_keys 2 "$TRAIN11" pp=2 sequence_parallel=true cp_split=contiguous zero=1; then
+  for key in sequence_parallel=true cp_split=contiguous zero=1; do
     notes_say s11_idle_keys "$key" && echo "ok   at pp 2 alone, $key is said to change nothing" ||
       fail "stage 11 at tp 1 and cp 1 does not say that $key changes nothing"
   done
 fi
+one_step s10_zero1_cp2 2 "$TRAIN10" cp=2 zero=1 || true
 ! notes_say s10_sp sequence_parallel=true && ! notes_say s11_cp2_contiguous cp_split=contiguous &&
-  echo "ok   (control) neither is said where its axis is 2" ||
-  fail "a run at tp 2 or cp 2 says its sequence_parallel or cp_split changes nothing"
+  ! grep -q "^note: zero=" "$WORK/s10_zero1_cp2.log" && echo "ok   (control) none is said where its axis is 2" ||
+  fail "a run at tp 2 or cp 2 says its sequence_parallel, cp_split or zero changes nothing"
 ((failures == 0)) || { echo "$failures failure(s)"; exit 1; }
 echo "PASS"

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # A refusal that every rank of a job makes alike is said once. Stage 11 on 4 ranks with a
 # mesh that does not fit them (pp=3), an unknown key (read before MPI starts), a model
-# shape validate() refuses (n_head=5), a limit of the stage's own technique (pp=4 stages
-# for 2 layers: StageSpec::checks), a train_data file that does not exist and a val_data
+# shape validate() refuses (n_head=5), limits of the stage's own technique (StageSpec::checks:
+# pp=4 stages for 2 layers, an unknown schedule, full recompute with a schedule that splits
+# its backwards), a train_data file that does not exist and a val_data
 # glob that matches nothing: exit 2, the message on one line without a rank, and
 # no Open MPI abort banner (the ranks return; none is aborted). Where the ranks differ
 # (mpirun's MPMD form hands rank 3 threads=-1, the one key ranks may set apart), the rank
-# that refused names itself, the others say nothing, and the job still ends with 2.
-# Control: the check must reject the mesh refusal's log with its line said twice, as each
-# of several ranks would say it.
+# that refused names itself, the others say nothing, and the job still ends with 2; also
+# where rank 3 alone refuses a key before MPI starts (the ranks then join a plain MPI world
+# on the CPU to compare, CommOptions::ready, whatever device the others asked for).
+# Controls: the check must reject the mesh refusal's log with its line said twice, with
+# another rank's line beside it, and with an abort banner.
 # Usage: refusal_once.sh TRAIN11 PREPARE WORKDIR ROOT MPIEXEC
 set -euo pipefail
 TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5
@@ -18,8 +21,12 @@ make_corpus "$WORK" "$PREPARE"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 args() { echo "$TRAIN" $(tiny_args "$WORK/data" "$WORK/run") --set steps=1 --set sample_tokens=0 "$@"; }
 
-# once LOG NEEDLE: whether LOG holds NEEDLE on exactly one line and no abort banner.
-once() { [ "$(grep -cF -- "$2" "$1" || true)" -eq 1 ] && ! grep -q "MPI_ABORT" "$1"; }
+# once LOG NEEDLE: whether LOG holds NEEDLE on exactly one line, no other line says
+# "error:" (no other rank spoke), and no abort banner.
+once() {
+  [ "$(grep -cF -- "$2" "$1" || true)" -eq 1 ] && [ "$(grep -c "error:" "$1" || true)" -eq 1 ] &&
+    ! grep -q "MPI_ABORT" "$1"
+}
 # said NAME STATUS NEEDLE: the job whose log is $WORK/NAME.log ended with STATUS 2 and said
 # NEEDLE once.
 said() {
@@ -39,6 +46,9 @@ said mesh "$(run4 mesh pp=3)" "train: error: tp=1 x pp=3 x cp=1 = 3 ranks per mo
 said unknown_key "$(run4 unknown_key bogus_key=1)" "train: error: --set bogus_key=1: unknown key"
 said model_shape "$(run4 model_shape n_head=5)" "train: error: n_head=5 does not divide n_embd=32"
 said stage_limit "$(run4 stage_limit pp=4)" "train: error: n_layer=2 is less than pp=4"
+said schedule "$(run4 schedule pp=2 schedule=zb-h2)" "train: error: schedule=zb-h2: unknown pipeline schedule"
+said recompute_split "$(run4 recompute_split pp=2 schedule=zb-h1 activation_checkpointing=full)" \
+  "train: error: activation_checkpointing=full with schedule=zb-h1"
 said no_data "$(run4 no_data pp=2 "train_data=$WORK/nothere.bin")" \
   "train: error: train_data: data file '$WORK/nothere.bin' does not exist"
 said no_val_data "$(run4 no_val_data pp=2 "val_data=$WORK/nothere_*.bin")" "train: error: val_data: "
@@ -46,10 +56,20 @@ status=0
 timeout 120 "$MPIEXEC" --oversubscribe -np 3 $(args) : -np 1 $(args --set threads=-1) > "$WORK/one_rank.log" 2>&1 ||
   status=$?
 said one_rank "$status" "train: rank 3: error: threads=-1"
-n=$(grep -c "error" "$WORK/one_rank.log" || true)
-[ "$n" -eq 1 ] || fail "one_rank: $n lines say error, expected rank 3's alone"
+# The same for a key refused before MPI starts: the ranks join a plain world to compare.
+status=0
+timeout 120 "$MPIEXEC" --oversubscribe -np 3 $(args) : -np 1 $(args --set bogus_key=1) > "$WORK/one_rank_early.log" \
+  2>&1 || status=$?
+said one_rank_early "$status" "train: rank 3: error: --set bogus_key=1: unknown key"
+# Controls: the check must reject the refusal said twice, said once beside another rank's
+# line, and said once before an abort banner.
+needle="train: error: tp=1 x pp=3"
 cat "$WORK/mesh.log" "$WORK/mesh.log" > "$WORK/twice.log"
-if once "$WORK/twice.log" "train: error: tp=1 x pp=3"; then fail "control: a refusal said twice passed"
-else echo "ok   (control) a refusal said twice is rejected"; fi
+{ cat "$WORK/mesh.log"; echo "train: rank 2: error: tp=1 x pp=3 x cp=1"; } > "$WORK/another.log"
+{ cat "$WORK/mesh.log"; echo "MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD"; } > "$WORK/aborted.log"
+for control in twice another aborted; do
+  if once "$WORK/$control.log" "$needle"; then fail "control: the log '$control' passed"
+  else echo "ok   (control) the log '$control' is rejected"; fi
+done
 ((failures == 0)) || { echo "$failures failure(s)"; exit 1; }
 echo PASS
