@@ -133,11 +133,11 @@ void LocalZero<A>::step(double lr, double norm, int step_number) {
     Span span("adamw_shard");  // updates the shard in place: the next forward gathers it
     optimizer_.step(device_, shard_params_, grads, lr, clip_scale(norm, cfg_.grad_clip, step_number), cfg_,
                     step_number);
-    step_counted_ = dp_.tally() - window_start_;  // before the next step's first gather starts
-    static_cast<Zero3Store<A>&>(*sharded_).weights_updated();
-    return;
   }
   step_counted_ = dp_.tally() - window_start_;
+  // ZeRO-3: the units kept gathered are stale now, and the next step's first gather
+  // starts, after the window has closed.
+  if (zero_ == 3) static_cast<Zero3Store<A>&>(*sharded_).weights_updated();
 }
 
 template <class A>

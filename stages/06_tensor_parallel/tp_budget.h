@@ -36,7 +36,7 @@ namespace gpt {
 struct TpStep {
   int tp = 1;
   bool sequence_parallel = false;
-  int64_t rows = 0;          // the B T rows of a micro-batch on this rank (B T / cp under context parallelism)
+  int64_t rows = 0;  // a micro-batch's B T rows (B T / cp under context parallelism), before sp splits them
   int64_t C = 0;             // n_embd
   int64_t activation_bytes = 4;  // of a stored activation: 2 in bf16 mode
   int64_t micro_steps = 1;       // micro-batches a step runs through this model part

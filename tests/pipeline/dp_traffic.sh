@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The data-parallel traffic of the pipeline stages (07, 08, 09, 11) is the one their ZeRO
 # level and schedule imply. Each run counts what its stores send over dp (dp x cp in stage
-# 11: a CountingCommunicator, whose splits, the chunks' and the threads' channels, count
-# into the same tally) and prints every rank's count beside LocalZero::step_traffic's
-# formula. A pipeline rank holds its stage's layers only, and two things differ from a
+# 11): each chunk's LocalZero wraps its dp group in a CountingCommunicator (whose splits, the
+# threads' channels, count into the same tally) and counts its step, the chunks' counts are
+# summed (chunks_dp_counted), and the run prints every rank's count beside
+# LocalZero::step_traffic's formula. A pipeline rank holds its stage's layers only, and two things differ from a
 # whole model (tests/stages/dp_traffic.sh):
 #   the tied wte   the first and the last stage each hold wte, and sum its gradient once
 #                  a step (tied_embedding.h): ZeRO-2 and -3 then reduce its bucket (the

@@ -4,7 +4,8 @@
 # local buffer holds P elements: on the first stage wte (V/tp rows, V padded to 128) and
 # wpe (T C), on the last wte and ln_f (2 C), and its blocks between, each
 # 12 C^2/tp + 7 C/tp + 6 C (tests/stages/dp_traffic.sh); with v chunks a rank holds v
-# such buffers, chunk c being virtual stage c p + r of v p. Under ZeRO 0 and 1 (stages
+# such buffers, chunk c being virtual stage c p + r of v p (T is block_size, the model's
+# context: one run trains on shorter sequences). Under ZeRO 0 and 1 (stages
 # 02 and 03 on that buffer):
 #     params     a P   (a = 4 in fp32, 2 in bf16)
 #     grads      4 P
@@ -65,7 +66,7 @@ passed=()
 judged_step 1f1b_bf16 4 "$TRAIN08" dp=2 pp=2 a=2 -- pp=2 precision=bf16
 judged_step interleaved_z1 4 "$TRAIN09" dp=2 pp=2 v=2 L=4 zero=1 -- pp=2 virtual_stages=2 n_layer=4 zero=1 \
   micro_batch_size=1 batch_size=4
-judged_step 4d_z1 8 "$TRAIN11" dp=2 pp=2 tp=2 zero=1 -- pp=2 tp=2 zero=1 micro_batch_size=1
+judged_step 4d_z1 8 "$TRAIN11" dp=2 pp=2 tp=2 zero=1 -- pp=2 tp=2 zero=1 micro_batch_size=1 seq_len=16
 judged_step 4d_cp_z1_bf16 8 "$TRAIN11" dp=2 pp=2 cp=2 zero=1 a=2 -- pp=2 cp=2 zero=1 precision=bf16 \
   micro_batch_size=1
 control() {  # control WHAT LOG (judge's arguments)

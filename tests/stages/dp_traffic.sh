@@ -2,8 +2,8 @@
 # The data-parallel traffic of stages 02 to 05, and of the ZeRO level inside stages 06
 # (tp x dp) and 10 (cp x dp), is the one their keys ask for, and the one their READMEs
 # derive. A run counts what its gradient buckets and weight gathers send through the
-# communicator (a CountingCommunicator around the group holding the same weights; its
-# splits, the threads' own channels, count into the same tally) and prints it beside its
+# communicator (a CountingCommunicator around the group holding the same weights, LocalZero's
+# own in 06 and 10; its splits, the threads' channels, count into the same tally) and prints it beside its
 # formula (gradient_traffic, sharded_step_traffic, zero3_step_traffic;
 # LocalZero::step_traffic in 06 and 10). Within tolerance a ring and the backend compute
 # the same sums, and ZeRO's schedules the same model, so only this table tells them apart.

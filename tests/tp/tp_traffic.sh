@@ -16,8 +16,11 @@
 # the head, with tp > 1, the vocabulary-parallel cross-entropy: m all-gathers of 4 N tp
 # bytes and m all-reduces of 4 2N. A pipeline rank's chunk c is virtual stage c p + r of
 # v p, each L / (v p) blocks; a split backward (ZB-H1) moves what one backward moves.
-# For each run every rank's line, and rank 0's table by operation, equal this closed form
-# (and the run's own formula).
+# For each run every rank's line (stage 10 prints rank 0's table alone), and rank 0's table
+# by operation, equal this closed form (and the run's own formula). One run has seq_len
+# below block_size (N counts the tokens of a sequence, not the model's context), one runs
+# dp 2 (m = batch / (B dp)) with ZB-H1, sp and ZeRO-2 (the layernorm sums every micro-batch,
+# from the weight halves).
 # Controls, each on a run that passed: full recompute judged without it, selective judged
 # as full, ZeRO-2's layernorm sums judged once a step, a pipeline stage judged as the whole
 # model: all rejected.
@@ -28,9 +31,9 @@ source "$ROOT/tests/trainer/common.sh"
 start_mpi_test "$WORK" "$PREPARE"
 # judge LOG key=value...: exit 0 when the run's tensor-parallel counts equal the closed form
 # above. Keys, the run's shape: dp, pp, cp, tp, v (1), m (micro-batches, 1), L (n_layer,
-# 2), B (micro_batch_size, 2), a (activation bytes, 4), sp (0/1), zero (0), full (0/1: full
-# recompute); by_rank=0 where the stage prints rank 0's table alone (stage 10); and for the
-# controls: whole_model=1.
+# 2), B (micro_batch_size, 2), T (seq_len, tiny.json's), a (activation bytes, 4), sp (0/1),
+# zero (0), full (0/1: full recompute); by_rank=0 where the stage prints rank 0's table
+# alone (stage 10); and for the controls: whole_model=1.
 judge() {
   /usr/bin/python3 - "$ROOT" "$@" << 'PY'
 import json, sys
@@ -40,8 +43,9 @@ cfg = json.load(open(sys.argv[1] + "/configs/tiny.json"))
 log_path = sys.argv[2]
 o = {k: int(v) for k, v in (kv.split("=", 1) for kv in sys.argv[3:])}
 dp, pp, cp, tp, v, m = (o.get(k, 1) for k in ("dp", "pp", "cp", "tp", "v", "m"))
-L, B, a, sp, zero, full = o.get("L", 2), o.get("B", 2), o.get("a", 4), o.get("sp", 0), o.get("zero", 0), o.get("full", 0)
-C, T = cfg["n_embd"], cfg["seq_len"]
+L, B, a, sp = o.get("L", 2), o.get("B", 2), o.get("a", 4), o.get("sp", 0)
+zero, full = o.get("zero", 0), o.get("full", 0)
+C, T = cfg["n_embd"], o.get("T", cfg["seq_len"])
 N = B * T // cp
 text = open(log_path).read()
 
@@ -107,6 +111,8 @@ judged_step interleaved_sp 4 "$TRAIN09" pp=2 tp=2 v=2 L=4 m=4 B=1 sp=1 zero=1 --
   n_layer=4 sequence_parallel=true zero=1 micro_batch_size=1 batch_size=4
 judged_step zbh1_sp 4 "$TRAIN09" pp=2 tp=2 m=4 B=1 sp=1 -- pp=2 tp=2 schedule=zb-h1 sequence_parallel=true \
   micro_batch_size=1 batch_size=4
+judged_step zbh1_sp_z2_dp2 8 "$TRAIN09" dp=2 pp=2 tp=2 m=4 B=1 sp=1 zero=2 T=16 -- pp=2 tp=2 schedule=zb-h1 \
+  sequence_parallel=true zero=2 micro_batch_size=1 batch_size=8 seq_len=16
 judged_step cp_sp_z2 4 "$TRAIN10" cp=2 tp=2 m=2 sp=1 zero=2 by_rank=0 -- cp=2 tp=2 sequence_parallel=true zero=2
 judged_step 4d_full 8 "$TRAIN11" pp=2 cp=2 tp=2 m=4 B=1 sp=1 full=1 -- pp=2 cp=2 tp=2 schedule=1f1b \
   sequence_parallel=true activation_checkpointing=full micro_batch_size=1
