@@ -457,14 +457,12 @@ void require_memory_for_logits(const Config& cfg) {
 // The sample is decoded by the tokenizer, so every id the model can emit must be one of
 // its tokens (a larger vocabulary would print garbage after a whole training run), and
 // the ids the sample starts from must be the model's. A bad tokenizer file fails here,
-// naming it.
-void check_tokenizer(const Config& cfg) {
+// naming it; `bytes_fix` is the advice for a byte tokenizer on a larger vocabulary.
+void check_tokenizer(const Config& cfg, const std::string& bytes_fix) {
   const int V = cfg.model.vocab_size;
   const Tokenizer tokenizer = Tokenizer::named(cfg.tokenizer);
   if (cfg.tokenizer == "bytes" && V > kByteVocab)
-    fail("tokenizer=bytes decodes the ids 0..255 only, but vocab_size=" + std::to_string(V) +
-         ": name this vocabulary's tokenizer file (llm.c's gpt2_tokenizer.bin for GPT-2's 50257), or set "
-         "sample_tokens=0");
+    fail("tokenizer=bytes decodes the ids 0..255 only, but vocab_size=" + std::to_string(V) + ": " + bytes_fix);
   if (cfg.tokenizer != "bytes" && tokenizer.vocab_size() != V)
     fail("tokenizer=" + cfg.tokenizer + " has " + std::to_string(tokenizer.vocab_size()) +
          " tokens, but vocab_size=" + std::to_string(V) + ": the model and the tokenizer must share one vocabulary");
@@ -864,11 +862,11 @@ void validate(const Config& cfg, int dp) {
   validate_sampling(cfg);
 }
 
-void validate_sampling(const Config& cfg) {
+void validate_sampling(const Config& cfg, const std::string& bytes_fix) {
   check_int(cfg.sample_tokens >= 0, "sample_tokens", cfg.sample_tokens, "must be >= 0");
   // A tokenizer file that is named is checked even when this run samples nothing: a
   // later resume that samples would otherwise find its typo at the end of a run.
-  if (cfg.sample_tokens > 0 || cfg.tokenizer != "bytes") check_tokenizer(cfg);
+  if (cfg.sample_tokens > 0 || cfg.tokenizer != "bytes") check_tokenizer(cfg, bytes_fix);
   check_double(cfg.temperature > 0, "temperature", cfg.temperature, "must be positive");
   check_int(cfg.top_k >= 0, "top_k", cfg.top_k, "must be >= 0 (0: no top-k)");
 }

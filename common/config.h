@@ -145,8 +145,11 @@ void validate(const Config& cfg, int dp = 1);
 
 /// The sampling keys alone (sample_tokens, temperature, top_k, and the tokenizer and
 /// prompt against vocab_size), as validate() checks them: for a tool that samples a
-/// checkpoint without training. A problem is a UserError naming the key.
-void validate_sampling(const Config& cfg);
+/// checkpoint without training. A problem is a UserError naming the key; `bytes_fix` is
+/// the advice for a byte tokenizer on a vocabulary above 256 (the trainer's by default).
+void validate_sampling(const Config& cfg,
+                       const std::string& bytes_fix = "name this vocabulary's tokenizer file (llm.c's "
+                                                      "gpt2_tokenizer.bin for GPT-2's 50257), or set sample_tokens=0");
 
 /// Refuses (UserError naming `key`) a thread count below 0 or above 8 per core of this
 /// machine: more only slow a run down, and tens of thousands fail to start or crash OpenMP.

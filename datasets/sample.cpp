@@ -129,12 +129,10 @@ gpt::Config sampling_config(const std::string& checkpoint, const std::vector<std
   gpt::require(cfg.sample_tokens > 0,
                "sample_tokens=" + std::to_string(cfg.sample_tokens) + ": nothing to sample" +
                    (tokens_set ? "" : " (the checkpoint's run sampled nothing)") + ": give --set sample_tokens=N");
-  // The trainer's advice for a byte tokenizer on a larger vocabulary is to sample nothing.
-  if (cfg.tokenizer == "bytes" && cfg.model.vocab_size > 256)
-    gpt::fail("tokenizer=bytes decodes the ids 0..255 only, but the checkpoint's vocab_size is " +
-              std::to_string(cfg.model.vocab_size) + ": give --set tokenizer=FILE, the file of its vocabulary "
-              "(llm.c's gpt2_tokenizer.bin for GPT-2's 50257)");
-  gpt::validate_sampling(cfg);
+  // Not the trainer's advice for a byte tokenizer on a larger vocabulary (to sample nothing):
+  // sampling is what this tool is for.
+  gpt::validate_sampling(cfg, "give --set tokenizer=FILE, the file of the checkpoint's vocabulary (llm.c's "
+                              "gpt2_tokenizer.bin for GPT-2's 50257)");
   gpt::require_thread_count(cfg.threads, "threads");
   return cfg;
 }

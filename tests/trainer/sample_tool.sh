@@ -97,7 +97,7 @@ refused "sample_tokens=0 given here" "sample_tokens=0: nothing to sample: give" 
 # A byte tokenizer on a vocabulary larger than the bytes: told to name the vocabulary's file.
 "$TRAIN01" $(tiny_args "$WORK/data" "$WORK/run_v300") --set steps=1 --set vocab_size=300 --set sample_tokens=0 \
   > "$WORK/run_v300.log" 2>&1 || fail "stage 01 at vocab_size 300 did not train"
-refused "bytes on 300 tokens" "give --set tokenizer=FILE, the file of its vocabulary" "$WORK/run_v300" \
+refused "bytes on 300 tokens" "vocab_size=300: give --set tokenizer=FILE, the file of the checkpoint's vocabulary" "$WORK/run_v300" \
   --set sample_tokens=4
 # A checkpoint that records no config (written before manifests did): the defaults, its
 # window cut to its block_size (32, where the default seq_len is 64).
