@@ -76,9 +76,8 @@ class LocalZero {
   void add_squares_by_tensor(std::vector<double>& per_tensor) const;
   // AdamW on the range (clipped by norm), the compute weights updated: gathered over dp
   // for zero = 1 and 2 (zero = 0 updates the whole local buffer on every dp rank, zero = 3
-  // keeps only the shard).
-  // The end of the step's window of step_counted; with zero = 3 it closes just before the
-  // update starts gathering the next step's embeddings.
+  // keeps only the shard). It closes the window of step_counted; with zero = 3 just
+  // before the update starts gathering the next step's embeddings.
   void step(double lr, double norm, int step_number);
   // What this object sent over dp in the last step's window, from zero_grads() to the end
   // of step(): the count that step_traffic's formula is. On a run's first step the two are

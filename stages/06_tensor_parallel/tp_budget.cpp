@@ -30,11 +30,11 @@ std::vector<int64_t> buckets(const std::vector<int64_t>& units, double bucket_mb
 
 }  // namespace
 
-TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank) {
+TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank, int seq_len) {
   const ModelConfig& m = cfg.model;
   const int64_t C = m.n_embd, L = m.n_layer, W = C / tp, F = 4 * C / tp, Hr = m.n_head / tp;
   const int64_t Vr = vocab_range(m, tp, tp_rank).size();
-  const int64_t B = cfg.micro_batch_size, T = cfg.seq_len, N = B * T;
+  const int64_t B = cfg.micro_batch_size, T = seq_len > 0 ? seq_len : cfg.seq_len, N = B * T;
   const bool sp = cfg.sequence_parallel;
   const int64_t R = sp ? N / tp : N;
   TpBudget budget;

@@ -36,8 +36,8 @@ namespace gpt {
 struct TpStep {
   int tp = 1;
   bool sequence_parallel = false;
-  int64_t rows = 0;  // a micro-batch's B T rows (B T / cp under context parallelism), before sp splits them
-  int64_t C = 0;             // n_embd
+  int64_t rows = 0;              // a micro-batch's B T rows (B T / cp under cp), before sp splits them
+  int64_t C = 0;                 // n_embd
   int64_t activation_bytes = 4;  // of a stored activation: 2 in bf16 mode
   int64_t micro_steps = 1;       // micro-batches a step runs through this model part
   // How often a step sums the layernorm gradients (sequence parallelism): once, or every
@@ -72,6 +72,8 @@ struct TpBudget {
   std::string comm_table(const CommTally& measured) const;
 };
 
-TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank);
+// The budget of tp rank tp_rank, dp rank dp_rank of dp (the ranks ZeRO shards over), on
+// sequences of seq_len tokens (0: cfg.seq_len; stage 10 gives its T/cp).
+TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank, int seq_len = 0);
 
 }  // namespace gpt

@@ -155,8 +155,10 @@ int train_on(Run& run) {
 
     const MemoryLedger mem = MemoryTracker::global().peaks();
     if (lead && step == first_step) {  // after the first step of this run: what a rank holds and sends
-      std::printf("memory by kind, rank 0, peaks of step %lld:\n%s", static_cast<long long>(state.step),
-                  mem.table().c_str());
+      // Stage 06's formulas on this rank's B x T/cp rows, ZeRO sharding over dp x cp.
+      const TpBudget budget = tp_budget(cfg, tp.size(), grad_group.size(), tp.rank(), grad_group.rank(), Tl);
+      std::printf("memory by kind, rank 0, peaks of step %lld (allocated | formula, README):\n%s",
+                  static_cast<long long>(state.step), budget.memory_table(mem).c_str());
       const CommTally formula = ring_attention_traffic(cp.size(), cfg.model.n_layer, accum,
                                                        cfg.model.n_embd / tp.size(), int64_t(B) * Tl, dtype_of<A>());
       std::printf("context-parallel communication in step %lld, rank 0 (counted | formula, README):\n%s",
