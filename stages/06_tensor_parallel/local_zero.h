@@ -24,6 +24,7 @@
 #include "common/comm_counter.h"
 #include "common/config.h"
 #include "common/gpt2.h"
+#include "common/memory.h"
 #include "common/optimizer.h"
 #include "common/rank_layout.h"
 #include "stages/02_ddp/grad_sync.h"
@@ -67,6 +68,7 @@ class LocalZero {
   // communicate only then). Whether every backward's gradients are reduced (zero 2, 3).
   void set_last_micro(bool last);
   bool reduces_every_backward() const { return zero_ >= 2; }
+  int zero_level() const { return zero_; }  // the key zero: 0 to 3
   void wait();  // the gradients' reductions of this step, done
   // The global gradient norm: the counted elements of every rank's range, summed over `world`.
   double grad_norm(Communicator& world);
@@ -100,6 +102,19 @@ class LocalZero {
   // `tied_wte`: the chunk holds an end of a tied wte, whose bucket ZeRO-2 and -3 reduce
   // once a step after the two ends have summed it (tied_embedding.h), not once a micro-step.
   CommTally step_traffic(int micro_steps, const std::vector<Pass>& passes, bool tied_wte) const;
+  // The peak bytes of the weights, gradients and optimizer state of this part (its model's
+  // and this object's arrays), by the formula of the stage each zero level is, with P the
+  // local buffer, S this rank's shard of it and a the bytes of a compute weight:
+  //   zero  params        grads                   optimizer
+  //   0     a P           4 P                     (8|12) P    (m, v; and the fp32 master in bf16)
+  //   1     a P           4 P                     (8|12) S
+  //   2     a P           4 (S + live buckets)    (8|12) S    (live: the embeddings' bucket,
+  //   3     a (S + g)     4 (S + live buckets)    (8|12) S     and two of the largest other)
+  // g, the units gathered at the peak (stage 05): the embeddings and two blocks, a block
+  // and its prefetched successor; with one block, the embeddings, the block and ln_f;
+  // without the prefetch (zero3_prefetch=false), the embeddings and one block.
+  // Activations are the model's (stages 06 and 10 derive theirs).
+  MemoryLedger memory_formula() const;
 
  private:
   const Config& cfg_;

@@ -80,14 +80,20 @@ std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, in
                 "activations %.2f MiB (%d slots), peak memory %.2f MiB\n",
                 world_rank, pp_rank, pp, what, measured, expected, double(bytes) / (1 << 20), slots,
                 double(mem.total()) / (1 << 20));
-  // The peak by kind, exact: the stages hold different layers (the ends wte as well), so
-  // their weights, gradients and optimizer state differ, and so does what ZeRO shards.
-  std::string kinds = "  memory peaks by kind:";
-  for (size_t k = 0; k < kMemKindNames.size(); ++k) {
-    if (MemKind(k) == MemKind::Eval && mem.get(MemKind::Eval) == 0) continue;  // nothing evaluated yet
-    kinds += (k == 0 ? " " : " | ") + std::string(kMemKindNames[k]) + " " + std::to_string(mem.get(MemKind(k)));
+  return line;
+}
+
+std::string memory_line(const MemoryLedger& mem, const MemoryLedger& formula) {
+  std::string s = "  memory peaks (allocated | formula):";
+  for (MemKind kind : {MemKind::Params, MemKind::Grads, MemKind::Optimizer}) {
+    const size_t want = formula.get(kind);
+    s += std::string(kind == MemKind::Params ? " " : ", ") + kMemKindNames[size_t(kind)] + " " +
+         std::to_string(mem.get(kind)) + " | " + (want > 0 ? std::to_string(want) : "-");
   }
-  return line + kinds + " bytes\n";
+  s += "; activations " + std::to_string(mem.get(MemKind::Activations)) + ", buffers " +
+       std::to_string(mem.get(MemKind::Buffers));
+  if (mem.get(MemKind::Eval) > 0) s += ", eval " + std::to_string(mem.get(MemKind::Eval));
+  return s + " bytes\n";
 }
 
 template std::string in_flight_line(int, int, int, int, int, const std::vector<const GPT2<float>*>&,

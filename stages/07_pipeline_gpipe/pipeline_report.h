@@ -36,16 +36,22 @@ class BubbleMeter {
   std::vector<double> busy_s_, makespan_s_;  // per step
 };
 
-// Two lines about this rank's memory: the micro-batches it held in flight at most
+// One line about this rank's activations: the micro-batches it held in flight at most
 // (with several chunks, the (micro-batch, chunk) pairs: "chunk activations"), counted by
 // the executor, against the schedule's bound, the activation bytes of its model chunks
 // (one before stage 09), plus `shared_bytes` of activation buffers the chunks share
-// (stage 11's recompute working set), and the peak total; then `mem`'s peaks by kind, in
-// bytes (each rank holds its own layers).
+// (stage 11's recompute working set), and the peak memory in all.
 template <class A>
 std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, int measured,
                            const std::vector<const GPT2<A>*>& chunks, const MemoryLedger& mem,
                            size_t shared_bytes = 0);
+
+// The line under it: the rank's peaks by kind in bytes (each rank holds its own layers,
+// the ends wte as well), the weights, gradients and optimizer state beside `formula`
+// (LocalZero::memory_formula, summed over the rank's chunks; a kind the formula leaves at
+// 0 has no closed form there and shows "-"), then activations and buffers (and eval, once
+// the run has evaluated).
+std::string memory_line(const MemoryLedger& mem, const MemoryLedger& formula);
 
 // Prints every rank's `line` (its first 511 characters) from the world's rank 0, in rank order
 // (collective).

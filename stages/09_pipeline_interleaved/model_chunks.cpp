@@ -69,6 +69,17 @@ CommTally chunks_tp_traffic(const std::vector<ModelChunk<A>>& chunks, const TpSt
 }
 
 template <class A>
+MemoryLedger chunks_memory_formula(const std::vector<ModelChunk<A>>& chunks) {
+  MemoryLedger sum;
+  for (const ModelChunk<A>& c : chunks) {
+    const MemoryLedger one = c.zero->memory_formula();
+    for (MemKind kind : {MemKind::Params, MemKind::Grads, MemKind::Optimizer}) sum.add(kind, one.get(kind));
+  }
+  if (chunks.size() > 1 && chunks[0].zero->zero_level() == 3) sum.set(MemKind::Params, 0);
+  return sum;
+}
+
+template <class A>
 CommTally chunks_dp_counted(const std::vector<ModelChunk<A>>& chunks) {
   CommTally counted;
   for (const ModelChunk<A>& c : chunks) counted += c.zero->step_counted();
@@ -129,6 +140,8 @@ template CommTally chunks_dp_traffic(const std::vector<ModelChunk<float>>&, cons
 template CommTally chunks_dp_traffic(const std::vector<ModelChunk<bf16>>&, const PipeSchedule&, int);
 template CommTally chunks_tp_traffic(const std::vector<ModelChunk<float>>&, const TpStep&);
 template CommTally chunks_tp_traffic(const std::vector<ModelChunk<bf16>>&, const TpStep&);
+template MemoryLedger chunks_memory_formula(const std::vector<ModelChunk<float>>&);
+template MemoryLedger chunks_memory_formula(const std::vector<ModelChunk<bf16>>&);
 template CommTally chunks_dp_counted(const std::vector<ModelChunk<float>>&);
 template CommTally chunks_dp_counted(const std::vector<ModelChunk<bf16>>&);
 template class ChunkCheckpoint<float>;

@@ -79,6 +79,13 @@ CommTally chunks_dp_traffic(const std::vector<ModelChunk<A>>& chunks, const Pipe
 template <class A>
 CommTally chunks_tp_traffic(const std::vector<ModelChunk<A>>& chunks, const TpStep& step);
 
+// The rank's chunks' weights, gradients and optimizer state at their peak: the sum of
+// each chunk's LocalZero::memory_formula. Under ZeRO-3 with several chunks the weights'
+// is left at 0 (no closed form): each chunk gathers its units at its own times, and which
+// of another chunk's stay gathered meanwhile depends on the schedule.
+template <class A>
+MemoryLedger chunks_memory_formula(const std::vector<ModelChunk<A>>& chunks);
+
 // What the rank's chunks sent over dp in the last step, as counted: the sum of each
 // chunk's LocalZero::step_counted, the count that chunks_dp_traffic is the formula of.
 template <class A>

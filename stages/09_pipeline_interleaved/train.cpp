@@ -171,7 +171,8 @@ int train_on(Run& run) {
     if (step == first_step) {  // after the first step: memory and micro-batches in flight, per rank
       const int bound = pipeline_theory_in_flight(schedule_name, pp.size(), pp.rank(), accum, v);
       const std::string line = in_flight_line(run.world.rank(), pp.rank(), pp.size(), bound,
-                                              pipeline.measured_in_flight(), const_models, mem);
+                                              pipeline.measured_in_flight(), const_models, mem) +
+                               memory_line(mem, chunks_memory_formula(chunks));
       print_from_every_rank(run.world, line);
       size_t wte_summed = 0;
       for (ModelChunk<A>& c : chunks) wte_summed += c.tied->summed_elements();

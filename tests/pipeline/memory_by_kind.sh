@@ -1,27 +1,34 @@
 #!/usr/bin/env bash
 # Each pipeline rank's memory by kind (stages 08, 09, 11), printed after the first step
-# under its in-flight line (pipeline_report.h), is what its own layers need. A rank's
-# local buffer holds P elements: on the first stage wte (V/tp rows, V padded to 128) and
-# wpe (T C), on the last wte and ln_f (2 C), and its blocks between, each
-# 12 C^2/tp + 7 C/tp + 6 C (tests/stages/dp_traffic.sh); with v chunks a rank holds v
-# such buffers, chunk c being virtual stage c p + r of v p (T is block_size, the model's
-# context: one run trains on shorter sequences). Under ZeRO 0 and 1 (stages
-# 02 and 03 on that buffer):
-#     params     a P   (a = 4 in fp32, 2 in bf16)
-#     grads      4 P
-#     optimizer  (8 | 12) S   (m and v, and the fp32 master in bf16), S = P under ZeRO-0,
-#                else this rank's shard of P over the n ranks holding the same weights:
-#                floor((g+1) P / n) - floor(g P / n) at group index g
-# summed over the rank's chunks; exact, every rank.
-# Controls: a stage judged as the whole model, and a bf16 run judged as fp32, rejected.
+# under its in-flight line (pipeline_report.h, memory_line) beside LocalZero's formula, is
+# what its own layers need. A rank's local buffer holds P elements: on the first stage wte
+# (V/tp rows, V padded to 128) and wpe (T C), on the last wte (E, the embedding unit) and
+# ln_f (F = 2 C), and its k blocks between, each B = 12 C^2/tp + 7 C/tp + 6 C
+# (tests/stages/dp_traffic.sh); with v chunks a rank holds v such buffers, chunk c being
+# virtual stage c p + r of v p (T is block_size, the model's context: one run trains on
+# shorter sequences). With S the rank's shard of P over the n ranks holding the same
+# weights (floor((g+1) P / n) - floor(g P / n) at group index g; S = P under ZeRO-0), a the
+# bytes of a weight (4, 2 in bf16) and every gradient in one bucket (bucket_mb=64) but the
+# tied embeddings' own (a pipeline stage's; E = 0 on a middle stage):
+#     zero  params                         grads              optimizer
+#     0, 1  a P                            4 P                (8 | 12) S   (m, v; + fp32 master in bf16)
+#     2     a P                            4 (S + E + kB + F) (8 | 12) S   (the two live bucket buffers)
+#     3     a (S + E + 2B), one block:     as zero 2          (8 | 12) S
+#           a (S + E + B + F); no prefetch: a (S + E + B)
+# summed over the rank's chunks, exact, every rank, and each equal to the formula the run
+# prints beside it. Under ZeRO-3 with several chunks the weights have no closed form (the
+# chunks gather at their own times): the run prints "-", and only that case may.
+# Controls: a stage judged as the whole model, a bf16 run judged as fp32, ZeRO-3 judged
+# without its prefetched block, ZeRO-2 judged with two buffers for its one other bucket.
 # Usage: memory_by_kind.sh TRAIN08 TRAIN09 TRAIN11 PREPARE WORK ROOT MPIEXEC
 set -euo pipefail
 TRAIN08=$1 TRAIN09=$2 TRAIN11=$3 PREPARE=$4 WORK=$5 ROOT=$6 MPIEXEC=$7
 source "$ROOT/tests/trainer/common.sh"
 start_mpi_test "$WORK" "$PREPARE"
 # judge LOG key=value...: exit 0 when every rank's params, grads and optimizer equal the
-# closed form above. Keys: dp, pp, cp, tp, v (1), L (n_layer, 2), zero (0), a (4), and
-# whole_model=1 for the control.
+# closed form above and the printed formula. Keys: dp, pp, cp, tp, v (1), L (n_layer, 2),
+# zero (0), a (4), prefetch (1); and for the controls: whole_model=1, no_prefetch_block=1,
+# two_buffers=1.
 judge() {
   /usr/bin/python3 - "$ROOT" "$@" << 'PY'
 import json, re, sys
@@ -34,13 +41,20 @@ V, C, T = cfg["vocab_size"], cfg["n_embd"], cfg["block_size"]
 Vp = -(-V // 128) * 128
 block = 12 * C * C // tp + 7 * C // tp + 6 * C
 text = open(log_path).read()
-found = {int(r): dict((k, int(n)) for k, n in re.findall(r"(\w+) (\d+)", kinds))
-         for r, kinds in re.findall(r"^rank (\d+) \(pipeline rank .*\n  memory peaks by kind:(.*) bytes$", text, re.M)}
+LINE = r"^rank (\d+) \(pipeline rank .*\n  memory peaks \(allocated \| formula\):(.*); activations \d+, buffers \d+.* bytes$"
+found = {int(r): {k: (int(got), want) for k, got, want in re.findall(r"(\w+) (\d+) \| (\d+|-)", kinds)}
+         for r, kinds in re.findall(LINE, text, re.M)}
 world = dp * pp * cp * tp
 if sorted(found) != list(range(world)):
     sys.exit(f"{log_path}: memory lines for ranks {sorted(found)}, not one for each of the {world}")
 n = dp * cp  # the ranks holding the same weights
-for rank, got in found.items():
+no_closed_form = zero == 3 and v > 1
+for rank, row in found.items():
+    for kind, (got, printed) in row.items():
+        if printed == "-" and not (kind == "params" and no_closed_form):
+            sys.exit(f"{log_path}: rank {rank} prints no formula for {kind}")
+        if printed != "-" and got != int(printed):
+            sys.exit(f"{log_path}: rank {rank} {kind} allocated {got} bytes, its printed formula {printed}")
     r = rank // (tp * cp) % pp  # rank = ((dp_i pp + pp_i) cp + cp_i) tp + tp_i (common/mesh.h)
     g = rank // (tp * cp * pp) * cp + rank // tp % cp
     want = {"params": 0, "grads": 0, "optimizer": 0}
@@ -49,37 +63,62 @@ for rank, got in found.items():
         first, last = s == 0, s == v * pp - 1
         if o.get("whole_model"):
             first = last = True
-        blocks = L if o.get("whole_model") else L // (v * pp)
-        P = (Vp // tp * C if first or last else 0) + (T * C if first else 0) + blocks * block + (2 * C if last else 0)
+        k = L if o.get("whole_model") else L // (v * pp)
+        E = (Vp // tp * C if first or last else 0) + (T * C if first else 0)
+        F = 2 * C if last else 0
+        P = E + k * block + F
         S = P if zero == 0 else (g + 1) * P // n - g * P // n
-        want["params"] += a * P
-        want["grads"] += 4 * P
+        if zero <= 1:
+            grads = 4 * P
+        else:  # the embeddings' bucket and the other one, each with its buffer (two if it took turns)
+            grads = 4 * (S + E + (2 if o.get("two_buffers") else 1) * (k * block + F))
+        if zero <= 2:
+            params = a * P
+        elif not o.get("prefetch", 1) or o.get("no_prefetch_block"):
+            params = a * (S + E + block)
+        else:
+            params = a * (S + (E + 2 * block if k >= 2 else E + block + F))
+        want["params"] += params
+        want["grads"] += grads
         want["optimizer"] += (12 if a == 2 else 8) * S
     for kind, value in want.items():
-        if got.get(kind) != value:
-            sys.exit(f"{log_path}: rank {rank} {kind} {got.get(kind)} bytes, closed form {value}")
+        if kind == "params" and no_closed_form:
+            continue
+        if row.get(kind, (None,))[0] != value:
+            sys.exit(f"{log_path}: rank {rank} {kind} {row.get(kind)} bytes, closed form {value}")
+r0 = found[0]
 print(f"ok   {log_path.split('/')[-1]}: every rank's params, grads and optimizer are its layers' "
-      f"(rank 0: {found[0]['params']}, {found[0]['grads']}, {found[0]['optimizer']} bytes)")
+      f"(rank 0: {r0['params'][0]}, {r0['grads'][0]}, {r0['optimizer'][0]} bytes)")
 PY
 }
 passed=()
+one=(bucket_mb=64)  # every gradient in one bucket but the tied embeddings'
 judged_step 1f1b_bf16 4 "$TRAIN08" dp=2 pp=2 a=2 -- pp=2 precision=bf16
 judged_step interleaved_z1 4 "$TRAIN09" dp=2 pp=2 v=2 L=4 zero=1 -- pp=2 virtual_stages=2 n_layer=4 zero=1 \
   micro_batch_size=1 batch_size=4
 judged_step 4d_z1 8 "$TRAIN11" dp=2 pp=2 tp=2 zero=1 -- pp=2 tp=2 zero=1 micro_batch_size=1 seq_len=16
 judged_step 4d_cp_z1_bf16 8 "$TRAIN11" dp=2 pp=2 cp=2 zero=1 a=2 -- pp=2 cp=2 zero=1 precision=bf16 \
   micro_batch_size=1
+judged_step 4d_z2_tp 8 "$TRAIN11" dp=2 pp=2 tp=2 zero=2 -- pp=2 tp=2 zero=2 micro_batch_size=1 "${one[@]}"
+judged_step 1f1b_z3_bf16 4 "$TRAIN08" dp=2 pp=2 L=4 zero=3 a=2 -- pp=2 n_layer=4 zero=3 precision=bf16 "${one[@]}"
+judged_step 4d_z3_one_block 8 "$TRAIN11" dp=2 pp=2 cp=2 zero=3 -- pp=2 cp=2 zero=3 micro_batch_size=1 "${one[@]}"
+judged_step 4d_z3_no_prefetch 4 "$TRAIN11" dp=2 pp=2 L=4 zero=3 prefetch=0 -- pp=2 n_layer=4 zero=3 \
+  zero3_prefetch=false "${one[@]}"
+judged_step interleaved_z3 4 "$TRAIN09" dp=2 pp=2 v=2 L=4 zero=3 -- pp=2 virtual_stages=2 n_layer=4 zero=3 \
+  micro_batch_size=1 batch_size=4 "${one[@]}"
 control() {  # control WHAT LOG (judge's arguments)
   local what=$1 log=$2
   shift 2
   if judge "$WORK/$log.log" "$@" > /dev/null 2>&1; then fail "control: $what passed"
   else echo "ok   (control) $what is rejected"; fi
 }
-if passed_all 4d_z1 1f1b_bf16; then
+if passed_all 4d_z1 1f1b_bf16 1f1b_z3_bf16 4d_z2_tp; then
   control "a stage judged as the whole model" 4d_z1 dp=2 pp=2 tp=2 zero=1 whole_model=1
   control "a bf16 run judged as fp32" 1f1b_bf16 dp=2 pp=2
+  control "ZeRO-3 judged without its prefetched block" 1f1b_z3_bf16 dp=2 pp=2 L=4 zero=3 a=2 no_prefetch_block=1
+  control "ZeRO-2 judged with two buffers for its one other bucket" 4d_z2_tp dp=2 pp=2 tp=2 zero=2 two_buffers=1
 else
-  fail "the controls need 4d_z1 and 1f1b_bf16 to pass first"
+  fail "the controls need 4d_z1, 1f1b_bf16, 1f1b_z3_bf16 and 4d_z2_tp to pass first"
 fi
 ((failures == 0)) || { echo "$failures failure(s)"; exit 1; }
 echo "PASS"

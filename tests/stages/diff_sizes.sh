@@ -22,7 +22,7 @@ declare -A budget=(
   [08_pipeline_1f1b:10_context_parallel]=170
   [09_pipeline_interleaved:10_context_parallel]=230  # back from chunks to one model, and the cp split (its tp table, rank 0's as stage 06's)
   [06_tensor_parallel:10_context_parallel]=130
-  [10_context_parallel:11_4d]=270               # back to stage 09's chunks and schedules (and its counted pipeline traffic; the dp and tp tables by rank), keeping the cp split
+  [10_context_parallel:11_4d]=275               # back to stage 09's chunks and schedules (and its counted pipeline traffic; the dp and tp tables and the memory formula by rank), keeping the cp split
 )
 # Pairs a reader is pointed to besides the neighbours: stage 11 is stage 09's driver with
 # stage 10's context split and the recompute key.
