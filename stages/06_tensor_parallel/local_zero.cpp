@@ -12,6 +12,7 @@
 #include "stages/02_ddp/ring_allreduce.h"
 #include "stages/03_zero1/zero1.h"
 #include "stages/05_zero3/zero3.h"
+#include "stages/06_tensor_parallel/tp_budget.h"
 
 namespace gpt {
 
@@ -142,36 +143,22 @@ void LocalZero<A>::step(double lr, double norm, int step_number) {
 
 template <class A>
 MemoryLedger LocalZero<A>::memory_formula() const {
-  const int64_t P = n_local_, S = shard_.size(), a = sizeof(A);
-  const int64_t optimizer_bytes = std::is_same_v<A, bf16> ? 12 : 8;  // m, v (and the fp32 master)
-  MemoryLedger ledger;
-  ledger.set(MemKind::Optimizer, size_t(optimizer_bytes * S));
-  if (zero_ <= 1) {
-    ledger.set(MemKind::Params, size_t(a * P));
-    ledger.set(MemKind::Grads, size_t(4 * P));
-    return ledger;
+  ZeroMemoryShape shape;
+  shape.zero = zero_, shape.P = n_local_, shape.S = shard_.size(), shape.bf16 = std::is_same_v<A, bf16>;
+  if (sharded_) {  // zero 2, 3: the bucket buffers (zero2.cpp) and the gathered units
+    for (const GradBucket& b : sharded_->buckets()) {
+      const bool holds_embeddings =
+          std::find(b.units.begin(), b.units.end(), ParamLayout::kEmbeddingUnit) != b.units.end();
+      if (holds_embeddings) shape.embedding_bucket = b.end - b.begin;
+      else shape.largest_bucket = std::max(shape.largest_bucket, b.end - b.begin), ++shape.other_buckets;
+    }
+    const ParamLayout& layout = model_.layout();
+    const int blocks = layout.layer_end() - layout.layer_begin();
+    shape.gathered = zero3_gathered(layout.unit(ParamLayout::kEmbeddingUnit).size(),
+                                    layout.unit(layout.block_unit(layout.layer_begin())).size(),
+                                    layout.unit(layout.final_unit()).size(), blocks, cfg_.zero3_prefetch);
   }
-  // The bucket buffers (zero2.cpp): the embeddings' bucket its own, the others taking
-  // turns in two of the largest one's size (one, if there is one other bucket).
-  int64_t embeddings = 0, largest = 0, others = 0;
-  for (const GradBucket& b : sharded_->buckets()) {
-    const bool holds_embeddings =
-        std::find(b.units.begin(), b.units.end(), ParamLayout::kEmbeddingUnit) != b.units.end();
-    if (holds_embeddings) embeddings = b.end - b.begin;
-    else largest = std::max(largest, b.end - b.begin), ++others;
-  }
-  ledger.set(MemKind::Grads, size_t(4 * (S + embeddings + std::min<int64_t>(others, 2) * largest)));
-  if (zero_ == 2) {
-    ledger.set(MemKind::Params, size_t(a * P));
-    return ledger;
-  }
-  const ParamLayout& layout = model_.layout();
-  const int64_t E = layout.unit(ParamLayout::kEmbeddingUnit).size(), F = layout.unit(layout.final_unit()).size();
-  const int blocks = layout.layer_end() - layout.layer_begin();
-  const int64_t B = layout.unit(layout.block_unit(layout.layer_begin())).size();
-  const int64_t gathered = !cfg_.zero3_prefetch ? E + B : blocks >= 2 ? E + 2 * B : E + B + F;
-  ledger.set(MemKind::Params, size_t(a * (S + gathered)));
-  return ledger;
+  return zero_memory(shape);
 }
 
 template <class A>

@@ -112,8 +112,10 @@ class LocalZero {
   //   3     a (S + g)     4 (S + live buckets)    (8|12) S     and two of the largest other)
   // g, the units gathered at the peak (stage 05): the embeddings and two blocks, a block
   // and its prefetched successor; with one block, the embeddings, the block and ln_f;
-  // without the prefetch (zero3_prefetch=false), the embeddings and one block.
-  // Activations are the model's (stages 06 and 10 derive theirs).
+  // without the prefetch (zero3_prefetch=false), the embeddings and one block. The table
+  // is tp_budget.h's zero_memory, which stage 06's budget uses on the whole model's shape;
+  // here it takes this part's layout, shard and buckets. Activations are the model's
+  // (stages 06 and 10 derive theirs).
   MemoryLedger memory_formula() const;
 
  private:

@@ -56,19 +56,12 @@ TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank, 
   const int64_t emb_bucket = bucket_sizes.back();
   const int64_t others = int64_t(bucket_sizes.size()) - 1;
   const int64_t largest = others > 0 ? *std::max_element(bucket_sizes.begin(), bucket_sizes.end() - 1) : 0;
-  const int64_t live = emb_bucket + std::min<int64_t>(2, others) * largest;
-  // ZeRO-3's gathered units: the embeddings, the current block and the prefetched next
-  // unit (with one block, the final layernorm, prefetched while the block computes).
-  const int64_t gathered = L >= 2 ? E + 2 * Bk : E + Bk + 2 * C;
   // Bytes of a stored weight or activation (A): 2 in bf16 mode (GPT2<bf16>), else 4.
   // Gradients of weights, master weights, moments and row statistics are fp32 always.
   const bool bf16 = cfg.precision == "bf16";
   const int64_t a = bf16 ? 2 : 4;
-  const int64_t opt = bf16 ? 12 : 8;  // bytes of optimizer state a parameter: m, v (and the fp32 master in bf16)
-  const int zero = cfg.zero;
-  budget.memory.set(MemKind::Params, size_t(a * (zero == 3 ? S + gathered : P)));
-  budget.memory.set(MemKind::Grads, size_t(4 * (zero <= 1 ? P : S + live)));
-  budget.memory.set(MemKind::Optimizer, size_t(opt * S));
+  budget.memory = zero_memory({cfg.zero, P, S, emb_bucket, largest, others,
+                               zero3_gathered(E, Bk, 2 * C, int(L), cfg.zero3_prefetch), bf16});
 
   // Activations: elements stored as A (the tensors and their gradients) and 4-byte ones
   // (layernorm means and rstds, attention logsumexps, losses, the loss's row statistics,
@@ -95,6 +88,22 @@ TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank, 
   // Communication per step through the tp communicator.
   budget.comm = tp_step_traffic(tp_step_of(cfg, tp, N, cfg.grad_accum(dp)), ParamLayout(m, tp, tp_rank));
   return budget;
+}
+
+MemoryLedger zero_memory(const ZeroMemoryShape& s) {
+  const int64_t a = s.bf16 ? 2 : 4;           // bytes of a compute weight
+  const int64_t optimizer = s.bf16 ? 12 : 8;  // m, v (and the fp32 master)
+  const int64_t live = s.embedding_bucket + std::min<int64_t>(2, s.other_buckets) * s.largest_bucket;
+  MemoryLedger ledger;
+  ledger.set(MemKind::Params, size_t(a * (s.zero == 3 ? s.S + s.gathered : s.P)));
+  ledger.set(MemKind::Grads, size_t(4 * (s.zero <= 1 ? s.P : s.S + live)));
+  ledger.set(MemKind::Optimizer, size_t(optimizer * s.S));
+  return ledger;
+}
+
+int64_t zero3_gathered(int64_t E, int64_t B, int64_t F, int blocks, bool prefetch) {
+  if (!prefetch) return E + B;
+  return blocks >= 2 ? E + 2 * B : E + B + F;
 }
 
 TpStep tp_step_of(const Config& cfg, int tp, int64_t rows, int64_t micro_steps, bool recompute_full) {

@@ -65,6 +65,24 @@ CommTally tp_step_traffic(const TpStep& step, const ParamLayout& part);
 // micro-batches a step.
 TpStep tp_step_of(const Config& cfg, int tp, int64_t rows, int64_t micro_steps, bool recompute_full = false);
 
+// What a ZeRO level holds of a rank's buffer of P weights (local_zero.h has the table):
+// the sizes it depends on, in elements.
+struct ZeroMemoryShape {
+  int zero = 0;
+  int64_t P = 0, S = 0;                // the buffer; this rank's shard of it (P under ZeRO-0)
+  int64_t embedding_bucket = 0;        // the gradient bucket holding the embeddings
+  int64_t largest_bucket = 0;          // the largest of the other buckets,
+  int64_t other_buckets = 0;           //   and how many there are
+  int64_t gathered = 0;                // ZeRO-3: the units gathered at the peak (zero3_gathered)
+  bool bf16 = false;                   // 2-byte weights, and the optimizer's fp32 master copy
+};
+// The peak bytes of weights, gradients and optimizer state (the other kinds stay 0).
+MemoryLedger zero_memory(const ZeroMemoryShape& shape);
+// ZeRO-3's units gathered at the peak, of a part holding embeddings E, `blocks` blocks of
+// B each and ln_f F (stage 05): the embeddings, a block and its prefetched successor (with
+// one block, ln_f in its place); without the prefetch the embeddings and one block.
+int64_t zero3_gathered(int64_t E, int64_t B, int64_t F, int blocks, bool prefetch);
+
 struct TpBudget {
   MemoryLedger memory;  // expected bytes per kind (params, grads, optimizer, activations)
   CommTally comm;       // expected tp calls and bytes per step
