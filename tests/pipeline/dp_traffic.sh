@@ -156,12 +156,6 @@ judged_step zbh1_z2_4d 4 "$TRAIN11" zb-h1 2 dp=2 pp=2 m=4 -- pp=2 schedule=zb-h1
 judged_step interleaved_z3 4 "$TRAIN09" other 3 dp=2 pp=2 -- pp=2 virtual_stages=2 n_layer=4 zero=3 \
   micro_batch_size=1 batch_size=8 "${one[@]}"
 # The controls, on runs that passed their own judgement.
-control() {  # control WHAT LOG (judge's arguments)
-  local what=$1 log=$2
-  shift 2
-  if judge "$WORK/$log.log" "$@" > /dev/null 2>&1; then fail "control: $what passed"
-  else echo "ok   (control) $what is rejected"; fi
-}
 if passed_all 1f1b_z2 1f1b_z3 zbh1_z3 gpipe_z0; then
   control "ZeRO-2's tied wte reduced every micro-batch" 1f1b_z2 1f1b 2 dp=2 pp=2 m=2 wte_every_micro=1
   control "1F1B's ZeRO-3 gathers in GPipe's order" 1f1b_z3 gpipe 3 dp=2 pp=2 m=4

@@ -106,12 +106,6 @@ judged_step 4d_z3_no_prefetch 4 "$TRAIN11" dp=2 pp=2 L=4 zero=3 prefetch=0 -- pp
   zero3_prefetch=false "${one[@]}"
 judged_step interleaved_z3 4 "$TRAIN09" dp=2 pp=2 v=2 L=4 zero=3 -- pp=2 virtual_stages=2 n_layer=4 zero=3 \
   micro_batch_size=1 batch_size=4 "${one[@]}"
-control() {  # control WHAT LOG (judge's arguments)
-  local what=$1 log=$2
-  shift 2
-  if judge "$WORK/$log.log" "$@" > /dev/null 2>&1; then fail "control: $what passed"
-  else echo "ok   (control) $what is rejected"; fi
-}
 if passed_all 4d_z1 1f1b_bf16 1f1b_z3_bf16 4d_z2_tp; then
   control "a stage judged as the whole model" 4d_z1 dp=2 pp=2 tp=2 zero=1 whole_model=1
   control "a bf16 run judged as fp32" 1f1b_bf16 dp=2 pp=2

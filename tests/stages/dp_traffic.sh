@@ -144,12 +144,6 @@ judged_step cp_zero3 4 "$TRAIN10" 4 zero3 "${one[@]}" micro_steps=4 -- cp=2 zero
   micro_batch_size=1
 # The controls, on runs that passed their own judgement: each must fail a judgement of
 # what it is not.
-control() {  # control WHAT LOG NP SCHEME [key=value...]
-  local what=$1 log=$2
-  shift 2
-  if judge "$WORK/$log.log" "$@" > /dev/null 2>&1; then fail "control: $what passed"
-  else echo "ok   (control) $what is rejected"; fi
-}
 if passed_all back3_one ring3_one zero2_2_accum zero3_3_one zero1_2_bf16 tp_zero1; then
   control "the backend run as a ring run" back3_one 3 ring "${one[@]}"
   control "the ring run as a backend run" ring3_one 3 backend "${one[@]}"

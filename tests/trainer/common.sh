@@ -134,6 +134,16 @@ judged_step() {
   if judge "$WORK/$name.log" "${judged[@]}"; then passed+=("$name"); else fail "$name"; fi
 }
 
+# A negative control of those tests: control WHAT LOG ARGS... runs the caller's judge on
+# $WORK/LOG.log with ARGS (a plausible wrong derivation, WHAT) and counts a failure, by
+# the caller's `fail`, when the run passes it.
+control() {
+  local what=$1 log=$2
+  shift 2
+  if judge "$WORK/$log.log" "$@" > /dev/null 2>&1; then fail "control: $what passed"
+  else echo "ok   (control) $what is rejected"; fi
+}
+
 # passed_all NAME...: whether judged_step judged every NAME right (a control needs them).
 passed_all() {
   local name
