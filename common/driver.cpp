@@ -277,7 +277,11 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
       require(precision != Precision::FP64, std::string("precision=fp64: stage ") + spec.name +
                                                 " trains in fp32 or bf16; the fp64 ground truth is stage 01's");
     } catch (const UserError& e) {
+#ifdef GPT_HAVE_MPI
       if (launcher_world_size() <= 1) throw;
+#else
+      throw;  // no world of several ranks to compare it on: make_world would refuse the launch instead
+#endif
       refused = e.what();
     }
     CommOptions options = refused.empty() ? CommOptions{cfg.comm, device, cfg.comm_timeout_s} : CommOptions{};
