@@ -225,6 +225,7 @@ class GPT2 {
   bool first_stage() const { return layout_.has_embeddings(); }  ///< runs the embedding: reads tokens
   bool last_stage() const { return layout_.has_head(); }  ///< runs the head and the loss
   int in_flight() const { return int(slots_.size()); }  ///< number of slots (ModelSlice::in_flight)
+  const ModelSlice<A>& slice() const { return slice_; }  ///< how this rank holds its part (as made)
   /// rows() x C values each, device memory.
   A* stage_input(int slot) { return slots_[size_t(slot)].input.data(); }
   /// The last block's output after forward_micro (rows() x C, device memory).

@@ -32,11 +32,9 @@ std::vector<int64_t> buckets(const std::vector<int64_t>& units, double bucket_mb
 
 TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank, int seq_len) {
   const ModelConfig& m = cfg.model;
-  const int64_t C = m.n_embd, L = m.n_layer, W = C / tp, F = 4 * C / tp, Hr = m.n_head / tp;
+  const int64_t C = m.n_embd, L = m.n_layer;
   const int64_t Vr = vocab_range(m, tp, tp_rank).size();
   const int64_t B = cfg.micro_batch_size, T = seq_len > 0 ? seq_len : cfg.seq_len, N = B * T;
-  const bool sp = cfg.sequence_parallel;
-  const int64_t R = sp ? N / tp : N;
   TpBudget budget;
 
   // Parameters, gradients, optimizer state. A block's local parameters: the four split
@@ -63,31 +61,66 @@ TpBudget tp_budget(const Config& cfg, int tp, int dp, int tp_rank, int dp_rank, 
   budget.memory = zero_memory({cfg.zero, P, S, emb_bucket, largest, others,
                                zero3_gathered(E, Bk, 2 * C, int(L), cfg.zero3_prefetch), bf16});
 
-  // Activations: elements stored as A (the tensors and their gradients) and 4-byte ones
-  // (layernorm means and rstds, attention logsumexps, losses, the loss's row statistics,
-  // int32 token ids).
-  // The N x C buffers sequence parallelism adds (the embedding's partial sums, ln_f's
-  // gathered rows, the scratch of a gather) exist only where rows are split: tp > 1.
-  const bool split_rows = R != N;
-  const int64_t layernorm_outs_and_residuals = 4 * R * C;  // ln_1, ln_2 outputs; the two residual sums
-  const int64_t qkv_and_attention_out = 4 * N * W;          // this rank's heads
-  const int64_t fc_and_gelu = 2 * N * F;                    // this rank's hidden units
-  const int64_t per_layer = layernorm_outs_and_residuals + qkv_and_attention_out + fc_and_gelu;
-  const int64_t layernorm_stats = 4 * R, logsumexps = B * Hr * T;  // fp32: means and rstds; one per query and head
-  const int64_t per_layer_stats = layernorm_stats + logsumexps;
-  const int64_t embedding = R * C + (split_rows ? N * C : 0);  // its output (+ the partial sums split rows need)
-  const int64_t logits_and_grad = 2 * N * Vr;
-  const int64_t head = R * C + (split_rows ? N * C : 0) + logits_and_grad;  // ln_f's output (+ gathered), logits
-  const int64_t ln_f_stats = 2 * R, losses = N, row_stats = 3 * N;  // fp32: row max, sum of exponentials, target logit
-  const int64_t head_stats = ln_f_stats + losses + row_stats;
-  const int64_t scratch = 2 * N * C + (split_rows ? R * C + N * C : 0) + 4 * N * W + 2 * N * F;
-  const int64_t rest = R * C, tokens = 2 * N;  // the residual gradient; inputs and targets
-  budget.memory.set(MemKind::Activations, size_t(a * (L * per_layer + embedding + head + scratch + rest) +
-                                            4 * (L * per_layer_stats + head_stats + tokens)));
+  // Activations: the whole model, one micro-batch in flight.
+  ActivationShape shape;
+  shape.B = B, shape.T = T, shape.tp = tp, shape.tp_rank = tp_rank, shape.sequence_parallel = cfg.sequence_parallel;
+  shape.activation_bytes = a, shape.layers = int(L);
+  budget.memory.set(MemKind::Activations, size_t(activation_memory(m, shape)));
 
   // Communication per step through the tp communicator.
   budget.comm = tp_step_traffic(tp_step_of(cfg, tp, N, cfg.grad_accum(dp)), ParamLayout(m, tp, tp_rank));
   return budget;
+}
+
+namespace {
+
+// One block's buffers of BlockActivations (common/model_block.h) in the counts above:
+// values of a bytes and 4-byte statistics.
+struct BlockBytes {
+  int64_t values = 0, stats = 0;
+};
+
+}  // namespace
+
+int64_t recompute_working_set(const ModelConfig& m, const ActivationShape& s) {
+  const int64_t C = m.n_embd, W = C / s.tp, F = 4 * C / s.tp, Hr = m.n_head / s.tp, N = s.B * s.T;
+  const int64_t R = s.sequence_parallel ? N / s.tp : N;
+  switch (s.recompute) {
+    case Recompute::None: return 0;
+    case Recompute::Selective: return s.activation_bytes * (2 * R * C + N * F);  // ln1, ln2, fch_gelu
+    case Recompute::Full: break;
+  }
+  return s.activation_bytes * (4 * R * C + 4 * N * W + 2 * N * F) + 4 * (4 * R + s.B * Hr * s.T);
+}
+
+int64_t activation_memory(const ModelConfig& m, const ActivationShape& s) {
+  const int64_t C = m.n_embd, W = C / s.tp, F = 4 * C / s.tp, Hr = m.n_head / s.tp, N = s.B * s.T;
+  const int64_t R = s.sequence_parallel ? N / s.tp : N, Vr = vocab_range(m, s.tp, s.tp_rank).size();
+  const int64_t k = s.layers, e = s.embedding, h = s.head;
+  // The N x C buffers sequence parallelism adds (the embedding's partial sums, ln_f's
+  // gathered rows, the scratch of a gather) exist only where rows are split: tp > 1.
+  const int64_t split_rows = R != N;
+
+  // What a micro-batch keeps of each block, by recompute mode.
+  BlockBytes block;
+  const int64_t statistics = 4 * R + s.B * Hr * s.T;  // layernorm means and rstds; a logsumexp per query and head
+  switch (s.recompute) {
+    case Recompute::None: block = {4 * R * C + 4 * N * W + 2 * N * F, statistics}; break;
+    case Recompute::Selective: block = {2 * R * C + 4 * N * W + N * F, statistics}; break;
+    case Recompute::Full: block = {R * C, 0}; break;
+  }
+  const BlockBytes head = {R * C + split_rows * N * C + 2 * N * Vr,  // ln_f (+ gathered), logits and their gradient
+                           2 * R + N + 3 * N + N};  // ln_f's statistics, losses, row max/sum/target, targets
+  const int64_t tokens = N;                        // the embedding's token ids (4 bytes)
+  const int64_t kept_grads = s.split_backward ? k * (2 * N * C + 2 * R * C + N * F + 3 * N * W) + h * R * C : 0;
+  const int64_t slot_values = R * C + k * block.values + h * head.values + R * C + kept_grads;  // + input, d_resid
+  const int64_t slot_stats = k * block.stats + h * head.stats + e * tokens;
+
+  const int64_t scratch = 2 * N * C + 4 * N * W + 2 * N * F + split_rows * (R * C + N * C);
+  const int64_t embedding_sums = e * split_rows * N * C;
+  const int64_t working_set = s.own_working_set ? recompute_working_set(m, s) : 0;
+  return s.slots * (s.activation_bytes * slot_values + 4 * slot_stats) +
+         s.activation_bytes * (scratch + embedding_sums) + working_set;
 }
 
 MemoryLedger zero_memory(const ZeroMemoryShape& s) {

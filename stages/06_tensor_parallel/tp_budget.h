@@ -18,7 +18,8 @@
 // for this model: no dropout, flash attention keeps no T x T scores; the layernorm
 // outputs and residuals are the R C terms sequence parallelism divides; the row
 // statistics stay fp32), plus the embedding, the head and the scratch shared by the
-// layers (README, "Memory"). The tp collectives move a bytes an activation.
+// layers (README, "Memory"; activation_memory below, for any part of the model). The tp
+// collectives move a bytes an activation.
 // Communication per step, over its micro-batches (bytes through the tp communicator, payload sizes as
 // comm_counter.h defines them): tp_step_traffic below, and the README.
 #pragma once
@@ -29,6 +30,7 @@
 #include "common/config.h"
 #include "common/gpt2_layout.h"
 #include "common/memory.h"
+#include "common/recompute.h"
 
 namespace gpt {
 
@@ -82,6 +84,41 @@ MemoryLedger zero_memory(const ZeroMemoryShape& shape);
 // B each and ln_f F (stage 05): the embeddings, a block and its prefetched successor (with
 // one block, ln_f in its place); without the prefetch the embeddings and one block.
 int64_t zero3_gathered(int64_t E, int64_t B, int64_t F, int blocks, bool prefetch);
+
+// A model part as its activations see it: the whole model (stage 06), or a pipeline
+// stage's chunk of it with micro-batches in flight (stages 07-11).
+struct ActivationShape {
+  int64_t B = 1, T = 1;             // a micro-batch: B sequences of T tokens (T/cp under cp)
+  int tp = 1, tp_rank = 0;          // the tp rank holds its heads, hidden units and vocabulary rows
+  bool sequence_parallel = false;   // R = B T / tp residual rows, else B T
+  int64_t activation_bytes = 4;     // a: of a stored activation, 2 in bf16 mode (statistics: 4)
+  int layers = 0;                   // k: the part's blocks
+  bool embedding = true, head = true;  // runs the embedding (layer 0); the head and the loss
+  int slots = 1;                    // s: micro-batches kept between their forward and backward
+  Recompute recompute = Recompute::None;
+  bool split_backward = false;      // zero-bubble: the input half keeps what the weight half reads
+  bool own_working_set = true;      // counts recompute's working set (false: the rank's chunks share one)
+};
+// Its bytes of activations, as GPT2 allocates them (common/gpt2.h). Elements of a bytes
+// unless marked (4): with W = C/tp, F = 4C/tp, Vr its vocabulary rows,
+//   per slot    input R C; the residual gradient R C
+//               each block, by recompute mode:
+//                 none       4 R C + 4 N W + 2 N F, and (4) 4 R + B Hr T statistics
+//                 selective  2 R C + 4 N W +   N F, and the same statistics (ln_1, ln_2
+//                            and the GELU are rebuilt)
+//                 full       R C (its output only)
+//               embedding: (4) N token ids; head: R C (ln_f) + 2 N Vr (logits, their
+//               gradient), + N C gathered under sp, and (4) 2 R + N + 3 N + N targets
+//               split backward: each block 2 N C + 2 R C + N F + 3 N W (the gradients the
+//               weight half reads), the head R C
+//   per part    the blocks' scratch 2 N C + 4 N W + 2 N F (+ R C + N C where rows are
+//               split: tp > 1 with sp); the embedding's partial sums N C where rows are
+//               split; recompute's working set (recompute_working_set) if it owns one
+//   bytes = s (per slot) + (per part).
+int64_t activation_memory(const ModelConfig& m, const ActivationShape& shape);
+// The one block's buffers a recomputing part writes and loses: all of a block's
+// (full), or ln_1, ln_2 and the GELU, 2 R C + N F (selective); 0 without recompute.
+int64_t recompute_working_set(const ModelConfig& m, const ActivationShape& shape);
 
 struct TpBudget {
   MemoryLedger memory;  // expected bytes per kind (params, grads, optimizer, activations)

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "stages/02_ddp/ring_allreduce.h"
+#include "stages/06_tensor_parallel/tp_budget.h"
 
 namespace gpt {
 
@@ -70,31 +71,61 @@ std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, in
                            size_t shared_bytes) {
   size_t bytes = shared_bytes;
   int slots = 0;
-  for (const GPT2<A>* c : chunks) bytes += c->activation_bytes(), slots += c->in_flight();
+  std::string by_chunk;  // "2 + 1": each chunk's slots, in chunk order
+  for (const GPT2<A>* c : chunks) {
+    bytes += c->activation_bytes(), slots += c->in_flight();
+    by_chunk += (by_chunk.empty() ? "" : " + ") + std::to_string(c->in_flight());
+  }
   // With several chunks a rank counts (micro-batch, chunk) pairs: one micro-batch in
   // flight through two of its chunks is two chunk activations.
   const char* what = chunks.size() > 1 ? "chunk activations" : "micro-batches";
-  char line[256];
+  if (chunks.size() > 1) by_chunk = ": " + by_chunk + " by chunk";
+  else by_chunk.clear();
+  char line[320];
   std::snprintf(line, sizeof line,
                 "rank %d (pipeline rank %d of %d): %s in flight %d (schedule's bound %d), "
-                "activations %.2f MiB (%d slots), peak memory %.2f MiB\n",
+                "activations %.2f MiB (%d slots%s), peak memory %.2f MiB\n",
                 world_rank, pp_rank, pp, what, measured, expected, double(bytes) / (1 << 20), slots,
-                double(mem.total()) / (1 << 20));
+                by_chunk.c_str(), double(mem.total()) / (1 << 20));
   return line;
 }
 
 std::string memory_line(const MemoryLedger& mem, const MemoryLedger& formula) {
   std::string s = "  memory peaks (allocated | formula):";
-  for (MemKind kind : {MemKind::Params, MemKind::Grads, MemKind::Optimizer}) {
+  for (MemKind kind : {MemKind::Params, MemKind::Grads, MemKind::Optimizer, MemKind::Activations}) {
     const size_t want = formula.get(kind);
     s += std::string(kind == MemKind::Params ? " " : ", ") + kMemKindNames[size_t(kind)] + " " +
          std::to_string(mem.get(kind)) + " | " + (want > 0 ? std::to_string(want) : "-");
   }
-  s += "; activations " + std::to_string(mem.get(MemKind::Activations)) + ", buffers " +
-       std::to_string(mem.get(MemKind::Buffers));
+  s += "; buffers " + std::to_string(mem.get(MemKind::Buffers));
   if (mem.get(MemKind::Eval) > 0) s += ", eval " + std::to_string(mem.get(MemKind::Eval));
   return s + " bytes\n";
 }
+
+template <class A>
+MemoryLedger with_activations(MemoryLedger formula, const std::vector<const GPT2<A>*>& chunks) {
+  int64_t bytes = 0;
+  bool shared_working_set = false;
+  ActivationShape shape;
+  for (const GPT2<A>* c : chunks) {
+    const ModelSlice<A>& slice = c->slice();
+    shape.B = c->batch(), shape.T = c->seq_len(), shape.tp = slice.tp, shape.tp_rank = slice.rank;
+    shape.sequence_parallel = slice.sequence_parallel, shape.activation_bytes = int64_t(sizeof(A));
+    shape.layers = c->layout().layer_end() - c->layout().layer_begin();
+    shape.embedding = c->first_stage(), shape.head = c->last_stage(), shape.slots = c->in_flight();
+    shape.recompute = slice.recompute, shape.split_backward = slice.split_backward;
+    shape.own_working_set = slice.working_block == nullptr;
+    shared_working_set = shared_working_set || !shape.own_working_set;
+    bytes += activation_memory(c->model(), shape);
+  }
+  // One block runs at a time on a rank, so its chunks can share one working set.
+  if (shared_working_set) bytes += recompute_working_set(chunks.front()->model(), shape);
+  formula.set(MemKind::Activations, size_t(bytes));
+  return formula;
+}
+
+template MemoryLedger with_activations(MemoryLedger, const std::vector<const GPT2<float>*>&);
+template MemoryLedger with_activations(MemoryLedger, const std::vector<const GPT2<bf16>*>&);
 
 template std::string in_flight_line(int, int, int, int, int, const std::vector<const GPT2<float>*>&,
                                     const MemoryLedger&, size_t);

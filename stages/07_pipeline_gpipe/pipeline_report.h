@@ -40,18 +40,25 @@ class BubbleMeter {
 // (with several chunks, the (micro-batch, chunk) pairs: "chunk activations"), counted by
 // the executor, against the schedule's bound, the activation bytes of its model chunks
 // (one before stage 09), plus `shared_bytes` of activation buffers the chunks share
-// (stage 11's recompute working set), and the peak memory in all.
+// (stage 11's recompute working set), its activation slots (with several chunks, each
+// chunk's too: "3 slots: 2 + 1 by chunk"), and the peak memory in all.
 template <class A>
 std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, int measured,
                            const std::vector<const GPT2<A>*>& chunks, const MemoryLedger& mem,
                            size_t shared_bytes = 0);
 
 // The line under it: the rank's peaks by kind in bytes (each rank holds its own layers,
-// the ends wte as well), the weights, gradients and optimizer state beside `formula`
-// (LocalZero::memory_formula, summed over the rank's chunks; a kind the formula leaves at
-// 0 has no closed form there and shows "-"), then activations and buffers (and eval, once
-// the run has evaluated).
+// the ends wte as well), the weights, gradients, optimizer state and activations beside
+// `formula` (LocalZero::memory_formula, summed over the rank's chunks, with_activations; a
+// kind the formula leaves at 0 has no closed form there and shows "-"), then buffers (and
+// eval, once the run has evaluated).
 std::string memory_line(const MemoryLedger& mem, const MemoryLedger& formula);
+
+// `formula` with the activations of the rank's `chunks` set: stage 06's activation_memory
+// of each chunk's part (its layers, ends, slots, recompute mode and split backward), and
+// once the working set its chunks share when they recompute into one (stage 11).
+template <class A>
+MemoryLedger with_activations(MemoryLedger formula, const std::vector<const GPT2<A>*>& chunks);
 
 // Prints every rank's `line` (its first 511 characters) from the world's rank 0, in rank order
 // (collective).

@@ -167,7 +167,7 @@ int train_on(Run& run) {
       const int bound = gpipe_max_in_flight(accum);
       const std::string line = in_flight_line<A>(run.world.rank(), pp.rank(), pp.size(), bound,
                                                  pipeline.measured_in_flight(), {&model}, mem) +
-                               memory_line(mem, zero.memory_formula());
+                               memory_line(mem, with_activations<A>(zero.memory_formula(), {&model}));
       print_from_every_rank(run.world, line);
       const CommTally formula = pipeline_traffic(pp.size(), 1, accum, pp.rank(), pipeline.message_size(), dtype_of<A>(),
                                                  tied.summed_elements(), dtype_of<GradOf<A>>());

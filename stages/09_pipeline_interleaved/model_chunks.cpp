@@ -76,7 +76,9 @@ MemoryLedger chunks_memory_formula(const std::vector<ModelChunk<A>>& chunks) {
     for (MemKind kind : {MemKind::Params, MemKind::Grads, MemKind::Optimizer}) sum.add(kind, one.get(kind));
   }
   if (chunks.size() > 1 && chunks[0].zero->zero_level() == 3) sum.set(MemKind::Params, 0);
-  return sum;
+  std::vector<const GPT2<A>*> models;
+  for (const ModelChunk<A>& c : chunks) models.push_back(c.model.get());
+  return with_activations(sum, models);
 }
 
 template <class A>

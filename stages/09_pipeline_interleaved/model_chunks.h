@@ -82,7 +82,8 @@ CommTally chunks_tp_traffic(const std::vector<ModelChunk<A>>& chunks, const TpSt
 // The rank's chunks' weights, gradients and optimizer state at their peak: the sum of
 // each chunk's LocalZero::memory_formula. Under ZeRO-3 with several chunks the weights'
 // is left at 0 (no closed form): each chunk gathers its units at its own times, and which
-// of another chunk's stay gathered meanwhile depends on the schedule.
+// of another chunk's stay gathered meanwhile depends on the schedule. The activations:
+// with_activations of the chunks (pipeline_report.h).
 template <class A>
 MemoryLedger chunks_memory_formula(const std::vector<ModelChunk<A>>& chunks);
 

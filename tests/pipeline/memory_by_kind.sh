@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Each pipeline rank's memory by kind (stages 08, 09, 11), printed after the first step
-# under its in-flight line (pipeline_report.h, memory_line) beside LocalZero's formula, is
-# what its own layers need. A rank's local buffer holds P elements: on the first stage wte
+# under its in-flight line (pipeline_report.h, memory_line) beside its formula
+# (LocalZero::memory_formula, with_activations), is what its own layers need. A rank's
+# local buffer holds P elements: on the first stage wte
 # (V/tp rows, V padded to 128) and wpe (T C), on the last wte (E, the embedding unit) and
 # ln_f (F = 2 C), and its k blocks between, each B = 12 C^2/tp + 7 C/tp + 6 C
 # (tests/stages/dp_traffic.sh); with v chunks a rank holds v such buffers, chunk c being
@@ -18,17 +19,38 @@
 # summed over the rank's chunks, exact, every rank, and each equal to the formula the run
 # prints beside it. Under ZeRO-3 with several chunks the weights have no closed form (the
 # chunks gather at their own times): the run prints "-", and only that case may.
+# Activations, counted from the buffers the model allocates (common/model_block.h,
+# model_head.h, model_backward_split.h, gpt2.h), a bytes a value and 4 a statistic, on
+# N = B T/cp rows (R = N/tp under sequence parallelism, W = C/tp, F' = 4C/tp, Hr heads):
+#     a block's set   a (ln1, resid2, ln2, resid3: 4 R C; qkv, atty: 4 N W; fch, gelu: 2 N F')
+#                     + 4 (means and rstds 4 R; logsumexps B Hr T/cp)
+#     kept per block  the set (none); the set less ln1, ln2, gelu (selective); R C (full)
+#     per slot        input and its gradient 2 a R C, k kept blocks, the head on the last
+#                     stage (ln_f R C, + N C gathered under sp, logits and gradient 2 N Vr;
+#                     4 (2 R + 4 N)), 4 N token ids at each end, and under ZB-H1 the input
+#                     half's gradients a (2 N C + 2 R C + N F' + 3 N W) a block (+ R C head)
+#     per chunk       scratch a (2 N C + 4 N W + 2 N F') (+ a (R C + N C) under sp), the
+#                     embedding's sums a N C under sp on the first stage
+#     per rank        recompute's one working set: a block's set (full), or its ln1, ln2
+#                     and gelu (selective)
+# with each chunk's slots as the in-flight line lists them (tests/pipeline/in_flight.sh
+# checks those against each schedule's theory).
 # Controls: a stage judged as the whole model, a bf16 run judged as fp32, ZeRO-3 judged
-# without its prefetched block, ZeRO-2 judged with two buffers for its one other bucket.
+# without its prefetched block, ZeRO-2 judged with two buffers for its one other bucket,
+# full recompute judged as selective, ZB-H1 judged without the gradients its input half
+# keeps, a sequence-parallel run judged without sp's gathered buffers, and interleaved
+# chunks judged with their slots swapped.
 # Usage: memory_by_kind.sh TRAIN08 TRAIN09 TRAIN11 PREPARE WORK ROOT MPIEXEC
 set -euo pipefail
 TRAIN08=$1 TRAIN09=$2 TRAIN11=$3 PREPARE=$4 WORK=$5 ROOT=$6 MPIEXEC=$7
 source "$ROOT/tests/trainer/common.sh"
 start_mpi_test "$WORK" "$PREPARE"
-# judge LOG key=value...: exit 0 when every rank's params, grads and optimizer equal the
-# closed form above and the printed formula. Keys: dp, pp, cp, tp, v (1), L (n_layer, 2),
-# zero (0), a (4), prefetch (1); and for the controls: whole_model=1, no_prefetch_block=1,
-# two_buffers=1.
+# judge LOG key=value...: exit 0 when every rank's params, grads, optimizer and
+# activations equal the closed form above and the printed formula. Keys: dp, pp, cp, tp,
+# v (1), L (n_layer, 2), zero (0), a (4), prefetch (1), sp (0), recompute (0 none,
+# 1 selective, 2 full), zb (0; 1: ZB-H1's split backward); and for the controls:
+# whole_model=1, no_prefetch_block=1, two_buffers=1, no_sp_buffers=1, swap_slots=1. B and
+# T are the run's micro-batch and sequence, from its batch line.
 judge() {
   /usr/bin/python3 - "$ROOT" "$@" << 'PY'
 import json, re, sys
@@ -41,9 +63,25 @@ V, C, T = cfg["vocab_size"], cfg["n_embd"], cfg["block_size"]
 Vp = -(-V // 128) * 128
 block = 12 * C * C // tp + 7 * C // tp + 6 * C
 text = open(log_path).read()
-LINE = r"^rank (\d+) \(pipeline rank .*\n  memory peaks \(allocated \| formula\):(.*); activations \d+, buffers \d+.* bytes$"
-found = {int(r): {k: (int(got), want) for k, got, want in re.findall(r"(\w+) (\d+) \| (\d+|-)", kinds)}
-         for r, kinds in re.findall(LINE, text, re.M)}
+LINE = (r"^rank (\d+) \(pipeline rank .*\((\d+) slots(?:: ([\d +]+) by chunk)?\).*\n"
+        r"  memory peaks \(allocated \| formula\):(.*); buffers \d+.* bytes$")
+found, slots = {}, {}
+for r, total, by_chunk, kinds in re.findall(LINE, text, re.M):
+    found[int(r)] = {k: (int(got), want) for k, got, want in re.findall(r"(\w+) (\d+) \| (\d+|-)", kinds)}
+    slots[int(r)] = [int(x) for x in by_chunk.split(" + ")] if by_chunk else [int(total)]
+batch = re.search(r"^batch \d+ sequences x (\d+) tokens = micro-batch (\d+) x", text, re.M)
+if not batch:
+    sys.exit(f"{log_path}: no batch line")
+sp, recompute, zb = o.get("sp", 0), o.get("recompute", 0), o.get("zb", 0)
+B, N = int(batch[2]), int(batch[2]) * int(batch[1]) // cp
+R = N // tp if sp else N
+W, Fh, Hr, Vr = C // tp, 4 * C // tp, cfg["n_head"] // tp, Vp // tp
+split_rows = R != N and not o.get("no_sp_buffers")  # sp's gathered N x C buffers
+block_set = a * (4 * R * C + 4 * N * W + 2 * N * Fh) + 4 * (4 * R + N * Hr)
+cheap = a * (2 * R * C + N * Fh)  # ln1, ln2, gelu
+kept_block = [block_set, block_set - cheap, a * R * C][recompute]
+head = a * (R * C + split_rows * N * C + 2 * N * Vr) + 4 * (2 * R + 4 * N)
+scratch = a * (2 * N * C + 4 * N * W + 2 * N * Fh + split_rows * (R * C + N * C))
 world = dp * pp * cp * tp
 if sorted(found) != list(range(world)):
     sys.exit(f"{log_path}: memory lines for ranks {sorted(found)}, not one for each of the {world}")
@@ -57,7 +95,10 @@ for rank, row in found.items():
             sys.exit(f"{log_path}: rank {rank} {kind} allocated {got} bytes, its printed formula {printed}")
     r = rank // (tp * cp) % pp  # rank = ((dp_i pp + pp_i) cp + cp_i) tp + tp_i (common/mesh.h)
     g = rank // (tp * cp * pp) * cp + rank // tp % cp
-    want = {"params": 0, "grads": 0, "optimizer": 0}
+    want = {"params": 0, "grads": 0, "optimizer": 0, "activations": [0, cheap, block_set][recompute]}
+    chunk_slots = slots[rank][::-1] if o.get("swap_slots") else slots[rank]
+    if len(chunk_slots) != v:
+        sys.exit(f"{log_path}: rank {rank} lists slots for {len(chunk_slots)} chunks, not {v}")
     for c in range(v):
         s = c * pp + r
         first, last = s == 0, s == v * pp - 1
@@ -81,14 +122,18 @@ for rank, row in found.items():
         want["params"] += params
         want["grads"] += grads
         want["optimizer"] += (12 if a == 2 else 8) * S
+        slot = (2 * a * R * C + k * kept_block + last * head + 4 * N * (first + last) +
+                zb * (k * a * (2 * N * C + 2 * R * C + N * Fh + 3 * N * W) + last * a * R * C))
+        want["activations"] += chunk_slots[c] * slot + scratch + first * split_rows * a * N * C
     for kind, value in want.items():
         if kind == "params" and no_closed_form:
             continue
         if row.get(kind, (None,))[0] != value:
             sys.exit(f"{log_path}: rank {rank} {kind} {row.get(kind)} bytes, closed form {value}")
 r0 = found[0]
-print(f"ok   {log_path.split('/')[-1]}: every rank's params, grads and optimizer are its layers' "
-      f"(rank 0: {r0['params'][0]}, {r0['grads'][0]}, {r0['optimizer'][0]} bytes)")
+print(f"ok   {log_path.split('/')[-1]}: every rank's params, grads, optimizer and activations are its layers' "
+      f"(rank 0: {r0['params'][0]}, {r0['grads'][0]}, {r0['optimizer'][0]}, {r0['activations'][0]} bytes; "
+      f"slots {slots[0]})")
 PY
 }
 passed=()
@@ -106,13 +151,25 @@ judged_step 4d_z3_no_prefetch 4 "$TRAIN11" dp=2 pp=2 L=4 zero=3 prefetch=0 -- pp
   zero3_prefetch=false "${one[@]}"
 judged_step interleaved_z3 4 "$TRAIN09" dp=2 pp=2 v=2 L=4 zero=3 -- pp=2 virtual_stages=2 n_layer=4 zero=3 \
   micro_batch_size=1 batch_size=4 "${one[@]}"
-if passed_all 4d_z1 1f1b_bf16 1f1b_z3_bf16 4d_z2_tp; then
+judged_step zb_h1 2 "$TRAIN09" pp=2 zb=1 -- pp=2 schedule=zb-h1 micro_batch_size=1 batch_size=4
+judged_step 4d_full_sp 4 "$TRAIN11" pp=2 tp=2 sp=1 recompute=2 -- pp=2 tp=2 sequence_parallel=true \
+  activation_checkpointing=full
+judged_step 4d_selective_interleaved_bf16 2 "$TRAIN11" pp=2 v=2 L=4 a=2 recompute=1 -- pp=2 virtual_stages=2 \
+  n_layer=4 activation_checkpointing=selective precision=bf16 micro_batch_size=1
+if passed_all 4d_z1 1f1b_bf16 1f1b_z3_bf16 4d_z2_tp zb_h1 4d_full_sp 4d_selective_interleaved_bf16; then
   control "a stage judged as the whole model" 4d_z1 dp=2 pp=2 tp=2 zero=1 whole_model=1
   control "a bf16 run judged as fp32" 1f1b_bf16 dp=2 pp=2
   control "ZeRO-3 judged without its prefetched block" 1f1b_z3_bf16 dp=2 pp=2 L=4 zero=3 a=2 no_prefetch_block=1
   control "ZeRO-2 judged with two buffers for its one other bucket" 4d_z2_tp dp=2 pp=2 tp=2 zero=2 two_buffers=1
+  control "full recompute judged as selective" 4d_full_sp pp=2 tp=2 sp=1 recompute=1
+  control "ZB-H1 judged without the gradients its input half keeps" zb_h1 pp=2
+  control "a sequence-parallel run judged without sp's gathered buffers" 4d_full_sp pp=2 tp=2 sp=1 recompute=2 \
+    no_sp_buffers=1
+  control "interleaved chunks judged with their slots swapped" 4d_selective_interleaved_bf16 pp=2 v=2 L=4 a=2 \
+    recompute=1 swap_slots=1
 else
-  fail "the controls need 4d_z1, 1f1b_bf16, 1f1b_z3_bf16 and 4d_z2_tp to pass first"
+  fail "the controls need 4d_z1, 1f1b_bf16, 1f1b_z3_bf16, 4d_z2_tp, zb_h1, 4d_full_sp and" \
+    "4d_selective_interleaved_bf16 to pass first"
 fi
 ((failures == 0)) || { echo "$failures failure(s)"; exit 1; }
 echo "PASS"
