@@ -21,19 +21,28 @@ Zero2Store<A>::Zero2Store(const ParamLayout& layout, Communicator& dp, A* params
   pending_.assign(buckets_.size(), 0);
   // Buffers: the embeddings' bucket has its own (it lives through backward); the other
   // buckets alternate between two, so that one fills while the other is reduced.
-  int64_t emb = 0, largest = 0;
   int others = 0;
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    const int64_t size = buckets_[b].end - buckets_[b].begin;
     const bool embeddings = bucket_of_unit_[ParamLayout::kEmbeddingUnit] == int(b);
-    buffer_of_bucket_.push_back(embeddings ? 0 : 1 + others % 2);
-    if (embeddings) emb = size;
-    else largest = std::max(largest, size), ++others;
+    buffer_of_bucket_.push_back(embeddings ? 0 : 1 + others++ % 2);
   }
+  const BucketSizes sizes = bucket_sizes();
   const MemScope scope(MemKind::Grads);
-  buffers_[0] = DeviceArray<float>(device, size_t(emb));
-  for (int s = 1; s <= std::min(others, 2); ++s) buffers_[s] = DeviceArray<float>(device, size_t(largest));
+  buffers_[0] = DeviceArray<float>(device, size_t(sizes.embedding));
+  for (int s = 1; s <= std::min(sizes.others, 2); ++s)
+    buffers_[s] = DeviceArray<float>(device, size_t(sizes.largest_other));
   shard_grads_ = DeviceArray<float>(device, size_t(shard_.size()));
+}
+
+template <class A>
+typename Zero2Store<A>::BucketSizes Zero2Store<A>::bucket_sizes() const {
+  BucketSizes sizes;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const int64_t size = buckets_[b].end - buckets_[b].begin;
+    if (bucket_of_unit_[ParamLayout::kEmbeddingUnit] == int(b)) sizes.embedding = size;
+    else sizes.largest_other = std::max(sizes.largest_other, size), ++sizes.others;
+  }
+  return sizes;
 }
 
 template <class A>

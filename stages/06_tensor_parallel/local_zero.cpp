@@ -1,7 +1,6 @@
 // The ZeRO stage over a rank-local buffer; see local_zero.h.
 #include "stages/06_tensor_parallel/local_zero.h"
 
-#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -146,12 +145,9 @@ MemoryLedger LocalZero<A>::memory_formula() const {
   ZeroMemoryShape shape;
   shape.zero = zero_, shape.P = n_local_, shape.S = shard_.size(), shape.bf16 = std::is_same_v<A, bf16>;
   if (sharded_) {  // zero 2, 3: the bucket buffers (zero2.cpp) and the gathered units
-    for (const GradBucket& b : sharded_->buckets()) {
-      const bool holds_embeddings =
-          std::find(b.units.begin(), b.units.end(), ParamLayout::kEmbeddingUnit) != b.units.end();
-      if (holds_embeddings) shape.embedding_bucket = b.end - b.begin;
-      else shape.largest_bucket = std::max(shape.largest_bucket, b.end - b.begin), ++shape.other_buckets;
-    }
+    const typename Zero2Store<A>::BucketSizes buckets = sharded_->bucket_sizes();
+    shape.embedding_bucket = buckets.embedding, shape.largest_bucket = buckets.largest_other;
+    shape.other_buckets = buckets.others;
     const ParamLayout& layout = model_.layout();
     const int blocks = layout.layer_end() - layout.layer_begin();
     shape.gathered = zero3_gathered(layout.unit(ParamLayout::kEmbeddingUnit).size(),
