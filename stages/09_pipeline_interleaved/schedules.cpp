@@ -15,6 +15,8 @@ const std::vector<std::string>& pipeline_schedule_names() {
   return names;
 }
 
+std::string configured_schedule(const Config& cfg) { return cfg.schedule.empty() ? "interleaved" : cfg.schedule; }
+
 void check_pipeline_schedule(const std::string& name, int v) {
   const auto& names = pipeline_schedule_names();
   if (std::find(names.begin(), names.end(), name) == names.end()) {

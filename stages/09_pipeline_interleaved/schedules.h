@@ -12,12 +12,17 @@
 #include <string>
 #include <vector>
 
+#include "common/config.h"
 #include "stages/07_pipeline_gpipe/schedule.h"
 
 namespace gpt {
 
 // The names `schedule` accepts, in stage order.
 const std::vector<std::string>& pipeline_schedule_names();
+
+// The schedule a run of stages 09 and 11 follows: its `schedule` key, or interleaved when
+// the key is unset (in stages 07 and 08 the stage is the schedule).
+std::string configured_schedule(const Config& cfg);
 
 // Refuses (a UserError naming the key) an unknown schedule, v < 1, and v > 1 for a
 // schedule that has one chunk per rank: what every function below checks first, and what

@@ -68,7 +68,7 @@ int train_on(Run& run) {
   const bool sp = cfg.sequence_parallel, lead = run.lead();
   const int accum = cfg.grad_accum(dp.size());  // m, the micro-batches of a step
   const int v = cfg.virtual_stages;
-  const std::string schedule_name = cfg.schedule.empty() ? "interleaved" : cfg.schedule;
+  const std::string schedule_name = configured_schedule(cfg);
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
@@ -209,7 +209,7 @@ int train_ranks(Run& run) {
 void check_stage(const Config& cfg, const MeshShape& mesh) {
   check_tensor_parallel(cfg);
   check_pipeline(cfg, mesh.pp, cfg.grad_accum(mesh.dp));
-  check_pipeline_schedule(cfg.schedule.empty() ? "interleaved" : cfg.schedule, cfg.virtual_stages);
+  check_pipeline_schedule(configured_schedule(cfg), cfg.virtual_stages);
 }
 
 }  // namespace

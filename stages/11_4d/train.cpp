@@ -86,7 +86,7 @@ int train_on(Run& run) {
   const bool sp = cfg.sequence_parallel, lead = run.lead();
   const int accum = cfg.grad_accum(data_group.size());  // m, the micro-batches of a step
   const int v = cfg.virtual_stages;
-  const std::string schedule_name = cfg.schedule.empty() ? "interleaved" : cfg.schedule;
+  const std::string schedule_name = configured_schedule(cfg);
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
 
   DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
@@ -266,7 +266,7 @@ void check_stage(const Config& cfg, const MeshShape& mesh) {
   check_tensor_parallel(cfg);
   check_context_parallel(cfg);
   check_pipeline(cfg, mesh.pp, cfg.grad_accum(mesh.dp));
-  const std::string schedule_name = cfg.schedule.empty() ? "interleaved" : cfg.schedule;
+  const std::string schedule_name = configured_schedule(cfg);
   const PipeSchedule first_rank =  // every rank's schedule splits its backwards, or none does
       pipeline_schedule(schedule_name, mesh.pp, 0, cfg.grad_accum(mesh.dp), cfg.virtual_stages);
   require(!(parse_recompute(cfg.activation_checkpointing) == Recompute::Full && splits_backward(first_rank)),
