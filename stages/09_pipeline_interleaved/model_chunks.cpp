@@ -53,19 +53,28 @@ std::vector<A> gather_chunks(Communicator& world, std::vector<ModelChunk<A>>& ch
   return gather_whole_model(world, parts, counted, on);
 }
 
+namespace {
+
+// The sum over a rank's chunks of tally(chunk index, chunk).
+template <class A, class F>
+CommTally sum_over_chunks(const std::vector<ModelChunk<A>>& chunks, F&& tally) {
+  CommTally sum;
+  for (size_t c = 0; c < chunks.size(); ++c) sum += tally(int(c), chunks[c]);
+  return sum;
+}
+
+}  // namespace
+
 template <class A>
 CommTally chunks_dp_traffic(const std::vector<ModelChunk<A>>& chunks, const PipeSchedule& schedule, int m) {
-  CommTally traffic;
-  for (size_t c = 0; c < chunks.size(); ++c)
-    traffic += chunks[c].zero->step_traffic(m, chunk_passes(schedule, int(c)), chunks[c].tied->summed_elements() > 0);
-  return traffic;
+  return sum_over_chunks(chunks, [&](int c, const ModelChunk<A>& k) {
+    return k.zero->step_traffic(m, chunk_passes(schedule, c), k.tied->summed_elements() > 0);
+  });
 }
 
 template <class A>
 CommTally chunks_tp_traffic(const std::vector<ModelChunk<A>>& chunks, const TpStep& step) {
-  CommTally traffic;
-  for (const ModelChunk<A>& c : chunks) traffic += tp_step_traffic(step, c.model->layout());
-  return traffic;
+  return sum_over_chunks(chunks, [&](int, const ModelChunk<A>& k) { return tp_step_traffic(step, k.model->layout()); });
 }
 
 template <class A>
@@ -83,9 +92,7 @@ MemoryLedger chunks_memory_formula(const std::vector<ModelChunk<A>>& chunks) {
 
 template <class A>
 CommTally chunks_dp_counted(const std::vector<ModelChunk<A>>& chunks) {
-  CommTally counted;
-  for (const ModelChunk<A>& c : chunks) counted += c.zero->step_counted();
-  return counted;
+  return sum_over_chunks(chunks, [](int, const ModelChunk<A>& k) { return k.zero->step_counted(); });
 }
 
 template <class A>
