@@ -17,11 +17,8 @@ for layout in "4 cp=2 tp=2" "4 cp=2 tp=2 zero=3 sequence_parallel=true" \
               "8 cp=4 tp=2 zero=1 precision=bf16 sequence_parallel=true"; do
   read -r np kvs <<< "$layout"
   i=$((i + 1))
-  sets=()
-  for kv in $kvs; do sets+=(--set "$kv"); done
-  "$MPIEXEC" -np "$np" --oversubscribe "$TRAIN10" $(tiny_args "$WORK/data" "$WORK/run$i") --set steps=1 \
-    --set val_batches=0 --set sample_tokens=0 --set bucket_mb=0.02 "${sets[@]}" > "$WORK/run$i.log" 2>&1 ||
-    { echo "FAIL: run $layout"; tail -20 "$WORK/run$i.log"; exit 1; }
+  # shellcheck disable=SC2086  # the layout's keys, one word each
+  one_step "run$i" "$np" "$TRAIN10" bucket_mb=0.02 $kvs || exit 1
   logs+=("$WORK/run$i.log")
 done
 /usr/bin/python3 "$ROOT/scripts/check_tp_budget.py" "${logs[@]}"

@@ -25,11 +25,8 @@ for layout in "2 tp=2" "2 tp=2 sequence_parallel=true" "4 tp=4 zero=1 micro_batc
               "2 tp=1 sequence_parallel=true" "2 tp=1" "4 tp=2 zero=3 n_layer=1"; do
   read -r np kvs <<< "$layout"
   i=$((i + 1))
-  sets=()
-  for kv in $kvs; do sets+=(--set "$kv"); done
-  "$MPIEXEC" -np "$np" --oversubscribe "$TRAIN06" $(tiny_args "$WORK/data" "$WORK/run$i") --set steps=1 \
-    --set val_batches=0 --set sample_tokens=0 --set bucket_mb=0.02 "${sets[@]}" > "$WORK/run$i.log" 2>&1 ||
-    { echo "FAIL: run $layout"; tail -20 "$WORK/run$i.log"; exit 1; }
+  # shellcheck disable=SC2086  # the layout's keys, one word each
+  one_step "run$i" "$np" "$TRAIN06" bucket_mb=0.02 $kvs || exit 1
   logs+=("$WORK/run$i.log")
   tp=1 zero=0 sp=0 precision=fp32 layers=0 micro=$(sed -n 's/.*"micro_batch_size": *\([0-9]*\).*/\1/p' "$ROOT/configs/tiny.json")
   for kv in $kvs; do
@@ -43,9 +40,7 @@ for layout in "2 tp=2" "2 tp=2 sequence_parallel=true" "4 tp=4 zero=1 micro_batc
 done
 # ZeRO-3 without its prefetch holds one block fewer: the stage's formula follows the key
 # (budget_formula.py derives the prefetching store only, so this run is checked here alone).
-"$MPIEXEC" -np 4 --oversubscribe "$TRAIN06" $(tiny_args "$WORK/data" "$WORK/run_np") --set steps=1 \
-  --set val_batches=0 --set sample_tokens=0 --set bucket_mb=0.02 --set tp=2 --set zero=3 --set zero3_prefetch=false \
-  > "$WORK/run_np.log" 2>&1 || { echo "FAIL: run zero3_prefetch=false"; tail -20 "$WORK/run_np.log"; exit 1; }
+one_step run_np 4 "$TRAIN06" bucket_mb=0.02 tp=2 zero=3 zero3_prefetch=false || exit 1
 logs+=("$WORK/run_np.log")
 /usr/bin/python3 "$ROOT/scripts/check_tp_budget.py" "${logs[@]}"
 /usr/bin/python3 "$ROOT/scripts/check_tp_budget.py" --self-test "${logs[0]}"
