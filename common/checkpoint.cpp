@@ -486,7 +486,15 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
       fail(manifest_path + " has sample_counter " + manifest.at("sample_counter").dump() +
            ": a counter is an integer >= 0");
     state.sample_counter = manifest.at("sample_counter").get<uint64_t>();
-    state.layout_json = manifest.at("layout").dump();
+    // The layout is a record of the mesh that wrote the checkpoint, which loading does
+    // not need; a record that no longer says that was edited, and is refused.
+    const json& recorded = manifest.at("layout");
+    if (!recorded.is_object())
+      fail(manifest_path + " has layout " + recorded.dump() + ": the mesh that wrote a checkpoint is an object");
+    for (const char* axis : {"dp", "tp", "pp", "cp"})
+      if (const auto size = recorded.find(axis); size != recorded.end() && !(size->is_number_integer() && *size >= 1))
+        fail(manifest_path + " has layout." + axis + " " + size->dump() + ": a mesh axis is an integer >= 1");
+    state.layout_json = recorded.dump();
     table = read_table(manifest, manifest_path);
   } catch (const json::exception& e) {
     fail(manifest_path + " is malformed: " + json_reason(e));

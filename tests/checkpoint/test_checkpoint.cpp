@@ -520,6 +520,18 @@ TEST_CASE("a damaged or foreign checkpoint is a UserError naming the problem", "
     std::ofstream(path / "manifest.json", std::ios::trunc) << m.dump();
     CHECK_NOTHROW(load());
   }
+  SECTION("a layout that is no record of a mesh") {
+    for (const json& bad : {json(nullptr), json("dp=2"), json::array({2, 1})})
+      CHECK_THAT(edited([&](json& m) { m["layout"] = bad; }),
+                 Catch::Contains("has layout " + bad.dump() + ": the mesh that wrote a checkpoint is an object"));
+    for (const json& bad : {json(0), json(2.5), json("2")})
+      CHECK_THAT(edited([&](json& m) { m["layout"] = {{"dp", 1}, {"tp", 1}, {"pp", bad}, {"cp", 1}}; }),
+                 Catch::Contains("has layout.pp " + bad.dump() + ": a mesh axis is an integer >= 1"));
+    json m = read_json(path / "manifest.json");  // control: a record with keys of its own loads
+    m["layout"] = {{"imported_from", "llm.c"}, {"dp", 4}};
+    std::ofstream(path / "manifest.json", std::ios::trunc) << m.dump();
+    CHECK_NOTHROW(load());
+  }
   SECTION("control: the manifest rewritten unchanged loads") {
     json m = read_json(path / "manifest.json");
     std::ofstream(path / "manifest.json", std::ios::trunc) << m.dump();
