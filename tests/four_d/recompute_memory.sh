@@ -8,8 +8,8 @@
 # BlockActivations): slots x layers x what a slot's block no longer keeps (full: all but
 # its output; selective: ln1, ln2 and fch_gelu), less the one working set the rank's
 # chunks share.
-# The printed MiB have two decimals, so the two agree within 0.011 MiB; a run that
-# ignored the key would save 0 and fail.
+# Each rank's activation peak is printed in bytes (its memory line), so the two agree to
+# the byte; a run that ignored the key would save 0 and fail.
 # Usage: recompute_memory.sh TRAIN11 PREPARE WORKDIR ROOT MPIEXEC
 set -euo pipefail
 TRAIN11=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5
@@ -46,8 +46,8 @@ import sys
 root, cases = sys.argv[1], sys.argv[2:]
 sys.path.insert(0, f"{root}/notebooks")
 import gptruns  # each run's resolved config and layout (checkpoint manifest), and what it printed
-def ranks(run):  # {rank: (activation MiB, slots)}, from the line every pipeline rank prints
-    return {r: (line["activations_mib"], line["slots"]) for r, line in gptruns.pipeline_report(run)["ranks"].items()}
+def ranks(run):  # {rank: (activation bytes, slots)}, from the lines every pipeline rank prints
+    return {r: (line["activations_bytes"], line["slots"]) for r, line in gptruns.pipeline_report(run)["ranks"].items()}
 failures = 0
 for case in cases:
     name = case.split()[0]
@@ -63,12 +63,12 @@ for case in cases:
         for rank in sorted(off):
             (a_off, slots), (a_on, slots_on) = off[rank], on[rank]
             # Stage 11's chunks share one working set per rank.
-            predicted = gptruns.recompute_saved_bytes(config, layout, slots, config["n_layer"] // (p * v), chunks=1) / 2**20
+            predicted = gptruns.recompute_saved_bytes(config, layout, slots, config["n_layer"] // (p * v), chunks=1)
             saved = a_off - a_on
-            ok = slots == slots_on and predicted > 0 and abs(saved - predicted) <= 0.011
+            ok = slots == slots_on and predicted > 0 and saved == predicted
             failures += not ok
-            print(f"{'ok  ' if ok else 'FAIL'} {name:12s} {mode:9s} rank {rank}: {slots} slots, {a_off:.2f} -> "
-                  f"{a_on:.2f} MiB, saved {saved:.2f}, predicted {predicted:.2f}")
+            print(f"{'ok  ' if ok else 'FAIL'} {name:12s} {mode:9s} rank {rank}: {slots} slots, {a_off} -> "
+                  f"{a_on} bytes, saved {saved}, predicted {predicted}")
 if failures:
     sys.exit(f"FAIL: {failures} ranks")
 print("both recompute modes take off every rank exactly the activations the block's buffers predict")
