@@ -89,10 +89,10 @@ int main(int argc, char** argv) {
     const PipeSimulation sim = simulate_pipeline(ranks, costs, v);
     if (sim.deadlock) fail("the schedule deadlocks: " + sim.stuck);
     if (!sim.error.empty()) fail("the schedule is wrong: " + sim.error);
-    std::printf("%s, pp %d, %d micro-batches, %d chunk(s) per rank; forward %.3g, backward %.3g + %.3g (input + "
+    std::printf("%s, pp %d, %d micro-batches, %d chunk%s per rank; forward %.3g, backward %.3g + %.3g (input + "
                 "weights)\n(F3: forward of micro-batch 3, B3: its backward (input gradient only where W3 follows), "
                 "W3: its weight gradient%s; dashes continue an action)\n",
-                name.c_str(), p, m, v, costs.forward, costs.backward_input, costs.backward_weight,
+                name.c_str(), p, m, v, v == 1 ? "" : "s", costs.forward, costs.backward_input, costs.backward_weight,
                 v > 1 ? "; a, b, ...: the rank's chunk" : "");
     std::printf("%s", sim.timeline.c_str());
     const double theory = pipeline_theory_bubble(name, p, m, v, costs);

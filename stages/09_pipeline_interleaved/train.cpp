@@ -112,8 +112,8 @@ int train_on(Run& run) {
   PipelineExecutor pipeline(models, pp_counted);
 
   if (lead) {
-    std::printf("stage 09 | %s, %d chunk(s) per rank | pp %d x tp %d x dp %d (%s)%s, zero=%d | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM in this rank's part\n",
-                schedule_name.c_str(), v, pp.size(), tp.size(), dp.size(), run.world.backend(),
+    std::printf("stage 09 | %s, %d chunk%s per rank | pp %d x tp %d x dp %d (%s)%s, zero=%d | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM in this rank's part\n",
+                schedule_name.c_str(), v, v == 1 ? "" : "s", pp.size(), tp.size(), dp.size(), run.world.backend(),
                 sp ? ", sequence parallel" : "", cfg.zero, device_name(device), precision_name(precision),
                 omp_get_max_threads(), double(global.total()) / 1e6, double(n_local) / 1e6);
     std::printf("batch %d sequences x %d tokens = micro-batch %d x %d micro-batches x dp %d | train %lld tokens, val %lld tokens\n",

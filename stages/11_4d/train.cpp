@@ -145,8 +145,8 @@ int train_on(Run& run) {
   if (lead) {
     const std::string recompute_note = recompute == Recompute::None ? "" : ", " + cfg.activation_checkpointing + " recompute";
     // An axis of 1 is named without the details of its technique.
-    const std::string pp_note =
-        pp.size() == 1 ? "" : " (" + schedule_name + ", " + std::to_string(v) + " chunk(s) per rank)";
+    const std::string chunk_count = std::to_string(v) + (v == 1 ? " chunk" : " chunks");
+    const std::string pp_note = pp.size() == 1 ? "" : " (" + schedule_name + ", " + chunk_count + " per rank)";
     const std::string cp_note = cp.size() == 1 ? "" : " (" + cfg.cp_split + " split, " + std::to_string(Tl) +
                                                            " tokens of " + std::to_string(T) + " per rank)";
     std::printf("stage 11 | dp %d x pp %d%s x cp %d%s x tp %d%s (%s), zero=%d%s | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM in this rank's part\n",
