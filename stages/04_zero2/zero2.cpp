@@ -9,6 +9,16 @@
 
 namespace gpt {
 
+BucketSizes bucket_sizes(const std::vector<GradBucket>& buckets) {
+  BucketSizes sizes;
+  for (const GradBucket& b : buckets) {
+    const bool embeddings = std::find(b.units.begin(), b.units.end(), ParamLayout::kEmbeddingUnit) != b.units.end();
+    if (embeddings) sizes.embedding = b.end - b.begin;
+    else sizes.largest_other = std::max(sizes.largest_other, b.end - b.begin), ++sizes.others;
+  }
+  return sizes;
+}
+
 template <class A>
 Zero2Store<A>::Zero2Store(const ParamLayout& layout, Communicator& dp, A* params, double bucket_mb,
                           bool embeddings_alone, Device device)
@@ -26,7 +36,7 @@ Zero2Store<A>::Zero2Store(const ParamLayout& layout, Communicator& dp, A* params
     const bool embeddings = bucket_of_unit_[ParamLayout::kEmbeddingUnit] == int(b);
     buffer_of_bucket_.push_back(embeddings ? 0 : 1 + others++ % 2);
   }
-  const BucketSizes sizes = bucket_sizes();
+  const BucketSizes sizes = bucket_sizes(buckets_);
   const MemScope scope(MemKind::Grads);
   buffers_[0] = DeviceArray<float>(device, size_t(sizes.embedding));
   for (int s = 1; s <= std::min(sizes.others, 2); ++s)
@@ -34,16 +44,6 @@ Zero2Store<A>::Zero2Store(const ParamLayout& layout, Communicator& dp, A* params
   shard_grads_ = DeviceArray<float>(device, size_t(shard_.size()));
 }
 
-template <class A>
-typename Zero2Store<A>::BucketSizes Zero2Store<A>::bucket_sizes() const {
-  BucketSizes sizes;
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    const int64_t size = buckets_[b].end - buckets_[b].begin;
-    if (bucket_of_unit_[ParamLayout::kEmbeddingUnit] == int(b)) sizes.embedding = size;
-    else sizes.largest_other = std::max(sizes.largest_other, size), ++sizes.others;
-  }
-  return sizes;
-}
 
 template <class A>
 void Zero2Store<A>::zero_shard_grads() {

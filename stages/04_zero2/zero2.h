@@ -35,6 +35,15 @@
 
 namespace gpt {
 
+// What the bucket buffers are sized by, in elements: the embeddings' bucket (a buffer of
+// its own), and the largest of the others with how many there are (they take turns in two
+// buffers of that size, or one when there is one). The memory formulas read it too.
+struct BucketSizes {
+  int64_t embedding = 0, largest_other = 0;
+  int others = 0;
+};
+BucketSizes bucket_sizes(const std::vector<GradBucket>& buckets);
+
 // A is the weights' storage: float, or bf16 (the gradients are fp32 either way).
 template <class A>
 class Zero2Store : public WeightStore<A> {
@@ -63,14 +72,6 @@ class Zero2Store : public WeightStore<A> {
   Device device() const { return device_; }
   // The buckets, for the lesson.
   const std::vector<GradBucket>& buckets() const { return buckets_; }
-  // What the bucket buffers are sized by, in elements: the embeddings' bucket (a buffer of
-  // its own), and the largest of the others with how many there are (they take turns in
-  // two buffers of that size, or one when there is one). The memory formulas read it too.
-  struct BucketSizes {
-    int64_t embedding = 0, largest_other = 0;
-    int others = 0;
-  };
-  BucketSizes bucket_sizes() const;
 
  protected:  // stage 05's store gathers through the same layout and group
   const ParamLayout& layout_;

@@ -16,7 +16,15 @@
 namespace gpt {
 
 namespace {
-Shard range_of(int zero, int64_t n, Communicator& dp) { return zero == 0 ? Shard{0, n} : shard_of(n, dp.size(), dp.rank()); }
+// This rank's range of a local buffer of n elements: all of it under ZeRO-0, else its shard.
+Shard range_of(int zero, int64_t n, int dp_size, int dp_rank) {
+  return zero == 0 ? Shard{0, n} : shard_of(n, dp_size, dp_rank);
+}
+// A pipeline stage (stages 07-09) reduces its tied wte once a step, after the first and
+// the last stage have summed it: its unit needs a bucket of its own.
+bool is_pipeline_stage(const Config& cfg, const ParamLayout& layout) {
+  return layout.layer_begin() > 0 || layout.layer_end() < cfg.model.n_layer;
+}
 }  // namespace
 
 template <class A>
@@ -28,7 +36,7 @@ LocalZero<A>::LocalZero(const Config& cfg, GPT2<A>& model, const RankLayout& sli
       device_(device),
       zero_(cfg.zero),
       n_local_(model.layout().total()),
-      shard_(range_of(cfg.zero, n_local_, dp)),
+      shard_(range_of(cfg.zero, n_local_, dp.size(), dp.rank())),
       range_(slices.range(shard_.begin, shard_.end, /*counted=*/cfg.zero > 0 || dp.rank() == 0)),
       optimizer_(slices, shard_.begin, shard_.end, /*keep_master=*/std::is_same_v<A, bf16>, device) {
   {
@@ -53,9 +61,7 @@ LocalZero<A>::LocalZero(const Config& cfg, GPT2<A>& model, const RankLayout& sli
         },
         zero_ == 0 ? "allreduce_bucket" : "reduce_scatter_bucket", cfg.bucket_mb);
   } else {
-    // A pipeline stage (stages 07-09) reduces its tied wte once a step, after the first
-    // and the last stage have summed it: its unit needs a bucket of its own.
-    const bool pipeline_stage = layout.layer_begin() > 0 || layout.layer_end() < cfg.model.n_layer;
+    const bool pipeline_stage = is_pipeline_stage(cfg, layout);
     if (zero_ == 2)
       sharded_ = std::make_unique<Zero2Store<A>>(layout, dp_, params_, cfg.bucket_mb, pipeline_stage, device);
     else
@@ -142,17 +148,21 @@ void LocalZero<A>::step(double lr, double norm, int step_number) {
 
 template <class A>
 MemoryLedger LocalZero<A>::memory_formula() const {
+  return local_zero_memory(cfg_, model_.layout(), dp_.size(), dp_.rank(), std::is_same_v<A, bf16>);
+}
+
+MemoryLedger local_zero_memory(const Config& cfg, const ParamLayout& part, int dp_size, int dp_rank, bool bf16) {
   ZeroMemoryShape shape;
-  shape.zero = zero_, shape.P = n_local_, shape.S = shard_.size(), shape.bf16 = std::is_same_v<A, bf16>;
-  if (sharded_) {  // zero 2, 3: the bucket buffers (zero2.cpp) and the gathered units
-    const typename Zero2Store<A>::BucketSizes buckets = sharded_->bucket_sizes();
+  shape.zero = cfg.zero, shape.P = part.total(), shape.bf16 = bf16;
+  shape.S = range_of(cfg.zero, shape.P, dp_size, dp_rank).size();
+  if (cfg.zero >= 2) {  // the bucket buffers (zero2.cpp) and the gathered units
+    const BucketSizes buckets = bucket_sizes(make_buckets(part, cfg.bucket_mb, is_pipeline_stage(cfg, part)));
     shape.embedding_bucket = buckets.embedding, shape.largest_bucket = buckets.largest_other;
     shape.other_buckets = buckets.others;
-    const ParamLayout& layout = model_.layout();
-    const int blocks = layout.layer_end() - layout.layer_begin();
-    shape.gathered = zero3_gathered(layout.unit(ParamLayout::kEmbeddingUnit).size(),
-                                    layout.unit(layout.block_unit(layout.layer_begin())).size(),
-                                    layout.unit(layout.final_unit()).size(), blocks, cfg_.zero3_prefetch);
+    shape.gathered = zero3_gathered(part.unit(ParamLayout::kEmbeddingUnit).size(),
+                                    part.unit(part.block_unit(part.layer_begin())).size(),
+                                    part.unit(part.final_unit()).size(), part.layer_end() - part.layer_begin(),
+                                    cfg.zero3_prefetch);
   }
   return zero_memory(shape);
 }

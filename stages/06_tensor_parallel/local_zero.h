@@ -115,7 +115,7 @@ class LocalZero {
   // without the prefetch (zero3_prefetch=false), the embeddings and one block. The table
   // is tp_budget.h's zero_memory, which stage 06's budget uses on the whole model's shape;
   // here it takes this part's layout, shard and buckets. Activations are the model's
-  // (stages 06 and 10 derive theirs).
+  // (stages 06 and 10 derive theirs). local_zero_memory below on this object's part.
   MemoryLedger memory_formula() const;
 
  private:
@@ -136,5 +136,11 @@ class LocalZero {
   std::unique_ptr<Zero2Store<A>> sharded_;  // zero 2, 3 (a Zero3Store for 3)
   std::unique_ptr<CheckpointMirror> mirror_;  // master weights and moments, for checkpoints
 };
+
+// LocalZero::memory_formula of a part before anything is made: `part` its local layout,
+// held alike by dp_size ranks of which this is dp_rank, with cfg's zero, bucket_mb and
+// zero3_prefetch, and 2-byte compute weights when bf16. The buckets and the shard are the
+// ones LocalZero would make (stage 11's memory plan).
+MemoryLedger local_zero_memory(const Config& cfg, const ParamLayout& part, int dp_size, int dp_rank, bool bf16);
 
 }  // namespace gpt
