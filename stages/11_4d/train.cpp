@@ -62,6 +62,7 @@
 #include "stages/09_pipeline_interleaved/schedules.h"
 #include "stages/10_context_parallel/context_split.h"
 #include "stages/10_context_parallel/ring_attention.h"
+#include "stages/11_4d/memory_plan.h"
 
 using namespace gpt;
 
@@ -260,26 +261,12 @@ int train_ranks(Run& run) {
   return run.precision == Precision::BF16 ? train_on<gpt::bf16>(run) : train_on<float>(run);
 }
 
-// This stage's own limits on a configuration: stage_main checks them with the shared ones
-// before the run starts, the ranks comparing their refusals.
-void check_stage(const Config& cfg, const MeshShape& mesh) {
-  check_tensor_parallel(cfg);
-  check_context_parallel(cfg);
-  check_pipeline(cfg, mesh.pp, cfg.grad_accum(mesh.dp));
-  const std::string schedule_name = configured_schedule(cfg);
-  const PipeSchedule first_rank =  // every rank's schedule splits its backwards, or none does
-      pipeline_schedule(schedule_name, mesh.pp, 0, cfg.grad_accum(mesh.dp), cfg.virtual_stages);
-  require(!(parse_recompute(cfg.activation_checkpointing) == Recompute::Full && splits_backward(first_rank)),
-          "activation_checkpointing=full with schedule=" + schedule_name + ": its weight halves run after other "
-              "passes, when the recomputed activations are gone; use another schedule, or selective or none");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   StageSpec spec{"11_4d"};
   spec.tp = true, spec.pp = true, spec.cp = true, spec.virtual_stages = true, spec.zero_key = true;
   spec.schedule_key = true, spec.activation_checkpointing_key = true, spec.cuda = true;
-  spec.checks = check_stage;
+  spec.checks = check_4d;  // memory_plan.h
   return stage_main(argc, argv, spec, train_ranks);
 }

@@ -1,0 +1,63 @@
+// A rank's memory from the configuration alone; see memory_plan.h.
+#include "stages/11_4d/memory_plan.h"
+
+#include "common/error.h"
+#include "common/recompute.h"
+#include "stages/06_tensor_parallel/local_zero.h"
+#include "stages/06_tensor_parallel/tp_budget.h"
+#include "stages/06_tensor_parallel/tp_config.h"
+#include "stages/07_pipeline_gpipe/pipeline_config.h"
+#include "stages/07_pipeline_gpipe/pipeline_executor.h"
+#include "stages/09_pipeline_interleaved/schedules.h"
+#include "stages/10_context_parallel/context_split.h"
+
+namespace gpt {
+
+void check_4d(const Config& cfg, const MeshShape& shape) {
+  check_tensor_parallel(cfg);
+  check_context_parallel(cfg);
+  check_pipeline(cfg, shape.pp, cfg.grad_accum(shape.dp));
+  const std::string schedule_name = configured_schedule(cfg);
+  const PipeSchedule first_rank =  // every rank's schedule splits its backwards, or none does
+      pipeline_schedule(schedule_name, shape.pp, 0, cfg.grad_accum(shape.dp), cfg.virtual_stages);
+  require(!(parse_recompute(cfg.activation_checkpointing) == Recompute::Full && splits_backward(first_rank)),
+          "activation_checkpointing=full with schedule=" + schedule_name + ": its weight halves run after other "
+              "passes, when the recomputed activations are gone; use another schedule, or selective or none");
+}
+
+RankPlan plan_rank(const Config& cfg, const MeshShape& shape, int world_rank) {
+  RankPlan plan;
+  plan.coord = mesh_coord(shape, world_rank);
+  const int p = shape.pp, v = cfg.virtual_stages, r = plan.coord.pp;
+  const PipeSchedule schedule = pipeline_schedule(configured_schedule(cfg), p, r, cfg.grad_accum(shape.dp), v);
+  const bool bf16 = cfg.precision == "bf16";
+  const int zero_ranks = shape.dp * shape.cp, zero_rank = plan.coord.dp * shape.cp + plan.coord.cp;
+
+  ActivationShape act;  // what every chunk of the rank shares
+  act.B = cfg.micro_batch_size, act.T = cfg.seq_len / shape.cp;  // both splits give a rank T/cp tokens
+  act.tp = shape.tp, act.tp_rank = plan.coord.tp, act.sequence_parallel = cfg.sequence_parallel;
+  act.activation_bytes = bf16 ? 2 : 4;
+  act.recompute = parse_recompute(cfg.activation_checkpointing);
+  act.split_backward = splits_backward(schedule);
+  act.own_working_set = false;  // one for the rank, below
+
+  int64_t activations = recompute_working_set(cfg.model, act);
+  for (int c = 0; c < v; ++c) {
+    ChunkPlan chunk;
+    chunk.stage = c * p + r;
+    chunk.layers = stage_layers(cfg.model.n_layer, v * p, chunk.stage);
+    chunk.slots = max_in_flight(schedule, c);
+    const ParamLayout part(cfg.model, shape.tp, plan.coord.tp, chunk.layers);
+    const MemoryLedger zero = local_zero_memory(cfg, part, zero_ranks, zero_rank, bf16);
+    for (MemKind kind : {MemKind::Params, MemKind::Grads, MemKind::Optimizer}) plan.memory.add(kind, zero.get(kind));
+    act.layers = chunk.layers.end - chunk.layers.begin;
+    act.embedding = part.has_embeddings(), act.head = part.has_head(), act.slots = chunk.slots;
+    activations += activation_memory(cfg.model, act);
+    plan.chunks.push_back(chunk);
+  }
+  if (v > 1 && cfg.zero == 3) plan.memory.set(MemKind::Params, 0);  // no closed form (memory_plan.h)
+  plan.memory.set(MemKind::Activations, size_t(activations));
+  return plan;
+}
+
+}  // namespace gpt

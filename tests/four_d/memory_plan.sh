@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# build/bin/memory_plan predicts, from the configuration alone, what every rank of a stage
+# 11 run allocates: for each layout below the plan's line of each rank (--by-rank) must
+# equal, to the byte, the params, grads, optimizer and activations that rank of a real run
+# allocated at its peak (its memory line after the first step), "-" exactly where the run
+# prints no formula (ZeRO-3's weights with several chunks). The layouts: interleaved chunks
+# with full recompute (one working set for both chunks) at ZeRO-1 and without at ZeRO-3, tp with sequence parallelism and cp with selective recompute in bf16 at
+# ZeRO-2, ZB-H1 at ZeRO-3, GPipe with full recompute, and an uneven split of 5 layers over 3
+# stages without ZeRO-3's prefetch. Controls: a 1F1B run judged by GPipe's plan, and a
+# ZeRO-2 run judged by ZeRO-1's, must be rejected. Bad input is refused with exit status 2.
+# Usage: memory_plan.sh TRAIN11 MEMORY_PLAN PREPARE WORK ROOT MPIEXEC
+set -euo pipefail
+TRAIN11=$1 PLAN=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6
+source "$ROOT/tests/trainer/common.sh"
+start_mpi_test "$WORK" "$PREPARE"
+# judge NAME NP key=value...: the plan of the keys against run NAME's log; exit 0 when
+# every rank's allocation is the plan's.
+judge() {
+  local name=$1 np=$2 sets=() kv
+  shift 2
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  "$PLAN" $(tiny_args "$WORK/data" "$WORK/$name") --ranks "$np" "${sets[@]}" --by-rank > "$WORK/$name.plan" ||
+    { cat "$WORK/$name.plan"; return 1; }
+  /usr/bin/python3 - "$WORK/$name.log" "$WORK/$name.plan" << 'PY'
+import re, sys
+log, plan = (open(p).read() for p in sys.argv[1:3])
+KINDS = ("params", "grads", "optimizer", "activations")
+ran = {}  # {rank: {kind: allocated bytes, or "-" where the run prints no formula}}
+for r, kinds in re.findall(r"^rank (\d+) \(pipeline rank .*\n  memory peaks \(allocated \| formula\):(.*)$", log, re.M):
+    ran[int(r)] = {k: got if formula != "-" else "-" for k, got, formula in re.findall(r"(\w+) (\d+) \| (\d+|-)", kinds)}
+planned = {int(r): dict(zip(KINDS, values))
+           for r, *values in re.findall(r"^rank (\d+): params (\d+|-), grads (\d+), optimizer (\d+), "
+                                        r"activations (\d+) bytes$", plan, re.M)}
+if not ran or sorted(ran) != sorted(planned):
+    sys.exit(f"{sys.argv[1]}: ranks {sorted(ran)} ran, the plan has {sorted(planned)}")
+for rank in sorted(ran):
+    if ran[rank] != planned[rank]:
+        sys.exit(f"{sys.argv[1]}: rank {rank} allocated {ran[rank]}, the plan says {planned[rank]}")
+print(f"ok   {sys.argv[1].split('/')[-1]}: {len(ran)} ranks as planned (rank 0: {ran[0]})")
+PY
+}
+passed=()
+# planned NAME NP key=value...: a one-step run of stage 11, judged by the plan of the same keys.
+planned() {
+  local name=$1 np=$2
+  shift 2
+  one_step "$name" "$np" "$TRAIN11" "$@" || return 0
+  if judge "$name" "$np" "$@"; then passed+=("$name"); else fail "$name"; fi
+}
+small=(micro_batch_size=1 bucket_mb=0.02)  # several micro-batches and buckets on the tiny model
+planned interleaved_full_z1 4 pp=2 virtual_stages=2 n_layer=4 zero=1 activation_checkpointing=full batch_size=4 \
+  "${small[@]}"
+planned interleaved_z3 4 pp=2 virtual_stages=2 n_layer=4 zero=3 "${small[@]}"
+planned sp_cp_selective_z2_bf16 8 pp=2 tp=2 cp=2 sequence_parallel=true activation_checkpointing=selective zero=2 \
+  precision=bf16 "${small[@]}"
+planned zb_h1_z3 4 pp=2 schedule=zb-h1 zero=3 batch_size=8 "${small[@]}"
+planned gpipe_full 2 pp=2 schedule=gpipe activation_checkpointing=full
+planned uneven_z3_no_prefetch 6 pp=3 n_layer=5 zero=3 zero3_prefetch=false "${small[@]}"
+if passed_all gpipe_full sp_cp_selective_z2_bf16; then
+  one_step onef_full 2 "$TRAIN11" pp=2 schedule=1f1b activation_checkpointing=full
+  if judge onef_full 2 pp=2 schedule=gpipe activation_checkpointing=full > /dev/null 2>&1; then
+    fail "control: a 1F1B run judged by GPipe's plan passed"
+  else echo "ok   (control) a 1F1B run judged by GPipe's plan is rejected"; fi
+  cp "$WORK/sp_cp_selective_z2_bf16.log" "$WORK/as_zero1.log"
+  if judge as_zero1 8 pp=2 tp=2 cp=2 sequence_parallel=true activation_checkpointing=selective zero=1 \
+    precision=bf16 "${small[@]}" > /dev/null 2>&1; then
+    fail "control: a ZeRO-2 run judged by ZeRO-1's plan passed"
+  else echo "ok   (control) a ZeRO-2 run judged by ZeRO-1's plan is rejected"; fi
+else
+  fail "the controls need gpipe_full and sp_cp_selective_z2_bf16 to pass first"
+fi
+# Bad input: a clear refusal, exit 2, as the trainer's.
+refused() {  # refused NEEDLE ARGS...
+  local needle=$1 status=0
+  shift
+  "$PLAN" --config "$ROOT/configs/tiny.json" "$@" > "$WORK/refused.txt" 2>&1 || status=$?
+  if [ "$status" -eq 2 ] && grep -qF -- "$needle" "$WORK/refused.txt"; then echo "ok   refused: $needle"
+  else fail "memory_plan $* exited $status: $(head -c 300 "$WORK/refused.txt")"; fi
+}
+refused "--ranks: '0' is not a positive integer" --ranks 0
+refused "2 ranks per model replica, but the job has 3 ranks" --set pp=2 --ranks 3
+refused "n_layer=2 is less than pp=3" --set pp=3
+refused "activation_checkpointing=full with schedule=zb-h1" --set pp=2 --set schedule=zb-h1 \
+  --set activation_checkpointing=full
+refused "unknown argument '--bogus'" --bogus
+((failures == 0)) || { echo "$failures failure(s)"; exit 1; }
+echo "PASS"
