@@ -712,7 +712,7 @@ void require_thread_count(int threads, const std::string& key) {
     at_most("OMP_NUM_THREADS=" + text + " (the threads taken when " + key + "=0)");
 }
 
-void validate(const Config& cfg, int dp) {
+void validate(const Config& cfg, int dp, bool this_machine) {
   const ModelConfig& m = cfg.model;
   // First: the checks below quote string values through JSON, which throws on bytes that
   // are not UTF-8.
@@ -729,7 +729,7 @@ void validate(const Config& cfg, int dp) {
   if (m.n_embd % m.n_head != 0)
     fail("n_head=" + std::to_string(m.n_head) + " does not divide n_embd=" +
          std::to_string(m.n_embd) + " (every head gets n_embd / n_head channels)");
-  require_memory_for_weights(cfg, dp);
+  if (this_machine) require_memory_for_weights(cfg, dp);
   // A mesh is numbered by int ranks (MPI's): its size must fit one, or the products of the
   // axes here and in the driver would wrap. The product is taken in double, which holds
   // four ints' (< 2^124) and is exact up to 2^53. Axes below 1 are refused further down.
@@ -758,7 +758,7 @@ void validate(const Config& cfg, int dp) {
          " is not a multiple of micro_batch_size * dp = " + std::to_string(cfg.micro_batch_size) +
          " * " + std::to_string(dp) + " = " + std::to_string(per_micro_step) +
          " (batch_size = micro_batch_size * grad_accum * dp, with a whole grad_accum >= 1)");
-  require_memory_for_logits(cfg);
+  if (this_machine) require_memory_for_logits(cfg);
 
   // Optimisation.
   check_int(cfg.steps >= 0, "steps", cfg.steps, "must be >= 0 (0 only evaluates and samples)");

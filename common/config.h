@@ -141,7 +141,9 @@ void apply_json_file(Config& cfg, const std::string& path);
 void apply_override(Config& cfg, const std::string& key_equals_value);
 /// Checks every key's limits and that batch_size divides into micro-batches over `dp`
 /// data-parallel ranks; the first violation is a UserError naming key, value and reason.
-void validate(const Config& cfg, int dp = 1);
+/// Without `this_machine` the checks against this machine's memory are skipped: a plan
+/// for other machines (build/bin/memory_plan) makes none of them.
+void validate(const Config& cfg, int dp = 1, bool this_machine = true);
 
 /// The sampling keys alone (sample_tokens, temperature, top_k, and the tokenizer and
 /// prompt against vocab_size), as validate() checks them: for a tool that samples a

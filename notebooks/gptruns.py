@@ -185,7 +185,8 @@ def pipeline_report(run):
     """What a pipeline trainer printed (stdout.txt of the run directory):
       ranks   {rank: {"pp_rank", "in_flight", "bound", "activations_mib", "slots", "peak_mib",
               "activations_bytes"}}, the lines every rank prints after the first step (the
-              bytes: the activations' peak, exact, from the memory line under it)
+              bytes: the activations' peak, exact, from the memory line under it; None in
+              the logs of runs from before the line printed it)
       bubble  {rank: idle share} and bubble_mean, theory: the last line of the run
     (the numbers as printed: percentages as fractions, MiB with two decimals)."""
     with open(os.path.join(run.dir, "stdout.txt")) as f:
@@ -193,11 +194,12 @@ def pipeline_report(run):
     ranks = {}
     for m in re.finditer(r"^rank (\d+) \(pipeline rank (\d+) of \d+\): "
                          r"(?:micro-batches|chunk activations) in flight (\d+) "
-                         r"\(schedule's bound (\d+)\), activations ([\d.]+) MiB \((\d+) slots(?:: [\d +]+ by chunk)?\), "
-                         r"peak memory ([\d.]+) MiB\n  memory peaks .* activations (\d+) \|", text, re.M):
+                         r"\(schedule's bound (\d+)\), activations ([\d.]+) MiB "
+                         r"\((\d+) slots(?:: [\d +]+ by chunk)?\), "
+                         r"peak memory ([\d.]+) MiB(?:\n  memory peaks .* activations (\d+) \|)?", text, re.M):
         ranks[int(m[1])] = {"pp_rank": int(m[2]), "in_flight": int(m[3]), "bound": int(m[4]),
                             "activations_mib": float(m[5]), "slots": int(m[6]), "peak_mib": float(m[7]),
-                            "activations_bytes": int(m[8])}
+                            "activations_bytes": int(m[8]) if m[8] else None}
     if not ranks:
         raise ValueError(f"{run.dir}/stdout.txt has no 'micro-batches in flight' line: not a pipeline run?")
     world = math.prod(run.layout.values()) if run.layout else len(ranks)

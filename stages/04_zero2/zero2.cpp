@@ -31,10 +31,10 @@ Zero2Store<A>::Zero2Store(const ParamLayout& layout, Communicator& dp, A* params
   pending_.assign(buckets_.size(), 0);
   // Buffers: the embeddings' bucket has its own (it lives through backward); the other
   // buckets alternate between two, so that one fills while the other is reduced.
-  int others = 0;
+  int turn = 0;  // the other buckets' turns, in backward order
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const bool embeddings = bucket_of_unit_[ParamLayout::kEmbeddingUnit] == int(b);
-    buffer_of_bucket_.push_back(embeddings ? 0 : 1 + others++ % 2);
+    buffer_of_bucket_.push_back(embeddings ? 0 : 1 + turn++ % 2);
   }
   const BucketSizes sizes = bucket_sizes(buckets_);
   const MemScope scope(MemKind::Grads);
@@ -43,7 +43,6 @@ Zero2Store<A>::Zero2Store(const ParamLayout& layout, Communicator& dp, A* params
     buffers_[s] = DeviceArray<float>(device, size_t(sizes.largest_other));
   shard_grads_ = DeviceArray<float>(device, size_t(shard_.size()));
 }
-
 
 template <class A>
 void Zero2Store<A>::zero_shard_grads() {

@@ -114,8 +114,8 @@ class LocalZero {
   // and its prefetched successor; with one block, the embeddings, the block and ln_f;
   // without the prefetch (zero3_prefetch=false), the embeddings and one block. The table
   // is tp_budget.h's zero_memory, which stage 06's budget uses on the whole model's shape;
-  // here it takes this part's layout, shard and buckets. Activations are the model's
-  // (stages 06 and 10 derive theirs). local_zero_memory below on this object's part.
+  // here it takes this part's layout, shard and buckets (local_zero_memory below, on this
+  // object's part). Activations are the model's: tp_budget.h's activation_memory.
   MemoryLedger memory_formula() const;
 
  private:

@@ -80,35 +80,38 @@ struct BlockBytes {
   int64_t values = 0, stats = 0;
 };
 
+// Every buffer of a block's BlockActivations: the values (ln1, resid2, ln2, resid3 on R
+// rows; qkv and atty on this rank's heads; fch and its GELU on its hidden units) and the
+// statistics (layernorm means and rstds; a logsumexp per query and head).
+BlockBytes whole_block(const ModelConfig& m, const ActivationShape& s) {
+  const int64_t C = m.n_embd, W = C / s.tp, F = 4 * C / s.tp, Hr = m.n_head / s.tp, N = s.B * s.T;
+  const int64_t R = s.sequence_parallel ? N / s.tp : N;
+  return {4 * R * C + 4 * N * W + 2 * N * F, 4 * R + s.B * Hr * s.T};
+}
+
 }  // namespace
 
 int64_t recompute_working_set(const ModelConfig& m, const ActivationShape& s) {
-  const int64_t C = m.n_embd, W = C / s.tp, F = 4 * C / s.tp, Hr = m.n_head / s.tp, N = s.B * s.T;
-  const int64_t R = s.sequence_parallel ? N / s.tp : N;
-  switch (s.recompute) {
-    case Recompute::None: return 0;
-    case Recompute::Selective: return s.activation_bytes * (2 * R * C + N * F);  // ln1, ln2, fch_gelu
-    case Recompute::Full: break;
-  }
-  return s.activation_bytes * (4 * R * C + 4 * N * W + 2 * N * F) + 4 * (4 * R + s.B * Hr * s.T);
+  const int64_t C = m.n_embd, F = 4 * C / s.tp, N = s.B * s.T, R = s.sequence_parallel ? N / s.tp : N;
+  if (s.recompute == Recompute::None) return 0;
+  if (s.recompute == Recompute::Selective) return s.activation_bytes * (2 * R * C + N * F);  // ln1, ln2, fch_gelu
+  const BlockBytes block = whole_block(m, s);
+  return s.activation_bytes * block.values + 4 * block.stats;
 }
 
 int64_t activation_memory(const ModelConfig& m, const ActivationShape& s) {
-  const int64_t C = m.n_embd, W = C / s.tp, F = 4 * C / s.tp, Hr = m.n_head / s.tp, N = s.B * s.T;
+  const int64_t C = m.n_embd, W = C / s.tp, F = 4 * C / s.tp, N = s.B * s.T;
   const int64_t R = s.sequence_parallel ? N / s.tp : N, Vr = vocab_range(m, s.tp, s.tp_rank).size();
   const int64_t k = s.layers, e = s.embedding, h = s.head;
   // The N x C buffers sequence parallelism adds (the embedding's partial sums, ln_f's
   // gathered rows, the scratch of a gather) exist only where rows are split: tp > 1.
   const int64_t split_rows = R != N;
 
-  // What a micro-batch keeps of each block, by recompute mode.
-  BlockBytes block;
-  const int64_t statistics = 4 * R + s.B * Hr * s.T;  // layernorm means and rstds; a logsumexp per query and head
-  switch (s.recompute) {
-    case Recompute::None: block = {4 * R * C + 4 * N * W + 2 * N * F, statistics}; break;
-    case Recompute::Selective: block = {2 * R * C + 4 * N * W + N * F, statistics}; break;
-    case Recompute::Full: block = {R * C, 0}; break;
-  }
+  // What a micro-batch keeps of each block, by recompute mode: all of it; all but ln1, ln2
+  // and the GELU (2 R C + N F); or the block's output alone.
+  BlockBytes block = whole_block(m, s);
+  if (s.recompute == Recompute::Selective) block.values -= 2 * R * C + N * F;
+  if (s.recompute == Recompute::Full) block = {R * C, 0};
   const BlockBytes head = {R * C + split_rows * N * C + 2 * N * Vr,  // ln_f (+ gathered), logits and their gradient
                            2 * R + N + 3 * N + N};  // ln_f's statistics, losses, row max/sum/target, targets
   const int64_t tokens = N;                        // the embedding's token ids (4 bytes)

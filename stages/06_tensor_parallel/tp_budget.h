@@ -99,7 +99,8 @@ struct ActivationShape {
   bool split_backward = false;      // zero-bubble: the input half keeps what the weight half reads
   bool own_working_set = true;      // counts recompute's working set (false: the rank's chunks share one)
 };
-// Its bytes of activations, as GPT2 allocates them (common/gpt2.h). Elements of a bytes
+// Its bytes of activations, as GPT2 allocates them for training (common/gpt2.h; an
+// inference-only model keeps no gradients and is not counted here). Elements of a bytes
 // unless marked (4): with W = C/tp, F = 4C/tp, Vr its vocabulary rows,
 //   per slot    input R C; the residual gradient R C
 //               each block, by recompute mode:

@@ -81,13 +81,13 @@ std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, in
   const char* what = chunks.size() > 1 ? "chunk activations" : "micro-batches";
   if (chunks.size() > 1) by_chunk = ": " + by_chunk + " by chunk";
   else by_chunk.clear();
-  char line[320];
-  std::snprintf(line, sizeof line,
+  char head[192], tail[64];
+  std::snprintf(head, sizeof head,
                 "rank %d (pipeline rank %d of %d): %s in flight %d (schedule's bound %d), "
-                "activations %.2f MiB (%d slots%s), peak memory %.2f MiB\n",
-                world_rank, pp_rank, pp, what, measured, expected, double(bytes) / (1 << 20), slots,
-                by_chunk.c_str(), double(mem.total()) / (1 << 20));
-  return line;
+                "activations %.2f MiB (%d slots",
+                world_rank, pp_rank, pp, what, measured, expected, double(bytes) / (1 << 20), slots);
+  std::snprintf(tail, sizeof tail, "), peak memory %.2f MiB\n", double(mem.total()) / (1 << 20));
+  return head + by_chunk + tail;
 }
 
 std::string memory_line(const MemoryLedger& mem, const MemoryLedger& formula) {
@@ -109,7 +109,8 @@ MemoryLedger with_activations(MemoryLedger formula, const std::vector<const GPT2
   ActivationShape shape;
   for (const GPT2<A>* c : chunks) {
     const ModelSlice<A>& slice = c->slice();
-    shape.B = c->batch(), shape.T = c->seq_len(), shape.tp = slice.tp, shape.tp_rank = slice.rank;
+    invariant(!slice.inference_only, "with_activations: the formula counts a training model's activations");
+    shape.B = c->batch(), shape.T = c->max_seq_len(), shape.tp = slice.tp, shape.tp_rank = slice.rank;
     shape.sequence_parallel = slice.sequence_parallel, shape.activation_bytes = int64_t(sizeof(A));
     shape.layers = c->layout().layer_end() - c->layout().layer_begin();
     shape.embedding = c->first_stage(), shape.head = c->last_stage(), shape.slots = c->in_flight();

@@ -25,6 +25,14 @@ void check_4d(const Config& cfg, const MeshShape& shape) {
               "passes, when the recomputed activations are gone; use another schedule, or selective or none");
 }
 
+StageSpec stage_11_spec() {
+  StageSpec spec{"11_4d"};
+  spec.tp = true, spec.pp = true, spec.cp = true, spec.virtual_stages = true, spec.zero_key = true;
+  spec.schedule_key = true, spec.activation_checkpointing_key = true, spec.cuda = true;
+  spec.checks = check_4d;
+  return spec;
+}
+
 RankPlan plan_rank(const Config& cfg, const MeshShape& shape, int world_rank) {
   RankPlan plan;
   plan.coord = mesh_coord(shape, world_rank);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/driver.h"
 #include "common/gpt2_layout.h"
 #include "common/memory.h"
 #include "common/mesh.h"
@@ -44,6 +45,9 @@ struct RankPlan {
 // Stage 11's own limits on a configuration on `shape` (UserErrors naming the keys): tensor,
 // context and pipeline parallelism's, and full recompute refused with a split backward.
 void check_4d(const Config& cfg, const MeshShape& shape);
+// What stage 11 implements and reads (common/driver.h), its checks check_4d: the trainer's,
+// and the plan's.
+StageSpec stage_11_spec();
 
 // The plan of world rank `world_rank` of `shape`, for a configuration validate(cfg,
 // shape.dp) and check_4d have passed.

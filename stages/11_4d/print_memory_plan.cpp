@@ -4,15 +4,16 @@
 //
 //   memory_plan [--config FILE] [--set key=value]... [--ranks N] [--by-rank]
 //
-// The keys are the trainer's (--config and --set as it reads them), checked as it checks
-// them but for the files a run reads.
+// The keys are the trainer's (--config FILE, --set key=value or key=value, as it reads
+// them), checked as it checks them but for the files a run reads and this machine's memory.
 // --ranks N: the job's ranks (default: dp x pp x cp x tp, dp taken as 1 when it is 0);
 // dp = 0 fills the ranks as the trainer does. The table has one row per pipeline rank (its
 // tp rank 0, the first of its dp x cp ranks: the others hold as much, give or take a
 // ZeRO shard's rounding and a vocabulary slice); --by-rank prints every rank's line in
 // the trainer's form instead ("rank N: params X, grads Y, optimizer Z, activations W
 // bytes", "-" where there is no closed form).
-// e.g. build/bin/memory_plan --config configs/gpt2_124m.json --set pp=4 --set schedule=1f1b
+// e.g. build/bin/memory_plan --config configs/gpt2-124m.json --set pp=4 --set schedule=1f1b
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -30,7 +31,7 @@ using namespace gpt;
 namespace {
 
 constexpr const char* kUsage =
-    "usage: memory_plan [--config FILE] [--set key=value]... [--ranks N] [--by-rank]\n"
+    "usage: memory_plan [--config FILE] [--set key=value | key=value]... [--ranks N] [--by-rank]\n"
     "Prints what each rank of stage 11 holds at its peak (weights, gradients, optimizer state,\n"
     "activations), from the configuration alone: the formulas a run prints beside what it\n"
     "allocates. --ranks: the job's ranks (default dp x pp x cp x tp); --by-rank: every rank.\n";
@@ -63,13 +64,18 @@ int main(int argc, char** argv) {
         require(i + 1 < argc, a + " needs a value (see --help)");
         return std::string(argv[++i]);
       };
+      const auto set_config = [&](const std::string& path) {
+        require(config_file.empty(), "--config given twice ('" + config_file + "' and '" + path + "')");
+        config_file = path;
+      };
       if (a == "--help" || a == "-h") {
         std::printf("%s", kUsage);
         return 0;
       }
       if (a == "--by-rank") by_rank = true;
       else if (a == "--ranks") ranks = positive_int_option(a, value());
-      else if (a == "--config") require(config_file.empty(), "--config given twice"), config_file = value();
+      else if (a == "--config") set_config(value());
+      else if (a.starts_with("--config=")) set_config(a.substr(std::string("--config=").size()));
       else if (a == "--set") overrides.push_back(value());
       else if (!a.starts_with("-") && a.find('=') != std::string::npos) overrides.push_back(a);
       else fail("unknown argument '" + a + "' (see --help)");
@@ -79,13 +85,19 @@ int main(int argc, char** argv) {
     for (const std::string& o : overrides) apply_override(cfg, o);
     // The plan reads no file: the sample's tokenizer and the eval's choices are checked by
     // the run that uses them, and the model copies they make are not in the plan.
-    cfg.sample_tokens = 0, cfg.tokenizer = "bytes", cfg.eval_choices.clear();
+    cfg.sample_tokens = 0, cfg.tokenizer = "bytes", cfg.eval_choices.clear(), cfg.eval_choices_limit = 0;
+    // The trainer's checks (stage_main), but for this machine's memory: the plan is for any.
+    const StageSpec spec = stage_11_spec();
+    require_axes(cfg, spec);
     require(cfg.precision != "fp64",
             "precision=fp64: stage 11 trains in fp32 or bf16; the fp64 ground truth is stage 01's");
+    require(cfg.test_grad_scale == 1.0,
+            "test_grad_scale: stage 11 does not read it (a negative control of stage 01's tests)");
+    validate(cfg, 1, /*this_machine=*/false);  // the axes at least 1 and their product an int
     if (ranks == 0) ranks = std::max(cfg.dp, 1) * cfg.tp * cfg.pp * cfg.cp;
     const MeshShape shape = mesh_shape_for(cfg, ranks);
-    validate(cfg, shape.dp);
-    check_4d(cfg, shape);
+    validate(cfg, shape.dp, /*this_machine=*/false);
+    spec.checks(cfg, shape);
 
     const int v = cfg.virtual_stages, last_stage = shape.pp * v - 1;
     if (by_rank) {

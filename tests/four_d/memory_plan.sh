@@ -3,11 +3,13 @@
 # 11 run allocates: for each layout below the plan's line of each rank (--by-rank) must
 # equal, to the byte, the params, grads, optimizer and activations that rank of a real run
 # allocated at its peak (its memory line after the first step), "-" exactly where the run
-# prints no formula (ZeRO-3's weights with several chunks). The layouts: interleaved chunks
-# with full recompute (one working set for both chunks) at ZeRO-1 and without at ZeRO-3, tp with sequence parallelism and cp with selective recompute in bf16 at
-# ZeRO-2, ZB-H1 at ZeRO-3, GPipe with full recompute, and an uneven split of 5 layers over 3
+# prints no formula (ZeRO-3's weights with several chunks). The layouts: interleaved
+# chunks with full recompute (one working set for both chunks) at ZeRO-1 and without at
+# ZeRO-3, tp with sequence parallelism and cp with selective recompute in bf16 at ZeRO-2,
+# ZB-H1 at ZeRO-3, GPipe with full recompute, and an uneven split of 5 layers over 3
 # stages without ZeRO-3's prefetch. Controls: a 1F1B run judged by GPipe's plan, and a
-# ZeRO-2 run judged by ZeRO-1's, must be rejected. Bad input is refused with exit status 2.
+# ZeRO-2 run judged by ZeRO-1's, must be rejected. Bad input (a zero axis, a key stage 11
+# does not read, a mesh that does not fit the ranks) is refused with exit status 2.
 # Usage: memory_plan.sh TRAIN11 MEMORY_PLAN PREPARE WORK ROOT MPIEXEC
 set -euo pipefail
 TRAIN11=$1 PLAN=$2 PREPARE=$3 WORK=$4 ROOT=$5 MPIEXEC=$6
@@ -26,8 +28,10 @@ import re, sys
 log, plan = (open(p).read() for p in sys.argv[1:3])
 KINDS = ("params", "grads", "optimizer", "activations")
 ran = {}  # {rank: {kind: allocated bytes, or "-" where the run prints no formula}}
-for r, kinds in re.findall(r"^rank (\d+) \(pipeline rank .*\n  memory peaks \(allocated \| formula\):(.*)$", log, re.M):
-    ran[int(r)] = {k: got if formula != "-" else "-" for k, got, formula in re.findall(r"(\w+) (\d+) \| (\d+|-)", kinds)}
+LINE = r"^rank (\d+) \(pipeline rank .*\n  memory peaks \(allocated \| formula\):(.*)$"
+for r, kinds in re.findall(LINE, log, re.M):
+    pairs = re.findall(r"(\w+) (\d+) \| (\d+|-)", kinds)
+    ran[int(r)] = {k: got if formula != "-" else "-" for k, got, formula in pairs}
 planned = {int(r): dict(zip(KINDS, values))
            for r, *values in re.findall(r"^rank (\d+): params (\d+|-), grads (\d+), optimizer (\d+), "
                                         r"activations (\d+) bytes$", plan, re.M)}
@@ -83,5 +87,7 @@ refused "n_layer=2 is less than pp=3" --set pp=3
 refused "activation_checkpointing=full with schedule=zb-h1" --set pp=2 --set schedule=zb-h1 \
   --set activation_checkpointing=full
 refused "unknown argument '--bogus'" --bogus
+refused "tp=0" --set tp=0
+refused "allreduce=backend: stage 11_4d does not read the key" --set allreduce=backend
 ((failures == 0)) || { echo "$failures failure(s)"; exit 1; }
 echo "PASS"

@@ -33,8 +33,10 @@
 #                     embedding's sums a N C under sp on the first stage
 #     per rank        recompute's one working set: a block's set (full), or its ln1, ln2
 #                     and gelu (selective)
-# with each chunk's slots as the in-flight line lists them (tests/pipeline/in_flight.sh
-# checks those against each schedule's theory).
+# with each chunk's slots as the in-flight line lists them; with one chunk a rank's slots
+# must be the schedule's theory its line prints beside them (pipeline_theory_in_flight's
+# closed form: GPipe m, 1F1B min(p - r, m), ZB-H1 min(p, m)), and the allocation is
+# judged on those.
 # Controls: a stage judged as the whole model, a bf16 run judged as fp32, ZeRO-3 judged
 # without its prefetched block, ZeRO-2 judged with two buffers for its one other bucket,
 # full recompute judged as selective, ZB-H1 judged without the gradients its input half
@@ -63,12 +65,15 @@ V, C, T = cfg["vocab_size"], cfg["n_embd"], cfg["block_size"]
 Vp = -(-V // 128) * 128
 block = 12 * C * C // tp + 7 * C // tp + 6 * C
 text = open(log_path).read()
-LINE = (r"^rank (\d+) \(pipeline rank .*\((\d+) slots(?:: ([\d +]+) by chunk)?\).*\n"
+LINE = (r"^rank (\d+) \(pipeline rank .*\(schedule's bound (\d+)\).*"
+        r"\((\d+) slots(?:: ([\d +]+) by chunk)?\).*\n"
         r"  memory peaks \(allocated \| formula\):(.*); buffers \d+.* bytes$")
 found, slots = {}, {}
-for r, total, by_chunk, kinds in re.findall(LINE, text, re.M):
+for r, bound, total, by_chunk, kinds in re.findall(LINE, text, re.M):
     found[int(r)] = {k: (int(got), want) for k, got, want in re.findall(r"(\w+) (\d+) \| (\d+|-)", kinds)}
     slots[int(r)] = [int(x) for x in by_chunk.split(" + ")] if by_chunk else [int(total)]
+    if not by_chunk and total != bound:
+        sys.exit(f"{log_path}: rank {r} allocated {total} activation slots, its schedule's theory {bound}")
 batch = re.search(r"^batch \d+ sequences x (\d+) tokens = micro-batch (\d+) x", text, re.M)
 if not batch:
     sys.exit(f"{log_path}: no batch line")
@@ -152,6 +157,7 @@ judged_step 4d_z3_no_prefetch 4 "$TRAIN11" dp=2 pp=2 L=4 zero=3 prefetch=0 -- pp
 judged_step interleaved_z3 4 "$TRAIN09" dp=2 pp=2 v=2 L=4 zero=3 -- pp=2 virtual_stages=2 n_layer=4 zero=3 \
   micro_batch_size=1 batch_size=4 "${one[@]}"
 judged_step zb_h1 2 "$TRAIN09" pp=2 zb=1 -- pp=2 schedule=zb-h1 micro_batch_size=1 batch_size=4
+judged_step 4d_gpipe 2 "$TRAIN11" pp=2 -- pp=2 schedule=gpipe micro_batch_size=1
 judged_step 4d_full_sp 4 "$TRAIN11" pp=2 tp=2 sp=1 recompute=2 -- pp=2 tp=2 sequence_parallel=true \
   activation_checkpointing=full
 judged_step 4d_selective_interleaved_bf16 2 "$TRAIN11" pp=2 v=2 L=4 a=2 recompute=1 -- pp=2 virtual_stages=2 \
