@@ -339,6 +339,26 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
             : ""));
 }
 
+DataLoader training_data(const Config& cfg) {
+  try {
+    return DataLoader(cfg.train_data, cfg.model.vocab_size, cfg.seq_len, cfg.seed);
+  } catch (const UserError& e) {
+    fail_data_key("train_data", e, cfg);
+  }
+}
+
+DataLoader training_data(Run& run) {
+  DataLoader train = DataLoader::none(run.cfg.seq_len);
+  agree_on_checks(run.world, [&] { train = training_data(run.cfg); });
+  return train;
+}
+
+DataLoader validation_data(Run& run) {
+  DataLoader val = DataLoader::none(run.cfg.seq_len);
+  agree_on_checks(run.world, [&] { val = validation_data(run.cfg); });
+  return val;
+}
+
 void check_data_files(const Config& cfg) {
   for (const auto& [key, pattern] : {std::pair{"train_data", cfg.train_data}, {"val_data", cfg.val_data}}) {
     if (pattern.empty()) continue;  // validate() refuses an empty train_data; no val_data: no validation

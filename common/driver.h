@@ -141,6 +141,15 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train);
 /// fit in the data's distinct windows (validation would count some twice), and names
 /// val_data and train_data when the two share a file.
 DataLoader validation_data(const Config& cfg);
+/// The training set of a run: cfg.train_data in windows of cfg.seq_len tokens (whole
+/// sequences, which context parallelism then splits); a UserError names train_data.
+DataLoader training_data(const Config& cfg);
+/// The two for the ranks of a job: collective over run.world. Every rank maps the same
+/// shards and checks the same token ids, so a refusal they all make (a token beyond
+/// vocab_size, too few validation windows) is said once, as stage_main's checks are, and
+/// the job ends with status 2 and no abort.
+DataLoader training_data(Run& run);
+DataLoader validation_data(Run& run);
 /// The train_data and val_data shards' names and headers, checked as a DataLoader checks
 /// them before it reads a token (stream_tokens: cheap for any corpus), each error with the
 /// key that named the file: what stage_main's ranks compare before a run starts.

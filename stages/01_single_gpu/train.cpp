@@ -63,7 +63,7 @@ int train_on(const Config& cfg, Device device, Precision precision) {
   const int accum = cfg.grad_accum(1);
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
 
-  DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
+  DataLoader train_data = training_data(cfg);
   const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
   GPT2<A> model(cfg.model, B, T, device, precision);
   const ParamLayout& layout = model.layout();

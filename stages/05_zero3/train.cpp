@@ -48,8 +48,8 @@ int train_on(Run& run) {
   const int accum = cfg.grad_accum(dp.size());
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
 
-  DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
-  const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
+  DataLoader train_data = training_data(run);  // every rank checks the same tokens: a refusal is said once
+  const DataLoader val_data = validation_data(run);  // empty when the run never validates
   // The model allocates no weights or gradients: the stage keeps this rank's shard of
   // the weights and the store gathers units from all shards when the model asks.
   GPT2<A> model(cfg.model, B, T, device, precision, /*own_weights=*/false);

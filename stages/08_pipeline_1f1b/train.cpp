@@ -71,8 +71,8 @@ int train_on(Run& run) {
   const int accum = cfg.grad_accum(dp.size());  // m, the micro-batches of a step
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
 
-  DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
-  const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
+  DataLoader train_data = training_data(run);  // every rank checks the same tokens: a refusal is said once
+  const DataLoader val_data = validation_data(run);  // empty when the run never validates
   TensorParallelHooks<A> hooks(tp, sp, device);
   // This rank's stage of the pipeline, with activations for every micro-batch the
   // schedule keeps in flight.

@@ -68,8 +68,8 @@ int train_on(Run& run) {
   const int accum = cfg.grad_accum(data_ranks);
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
 
-  DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
-  const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
+  DataLoader train_data = training_data(run);  // every rank checks the same tokens: a refusal is said once
+  const DataLoader val_data = validation_data(run);  // empty when the run never validates
   ContextSplit split(cp.size(), cp.rank(), cfg.cp_split == "zigzag", T);
   split.group = &cp;
   run.part = &split;  // validation runs the same chunks

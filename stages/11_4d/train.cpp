@@ -90,8 +90,8 @@ int train_on(Run& run) {
   const std::string schedule_name = configured_schedule(cfg);
   const int B = cfg.micro_batch_size, T = cfg.seq_len;
 
-  DataLoader train_data(cfg.train_data, cfg.model.vocab_size, T, cfg.seed);
-  const DataLoader val_data = validation_data(cfg);  // empty when the run never validates
+  DataLoader train_data = training_data(run);  // every rank checks the same tokens: a refusal is said once
+  const DataLoader val_data = validation_data(run);  // empty when the run never validates
   ContextSplit split(cp.size(), cp.rank(), cfg.cp_split == "zigzag", T);
   split.group = &cp;
   const int Tl = split.local_len(T);  // tokens of each sequence on this rank
@@ -264,9 +264,5 @@ int train_ranks(Run& run) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  StageSpec spec{"11_4d"};
-  spec.tp = true, spec.pp = true, spec.cp = true, spec.virtual_stages = true, spec.zero_key = true;
-  spec.schedule_key = true, spec.activation_checkpointing_key = true, spec.cuda = true;
-  spec.checks = check_4d;  // memory_plan.h
-  return stage_main(argc, argv, spec, train_ranks);
+  return stage_main(argc, argv, stage_11_spec(), train_ranks);  // memory_plan.h: its keys and checks
 }

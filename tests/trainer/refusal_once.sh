@@ -3,8 +3,8 @@
 # mesh that does not fit them (pp=3), an unknown key (read before MPI starts), a model
 # shape validate() refuses (n_head=5), limits of the stage's own technique (StageSpec::checks:
 # pp=4 stages for 2 layers, an unknown schedule, full recompute with a schedule that splits
-# its backwards), a train_data file that does not exist and a val_data
-# glob that matches nothing: exit 2, the message on one line without a rank, and
+# its backwards), a train_data file that does not exist, a val_data
+# glob that matches nothing and a token beyond vocab_size in train_data: exit 2, the message on one line without a rank, and
 # no Open MPI abort banner (the ranks return; none is aborted). Where the ranks differ
 # (mpirun's MPMD form hands rank 3 threads=-1, the one key ranks may set apart), the rank
 # that refused names itself, the others say nothing, and the job still ends with 2; also
@@ -52,6 +52,8 @@ said recompute_split "$(run4 recompute_split pp=2 schedule=zb-h1 activation_chec
 said no_data "$(run4 no_data pp=2 "train_data=$WORK/nothere.bin")" \
   "train: error: train_data: data file '$WORK/nothere.bin' does not exist"
 said no_val_data "$(run4 no_val_data pp=2 "val_data=$WORK/nothere_*.bin")" "train: error: val_data: "
+# Found once the run has started, as every rank maps the same shards (training_data).
+said vocab_tokens "$(run4 vocab_tokens pp=2 vocab_size=64)" "train: error: train_data: shard '$WORK/data/train.bin'"
 status=0
 timeout 120 "$MPIEXEC" --oversubscribe -np 3 $(args) : -np 1 $(args --set threads=-1) > "$WORK/one_rank.log" 2>&1 ||
   status=$?
