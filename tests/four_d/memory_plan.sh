@@ -89,5 +89,17 @@ refused "activation_checkpointing=full with schedule=zb-h1" --set pp=2 --set sch
 refused "unknown argument '--bogus'" --bogus
 refused "tp=0" --set tp=0
 refused "allreduce=backend: stage 11_4d does not read the key" --set allreduce=backend
+# A plan is for other machines too: a micro-batch whose logits alone (1.7 TB) exceed this
+# machine is planned, where the trainer refuses it here (its control).
+big=(--config "$ROOT/configs/gpt2-124m.json" --set micro_batch_size=4096 --set batch_size=4096 --set pp=2)
+if "$PLAN" "${big[@]}" > "$WORK/big.plan" 2>&1 && grep -q "^  1  .*+head (1)" "$WORK/big.plan"; then
+  echo "ok   a plan larger than this machine is made"
+else fail "a plan larger than this machine: $(tail -1 "$WORK/big.plan")"; fi
+status=0
+"$TRAIN11" "${big[@]}" --set device=cpu --set sample_tokens=0 --set tokenizer=bytes > "$WORK/big.log" 2>&1 ||
+  status=$?
+if [ "$status" -eq 2 ] && grep -q "more than the .* of this machine" "$WORK/big.log"; then
+  echo "ok   (control) the trainer refuses it on this machine"
+else fail "control: the trainer ran the plan larger than this machine (exit $status)"; fi
 ((failures == 0)) || { echo "$failures failure(s)"; exit 1; }
 echo "PASS"
