@@ -149,6 +149,7 @@ DataLoader training_data(const Config& cfg);
 /// vocab_size, too few validation windows) is said once, as stage_main's checks are, and
 /// the job ends with status 2 and no abort.
 DataLoader training_data(Run& run);
+/// validation_data(run.cfg) for the ranks of a job, as training_data(Run&) is.
 DataLoader validation_data(Run& run);
 /// The train_data and val_data shards' names and headers, checked as a DataLoader checks
 /// them before it reads a token (stream_tokens: cheap for any corpus), each error with the

@@ -108,6 +108,7 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
     mb.input = DeviceArray<A>(d, size_t(R) * C);
     for (int l = layout_.layer_begin(); l < layout_.layer_end(); ++l) {
       if (slice.recompute == Recompute::Full) mb.outputs.emplace_back(d, size_t(R) * C);
+      else if (slice.block_pool) continue;  // the pool's, taken at forward_micro
       else if (slice.recompute == Recompute::Selective) mb.blocks.emplace_back(d, dims_, B_, T_, R, BlockBuffers::AllButCheap);
       else mb.blocks.emplace_back(d, dims_, B_, T_, R);
     }
@@ -132,8 +133,33 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
                   w.qkv.size() == (full ? size_t(N) * 3 * dims_.attn_width() : 0),
               "GPT2: the shared recompute working set is not the one this model's slice needs");
   }
+  if (slice.block_pool) {  // shared: its sets must be the ones this model's slots would keep
+    invariant(slice.recompute != Recompute::Full, "GPT2: a block pool under full recompute (it keeps no block's)");
+    const BlockActivations<A>& one = slice.block_pool->set(0)[0];
+    invariant(slice.block_pool->layers() >= layout_.layer_end() - layout_.layer_begin() &&
+                  one.resid3.size() == size_t(R) * C && one.qkv.size() == size_t(N) * 3 * dims_.attn_width() &&
+                  one.ln1.empty() == (slice.recompute == Recompute::Selective),  // selective keeps no ln1
+              "GPT2: the shared block pool is not the one this model's slice needs");
+  }
   scratch_ = BlockScratch<A>(d, dims_, N, R);
   host_losses_.resize(size_t(N));
+}
+
+template <class A>
+BlockPool<A> GPT2<A>::block_pool_for(const ModelConfig& model, int batch, int seq_len, Device device,
+                                     const ModelSlice<A>& slice, int sets, int layers) {
+  invariant(slice.recompute != Recompute::Full, "GPT2::block_pool_for: full recompute keeps no block's activations");
+  return BlockPool<A>(sets, layers, device, BlockDims::slice(model, slice.tp), batch, seq_len,
+                      rows_for(batch, seq_len, slice),
+                      slice.recompute == Recompute::Selective ? BlockBuffers::AllButCheap : BlockBuffers::All);
+}
+
+template <class A>
+void GPT2<A>::release_blocks(int slot) {
+  MicroBatch& mb = slot_at(slot, "release_blocks");
+  if (mb.pool_set < 0) return;
+  slice_.block_pool->release(mb.pool_set);
+  mb.pool_set = -1;
 }
 
 template <class A>
@@ -285,6 +311,7 @@ GradOf<A> GPT2<A>::run_forward(int slot, const int32_t* inputs, const int32_t* t
                                const std::vector<ScoredSpan>* spans) {
   Span span("forward");
   MicroBatch& mb = slot_at(slot, "forward_micro");
+  if (slice_.block_pool && mb.pool_set < 0) mb.pool_set = slice_.block_pool->acquire();
   const int l0 = layout_.layer_begin(), l1 = layout_.layer_end();
   const int C = model_.n_embd, V = model_.vocab_size, Vp = model_.padded_vocab();
   const int N = B_ * T_, R = rows_;
@@ -420,6 +447,7 @@ void GPT2<A>::backward_micro(int slot, G loss_scale) {
   store_->grads_done(embed);
   store_->release(embed, Pass::Backward);
   mb.have_targets = false;  // d_logits was consumed
+  release_blocks(slot);
 }
 
 template <class A>
@@ -459,7 +487,7 @@ void GPT2<A>::backward_input_micro(int slot, G loss_scale) {
     const A* pb = store_->acquire(unit, Pass::Backward);
     BlockWeights<A> w = block_tensors(layout_.block(l), pb, layout_.unit(unit).begin);
     if (!adds_shared) w.attproj_b = w.fcproj_b = nullptr;
-    block_backward_input(ctx_, dims_, w, block_input(mb, l), mb.blocks[size_t(l - l0)], mb.d_resid.data(),
+    block_backward_input(ctx_, dims_, w, block_input(mb, l), kept_blocks(mb)[size_t(l - l0)], mb.d_resid.data(),
                          mb.keep[size_t(l - l0)], scratch_, *hooks_, B_, T_, R);
     store_->release(unit, Pass::Backward);
   }
@@ -493,7 +521,7 @@ void GPT2<A>::backward_weight_micro(int slot) {
     const int64_t begin = layout_.unit(unit).begin;
     BlockWeights<A> w = block_tensors(layout_.block(l), pb, begin);
     if (!adds_shared) w.attproj_b = w.fcproj_b = nullptr;
-    BlockActivations<A>& act = mb.blocks[size_t(l - l0)];
+    BlockActivations<A>& act = kept_blocks(mb)[size_t(l - l0)];
     // Selective: the input half read none of the cheap buffers; the weight half reads all
     // three (the products' inputs), so they are rebuilt here, where the schedule runs it.
     if (slice_.recompute == Recompute::Selective) {
@@ -512,6 +540,7 @@ void GPT2<A>::backward_weight_micro(int slot) {
   store_->release(embed, Pass::Backward);
   mb.input_done = false;
   mb.have_targets = false;
+  release_blocks(slot);
 }
 
 template <class A>

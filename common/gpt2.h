@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/bf16.h"
+#include "common/block_pool.h"
 #include "common/config.h"
 #include "common/device.h"
 #include "common/device_array.h"
@@ -124,6 +125,11 @@ struct ModelSlice {
   /// pipeline chunks can share one, since one block runs at a time on a rank
   /// (GPT2::working_block_for makes it; the caller owns and counts it).
   BlockActivations<A>* working_block = nullptr;
+  /// Interleaved pipelines: the blocks' activations a micro-batch keeps come from this pool,
+  /// which the rank's chunks share (common/block_pool.h; GPT2::block_pool_for makes it; the
+  /// caller owns and counts it), taken at forward_micro and given back after the backward;
+  /// nullptr: every slot keeps its own. Not with Full recompute (it keeps no block's).
+  BlockPool<A>* block_pool = nullptr;
   /// Sampling and evaluation: no gradient buffers (grads(), as many values as the weights;
   /// the logits' and the residual stream's gradients); forward() evaluates only and
   /// backward() is refused.
@@ -266,12 +272,21 @@ class GPT2 {
   /// block of it), for chunks to share through ModelSlice::working_block.
   static BlockActivations<A> working_block_for(const ModelConfig& model, int batch, int seq_len, Device device,
                                                const ModelSlice<A>& slice);
+  /// A pool of `sets` sets of `layers` blocks' activations as a model made with `slice`
+  /// keeps them per micro-batch, for chunks to share through ModelSlice::block_pool.
+  static BlockPool<A> block_pool_for(const ModelConfig& model, int batch, int seq_len, Device device,
+                                     const ModelSlice<A>& slice, int sets, int layers);
+  /// Gives back the pool's set that `slot` holds after a forward without a backward
+  /// (for_backward false: an evaluation), once what reads it (a send of stage_output) is
+  /// done; nothing without a pool or a held set. A backward gives its set back itself.
+  void release_blocks(int slot);
 
   /// Bytes held, by kind (for the memory ledger).
   size_t param_bytes() const;
   size_t grad_bytes() const;  ///< the model's own gradient buffer (0 when own_weights was false)
   /// Every slot's activations, the blocks' scratch, the embedding's sums and the recompute
-  /// working set when the model owns it (a shared one is its owner's to count).
+  /// working set when the model owns it (a shared one is its owner's to count, as is a
+  /// shared block pool).
   size_t activation_bytes() const;
 
  private:
@@ -309,6 +324,7 @@ class GPT2 {
     std::vector<BlockGradInputs<A>> keep;
     DeviceArray<A> keep_d_lnf;
     bool input_done = false;
+    int pool_set = -1;  ///< with ModelSlice::block_pool: the set holding `blocks`' activations, or -1
   };
   std::vector<MicroBatch> slots_;
   /// Rows of the residual stream a rank holds: B*T, or B*T/tp under sequence parallelism.
@@ -324,7 +340,14 @@ class GPT2 {
   /// Selective lent the working set's cheap buffers while the block runs), or under Full
   /// recompute the working set.
   BlockActivations<A>& activations(MicroBatch& mb, int l) {
-    return slice_.recompute == Recompute::Full ? *working_block_ : mb.blocks[size_t(l - layout_.layer_begin())];
+    return slice_.recompute == Recompute::Full ? *working_block_ : kept_blocks(mb)[size_t(l - layout_.layer_begin())];
+  }
+  /// The blocks' activations micro-batch mb keeps: its own, or the pool's set it holds.
+  std::vector<BlockActivations<A>>& kept_blocks(MicroBatch& mb) {
+    return mb.pool_set < 0 ? mb.blocks : slice_.block_pool->set(mb.pool_set);
+  }
+  const std::vector<BlockActivations<A>>& kept_blocks(const MicroBatch& mb) const {
+    return mb.pool_set < 0 ? mb.blocks : slice_.block_pool->set(mb.pool_set);
   }
   /// slots_[slot], after checking that slot is in [0, in_flight()) (`caller` names the
   /// method in the error).
@@ -359,7 +382,7 @@ class GPT2 {
     const int i = l - layout_.layer_begin();
     if (i == 0) return mb.input.data();
     return slice_.recompute == Recompute::Full ? mb.outputs[size_t(i - 1)].data()
-                                               : mb.blocks[size_t(i - 1)].resid3.data();
+                                               : kept_blocks(mb)[size_t(i - 1)].resid3.data();
   }
 };
 

@@ -183,10 +183,11 @@ SCHEDULE_SPANS = COMPUTE_SPANS + ("recv_activation", "recv_gradient", "wait_send
 
 def pipeline_report(run):
     """What a pipeline trainer printed (stdout.txt of the run directory):
-      ranks   {rank: {"pp_rank", "in_flight", "bound", "activations_mib", "slots", "peak_mib",
-              "activations_bytes"}}, the lines every rank prints after the first step (the
-              bytes: the activations' peak, exact, from the memory line under it; None in
-              the logs of runs from before the line printed it)
+      ranks   {rank: {"pp_rank", "in_flight", "bound", "activations_mib", "slots", "block_sets",
+              "peak_mib", "activations_bytes"}}, the lines every rank prints after the first
+              step (block_sets: the sets of the block pool an interleaved rank's chunks
+              share, None without one; the bytes: the activations' peak, exact, from the
+              memory line under it, None in the logs of runs from before the line printed it)
       bubble  {rank: idle share} and bubble_mean, theory: the last line of the run
     (the numbers as printed: percentages as fractions, MiB with two decimals)."""
     with open(os.path.join(run.dir, "stdout.txt")) as f:
@@ -195,11 +196,12 @@ def pipeline_report(run):
     for m in re.finditer(r"^rank (\d+) \(pipeline rank (\d+) of \d+\): "
                          r"(?:micro-batches|chunk activations) in flight (\d+) "
                          r"\(schedule's bound (\d+)\), activations ([\d.]+) MiB "
-                         r"\((\d+) slots(?:: [\d +]+ by chunk)?\), "
+                         r"\((\d+) slots(?:: [\d +]+ by chunk)?(?:, blocks' activations in (\d+) shared)?\), "
                          r"peak memory ([\d.]+) MiB(?:\n  memory peaks .* activations (\d+) \|)?", text, re.M):
         ranks[int(m[1])] = {"pp_rank": int(m[2]), "in_flight": int(m[3]), "bound": int(m[4]),
-                            "activations_mib": float(m[5]), "slots": int(m[6]), "peak_mib": float(m[7]),
-                            "activations_bytes": int(m[8]) if m[8] else None}
+                            "activations_mib": float(m[5]), "slots": int(m[6]),
+                            "block_sets": int(m[7]) if m[7] else None, "peak_mib": float(m[8]),
+                            "activations_bytes": int(m[9]) if m[9] else None}
     if not ranks:
         raise ValueError(f"{run.dir}/stdout.txt has no 'micro-batches in flight' line: not a pipeline run?")
     world = math.prod(run.layout.values()) if run.layout else len(ranks)
@@ -404,16 +406,21 @@ def block_activation_bytes(config, layout):
     return a * values + 4 * stats, a * r * C, a * (2 * r * C + N * F)
 
 
-def recompute_saved_bytes(config, layout, slots, layers_per_chunk, chunks=1):
+def recompute_saved_bytes(config, layout, slots, layers_per_chunk, chunks=1, block_sets=None):
     """Bytes of activations the run's activation_checkpointing mode (config) saves on a
     rank whose model chunks have `slots` activation slots in all and `layers_per_chunk`
-    layers each. full: every slot keeps its blocks' outputs instead of their activations;
-    selective: every slot's blocks keep all but their cheap buffers. Either way the rank
-    holds, for the block running now, what a slot's block does not keep (`chunks` such
-    sets where each chunk keeps its own; stage 11's chunks share one)."""
+    layers each, against the same run keeping every activation. The blocks' activations
+    are kept in `block_sets` sets (the block pool interleaved chunks share, as the run
+    without recompute printed it; one per slot when None). full: every slot keeps its
+    blocks' outputs, no set their activations; selective: each set keeps all but the
+    cheap buffers. Either way the rank holds, for the block running now, what a kept block
+    lacks (`chunks` such sets where each chunk keeps its own; stage 11's chunks share one)."""
     block, output, cheap = block_activation_bytes(config, layout)
     mode = config["activation_checkpointing"]
     mode = {True: "full", False: "none"}.get(mode, mode)  # manifests from when the key was a switch
-    dropped = {"none": 0, "full": block - output, "selective": cheap}[mode]
+    sets = slots if block_sets is None else block_sets
+    kept_without = sets * layers_per_chunk * block
+    kept = {"none": kept_without, "full": slots * layers_per_chunk * output,
+            "selective": sets * layers_per_chunk * (block - cheap)}[mode]
     working_set = {"none": 0, "full": block, "selective": cheap}[mode]
-    return slots * layers_per_chunk * dropped - chunks * working_set
+    return kept_without - kept - chunks * working_set

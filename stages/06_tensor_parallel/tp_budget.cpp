@@ -89,7 +89,22 @@ BlockBytes whole_block(const ModelConfig& m, const ActivationShape& s) {
   return {4 * R * C + 4 * N * W + 2 * N * F, 4 * R + s.B * Hr * s.T};
 }
 
+// What a micro-batch keeps of a block, by recompute mode: all of it; all but ln1, ln2 and
+// the GELU (2 R C + N F); or the block's output alone.
+BlockBytes kept_block(const ModelConfig& m, const ActivationShape& s) {
+  const int64_t C = m.n_embd, F = 4 * C / s.tp, N = s.B * s.T, R = s.sequence_parallel ? N / s.tp : N;
+  BlockBytes block = whole_block(m, s);
+  if (s.recompute == Recompute::Selective) block.values -= 2 * R * C + N * F;
+  if (s.recompute == Recompute::Full) block = {R * C, 0};
+  return block;
+}
+
 }  // namespace
+
+int64_t block_pool_memory(const ModelConfig& m, const ActivationShape& s, int sets, int layers) {
+  const BlockBytes block = kept_block(m, s);
+  return int64_t(sets) * layers * (s.activation_bytes * block.values + 4 * block.stats);
+}
 
 int64_t recompute_working_set(const ModelConfig& m, const ActivationShape& s) {
   const int64_t C = m.n_embd, F = 4 * C / s.tp, N = s.B * s.T, R = s.sequence_parallel ? N / s.tp : N;
@@ -107,11 +122,8 @@ int64_t activation_memory(const ModelConfig& m, const ActivationShape& s) {
   // gathered rows, the scratch of a gather) exist only where rows are split: tp > 1.
   const int64_t split_rows = R != N;
 
-  // What a micro-batch keeps of each block, by recompute mode: all of it; all but ln1, ln2
-  // and the GELU (2 R C + N F); or the block's output alone.
-  BlockBytes block = whole_block(m, s);
-  if (s.recompute == Recompute::Selective) block.values -= 2 * R * C + N * F;
-  if (s.recompute == Recompute::Full) block = {R * C, 0};
+  BlockBytes block = kept_block(m, s);
+  if (s.pooled_blocks) block = {0, 0};  // the pool's (block_pool_memory)
   const BlockBytes head = {R * C + split_rows * N * C + 2 * N * Vr,  // ln_f (+ gathered), logits and their gradient
                            2 * R + N + 3 * N + N};  // ln_f's statistics, losses, row max/sum/target, targets
   const int64_t tokens = N;                        // the embedding's token ids (4 bytes)

@@ -98,6 +98,7 @@ struct ActivationShape {
   Recompute recompute = Recompute::None;
   bool split_backward = false;      // zero-bubble: the input half keeps what the weight half reads
   bool own_working_set = true;      // counts recompute's working set (false: the rank's chunks share one)
+  bool pooled_blocks = false;       // the slots' blocks come from a pool the rank's chunks share
 };
 // Its bytes of activations, as GPT2 allocates them for training (common/gpt2.h; an
 // inference-only model keeps no gradients and is not counted here). Elements of a bytes
@@ -115,8 +116,12 @@ struct ActivationShape {
 //   per part    the blocks' scratch 2 N C + 4 N W + 2 N F (+ R C + N C where rows are
 //               split: tp > 1 with sp); the embedding's partial sums N C where rows are
 //               split; recompute's working set (recompute_working_set) if it owns one
-//   bytes = s (per slot) + (per part).
+//   bytes = s (per slot) + (per part); with pooled_blocks the slots keep no block's, which
+//   block_pool_memory counts once for the rank.
 int64_t activation_memory(const ModelConfig& m, const ActivationShape& shape);
+// The block pool an interleaved rank's chunks share (common/block_pool.h): `sets` sets of
+// `layers` blocks, each what a slot keeps of a block under shape's recompute mode.
+int64_t block_pool_memory(const ModelConfig& m, const ActivationShape& shape, int sets, int layers);
 // The one block's buffers a recomputing part writes and loses: all of a block's
 // (full), or ln_1, ln_2 and the GELU, 2 R C + N F (selective); 0 without recompute.
 int64_t recompute_working_set(const ModelConfig& m, const ActivationShape& shape);

@@ -19,7 +19,7 @@ namespace gpt {
 int max_in_flight(const PipeSchedule& schedule, int chunk) {
   int now = 0, most = 0;
   for (const PipeAction& a : schedule) {
-    if (a.chunk != chunk) continue;
+    if (chunk != kAllChunks && a.chunk != chunk) continue;
     if (a.op == PipeOp::Forward) most = std::max(most, ++now);
     if (a.op == PipeOp::Backward || a.op == PipeOp::BackwardWeight) --now;  // its activations are freed
   }
@@ -192,6 +192,10 @@ std::vector<double> PipelineExecutor<A>::run(const PipeSchedule& schedule, int m
         // The last stage writes the gradient of its input where the previous backward's
         // was sent from (no receive waited for that send).
         wait_sends(a.chunk, micro_slot, true);
+        // A backward gives the slot's blocks back to a shared pool (ModelSlice::block_pool),
+        // where another chunk's forward may write them: the send of the output they hold,
+        // long received (its gradient came back), is done first.
+        if (a.op == PipeOp::Backward) wait_sends(a.chunk, micro_slot, false);
         const auto t0 = clock::now();
         if (a.op == PipeOp::Backward) {
           if (before_backward) before_backward(a.chunk, a.micro);
@@ -211,6 +215,7 @@ std::vector<double> PipelineExecutor<A>::run(const PipeSchedule& schedule, int m
         invariant(owner == a.micro, "pipeline: weight gradients of micro-batch " + std::to_string(a.micro) +
                                         " without its forward on chunk " + std::to_string(a.chunk));
         if (before_backward) before_backward(a.chunk, a.micro);  // the stores see the gradients done here
+        wait_sends(a.chunk, micro_slot, false);  // as for Backward: the slot's blocks go back to the pool
         const auto t0 = clock::now();
         model.backward_weight_micro(micro_slot);
         busy_s_ += timed(PipeOp::BackwardWeight, t0);
@@ -258,6 +263,7 @@ double PipelineExecutor<A>::evaluate(const int32_t* inputs, const int32_t* targe
       const Peer to = next(c);
       pp_.send(model.stage_output(0), n, dtype_of<A>(), to.rank, pipe_message_tag(false, 0, to.chunk, v_));
     }
+    model.release_blocks(0);  // no backward follows; the send is done
   }
   pp_.all_reduce(&loss, 1, DType::F64);  // the last stage's loss plus zeros: exact on every rank
   return loss;

@@ -55,7 +55,9 @@
 namespace gpt {
 
 // The most micro-batches chunk `chunk` has in flight under `schedule` (from its forward
-// to its Backward or BackwardWeight).
+// to its Backward or BackwardWeight); with kAllChunks, the most all the rank's chunks have
+// together (a shared block pool's sets, common/block_pool.h).
+constexpr int kAllChunks = -1;
 int max_in_flight(const PipeSchedule& schedule, int chunk);
 // Whether the schedule splits backwards into input and weight halves (the model must be
 // made with ModelSlice::split_backward).

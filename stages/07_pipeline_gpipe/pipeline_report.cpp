@@ -76,11 +76,16 @@ std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, in
     bytes += c->activation_bytes(), slots += c->in_flight();
     by_chunk += (by_chunk.empty() ? "" : " + ") + std::to_string(c->in_flight());
   }
+  // The block pool the chunks share (common/block_pool.h), counted once: its sets hold the
+  // slots' blocks.
+  const BlockPool<A>* pool = chunks.front()->slice().block_pool;
+  if (pool) bytes += pool->bytes();
   // With several chunks a rank counts (micro-batch, chunk) pairs: one micro-batch in
   // flight through two of its chunks is two chunk activations.
   const char* what = chunks.size() > 1 ? "chunk activations" : "micro-batches";
   if (chunks.size() > 1) by_chunk = ": " + by_chunk + " by chunk";
   else by_chunk.clear();
+  if (pool) by_chunk += ", blocks' activations in " + std::to_string(pool->size()) + " shared";
   char head[192], tail[64];
   std::snprintf(head, sizeof head,
                 "rank %d (pipeline rank %d of %d): %s in flight %d (schedule's bound %d), "
@@ -116,8 +121,17 @@ MemoryLedger with_activations(MemoryLedger formula, const std::vector<const GPT2
     shape.embedding = c->first_stage(), shape.head = c->last_stage(), shape.slots = c->in_flight();
     shape.recompute = slice.recompute, shape.split_backward = slice.split_backward;
     shape.own_working_set = slice.working_block == nullptr;
+    shape.pooled_blocks = slice.block_pool != nullptr;
     shared_working_set = shared_working_set || !shape.own_working_set;
     bytes += activation_memory(c->model(), shape);
+  }
+  // The block pool the chunks share: as many sets as the schedule keeps micro-batches in
+  // flight on the rank, each of the most layers a chunk runs (model_chunks.cpp).
+  if (const BlockPool<A>* pool = chunks.front()->slice().block_pool) {
+    int most_layers = 0;
+    for (const GPT2<A>* c : chunks)
+      most_layers = std::max(most_layers, c->layout().layer_end() - c->layout().layer_begin());
+    bytes += block_pool_memory(chunks.front()->model(), shape, pool->size(), most_layers);
   }
   // One block runs at a time on a rank, so its chunks can share one working set.
   if (shared_working_set) bytes += recompute_working_set(chunks.front()->model(), shape);

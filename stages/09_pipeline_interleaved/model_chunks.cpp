@@ -19,11 +19,23 @@ std::vector<ModelChunk<A>> make_model_chunks(const Config& cfg, const ParamLayou
   const int p = pp.size(), v = cfg.virtual_stages, stages = p * v;
   const RankLayout tp_slice = RankLayout::tensor_parallel(global, tp.size(), tp.rank());
   std::vector<ModelChunk<A>> chunks(static_cast<size_t>(v));
+  std::shared_ptr<BlockPool<A>> block_pool;
+  if (v > 1 && slice.recompute != Recompute::Full) {
+    int most_layers = 0;  // a set holds the blocks of the chunk that runs the most
+    for (int c = 0; c < v; ++c) {
+      const LayerRange layers = stage_layers(cfg.model.n_layer, stages, c * p + pp.rank());
+      most_layers = std::max(most_layers, layers.end - layers.begin);
+    }
+    block_pool = std::make_shared<BlockPool<A>>(GPT2<A>::block_pool_for(
+        cfg.model, cfg.micro_batch_size, seq_len, device, slice, max_in_flight(schedule, kAllChunks), most_layers));
+  }
   for (int c = 0; c < v; ++c) {
     ModelChunk<A>& k = chunks[size_t(c)];
     const int stage = c * p + pp.rank();
     const LayerRange layers = stage_layers(cfg.model.n_layer, stages, stage);
+    k.block_pool = block_pool;
     ModelSlice<A> chunk_slice = slice;
+    chunk_slice.block_pool = block_pool.get();
     chunk_slice.layers = layers;
     chunk_slice.in_flight = max_in_flight(schedule, c);
     chunk_slice.split_backward = splits_backward(schedule);

@@ -34,6 +34,11 @@ namespace gpt {
 // A: the storage of weights and activations (float, or bf16 in bf16 mode).
 template <class A>
 struct ModelChunk {
+  // The blocks' activations the rank's chunks share (common/block_pool.h), as many sets as
+  // the schedule keeps micro-batches in flight on the rank; null with one chunk (its slots
+  // are that many) and under full recompute (no block's are kept). Before `model`, which
+  // uses it, so that it outlives it.
+  std::shared_ptr<BlockPool<A>> block_pool;
   // The chunk's own copy of the dp group: each chunk's store reduces its buckets on a
   // communication thread of its own, and collectives on one communicator must come in
   // the same order on every rank, which two threads cannot promise.

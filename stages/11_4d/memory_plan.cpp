@@ -1,6 +1,8 @@
 // A rank's memory from the configuration alone; see memory_plan.h.
 #include "stages/11_4d/memory_plan.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "common/recompute.h"
 #include "stages/06_tensor_parallel/local_zero.h"
@@ -48,8 +50,11 @@ RankPlan plan_rank(const Config& cfg, const MeshShape& shape, int world_rank) {
   act.recompute = parse_recompute(cfg.activation_checkpointing);
   act.split_backward = splits_backward(schedule);
   act.own_working_set = false;  // one for the rank, below
+  // With several chunks the blocks' activations come from one pool (model_chunks.cpp).
+  act.pooled_blocks = v > 1 && act.recompute != Recompute::Full;
 
   int64_t activations = recompute_working_set(cfg.model, act);
+  int most_layers = 0;
   for (int c = 0; c < v; ++c) {
     ChunkPlan chunk;
     chunk.stage = c * p + r;
@@ -61,8 +66,11 @@ RankPlan plan_rank(const Config& cfg, const MeshShape& shape, int world_rank) {
     act.layers = chunk.layers.end - chunk.layers.begin;
     act.embedding = part.has_embeddings(), act.head = part.has_head(), act.slots = chunk.slots;
     activations += activation_memory(cfg.model, act);
+    most_layers = std::max(most_layers, act.layers);
     plan.chunks.push_back(chunk);
   }
+  if (act.pooled_blocks)
+    activations += block_pool_memory(cfg.model, act, max_in_flight(schedule, kAllChunks), most_layers);
   if (v > 1 && cfg.zero == 3) plan.memory.set(MemKind::Params, 0);  // no closed form (memory_plan.h)
   plan.memory.set(MemKind::Activations, size_t(activations));
   return plan;

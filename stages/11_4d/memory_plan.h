@@ -11,8 +11,10 @@
 //   activations                     activation_memory (stage 06) of each chunk, on B
 //                                   sequences of T/cp tokens, with the slots the schedule
 //                                   keeps in flight on it (max_in_flight of rank r's
-//                                   schedule), and under recompute one working set the
-//                                   rank's chunks share
+//                                   schedule); with several chunks their blocks' in one
+//                                   pool of as many sets as the rank keeps in flight at
+//                                   once (block_pool_memory); under recompute one working
+//                                   set the rank's chunks share
 //
 // Under ZeRO-3 with several chunks the gathered weights have no closed form (each chunk
 // gathers at its own times): the plan leaves them at 0, as the run's line shows "-". Not

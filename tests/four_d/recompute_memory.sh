@@ -6,8 +6,9 @@
 # must be lower than with none by exactly what the block's buffers predict
 # (notebooks/gptruns.py: recompute_saved_bytes, counted from common/model_block.h's
 # BlockActivations): slots x layers x what a slot's block no longer keeps (full: all but
-# its output; selective: ln1, ln2 and fch_gelu), less the one working set the rank's
-# chunks share.
+# its output; selective: ln1, ln2 and fch_gelu; with interleaved chunks the blocks' sets
+# are the block pool's, as many as the rank keeps in flight), less the one working set
+# the rank's chunks share.
 # Each rank's activation peak is printed in bytes (its memory line), so the two agree to
 # the byte; a run that ignored the key would save 0 and fail.
 # Usage: recompute_memory.sh TRAIN11 PREPARE WORKDIR ROOT MPIEXEC
@@ -46,8 +47,9 @@ import sys
 root, cases = sys.argv[1], sys.argv[2:]
 sys.path.insert(0, f"{root}/notebooks")
 import gptruns  # each run's resolved config and layout (checkpoint manifest), and what it printed
-def ranks(run):  # {rank: (activation bytes, slots)}, from the lines every pipeline rank prints
-    return {r: (line["activations_bytes"], line["slots"]) for r, line in gptruns.pipeline_report(run)["ranks"].items()}
+def ranks(run):  # {rank: (activation bytes, slots, block pool sets)}, from the lines every pipeline rank prints
+    return {r: (line["activations_bytes"], line["slots"], line["block_sets"])
+            for r, line in gptruns.pipeline_report(run)["ranks"].items()}
 failures = 0
 for case in cases:
     name = case.split()[0]
@@ -61,9 +63,12 @@ for case in cases:
         p, v = layout["pp"], config["virtual_stages"]
         on = ranks(on_run)
         for rank in sorted(off):
-            (a_off, slots), (a_on, slots_on) = off[rank], on[rank]
-            # Stage 11's chunks share one working set per rank.
-            predicted = gptruns.recompute_saved_bytes(config, layout, slots, config["n_layer"] // (p * v), chunks=1)
+            (a_off, slots, sets), (a_on, slots_on, _) = off[rank], on[rank]
+            # Stage 11's chunks share one working set per rank, and with v > 1 one block pool.
+            if (sets is None) != (v == 1):
+                sys.exit(f"{name} rank {rank}: block pool of {sets} sets at v = {v}")
+            predicted = gptruns.recompute_saved_bytes(config, layout, slots, config["n_layer"] // (p * v), chunks=1,
+                                                      block_sets=sets)
             saved = a_off - a_on
             ok = slots == slots_on and predicted > 0 and saved == predicted
             failures += not ok

@@ -12,6 +12,7 @@
 #include "common/gpt2.h"
 #include "common/gpt2_layout.h"
 #include "kernels/cpu/bf16.h"
+#include "tests/ops/gradcheck.h"
 
 namespace gpt::test {
 
@@ -55,6 +56,38 @@ template <class A>
 A stored(float x) {
   if constexpr (std::is_same_v<A, bf16>) return bf16{cpu::bf16_bits(x)};
   else return A(x);
+}
+
+// A two-stage pipeline run by hand (first stage layers 0-1, last stage layer 2; or two
+// chunks of one rank), two micro-batches, both forwards first; returns the last stage's losses and both stages'
+// weight gradients.
+inline std::vector<float> two_stage_run(GPT2<float>& first, GPT2<float>& last, Rng& rng) {
+  const ModelConfig& m = first.model();
+  const size_t N = size_t(kBatch) * kSeqLen, RC = N * size_t(m.n_embd);
+  for (GPT2<float>* stage : {&first, &last}) {
+    std::vector<float> w(stage->params().size());
+    for (float& x : w) x = float(0.02 * rng.normal());
+    stage->set_params(w.data());
+    stage->zero_grads();
+  }
+  std::vector<std::vector<int32_t>> tokens(kInFlight), targets(kInFlight);
+  for (int mb = 0; mb < kInFlight; ++mb)
+    for (size_t i = 0; i < N; ++i)
+      tokens[mb].push_back(rng.below(m.vocab_size)), targets[mb].push_back(rng.below(m.vocab_size));
+  std::vector<float> out;
+  for (int mb = 0; mb < kInFlight; ++mb) {
+    first.forward_micro(mb, tokens[mb].data(), targets[mb].data());
+    std::memcpy(last.stage_input(mb), first.stage_output(mb), RC * sizeof(float));
+    out.push_back(last.forward_micro(mb, tokens[mb].data(), targets[mb].data()));
+  }
+  for (int mb = 0; mb < kInFlight; ++mb) {
+    last.backward_micro(mb, 0.5f);
+    std::memcpy(first.output_grad(mb), last.output_grad(mb), RC * sizeof(float));
+    first.backward_micro(mb, 0.5f);
+  }
+  for (GPT2<float>* stage : {&first, &last})
+    out.insert(out.end(), stage->grads().data(), stage->grads().data() + stage->grads().size());
+  return out;
 }
 
 }  // namespace gpt::test

@@ -30,6 +30,7 @@ using gpt::test::Rng;
 using gpt::test::same_bits;
 using gpt::test::stored;
 using gpt::test::tiny_model;
+using gpt::test::two_stage_run;
 
 namespace {
 
@@ -270,39 +271,6 @@ TEST_CASE("model: full recompute with a split backward is refused, selective is 
   REQUIRE_NOTHROW(GPT2<float>(tiny_model(), kBatch, kSeqLen, Device::CPU, Precision::FP32, true, slice));
 }
 
-namespace {
-
-// A two-stage pipeline run by hand (first stage layers 0-1, last stage layer 2), two
-// micro-batches, both forwards first; returns the last stage's losses and both stages'
-// weight gradients.
-std::vector<float> two_stage_run(GPT2<float>& first, GPT2<float>& last, Rng& rng) {
-  const ModelConfig& m = first.model();
-  const size_t N = size_t(kBatch) * kSeqLen, RC = N * size_t(m.n_embd);
-  for (GPT2<float>* stage : {&first, &last}) {
-    std::vector<float> w(stage->params().size());
-    for (float& x : w) x = float(0.02 * rng.normal());
-    stage->set_params(w.data());
-    stage->zero_grads();
-  }
-  std::vector<std::vector<int32_t>> tokens(kInFlight), targets(kInFlight);
-  for (int mb = 0; mb < kInFlight; ++mb)
-    for (size_t i = 0; i < N; ++i) tokens[mb].push_back(rng.below(m.vocab_size)), targets[mb].push_back(rng.below(m.vocab_size));
-  std::vector<float> out;
-  for (int mb = 0; mb < kInFlight; ++mb) {
-    first.forward_micro(mb, tokens[mb].data(), targets[mb].data());
-    std::memcpy(last.stage_input(mb), first.stage_output(mb), RC * sizeof(float));
-    out.push_back(last.forward_micro(mb, tokens[mb].data(), targets[mb].data()));
-  }
-  for (int mb = 0; mb < kInFlight; ++mb) {
-    last.backward_micro(mb, 0.5f);
-    std::memcpy(first.output_grad(mb), last.output_grad(mb), RC * sizeof(float));
-    first.backward_micro(mb, 0.5f);
-  }
-  for (GPT2<float>* stage : {&first, &last}) out.insert(out.end(), stage->grads().data(), stage->grads().data() + stage->grads().size());
-  return out;
-}
-
-}  // namespace
 
 TEST_CASE("model: pipeline stages can share one recompute working set", "[model]") {
   // One block runs at a time on a rank, so a rank's chunks may recompute into one set:

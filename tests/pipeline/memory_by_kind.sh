@@ -32,7 +32,9 @@
 #     per chunk       scratch a (2 N C + 4 N W + 2 N F') (+ a (R C + N C) under sp), the
 #                     embedding's sums a N C under sp on the first stage
 #     per rank        recompute's one working set: a block's set (full), or its ln1, ln2
-#                     and gelu (selective)
+#                     and gelu (selective); with v > 1 chunks (not under full recompute)
+#                     the slots keep no block's: a pool of as many sets as the schedule's
+#                     theory keeps in flight on the rank holds k kept blocks each
 # with each chunk's slots as the in-flight line lists them; with one chunk a rank's slots
 # must be the schedule's theory its line prints beside them (pipeline_theory_in_flight's
 # closed form: GPipe m, 1F1B min(p - r, m), ZB-H1 min(p, m)), and the allocation is
@@ -40,8 +42,8 @@
 # Controls: a stage judged as the whole model, a bf16 run judged as fp32, ZeRO-3 judged
 # without its prefetched block, ZeRO-2 judged with two buffers for its one other bucket,
 # full recompute judged as selective, ZB-H1 judged without the gradients its input half
-# keeps, a sequence-parallel run judged without sp's gathered buffers, and interleaved
-# chunks judged with their slots swapped.
+# keeps, a sequence-parallel run judged without sp's gathered buffers, interleaved
+# chunks judged with their slots swapped, and judged each with its own blocks' slots.
 # Usage: memory_by_kind.sh TRAIN08 TRAIN09 TRAIN11 PREPARE WORK ROOT MPIEXEC
 set -euo pipefail
 TRAIN08=$1 TRAIN09=$2 TRAIN11=$3 PREPARE=$4 WORK=$5 ROOT=$6 MPIEXEC=$7
@@ -51,7 +53,8 @@ start_mpi_test "$WORK" "$PREPARE"
 # activations equal the closed form above and the printed formula. Keys: dp, pp, cp, tp,
 # v (1), L (n_layer, 2), zero (0), a (4), prefetch (1), sp (0), recompute (0 none,
 # 1 selective, 2 full), zb (0; 1: ZB-H1's split backward); and for the controls:
-# whole_model=1, no_prefetch_block=1, two_buffers=1, no_sp_buffers=1, swap_slots=1. B and
+# whole_model=1, no_prefetch_block=1, two_buffers=1, no_sp_buffers=1, swap_slots=1,
+# no_pool=1. B and
 # T are the run's micro-batch and sequence, from its batch line.
 judge() {
   /usr/bin/python3 - "$ROOT" "$@" << 'PY'
@@ -66,18 +69,23 @@ Vp = -(-V // 128) * 128
 block = 12 * C * C // tp + 7 * C // tp + 6 * C
 text = open(log_path).read()
 LINE = (r"^rank (\d+) \(pipeline rank .*\(schedule's bound (\d+)\).*"
-        r"\((\d+) slots(?:: ([\d +]+) by chunk)?\).*\n"
+        r"\((\d+) slots(?:: ([\d +]+) by chunk)?(?:, blocks' activations in (\d+) shared)?\).*\n"
         r"  memory peaks \(allocated \| formula\):(.*); buffers \d+.* bytes$")
-found, slots = {}, {}
-for r, bound, total, by_chunk, kinds in re.findall(LINE, text, re.M):
+found, slots, bounds = {}, {}, {}
+sp, recompute, zb = o.get("sp", 0), o.get("recompute", 0), o.get("zb", 0)
+pooled = v > 1 and recompute != 2 and not o.get("no_pool")  # interleaved chunks share their blocks' sets
+for r, bound, total, by_chunk, sets, kinds in re.findall(LINE, text, re.M):
     found[int(r)] = {k: (int(got), want) for k, got, want in re.findall(r"(\w+) (\d+) \| (\d+|-)", kinds)}
     slots[int(r)] = [int(x) for x in by_chunk.split(" + ")] if by_chunk else [int(total)]
+    bounds[int(r)] = int(bound)
     if not by_chunk and total != bound:
         sys.exit(f"{log_path}: rank {r} allocated {total} activation slots, its schedule's theory {bound}")
+    if (sets or None) != (bound if pooled else None):
+        sys.exit(f"{log_path}: rank {r} keeps its blocks' activations in {sets or 'no'} shared sets, "
+                 f"expected {bound if pooled else 'none'} (the schedule's theory {bound}, v = {v})")
 batch = re.search(r"^batch \d+ sequences x (\d+) tokens = micro-batch (\d+) x", text, re.M)
 if not batch:
     sys.exit(f"{log_path}: no batch line")
-sp, recompute, zb = o.get("sp", 0), o.get("recompute", 0), o.get("zb", 0)
 B, N = int(batch[2]), int(batch[2]) * int(batch[1]) // cp
 R = N // tp if sp else N
 W, Fh, Hr, Vr = C // tp, 4 * C // tp, cfg["n_head"] // tp, Vp // tp
@@ -127,9 +135,11 @@ for rank, row in found.items():
         want["params"] += params
         want["grads"] += grads
         want["optimizer"] += (12 if a == 2 else 8) * S
-        slot = (2 * a * R * C + k * kept_block + last * head + 4 * N * (first + last) +
+        slot = (2 * a * R * C + (0 if pooled else k * kept_block) + last * head + 4 * N * (first + last) +
                 zb * (k * a * (2 * N * C + 2 * R * C + N * Fh + 3 * N * W) + last * a * R * C))
         want["activations"] += chunk_slots[c] * slot + scratch + first * split_rows * a * N * C
+    if pooled:  # the pool: the schedule's theory of sets, each of a chunk's k blocks
+        want["activations"] += bounds[rank] * (L // (v * pp)) * kept_block
     for kind, value in want.items():
         if kind == "params" and no_closed_form:
             continue
@@ -173,6 +183,8 @@ if passed_all 4d_z1 1f1b_bf16 1f1b_z3_bf16 4d_z2_tp zb_h1 4d_full_sp 4d_selectiv
     no_sp_buffers=1
   control "interleaved chunks judged with their slots swapped" 4d_selective_interleaved_bf16 pp=2 v=2 L=4 a=2 \
     recompute=1 swap_slots=1
+  control "interleaved chunks judged each with its own blocks' slots" 4d_selective_interleaved_bf16 pp=2 v=2 L=4 \
+    a=2 recompute=1 no_pool=1
 else
   fail "the controls need 4d_z1, 1f1b_bf16, 1f1b_z3_bf16, 4d_z2_tp, zb_h1, 4d_full_sp and" \
     "4d_selective_interleaved_bf16 to pass first"
