@@ -311,7 +311,6 @@ GradOf<A> GPT2<A>::run_forward(int slot, const int32_t* inputs, const int32_t* t
                                const std::vector<ScoredSpan>* spans) {
   Span span("forward");
   MicroBatch& mb = slot_at(slot, "forward_micro");
-  if (slice_.block_pool && mb.pool_set < 0) mb.pool_set = slice_.block_pool->acquire();
   const int l0 = layout_.layer_begin(), l1 = layout_.layer_end();
   const int C = model_.n_embd, V = model_.vocab_size, Vp = model_.padded_vocab();
   const int N = B_ * T_, R = rows_;
@@ -331,6 +330,7 @@ GradOf<A> GPT2<A>::run_forward(int slot, const int32_t* inputs, const int32_t* t
     mb.targets.copy_from_host(targets, size_t(N));
   }
   mb.have_targets = for_backward && !slice_.inference_only && (with_loss || !last_stage());
+  if (slice_.block_pool && mb.pool_set < 0) mb.pool_set = slice_.block_pool->acquire();  // the tokens were valid
   const VocabRange vocab = vocab_;
   // Only one rank of a tensor-parallel group adds what every rank holds whole (wpe, the
   // row-parallel biases): the reductions after them must count it once.

@@ -20,6 +20,7 @@
 /// Buffers live on the model's device.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "common/bf16.h"
@@ -27,6 +28,7 @@
 #include "common/config.h"
 #include "common/device.h"
 #include "common/device_array.h"
+#include "common/error.h"
 #include "common/gpt2_layout.h"
 #include "common/model_backward_split.h"
 #include "common/model_block.h"
@@ -344,10 +346,12 @@ class GPT2 {
   }
   /// The blocks' activations micro-batch mb keeps: its own, or the pool's set it holds.
   std::vector<BlockActivations<A>>& kept_blocks(MicroBatch& mb) {
-    return mb.pool_set < 0 ? mb.blocks : slice_.block_pool->set(mb.pool_set);
+    return const_cast<std::vector<BlockActivations<A>>&>(std::as_const(*this).kept_blocks(mb));
   }
   const std::vector<BlockActivations<A>>& kept_blocks(const MicroBatch& mb) const {
-    return mb.pool_set < 0 ? mb.blocks : slice_.block_pool->set(mb.pool_set);
+    if (!slice_.block_pool) return mb.blocks;
+    invariant(mb.pool_set >= 0, "GPT2: a slot's blocks read while it holds no set of the block pool");
+    return slice_.block_pool->set(mb.pool_set);
   }
   /// slots_[slot], after checking that slot is in [0, in_flight()) (`caller` names the
   /// method in the error).

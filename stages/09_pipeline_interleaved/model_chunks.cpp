@@ -11,6 +11,21 @@
 
 namespace gpt {
 
+BlockPoolShape block_pool_shape(const PipeSchedule& schedule, const std::vector<LayerRange>& chunk_layers,
+                                Recompute recompute) {
+  BlockPoolShape pool;
+  if (chunk_layers.size() < 2 || recompute == Recompute::Full) return pool;
+  int64_t own_slots = 0;  // blocks the chunks' own slots would keep
+  for (size_t c = 0; c < chunk_layers.size(); ++c) {
+    const int layers = chunk_layers[c].end - chunk_layers[c].begin;
+    own_slots += int64_t(max_in_flight(schedule, int(c))) * layers;
+    pool.layers = std::max(pool.layers, layers);
+  }
+  pool.sets = max_in_flight(schedule, kAllChunks);
+  if (int64_t(pool.sets) * pool.layers >= own_slots) pool.sets = 0;
+  return pool;
+}
+
 template <class A>
 std::vector<ModelChunk<A>> make_model_chunks(const Config& cfg, const ParamLayout& global,
                                              const PipeSchedule& schedule, Communicator& pp, Communicator& tp,
@@ -19,16 +34,13 @@ std::vector<ModelChunk<A>> make_model_chunks(const Config& cfg, const ParamLayou
   const int p = pp.size(), v = cfg.virtual_stages, stages = p * v;
   const RankLayout tp_slice = RankLayout::tensor_parallel(global, tp.size(), tp.rank());
   std::vector<ModelChunk<A>> chunks(static_cast<size_t>(v));
+  std::vector<LayerRange> chunk_layers;
+  for (int c = 0; c < v; ++c) chunk_layers.push_back(stage_layers(cfg.model.n_layer, stages, c * p + pp.rank()));
+  const BlockPoolShape pool = block_pool_shape(schedule, chunk_layers, slice.recompute);
   std::shared_ptr<BlockPool<A>> block_pool;
-  if (v > 1 && slice.recompute != Recompute::Full) {
-    int most_layers = 0;  // a set holds the blocks of the chunk that runs the most
-    for (int c = 0; c < v; ++c) {
-      const LayerRange layers = stage_layers(cfg.model.n_layer, stages, c * p + pp.rank());
-      most_layers = std::max(most_layers, layers.end - layers.begin);
-    }
-    block_pool = std::make_shared<BlockPool<A>>(GPT2<A>::block_pool_for(
-        cfg.model, cfg.micro_batch_size, seq_len, device, slice, max_in_flight(schedule, kAllChunks), most_layers));
-  }
+  if (pool.sets > 0)
+    block_pool = std::make_shared<BlockPool<A>>(
+        GPT2<A>::block_pool_for(cfg.model, cfg.micro_batch_size, seq_len, device, slice, pool.sets, pool.layers));
   for (int c = 0; c < v; ++c) {
     ModelChunk<A>& k = chunks[size_t(c)];
     const int stage = c * p + pp.rank();

@@ -34,10 +34,10 @@ namespace gpt {
 // A: the storage of weights and activations (float, or bf16 in bf16 mode).
 template <class A>
 struct ModelChunk {
-  // The blocks' activations the rank's chunks share (common/block_pool.h), as many sets as
-  // the schedule keeps micro-batches in flight on the rank; null with one chunk (its slots
-  // are that many) and under full recompute (no block's are kept). Before `model`, which
-  // uses it, so that it outlives it.
+  // The blocks' activations the rank's chunks share (common/block_pool.h, block_pool_shape);
+  // null where it would not save memory (one chunk, whose slots are the rank's in flight;
+  // full recompute; uneven layers that outweigh it). Before `model`, which uses it, so
+  // that it outlives it.
   std::shared_ptr<BlockPool<A>> block_pool;
   // The chunk's own copy of the dp group: each chunk's store reduces its buckets on a
   // communication thread of its own, and collectives on one communicator must come in
@@ -52,6 +52,18 @@ struct ModelChunk {
   // it passes every gradient straight to the stores beneath.
   std::unique_ptr<TiedEmbeddingGrads<A>> tied;
 };
+
+// The block pool a rank's chunks share (common/block_pool.h), for chunks running
+// `chunk_layers` under `schedule`: one set per micro-batch the rank keeps in flight at once
+// (max_in_flight over all chunks), each of the most layers a chunk runs; none (sets 0)
+// under full recompute (no block's are kept), and where the chunks' own slots would hold
+// no more (the sum over chunks of max_in_flight times its layers: with uneven layers a
+// pool's sets, each as deep as the deepest chunk, can hold more).
+struct BlockPoolShape {
+  int sets = 0, layers = 0;
+};
+BlockPoolShape block_pool_shape(const PipeSchedule& schedule, const std::vector<LayerRange>& chunk_layers,
+                                Recompute recompute);
 
 // The v = cfg.virtual_stages chunks of this rank (pp rank r of p, tp rank of tp), each
 // with the activation slots `schedule` needs on it; `ends`: tied_embedding_group(pp).

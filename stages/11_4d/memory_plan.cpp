@@ -1,7 +1,6 @@
 // A rank's memory from the configuration alone; see memory_plan.h.
 #include "stages/11_4d/memory_plan.h"
 
-#include <algorithm>
 
 #include "common/error.h"
 #include "common/recompute.h"
@@ -10,6 +9,7 @@
 #include "stages/06_tensor_parallel/tp_config.h"
 #include "stages/07_pipeline_gpipe/pipeline_config.h"
 #include "stages/07_pipeline_gpipe/pipeline_executor.h"
+#include "stages/09_pipeline_interleaved/model_chunks.h"
 #include "stages/09_pipeline_interleaved/schedules.h"
 #include "stages/10_context_parallel/context_split.h"
 
@@ -50,15 +50,18 @@ RankPlan plan_rank(const Config& cfg, const MeshShape& shape, int world_rank) {
   act.recompute = parse_recompute(cfg.activation_checkpointing);
   act.split_backward = splits_backward(schedule);
   act.own_working_set = false;  // one for the rank, below
-  // With several chunks the blocks' activations come from one pool (model_chunks.cpp).
-  act.pooled_blocks = v > 1 && act.recompute != Recompute::Full;
+  // With several chunks the blocks' activations may come from one pool (model_chunks.h).
+  std::vector<LayerRange> chunk_layers;
+  for (int c = 0; c < v; ++c) chunk_layers.push_back(stage_layers(cfg.model.n_layer, v * p, c * p + r));
+  const BlockPoolShape pool = block_pool_shape(schedule, chunk_layers, act.recompute);
+  act.pooled_blocks = pool.sets > 0;
 
   int64_t activations = recompute_working_set(cfg.model, act);
-  int most_layers = 0;
+  if (act.pooled_blocks) activations += block_pool_memory(cfg.model, act, pool.sets, pool.layers);
   for (int c = 0; c < v; ++c) {
     ChunkPlan chunk;
     chunk.stage = c * p + r;
-    chunk.layers = stage_layers(cfg.model.n_layer, v * p, chunk.stage);
+    chunk.layers = chunk_layers[size_t(c)];
     chunk.slots = max_in_flight(schedule, c);
     const ParamLayout part(cfg.model, shape.tp, plan.coord.tp, chunk.layers);
     const MemoryLedger zero = local_zero_memory(cfg, part, zero_ranks, zero_rank, bf16);
@@ -66,11 +69,8 @@ RankPlan plan_rank(const Config& cfg, const MeshShape& shape, int world_rank) {
     act.layers = chunk.layers.end - chunk.layers.begin;
     act.embedding = part.has_embeddings(), act.head = part.has_head(), act.slots = chunk.slots;
     activations += activation_memory(cfg.model, act);
-    most_layers = std::max(most_layers, act.layers);
     plan.chunks.push_back(chunk);
   }
-  if (act.pooled_blocks)
-    activations += block_pool_memory(cfg.model, act, max_in_flight(schedule, kAllChunks), most_layers);
   if (v > 1 && cfg.zero == 3) plan.memory.set(MemKind::Params, 0);  // no closed form (memory_plan.h)
   plan.memory.set(MemKind::Activations, size_t(activations));
   return plan;

@@ -13,8 +13,9 @@
 //                                   keeps in flight on it (max_in_flight of rank r's
 //                                   schedule); with several chunks their blocks' in one
 //                                   pool of as many sets as the rank keeps in flight at
-//                                   once (block_pool_memory); under recompute one working
-//                                   set the rank's chunks share
+//                                   once where that saves memory (block_pool_shape,
+//                                   block_pool_memory); under recompute one working set
+//                                   the rank's chunks share
 //
 // Under ZeRO-3 with several chunks the gathered weights have no closed form (each chunk
 // gathers at its own times): the plan leaves them at 0, as the run's line shows "-". Not

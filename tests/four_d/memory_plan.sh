@@ -6,9 +6,10 @@
 # prints no formula (ZeRO-3's weights with several chunks). The layouts: interleaved
 # chunks with full recompute (one working set for both chunks) at ZeRO-1 and without at
 # ZeRO-3, tp with sequence parallelism and cp with selective recompute in bf16 at ZeRO-2,
-# ZB-H1 at ZeRO-3, GPipe with full recompute, and an uneven split of 5 layers over 3
-# stages without ZeRO-3's prefetch. Controls: a 1F1B run judged by GPipe's plan, and a
-# ZeRO-2 run judged by ZeRO-1's, must be rejected. Bad input (a zero axis, a key stage 11
+# ZB-H1 at ZeRO-3, GPipe with full recompute, an uneven split of 5 layers over 3 stages
+# without ZeRO-3's prefetch, and uneven interleaved chunks with and without a block pool.
+# Controls: a 1F1B run judged by GPipe's plan, and a ZeRO-2 run judged by ZeRO-1's, must
+# be rejected. Bad input (a zero axis, a key stage 11
 # does not read, a mesh that does not fit the ranks) is refused with exit status 2.
 # Usage: memory_plan.sh TRAIN11 MEMORY_PLAN PREPARE WORK ROOT MPIEXEC
 set -euo pipefail
@@ -60,6 +61,10 @@ planned sp_cp_selective_z2_bf16 8 pp=2 tp=2 cp=2 sequence_parallel=true activati
 planned zb_h1_z3 4 pp=2 schedule=zb-h1 zero=3 batch_size=8 "${small[@]}"
 planned gpipe_full 2 pp=2 schedule=gpipe activation_checkpointing=full
 planned uneven_z3_no_prefetch 6 pp=3 n_layer=5 zero=3 zero3_prefetch=false "${small[@]}"
+# Interleaved chunks of 2, 2, 1 and 1 layers: at m = 2 a pool of sets as deep as the
+# deepest chunk would hold more than the slots (no pool); at m = 8 it holds less.
+planned uneven_interleaved_m2 2 pp=2 virtual_stages=2 n_layer=6 batch_size=2 "${small[@]}"
+planned uneven_interleaved_m8 2 pp=2 virtual_stages=2 n_layer=6 batch_size=8 "${small[@]}"
 if passed_all gpipe_full sp_cp_selective_z2_bf16; then
   one_step onef_full 2 "$TRAIN11" pp=2 schedule=1f1b activation_checkpointing=full
   if judge onef_full 2 pp=2 schedule=gpipe activation_checkpointing=full > /dev/null 2>&1; then

@@ -33,8 +33,9 @@
 #                     embedding's sums a N C under sp on the first stage
 #     per rank        recompute's one working set: a block's set (full), or its ln1, ln2
 #                     and gelu (selective); with v > 1 chunks (not under full recompute)
-#                     the slots keep no block's: a pool of as many sets as the schedule's
-#                     theory keeps in flight on the rank holds k kept blocks each
+#                     where the schedule's theory of micro-batches in flight on the rank is
+#                     below the chunks' slots, the slots keep no block's: a pool of that many
+#                     sets holds k kept blocks each
 # with each chunk's slots as the in-flight line lists them; with one chunk a rank's slots
 # must be the schedule's theory its line prints beside them (pipeline_theory_in_flight's
 # closed form: GPipe m, 1F1B min(p - r, m), ZB-H1 min(p, m)), and the allocation is
@@ -73,16 +74,20 @@ LINE = (r"^rank (\d+) \(pipeline rank .*\(schedule's bound (\d+)\).*"
         r"  memory peaks \(allocated \| formula\):(.*); buffers \d+.* bytes$")
 found, slots, bounds = {}, {}, {}
 sp, recompute, zb = o.get("sp", 0), o.get("recompute", 0), o.get("zb", 0)
-pooled = v > 1 and recompute != 2 and not o.get("no_pool")  # interleaved chunks share their blocks' sets
+pooled = {}  # per rank: whether its chunks share their blocks' sets
 for r, bound, total, by_chunk, sets, kinds in re.findall(LINE, text, re.M):
-    found[int(r)] = {k: (int(got), want) for k, got, want in re.findall(r"(\w+) (\d+) \| (\d+|-)", kinds)}
-    slots[int(r)] = [int(x) for x in by_chunk.split(" + ")] if by_chunk else [int(total)]
-    bounds[int(r)] = int(bound)
+    r = int(r)
+    found[r] = {k: (int(got), want) for k, got, want in re.findall(r"(\w+) (\d+) \| (\d+|-)", kinds)}
+    slots[r] = [int(x) for x in by_chunk.split(" + ")] if by_chunk else [int(total)]
+    bounds[r] = int(bound)
     if not by_chunk and total != bound:
         sys.exit(f"{log_path}: rank {r} allocated {total} activation slots, its schedule's theory {bound}")
-    if (sets or None) != (bound if pooled else None):
+    # A pool (chunks of equal layers here) where it holds fewer sets than the chunks' slots.
+    pooled[r] = v > 1 and recompute != 2 and int(bound) < sum(slots[r])
+    if (sets or None) != (bound if pooled[r] else None):
         sys.exit(f"{log_path}: rank {r} keeps its blocks' activations in {sets or 'no'} shared sets, "
-                 f"expected {bound if pooled else 'none'} (the schedule's theory {bound}, v = {v})")
+                 f"expected {bound if pooled[r] else 'none'} (the schedule's theory {bound}, v = {v})")
+    pooled[r] = pooled[r] and not o.get("no_pool")  # the control: judged as if each chunk kept its own
 batch = re.search(r"^batch \d+ sequences x (\d+) tokens = micro-batch (\d+) x", text, re.M)
 if not batch:
     sys.exit(f"{log_path}: no batch line")
@@ -135,10 +140,10 @@ for rank, row in found.items():
         want["params"] += params
         want["grads"] += grads
         want["optimizer"] += (12 if a == 2 else 8) * S
-        slot = (2 * a * R * C + (0 if pooled else k * kept_block) + last * head + 4 * N * (first + last) +
+        slot = (2 * a * R * C + (0 if pooled[rank] else k * kept_block) + last * head + 4 * N * (first + last) +
                 zb * (k * a * (2 * N * C + 2 * R * C + N * Fh + 3 * N * W) + last * a * R * C))
         want["activations"] += chunk_slots[c] * slot + scratch + first * split_rows * a * N * C
-    if pooled:  # the pool: the schedule's theory of sets, each of a chunk's k blocks
+    if pooled[rank]:  # the pool: the schedule's theory of sets, each of a chunk's k blocks
         want["activations"] += bounds[rank] * (L // (v * pp)) * kept_block
     for kind, value in want.items():
         if kind == "params" and no_closed_form:
