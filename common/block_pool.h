@@ -14,8 +14,9 @@
 /// ```
 /// A micro-batch takes a set at its forward and gives it back after its backward (the
 /// weight half, under a split backward); a set holds `layers` blocks, the most any chunk
-/// runs. The rest of a slot (the stage's input and its gradient, the head, the token
-/// ids) stays the chunk's own.
+/// runs (so a rank makes a pool only where it saves memory: stage 09's block_pool_shape).
+/// The rest of a slot (the stage's input and its gradient, the head, the token ids) stays
+/// the chunk's own.
 #pragma once
 #include <cstddef>
 #include <vector>
