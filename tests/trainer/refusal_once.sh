@@ -3,9 +3,9 @@
 # mesh that does not fit them (pp=3), an unknown key (read before MPI starts), a model
 # shape validate() refuses (n_head=5), limits of the stage's own technique (StageSpec::checks:
 # pp=4 stages for 2 layers, an unknown schedule, full recompute with a schedule that splits
-# its backwards), a train_data file that does not exist, a val_data
-# glob that matches nothing and a token beyond vocab_size in train_data: exit 2, the message on one line without a rank, and
-# no Open MPI abort banner (the ranks return; none is aborted). Where the ranks differ
+# its backwards), a train_data file that does not exist, a val_data glob that matches
+# nothing and a token beyond vocab_size in train_data: exit 2, the message on one line
+# without a rank, and no Open MPI abort banner (the ranks return; none is aborted). Where the ranks differ
 # (mpirun's MPMD form hands rank 3 threads=-1, the one key ranks may set apart), the rank
 # that refused names itself, the others say nothing, and the job still ends with 2; also
 # where rank 3 alone refuses a key before MPI starts (the ranks then join a plain MPI world
