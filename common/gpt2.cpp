@@ -135,6 +135,7 @@ GPT2<A>::GPT2(const ModelConfig& model, int batch, int seq_len, Device device, P
   }
   if (slice.block_pool) {  // shared: its sets must be the ones this model's slots would keep
     invariant(slice.recompute != Recompute::Full, "GPT2: a block pool under full recompute (it keeps no block's)");
+    invariant(slice.block_pool->size() >= 1, "GPT2: an empty block pool");
     const BlockActivations<A>& one = slice.block_pool->set(0)[0];
     invariant(slice.block_pool->layers() >= layout_.layer_end() - layout_.layer_begin() &&
                   one.resid3.size() == size_t(R) * C && one.qkv.size() == size_t(N) * 3 * dims_.attn_width() &&
@@ -330,7 +331,8 @@ GradOf<A> GPT2<A>::run_forward(int slot, const int32_t* inputs, const int32_t* t
     mb.targets.copy_from_host(targets, size_t(N));
   }
   mb.have_targets = for_backward && !slice_.inference_only && (with_loss || !last_stage());
-  if (slice_.block_pool && mb.pool_set < 0) mb.pool_set = slice_.block_pool->acquire();  // the tokens were valid
+  // After the token checks, so that a refused forward takes no set.
+  if (slice_.block_pool && mb.pool_set < 0) mb.pool_set = slice_.block_pool->acquire();
   const VocabRange vocab = vocab_;
   // Only one rank of a tensor-parallel group adds what every rank holds whole (wpe, the
   // row-parallel biases): the reductions after them must count it once.

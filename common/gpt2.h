@@ -104,8 +104,10 @@ class FlatStore : public WeightStore<A> {
 ///
 /// Pipeline parallelism gives a rank a range of `layers` (a stage: the first also runs the
 /// embedding, the last the head and the loss) and lets `in_flight` micro-batches be
-/// between their forward and their backward at once: each keeps its own activations in a
-/// slot (forward_micro / backward_micro below), which is where a schedule's memory goes.
+/// between their forward and their backward at once: each keeps its activations in a
+/// slot (forward_micro / backward_micro below), which is where a schedule's memory goes;
+/// an interleaved rank's chunks take their slots' block activations from one pool
+/// (`block_pool`, common/block_pool.h).
 template <class A>
 struct ModelSlice {
   /// Tensor-parallel degree: how many ranks share each layer's tensors (1: the whole model).
@@ -219,7 +221,9 @@ class GPT2 {
   /// stage's output in stage_output(slot). Without for_backward it only evaluates.
   /// backward_micro reads the gradient of the stage's output from output_grad(slot) (the
   /// last stage: from its loss) and leaves the gradient of the stage's input there (the
-  /// first stage: consumed by the embedding's backward).
+  /// first stage: consumed by the embedding's backward). With a block pool the forward
+  /// takes a set for the slot, which its backward gives back (without for_backward:
+  /// release_blocks).
   G forward_micro(int slot, const int32_t* inputs, const int32_t* targets, bool for_backward = true);
   /// The backward of the micro-batch in `slot` (see above), which needs a forward_micro
   /// with for_backward (and targets on the last stage); loss_scale as for backward().

@@ -152,7 +152,9 @@ std::vector<double> PipelineExecutor<A>::run(const PipeSchedule& schedule, int m
           pp_.wait(it->second);
           recv_activation_.erase(it);
         }
-        wait_sends(a.chunk, micro_slot, false);  // the forward overwrites the output the last send read
+        // The forward overwrites the output the slot's last send read (with a block pool it
+        // writes a set just taken, which a backward gave back after its own wait).
+        wait_sends(a.chunk, micro_slot, false);
         if (model.first_stage() || model.last_stage()) batch(a.micro, inputs.data(), targets.data());
         const auto t0 = clock::now();
         const double loss = model.forward_micro(micro_slot, inputs.data(), targets.data());

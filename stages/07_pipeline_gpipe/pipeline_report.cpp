@@ -85,7 +85,7 @@ std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, in
   const char* what = chunks.size() > 1 ? "chunk activations" : "micro-batches";
   if (chunks.size() > 1) by_chunk = ": " + by_chunk + " by chunk";
   else by_chunk.clear();
-  if (pool) by_chunk += ", blocks' activations in " + std::to_string(pool->size()) + " shared";
+  if (pool) by_chunk += ", blocks' activations in " + std::to_string(pool->size()) + " shared sets";
   char head[192], tail[64];
   std::snprintf(head, sizeof head,
                 "rank %d (pipeline rank %d of %d): %s in flight %d (schedule's bound %d), "
@@ -148,7 +148,7 @@ template std::string in_flight_line(int, int, int, int, int, const std::vector<c
                                     const MemoryLedger&, size_t);
 
 void print_from_every_rank(Communicator& world, const std::string& line) {
-  constexpr size_t kWidth = 512;  // a line or two of text
+  constexpr size_t kWidth = 1024;  // a few lines of text
   std::vector<char> mine(kWidth, '\0'), all(kWidth * size_t(world.size()));
   std::copy_n(line.begin(), std::min(line.size(), kWidth - 1), mine.begin());
   world.all_gather(mine.data(), all.data(), kWidth, DType::Byte);

@@ -40,8 +40,10 @@ class BubbleMeter {
 // (with several chunks, the (micro-batch, chunk) pairs: "chunk activations"), counted by
 // the executor, against the schedule's bound, the activation bytes of its model chunks
 // (one before stage 09), plus `shared_bytes` of activation buffers the chunks share
-// (stage 11's recompute working set), its activation slots (with several chunks, each
-// chunk's too: "3 slots: 2 + 1 by chunk"), and the peak memory in all.
+// (stage 11's recompute working set) and once the block pool they share (common/
+// block_pool.h), its activation slots (with several chunks, each chunk's too, and the
+// pool's sets: "6 slots: 4 + 2 by chunk, blocks' activations in 4 shared sets"), and the
+// peak memory in all.
 template <class A>
 std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, int measured,
                            const std::vector<const GPT2<A>*>& chunks, const MemoryLedger& mem,
@@ -56,11 +58,12 @@ std::string memory_line(const MemoryLedger& mem, const MemoryLedger& formula);
 
 // `formula` with the activations of the rank's `chunks` set: stage 06's activation_memory
 // of each chunk's part (its layers, ends, slots, recompute mode and split backward), and
-// once the working set its chunks share when they recompute into one (stage 11).
+// once the working set its chunks share when they recompute into one (stage 11) and the
+// block pool they share (block_pool_memory).
 template <class A>
 MemoryLedger with_activations(MemoryLedger formula, const std::vector<const GPT2<A>*>& chunks);
 
-// Prints every rank's `line` (its first 511 characters) from the world's rank 0, in rank order
+// Prints every rank's `line` (its first 1023 characters) from the world's rank 0, in rank order
 // (collective).
 void print_from_every_rank(Communicator& world, const std::string& line);
 

@@ -1,7 +1,6 @@
 // A rank's memory from the configuration alone; see memory_plan.h.
 #include "stages/11_4d/memory_plan.h"
 
-
 #include "common/error.h"
 #include "common/recompute.h"
 #include "stages/06_tensor_parallel/local_zero.h"
@@ -55,6 +54,7 @@ RankPlan plan_rank(const Config& cfg, const MeshShape& shape, int world_rank) {
   for (int c = 0; c < v; ++c) chunk_layers.push_back(stage_layers(cfg.model.n_layer, v * p, c * p + r));
   const BlockPoolShape pool = block_pool_shape(schedule, chunk_layers, act.recompute);
   act.pooled_blocks = pool.sets > 0;
+  plan.block_pool_sets = pool.sets;
 
   int64_t activations = recompute_working_set(cfg.model, act);
   if (act.pooled_blocks) activations += block_pool_memory(cfg.model, act, pool.sets, pool.layers);

@@ -42,6 +42,7 @@ struct ChunkPlan {
 struct RankPlan {
   MeshCoord coord;
   std::vector<ChunkPlan> chunks;
+  int block_pool_sets = 0;  // the sets of the block pool the chunks share (0: none)
   MemoryLedger memory;  // params, grads, optimizer and activations at the peak, in bytes
 };
 
@@ -53,7 +54,7 @@ void check_4d(const Config& cfg, const MeshShape& shape);
 StageSpec stage_11_spec();
 
 // The plan of world rank `world_rank` of `shape`, for a configuration validate(cfg,
-// shape.dp) and check_4d have passed.
+// shape.dp, this_machine=false) and check_4d have passed.
 RankPlan plan_rank(const Config& cfg, const MeshShape& shape, int world_rank);
 
 }  // namespace gpt

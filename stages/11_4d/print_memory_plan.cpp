@@ -120,17 +120,18 @@ int main(int argc, char** argv) {
     std::printf("micro-batch %d x %d tokens (%d on a rank), %d micro-batch%s a step\n", cfg.micro_batch_size,
                 cfg.seq_len, cfg.seq_len / shape.cp, m, m == 1 ? "" : "es");
     std::printf("MiB at the peak on each pipeline rank's tp rank 0, the first of its %d dp x cp ranks "
-                "(layers (activation slots) of each chunk):\n",
+                "(layers (activation slots) of each chunk; the sets of a block pool they share):\n",
                 shape.dp * shape.cp);
-    std::printf("  %-7s %-32s %10s %10s %10s %12s %10s\n", "pp rank", "chunks", "params", "grads", "optimizer",
+    std::printf("  %-7s %-40s %10s %10s %10s %12s %10s\n", "pp rank", "chunks", "params", "grads", "optimizer",
                 "activations", "total");
     for (int r = 0; r < shape.pp; ++r) {
       const RankPlan plan = plan_rank(cfg, shape, mesh_rank(shape, MeshCoord{0, r, 0, 0}));
       std::string chunks;
       for (const ChunkPlan& c : plan.chunks) chunks += (chunks.empty() ? "" : ", ") + chunk_text(c, last_stage);
+      if (plan.block_pool_sets > 0) chunks += "; pool " + std::to_string(plan.block_pool_sets);
       const MemoryLedger& mem = plan.memory;
       const size_t params = mem.get(MemKind::Params);
-      std::printf("  %-7d %-32s %10s %10s %10s %12s %10s\n", r, chunks.c_str(), params > 0 ? mib(params).c_str() : "-",
+      std::printf("  %-7d %-40s %10s %10s %10s %12s %10s\n", r, chunks.c_str(), params > 0 ? mib(params).c_str() : "-",
                   mib(mem.get(MemKind::Grads)).c_str(), mib(mem.get(MemKind::Optimizer)).c_str(),
                   mib(mem.get(MemKind::Activations)).c_str(), params > 0 ? mib(mem.total()).c_str() : "-");
     }

@@ -65,6 +65,11 @@ planned uneven_z3_no_prefetch 6 pp=3 n_layer=5 zero=3 zero3_prefetch=false "${sm
 # deepest chunk would hold more than the slots (no pool); at m = 8 it holds less.
 planned uneven_interleaved_m2 2 pp=2 virtual_stages=2 n_layer=6 batch_size=2 "${small[@]}"
 planned uneven_interleaved_m8 2 pp=2 virtual_stages=2 n_layer=6 batch_size=8 "${small[@]}"
+for case in uneven_interleaved_m2:0 uneven_interleaved_m8:2; do  # NAME:ranks whose line names a pool
+  pools=$(grep -c "blocks' activations in [0-9]* shared sets" "$WORK/${case%:*}.log" || true)
+  if [ "$pools" -eq "${case#*:}" ]; then echo "ok   ${case%:*}: $pools ranks with a block pool"
+  else fail "${case%:*}: $pools ranks with a block pool, expected ${case#*:}"; fi
+done
 if passed_all gpipe_full sp_cp_selective_z2_bf16; then
   one_step onef_full 2 "$TRAIN11" pp=2 schedule=1f1b activation_checkpointing=full
   if judge onef_full 2 pp=2 schedule=gpipe activation_checkpointing=full > /dev/null 2>&1; then

@@ -50,7 +50,7 @@ TEST_CASE("model: a rank's chunks can share one pool of block activations", "[mo
     REQUIRE(own.size() == pooled.size());
     CHECK(same_bits(own.data(), pooled.data(), own.size()));
     CHECK(pool.held() == 0);  // every backward gave its set back
-    // The chunks no longer count their slots' blocks; the pool's owner counts the pool.
+    // A pooled chunk does not count its slots' blocks; the pool's owner counts the pool.
     const size_t block = pool.set(0)[0].bytes();
     CHECK(own_first.activation_bytes() - pooled_first.activation_bytes() == size_t(kInFlight) * 2 * block);
     CHECK(own_last.activation_bytes() - pooled_last.activation_bytes() == size_t(kInFlight) * 1 * block);

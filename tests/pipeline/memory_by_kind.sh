@@ -70,7 +70,7 @@ Vp = -(-V // 128) * 128
 block = 12 * C * C // tp + 7 * C // tp + 6 * C
 text = open(log_path).read()
 LINE = (r"^rank (\d+) \(pipeline rank .*\(schedule's bound (\d+)\).*"
-        r"\((\d+) slots(?:: ([\d +]+) by chunk)?(?:, blocks' activations in (\d+) shared)?\).*\n"
+        r"\((\d+) slots(?:: ([\d +]+) by chunk)?(?:, blocks' activations in (\d+) shared sets)?\).*\n"
         r"  memory peaks \(allocated \| formula\):(.*); buffers \d+.* bytes$")
 found, slots, bounds = {}, {}, {}
 sp, recompute, zb = o.get("sp", 0), o.get("recompute", 0), o.get("zb", 0)
@@ -91,6 +91,8 @@ for r, bound, total, by_chunk, sets, kinds in re.findall(LINE, text, re.M):
 batch = re.search(r"^batch \d+ sequences x (\d+) tokens = micro-batch (\d+) x", text, re.M)
 if not batch:
     sys.exit(f"{log_path}: no batch line")
+if L % (v * pp):
+    sys.exit(f"{log_path}: this judge takes every chunk to run the same layers, not {L} over {v * pp}")
 B, N = int(batch[2]), int(batch[2]) * int(batch[1]) // cp
 R = N // tp if sp else N
 W, Fh, Hr, Vr = C // tp, 4 * C // tp, cfg["n_head"] // tp, Vp // tp
