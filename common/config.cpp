@@ -636,6 +636,43 @@ bool first_rank_or_alone() {
 
 }  // namespace
 
+ConfigArgs read_config_args(int argc, char** argv) {
+  ConfigArgs args;
+  bool have_config = false;
+  auto set_config = [&](std::string path) {
+    if (path.empty()) fail("--config needs a file name: --config FILE");
+    if (have_config)
+      fail("--config given twice ('" + args.config_file + "' and '" + path +
+           "'); use one file and --set for changes");
+    args.config_file = std::move(path);
+    have_config = true;
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--config") {
+      if (i + 1 >= argc) fail("--config needs a file name: --config FILE");
+      set_config(argv[++i]);
+    } else if (arg.starts_with("--config=")) {
+      set_config(arg.substr(std::strlen("--config=")));
+    } else if (arg == "--set") {
+      if (i + 1 >= argc) fail("--set needs a value: --set key=value");
+      args.overrides.push_back(argv[++i]);
+    } else if (!arg.starts_with("-") && arg.find('=') != std::string::npos) {
+      args.overrides.push_back(arg);  // bare key=value, the same as --set key=value
+    } else {
+      args.rest.push_back(arg);
+    }
+  }
+  return args;
+}
+
+void apply_config_args(Config& cfg, const ConfigArgs& args) {
+  // The file is the base and the overrides go on top in the order given, wherever
+  // --config stood on the command line.
+  if (!args.config_file.empty()) apply_json_file(cfg, args.config_file);
+  for (const std::string& o : args.overrides) apply_override(cfg, o);
+}
+
 bool parse_args(int argc, char** argv, Config& cfg, const char* program) {
   // --help wins wherever it stands, even next to arguments that would be errors, so a
   // user can always ask what the keys are.
@@ -651,38 +688,11 @@ bool parse_args(int argc, char** argv, Config& cfg, const char* program) {
     }
   }
 
-  // Collect first, apply after: the file is the base and the overrides go on top in the
-  // order given, wherever --config stands on the command line.
-  std::string config_file;
-  bool have_config = false;
-  std::vector<std::string> overrides;
-  auto set_config = [&](std::string path) {
-    if (have_config)
-      fail("--config given twice ('" + config_file + "' and '" + path +
-           "'); use one file and --set for changes");
-    config_file = std::move(path);
-    have_config = true;
-  };
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--config") {
-      if (i + 1 >= argc) fail("--config needs a file name: --config FILE");
-      set_config(argv[++i]);
-    } else if (arg.starts_with("--config=")) {
-      set_config(arg.substr(std::strlen("--config=")));
-    } else if (arg == "--set") {
-      if (i + 1 >= argc) fail("--set needs a value: --set key=value");
-      overrides.push_back(argv[++i]);
-    } else if (!arg.starts_with("-") && arg.find('=') != std::string::npos) {
-      overrides.push_back(arg);  // bare key=value, the same as --set key=value
-    } else {
-      fail("unknown argument '" + arg + "'; usage: " + (program ? program : "train") +
-           " [--config FILE] [--set key=value]... (see --help)");
-    }
-  }
-
-  if (have_config) apply_json_file(cfg, config_file);
-  for (const std::string& o : overrides) apply_override(cfg, o);
+  const ConfigArgs args = read_config_args(argc, argv);
+  if (!args.rest.empty())
+    fail("unknown argument '" + args.rest.front() + "'; usage: " + (program ? program : "train") +
+         " [--config FILE] [--set key=value]... (see --help)");
+  apply_config_args(cfg, args);
   validate(cfg);
   return true;
 }

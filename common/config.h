@@ -127,6 +127,18 @@ struct Config {
   }
 };
 
+/// The config part of a command line, collected before anything is read: --config FILE
+/// (once; "--config=FILE" too), --set key=value and bare key=value in their order, and
+/// the arguments that are neither (`rest`, in order: a tool's own options and their
+/// values). A --config or --set without its value is a UserError.
+struct ConfigArgs {
+  std::string config_file;  ///< empty: none
+  std::vector<std::string> overrides, rest;
+};
+ConfigArgs read_config_args(int argc, char** argv);
+/// Loads args' file into cfg, then applies its overrides in order; does not validate.
+void apply_config_args(Config& cfg, const ConfigArgs& args);
+
 /// Parses argv: --config FILE, --set key=value (repeatable; "key=value" alone also
 /// works), --help. Loads, overrides, validates; a problem is a UserError.
 /// Returns false when --help was printed (the caller exits 0).

@@ -54,35 +54,29 @@ std::string chunk_text(const ChunkPlan& c, int last_stage) {
 
 int main(int argc, char** argv) {
   return run_main("memory_plan", [&] {
-    int ranks = 0;
-    bool by_rank = false;
-    std::string config_file;
-    std::vector<std::string> overrides;  // applied in order, after the file, as the trainer does
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      const auto value = [&] {
-        require(i + 1 < argc, a + " needs a value (see --help)");
-        return std::string(argv[++i]);
-      };
-      const auto set_config = [&](const std::string& path) {
-        require(config_file.empty(), "--config given twice ('" + config_file + "' and '" + path + "')");
-        config_file = path;
-      };
-      if (a == "--help" || a == "-h") {
+    // --help wins wherever it stands, as the trainer's does.
+    for (int i = 1; i < argc; ++i)
+      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
         std::printf("%s", kUsage);
         return 0;
       }
-      if (a == "--by-rank") by_rank = true;
-      else if (a == "--ranks") ranks = positive_int_option(a, value());
-      else if (a == "--config") set_config(value());
-      else if (a.starts_with("--config=")) set_config(a.substr(std::string("--config=").size()));
-      else if (a == "--set") overrides.push_back(value());
-      else if (!a.starts_with("-") && a.find('=') != std::string::npos) overrides.push_back(a);
-      else fail("unknown argument '" + a + "' (see --help)");
+    // The trainer's --config and --set, read by its own reader; what is left is the tool's.
+    const ConfigArgs args = read_config_args(argc, argv);
+    int ranks = 0;
+    bool by_rank = false;
+    for (size_t i = 0; i < args.rest.size(); ++i) {
+      const std::string& a = args.rest[i];
+      if (a == "--by-rank") {
+        by_rank = true;
+      } else if (a == "--ranks") {
+        require(i + 1 < args.rest.size(), "--ranks needs a value: --ranks N");
+        ranks = positive_int_option(a, args.rest[++i]);
+      } else {
+        fail("unknown argument '" + a + "' (see --help)");
+      }
     }
     Config cfg;
-    if (!config_file.empty()) apply_json_file(cfg, config_file);
-    for (const std::string& o : overrides) apply_override(cfg, o);
+    apply_config_args(cfg, args);
     // The plan reads no file: the sample's tokenizer and the eval's choices are checked by
     // the run that uses them, and the model copies they make are not in the plan.
     cfg.sample_tokens = 0, cfg.tokenizer = "bytes", cfg.eval_choices.clear(), cfg.eval_choices_limit = 0;

@@ -474,7 +474,25 @@ TEST_CASE("files that cannot be read or parsed are errors naming the file") {
     REQUIRE_THROWS_WITH(parse(cfg, {"--set"}), Contains("--set"));
     std::string path = write_file("empty_object.json", "{}");
     REQUIRE_THROWS_WITH(parse(cfg, {"--config", path, "--config", path}), Contains("twice"));
+    REQUIRE_THROWS_WITH(parse(cfg, {"--config="}), Contains("--config needs a file name"));
   }
+}
+
+TEST_CASE("read_config_args: a tool's own options pass through, the config's are read as parse_args reads them") {
+  const std::string path = write_file("tool.json", R"({"n_layer": 4, "steps": 50})");
+  std::vector<std::string> words = {"tool", "--ranks", "8", "--set", "steps=7", "--config", path, "n_layer=6",
+                                    "--by-rank"};
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  const gpt::ConfigArgs args = gpt::read_config_args(int(argv.size()), argv.data());
+  CHECK(args.config_file == path);
+  CHECK(args.overrides == std::vector<std::string>{"steps=7", "n_layer=6"});
+  CHECK(args.rest == std::vector<std::string>{"--ranks", "8", "--by-rank"});
+  Config cfg;
+  gpt::apply_config_args(cfg, args);
+  CHECK(cfg.steps == 7);              // the override, though written before --config
+  CHECK(cfg.model.n_layer == 6);      // the file's 4, overridden
+  CHECK(cfg.lr == Config{}.lr);       // untouched
 }
 
 TEST_CASE("config_to_json round-trips through apply_json_text to an equal config") {
