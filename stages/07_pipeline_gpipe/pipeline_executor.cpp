@@ -196,7 +196,8 @@ std::vector<double> PipelineExecutor<A>::run(const PipeSchedule& schedule, int m
         wait_sends(a.chunk, micro_slot, true);
         // A backward gives the slot's blocks back to a shared pool (ModelSlice::block_pool),
         // where another chunk's forward may write them: the send of the output they hold,
-        // long received (its gradient came back), is done first.
+        // long received (its gradient came back), is done first. Without a pool the wait
+        // only finds that send done; it stays unconditional, so no schedule can skip it.
         if (a.op == PipeOp::Backward) wait_sends(a.chunk, micro_slot, false);
         const auto t0 = clock::now();
         if (a.op == PipeOp::Backward) {

@@ -126,7 +126,9 @@ MemoryLedger with_activations(MemoryLedger formula, const std::vector<const GPT2
     bytes += activation_memory(c->model(), shape);
   }
   // The block pool the chunks share: as many sets as the schedule keeps micro-batches in
-  // flight on the rank, each of the most layers a chunk runs (model_chunks.cpp).
+  // flight on the rank, each of the most layers a chunk runs (model_chunks.cpp). The depth
+  // comes from the chunks' layers, not from pool->layers(): the formula says what the pool
+  // should hold, and a pool made deeper than that then shows as a difference.
   if (const BlockPool<A>* pool = chunks.front()->slice().block_pool) {
     int most_layers = 0;
     for (const GPT2<A>* c : chunks)

@@ -11,6 +11,12 @@
 
 namespace gpt {
 
+std::vector<LayerRange> rank_chunk_layers(int n_layer, int p, int v, int r) {
+  std::vector<LayerRange> layers;
+  for (int c = 0; c < v; ++c) layers.push_back(stage_layers(n_layer, v * p, c * p + r));
+  return layers;
+}
+
 BlockPoolShape block_pool_shape(const PipeSchedule& schedule, const std::vector<LayerRange>& chunk_layers,
                                 Recompute recompute) {
   BlockPoolShape pool;
@@ -34,8 +40,7 @@ std::vector<ModelChunk<A>> make_model_chunks(const Config& cfg, const ParamLayou
   const int p = pp.size(), v = cfg.virtual_stages, stages = p * v;
   const RankLayout tp_slice = RankLayout::tensor_parallel(global, tp.size(), tp.rank());
   std::vector<ModelChunk<A>> chunks(static_cast<size_t>(v));
-  std::vector<LayerRange> chunk_layers;
-  for (int c = 0; c < v; ++c) chunk_layers.push_back(stage_layers(cfg.model.n_layer, stages, c * p + pp.rank()));
+  const std::vector<LayerRange> chunk_layers = rank_chunk_layers(cfg.model.n_layer, p, v, pp.rank());
   const BlockPoolShape pool = block_pool_shape(schedule, chunk_layers, slice.recompute);
   std::shared_ptr<BlockPool<A>> block_pool;
   if (pool.sets > 0)
@@ -44,7 +49,7 @@ std::vector<ModelChunk<A>> make_model_chunks(const Config& cfg, const ParamLayou
   for (int c = 0; c < v; ++c) {
     ModelChunk<A>& k = chunks[size_t(c)];
     const int stage = c * p + pp.rank();
-    const LayerRange layers = stage_layers(cfg.model.n_layer, stages, stage);
+    const LayerRange layers = chunk_layers[size_t(c)];
     k.block_pool = block_pool;
     ModelSlice<A> chunk_slice = slice;
     chunk_slice.block_pool = block_pool.get();

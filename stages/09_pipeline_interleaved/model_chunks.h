@@ -53,6 +53,10 @@ struct ModelChunk {
   std::unique_ptr<TiedEmbeddingGrads<A>> tied;
 };
 
+// The layers of each of pp rank r's v chunks, over p ranks: chunk c runs virtual stage
+// c p + r of v p, stage_layers(n_layer, v p, c p + r).
+std::vector<LayerRange> rank_chunk_layers(int n_layer, int p, int v, int r);
+
 // The block pool a rank's chunks share (common/block_pool.h), for chunks running
 // `chunk_layers` under `schedule`: one set per micro-batch the rank keeps in flight at once
 // (max_in_flight over all chunks), each of the most layers a chunk runs; none (sets 0)

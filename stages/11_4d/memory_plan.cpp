@@ -50,8 +50,7 @@ RankPlan plan_rank(const Config& cfg, const MeshShape& shape, int world_rank) {
   act.split_backward = splits_backward(schedule);
   act.own_working_set = false;  // one for the rank, below
   // With several chunks the blocks' activations may come from one pool (model_chunks.h).
-  std::vector<LayerRange> chunk_layers;
-  for (int c = 0; c < v; ++c) chunk_layers.push_back(stage_layers(cfg.model.n_layer, v * p, c * p + r));
+  const std::vector<LayerRange> chunk_layers = rank_chunk_layers(cfg.model.n_layer, p, v, r);
   const BlockPoolShape pool = block_pool_shape(schedule, chunk_layers, act.recompute);
   act.pooled_blocks = pool.sets > 0;
   plan.block_pool_sets = pool.sets;

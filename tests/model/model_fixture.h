@@ -24,15 +24,26 @@ inline ModelConfig tiny_model() {
 
 constexpr int kBatch = 2, kSeqLen = 16, kInFlight = 2;
 
-// The layers `layers` of model m on the CPU (B = kBatch sequences of kSeqLen tokens,
-// kInFlight micro-batches in flight), with the backward split in two or the activations
-// recomputed as asked.
+// How a pipeline stage of one tp rank holds the layers `layers`: kInFlight micro-batches
+// in flight, the backward split in two or the activations recomputed as asked.
+template <class A>
+ModelSlice<A> stage_slice(LayerRange layers, Recompute recompute, bool split_backward = false) {
+  ModelSlice<A> slice{1, 0, false, nullptr, {}, layers, kInFlight, split_backward};
+  slice.recompute = recompute;
+  return slice;
+}
+
+// Model m's stage of `slice` on the CPU, B = kBatch sequences of kSeqLen tokens.
+template <class A>
+GPT2<A> stage_of(const ModelConfig& m, const ModelSlice<A>& slice, Precision precision = Precision::FP32) {
+  return GPT2<A>(m, kBatch, kSeqLen, Device::CPU, precision, true, slice);
+}
+
+// The layers `layers` of model m on the CPU (stage_slice, stage_of).
 template <class A>
 GPT2<A> make_stage(const ModelConfig& m, LayerRange layers, Precision precision, bool split_backward,
                    Recompute recompute) {
-  ModelSlice<A> slice{1, 0, false, nullptr, {}, layers, kInFlight, split_backward};
-  slice.recompute = recompute;
-  return GPT2<A>(m, kBatch, kSeqLen, Device::CPU, precision, true, slice);
+  return stage_of<A>(m, stage_slice<A>(layers, recompute, split_backward), precision);
 }
 
 // The initial weights of `seed` for model m, in the master type of A's model (float, or

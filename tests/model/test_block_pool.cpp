@@ -17,6 +17,8 @@ using gpt::test::kInFlight;
 using gpt::test::kSeqLen;
 using gpt::test::Rng;
 using gpt::test::same_bits;
+using gpt::test::stage_of;
+using gpt::test::stage_slice;
 using gpt::test::tiny_model;
 using gpt::test::two_stage_run;
 
@@ -27,8 +29,7 @@ TEST_CASE("model: a rank's chunks can share one pool of block activations", "[mo
   const ModelConfig m = tiny_model();
   for (const Recompute mode : {Recompute::None, Recompute::Selective}) {
     INFO(recompute_name(mode));
-    ModelSlice<float> first_slice{1, 0, false, nullptr, {}, LayerRange{0, 2}, kInFlight, false};
-    first_slice.recompute = mode;
+    ModelSlice<float> first_slice = stage_slice<float>(LayerRange{0, 2}, mode);
     BlockActivations<float> working;
     if (mode != Recompute::None) {
       working = GPT2<float>::working_block_for(m, kBatch, kSeqLen, Device::CPU, first_slice);
@@ -36,9 +37,7 @@ TEST_CASE("model: a rank's chunks can share one pool of block activations", "[mo
     }
     ModelSlice<float> last_slice = first_slice;
     last_slice.layers = LayerRange{2, 3};
-    auto make_chunk = [&](const ModelSlice<float>& slice) {
-      return GPT2<float>(m, kBatch, kSeqLen, Device::CPU, Precision::FP32, true, slice);
-    };
+    auto make_chunk = [&](const ModelSlice<float>& slice) { return stage_of(m, slice); };
     GPT2<float> own_first = make_chunk(first_slice), own_last = make_chunk(last_slice);
     // As many sets as micro-batches in flight on the rank at once, of the most layers a chunk runs.
     BlockPool<float> pool = GPT2<float>::block_pool_for(m, kBatch, kSeqLen, Device::CPU, first_slice, 2 * kInFlight, 2);
@@ -80,8 +79,7 @@ TEST_CASE("model: a rank's chunks can share one pool of block activations", "[mo
     REQUIRE_THROWS_WITH(make_chunk(first_slice), Catch::Contains("not the one this model's slice needs"));
   }
   // Full recompute keeps no block's activations: no pool for it.
-  ModelSlice<float> full{1, 0, false, nullptr, {}, LayerRange{0, 2}, kInFlight, false};
-  full.recompute = Recompute::Full;
+  const ModelSlice<float> full = stage_slice<float>(LayerRange{0, 2}, Recompute::Full);
   REQUIRE_THROWS_WITH(GPT2<float>::block_pool_for(m, kBatch, kSeqLen, Device::CPU, full, 1, 2),
                       Catch::Contains("full recompute"));
 }

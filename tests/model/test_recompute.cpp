@@ -28,6 +28,8 @@
 using namespace gpt;
 using gpt::test::Rng;
 using gpt::test::same_bits;
+using gpt::test::stage_of;
+using gpt::test::stage_slice;
 using gpt::test::stored;
 using gpt::test::tiny_model;
 using gpt::test::two_stage_run;
@@ -278,13 +280,10 @@ TEST_CASE("model: pipeline stages can share one recompute working set", "[model]
   const ModelConfig m = tiny_model();
   for (const Recompute mode : {Recompute::Full, Recompute::Selective}) {
     INFO(recompute_name(mode));
-    ModelSlice<float> first_slice{1, 0, false, nullptr, {}, LayerRange{0, 2}, kInFlight, false};
-    first_slice.recompute = mode;
+    ModelSlice<float> first_slice = stage_slice<float>(LayerRange{0, 2}, mode);
     ModelSlice<float> last_slice = first_slice;
     last_slice.layers = LayerRange{2, 3};
-    auto make_stage = [&](const ModelSlice<float>& slice) {
-      return GPT2<float>(m, kBatch, kSeqLen, Device::CPU, Precision::FP32, true, slice);
-    };
+    auto make_stage = [&](const ModelSlice<float>& slice) { return stage_of(m, slice); };
     GPT2<float> own_first = make_stage(first_slice), own_last = make_stage(last_slice);
     BlockActivations<float> shared = GPT2<float>::working_block_for(m, kBatch, kSeqLen, Device::CPU, first_slice);
     first_slice.working_block = last_slice.working_block = &shared;
