@@ -454,6 +454,35 @@ void require_memory_for_logits(const Config& cfg) {
   }
 }
 
+// Whatever the machine (memory_plan plans for others): a rank's byte counts are size_t
+// and int64 sums, which a model of absurd size would wrap, printing small figures for a
+// model no machine holds. So a coarse upper bound of any rank's state, taken in double,
+// must stay below 2^60 bytes (1 EiB; far below where int64 wraps, far above any machine):
+//   weights + gradients + moments   <= 32 bytes (fp64, AdamW) x parameters
+//   activations                     <= m micro-batches in flight x rows x 8 bytes x
+//                                      (n_layer (32 C + 2 n_head T) + 4 V)
+// (a block keeps under 32 C values a row and at most n_head T attention probabilities;
+// the head its logits and their gradient, V each; m = grad_accum with dp 1, GPipe's most).
+void require_countable_sizes(const Config& cfg) {
+  const ModelConfig& m = cfg.model;
+  constexpr double kLimit = 1152921504606846976.0;  // 2^60
+  const double params = gpt2_param_count(m, m.padded_vocab());
+  const double rows = double(cfg.micro_batch_size) * cfg.seq_len;
+  const double micro_batches = double(cfg.batch_size) / cfg.micro_batch_size;
+  const double per_row = double(m.n_layer) * (32.0 * m.n_embd + 2.0 * m.n_head * cfg.seq_len) +
+                         4.0 * double(m.padded_vocab());
+  const double bytes = 32 * params + micro_batches * rows * 8 * per_row;
+  if (bytes >= kLimit) {
+    char text[320];
+    std::snprintf(text, sizeof text,
+                  "%.3g parameters, %d layers of width %d, %d x %d tokens a micro-batch: the training state of "
+                  "one rank could reach %.3g bytes, past 2^60 (1 EiB), where this program's byte counts are no "
+                  "longer safe from overflow",
+                  params, m.n_layer, m.n_embd, cfg.micro_batch_size, cfg.seq_len, bytes);
+    fail(std::string("the model is too large to plan or run: ") + text);
+  }
+}
+
 // The sample is decoded by the tokenizer, so every id the model can emit must be one of
 // its tokens (a larger vocabulary would print garbage after a whole training run), and
 // the ids the sample starts from must be the model's. A bad tokenizer file fails here,
@@ -768,6 +797,7 @@ void validate(const Config& cfg, int dp, bool this_machine) {
          " is not a multiple of micro_batch_size * dp = " + std::to_string(cfg.micro_batch_size) +
          " * " + std::to_string(dp) + " = " + std::to_string(per_micro_step) +
          " (batch_size = micro_batch_size * grad_accum * dp, with a whole grad_accum >= 1)");
+  require_countable_sizes(cfg);  // the model shape and the batch checked above
   if (this_machine) require_memory_for_logits(cfg);
 
   // Optimisation.

@@ -2,7 +2,7 @@
 // weights, gradients, optimizer state and activations by the formulas the trainer prints
 // beside its allocations (memory_plan.h), for the trainer's config and keys.
 //
-//   memory_plan [--config FILE] [--set key=value]... [--ranks N] [--by-rank]
+//   memory_plan [--config FILE] [--set key=value]... [--ranks N] [--by-rank]   (--ranks=N too)
 //
 // The keys are the trainer's (--config FILE, --set key=value or key=value, as it reads
 // them), checked as it checks them but for the files a run reads and this machine's memory.
@@ -68,9 +68,11 @@ int main(int argc, char** argv) {
       const std::string& a = args.rest[i];
       if (a == "--by-rank") {
         by_rank = true;
-      } else if (a == "--ranks") {
-        require(i + 1 < args.rest.size(), "--ranks needs a value: --ranks N");
-        ranks = positive_int_option(a, args.rest[++i]);
+      } else if (a == "--ranks" || a.starts_with("--ranks=")) {
+        require(ranks == 0, "--ranks given twice; give the job's ranks once");
+        if (a == "--ranks") require(i + 1 < args.rest.size(), "--ranks needs a value: --ranks N");
+        const std::string value = a == "--ranks" ? args.rest[++i] : a.substr(std::string("--ranks=").size());
+        ranks = positive_int_option("--ranks", value);
       } else {
         fail("unknown argument '" + a + "' (see --help)");
       }

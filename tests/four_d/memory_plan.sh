@@ -22,7 +22,7 @@ judge() {
   local name=$1 np=$2 sets=() kv
   shift 2
   for kv in "$@"; do sets+=(--set "$kv"); done
-  "$PLAN" $(tiny_args "$WORK/data" "$WORK/$name") --ranks "$np" "${sets[@]}" --by-rank > "$WORK/$name.plan" ||
+  "$PLAN" $(tiny_args "$WORK/data" "$WORK/$name") --ranks="$np" "${sets[@]}" --by-rank > "$WORK/$name.plan" ||
     { cat "$WORK/$name.plan"; return 1; }
   /usr/bin/python3 - "$WORK/$name.log" "$WORK/$name.plan" << 'PY'
 import re, sys
@@ -97,6 +97,9 @@ refused "n_layer=2 is less than pp=3" --set pp=3
 refused "activation_checkpointing=full with schedule=zb-h1" --set pp=2 --set schedule=zb-h1 \
   --set activation_checkpointing=full
 refused "unknown argument '--bogus'" --bogus
+refused "--ranks given twice" --set pp=2 --ranks 2 --ranks=4
+# A model of absurd width: its byte counts would wrap (size_t), so no plan is printed.
+refused "past 2^60 (1 EiB)" --set n_embd=700000000 --set n_head=1
 refused "tp=0" --set tp=0
 refused "allreduce=backend: stage 11_4d does not read the key" --set allreduce=backend
 # A plan is for other machines too: a micro-batch whose logits alone (1.7 TB) exceed this
