@@ -66,7 +66,7 @@ void agree(Communicator& comm, const Outcome& mine) {
   broadcast_string(comm, message, origin);
   message = "rank " + std::to_string(origin) + ": " + message;
   switch (ErrorKind(int(*first))) {
-    case ErrorKind::User: fail(message);
+    case ErrorKind::User: throw AgreedError(message, comm.size());
     case ErrorKind::InvalidArgument: throw std::invalid_argument(message);
     default: throw std::runtime_error(message);
   }

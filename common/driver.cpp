@@ -103,7 +103,8 @@ struct JobRefused : std::runtime_error {
 
 // An error on one rank must not leave the others blocked in a collective: the failing
 // rank prints its message (naming itself) and aborts the whole job with the error's
-// status; with one rank the error propagates to run_main, which does the same.
+// status; with one rank the error propagates to run_main, which does the same. Errors the
+// ranks have agreed on (JobRefused, and an AgreedError of the whole job) need no abort.
 template <class F>
 int abort_job_on_error(Communicator& world, F&& body) {
   try {
@@ -112,6 +113,13 @@ int abort_job_on_error(Communicator& world, F&& body) {
     return 2;
   } catch (const std::exception& e) {
     if (world.size() == 1) throw;
+    // Bad input every rank of the job found together (a checkpoint read or written by all
+    // of them): said once, and each rank returns. A smaller group's ends in the abort below.
+    if (const auto* agreed = dynamic_cast<const AgreedError*>(&e); agreed && agreed->ranks == world.size()) {
+      if (world.rank() == 0) std::fprintf(stderr, "train: error: %s\n", e.what());
+      std::fflush(stderr);
+      return 2;
+    }
     const bool user = dynamic_cast<const UserError*>(&e) != nullptr;
     // A collective step's error names the rank it came from ("rank 0: ..."): on that rank
     // itself the name is said once, in the prefix.

@@ -23,6 +23,14 @@ struct UserError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A UserError that every rank of a group of `ranks` throws together, after a collective
+/// has told each of them that one failed (checkpoint_agree.cpp): where the group is the
+/// whole job, no rank is left waiting in a collective, so the job can end without an abort.
+struct AgreedError : UserError {
+  AgreedError(const std::string& message, int group_size) : UserError(message), ranks(group_size) {}
+  int ranks;  ///< the group that agreed
+};
+
 /// Throws a UserError carrying `message` (name the file, key or value and the reason).
 [[noreturn]] inline void fail(const std::string& message) { throw UserError(message); }
 

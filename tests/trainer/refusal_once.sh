@@ -4,8 +4,10 @@
 # shape validate() refuses (n_head=5), limits of the stage's own technique (StageSpec::checks:
 # pp=4 stages for 2 layers, an unknown schedule, full recompute with a schedule that splits
 # its backwards), a train_data file that does not exist, a val_data glob that matches
-# nothing and a token beyond vocab_size in train_data: exit 2, the message on one line
-# without a rank, and no Open MPI abort banner (the ranks return; none is aborted). Where the ranks differ
+# nothing, a token beyond vocab_size in train_data, a checkpoint of another model shape to
+# resume and a disk that fails a checkpoint's write mid-run: exit 2, the message on one line
+# (without a rank, but for a checkpoint's, which names the rank that found it), and no Open
+# MPI abort banner (the ranks return; none is aborted). Where the ranks differ
 # (mpirun's MPMD form hands rank 3 threads=-1, the one key ranks may set apart), the rank
 # that refused names itself, the others say nothing, and the job still ends with 2; also
 # where rank 3 alone refuses a key before MPI starts (the ranks then join a plain MPI world
@@ -63,6 +65,27 @@ status=0
 timeout 120 "$MPIEXEC" --oversubscribe -np 3 $(args) : -np 1 $(args --set bogus_key=1) > "$WORK/one_rank_early.log" \
   2>&1 || status=$?
 said one_rank_early "$status" "train: rank 3: error: --set bogus_key=1: unknown key"
+# Found by every rank together in a checkpoint they read or write as one (checkpoint_agree.cpp):
+# said once, by rank 0 naming the rank that found it, and no abort. A checkpoint of another
+# model shape to resume; then a disk that refuses the next checkpoint's files (a file size
+# limit, as a full disk: the ranks ignore SIGXFSZ, so a write fails with EFBIG) after a
+# step has trained: the checkpoint before it stays as it was, and resumes.
+[ "$(run4 first_checkpoint pp=2)" -eq 0 ] ||
+  { fail "first_checkpoint: the run failed"; tail -5 "$WORK/first_checkpoint.log"; }
+said resume_shape "$(run4 resume_shape pp=2 n_layer=4 "resume=$WORK/run/step_00000001")" \
+  "train: error: rank 0: checkpoint of another model shape: n_layer is 2"
+cp -r "$WORK/run/step_00000001" "$WORK/kept"
+status=0
+# The shared-memory transport would map its segments as files under the limit: TCP instead.
+timeout 120 "$MPIEXEC" -np 4 --oversubscribe --mca btl self,tcp bash -c \
+  "trap '' XFSZ; ulimit -f 100; exec $(args --set pp=2 --set steps=3 --set resume=latest --set checkpoint_every=1)" \
+  > "$WORK/disk_full.log" 2>&1 || status=$?
+said disk_full "$status" "train: error: rank 0: cannot size $WORK/run/step_00000002.tmp/param.bin: File too large"
+if diff -r "$WORK/kept" "$WORK/run/step_00000001" > /dev/null && ! ls -d "$WORK/run/step_00000002"* 2> /dev/null &&
+  [ "$(run4 after_disk_full pp=2 steps=2 resume=latest)" -eq 0 ] &&
+  grep -q "resumed from $WORK/run/step_00000001 at step 1" "$WORK/after_disk_full.log"; then
+  echo "ok   disk_full: step 1's checkpoint is unchanged, no part of step 2's is left, and it resumes"
+else fail "disk_full: the checkpoint before the failed save was changed or does not resume"; fi
 # Controls: the check must reject the refusal said twice, said once beside another rank's
 # line, and said once before an abort banner.
 needle="train: error: tp=1 x pp=3"
