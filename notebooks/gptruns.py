@@ -196,7 +196,7 @@ def pipeline_report(run):
     for m in re.finditer(r"^rank (\d+) \(pipeline rank (\d+) of \d+\): "
                          r"(?:micro-batches|chunk activations) in flight (\d+) "
                          r"\(schedule's bound (\d+)\), activations ([\d.]+) MiB "
-                         r"\((\d+) slots(?:: [\d +]+ by chunk)?(?:, blocks' activations in (\d+) shared sets)?\), "
+                         r"\((\d+) slots?(?:: [\d +]+ by chunk)?(?:, blocks' activations in (\d+) shared sets)?\), "
                          r"peak memory ([\d.]+) MiB(?:\n  memory peaks .* activations (\d+) \|)?", text, re.M):
         ranks[int(m[1])] = {"pp_rank": int(m[2]), "in_flight": int(m[3]), "bound": int(m[4]),
                             "activations_mib": float(m[5]), "slots": int(m[6]),

@@ -5,6 +5,10 @@ tests/cp/ring_traffic.sh) and the notebooks (notebooks/gptruns.py) share.
     KIND communication in step N, rank 0 (counted | formula, README):
       NAME   CALLS | CALLS calls   BYTES | BYTES bytes
 
+KIND may name its group after it in parentheses, "data-parallel (dp x cp)" where the
+gradients are reduced over the context-parallel ranks too (stages 10, 11); it is read as
+KIND alone.
+
 The table ends at the first line that does not start with two spaces; it is empty where the
 step moved nothing (a group of one). The pipeline stages (07-11) add a line per rank, all
 operations together, after rank 0's table (pipeline_report.h, print_traffic_by_rank):
@@ -16,6 +20,7 @@ import re
 import sys
 
 ROW = re.compile(r"\s+(\w+)\s+(\d+) \|\s+(\d+) calls\s+(\d+) \|\s+(\d+) bytes$")
+GROUP = r"(?: \([^)]*\))?"  # the group a kind may name after it
 RANK_ROW = re.compile(r"  rank (\d+): (\d+) \| (\d+) calls  (\d+) \| (\d+) bytes$")
 
 
@@ -38,7 +43,7 @@ def _block(text, header, row, what, where):
 def read_comm_table(text, kind, where):
     """{operation: {"calls", "formula_calls", "bytes", "formula_bytes"}} of KIND's table in
     `text`; ValueError naming `where` when there is none or a row cannot be read."""
-    header = re.escape(kind) + r" communication in step \d+, rank 0 \(counted \| formula, README\):"
+    header = re.escape(kind) + GROUP + r" communication in step \d+, rank 0 \(counted \| formula, README\):"
     return {name: {"calls": calls, "formula_calls": formula_calls, "bytes": nbytes, "formula_bytes": formula_bytes}
             for name, calls, formula_calls, nbytes, formula_bytes
             in _block(text, header, ROW, f"{kind} communication table", where)}
@@ -61,6 +66,6 @@ def counted_rows(text, kind, where):
 def read_by_rank(text, kind, where):
     """{rank: (calls, formula_calls, bytes, formula_bytes)} of KIND's lines by rank in `text`;
     ValueError naming `where` when there are none or a line cannot be read."""
-    header = re.escape(kind) + r" communication in step \d+ by rank, all operations \(counted \| formula\):"
+    header = re.escape(kind) + GROUP + r" communication in step \d+ by rank, all operations \(counted \| formula\):"
     return {int(rank): tuple(counts)
             for rank, *counts in _block(text, header, RANK_ROW, f"{kind} communication lines by rank", where)}

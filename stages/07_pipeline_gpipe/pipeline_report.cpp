@@ -89,8 +89,9 @@ std::string in_flight_line(int world_rank, int pp_rank, int pp, int expected, in
   char head[192], tail[64];
   std::snprintf(head, sizeof head,
                 "rank %d (pipeline rank %d of %d): %s in flight %d (schedule's bound %d), "
-                "activations %.2f MiB (%d slots",
-                world_rank, pp_rank, pp, what, measured, expected, double(bytes) / (1 << 20), slots);
+                "activations %.2f MiB (%d slot%s",
+                world_rank, pp_rank, pp, what, measured, expected, double(bytes) / (1 << 20), slots,
+                slots == 1 ? "" : "s");
   std::snprintf(tail, sizeof tail, "), peak memory %.2f MiB\n", double(mem.total()) / (1 << 20));
   return head + by_chunk + tail;
 }

@@ -169,8 +169,8 @@ int train_on(Run& run) {
                     comm_table(tp_step, tp_step_traffic(tp_step_of(cfg, tp.size(), int64_t(B) * Tl, accum),
                                                         model.layout())).c_str());
       if (grad_group.size() > 1)
-        std::printf("data-parallel communication in step %lld, rank 0 (counted | formula, README):\n%s",
-                    static_cast<long long>(state.step),
+        std::printf("data-parallel%s communication in step %lld, rank 0 (counted | formula, README):\n%s",
+                    cp.size() > 1 ? " (dp x cp)" : "", static_cast<long long>(state.step),
                     comm_table(zero.step_counted(), zero.step_traffic(accum)).c_str());
     }
     log_step(run, log, state.step, loss, lr, norm, ms, mem);

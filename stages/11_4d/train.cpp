@@ -145,9 +145,10 @@ int train_on(Run& run) {
 
   if (lead) {
     const std::string recompute_note = recompute == Recompute::None ? "" : ", " + cfg.activation_checkpointing + " recompute";
-    // An axis of 1 is named without the details of its technique.
+    // An axis of 1 is named without the details of its technique (a split backward changes even one stage's).
     const std::string chunk_count = std::to_string(v) + (v == 1 ? " chunk" : " chunks");
-    const std::string pp_note = pp.size() == 1 ? "" : " (" + schedule_name + ", " + chunk_count + " per rank)";
+    const std::string pp_note = pp.size() == 1 && !splits_backward(schedule)
+                                    ? "" : " (" + schedule_name + ", " + chunk_count + " per rank)";
     const std::string cp_note = cp.size() == 1 ? "" : " (" + cfg.cp_split + " split, " + std::to_string(Tl) +
                                                            " tokens of " + std::to_string(T) + " per rank)";
     std::printf("stage 11 | dp %d x pp %d%s x cp %d%s x tp %d%s (%s), zero=%d%s | device %s | %s | %d threads per rank | %.2fM parameters, %.2fM in this rank's part\n",
@@ -240,7 +241,8 @@ int train_on(Run& run) {
                                  dtype_of<A>(), recompute == Recompute::Full ? 2 : 1);
       if (cp.size() > 1) print_traffic_by_rank(run.world, "context-parallel", state.step, cp_step, ring_formula);
       if (grad_group.size() > 1)
-        print_traffic_by_rank(run.world, "data-parallel", state.step, chunks_dp_counted(chunks),
+        print_traffic_by_rank(run.world, cp.size() > 1 ? "data-parallel (dp x cp)" : "data-parallel", state.step,
+                              chunks_dp_counted(chunks),
                               chunks_dp_traffic(chunks, schedule, accum));
     }
     log_step(run, log, state.step, loss, lr, norm, ms, mem);

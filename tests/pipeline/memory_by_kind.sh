@@ -70,7 +70,7 @@ Vp = -(-V // 128) * 128
 block = 12 * C * C // tp + 7 * C // tp + 6 * C
 text = open(log_path).read()
 LINE = (r"^rank (\d+) \(pipeline rank .*\(schedule's bound (\d+)\).*"
-        r"\((\d+) slots(?:: ([\d +]+) by chunk)?(?:, blocks' activations in (\d+) shared sets)?\).*\n"
+        r"\((\d+) slots?(?:: ([\d +]+) by chunk)?(?:, blocks' activations in (\d+) shared sets)?\).*\n"
         r"  memory peaks \(allocated \| formula\):(.*); buffers \d+.* bytes$")
 found, slots, bounds = {}, {}, {}
 sp, recompute, zb = o.get("sp", 0), o.get("recompute", 0), o.get("zb", 0)
