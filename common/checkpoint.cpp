@@ -603,6 +603,16 @@ CheckpointState load_checkpoint(const std::string& path, const ParamLayout& layo
   return state;
 }
 
+std::string save_checkpoint_by_lead(Communicator& comm, const std::string& run_dir, const Config& cfg,
+                                    const ParamLayout& layout, const CheckpointState& state,
+                                    const std::vector<CheckpointBuffer>& buffers) {
+  std::string path;
+  agree(comm, attempt([&] {
+    if (comm.rank() == 0) path = save_checkpoint(run_dir, cfg, layout, state, buffers);
+  }));
+  return path;
+}
+
 CheckpointState load_checkpoint_sharded(Communicator& comm, const std::string& path, const ParamLayout& layout,
                                         const std::vector<CheckpointBuffer>& buffers) {
   CheckpointState state;

@@ -155,6 +155,14 @@ std::string save_checkpoint(const std::string& run_dir, const Config& cfg,
                             const ParamLayout& layout, const CheckpointState& state,
                             const std::vector<CheckpointBuffer>& buffers);
 
+/// save_checkpoint by rank 0 of `comm` alone, whose ranks all hold the whole layout (data
+/// parallelism's replicas), as one collective: rank 0's error (a disk full) is thrown on
+/// every rank ("rank 0: ..."), so none waits for it in the next collective. Returns the
+/// path on rank 0, "" elsewhere.
+std::string save_checkpoint_by_lead(Communicator& comm, const std::string& run_dir, const Config& cfg,
+                                    const ParamLayout& layout, const CheckpointState& state,
+                                    const std::vector<CheckpointBuffer>& buffers);
+
 /// The same checkpoint, written together by every rank of `comm` (ZeRO: each rank
 /// holds only its shard). Collective: every rank calls it, with the same run_dir, step
 /// and kinds (in the same order), each with its own slice; for each kind the ranks'

@@ -156,6 +156,11 @@ ResumeSource resume_source(const Config& cfg) {
     try {  // each way the checkpoint is not one, said of the key that named it
       r.manifest = read_manifest(r.path);  // a .tmp directory (a save in progress) refused by name
       r.start = checkpoint_step(r.manifest, r.path);
+      // The model's shape, as loading checks it, but before anything else is said of the
+      // run (a manifest of another format or version is left to the loader, which names it).
+      const json& m = r.manifest;
+      if (m.contains("format") && m["format"] == kFormat && m.contains("version") && m["version"] == kVersion)
+        check_model(m, cfg.model, (fs::path(r.path) / "manifest.json").string());
       int64_t named = 0;
       bool moved_aside = false;
       fs::path dir = fs::path(r.path).lexically_normal();

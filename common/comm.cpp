@@ -155,16 +155,20 @@ void agree_on_device(Communicator& world, Device device) {
        "must run on the same kind; set device=cpu, or device=cuda with a GPU on every node");
 }
 
-std::unique_ptr<Communicator> make_world(int* argc, char*** argv, const CommOptions& options) {
+void check_comm_options(const CommOptions& options) {
   const std::string& b = options.backend;
   if (b != "auto" && b != "mpi" && b != "nccl") fail("comm: '" + b + "' is not a backend (auto, mpi or nccl)");
   if (!(options.timeout_s > 0)) fail("comm_timeout_s: must be positive, not " + format_seconds(options.timeout_s));
-
-  const bool cuda = options.device == Device::CUDA;
   if (b == "nccl") {
     if (!nccl_missing_reason().empty()) no_nccl(nccl_missing_reason());
-    if (!cuda) no_nccl(kNcclNeedsGpu);
+    if (options.device != Device::CUDA) no_nccl(kNcclNeedsGpu);
   }
+}
+
+std::unique_ptr<Communicator> make_world(int* argc, char*** argv, const CommOptions& options) {
+  check_comm_options(options);
+  const std::string& b = options.backend;
+  const bool cuda = options.device == Device::CUDA;
 #ifndef GPT_HAVE_MPI
   if (b == "mpi") fail("comm=mpi: this build has no MPI (install libopenmpi-dev and reconfigure with GPT_MPI=AUTO or ON)");
   // Without MPI, N processes started by mpirun would each train alone, as N unrelated

@@ -204,6 +204,10 @@ struct CommOptions {
 /// The world communicator of this process. With MPI absent from the build, or a job
 /// not started by mpirun, the world is this process alone (size 1). Call once.
 std::unique_ptr<Communicator> make_world(int* argc, char*** argv, const CommOptions& options);
+/// make_world's checks of `options` that need no other rank (the backend's name, the
+/// timeout, NCCL in this build and on this device): a UserError naming the key. A
+/// launcher's ranks run them before joining, to compare their refusals (stage_main).
+void check_comm_options(const CommOptions& options);
 
 /// Collective: every rank of `world` must run on the same kind of device. Each stage's
 /// collectives, and make_world's own, differ by device, so `device=auto` on nodes of which

@@ -179,14 +179,16 @@ void agree_on_checks(Communicator& world, const std::function<void()>& checks) {
 // wrapper script can hand the ranks different ones, and each rank would then silently
 // train another model, or wait for messages its peers never send (a timeout that blames a
 // lost peer). `threads` may differ (nodes with other core counts).
+// Both texts are compared after both broadcasts, so every rank takes part in each, and a
+// rank that refuses leaves none waiting (agree_on_checks says it once).
 void require_rank0_config(Communicator& world, const Config& cfg, const std::string& stage) {
   if (world.size() == 1) return;
   const std::string lead_stage = rank0_text(world, stage);
+  const std::string mine = config_to_json(cfg);
+  const std::string lead = rank0_text(world, mine);
   if (lead_stage != stage)
     fail("rank " + std::to_string(world.rank()) + " runs stage " + stage + ", rank 0 stage " + lead_stage +
          ": every rank of a job must run the same stage's trainer");
-  const std::string mine = config_to_json(cfg);
-  const std::string lead = rank0_text(world, mine);
   if (lead == mine) return;
   const nlohmann::json theirs = nlohmann::json::parse(lead), ours = nlohmann::json::parse(mine);
   std::string keys;
@@ -278,6 +280,7 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
               std::string("device=cuda: stage ") + spec.name +
                   " runs on CPU ranks only so far; use device=cpu (stage 01 trains on the GPU)");
       device = resolve_device(spec.cuda ? cfg.device : "cpu");
+      check_comm_options(CommOptions{cfg.comm, device, cfg.comm_timeout_s});  // refused by make_world otherwise
       ops::set_gemm(device, cfg.gemm);  // the GPU's matmuls: the hand-written GEMM or cuBLAS
       precision = parse_precision(cfg.precision);
       require(cfg.test_grad_scale == 1.0, std::string("test_grad_scale: stage ") + spec.name +
@@ -300,13 +303,14 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
     install_stop_handlers(/*announce=*/world->rank() == 0, /*terminal_signals=*/world->size() == 1);
     return abort_job_on_error(*world, [&] {
       agree_on_checks(*world, [&] { require(refused.empty(), refused); });
-      require_rank0_config(*world, cfg, spec.name);
+      agree_on_checks(*world, [&] { require_rank0_config(*world, cfg, spec.name); });
       MeshShape shape;
       agree_on_checks(*world, [&] {
         shape = mesh_shape_for(cfg, world->size());
         validate(cfg, shape.dp);
         if (spec.checks) spec.checks(cfg, shape);
         check_data_files(cfg);
+        resolve_resume(cfg);  // the checkpoint to resume: there, and of this model and data stream
       });
       if (world->rank() == 0) std::printf("%s%s", idle_key_notes(cfg, shape).c_str(), thread_notes_here().c_str());
       const ChoicesInTraining choices(cfg, world->rank(), world->size());
@@ -466,7 +470,7 @@ std::string write_checkpoint(Run& run, Communicator& dp, const RunCheckpoints& c
     for (const CheckpointBuffer& b : ckpt.buffers) local.push_back({b.kind, b.data});
     path = save_checkpoint_local(run.world, run.cfg.run_dir, run.cfg, *ckpt.local, state, local);
   } else if (ckpt.sharded) path = save_checkpoint_sharded(dp, run.cfg.run_dir, run.cfg, ckpt.layout, state, ckpt.buffers);
-  else if (run.lead()) path = save_checkpoint(run.cfg.run_dir, run.cfg, ckpt.layout, state, ckpt.buffers);
+  else path = save_checkpoint_by_lead(run.world, run.cfg.run_dir, run.cfg, ckpt.layout, state, ckpt.buffers);
   if (run.lead()) prune_checkpoints(run.cfg.run_dir, run.cfg.keep_checkpoints);
   run.world.barrier();  // no rank reads or writes the run directory before the checkpoint is complete
   return path;

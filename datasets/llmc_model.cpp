@@ -68,6 +68,9 @@ int import_model(const std::string& model_path, const std::string& run_dir) {
   gpt::Config cfg;  // the manifest records a config: the defaults, with the file's shape
   cfg.model = header.model;
   cfg.seq_len = std::min(cfg.seq_len, cfg.model.block_size);
+  // No training data: the default train_data, where the working directory has one, would
+  // put its token count in the data position, as if this checkpoint had read from it.
+  cfg.train_data.clear();
   gpt::CheckpointState state;
   state.step = 0;
   state.layout_json = "{\"imported_from\": \"llm.c model file, version " + std::to_string(header.version) + "\"}";

@@ -76,8 +76,8 @@ int train_on(Run& run) {
   if (resume.empty()) {
     layout.init_range(cfg.seed, 0, n_params, mirror.host("param"));
   } else {
-    state = load_checkpoint(resume, layout, ckpt.buffers);
-    std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
+    state = load_checkpoint_sharded(dp, resume, layout, ckpt.buffers);  // whole on each rank; any rank's error on all
+    if (lead) std::printf("resumed from %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
   }
   mirror.to_device();
   model.set_params(master.data());

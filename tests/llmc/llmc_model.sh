@@ -75,6 +75,14 @@ for v in 3 3noise 1 5; do
   else fail "version $v: loss $got, reference $want, error $err beyond 1e-9"; fi
 done
 cmp -s run3/step_00000000/param.bin run3noise/step_00000000/param.bin || fail "the padding noise reached the weights"
+# An import reads no training data: the default train_data, where it runs from a directory
+# that has one, is not recorded as the data position's (it would say the tokens were read).
+mkdir -p data/fortunes && cp data/train.bin data/fortunes/train.bin
+"$TOOL" import m3.bin run_here > /dev/null || fail "import beside a default train_data"
+if grep -q '"train_tokens"' run_here/step_00000000/manifest.json; then
+  fail "the import recorded the token count of the train_data in its directory"
+else echo "ok   an import records no train_data's token count"; fi
+rm -rf data/fortunes
 
 echo "== negative control: the attention projections transposed"
 "$TOOL" import m3t.bin run3t > /dev/null

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Every rank must run rank 0's configuration: mpirun's MPMD form hands two ranks of stage
 # 02 different learning rates, and the job must stop at once with exit 2, naming the
-# rank, the key and both values (before, the replicas trained apart in silence). Two
-# stages' trainers in one job (02 and 03, the same configuration) stop the same way,
-# naming both stages (before, they waited comm_timeout_s and blamed a lost peer). The
-# control: ranks that differ only in `threads` train.
+# rank, the key and both values (before, the replicas trained apart in silence), with no
+# abort: every rank takes part in the comparison, and returns. Two stages' trainers in
+# one job (02 and 03, the same configuration) stop the same way, naming both stages
+# (before, they waited comm_timeout_s and blamed a lost peer). The control: ranks that
+# differ only in `threads` train.
 # Usage: configs_differ.sh TRAIN02 PREPARE WORKDIR ROOT MPIEXEC TRAIN03
 set -euo pipefail
 TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5 TRAIN03=$6
@@ -20,6 +21,7 @@ status=0
 grep -q "rank 1's configuration differs from rank 0's: lr=0.002 (rank 0: 0.001)" "$WORK/differ.log" ||
   { echo "FAIL: the message does not name the rank, the key and both values"; cat "$WORK/differ.log"; exit 1; }
 ! grep -q "^step" "$WORK/differ.log" || { echo "FAIL: the ranks trained before refusing"; exit 1; }
+! grep -q "MPI_ABORT" "$WORK/differ.log" || { echo "FAIL: the job was aborted (the ranks compare, then return)"; exit 1; }
 echo "ok: $(grep -m1 "differs from rank 0" "$WORK/differ.log")"
 
 status=0
@@ -28,6 +30,7 @@ status=0
   { echo "FAIL: stages 02 and 03 in one job: exit $status, expected 2"; tail -5 "$WORK/stages.log"; exit 1; }
 grep -q "rank 1 runs stage 03_zero1, rank 0 stage 02_ddp" "$WORK/stages.log" ||
   { echo "FAIL: the message does not name both stages"; cat "$WORK/stages.log"; exit 1; }
+! grep -q "MPI_ABORT" "$WORK/stages.log" || { echo "FAIL: the job was aborted (the ranks compare, then return)"; exit 1; }
 echo "ok: $(grep -m1 "runs stage" "$WORK/stages.log")"
 
 rm -rf "$WORK/run"

@@ -4,8 +4,10 @@
 # shape validate() refuses (n_head=5), limits of the stage's own technique (StageSpec::checks:
 # pp=4 stages for 2 layers, an unknown schedule, full recompute with a schedule that splits
 # its backwards), a train_data file that does not exist, a val_data glob that matches
-# nothing, a token beyond vocab_size in train_data, a checkpoint of another model shape to
-# resume and a disk that fails a checkpoint's write mid-run: exit 2, the message on one line
+# nothing, a token beyond vocab_size in train_data, comm=nccl on the CPU, a checkpoint to
+# resume that is not there or of another model shape, a tensor failing its checksum as the
+# ranks load it and a disk that fails a checkpoint's write mid-run (stage 11, and stage 02
+# whose rank 0 alone writes): exit 2, the message on one line
 # (without a rank, but for a checkpoint's, which names the rank that found it), and no Open
 # MPI abort banner (the ranks return; none is aborted). Where the ranks differ
 # (mpirun's MPMD form hands rank 3 threads=-1, the one key ranks may set apart), the rank
@@ -14,9 +16,9 @@
 # on the CPU to compare, CommOptions::ready, whatever device the others asked for).
 # Controls: the check must reject the mesh refusal's log with its line said twice, with
 # another rank's line beside it, and with an abort banner.
-# Usage: refusal_once.sh TRAIN11 PREPARE WORKDIR ROOT MPIEXEC
+# Usage: refusal_once.sh TRAIN11 PREPARE WORKDIR ROOT MPIEXEC TRAIN02
 set -euo pipefail
-TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5
+TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5 TRAIN02=$6
 source "$(dirname "$0")/common.sh"
 rm -rf "$WORK" && mkdir -p "$WORK"
 make_corpus "$WORK" "$PREPARE"
@@ -56,6 +58,8 @@ said no_data "$(run4 no_data pp=2 "train_data=$WORK/nothere.bin")" \
 said no_val_data "$(run4 no_val_data pp=2 "val_data=$WORK/nothere_*.bin")" "train: error: val_data: "
 # Found once the run has started, as every rank maps the same shards (training_data).
 said vocab_tokens "$(run4 vocab_tokens pp=2 vocab_size=64)" "train: error: train_data: shard '$WORK/data/train.bin'"
+# A backend this device cannot use, refused before MPI starts (device=auto is the CPU here).
+said nccl_on_cpu "$(run4 nccl_on_cpu comm=nccl device=auto)" "train: error: comm=nccl: NCCL moves GPU buffers"
 status=0
 timeout 120 "$MPIEXEC" --oversubscribe -np 3 $(args) : -np 1 $(args --set threads=-1) > "$WORK/one_rank.log" 2>&1 ||
   status=$?
@@ -65,16 +69,24 @@ status=0
 timeout 120 "$MPIEXEC" --oversubscribe -np 3 $(args) : -np 1 $(args --set bogus_key=1) > "$WORK/one_rank_early.log" \
   2>&1 || status=$?
 said one_rank_early "$status" "train: rank 3: error: --set bogus_key=1: unknown key"
-# Found by every rank together in a checkpoint they read or write as one (checkpoint_agree.cpp):
-# said once, by rank 0 naming the rank that found it, and no abort. A checkpoint of another
-# model shape to resume; then a disk that refuses the next checkpoint's files (a file size
-# limit, as a full disk: the ranks ignore SIGXFSZ, so a write fails with EFBIG) after a
-# step has trained: the checkpoint before it stays as it was, and resumes.
+# The checkpoint to resume is checked with the keys: a path that is not there, and a
+# checkpoint of another model shape.
 [ "$(run4 first_checkpoint pp=2)" -eq 0 ] ||
   { fail "first_checkpoint: the run failed"; tail -5 "$WORK/first_checkpoint.log"; }
-said resume_shape "$(run4 resume_shape pp=2 n_layer=4 "resume=$WORK/run/step_00000001")" \
-  "train: error: rank 0: checkpoint of another model shape: n_layer is 2"
+said resume_typo "$(run4 resume_typo pp=2 steps=2 "resume=$WORK/run/step_00000009")" \
+  "train: error: resume=$WORK/run/step_00000009: checkpoint $WORK/run/step_00000009 does not exist"
+said resume_shape "$(run4 resume_shape pp=2 n_layer=4 steps=2 "resume=$WORK/run/step_00000001")" \
+  "train: error: resume=$WORK/run/step_00000001: checkpoint of another model shape: n_layer is 2"
+# Found by every rank together in a checkpoint they read or write as one (checkpoint_agree.cpp):
+# said once, by rank 0 naming the rank that found it, and no abort. A tensor that fails its
+# checksum as the ranks load their parts; then a disk that refuses the next checkpoint's
+# files (a file size limit, as a full disk: the ranks ignore SIGXFSZ, so a write fails with
+# EFBIG) after a step has trained: the checkpoint before it stays as it was, and resumes.
 cp -r "$WORK/run/step_00000001" "$WORK/kept"
+cp -r "$WORK/run/step_00000001" "$WORK/corrupt"
+printf '\xff\xff\xff\xff' | dd of="$WORK/corrupt/param.bin" bs=1 seek=100 conv=notrunc 2> /dev/null
+said corrupt "$(run4 corrupt pp=2 steps=2 "resume=$WORK/corrupt" "run_dir=$WORK/run_corrupt")" \
+  "train: error: rank 0: tensor param/wte in $WORK/corrupt/param.bin fails its checksum"
 status=0
 # The shared-memory transport would map its segments as files under the limit: TCP instead.
 timeout 120 "$MPIEXEC" -np 4 --oversubscribe --mca btl self,tcp bash -c \
@@ -86,6 +98,23 @@ if diff -r "$WORK/kept" "$WORK/run/step_00000001" > /dev/null && ! ls -d "$WORK/
   grep -q "resumed from $WORK/run/step_00000001 at step 1" "$WORK/after_disk_full.log"; then
   echo "ok   disk_full: step 1's checkpoint is unchanged, no part of step 2's is left, and it resumes"
 else fail "disk_full: the checkpoint before the failed save was changed or does not resume"; fi
+# Stage 02, whose replicas each load the whole checkpoint and whose rank 0 alone writes one
+# (save_checkpoint_by_lead): the same.
+args02() { echo "$TRAIN02" $(tiny_args "$WORK/data" "$WORK/run02") --set sample_tokens=0 "$@"; }
+timeout 120 "$MPIEXEC" -np 2 --oversubscribe $(args02 --set steps=1) > "$WORK/first_checkpoint02.log" 2>&1 ||
+  fail "first_checkpoint02: the run failed"
+cp "$WORK/run02/step_00000001/param.bin" "$WORK/param02.bin"
+printf '\xff\xff\xff\xff' | dd of="$WORK/run02/step_00000001/param.bin" bs=1 seek=100 conv=notrunc 2> /dev/null
+status=0
+timeout 120 "$MPIEXEC" -np 2 --oversubscribe $(args02 --set steps=2 --set resume=latest) > "$WORK/corrupt02.log" 2>&1 ||
+  status=$?
+said corrupt02 "$status" "fails its checksum"
+cp "$WORK/param02.bin" "$WORK/run02/step_00000001/param.bin"
+status=0
+timeout 120 "$MPIEXEC" -np 2 --oversubscribe --mca btl self,tcp bash -c \
+  "trap '' XFSZ; ulimit -f 100; exec $(args02 --set steps=3 --set resume=latest --set checkpoint_every=1)" \
+  > "$WORK/disk_full02.log" 2>&1 || status=$?
+said disk_full02 "$status" "train: error: rank 0: cannot size $WORK/run02/step_00000002.tmp/param.bin: File too large"
 # Controls: the check must reject the refusal said twice, said once beside another rank's
 # line, and said once before an abort banner.
 needle="train: error: tp=1 x pp=3"
