@@ -32,8 +32,10 @@ bool step_of_entry(const fs::path& entry, int64_t& step, bool& moved_aside) {
 // The step a checkpoint directory was written at, from its manifest.
 int64_t checkpoint_step(const json& manifest, const std::string& path) {
   const auto step = manifest.find("step");
-  if (step == manifest.end() || !step->is_number_integer() || step->get<int64_t>() < 0)
-    fail(path + "/manifest.json has no \"step\" that is an integer >= 0 (corrupt checkpoint manifest)");
+  if (step == manifest.end()) fail(path + "/manifest.json has no \"step\" (corrupt checkpoint manifest)");
+  if (!step->is_number_integer() || step->get<int64_t>() < 0)
+    fail(path + "/manifest.json has step " + step->dump() + ": a step count is an integer >= 0 (corrupt checkpoint "
+         "manifest)");
   return step->get<int64_t>();
 }
 

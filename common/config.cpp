@@ -840,6 +840,7 @@ void validate(const Config& cfg, int dp, bool this_machine) {
         "gemm", show(Json(cfg.gemm)), "must be hand, cublas or v1..v5");
   require_thread_count(cfg.threads, "threads");
   check(!cfg.run_dir.empty(), "run_dir", "\"\"", "must not be empty");
+  check(!cfg.tokenizer.empty(), "tokenizer", "\"\"", "must not be empty (bytes, or a tokenizer file)");
   require_run_dir_outside_checkpoints(cfg.run_dir);
   require_outside_checkpoints(cfg.metrics_file, "metrics_file", cfg.run_dir);
   require_outside_checkpoints(cfg.trace_file, "trace_file", cfg.run_dir);

@@ -186,7 +186,7 @@ int evaluate(const Options& o, const std::string& checkpoint, const gpt::ModelCo
               "loss %.6f (the completions' mean per token)\n",
               scores.size(), seconds, correct / n, correct_norm / n, tokens ? loss_sum / double(tokens) : 0.0);
   if (cut > 0)
-    std::printf("%d examples had context tokens left out to fit the window of %d (max_seq_len)\n", cut, window);
+    std::printf("%d examples had context tokens left out to fit the window of %d (block_size)\n", cut, window);
   if (!o.out.empty()) {
     write_scores(o.out, scores);
     std::printf("per-example scores: %s\n", o.out.c_str());

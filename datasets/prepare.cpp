@@ -83,6 +83,12 @@ Options parse_args(int argc, char** argv) {
     if (!given.insert(flag).second) gpt::fail("flag " + flag + " is given twice; give it once");
     return argv[++i];
   };
+  // --help wins wherever it stands (before "--"), even beside a flag that would be refused.
+  for (int i = 1; i < argc && std::string(argv[i]) != "--"; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      options.help = true;
+      return options;
+    }
   bool only_files = false;  // after "--", every argument is a file name
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -90,8 +96,6 @@ Options parse_args(int argc, char** argv) {
       options.files.push_back(arg);
     } else if (arg == "--") {
       only_files = true;
-    } else if (arg == "--help" || arg == "-h") {
-      options.help = true;
     } else if (arg == "--force") {
       options.force = true;
     } else if (arg == "--documents") {
@@ -168,6 +172,18 @@ int run(int argc, char** argv) {
     return 0;
   }
 
+  // Where the shards go, checked before the inputs are read (which may take long): shards
+  // already there are a dataset someone prepared, replaced only when asked.
+  const std::string train_path = options.out_dir + "/train.bin";
+  const std::string val_path = options.out_dir + "/val.bin";
+  std::error_code ec;
+  if (std::filesystem::exists(options.out_dir, ec) && !std::filesystem::is_directory(options.out_dir, ec))
+    gpt::fail("--out '" + options.out_dir + "' is a file, not a directory");
+  for (const std::string& path : {train_path, val_path})
+    if (!options.force && std::filesystem::exists(path, ec))
+      gpt::fail("--out '" + options.out_dir + "' already holds " + path +
+                "; give --force to replace the dataset, or another --out");
+
   // Read every file before writing anything, so bad input leaves no output behind.
   const gpt::Tokenizer tokenizer = gpt::Tokenizer::named(options.tokenizer);
   if (options.documents && tokenizer.end_of_text() < 0)
@@ -185,16 +201,8 @@ int run(int argc, char** argv) {
   const std::vector<uint16_t> train(tokens.begin(), tokens.begin() + std::ptrdiff_t(cut));
   const std::vector<uint16_t> val(tokens.begin() + std::ptrdiff_t(cut), tokens.end());
 
-  std::error_code ec;
   std::filesystem::create_directories(options.out_dir, ec);
   if (ec) gpt::fail("--out '" + options.out_dir + "': cannot create directory (" + ec.message() + ")");
-  const std::string train_path = options.out_dir + "/train.bin";
-  const std::string val_path = options.out_dir + "/val.bin";
-  // Shards already there are a dataset someone prepared: replaced only when asked.
-  for (const std::string& path : {train_path, val_path})
-    if (!options.force && std::filesystem::exists(path, ec))
-      gpt::fail("--out '" + options.out_dir + "' already holds " + path +
-                "; give --force to replace the dataset, or another --out");
   gpt::write_shards({{train_path, &train}, {val_path, &val}});
   std::printf("train: %12zu tokens -> %s\n", train.size(), train_path.c_str());
   std::printf("val:   %12zu tokens -> %s\n", val.size(), val_path.c_str());

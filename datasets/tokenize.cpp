@@ -4,7 +4,7 @@
 //   build/bin/tokenize [--tokenizer FILE] [--pieces | --decode] < text
 //
 // Reads standard input and prints one line per token: its id and its bytes (C-escaped
-// in quotes). --pieces prints GPT-2's pre-tokenizer pieces instead, one per line as the
+// in quotes; a token that is not whole UTF-8 shows its high bytes as \xNN). --pieces prints GPT-2's pre-tokenizer pieces instead, one per line as the
 // hex of their bytes; --decode reads ids (white-space separated) and writes their text.
 #include <cstdio>
 #include <iostream>
@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/pretokenize.h"
 #include "common/tokenizer.h"
+#include "common/unicode.h"
 
 namespace {
 
@@ -29,14 +30,23 @@ constexpr const char* kUsage =
     "  --decode            read token ids, write their text\n"
     "  --help              print this message\n";
 
+// A token's bytes in quotes, C-escaped: control bytes as \xNN, and so are the bytes
+// above 0x7F of a token that is not whole UTF-8 (GPT-2 cuts a character's bytes across
+// tokens), which a terminal would show as the same replacement mark.
 std::string quoted(const std::string& bytes) {
+  bool utf8 = true;
+  try {
+    gpt::decode_utf8(bytes, "token");
+  } catch (const gpt::UserError&) {
+    utf8 = false;
+  }
   std::string out = "\"";
   for (const char c : bytes) {
     const auto b = static_cast<unsigned char>(c);
     if (c == '"' || c == '\\') out += std::string("\\") + c;
     else if (c == '\n') out += "\\n";
     else if (c == '\t') out += "\\t";
-    else if (b < 0x20 || b == 0x7F) {
+    else if (b < 0x20 || b == 0x7F || (b > 0x7F && !utf8)) {
       char hex[8];
       std::snprintf(hex, sizeof hex, "\\x%02X", b);
       out += hex;

@@ -47,6 +47,7 @@ case $case_name in
   fraction_no_value) expect_error "--val-fraction" --out out good.txt --val-fraction ;;
   same_file_twice)   expect_error "is given twice" --out out good.txt ./good.txt ;;
   flag_twice)        expect_error "flag --out is given twice" --out out --out out2 good.txt ;;
+  out_is_file)       : >afile; expect_error "--out 'afile' is a file, not a directory" --out afile good.txt ;;
   into_checkpoint)
     # A checkpoint directory (it holds manifest.json): its run's pruning deletes it whole.
     mkdir -p run/step_00000002 && echo '{}' >run/step_00000002/manifest.json
@@ -65,6 +66,8 @@ case $case_name in
     status=$?
     [[ $status -eq 2 ]] || fail "replacing without --force exited $status, expected 2"
     grep -qF -- "--force" stderr.txt || fail "the refusal does not mention --force: $(cat stderr.txt)"
+    # Refused before the inputs are read: no token counts printed.
+    ! grep -q "tokens" stdout.txt || fail "the inputs were tokenized before the refusal: $(cat stdout.txt)"
     cmp -s out/train.bin first_train.bin || fail "the refused run changed out/train.bin"
     "$prepare" --out out --force other.txt >/dev/null || fail "--force did not replace the shards"
     [[ "$(shard_text out/train.bin)$(shard_text out/val.bin)" == "$(tr -d '\000' <other.txt)" ]] ||
@@ -119,6 +122,9 @@ case $case_name in
     status=$?
     [[ $status -eq 0 ]] || fail "--help exited $status"
     grep -q "usage: prepare" stdout.txt || fail "--help printed no usage"
+    # --help wins wherever it stands, beside a flag that would be refused.
+    "$prepare" --frobnicate --help >stdout.txt 2>stderr.txt || fail "--frobnicate --help exited $?"
+    grep -q "usage: prepare" stdout.txt || fail "--frobnicate --help printed no usage"
     ;;
   round_trip)
     # Two files, concatenated in the order given, split into train + val.

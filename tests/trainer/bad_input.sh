@@ -217,7 +217,7 @@ expect "missing manifest"        manifest.json train --set "resume=$WORK/nomanif
 mkdir "$WORK/nomanifest/manifest.json"
 expect "manifest a directory"    "manifest.json is not a regular file" train --set "resume=$WORK/nomanifest"
 cp -r "$ck" "$WORK/negative"; sed -i 's/"step": 2,/"step": -3,/' "$WORK/negative/manifest.json"
-expect "negative step"           "negative/manifest.json has no \"step\" that is an integer >= 0" train --set "resume=$WORK/negative"
+expect "negative step"           "negative/manifest.json has step -3: a step count is an integer >= 0" train --set "resume=$WORK/negative"
 expect "steps below the resume"  "steps=1 is below step 2" train --set "resume=$ck" --set steps=1
 # A data position edited to 2^62, the most a checkpoint counts: steps past it are refused
 # at start (the run's own next checkpoint would be one its loader refuses).
