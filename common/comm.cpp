@@ -159,9 +159,9 @@ void check_comm_options(const CommOptions& options) {
   const std::string& b = options.backend;
   if (b != "auto" && b != "mpi" && b != "nccl") fail("comm: '" + b + "' is not a backend (auto, mpi or nccl)");
   if (!(options.timeout_s > 0)) fail("comm_timeout_s: must be positive, not " + format_seconds(options.timeout_s));
-  if (b == "nccl") {
-    if (!nccl_missing_reason().empty()) no_nccl(nccl_missing_reason());
+  if (b == "nccl") {  // first the device: on the CPU no build could use NCCL
     if (options.device != Device::CUDA) no_nccl(kNcclNeedsGpu);
+    if (!nccl_missing_reason().empty()) no_nccl(nccl_missing_reason());
   }
 }
 

@@ -456,13 +456,15 @@ void require_memory_for_logits(const Config& cfg) {
 
 // Whatever the machine (memory_plan plans for others): a rank's byte counts are size_t
 // and int64 sums, which a model of absurd size would wrap, printing small figures for a
-// model no machine holds. So a coarse upper bound of any rank's state, taken in double,
-// must stay below 2^60 bytes (1 EiB; far below where int64 wraps, far above any machine):
-//   weights + gradients + moments   <= 32 bytes (fp64, AdamW) x parameters
-//   activations                     <= m micro-batches in flight x rows x 8 bytes x
-//                                      (n_layer (32 C + 2 n_head T) + 4 V)
-// (a block keeps under 32 C values a row and at most n_head T attention probabilities;
-// the head its logits and their gradient, V each; m = grad_accum with dp 1, GPipe's most).
+// model no machine holds. So a coarse size of the whole run as if on one rank, taken in
+// double, must stay below 2^60 bytes (1 EiB; 8x below where int64 wraps, far above any
+// machine). It is not a strict bound of every buffer (the recompute scratch, an eval's
+// copy of the weights), but of the order of all of them, with that much room:
+//   weights + gradients + moments   32 bytes (fp64, AdamW) x parameters
+//   activations                     every micro-batch of the batch in flight (GPipe at
+//                                   dp 1) x rows x 8 bytes x (n_layer (32 C + 2 n_head T) + 4 V)
+// (a block keeps about 32 C values a row and at most n_head T attention probabilities;
+// the head its logits and their gradient, V each).
 void require_countable_sizes(const Config& cfg) {
   const ModelConfig& m = cfg.model;
   constexpr double kLimit = 1152921504606846976.0;  // 2^60
@@ -473,12 +475,12 @@ void require_countable_sizes(const Config& cfg) {
                          4.0 * double(m.padded_vocab());
   const double bytes = 32 * params + micro_batches * rows * 8 * per_row;
   if (bytes >= kLimit) {
-    char text[320];
+    char text[384];
     std::snprintf(text, sizeof text,
-                  "%.3g parameters, %d layers of width %d, %d x %d tokens a micro-batch: the training state of "
-                  "one rank could reach %.3g bytes, past 2^60 (1 EiB), where this program's byte counts are no "
-                  "longer safe from overflow",
-                  params, m.n_layer, m.n_embd, cfg.micro_batch_size, cfg.seq_len, bytes);
+                  "%.3g parameters, %d layers of width %d, batch_size %d in micro-batches of %d x %d tokens: its "
+                  "training state on one rank would be some %.3g bytes, past 2^60 (1 EiB), where this program's "
+                  "byte counts are no longer safe from overflow",
+                  params, m.n_layer, m.n_embd, cfg.batch_size, cfg.micro_batch_size, cfg.seq_len, bytes);
     fail(std::string("the model is too large to plan or run: ") + text);
   }
 }

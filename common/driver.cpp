@@ -178,17 +178,15 @@ void agree_on_checks(Communicator& world, const std::function<void()>& checks) {
 // train --set lr=1e-3 : -np 1 train --set lr=1e-2`, or two stages' binaries) or a per-rank
 // wrapper script can hand the ranks different ones, and each rank would then silently
 // train another model, or wait for messages its peers never send (a timeout that blames a
-// lost peer). `threads` may differ (nodes with other core counts).
-// Both texts are compared after both broadcasts, so every rank takes part in each, and a
-// rank that refuses leaves none waiting (agree_on_checks says it once).
-void require_rank0_config(Communicator& world, const Config& cfg, const std::string& stage) {
-  if (world.size() == 1) return;
-  const std::string lead_stage = rank0_text(world, stage);
-  const std::string mine = config_to_json(cfg);
-  const std::string lead = rank0_text(world, mine);
+// lost peer). `threads` may differ (nodes with other core counts). Rank 0's texts
+// (rank0_text) are broadcast first, by every rank; the comparison refuses on the ranks
+// that differ, each naming itself (agree_on_checks), and none is left waiting.
+void require_rank0_config(const Config& cfg, const std::string& stage, const std::string& lead_stage,
+                          const std::string& lead) {
   if (lead_stage != stage)
-    fail("rank " + std::to_string(world.rank()) + " runs stage " + stage + ", rank 0 stage " + lead_stage +
+    fail("this rank runs stage " + stage + ", rank 0 stage " + lead_stage +
          ": every rank of a job must run the same stage's trainer");
+  const std::string mine = config_to_json(cfg);
   if (lead == mine) return;
   const nlohmann::json theirs = nlohmann::json::parse(lead), ours = nlohmann::json::parse(mine);
   std::string keys;
@@ -198,7 +196,7 @@ void require_rank0_config(Communicator& world, const Config& cfg, const std::str
     keys += (keys.empty() ? "" : ", ") + key + "=" + value.dump() + " (rank 0: " + lead_value.dump() + ")";
   }
   if (!keys.empty())
-    fail("rank " + std::to_string(world.rank()) + "'s configuration differs from rank 0's: " + keys +
+    fail("this rank's configuration differs from rank 0's: " + keys +
          "; every rank must run the same configuration (one --config and the same --set for all)");
 }
 
@@ -303,14 +301,25 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
     install_stop_handlers(/*announce=*/world->rank() == 0, /*terminal_signals=*/world->size() == 1);
     return abort_job_on_error(*world, [&] {
       agree_on_checks(*world, [&] { require(refused.empty(), refused); });
-      agree_on_checks(*world, [&] { require_rank0_config(*world, cfg, spec.name); });
+      // The collectives outside the checks: a check that throws must not skip one.
+      const std::string lead_stage = rank0_text(*world, spec.name);
+      const std::string lead_config = rank0_text(*world, config_to_json(cfg));
+      agree_on_checks(*world, [&] { require_rank0_config(cfg, spec.name, lead_stage, lead_config); });
       MeshShape shape;
+      std::string resume;
       agree_on_checks(*world, [&] {
         shape = mesh_shape_for(cfg, world->size());
         validate(cfg, shape.dp);
         if (spec.checks) spec.checks(cfg, shape);
         check_data_files(cfg);
-        resolve_resume(cfg);  // the checkpoint to resume: there, and of this model and data stream
+        resume = resolve_resume(cfg);  // the checkpoint to resume: there, and of this model and data stream
+      });
+      // Every rank resumes rank 0's checkpoint (resume=latest reads run_dir, which every
+      // rank must see as one directory), or each would load and train another state.
+      const std::string lead_resume = rank0_text(*world, resume);
+      agree_on_checks(*world, [&] {
+        require(resume == lead_resume, "resume=" + cfg.resume + " is '" + resume + "' here but '" + lead_resume +
+                                           "' on rank 0: run_dir must be one directory that every rank sees");
       });
       if (world->rank() == 0) std::printf("%s%s", idle_key_notes(cfg, shape).c_str(), thread_notes_here().c_str());
       const ChoicesInTraining choices(cfg, world->rank(), world->size());
@@ -469,8 +478,11 @@ std::string write_checkpoint(Run& run, Communicator& dp, const RunCheckpoints& c
     std::vector<LocalBuffer> local;
     for (const CheckpointBuffer& b : ckpt.buffers) local.push_back({b.kind, b.data});
     path = save_checkpoint_local(run.world, run.cfg.run_dir, run.cfg, *ckpt.local, state, local);
-  } else if (ckpt.sharded) path = save_checkpoint_sharded(dp, run.cfg.run_dir, run.cfg, ckpt.layout, state, ckpt.buffers);
-  else path = save_checkpoint_by_lead(run.world, run.cfg.run_dir, run.cfg, ckpt.layout, state, ckpt.buffers);
+  } else if (ckpt.sharded) {
+    path = save_checkpoint_sharded(dp, run.cfg.run_dir, run.cfg, ckpt.layout, state, ckpt.buffers);
+  } else {  // each rank holds the whole model: rank 0 writes it
+    path = save_checkpoint_by_lead(run.world, run.cfg.run_dir, run.cfg, ckpt.layout, state, ckpt.buffers);
+  }
   if (run.lead()) prune_checkpoints(run.cfg.run_dir, run.cfg.keep_checkpoints);
   run.world.barrier();  // no rank reads or writes the run directory before the checkpoint is complete
   return path;

@@ -4,8 +4,9 @@
 //   build/bin/tokenize [--tokenizer FILE] [--pieces | --decode] < text
 //
 // Reads standard input and prints one line per token: its id and its bytes (C-escaped
-// in quotes; a token that is not whole UTF-8 shows its high bytes as \xNN). --pieces prints GPT-2's pre-tokenizer pieces instead, one per line as the
-// hex of their bytes; --decode reads ids (white-space separated) and writes their text.
+// in quotes; a token that is not whole UTF-8 shows its high bytes as \xNN). --pieces
+// prints GPT-2's pre-tokenizer pieces instead, one per line as the hex of their bytes;
+// --decode reads ids (white-space separated) and writes their text.
 #include <cstdio>
 #include <iostream>
 #include <iterator>

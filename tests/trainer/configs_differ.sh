@@ -18,7 +18,8 @@ rank() { echo -np 1 "$TRAIN" $(tiny_args "$WORK/data" "$WORK/run") --set steps=2
 status=0
 "$MPIEXEC" --oversubscribe $(rank --set lr=0.001) : $(rank --set lr=0.002) > "$WORK/differ.log" 2>&1 || status=$?
 [ "$status" -eq 2 ] || { echo "FAIL: ranks with different lr: exit $status, expected 2"; tail -5 "$WORK/differ.log"; exit 1; }
-grep -q "rank 1's configuration differs from rank 0's: lr=0.002 (rank 0: 0.001)" "$WORK/differ.log" ||
+grep -q "train: rank 1: error: this rank's configuration differs from rank 0's: lr=0.002 (rank 0: 0.001)" \
+  "$WORK/differ.log" ||
   { echo "FAIL: the message does not name the rank, the key and both values"; cat "$WORK/differ.log"; exit 1; }
 ! grep -q "^step" "$WORK/differ.log" || { echo "FAIL: the ranks trained before refusing"; exit 1; }
 ! grep -q "MPI_ABORT" "$WORK/differ.log" || { echo "FAIL: the job was aborted (the ranks compare, then return)"; exit 1; }
@@ -28,7 +29,7 @@ status=0
 "$MPIEXEC" --oversubscribe $(rank) : $(rank | sed "s|$TRAIN|$TRAIN03|") > "$WORK/stages.log" 2>&1 || status=$?
 [ "$status" -eq 2 ] ||
   { echo "FAIL: stages 02 and 03 in one job: exit $status, expected 2"; tail -5 "$WORK/stages.log"; exit 1; }
-grep -q "rank 1 runs stage 03_zero1, rank 0 stage 02_ddp" "$WORK/stages.log" ||
+grep -q "train: rank 1: error: this rank runs stage 03_zero1, rank 0 stage 02_ddp" "$WORK/stages.log" ||
   { echo "FAIL: the message does not name both stages"; cat "$WORK/stages.log"; exit 1; }
 ! grep -q "MPI_ABORT" "$WORK/stages.log" || { echo "FAIL: the job was aborted (the ranks compare, then return)"; exit 1; }
 echo "ok: $(grep -m1 "runs stage" "$WORK/stages.log")"

@@ -58,8 +58,12 @@ said no_data "$(run4 no_data pp=2 "train_data=$WORK/nothere.bin")" \
 said no_val_data "$(run4 no_val_data pp=2 "val_data=$WORK/nothere_*.bin")" "train: error: val_data: "
 # Found once the run has started, as every rank maps the same shards (training_data).
 said vocab_tokens "$(run4 vocab_tokens pp=2 vocab_size=64)" "train: error: train_data: shard '$WORK/data/train.bin'"
-# A backend this device cannot use, refused before MPI starts (device=auto is the CPU here).
-said nccl_on_cpu "$(run4 nccl_on_cpu comm=nccl device=auto)" "train: error: comm=nccl: NCCL moves GPU buffers"
+# A backend this device cannot use, refused before MPI starts: device=auto, which the
+# hidden GPUs (if any) make the CPU, whatever the build.
+status=0
+timeout 120 "$MPIEXEC" -np 4 --oversubscribe -x CUDA_VISIBLE_DEVICES= $(args --set comm=nccl --set device=auto) \
+  > "$WORK/nccl_on_cpu.log" 2>&1 || status=$?
+said nccl_on_cpu "$status" "train: error: comm=nccl: NCCL moves GPU buffers"
 status=0
 timeout 120 "$MPIEXEC" --oversubscribe -np 3 $(args) : -np 1 $(args --set threads=-1) > "$WORK/one_rank.log" 2>&1 ||
   status=$?
@@ -108,13 +112,34 @@ printf '\xff\xff\xff\xff' | dd of="$WORK/run02/step_00000001/param.bin" bs=1 see
 status=0
 timeout 120 "$MPIEXEC" -np 2 --oversubscribe $(args02 --set steps=2 --set resume=latest) > "$WORK/corrupt02.log" 2>&1 ||
   status=$?
-said corrupt02 "$status" "fails its checksum"
+said corrupt02 "$status" \
+  "train: error: rank 0: tensor param/wte in $WORK/run02/step_00000001/param.bin fails its checksum"
 cp "$WORK/param02.bin" "$WORK/run02/step_00000001/param.bin"
+cp -r "$WORK/run02/step_00000001" "$WORK/kept02"
 status=0
 timeout 120 "$MPIEXEC" -np 2 --oversubscribe --mca btl self,tcp bash -c \
   "trap '' XFSZ; ulimit -f 100; exec $(args02 --set steps=3 --set resume=latest --set checkpoint_every=1)" \
   > "$WORK/disk_full02.log" 2>&1 || status=$?
 said disk_full02 "$status" "train: error: rank 0: cannot size $WORK/run02/step_00000002.tmp/param.bin: File too large"
+resumes02() {  # the checkpoint of step 1 resumes: exit 0 and its line
+  timeout 120 "$MPIEXEC" -np 2 --oversubscribe $(args02 --set steps=2 --set resume=latest) \
+    > "$WORK/after_disk_full02.log" 2>&1 &&
+    grep -q "resumed from $WORK/run02/step_00000001 at step 1" "$WORK/after_disk_full02.log"
+}
+if diff -r "$WORK/kept02" "$WORK/run02/step_00000001" > /dev/null &&
+  ! ls -d "$WORK/run02/step_00000002"* 2> /dev/null && resumes02; then
+  echo "ok   disk_full02: step 1's checkpoint is unchanged, no part of step 2's is left, and it resumes"
+else fail "disk_full02: the checkpoint before the failed save was changed or does not resume"; fi
+# Ranks that resume different checkpoints (run_dir is not one directory for all, as on
+# nodes that do not share it: here a relative run_dir from two working directories, and
+# resume=latest finds a checkpoint on rank 0's side only): refused by the rank that differs.
+mkdir -p "$WORK/node0/run" "$WORK/node1"
+cp -r "$WORK/kept02" "$WORK/node0/run/step_00000001"
+apart=$(args02 --set steps=2 --set resume=latest --set run_dir=run)
+status=0
+timeout 120 "$MPIEXEC" --oversubscribe -np 1 -wdir "$WORK/node0" $apart : -np 1 -wdir "$WORK/node1" $apart \
+  > "$WORK/resume_apart.log" 2>&1 || status=$?
+said resume_apart "$status" "train: rank 1: error: resume=latest is '' here but 'run/step_00000001' on rank 0"
 # Controls: the check must reject the refusal said twice, said once beside another rank's
 # line, and said once before an abort banner.
 needle="train: error: tp=1 x pp=3"
