@@ -45,14 +45,13 @@ void Trace::enable(const std::string& path, int rank) {
   if (!existed) std::filesystem::remove(path, ec);
 }
 
-int64_t Trace::now_us() const {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - origin_)
-      .count();
+int64_t Trace::now_ns() const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - origin_).count();
 }
 
-void Trace::record(const char* name, const char* category, int64_t start_us, int64_t dur_us, int lane) {
+void Trace::record(const char* name, const char* category, int64_t start_ns, int64_t dur_ns, int lane) {
   std::lock_guard<std::mutex> lock(mutex_);
-  events_.push_back({name, category, start_us, dur_us, lane});
+  events_.push_back({name, category, start_ns, dur_ns, lane});
 }
 
 void Trace::write() const {
@@ -77,9 +76,13 @@ void Trace::write() const {
   std::fprintf(f, "%s\n", kFirstLine);
   for (size_t i = 0; i < events_.size(); ++i) {
     const Event& e = events_[i];
-    std::fprintf(f, "%s{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%lld,\"dur\":%lld,\"pid\":%d,\"tid\":%d}\n",
-                 i ? "," : "", e.name, e.category, static_cast<long long>(e.start_us),
-                 static_cast<long long>(e.dur_us), rank_, e.lane);
+    // Microseconds (the format's unit) to the nanosecond; the times are never negative.
+    std::fprintf(f,
+                 "%s{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%lld.%03lld,\"dur\":%lld.%03lld,\"pid\":%d,"
+                 "\"tid\":%d}\n",
+                 i ? "," : "", e.name, e.category, static_cast<long long>(e.start_ns / 1000),
+                 static_cast<long long>(e.start_ns % 1000), static_cast<long long>(e.dur_ns / 1000),
+                 static_cast<long long>(e.dur_ns % 1000), rank_, e.lane);
   }
   std::fprintf(f, "]}\n");
   const bool flushed = std::fflush(f) == 0 && !std::ferror(f);

@@ -24,10 +24,13 @@ class Trace {
   void enable(const std::string& path, int rank = 0);
   bool enabled() const { return enabled_; }  ///< whether spans are recorded
 
-  int64_t now_us() const;  ///< microseconds since this trace was created (steady clock)
-  /// Adds a span that started at start_us (a now_us() value) and lasted dur_us, drawn on
-  /// row `lane` (the event's thread id). name and category are kept by pointer.
-  void record(const char* name, const char* category, int64_t start_us, int64_t dur_us, int lane = 0);
+  int64_t now_ns() const;  ///< nanoseconds since this trace was created (steady clock)
+  /// Adds a span that started at start_ns (a now_ns() value) and lasted dur_ns, drawn on
+  /// row `lane` (the event's thread id). name and category are kept by pointer. The file
+  /// gives both in microseconds to the nanosecond ("ts":9265.418): in whole microseconds
+  /// a span that ends in the microsecond its neighbour starts could not be told from one
+  /// that holds it.
+  void record(const char* name, const char* category, int64_t start_ns, int64_t dur_ns, int lane = 0);
   /// Writes the events recorded so far (called at exit; safe to call more than once). A
   /// regular file is replaced only once the new trace is complete (a failed write keeps it).
   void write() const;
@@ -36,7 +39,7 @@ class Trace {
   struct Event {
     const char* name;
     const char* category;
-    int64_t start_us, dur_us;
+    int64_t start_ns, dur_ns;
     int lane;
   };
   bool enabled_ = false;
@@ -75,12 +78,12 @@ class Span {
   /// Starts the span (when tracing is on); the destructor records it. lane as for Trace::record.
   Span(const char* name, const char* category = "compute", int lane = kThreadLane)
       : name_(name), category_(category), lane_(lane == kThreadLane ? TraceLane::current() : lane),
-        start_(Trace::global().enabled() ? Trace::global().now_us() : kNotStarted) {}
+        start_(Trace::global().enabled() ? Trace::global().now_ns() : kNotStarted) {}
   ~Span() {
     // A span begun while tracing was off is not recorded, even if tracing is on by now:
     // its start was never read.
     Trace& t = Trace::global();
-    if (start_ != kNotStarted && t.enabled()) t.record(name_, category_, start_, t.now_us() - start_, lane_);
+    if (start_ != kNotStarted && t.enabled()) t.record(name_, category_, start_, t.now_ns() - start_, lane_);
   }
   Span(const Span&) = delete;
   Span& operator=(const Span&) = delete;

@@ -40,8 +40,10 @@ def repo_root(start=None):
 
 
 def runs_root():
-    """Where scripts/notebook_runs.sh put the runs ($GPT_NOTEBOOK_RUNS, else runs/notebooks)."""
-    root = os.environ.get("GPT_NOTEBOOK_RUNS") or os.path.join(repo_root(), "runs", "notebooks")
+    """Where scripts/notebook_runs.sh put the runs ($GPT_NOTEBOOK_RUNS, else runs/notebooks);
+    a relative $GPT_NOTEBOOK_RUNS is taken from the repository's root, as the script takes
+    it (a notebook's kernel runs in notebooks/)."""
+    root = os.path.join(repo_root(), os.environ.get("GPT_NOTEBOOK_RUNS") or os.path.join("runs", "notebooks"))
     if not os.path.isdir(root):
         raise FileNotFoundError(f"{root} does not exist: make the runs first with scripts/notebook_runs.sh")
     return root
@@ -91,6 +93,12 @@ def last_run(lines):
     return kept
 
 
+def step_of_dir(directory):
+    """N of a checkpoint directory step_N (its name: the trainer names it after its step)."""
+    m = re.fullmatch(r"step_(\d+)", os.path.basename(directory))
+    return int(m.group(1)) if m else -1
+
+
 class Run:
     """One run directory: its metrics lines, its resolved config and its layout.
 
@@ -98,7 +106,9 @@ class Run:
                  can hold several runs: a "start" line at step 0 begins one, and a
                  resume's supersedes the lines past its step; docs/metrics.md)
     config       the complete config the trainer ran with (defaults included), from the
-                 newest checkpoint's manifest.json
+                 manifest.json of the newest checkpoint of that last run (one past its
+                 steps is another run's, left by a run that wrote none: not read); {}
+                 when the run has none
     layout       {"dp", "tp", "pp", "cp"} from the same manifest
     """
 
@@ -125,7 +135,9 @@ class Run:
         self.val = [line for line in lines if line.get("kind") == "val"]
         if not self.train:
             raise ValueError(f"{self.dir}/metrics.jsonl has no train line")
-        manifests = sorted(glob.glob(os.path.join(self.dir, "step_*", "manifest.json")))
+        first, last = self.train[0]["step"], self.train[-1]["step"]
+        manifests = [m for m in sorted(glob.glob(os.path.join(self.dir, "step_*", "manifest.json")))
+                     if first - 1 <= step_of_dir(os.path.dirname(m)) <= last]
         self.config, self.layout = {}, {}
         if manifests:
             try:
@@ -154,14 +166,18 @@ class Run:
             return comm_table.read_comm_table(f.read(), kind, stdout)
 
     def traces(self):
-        """{rank: [complete events]} of the run's trace files (trace.rank<r>.json)."""
+        """{rank: [complete events]} of the run's trace files: trace.rank<r>.json of stages
+        02+, or stage 01's trace.json (or trace) as rank 0's."""
         out = {}
         for p in glob.glob(os.path.join(self.dir, "*.rank*.json")):
             m = re.search(r"\.rank(\d+)\.json$", p)
             if m:  # not trace.rank0.old.json and the like
                 out[int(m.group(1))] = trace_spans.read_spans(p)  # TraceError naming a bad file
+        for name in ("trace.json", "trace"):  # stage 01 writes trace_file as named
+            if not out and os.path.isfile(os.path.join(self.dir, name)):
+                out[0] = trace_spans.read_spans(os.path.join(self.dir, name))
         if not out:
-            raise FileNotFoundError(f"{self.dir} has no trace files")
+            raise FileNotFoundError(f"{self.dir} has no trace files (trace.json, or trace.json.rank<r>.json)")
         return dict(sorted(out.items()))
 
 

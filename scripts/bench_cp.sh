@@ -23,7 +23,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 model=(--set n_layer=4 --set n_embd=64 --set n_head=4 --set block_size=1024 --set seq_len=1024 --set batch_size=1
        --set micro_batch_size=1 --set steps=8 --set val_batches=0 --set sample_tokens=0 --set checkpoint_at_end=false
-       --set warmup_steps=1)
+       --set warmup_steps=1 --set device=cpu)
 run() {  # run NAME NP key=value...
   local name=$1 np=$2 sets=()
   shift 2

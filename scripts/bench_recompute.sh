@@ -25,7 +25,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 model=(--set n_layer=8 --set n_embd=256 --set n_head=8 --set block_size=256 --set seq_len=256 --set batch_size=32
        --set micro_batch_size=4 --set steps=6 --set val_batches=0 --set sample_tokens=0
-       --set warmup_steps=1 --set pp=2)  # each run keeps its checkpoint: its manifest gives the shapes below
+       --set warmup_steps=1 --set pp=2 --set device=cpu)  # each run keeps its checkpoint: its manifest gives the shapes below
 run() {  # run NAME key=value...
   local name=$1 sets=()
   shift

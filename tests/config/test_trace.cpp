@@ -108,3 +108,23 @@ TEST_CASE("trace: a failed write keeps the earlier trace", "[trace]") {
   trace.write();  // the control: with the way clear the new trace replaces it
   CHECK(read().find("span_of_the_failed_write") != std::string::npos);
 }
+
+// Times are kept in nanoseconds and written in microseconds to the nanosecond: a span that
+// starts in the microsecond its holder ends (the last update inside an optimizer span)
+// must still read as inside it. In whole microseconds both would say 9265.
+TEST_CASE("trace: spans are written to the nanosecond", "[trace]") {
+  const std::string path = std::string(GPT_TEST_SCRATCH_DIR) + "/trace_ns.json";
+  Trace& trace = Trace::global();
+  trace.enable(path, 0);
+  trace.record("holder", "compute", 9219000, 46900);  // 9219.000 .. 9265.900 us
+  trace.record("inside", "op", 9265418, 300);         // 9265.418 .. 9265.718 us
+  trace.write();
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string json = text.str();
+  CHECK(json.find("\"name\":\"holder\",\"cat\":\"compute\",\"ph\":\"X\",\"ts\":9219.000,\"dur\":46.900,") !=
+        std::string::npos);
+  CHECK(json.find("\"name\":\"inside\",\"cat\":\"op\",\"ph\":\"X\",\"ts\":9265.418,\"dur\":0.300,") !=
+        std::string::npos);
+}

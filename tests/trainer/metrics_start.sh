@@ -6,7 +6,8 @@
 # the file holds steps 4..6 twice, and the run read from it must hold steps 1..6 once,
 # 1..3 of the first launch and 4..6 of the second (their losses differ: the lr). The
 # control: a fresh run appended to the same file (start 0) is read alone, and so is a
-# checkpoint of another run directory resumed into it (its step never trained here).
+# checkpoint of another run directory resumed into it (its step never trained here); a run
+# that wrote no checkpoint does not take the config of another run's later one.
 # Usage: metrics_start.sh TRAIN01 PREPARE WORKDIR ROOT
 set -euo pipefail
 TRAIN=$1 PREPARE=$2 WORK=$3 ROOT=$4
@@ -28,7 +29,8 @@ run = gptruns.Run(os.path.basename(sys.argv[2]))  # a directory of GPT_NOTEBOOK_
 print(json.dumps({"starts": [l["step"] for l in lines if l["kind"] == "start"],
                   "file_steps": [l["step"] for l in lines if l["kind"] == "train"],
                   "file_losses": [l["loss"] for l in lines if l["kind"] == "train"],
-                  "steps": [l["step"] for l in run.train], "losses": [l["loss"] for l in run.train]}))
+                  "steps": [l["step"] for l in run.train], "losses": [l["loss"] for l in run.train],
+                  "config_lr": run.config.get("lr")}))
 PY
 }
 /usr/bin/python3 - "$(read_run)" << 'PY'
@@ -48,7 +50,19 @@ import json, sys
 r = json.loads(sys.argv[1])
 assert r["starts"] == [0, 3, 0], f"start lines at {r['starts']}, not [0, 3, 0]"
 assert r["steps"] == [1, 2] and r["losses"] == r["file_losses"][-2:], f"gptruns read {r['steps']} after a fresh run"
+assert r["config_lr"] is not None, "the fresh run's own checkpoint (step 2) gave no config"
 print("ok   a fresh run appended (start 0) is read alone")
+PY
+# A fresh run that writes no checkpoint, beside the step-2 checkpoint of the run before:
+# that checkpoint is past this run's one step, so its config is not taken for this run's.
+"$TRAIN" $(tiny_args "$WORK/data" "$RUN") "${quiet[@]}" --set steps=1 --set lr=0.001 --set checkpoint_at_end=false \
+  > "$WORK/no_checkpoint.log"
+/usr/bin/python3 - "$(read_run)" << 'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+assert r["steps"] == [1], f"gptruns read {r['steps']} after a one-step run"
+assert r["config_lr"] is None, f"gptruns took the lr {r['config_lr']} of another run's checkpoint for this run's"
+print("ok   another run's later checkpoint does not lend this run its config")
 PY
 # A checkpoint of another run directory resumed into this one: its start (step 5) follows
 # no train line of step 5 here, so it begins a run of its own, steps 6..7 alone.
@@ -58,7 +72,7 @@ PY
 /usr/bin/python3 - "$(read_run)" << 'PY'
 import json, sys
 r = json.loads(sys.argv[1])
-assert r["starts"] == [0, 3, 0, 5], f"start lines at {r['starts']}, not [0, 3, 0, 5]"
+assert r["starts"] == [0, 3, 0, 0, 5], f"start lines at {r['starts']}, not [0, 3, 0, 0, 5]"
 assert r["steps"] == [6, 7], f"gptruns read {r['steps']} after another directory's step 5 was resumed here"
 print("ok   another run's checkpoint resumed here begins a run: steps 6..7 alone")
 PY
