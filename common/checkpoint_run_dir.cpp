@@ -366,6 +366,7 @@ std::string update_note(const Config& cfg, const ResumeSource& source, const jso
 
 std::string start_notes(const Config& cfg) {
   if (cfg.resume.empty()) return "";
+  resolve_resume(cfg);  // a resume that is refused gets no notes: its refusal comes first
   const ResumeSource source = resume_source(cfg);  // resume=latest in a run_dir without checkpoints: no path
   if (source.path.empty())
     return "resume=latest: no checkpoint in " + cfg.run_dir + " yet, so training starts at step 0";

@@ -255,6 +255,17 @@ expect "resume, optimizer changed" "optimizer=sgd, but the checkpoint was traine
 # with another seq_len).
 expect "resume, seq_len changed" "seq_len=16, but the checkpoint was trained with seq_len=32" \
   train --set "resume=$ck" --set steps=3 --set seq_len=16
+# A refused resume says nothing of itself first: not the note that steps 2 -> 3 changes the
+# learning-rate schedule, which the same resume with seq_len=32 prints.
+cases=$((cases + 1))
+if grep -q "schedule changed" "$WORK/out.txt" "$WORK/err.txt"; then
+  echo "FAIL [resume refused, no note first]: $(grep -h "schedule changed" "$WORK/out.txt" "$WORK/err.txt")"
+  failures=$((failures + 1))
+elif ! { train --set "resume=$ck" --set steps=3 --set run_dir="$WORK/noted" > "$WORK/noted.txt" 2>&1 &&
+         grep -q "schedule changed" "$WORK/noted.txt"; }; then
+  echo "FAIL [resume refused, no note first]: the control, the same resume accepted, printed no note"
+  failures=$((failures + 1))
+else echo "ok   [resume refused, no note first]"; fi
 expect "resume, seed changed"    "seed=7, but the checkpoint was trained with seed=1337" \
   train --set "resume=$ck" --set steps=3 --set seed=7
 "$TRAIN" $(tiny_args "$D" "$WORK/zero") --set steps=0 --set sample_tokens=0 > /dev/null
