@@ -93,7 +93,7 @@ class Span {
   const char* category_;
   int lane_;
   static constexpr int64_t kNotStarted = -1;  ///< start_ of a span begun with tracing off
-  int64_t start_;                             ///< µs since the trace's origin, or kNotStarted
+  int64_t start_;                             ///< ns since the trace's origin, or kNotStarted
 };
 
 }  // namespace gpt

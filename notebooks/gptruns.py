@@ -5,9 +5,10 @@ Nothing here knows a number of a run: every value comes from a run directory
 stdout.txt) or from a file the script saved (allreduce.txt). The memory formulas at the end are the stage
 READMEs' ones, evaluated on a run's resolved config and layout.
 
-Where the runs are: $GPT_NOTEBOOK_RUNS when set, else runs/notebooks under the
-repository root (found by walking up from the working directory to the directory
-that holds both notebooks/ and stages/).
+Where the runs are: $GPT_NOTEBOOK_RUNS when set (a relative one taken from the
+repository root, as scripts/notebook_runs.sh takes it: this file's parent directory),
+else runs/notebooks under the repository root (found by walking up from the working
+directory to the directory that holds both notebooks/ and stages/).
 
 Uses the standard library only; the notebooks bring numpy and matplotlib.
 """
@@ -41,9 +42,13 @@ def repo_root(start=None):
 
 def runs_root():
     """Where scripts/notebook_runs.sh put the runs ($GPT_NOTEBOOK_RUNS, else runs/notebooks);
-    a relative $GPT_NOTEBOOK_RUNS is taken from the repository's root, as the script takes
-    it (a notebook's kernel runs in notebooks/)."""
-    root = os.path.join(repo_root(), os.environ.get("GPT_NOTEBOOK_RUNS") or os.path.join("runs", "notebooks"))
+    a relative $GPT_NOTEBOOK_RUNS is taken from the repository root, this file's parent
+    directory, as the script takes it (a notebook's kernel runs in notebooks/)."""
+    given = os.environ.get("GPT_NOTEBOOK_RUNS")
+    if given:
+        root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), given)
+    else:
+        root = os.path.join(repo_root(), "runs", "notebooks")
     if not os.path.isdir(root):
         raise FileNotFoundError(f"{root} does not exist: make the runs first with scripts/notebook_runs.sh")
     return root
@@ -94,8 +99,9 @@ def last_run(lines):
 
 
 def step_of_dir(directory):
-    """N of a checkpoint directory step_N (its name: the trainer names it after its step)."""
-    m = re.fullmatch(r"step_(\d+)", os.path.basename(directory))
+    """N of a checkpoint directory step_N, or step_N.old (a save's rename interrupted: the
+    trainer names a checkpoint after its step)."""
+    m = re.fullmatch(r"step_(\d+)(\.old)?", os.path.basename(directory))
     return int(m.group(1)) if m else -1
 
 
@@ -106,9 +112,11 @@ class Run:
                  can hold several runs: a "start" line at step 0 begins one, and a
                  resume's supersedes the lines past its step; docs/metrics.md)
     config       the complete config the trainer ran with (defaults included), from the
-                 manifest.json of the newest checkpoint of that last run (one past its
-                 steps is another run's, left by a run that wrote none: not read); {}
-                 when the run has none
+                 manifest.json of the newest checkpoint whose step lies within that last
+                 run's steps (from the step before its first): one past them is another
+                 run's, left where this run wrote none. Steps alone cannot tell runs
+                 apart: a run that writes no checkpoint beside an earlier run's of a step
+                 it also trained reads that one. {} when there is none
     layout       {"dp", "tp", "pp", "cp"} from the same manifest
     """
 
@@ -136,8 +144,9 @@ class Run:
         if not self.train:
             raise ValueError(f"{self.dir}/metrics.jsonl has no train line")
         first, last = self.train[0]["step"], self.train[-1]["step"]
-        manifests = [m for m in sorted(glob.glob(os.path.join(self.dir, "step_*", "manifest.json")))
-                     if first - 1 <= step_of_dir(os.path.dirname(m)) <= last]
+        manifests = sorted((m for m in glob.glob(os.path.join(self.dir, "step_*", "manifest.json"))
+                            if first - 1 <= step_of_dir(os.path.dirname(m)) <= last),
+                           key=lambda m: (step_of_dir(os.path.dirname(m)), not m.endswith(".old/manifest.json")))
         self.config, self.layout = {}, {}
         if manifests:
             try:
@@ -177,7 +186,7 @@ class Run:
             if not out and os.path.isfile(os.path.join(self.dir, name)):
                 out[0] = trace_spans.read_spans(os.path.join(self.dir, name))
         if not out:
-            raise FileNotFoundError(f"{self.dir} has no trace files (trace.json, or trace.json.rank<r>.json)")
+            raise FileNotFoundError(f"{self.dir} has no trace files (TRACE.rank<r>.json, or stage 01's trace.json)")
         return dict(sorted(out.items()))
 
 

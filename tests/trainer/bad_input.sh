@@ -258,8 +258,10 @@ expect "resume, seq_len changed" "seq_len=16, but the checkpoint was trained wit
 # A refused resume says nothing of itself first: not the note that steps 2 -> 3 changes the
 # learning-rate schedule, which the same resume with seq_len=32 prints.
 cases=$((cases + 1))
-if grep -q "schedule changed" "$WORK/out.txt" "$WORK/err.txt"; then
-  echo "FAIL [resume refused, no note first]: $(grep -h "schedule changed" "$WORK/out.txt" "$WORK/err.txt")"
+train --set "resume=$ck" --set steps=3 --set seq_len=16 > "$WORK/refused.txt" 2>&1 || true
+if ! grep -q "but the checkpoint was trained with seq_len=32" "$WORK/refused.txt" ||
+  grep -q "schedule changed" "$WORK/refused.txt"; then
+  echo "FAIL [resume refused, no note first]: $(cat "$WORK/refused.txt")"
   failures=$((failures + 1))
 elif ! { train --set "resume=$ck" --set steps=3 --set run_dir="$WORK/noted" > "$WORK/noted.txt" 2>&1 &&
          grep -q "schedule changed" "$WORK/noted.txt"; }; then
