@@ -127,14 +127,14 @@ struct Config {
   }
 };
 
-/// The config part of a command line, collected before anything is read: --config FILE
-/// (once; "--config=FILE" too), --set key=value and bare key=value in their order, and
-/// the arguments that are neither (`rest`, in order: a tool's own options and their
-/// values). A --config or --set without its value is a UserError.
+/// The config part of a command line, collected before anything is read.
 struct ConfigArgs {
-  std::string config_file;  ///< empty: none
-  std::vector<std::string> overrides, rest;
+  std::string config_file;             ///< --config FILE (or --config=FILE), once; empty: none
+  std::vector<std::string> overrides;  ///< --set key=value and bare key=value, in their order
+  std::vector<std::string> rest;       ///< the other arguments, in order: a tool's own options and values
 };
+/// Sorts argv[1..] into a ConfigArgs, reading no file; a --config given twice or without
+/// its file, or a --set without its value, is a UserError.
 ConfigArgs read_config_args(int argc, char** argv);
 /// Loads args' file into cfg, then applies its overrides in order; does not validate.
 void apply_config_args(Config& cfg, const ConfigArgs& args);

@@ -27,6 +27,7 @@ struct UserError : std::runtime_error {
 /// has told each of them that one failed (checkpoint_agree.cpp): where the group is the
 /// whole job, no rank is left waiting in a collective, so the job can end without an abort.
 struct AgreedError : UserError {
+  /// `message` as every rank of the group of `group_size` ranks throws it.
   AgreedError(const std::string& message, int group_size) : UserError(message), ranks(group_size) {}
   int ranks;  ///< the group that agreed
 };
