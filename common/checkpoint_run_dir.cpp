@@ -238,10 +238,10 @@ void require_room_for_sequences(const Config& cfg, const ResumeSource& source) {
          " would read past 2^62, the most a checkpoint counts: a position that large was edited by hand");
 }
 
-}  // namespace
-
-std::string resolve_resume(const Config& cfg) {
-  const ResumeSource source = resume_source(cfg);
+// The checkpoint to resume, read once, after every check a resume must pass (what
+// resolve_resume refuses): start_notes speaks only of a resume that goes ahead.
+ResumeSource checked_resume_source(const Config& cfg) {
+  ResumeSource source = resume_source(cfg);
   const std::string& path = source.path;
   const int64_t start = source.start;
   if (!path.empty()) {
@@ -256,8 +256,12 @@ std::string resolve_resume(const Config& cfg) {
     fail("steps=" + std::to_string(cfg.steps) + " is below step " + std::to_string(start) + " of the checkpoint " +
          path + " (steps counts from the start of the run, resumed runs included): set steps above " +
          std::to_string(start) + " to train on, or steps=0 to only evaluate and sample it");
-  return path;
+  return source;
 }
+
+}  // namespace
+
+std::string resolve_resume(const Config& cfg) { return checked_resume_source(cfg).path; }
 
 namespace {
 
@@ -366,8 +370,9 @@ std::string update_note(const Config& cfg, const ResumeSource& source, const jso
 
 std::string start_notes(const Config& cfg) {
   if (cfg.resume.empty()) return "";
-  resolve_resume(cfg);  // a resume that is refused gets no notes: its refusal comes first
-  const ResumeSource source = resume_source(cfg);  // resume=latest in a run_dir without checkpoints: no path
+  // Refused resumes get no notes: their refusal comes first. resume=latest in a run_dir
+  // without checkpoints: no path.
+  const ResumeSource source = checked_resume_source(cfg);
   if (source.path.empty())
     return "resume=latest: no checkpoint in " + cfg.run_dir + " yet, so training starts at step 0";
   // A run that trains nothing changes nothing; step 0 (a fresh start, GPT-2's imported
