@@ -34,6 +34,7 @@
 
 #include "common/choices_eval.h"
 #include "common/choices_file.h"
+#include "common/cli.h"
 #include "common/comm.h"
 #include "common/data.h"
 #include "common/error.h"
@@ -705,18 +706,13 @@ void apply_config_args(Config& cfg, const ConfigArgs& args) {
 }
 
 bool parse_args(int argc, char** argv, Config& cfg, const char* program) {
-  // --help wins wherever it stands, even next to arguments that would be errors, so a
-  // user can always ask what the keys are.
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::string text = config_help_text();
-      // The usage line names the binary that was actually run.
-      if (program && *program && text.starts_with("usage: train"))
-        text = "usage: " + std::string(program) + text.substr(std::strlen("usage: train"));
-      if (first_rank_or_alone()) std::fputs(text.c_str(), stdout);
-      return false;
-    }
+  if (asks_for_help(argc, argv)) {
+    std::string text = config_help_text();
+    // The usage line names the binary that was actually run.
+    if (program && *program && text.starts_with("usage: train"))
+      text = "usage: " + std::string(program) + text.substr(std::strlen("usage: train"));
+    if (first_rank_or_alone()) std::fputs(text.c_str(), stdout);
+    return false;
   }
 
   const ConfigArgs args = read_config_args(argc, argv);

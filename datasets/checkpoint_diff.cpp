@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "common/checkpoint.h"
+#include "common/cli.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/gpt2_layout.h"
@@ -157,15 +158,15 @@ std::vector<std::string> parse_kinds(const std::string& list) {
 }
 
 int run(int argc, char** argv) {
+  if (gpt::asks_for_help(argc, argv)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   std::vector<std::string> paths;
   std::string kinds_list = "param,adam_m,adam_v";
   bool kinds_given = false, summary = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
     if (arg == "--kinds" || arg.starts_with("--kinds=")) {  // --kinds LIST or --kinds=LIST
       if (kinds_given) gpt::fail("--kinds is given twice; give it once");
       if (arg == "--kinds" && i + 1 == argc) gpt::fail("--kinds needs a value (param,adam_m,adam_v)");

@@ -28,6 +28,7 @@
 #include "common/checkpoint_weights.h"
 #include "common/choices_eval.h"
 #include "common/choices_file.h"
+#include "common/cli.h"
 #include "common/config.h"
 #include "common/device.h"
 #include "common/error.h"
@@ -196,7 +197,7 @@ int evaluate(const Options& o, const std::string& checkpoint, const gpt::ModelCo
 
 int run(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
-  if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
+  if (gpt::asks_for_help(argc, argv)) {
     std::fputs(kUsage, stdout);
     return 0;
   }

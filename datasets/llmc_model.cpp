@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/checkpoint.h"
+#include "common/cli.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/files.h"
@@ -104,11 +105,11 @@ int export_model(const std::string& given, const std::string& model_path, bool b
 
 int run(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty()) gpt::fail(std::string("no command given\n") + kUsage);
-  if (args[0] == "-h" || args[0] == "--help") {
+  if (gpt::asks_for_help(argc, argv)) {
     std::fputs(kUsage, stdout);
     return 0;
   }
+  if (args.empty()) gpt::fail(std::string("no command given\n") + kUsage);
   if (args[0] == "import") {
     if (args.size() != 3) gpt::fail("import takes MODEL.bin and RUN_DIR\n" + std::string(kUsage));
     return import_model(args[1], args[2]);

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli.h"
 #include "common/data.h"
 #include "common/error.h"
 #include "common/files.h"
@@ -83,12 +84,10 @@ Options parse_args(int argc, char** argv) {
     if (!given.insert(flag).second) gpt::fail("flag " + flag + " is given twice; give it once");
     return argv[++i];
   };
-  // --help wins wherever it stands (before "--"), even beside a flag that would be refused.
-  for (int i = 1; i < argc && std::string(argv[i]) != "--"; ++i)
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      options.help = true;
-      return options;
-    }
+  if (gpt::asks_for_help(argc, argv)) {
+    options.help = true;
+    return options;
+  }
   bool only_files = false;  // after "--", every argument is a file name
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/choices_file.h"
+#include "common/cli.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json_input.h"
@@ -132,11 +133,10 @@ gpt::ChoiceExample example_from(const nlohmann::json& object, int index, const g
 
 int run(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
-  for (const std::string& a : args)
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
+  if (gpt::asks_for_help(argc, argv)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   const Options o = parse(args);
   std::error_code ec;
   if (gpt::name_taken(o.output))

@@ -23,6 +23,7 @@
 
 #include "common/checkpoint.h"
 #include "common/checkpoint_weights.h"
+#include "common/cli.h"
 #include "common/config.h"
 #include "common/decoder.h"
 #include "common/device.h"
@@ -160,11 +161,10 @@ int draw(const gpt::Config& cfg, const std::string& checkpoint, int samples, gpt
 }
 
 int run(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "-h" || std::string(argv[i]) == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
+  if (gpt::asks_for_help(argc, argv)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   const Options o = parse(argc, argv);
   const std::string checkpoint = gpt::checkpoint_or_latest(o.checkpoint);
   const gpt::Config cfg = sampling_config(checkpoint, o.sets);

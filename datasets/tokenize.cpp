@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli.h"
 #include "common/error.h"
 #include "common/pretokenize.h"
 #include "common/tokenizer.h"
@@ -67,14 +68,15 @@ std::string hex(std::string_view bytes) {
 }
 
 int run(int argc, char** argv) {
+  if (gpt::asks_for_help(argc, argv)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   std::string tokenizer_name = "bytes";
   bool pieces = false, decode = false, tokenizer_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (arg == "--tokenizer") {
+    if (arg == "--tokenizer") {
       if (i + 1 >= argc) gpt::fail("flag --tokenizer needs a value");
       tokenizer_name = argv[++i];
       tokenizer_given = true;

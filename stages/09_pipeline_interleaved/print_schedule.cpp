@@ -18,6 +18,7 @@
 #include <system_error>
 #include <vector>
 
+#include "common/cli.h"
 #include "common/error.h"
 #include "stages/09_pipeline_interleaved/schedules.h"
 
@@ -53,6 +54,10 @@ double parse_real(const std::string& option, const std::string& text) {
 
 int main(int argc, char** argv) {
   return run_main("pipeline_schedule", [&] {
+    if (asks_for_help(argc, argv)) {
+      std::printf("%s", kUsage);
+      return 0;
+    }
     std::string name = "gpipe";
     int p = 4, m = 8, v = 1;
     // PipeCosts' own machine (a backward twice a forward), its backward split in two equal
@@ -61,10 +66,6 @@ int main(int argc, char** argv) {
     std::set<std::string> given;  // an option given twice is a mistake, whichever value was meant
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
-      if (a == "--help" || a == "-h") {
-        std::printf("%s", kUsage);
-        return 0;
-      }
       const bool known = a == "--schedule" || a == "--pp" || a == "--micro" || a == "--virtual" || a == "--tf" ||
                          a == "--tb" || a == "--tw";
       if (!known) fail("unknown option " + a + " (--schedule, --pp, --micro, --virtual, --tf, --tb, --tw, --help)");

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli.h"
 #include "common/config.h"
 #include "common/driver.h"
 #include "common/error.h"
@@ -54,12 +55,10 @@ std::string chunk_text(const ChunkPlan& c, int last_stage) {
 
 int main(int argc, char** argv) {
   return run_main("memory_plan", [&] {
-    // --help wins wherever it stands, as the trainer's does.
-    for (int i = 1; i < argc; ++i)
-      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-        std::printf("%s", kUsage);
-        return 0;
-      }
+    if (asks_for_help(argc, argv)) {
+      std::printf("%s", kUsage);
+      return 0;
+    }
     // The trainer's --config and --set, read by its own reader; what is left is the tool's.
     const ConfigArgs args = read_config_args(argc, argv);
     int ranks = 0;

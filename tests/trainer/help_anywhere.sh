@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# --help wins wherever it stands (common/cli.h): every program given a flag it refuses and
+# then --help prints its own usage line to stdout and exits 0. The control: the same flag
+# alone is refused (non-zero exit), so the usage came from --help, not from a program that
+# ignores what it cannot read. After a lone "--", "--help" is a name, not a request.
+# usage: help_anywhere.sh PREPARE PROGRAM...
+set -u
+prepare=$1
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+for program in "$@"; do
+  name=$(basename "$program")
+  # The usage line names the tool; a stage's trainer is named by its binary, train.
+  for args in "--frobnicate --help" "--frobnicate -h" "--help --frobnicate"; do
+    # shellcheck disable=SC2086  # args is split into words on purpose
+    "$program" $args >"$work/out" 2>"$work/err"
+    status=$?
+    [[ $status -eq 0 ]] || { fail "$name $args exited $status: $(head -c 300 "$work/err")"; continue; }
+    first=$(head -n 1 "$work/out")
+    [[ $first == "usage: "* ]] || fail "$name $args: stdout starts '$first', not a usage line"
+  done
+  "$program" --frobnicate >"$work/out" 2>"$work/err" </dev/null
+  status=$?
+  [[ $status -ne 0 ]] || fail "$name --frobnicate exited 0 (the control: a refused flag must be refused)"
+done
+
+# After "--" every argument is a file name: prepare looks for a file called --help.
+"$prepare" --out "$work/shards" -- --help >"$work/out" 2>"$work/err"
+status=$?
+[[ $status -ne 0 ]] || fail "prepare --out DIR -- --help exited 0"
+grep -q -- "--help" "$work/err" || fail "prepare -- --help did not name the file --help: $(cat "$work/err")"
+grep -q "^usage:" "$work/out" && fail "prepare -- --help printed the usage"
+
+[[ $failures -eq 0 ]] && echo "every program's --help wins ($# programs)"
+exit $((failures > 0))
