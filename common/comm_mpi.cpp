@@ -415,6 +415,20 @@ class MpiComm final : public Communicator {
     }
     return std::make_unique<MpiComm>(rt_, sub, true, device_, timeout_s_);
   }
+  // This rank's place among the ranks of its node, the ranks that share its memory.
+  void node_local(int* local_rank, int* local_size) {
+    barrier();  // MPI_Comm_split_type blocks with no timeout, as MPI_Comm_split does
+    auto g = rt_->guard();
+    int rank = 0;
+    check(MPI_Comm_rank(comm_, &rank), "MPI_Comm_rank");
+    MPI_Comm node = MPI_COMM_NULL;
+    check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+    const int rank_code = MPI_Comm_rank(node, local_rank);
+    const int size_code = MPI_Comm_size(node, local_size);
+    MPI_Comm_free(&node);
+    check(rank_code, "MPI_Comm_rank (node)");
+    check(size_code, "MPI_Comm_size (node)");
+  }
   double timeout_s() const override { return timeout_s_; }
   void set_timeout_s(double seconds) override { timeout_s_ = seconds; }
 
@@ -863,13 +877,7 @@ std::unique_ptr<Communicator> comm_detail::make_mpi_world(int* argc, char*** arg
 void comm_detail::node_local_rank(Communicator& mpi, int* local_rank, int* local_size) {
   auto* c = dynamic_cast<MpiComm*>(&mpi);
   if (c == nullptr) fail(std::string("node_local_rank: needs an MPI communicator, not ") + mpi.backend());
-  MPI_Comm node = MPI_COMM_NULL;
-  int rank = 0;
-  MPI_Comm_rank(c->handle(), &rank);
-  MPI_Comm_split_type(c->handle(), MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-  MPI_Comm_rank(node, local_rank);
-  MPI_Comm_size(node, local_size);
-  MPI_Comm_free(&node);
+  c->node_local(local_rank, local_size);
 }
 
 int comm_detail::mpi_world_rank() {

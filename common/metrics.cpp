@@ -56,7 +56,13 @@ MetricsLog::MetricsLog(const std::string& path) : path_(path) {
   // A run killed mid-line (or stopped by a full disk) leaves its last line torn: end it,
   // so that this run's first line is a line of its own, readable, and the torn one stays
   // as it was.
-  if (!ends_with_newline(path)) write_line("");
+  try {
+    if (!ends_with_newline(path)) write_line("");
+  } catch (...) {
+    std::fclose(file_);  // a constructor that throws runs no destructor: release the file and its lock here
+    file_ = nullptr;
+    throw;
+  }
 }
 
 MetricsLog::~MetricsLog() {

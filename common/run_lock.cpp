@@ -70,8 +70,12 @@ RunDirLock::RunDirLock(const std::string& run_dir) {
     fail("run_dir: cannot lock '" + path + "': " + std::strerror(err));
   }
   const std::string me = describe_this_process();
-  if (ftruncate(fd_, 0) != 0 || pwrite(fd_, me.data(), me.size(), 0) != ssize_t(me.size()))
-    fail("run_dir: cannot write the lock file '" + path + "': " + std::strerror(errno));
+  if (ftruncate(fd_, 0) != 0 || pwrite(fd_, me.data(), me.size(), 0) != ssize_t(me.size())) {
+    const int err = errno;
+    ::close(fd_);  // a constructor that throws runs no destructor: release the lock here
+    fd_ = -1;
+    fail("run_dir: cannot write the lock file '" + path + "': " + std::strerror(err));
+  }
 }
 
 RunDirLock::~RunDirLock() {
