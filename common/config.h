@@ -89,7 +89,9 @@ struct Config {
   int cp = 1;                    ///< context-parallel ranks
   int virtual_stages = 1;        ///< model chunks per pipeline rank
   bool sequence_parallel = false;  ///< tensor parallelism: elementwise work on 1/tp of the rows
-  int zero = 0;                  ///< ZeRO stage 0..3 over the dp group in stages 06+ (03-05 are ZeRO-1, -2, -3)
+  /// ZeRO stage 0..3 over the data-parallel ranks in stages 06+ (dp x cp in 10 and 11);
+  /// stages 03-05 are ZeRO-1, -2 and -3 by construction.
+  int zero = 0;
   bool zero3_prefetch = true;    ///< ZeRO-3: gather the next unit on a thread while this one computes
   std::string cp_split = "zigzag";  ///< context parallelism: zigzag (load-balanced) | contiguous
   std::string schedule;              ///< pipeline schedule of stages 09 and 11 ("": the stage's own)

@@ -272,12 +272,7 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
       if (!parse_args(argc, argv, cfg, "train")) return 0;
       if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
       require_axes(cfg, spec);
-      // A stage without a GPU path (StageSpec::cuda false) runs on CPU ranks: auto means
-      // cpu there and cuda is refused.
-      require(spec.cuda || cfg.device != "cuda",
-              std::string("device=cuda: stage ") + spec.name +
-                  " runs on CPU ranks only so far; use device=cpu (stage 01 trains on the GPU)");
-      device = resolve_device(spec.cuda ? cfg.device : "cpu");
+      device = resolve_device(cfg.device);
       check_comm_options(CommOptions{cfg.comm, device, cfg.comm_timeout_s});  // refused by make_world otherwise
       ops::set_gemm(device, cfg.gemm);  // the GPU's matmuls: the hand-written GEMM or cuBLAS
       precision = parse_precision(cfg.precision);

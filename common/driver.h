@@ -57,10 +57,9 @@ struct StageSpec {
   bool zero3 = false;                       ///< ZeRO-3 by construction (stage 05): reads `zero3_prefetch`
   bool schedule_key = false;                ///< reads `schedule` (the pipeline schedule)
   bool activation_checkpointing_key = false;  ///< reads `activation_checkpointing`
-  bool cuda = false;                        ///< device=cuda supported
   bool allreduce_key = false;               ///< reads `allreduce` (stage 02's ring or the backend's)
   /// The stage's own limits on a configuration on a mesh (its technique's: a tp that
-  /// divides the heads, layers that divide into the stages), which stage_main checks with
+  /// divides the heads, a layer at least for every pipeline chunk), which stage_main checks with
   /// the shared ones before the run starts, the ranks comparing their refusals; none if null.
   void (*checks)(const Config& cfg, const MeshShape& mesh) = nullptr;
 };
@@ -85,8 +84,8 @@ std::string thread_notes_here();
 
 /// A UserError naming the first axis (tp, pp, cp, virtual_stages) the config sets
 /// beyond 1 that the stage does not implement, or sequence_parallel without tp, or a
-/// `zero`, a `schedule`, a `cp_split` or an `activation_checkpointing` the stage does not
-/// read.
+/// `zero`, a `schedule`, a `cp_split`, an `allreduce`, an `activation_checkpointing` or
+/// a `zero3_prefetch=false` the stage does not read.
 void require_axes(const Config& cfg, const StageSpec& spec);
 
 /// The part of each sequence a rank runs: the whole by default; context parallelism
@@ -106,7 +105,7 @@ struct Run {
   Config& cfg;            ///< the parsed configuration, the same on every rank
   Communicator& world;    ///< every rank of the job
   Mesh& mesh;             ///< the dp x pp x cp x tp process mesh over world, with a communicator per axis
-  Device device;          ///< where this rank trains: device=auto resolved, CPU for a stage without cuda
+  Device device;          ///< where this rank trains: device=auto resolved
   Precision precision;    ///< FP32 or BF16 (stage_main refuses FP64)
   bool lead() const { return world.rank() == 0; }  ///< logs, prunes checkpoints, samples
   const SequencePart* part = nullptr;  ///< context parallelism: the chunks this rank runs
@@ -239,7 +238,8 @@ template <class A>
 void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsLog& log, const RunCheckpoints& ckpt,
                 CheckpointState& state, const GatherWhole<A>& whole, int sample_len);
 /// The same, validating as after_step's model overload does and sampling with a context
-/// of model.seq_len() tokens.
+/// of a whole sequence: val's seq_len where a SequencePart splits the sequences, else
+/// model.seq_len().
 template <class A>
 void end_of_run(Run& run, GPT2<A>& model, const DataLoader& val, Communicator& dp, MetricsLog& log,
                 const RunCheckpoints& ckpt, CheckpointState& state, const GatherWhole<A>& whole);

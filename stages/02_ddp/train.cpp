@@ -175,6 +175,6 @@ int train_ranks(Run& run) {
 
 int main(int argc, char** argv) {
   StageSpec spec{"02_ddp"};
-  spec.cuda = true, spec.allreduce_key = true;
+  spec.allreduce_key = true;
   return stage_main(argc, argv, spec, train_ranks);
 }

@@ -167,6 +167,5 @@ int train_ranks(Run& run) {
 
 int main(int argc, char** argv) {
   StageSpec spec{"03_zero1"};
-  spec.cuda = true;
   return stage_main(argc, argv, spec, train_ranks);
 }

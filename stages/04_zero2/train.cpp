@@ -60,7 +60,7 @@ int train_on(Run& run) {
     return DeviceArray<A>(device, size_t(n_params));
   }();
   // This rank's shard of the optimizer state. In fp32 the master weights of the shard
-  // are the model's own weights there; in bf16 the optimizer keeps them in fp32.
+  // are the stage's own weights there; in bf16 the optimizer keeps them in fp32.
   const Shard shard = shard_of(n_params, dp.size(), dp.rank());
   AdamW<float> optimizer(layout, shard.begin, shard.end, /*keep_master=*/bf16, device);
   A* params = weights.data();
@@ -162,6 +162,5 @@ int train_ranks(Run& run) {
 
 int main(int argc, char** argv) {
   StageSpec spec{"04_zero2"};
-  spec.cuda = true;
   return stage_main(argc, argv, spec, train_ranks);
 }

@@ -56,7 +56,7 @@ int train_on(Run& run) {
   const ParamLayout& layout = model.layout();
   const int64_t n_params = layout.total();
   // This rank's shard of the optimizer state. In fp32 the master weights of the shard
-  // are the model's own weights there; in bf16 the optimizer keeps them in fp32.
+  // are the stage's own weights there; in bf16 the optimizer keeps them in fp32.
   const Shard shard = shard_of(n_params, dp.size(), dp.rank());
   DeviceArray<A> weights = [&] {  // this rank's shard of the compute weights
     const MemScope scope(MemKind::Params);
@@ -176,6 +176,6 @@ int train_ranks(Run& run) {
 
 int main(int argc, char** argv) {
   StageSpec spec{"05_zero3"};
-  spec.zero3 = true, spec.cuda = true;
+  spec.zero3 = true;
   return stage_main(argc, argv, spec, train_ranks);
 }

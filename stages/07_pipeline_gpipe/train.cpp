@@ -207,7 +207,7 @@ void check_stage(const Config& cfg, const MeshShape& mesh) {
 
 int main(int argc, char** argv) {
   StageSpec spec{"07_pipeline_gpipe"};
-  spec.tp = true, spec.pp = true, spec.zero_key = true, spec.cuda = true;
+  spec.tp = true, spec.pp = true, spec.zero_key = true;
   spec.checks = check_stage;
   return stage_main(argc, argv, spec, train_ranks);
 }

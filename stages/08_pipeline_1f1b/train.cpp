@@ -211,7 +211,7 @@ void check_stage(const Config& cfg, const MeshShape& mesh) {
 
 int main(int argc, char** argv) {
   StageSpec spec{"08_pipeline_1f1b"};
-  spec.tp = true, spec.pp = true, spec.zero_key = true, spec.cuda = true;
+  spec.tp = true, spec.pp = true, spec.zero_key = true;
   spec.checks = check_stage;
   return stage_main(argc, argv, spec, train_ranks);
 }

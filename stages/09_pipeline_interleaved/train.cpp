@@ -217,7 +217,6 @@ void check_stage(const Config& cfg, const MeshShape& mesh) {
 int main(int argc, char** argv) {
   StageSpec spec{"09_pipeline_interleaved"};
   spec.tp = true, spec.pp = true, spec.virtual_stages = true, spec.zero_key = true, spec.schedule_key = true;
-  spec.cuda = true;
   spec.checks = check_stage;
   return stage_main(argc, argv, spec, train_ranks);
 }

@@ -29,7 +29,7 @@ void check_4d(const Config& cfg, const MeshShape& shape) {
 StageSpec stage_11_spec() {
   StageSpec spec{"11_4d"};
   spec.tp = true, spec.pp = true, spec.cp = true, spec.virtual_stages = true, spec.zero_key = true;
-  spec.schedule_key = true, spec.activation_checkpointing_key = true, spec.cuda = true;
+  spec.schedule_key = true, spec.activation_checkpointing_key = true;
   spec.checks = check_4d;
   return spec;
 }
