@@ -245,7 +245,10 @@ bool set_aside_before_first_save(const Config& cfg, bool lead, bool& done);
 /// sequences from here on come in another order than an unbroken run's.
 std::string start_notes(const Config& cfg);
 
-/// Deletes all but the newest `keep` complete checkpoints (keep <= 0 keeps all).
+/// Deletes all but the newest `keep` complete checkpoints (keep <= 0 keeps all). Each is
+/// renamed step_N.pruned before its files go, so that a job killed while deleting leaves
+/// no step_N that looks like a damaged checkpoint; the next prune deletes what is left of
+/// any step_N.pruned.
 /// In a multi-rank run call it on rank 0 only (after the save has returned): ranks
 /// deleting the same directories at once would race, and one may fail on a file that
 /// another has just removed.

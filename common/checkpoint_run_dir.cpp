@@ -6,6 +6,7 @@
 #include <array>
 #include <span>
 #include <map>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -125,15 +126,52 @@ std::string checkpoint_or_latest(const std::string& path) {
   return path;
 }
 
+namespace {
+
+// A checkpoint being deleted is first renamed step_N.pruned: deleting takes many calls,
+// and a job killed among them must not leave a step_N without its manifest, which no
+// listing counts as a checkpoint and so no later prune would ever delete.
+constexpr const char* kPrunedSuffix = ".pruned";
+
+void remove_checkpoint_dir(const fs::path& dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (ec) fail("cannot remove old checkpoint " + dir.string() + ": " + ec.message());
+}
+
+// What earlier prunes that were cut short left: every step_N.pruned (or step_N.old.pruned)
+// in run_dir.
+void remove_cut_short_prunes(const std::string& run_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec)) return;
+  std::vector<fs::path> left;
+  for (const fs::directory_entry& entry : fs::directory_iterator(run_dir, ec)) {
+    std::string name = entry.path().filename().string();
+    int64_t step = 0;
+    bool moved_aside = false;
+    if (!name.ends_with(kPrunedSuffix)) continue;
+    name.resize(name.size() - std::string_view(kPrunedSuffix).size());
+    if (step_of_entry(name, step, moved_aside)) left.push_back(entry.path());
+  }
+  for (const fs::path& dir : left) remove_checkpoint_dir(dir);
+}
+
+}  // namespace
+
 void prune_checkpoints(const std::string& run_dir, int keep) {
+  remove_cut_short_prunes(run_dir);
   if (keep <= 0) return;
   const auto found = complete_checkpoints(run_dir);
   if (found.size() <= size_t(keep)) return;
   const size_t remove = found.size() - size_t(keep);
   for (size_t i = 0; i < remove; ++i) {
+    const fs::path& dir = found[i].second;
+    const fs::path doomed = dir.string() + kPrunedSuffix;
     std::error_code ec;
-    fs::remove_all(found[i].second, ec);
-    if (ec) fail("cannot remove old checkpoint " + found[i].second.string() + ": " + ec.message());
+    fs::rename(dir, doomed, ec);  // one call: the checkpoint is whole, or out of the step_N names
+    if (ec) fail("cannot remove old checkpoint " + dir.string() + ": renaming it " + doomed.string() + ": " +
+                 ec.message());
+    remove_checkpoint_dir(doomed);
   }
 }
 
@@ -366,6 +404,27 @@ std::string update_note(const Config& cfg, const ResumeSource& source, const jso
          (adamw ? ", on moments the old ones made" : "");
 }
 
+// resume=latest passes over a step_N directory without its manifest (the manifest is
+// written last, so the directory is no complete checkpoint: damaged, or emptied by hand).
+// One newer than the checkpoint resumed is said, or the run would seem to have lost its
+// steps without a word: the names of those past step `after`, comma-separated ("" if none).
+std::string incomplete_checkpoints_after(const std::string& run_dir, int64_t after) {
+  std::map<int64_t, std::string> incomplete;
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec)) return "";
+  for (const fs::directory_entry& entry : fs::directory_iterator(run_dir, ec)) {
+    int64_t step = 0;
+    bool moved_aside = false;
+    if (!step_of_entry(entry.path(), step, moved_aside) || step <= after) continue;
+    std::error_code entry_ec;
+    if (entry.is_directory(entry_ec) && !fs::is_regular_file(entry.path() / "manifest.json", entry_ec))
+      incomplete.emplace(step, entry.path().filename().string());
+  }
+  std::string names;
+  for (const auto& [step, name] : incomplete) names += (names.empty() ? "" : ", ") + name;
+  return names;
+}
+
 }  // namespace
 
 std::string start_notes(const Config& cfg) {
@@ -373,15 +432,24 @@ std::string start_notes(const Config& cfg) {
   // Refused resumes get no notes: their refusal comes first. resume=latest in a run_dir
   // without checkpoints: no path.
   const ResumeSource source = checked_resume_source(cfg);
-  if (source.path.empty())
-    return "resume=latest: no checkpoint in " + cfg.run_dir + " yet, so training starts at step 0";
-  // A run that trains nothing changes nothing; step 0 (a fresh start, GPT-2's imported
-  // weights) has no schedule, data or validation of its own to continue.
-  if (source.start == 0 || cfg.steps <= source.start) return "";
   std::string notes;
   const auto add = [&](const std::string& note) {
     if (!note.empty()) notes += (notes.empty() ? "" : "\n") + note;
   };
+  if (cfg.resume == "latest") {
+    const std::string skipped = incomplete_checkpoints_after(cfg.run_dir, source.path.empty() ? -1 : source.start);
+    if (!skipped.empty())
+      add("resume=latest: passed over " + skipped + " in " + cfg.run_dir + ": no manifest.json, so not a complete "
+          "checkpoint (damaged, or a prune cut short); the run's first save moves it into a set_aside_ "
+          "directory");
+  }
+  if (source.path.empty()) {
+    add("resume=latest: no complete checkpoint in " + cfg.run_dir + " yet, so training starts at step 0");
+    return notes;
+  }
+  // A run that trains nothing changes nothing; step 0 (a fresh start, GPT-2's imported
+  // weights) has no schedule, data or validation of its own to continue.
+  if (source.start == 0 || cfg.steps <= source.start) return notes;
   add(data_note(cfg, source));
   if (const auto saved = source.manifest.find("config"); saved != source.manifest.end() && saved->is_object()) {
     add(schedule_note(cfg, source, *saved));

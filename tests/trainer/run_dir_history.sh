@@ -29,7 +29,7 @@ hashes() { (cd "$1" && sha256sum step_*/*); }
 
 # resume=latest in an empty run_dir starts at step 0 and says so (a mistyped run_dir shows).
 train --set steps=1 --set resume=latest --set checkpoint_at_end=false > "$WORK/fresh_latest.log"
-grep -q "resume=latest: no checkpoint in $RUN yet, so training starts at step 0" "$WORK/fresh_latest.log" ||
+grep -q "resume=latest: no complete checkpoint in $RUN yet, so training starts at step 0" "$WORK/fresh_latest.log" ||
   { echo "FAIL: resume=latest in an empty run_dir did not say it starts fresh"; cat "$WORK/fresh_latest.log"; exit 1; }
 rm -rf "$RUN"
 
@@ -98,6 +98,7 @@ echo "ok: a fresh run set the earlier run's checkpoints aside, unchanged: ${asid
 # newer ones aside.
 train --set steps=5 --set resume=latest --set checkpoint_every=1 --set keep_checkpoints=0 > "$WORK/latest.log"
 grep -q "resumed from $RUN/step_00000003 at step 3" "$WORK/latest.log" || { echo "FAIL: resume=latest did not resume step 3"; exit 1; }
+! grep -q "passed over" "$WORK/latest.log" || { echo "FAIL: resume=latest passed over a checkpoint in a sound run_dir"; exit 1; }
 [ "$(steps_here)" = "step_00000003 step_00000004 step_00000005 " ] || { echo "FAIL: after resume=latest: $(steps_here)"; exit 1; }
 [ "$(ls -d "$RUN"/set_aside_* | wc -l)" = 1 ] || { echo "FAIL: resume=latest set checkpoints aside"; exit 1; }
 train --set steps=6 --set "resume=$RUN/step_00000003" --set keep_checkpoints=0 > "$WORK/older.log"
@@ -111,8 +112,16 @@ train --set steps=7 --set resume=latest --set keep_checkpoints=2 > "$WORK/old.lo
 grep -q "resumed from $RUN/step_00000006.old at step 6" "$WORK/old.log" ||
   { echo "FAIL: resume=latest did not find step_00000006.old"; cat "$WORK/old.log"; exit 1; }
 [ "$(steps_here)" = "step_00000006.old step_00000007 " ] || { echo "FAIL: after pruning to 2 the directory holds: $(steps_here)"; exit 1; }
+# What a prune killed while deleting leaves (it renames a checkpoint step_N.pruned first,
+# so no step_N without its manifest is left behind) goes at the next prune; an entry
+# that only ends in .pruned is not the run's and stays.
+mkdir -p "$RUN/step_00000001.pruned" "$RUN/step_00000002.old.pruned" "$RUN/notes.pruned"
+echo half > "$RUN/step_00000001.pruned/adam_v.bin"
 train --set steps=8 --set resume=latest --set keep_checkpoints=1 > "$WORK/prune_old.log"
 [ "$(steps_here)" = "step_00000008 " ] || { echo "FAIL: after pruning to 1 the directory holds: $(steps_here)"; exit 1; }
+[ -d "$RUN/notes.pruned" ] || { echo "FAIL: pruning removed notes.pruned, which is not a checkpoint"; exit 1; }
+rm -r "$RUN/notes.pruned"
+echo "ok: pruning removed what a cut-short prune left"
 # A metrics log whose last line a stopped run tore (killed mid-write, a full disk): the
 # next run ends that line and writes its own on lines of their own, the torn bytes kept.
 truncate -s -20 "$RUN/metrics.jsonl"
@@ -155,6 +164,18 @@ other "$WORK/d" --set steps=2 --set checkpoint_every=1 > "$WORK/d.log"
 [ "$(cat "$WORK"/d/set_aside_*/step_00000001/notes.txt)" = notes ] && [ "$(cat "$WORK"/d/set_aside_*/step_00000002)" = "a file" ] ||
   { echo "FAIL: entries named step_N that are no checkpoint were not set aside"; ls -R "$WORK/d"; exit 1; }
 echo "ok: another run's step 0, A's own step 2 under B's, and step_N entries that are no checkpoint were set aside"
+
+# resume=latest passes over a newest step_N without its manifest (damaged), and says so
+# as the run starts, before it trains: the run resumes the newest complete one.
+other "$WORK/e" --set steps=2 --set checkpoint_every=1 --set keep_checkpoints=0 > /dev/null
+rm "$WORK/e/step_00000002/manifest.json"
+other "$WORK/e" --set steps=3 --set resume=latest > "$WORK/e.log"
+grep -q "resume=latest: passed over step_00000002 in $WORK/e: no manifest.json" "$WORK/e.log" &&
+  grep -q "resumed from $WORK/e/step_00000001 at step 1" "$WORK/e.log" ||
+  { echo "FAIL: resume=latest did not name the damaged step_00000002 it passed over"; cat "$WORK/e.log"; exit 1; }
+[ "$(head -n 1 "$WORK/e.log" | grep -c "passed over")" = 1 ] ||
+  { echo "FAIL: the note on step_00000002 was not the run's first line"; cat "$WORK/e.log"; exit 1; }
+echo "ok: resume=latest named the damaged newest checkpoint it passed over"
 
 # Two ranks set the earlier run's checkpoints aside at their first save (a copy of the
 # directory's one checkpoint now, step 8).
