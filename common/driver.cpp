@@ -620,8 +620,8 @@ void end_of_run(Run& run, const Validation& validate, Communicator& dp, MetricsL
         sample.progress();
         return stop_signal() == 0;  // a stop signal to the lead ends the sample where it is
       });
-      print_sample(stdout, cfg, drawn.text, /*cut_short=*/stop_signal() != 0);
-      log.sample(state.step, drawn.text, drawn.log_prob);
+      print_sample(stdout, cfg, drawn.text, drawn.cut_short);
+      log.sample(state.step, drawn.text, drawn.log_prob, drawn.tokens, drawn.cut_short);
       sample.done();
     } else {
       sample.wait_for_lead();

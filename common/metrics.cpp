@@ -111,10 +111,11 @@ void MetricsLog::choices(int64_t step, const ChoicesTally& t, const std::string&
   std::fflush(stdout);
 }
 
-void MetricsLog::sample(int64_t step, const std::string& text, double log_prob) {
+void MetricsLog::sample(int64_t step, const std::string& text, double log_prob, int tokens, bool cut_short) {
   // Bytes that are not valid UTF-8 would make dump() throw; replace them.
-  write_line(nlohmann::json{{"kind", "sample"}, {"step", step}, {"text", text}, {"log_prob", log_prob}}.dump(
-      -1, ' ', false, nlohmann::json::error_handler_t::replace));
+  write_line(nlohmann::json{{"kind", "sample"}, {"step", step}, {"text", text}, {"log_prob", log_prob},
+                            {"tokens", tokens}, {"cut_short", cut_short}}
+                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 void MetricsLog::stopped(int64_t step, const std::string& signal, const std::string& checkpoint) {

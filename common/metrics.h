@@ -48,9 +48,9 @@ class MetricsLog {
   void validation(int64_t step, double val_loss);  ///< writes a "val" line and prints the loss
   /// Writes a "choices" line (the multiple-choice eval of `file`) and prints acc and acc_norm.
   void choices(int64_t step, const ChoicesTally& tally, const std::string& file);
-  /// Writes a "sample" line with the generated text (bytes that are not UTF-8 replaced)
-  /// and its log-probability.
-  void sample(int64_t step, const std::string& text, double log_prob);
+  /// Writes a "sample" line with the generated text (bytes that are not UTF-8 replaced),
+  /// its log-probability, the `tokens` drawn and whether a stop signal cut it short.
+  void sample(int64_t step, const std::string& text, double log_prob, int tokens, bool cut_short);
   /// Writes a "stop" line: a stop signal (`signal`, as common/stop_request.h names it)
   /// ended the run after `step`, whose checkpoint is `checkpoint`.
   void stopped(int64_t step, const std::string& signal, const std::string& checkpoint);

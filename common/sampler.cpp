@@ -109,7 +109,10 @@ Sample sample_text(CachedDecoder<A>& decoder, const Config& cfg, uint64_t& count
   Sample sample;
   const SampleOptions opt{cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed, std::move(after_token),
                           &sample.log_prob};
-  sample.text = tokenizer.decode(generate(decoder, context, opt, counter));
+  const std::vector<int> tokens = generate(decoder, context, opt, counter);
+  sample.tokens = int(tokens.size() - context.size());
+  sample.cut_short = sample.tokens < cfg.sample_tokens;
+  sample.text = tokenizer.decode(tokens);
   return sample;
 }
 

@@ -54,6 +54,8 @@ std::vector<int> generate(CachedDecoder<A>& decoder, std::vector<int> context, c
 struct Sample {
   std::string text;       ///< the prompt (or the start token) and the tokens drawn, decoded
   double log_prob = 0.0;  ///< the drawn tokens' summed log-probabilities (SampleOptions::log_prob)
+  int tokens = 0;         ///< the tokens drawn: cfg.sample_tokens, fewer where after_token ended the sample
+  bool cut_short = false;  ///< after_token ended it (a stop signal) before its cfg.sample_tokens tokens
 };
 
 /// The end-of-run sample every stage prints: cfg.sample_tokens tokens after cfg.prompt

@@ -211,8 +211,8 @@ int train_on(const Config& cfg, Device device, Precision precision) {
     sampler.model().set_params(master->data());
     // A stop signal ends the sample where it is.
     const Sample drawn = sample_text(sampler, cfg, state.sample_counter, [] { return stop_signal() == 0; });
-    print_sample(stdout, cfg, drawn.text, /*cut_short=*/stop_signal() != 0);
-    log.sample(state.step, drawn.text, drawn.log_prob);
+    print_sample(stdout, cfg, drawn.text, drawn.cut_short);
+    log.sample(state.step, drawn.text, drawn.log_prob, drawn.tokens, drawn.cut_short);
   }
   device_synchronize(device);  // a failure in the last queued kernel is reported, not lost
   Trace::global().write();

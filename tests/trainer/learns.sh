@@ -30,6 +30,13 @@ for precision in fp32 bf16; do
   [ "$n_train" -eq 300 ] || { echo "FAIL ($precision): $n_train train lines, expected 300"; exit 1; }
   grep -q '"kind":"val"' "$m" || { echo "FAIL ($precision): no validation line"; exit 1; }
   grep -q '"kind":"sample"' "$m" || { echo "FAIL ($precision): no sample line"; exit 1; }
+  # A whole sample: as many tokens as configured, not cut short (tests/trainer/stop_signal.py
+  # has a sample a stop signal cut).
+  /usr/bin/python3 - "$m" "$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["sample_tokens"])' "$ROOT/configs/tiny.json")" <<'PY' || { echo "FAIL ($precision): the sample line"; exit 1; }
+import json, sys
+s = [r for r in map(json.loads, open(sys.argv[1])) if r.get("kind") == "sample"][-1]
+assert s["cut_short"] is False and s["tokens"] == int(sys.argv[2]), (s["cut_short"], s["tokens"], sys.argv[2])
+PY
   last=$(last_val_loss "$run")
   # The corpus is two sentences repeated with a counter: a model that has learned
   # anything is far below the uniform 5.55 (seen: 1.3 in fp32, 1.6 in bf16 at 300

@@ -289,6 +289,12 @@ def main():
         log = f.read()
     check(status == 0 and took < 10 and "cut short by a stop signal" in log,
           f"stage 02, SIGUSR1 during the final sample: status {status} after {took:.1f} s, the sample cut short")
+    # Its metrics line says so too: fewer tokens than asked for, and cut_short.
+    with open(os.path.join(run_dir("s02_sample"), "metrics.jsonl")) as f:
+        samples = [r for r in map(json.loads, f) if r.get("kind") == "sample"]
+    check(len(samples) == 1 and samples[0].get("cut_short") is True and 0 < samples[0].get("tokens", 0) < 400,
+          "stage 02, the cut sample's metrics line: cut_short, with fewer than 400 tokens: "
+          f"{[(r.get('cut_short'), r.get('tokens')) for r in samples]}")
 
     # 6. Stage 02 on 2 ranks, SIGUSR1 to mpirun during the periodic save of step 5 (held 3 s
     # by GPT_TEST_SAVE_DELAY_S): the run stops on that checkpoint, rather than train step 6
