@@ -178,10 +178,16 @@ int run(int argc, char** argv) {
   std::error_code ec;
   if (std::filesystem::exists(options.out_dir, ec) && !std::filesystem::is_directory(options.out_dir, ec))
     gpt::fail("--out '" + options.out_dir + "' is a file, not a directory");
-  for (const std::string& path : {train_path, val_path})
+  for (const std::string& path : {train_path, val_path}) {
     if (!options.force && std::filesystem::exists(path, ec))
       gpt::fail("--out '" + options.out_dir + "' already holds " + path +
                 "; give --force to replace the dataset, or another --out");
+    // Not even with --force: the text would be replaced by its own tokens, its only copy lost.
+    for (const std::string& file : options.files)
+      if (std::filesystem::equivalent(file, path, ec))
+        gpt::fail("input '" + file + "' is " + path + ", a shard prepare writes: it would be replaced by its own "
+                  "tokens; move the text elsewhere, or write the shards to another --out");
+  }
 
   // Read every file before writing anything, so bad input leaves no output behind.
   const gpt::Tokenizer tokenizer = gpt::Tokenizer::named(options.tokenizer);

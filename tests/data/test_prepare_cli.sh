@@ -57,6 +57,19 @@ case $case_name in
     # prepare's own output given back as input: refused, not tokenized as bytes.
     "$prepare" --out first good.txt >/dev/null || fail "the first prepare failed"
     expect_error "first/train.bin' is a token shard" --out out good.txt first/train.bin ;;
+  input_is_output)
+    # An input that is one of the shards prepare writes (by name, or through a link) is
+    # refused even with --force, and keeps its text; the control: another input is not.
+    mkdir out && cp good.txt out/train.bin && cp good.txt out/val.bin && ln -s out/val.bin link.txt
+    for input in out/train.bin link.txt; do
+      "$prepare" --out out --force "$input" >stdout.txt 2>stderr.txt
+      status=$?
+      [[ $status -eq 2 ]] || fail "input $input, one of the shards: exit $status, expected 2"
+      grep -qF "input '$input' is out/" stderr.txt || fail "input $input: the refusal does not name it: $(cat stderr.txt)"
+    done
+    cmp -s out/train.bin good.txt && cmp -s out/val.bin good.txt || fail "a refused run changed its input text"
+    "$prepare" --out out --force good.txt >/dev/null 2>stderr.txt || fail "the control failed: $(cat stderr.txt)"
+    ;;
   existing)
     # Shards already in --out are a dataset: kept unless --force; with it, replaced.
     "$prepare" --out out good.txt >/dev/null || fail "the first prepare failed"
