@@ -100,7 +100,7 @@ std::unique_ptr<RunDirLock> lock_run_dir(Communicator& world, const std::string&
   if (length == 0) return lock;
   error.resize(size_t(length));
   world.broadcast(error.data(), error.size(), DType::Byte, 0);
-  fail(error);
+  throw AgreedError(error, world.size());  // every rank knows it: said once, no abort
 }
 
 }  // namespace gpt

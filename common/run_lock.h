@@ -34,7 +34,8 @@ class RunDirLock {
 
 /// For a job of several ranks sharing one run directory: world rank 0 takes the lock
 /// (returned; null on the other ranks) and every rank learns the outcome, so all of them
-/// stop with the same message when another job holds it. Collective.
+/// stop with the same message when another job holds it (an AgreedError over `world`,
+/// which the driver says once). Collective.
 /// `then`, when given, runs on rank 0 with the lock held (setting aside another run's
 /// checkpoints past the start step); its UserError stops every rank the same way.
 std::unique_ptr<RunDirLock> lock_run_dir(Communicator& world, const std::string& run_dir,

@@ -43,6 +43,9 @@ expect_refused() {
   [ "$status" -eq 2 ] || { echo "FAIL: $name exited $status, expected 2"; cat "$WORK/$name.log"; exit 1; }
   grep -q "run_dir '$RUN' is in use by another job (pid $running " "$WORK/$name.log" ||
     { echo "FAIL: $name's message does not name the directory and pid $running"; cat "$WORK/$name.log"; exit 1; }
+  # Every rank learns the refusal from rank 0: said once, and the job ends without an abort.
+  [ "$(grep -c "in use" "$WORK/$name.log")" -eq 1 ] && ! grep -q "MPI_ABORT" "$WORK/$name.log" ||
+    { echo "FAIL: $name's refusal was not said once, or the job was aborted"; cat "$WORK/$name.log"; exit 1; }
   echo "ok: $name refused: $(grep -m1 'in use' "$WORK/$name.log")"
 }
 expect_refused second_stage01 "$TRAIN" $(tiny_args "$D" "$RUN") "${quiet[@]}" --set steps=3
