@@ -408,8 +408,11 @@ DataLoader validation_data(const Config& cfg) {
               std::to_string(cfg.seq_len) + " tokens: validation would count some twice; " +
               (val.num_windows() >= cfg.micro_batch_size
                    ? "use val_batches <= " + std::to_string(val.num_windows() / cfg.micro_batch_size)
-                   : "not one micro-batch fits: give a longer val_data, lower micro_batch_size to " +
-                         std::to_string(val.num_windows()) + " or less, or set val_batches=0 (no validation)"));
+                   : "not one micro-batch fits: give a longer val_data, " +
+                         (val.num_windows() > 1 ? "lower micro_batch_size to " + std::to_string(val.num_windows()) +
+                                                      " or less, "
+                                                : std::string("lower micro_batch_size to 1, ")) +
+                         "or set val_batches=0 (no validation)"));
   return val;
 }
 

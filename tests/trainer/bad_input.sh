@@ -182,7 +182,7 @@ expect "a missing val_data, named" \
 # be followed (a smaller micro-batch), not val_batches <= 0.
 /usr/bin/python3 -c 'import struct, sys
 sys.stdout.buffer.write(struct.pack("<256i", 20240520, 1, 40, *[0] * 253) + bytes(80))' > "$WORK/one_window.bin"
-expect "val shard under a micro-batch" "lower micro_batch_size to 1 or less" train --set "val_data=$WORK/one_window.bin"
+expect "val shard under a micro-batch" "lower micro_batch_size to 1, or set val_batches=0" train --set "val_data=$WORK/one_window.bin"
 # A training glob that also matches the validation shard, and one file spelled two ways.
 expect "train glob holds val"    "both name '$D/val.bin'" train --set "train_data=$D/*.bin"
 expect "val is a train shard"    "training tokens" train --set "val_data=$D/./train.bin"
