@@ -39,7 +39,9 @@ a="$(stage_dir "$1")"
 b="$(stage_dir "$2")"
 cd "$GPT_ROOT/stages"
 if ((count_only)); then
-  diff -u "$a/train.cpp" "$b/train.cpp" | grep -c '^[-+][^-+]' || true
+  # Every removed and added line, blank ones and ones that start with - or + included;
+  # only the two header lines (--- A, +++ B) are not changes.
+  diff -u "$a/train.cpp" "$b/train.cpp" | tail -n +3 | grep -c '^[-+]' || true
   exit 0
 fi
 title="$(head -n 1 "$b/README.md" | sed 's/^# *//')"
