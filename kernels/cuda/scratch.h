@@ -5,8 +5,11 @@
 /// grows.
 ///
 /// Every op is queued on the default stream, so a reuse is always ordered after the
-/// previous user. Growing frees the old buffer, which queued kernels may still read: it
-/// synchronises first. No destructor frees it: a static destructor could run after the
+/// previous user. Growing frees the old buffer, which queued kernels may still read, in
+/// stream order on that stream (cudaFreeAsync, cudaMallocAsync, as common/device_array.cpp
+/// allocates): a cudaFree, or a cudaDeviceSynchronize before it, would wait for every
+/// stream, a collective of another thread that waits for a peer included, which may be
+/// waiting for this thread. No destructor frees it: a static destructor could run after the
 /// CUDA runtime has shut down, and the driver reclaims the memory at exit. A program that
 /// wants every allocation returned before it ends (a test under compute-sanitizer's leak
 /// check) calls release_kernel_memory() (cuda_ops.h), which frees every ScratchBuffer
@@ -32,12 +35,11 @@ class ScratchBuffer {
   void* bytes(size_t bytes) {
     if (bytes > capacity_) {
       if (ptr_) {
-        GPT_CUDA_CHECK(cudaDeviceSynchronize());  // queued work may still use the old one
-        GPT_CUDA_CHECK(cudaFree(ptr_));
+        GPT_CUDA_CHECK(cudaFreeAsync(ptr_, cudaStreamLegacy));  // after the queued work that uses it
         ptr_ = nullptr;
         capacity_ = 0;
       }
-      GPT_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+      GPT_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, cudaStreamLegacy));
       capacity_ = bytes;
     }
     return ptr_;
@@ -50,12 +52,12 @@ class ScratchBuffer {
 
   /// Frees every ScratchBuffer's memory after the queued work; the next use allocates again.
   static void release_all() {
-    GPT_CUDA_CHECK(cudaDeviceSynchronize());
     for (ScratchBuffer* s : all()) {
-      if (s->ptr_) GPT_CUDA_CHECK(cudaFree(s->ptr_));
+      if (s->ptr_) GPT_CUDA_CHECK(cudaFreeAsync(s->ptr_, cudaStreamLegacy));
       s->ptr_ = nullptr;
       s->capacity_ = 0;
     }
+    GPT_CUDA_CHECK(cudaDeviceSynchronize());  // returned before the caller goes on
   }
 
  private:
