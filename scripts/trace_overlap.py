@@ -123,8 +123,10 @@ def intervals(spans, lo, hi):
     return merge((e["ts"], e["ts"] + e["dur"]) for e in spans if lo <= e["ts"] < hi)
 
 
-def analyse(path, comm_name, lane, during, wait_name, show_buckets):
-    """Prints a trace's table; returns {step: (exposed us, exposed us by the phases, comm us)}."""
+def analyse(path, comm_name, lane, during, wait_name, show_buckets, wait_given=False):
+    """Prints a trace's table; returns {step: (exposed us, exposed us by the phases, comm us)}.
+    A --during name, or a --wait name the user gave, that no lane-0 span has is an error (a
+    misspelled name would measure nothing and print 0 % as if it were a finding)."""
     events = trace_spans.load_spans(path, "trace_overlap")
     comm = sorted((e for e in events if e["name"] == comm_name and e.get("tid", 0) == lane),
                   key=lambda e: e["ts"])
@@ -133,6 +135,12 @@ def analyse(path, comm_name, lane, during, wait_name, show_buckets):
         return None
     not_compute = {comm_name, wait_name}
     lane0 = [e for e in events if e.get("tid", 0) == 0]
+    lane0_names = {e["name"] for e in lane0}
+    missing = sorted(during - lane0_names) + ([wait_name] if wait_given and wait_name not in lane0_names else [])
+    if missing:
+        print(f"{path}: no {', '.join(repr(n) for n in missing)} spans on lane 0 (--during, --wait); its spans "
+              f"there: {', '.join(sorted(lane0_names))}", file=sys.stderr)
+        return None
     compute = compute_ops(events, during, not_compute)
     phases = [e for e in lane0 if e["name"] in during]
     # Communication on the main thread itself (a gather it runs, a wait) lies inside the
@@ -213,15 +221,17 @@ def main():
     ap.add_argument("--comm", default="allreduce_bucket", help="name of the communication spans")
     ap.add_argument("--lane", type=int, default=1, help="lane (tid) of the communication spans")
     ap.add_argument("--during", default="backward", help="comma-separated compute spans on lane 0")
-    ap.add_argument("--wait", default="wait_buckets", help="lane-0 span in which the main thread waits for them")
+    ap.add_argument("--wait", default=None, help="lane-0 span in which the main thread waits for them "
+                    "(default wait_buckets)")
     ap.add_argument("--buckets", action="store_true", help="list every comm span too")
     args = ap.parse_args()
     during = set(n for n in args.during.split(",") if n)
+    wait = args.wait or "wait_buckets"
     ok, per_rank = True, []
     for i, path in enumerate(args.traces):
         if i:
             print()
-        per_step = analyse(path, args.comm, args.lane, during, args.wait, args.buckets)
+        per_step = analyse(path, args.comm, args.lane, during, wait, args.buckets, wait_given=args.wait is not None)
         ok &= per_step is not None
         if per_step:
             per_rank.append(per_step)

@@ -124,5 +124,19 @@ chunked = run([write("chunked", chunked_step(0) + chunked_step(200))])
 numbers = [int(n) for n in re.findall(r"^\s+(\d+)\s+1\s", chunked, re.M)]
 expect("steps of two chunks each, numbered", numbers, [1, 2])
 
+# 10. A --during or --wait name no lane-0 span has (misspelled) is an error naming it, not
+#     a 0 % overlap; the control: the same trace with the right names is measured.
+def refused(paths, *args):
+    out = subprocess.run([sys.executable, str(TOOL), *paths, *args], capture_output=True, text=True)
+    return out.returncode != 0 and all(f"'{n}'" in out.stderr for n in args[1::2])
+
+
+for flag, name in (("--during", "bakward"), ("--wait", "wait_bucket")):
+    if not refused([gap], flag, name):
+        print(f"FAIL: {flag} {name} (no such lane-0 span) was not refused, naming it")
+        failures += 1
+waited = write("waited", step([("matmul_backward", 0, 60)], [(60, 30)], [span("wait_buckets", 100_000, 0)]))
+run([waited], "--during", "backward", "--wait", "wait_buckets")
+
 print("all trace_overlap cases agree with the intervals" if failures == 0 else f"{failures} cases wrong")
 sys.exit(1 if failures else 0)
