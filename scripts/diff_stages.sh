@@ -17,6 +17,7 @@ count_only=0
 if [[ "${1:-}" == --count ]]; then count_only=1; shift; fi
 usage="usage: scripts/diff_stages.sh [--count] A B (stage numbers or directory names; --help)"
 for arg in "$@"; do
+  [[ "$arg" != --count ]] || bad_input "--count goes before the stages; $usage"
   [[ "$arg" != -* ]] || bad_input "unknown option '$arg'; $usage"
 done
 (($# >= 2)) || bad_input "two stages needed, not $#; $usage"

@@ -4,8 +4,10 @@
 #
 #   scripts/notebook_runs.sh [OUT]
 #
-# OUT defaults to $GPT_NOTEBOOK_RUNS, else runs/notebooks (git-ignored); it is emptied
-# first, because a trainer appends to a run directory's metrics.jsonl. The binaries
+# OUT, a path from the current directory, defaults to $GPT_NOTEBOOK_RUNS (a relative one
+# taken from the repository root, as notebooks/gptruns.py takes it), else runs/notebooks
+# (git-ignored); it is emptied first, because a trainer appends to a run directory's
+# metrics.jsonl. The binaries
 # come from $GPT_BUILD_DIR (default build/); the ones missing are built with the
 # `default` preset. The data is the default corpus (data/fortunes, prepared when
 # missing). Every rank runs one OpenMP thread. About a minute on 2 cores.
@@ -44,7 +46,12 @@ case "${1:-}" in
 esac
 (($# <= 1)) || bad_input "one output directory at most, not $# arguments (extra: '$2'; --help)"
 
-out="$(abs_dir "${1:-${GPT_NOTEBOOK_RUNS:-runs/notebooks}}")"
+if (($# == 1)); then
+  [[ -n "$1" ]] || bad_input "the output directory is empty ('')"
+  [[ "$1" == /* ]] && out="$1" || out="$PWD/$1"  # as the shell it was typed in means it
+else
+  out="$(abs_dir "${GPT_NOTEBOOK_RUNS:-runs/notebooks}")"
+fi
 # OUT is emptied below: anything but a directory (or nothing yet) is someone's file.
 [[ ! -e "$out" && ! -L "$out" || -d "$out" ]] || bad_input "$out exists and is not a directory: give a directory"
 [[ "$out" != "$GPT_ROOT" && "$out" != / ]] || die "refusing to empty $out"

@@ -2,7 +2,8 @@
 # The helper scripts refuse what would lose a file or print a wrong answer, with exit 2
 # and a message naming it, before doing anything:
 #   notebook_runs.sh OUT, OUT a file (it empties OUT: the file would be deleted), or a
-#   directory of the user's holding agree/ and memory/ beside a file of theirs;
+#   directory of the user's holding agree/ and memory/ beside a file of theirs (also
+#   given relative to the current directory);
 #   gpu_carry.sh with an argument (--help's mistyped cousin ran it, replacing the carried
 #   packages);
 #   check_notebooks.sh OUT, OUT notebooks/ itself (executed copies beside the clean ones);
@@ -36,6 +37,12 @@ mkdir -p "$WORK/mine/agree" "$WORK/mine/memory" && echo "keep me" > "$WORK/mine/
 expect "notebook_runs OUT someone's" "holds files this script did not make" "$ROOT/scripts/notebook_runs.sh" "$WORK/mine"
 [ "$(cat "$WORK/mine/precious.txt")" = "keep me" ] ||
   { echo "FAIL: notebook_runs.sh emptied a directory of the user's"; failures=$((failures + 1)); }
+# A relative OUT is a path from the current directory, as the shell it was typed in means
+# it (it was taken from the repository root): here a directory of the user's in WORK,
+# refused naming it, where the root's README.md would have been refused as a file.
+mkdir -p "$WORK/README.md/agree" "$WORK/README.md/memory" && echo "keep me" > "$WORK/README.md/precious.txt"
+(cd "$WORK" && failures=0 && expect "notebook_runs relative OUT" "$WORK/README.md holds files this script did not make" \
+  "$ROOT/scripts/notebook_runs.sh" README.md; exit "$failures") || failures=$((failures + 1))
 expect "gpu_carry with an argument" "unknown argument '--hepl'" "$ROOT/scripts/gpu_carry.sh" --hepl
 expect "check_notebooks OUT notebooks/" "is notebooks/ itself" "$ROOT/scripts/check_notebooks.sh" --no-runs "$ROOT/notebooks/"
 expect "diff_stages bad first stage" "'99' names 0 stages" "$ROOT/scripts/diff_stages.sh" 99 05
@@ -47,6 +54,7 @@ expect "bench_cpu.sh metrics_file" "the benchmark sets metrics_file itself" "$RO
   --set metrics_file="$WORK/m.jsonl"
 expect "test.sh GPT_TEST_TIMEOUT=15m" "GPT_TEST_TIMEOUT='15m'" env GPT_TEST_TIMEOUT=15m "$ROOT/scripts/test.sh" -R none
 expect "diff_stages --count bad first" "'' names 11 stages" "$ROOT/scripts/diff_stages.sh" --count "" 05
+expect "diff_stages --count last" "--count goes before the stages" "$ROOT/scripts/diff_stages.sh" 04 05 --count
 count=$("$ROOT/scripts/diff_stages.sh" --count 04 05) && [[ "$count" =~ ^[1-9][0-9]*$ ]] ||
   { echo "FAIL: diff_stages.sh --count 04 05 printed '$count'"; failures=$((failures + 1)); }
 [ "$failures" -eq 0 ] && echo PASS || exit 1
