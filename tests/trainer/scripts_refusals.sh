@@ -13,7 +13,8 @@
 #   bench_pipeline.sh with P past its layers (mpirun -np 99999 spun for minutes);
 #   test.sh with GPT_TEST_TIMEOUT=15m (ctest read 15 seconds; "abc" or 0, no limit);
 #   bench_cpu.sh --set metrics_file=... (the run's analysis read another file: a
-#   traceback after the whole benchmark).
+#   traceback after the whole benchmark); bench_recompute.py on a directory without its
+#   runs (a traceback).
 # Controls: diff_stages.sh --count of two real stages prints a count and exits 0.
 # Usage: scripts_refusals.sh WORKDIR ROOT
 set -uo pipefail
@@ -43,6 +44,9 @@ expect "notebook_runs OUT someone's" "holds files this script did not make" "$RO
 mkdir -p "$WORK/README.md/agree" "$WORK/README.md/memory" && echo "keep me" > "$WORK/README.md/precious.txt"
 (cd "$WORK" && failures=0 && expect "notebook_runs relative OUT" "$WORK/README.md holds files this script did not make" \
   "$ROOT/scripts/notebook_runs.sh" README.md; exit "$failures") || failures=$((failures + 1))
+# bench_recompute.py on a directory without the benchmark's runs: the runs named, no traceback.
+expect "bench_recompute.py not its runs" "does not hold bench_recompute.sh's runs: no gpipe-none" \
+  /usr/bin/python3 "$ROOT/scripts/bench_recompute.py" "$WORK"
 expect "gpu_carry with an argument" "unknown argument '--hepl'" "$ROOT/scripts/gpu_carry.sh" --hepl
 expect "check_notebooks OUT notebooks/" "is notebooks/ itself" "$ROOT/scripts/check_notebooks.sh" --no-runs "$ROOT/notebooks/"
 expect "diff_stages bad first stage" "'99' names 0 stages" "$ROOT/scripts/diff_stages.sh" 99 05
