@@ -8,7 +8,12 @@ ring_attention_block_backward: the flash-attention work, without the waits for
 messages) over the steps after the first, and prints each rank's time, the slowest,
 the mean and the imbalance slowest / mean (1.00 is ideal: no rank waits for another).
 """
+import signal
 import sys
+
+# Piped into head, a print after the reader has gone ends the program quietly, as a
+# command-line tool does, not with a BrokenPipeError traceback.
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 import trace_spans  # scripts/, beside this file: the trace loader the trace tools share
 

@@ -13,7 +13,12 @@ above it, the bytes of one block's activations against what full and selective r
 keep of them (notebooks/gptruns.py: block_activation_bytes).
 """
 import os
+import signal
 import sys
+
+# Piped into head, a print after the reader has gone ends the program quietly, as a
+# command-line tool does, not with a BrokenPipeError traceback.
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 if sys.argv[1:2] in (["-h"], ["--help"]):
     print(__doc__)

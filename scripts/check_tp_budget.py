@@ -16,6 +16,7 @@ is estimated and no tolerance is due (in bf16 mode weights and activations are 2
 their statistics 4, on the CPU as on a GPU, as the formula counts them).
 """
 import re
+import signal
 import sys
 
 MEM = re.compile(r"^\s+(params|grads|optimizer|activations)\s+(\d+) \|\s+(\d+) bytes")
@@ -90,4 +91,7 @@ def main():
 
 
 if __name__ == "__main__":
+    # Piped into head, a print after the reader has gone ends the tool quietly, not with
+    # a BrokenPipeError traceback (only when run: a program importing this keeps its own).
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     main()

@@ -28,6 +28,7 @@ first N (default 30, 0: all).
 """
 import argparse
 import collections
+import signal
 import sys
 
 import trace_spans
@@ -130,4 +131,7 @@ def main():
 
 
 if __name__ == "__main__":
+    # Piped into head, a print after the reader has gone ends the tool quietly, not with
+    # a BrokenPipeError traceback (only when run: a program importing this keeps its own).
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     main()

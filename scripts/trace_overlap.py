@@ -62,6 +62,7 @@ arguments. Uses only the standard library.
 """
 import argparse
 import os
+import signal
 import sys
 
 import trace_spans
@@ -241,4 +242,7 @@ def main():
 
 
 if __name__ == "__main__":
+    # Piped into head, a print after the reader has gone ends the tool quietly, not with
+    # a BrokenPipeError traceback (only when run: a program importing this keeps its own).
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     main()

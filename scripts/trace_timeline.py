@@ -31,6 +31,7 @@ Needs matplotlib (Debian: python3-matplotlib; run with /usr/bin/python3).
 import argparse
 import os
 import re
+import signal
 import sys
 
 import trace_spans  # scripts/, beside this file
@@ -244,4 +245,7 @@ def main():
 
 
 if __name__ == "__main__":
+    # Piped into head, a print after the reader has gone ends the tool quietly, not with
+    # a BrokenPipeError traceback (only when run: a program importing this keeps its own).
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     main()

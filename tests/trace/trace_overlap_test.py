@@ -138,5 +138,17 @@ for flag, name in (("--during", "bakward"), ("--wait", "wait_bucket")):
 waited = write("waited", step([("matmul_backward", 0, 60)], [(60, 30)], [span("wait_buckets", 100_000, 0)]))
 run([waited], "--during", "backward", "--wait", "wait_buckets")
 
+# 11. Piped into a reader that stops after a line (head -1), the tool ends quietly, with
+#     no BrokenPipeError traceback: a trace of 20000 buckets lists more than a pipe holds.
+many = write("many_buckets", step([("matmul_backward", 0, 100)], [(i * 0.004, 0.002) for i in range(20000)]))
+reader = subprocess.Popen([sys.executable, str(TOOL), many, "--buckets"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE)
+reader.stdout.readline()
+reader.stdout.close()
+_, stderr = reader.communicate()
+if b"Traceback" in stderr or b"BrokenPipeError" in stderr:
+    print(f"FAIL: piped into a reader that stopped, the tool printed: {stderr.decode()[-300:]}")
+    failures += 1
+
 print("all trace_overlap cases agree with the intervals" if failures == 0 else f"{failures} cases wrong")
 sys.exit(1 if failures else 0)
