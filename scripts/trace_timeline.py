@@ -143,7 +143,16 @@ def main():
     if args.step < 0:
         fail(f"--step {args.step}: a step number from 1 (0, the default: the last full step)")
 
-    traces = sorted((load(p) for p in args.traces), key=lambda t: t[0])  # by rank
+    loaded = [(path, *load(path)) for path in args.traces]
+    # One run's traces, one per rank: two of one rank are two runs, whose rows would carry
+    # the same label.
+    seen = {}
+    for path, rank, _ in loaded:
+        if rank in seen:
+            fail(f"'{seen[rank]}' and '{path}' are both rank {rank}: give one run's traces, one per rank "
+                 "(PREFIX.rank<r>.json), and draw another run in a figure of its own")
+        seen[rank] = path
+    traces = sorted(((rank, events) for _, rank, events in loaded), key=lambda t: t[0])  # by rank
     rows = []  # (label, [(start_ms, dur_ms, colour, text)], kind)
     used_ops, used_comm = {}, {}
     span_ms = 0.0
@@ -242,6 +251,9 @@ def main():
     except OSError as e:
         fail(f"--out '{args.out}': cannot write it: {e}")
     print(f"{args.out}: step {chosen}, {len(rows)} rows, {span_ms:.1f} ms, {os.path.getsize(args.out)} bytes")
+    for name in sorted(set(args.mark) - marks_drawn):
+        print(f"trace_timeline: --mark {name}: no lane-0 span of that name in the step drawn; nothing marked",
+              file=sys.stderr)
 
 
 if __name__ == "__main__":

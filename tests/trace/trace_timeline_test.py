@@ -126,4 +126,20 @@ for case, flags, words in [
         ("--step -2", ["--out", str(WORK / "w.png"), "--step", "-2"], ["--step -2"])]:
     expect_refused(case, [plain, *flags], *words)
 
+# Two traces of one rank are two runs: refused, naming both (rows would share a label).
+other_run = WORK / "other" / "trace.rank0.json"
+other_run.parent.mkdir(exist_ok=True)
+other_run.write_text(json.dumps({"traceEvents": step(0)}))
+expect_refused("two traces of rank 0", [plain, str(other_run), "--out", str(WORK / "two.png")], "both rank 0",
+               str(other_run))
+# A --mark that matches no span is said (a misspelled name marked nothing); the control:
+# one that matches is not.
+for mark, said in (("bakward", True), ("backward", False)):
+    out = run(plain, "--out", str(WORK / "mark.png"), "--mark", mark)
+    if out.returncode != 0 or (f"--mark {mark}: no lane-0 span" in out.stderr) != said:
+        print(f"FAIL --mark {mark}: exit {out.returncode}, stderr {out.stderr!r}; expected the note {said}")
+        failures += 1
+    else:
+        print(f"ok   --mark {mark}: {'said' if said else 'no note'}")
+
 sys.exit(1 if failures else 0)
