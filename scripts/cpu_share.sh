@@ -45,10 +45,19 @@ elif [[ -f /sys/fs/cgroup/cgroup.controllers ]] && grep -qw cpu /sys/fs/cgroup/c
 else
   refuse "no writable cgroup cpu controller (needs root; cgroup v1 /sys/fs/cgroup/cpu or v2 with cpu enabled)"
 fi
+# Where this shell is now, to go back to at the end (a container's or a job's own group,
+# not the hierarchy's root): v1 names the cpu hierarchy's path, v2 the one path ("0::").
+if [[ $root == /sys/fs/cgroup/cpu ]]; then
+  home=$(awk -F: '$2 ~ /(^|,)cpu(,|$)/ { print $3; exit }' /proc/self/cgroup)
+else
+  home=$(awk -F: '$1 == "0" { print $3; exit }' /proc/self/cgroup)
+fi
+home="$root${home%/}"
 group="$root/gpt_cpu_share_$$"
 mkdir "$group" 2> /dev/null || refuse "cannot create $group (not root?)"
 cleanup() {
-  echo $$ > "$root/cgroup.procs" 2> /dev/null || true  # back to the parent, so the group can go
+  # Back where it came from (else to the root), so that the group, empty, can go.
+  echo $$ > "$home/cgroup.procs" 2> /dev/null || echo $$ > "$root/cgroup.procs" 2> /dev/null || true
   rmdir "$group" 2> /dev/null || true
 }
 trap cleanup EXIT
