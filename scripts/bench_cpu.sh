@@ -17,13 +17,17 @@ set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# The arguments go to the trainer after the build: their form is checked first, here
-# (--set key=value, or a bare key=value as the trainer also takes).
+# The arguments go to the trainer after the build: their form and keys are checked first,
+# here (--set key=value, or a bare key=value as the trainer also takes).
+known_keys="$(config_keys)"  # lib.sh
 set_next=0
 for arg in "$@"; do
   if ((set_next)); then
     [[ "$arg" == *=* ]] || bad_input "--set needs key=value, not '$arg'"
     set_next=0
+  fi
+  if [[ "$arg" == [!-]*=* && "$known_keys" != *" ${arg%%=*} "* ]]; then
+    bad_input "'$arg': unknown key '${arg%%=*}' (docs/config.md lists every key)"
   fi
   case "$arg" in
     -h | --help) print_help; exit 0 ;;

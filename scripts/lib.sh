@@ -106,6 +106,17 @@ require_built_and_fortunes() {
 }
 
 # Makes a build directory absolute (relative ones are relative to the repo root).
+# config_keys: the keys every stage's trainer knows, space-separated with a space at each
+# end: the first column of docs/config.md's table, which a test keeps equal to the
+# trainer's own (tests/config). A script checks the keys it passes on against it before
+# a build or an install, which the trainer's own refusal would come after.
+config_keys() {
+  local keys
+  keys="$(sed -n 's/^| `\([a-z0-9_]*\)` |.*/\1/p' "$GPT_ROOT/docs/config.md" | tr '\n' ' ')"
+  [[ -n "$keys" ]] || die "docs/config.md has no key table"
+  printf ' %s' "$keys"
+}
+
 abs_dir() {
   case "$1" in
     /*) printf '%s\n' "$1" ;;

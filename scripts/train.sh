@@ -24,10 +24,7 @@ set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# The keys every stage's trainer knows: the first column of docs/config.md's table,
-# which a test keeps equal to the trainer's own (tests/config).
-known_keys=" $(sed -n 's/^| `\([a-z0-9_]*\)` |.*/\1/p' "$GPT_ROOT/docs/config.md" | tr '\n' ' ')"
-[[ "$known_keys" != " " ]] || die "docs/config.md has no key table"
+known_keys="$(config_keys)"  # lib.sh
 # check_setting ARG SETTING: SETTING must be key=value with a known key.
 check_setting() {
   [[ "$2" == *=* ]] || bad_input "argument '$1': the trainer takes --set key=value (see --help)"

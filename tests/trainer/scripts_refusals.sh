@@ -13,7 +13,8 @@
 #   bench_pipeline.sh with P past its layers (mpirun -np 99999 spun for minutes);
 #   test.sh with GPT_TEST_TIMEOUT=15m (ctest read 15 seconds; "abc" or 0, no limit);
 #   bench_cpu.sh --set metrics_file=... (the run's analysis read another file: a
-#   traceback after the whole benchmark); bench_recompute.py on a directory without its
+#   traceback after the whole benchmark), or a key the trainer does not know (refused after
+#   the build); bench_recompute.py on a directory without its
 #   runs (a traceback).
 # Controls: diff_stages.sh --count of two real stages prints a count and exits 0.
 # Usage: scripts_refusals.sh WORKDIR ROOT
@@ -56,6 +57,7 @@ expect "diff_stages stage 2^64+2" "'18446744073709551618' names 0 stages" "$ROOT
 expect "bench_pipeline P past the layers" "P=99999: a pipeline of more stages" "$ROOT/scripts/bench_pipeline.sh" 99999
 expect "bench_cpu.sh metrics_file" "the benchmark sets metrics_file itself" "$ROOT/scripts/bench_cpu.sh" \
   --set metrics_file="$WORK/m.jsonl"
+expect "bench_cpu.sh unknown key" "unknown key 'threadz'" "$ROOT/scripts/bench_cpu.sh" --set threadz=1
 expect "test.sh GPT_TEST_TIMEOUT=15m" "GPT_TEST_TIMEOUT='15m'" env GPT_TEST_TIMEOUT=15m "$ROOT/scripts/test.sh" -R none
 expect "diff_stages --count bad first" "'' names 11 stages" "$ROOT/scripts/diff_stages.sh" --count "" 05
 expect "diff_stages --count last" "--count goes before the stages" "$ROOT/scripts/diff_stages.sh" 04 05 --count
