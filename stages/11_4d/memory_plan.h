@@ -25,7 +25,6 @@
 #include <vector>
 
 #include "common/config.h"
-#include "common/driver.h"
 #include "common/gpt2_layout.h"
 #include "common/memory.h"
 #include "common/mesh.h"
@@ -46,15 +45,8 @@ struct RankPlan {
   MemoryLedger memory;  // params, grads, optimizer and activations at the peak, in bytes
 };
 
-// Stage 11's own limits on a configuration on `shape` (UserErrors naming the keys): tensor,
-// context and pipeline parallelism's, and full recompute refused with a split backward.
-void check_4d(const Config& cfg, const MeshShape& shape);
-// What stage 11 implements and reads (common/driver.h), its checks check_4d: the trainer's,
-// and the plan's.
-StageSpec stage_11_spec();
-
 // The plan of world rank `world_rank` of `shape`, for a configuration validate(cfg,
-// shape.dp, this_machine=false) and check_4d have passed.
+// shape.dp, this_machine=false) and check_4d (stage_spec.h) have passed.
 RankPlan plan_rank(const Config& cfg, const MeshShape& shape, int world_rank);
 
 }  // namespace gpt

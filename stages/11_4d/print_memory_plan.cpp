@@ -26,6 +26,7 @@
 #include "common/tool_options.h"
 #include "stages/09_pipeline_interleaved/schedules.h"
 #include "stages/11_4d/memory_plan.h"
+#include "stages/11_4d/stage_spec.h"
 
 using namespace gpt;
 

@@ -62,7 +62,7 @@
 #include "stages/09_pipeline_interleaved/schedules.h"
 #include "stages/10_context_parallel/context_split.h"
 #include "stages/10_context_parallel/ring_attention.h"
-#include "stages/11_4d/memory_plan.h"
+#include "stages/11_4d/stage_spec.h"
 
 using namespace gpt;
 
@@ -266,5 +266,5 @@ int train_ranks(Run& run) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return stage_main(argc, argv, stage_11_spec(), train_ranks);  // memory_plan.h: its keys and checks
+  return stage_main(argc, argv, stage_11_spec(), train_ranks);  // stage_spec.h: its keys and checks
 }
