@@ -274,8 +274,8 @@ void layernorm_backward(A* dinp, float* dw, float* db, const A* dout, const A* i
   }
   if (!dw) return;
 
-  // Partials: chunks x C for dw, then chunks x C for db, in one scratch buffer (cudaMalloc'd,
-  // so 16-byte aligned; the db half is aligned whenever C % K == 0, the only case vec is set).
+  // Partials: chunks x C for dw, then chunks x C for db, in one scratch buffer (256-byte
+  // aligned, scratch.h; the db half is aligned whenever C % K == 0, the only case vec is set).
   const int chunks = int(ceil_div(N, kRowsPerChunk));
   float* partial_dw = partials_scratch.as<float>(2 * size_t(chunks) * C);
   float* partial_db = partial_dw + size_t(chunks) * C;

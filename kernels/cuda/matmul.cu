@@ -243,7 +243,7 @@ void bias_backward(float* dbias, const A* dout, int N, int OC) {
     throw std::invalid_argument("bias_backward: OC = " + std::to_string(OC) + " is too large");
   const int chunks = int(ceil_div(N, kBiasRowsPerChunk));
   // Rows start 16-byte aligned when the base is and OC is a whole number of packs; the
-  // partials (cudaMalloc'd) then are too.
+  // partials (a scratch buffer, 256-byte aligned: scratch.h) then are too.
   const bool vec = OC % K == 0 && all_aligned16(dout);
   float* partials = bias_partials_scratch.as<float>(size_t(chunks) * OC);
   bias_partials_kernel<T><<<dim3(unsigned(chunks), column_tiles), dim3(32, kSumLanes)>>>(partials, device_ptr(dout),

@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
@@ -31,18 +32,20 @@ class ScratchBuffer {
   ScratchBuffer(const ScratchBuffer&) = delete;
   ScratchBuffer& operator=(const ScratchBuffer&) = delete;
 
-  /// At least `bytes` bytes of device memory (256-byte aligned, as cudaMalloc's).
+  /// At least `bytes` bytes of device memory, 256-byte aligned. The kernels' vector loads
+  /// and stores need 16 bytes; cudaMalloc promises 256, but a pool's allocation
+  /// (cudaMallocAsync) is documented with no alignment, so the buffer is rounded up here.
   void* bytes(size_t bytes) {
     if (bytes > capacity_) {
-      if (ptr_) {
-        GPT_CUDA_CHECK(cudaFreeAsync(ptr_, cudaStreamLegacy));  // after the queued work that uses it
-        ptr_ = nullptr;
+      if (raw_) {
+        GPT_CUDA_CHECK(cudaFreeAsync(raw_, cudaStreamLegacy));  // after the queued work that uses it
+        raw_ = nullptr;
         capacity_ = 0;
       }
-      GPT_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, cudaStreamLegacy));
+      GPT_CUDA_CHECK(cudaMallocAsync(&raw_, bytes + kAlign - 1, cudaStreamLegacy));
       capacity_ = bytes;
     }
-    return ptr_;
+    return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(raw_) + kAlign - 1) / kAlign * kAlign);
   }
   /// At least n elements of T.
   template <class T>
@@ -53,8 +56,8 @@ class ScratchBuffer {
   /// Frees every ScratchBuffer's memory after the queued work; the next use allocates again.
   static void release_all() {
     for (ScratchBuffer* s : all()) {
-      if (s->ptr_) GPT_CUDA_CHECK(cudaFreeAsync(s->ptr_, cudaStreamLegacy));
-      s->ptr_ = nullptr;
+      if (s->raw_) GPT_CUDA_CHECK(cudaFreeAsync(s->raw_, cudaStreamLegacy));
+      s->raw_ = nullptr;
       s->capacity_ = 0;
     }
     GPT_CUDA_CHECK(cudaDeviceSynchronize());  // returned before the caller goes on
@@ -66,8 +69,9 @@ class ScratchBuffer {
     static std::vector<ScratchBuffer*> buffers;
     return buffers;
   }
-  void* ptr_ = nullptr;
-  size_t capacity_ = 0;
+  static constexpr uintptr_t kAlign = 256;
+  void* raw_ = nullptr;    // as allocated; bytes() hands out its first 256-byte boundary
+  size_t capacity_ = 0;    // the bytes usable from that boundary
 };
 
 }  // namespace gpt::cuda
