@@ -84,7 +84,7 @@ Options parse_args(int argc, char** argv) {
     if (!given.insert(flag).second) gpt::fail("flag " + flag + " is given twice; give it once");
     return argv[++i];
   };
-  if (gpt::asks_for_help(argc, argv)) {
+  if (gpt::asks_for_help(argc, argv, /*dashdash_ends_options=*/true)) {
     options.help = true;
     return options;
   }
@@ -179,15 +179,16 @@ int run(int argc, char** argv) {
   if (std::filesystem::exists(options.out_dir, ec) && !std::filesystem::is_directory(options.out_dir, ec))
     gpt::fail("--out '" + options.out_dir + "' is a file, not a directory");
   for (const std::string& path : {train_path, val_path}) {
-    if (!options.force && std::filesystem::exists(path, ec))
-      gpt::fail("--out '" + options.out_dir + "' already holds " + path +
-                "; give --force to replace the dataset, or another --out");
     // Not even with --force: the text would be replaced by its own tokens, its only copy lost.
     for (const std::string& file : options.files)
       if (std::filesystem::equivalent(file, path, ec))
         gpt::fail("input '" + file + "' is " + path + ", a shard prepare writes: it would be replaced by its own "
                   "tokens; move the text elsewhere, or write the shards to another --out");
   }
+  for (const std::string& path : {train_path, val_path})
+    if (!options.force && std::filesystem::exists(path, ec))
+      gpt::fail("--out '" + options.out_dir + "' already holds " + path +
+                "; give --force to replace the dataset, or another --out");
 
   // Read every file before writing anything, so bad input leaves no output behind.
   const gpt::Tokenizer tokenizer = gpt::Tokenizer::named(options.tokenizer);

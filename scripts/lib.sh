@@ -105,7 +105,6 @@ require_built_and_fortunes() {
     die "data/fortunes is missing: datasets/prepare_fortunes.sh data/fortunes $(shown_build_dir)/bin/prepare"
 }
 
-# Makes a build directory absolute (relative ones are relative to the repo root).
 # config_keys: the keys every stage's trainer knows, space-separated with a space at each
 # end: the first column of docs/config.md's table, which a test keeps equal to the
 # trainer's own (tests/config). A script checks the keys it passes on against it before
@@ -117,6 +116,7 @@ config_keys() {
   printf ' %s' "$keys"
 }
 
+# Makes a build directory absolute (relative ones are relative to the repo root).
 abs_dir() {
   case "$1" in
     /*) printf '%s\n' "$1" ;;

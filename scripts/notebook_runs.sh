@@ -48,13 +48,16 @@ esac
 
 if (($# == 1)); then
   [[ -n "$1" ]] || bad_input "the output directory is empty ('')"
-  [[ "$1" == /* ]] && out="$1" || out="$PWD/$1"  # as the shell it was typed in means it
+  out="$1"  # from the current directory, as the shell it was typed in means it
 else
   out="$(abs_dir "${GPT_NOTEBOOK_RUNS:-runs/notebooks}")"
 fi
+# Absolute, and without . or .. (links kept as links): "." must name the directory itself,
+# for the checks below and for rm, which refuses to remove ".".
+out="$(realpath -m -s -- "$out")"
 # OUT is emptied below: anything but a directory (or nothing yet) is someone's file.
 [[ ! -e "$out" && ! -L "$out" || -d "$out" ]] || bad_input "$out exists and is not a directory: give a directory"
-[[ "$out" != "$GPT_ROOT" && "$out" != / ]] || die "refusing to empty $out"
+[[ "$out" != "$GPT_ROOT" && "$out" != / ]] || bad_input "refusing to empty $out"
 # Only a directory this script made (its marker inside, or, from before the marker, its
 # four run directories and nothing else) or an empty one is emptied: a mistyped argument
 # must not wipe, say, notebooks/, nor a directory of the user's that happens to hold an

@@ -61,11 +61,13 @@ case $case_name in
     # An input that is one of the shards prepare writes (by name, or through a link) is
     # refused even with --force, and keeps its text; the control: another input is not.
     mkdir out && cp good.txt out/train.bin && cp good.txt out/val.bin && ln -s out/val.bin link.txt
-    for input in out/train.bin link.txt; do
-      "$prepare" --out out --force "$input" >stdout.txt 2>stderr.txt
+    for input in "--force out/train.bin" "--force link.txt" out/train.bin; do  # refused with or without --force
+      # shellcheck disable=SC2086  # the flag and the file, split on purpose
+      "$prepare" --out out $input >stdout.txt 2>stderr.txt
       status=$?
       [[ $status -eq 2 ]] || fail "input $input, one of the shards: exit $status, expected 2"
-      grep -qF "input '$input' is out/" stderr.txt || fail "input $input: the refusal does not name it: $(cat stderr.txt)"
+      grep -qF "input '${input#--force }' is out/" stderr.txt ||
+        fail "input $input: the refusal does not name it: $(cat stderr.txt)"
     done
     cmp -s out/train.bin good.txt && cmp -s out/val.bin good.txt || fail "a refused run changed its input text"
     "$prepare" --out out --force good.txt >/dev/null 2>stderr.txt || fail "the control failed: $(cat stderr.txt)"

@@ -48,6 +48,9 @@ mkdir -p "$WORK/README.md/agree" "$WORK/README.md/memory" && echo "keep me" > "$
 # bench_recompute.py on a directory without the benchmark's runs: the runs named, no traceback.
 expect "bench_recompute.py not its runs" "does not hold bench_recompute.sh's runs: no gpipe-none" \
   /usr/bin/python3 "$ROOT/scripts/bench_recompute.py" "$WORK"
+# "." typed at the repository root is the root itself, which is never emptied.
+(cd "$ROOT" && failures=0 && expect "notebook_runs . at the root" "refusing to empty $ROOT" \
+  "$ROOT/scripts/notebook_runs.sh" .; exit "$failures") || failures=$((failures + 1))
 expect "gpu_carry with an argument" "unknown argument '--hepl'" "$ROOT/scripts/gpu_carry.sh" --hepl
 expect "check_notebooks OUT notebooks/" "is notebooks/ itself" "$ROOT/scripts/check_notebooks.sh" --no-runs "$ROOT/notebooks/"
 expect "diff_stages bad first stage" "'99' names 0 stages" "$ROOT/scripts/diff_stages.sh" 99 05
