@@ -790,6 +790,11 @@ void validate(const Config& cfg, int dp, bool this_machine) {
             "times seq_len=" + std::to_string(cfg.seq_len) + " must be at most 2^31 - 1 (an activation's rows)");
   if (dp < 1) fail("data-parallel degree dp=" + std::to_string(dp) + " must be positive");
   int64_t per_micro_step = int64_t(cfg.micro_batch_size) * dp;  // int64: no overflow
+  // Said without dp where no dp could help: a first check runs before the mesh is known.
+  if (cfg.batch_size % cfg.micro_batch_size != 0)
+    fail("batch_size=" + std::to_string(cfg.batch_size) + " is not a multiple of micro_batch_size=" +
+         std::to_string(cfg.micro_batch_size) +
+         " (batch_size = micro_batch_size * grad_accum * dp, with a whole grad_accum >= 1)");
   if (cfg.batch_size % per_micro_step != 0)
     fail("batch_size=" + std::to_string(cfg.batch_size) +
          " is not a multiple of micro_batch_size * dp = " + std::to_string(cfg.micro_batch_size) +

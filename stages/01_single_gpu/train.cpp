@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/checkpoint.h"
@@ -229,6 +230,13 @@ int train(int argc, char** argv) {
   std::printf("%s", thread_notes_here().c_str());  // threads beyond the CPUs this process may use
   require_axes(cfg, StageSpec{"01_single_gpu"});  // one device: no tp, pp, cp
   require(cfg.dp <= 1, "dp=" + std::to_string(cfg.dp) + ": stage 01 trains on one device (dp must be 0 or 1)");
+  // Every process of such a job finds this alike, and has no MPI to agree by: the first
+  // says it, the others end with the same status in silence, a moment later (mpirun ends
+  // the job at the first non-zero exit, which must not cut the first's message off).
+  if (launcher_world_size() > 1 && launcher_rank() > 0) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    return 2;
+  }
   require(launcher_world_size() <= 1, "stage 01 trains in one process, but mpirun started it as one of " +
                                           std::to_string(launcher_world_size()) + " ranks: run it alone, or "
                                           "run a multi-rank stage (02-11) under mpirun");

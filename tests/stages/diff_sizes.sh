@@ -14,7 +14,7 @@ set -euo pipefail
 ROOT=$1
 DIFF="$ROOT/scripts/diff_stages.sh"
 declare -A budget=(
-  [01_single_gpu:02_ddp]=270            # the single-device driver to the shared multi-rank one (its stop too), its counted traffic, its data checked and its checkpoint loaded by every rank alike
+  [01_single_gpu:02_ddp]=280            # the single-device driver to the shared multi-rank one (its stop too), its counted traffic, its data checked and its checkpoint loaded by every rank alike
   [02_ddp:03_zero1]=105
   [03_zero1:04_zero2]=75
   [04_zero2:05_zero3]=85

@@ -301,6 +301,12 @@ expect "negative sample counter" "has sample_counter -7" train --set "resume=$WO
 # Stage 01 is one process: started by mpirun as one of several ranks it says so.
 expect "stage 01 under mpirun"   "stage 01 trains in one process, but mpirun started it as one of 2 ranks" \
   env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 "$TRAIN" $(tiny_args "$D" "$WORK/mpi01") --set steps=1
+# The other ranks say nothing (the first says it once for the job) and exit 2 too.
+cases=$((cases + 1)) status=0
+env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=1 "$TRAIN" $(tiny_args "$D" "$WORK/mpi01") --set steps=1 \
+  > "$WORK/out.txt" 2> "$WORK/err.txt" || status=$?
+if [ "$status" -eq 2 ] && [ ! -s "$WORK/err.txt" ]; then echo "ok   [stage 01 under mpirun, rank 1]: exit 2, silent"
+else echo "FAIL [stage 01 under mpirun, rank 1]: exit $status, said: $(cat "$WORK/err.txt")"; failures=$((failures + 1)); fi
 
 echo "$((cases - failures)) passed, $failures failed"
 [ "$failures" -eq 0 ]
