@@ -34,7 +34,7 @@ expect "unknown key"             n_layers      train --set n_layers=3
 expect "wrong type"              n_layer       train --set n_layer=abc
 expect "n_head not dividing"     n_head        train --set n_head=5
 expect "seq_len > block_size"    seq_len       train --set seq_len=64
-expect "batch not divisible"     batch_size    train --set micro_batch_size=3
+expect "batch not divisible"     "batch_size=4 is not a multiple of micro_batch_size=3 (" train --set micro_batch_size=3
 expect "bad precision"           precision     train --set precision=fp16
 expect "bad device"              device        train --set device=tpu
 expect "unknown argument"        --frobnicate  train --frobnicate
