@@ -721,8 +721,12 @@ class MpiComm final : public Communicator {
                      " waits in " + text;
       }
       if (more > 0) elsewhere += "; and " + std::to_string(more) + " more";
+      // A rank waiting elsewhere never called this op (the calls do not match), or waits
+      // first for a rank outside this communicator, lost or held up itself (a rank of
+      // another group of a 2-D mesh): its answer says which of its waits it is in.
       return std::string(", yet every rank of the communicator answered a roll call: one of them never called ") +
-             op + " (the ranks' calls do not match)" + elsewhere;
+             op + " (the ranks' calls do not match), or waits first for a rank outside the communicator" +
+             elsewhere;
     }
     return std::string("; roll call: no message from ") + (lost.size() == 1 ? "rank " : "ranks ") +
            format_ranks(lost) + " within " + format_seconds(grace_s) +
