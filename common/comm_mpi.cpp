@@ -40,7 +40,9 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -52,6 +54,7 @@
 
 #include "common/comm.h"
 #include "common/comm_internal.h"
+#include "common/launcher.h"
 
 #ifdef GPT_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -76,17 +79,51 @@ const char* thread_level_name(int level) {
   }
 }
 
+// MPI_Init_thread waits for every rank of the job to start (the launcher's exchange of
+// addresses), with no timeout of its own: one rank that never comes (stopped, or its
+// machine unreachable) would hold every other there for good. While it lives, a thread
+// ends this process with status 2 once `timeout_s` (comm_timeout_s) has passed, naming
+// the wait; the launcher then ends the job, as for any rank that exits with an error.
+class InitWatchdog {
+ public:
+  explicit InitWatchdog(double timeout_s)
+      : thread_([this, timeout_s] {
+          std::unique_lock<std::mutex> lock(mutex_);
+          if (done_cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [this] { return done_; })) return;
+          std::fprintf(stderr, "rank %d: error: MPI_Init did not complete within %g s (comm_timeout_s): a rank of "
+                       "the job has not started, or is stopped or unreachable\n", launcher_rank(), timeout_s);
+          std::fflush(stderr);
+          std::_Exit(2);  // no destructor or atexit handler: they may wait on MPI too
+        }) {}
+  ~InitWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    done_cv_.notify_one();
+    thread_.join();
+  }
+  InitWatchdog(const InitWatchdog&) = delete;
+  InitWatchdog& operator=(const InitWatchdog&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::thread thread_;  // last: it starts once the members it reads exist
+};
+
 // MPI itself: initialised by the first make_mpi_world, finalised when the last
 // communicator holding it is destroyed. Also owns the bf16 datatype and its sum.
 class MpiRuntime {
  public:
-  static std::shared_ptr<MpiRuntime> get(int* argc, char*** argv) {
+  static std::shared_ptr<MpiRuntime> get(int* argc, char*** argv, double init_timeout_s) {
     static std::mutex mutex;
     static std::weak_ptr<MpiRuntime> current;
     std::lock_guard<std::mutex> lock(mutex);
     std::shared_ptr<MpiRuntime> rt = current.lock();
     if (!rt) {
-      rt.reset(new MpiRuntime(argc, argv));
+      rt.reset(new MpiRuntime(argc, argv, init_timeout_s));
       current = rt;
     }
     return rt;
@@ -152,7 +189,7 @@ class MpiRuntime {
   }
 
  private:
-  MpiRuntime(int* argc, char*** argv) {
+  MpiRuntime(int* argc, char*** argv, double init_timeout_s) {
     int finalized = 0, initialized = 0;
     MPI_Finalized(&finalized);
     if (finalized) fail("make_world: MPI was already finalised in this process; call make_world once");
@@ -160,6 +197,7 @@ class MpiRuntime {
     if (initialized) {
       MPI_Query_thread(&thread_level_);  // someone else initialised MPI: leave it to them
     } else {
+      const InitWatchdog watchdog(init_timeout_s);
       MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &thread_level_);
       owns_mpi_ = true;
     }
@@ -874,7 +912,7 @@ class MpiComm final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> comm_detail::make_mpi_world(int* argc, char*** argv, const CommOptions& options) {
-  std::shared_ptr<MpiRuntime> rt = MpiRuntime::get(argc, argv);
+  std::shared_ptr<MpiRuntime> rt = MpiRuntime::get(argc, argv, options.timeout_s);
   return std::make_unique<MpiComm>(rt, MPI_COMM_WORLD, false, options.device, options.timeout_s);
 }
 
