@@ -89,7 +89,8 @@ class InitWatchdog {
   explicit InitWatchdog(double timeout_s)
       : thread_([this, timeout_s] {
           std::unique_lock<std::mutex> lock(mutex_);
-          if (done_cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [this] { return done_; })) return;
+          // wait_until a deadline_after: a timeout beyond the clock's range waits as if forever.
+          if (done_cv_.wait_until(lock, deadline_after(timeout_s), [this] { return done_; })) return;
           std::fprintf(stderr, "rank %d: error: MPI_Init did not complete within %g s (comm_timeout_s): a rank of "
                        "the job has not started, or is stopped or unreachable\n", launcher_rank(), timeout_s);
           std::fflush(stderr);
