@@ -440,8 +440,8 @@ std::string start_notes(const Config& cfg) {
     const std::string skipped = incomplete_checkpoints_after(cfg.run_dir, source.path.empty() ? -1 : source.start);
     if (!skipped.empty())
       add("resume=latest: passed over " + skipped + " in " + cfg.run_dir + ": no manifest.json, so not a complete "
-          "checkpoint (damaged, or emptied by hand; an earlier version's prune, cut short, left such); a save of this run first moves it into a "
-          "set_aside_ directory");
+          "checkpoint (damaged, or emptied by hand; an earlier version's prune, cut short, left such); a save of "
+          "this run first moves it into a set_aside_ directory");
   }
   if (source.path.empty()) {
     add("resume=latest: no complete checkpoint in " + cfg.run_dir + " yet, so training starts at step 0");

@@ -46,8 +46,10 @@ def measure(name):
 def main():
     first = gptruns.Run("gpipe-none")
     block, output, cheap = gptruns.block_activation_bytes(first.config, first.layout)
+    kept = block - cheap  # what selective recompute keeps
     print(f"one block, one micro-batch: {block / 2**20:.2f} MiB of activations; "
-          f"full recompute keeps {output / 2**20:.2f} MiB ({output / block:.3f}), selective {(block - cheap) / 2**20:.2f} MiB ({(block - cheap) / block:.3f})")
+          f"full recompute keeps {output / 2**20:.2f} MiB ({output / block:.3f}), "
+          f"selective {kept / 2**20:.2f} MiB ({kept / block:.3f})")
     print(f"{'schedule':12s} {'rank':>4s} {'in flight':>9s} {'act. MiB none':>13s} {'selective':>9s} {'full':>8s} "
           f"{'step ms none':>12s} {'selective':>9s} {'full':>8s}")
     for schedule, modes in SCHEDULES.items():
