@@ -740,7 +740,8 @@ class MpiComm final : public Communicator {
           local == world_ranks_.end() ? "another call" : where(int(local - world_ranks_.begin()));
       return "; roll call: every rank of the communicator answered, rank " + std::to_string(waited->peer) +
              " too: it is waiting in " + peer_waits + ", and has not " + (waited->receive ? "sent" : "received") +
-             " this message (the ranks' calls do not match)";
+             " this message (the ranks' calls do not match, or it waits first for a rank outside the "
+             "communicator)";
     }
     if (lost.empty()) {
       // The ranks waiting somewhere else than this collective are the ones whose calls
