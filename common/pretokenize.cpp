@@ -63,17 +63,21 @@ std::vector<std::string_view> gpt2_pretokenize(std::string_view text, std::strin
 }
 
 std::vector<std::string_view> pretokenize_parts(std::string_view text, size_t part_bytes) {
-  const auto printable = [](char c) { return c > ' ' && c < 0x7f; };
   std::vector<std::string_view> parts;
   size_t begin = 0;
   while (text.size() - begin > part_bytes) {
     size_t cut = begin + std::max<size_t>(part_bytes, 1);
-    while (cut < text.size() && !((text[cut] == ' ' || text[cut] == '\n') && printable(text[cut - 1]))) ++cut;
+    while (cut < text.size() && !is_piece_boundary(text, cut)) ++cut;
     parts.push_back(text.substr(begin, cut - begin));
     begin = cut;
   }
   if (begin < text.size() || parts.empty()) parts.push_back(text.substr(begin));
   return parts;
+}
+
+bool is_piece_boundary(std::string_view text, size_t k) {
+  const auto printable = [](char c) { return c > ' ' && c < 0x7f; };
+  return (text[k] == ' ' || text[k] == '\n') && printable(text[k - 1]);
 }
 
 }  // namespace gpt

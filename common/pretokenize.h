@@ -31,4 +31,9 @@ std::vector<std::string_view> gpt2_pretokenize(std::string_view text, std::strin
 /// some 30 bytes for a byte of text: encoding part by part bounds that by the part.
 std::vector<std::string_view> pretokenize_parts(std::string_view text, size_t part_bytes);
 
+/// Whether the place before `text[k]` (0 < k < text.size()) is one pretokenize_parts
+/// cuts at: a printable ASCII byte that is not white space, then a space or a newline.
+/// No piece spans it, whatever follows.
+bool is_piece_boundary(std::string_view text, size_t k);
+
 }  // namespace gpt

@@ -97,7 +97,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
 
 Tokenizer Tokenizer::named(const std::string& name) { return name == "bytes" ? bytes() : load(name); }
 
-std::vector<int> Tokenizer::encode(std::string_view text, std::string_view what) const {
+std::vector<int> Tokenizer::encode(std::string_view text, std::string_view what, size_t input_offset) const {
   std::vector<int> ids;
   if (byte_level_) {
     for (const char c : text) ids.push_back(static_cast<unsigned char>(c));
@@ -107,11 +107,21 @@ std::vector<int> Tokenizer::encode(std::string_view text, std::string_view what)
   const std::string& marker = tokens_[size_t(start_token_)];
   size_t begin = 0;
   for (size_t at; (at = text.find(marker, begin)) != std::string_view::npos; begin = at + marker.size()) {
-    encode_ordinary(text.substr(begin, at - begin), what, begin, ids);
+    encode_ordinary(text.substr(begin, at - begin), what, input_offset + begin, ids);
     ids.push_back(start_token_);
   }
-  encode_ordinary(text.substr(begin), what, begin, ids);
+  encode_ordinary(text.substr(begin), what, input_offset + begin, ids);
   return ids;
+}
+
+size_t Tokenizer::encodable_prefix(std::string_view text) const {
+  if (byte_level_) return text.size();
+  // A marker with white space in it could span a piece boundary; GPT-2's has none.
+  const std::string& marker = tokens_[size_t(start_token_)];
+  if (marker.find_first_of(" \n") != std::string::npos) return 0;
+  for (size_t k = text.size(); k-- > 1;)
+    if (is_piece_boundary(text, k)) return k;
+  return 0;
 }
 
 std::vector<int> Tokenizer::encode_prompt(std::string_view prompt) const {

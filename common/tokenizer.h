@@ -58,8 +58,16 @@ class Tokenizer {
   const std::string& token_bytes(int id) const { return tokens_.at(size_t(id)); }
 
   /// The ids of `text`. For a file, a UserError naming `what` when the text is not valid
-  /// UTF-8 or holds a byte that is no token of the file.
-  std::vector<int> encode(std::string_view text, std::string_view what) const;
+  /// UTF-8 or holds a byte that is no token of the file, with the byte's offset in that
+  /// input, of which `text` is the part that starts at byte `input_offset`.
+  std::vector<int> encode(std::string_view text, std::string_view what, size_t input_offset = 0) const;
+  /// How much of `text`, a beginning of some longer input, can be encoded before the rest
+  /// is known: the length k of the longest prefix whose ids begin the ids of every input
+  /// that begins with `text` (encode(text[0, k)), then encode(the rest), gives encode(all)).
+  /// All of it for bytes. For a file, up to the last place no piece spans
+  /// (is_piece_boundary), which no end-of-text marker spans either; 0 when there is none.
+  /// So a file of gigabytes is encoded a block at a time.
+  size_t encodable_prefix(std::string_view text) const;
   /// The ids a sample starts from: the encoded `prompt`, or the start token alone when
   /// the prompt is empty.
   std::vector<int> encode_prompt(std::string_view prompt) const;

@@ -4,6 +4,7 @@
 // independent reference on large texts is vs_reference.sh.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -284,6 +285,60 @@ TEST_CASE("pre-tokenizing part by part gives the pieces of the whole text") {
   // Negative control: cut anywhere else (here inside a word) the pieces differ.
   CHECK(pieces_of({std::string_view("ab cd").substr(0, 1), std::string_view("ab cd").substr(1)}) !=
         pieces_of({"ab cd"}));
+}
+
+TEST_CASE("encoding block by block up to encodable_prefix gives the ids of the whole text") {
+  // prepare reads a file a block at a time and encodes each up to encodable_prefix,
+  // carrying the rest into the next block. Random texts of every class, with merges that
+  // cross spaces' neighbours and end-of-text markers, read in blocks of 1, 5 and 64
+  // bytes: the ids are those of the whole text.
+  FileSpec spec;
+  spec.tokens = bytes_then({" a", "aa", "a ", "  ", "\n\n", "<|", "'s"});
+  const Tokenizer t = Tokenizer::load(write_tokenizer(spec));
+  const std::vector<std::string> pool = {"a", "a", "Z", "\u00e9", "\u65e5", "7", "\u216b", ".", "'", "'s", " ",
+                                         " ", "\n", "\n", "\t", "\u00a0", "\u3000", "\u0301", "<|endoftext|>"};
+  std::mt19937 rng(7);
+  // The ids of `text` read `block` bytes at a time, as prepare reads a file; with
+  // `anywhere`, each block is encoded whole, cut at its last whole character (the
+  // negative control).
+  const auto blockwise = [&](const Tokenizer& tok, const std::string& text, size_t block, bool anywhere = false) {
+    std::vector<int> ids;
+    size_t begin = 0;  // where the text not yet encoded starts
+    for (size_t read = 0; read < text.size();) {
+      read = std::min(text.size(), read + block);
+      const std::string_view pending = std::string_view(text).substr(begin, read - begin);
+      size_t cut = read == text.size() || anywhere ? pending.size() : tok.encodable_prefix(pending);
+      if (anywhere)  // at a whole character still, for the control fails on the ids, not on UTF-8
+        while (begin + cut < text.size() && (static_cast<unsigned char>(text[begin + cut]) & 0xC0) == 0x80) --cut;
+      CHECK(cut <= pending.size());
+      const std::vector<int> part = tok.encode(pending.substr(0, cut), "test", begin);
+      ids.insert(ids.end(), part.begin(), part.end());
+      begin += cut;
+    }
+    return ids;
+  };
+  int rejected = 0;  // texts on which the control's ids differ
+  for (int trial = 0; trial < 20; ++trial) {
+    std::string text;
+    while (text.size() < 2000) text += pool[rng() % pool.size()];
+    const std::vector<int> whole = t.encode(text, "test");
+    for (const size_t block : {size_t(1), size_t(5), size_t(64)}) {
+      INFO("trial " << trial << ", blocks of " << block << " bytes");
+      CHECK(blockwise(t, text, block) == whole);
+      CHECK(blockwise(Tokenizer::bytes(), text, block) == Tokenizer::bytes().encode(text, "test"));
+    }
+    rejected += blockwise(t, text, 64, /*anywhere=*/true) != whole;
+  }
+  // Negative control: blocks cut anywhere give other ids (a merge or a marker split).
+  CHECK(rejected == 20);
+  // Bytes may be cut anywhere; a file only before a space or newline that follows a
+  // printable character, the last such place; none at all is 0.
+  CHECK(Tokenizer::bytes().encodable_prefix("ab\xff" "c") == 4);
+  CHECK(t.encodable_prefix("aa aa\nb") == 5);
+  CHECK(t.encodable_prefix("aa  ") == 2);
+  CHECK(t.encodable_prefix("\u65e5 aa") == 0);
+  // An error in a block names the offset in the whole input.
+  CHECK_THROWS_WITH(t.encode("a\xff", "input 'x'", 100), Contains("byte 0xFF at offset 101"));
 }
 
 TEST_CASE("GPT-2's pre-tokenizer: the pieces cover the text in order") {
