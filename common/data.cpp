@@ -51,9 +51,9 @@ std::string quoted(const std::string& path) { return "'" + path + "'"; }
 namespace {
 
 // Writes `tokens` as a shard into `temp` and closes it, or removes it and fails naming `path`.
-void write_shard_file(const std::string& path, const TemporaryFile& temp, const std::vector<uint16_t>& tokens) {
+void write_shard_file(const std::string& path, const TemporaryFile& temp, std::span<const uint16_t> tokens) {
   // The header stores the count as an int32, so one shard holds < 2^31 tokens.
-  if (tokens.size() > size_t(std::numeric_limits<int32_t>::max())) {
+  if (tokens.size() > size_t(kMaxShardTokens)) {
     std::fclose(temp.file);
     std::remove(temp.name.c_str());
     fail("shard " + quoted(path) + ": " + std::to_string(tokens.size()) +
@@ -110,7 +110,7 @@ void write_shards(const std::vector<ShardToWrite>& shards) {
     for (const ShardToWrite& s : shards) {
       const TemporaryFile temp = create_temporary_beside(s.path, "shard " + quoted(s.path));
       temps.push_back(temp.name);
-      write_shard_file(s.path, temp, *s.tokens);
+      write_shard_file(s.path, temp, s.tokens);
     }
   } catch (...) {
     for (const std::string& t : temps) std::remove(t.c_str());
@@ -149,7 +149,7 @@ void write_shards(const std::vector<ShardToWrite>& shards) {
     if (!b.empty()) std::remove(b.c_str());
 }
 
-void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) { write_shards({{path, &tokens}}); }
+void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) { write_shards({{path, tokens}}); }
 
 // ---- reading --------------------------------------------------------------------
 

@@ -20,6 +20,7 @@
 /// (CheckpointState::sequences), and a resumed run may change its batch_size.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@ namespace gpt {
 constexpr int32_t kShardMagic = 20240520;  ///< word 0 of a shard's header (llm.c's magic number)
 constexpr int32_t kShardVersion = 1;       ///< word 1 of the header: the only version read or written
 constexpr int64_t kShardHeaderBytes = 256 * 4;  ///< the header: 256 int32; the uint16 tokens follow it
+constexpr int64_t kMaxShardTokens = 2147483647;  ///< 2^31 - 1: the header counts tokens in an int32
 
 /// Writes tokens as one shard (to a temporary name, then renamed). Throws UserError
 /// naming the path on I/O failure.
@@ -37,8 +39,8 @@ void write_shard(const std::string& path, const std::vector<uint16_t>& tokens);
 
 /// One shard of a set written together: where it goes and its tokens (not owned).
 struct ShardToWrite {
-  std::string path;                      ///< the shard's final name
-  const std::vector<uint16_t>* tokens;  ///< what it holds
+  std::string path;                   ///< the shard's final name
+  std::span<const uint16_t> tokens;  ///< what it holds: at most 2^31 - 1 tokens (the header's count is an int32)
 };
 /// Writes a set of shards (train and val) all or none: every one to a temporary name
 /// first, then, once all are written, each old one kept under a second name (a hard

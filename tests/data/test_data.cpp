@@ -3,6 +3,8 @@
 // (seed, data position) and is the same for every data-parallel / micro-batch layout.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <csignal>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "common/data.h"
@@ -120,11 +123,11 @@ TEST_CASE("write_shards puts a set in place all or none", "[data]") {
   TempDir dir;
   const std::string train = dir.file("train.bin"), val = dir.file("val.bin");
   const std::vector<uint16_t> old_train = {1, 2, 3}, old_val = {4, 5}, new_train = {9, 9, 9, 9}, new_val = {8};
-  gpt::write_shards({{train, &old_train}, {val, &old_val}});
+  gpt::write_shards({{train, old_train}, {val, old_val}});
   SECTION("a target that is a directory is refused before anything is written") {
     const std::string dir_target = dir.file("dir.bin");
     fs::create_directory(dir_target);
-    CHECK_THROWS_WITH(gpt::write_shards({{train, &new_train}, {dir_target, &new_val}}),
+    CHECK_THROWS_WITH(gpt::write_shards({{train, new_train}, {dir_target, new_val}}),
                       Contains("dir.bin") && Contains("not a regular file"));
     CHECK(gpt::read_shard(train, 256) == old_train);
     CHECK(fs::is_directory(dir_target));
@@ -133,7 +136,7 @@ TEST_CASE("write_shards puts a set in place all or none", "[data]") {
     // The old shards get a second name while the new ones go in place: not one taken.
     std::ofstream(train + ".old") << "my notes";
     fs::create_directories(val + ".old/inside");
-    gpt::write_shards({{train, &new_train}, {val, &new_val}});
+    gpt::write_shards({{train, new_train}, {val, new_val}});
     CHECK(gpt::read_shard(train, 256) == new_train);
     CHECK(gpt::read_shard(val, 256) == new_val);
     std::ifstream notes(train + ".old");
@@ -141,8 +144,38 @@ TEST_CASE("write_shards puts a set in place all or none", "[data]") {
     CHECK(fs::exists(val + ".old/inside"));
     for (const std::string& left : {train + ".old.1", val + ".old.1", train + ".tmp"}) CHECK_FALSE(fs::exists(left));
   }
+  SECTION("a shard the disk refuses leaves the old set whole and no temporary behind") {
+    // A file-size limit (SIGXFSZ ignored, so the write fails with EFBIG instead of ending
+    // the process) lets the small train shard through and stops the large val shard.
+    const std::vector<uint16_t> large_val(20000, 1);  // 40 KB
+    struct rlimit old_limit {};
+    REQUIRE(::getrlimit(RLIMIT_FSIZE, &old_limit) == 0);
+    struct rlimit limit = old_limit;
+    limit.rlim_cur = 16 * 1024;
+    const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &limit) == 0);
+    std::string message;
+    try {
+      gpt::write_shards({{train, new_train}, {val, large_val}});
+    } catch (const gpt::UserError& e) {
+      message = e.what();
+    }
+    ::setrlimit(RLIMIT_FSIZE, &old_limit);
+    std::signal(SIGXFSZ, old_handler);
+    CHECK_THAT(message, Contains("val.bin") && Contains("write failed"));
+    CHECK(gpt::read_shard(train, 256) == old_train);
+    CHECK(gpt::read_shard(val, 256) == old_val);
+    std::vector<std::string> left;
+    for (const auto& entry : fs::directory_iterator(fs::path(train).parent_path()))
+      left.push_back(entry.path().filename().string());
+    std::sort(left.begin(), left.end());
+    CHECK(left == std::vector<std::string>{"train.bin", "val.bin"});
+    // Control: without the limit the same set replaces the old one.
+    gpt::write_shards({{train, new_train}, {val, large_val}});
+    CHECK(gpt::read_shard(val, 256) == large_val);
+  }
   SECTION("control: with nothing in the way the set is replaced, and no backup is left") {
-    gpt::write_shards({{train, &new_train}, {val, &new_val}});
+    gpt::write_shards({{train, new_train}, {val, new_val}});
     CHECK(gpt::read_shard(train, 256) == new_train);
     CHECK(gpt::read_shard(val, 256) == new_val);
     CHECK_FALSE(fs::exists(train + ".old"));
