@@ -1,6 +1,7 @@
-// prepare: text files -> train.bin and val.bin token shards.
+// prepare: text files -> train and val token shards.
 //
-//   build/bin/prepare --out DIR [--val-fraction F] [--tokenizer FILE [--documents]] FILE...
+//   build/bin/prepare --out DIR [--val-fraction F] [--tokenizer FILE [--documents]]
+//                     [--shard-tokens N] [--read-bytes B] [--force] FILE...
 //
 // Each file is encoded (common/tokenizer.h: a token per byte, or GPT-2's byte-level
 // BPE with an llm.c tokenizer file) and the tokens are concatenated in the order
@@ -10,7 +11,16 @@
 // last fraction F of the tokens becomes the validation split. The cut is moved forward
 // to the next line or document start, when there is one, so that neither split begins
 // or ends in the middle of a line.
+//
+// Memory stays bounded whatever the corpus: a file is read and encoded B bytes at a time
+// (cut where encoding the pieces alone gives the ids of the whole, encodable_prefix), and
+// the tokens go to a spool file beside the shards (token_spool.h) until the cut is known.
+// Each split is written as shards of at most N tokens: DIR/train.bin when one holds it,
+// else DIR/train_00000.bin, DIR/train_00001.bin, ... (and so for val), which the loader
+// reads, in name order, as one stream (train_data=DIR/train_*.bin).
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -20,6 +30,7 @@
 #include <fstream>
 #include <iterator>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,15 +39,18 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/tokenizer.h"
+#include "datasets/token_spool.h"
 
 namespace {
 
 constexpr const char* kUsage =
-    "usage: prepare --out DIR [--val-fraction F] [--tokenizer FILE [--documents]] [--force] FILE...\n"
+    "usage: prepare --out DIR [--val-fraction F] [--tokenizer FILE [--documents]]\n"
+    "               [--shard-tokens N] [--read-bytes B] [--force] FILE...\n"
     "\n"
     "Tokenizes text files (byte by byte, vocabulary 256, unless --tokenizer names\n"
     "another), concatenates them in the order given and writes DIR/train.bin and\n"
-    "DIR/val.bin as llm.c token shards.\n"
+    "DIR/val.bin as llm.c token shards; a split of more than N tokens is written as\n"
+    "DIR/train_00000.bin, DIR/train_00001.bin, ... (train_data=DIR/train_*.bin).\n"
     "\n"
     "  --out DIR           output directory (created if missing)\n"
     "  --val-fraction F    share of the tokens, taken from the end, that goes to\n"
@@ -46,7 +60,15 @@ constexpr const char* kUsage =
     "                      to match (default: bytes)\n"
     "  --documents         each file is a document: start it with the tokenizer\n"
     "                      file's end-of-text token (as llm.c's shards do)\n"
-    "  --force             replace train.bin and val.bin when DIR already has them\n"
+    "  --shard-tokens N    tokens per shard at most, 1 to 2147483647 (default\n"
+    "                      100000000, 200 MB a shard)\n"
+    "  --read-bytes B      text read and encoded at a time, 1 to 1073741824: memory\n"
+    "                      grows with it (default 16777216)\n"
+    "  --force             replace the dataset DIR already holds (its train and val\n"
+    "                      shards, all of them: a set of fewer shards leaves none behind)\n"
+    "\n"
+    "While it runs, prepare keeps the tokens in a file in DIR: 2 bytes a token beside\n"
+    "the shards.\n"
     "  --help              print this message\n";
 
 struct Options {
@@ -57,7 +79,21 @@ struct Options {
   bool help = false;
   bool force = false;  // replace existing shards
   bool documents = false;  // an end-of-text token before each file
+  int64_t shard_tokens = 100'000'000;  // as llm.c's FineWeb shards
+  int64_t read_bytes = int64_t(1) << 24;
 };
+
+// A whole number in [low, high] for `flag`, or a UserError naming the flag and the text.
+int64_t parse_count(const std::string& flag, const std::string& text, int64_t low, int64_t high) {
+  char* end = nullptr;
+  errno = 0;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])) || *end != '\0')
+    gpt::fail(flag + " '" + text + "' is not a whole number");
+  if (errno == ERANGE || value < low || value > high)
+    gpt::fail(flag + " " + text + " is outside " + std::to_string(low) + ".." + std::to_string(high));
+  return value;
+}
 
 double parse_fraction(const std::string& text) {
   // strtod, not stod: a number out of a double's range (1e-400) is still a number, whose
@@ -105,6 +141,10 @@ Options parse_args(int argc, char** argv) {
       options.tokenizer = value_of(i, arg);
     } else if (arg == "--val-fraction") {
       options.val_fraction = parse_fraction(value_of(i, arg));
+    } else if (arg == "--shard-tokens") {
+      options.shard_tokens = parse_count(arg, value_of(i, arg), 1, gpt::kMaxShardTokens);
+    } else if (arg == "--read-bytes") {
+      options.read_bytes = parse_count(arg, value_of(i, arg), 1, int64_t(1) << 30);
     } else {
       gpt::fail("unknown flag '" + arg + "' (see --help)");
     }
@@ -124,24 +164,67 @@ Options parse_args(int argc, char** argv) {
   return options;
 }
 
-std::string read_text_file(const std::string& path) {
+// Opens an input for reading after the checks that give each wrong input its own message.
+std::FILE* open_text_file(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
   if (!fs::exists(status)) gpt::fail("input '" + path + "': no such file");
   if (!fs::is_regular_file(status)) gpt::fail("input '" + path + "': not a regular file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) gpt::fail("input '" + path + "': cannot open for reading");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) gpt::fail("input '" + path + "': read error");
-  if (text.empty()) gpt::fail("input '" + path + "' is empty");
+  if (fs::file_size(path, ec) == 0 && !ec) gpt::fail("input '" + path + "' is empty");
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (!file) gpt::fail("input '" + path + "': cannot open for reading (" + std::strerror(errno) + ")");
   // A shard (this tool's own output, given back as input) would be tokenized as bytes:
   // its header's magic number and version are no text anyone writes.
   int32_t words[2] = {};
-  if (text.size() >= sizeof words) std::memcpy(words, text.data(), sizeof words);
-  if (words[0] == gpt::kShardMagic && words[1] == gpt::kShardVersion)
+  const bool whole = std::fread(words, sizeof words, 1, file) == 1;
+  std::rewind(file);
+  if (whole && words[0] == gpt::kShardMagic && words[1] == gpt::kShardVersion) {
+    std::fclose(file);
     gpt::fail("input '" + path + "' is a token shard (its header says so), not text: give prepare the text files");
-  return text;
+  }
+  return file;
+}
+
+// Encodes the file at `path` into `spool`, `read_bytes` of text at a time. Each block is encoded up to the last place where the ids of what
+// comes before do not depend on what comes after (encodable_prefix); the rest waits for
+// the next block. So the ids are those of the whole file, whatever the block size.
+void encode_file(const gpt::Tokenizer& tokenizer, const std::string& path, int64_t read_bytes,
+                 gpt::TokenSpool& spool) {
+  std::FILE* file = open_text_file(path);
+  const std::string what = "input '" + path + "'";
+  std::string pending;       // text read but not yet encoded
+  size_t pending_offset = 0;  // where pending begins in the file
+  size_t searched = 0;        // pending[0, searched) holds no place to cut: the last search found none
+  try {
+    for (bool at_end = false; !at_end;) {
+      const size_t old_size = pending.size();
+      pending.resize(old_size + size_t(read_bytes));
+      const size_t got = std::fread(pending.data() + old_size, 1, size_t(read_bytes), file);
+      pending.resize(old_size + got);
+      if (got < size_t(read_bytes)) {
+        if (std::ferror(file)) gpt::fail(what + ": read error at byte " + std::to_string(pending_offset + old_size));
+        at_end = true;
+      }
+      // A place to cut needs the bytes either side of it, so the search resumes a byte early.
+      const size_t from = searched > 0 ? searched - 1 : 0;
+      const size_t cut = at_end ? pending.size()
+                                : from + tokenizer.encodable_prefix(std::string_view(pending).substr(from));
+      if (cut == from && !at_end) {  // none yet (a line longer than a block): read on
+        searched = pending.size();
+        continue;
+      }
+      if (cut == 0) continue;
+      spool.append(tokenizer.encode(std::string_view(pending).substr(0, cut), what, pending_offset));
+      pending.erase(0, cut);
+      pending_offset += cut;
+      searched = 0;
+    }
+  } catch (...) {
+    std::fclose(file);
+    throw;
+  }
+  std::fclose(file);
 }
 
 // Where val begins: the first line or document start at or after the nominal cut
@@ -149,8 +232,7 @@ std::string read_text_file(const std::string& path) {
 // text ends in a newline) or of a document (at an end-of-text token, which a file
 // tokenizer puts between documents). Without one in the val region the nominal cut
 // stays. Either way both sides keep at least one token.
-size_t split_point(const std::vector<uint16_t>& tokens, const gpt::Tokenizer& tokenizer,
-                   double val_fraction) {
+size_t split_point(std::span<const uint16_t> tokens, const gpt::Tokenizer& tokenizer, double val_fraction) {
   const size_t n = tokens.size();
   if (n < 2) {
     gpt::fail("the input has " + std::to_string(n) +
@@ -164,7 +246,69 @@ size_t split_point(const std::vector<uint16_t>& tokens, const gpt::Tokenizer& to
   return cut;
 }
 
+// Whether `name` is one prepare gives a shard of `split`: SPLIT.bin or SPLIT_<digits>.bin.
+bool is_shard_name(const std::string& name, const std::string& split) {
+  if (name == split + ".bin") return true;
+  const std::string head = split + "_", tail = ".bin";
+  if (name.size() <= head.size() + tail.size() || name.compare(0, head.size(), head) != 0 ||
+      name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
+    return false;
+  const std::string digits = name.substr(head.size(), name.size() - head.size() - tail.size());
+  return std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// The shards of a dataset already in `dir` (a link or anything else under such a name
+// too), in name order.
+std::vector<std::string> existing_shards(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> found;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return found;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (is_shard_name(name, "train") || is_shard_name(name, "val")) found.push_back(dir + "/" + name);
+  }
+  if (ec) gpt::fail("--out '" + dir + "': cannot list it (" + ec.message() + ")");
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+// `tokens` as shards of at most `shard_tokens`: DIR/SPLIT.bin when one holds them, else
+// DIR/SPLIT_00000.bin, ..., numbered with as many digits as the last needs (five at
+// least), so that name order is stream order.
+std::vector<gpt::ShardToWrite> split_into_shards(const std::string& dir, const std::string& split,
+                                                 std::span<const uint16_t> tokens, int64_t shard_tokens) {
+  const size_t per_shard = size_t(shard_tokens);
+  const size_t count = (tokens.size() + per_shard - 1) / per_shard;
+  if (count == 1) return {{dir + "/" + split + ".bin", tokens}};
+  const int digits = std::max<int>(5, int(std::to_string(count - 1).size()));
+  std::vector<gpt::ShardToWrite> shards;
+  for (size_t k = 0; k < count; ++k) {
+    std::string number = std::to_string(k);
+    number.insert(0, size_t(digits) - number.size(), '0');
+    const size_t first = k * per_shard;
+    shards.push_back({dir + "/" + split + "_" + number + ".bin",
+                      tokens.subspan(first, std::min(per_shard, tokens.size() - first))});
+  }
+  return shards;
+}
+
+// What a split's line says: its tokens, its shard or shards, and the pattern to train on.
+void print_split(const char* label, const std::vector<gpt::ShardToWrite>& shards, const std::string& dir,
+                 const std::string& split) {
+  size_t tokens = 0;
+  for (const gpt::ShardToWrite& s : shards) tokens += s.tokens.size();
+  if (shards.size() == 1) {
+    std::printf("%-6s %12zu tokens -> %s\n", label, tokens, shards[0].path.c_str());
+  } else {
+    std::printf("%-6s %12zu tokens -> %zu shards, %s .. %s (%s_data=%s/%s_*.bin)\n", label, tokens, shards.size(),
+                shards.front().path.c_str(), shards.back().path.c_str(), split.c_str(), dir.c_str(),
+                split.c_str());
+  }
+}
+
 int run(int argc, char** argv) {
+  namespace fs = std::filesystem;
   const Options options = parse_args(argc, argv);
   if (options.help) {
     std::fputs(kUsage, stdout);
@@ -173,45 +317,74 @@ int run(int argc, char** argv) {
 
   // Where the shards go, checked before the inputs are read (which may take long): shards
   // already there are a dataset someone prepared, replaced only when asked.
-  const std::string train_path = options.out_dir + "/train.bin";
-  const std::string val_path = options.out_dir + "/val.bin";
+  const std::string& dir = options.out_dir;
   std::error_code ec;
-  if (std::filesystem::exists(options.out_dir, ec) && !std::filesystem::is_directory(options.out_dir, ec))
-    gpt::fail("--out '" + options.out_dir + "' is a file, not a directory");
-  for (const std::string& path : {train_path, val_path}) {
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    gpt::fail("--out '" + dir + "' is a file, not a directory");
+  const std::vector<std::string> existing = existing_shards(dir);
+  for (const std::string& path : existing) {
     // Not even with --force: the text would be replaced by its own tokens, its only copy lost.
     for (const std::string& file : options.files)
-      if (std::filesystem::equivalent(file, path, ec))
+      if (fs::equivalent(file, path, ec))
         gpt::fail("input '" + file + "' is " + path + ", a shard prepare writes: it would be replaced by its own "
                   "tokens; move the text elsewhere, or write the shards to another --out");
   }
-  for (const std::string& path : {train_path, val_path})
-    if (!options.force && std::filesystem::exists(path, ec))
-      gpt::fail("--out '" + options.out_dir + "' already holds " + path +
-                "; give --force to replace the dataset, or another --out");
+  if (!existing.empty() && !options.force)
+    gpt::fail("--out '" + dir + "' already holds " + existing[0] +
+              (existing.size() > 1 ? " and " + std::to_string(existing.size() - 1) + " more shard(s)" : "") +
+              "; give --force to replace the dataset, or another --out");
+  // --force replaces every one: each is checked now, so that none is found wrong after the
+  // new shards are in place. A link or a directory under a shard's name is the user's.
+  for (const std::string& path : existing) {
+    if (!fs::is_regular_file(fs::symlink_status(path, ec)))
+      gpt::fail("shard '" + path + "': exists and is not a regular file; not replaced");
+    std::ifstream in(path, std::ios::binary);
+    int32_t words[2] = {};
+    in.read(reinterpret_cast<char*>(words), sizeof words);
+    if (!in || words[0] != gpt::kShardMagic || words[1] != gpt::kShardVersion)
+      gpt::fail("'" + path + "' has a shard's name but no shard's header: --force would remove it; move it "
+                "elsewhere, or write the shards to another --out");
+  }
 
-  // Read every file before writing anything, so bad input leaves no output behind.
   const gpt::Tokenizer tokenizer = gpt::Tokenizer::named(options.tokenizer);
   if (options.documents && tokenizer.end_of_text() < 0)
     gpt::fail("--documents starts each file with the end-of-text token, which --tokenizer " + options.tokenizer +
               " does not have: name a tokenizer file");
-  std::vector<uint16_t> tokens;
-  for (const std::string& file : options.files) {
-    std::vector<int> ids = tokenizer.encode(read_text_file(file), "input '" + file + "'");
-    if (options.documents) ids.insert(ids.begin(), tokenizer.end_of_text());
-    std::printf("%-40s %12zu tokens\n", file.c_str(), ids.size());
-    tokens.insert(tokens.end(), ids.begin(), ids.end());  // ids < vocab_size <= 65536
+
+  // Every file is read and encoded before any shard is written, so bad input leaves the
+  // old dataset, or none, as it was (and a directory made here is removed again).
+  const bool made_dir = !fs::exists(dir, ec);
+  fs::create_directories(dir, ec);
+  if (ec) gpt::fail("--out '" + dir + "': cannot create directory (" + ec.message() + ")");
+  try {
+    gpt::TokenSpool spool(dir + "/tokens");
+    for (const std::string& file : options.files) {
+      const int64_t before = spool.size();
+      if (options.documents) spool.append({tokenizer.end_of_text()});
+      encode_file(tokenizer, file, options.read_bytes, spool);
+      std::printf("%-40s %12lld tokens\n", file.c_str(), static_cast<long long>(spool.size() - before));
+      std::fflush(stdout);  // a corpus of many files shows its progress
+    }
+    const std::span<const uint16_t> tokens = spool.map();
+    const size_t cut = split_point(tokens, tokenizer, options.val_fraction);
+    const std::vector<gpt::ShardToWrite> train = split_into_shards(dir, "train", tokens.first(cut), options.shard_tokens);
+    const std::vector<gpt::ShardToWrite> val = split_into_shards(dir, "val", tokens.subspan(cut), options.shard_tokens);
+    std::vector<gpt::ShardToWrite> all = train;
+    all.insert(all.end(), val.begin(), val.end());
+    gpt::write_shards(all);
+    // The old dataset's shards that no new one replaced: a glob of the split would read them.
+    for (const std::string& path : existing) {
+      const bool replaced = std::any_of(all.begin(), all.end(), [&](const gpt::ShardToWrite& s) { return s.path == path; });
+      if (!replaced && !fs::remove(path, ec))
+        gpt::fail("the new shards are written, but the old shard '" + path + "' could not be removed (" +
+                  ec.message() + "): remove it, or a glob of its split reads it too");
+    }
+    print_split("train:", train, dir, "train");
+    print_split("val:", val, dir, "val");
+  } catch (...) {
+    if (made_dir) fs::remove(dir, ec);  // only if still empty: the spool is gone by now
+    throw;
   }
-
-  const size_t cut = split_point(tokens, tokenizer, options.val_fraction);
-  const std::vector<uint16_t> train(tokens.begin(), tokens.begin() + std::ptrdiff_t(cut));
-  const std::vector<uint16_t> val(tokens.begin() + std::ptrdiff_t(cut), tokens.end());
-
-  std::filesystem::create_directories(options.out_dir, ec);
-  if (ec) gpt::fail("--out '" + options.out_dir + "': cannot create directory (" + ec.message() + ")");
-  gpt::write_shards({{train_path, &train}, {val_path, &val}});
-  std::printf("train: %12zu tokens -> %s\n", train.size(), train_path.c_str());
-  std::printf("val:   %12zu tokens -> %s\n", val.size(), val_path.c_str());
   return 0;
 }
 

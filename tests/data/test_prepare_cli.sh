@@ -22,7 +22,11 @@ expect_error() {
   [[ $status -eq 2 ]] || fail "expected exit status 2, got $status"
   grep -qF -- "$needle" stderr.txt || fail "stderr does not mention '$needle'"
   [[ ! -e out/train.bin ]] || fail "bad input still wrote out/train.bin"
+  [[ ! -e out ]] || fail "bad input left out/ behind: $(ls -A out)"  # no case makes it first
 }
+
+# shards_text SHARD...: the text of shards read one after the other.
+shards_text() { local s; for s in "$@"; do shard_text "$s"; done; }
 
 # shard_text SHARD: the shard's tokens as bytes (ASCII text only: drops each token's
 # zero high byte after skipping the 1024-byte header).
@@ -70,7 +74,10 @@ case $case_name in
         fail "input $input: the refusal does not name it: $(cat stderr.txt)"
     done
     cmp -s out/train.bin good.txt && cmp -s out/val.bin good.txt || fail "a refused run changed its input text"
+    # (The control replaces real shards: text under a shard's name is refused, stale_not_shard.)
+    "$prepare" --out shards good.txt >/dev/null && cp shards/train.bin shards/val.bin out/
     "$prepare" --out out --force good.txt >/dev/null 2>stderr.txt || fail "the control failed: $(cat stderr.txt)"
+    rm -rf out
     ;;
   existing)
     # Shards already in --out are a dataset: kept unless --force; with it, replaced.
@@ -96,26 +103,80 @@ case $case_name in
     [[ -L linked/train.bin && ! -e linked/nowhere.bin ]] || fail "the refused run replaced the link or made its target"
     ;;
   all_or_none)
-    # val.bin cannot be written: a file-size limit (ulimit -f, in KiB; SIGXFSZ ignored, so
-    # the write fails with EFBIG instead of killing the process) lets the small train
-    # shard through and stops the large val shard. The old pair stays whole, no new
-    # train.bin beside the old val.bin, and no temporary file is left.
+    # The disk refuses the tokens: a file-size limit (ulimit -f, in KiB; SIGXFSZ ignored, so
+    # the write fails with EFBIG instead of killing the process) stops the token spool,
+    # 2 bytes a token, the largest file prepare writes. The old pair stays whole and no
+    # file is left behind. (write_shards' own all-or-none, a set whose second shard
+    # fails, is test_data's.)
     "$prepare" --out out good.txt >/dev/null || fail "the first prepare failed"
     cp out/train.bin first_train.bin && cp out/val.bin first_val.bin
-    for i in $(seq 1 2000); do echo "other text $i"; done >other.txt  # 64 KB of tokens: 6 KB train, 58 KB val
-    (trap '' XFSZ; ulimit -f 16; exec "$prepare" --out out --force --val-fraction 0.9 other.txt) \
-      >stdout.txt 2>stderr.txt
+    for i in $(seq 1 2000); do echo "other text $i"; done >other.txt  # 28 KB of text: a 56 KB spool
+    (trap '' XFSZ; ulimit -f 16; exec "$prepare" --out out --force other.txt) >stdout.txt 2>stderr.txt
     status=$?
     [[ $status -eq 2 ]] || fail "exit $status, expected 2"
-    grep -qF "val.bin" stderr.txt || fail "the message does not name val.bin: $(cat stderr.txt)"
+    grep -qF "token spool" stderr.txt && grep -qF "2 bytes a token" stderr.txt ||
+      fail "the message does not name the spool and its size: $(cat stderr.txt)"
     cmp -s out/train.bin first_train.bin && cmp -s out/val.bin first_val.bin ||
       fail "a failed write changed the old shards"
     [[ -z "$(ls out | grep -v '^\(train\|val\)\.bin$')" ]] || fail "files were left behind: $(ls out)"
     # Control: without the limit the same run replaces both shards.
-    "$prepare" --out out --force --val-fraction 0.9 other.txt >/dev/null || fail "the unlimited run failed"
+    "$prepare" --out out --force other.txt >/dev/null || fail "the unlimited run failed"
     cmp -s out/val.bin first_val.bin && fail "the unlimited run did not replace val.bin"
-    rm -rf out/train.bin out/val.bin  # for expect_error's check, which this case does not use
+    rm -rf out  # for expect_error's check, which this case does not use
     ;;
+  shards)
+    # A split of more than --shard-tokens is written as numbered shards, which hold the
+    # split in name order; each holds the limit, the last the rest.
+    for i in $(seq 100 199); do echo "line $i"; done >lines.txt  # 900 bytes: 855 train, 45 val
+    "$prepare" --out out --shard-tokens 300 lines.txt >stdout.txt 2>stderr.txt || fail "prepare failed: $(cat stderr.txt)"
+    [[ "$(cd out && echo *)" == "train_00000.bin train_00001.bin train_00002.bin val.bin" ]] ||
+      fail "out holds $(cd out && echo *), not three train shards and val.bin"
+    [[ "$(shards_text out/train_0000[0-2].bin out/val.bin)" == "$(cat lines.txt)" ]] ||
+      fail "the shards in name order do not hold lines.txt"
+    for k in 0 1; do [[ $(stat -c %s out/train_0000$k.bin) -eq $((1024 + 2 * 300)) ]] || fail "train_0000$k.bin is not full"; done
+    grep -qF "train_data=out/train_*.bin" stdout.txt || fail "the pattern to train on is not printed: $(cat stdout.txt)"
+    # Replaced by a dataset of fewer shards: the old ones go, none left for a glob to read.
+    "$prepare" --out out --force lines.txt >/dev/null 2>stderr.txt || fail "the one-shard prepare failed: $(cat stderr.txt)"
+    [[ "$(cd out && echo *)" == "train.bin val.bin" ]] || fail "out holds $(cd out && echo *) after one shard a split"
+    # And back: train.bin goes when numbered shards replace it, val too when it is split.
+    "$prepare" --out out --force --shard-tokens 40 lines.txt >/dev/null 2>stderr.txt || fail "$(cat stderr.txt)"
+    [[ -e out/train_00021.bin && ! -e out/train_00022.bin && -e out/val_00001.bin && ! -e out/train.bin &&
+       ! -e out/val.bin ]] || fail "out holds $(cd out && echo *) after shards of 40 tokens"
+    [[ "$(shards_text out/train_*.bin out/val_*.bin)" == "$(cat lines.txt)" ]] || fail "the 40-token shards lost text"
+    rm -rf out
+    ;;
+  stale_not_shard)
+    # A file under a shard's name that is no shard is the user's: --force would remove it,
+    # so prepare refuses before it writes anything. The control: a real old shard goes.
+    mkdir out && echo "my notes" >out/train_00007.bin
+    expect_status_names() { [[ $1 -eq 2 ]] && grep -qF "$2" stderr.txt || fail "exit $1, stderr: $(cat stderr.txt)"; }
+    "$prepare" --out out --force good.txt >stdout.txt 2>stderr.txt
+    expect_status_names $? "out/train_00007.bin' has a shard's name but no shard's header"
+    [[ "$(cat out/train_00007.bin)" == "my notes" && ! -e out/train.bin ]] || fail "the refused run changed out/"
+    "$prepare" --out other --shard-tokens 10 good.txt >/dev/null && cp other/train_00001.bin out/train_00007.bin
+    "$prepare" --out out --force good.txt >stdout.txt 2>stderr.txt || fail "the control failed: $(cat stderr.txt)"
+    [[ "$(cd out && echo *)" == "train.bin val.bin" ]] || fail "the old shard was kept: $(cd out && echo *)"
+    rm -rf out
+    ;;
+  shard_tokens_bad)
+    expect_error "--shard-tokens 0 is outside 1..2147483647" --out out --shard-tokens 0 good.txt
+    expect_error "--shard-tokens 2147483648 is outside" --out out --shard-tokens 2147483648 good.txt
+    expect_error "--shard-tokens '1e6' is not a whole number" --out out --shard-tokens 1e6 good.txt
+    expect_error "--shard-tokens '-5' is not a whole number" --out out --shard-tokens -5 good.txt ;;
+  read_bytes_bad)
+    expect_error "--read-bytes 0 is outside 1..1073741824" --out out --read-bytes 0 good.txt
+    expect_error "--read-bytes 99999999999999999999 is outside" --out out --read-bytes 99999999999999999999 good.txt
+    expect_error "--read-bytes '' is not a whole number" --out out --read-bytes '' good.txt ;;
+  read_bytes)
+    # The text read a byte, or 5 bytes, at a time: the same shards.
+    for i in $(seq 1 40); do echo "alpha beta $i"; done >a.txt
+    "$prepare" --out whole a.txt >/dev/null || fail "prepare failed"
+    for b in 1 5; do
+      "$prepare" --out "by_$b" --read-bytes $b a.txt >/dev/null || fail "prepare --read-bytes $b failed"
+      cmp -s whole/train.bin "by_$b/train.bin" && cmp -s whole/val.bin "by_$b/val.bin" ||
+        fail "--read-bytes $b wrote other shards"
+    done
+    [[ -z "$(ls -A whole | grep -v '^\(train\|val\)\.bin$')" ]] || fail "the spool was left behind: $(ls -A whole)" ;;
   tmp_names_untouched)
     # Files of the user's under the names a writer might pick for its temporary files (one
     # of them a symlink to another file) are neither truncated nor written through: the

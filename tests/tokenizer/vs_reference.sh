@@ -44,6 +44,7 @@ for v in trained_prose trained_random substrings_prose substrings_random; do
   for t in "${texts[@]}"; do
     "$TOKENIZE" --tokenizer "$v.bin" < "$t" | cut -d' ' -f1 > cc.txt
     "$PY" "$REF" encode "$v.bin" "$t" > py.txt
+    cp py.txt "reference_${v}_$t.ids"  # for prepare below
     if cmp -s cc.txt py.txt; then echo "ok   $v on $t: $(wc -l < cc.txt) ids the same"
     else fail "$v on $t: the ids differ"; diff cc.txt py.txt | head -5; fi
     ((controls)) || continue
@@ -76,6 +77,16 @@ cmp -s decoded.txt prose.txt && echo "ok   decode(encode(prose)) is the prose" |
 "$PY" "$REF" encode trained_prose.bin prose.txt > py.txt
 cmp -s cc.txt py.txt && echo "ok   prepare --tokenizer: $(wc -l < cc.txt) tokens, the reference's" ||
   fail "prepare --tokenizer wrote other ids than the reference"
+
+# prepare reads a file a block at a time: blocks of 3 bytes, far shorter than a line or
+# a word, still give the reference's ids on every text, markers and all (test_tokenizer
+# has the control: blocks encoded whole give other ids).
+for t in "${texts[@]}"; do
+  "$PREPARE" --out "prepared_blocks_$t" --read-bytes 3 --tokenizer trained_prose.bin "$t" > /dev/null
+  "$PY" "$REF" shard "prepared_blocks_$t/train.bin" "prepared_blocks_$t/val.bin" > cc.txt
+  cmp -s cc.txt "reference_trained_prose_$t.ids" && echo "ok   prepare --read-bytes 3 on $t: the reference's ids" ||
+    fail "prepare --read-bytes 3 on $t wrote other ids than the reference"
+done
 
 # prepare --tokenizer starts val at a document: documents.txt has no newline, so the
 # cut moves forward to the next end-of-text token.

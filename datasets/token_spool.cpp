@@ -1,0 +1,57 @@
+// prepare's token spool (token_spool.h): append while encoding, then map and cut.
+#include "datasets/token_spool.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace gpt {
+
+namespace {
+const char* kWhat = "the token spool";  // how messages name the file
+}
+
+TokenSpool::TokenSpool(const std::string& near) : file_(create_temporary_beside(near, kWhat)) {}
+
+TokenSpool::~TokenSpool() {
+  if (mapping_) ::munmap(mapping_, mapping_bytes_);
+  if (file_.file) std::fclose(file_.file);
+  std::remove(file_.name.c_str());
+}
+
+void TokenSpool::append(const std::vector<int>& ids) {
+  if (!file_.file) fail(std::string("internal error: ") + kWhat + " is mapped; it takes no more tokens");
+  narrow_.assign(ids.begin(), ids.end());  // ids < vocab_size <= 65536
+  if (std::fwrite(narrow_.data(), sizeof(uint16_t), narrow_.size(), file_.file) != narrow_.size())
+    fail(std::string(kWhat) + " '" + file_.name + "': write failed (" + std::strerror(errno) +
+         "): prepare needs 2 bytes a token beside the shards while it runs");
+  count_ += int64_t(ids.size());
+}
+
+std::span<const uint16_t> TokenSpool::map() {
+  if (!file_.file) fail(std::string("internal error: ") + kWhat + " is mapped twice");
+  std::FILE* file = file_.file;
+  file_.file = nullptr;  // closed below, whatever happens
+  if (std::fclose(file) != 0)
+    fail(std::string(kWhat) + " '" + file_.name + "': write failed (" + std::strerror(errno) + ")");
+  if (count_ == 0) return {};
+  const int fd = ::open(file_.name.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(std::string(kWhat) + " '" + file_.name + "': cannot open it again (" + std::strerror(errno) + ")");
+  mapping_bytes_ = size_t(count_) * sizeof(uint16_t);
+  void* mapping = ::mmap(nullptr, mapping_bytes_, PROT_READ, MAP_SHARED, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);  // the mapping keeps the file open
+  if (mapping == MAP_FAILED)
+    fail(std::string(kWhat) + " '" + file_.name + "': cannot map it (" + std::strerror(map_errno) + ")");
+  mapping_ = mapping;
+  ::madvise(mapping_, mapping_bytes_, MADV_SEQUENTIAL);  // read once, front to back: a hint only
+  return {static_cast<const uint16_t*>(mapping_), size_t(count_)};
+}
+
+}  // namespace gpt
