@@ -130,7 +130,7 @@ constexpr Key kKeys[] = {
     {"threads", FIELD(threads), "OpenMP threads per rank (0: OpenMP's default: OMP_NUM_THREADS, else all cores; at most 8 per core)"},
     {"run_dir", FIELD(run_dir), "directory for metrics and checkpoints"},
     {"metrics_file", FIELD(metrics_file), "JSON-lines metrics file, appended to (empty: metrics.jsonl in run_dir); an existing file must be a metrics log"},
-    {"trace_file", FIELD(trace_file), "Chrome/Perfetto trace: stage 01 writes this file, stages 02+ one per rank, this path + .rankN.json for world rank N (empty: no trace); an existing file is replaced only if it is a trace"},
+    {"trace_file", FIELD(trace_file), "Chrome/Perfetto trace: stage 01 writes this file, stages 02+ one per rank, this path + .rankN.json for world rank N, and an earlier job's rank traces there are removed as the job starts (empty: no trace); an existing file is replaced only if it is a trace"},
     {"log_every", FIELD(log_every), "steps between progress lines on the terminal"},
     // distributed
     {"dp", FIELD(dp), "data-parallel ranks (0: the job's ranks / (tp * pp * cp)); stages 02+"},

@@ -322,6 +322,7 @@ int stage_main(int argc, char** argv, const StageSpec& spec, TrainFn train) {
       // set aside before the first save (write_checkpoint).
       const std::unique_ptr<RunDirLock> lock = lock_run_dir(*world, cfg.run_dir, [&] {
         if (const std::string note = start_notes(cfg); !note.empty()) std::printf("%s\n", note.c_str());
+        Trace::remove_rank_traces(cfg.trace_file);  // an earlier job's, before any rank's is written
       });
       Mesh mesh(*world, shape);
       Run run{cfg,

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -43,6 +44,31 @@ void Trace::enable(const std::string& path, int rank) {
   require(f != nullptr, "trace_file: cannot write '" + path + "': " + std::strerror(errno));
   std::fclose(f);
   if (!existed) std::filesystem::remove(path, ec);
+}
+
+void Trace::remove_rank_traces(const std::string& trace_file) {
+  if (trace_file.empty()) return;
+  namespace fs = std::filesystem;
+  const fs::path base(trace_file);
+  const fs::path dir = base.has_parent_path() ? base.parent_path() : fs::path(".");
+  const std::string head = base.filename().string() + ".rank", tail = ".json";
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= head.size() + tail.size() || name.compare(0, head.size(), head) != 0 ||
+        name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
+      continue;
+    const std::string rank = name.substr(head.size(), name.size() - head.size() - tail.size());
+    if (!std::all_of(rank.begin(), rank.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    std::error_code file_ec;
+    if (!fs::is_regular_file(fs::symlink_status(it->path(), file_ec))) continue;
+    std::FILE* f = std::fopen(it->path().c_str(), "r");
+    if (!f) continue;
+    char first[64] = {};
+    const bool trace = std::fgets(first, sizeof first, f) && std::strcmp(first, (std::string(kFirstLine) + "\n").c_str()) == 0;
+    std::fclose(f);
+    if (trace) fs::remove(it->path(), file_ec);
+  }
 }
 
 int64_t Trace::now_ns() const {

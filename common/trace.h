@@ -22,6 +22,11 @@ class Trace {
   /// Records from now on, for a file at path whose events carry rank as their process id;
   /// an empty path leaves tracing off.
   void enable(const std::string& path, int rank = 0);
+  /// Removes the rank traces an earlier job left for `trace_file` (trace_file.rankN.json
+  /// files that begin as a trace does; anything else is the user's and stays), so that a
+  /// job on fewer ranks leaves none of an earlier, larger one's beside its own. One rank
+  /// calls it before any rank enables its trace; "" does nothing.
+  static void remove_rank_traces(const std::string& trace_file);
   bool enabled() const { return enabled_; }  ///< whether spans are recorded
 
   int64_t now_ns() const;  ///< nanoseconds since this trace was created (steady clock)

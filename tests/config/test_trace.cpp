@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -127,4 +128,30 @@ TEST_CASE("trace: spans are written to the nanosecond", "[trace]") {
         std::string::npos);
   CHECK(json.find("\"name\":\"inside\",\"cat\":\"op\",\"ph\":\"X\",\"ts\":9265.418,\"dur\":0.300,") !=
         std::string::npos);
+}
+
+// A job on fewer ranks than the last one in the same place: the earlier job's rank traces
+// go before this one writes its own, so no reader takes an old rank for one of this job's.
+// Files that are not traces, or not of this trace_file's name, are the user's and stay.
+TEST_CASE("trace: remove_rank_traces removes an earlier job's rank traces alone", "[trace]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(GPT_TEST_SCRATCH_DIR) / "rank_traces";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto write = [&](const std::string& name, const std::string& text) { std::ofstream(dir / name) << text; };
+  const std::string trace_text = "{\"traceEvents\":[\n]}\n";
+  write("t.json.rank0.json", trace_text);
+  write("t.json.rank13.json", trace_text);
+  write("t.json.rank2.json", "my notes\n");          // not a trace
+  write("t.json.rankX.json", trace_text);            // not a rank's name
+  write("other.json.rank1.json", trace_text);        // another trace_file's
+  write("t.json.rank1.json.old", trace_text);        // not a rank's name
+  fs::create_symlink(dir / "other.json.rank1.json", dir / "t.json.rank3.json");  // a link: left alone
+  Trace::remove_rank_traces((dir / "t.json").string());
+  std::set<std::string> left;
+  for (const auto& entry : fs::directory_iterator(dir)) left.insert(entry.path().filename().string());
+  CHECK(left == std::set<std::string>{"t.json.rank2.json", "t.json.rankX.json", "other.json.rank1.json",
+                                      "t.json.rank1.json.old", "t.json.rank3.json"});
+  Trace::remove_rank_traces("");  // no trace_file: nothing to do
+  fs::remove_all(dir);
 }

@@ -16,9 +16,16 @@ set -euo pipefail
 TRAIN02=$1 PREPARE=$2 WORK=$3 ROOT=$4 MPIEXEC=$5
 source "$ROOT/tests/trainer/common.sh"
 start_mpi_test "$WORK" "$PREPARE"
+# An earlier job's trace of rank 3 is removed as the job starts (gptruns would read it as
+# one of this job's ranks); a file of the user's under such a name is not a trace and stays.
+mkdir -p "$WORK/run"
+printf '{"traceEvents":[\n]}\n' > "$WORK/run/trace.json.rank3.json"
+echo "my notes" > "$WORK/run/trace.json.rank5.json"
 "$MPIEXEC" -np 2 --oversubscribe "$TRAIN02" $(tiny_args "$WORK/data" "$WORK/run") --set steps=8 --set n_layer=4 --set n_embd=128 \
   --set sample_tokens=0 --set val_every=0 --set val_batches=0 --set checkpoint_at_end=false --set bucket_mb=0.1 \
   --set "trace_file=$WORK/run/trace.json" > "$WORK/run.log" 2>&1 || { tail -20 "$WORK/run.log"; exit 1; }
+[[ ! -e "$WORK/run/trace.json.rank3.json" ]] || { echo "FAIL: the earlier job's trace of rank 3 is still there"; exit 1; }
+[[ $(cat "$WORK/run/trace.json.rank5.json") == "my notes" ]] || { echo "FAIL: the user's trace.json.rank5.json changed"; exit 1; }
 /usr/bin/python3 - "$ROOT/scripts" "$WORK/run/trace.json.rank0.json" "$WORK/run/trace.json.rank1.json" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[1])
