@@ -1,5 +1,6 @@
 // The checkpoints of a run directory: the newest complete one, pruning the oldest,
 // what `resume` names, and setting aside another run's later checkpoints.
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <ctime>
@@ -21,13 +22,55 @@ using namespace checkpoint_detail;
 
 namespace {
 
-// The step an entry of run_dir named step_N or step_N.old stands for (moved_aside: the
-// .old copy publish() makes); false for any other name.
-bool step_of_entry(const fs::path& entry, int64_t& step, bool& moved_aside) {
-  std::string name = entry.filename().string();
+// A checkpoint being deleted is first renamed step_N.pruned: deleting takes many calls,
+// and a job killed among them must not leave a step_N without its manifest, which no
+// listing counts as a checkpoint and so no later prune would ever delete.
+constexpr std::string_view kPrunedSuffix = ".pruned";
+
+// The step a name step_N or step_N.old stands for (moved_aside: the .old copy publish()
+// makes); false for any other name.
+bool step_of_name(std::string name, int64_t& step, bool& moved_aside) {
   moved_aside = name.ends_with(".old");
   if (moved_aside) name.resize(name.size() - 4);
   return parse_step_dir_name(name, step);
+}
+
+// An entry of run_dir named after a step: step_N; step_N.old, the copy publish() moves
+// aside while it replaces a step saved before; either with .pruned after it, a prune's.
+struct StepEntry {
+  int64_t step = 0;
+  fs::path path;
+  bool moved_aside = false;  // step_N.old
+  bool pruned = false;       // step_N.pruned or step_N.old.pruned: being deleted
+  bool directory = false;
+  bool complete = false;     // a directory holding manifest.json (written last): a whole checkpoint
+};
+
+// run_dir's step entries, by step (none when run_dir does not exist: no run yet). Every
+// question about run_dir's checkpoints is asked of this one listing, so all agree on
+// what the names mean.
+std::vector<StepEntry> step_entries(const std::string& run_dir) {
+  std::vector<StepEntry> entries;
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec)) return entries;
+  fs::directory_iterator it(run_dir, ec);
+  if (ec) fail("cannot list " + run_dir + ": " + ec.message());
+  for (const fs::directory_entry& found : it) {
+    StepEntry entry;
+    entry.path = found.path();
+    std::string name = found.path().filename().string();
+    entry.pruned = name.ends_with(kPrunedSuffix);
+    if (entry.pruned) name.resize(name.size() - kPrunedSuffix.size());
+    if (!step_of_name(name, entry.step, entry.moved_aside)) continue;
+    std::error_code entry_ec;
+    entry.directory = found.is_directory(entry_ec);
+    entry.complete = entry.directory && fs::is_regular_file(found.path() / "manifest.json", entry_ec);
+    entries.push_back(std::move(entry));
+  }
+  std::sort(entries.begin(), entries.end(), [](const StepEntry& a, const StepEntry& b) {
+    return a.step != b.step ? a.step < b.step : a.path < b.path;
+  });
+  return entries;
 }
 
 // The step a checkpoint directory was written at, from its manifest.
@@ -47,35 +90,25 @@ int64_t checkpoint_step(const json& manifest, const std::string& path) {
 // and for pruning), so a checkpoint whose manifest says another step (a directory copied
 // or renamed by hand) is an error: ranked by its name it would be resumed in the place of
 // a later step, or prune the run's own newer checkpoints.
-std::vector<std::pair<int64_t, fs::path>> complete_checkpoints(const std::string& run_dir) {
+std::vector<std::pair<int64_t, fs::path>> complete_checkpoints(const std::vector<StepEntry>& entries,
+                                                               const std::string& run_dir) {
   std::map<int64_t, fs::path> by_step;
-  std::error_code ec;
-  if (!fs::is_directory(run_dir, ec)) return {};  // no run yet: no checkpoints
-  fs::directory_iterator it(run_dir, ec);
-  if (ec) fail("cannot list " + run_dir + ": " + ec.message());
-  for (const fs::directory_entry& entry : it) {
-    int64_t step = 0;
-    bool moved_aside = false;
-    if (!step_of_entry(entry.path(), step, moved_aside)) continue;
-    // No manifest means the directory is not a complete checkpoint (the manifest is
-    // written last); skip it rather than resume from it.
-    std::error_code entry_ec;
-    if (!entry.is_directory(entry_ec) ||
-        !fs::is_regular_file(entry.path() / "manifest.json", entry_ec))
-      continue;
-    int64_t saved = step;
+  for (const StepEntry& entry : entries) {
+    // Without its manifest a directory is no complete checkpoint: skipped, not resumed.
+    if (entry.pruned || !entry.complete) continue;
+    int64_t saved = entry.step;
     try {
-      saved = checkpoint_step(read_manifest(entry.path()), entry.path().string());
+      saved = checkpoint_step(read_manifest(entry.path), entry.path.string());
     } catch (const UserError&) {
       // A corrupt manifest: ranked by its name; loading it says what is wrong with it.
     }
-    if (saved != step)
-      fail(entry.path().string() + " holds the checkpoint of step " + std::to_string(saved) +
-           " (its manifest.json says so), not of step " + std::to_string(step) +
+    if (saved != entry.step)
+      fail(entry.path.string() + " holds the checkpoint of step " + std::to_string(saved) +
+           " (its manifest.json says so), not of step " + std::to_string(entry.step) +
            ": checkpoints in run_dir are ranked by their directory's name, for resume=latest and for pruning; "
            "move it out of " + run_dir + " (and resume it by its path), or rename it after its step");
-    if (moved_aside) by_step.emplace(step, entry.path());  // never displaces step_N
-    else by_step[step] = entry.path();
+    if (entry.moved_aside) by_step.emplace(entry.step, entry.path);  // never displaces step_N
+    else by_step[entry.step] = entry.path;
   }
   return {by_step.begin(), by_step.end()};
 }
@@ -106,7 +139,7 @@ bool saves_at_end(const Config& cfg, const CheckpointState& state) {
 }
 
 std::string latest_checkpoint(const std::string& run_dir) {
-  const auto found = complete_checkpoints(run_dir);
+  const auto found = complete_checkpoints(step_entries(run_dir), run_dir);
   return found.empty() ? std::string() : found.back().second.string();
 }
 
@@ -128,45 +161,26 @@ std::string checkpoint_or_latest(const std::string& path) {
 
 namespace {
 
-// A checkpoint being deleted is first renamed step_N.pruned: deleting takes many calls,
-// and a job killed among them must not leave a step_N without its manifest, which no
-// listing counts as a checkpoint and so no later prune would ever delete.
-constexpr const char* kPrunedSuffix = ".pruned";
-
 void remove_checkpoint_dir(const fs::path& dir) {
   std::error_code ec;
   fs::remove_all(dir, ec);
   if (ec) fail("cannot remove old checkpoint " + dir.string() + ": " + ec.message());
 }
 
-// What earlier prunes that were cut short left: every step_N.pruned (or step_N.old.pruned)
-// in run_dir.
-void remove_cut_short_prunes(const std::string& run_dir) {
-  std::error_code ec;
-  if (!fs::is_directory(run_dir, ec)) return;
-  std::vector<fs::path> left;
-  for (const fs::directory_entry& entry : fs::directory_iterator(run_dir, ec)) {
-    std::string name = entry.path().filename().string();
-    int64_t step = 0;
-    bool moved_aside = false;
-    if (!name.ends_with(kPrunedSuffix)) continue;
-    name.resize(name.size() - std::string_view(kPrunedSuffix).size());
-    if (step_of_entry(name, step, moved_aside)) left.push_back(entry.path());
-  }
-  for (const fs::path& dir : left) remove_checkpoint_dir(dir);
-}
-
 }  // namespace
 
 void prune_checkpoints(const std::string& run_dir, int keep) {
-  remove_cut_short_prunes(run_dir);
+  const std::vector<StepEntry> entries = step_entries(run_dir);
+  // First what earlier prunes that were cut short left.
+  for (const StepEntry& entry : entries)
+    if (entry.pruned) remove_checkpoint_dir(entry.path);
   if (keep <= 0) return;
-  const auto found = complete_checkpoints(run_dir);
+  const auto found = complete_checkpoints(entries, run_dir);
   if (found.size() <= size_t(keep)) return;
   const size_t remove = found.size() - size_t(keep);
   for (size_t i = 0; i < remove; ++i) {
     const fs::path& dir = found[i].second;
-    const fs::path doomed = dir.string() + kPrunedSuffix;
+    const fs::path doomed = dir.string() + std::string(kPrunedSuffix);
     std::error_code ec;
     fs::rename(dir, doomed, ec);  // one call: the checkpoint is whole, or out of the step_N names
     if (ec) fail("cannot remove old checkpoint " + dir.string() + ": renaming it " + doomed.string() + ": " +
@@ -205,7 +219,7 @@ ResumeSource resume_source(const Config& cfg) {
       bool moved_aside = false;
       fs::path dir = fs::path(r.path).lexically_normal();
       if (!dir.has_filename()) dir = dir.parent_path();  // "run/step_00000002/"
-      if (step_of_entry(dir, named, moved_aside) && named != r.start)
+      if (step_of_name(dir.filename().string(), named, moved_aside) && named != r.start)
         fail(r.path + " is named after step " + std::to_string(named) + " but holds the checkpoint of step " +
              std::to_string(r.start) + " (its manifest.json says so): rename it after its step, so that no "
              "run ranks it in the place of another");
@@ -409,19 +423,10 @@ std::string update_note(const Config& cfg, const ResumeSource& source, const jso
 // One newer than the checkpoint resumed is said, or the run would seem to have lost its
 // steps without a word: the names of those past step `after`, comma-separated ("" if none).
 std::string incomplete_checkpoints_after(const std::string& run_dir, int64_t after) {
-  std::map<int64_t, std::string> incomplete;
-  std::error_code ec;
-  if (!fs::is_directory(run_dir, ec)) return "";
-  for (const fs::directory_entry& entry : fs::directory_iterator(run_dir, ec)) {
-    int64_t step = 0;
-    bool moved_aside = false;
-    if (!step_of_entry(entry.path(), step, moved_aside) || step <= after) continue;
-    std::error_code entry_ec;
-    if (entry.is_directory(entry_ec) && !fs::is_regular_file(entry.path() / "manifest.json", entry_ec))
-      incomplete.emplace(step, entry.path().filename().string());
-  }
   std::string names;
-  for (const auto& [step, name] : incomplete) names += (names.empty() ? "" : ", ") + name;
+  for (const StepEntry& entry : step_entries(run_dir))
+    if (!entry.pruned && entry.directory && !entry.complete && entry.step > after)
+      names += (names.empty() ? "" : ", ") + entry.path.filename().string();
   return names;
 }
 
@@ -477,18 +482,11 @@ bool same_file(const fs::path& a, const fs::path& b) {
 // never gets here.
 std::string set_aside_later_checkpoints(const Config& cfg) {
   const ResumeSource source = resume_source(cfg);
-  std::multimap<int64_t, fs::path> later;
-  std::error_code ec;
-  if (fs::is_directory(cfg.run_dir, ec)) {
-    fs::directory_iterator it(cfg.run_dir, ec);
-    if (ec) fail("cannot list " + cfg.run_dir + ": " + ec.message());
-    for (const fs::directory_entry& entry : it) {
-      int64_t step = 0;
-      bool moved_aside = false;  // step_N and step_N.old alike
-      if (!step_of_entry(entry.path(), step, moved_aside) || step < source.start) continue;
-      if (!source.path.empty() && same_file(entry.path(), source.path)) continue;
-      later.emplace(step, entry.path());
-    }
+  std::vector<fs::path> later;  // by step
+  for (const StepEntry& entry : step_entries(cfg.run_dir)) {  // step_N and step_N.old alike
+    if (entry.pruned || entry.step < source.start) continue;  // a prune's are the next prune's to delete
+    if (!source.path.empty() && same_file(entry.path, source.path)) continue;
+    later.push_back(entry.path);
   }
   if (later.empty()) return "";
   // A directory of its own, named by the time; never a step_ name, so no reader takes it
@@ -497,18 +495,19 @@ std::string set_aside_later_checkpoints(const Config& cfg) {
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::gmtime(&now));
   const std::string base = std::string("set_aside_") + stamp;
+  std::error_code ec;
   fs::path aside = fs::path(cfg.run_dir) / base;
   for (int n = 2; fs::exists(aside); ++n) aside = fs::path(cfg.run_dir) / (base + "-" + std::to_string(n));
   fs::create_directory(aside, ec);
   if (ec) fail("cannot create " + aside.string() + " to set earlier checkpoints aside: " + ec.message());
-  for (const auto& [step, path] : later) {
+  for (const fs::path& path : later) {
     fs::rename(path, aside / path.filename(), ec);  // same file system: atomic, nothing copied
     if (ec) fail("cannot move " + path.string() + " into " + aside.string() + ": " + ec.message());
   }
   fsync_directory(cfg.run_dir);
   std::string line = "run_dir " + cfg.run_dir + " held " + std::to_string(later.size());
   line += " checkpoint(s) or other step_ entries at or past step " + std::to_string(source.start);
-  line += " (up to " + later.rbegin()->second.filename().string() + "), not the checkpoint this run resumes: moved to ";
+  line += " (up to " + later.back().filename().string() + "), not the checkpoint this run resumes: moved to ";
   line += aside.string() + " so that the two runs' checkpoints do not mix";
   return line;
 }
