@@ -91,8 +91,9 @@ class InitWatchdog {
           std::unique_lock<std::mutex> lock(mutex_);
           // wait_until a deadline_after: a timeout beyond the clock's range waits as if forever.
           if (done_cv_.wait_until(lock, deadline_after(timeout_s), [this] { return done_; })) return;
-          std::fprintf(stderr, "rank %d: error: MPI_Init did not complete within %g s (comm_timeout_s): a rank of "
-                       "the job has not started, or is stopped or unreachable\n", launcher_rank(), timeout_s);
+          std::fprintf(stderr, "%s%serror: rank %d: MPI_Init did not complete within %g s (comm_timeout_s): a rank "
+                       "of the job has not started, or is stopped or unreachable\n", program_name(),
+                       *program_name() ? ": " : "", launcher_rank(), timeout_s);
           std::fflush(stderr);
           std::_Exit(2);  // no destructor or atexit handler: they may wait on MPI too
         }) {}

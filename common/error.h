@@ -12,6 +12,7 @@
 /// ```
 /// The message names the file, key or value and the reason.
 #pragma once
+#include <atomic>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -54,9 +55,18 @@ inline void invariant(bool condition, const std::string& message) {
   if (!condition) internal_error(message);
 }
 
+namespace detail {
+inline std::atomic<const char*> program_name{""};  // set by run_main
+}  // namespace detail
+
+/// The name the program's run_main was given ("train", "prepare"; "" before it): for a
+/// message printed outside run_main's own, a watchdog thread's, to begin as run_main's do.
+inline const char* program_name() { return detail::program_name.load(); }
+
 /// Runs `body` and turns exceptions into exit codes: 2 for bad input, 1 for bugs.
 template <class F>
 int run_main(const char* program, F&& body) {
+  detail::program_name = program;  // a string literal: it outlives every reader
   try {
     return body();
   } catch (const UserError& e) {

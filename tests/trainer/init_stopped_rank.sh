@@ -19,7 +19,7 @@ timeout 60 "$MPIEXEC" --oversubscribe -np 1 $args : -np 1 bash -c "kill -STOP \$
 took=$((SECONDS - began))
 [ "$status" -ne 0 ] && [ "$status" -ne 124 ] && [ "$took" -lt 30 ] ||
   { echo "FAIL: a job with a stopped rank ended with status $status after $took s"; cat "$WORK/stopped.log"; exit 1; }
-grep -q "rank 0: error: MPI_Init did not complete within 3 s (comm_timeout_s)" "$WORK/stopped.log" ||
+grep -q "train: error: rank 0: MPI_Init did not complete within 3 s (comm_timeout_s)" "$WORK/stopped.log" ||
   { echo "FAIL: the waiting rank did not name the wait"; cat "$WORK/stopped.log"; exit 1; }
 echo "ok: a stopped rank ended the job after $took s: $(grep -m1 "MPI_Init did not" "$WORK/stopped.log")"
 
