@@ -32,7 +32,9 @@ for precision in fp32 bf16; do
   grep -q '"kind":"sample"' "$m" || { echo "FAIL ($precision): no sample line"; exit 1; }
   # A whole sample: as many tokens as configured, not cut short (tests/trainer/stop_signal.py
   # has a sample a stop signal cut).
-  /usr/bin/python3 - "$m" "$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["sample_tokens"])' "$ROOT/configs/tiny.json")" <<'PY' || { echo "FAIL ($precision): the sample line"; exit 1; }
+  sample_tokens=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["sample_tokens"])' \
+    "$ROOT/configs/tiny.json")
+  /usr/bin/python3 - "$m" "$sample_tokens" <<'PY' || { echo "FAIL ($precision): the sample line"; exit 1; }
 import json, sys
 s = [r for r in map(json.loads, open(sys.argv[1])) if r.get("kind") == "sample"][-1]
 assert s["cut_short"] is False and s["tokens"] == int(sys.argv[2]), (s["cut_short"], s["tokens"], sys.argv[2])

@@ -32,6 +32,12 @@ expect() {
     failures=$((failures + 1))
   else echo "ok   [$name]: $(grep -F -m1 -- "$needle" "$WORK/out.txt")"; fi
 }
+# expect_in DIR NAME NEEDLE COMMAND...: expect, run from DIR (for paths relative to it).
+expect_in() {
+  local dir=$1
+  shift
+  (cd "$dir" && failures=0 && expect "$@"; exit "$failures") || failures=$((failures + 1))
+}
 echo "keep me" > "$WORK/precious.txt"
 expect "notebook_runs OUT a file" "exists and is not a directory" "$ROOT/scripts/notebook_runs.sh" "$WORK/precious.txt"
 [ "$(cat "$WORK/precious.txt")" = "keep me" ] || { echo "FAIL: notebook_runs.sh changed the file"; failures=$((failures + 1)); }
@@ -43,14 +49,13 @@ expect "notebook_runs OUT someone's" "holds files this script did not make" "$RO
 # it (it was taken from the repository root): here a directory of the user's in WORK,
 # refused naming it, where the root's README.md would have been refused as a file.
 mkdir -p "$WORK/README.md/agree" "$WORK/README.md/memory" && echo "keep me" > "$WORK/README.md/precious.txt"
-(cd "$WORK" && failures=0 && expect "notebook_runs relative OUT" "$WORK/README.md holds files this script did not make" \
-  "$ROOT/scripts/notebook_runs.sh" README.md; exit "$failures") || failures=$((failures + 1))
+expect_in "$WORK" "notebook_runs relative OUT" "$WORK/README.md holds files this script did not make" \
+  "$ROOT/scripts/notebook_runs.sh" README.md
 # bench_recompute.py on a directory without the benchmark's runs: the runs named, no traceback.
 expect "bench_recompute.py not its runs" "does not hold bench_recompute.sh's runs: no gpipe-none" \
   /usr/bin/python3 "$ROOT/scripts/bench_recompute.py" "$WORK"
 # "." typed at the repository root is the root itself, which is never emptied.
-(cd "$ROOT" && failures=0 && expect "notebook_runs . at the root" "refusing to empty $ROOT" \
-  "$ROOT/scripts/notebook_runs.sh" .; exit "$failures") || failures=$((failures + 1))
+expect_in "$ROOT" "notebook_runs . at the root" "refusing to empty $ROOT" "$ROOT/scripts/notebook_runs.sh" .
 expect "gpu_carry with an argument" "unknown argument '--hepl'" "$ROOT/scripts/gpu_carry.sh" --hepl
 expect "check_notebooks OUT notebooks/" "is notebooks/ itself" "$ROOT/scripts/check_notebooks.sh" --no-runs "$ROOT/notebooks/"
 expect "diff_stages bad first stage" "'99' names 0 stages" "$ROOT/scripts/diff_stages.sh" 99 05
