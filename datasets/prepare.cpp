@@ -1,7 +1,7 @@
 // prepare: text files -> train and val token shards.
 //
 //   build/bin/prepare --out DIR [--val-fraction F] [--tokenizer FILE [--documents]]
-//                     [--shard-tokens N] [--read-bytes B] [--force] FILE...
+//                     [--shard-tokens N] [--read-bytes B] [--force] [--files-from LIST] FILE...
 //
 // Each file is encoded (common/tokenizer.h: a token per byte, or GPT-2's byte-level
 // BPE with an llm.c tokenizer file) and the tokens are concatenated in the order
@@ -18,6 +18,8 @@
 // Each split is written as shards of at most N tokens: DIR/train.bin when one holds it,
 // else DIR/train_00000.bin, DIR/train_00001.bin, ... (and so for val), which the loader
 // reads, in name order, as one stream (train_data=DIR/train_*.bin).
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -32,6 +34,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/cli.h"
@@ -45,7 +48,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: prepare --out DIR [--val-fraction F] [--tokenizer FILE [--documents]]\n"
-    "               [--shard-tokens N] [--read-bytes B] [--force] FILE...\n"
+    "               [--shard-tokens N] [--read-bytes B] [--force] [--files-from LIST] FILE...\n"
     "\n"
     "Tokenizes text files (byte by byte, vocabulary 256, unless --tokenizer names\n"
     "another), concatenates them in the order given and writes DIR/train.bin and\n"
@@ -64,6 +67,9 @@ constexpr const char* kUsage =
     "                      100000000, 200 MB a shard)\n"
     "  --read-bytes B      text read and encoded at a time, 1 to 1073741824: memory\n"
     "                      grows with it (default 16777216)\n"
+    "  --files-from LIST   also the files LIST names, one path a line (empty lines\n"
+    "                      skipped), in their order where the flag stands: for a\n"
+    "                      corpus of more files than a command line holds\n"
     "  --force             replace the dataset DIR already holds (its train and val\n"
     "                      shards, all of them: a set of fewer shards leaves none behind)\n"
     "\n"
@@ -111,6 +117,17 @@ double parse_fraction(const std::string& text) {
   return value;
 }
 
+// The paths a --files-from list names, one a line; empty lines are skipped.
+std::vector<std::string> read_file_list(const std::string& list) {
+  std::ifstream in(list);
+  if (!in) gpt::fail("--files-from '" + list + "': cannot open it for reading");
+  std::vector<std::string> paths;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) paths.push_back(line);
+  if (in.bad()) gpt::fail("--files-from '" + list + "': read error");
+  return paths;
+}
+
 Options parse_args(int argc, char** argv) {
   Options options;
   // Returns the value after a flag, or fails naming the flag.
@@ -141,6 +158,10 @@ Options parse_args(int argc, char** argv) {
       options.tokenizer = value_of(i, arg);
     } else if (arg == "--val-fraction") {
       options.val_fraction = parse_fraction(value_of(i, arg));
+    } else if (arg == "--files-from") {
+      const std::string list = value_of(i, arg);
+      const std::vector<std::string> listed = read_file_list(list);
+      options.files.insert(options.files.end(), listed.begin(), listed.end());
     } else if (arg == "--shard-tokens") {
       options.shard_tokens = parse_count(arg, value_of(i, arg), 1, gpt::kMaxShardTokens);
     } else if (arg == "--read-bytes") {
@@ -153,15 +174,39 @@ Options parse_args(int argc, char** argv) {
   if (options.out_dir.empty()) gpt::fail("missing --out DIR (see --help)");
   gpt::require_outside_checkpoint_dirs(options.out_dir, "--out", /*directory=*/true);
   if (options.files.empty()) gpt::fail("no input files given (see --help)");
-  // The same file twice would put its text in both splits, or twice in one.
-  namespace fs = std::filesystem;
-  for (size_t i = 0; i < options.files.size(); ++i)
-    for (size_t k = 0; k < i; ++k) {
-      std::error_code ec;
-      if (fs::equivalent(options.files[i], options.files[k], ec))
-        gpt::fail("input '" + options.files[i] + "' is given twice ('" + options.files[k] + "')");
-    }
   return options;
+}
+
+// A file's identity, however it is named (a link, another spelling of the path).
+struct FileId {
+  dev_t device;
+  ino_t inode;
+  bool operator==(const FileId&) const = default;
+};
+struct FileIdHash {
+  size_t operator()(const FileId& id) const { return std::hash<uint64_t>{}(uint64_t(id.device) * 1000003u ^ id.inode); }
+};
+
+// Checks every input before any is read (a missing file found after hours of encoding the
+// others would waste them): each a non-empty regular file, none given twice, which would
+// put its text in both splits, or twice in one. Returns their identities, in order. One
+// lookup a file: a corpus of millions of files is checked in seconds.
+std::vector<FileId> check_inputs(const std::vector<std::string>& files) {
+  std::vector<FileId> ids;
+  std::unordered_map<FileId, size_t, FileIdHash> first_of;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string& path = files[i];
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0)
+      gpt::fail("input '" + path + "': " + (errno == ENOENT ? "no such file" : std::string(std::strerror(errno))));
+    if (!S_ISREG(st.st_mode)) gpt::fail("input '" + path + "': not a regular file");
+    if (st.st_size == 0) gpt::fail("input '" + path + "' is empty");
+    const FileId id{st.st_dev, st.st_ino};
+    if (const auto [at, added] = first_of.emplace(id, i); !added)
+      gpt::fail("input '" + path + "' is given twice ('" + files[at->second] + "')");
+    ids.push_back(id);
+  }
+  return ids;
 }
 
 // Opens an input for reading after the checks that give each wrong input its own message.
@@ -196,13 +241,18 @@ void encode_file(const gpt::Tokenizer& tokenizer, const std::string& path, int64
   std::string pending;       // text read but not yet encoded
   size_t pending_offset = 0;  // where pending begins in the file
   size_t searched = 0;        // pending[0, searched) holds no place to cut: the last search found none
+  // A read asks for no more than the file holds (and a byte, to see its end): a corpus of
+  // millions of small files must not make and clear a whole block for each.
+  struct stat st {};
+  const size_t file_bytes = ::fstat(fileno(file), &st) == 0 ? size_t(st.st_size) : size_t(read_bytes);
   try {
     for (bool at_end = false; !at_end;) {
-      const size_t old_size = pending.size();
-      pending.resize(old_size + size_t(read_bytes));
-      const size_t got = std::fread(pending.data() + old_size, 1, size_t(read_bytes), file);
+      const size_t old_size = pending.size(), read_so_far = pending_offset + old_size;
+      const size_t want = std::min(size_t(read_bytes), file_bytes > read_so_far ? file_bytes - read_so_far + 1 : 1);
+      pending.resize(old_size + want);
+      const size_t got = std::fread(pending.data() + old_size, 1, want, file);
       pending.resize(old_size + got);
-      if (got < size_t(read_bytes)) {
+      if (got < want) {
         if (std::ferror(file)) gpt::fail(what + ": read error at byte " + std::to_string(pending_offset + old_size));
         at_end = true;
       }
@@ -322,12 +372,15 @@ int run(int argc, char** argv) {
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
     gpt::fail("--out '" + dir + "' is a file, not a directory");
   const std::vector<std::string> existing = existing_shards(dir);
+  const std::vector<FileId> inputs = check_inputs(options.files);
   for (const std::string& path : existing) {
     // Not even with --force: the text would be replaced by its own tokens, its only copy lost.
-    for (const std::string& file : options.files)
-      if (fs::equivalent(file, path, ec))
-        gpt::fail("input '" + file + "' is " + path + ", a shard prepare writes: it would be replaced by its own "
-                  "tokens; move the text elsewhere, or write the shards to another --out");
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) continue;  // a dangling link: no input's file
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (inputs[i] == FileId{st.st_dev, st.st_ino})
+        gpt::fail("input '" + options.files[i] + "' is " + path + ", a shard prepare writes: it would be replaced by "
+                  "its own tokens; move the text elsewhere, or write the shards to another --out");
   }
   if (!existing.empty() && !options.force)
     gpt::fail("--out '" + dir + "' already holds " + existing[0] +
@@ -358,12 +411,17 @@ int run(int argc, char** argv) {
   if (ec) gpt::fail("--out '" + dir + "': cannot create directory (" + ec.message() + ")");
   try {
     gpt::TokenSpool spool(dir + "/tokens");
-    for (const std::string& file : options.files) {
+    // A line a file, or for a corpus of many files a line every thousand.
+    const size_t files = options.files.size(), every = files <= 100 ? 1 : 1000;
+    for (size_t i = 0; i < files; ++i) {
       const int64_t before = spool.size();
       if (options.documents) spool.append({tokenizer.end_of_text()});
-      encode_file(tokenizer, file, options.read_bytes, spool);
-      std::printf("%-40s %12lld tokens\n", file.c_str(), static_cast<long long>(spool.size() - before));
-      std::fflush(stdout);  // a corpus of many files shows its progress
+      encode_file(tokenizer, options.files[i], options.read_bytes, spool);
+      if (every == 1)
+        std::printf("%-40s %12lld tokens\n", options.files[i].c_str(), static_cast<long long>(spool.size() - before));
+      else if ((i + 1) % every == 0 || i + 1 == files)
+        std::printf("%zu of %zu files: %lld tokens\n", i + 1, files, static_cast<long long>(spool.size()));
+      std::fflush(stdout);  // progress, as it is made
     }
     const std::span<const uint16_t> tokens = spool.map();
     const size_t cut = split_point(tokens, tokenizer, options.val_fraction);

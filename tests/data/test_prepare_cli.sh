@@ -39,7 +39,10 @@ mkdir adir
 case $case_name in
   no_files)          expect_error "no input files" --out out ;;
   no_out)            expect_error "--out" good.txt ;;
-  missing_file)      expect_error "no_such_input.txt" --out out good.txt no_such_input.txt ;;
+  missing_file)
+    # Every input is checked before any is read: good.txt is not encoded first.
+    expect_error "input 'no_such_input.txt': no such file" --out out good.txt no_such_input.txt
+    ! grep -q "tokens" stdout.txt || fail "good.txt was encoded before the missing file was found" ;;
   empty_file)        expect_error "empty.txt" --out out good.txt empty.txt ;;
   directory)         expect_error "adir" --out out adir ;;
   unknown_flag)      expect_error "--frobnicate" --out out --frobnicate good.txt ;;
@@ -234,6 +237,31 @@ case $case_name in
     "$prepare" --out out2 --val-fraction 0.25 oneline.txt >/dev/null || fail "prepare failed"
     [[ $(shard_text out2/val.bin) == "jkl" ]] || fail "val is '$(shard_text out2/val.bin)', not 'jkl'"
     ;;
+  files_from)
+    # --files-from LIST: LIST's files where the flag stands among the others, empty lines
+    # skipped; a list that cannot be read, or that names a missing file or one given
+    # already, is refused before anything is read.
+    for name in a b c d; do for i in 1 2 3; do echo "$name line $i"; done >"$name.txt"; done
+    printf 'b.txt\n\nc.txt\n' >list.txt
+    "$prepare" --out out a.txt --files-from list.txt d.txt >stdout.txt 2>stderr.txt || fail "prepare failed: $(cat stderr.txt)"
+    [[ "$(shards_text out/train.bin out/val.bin)" == "$(cat a.txt b.txt c.txt d.txt)" ]] ||
+      fail "the shards do not hold a, b, c, d in that order"
+    rm -rf out
+    expect_error "--files-from 'no_list.txt': cannot open it" --out out --files-from no_list.txt
+    printf 'b.txt\nnot_there.txt\n' >list.txt
+    expect_error "input 'not_there.txt': no such file" --out out --files-from list.txt
+    printf './a.txt\n' >list.txt
+    expect_error "input './a.txt' is given twice ('a.txt')" --out out a.txt --files-from list.txt
+    : >list.txt
+    expect_error "no input files given" --out out --files-from list.txt ;;
+  many_files)
+    # Past 100 files, a progress line every thousand and one at the end, not one a file.
+    for i in $(seq 1 150); do echo "text of file $i" >"f$i.txt"; done
+    "$prepare" --out out $(for i in $(seq 1 150); do echo "f$i.txt"; done) >stdout.txt 2>stderr.txt ||
+      fail "prepare failed: $(cat stderr.txt)"
+    grep -qx "150 of 150 files: [0-9]* tokens" stdout.txt || fail "no closing progress line: $(head -3 stdout.txt)"
+    [[ $(wc -l <stdout.txt) -eq 3 ]] || fail "$(wc -l <stdout.txt) lines printed, not 3: $(head -3 stdout.txt)"
+    rm -rf out ;;
   *) fail "unknown case $case_name" ;;
 esac
 
