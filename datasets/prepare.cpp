@@ -1,7 +1,8 @@
 // prepare: text files -> train and val token shards.
 //
 //   build/bin/prepare --out DIR [--val-fraction F] [--tokenizer FILE [--documents]]
-//                     [--shard-tokens N] [--read-bytes B] [--force] [--files-from LIST] FILE...
+//                     [--shard-tokens N] [--read-bytes B] [--threads T] [--force]
+//                     [--files-from LIST] FILE...
 //
 // Each file is encoded (common/tokenizer.h: a token per byte, or GPT-2's byte-level
 // BPE with an llm.c tokenizer file) and the tokens are concatenated in the order
@@ -12,12 +13,13 @@
 // to the next line or document start, when there is one, so that neither split begins
 // or ends in the middle of a line.
 //
-// Memory stays bounded whatever the corpus: a file is read and encoded B bytes at a time
-// (cut where encoding the pieces alone gives the ids of the whole, encodable_prefix), and
-// the tokens go to a spool file beside the shards (token_spool.h) until the cut is known.
+// Memory stays bounded whatever the corpus: a file is read B bytes at a time, as blocks
+// each encoded alone (text_blocks.h), T of them at once on T threads, and the tokens go
+// to a spool file beside the shards (token_spool.h) until the cut is known.
 // Each split is written as shards of at most N tokens: DIR/train.bin when one holds it,
 // else DIR/train_00000.bin, DIR/train_00001.bin, ... (and so for val), which the loader
 // reads, in name order, as one stream (train_data=DIR/train_*.bin).
+#include <omp.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -28,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -42,13 +45,15 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/tokenizer.h"
+#include "datasets/text_blocks.h"
 #include "datasets/token_spool.h"
 
 namespace {
 
 constexpr const char* kUsage =
     "usage: prepare --out DIR [--val-fraction F] [--tokenizer FILE [--documents]]\n"
-    "               [--shard-tokens N] [--read-bytes B] [--force] [--files-from LIST] FILE...\n"
+    "               [--shard-tokens N] [--read-bytes B] [--threads T] [--force]\n"
+    "               [--files-from LIST] FILE...\n"
     "\n"
     "Tokenizes text files (byte by byte, vocabulary 256, unless --tokenizer names\n"
     "another), concatenates them in the order given and writes DIR/train.bin and\n"
@@ -65,8 +70,10 @@ constexpr const char* kUsage =
     "                      file's end-of-text token (as llm.c's shards do)\n"
     "  --shard-tokens N    tokens per shard at most, 1 to 2147483647 (default\n"
     "                      100000000, 200 MB a shard)\n"
-    "  --read-bytes B      text read and encoded at a time, 1 to 1073741824: memory\n"
-    "                      grows with it (default 16777216)\n"
+    "  --read-bytes B      text read and encoded at a time by each thread, 1 to\n"
+    "                      1073741824: memory grows with it (default 4194304)\n"
+    "  --threads T         threads that encode, 1 to 1024 (default: OMP_NUM_THREADS,\n"
+    "                      else every core); the shards are the same for any T\n"
     "  --files-from LIST   also the files LIST names, one path a line (empty lines\n"
     "                      skipped), in their order where the flag stands: for a\n"
     "                      corpus of more files than a command line holds\n"
@@ -86,7 +93,8 @@ struct Options {
   bool force = false;  // replace existing shards
   bool documents = false;  // an end-of-text token before each file
   int64_t shard_tokens = 100'000'000;  // as llm.c's FineWeb shards
-  int64_t read_bytes = int64_t(1) << 24;
+  int64_t read_bytes = int64_t(1) << 22;
+  int threads = omp_get_max_threads();  // OMP_NUM_THREADS, or every core
 };
 
 // A whole number in [low, high] for `flag`, or a UserError naming the flag and the text.
@@ -164,6 +172,8 @@ Options parse_args(int argc, char** argv) {
       options.files.insert(options.files.end(), listed.begin(), listed.end());
     } else if (arg == "--shard-tokens") {
       options.shard_tokens = parse_count(arg, value_of(i, arg), 1, gpt::kMaxShardTokens);
+    } else if (arg == "--threads") {
+      options.threads = int(parse_count(arg, value_of(i, arg), 1, 1024));
     } else if (arg == "--read-bytes") {
       options.read_bytes = parse_count(arg, value_of(i, arg), 1, int64_t(1) << 30);
     } else {
@@ -207,74 +217,6 @@ std::vector<FileId> check_inputs(const std::vector<std::string>& files) {
     ids.push_back(id);
   }
   return ids;
-}
-
-// Opens an input for reading after the checks that give each wrong input its own message.
-std::FILE* open_text_file(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::file_status status = fs::status(path, ec);
-  if (!fs::exists(status)) gpt::fail("input '" + path + "': no such file");
-  if (!fs::is_regular_file(status)) gpt::fail("input '" + path + "': not a regular file");
-  if (fs::file_size(path, ec) == 0 && !ec) gpt::fail("input '" + path + "' is empty");
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (!file) gpt::fail("input '" + path + "': cannot open for reading (" + std::strerror(errno) + ")");
-  // A shard (this tool's own output, given back as input) would be tokenized as bytes:
-  // its header's magic number and version are no text anyone writes.
-  int32_t words[2] = {};
-  const bool whole = std::fread(words, sizeof words, 1, file) == 1;
-  std::rewind(file);
-  if (whole && words[0] == gpt::kShardMagic && words[1] == gpt::kShardVersion) {
-    std::fclose(file);
-    gpt::fail("input '" + path + "' is a token shard (its header says so), not text: give prepare the text files");
-  }
-  return file;
-}
-
-// Encodes the file at `path` into `spool`, `read_bytes` of text at a time. Each block is encoded up to the last place where the ids of what
-// comes before do not depend on what comes after (encodable_prefix); the rest waits for
-// the next block. So the ids are those of the whole file, whatever the block size.
-void encode_file(const gpt::Tokenizer& tokenizer, const std::string& path, int64_t read_bytes,
-                 gpt::TokenSpool& spool) {
-  std::FILE* file = open_text_file(path);
-  const std::string what = "input '" + path + "'";
-  std::string pending;       // text read but not yet encoded
-  size_t pending_offset = 0;  // where pending begins in the file
-  size_t searched = 0;        // pending[0, searched) holds no place to cut: the last search found none
-  // A read asks for no more than the file holds (and a byte, to see its end): a corpus of
-  // millions of small files must not make and clear a whole block for each.
-  struct stat st {};
-  const size_t file_bytes = ::fstat(fileno(file), &st) == 0 ? size_t(st.st_size) : size_t(read_bytes);
-  try {
-    for (bool at_end = false; !at_end;) {
-      const size_t old_size = pending.size(), read_so_far = pending_offset + old_size;
-      const size_t want = std::min(size_t(read_bytes), file_bytes > read_so_far ? file_bytes - read_so_far + 1 : 1);
-      pending.resize(old_size + want);
-      const size_t got = std::fread(pending.data() + old_size, 1, want, file);
-      pending.resize(old_size + got);
-      if (got < want) {
-        if (std::ferror(file)) gpt::fail(what + ": read error at byte " + std::to_string(pending_offset + old_size));
-        at_end = true;
-      }
-      // A place to cut needs the bytes either side of it, so the search resumes a byte early.
-      const size_t from = searched > 0 ? searched - 1 : 0;
-      const size_t cut = at_end ? pending.size()
-                                : from + tokenizer.encodable_prefix(std::string_view(pending).substr(from));
-      if (cut == from && !at_end) {  // none yet (a line longer than a block): read on
-        searched = pending.size();
-        continue;
-      }
-      if (cut == 0) continue;
-      spool.append(tokenizer.encode(std::string_view(pending).substr(0, cut), what, pending_offset));
-      pending.erase(0, cut);
-      pending_offset += cut;
-      searched = 0;
-    }
-  } catch (...) {
-    std::fclose(file);
-    throw;
-  }
-  std::fclose(file);
 }
 
 // Where val begins: the first line or document start at or after the nominal cut
@@ -357,6 +299,51 @@ void print_split(const char* label, const std::vector<gpt::ShardToWrite>& shards
   }
 }
 
+// Encodes every input into `spool`, in order: a batch of blocks (text_blocks.h), one a
+// thread, is encoded at once, then appended in order. Blocks are encoded alone, so the
+// ids are the same on any number of threads. An error is said of the first block in order
+// that has one, as one thread would say it.
+void encode_inputs(const Options& options, const gpt::Tokenizer& tokenizer, gpt::TokenSpool& spool) {
+  gpt::TextBlocks blocks(options.files, tokenizer, size_t(options.read_bytes));
+  std::vector<gpt::TextBlock> batch(size_t(options.threads));
+  std::vector<std::vector<int>> ids(batch.size());
+  std::vector<std::exception_ptr> errors(batch.size());
+  // A line a file, or for a corpus of many files a line every thousand.
+  const size_t files = options.files.size(), every = files <= 100 ? 1 : 1000;
+  int64_t file_start = 0;  // the spool's size where the current file's tokens begin
+  for (;;) {
+    size_t n = 0;
+    while (n < batch.size() && blocks.next(batch[n])) ++n;
+    if (n == 0) return;
+#pragma omp parallel for num_threads(options.threads) schedule(dynamic, 1)
+    for (ptrdiff_t i = 0; i < ptrdiff_t(n); ++i) {
+      const gpt::TextBlock& block = batch[size_t(i)];
+      try {
+        ids[size_t(i)] = tokenizer.encode(block.text, "input '" + options.files[block.file] + "'", block.offset);
+      } catch (...) {
+        errors[size_t(i)] = std::current_exception();
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (errors[i]) std::rethrow_exception(errors[i]);
+      const gpt::TextBlock& block = batch[i];
+      if (block.first) {
+        file_start = spool.size();
+        if (options.documents) spool.append({tokenizer.end_of_text()});
+      }
+      spool.append(ids[i]);
+      if (!block.last) continue;
+      const size_t done = block.file + 1;
+      if (every == 1)
+        std::printf("%-40s %12lld tokens\n", options.files[block.file].c_str(),
+                    static_cast<long long>(spool.size() - file_start));
+      else if (done % every == 0 || done == files)
+        std::printf("%zu of %zu files: %lld tokens\n", done, files, static_cast<long long>(spool.size()));
+      std::fflush(stdout);  // progress, as it is made
+    }
+  }
+}
+
 int run(int argc, char** argv) {
   namespace fs = std::filesystem;
   const Options options = parse_args(argc, argv);
@@ -411,18 +398,7 @@ int run(int argc, char** argv) {
   if (ec) gpt::fail("--out '" + dir + "': cannot create directory (" + ec.message() + ")");
   try {
     gpt::TokenSpool spool(dir + "/tokens");
-    // A line a file, or for a corpus of many files a line every thousand.
-    const size_t files = options.files.size(), every = files <= 100 ? 1 : 1000;
-    for (size_t i = 0; i < files; ++i) {
-      const int64_t before = spool.size();
-      if (options.documents) spool.append({tokenizer.end_of_text()});
-      encode_file(tokenizer, options.files[i], options.read_bytes, spool);
-      if (every == 1)
-        std::printf("%-40s %12lld tokens\n", options.files[i].c_str(), static_cast<long long>(spool.size() - before));
-      else if ((i + 1) % every == 0 || i + 1 == files)
-        std::printf("%zu of %zu files: %lld tokens\n", i + 1, files, static_cast<long long>(spool.size()));
-      std::fflush(stdout);  // progress, as it is made
-    }
+    encode_inputs(options, tokenizer, spool);
     const std::span<const uint16_t> tokens = spool.map();
     const size_t cut = split_point(tokens, tokenizer, options.val_fraction);
     const std::vector<gpt::ShardToWrite> train = split_into_shards(dir, "train", tokens.first(cut), options.shard_tokens);

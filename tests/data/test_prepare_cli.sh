@@ -166,18 +166,26 @@ case $case_name in
     expect_error "--shard-tokens 2147483648 is outside" --out out --shard-tokens 2147483648 good.txt
     expect_error "--shard-tokens '1e6' is not a whole number" --out out --shard-tokens 1e6 good.txt
     expect_error "--shard-tokens '-5' is not a whole number" --out out --shard-tokens -5 good.txt ;;
+  threads_bad)
+    expect_error "--threads 0 is outside 1..1024" --out out --threads 0 good.txt
+    expect_error "--threads 1025 is outside 1..1024" --out out --threads 1025 good.txt ;;
   read_bytes_bad)
     expect_error "--read-bytes 0 is outside 1..1073741824" --out out --read-bytes 0 good.txt
     expect_error "--read-bytes 99999999999999999999 is outside" --out out --read-bytes 99999999999999999999 good.txt
     expect_error "--read-bytes '' is not a whole number" --out out --read-bytes '' good.txt ;;
   read_bytes)
-    # The text read a byte, or 5 bytes, at a time: the same shards.
+    # The text read a byte, or 5 bytes, at a time, encoded on one thread or three: the
+    # same shards, the files' blocks in order.
     for i in $(seq 1 40); do echo "alpha beta $i"; done >a.txt
-    "$prepare" --out whole a.txt >/dev/null || fail "prepare failed"
+    for i in $(seq 1 30); do echo "gamma $i"; done >b.txt
+    "$prepare" --out whole --threads 1 a.txt b.txt >/dev/null || fail "prepare failed"
     for b in 1 5; do
-      "$prepare" --out "by_$b" --read-bytes $b a.txt >/dev/null || fail "prepare --read-bytes $b failed"
-      cmp -s whole/train.bin "by_$b/train.bin" && cmp -s whole/val.bin "by_$b/val.bin" ||
-        fail "--read-bytes $b wrote other shards"
+      for t in 1 3; do
+        "$prepare" --out "by_${b}_$t" --read-bytes $b --threads $t a.txt b.txt >/dev/null ||
+          fail "prepare --read-bytes $b --threads $t failed"
+        cmp -s whole/train.bin "by_${b}_$t/train.bin" && cmp -s whole/val.bin "by_${b}_$t/val.bin" ||
+          fail "--read-bytes $b --threads $t wrote other shards"
+      done
     done
     [[ -z "$(ls -A whole | grep -v '^\(train\|val\)\.bin$')" ]] || fail "the spool was left behind: $(ls -A whole)" ;;
   tmp_names_untouched)

@@ -79,13 +79,17 @@ cmp -s cc.txt py.txt && echo "ok   prepare --tokenizer: $(wc -l < cc.txt) tokens
   fail "prepare --tokenizer wrote other ids than the reference"
 
 # prepare reads a file a block at a time: blocks of 3 bytes, far shorter than a line or
-# a word, still give the reference's ids on every text, markers and all (test_tokenizer
-# has the control: blocks encoded whole give other ids).
+# a word, encoded one at a time or three at once, still give the reference's ids on every
+# text, markers and all (test_tokenizer has the control: blocks encoded whole give other ids).
 for t in "${texts[@]}"; do
-  "$PREPARE" --out "prepared_blocks_$t" --read-bytes 3 --tokenizer trained_prose.bin "$t" > /dev/null
-  "$PY" "$REF" shard "prepared_blocks_$t/train.bin" "prepared_blocks_$t/val.bin" > cc.txt
-  cmp -s cc.txt "reference_trained_prose_$t.ids" && echo "ok   prepare --read-bytes 3 on $t: the reference's ids" ||
-    fail "prepare --read-bytes 3 on $t wrote other ids than the reference"
+  for threads in 1 3; do
+    out="prepared_blocks_${threads}_$t"
+    "$PREPARE" --out "$out" --read-bytes 3 --threads $threads --tokenizer trained_prose.bin "$t" > /dev/null
+    "$PY" "$REF" shard "$out/train.bin" "$out/val.bin" > cc.txt
+    cmp -s cc.txt "reference_trained_prose_$t.ids" &&
+      echo "ok   prepare --read-bytes 3 --threads $threads on $t: the reference's ids" ||
+      fail "prepare --read-bytes 3 --threads $threads on $t wrote other ids than the reference"
+  done
 done
 
 # prepare --tokenizer starts val at a document: documents.txt has no newline, so the
@@ -115,6 +119,15 @@ printf 'ab\0c' | "$TOKENIZE" --tokenizer no_nul.bin > /dev/null 2> err.txt || st
 if [[ $status == 2 ]] && grep -qF "byte 0x00 at offset 2 is no token of no_nul.bin" err.txt; then
   echo "ok   a byte outside the vocabulary: $(cat err.txt)"
 else fail "a byte outside the vocabulary: exit $status, $(cat err.txt)"; fi
+# prepare on three threads says the error one thread would: the first in the inputs'
+# order, at its offset in its file, though a later block's error may come first.
+printf 'ab ab cd\0ef' > bad_first.txt && printf '\0' > bad_second.txt
+status=0
+"$PREPARE" --out prepared_bad --read-bytes 3 --threads 3 --tokenizer no_nul.bin bad_first.txt bad_second.txt \
+  > /dev/null 2> err.txt || status=$?
+if [[ $status == 2 ]] && grep -qF "input 'bad_first.txt'" err.txt && grep -qF "byte 0x00 at offset 8" err.txt &&
+   [[ ! -e prepared_bad ]]; then echo "ok   prepare's first error in input order: $(cat err.txt)"
+else fail "prepare with two bad inputs on 3 threads: exit $status, $(cat err.txt)"; fi
 # --pieces are the pre-tokenizer's, whatever the file: a --tokenizer beside it (even one
 # that does not exist) would go unread, so it is refused.
 status=0
