@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/error.h"
 #include "common/unicode.h"
 
 namespace gpt {
@@ -75,9 +76,33 @@ std::vector<std::string_view> pretokenize_parts(std::string_view text, size_t pa
   return parts;
 }
 
+namespace {
+
+// Whether `bytes` are exactly one well-formed UTF-8 character that is not white space.
+bool one_non_space(std::string_view bytes) {
+  try {
+    const std::vector<CodePoint> cps = decode_utf8(bytes, "");
+    return cps.size() == 1 && !is_white_space(cps[0].value);
+  } catch (const UserError&) {
+    return false;  // not a character: no place to cut (encoding it says what is wrong)
+  }
+}
+
+}  // namespace
+
 bool is_piece_boundary(std::string_view text, size_t k) {
   const auto printable = [](char c) { return c > ' ' && c < 0x7f; };
-  return (text[k] == ' ' || text[k] == '\n') && printable(text[k - 1]);
+  if ((text[k] == ' ' || text[k] == '\n') && printable(text[k - 1])) return true;
+  if (text[k - 1] != '\n' || k < 2) return false;
+  // The characters either side of the newline: the one at k, its length read off its
+  // first byte, and the one that ends at k - 2, found by stepping back over at most three
+  // continuation bytes.
+  const auto lead = static_cast<unsigned char>(text[k]);
+  const size_t after = lead < 0x80 ? 1 : (lead & 0xE0) == 0xC0 ? 2 : (lead & 0xF0) == 0xE0 ? 3 : 4;
+  size_t before = k - 2;
+  while (before > 0 && k - 2 - before < 3 && (static_cast<unsigned char>(text[before]) & 0xC0) == 0x80) --before;
+  return k + after <= text.size() && one_non_space(text.substr(k, after)) &&
+         one_non_space(text.substr(before, k - 1 - before));
 }
 
 }  // namespace gpt

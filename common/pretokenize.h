@@ -22,18 +22,21 @@ std::vector<std::string_view> gpt2_pretokenize(std::string_view text, std::strin
                                                size_t input_offset = 0);
 
 /// `text` cut into parts of at least `part_bytes` bytes (the last may be shorter) at
-/// places no piece spans, so that pre-tokenizing each part alone gives the pieces of the
-/// whole: the pattern holds white space past a match's first character only in a run of
-/// white space alone, so between a character that is not white space and a space or a
-/// newline after it, no match continues. The cuts are taken between a printable ASCII
-/// byte and a space or newline (whole characters either side, white space to every
-/// definition or none). A text with no such place is one part. Pre-tokenizing takes
+/// places no piece spans (is_piece_boundary), so that pre-tokenizing each part alone gives
+/// the pieces of the whole. A text with no such place is one part. Pre-tokenizing takes
 /// some 30 bytes for a byte of text: encoding part by part bounds that by the part.
 std::vector<std::string_view> pretokenize_parts(std::string_view text, size_t part_bytes);
 
-/// Whether the place before `text[k]` (0 < k < text.size()) is one pretokenize_parts
-/// cuts at: a printable ASCII byte that is not white space, then a space or a newline.
-/// No piece spans it, whatever follows.
+/// Whether the place before `text[k]` (0 < k < text.size()) is one where no piece of
+/// `text`, or of any text that begins with `text`, continues, and pre-tokenizing what
+/// comes before it alone gives the same pieces. Two kinds, both whatever follows:
+///  * a printable ASCII byte that is not white space, then a space or a newline: the
+///    pattern holds white space past a match's first character only in a run of white
+///    space alone, so no match continues past the printable byte;
+///  * a character that is not white space, a newline, then a character that is not white
+///    space (text with no spaces, Chinese or Japanese, has only this kind): the newline
+///    is a piece of its own, `\s+` at a run of one, as `\s+(?!\S)` makes it at the
+///    end of a text.
 bool is_piece_boundary(std::string_view text, size_t k);
 
 }  // namespace gpt

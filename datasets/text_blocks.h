@@ -4,9 +4,11 @@
 // A file is read `read_bytes` at a time, and a block ends at the last place of what was
 // read where encoding the text before it alone gives the ids it has within the whole file
 // (Tokenizer::encodable_prefix: for GPT-2's BPE, before a space or newline that follows a
-// printable character); the rest begins the next block. So the ids of a file's blocks,
-// one after the other, are the ids of the file, whatever `read_bytes` is, and memory
-// holds a block or so of each file, never the file.
+// printable ASCII character, or after a newline between two characters that are not white
+// space); the rest begins the next block. So the ids of a file's blocks, one after the
+// other, are the ids of the file, whatever `read_bytes` is, and memory holds a block or
+// so of each file: a line, when a line is longer, and the file only when it has no such
+// place at all (one line of text without spaces).
 #pragma once
 #include <cstddef>
 #include <cstdio>

@@ -331,12 +331,19 @@ TEST_CASE("encoding block by block up to encodable_prefix gives the ids of the w
   }
   // Negative control: blocks cut anywhere give other ids (a merge or a marker split).
   CHECK(rejected == 20);
-  // Bytes may be cut anywhere; a file only before a space or newline that follows a
-  // printable character, the last such place; none at all is 0.
+  // Bytes may be cut anywhere; a file at the last place before a space or newline that
+  // follows a printable ASCII character, or after a newline between two characters that
+  // are not white space; none at all is 0.
   CHECK(Tokenizer::bytes().encodable_prefix("ab\xff" "c") == 4);
-  CHECK(t.encodable_prefix("aa aa\nb") == 5);
+  CHECK(t.encodable_prefix("aa aa\nb") == 6);
+  CHECK(t.encodable_prefix("aa aa\n b") == 5);
   CHECK(t.encodable_prefix("aa  ") == 2);
+  CHECK(t.encodable_prefix("a\n\nb") == 1);
   CHECK(t.encodable_prefix("\u65e5 aa") == 0);
+  CHECK(t.encodable_prefix("\u65e5\n\u65e5\u65e5") == 4);         // Chinese lines: after the newline
+  CHECK(t.encodable_prefix("\u65e5\u3000\n\u65e5") == 0);         // an ideographic space before it
+  CHECK(t.encodable_prefix("\u65e5\n\u3000\u65e5") == 0);         // and after it
+  CHECK(t.encodable_prefix("\u65e5\n\xe6") == 0);                  // a character cut off after it
   // An error in a block names the offset in the whole input.
   CHECK_THROWS_WITH(t.encode("a\xff", "input 'x'", 100), Contains("byte 0xFF at offset 101"));
 }
