@@ -105,10 +105,13 @@ void write_shards(const std::vector<ShardToWrite>& shards) {
     if (fs::exists(status) && !fs::is_regular_file(status))
       fail("shard " + quoted(s.path) + ": exists and is not a regular file; not replaced");
   }
+  std::vector<std::string> targets;
+  for (const ShardToWrite& s : shards) targets.push_back(s.path);
+  remove_crashed_temporaries(targets);  // once for the set (a sweep a shard lists the directory each time)
   std::vector<std::string> temps;
   try {
     for (const ShardToWrite& s : shards) {
-      const TemporaryFile temp = create_temporary_beside(s.path, "shard " + quoted(s.path));
+      const TemporaryFile temp = create_temporary_beside(s.path, "shard " + quoted(s.path), /*sweep_first=*/false);
       temps.push_back(temp.name);
       write_shard_file(s.path, temp, s.tokens);
     }

@@ -14,6 +14,7 @@
 #pragma once
 #include <atomic>
 #include <cstdio>
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -63,7 +64,8 @@ inline std::atomic<const char*> program_name{""};  // set by run_main
 /// message printed outside run_main's own, a watchdog thread's, to begin as run_main's do.
 inline const char* program_name() { return detail::program_name.load(); }
 
-/// Runs `body` and turns exceptions into exit codes: 2 for bad input, 1 for bugs.
+/// Runs `body` and turns exceptions into exit codes: 2 for bad input (and for too little
+/// memory, which is no bug either), 1 for bugs.
 template <class F>
 int run_main(const char* program, F&& body) {
   detail::program_name = program;  // a string literal: it outlives every reader
@@ -71,6 +73,11 @@ int run_main(const char* program, F&& body) {
     return body();
   } catch (const UserError& e) {
     std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    // No bug, and nothing the program can mend: the machine (or a ulimit) has too little.
+    std::fprintf(stderr, "%s: error: out of memory: an allocation failed (a limit set by ulimit -v counts too)\n",
+                 program);
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: internal error: %s\n", program, e.what());

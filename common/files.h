@@ -15,8 +15,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <system_error>
+#include <unordered_set>
+#include <vector>
 
 #include "common/error.h"
 
@@ -137,37 +140,52 @@ inline std::string temporary_host(const std::string& path) {
   return host;
 }
 
-/// Removes what writers of `path` that crashed left beside it: regular files named
+/// Removes what writers of each path that crashed left beside it: regular files named
 /// `path`.tmp.HOST.PID.N (create_temporary_beside's names, a shard of gigabytes perhaps)
 /// whose HOST is this machine, whose process PID no longer exists, and which nothing has
 /// written to for a minute. A live writer's file is left alone: its process exists, or it
 /// runs on another machine that shares the directory (which is why the name carries the
 /// host), or in another PID namespace of this one (a container with the host's name),
 /// where it still writes. So is everything not exactly of that form: a user's file, a
-/// symlink, a directory.
-inline void remove_crashed_temporaries(const std::string& path) {
+/// symlink, a directory. Each directory is listed once, however many paths it holds: a
+/// call a path would list a directory of n shards n times.
+inline void remove_crashed_temporaries(const std::vector<std::string>& paths) {
   namespace fs = std::filesystem;
-  const fs::path target(path);
-  const std::string prefix = target.filename().string() + ".tmp." + temporary_host(path) + ".";
+  // Per directory, the names' prefixes: `name`.tmp.HOST. (a temporary's name, less PID.N).
+  std::map<fs::path, std::unordered_set<std::string>> prefixes;
+  for (const std::string& path : paths) {
+    const fs::path target(path);
+    const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+    prefixes[dir].insert(target.filename().string() + ".tmp." + temporary_host(path) + ".");
+  }
   const auto digits = [](const std::string& s) {  // a decimal of 1 to 9 digits: no overflow
     return !s.empty() && s.size() <= 9 && s.find_first_not_of("0123456789") == std::string::npos;
   };
-  std::error_code ec;
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
-    const std::string pid_n = name.substr(prefix.size());
-    const size_t dot = pid_n.find('.');
-    if (dot == std::string::npos || !digits(pid_n.substr(0, dot)) || !digits(pid_n.substr(dot + 1))) continue;
-    const pid_t pid = pid_t(std::stol(pid_n.substr(0, dot)));
-    if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (EPERM: someone else's)
-    std::error_code file_ec;
-    if (!fs::is_regular_file(fs::symlink_status(it->path(), file_ec))) continue;
-    const auto written = fs::last_write_time(it->path(), file_ec);
-    if (file_ec || fs::file_time_type::clock::now() - written < std::chrono::minutes(1)) continue;
-    fs::remove(it->path(), file_ec);
+  for (const auto& [dir, ours] : prefixes) {
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      // NAME.tmp.HOST.PID.N: the prefix is all but the last two dot-separated fields.
+      const std::string name = it->path().filename().string();
+      const size_t last_dot = name.rfind('.');
+      if (last_dot == std::string::npos || last_dot == 0) continue;
+      const size_t pid_dot = name.rfind('.', last_dot - 1);
+      if (pid_dot == std::string::npos || !ours.count(name.substr(0, pid_dot + 1))) continue;
+      const std::string pid_text = name.substr(pid_dot + 1, last_dot - pid_dot - 1);
+      if (!digits(pid_text) || !digits(name.substr(last_dot + 1))) continue;
+      const pid_t pid = pid_t(std::stol(pid_text));
+      if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (EPERM: someone else's)
+      std::error_code file_ec;
+      if (!fs::is_regular_file(fs::symlink_status(it->path(), file_ec))) continue;
+      const auto written = fs::last_write_time(it->path(), file_ec);
+      if (file_ec || fs::file_time_type::clock::now() - written < std::chrono::minutes(1)) continue;
+      fs::remove(it->path(), file_ec);
+    }
   }
+}
+
+/// One path's (see above).
+inline void remove_crashed_temporaries(const std::string& path) {
+  remove_crashed_temporaries(std::vector<std::string>{path});
 }
 
 /// A file of our own, open for writing, under a temporary name (create_temporary_beside).
@@ -186,8 +204,9 @@ struct TemporaryFile {
 /// (remove_crashed_temporaries). Its mode is 0666 less the umask, as any new file's. The
 /// caller writes it, closes it, then renames or removes it. A failure (a missing or
 /// read-only directory) is a UserError beginning with `what`.
-inline TemporaryFile create_temporary_beside(const std::string& path, const std::string& what) {
-  remove_crashed_temporaries(path);
+inline TemporaryFile create_temporary_beside(const std::string& path, const std::string& what,
+                                            bool sweep_first = true) {
+  if (sweep_first) remove_crashed_temporaries(path);
   const std::string stem = path + ".tmp." + temporary_host(path) + "." + std::to_string(::getpid()) + ".";
   for (int n = 0; n < 1000; ++n) {
     const std::string name = stem + std::to_string(n);

@@ -39,22 +39,22 @@ std::string describe_this_process() {
 
 }  // namespace
 
-RunDirLock::RunDirLock(const std::string& run_dir) {
+RunDirLock::RunDirLock(const std::string& run_dir, const std::string& key) {
   std::error_code ec;
   std::filesystem::create_directories(run_dir, ec);
-  require(!ec, "run_dir: cannot create '" + run_dir + "': " + ec.message());
+  require(!ec, key + ": cannot create '" + run_dir + "': " + ec.message());
   const std::string path = lock_path(run_dir);
   // Not through a link (the lock's text would overwrite whatever it points at), and not
   // waiting on a FIFO: the lock is a regular file of run_dir itself.
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
   if (fd_ < 0 && errno == ELOOP)
-    fail("run_dir: the lock file '" + path + "' is a symbolic link: refusing to write through it (remove the link)");
-  require(fd_ >= 0, "run_dir: cannot open the lock file '" + path + "': " + std::strerror(errno));
+    fail(key + ": the lock file '" + path + "' is a symbolic link: refusing to write through it (remove the link)");
+  require(fd_ >= 0, key + ": cannot open the lock file '" + path + "': " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd_);
     fd_ = -1;
-    fail("run_dir: the lock file '" + path + "' is not a regular file: refusing to write into it (remove it)");
+    fail(key + ": the lock file '" + path + "' is not a regular file: refusing to write into it (remove it)");
   }
   if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
@@ -64,17 +64,17 @@ RunDirLock::RunDirLock(const std::string& run_dir) {
     ::close(fd_);
     fd_ = -1;
     if (err == EWOULDBLOCK)
-      fail("run_dir '" + run_dir + "' is in use by another job (" +
+      fail(key + " '" + run_dir + "' is in use by another job (" +
            (holder.str().empty() ? std::string("holder unknown") : holder.str()) +
-           "); wait for it to end, or give this run another run_dir");
-    fail("run_dir: cannot lock '" + path + "': " + std::strerror(err));
+           "); wait for it to end, or give this run another " + key);
+    fail(key + ": cannot lock '" + path + "': " + std::strerror(err));
   }
   const std::string me = describe_this_process();
   if (ftruncate(fd_, 0) != 0 || pwrite(fd_, me.data(), me.size(), 0) != ssize_t(me.size())) {
     const int err = errno;
     ::close(fd_);  // a constructor that throws runs no destructor: release the lock here
     fd_ = -1;
-    fail("run_dir: cannot write the lock file '" + path + "': " + std::strerror(err));
+    fail(key + ": cannot write the lock file '" + path + "': " + std::strerror(err));
   }
 }
 

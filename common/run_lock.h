@@ -22,8 +22,9 @@ class Communicator;
 class RunDirLock {
  public:
   /// Creates run_dir if needed and takes its lock, or throws a UserError naming the
-  /// directory and the running job.
-  explicit RunDirLock(const std::string& run_dir);
+  /// directory and the running job. `key` names the directory in messages ("run_dir",
+  /// or "--out" for prepare's dataset directory, which takes the same lock).
+  explicit RunDirLock(const std::string& run_dir, const std::string& key = "run_dir");
   ~RunDirLock();
   RunDirLock(const RunDirLock&) = delete;
   RunDirLock& operator=(const RunDirLock&) = delete;

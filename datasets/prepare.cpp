@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -44,6 +45,7 @@
 #include "common/data.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/run_lock.h"
 #include "common/tokenizer.h"
 #include "datasets/text_blocks.h"
 #include "datasets/token_spool.h"
@@ -182,6 +184,7 @@ Options parse_args(int argc, char** argv) {
   }
   if (options.help) return options;
   if (options.out_dir.empty()) gpt::fail("missing --out DIR (see --help)");
+  while (options.out_dir.size() > 1 && options.out_dir.back() == '/') options.out_dir.pop_back();  // DIR/ is DIR
   gpt::require_outside_checkpoint_dirs(options.out_dir, "--out", /*directory=*/true);
   if (options.files.empty()) gpt::fail("no input files given (see --help)");
   return options;
@@ -344,22 +347,42 @@ void encode_inputs(const Options& options, const gpt::Tokenizer& tokenizer, gpt:
   }
 }
 
-int run(int argc, char** argv) {
+// Everything prepare may have left in `dir` from a run that was killed: the token spool
+// and the shards' temporary files (create_temporary_beside's names), once their process
+// is gone (remove_crashed_temporaries says when that is sure).
+void remove_crashed_runs_files(const std::string& dir) {
   namespace fs = std::filesystem;
-  const Options options = parse_args(argc, argv);
-  if (options.help) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-
-  // Where the shards go, checked before the inputs are read (which may take long): shards
-  // already there are a dataset someone prepared, replaced only when asked.
-  const std::string& dir = options.out_dir;
+  std::vector<std::string> targets = {dir + "/tokens"};
   std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
-    gpt::fail("--out '" + dir + "' is a file, not a directory");
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const size_t tmp = name.find(".tmp.");
+    if (tmp != std::string::npos && (is_shard_name(name.substr(0, tmp), "train") ||
+                                     is_shard_name(name.substr(0, tmp), "val")))
+      targets.push_back(dir + "/" + name.substr(0, tmp));
+  }
+  gpt::remove_crashed_temporaries(targets);
+}
+
+// The directories that making `dir` would create, innermost first (none when it exists).
+std::vector<std::filesystem::path> missing_directories(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> missing;
+  std::error_code ec;
+  for (fs::path p = fs::absolute(dir, ec).lexically_normal(); !p.empty() && !fs::exists(fs::symlink_status(p, ec));
+       p = p.parent_path()) {
+    missing.push_back(p);
+    if (p == p.parent_path()) break;
+  }
+  return missing;
+}
+
+// The dataset already in `dir`: refused without --force; with it, every shard checked
+// now, so that none is found wrong after the new shards are in place. Returns its shards.
+std::vector<std::string> check_existing_dataset(const Options& options, const std::vector<FileId>& inputs) {
+  namespace fs = std::filesystem;
+  const std::string& dir = options.out_dir;
   const std::vector<std::string> existing = existing_shards(dir);
-  const std::vector<FileId> inputs = check_inputs(options.files);
   for (const std::string& path : existing) {
     // Not even with --force: the text would be replaced by its own tokens, its only copy lost.
     struct stat st {};
@@ -373,9 +396,9 @@ int run(int argc, char** argv) {
     gpt::fail("--out '" + dir + "' already holds " + existing[0] +
               (existing.size() > 1 ? " and " + std::to_string(existing.size() - 1) + " more shard(s)" : "") +
               "; give --force to replace the dataset, or another --out");
-  // --force replaces every one: each is checked now, so that none is found wrong after the
-  // new shards are in place. A link or a directory under a shard's name is the user's.
+  std::error_code ec;
   for (const std::string& path : existing) {
+    // A link or a directory under a shard's name is the user's.
     if (!fs::is_regular_file(fs::symlink_status(path, ec)))
       gpt::fail("shard '" + path + "': exists and is not a regular file; not replaced");
     std::ifstream in(path, std::ios::binary);
@@ -385,18 +408,63 @@ int run(int argc, char** argv) {
       gpt::fail("'" + path + "' has a shard's name but no shard's header: --force would remove it; move it "
                 "elsewhere, or write the shards to another --out");
   }
+  return existing;
+}
 
+// Files in `dir` that a split's glob (SPLIT_*.bin) matches but that are no shard of the
+// set just written: a run given the glob would read them too.
+void warn_of_glob_strays(const std::string& dir, const std::vector<gpt::ShardToWrite>& shards,
+                         const std::string& split) {
+  namespace fs = std::filesystem;
+  if (shards.size() < 2) return;  // one shard is named, not globbed
+  std::set<std::string> ours;
+  for (const gpt::ShardToWrite& s : shards) ours.insert(fs::path(s.path).filename().string());
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.starts_with(split + "_") && name.ends_with(".bin") && !ours.count(name))
+      std::printf("warning: %s/%s matches %s_*.bin but is no shard of this dataset: move it, or a run given "
+                  "%s_data=%s/%s_*.bin reads it too\n", dir.c_str(), name.c_str(), split.c_str(), split.c_str(),
+                  dir.c_str(), split.c_str());
+  }
+}
+
+int run(int argc, char** argv) {
+  namespace fs = std::filesystem;
+  const Options options = parse_args(argc, argv);
+  if (options.help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  gpt::TokenSpool::remove_on_signals();
+  // A reader of the output that goes away (prepare | head) must not end the run with its
+  // work half done: its lines are lost, the shards are written.
+  std::signal(SIGPIPE, SIG_IGN);
+
+  // What needs no directory is checked first, so that a refusal makes none.
+  const std::string& dir = options.out_dir;
+  std::error_code ec;
+  const fs::file_status out_status = fs::symlink_status(dir, ec);
+  if (fs::is_symlink(out_status) && !fs::exists(fs::status(dir, ec)))
+    gpt::fail("--out '" + dir + "' is a symbolic link to '" + fs::read_symlink(dir, ec).string() +
+              "', which does not exist");
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    gpt::fail("--out '" + dir + "' is a file, not a directory");
+  const std::vector<FileId> inputs = check_inputs(options.files);
   const gpt::Tokenizer tokenizer = gpt::Tokenizer::named(options.tokenizer);
   if (options.documents && tokenizer.end_of_text() < 0)
     gpt::fail("--documents starts each file with the end-of-text token, which --tokenizer " + options.tokenizer +
               " does not have: name a tokenizer file");
 
-  // Every file is read and encoded before any shard is written, so bad input leaves the
-  // old dataset, or none, as it was (and a directory made here is removed again).
-  const bool made_dir = !fs::exists(dir, ec);
-  fs::create_directories(dir, ec);
-  if (ec) gpt::fail("--out '" + dir + "': cannot create directory (" + ec.message() + ")");
+  // The directory, made when missing, and its lock: one prepare at a time writes a
+  // dataset (two would replace or mix each other's shards). A run that fails leaves the
+  // old dataset as it was, or removes what it made: every file is read and encoded before
+  // any shard is written.
+  const std::vector<fs::path> made = missing_directories(dir);
   try {
+    const gpt::RunDirLock lock(dir, "--out");
+    remove_crashed_runs_files(dir);
+    const std::vector<std::string> existing = check_existing_dataset(options, inputs);
     gpt::TokenSpool spool(dir + "/tokens");
     encode_inputs(options, tokenizer, spool);
     const std::span<const uint16_t> tokens = spool.map();
@@ -415,8 +483,12 @@ int run(int argc, char** argv) {
     }
     print_split("train:", train, dir, "train");
     print_split("val:", val, dir, "val");
+    warn_of_glob_strays(dir, train, "train");
+    warn_of_glob_strays(dir, val, "val");
   } catch (...) {
-    if (made_dir) fs::remove(dir, ec);  // only if still empty: the spool is gone by now
+    // Innermost first, each only if empty by then; the lock's file is prepare's own.
+    if (!made.empty()) fs::remove(made.front() / ".lock", ec);
+    for (const fs::path& p : made) fs::remove(p, ec);
     throw;
   }
   return 0;

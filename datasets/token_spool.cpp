@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 
@@ -14,12 +15,35 @@
 namespace gpt {
 
 namespace {
+
 const char* kWhat = "the token spool";  // how messages name the file
+
+// The live spool's name, for the signal handler (which may call only async-signal-safe
+// functions: unlink, signal, raise). `live` is set once the name is whole.
+char live_name[4096];
+volatile std::sig_atomic_t live = 0;
+
+void remove_spool_and_end(int signal) {
+  if (live) ::unlink(live_name);
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
 }
 
-TokenSpool::TokenSpool(const std::string& near) : file_(create_temporary_beside(near, kWhat)) {}
+}  // namespace
+
+TokenSpool::TokenSpool(const std::string& near) : file_(create_temporary_beside(near, kWhat)) {
+  if (file_.name.size() < sizeof live_name) {
+    std::memcpy(live_name, file_.name.c_str(), file_.name.size() + 1);
+    live = 1;
+  }
+}
+
+void TokenSpool::remove_on_signals() {
+  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, remove_spool_and_end);
+}
 
 TokenSpool::~TokenSpool() {
+  live = 0;
   if (mapping_) ::munmap(mapping_, mapping_bytes_);
   if (file_.file) std::fclose(file_.file);
   std::remove(file_.name.c_str());

@@ -17,7 +17,8 @@
 namespace gpt {
 
 /// A temporary file of uint16 tokens beside `near` (create_temporary_beside's name, so a
-/// crashed run's spool is removed by a later one). Removed when the spool is destroyed.
+/// crashed run's spool is removed by a later one). Removed when the spool is destroyed,
+/// and by SIGINT, SIGTERM or SIGHUP once remove_on_signals has run.
 class TokenSpool {
  public:
   explicit TokenSpool(const std::string& near);
@@ -32,6 +33,12 @@ class TokenSpool {
 
   /// Ends the writing and maps every token read-only. Once; append is over after it.
   std::span<const uint16_t> map();
+
+  /// Installs handlers that remove the live spool, then end the process as the signal
+  /// would (Ctrl-C, a job scheduler's SIGTERM, a closed terminal): a spool is 2 bytes a
+  /// token, gigabytes for a large corpus, that only a later prepare in the same directory
+  /// would otherwise remove.
+  static void remove_on_signals();
 
  private:
   TemporaryFile file_;

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <new>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -46,6 +47,11 @@ TEST_CASE("errors: bad input exits 2, a broken invariant 1", "[config][errors]")
   const Outcome bug = run([]() -> int { gpt::invariant(false, "backward() needs a forward()"); return 0; });
   CHECK(bug.status == 1);
   CHECK(bug.stderr_text == "prog: internal error: backward() needs a forward()\n");
+
+  // Too little memory is no bug: exit 2, said as such.
+  const Outcome memory = run([]() -> int { throw std::bad_alloc(); });
+  CHECK(memory.status == 2);
+  CHECK(memory.stderr_text.find("prog: error: out of memory: an allocation failed") == 0);
 
   const Outcome other = run([]() -> int { throw std::runtime_error("cudaMalloc failed"); });
   CHECK(other.status == 1);

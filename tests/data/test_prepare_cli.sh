@@ -187,7 +187,65 @@ case $case_name in
           fail "--read-bytes $b --threads $t wrote other shards"
       done
     done
-    [[ -z "$(ls -A whole | grep -v '^\(train\|val\)\.bin$')" ]] || fail "the spool was left behind: $(ls -A whole)" ;;
+    # (.lock, like a run directory's, is where one prepare at a time holds the directory.)
+    [[ -z "$(ls -A whole | grep -v '^\(train\|val\)\.bin$\|^\.lock$')" ]] || fail "the spool was left behind: $(ls -A whole)" ;;
+  locked)
+    # One prepare at a time in a directory: while this shell holds its lock (flock(1)
+    # takes the same flock(2) lock), a prepare is refused and changes nothing; the
+    # control runs once the lock is let go.
+    "$prepare" --out out good.txt >/dev/null || fail "the first prepare failed"
+    cp out/train.bin first_train.bin
+    exec 9>>out/.lock
+    flock -n 9 || fail "the test could not take the lock"
+    "$prepare" --out out --force good.txt >stdout.txt 2>stderr.txt
+    status=$?
+    exec 9>&-
+    [[ $status -eq 2 ]] && grep -qF "out' is in use by another job" stderr.txt ||
+      fail "a locked --out: exit $status, $(cat stderr.txt)"
+    cmp -s out/train.bin first_train.bin || fail "the refused run changed out/train.bin"
+    "$prepare" --out out --force good.txt >/dev/null 2>stderr.txt || fail "the control failed: $(cat stderr.txt)"
+    rm -rf out ;;
+  interrupted)
+    # Ctrl-C while the text is encoded: the spool (2 bytes a token) is removed, the old
+    # dataset stays. The text is read a byte at a time so that the run lasts; it is
+    # stopped as soon as its spool exists.
+    "$prepare" --out out good.txt >/dev/null || fail "the first prepare failed"
+    cp out/train.bin first_train.bin
+    head -c 20000000 /dev/zero | tr '\0' 'a' >long.txt
+    "$prepare" --out out --force --read-bytes 1 long.txt >/dev/null 2>&1 &
+    pid=$!
+    for _ in $(seq 1 200); do compgen -G "out/tokens.tmp.*" >/dev/null && break; sleep 0.05; done
+    compgen -G "out/tokens.tmp.*" >/dev/null || fail "no spool appeared"
+    kill -INT $pid
+    wait $pid
+    status=$?
+    [[ $status -eq 130 ]] || fail "the interrupted run exited $status, not 130 (SIGINT)"
+    ! compgen -G "out/tokens.tmp.*" >/dev/null || fail "the spool was left: $(ls out)"
+    cmp -s out/train.bin first_train.bin || fail "the interrupted run changed out/train.bin"
+    rm -rf out ;;
+  made_dirs)
+    # A run that fails after it made --out removes it, and the parents it made, again.
+    # (A shard given as input is found when it is opened, after the directory is made.)
+    "$prepare" --out first good.txt >/dev/null || fail "the first prepare failed"
+    "$prepare" --out new/a/b good.txt first/train.bin >stdout.txt 2>stderr.txt
+    status=$?
+    [[ $status -eq 2 ]] || fail "exit $status: $(cat stderr.txt)"
+    [[ ! -e new ]] || fail "the failed run left $(find new)"
+    # --out a link to nowhere is named as one; DIR/ is DIR in what is printed.
+    ln -s nowhere linked_out
+    expect_error "--out 'linked_out' is a symbolic link to 'nowhere', which does not exist" --out linked_out good.txt
+    [[ ! -e nowhere ]] || fail "the link's target was made"
+    "$prepare" --out slash/ --shard-tokens 10 good.txt >stdout.txt 2>stderr.txt || fail "$(cat stderr.txt)"
+    grep -qF "train_data=slash/train_*.bin" stdout.txt || fail "DIR/ printed as is: $(cat stdout.txt)"
+    rm -rf slash ;;
+  glob_strays)
+    # A file of the user's that the printed glob matches is named in a warning.
+    mkdir out && echo "mine" >out/train_orig.bin
+    "$prepare" --out out --shard-tokens 10 good.txt >stdout.txt 2>stderr.txt || fail "$(cat stderr.txt)"
+    grep -qF "warning: out/train_orig.bin matches train_*.bin but is no shard of this dataset" stdout.txt ||
+      fail "no warning: $(cat stdout.txt)"
+    grep -qF "warning: out/train_0000" stdout.txt && fail "a shard of the dataset was warned of"
+    rm -rf out ;;
   tmp_names_untouched)
     # Files of the user's under the names a writer might pick for its temporary files (one
     # of them a symlink to another file) are neither truncated nor written through: the
