@@ -117,7 +117,7 @@ double parse_fraction(const std::string& text) {
   char* end = nullptr;
   const double value = std::strtod(text.c_str(), &end);
   const size_t used = size_t(end - text.c_str());
-  if (text.empty() || used != text.size()) {
+  if (text.empty() || used != text.size() || std::isspace(static_cast<unsigned char>(text[0]))) {
     gpt::fail("--val-fraction '" + text + "' is not a number");
   }
   // Both splits must hold something, so 0 and 1 are out (NaN fails both tests).

@@ -49,7 +49,8 @@ case $case_name in
   fraction_zero)     expect_error "--val-fraction" --out out --val-fraction 0 good.txt ;;
   fraction_one)      expect_error "--val-fraction" --out out --val-fraction 1 good.txt ;;
   fraction_negative) expect_error "--val-fraction" --out out --val-fraction -0.1 good.txt ;;
-  fraction_text)     expect_error "0.1x" --out out --val-fraction 0.1x good.txt ;;
+  fraction_text)     expect_error "0.1x" --out out --val-fraction 0.1x good.txt
+                     expect_error "--val-fraction ' 0.1' is not a number" --out out --val-fraction ' 0.1' good.txt ;;
   fraction_underflow) expect_error "--val-fraction 1e-400 is outside (0, 1)" --out out --val-fraction 1e-400 good.txt ;;
   fraction_no_value) expect_error "--val-fraction" --out out good.txt --val-fraction ;;
   same_file_twice)   expect_error "is given twice" --out out good.txt ./good.txt ;;
