@@ -203,6 +203,13 @@ void check_payload_size(const std::string& path, int64_t count, int64_t file_byt
 
 }  // namespace
 
+bool is_token_shard(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  int32_t words[2] = {};
+  in.read(reinterpret_cast<char*>(words), sizeof words);
+  return in && words[0] == kShardMagic && words[1] == kShardVersion;
+}
+
 void check_token_ids(const std::string& path, const uint16_t* tokens, int64_t n, int vocab_size) {
   // The largest id first (a loop the compiler vectorises: a split of 10^10 tokens is
   // scanned at start-up), then, only if it is out of range, the first offender.

@@ -54,6 +54,10 @@ void write_shards(const std::vector<ShardToWrite>& shards);
 /// file (and the offset or value).
 std::vector<uint16_t> read_shard(const std::string& path, int vocab_size);
 
+/// Whether the file at `path` begins as a shard does (magic number and version): a text
+/// file does not. False when it cannot be read.
+bool is_token_shard(const std::string& path);
+
 /// Validates a shard's file and header alone, as read_shard does (existence, size, magic,
 /// version, payload size against the header's count), and returns its token count.
 int64_t shard_token_count(const std::string& path);

@@ -74,6 +74,9 @@ int run_main(const char* program, F&& body) {
   } catch (const UserError& e) {
     std::fprintf(stderr, "%s: error: %s\n", program, e.what());
     return 2;
+  } catch (const std::bad_array_new_length& e) {  // a size computed wrong: a bug, not a lack of memory
+    std::fprintf(stderr, "%s: internal error: %s\n", program, e.what());
+    return 1;
   } catch (const std::bad_alloc&) {
     // No bug, and nothing the program can mend: the machine (or a ulimit) has too little.
     std::fprintf(stderr, "%s: error: out of memory: an allocation failed (a limit set by ulimit -v counts too)\n",

@@ -62,11 +62,11 @@ class Tokenizer {
   /// input, of which `text` is the part that starts at byte `input_offset`.
   std::vector<int> encode(std::string_view text, std::string_view what, size_t input_offset = 0) const;
   /// How much of `text`, a beginning of some longer input, can be encoded before the rest
-  /// is known: the length k of the longest prefix whose ids begin the ids of every input
-  /// that begins with `text` (encode(text[0, k)), then encode(the rest), gives encode(all)).
-  /// All of it for bytes. For a file, up to the last place no piece spans
-  /// (is_piece_boundary), which no end-of-text marker spans either; 0 when there is none.
-  /// So a file of gigabytes is encoded a block at a time.
+  /// is known: a length k whose prefix's ids begin the ids of every input that begins
+  /// with `text` (encode(text[0, k)), then encode(the rest), gives encode(all)). All of it
+  /// for bytes. For a file, the last place the rules of is_piece_boundary find (a place no
+  /// piece spans, which no end-of-text marker spans either); 0 when they find none. So a
+  /// file of gigabytes is encoded a block at a time.
   size_t encodable_prefix(std::string_view text) const;
   /// The ids a sample starts from: the encoded `prompt`, or the start token alone when
   /// the prompt is empty.

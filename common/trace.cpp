@@ -65,7 +65,7 @@ void Trace::remove_rank_traces(const std::string& trace_file) {
     std::FILE* f = std::fopen(it->path().c_str(), "r");
     if (!f) continue;
     char first[64] = {};
-    const bool trace = std::fgets(first, sizeof first, f) && std::strcmp(first, (std::string(kFirstLine) + "\n").c_str()) == 0;
+    const bool trace = std::fgets(first, sizeof first, f) != nullptr && std::string(first) == std::string(kFirstLine) + "\n";
     std::fclose(f);
     if (trace) fs::remove(it->path(), file_ec);
   }

@@ -35,6 +35,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -81,10 +82,10 @@ constexpr const char* kUsage =
     "                      corpus of more files than a command line holds\n"
     "  --force             replace the dataset DIR already holds (its train and val\n"
     "                      shards, all of them: a set of fewer shards leaves none behind)\n"
+    "  --help              print this message\n"
     "\n"
     "While it runs, prepare keeps the tokens in a file in DIR: 2 bytes a token beside\n"
-    "the shards.\n"
-    "  --help              print this message\n";
+    "the shards.\n";
 
 struct Options {
   std::string out_dir;
@@ -200,10 +201,12 @@ struct FileIdHash {
   size_t operator()(const FileId& id) const { return std::hash<uint64_t>{}(uint64_t(id.device) * 1000003u ^ id.inode); }
 };
 
-// Checks every input before any is read (a missing file found after hours of encoding the
+// Checks every input before any is encoded (a bad file found after hours of encoding the
 // others would waste them): each a non-empty regular file, none given twice, which would
-// put its text in both splits, or twice in one. Returns their identities, in order. One
-// lookup a file: a corpus of millions of files is checked in seconds.
+// put its text in both splits, or twice in one, and none a token shard (prepare's own
+// output given back), which would be encoded as text. Returns their identities, in order.
+// One lookup and one 8-byte read a file: a corpus of millions of files is checked in a
+// minute or so.
 std::vector<FileId> check_inputs(const std::vector<std::string>& files) {
   std::vector<FileId> ids;
   std::unordered_map<FileId, size_t, FileIdHash> first_of;
@@ -217,6 +220,8 @@ std::vector<FileId> check_inputs(const std::vector<std::string>& files) {
     const FileId id{st.st_dev, st.st_ino};
     if (const auto [at, added] = first_of.emplace(id, i); !added)
       gpt::fail("input '" + path + "' is given twice ('" + files[at->second] + "')");
+    if (gpt::is_token_shard(path))
+      gpt::fail("input '" + path + "' is a token shard (its header says so), not text: give prepare the text files");
     ids.push_back(id);
   }
   return ids;
@@ -304,20 +309,26 @@ void print_split(const char* label, const std::vector<gpt::ShardToWrite>& shards
 
 // Encodes every input into `spool`, in order: a batch of blocks (text_blocks.h), one a
 // thread, is encoded at once, then appended in order. Blocks are encoded alone, so the
-// ids are the same on any number of threads. An error is said of the first block in order
-// that has one, as one thread would say it.
+// ids are the same on any number of threads. An error is the first in the inputs' order,
+// as one thread would meet it: a block's that the batch encodes, else the reading's that
+// ended the batch.
 void encode_inputs(const Options& options, const gpt::Tokenizer& tokenizer, gpt::TokenSpool& spool) {
   gpt::TextBlocks blocks(options.files, tokenizer, size_t(options.read_bytes));
   std::vector<gpt::TextBlock> batch(size_t(options.threads));
   std::vector<std::vector<int>> ids(batch.size());
   std::vector<std::exception_ptr> errors(batch.size());
-  // A line a file, or for a corpus of many files a line every thousand.
+  // A line a file; past 100 files, a line every thousand files and one at the end.
   const size_t files = options.files.size(), every = files <= 100 ? 1 : 1000;
   int64_t file_start = 0;  // the spool's size where the current file's tokens begin
   for (;;) {
     size_t n = 0;
-    while (n < batch.size() && blocks.next(batch[n])) ++n;
-    if (n == 0) return;
+    std::exception_ptr read_error;  // reading the block after the batch's last failed
+    try {
+      while (n < batch.size() && blocks.next(batch[n])) ++n;
+    } catch (...) {
+      read_error = std::current_exception();
+    }
+    if (n == 0 && !read_error) return;
 #pragma omp parallel for num_threads(options.threads) schedule(dynamic, 1)
     for (ptrdiff_t i = 0; i < ptrdiff_t(n); ++i) {
       const gpt::TextBlock& block = batch[size_t(i)];
@@ -344,37 +355,41 @@ void encode_inputs(const Options& options, const gpt::Tokenizer& tokenizer, gpt:
         std::printf("%zu of %zu files: %lld tokens\n", done, files, static_cast<long long>(spool.size()));
       std::fflush(stdout);  // progress, as it is made
     }
+    if (read_error) std::rethrow_exception(read_error);
   }
 }
 
 // Everything prepare may have left in `dir` from a run that was killed: the token spool
 // and the shards' temporary files (create_temporary_beside's names), once their process
 // is gone (remove_crashed_temporaries says when that is sure).
-void remove_crashed_runs_files(const std::string& dir) {
+void remove_killed_runs_leftovers(const std::string& dir) {
   namespace fs = std::filesystem;
   std::vector<std::string> targets = {dir + "/tokens"};
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     const size_t tmp = name.find(".tmp.");
-    if (tmp != std::string::npos && (is_shard_name(name.substr(0, tmp), "train") ||
-                                     is_shard_name(name.substr(0, tmp), "val")))
+    if (tmp != std::string::npos &&
+        (is_shard_name(name.substr(0, tmp), "train") || is_shard_name(name.substr(0, tmp), "val")))
       targets.push_back(dir + "/" + name.substr(0, tmp));
   }
   gpt::remove_crashed_temporaries(targets);
 }
 
-// The directories that making `dir` would create, innermost first (none when it exists).
-std::vector<std::filesystem::path> missing_directories(const std::string& dir) {
+// Makes `dir` and the directories above it that are missing, one level at a time, and
+// returns those this process made, in the order made: only they are its to remove again
+// (another prepare may make the same ones at the same time).
+std::vector<std::string> make_directories(const std::string& dir) {
   namespace fs = std::filesystem;
-  std::vector<fs::path> missing;
-  std::error_code ec;
-  for (fs::path p = fs::absolute(dir, ec).lexically_normal(); !p.empty() && !fs::exists(fs::symlink_status(p, ec));
-       p = p.parent_path()) {
-    missing.push_back(p);
-    if (p == p.parent_path()) break;
+  std::vector<std::string> made;
+  fs::path path;
+  for (const fs::path& part : fs::path(dir)) {
+    path /= part;
+    if (::mkdir(path.c_str(), 0777) == 0) made.push_back(path.string());
+    else if (errno != EEXIST)
+      gpt::fail("--out '" + dir + "': cannot create directory '" + path.string() + "' (" + std::strerror(errno) + ")");
   }
-  return missing;
+  return made;
 }
 
 // The dataset already in `dir`: refused without --force; with it, every shard checked
@@ -460,24 +475,28 @@ int run(int argc, char** argv) {
   // dataset (two would replace or mix each other's shards). A run that fails leaves the
   // old dataset as it was, or removes what it made: every file is read and encoded before
   // any shard is written.
-  const std::vector<fs::path> made = missing_directories(dir);
+  const std::vector<std::string> made = make_directories(dir);
+  std::optional<gpt::RunDirLock> lock;
   try {
-    const gpt::RunDirLock lock(dir, "--out");
-    remove_crashed_runs_files(dir);
+    lock.emplace(dir, "--out");
+    remove_killed_runs_leftovers(dir);
     const std::vector<std::string> existing = check_existing_dataset(options, inputs);
     gpt::TokenSpool spool(dir + "/tokens");
     encode_inputs(options, tokenizer, spool);
     const std::span<const uint16_t> tokens = spool.map();
     const size_t cut = split_point(tokens, tokenizer, options.val_fraction);
-    const std::vector<gpt::ShardToWrite> train = split_into_shards(dir, "train", tokens.first(cut), options.shard_tokens);
-    const std::vector<gpt::ShardToWrite> val = split_into_shards(dir, "val", tokens.subspan(cut), options.shard_tokens);
+    const int64_t per_shard = options.shard_tokens;
+    const std::vector<gpt::ShardToWrite> train = split_into_shards(dir, "train", tokens.first(cut), per_shard);
+    const std::vector<gpt::ShardToWrite> val = split_into_shards(dir, "val", tokens.subspan(cut), per_shard);
     std::vector<gpt::ShardToWrite> all = train;
     all.insert(all.end(), val.begin(), val.end());
     gpt::write_shards(all);
     // The old dataset's shards that no new one replaced: a glob of the split would read them.
     for (const std::string& path : existing) {
-      const bool replaced = std::any_of(all.begin(), all.end(), [&](const gpt::ShardToWrite& s) { return s.path == path; });
-      if (!replaced && !fs::remove(path, ec))
+      const auto is_path = [&](const gpt::ShardToWrite& shard) { return shard.path == path; };
+      if (std::any_of(all.begin(), all.end(), is_path)) continue;  // replaced
+      fs::remove(path, ec);
+      if (ec)
         gpt::fail("the new shards are written, but the old shard '" + path + "' could not be removed (" +
                   ec.message() + "): remove it, or a glob of its split reads it too");
     }
@@ -486,9 +505,14 @@ int run(int argc, char** argv) {
     warn_of_glob_strays(dir, train, "train");
     warn_of_glob_strays(dir, val, "val");
   } catch (...) {
-    // Innermost first, each only if empty by then; the lock's file is prepare's own.
-    if (!made.empty()) fs::remove(made.front() / ".lock", ec);
-    for (const fs::path& p : made) fs::remove(p, ec);
+    // What this run made, only once it held the lock (a run refused it leaves the holder's
+    // directory be): the lock's file while still held, then each directory, innermost
+    // first, if empty by then.
+    if (lock && !made.empty() && made.back() == fs::path(dir).string()) {
+      fs::remove(dir + "/.lock", ec);
+      lock.reset();
+      for (auto p = made.rbegin(); p != made.rend(); ++p) fs::remove(*p, ec);
+    }
     throw;
   }
   return 0;

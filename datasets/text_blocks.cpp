@@ -9,7 +9,6 @@
 #include <cstring>
 #include <string_view>
 
-#include "common/data.h"
 #include "common/error.h"
 
 namespace gpt {
@@ -22,7 +21,8 @@ TextBlocks::~TextBlocks() {
 }
 
 void TextBlocks::open(const std::string& path) {
-  // (prepare checked each input before it read any; these say what changed since.)
+  // (prepare checked each input before it read any: these say what changed since, a file
+  // removed or emptied while the others were encoded.)
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) fail("input '" + path + "': " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) fail("input '" + path + "': not a regular file");
@@ -30,13 +30,6 @@ void TextBlocks::open(const std::string& path) {
   file_ = std::fopen(path.c_str(), "rb");
   if (!file_) fail("input '" + path + "': cannot open for reading (" + std::strerror(errno) + ")");
   file_bytes_ = size_t(st.st_size);
-  // A shard (prepare's own output, given back as input) would be tokenized as bytes: its
-  // header's magic number and version are no text anyone writes.
-  int32_t words[2] = {};
-  const bool whole = std::fread(words, sizeof words, 1, file_) == 1;
-  std::rewind(file_);
-  if (whole && words[0] == kShardMagic && words[1] == kShardVersion)
-    fail("input '" + path + "' is a token shard (its header says so), not text: give prepare the text files");
   pending_.clear();
   pending_offset_ = 0;
   searched_ = 0;
@@ -59,8 +52,10 @@ bool TextBlocks::next(TextBlock& block) {
     const bool at_end = got < want;
     if (at_end && std::ferror(file_))
       fail("input '" + files_[index_] + "': read error at byte " + std::to_string(read_so_far + got));
-    // A place to end a block needs the bytes either side of it: the search resumes a byte early.
-    const size_t from = searched_ > 0 ? searched_ - 1 : 0;
+    // A place to end a block needs the characters either side of it (is_piece_boundary:
+    // up to 5 bytes before it, 4 after), so the search resumes 8 bytes early: a place
+    // at the seam of two reads is found once both sides are read.
+    const size_t from = searched_ > 8 ? searched_ - 8 : 0;
     const size_t end =
         at_end ? pending_.size() : from + tokenizer_.encodable_prefix(std::string_view(pending_).substr(from));
     if (!at_end && end == from) {  // no place yet (a line longer than a read): read on

@@ -6,9 +6,9 @@
 // (Tokenizer::encodable_prefix: for GPT-2's BPE, before a space or newline that follows a
 // printable ASCII character, or after a newline between two characters that are not white
 // space); the rest begins the next block. So the ids of a file's blocks, one after the
-// other, are the ids of the file, whatever `read_bytes` is, and memory holds a block or
-// so of each file: a line, when a line is longer, and the file only when it has no such
-// place at all (one line of text without spaces).
+// other, are the ids of the file, whatever `read_bytes` is. One file is open at a time;
+// a block is about `read_bytes` long, or a line when a line is longer, and a whole file
+// only when it has no such place at all (one line of text without spaces).
 #pragma once
 #include <cstddef>
 #include <cstdio>
@@ -29,8 +29,7 @@ struct TextBlock {
 };
 
 /// The blocks of a list of files, in order. Each file is opened when its turn comes;
-/// one that is missing, empty, no regular file, unreadable or a token shard is a
-/// UserError naming it.
+/// one that is missing, empty, no regular file or unreadable is a UserError naming it.
 class TextBlocks {
  public:
   TextBlocks(const std::vector<std::string>& files, const Tokenizer& tokenizer, size_t read_bytes);

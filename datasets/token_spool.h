@@ -17,8 +17,8 @@
 namespace gpt {
 
 /// A temporary file of uint16 tokens beside `near` (create_temporary_beside's name, so a
-/// crashed run's spool is removed by a later one). Removed when the spool is destroyed,
-/// and by SIGINT, SIGTERM or SIGHUP once remove_on_signals has run.
+/// killed run's spool is recognised, and removed, by a later prepare). Removed when the
+/// spool is destroyed, and by SIGINT, SIGTERM or SIGHUP once remove_on_signals has run.
 class TokenSpool {
  public:
   explicit TokenSpool(const std::string& near);
@@ -37,7 +37,7 @@ class TokenSpool {
   /// Installs handlers that remove the live spool, then end the process as the signal
   /// would (Ctrl-C, a job scheduler's SIGTERM, a closed terminal): a spool is 2 bytes a
   /// token, gigabytes for a large corpus, that only a later prepare in the same directory
-  /// would otherwise remove.
+  /// would otherwise remove. A signal the process inherited as ignored (nohup) stays so.
   static void remove_on_signals();
 
  private:

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <set>
 #include <utility>
 #include <string>
@@ -153,15 +155,20 @@ TEST_CASE("write_shards puts a set in place all or none", "[data]") {
     struct rlimit limit = old_limit;
     limit.rlim_cur = 16 * 1024;
     const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
-    REQUIRE(::setrlimit(RLIMIT_FSIZE, &limit) == 0);
     std::string message;
-    try {
-      gpt::write_shards({{train, new_train}, {val, large_val}});
-    } catch (const gpt::UserError& e) {
-      message = e.what();
+    {
+      // The limit and the handler are put back however the block ends (a failed REQUIRE).
+      const std::unique_ptr<void, std::function<void(void*)>> restore(&limit, [&](void*) {
+        ::setrlimit(RLIMIT_FSIZE, &old_limit);
+        std::signal(SIGXFSZ, old_handler);
+      });
+      REQUIRE(::setrlimit(RLIMIT_FSIZE, &limit) == 0);
+      try {
+        gpt::write_shards({{train, new_train}, {val, large_val}});
+      } catch (const gpt::UserError& e) {
+        message = e.what();
+      }
     }
-    ::setrlimit(RLIMIT_FSIZE, &old_limit);
-    std::signal(SIGXFSZ, old_handler);
     CHECK_THAT(message, Contains("val.bin") && Contains("write failed"));
     CHECK(gpt::read_shard(train, 256) == old_train);
     CHECK(gpt::read_shard(val, 256) == old_val);

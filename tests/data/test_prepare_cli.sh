@@ -62,9 +62,11 @@ case $case_name in
     expect_error "run/step_00000002 is a checkpoint directory" --out run/step_00000002/data good.txt
     [[ ! -e run/step_00000002/data ]] || fail "the refused prepare made run/step_00000002/data" ;;
   shard_as_text)
-    # prepare's own output given back as input: refused, not tokenized as bytes.
+    # prepare's own output given back as input: refused, not tokenized as bytes, and
+    # before any input is encoded.
     "$prepare" --out first good.txt >/dev/null || fail "the first prepare failed"
-    expect_error "first/train.bin' is a token shard" --out out good.txt first/train.bin ;;
+    expect_error "first/train.bin' is a token shard" --out out good.txt first/train.bin
+    ! grep -q "tokens" stdout.txt || fail "good.txt was encoded before the shard was found" ;;
   input_is_output)
     # An input that is one of the shards prepare writes (by name, or through a link) is
     # refused even with --force, and keeps its text; the control: another input is not.
@@ -132,15 +134,19 @@ case $case_name in
     # A split of more than --shard-tokens is written as numbered shards, which hold the
     # split in name order; each holds the limit, the last the rest.
     for i in $(seq 100 199); do echo "line $i"; done >lines.txt  # 900 bytes: 855 train, 45 val
-    "$prepare" --out out --shard-tokens 300 lines.txt >stdout.txt 2>stderr.txt || fail "prepare failed: $(cat stderr.txt)"
+    "$prepare" --out out --shard-tokens 300 lines.txt >stdout.txt 2>stderr.txt ||
+      fail "prepare failed: $(cat stderr.txt)"
     [[ "$(cd out && echo *)" == "train_00000.bin train_00001.bin train_00002.bin val.bin" ]] ||
       fail "out holds $(cd out && echo *), not three train shards and val.bin"
     [[ "$(shards_text out/train_0000[0-2].bin out/val.bin)" == "$(cat lines.txt)" ]] ||
       fail "the shards in name order do not hold lines.txt"
-    for k in 0 1; do [[ $(stat -c %s out/train_0000$k.bin) -eq $((1024 + 2 * 300)) ]] || fail "train_0000$k.bin is not full"; done
+    for k in 0 1; do
+      [[ $(stat -c %s out/train_0000$k.bin) -eq $((1024 + 2 * 300)) ]] || fail "train_0000$k.bin is not full"
+    done
     grep -qF "train_data=out/train_*.bin" stdout.txt || fail "the pattern to train on is not printed: $(cat stdout.txt)"
     # Replaced by a dataset of fewer shards: the old ones go, none left for a glob to read.
-    "$prepare" --out out --force lines.txt >/dev/null 2>stderr.txt || fail "the one-shard prepare failed: $(cat stderr.txt)"
+    "$prepare" --out out --force lines.txt >/dev/null 2>stderr.txt ||
+      fail "the one-shard prepare failed: $(cat stderr.txt)"
     [[ "$(cd out && echo *)" == "train.bin val.bin" ]] || fail "out holds $(cd out && echo *) after one shard a split"
     # And back: train.bin goes when numbered shards replace it, val too when it is split.
     "$prepare" --out out --force --shard-tokens 40 lines.txt >/dev/null 2>stderr.txt || fail "$(cat stderr.txt)"
@@ -189,7 +195,8 @@ case $case_name in
       done
     done
     # (.lock, like a run directory's, is where one prepare at a time holds the directory.)
-    [[ -z "$(ls -A whole | grep -v '^\(train\|val\)\.bin$\|^\.lock$')" ]] || fail "the spool was left behind: $(ls -A whole)" ;;
+    [[ -z "$(ls -A whole | grep -v '^\(train\|val\)\.bin$\|^\.lock$')" ]] ||
+      fail "the spool was left behind: $(ls -A whole)" ;;
   locked)
     # One prepare at a time in a directory: while this shell holds its lock (flock(1)
     # takes the same flock(2) lock), a prepare is refused and changes nothing; the
@@ -207,31 +214,38 @@ case $case_name in
     "$prepare" --out out --force good.txt >/dev/null 2>stderr.txt || fail "the control failed: $(cat stderr.txt)"
     rm -rf out ;;
   interrupted)
-    # Ctrl-C while the text is encoded: the spool (2 bytes a token) is removed, the old
-    # dataset stays. The text is read a byte at a time so that the run lasts; it is
-    # stopped as soon as its spool exists.
+    # Stopped (SIGTERM, as Ctrl-C's SIGINT or a closed terminal's SIGHUP) while the text
+    # is encoded: the spool (2 bytes a token) is removed, the old dataset stays. A signal
+    # the run was started to ignore (nohup's SIGHUP) stays ignored. The text is read a
+    # byte at a time so that the run lasts; it is signalled once its spool exists.
     "$prepare" --out out good.txt >/dev/null || fail "the first prepare failed"
     cp out/train.bin first_train.bin
     head -c 20000000 /dev/zero | tr '\0' 'a' >long.txt
-    "$prepare" --out out --force --read-bytes 1 long.txt >/dev/null 2>&1 &
+    (trap '' HUP; exec "$prepare" --out out --force --read-bytes 1 long.txt) >/dev/null 2>&1 &
     pid=$!
     for _ in $(seq 1 200); do compgen -G "out/tokens.tmp.*" >/dev/null && break; sleep 0.05; done
     compgen -G "out/tokens.tmp.*" >/dev/null || fail "no spool appeared"
-    kill -INT $pid
+    kill -HUP $pid
+    sleep 0.2
+    kill -0 $pid 2>/dev/null || fail "SIGHUP, ignored when the run started, ended it"
+    kill -TERM $pid
     wait $pid
     status=$?
-    [[ $status -eq 130 ]] || fail "the interrupted run exited $status, not 130 (SIGINT)"
+    [[ $status -eq 143 ]] || fail "the stopped run exited $status, not 143 (SIGTERM)"
     ! compgen -G "out/tokens.tmp.*" >/dev/null || fail "the spool was left: $(ls out)"
     cmp -s out/train.bin first_train.bin || fail "the interrupted run changed out/train.bin"
     rm -rf out ;;
   made_dirs)
-    # A run that fails after it made --out removes it, and the parents it made, again.
-    # (A shard given as input is found when it is opened, after the directory is made.)
-    "$prepare" --out first good.txt >/dev/null || fail "the first prepare failed"
-    "$prepare" --out new/a/b good.txt first/train.bin >stdout.txt 2>stderr.txt
-    status=$?
-    [[ $status -eq 2 ]] || fail "exit $status: $(cat stderr.txt)"
-    [[ ! -e new ]] || fail "the failed run left $(find new)"
+    # A run that fails after it made --out removes it, and the parents it made, again,
+    # however the path is spelled. (One byte of text is found too little once it is
+    # encoded, after the directory is made.)
+    printf 'x' >one.txt
+    for out in new/a/b pa/../pb; do
+      "$prepare" --out $out one.txt >stdout.txt 2>stderr.txt
+      status=$?
+      [[ $status -eq 2 ]] && grep -qF "too little text" stderr.txt || fail "--out $out: exit $status, $(cat stderr.txt)"
+      [[ ! -e new && ! -e pa && ! -e pb ]] || fail "the failed run with --out $out left $(ls -d new pa pb 2>/dev/null)"
+    done
     # --out a link to nowhere is named as one; DIR/ is DIR in what is printed.
     ln -s nowhere linked_out
     expect_error "--out 'linked_out' is a symbolic link to 'nowhere', which does not exist" --out linked_out good.txt
@@ -310,7 +324,8 @@ case $case_name in
     # already, is refused before anything is read.
     for name in a b c d; do for i in 1 2 3; do echo "$name line $i"; done >"$name.txt"; done
     printf 'b.txt\n\nc.txt\n' >list.txt
-    "$prepare" --out out a.txt --files-from list.txt d.txt >stdout.txt 2>stderr.txt || fail "prepare failed: $(cat stderr.txt)"
+    "$prepare" --out out a.txt --files-from list.txt d.txt >stdout.txt 2>stderr.txt ||
+      fail "prepare failed: $(cat stderr.txt)"
     [[ "$(shards_text out/train.bin out/val.bin)" == "$(cat a.txt b.txt c.txt d.txt)" ]] ||
       fail "the shards do not hold a, b, c, d in that order"
     rm -rf out

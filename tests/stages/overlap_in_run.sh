@@ -24,8 +24,10 @@ echo "my notes" > "$WORK/run/trace.json.rank5.json"
 "$MPIEXEC" -np 2 --oversubscribe "$TRAIN02" $(tiny_args "$WORK/data" "$WORK/run") --set steps=8 --set n_layer=4 --set n_embd=128 \
   --set sample_tokens=0 --set val_every=0 --set val_batches=0 --set checkpoint_at_end=false --set bucket_mb=0.1 \
   --set "trace_file=$WORK/run/trace.json" > "$WORK/run.log" 2>&1 || { tail -20 "$WORK/run.log"; exit 1; }
-[[ ! -e "$WORK/run/trace.json.rank3.json" ]] || { echo "FAIL: the earlier job's trace of rank 3 is still there"; exit 1; }
-[[ $(cat "$WORK/run/trace.json.rank5.json") == "my notes" ]] || { echo "FAIL: the user's trace.json.rank5.json changed"; exit 1; }
+[[ ! -e "$WORK/run/trace.json.rank3.json" ]] ||
+  { echo "FAIL: the earlier job's trace of rank 3 is still there"; exit 1; }
+[[ $(cat "$WORK/run/trace.json.rank5.json") == "my notes" ]] ||
+  { echo "FAIL: the user's trace.json.rank5.json changed"; exit 1; }
 /usr/bin/python3 - "$ROOT/scripts" "$WORK/run/trace.json.rank0.json" "$WORK/run/trace.json.rank1.json" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[1])

@@ -18,6 +18,7 @@
 #include "common/pretokenize.h"
 #include "common/tokenizer.h"
 #include "common/unicode.h"
+#include "datasets/text_blocks.h"
 #include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
@@ -346,6 +347,64 @@ TEST_CASE("encoding block by block up to encodable_prefix gives the ids of the w
   CHECK(t.encodable_prefix("\u65e5\n\xe6") == 0);                  // a character cut off after it
   // An error in a block names the offset in the whole input.
   CHECK_THROWS_WITH(t.encode("a\xff", "input 'x'", 100), Contains("byte 0xFF at offset 101"));
+}
+
+TEST_CASE("prepare's text blocks: each file's blocks, encoded one by one, give the file's ids") {
+  // TextBlocks reads files `read_bytes` at a time and ends each block at encodable_prefix.
+  // Two random files of every class, lines of Chinese among them, read 1, 3 and 16 bytes
+  // at a time: each file's blocks hold its text in order, flagged first and last, with
+  // their offsets, and their ids, block after block, are the file's.
+  FileSpec spec;
+  spec.tokens = bytes_then({" a", "aa", "a ", "\n\u65e5", "\u65e5\n", "<|"});
+  const Tokenizer t = Tokenizer::load(write_tokenizer(spec));
+  const std::vector<std::string> pool = {"a", "a", " ", " ", "\n", "\n", "\u65e5", "\u65e5", "\u3002", "\u3000",
+                                         "'s", "\t", "<|endoftext|>", "7", "\r\n"};
+  std::mt19937 rng(11);
+  std::vector<std::string> paths, texts;
+  for (int f = 0; f < 2; ++f) {
+    std::string text;
+    while (text.size() < 3000) text += pool[rng() % pool.size()];
+    paths.push_back(temp_file("blocks" + std::to_string(f) + ".txt"));
+    std::ofstream(paths.back(), std::ios::binary) << text;
+    texts.push_back(text);
+  }
+  for (const size_t read_bytes : {size_t(1), size_t(3), size_t(16)}) {
+    INFO("read " << read_bytes << " bytes at a time");
+    gpt::TextBlocks blocks(paths, t, read_bytes);
+    std::vector<std::string> joined(paths.size());
+    std::vector<std::vector<int>> ids(paths.size());
+    size_t count = 0, previous_file = 0;
+    bool ended = true;  // the previous block was its file's last
+    for (gpt::TextBlock block; blocks.next(block); ++count) {
+      REQUIRE(block.file < paths.size());
+      CHECK(block.first == ended);
+      CHECK(block.file == (ended && count > 0 ? previous_file + 1 : previous_file));
+      CHECK(block.offset == joined[block.file].size());
+      joined[block.file] += block.text;
+      const std::vector<int> part = t.encode(block.text, "test", block.offset);
+      ids[block.file].insert(ids[block.file].end(), part.begin(), part.end());
+      ended = block.last;
+      previous_file = block.file;
+    }
+    CHECK(ended);
+    CHECK(count > 2 * 3000 / 64);  // many blocks, not a file each
+    for (size_t f = 0; f < paths.size(); ++f) {
+      CHECK(joined[f] == texts[f]);
+      CHECK(ids[f] == t.encode(texts[f], "test"));
+    }
+  }
+  // Negative control: the same files cut every 16 bytes (at whole characters) and
+  // encoded piece by piece give other ids, so the comparison above can fail.
+  const std::string& text = texts[0];
+  std::vector<int> cut_anywhere;
+  for (size_t begin = 0; begin < text.size();) {
+    size_t end = std::min(text.size(), begin + 16);
+    while (end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) ++end;
+    const std::vector<int> part = t.encode(std::string_view(text).substr(begin, end - begin), "test");
+    cut_anywhere.insert(cut_anywhere.end(), part.begin(), part.end());
+    begin = end;
+  }
+  CHECK(cut_anywhere != t.encode(text, "test"));
 }
 
 TEST_CASE("GPT-2's pre-tokenizer: the pieces cover the text in order") {
