@@ -57,7 +57,8 @@ inline void invariant(bool condition, const std::string& message) {
 }
 
 namespace detail {
-inline std::atomic<const char*> program_name{""};  // set by run_main
+/// The program's name as run_main was given it ("" before): read it through program_name().
+inline std::atomic<const char*> program_name{""};
 }  // namespace detail
 
 /// The name the program's run_main was given ("train", "prepare"; "" before it): for a
