@@ -15,10 +15,10 @@
 //
 // Memory stays bounded whatever the corpus: a file is read B bytes at a time, as blocks
 // each encoded alone (text_blocks.h), T of them at once on T threads, and the tokens go
-// to a spool file beside the shards (token_spool.h) until the cut is known.
-// Each split is written as shards of at most N tokens: DIR/train.bin when one holds it,
-// else DIR/train_00000.bin, DIR/train_00001.bin, ... (and so for val), which the loader
-// reads, in name order, as one stream (train_data=DIR/train_*.bin).
+// to a spool file beside the shards (token_spool.h) until the cut is known. Each split is
+// written as shards of at most N tokens (dataset_dir.h): DIR/train.bin when one holds
+// it, else DIR/train_00000.bin, DIR/train_00001.bin, ... (and so for val), which the
+// loader reads, in name order, as one stream (train_data=DIR/train_*.bin).
 #include <omp.h>
 #include <sys/stat.h>
 
@@ -48,6 +48,7 @@
 #include "common/files.h"
 #include "common/run_lock.h"
 #include "common/tokenizer.h"
+#include "datasets/dataset_dir.h"
 #include "datasets/text_blocks.h"
 #include "datasets/token_spool.h"
 
@@ -246,67 +247,6 @@ size_t split_point(std::span<const uint16_t> tokens, const gpt::Tokenizer& token
   return cut;
 }
 
-// Whether `name` is one prepare gives a shard of `split`: SPLIT.bin or SPLIT_<digits>.bin.
-bool is_shard_name(const std::string& name, const std::string& split) {
-  if (name == split + ".bin") return true;
-  const std::string head = split + "_", tail = ".bin";
-  if (name.size() <= head.size() + tail.size() || name.compare(0, head.size(), head) != 0 ||
-      name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
-    return false;
-  const std::string digits = name.substr(head.size(), name.size() - head.size() - tail.size());
-  return std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-// The shards of a dataset already in `dir` (a link or anything else under such a name
-// too), in name order.
-std::vector<std::string> existing_shards(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::vector<std::string> found;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return found;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (is_shard_name(name, "train") || is_shard_name(name, "val")) found.push_back(dir + "/" + name);
-  }
-  if (ec) gpt::fail("--out '" + dir + "': cannot list it (" + ec.message() + ")");
-  std::sort(found.begin(), found.end());
-  return found;
-}
-
-// `tokens` as shards of at most `shard_tokens`: DIR/SPLIT.bin when one holds them, else
-// DIR/SPLIT_00000.bin, ..., numbered with as many digits as the last needs (five at
-// least), so that name order is stream order.
-std::vector<gpt::ShardToWrite> split_into_shards(const std::string& dir, const std::string& split,
-                                                 std::span<const uint16_t> tokens, int64_t shard_tokens) {
-  const size_t per_shard = size_t(shard_tokens);
-  const size_t count = (tokens.size() + per_shard - 1) / per_shard;
-  if (count == 1) return {{dir + "/" + split + ".bin", tokens}};
-  const int digits = std::max<int>(5, int(std::to_string(count - 1).size()));
-  std::vector<gpt::ShardToWrite> shards;
-  for (size_t k = 0; k < count; ++k) {
-    std::string number = std::to_string(k);
-    number.insert(0, size_t(digits) - number.size(), '0');
-    const size_t first = k * per_shard;
-    shards.push_back({dir + "/" + split + "_" + number + ".bin",
-                      tokens.subspan(first, std::min(per_shard, tokens.size() - first))});
-  }
-  return shards;
-}
-
-// What a split's line says: its tokens, its shard or shards, and the pattern to train on.
-void print_split(const char* label, const std::vector<gpt::ShardToWrite>& shards, const std::string& dir,
-                 const std::string& split) {
-  size_t tokens = 0;
-  for (const gpt::ShardToWrite& s : shards) tokens += s.tokens.size();
-  if (shards.size() == 1) {
-    std::printf("%-6s %12zu tokens -> %s\n", label, tokens, shards[0].path.c_str());
-  } else {
-    std::printf("%-6s %12zu tokens -> %zu shards, %s .. %s (%s_data=%s/%s_*.bin)\n", label, tokens, shards.size(),
-                shards.front().path.c_str(), shards.back().path.c_str(), split.c_str(), dir.c_str(),
-                split.c_str());
-  }
-}
-
 // Encodes every input into `spool`, in order: a batch of blocks (text_blocks.h), one a
 // thread, is encoded at once, then appended in order. Blocks are encoded alone, so the
 // ids are the same on any number of threads. An error is the first in the inputs' order,
@@ -359,23 +299,6 @@ void encode_inputs(const Options& options, const gpt::Tokenizer& tokenizer, gpt:
   }
 }
 
-// Everything prepare may have left in `dir` from a run that was killed: the token spool
-// and the shards' temporary files (create_temporary_beside's names), once their process
-// is gone (remove_crashed_temporaries says when that is sure).
-void remove_killed_runs_leftovers(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::vector<std::string> targets = {dir + "/tokens"};
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    const size_t tmp = name.find(".tmp.");
-    if (tmp != std::string::npos &&
-        (is_shard_name(name.substr(0, tmp), "train") || is_shard_name(name.substr(0, tmp), "val")))
-      targets.push_back(dir + "/" + name.substr(0, tmp));
-  }
-  gpt::remove_crashed_temporaries(targets);
-}
-
 // Makes `dir` and the directories above it that are missing, one level at a time, and
 // returns those this process made, in the order made: only they are its to remove again
 // (another prepare may make the same ones at the same time).
@@ -397,7 +320,7 @@ std::vector<std::string> make_directories(const std::string& dir) {
 std::vector<std::string> check_existing_dataset(const Options& options, const std::vector<FileId>& inputs) {
   namespace fs = std::filesystem;
   const std::string& dir = options.out_dir;
-  const std::vector<std::string> existing = existing_shards(dir);
+  const std::vector<std::string> existing = gpt::existing_shards(dir);
   for (const std::string& path : existing) {
     // Not even with --force: the text would be replaced by its own tokens, its only copy lost.
     struct stat st {};
@@ -416,32 +339,11 @@ std::vector<std::string> check_existing_dataset(const Options& options, const st
     // A link or a directory under a shard's name is the user's.
     if (!fs::is_regular_file(fs::symlink_status(path, ec)))
       gpt::fail("shard '" + path + "': exists and is not a regular file; not replaced");
-    std::ifstream in(path, std::ios::binary);
-    int32_t words[2] = {};
-    in.read(reinterpret_cast<char*>(words), sizeof words);
-    if (!in || words[0] != gpt::kShardMagic || words[1] != gpt::kShardVersion)
+    if (!gpt::is_token_shard(path))
       gpt::fail("'" + path + "' has a shard's name but no shard's header: --force would remove it; move it "
                 "elsewhere, or write the shards to another --out");
   }
   return existing;
-}
-
-// Files in `dir` that a split's glob (SPLIT_*.bin) matches but that are no shard of the
-// set just written: a run given the glob would read them too.
-void warn_of_glob_strays(const std::string& dir, const std::vector<gpt::ShardToWrite>& shards,
-                         const std::string& split) {
-  namespace fs = std::filesystem;
-  if (shards.size() < 2) return;  // one shard is named, not globbed
-  std::set<std::string> ours;
-  for (const gpt::ShardToWrite& s : shards) ours.insert(fs::path(s.path).filename().string());
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.starts_with(split + "_") && name.ends_with(".bin") && !ours.count(name))
-      std::printf("warning: %s/%s matches %s_*.bin but is no shard of this dataset: move it, or a run given "
-                  "%s_data=%s/%s_*.bin reads it too\n", dir.c_str(), name.c_str(), split.c_str(), split.c_str(),
-                  dir.c_str(), split.c_str());
-  }
 }
 
 int run(int argc, char** argv) {
@@ -479,15 +381,15 @@ int run(int argc, char** argv) {
   std::optional<gpt::RunDirLock> lock;
   try {
     lock.emplace(dir, "--out");
-    remove_killed_runs_leftovers(dir);
+    gpt::remove_killed_runs_leftovers(dir);
     const std::vector<std::string> existing = check_existing_dataset(options, inputs);
     gpt::TokenSpool spool(dir + "/tokens");
     encode_inputs(options, tokenizer, spool);
     const std::span<const uint16_t> tokens = spool.map();
     const size_t cut = split_point(tokens, tokenizer, options.val_fraction);
     const int64_t per_shard = options.shard_tokens;
-    const std::vector<gpt::ShardToWrite> train = split_into_shards(dir, "train", tokens.first(cut), per_shard);
-    const std::vector<gpt::ShardToWrite> val = split_into_shards(dir, "val", tokens.subspan(cut), per_shard);
+    const std::vector<gpt::ShardToWrite> train = gpt::split_into_shards(dir, "train", tokens.first(cut), per_shard);
+    const std::vector<gpt::ShardToWrite> val = gpt::split_into_shards(dir, "val", tokens.subspan(cut), per_shard);
     std::vector<gpt::ShardToWrite> all = train;
     all.insert(all.end(), val.begin(), val.end());
     gpt::write_shards(all);
@@ -500,10 +402,10 @@ int run(int argc, char** argv) {
         gpt::fail("the new shards are written, but the old shard '" + path + "' could not be removed (" +
                   ec.message() + "): remove it, or a glob of its split reads it too");
     }
-    print_split("train:", train, dir, "train");
-    print_split("val:", val, dir, "val");
-    warn_of_glob_strays(dir, train, "train");
-    warn_of_glob_strays(dir, val, "val");
+    gpt::print_split("train:", train, dir, "train");
+    gpt::print_split("val:", val, dir, "val");
+    gpt::warn_of_glob_strays(dir, train, "train");
+    gpt::warn_of_glob_strays(dir, val, "val");
   } catch (...) {
     // What this run made, only once it held the lock (a run refused it leaves the holder's
     // directory be): the lock's file while still held, then each directory, innermost
